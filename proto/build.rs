@@ -1,0 +1,17 @@
+//! Generates the store API from `proto/` with protox, so no system `protoc` is needed.
+
+use std::path::Path;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = Path::new("proto");
+    let files = ["pasa/store/v1/store.proto"];
+    for file in files {
+        println!("cargo:rerun-if-changed={}", root.join(file).display());
+    }
+    let fds = protox::compile(files, [root])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! The kinds of resource the store keeps, with their API versions and kubectl-style names.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Group of the Istio networking kinds.
+pub const ISTIO_NETWORKING_GROUP: &str = "networking.istio.io";
+/// Group of PASA's own kinds.
+pub const PASA_GROUP: &str = "pasa.io";
+
+const ISTIO_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha3"];
+const PASA_VERSIONS: &[&str] = &["v1alpha1"];
+
+/// A kind of resource the store keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    VirtualService,
+    DestinationRule,
+    ServiceEntry,
+    Gateway,
+    Sidecar,
+    WorkloadEntry,
+    /// A Kubernetes Service with its endpoints (from EndpointSlices or WorkloadEntries).
+    ServiceEndpoints,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 7] = [
+        Kind::VirtualService,
+        Kind::DestinationRule,
+        Kind::ServiceEntry,
+        Kind::Gateway,
+        Kind::Sidecar,
+        Kind::WorkloadEntry,
+        Kind::ServiceEndpoints,
+    ];
+
+    /// The `kind` field as written in a manifest.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::VirtualService => "VirtualService",
+            Kind::DestinationRule => "DestinationRule",
+            Kind::ServiceEntry => "ServiceEntry",
+            Kind::Gateway => "Gateway",
+            Kind::Sidecar => "Sidecar",
+            Kind::WorkloadEntry => "WorkloadEntry",
+            Kind::ServiceEndpoints => "ServiceEndpoints",
+        }
+    }
+
+    pub fn group(self) -> &'static str {
+        match self {
+            Kind::ServiceEndpoints => PASA_GROUP,
+            _ => ISTIO_NETWORKING_GROUP,
+        }
+    }
+
+    /// Versions of the kind's group that the store accepts, newest first.
+    pub fn versions(self) -> &'static [&'static str] {
+        match self {
+            Kind::ServiceEndpoints => PASA_VERSIONS,
+            _ => ISTIO_VERSIONS,
+        }
+    }
+
+    /// Lower-case plural, as in `kubectl get virtualservices`.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::VirtualService => "virtualservices",
+            Kind::DestinationRule => "destinationrules",
+            Kind::ServiceEntry => "serviceentries",
+            Kind::Gateway => "gateways",
+            Kind::Sidecar => "sidecars",
+            Kind::WorkloadEntry => "workloadentries",
+            Kind::ServiceEndpoints => "serviceendpoints",
+        }
+    }
+
+    /// Short names, as istioctl and kubectl know them.
+    pub fn short_names(self) -> &'static [&'static str] {
+        match self {
+            Kind::VirtualService => &["vs"],
+            Kind::DestinationRule => &["dr"],
+            Kind::ServiceEntry => &["se"],
+            Kind::Gateway => &["gw"],
+            Kind::Sidecar => &[],
+            Kind::WorkloadEntry => &["we"],
+            Kind::ServiceEndpoints => &["sep"],
+        }
+    }
+
+    /// Whether `api_version` (`group/version`) is one the store accepts for this kind.
+    pub fn accepts_api_version(self, api_version: &str) -> bool {
+        match api_version.split_once('/') {
+            Some((group, version)) => group == self.group() && self.versions().contains(&version),
+            None => false,
+        }
+    }
+
+    /// The API versions accepted for this kind, for error messages.
+    pub fn api_versions(self) -> Vec<String> {
+        self.versions()
+            .iter()
+            .map(|v| format!("{}/{}", self.group(), v))
+            .collect()
+    }
+
+    /// Exact `kind` field match (`VirtualService`).
+    pub fn from_kind_field(kind: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == kind)
+    }
+
+    /// Every name a user may type for the kind, for help texts.
+    pub fn all_names() -> String {
+        Kind::ALL
+            .iter()
+            .map(|k| {
+                let mut names = vec![k.as_str().to_ascii_lowercase()];
+                names.extend(k.short_names().iter().map(|s| s.to_string()));
+                names.join("|")
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A kind name that is none of the store's kinds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown kind {0:?}: expected one of {names}", names = Kind::all_names())]
+pub struct UnknownKind(pub String);
+
+impl FromStr for Kind {
+    type Err = UnknownKind;
+
+    /// Parses what a user types: the kind (any case), its singular or plural lower-case name, a
+    /// short name, or `plural.group` (`virtualservices.networking.istio.io`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let lower = s.to_ascii_lowercase();
+        let (name, group) = match lower.split_once('.') {
+            Some((name, group)) => (name, Some(group)),
+            None => (lower.as_str(), None),
+        };
+        Kind::ALL
+            .into_iter()
+            .find(|k| {
+                group.is_none_or(|g| g == k.group())
+                    && (name == k.as_str().to_ascii_lowercase()
+                        || name == k.plural()
+                        || k.short_names().contains(&name))
+            })
+            .ok_or_else(|| UnknownKind(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kubectl_names() {
+        for (input, kind) in [
+            ("vs", Kind::VirtualService),
+            ("VirtualService", Kind::VirtualService),
+            ("virtualservices", Kind::VirtualService),
+            ("virtualservices.networking.istio.io", Kind::VirtualService),
+            ("dr", Kind::DestinationRule),
+            ("se", Kind::ServiceEntry),
+            ("serviceentries", Kind::ServiceEntry),
+            ("gw", Kind::Gateway),
+            ("sidecar", Kind::Sidecar),
+            ("we", Kind::WorkloadEntry),
+            ("sep", Kind::ServiceEndpoints),
+        ] {
+            assert_eq!(input.parse::<Kind>(), Ok(kind), "{input}");
+        }
+        let err = "virtualservices.example.com".parse::<Kind>().unwrap_err();
+        assert!(err.to_string().contains("virtualservice|vs"), "{err}");
+        assert!("pods".parse::<Kind>().is_err());
+    }
+
+    #[test]
+    fn api_versions_per_kind() {
+        assert!(Kind::VirtualService.accepts_api_version("networking.istio.io/v1alpha3"));
+        assert!(Kind::Sidecar.accepts_api_version("networking.istio.io/v1"));
+        assert!(!Kind::Sidecar.accepts_api_version("networking.istio.io/v2"));
+        assert!(!Kind::Gateway.accepts_api_version("gateway.networking.k8s.io/v1"));
+        assert!(Kind::ServiceEndpoints.accepts_api_version("pasa.io/v1alpha1"));
+        assert!(!Kind::ServiceEndpoints.accepts_api_version("networking.istio.io/v1"));
+    }
+}

@@ -1,0 +1,18 @@
+//! The vocabulary every PASA part shares: the store API (`pasa.store.v1`), resource kinds,
+//! the Kubernetes-style object envelope, and Istio's host and gateway-name semantics.
+
+pub mod gateway;
+pub mod host;
+pub mod kind;
+pub mod object;
+
+/// The store API, generated from `proto/pasa/store/v1/store.proto`.
+pub mod store {
+    pub mod v1 {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("pasa.store.v1");
+    }
+}
+
+pub use kind::Kind;
+pub use object::Object;
