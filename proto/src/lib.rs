@@ -4,6 +4,7 @@
 pub mod gateway;
 pub mod host;
 pub mod kind;
+pub mod node;
 pub mod object;
 
 /// The store API, generated from `proto/pasa/store/v1/store.proto`.

@@ -1,1 +1,17 @@
+//! UCS, PASA's store: raw Istio resources under a global revision, inverted indexes on kind,
+//! namespace, host and gateway, and selector watches that hear only about what matches.
 
+pub mod access;
+pub mod admin;
+pub mod backend;
+pub mod hub;
+pub mod index;
+pub mod metrics;
+pub mod record;
+pub mod selector;
+pub mod server;
+pub mod service;
+pub mod store;
+mod watch;
+
+pub use store::{Store, StoreConfig, StoreError};

@@ -1,0 +1,113 @@
+//! The embedded engine: sled, one database directory per store.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use super::{Backend, BackendError, Op, WriteBatch};
+
+const ENGINE: &str = "sled";
+
+pub struct SledBackend {
+    db: sled::Db,
+    /// Serialises conditional writes so an expectation checked is still true when applied.
+    write_lock: Mutex<()>,
+}
+
+fn engine_error(action: &'static str) -> impl FnOnce(sled::Error) -> BackendError {
+    move |e| BackendError::Engine {
+        engine: ENGINE,
+        action,
+        source: Box::new(e),
+    }
+}
+
+impl SledBackend {
+    /// Opens (or creates) the database in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, BackendError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(engine_error("open its database"))?;
+        Ok(SledBackend {
+            db,
+            write_lock: Mutex::new(()),
+        })
+    }
+}
+
+impl Backend for SledBackend {
+    fn name(&self) -> &'static str {
+        ENGINE
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
+        Ok(self
+            .db
+            .get(key)
+            .map_err(engine_error("read"))?
+            .map(|v| v.to_vec()))
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BackendError> {
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        self.db
+            .range(start..end)
+            .take(limit)
+            .map(|kv| {
+                kv.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .map_err(engine_error("scan"))
+            })
+            .collect()
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<(), BackendError> {
+        let _guard = self
+            .write_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (key, want) in &batch.expect {
+            let have = self.db.get(key).map_err(engine_error("read"))?;
+            if have.as_deref() != want.as_deref() {
+                return Err(BackendError::Conflict {
+                    key: String::from_utf8_lossy(key).into_owned(),
+                });
+            }
+        }
+        let mut sled_batch = sled::Batch::default();
+        for op in batch.ops {
+            match op {
+                Op::Put(k, v) => sled_batch.insert(k, v),
+                Op::Delete(k) => sled_batch.remove(k),
+            }
+        }
+        self.db
+            .apply_batch(sled_batch)
+            .map_err(engine_error("write a batch"))
+    }
+
+    fn sync(&self) -> Result<(), BackendError> {
+        self.db.flush().map_err(engine_error("flush to disk"))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::conformance;
+
+    #[test]
+    fn sled_passes_the_backend_conformance_suite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        conformance::run(|| SledBackend::open(&path).unwrap());
+    }
+}

@@ -1,0 +1,463 @@
+//! The store's in-memory state, kept in step with the backend: every object with its index keys,
+//! the object index, the registered watchers with their rule index, and the event fan-out.
+//!
+//! The hub is changed under one short lock, by the writer after each durable commit and by
+//! watchers registering or changing their subscription. Events reach each watcher's bounded
+//! queue in revision order under that lock, so a subscription change is diffed against exactly
+//! the state the watcher has been told about. A watcher whose queue is full is cut off, never
+//! buffered without bound.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use pasa_proto::Kind;
+use pasa_proto::store::v1::{EventType, Resource};
+use roaring::RoaringBitmap;
+use tokio::sync::{Notify, mpsc};
+
+use crate::index::{ObjectIndex, ObjectKeys, RuleIndex};
+use crate::metrics::{CutOffReason, KindLabels, KindValue, Metrics};
+use crate::record::{LogRecord, ObjectKey};
+use crate::selector::Selector;
+
+/// One event as queued for a watcher; the resource is shared by every watcher that gets it.
+#[derive(Debug, Clone)]
+pub struct HubEvent {
+    pub r#type: EventType,
+    pub revision: u64,
+    pub resource: Arc<Resource>,
+}
+
+/// What a watcher's queue carries.
+#[derive(Debug)]
+pub enum HubMsg {
+    /// Events of one commit, or the diff of a subscription change.
+    Events(Vec<HubEvent>),
+    /// Nothing matching happened up to this revision that was not already queued.
+    Progress(u64),
+}
+
+/// Shared between the hub and a watcher's stream task: why the hub ended the watch, if it did.
+#[derive(Default, Debug)]
+pub struct WatcherState {
+    cut: Mutex<Option<CutOffReason>>,
+    pub notify: Notify,
+}
+
+impl WatcherState {
+    pub fn cut_reason(&self) -> Option<CutOffReason> {
+        *self.cut.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn cut(&self, reason: CutOffReason) {
+        *self.cut.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+        self.notify.notify_one();
+    }
+}
+
+/// What a registered watcher holds.
+pub struct WatcherHandle {
+    pub id: u32,
+    pub rx: mpsc::Receiver<HubMsg>,
+    pub state: Arc<WatcherState>,
+    /// The revision the registration happened at: queued events are all above it.
+    pub revision: u64,
+}
+
+struct Entry {
+    resource: Arc<Resource>,
+    keys: ObjectKeys,
+}
+
+struct Watcher {
+    selector: Selector,
+    rule_ids: Vec<u32>,
+    tx: mpsc::Sender<HubMsg>,
+    state: Arc<WatcherState>,
+}
+
+const NO_OWNER: u32 = u32::MAX;
+
+pub struct Hub {
+    revision: u64,
+    compact_revision: u64,
+    objects: Vec<Option<Entry>>,
+    free_objects: Vec<u32>,
+    by_key: HashMap<ObjectKey, u32>,
+    object_index: ObjectIndex,
+    rules: RuleIndex,
+    rule_owner: Vec<u32>,
+    free_rules: Vec<u32>,
+    watchers: Vec<Option<Watcher>>,
+    free_watchers: Vec<u32>,
+    watcher_count: usize,
+    metrics: Metrics,
+}
+
+impl Hub {
+    pub fn new(metrics: Metrics) -> Hub {
+        Hub {
+            revision: 0,
+            compact_revision: 0,
+            objects: Vec::new(),
+            free_objects: Vec::new(),
+            by_key: HashMap::new(),
+            object_index: ObjectIndex::default(),
+            rules: RuleIndex::default(),
+            rule_owner: Vec::new(),
+            free_rules: Vec::new(),
+            watchers: Vec::new(),
+            free_watchers: Vec::new(),
+            watcher_count: 0,
+            metrics,
+        }
+    }
+
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    pub fn compact_revision(&self) -> u64 {
+        self.compact_revision
+    }
+
+    pub fn set_revisions(&mut self, revision: u64, compact_revision: u64) {
+        self.revision = revision;
+        self.compact_revision = compact_revision;
+        self.metrics.revision.set(revision as i64);
+        self.metrics.compact_revision.set(compact_revision as i64);
+    }
+
+    pub fn set_compact_revision(&mut self, compact_revision: u64) {
+        self.compact_revision = compact_revision;
+        self.metrics.compact_revision.set(compact_revision as i64);
+    }
+
+    pub fn watcher_count(&self) -> usize {
+        self.watcher_count
+    }
+
+    pub fn object_count(&self) -> u64 {
+        self.object_index.len()
+    }
+
+    /// Objects per kind.
+    pub fn counts(&self) -> Vec<(Kind, u64)> {
+        let mut counts: HashMap<Kind, u64> = HashMap::new();
+        for entry in self.objects.iter().flatten() {
+            *counts.entry(entry.keys.kind).or_default() += 1;
+        }
+        Kind::ALL
+            .into_iter()
+            .map(|k| (k, counts.get(&k).copied().unwrap_or(0)))
+            .collect()
+    }
+
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<Resource>> {
+        let id = self.by_key.get(key)?;
+        self.entry(*id).map(|e| Arc::clone(&e.resource))
+    }
+
+    fn entry(&self, id: u32) -> Option<&Entry> {
+        self.objects.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// Objects the selector matches, ordered by kind, namespace and name.
+    pub fn select(&self, selector: &Selector) -> Vec<Arc<Resource>> {
+        self.resources(&self.object_index.select(selector))
+    }
+
+    fn resources(&self, ids: &RoaringBitmap) -> Vec<Arc<Resource>> {
+        let mut out: Vec<Arc<Resource>> = ids
+            .iter()
+            .filter_map(|id| self.entry(id).map(|e| Arc::clone(&e.resource)))
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name))
+        });
+        out
+    }
+
+    /// Adds or replaces an object without telling anyone (start-up load and commits).
+    fn put_object(&mut self, resource: Arc<Resource>) {
+        let (Some(key), Some(keys)) = (ObjectKey::of(&resource), ObjectKeys::of(&resource)) else {
+            tracing::warn!(kind = %resource.kind, "ignoring a stored object of unknown kind");
+            return;
+        };
+        self.remove_object(&key);
+        let id = match self.free_objects.pop() {
+            Some(id) => id,
+            None => {
+                self.objects.push(None);
+                (self.objects.len() - 1) as u32
+            }
+        };
+        self.object_index.insert(id, &keys);
+        self.kind_gauge(keys.kind).inc();
+        self.objects[id as usize] = Some(Entry { resource, keys });
+        self.by_key.insert(key, id);
+    }
+
+    fn remove_object(&mut self, key: &ObjectKey) {
+        let Some(id) = self.by_key.remove(key) else {
+            return;
+        };
+        if let Some(entry) = self.objects[id as usize].take() {
+            self.object_index.remove(id, &entry.keys);
+            self.kind_gauge(entry.keys.kind).dec();
+            self.free_objects.push(id);
+        }
+    }
+
+    fn kind_gauge(&self, kind: Kind) -> prometheus_client::metrics::gauge::Gauge {
+        self.metrics
+            .objects
+            .get_or_create(&KindLabels {
+                kind: KindValue(kind),
+            })
+            .clone()
+    }
+
+    /// Loads a stored object at start-up.
+    pub fn load(&mut self, resource: Resource) {
+        self.put_object(Arc::new(resource));
+    }
+
+    /// Applies committed log records (in revision order) and queues their events for every
+    /// watcher they concern.
+    pub fn commit(&mut self, records: Vec<LogRecord>) {
+        let mut outbox: HashMap<u32, Vec<HubEvent>> = HashMap::new();
+        for record in records {
+            let revision = record.revision;
+            let Some(resource) = record.resource.map(Arc::new) else {
+                continue;
+            };
+            let deleted = record.r#type == EventType::Deleted as i32;
+            let new_keys = if deleted {
+                None
+            } else {
+                ObjectKeys::of(&resource)
+            };
+            let old_keys = match (&record.prev, deleted) {
+                (_, true) => ObjectKeys::of(&resource),
+                (Some(prev), false) => ObjectKeys::of(prev),
+                (None, false) => None,
+            };
+            let started = Instant::now();
+            let now = new_keys
+                .as_ref()
+                .map(|k| self.subscribers_of(k))
+                .unwrap_or_default();
+            let before = old_keys
+                .as_ref()
+                .map(|k| self.subscribers_of(k))
+                .unwrap_or_default();
+            self.metrics
+                .match_duration
+                .observe(started.elapsed().as_secs_f64());
+            for w in &now | &before {
+                let r#type = match (now.contains(w), before.contains(w)) {
+                    (true, true) => EventType::Modified,
+                    (true, false) => EventType::Added,
+                    _ => EventType::Deleted,
+                };
+                outbox.entry(w).or_default().push(HubEvent {
+                    r#type,
+                    revision,
+                    resource: Arc::clone(&resource),
+                });
+            }
+            if deleted {
+                if let Some(key) = ObjectKey::of(&resource) {
+                    self.remove_object(&key);
+                }
+            } else {
+                self.put_object(resource);
+            }
+            self.revision = self.revision.max(revision);
+        }
+        self.metrics.revision.set(self.revision as i64);
+        for (w, events) in outbox {
+            self.deliver(w, HubMsg::Events(events));
+        }
+    }
+
+    /// Watchers whose subscription matches an object with these keys, by the rule index.
+    pub fn subscribers_of(&self, keys: &ObjectKeys) -> RoaringBitmap {
+        let mut out = RoaringBitmap::new();
+        for rule in &self.rules.matching(keys) {
+            if let Some(&owner) = self.rule_owner.get(rule as usize)
+                && owner != NO_OWNER
+            {
+                out.insert(owner);
+            }
+        }
+        out
+    }
+
+    /// The same answer as [`Hub::subscribers_of`], by evaluating every subscription.
+    pub fn subscribers_of_brute_force(&self, keys: &ObjectKeys) -> RoaringBitmap {
+        self.watchers
+            .iter()
+            .enumerate()
+            .filter_map(|(id, w)| {
+                w.as_ref()
+                    .filter(|w| w.selector.matches(keys))
+                    .map(|_| id as u32)
+            })
+            .collect()
+    }
+
+    /// Ids of objects the selector matches, by evaluating every object.
+    pub fn select_brute_force(&self, selector: &Selector) -> RoaringBitmap {
+        self.objects
+            .iter()
+            .enumerate()
+            .filter_map(|(id, e)| {
+                e.as_ref()
+                    .filter(|e| selector.matches(&e.keys))
+                    .map(|_| id as u32)
+            })
+            .collect()
+    }
+
+    /// Ids of objects the selector matches, by the object index.
+    pub fn select_ids(&self, selector: &Selector) -> RoaringBitmap {
+        self.object_index.select(selector)
+    }
+
+    fn deliver(&mut self, watcher: u32, msg: HubMsg) {
+        let Some(w) = self.watchers.get(watcher as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        match w.tx.try_send(msg) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.metrics.cut_off(CutOffReason::SlowConsumer);
+                self.end(watcher, Some(CutOffReason::SlowConsumer));
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => self.end(watcher, None),
+        }
+    }
+
+    fn add_rules(&mut self, watcher: u32, selector: &Selector) -> Vec<u32> {
+        let mut ids = Vec::with_capacity(selector.rules.len());
+        for rule in &selector.rules {
+            let id = match self.free_rules.pop() {
+                Some(id) => id,
+                None => {
+                    self.rule_owner.push(NO_OWNER);
+                    (self.rule_owner.len() - 1) as u32
+                }
+            };
+            self.rules.insert(id, rule);
+            self.rule_owner[id as usize] = watcher;
+            ids.push(id);
+        }
+        ids
+    }
+
+    fn remove_rules(&mut self, selector: &Selector, ids: &[u32]) {
+        for (rule, &id) in selector.rules.iter().zip(ids) {
+            self.rules.remove(id, rule);
+            self.rule_owner[id as usize] = NO_OWNER;
+            self.free_rules.push(id);
+        }
+    }
+
+    /// Registers a watcher with a queue of `capacity` messages. Everything committed after the
+    /// returned revision will be queued for it.
+    pub fn register(&mut self, selector: Selector, capacity: usize) -> WatcherHandle {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let state = Arc::new(WatcherState::default());
+        let id = match self.free_watchers.pop() {
+            Some(id) => id,
+            None => {
+                self.watchers.push(None);
+                (self.watchers.len() - 1) as u32
+            }
+        };
+        let rule_ids = self.add_rules(id, &selector);
+        self.watchers[id as usize] = Some(Watcher {
+            selector,
+            rule_ids,
+            tx,
+            state: Arc::clone(&state),
+        });
+        self.watcher_count += 1;
+        self.metrics.subscriptions.set(self.watcher_count as i64);
+        WatcherHandle {
+            id,
+            rx,
+            state,
+            revision: self.revision,
+        }
+    }
+
+    /// Changes a watcher's subscription: queues ADDED for objects that now match and DELETED
+    /// for objects that no longer do, at the current revision. Returns false if the watcher is
+    /// gone (cut off or unregistered).
+    pub fn update_subscription(&mut self, watcher: u32, selector: Selector) -> bool {
+        let Some(w) = self.watchers.get_mut(watcher as usize).and_then(Option::take) else {
+            return false;
+        };
+        let before = self.object_index.select(&w.selector);
+        let now = self.object_index.select(&selector);
+        let mut events = Vec::new();
+        for (ids, r#type) in [(&now - &before, EventType::Added), (&before - &now, EventType::Deleted)] {
+            for resource in self.resources(&ids) {
+                events.push(HubEvent {
+                    r#type,
+                    revision: self.revision,
+                    resource,
+                });
+            }
+        }
+        self.remove_rules(&w.selector, &w.rule_ids);
+        let rule_ids = self.add_rules(watcher, &selector);
+        self.watchers[watcher as usize] = Some(Watcher {
+            selector,
+            rule_ids,
+            ..w
+        });
+        if !events.is_empty() {
+            self.deliver(watcher, HubMsg::Events(events));
+        }
+        true
+    }
+
+    /// Removes a watcher; with a reason, its stream is told why.
+    pub fn end(&mut self, watcher: u32, reason: Option<CutOffReason>) {
+        let Some(w) = self.watchers.get_mut(watcher as usize).and_then(Option::take) else {
+            return;
+        };
+        self.remove_rules(&w.selector, &w.rule_ids);
+        self.free_watchers.push(watcher);
+        self.watcher_count -= 1;
+        self.metrics.subscriptions.set(self.watcher_count as i64);
+        if let Some(reason) = reason {
+            w.state.cut(reason);
+        }
+    }
+
+    /// Queues a progress marker for every watcher with room for it.
+    pub fn progress(&mut self) {
+        let revision = self.revision;
+        for w in self.watchers.iter().flatten() {
+            // A full queue already carries newer news; the marker is not worth a cut-off.
+            let _ = w.tx.try_send(HubMsg::Progress(revision));
+        }
+    }
+
+    /// Ends every watch, telling each stream the store is shutting down.
+    pub fn shutdown(&mut self) {
+        let ids: Vec<u32> = (0..self.watchers.len() as u32).collect();
+        for id in ids {
+            if self.watchers[id as usize].is_some() {
+                self.metrics.cut_off(CutOffReason::Shutdown);
+                self.end(id, Some(CutOffReason::Shutdown));
+            }
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Running a store server: command-line options shared by `pasa-store` and the embedded store of
+//! `pasa-pcp`, logging, the gRPC and admin listeners, and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use crate::admin::{self, Readiness};
+use crate::backend::sled::SledBackend;
+use crate::metrics::Metrics;
+use crate::service::StoreService;
+use crate::store::{Store, StoreConfig};
+
+/// How long in-flight requests get to finish after a shutdown signal.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Options of an embedded (sled) store.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// Directory of the embedded sled database.
+    #[arg(long, env = "PASA_DATA_DIR", default_value = "./pasa-data")]
+    pub data_dir: PathBuf,
+    /// Kubernetes cluster domain, for resolving short host names.
+    #[arg(long, default_value = pasa_proto::host::DEFAULT_DOMAIN_SUFFIX)]
+    pub domain_suffix: String,
+    /// Change-log entries kept behind the current revision; older ones are compacted.
+    #[arg(long, default_value_t = 100_000)]
+    pub log_retention: u64,
+    /// Messages a watcher may have queued before it is cut off as a slow consumer.
+    #[arg(long, default_value_t = 1024)]
+    pub watch_queue: usize,
+    /// Seconds between progress markers to watchers.
+    #[arg(long, default_value_t = 10)]
+    pub progress_interval_secs: u64,
+    /// Log as JSON lines.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+impl StoreArgs {
+    pub fn config(&self) -> StoreConfig {
+        StoreConfig {
+            domain_suffix: self.domain_suffix.clone(),
+            log_retention: self.log_retention,
+            watch_queue: self.watch_queue,
+            progress_interval: Duration::from_secs(self.progress_interval_secs.max(1)),
+            ..StoreConfig::default()
+        }
+    }
+
+    /// Opens the sled store in `data_dir`.
+    pub fn open(&self, metrics: Metrics) -> anyhow::Result<Store> {
+        std::fs::create_dir_all(&self.data_dir)
+            .with_context(|| format!("creating data directory {}", self.data_dir.display()))?;
+        let backend = SledBackend::open(&self.data_dir)
+            .with_context(|| format!("opening the store in {}", self.data_dir.display()))?;
+        Store::open(Arc::new(backend), self.config(), metrics).context("loading the store")
+    }
+}
+
+/// Sets up `tracing` from `RUST_LOG` (default `info`), as text or JSON lines on stderr.
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
+        _ = term => tracing::info!("SIGTERM: shutting down"),
+    }
+}
+
+/// Serves `store` over gRPC on `listen` and its admin endpoint on `admin` until `shutdown`
+/// resolves, then ends watches, drains writes, and flushes. `name` labels the ready line, which
+/// is printed on stdout once both listeners are bound: `<name> serving pasa.store.v1 on ADDR,
+/// admin on ADDR`.
+pub async fn serve(
+    name: &str,
+    store: Store,
+    listen: SocketAddr,
+    admin_addr: SocketAddr,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let mut registry = Registry::default();
+    store.metrics().register(&mut registry);
+    let ready = Readiness::default();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let grpc_listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding the gRPC listener on {listen}"))?;
+    let grpc_addr = grpc_listener.local_addr()?;
+    let (admin_bound, admin_server) =
+        admin::bind(admin_addr, registry, ready.clone(), stopped(stop_rx.clone()))
+            .await
+            .with_context(|| format!("binding the admin listener on {admin_addr}"))?;
+    let background = store.spawn_background();
+
+    let grpc = tonic::transport::Server::builder()
+        .add_service(StoreService::new(store.clone()).into_server())
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+            stopped(stop_rx),
+        );
+    let grpc = tokio::spawn(grpc);
+    let admin = tokio::spawn(admin_server);
+    ready.set(true);
+    println!("{name} serving pasa.store.v1 on {grpc_addr}, admin on {admin_bound}");
+    tracing::info!(grpc = %grpc_addr, admin = %admin_bound, "serving");
+
+    shutdown.await;
+    ready.set(false);
+    let _ = stop_tx.send(true);
+    background.abort();
+    // Ends every watch with a SHUTDOWN notice, drains queued writes and flushes to disk.
+    let closing = store.clone();
+    tokio::task::spawn_blocking(move || closing.shutdown())
+        .await
+        .context("store shutdown")?;
+    match tokio::time::timeout(DRAIN_DEADLINE, async { (grpc.await, admin.await) }).await {
+        Ok((grpc, admin)) => {
+            grpc.context("gRPC server task")?
+                .context("gRPC server")?;
+            admin.context("admin server task")?.context("admin server")?;
+        }
+        Err(_) => tracing::warn!("requests still running after the drain deadline; exiting"),
+    }
+    tracing::info!("store closed");
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! The `pasa.store.v1.Store` gRPC service over a [`Store`].
+
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
+use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
+use pasa_proto::store::v1::{
+    ApplyRequest, ApplyResponse, DeleteRequest, DeleteResponse, GetRequest, GetResponse,
+    KindCount, ListRequest, ListResponse, StatusRequest, StatusResponse, WatchRequest,
+    WatchResponse, watch_request,
+};
+use pasa_proto::Kind;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::record::ObjectKey;
+use crate::selector::Selector;
+use crate::store::{Store, StoreError};
+
+/// The gRPC face of a store.
+#[derive(Clone)]
+pub struct StoreService {
+    store: Store,
+}
+
+impl StoreService {
+    pub fn new(store: Store) -> Self {
+        StoreService { store }
+    }
+
+    /// The tonic server for this service, with generous message limits for big batches.
+    pub fn into_server(self) -> StoreServer<StoreService> {
+        StoreServer::new(self)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20)
+    }
+}
+
+impl From<StoreError> for Status {
+    fn from(e: StoreError) -> Self {
+        let msg = e.to_string();
+        match e {
+            StoreError::Compacted { .. } => Status::out_of_range(msg),
+            StoreError::FutureRevision { .. } => Status::out_of_range(msg),
+            StoreError::BatchTooLarge { .. } => Status::invalid_argument(msg),
+            StoreError::ShuttingDown => Status::unavailable(msg),
+            StoreError::Backend(crate::backend::BackendError::Conflict { .. }) => {
+                Status::aborted(msg)
+            }
+            StoreError::Backend(_) | StoreError::Corrupt(_) | StoreError::Failed => {
+                Status::internal(msg)
+            }
+        }
+    }
+}
+
+fn object_key(r: Option<&pasa_proto::store::v1::ObjectRef>) -> Result<ObjectKey, Status> {
+    let r = r.ok_or_else(|| Status::invalid_argument("ref: required"))?;
+    let kind = r
+        .kind
+        .parse::<Kind>()
+        .map_err(|e| Status::invalid_argument(format!("ref.kind: {e}")))?;
+    if r.name.is_empty() {
+        return Err(Status::invalid_argument("ref.name: required"));
+    }
+    Ok(ObjectKey {
+        kind,
+        namespace: if r.namespace.is_empty() {
+            "default".to_string()
+        } else {
+            r.namespace.clone()
+        },
+        name: r.name.clone(),
+    })
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl StoreApi for StoreService {
+    async fn apply(
+        &self,
+        request: Request<ApplyRequest>,
+    ) -> Result<Response<ApplyResponse>, Status> {
+        let req = request.into_inner();
+        Ok(Response::new(self.store.apply(req.documents, req.dry_run).await?))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        Ok(Response::new(self.store.delete(request.into_inner()).await?))
+    }
+
+    async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        let key = object_key(request.get_ref().r#ref.as_ref())?;
+        match self.store.get(&key) {
+            (Some(resource), revision) => Ok(Response::new(GetResponse {
+                resource: Some((*resource).clone()),
+                revision,
+            })),
+            (None, _) => Err(Status::not_found(format!("{key} not found"))),
+        }
+    }
+
+    async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        let req = request.into_inner();
+        let selector = match &req.selector {
+            Some(sub) => Selector::from_pb(sub)
+                .map_err(|e| Status::invalid_argument(format!("selector.{e}")))?,
+            None => Selector::everything(),
+        };
+        let (resources, revision) = self.store.list(&selector, req.revision).await?;
+        Ok(Response::new(ListResponse {
+            resources: resources
+                .into_iter()
+                .map(std::sync::Arc::unwrap_or_clone)
+                .collect(),
+            revision,
+        }))
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<Streaming<WatchRequest>>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let mut requests = request.into_inner();
+        let create = match requests.next().await {
+            Some(Ok(WatchRequest {
+                request: Some(watch_request::Request::Create(create)),
+            })) => create,
+            Some(Ok(_)) => {
+                return Err(Status::invalid_argument(
+                    "request: the first request of a watch must be create",
+                ));
+            }
+            Some(Err(status)) => return Err(status),
+            None => return Err(Status::cancelled("the client closed the watch before create")),
+        };
+        let (tx, rx) = mpsc::channel(8);
+        let store = self.store.clone();
+        tokio::spawn(async move { store.serve_watch(create, requests, tx).await });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn status(
+        &self,
+        _request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
+        let s = self.store.status();
+        Ok(Response::new(StatusResponse {
+            revision: s.revision,
+            compact_revision: s.compact_revision,
+            objects: s
+                .objects
+                .into_iter()
+                .map(|(kind, count)| KindCount {
+                    kind: kind.as_str().to_string(),
+                    count,
+                })
+                .collect(),
+            watchers: s.watchers as u64,
+            backend: s.backend.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }))
+    }
+}

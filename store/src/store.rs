@@ -1,0 +1,554 @@
+//! The store: opens a backend, mirrors it in the [`Hub`], and serialises every write through one
+//! writer thread that commits resource, index keys, change-log entry and revision atomically,
+//! flushes durably, and only then publishes to watchers and answers the caller.
+
+mod writer;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use pasa_proto::object::{FieldError, Object, identity_of};
+use pasa_proto::store::v1::{
+    ApplyDocument, ApplyResponse, DeleteRequest, DeleteResponse, DocumentError, ErrorCode,
+    ObjectRef, Resource,
+};
+use pasa_proto::Kind;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::backend::{Backend, BackendError};
+use crate::hub::Hub;
+use crate::index::extract::index_keys;
+use crate::metrics::Metrics;
+use crate::record::{
+    self, CorruptRecord, LOG_END, LogRecord, META_COMPACT, META_REVISION, OBJECT_END,
+    OBJECT_PREFIX, ObjectKey,
+};
+use crate::selector::Selector;
+use writer::{Command, Writer};
+
+/// Tunables of a store.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Cluster domain for short-name resolution.
+    pub domain_suffix: String,
+    /// Change-log entries kept behind the current revision.
+    pub log_retention: u64,
+    /// Messages a watcher may have queued before it is cut off.
+    pub watch_queue: usize,
+    /// How often idle watchers get a progress revision.
+    pub progress_interval: Duration,
+    /// Largest number of documents in one apply or delete.
+    pub max_batch: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            domain_suffix: pasa_proto::host::DEFAULT_DOMAIN_SUFFIX.to_string(),
+            log_retention: 100_000,
+            watch_queue: 1024,
+            progress_interval: Duration::from_secs(10),
+            max_batch: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Corrupt(#[from] CorruptRecord),
+    #[error(
+        "revision {requested} is compacted (the change log starts after {compact_revision}): list again and watch from the list's revision + 1"
+    )]
+    Compacted { requested: u64, compact_revision: u64 },
+    #[error("revision {requested} is in the future: the store is at {current}")]
+    FutureRevision { requested: u64, current: u64 },
+    #[error("batch of {size} documents is larger than the limit of {limit}: split it")]
+    BatchTooLarge { size: usize, limit: usize },
+    #[error("the store is shutting down")]
+    ShuttingDown,
+    #[error(
+        "the store stopped accepting writes after a failed flush to disk; restart it to recover from its durable state"
+    )]
+    Failed,
+}
+
+struct Inner {
+    backend: Arc<dyn Backend>,
+    hub: Mutex<Hub>,
+    config: StoreConfig,
+    metrics: Metrics,
+    writer: Mutex<Option<mpsc::Sender<Command>>>,
+    writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// A handle on an open store; clones share it.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+/// What `status` reports.
+#[derive(Debug, Clone)]
+pub struct StoreStatus {
+    pub revision: u64,
+    pub compact_revision: u64,
+    pub objects: Vec<(Kind, u64)>,
+    pub watchers: usize,
+    pub backend: &'static str,
+}
+
+/// A document checked for structure, with index keys, ready for the writer.
+pub(crate) struct Prepared {
+    pub index: u32,
+    pub key: ObjectKey,
+    pub resource: Resource,
+    pub expected_mod_revision: Option<u64>,
+}
+
+pub(crate) fn doc_error(
+    index: u32,
+    reference: ObjectRef,
+    code: ErrorCode,
+    field: &str,
+    message: impl Into<String>,
+) -> DocumentError {
+    DocumentError {
+        index,
+        r#ref: Some(reference),
+        field: field.to_string(),
+        message: message.into(),
+        code: code as i32,
+    }
+}
+
+impl Store {
+    /// Opens the store on `backend`: loads every object into memory and starts the writer.
+    pub fn open(
+        backend: Arc<dyn Backend>,
+        config: StoreConfig,
+        metrics: Metrics,
+    ) -> Result<Store, StoreError> {
+        let mut hub = Hub::new(metrics.clone());
+        let read_u64 = |key: &[u8]| -> Result<u64, StoreError> {
+            Ok(match backend.get(key)? {
+                Some(v) => record::decode_u64(key, &v)?,
+                None => 0,
+            })
+        };
+        let revision = read_u64(META_REVISION)?;
+        let compact_revision = read_u64(META_COMPACT)?;
+        let mut start = OBJECT_PREFIX.to_vec();
+        loop {
+            let page = backend.scan(&start, OBJECT_END, 10_000)?;
+            let Some((last, _)) = page.last() else { break };
+            start = last.clone();
+            start.push(0);
+            for (k, v) in page {
+                hub.load(record::decode_resource(&k, &v)?);
+            }
+        }
+        hub.set_revisions(revision, compact_revision);
+        tracing::info!(
+            backend = backend.name(),
+            revision,
+            compact_revision,
+            objects = hub.object_count(),
+            "store opened"
+        );
+        let (tx, rx) = mpsc::channel(1024);
+        let inner = Arc::new(Inner {
+            backend,
+            hub: Mutex::new(hub),
+            config,
+            metrics,
+            writer: Mutex::new(Some(tx)),
+            writer_thread: Mutex::new(None),
+        });
+        let writer = Writer::new(
+            Arc::clone(&inner.backend),
+            revision,
+            compact_revision,
+            inner.config.log_retention,
+            inner.metrics.clone(),
+        );
+        let store = Store { inner };
+        let for_thread = store.clone();
+        let handle = std::thread::Builder::new()
+            .name("pasa-store-writer".into())
+            .spawn(move || {
+                writer.run(
+                    rx,
+                    |records| for_thread.hub().commit(records),
+                    |compact| for_thread.hub().set_compact_revision(compact),
+                )
+            })
+            .map_err(|e| BackendError::Engine {
+                engine: "store",
+                action: "start its writer thread",
+                source: Box::new(e),
+            })?;
+        *lock(&store.inner.writer_thread) = Some(handle);
+        Ok(store)
+    }
+
+    pub(crate) fn hub(&self) -> MutexGuard<'_, Hub> {
+        lock(&self.inner.hub)
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    pub fn revision(&self) -> u64 {
+        self.hub().revision()
+    }
+
+    /// Starts the periodic progress markers; needs a Tokio runtime.
+    pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
+        let store = self.clone();
+        let period = self.inner.config.progress_interval;
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                store.hub().progress();
+            }
+        })
+    }
+
+    async fn submit<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Command,
+    ) -> Result<T, StoreError> {
+        let tx = lock(&self.inner.writer)
+            .clone()
+            .ok_or(StoreError::ShuttingDown)?;
+        let (reply, answer) = oneshot::channel();
+        tx.send(make(reply))
+            .await
+            .map_err(|_| StoreError::ShuttingDown)?;
+        answer.await.map_err(|_| StoreError::ShuttingDown)?
+    }
+
+    /// Applies a batch atomically. Documents without a namespace go to `default`. A batch with
+    /// any bad document writes nothing and reports every bad document.
+    pub async fn apply(
+        &self,
+        documents: Vec<ApplyDocument>,
+        dry_run: bool,
+    ) -> Result<ApplyResponse, StoreError> {
+        self.check_batch(documents.len())?;
+        let domain = self.inner.config.domain_suffix.clone();
+        let (prepared, errors) = prepare(documents, &domain);
+        if !errors.is_empty() {
+            return Ok(ApplyResponse {
+                errors,
+                revision: self.revision(),
+                ..Default::default()
+            });
+        }
+        self.submit(|reply| Command::Apply {
+            docs: prepared,
+            dry_run,
+            reply,
+        })
+        .await
+    }
+
+    /// Deletes objects atomically.
+    pub async fn delete(&self, req: DeleteRequest) -> Result<DeleteResponse, StoreError> {
+        self.check_batch(req.refs.len())?;
+        let mut keys = Vec::new();
+        let mut errors = Vec::new();
+        for (i, r) in req.refs.iter().enumerate() {
+            match r.kind.parse::<Kind>() {
+                Ok(kind) => keys.push(ObjectKey {
+                    kind,
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                }),
+                Err(e) => errors.push(doc_error(
+                    i as u32,
+                    r.clone(),
+                    ErrorCode::Invalid,
+                    "kind",
+                    e.to_string(),
+                )),
+            }
+        }
+        if req.expected_mod_revision.is_some() && req.refs.len() != 1 {
+            errors.push(doc_error(
+                0,
+                ObjectRef::default(),
+                ErrorCode::Invalid,
+                "expected_mod_revision",
+                "only a single-object delete can carry an expected revision",
+            ));
+        }
+        if !errors.is_empty() {
+            return Ok(DeleteResponse {
+                errors,
+                revision: self.revision(),
+                ..Default::default()
+            });
+        }
+        self.submit(|reply| Command::Delete {
+            keys,
+            expected_mod_revision: req.expected_mod_revision,
+            ignore_not_found: req.ignore_not_found,
+            reply,
+        })
+        .await
+    }
+
+    fn check_batch(&self, size: usize) -> Result<(), StoreError> {
+        let limit = self.inner.config.max_batch;
+        if size > limit {
+            return Err(StoreError::BatchTooLarge { size, limit });
+        }
+        Ok(())
+    }
+
+    /// The object, and the revision the answer is current at.
+    pub fn get(&self, key: &ObjectKey) -> (Option<Arc<Resource>>, u64) {
+        let hub = self.hub();
+        (hub.get(key), hub.revision())
+    }
+
+    /// Objects matching the selector at `revision` (0: now), and the revision of the answer.
+    pub async fn list(
+        &self,
+        selector: &Selector,
+        revision: u64,
+    ) -> Result<(Vec<Arc<Resource>>, u64), StoreError> {
+        let (current, head, compact) = {
+            let hub = self.hub();
+            (hub.select(selector), hub.revision(), hub.compact_revision())
+        };
+        if revision == 0 || revision == head {
+            return Ok((current, head));
+        }
+        if revision > head {
+            return Err(StoreError::FutureRevision {
+                requested: revision,
+                current: head,
+            });
+        }
+        if revision < compact {
+            return Err(StoreError::Compacted {
+                requested: revision,
+                compact_revision: compact,
+            });
+        }
+        // Undo what happened after `revision`: the state of each touched object at `revision`
+        // is the state before the first change after it.
+        let records = self.read_log(revision + 1, head).await?;
+        let mut objects: std::collections::BTreeMap<ObjectKey, Arc<Resource>> = current
+            .into_iter()
+            .filter_map(|r| ObjectKey::of(&r).map(|k| (k, r)))
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        for rec in records {
+            let Some(resource) = rec.resource.as_ref() else { continue };
+            let Some(key) = ObjectKey::of(resource) else { continue };
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            let before = match EventTypeOf::of(&rec) {
+                EventTypeOf::Added => None,
+                EventTypeOf::Modified => rec.prev.clone(),
+                EventTypeOf::Deleted => rec.resource.clone(),
+            };
+            match before.filter(|r| {
+                crate::index::ObjectKeys::of(r).is_some_and(|k| selector.matches(&k))
+            }) {
+                Some(r) => objects.insert(key, Arc::new(r)),
+                None => objects.remove(&key),
+            };
+        }
+        Ok((objects.into_values().collect(), revision))
+    }
+
+    /// Change-log records `from..=to`, all of them or a `Compacted` error.
+    pub(crate) async fn read_log(&self, from: u64, to: u64) -> Result<Vec<LogRecord>, StoreError> {
+        let backend = Arc::clone(&self.inner.backend);
+        tokio::task::spawn_blocking(move || read_log_blocking(backend.as_ref(), from, to))
+            .await
+            .map_err(|_| StoreError::ShuttingDown)?
+    }
+
+    pub fn status(&self) -> StoreStatus {
+        let hub = self.hub();
+        StoreStatus {
+            revision: hub.revision(),
+            compact_revision: hub.compact_revision(),
+            objects: hub.counts(),
+            watchers: hub.watcher_count(),
+            backend: self.inner.backend.name(),
+        }
+    }
+
+    /// Stops the writer after the writes already queued, flushes, and ends every watch.
+    pub fn shutdown(&self) {
+        lock(&self.inner.writer).take();
+        if let Some(handle) = lock(&self.inner.writer_thread).take()
+            && handle.join().is_err()
+        {
+            tracing::error!("the writer thread panicked");
+        }
+        if let Err(e) = self.inner.backend.sync() {
+            tracing::error!(error = %e, "final flush failed");
+        }
+        self.hub().shutdown();
+    }
+}
+
+/// The event type of a log record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventTypeOf {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventTypeOf {
+    pub fn of(rec: &LogRecord) -> EventTypeOf {
+        use pasa_proto::store::v1::EventType;
+        match EventType::try_from(rec.r#type) {
+            Ok(EventType::Deleted) => EventTypeOf::Deleted,
+            Ok(EventType::Modified) => EventTypeOf::Modified,
+            _ => EventTypeOf::Added,
+        }
+    }
+}
+
+pub(crate) fn read_log_blocking(
+    backend: &dyn Backend,
+    from: u64,
+    to: u64,
+) -> Result<Vec<LogRecord>, StoreError> {
+    let mut out = Vec::new();
+    if from > to {
+        return Ok(out);
+    }
+    let compacted = |backend: &dyn Backend| -> Result<StoreError, StoreError> {
+        let compact_revision = match backend.get(META_COMPACT)? {
+            Some(v) => record::decode_u64(META_COMPACT, &v)?,
+            None => 0,
+        };
+        Ok(StoreError::Compacted {
+            requested: from,
+            compact_revision,
+        })
+    };
+    let mut next = from;
+    while next <= to {
+        let end = if to == u64::MAX {
+            LOG_END.to_vec()
+        } else {
+            record::log_key(to + 1)
+        };
+        let page = backend.scan(&record::log_key(next), &end, 1024)?;
+        if page.is_empty() {
+            return Err(compacted(backend)?);
+        }
+        for (k, v) in page {
+            if record::log_revision(&k)? != next {
+                return Err(compacted(backend)?);
+            }
+            out.push(record::decode_log(&k, &v)?);
+            next += 1;
+        }
+    }
+    Ok(out)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Parses and checks every document, outside the writer.
+fn prepare(documents: Vec<ApplyDocument>, domain: &str) -> (Vec<Prepared>, Vec<DocumentError>) {
+    let mut prepared = Vec::new();
+    let mut errors = Vec::new();
+    let mut seen = std::collections::HashMap::new();
+    for (i, doc) in documents.into_iter().enumerate() {
+        let index = i as u32;
+        let value: serde_json::Value = match serde_json::from_str(&doc.json) {
+            Ok(v) => v,
+            Err(e) => {
+                errors.push(doc_error(
+                    index,
+                    ObjectRef::default(),
+                    ErrorCode::Invalid,
+                    "",
+                    format!("not a JSON document: {e}"),
+                ));
+                continue;
+            }
+        };
+        let id = identity_of(&value, "default");
+        let reference = ObjectRef {
+            kind: id.kind,
+            namespace: id.namespace,
+            name: id.name,
+        };
+        let field_errors = |errs: Vec<FieldError>, errors: &mut Vec<DocumentError>| {
+            for e in errs {
+                errors.push(doc_error(
+                    index,
+                    reference.clone(),
+                    ErrorCode::Invalid,
+                    &e.field,
+                    e.message,
+                ));
+            }
+        };
+        let obj = match Object::from_json(&value, "default") {
+            Ok(obj) => obj,
+            Err(errs) => {
+                field_errors(errs, &mut errors);
+                continue;
+            }
+        };
+        let keys = match index_keys(&obj, domain) {
+            Ok(keys) => keys,
+            Err(errs) => {
+                field_errors(errs, &mut errors);
+                continue;
+            }
+        };
+        let key = ObjectKey {
+            kind: obj.kind,
+            namespace: obj.namespace.clone(),
+            name: obj.name.clone(),
+        };
+        if let Some(first) = seen.insert(key.clone(), index) {
+            errors.push(doc_error(
+                index,
+                reference,
+                ErrorCode::Duplicate,
+                "",
+                format!("{key} also appears as document {first} of this batch"),
+            ));
+            continue;
+        }
+        let mut resource = obj.to_resource();
+        resource.index = Some(keys);
+        prepared.push(Prepared {
+            index,
+            key,
+            resource,
+            expected_mod_revision: doc.expected_mod_revision,
+        });
+    }
+    (prepared, errors)
+}

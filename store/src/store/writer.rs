@@ -1,0 +1,436 @@
+//! The single writer: plans each command against the stored state, commits it as one atomic
+//! batch with the revision counter, flushes a group of commands with one sync, then publishes.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use pasa_proto::store::v1::{
+    ApplyOutcome, ApplyResponse, ApplyResult, DeleteResponse, DocumentError, ErrorCode, EventType,
+    Resource,
+};
+use prost::Message;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Prepared, StoreError, doc_error};
+use crate::backend::{Backend, WriteBatch};
+use crate::metrics::{Metrics, OpLabels, WriteOp};
+use crate::record::{self, LogRecord, META_COMPACT, META_REVISION, ObjectKey};
+
+/// Commands taken per group commit.
+const GROUP: usize = 64;
+/// Log entries removed per compaction batch.
+const COMPACT_CHUNK: u64 = 4096;
+
+pub(crate) enum Command {
+    Apply {
+        docs: Vec<Prepared>,
+        dry_run: bool,
+        reply: oneshot::Sender<Result<ApplyResponse, StoreError>>,
+    },
+    Delete {
+        keys: Vec<ObjectKey>,
+        expected_mod_revision: Option<u64>,
+        ignore_not_found: bool,
+        reply: oneshot::Sender<Result<DeleteResponse, StoreError>>,
+    },
+}
+
+/// A command's answer, held until the group is durable.
+enum Done {
+    Apply(
+        oneshot::Sender<Result<ApplyResponse, StoreError>>,
+        Result<ApplyResponse, StoreError>,
+    ),
+    Delete(
+        oneshot::Sender<Result<DeleteResponse, StoreError>>,
+        Result<DeleteResponse, StoreError>,
+    ),
+}
+
+impl Done {
+    fn fail(self) {
+        match self {
+            Done::Apply(reply, _) => {
+                let _ = reply.send(Err(StoreError::Failed));
+            }
+            Done::Delete(reply, _) => {
+                let _ = reply.send(Err(StoreError::Failed));
+            }
+        }
+    }
+
+    fn send(self) {
+        // A caller that went away does not need its answer.
+        match self {
+            Done::Apply(reply, result) => {
+                let _ = reply.send(result);
+            }
+            Done::Delete(reply, result) => {
+                let _ = reply.send(result);
+            }
+        }
+    }
+}
+
+pub(crate) struct Writer {
+    backend: Arc<dyn Backend>,
+    revision: u64,
+    compact_revision: u64,
+    retention: u64,
+    metrics: Metrics,
+    failed: bool,
+}
+
+impl Writer {
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        revision: u64,
+        compact_revision: u64,
+        retention: u64,
+        metrics: Metrics,
+    ) -> Writer {
+        Writer {
+            backend,
+            revision,
+            compact_revision,
+            retention: retention.max(1),
+            metrics,
+            failed: false,
+        }
+    }
+
+    /// Runs until every sender is gone. `publish` gets the records of each durable group, and
+    /// `compacted` the new compact revision after each compaction.
+    pub fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Command>,
+        publish: impl Fn(Vec<LogRecord>),
+        compacted: impl Fn(u64),
+    ) {
+        while let Some(first) = rx.blocking_recv() {
+            let mut group = vec![first];
+            while group.len() < GROUP {
+                match rx.try_recv() {
+                    Ok(cmd) => group.push(cmd),
+                    Err(_) => break,
+                }
+            }
+            let started = Instant::now();
+            let mut done = Vec::with_capacity(group.len());
+            let mut records = Vec::new();
+            let mut ops = Vec::new();
+            for cmd in group {
+                match cmd {
+                    Command::Apply {
+                        docs,
+                        dry_run,
+                        reply,
+                    } => {
+                        let result = self.apply(docs, dry_run, &mut records);
+                        ops.push(WriteOp::Apply);
+                        done.push(Done::Apply(reply, result));
+                    }
+                    Command::Delete {
+                        keys,
+                        expected_mod_revision,
+                        ignore_not_found,
+                        reply,
+                    } => {
+                        let result =
+                            self.delete(keys, expected_mod_revision, ignore_not_found, &mut records);
+                        ops.push(WriteOp::Delete);
+                        done.push(Done::Delete(reply, result));
+                    }
+                }
+            }
+            if !records.is_empty() {
+                if let Err(e) = self.backend.sync() {
+                    tracing::error!(error = %e, "flush failed; refusing further writes");
+                    self.failed = true;
+                    done.into_iter().for_each(Done::fail);
+                    continue;
+                }
+                self.metrics
+                    .written_resources
+                    .inc_by(records.len() as u64);
+                publish(records);
+            }
+            let elapsed = started.elapsed().as_secs_f64();
+            for op in ops {
+                self.metrics
+                    .write_duration
+                    .get_or_create(&OpLabels { op })
+                    .observe(elapsed);
+            }
+            done.into_iter().for_each(Done::send);
+            if self.compact() {
+                compacted(self.compact_revision);
+            }
+        }
+        if let Err(e) = self.backend.sync() {
+            tracing::error!(error = %e, "final flush failed");
+        }
+    }
+
+    fn current(&self, key: &ObjectKey) -> Result<Option<(Vec<u8>, Resource)>, StoreError> {
+        let storage_key = key.storage_key();
+        match self.backend.get(&storage_key)? {
+            Some(raw) => {
+                let resource = record::decode_resource(&storage_key, &raw)?;
+                Ok(Some((raw, resource)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Starts a batch that only commits if nobody else moved the revision.
+    fn batch(&self) -> WriteBatch {
+        let mut batch = WriteBatch::default();
+        let expected = (self.revision > 0).then(|| record::encode_u64(self.revision));
+        batch.expect(META_REVISION, expected);
+        batch
+    }
+
+    fn commit(
+        &mut self,
+        mut batch: WriteBatch,
+        revision: u64,
+        new_records: Vec<LogRecord>,
+        records: &mut Vec<LogRecord>,
+    ) -> Result<(), StoreError> {
+        batch.put(META_REVISION, record::encode_u64(revision));
+        self.backend.write(batch)?;
+        self.revision = revision;
+        records.extend(new_records);
+        Ok(())
+    }
+
+    fn apply(
+        &mut self,
+        docs: Vec<Prepared>,
+        dry_run: bool,
+        records: &mut Vec<LogRecord>,
+    ) -> Result<ApplyResponse, StoreError> {
+        if self.failed {
+            return Err(StoreError::Failed);
+        }
+        let mut batch = self.batch();
+        let mut revision = self.revision;
+        let mut results = Vec::new();
+        let mut errors = Vec::new();
+        let mut new_records = Vec::new();
+        for doc in docs {
+            let current = self.current(&doc.key)?;
+            if let Some(err) = check_expected(
+                doc.index,
+                &doc.key,
+                doc.expected_mod_revision,
+                current.as_ref().map(|(_, r)| r),
+            ) {
+                errors.push(err);
+                continue;
+            }
+            let mut resource = doc.resource;
+            let (outcome, prev) = match current {
+                None => {
+                    revision += 1;
+                    resource.create_revision = revision;
+                    resource.version = 1;
+                    (ApplyOutcome::Created, None)
+                }
+                Some((_, cur)) if same_content(&cur, &resource) => {
+                    results.push(ApplyResult {
+                        r#ref: Some(doc.key.to_ref()),
+                        outcome: ApplyOutcome::Unchanged as i32,
+                        revision: cur.mod_revision,
+                    });
+                    continue;
+                }
+                Some((raw, cur)) => {
+                    revision += 1;
+                    resource.create_revision = cur.create_revision;
+                    resource.version = cur.version + 1;
+                    batch.expect(doc.key.storage_key(), Some(raw));
+                    (ApplyOutcome::Configured, Some(cur))
+                }
+            };
+            if prev.is_none() {
+                batch.expect(doc.key.storage_key(), None);
+            }
+            resource.mod_revision = revision;
+            batch.put(doc.key.storage_key(), resource.encode_to_vec());
+            let event = if prev.is_some() {
+                EventType::Modified
+            } else {
+                EventType::Added
+            };
+            let rec = LogRecord {
+                r#type: event as i32,
+                revision,
+                resource: Some(resource),
+                prev,
+            };
+            batch.put(record::log_key(revision), rec.encode_to_vec());
+            new_records.push(rec);
+            results.push(ApplyResult {
+                r#ref: Some(doc.key.to_ref()),
+                outcome: outcome as i32,
+                revision,
+            });
+        }
+        if !errors.is_empty() {
+            return Ok(ApplyResponse {
+                errors,
+                revision: self.revision,
+                ..Default::default()
+            });
+        }
+        if !dry_run && revision != self.revision {
+            self.commit(batch, revision, new_records, records)?;
+        }
+        Ok(ApplyResponse {
+            results,
+            errors,
+            revision: if dry_run { self.revision } else { revision },
+        })
+    }
+
+    fn delete(
+        &mut self,
+        keys: Vec<ObjectKey>,
+        expected_mod_revision: Option<u64>,
+        ignore_not_found: bool,
+        records: &mut Vec<LogRecord>,
+    ) -> Result<DeleteResponse, StoreError> {
+        if self.failed {
+            return Err(StoreError::Failed);
+        }
+        let mut batch = self.batch();
+        let mut revision = self.revision;
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        let mut new_records = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (i, key) in keys.into_iter().enumerate() {
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            let current = self.current(&key)?;
+            if let Some(err) = check_expected(
+                i as u32,
+                &key,
+                expected_mod_revision,
+                current.as_ref().map(|(_, r)| r),
+            ) {
+                errors.push(err);
+                continue;
+            }
+            let Some((raw, resource)) = current else {
+                if !ignore_not_found {
+                    errors.push(doc_error(
+                        i as u32,
+                        key.to_ref(),
+                        ErrorCode::NotFound,
+                        "",
+                        format!("{key} not found"),
+                    ));
+                }
+                continue;
+            };
+            revision += 1;
+            batch.expect(key.storage_key(), Some(raw));
+            batch.delete(key.storage_key());
+            let rec = LogRecord {
+                r#type: EventType::Deleted as i32,
+                revision,
+                resource: Some(resource),
+                prev: None,
+            };
+            batch.put(record::log_key(revision), rec.encode_to_vec());
+            new_records.push(rec);
+            deleted.push(ApplyResult {
+                r#ref: Some(key.to_ref()),
+                outcome: ApplyOutcome::Unspecified as i32,
+                revision,
+            });
+        }
+        if !errors.is_empty() {
+            return Ok(DeleteResponse {
+                errors,
+                revision: self.revision,
+                ..Default::default()
+            });
+        }
+        if revision != self.revision {
+            self.commit(batch, revision, new_records, records)?;
+        }
+        Ok(DeleteResponse {
+            deleted,
+            errors,
+            revision,
+        })
+    }
+
+    /// Drops change-log entries older than the retention, a chunk at a time. Returns whether
+    /// anything was dropped.
+    fn compact(&mut self) -> bool {
+        let target = self.revision.saturating_sub(self.retention);
+        if target < self.compact_revision + COMPACT_CHUNK.min(self.retention) {
+            return false;
+        }
+        let before = self.compact_revision;
+        while self.compact_revision < target {
+            let upto = (self.compact_revision + COMPACT_CHUNK).min(target);
+            let mut batch = WriteBatch::default();
+            for rev in self.compact_revision + 1..=upto {
+                batch.delete(record::log_key(rev));
+            }
+            batch.put(META_COMPACT, record::encode_u64(upto));
+            if let Err(e) = self.backend.write(batch) {
+                tracing::warn!(error = %e, "change-log compaction failed; will retry");
+                break;
+            }
+            self.compact_revision = upto;
+        }
+        tracing::debug!(compact_revision = self.compact_revision, "change log compacted");
+        self.compact_revision > before
+    }
+
+}
+
+/// Content the user controls; revisions and derived index keys aside.
+fn same_content(a: &Resource, b: &Resource) -> bool {
+    a.api_version == b.api_version
+        && a.labels == b.labels
+        && a.annotations == b.annotations
+        && a.spec_json == b.spec_json
+        && a.index == b.index
+}
+
+fn check_expected(
+    index: u32,
+    key: &ObjectKey,
+    expected: Option<u64>,
+    current: Option<&Resource>,
+) -> Option<DocumentError> {
+    let expected = expected?;
+    let found = current.map_or(0, |r| r.mod_revision);
+    (found != expected).then(|| {
+        let found_text = match current {
+            Some(r) => format!("it is at {}", r.mod_revision),
+            None => "it does not exist".to_string(),
+        };
+        let want = if expected == 0 {
+            "to not exist yet".to_string()
+        } else {
+            format!("at revision {expected}")
+        };
+        doc_error(
+            index,
+            key.to_ref(),
+            ErrorCode::Conflict,
+            "metadata.resourceVersion",
+            format!("{key} was expected {want}, but {found_text}: read it again and retry"),
+        )
+    })
+}

@@ -1,0 +1,320 @@
+//! One watch stream: validate and authorise, register with the hub, send the snapshot (or replay
+//! the change log from the requested revision), `SYNCED`, then live events, progress markers and
+//! subscription changes until the client leaves or the hub cuts the stream off.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use tracing::Instrument;
+use pasa_proto::store::v1::{
+    CancelReason, Cancelled, Event, EventBatch, EventType, Progress, Resource, Synced,
+    WatchCreate, WatchRequest, WatchResponse, watch_request, watch_response,
+};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use crate::access;
+use crate::hub::{HubEvent, HubMsg, WatcherHandle};
+use crate::index::ObjectKeys;
+use crate::metrics::CutOffReason;
+use crate::record::LogRecord;
+use crate::selector::Selector;
+use crate::store::{EventTypeOf, Store, StoreError};
+
+/// Events per message, and a soft byte budget per message (gRPC's default limit is 4 MiB).
+const MAX_EVENTS_PER_MESSAGE: usize = 500;
+const MAX_BYTES_PER_MESSAGE: usize = 1 << 20;
+
+type Out = mpsc::Sender<Result<WatchResponse, Status>>;
+
+/// The event a subscriber of `selector` sees for a log record, if any: a change into the
+/// selection is ADDED, out of it DELETED.
+pub(crate) fn event_for(selector: &Selector, rec: &LogRecord) -> Option<EventType> {
+    let resource = rec.resource.as_ref()?;
+    let matches = |r: &Resource| ObjectKeys::of(r).is_some_and(|k| selector.matches(&k));
+    let (now, before) = match EventTypeOf::of(rec) {
+        EventTypeOf::Added => (matches(resource), false),
+        EventTypeOf::Modified => (matches(resource), rec.prev.as_ref().is_some_and(matches)),
+        EventTypeOf::Deleted => (false, matches(resource)),
+    };
+    match (now, before) {
+        (true, true) => Some(EventType::Modified),
+        (true, false) => Some(EventType::Added),
+        (false, true) => Some(EventType::Deleted),
+        (false, false) => None,
+    }
+}
+
+fn selector_of(sub: Option<&pasa_proto::store::v1::Subscription>) -> Result<Selector, Status> {
+    let sub = sub.ok_or_else(|| Status::invalid_argument("subscription: required"))?;
+    Selector::from_pb(sub).map_err(|e| Status::invalid_argument(format!("subscription.{e}")))
+}
+
+fn cancelled(reason: CancelReason, message: String, resume: u64, compact: u64) -> WatchResponse {
+    WatchResponse {
+        response: Some(watch_response::Response::Cancelled(Cancelled {
+            reason: reason as i32,
+            message,
+            resume_revision: resume,
+            compact_revision: compact,
+        })),
+    }
+}
+
+/// Sends events in messages of bounded size. Returns false if the client is gone.
+async fn send_events(out: &Out, events: impl IntoIterator<Item = Event>, store: &Store) -> bool {
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    for ev in events {
+        bytes += ev.resource.as_ref().map_or(0, |r| r.spec_json.len() + 256);
+        batch.push(ev);
+        if batch.len() >= MAX_EVENTS_PER_MESSAGE || bytes >= MAX_BYTES_PER_MESSAGE {
+            if !flush(out, std::mem::take(&mut batch), store).await {
+                return false;
+            }
+            bytes = 0;
+        }
+    }
+    batch.is_empty() || flush(out, batch, store).await
+}
+
+async fn flush(out: &Out, events: Vec<Event>, store: &Store) -> bool {
+    let n = events.len() as u64;
+    let msg = WatchResponse {
+        response: Some(watch_response::Response::Events(EventBatch { events })),
+    };
+    let ok = out.send(Ok(msg)).await.is_ok();
+    if ok {
+        store.metrics().events_sent.inc_by(n);
+    }
+    ok
+}
+
+fn to_event(e: HubEvent) -> Event {
+    Event {
+        r#type: e.r#type as i32,
+        revision: e.revision,
+        resource: Some(Arc::unwrap_or_clone(e.resource)),
+    }
+}
+
+impl Store {
+    /// Serves one watch stream: `create` is its first request, `requests` the rest.
+    pub async fn serve_watch(
+        &self,
+        create: WatchCreate,
+        requests: impl Stream<Item = Result<WatchRequest, Status>> + Unpin,
+        out: Out,
+    ) {
+        let selector = match selector_of(create.subscription.as_ref()).and_then(|sel| {
+            access::authorize(create.identity.as_ref(), &sel)
+                .map_err(|e| Status::permission_denied(e.to_string()))?;
+            Ok(sel)
+        }) {
+            Ok(sel) => sel,
+            Err(status) => {
+                let _ = out.send(Err(status)).await;
+                return;
+            }
+        };
+        let node = create
+            .identity
+            .as_ref()
+            .map(|i| i.node_id.clone())
+            .unwrap_or_default();
+        let span = tracing::info_span!("watch", node = %node, from = create.from_revision);
+        let from = create.from_revision;
+        enum Start {
+            Future(u64),
+            Compacted(u64),
+            Ready(WatcherHandle, Option<Vec<Arc<Resource>>>, u64),
+        }
+        let start = {
+            let mut hub = self.hub();
+            let (head, compact) = (hub.revision(), hub.compact_revision());
+            if from > head + 1 {
+                Start::Future(head)
+            } else if from != 0 && from <= compact {
+                Start::Compacted(compact)
+            } else {
+                let snapshot = (from == 0).then(|| hub.select(&selector));
+                let handle = hub.register(selector.clone(), self.config().watch_queue);
+                Start::Ready(handle, snapshot, compact)
+            }
+        };
+        let (handle, snapshot, compact) = match start {
+            Start::Ready(handle, snapshot, compact) => (handle, snapshot, compact),
+            Start::Future(current) => {
+                let err = StoreError::FutureRevision {
+                    requested: from,
+                    current,
+                };
+                let _ = out.send(Err(Status::out_of_range(err.to_string()))).await;
+                return;
+            }
+            Start::Compacted(compact_revision) => {
+                self.metrics().cut_off(CutOffReason::Compacted);
+                let err = StoreError::Compacted {
+                    requested: from,
+                    compact_revision,
+                };
+                let msg = cancelled(CancelReason::Compacted, err.to_string(), 0, compact_revision);
+                let _ = out.send(Ok(msg)).await;
+                return;
+            }
+        };
+        let id = handle.id;
+        tracing::debug!(watcher = id, revision = handle.revision, "watch registered");
+        self.run_watch(handle, selector, snapshot, from, compact, requests, &out)
+            .instrument(span)
+            .await;
+        self.hub().end(id, None);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_watch(
+        &self,
+        mut handle: WatcherHandle,
+        selector: Selector,
+        snapshot: Option<Vec<Arc<Resource>>>,
+        from: u64,
+        compact: u64,
+        mut requests: impl Stream<Item = Result<WatchRequest, Status>> + Unpin,
+        out: &Out,
+    ) {
+        let head = handle.revision;
+        // Initial state: a snapshot at `head`, or the log from `from` to `head`.
+        let initial: Vec<Event> = match snapshot {
+            Some(objects) => objects
+                .into_iter()
+                .map(|r| Event {
+                    r#type: EventType::Added as i32,
+                    revision: head,
+                    resource: Some(Arc::unwrap_or_clone(r)),
+                })
+                .collect(),
+            None => match self.read_log(from, head).await {
+                Ok(records) => records
+                    .into_iter()
+                    .filter_map(|rec| {
+                        let t = event_for(&selector, &rec)?;
+                        Some(Event {
+                            r#type: t as i32,
+                            revision: rec.revision,
+                            resource: rec.resource,
+                        })
+                    })
+                    .collect(),
+                Err(StoreError::Compacted {
+                    compact_revision, ..
+                }) => {
+                    self.metrics().cut_off(CutOffReason::Compacted);
+                    let msg = StoreError::Compacted {
+                        requested: from,
+                        compact_revision: compact_revision.max(compact),
+                    };
+                    let _ = out
+                        .send(Ok(cancelled(
+                            CancelReason::Compacted,
+                            msg.to_string(),
+                            0,
+                            compact_revision.max(compact),
+                        )))
+                        .await;
+                    return;
+                }
+                Err(e) => {
+                    let _ = out.send(Err(Status::internal(e.to_string()))).await;
+                    return;
+                }
+            },
+        };
+        if !send_events(out, initial, self).await {
+            return;
+        }
+        let synced = WatchResponse {
+            response: Some(watch_response::Response::Synced(Synced { revision: head })),
+        };
+        if out.send(Ok(synced)).await.is_err() {
+            return;
+        }
+        let mut sent_through = head;
+        let mut requests_open = true;
+        loop {
+            tokio::select! {
+                biased;
+                _ = handle.state.notify.notified() => {
+                    if let Some(reason) = handle.state.cut_reason() {
+                        let (reason, text) = match reason {
+                            CutOffReason::SlowConsumer => (
+                                CancelReason::SlowConsumer,
+                                format!(
+                                    "the watcher fell more than {} messages behind; resume from revision {}",
+                                    self.config().watch_queue,
+                                    sent_through + 1
+                                ),
+                            ),
+                            CutOffReason::Shutdown => (
+                                CancelReason::Shutdown,
+                                "the store is shutting down".to_string(),
+                            ),
+                            CutOffReason::Compacted => (CancelReason::Compacted, String::new()),
+                        };
+                        tracing::info!(watcher = handle.id, ?reason, "watch cut off");
+                        let _ = out.send(Ok(cancelled(reason, text, sent_through + 1, 0))).await;
+                        return;
+                    }
+                }
+                msg = handle.rx.recv() => match msg {
+                    Some(HubMsg::Events(events)) => {
+                        let last = events.iter().map(|e| e.revision).max().unwrap_or(sent_through);
+                        if !send_events(out, events.into_iter().map(to_event), self).await {
+                            return;
+                        }
+                        sent_through = sent_through.max(last);
+                    }
+                    Some(HubMsg::Progress(revision)) => {
+                        let progress = WatchResponse {
+                            response: Some(watch_response::Response::Progress(Progress { revision })),
+                        };
+                        if out.send(Ok(progress)).await.is_err() {
+                            return;
+                        }
+                        sent_through = sent_through.max(revision);
+                    }
+                    // The hub dropped the queue: the cut-off notice is pending, if there is one.
+                    None if handle.state.cut_reason().is_some() => {}
+                    None => return,
+                },
+                _ = out.closed() => return,
+                req = requests.next(), if requests_open => match req {
+                    Some(Ok(WatchRequest { request: Some(watch_request::Request::Update(update)) })) => {
+                        match selector_of(update.subscription.as_ref()) {
+                            Ok(sel) => {
+                                if !self.hub().update_subscription(handle.id, sel) {
+                                    // Cut off meanwhile; the notice is pending.
+                                    continue;
+                                }
+                            }
+                            Err(status) => {
+                                let _ = out.send(Err(status)).await;
+                                return;
+                            }
+                        }
+                    }
+                    Some(Ok(_)) => {
+                        let _ = out
+                            .send(Err(Status::invalid_argument(
+                                "request: a watch stream takes one create, then only updates",
+                            )))
+                            .await;
+                        return;
+                    }
+                    Some(Err(_)) => return,
+                    // The client sends no more updates; the watch goes on.
+                    None => requests_open = false,
+                },
+            }
+        }
+    }
+}
