@@ -1,1 +1,47 @@
-fn main() {}
+//! `pasa-bench`: reproducible PASA scale scenarios. Each mode prints human-readable lines, then
+//! one JSON summary as its last line.
+
+mod fixture;
+mod matching;
+mod stats;
+mod write;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "pasa-bench",
+    version,
+    about = "Reproducible PASA scale scenarios"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Event fan-out: subscribers of an object by the rule index versus brute force.
+    Match(matching::MatchArgs),
+    /// Durable write throughput of the store on sled.
+    Write(write::WriteArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let summary = match Cli::parse().command {
+        Command::Match(args) => matching::run(&args)?,
+        Command::Write(args) => write::run(&args)?,
+    };
+    println!("{summary}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
+}

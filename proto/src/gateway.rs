@@ -37,7 +37,11 @@ mod tests {
             ("bookinfo-gateway", "default", "default/bookinfo-gateway"),
             ("./bookinfo-gateway", "default", "default/bookinfo-gateway"),
             ("istio-system/ingress", "default", "istio-system/ingress"),
-            ("ingress.istio-system.svc.cluster.local", "default", "istio-system/ingress"),
+            (
+                "ingress.istio-system.svc.cluster.local",
+                "default",
+                "istio-system/ingress",
+            ),
             ("ingress.istio-system", "default", "istio-system/ingress"),
         ];
         for (gw, ns, want) in cases {

@@ -52,7 +52,9 @@ pub fn matches(a: &str, b: &str) -> bool {
 pub enum HostError {
     #[error("host must not be empty")]
     Empty,
-    #[error("host {0:?}: a wildcard must be \"*\" or a leading \"*.\" label, as in \"*.example.com\"")]
+    #[error(
+        "host {0:?}: a wildcard must be \"*\" or a leading \"*.\" label, as in \"*.example.com\""
+    )]
     BadWildcard(String),
     #[error("host {0:?} must not contain whitespace, '/' or ':'")]
     BadCharacter(String),
@@ -96,7 +98,11 @@ mod tests {
             ("reviews", "bookinfo", "reviews.bookinfo.svc.cluster.local"),
             // A dot means "already qualified" to istiod, even when it is not a full FQDN.
             ("reviews.default", "bookinfo", "reviews.default"),
-            ("reviews.default.svc.cluster.local", "x", "reviews.default.svc.cluster.local"),
+            (
+                "reviews.default.svc.cluster.local",
+                "x",
+                "reviews.default.svc.cluster.local",
+            ),
             ("*.example.com", "default", "*.example.com"),
             ("*", "default", "*"),
             ("10.1.2.3", "default", "10.1.2.3"),
@@ -104,9 +110,16 @@ mod tests {
             ("2001:db8::1", "default", "2001:db8::1"),
         ];
         for (host, ns, want) in cases {
-            assert_eq!(resolve_short_name(host, ns, DEFAULT_DOMAIN_SUFFIX), want, "{host} in {ns}");
+            assert_eq!(
+                resolve_short_name(host, ns, DEFAULT_DOMAIN_SUFFIX),
+                want,
+                "{host} in {ns}"
+            );
         }
-        assert_eq!(resolve_short_name("a", "ns", "corp.example"), "a.ns.svc.corp.example");
+        assert_eq!(
+            resolve_short_name("a", "ns", "corp.example"),
+            "a.ns.svc.corp.example"
+        );
     }
 
     #[test]
@@ -128,9 +141,21 @@ mod tests {
             ("en.wikipedia.org", "*.wikipedia.org", true),
             ("*.wikipedia.org", "wikipedia.org", false),
             ("afoo.com", "*.foo.com", false),
-            ("reviews.default.svc.cluster.local", "*.svc.cluster.local", true),
-            ("reviews.default.svc.cluster.local", "*.default.svc.cluster.local", true),
-            ("reviews.default.svc.cluster.local", "*.other.svc.cluster.local", false),
+            (
+                "reviews.default.svc.cluster.local",
+                "*.svc.cluster.local",
+                true,
+            ),
+            (
+                "reviews.default.svc.cluster.local",
+                "*.default.svc.cluster.local",
+                true,
+            ),
+            (
+                "reviews.default.svc.cluster.local",
+                "*.other.svc.cluster.local",
+                false,
+            ),
         ];
         for (a, b, want) in cases {
             assert_eq!(matches(a, b), want, "{a} vs {b}");
@@ -143,7 +168,9 @@ mod tests {
         for ok in ["*", "*.a.com", "a.com", "a", "10.0.0.1", "::1"] {
             assert_eq!(check_pattern(ok), Ok(()), "{ok}");
         }
-        for bad in ["", "*a.com", "a.*.com", "*.", "**", "a b", "ns/a.com", "*.a*"] {
+        for bad in [
+            "", "*a.com", "a.*.com", "*.", "**", "a b", "ns/a.com", "*.a*",
+        ] {
             assert!(check_pattern(bad).is_err(), "{bad}");
         }
     }

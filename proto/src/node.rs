@@ -20,7 +20,9 @@ pub struct NodeId {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("node ID {input:?}: {reason} (expected type~ip~id~domain, e.g. sidecar~10.42.1.7~reviews-v1-x9k2q.default~default.svc.cluster.local)")]
+#[error(
+    "node ID {input:?}: {reason} (expected type~ip~id~domain, e.g. sidecar~10.42.1.7~reviews-v1-x9k2q.default~default.svc.cluster.local)"
+)]
 pub struct NodeIdError {
     pub input: String,
     pub reason: String,
@@ -39,7 +41,11 @@ impl NodeId {
         let proxy_type = match proxy_type {
             "sidecar" => ProxyType::Sidecar,
             "router" => ProxyType::Router,
-            other => return Err(err(&format!("proxy type {other:?} is not sidecar or router"))),
+            other => {
+                return Err(err(&format!(
+                    "proxy type {other:?} is not sidecar or router"
+                )));
+            }
         };
         let ip = ip
             .parse()
@@ -77,8 +83,9 @@ mod tests {
 
     #[test]
     fn parses_istio_node_ids() {
-        let n = NodeId::parse("sidecar~10.42.1.7~reviews-v1-x9k2q.default~default.svc.cluster.local")
-            .unwrap();
+        let n =
+            NodeId::parse("sidecar~10.42.1.7~reviews-v1-x9k2q.default~default.svc.cluster.local")
+                .unwrap();
         assert_eq!(n.proxy_type, ProxyType::Sidecar);
         assert_eq!(n.namespace(), Some("default"));
         assert_eq!(
@@ -88,7 +95,13 @@ mod tests {
         let r = NodeId::parse("router~::1~ingress-abc.istio-system~istio-system.svc.cluster.local")
             .unwrap();
         assert_eq!(r.proxy_type, ProxyType::Router);
-        for bad in ["", "sidecar~10.0.0.1~x", "waypoint~1.2.3.4~a.b~d", "sidecar~nope~a.b~d", "sidecar~1.2.3.4~~d"] {
+        for bad in [
+            "",
+            "sidecar~10.0.0.1~x",
+            "waypoint~1.2.3.4~a.b~d",
+            "sidecar~nope~a.b~d",
+            "sidecar~1.2.3.4~~d",
+        ] {
             let e = NodeId::parse(bad).unwrap_err();
             assert!(e.to_string().contains("expected type~ip~id~domain"), "{e}");
         }

@@ -384,8 +384,15 @@ mod tests {
         );
         let missing = Object::from_json(&json!({"kind": "Pod"}), "default").unwrap_err();
         let text: Vec<_> = missing.iter().map(ToString::to_string).collect();
-        assert!(text.contains(&"apiVersion: required".to_string()), "{text:?}");
-        assert!(text.iter().any(|t| t.starts_with("kind: unknown kind \"Pod\"")), "{text:?}");
+        assert!(
+            text.contains(&"apiVersion: required".to_string()),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.starts_with("kind: unknown kind \"Pod\"")),
+            "{text:?}"
+        );
         assert!(text.contains(&"metadata: required".to_string()), "{text:?}");
         assert!(Object::from_json(&json!("text"), "default").is_err());
     }

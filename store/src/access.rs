@@ -50,6 +50,9 @@ mod tests {
             ..Default::default()
         };
         let err = authorize(Some(&bad), &sel).unwrap_err();
-        assert!(err.to_string().starts_with("identity.node_id: node ID"), "{err}");
+        assert!(
+            err.to_string().starts_with("identity.node_id: node ID"),
+            "{err}"
+        );
     }
 }

@@ -1,6 +1,5 @@
 //! The admin HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/readyz`.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -58,16 +57,13 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     }
 }
 
-/// Binds the admin endpoint; returns the bound address and the server future.
-pub async fn bind(
-    addr: SocketAddr,
+/// Serves the admin endpoint on a bound listener until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
     registry: Registry,
     ready: Readiness,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<(
-    SocketAddr,
-    impl std::future::Future<Output = std::io::Result<()>>,
-)> {
+) -> std::io::Result<()> {
     let state = AdminState {
         registry: Arc::new(registry),
         ready,
@@ -77,8 +73,7 @@ pub async fn bind(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(state);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
-    Ok((bound, async move { server.await }))
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
 }

@@ -173,9 +173,7 @@ impl Hub {
             .iter()
             .filter_map(|id| self.entry(id).map(|e| Arc::clone(&e.resource)))
             .collect();
-        out.sort_by(|a, b| {
-            (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name))
-        });
+        out.sort_by(|a, b| (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name)));
         out
     }
 
@@ -399,13 +397,20 @@ impl Hub {
     /// for objects that no longer do, at the current revision. Returns false if the watcher is
     /// gone (cut off or unregistered).
     pub fn update_subscription(&mut self, watcher: u32, selector: Selector) -> bool {
-        let Some(w) = self.watchers.get_mut(watcher as usize).and_then(Option::take) else {
+        let Some(w) = self
+            .watchers
+            .get_mut(watcher as usize)
+            .and_then(Option::take)
+        else {
             return false;
         };
         let before = self.object_index.select(&w.selector);
         let now = self.object_index.select(&selector);
         let mut events = Vec::new();
-        for (ids, r#type) in [(&now - &before, EventType::Added), (&before - &now, EventType::Deleted)] {
+        for (ids, r#type) in [
+            (&now - &before, EventType::Added),
+            (&before - &now, EventType::Deleted),
+        ] {
             for resource in self.resources(&ids) {
                 events.push(HubEvent {
                     r#type,
@@ -429,7 +434,11 @@ impl Hub {
 
     /// Removes a watcher; with a reason, its stream is told why.
     pub fn end(&mut self, watcher: u32, reason: Option<CutOffReason>) {
-        let Some(w) = self.watchers.get_mut(watcher as usize).and_then(Option::take) else {
+        let Some(w) = self
+            .watchers
+            .get_mut(watcher as usize)
+            .and_then(Option::take)
+        else {
             return;
         };
         self.remove_rules(&w.selector, &w.rule_ids);

@@ -184,6 +184,9 @@ mod tests {
                 ..Default::default()
             }],
         };
-        assert_eq!(Selector::from_pb(&sub).unwrap_err().field, "rules[0].hosts[1]");
+        assert_eq!(
+            Selector::from_pb(&sub).unwrap_err().field,
+            "rules[0].hosts[1]"
+        );
     }
 }

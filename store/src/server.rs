@@ -102,64 +102,104 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Serves `store` over gRPC on `listen` and its admin endpoint on `admin` until `shutdown`
-/// resolves, then ends watches, drains writes, and flushes. `name` labels the ready line, which
-/// is printed on stdout once both listeners are bound: `<name> serving pasa.store.v1 on ADDR,
-/// admin on ADDR`.
+/// Both listeners of a store server, bound and not yet serving.
+pub struct Bound {
+    store: Store,
+    grpc: tokio::net::TcpListener,
+    admin: tokio::net::TcpListener,
+    pub grpc_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+}
+
+/// Binds the gRPC and admin listeners (port 0 picks a free port).
+pub async fn bind(store: Store, listen: SocketAddr, admin: SocketAddr) -> anyhow::Result<Bound> {
+    let grpc = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding the gRPC listener on {listen}"))?;
+    let admin_listener = tokio::net::TcpListener::bind(admin)
+        .await
+        .with_context(|| format!("binding the admin listener on {admin}"))?;
+    Ok(Bound {
+        grpc_addr: grpc.local_addr()?,
+        admin_addr: admin_listener.local_addr()?,
+        store,
+        grpc,
+        admin: admin_listener,
+    })
+}
+
+/// Binds and serves until `shutdown` resolves; see [`Bound::run`].
 pub async fn serve(
     name: &str,
     store: Store,
     listen: SocketAddr,
-    admin_addr: SocketAddr,
+    admin: SocketAddr,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let mut registry = Registry::default();
-    store.metrics().register(&mut registry);
-    let ready = Readiness::default();
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
+    bind(store, listen, admin).await?.run(name, shutdown).await
+}
 
-    let grpc_listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding the gRPC listener on {listen}"))?;
-    let grpc_addr = grpc_listener.local_addr()?;
-    let (admin_bound, admin_server) =
-        admin::bind(admin_addr, registry, ready.clone(), stopped(stop_rx.clone()))
-            .await
-            .with_context(|| format!("binding the admin listener on {admin_addr}"))?;
-    let background = store.spawn_background();
-
-    let grpc = tonic::transport::Server::builder()
-        .add_service(StoreService::new(store.clone()).into_server())
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
-            stopped(stop_rx),
+impl Bound {
+    /// Serves the store API and the admin endpoint until `shutdown` resolves, then ends
+    /// watches, drains writes and flushes. Once serving, prints the ready line on stdout:
+    /// `<name> serving pasa.store.v1 on ADDR, admin on ADDR`.
+    pub async fn run(
+        self,
+        name: &str,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Bound {
+            store,
+            grpc: grpc_listener,
+            admin: admin_listener,
+            grpc_addr,
+            admin_addr,
+        } = self;
+        let mut registry = Registry::default();
+        store.metrics().register(&mut registry);
+        let ready = Readiness::default();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let admin_server = admin::serve(
+            admin_listener,
+            registry,
+            ready.clone(),
+            stopped(stop_rx.clone()),
         );
-    let grpc = tokio::spawn(grpc);
-    let admin = tokio::spawn(admin_server);
-    ready.set(true);
-    println!("{name} serving pasa.store.v1 on {grpc_addr}, admin on {admin_bound}");
-    tracing::info!(grpc = %grpc_addr, admin = %admin_bound, "serving");
+        let background = store.spawn_background();
+        let grpc = tonic::transport::Server::builder()
+            .add_service(StoreService::new(store.clone()).into_server())
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+                stopped(stop_rx),
+            );
+        let grpc = tokio::spawn(grpc);
+        let admin = tokio::spawn(admin_server);
+        ready.set(true);
+        println!("{name} serving pasa.store.v1 on {grpc_addr}, admin on {admin_addr}");
+        tracing::info!(grpc = %grpc_addr, admin = %admin_addr, "serving");
 
-    shutdown.await;
-    ready.set(false);
-    let _ = stop_tx.send(true);
-    background.abort();
-    // Ends every watch with a SHUTDOWN notice, drains queued writes and flushes to disk.
-    let closing = store.clone();
-    tokio::task::spawn_blocking(move || closing.shutdown())
-        .await
-        .context("store shutdown")?;
-    match tokio::time::timeout(DRAIN_DEADLINE, async { (grpc.await, admin.await) }).await {
-        Ok((grpc, admin)) => {
-            grpc.context("gRPC server task")?
-                .context("gRPC server")?;
-            admin.context("admin server task")?.context("admin server")?;
+        shutdown.await;
+        ready.set(false);
+        let _ = stop_tx.send(true);
+        background.abort();
+        // Ends every watch with a SHUTDOWN notice, drains queued writes and flushes to disk.
+        let closing = store.clone();
+        tokio::task::spawn_blocking(move || closing.shutdown())
+            .await
+            .context("store shutdown")?;
+        match tokio::time::timeout(DRAIN_DEADLINE, async { (grpc.await, admin.await) }).await {
+            Ok((grpc, admin)) => {
+                grpc.context("gRPC server task")?.context("gRPC server")?;
+                admin
+                    .context("admin server task")?
+                    .context("admin server")?;
+            }
+            Err(_) => tracing::warn!("requests still running after the drain deadline; exiting"),
         }
-        Err(_) => tracing::warn!("requests still running after the drain deadline; exiting"),
+        tracing::info!("store closed");
+        Ok(())
     }
-    tracing::info!("store closed");
-    Ok(())
 }

@@ -3,13 +3,13 @@
 use std::pin::Pin;
 
 use futures::{Stream, StreamExt};
+use pasa_proto::Kind;
 use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
 use pasa_proto::store::v1::{
-    ApplyRequest, ApplyResponse, DeleteRequest, DeleteResponse, GetRequest, GetResponse,
-    KindCount, ListRequest, ListResponse, StatusRequest, StatusResponse, WatchRequest,
-    WatchResponse, watch_request,
+    ApplyRequest, ApplyResponse, DeleteRequest, DeleteResponse, GetRequest, GetResponse, KindCount,
+    ListRequest, ListResponse, StatusRequest, StatusResponse, WatchRequest, WatchResponse,
+    watch_request,
 };
-use pasa_proto::Kind;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -84,14 +84,18 @@ impl StoreApi for StoreService {
         request: Request<ApplyRequest>,
     ) -> Result<Response<ApplyResponse>, Status> {
         let req = request.into_inner();
-        Ok(Response::new(self.store.apply(req.documents, req.dry_run).await?))
+        Ok(Response::new(
+            self.store.apply(req.documents, req.dry_run).await?,
+        ))
     }
 
     async fn delete(
         &self,
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteResponse>, Status> {
-        Ok(Response::new(self.store.delete(request.into_inner()).await?))
+        Ok(Response::new(
+            self.store.delete(request.into_inner()).await?,
+        ))
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
@@ -139,7 +143,11 @@ impl StoreApi for StoreService {
                 ));
             }
             Some(Err(status)) => return Err(status),
-            None => return Err(Status::cancelled("the client closed the watch before create")),
+            None => {
+                return Err(Status::cancelled(
+                    "the client closed the watch before create",
+                ));
+            }
         };
         let (tx, rx) = mpsc::channel(8);
         let store = self.store.clone();

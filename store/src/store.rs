@@ -7,12 +7,12 @@ mod writer;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use pasa_proto::Kind;
 use pasa_proto::object::{FieldError, Object, identity_of};
 use pasa_proto::store::v1::{
     ApplyDocument, ApplyResponse, DeleteRequest, DeleteResponse, DocumentError, ErrorCode,
     ObjectRef, Resource,
 };
-use pasa_proto::Kind;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::backend::{Backend, BackendError};
@@ -62,7 +62,10 @@ pub enum StoreError {
     #[error(
         "revision {requested} is compacted (the change log starts after {compact_revision}): list again and watch from the list's revision + 1"
     )]
-    Compacted { requested: u64, compact_revision: u64 },
+    Compacted {
+        requested: u64,
+        compact_revision: u64,
+    },
     #[error("revision {requested} is in the future: the store is at {current}")]
     FutureRevision { requested: u64, current: u64 },
     #[error("batch of {size} documents is larger than the limit of {limit}: split it")]
@@ -121,6 +124,7 @@ pub(crate) fn doc_error(
         field: field.to_string(),
         message: message.into(),
         code: code as i32,
+        duplicate_of: None,
     }
 }
 
@@ -357,8 +361,12 @@ impl Store {
             .collect();
         let mut seen = std::collections::HashSet::new();
         for rec in records {
-            let Some(resource) = rec.resource.as_ref() else { continue };
-            let Some(key) = ObjectKey::of(resource) else { continue };
+            let Some(resource) = rec.resource.as_ref() else {
+                continue;
+            };
+            let Some(key) = ObjectKey::of(resource) else {
+                continue;
+            };
             if !seen.insert(key.clone()) {
                 continue;
             }
@@ -367,9 +375,9 @@ impl Store {
                 EventTypeOf::Modified => rec.prev.clone(),
                 EventTypeOf::Deleted => rec.resource.clone(),
             };
-            match before.filter(|r| {
-                crate::index::ObjectKeys::of(r).is_some_and(|k| selector.matches(&k))
-            }) {
+            match before
+                .filter(|r| crate::index::ObjectKeys::of(r).is_some_and(|k| selector.matches(&k)))
+            {
                 Some(r) => objects.insert(key, Arc::new(r)),
                 None => objects.remove(&key),
             };
@@ -532,13 +540,17 @@ fn prepare(documents: Vec<ApplyDocument>, domain: &str) -> (Vec<Prepared>, Vec<D
             name: obj.name.clone(),
         };
         if let Some(first) = seen.insert(key.clone(), index) {
-            errors.push(doc_error(
+            let mut err = doc_error(
                 index,
                 reference,
                 ErrorCode::Duplicate,
                 "",
-                format!("{key} also appears as document {first} of this batch"),
-            ));
+                format!(
+                    "{key} appears more than once in this batch, which is applied atomically: keep one of them or apply them separately"
+                ),
+            );
+            err.duplicate_of = Some(first);
+            errors.push(err);
             continue;
         }
         let mut resource = obj.to_resource();

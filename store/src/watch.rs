@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use tracing::Instrument;
 use pasa_proto::store::v1::{
-    CancelReason, Cancelled, Event, EventBatch, EventType, Progress, Resource, Synced,
-    WatchCreate, WatchRequest, WatchResponse, watch_request, watch_response,
+    CancelReason, Cancelled, Event, EventBatch, EventType, Progress, Resource, Synced, WatchCreate,
+    WatchRequest, WatchResponse, watch_request, watch_response,
 };
 use tokio::sync::mpsc;
 use tonic::Status;
+use tracing::Instrument;
 
 use crate::access;
 use crate::hub::{HubEvent, HubMsg, WatcherHandle};
@@ -158,7 +158,12 @@ impl Store {
                     requested: from,
                     compact_revision,
                 };
-                let msg = cancelled(CancelReason::Compacted, err.to_string(), 0, compact_revision);
+                let msg = cancelled(
+                    CancelReason::Compacted,
+                    err.to_string(),
+                    0,
+                    compact_revision,
+                );
                 let _ = out.send(Ok(msg)).await;
                 return;
             }

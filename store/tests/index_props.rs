@@ -141,7 +141,13 @@ impl Model {
                 while let Ok(msg) = h.rx.try_recv() {
                     if let HubMsg::Events(events) = msg {
                         for e in events {
-                            got.push((e.r#type, format!("{}/{}/{}", e.resource.kind, e.resource.namespace, e.resource.name)));
+                            got.push((
+                                e.r#type,
+                                format!(
+                                    "{}/{}/{}",
+                                    e.resource.kind, e.resource.namespace, e.resource.name
+                                ),
+                            ));
                         }
                     }
                 }

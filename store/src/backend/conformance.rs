@@ -133,7 +133,8 @@ fn deletes(b: &impl Backend) {
     let mut batch = WriteBatch::default();
     batch.delete(b"del/a".to_vec());
     batch.delete(b"del/missing".to_vec());
-    b.write(batch).expect("deleting a missing key is not an error");
+    b.write(batch)
+        .expect("deleting a missing key is not an error");
     assert_eq!(keys(b.scan(b"del/", b"del0", 10).expect("scan")), ["del/b"]);
 }
 

@@ -4,11 +4,11 @@
 //! (the `namespace/` prefix dropped) and the Gateway itself as `namespace/name`, and the FQDN of a
 //! ServiceEndpoints' service.
 
+use pasa_proto::Kind;
 use pasa_proto::gateway::{MESH, resolve_gateway_name};
 use pasa_proto::host::{check_pattern, resolve_short_name, service_fqdn};
 use pasa_proto::object::{FieldError, Object};
 use pasa_proto::store::v1::IndexKeys;
-use pasa_proto::Kind;
 use serde_json::Value;
 
 /// Extracts the index keys, or reports every field whose value cannot be indexed.
@@ -21,7 +21,12 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
     match obj.kind {
         Kind::VirtualService => {
             for (path, h) in strings(spec, "hosts", "spec.hosts", &mut errors) {
-                push_host(&mut hosts, resolve_short_name(h, ns, domain_suffix), path, &mut errors);
+                push_host(
+                    &mut hosts,
+                    resolve_short_name(h, ns, domain_suffix),
+                    path,
+                    &mut errors,
+                );
             }
             for (_, g) in strings(spec, "gateways", "spec.gateways", &mut errors) {
                 gateways.push(resolve_gateway_name(g, ns));
@@ -144,7 +149,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             keys.hosts,
-            ["*.example.com", "productpage.bookinfo.svc.cluster.local", "reviews.default"]
+            [
+                "*.example.com",
+                "productpage.bookinfo.svc.cluster.local",
+                "reviews.default"
+            ]
         );
         assert_eq!(
             keys.gateways,
@@ -160,26 +169,38 @@ mod tests {
 
     #[test]
     fn other_kinds() {
-        let dr = keys_of(json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
-            "metadata": {"name": "r"}, "spec": {"host": "reviews"}}))
+        let dr = keys_of(
+            json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+            "metadata": {"name": "r"}, "spec": {"host": "reviews"}}),
+        )
         .unwrap();
         assert_eq!(dr.hosts, ["reviews.default.svc.cluster.local"]);
-        let se = keys_of(json!({"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
-            "metadata": {"name": "w"}, "spec": {"hosts": ["*.wikipedia.org", "api"]}}))
+        let se = keys_of(
+            json!({"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+            "metadata": {"name": "w"}, "spec": {"hosts": ["*.wikipedia.org", "api"]}}),
+        )
         .unwrap();
-        assert_eq!(se.hosts, ["*.wikipedia.org", "api"], "SE hosts are not resolved");
+        assert_eq!(
+            se.hosts,
+            ["*.wikipedia.org", "api"],
+            "SE hosts are not resolved"
+        );
         let gw = keys_of(json!({"apiVersion": "networking.istio.io/v1", "kind": "Gateway",
             "metadata": {"name": "gw", "namespace": "istio-system"},
             "spec": {"servers": [{"hosts": ["bookinfo/*.bookinfo.com", "*"]}, {"hosts": ["./a.com"]}]}}))
         .unwrap();
         assert_eq!(gw.hosts, ["*", "*.bookinfo.com", "a.com"]);
         assert_eq!(gw.gateways, ["istio-system/gw"]);
-        let sep = keys_of(json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
-            "metadata": {"name": "reviews", "namespace": "bookinfo"}, "spec": {}}))
+        let sep = keys_of(
+            json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+            "metadata": {"name": "reviews", "namespace": "bookinfo"}, "spec": {}}),
+        )
         .unwrap();
         assert_eq!(sep.hosts, ["reviews.bookinfo.svc.cluster.local"]);
-        let sidecar = keys_of(json!({"apiVersion": "networking.istio.io/v1", "kind": "Sidecar",
-            "metadata": {"name": "default"}, "spec": {"egress": [{"hosts": ["./*"]}]}}))
+        let sidecar = keys_of(
+            json!({"apiVersion": "networking.istio.io/v1", "kind": "Sidecar",
+            "metadata": {"name": "default"}, "spec": {"egress": [{"hosts": ["./*"]}]}}),
+        )
         .unwrap();
         assert_eq!(sidecar, IndexKeys::default());
     }

@@ -105,11 +105,11 @@ mod tests {
     fn wildcards_on_both_sides() {
         let mut idx = HostIndex::default();
         let hosts = [
-            "a.foo.com",       // 0
-            "*.foo.com",       // 1
-            "*",               // 2
-            "foo.com",         // 3
-            "*.bar.foo.com",   // 4
+            "a.foo.com",        // 0
+            "*.foo.com",        // 1
+            "*",                // 2
+            "foo.com",          // 3
+            "*.bar.foo.com",    // 4
             "en.wikipedia.org", // 5
         ];
         for (id, h) in hosts.iter().enumerate() {

@@ -136,8 +136,12 @@ impl Writer {
                         ignore_not_found,
                         reply,
                     } => {
-                        let result =
-                            self.delete(keys, expected_mod_revision, ignore_not_found, &mut records);
+                        let result = self.delete(
+                            keys,
+                            expected_mod_revision,
+                            ignore_not_found,
+                            &mut records,
+                        );
                         ops.push(WriteOp::Delete);
                         done.push(Done::Delete(reply, result));
                     }
@@ -150,9 +154,7 @@ impl Writer {
                     done.into_iter().for_each(Done::fail);
                     continue;
                 }
-                self.metrics
-                    .written_resources
-                    .inc_by(records.len() as u64);
+                self.metrics.written_resources.inc_by(records.len() as u64);
                 publish(records);
             }
             let elapsed = started.elapsed().as_secs_f64();
@@ -392,10 +394,12 @@ impl Writer {
             }
             self.compact_revision = upto;
         }
-        tracing::debug!(compact_revision = self.compact_revision, "change log compacted");
+        tracing::debug!(
+            compact_revision = self.compact_revision,
+            "change log compacted"
+        );
         self.compact_revision > before
     }
-
 }
 
 /// Content the user controls; revisions and derived index keys aside.

@@ -1,0 +1,132 @@
+//! `pasactl`: the command line of PASA, with kubectl's habits.
+
+mod apply;
+mod delete;
+mod get;
+mod status;
+mod watch;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use pasa_proto::store::v1::store_client::StoreClient;
+use tonic::transport::Channel;
+
+/// Talk to a PASA store.
+#[derive(Parser, Debug)]
+#[command(name = "pasactl", version)]
+pub struct Cli {
+    /// Address of the PASA store API (host:port or http://host:port).
+    #[arg(
+        long,
+        global = true,
+        env = "PASA_SERVER",
+        default_value = "127.0.0.1:7400"
+    )]
+    pub server: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create or update resources from files, folders or standard input.
+    Apply(apply::ApplyArgs),
+    /// List resources of a kind, or show one.
+    Get(get::GetArgs),
+    /// Delete a resource by name, or every resource in files.
+    Delete(delete::DeleteArgs),
+    /// Follow changes, one JSON object per line.
+    Watch(watch::WatchArgs),
+    /// Show the store's revision and object counts.
+    Status,
+}
+
+/// `-f` options shared by apply and delete.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FileArgs {
+    /// File, folder or - for standard input; repeatable.
+    #[arg(short = 'f', long = "filename")]
+    pub files: Vec<PathBuf>,
+    /// Also read subfolders of folders given with -f.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+}
+
+/// An error that has already been explained to the user.
+#[derive(Debug)]
+pub struct Reported;
+
+pub type CmdResult = Result<(), anyhow::Error>;
+
+/// Entry point of the `pasactl` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<Reported>() => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("reported")
+    }
+}
+
+impl std::error::Error for Reported {}
+
+async fn run(cli: Cli) -> CmdResult {
+    match cli.command {
+        Command::Apply(args) => apply::run(&cli.server, args).await,
+        Command::Get(args) => get::run(&cli.server, args).await,
+        Command::Delete(args) => delete::run(&cli.server, args).await,
+        Command::Watch(args) => watch::run(&cli.server, args).await,
+        Command::Status => status::run(&cli.server).await,
+    }
+}
+
+/// Connects to the store, with a message that says what to check when it is not there.
+pub async fn connect(server: &str) -> anyhow::Result<StoreClient<Channel>> {
+    let url = if server.contains("://") {
+        server.to_string()
+    } else {
+        format!("http://{server}")
+    };
+    let endpoint = Channel::from_shared(url.clone())
+        .map_err(|e| anyhow::anyhow!("--server {server:?} is not a valid address: {e}"))?
+        .connect_timeout(std::time::Duration::from_secs(5));
+    let channel = endpoint.connect().await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot reach the PASA store at {server}: {e} (is pasa-pcp running? set --server or PASA_SERVER)"
+        )
+    })?;
+    Ok(StoreClient::new(channel)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20))
+}
+
+/// A gRPC error as a user reads it.
+pub fn status_error(status: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{} ({:?})", status.message(), status.code())
+}
+
+/// `kind/namespace/name`, as pasactl prints objects.
+pub fn object_name(kind: &str, namespace: &str, name: &str) -> String {
+    format!("{}/{}/{}", kind.to_ascii_lowercase(), namespace, name)
+}
