@@ -1,0 +1,264 @@
+//! `pasactl` against a real `pasa-pcp` (embedded sled store) on loopback: apply, errors that
+//! name fields and write nothing, get in every format, watch, delete, status, and a restart
+//! after SIGTERM that keeps everything.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+struct Pcp {
+    child: Child,
+    addr: String,
+}
+
+impl Pcp {
+    fn start(data: &Path) -> Pcp {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-pcp"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
+            .arg(data)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start pasa-pcp");
+        let stdout = child.stdout.take().expect("stdout");
+        let line = read_line_within(BufReader::new(stdout)).expect("ready line");
+        let addr = line
+            .split(" on ")
+            .nth(1)
+            .and_then(|s| s.split(',').next())
+            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
+            .to_string();
+        Pcp { child, addr }
+    }
+
+    fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_pasactl"))
+            .arg("--server")
+            .arg(&self.addr)
+            .args(args)
+            .output()
+            .expect("run pasactl")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        assert!(
+            out.status.success(),
+            "pasactl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    }
+
+    fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let exit = self.child.wait().expect("wait");
+        assert!(
+            exit.success(),
+            "pasa-pcp exits cleanly on SIGTERM: {exit:?}"
+        );
+    }
+}
+
+impl Drop for Pcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first line of a reader, or None after WAIT.
+fn read_line_within(reader: impl BufRead + Send + 'static) -> Option<String> {
+    let lines = line_channel(reader);
+    lines.recv_timeout(WAIT).ok()
+}
+
+fn line_channel(reader: impl BufRead + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+#[test]
+fn pasactl_end_to_end() {
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start(data.path());
+    let shop = examples().join("shop");
+    let shop = shop.to_str().unwrap();
+
+    let out = pcp.ok(&["apply", "-f", shop]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "destinationrule/shop/cart created",
+            "virtualservice/shop/cart created",
+            "gateway/shop/shop-gateway created",
+            "virtualservice/shop/storefront created",
+            "serviceentry/shop/payments-api created",
+            "sidecar/shop/default created",
+            "serviceendpoints/shop/cart created",
+            "serviceendpoints/shop/checkout created",
+        ]
+    );
+    let again = pcp.ok(&["apply", "-f", shop]);
+    assert!(again.lines().all(|l| l.ends_with(" unchanged")), "{again}");
+
+    // Bad documents: every problem named with file, document and field; nothing written.
+    let broken = examples().join("broken.yaml");
+    let out = pcp.ctl(&["apply", "-f", broken.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("broken.yaml document 0 (virtualservice/shop/Not_A_DNS_Name): metadata.name:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("broken.yaml document 2 (destinationrule/shop/cart): apiVersion:"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was written"), "{err}");
+    let missing = pcp.ctl(&["get", "vs", "fine", "-n", "shop"]);
+    assert_eq!(
+        missing.status.code(),
+        Some(1),
+        "the good document of a bad batch is not written"
+    );
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"));
+
+    // get: table, wide, all namespaces, yaml and json.
+    let table = pcp.ok(&["get", "vs", "-n", "shop"]);
+    assert!(table.starts_with("NAME"), "{table}");
+    assert!(table.contains("cart.shop.svc.cluster.local"), "{table}");
+    assert!(
+        pcp.ok(&["get", "virtualservices", "-A", "-o", "wide"])
+            .contains("shop/shop-gateway")
+    );
+    let yaml = pcp.ok(&["get", "dr", "cart", "-n", "shop", "-o", "yaml"]);
+    let doc: serde_json::Value = serde_saphyr::from_str(&yaml).expect("yaml output parses");
+    assert_eq!(doc["kind"], "DestinationRule");
+    assert_eq!(doc["spec"]["subsets"][1]["name"], "v2");
+    let json: serde_json::Value =
+        serde_json::from_str(&pcp.ok(&["get", "se", "-n", "shop", "-o", "json"])).unwrap();
+    assert_eq!(json["kind"], "List");
+    assert_eq!(
+        json["items"][0]["spec"]["hosts"][0],
+        "*.payments.example.net"
+    );
+
+    // watch by host: snapshot, SYNCED, then the change.
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+        .args([
+            "--server",
+            &pcp.addr,
+            "watch",
+            "--host",
+            "cart.shop.svc.cluster.local",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("pasactl watch");
+    let lines = line_channel(BufReader::new(watch.stdout.take().unwrap()));
+    let mut snapshot = Vec::new();
+    loop {
+        let line = lines.recv_timeout(WAIT).expect("watch line");
+        let v: serde_json::Value = serde_json::from_str(&line).expect("one JSON object per line");
+        if v["type"] == "SYNCED" {
+            break;
+        }
+        snapshot.push(format!(
+            "{} {}/{}",
+            v["type"].as_str().unwrap(),
+            v["kind"].as_str().unwrap(),
+            v["name"].as_str().unwrap()
+        ));
+    }
+    snapshot.sort();
+    assert_eq!(
+        snapshot,
+        [
+            "ADDED DestinationRule/cart",
+            "ADDED ServiceEndpoints/cart",
+            "ADDED VirtualService/cart"
+        ]
+    );
+    let v2 = examples().join("shop-v2-only.yaml");
+    assert_eq!(
+        pcp.ok(&["apply", "-f", v2.to_str().unwrap()]).trim(),
+        "virtualservice/shop/cart configured"
+    );
+    let line = lines.recv_timeout(WAIT).expect("event after the change");
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["type"], "MODIFIED");
+    assert_eq!(v["name"], "cart");
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    // delete by name, then a missing one, then by file.
+    assert_eq!(
+        pcp.ok(&["delete", "gw", "shop-gateway", "-n", "shop"])
+            .trim(),
+        "gateway/shop/shop-gateway deleted"
+    );
+    let gone = pcp.ctl(&["delete", "gw", "shop-gateway", "-n", "shop"]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("not found"));
+    let status = pcp.ok(&["status"]);
+    assert!(status.contains("REVISION   10"), "{status}");
+    assert!(status.contains("TOTAL             7"), "{status}");
+
+    // A graceful restart keeps everything.
+    pcp.terminate();
+    let pcp = Pcp::start(data.path());
+    let status = pcp.ok(&["status"]);
+    assert!(status.contains("REVISION   10"), "{status}");
+    let services = examples().join("shop/services.yaml");
+    let out = pcp.ok(&["delete", "-f", services.to_str().unwrap()]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "serviceendpoints/shop/cart deleted",
+            "serviceendpoints/shop/checkout deleted"
+        ]
+    );
+}
+
+#[test]
+fn unreachable_server_is_explained() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+        .args(["--server", "127.0.0.1:1", "status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot reach the PASA store at 127.0.0.1:1"),
+        "{err}"
+    );
+    assert!(err.contains("is pasa-pcp running?"), "{err}");
+}

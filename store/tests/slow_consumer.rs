@@ -1,0 +1,96 @@
+//! A watcher that stops reading is cut off once its bounded queue is full (the store keeps no
+//! more for it), other watchers are unaffected, and the slow one resumes from the revision it
+//! was told without losing or repeating an event.
+
+mod common;
+
+use common::*;
+use pasa_proto::store::v1::{CancelReason, Rule, StatusRequest, watch_response};
+use pasa_store::StoreConfig;
+use serde_json::json;
+
+const WRITES: u64 = 300;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_watcher_is_cut_off_and_resumes_without_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        watch_queue: 4,
+        ..StoreConfig::default()
+    };
+    let server = TestServer::start(dir.path(), config).await;
+    let mut client = server.client().await;
+    let all = || vec![Rule::default()];
+    // Each watcher on its own connection, as agents are: unread data of one stream must not
+    // hold up another stream's HTTP/2 connection window.
+    let mut slow_client = server.client().await;
+    let mut slow = Watch::open_raw(&mut slow_client, fenced(all()), 0).await;
+    let (_, start) = slow.until_synced().await;
+    let mut fast_client = server.client().await;
+    let mut fast = Watch::open_raw(&mut fast_client, fenced(all()), 0).await;
+    fast.until_synced().await;
+
+    // Big objects fill the slow watcher's HTTP/2 window quickly, then its queue.
+    let filler = "x".repeat(16 * 1024);
+    let fast_reader = tokio::spawn(async move {
+        let mut revisions = Vec::new();
+        while (revisions.len() as u64) < WRITES {
+            if let Some(watch_response::Response::Events(b)) = fast.next().await.response {
+                revisions.extend(b.events.iter().map(|e| e.revision));
+            }
+        }
+        revisions
+    });
+    for i in 0..WRITES {
+        apply_ok(
+            &mut client,
+            vec![
+                json!({"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+                "metadata": {"name": format!("se-{i}"), "namespace": "load",
+                             "annotations": {"filler": filler}},
+                "spec": {"hosts": [format!("h{i}.example.com")]}}),
+            ],
+        )
+        .await;
+    }
+    let head = start + WRITES;
+    let fast_revisions = fast_reader.await.unwrap();
+    assert_eq!(
+        fast_revisions,
+        (start + 1..=head).collect::<Vec<_>>(),
+        "the fast watcher got everything, in order"
+    );
+
+    // The slow watcher is no longer registered: nothing more is queued for it.
+    let status = client.status(StatusRequest {}).await.unwrap().into_inner();
+    assert_eq!(status.watchers, 1, "only the fast watcher is left");
+
+    // Reading now: what was in flight, then the cut-off notice with a resume revision.
+    let mut seen = Vec::new();
+    let resume = loop {
+        match slow.next().await.response {
+            Some(watch_response::Response::Events(b)) => {
+                seen.extend(b.events.iter().map(|e| e.revision))
+            }
+            Some(watch_response::Response::Cancelled(c)) => {
+                assert_eq!(c.reason, CancelReason::SlowConsumer as i32, "{c:?}");
+                break c.resume_revision;
+            }
+            Some(watch_response::Response::Progress(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(resume < head, "cut off before the end (resume at {resume})");
+    assert_eq!(seen, (start + 1..resume).collect::<Vec<_>>());
+
+    let mut resumed = Watch::open_raw(&mut slow_client, fenced(all()), resume).await;
+    let (replayed, synced) = resumed.until_synced().await;
+    assert_eq!(synced, head);
+    seen.extend(replayed.iter().map(|e| e.revision));
+    assert_eq!(
+        seen,
+        (start + 1..=head).collect::<Vec<_>>(),
+        "every event exactly once across the cut-off"
+    );
+    server.stop().await;
+}
