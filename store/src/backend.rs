@@ -10,6 +10,9 @@ pub mod conformance;
 pub mod memory;
 pub mod sled;
 
+/// A key and its value.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
 /// One mutation of a write batch.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Op {
@@ -75,7 +78,7 @@ pub trait Backend: Send + Sync + 'static {
         start: &[u8],
         end: &[u8],
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BackendError>;
+    ) -> Result<Vec<KeyValue>, BackendError>;
 
     /// Applies the batch atomically if all its expectations hold. Visible to readers on return;
     /// durable after the next [`Backend::sync`].

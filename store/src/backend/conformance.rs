@@ -13,7 +13,7 @@ fn put(b: &impl Backend, pairs: &[(&str, &str)]) {
     b.write(batch).expect("write");
 }
 
-fn keys(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<String> {
+fn keys(pairs: Vec<super::KeyValue>) -> Vec<String> {
     pairs
         .into_iter()
         .map(|(k, _)| String::from_utf8(k).expect("utf-8 key"))

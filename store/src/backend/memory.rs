@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Backend, BackendError, Op, WriteBatch};
+use super::{Backend, BackendError, KeyValue, Op, WriteBatch};
 
 /// In-memory fake backend; clones share the same data, so a "reopen" is a clone.
 #[derive(Clone, Default)]
@@ -32,7 +32,7 @@ impl Backend for FakeMemoryBackend {
         start: &[u8],
         end: &[u8],
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BackendError> {
+    ) -> Result<Vec<KeyValue>, BackendError> {
         if start >= end {
             return Ok(Vec::new());
         }

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::{Backend, BackendError, Op, WriteBatch};
+use super::{Backend, BackendError, KeyValue, Op, WriteBatch};
 
 const ENGINE: &str = "sled";
 
@@ -54,7 +54,7 @@ impl Backend for SledBackend {
         start: &[u8],
         end: &[u8],
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, BackendError> {
+    ) -> Result<Vec<KeyValue>, BackendError> {
         if start >= end {
             return Ok(Vec::new());
         }
