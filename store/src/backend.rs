@@ -73,12 +73,7 @@ pub trait Backend: Send + Sync + 'static {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError>;
 
     /// Up to `limit` pairs with `start <= key < end`, in ascending key order.
-    fn scan(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>, BackendError>;
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>, BackendError>;
 
     /// Applies the batch atomically if all its expectations hold. Visible to readers on return;
     /// durable after the next [`Backend::sync`].

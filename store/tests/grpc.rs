@@ -420,3 +420,83 @@ async fn compacted_revision_means_relist() {
     assert!(now.resources.is_empty(), "ext-1 has moved on to api57");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_watchers_get_progress_and_metrics_show_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        progress_interval: std::time::Duration::from_millis(100),
+        ..StoreConfig::default()
+    };
+    let server = TestServer::start(dir.path(), config).await;
+    let mut client = server.client().await;
+    apply_ok(
+        &mut client,
+        vec![
+            json!({"apiVersion": "networking.istio.io/v1", "kind": "Gateway",
+            "metadata": {"name": "ingress", "namespace": "istio-system"},
+            "spec": {"servers": [{"hosts": ["*.example.com"]}]}}),
+        ],
+    )
+    .await;
+    let mut w = Watch::open(
+        &mut client,
+        vec![Rule {
+            namespaces: vec!["nothing-here".into()],
+            ..Default::default()
+        }],
+        0,
+    )
+    .await;
+    let (_, synced) = w.until_synced().await;
+    apply_ok(
+        &mut client,
+        vec![
+            json!({"apiVersion": "networking.istio.io/v1", "kind": "Sidecar",
+            "metadata": {"name": "default", "namespace": "elsewhere"}}),
+        ],
+    )
+    .await;
+    // Nothing matches, but progress tells the watcher it is current past the new revision.
+    loop {
+        match w.next().await.response {
+            Some(watch_response::Response::Progress(p)) if p.revision == synced + 1 => break,
+            Some(watch_response::Response::Progress(_)) => {}
+            other => panic!("expected only progress, got {other:?}"),
+        }
+    }
+
+    let metrics = http_get(server.admin, "/metrics").await;
+    for line in [
+        "pasa_store_revision 2",
+        "pasa_store_objects{kind=\"Gateway\"} 1",
+        "pasa_store_objects{kind=\"Sidecar\"} 1",
+        "pasa_store_subscriptions 1",
+        "pasa_store_written_resources_total 2",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} missing in:\n{metrics}"
+        );
+    }
+    assert!(metrics.contains("pasa_store_write_duration_seconds_count{op=\"Apply\"} 2"));
+    assert!(metrics.contains("pasa_store_match_duration_seconds_count 2"));
+    assert!(http_get(server.admin, "/readyz").await.ends_with("ready\n"));
+    assert!(http_get(server.admin, "/healthz").await.ends_with("ok\n"));
+    server.stop().await;
+}
+
+/// A plain HTTP/1.1 GET; returns the whole response.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
+}

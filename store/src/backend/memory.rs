@@ -27,12 +27,7 @@ impl Backend for FakeMemoryBackend {
         Ok(self.data().get(key).cloned())
     }
 
-    fn scan(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>, BackendError> {
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>, BackendError> {
         if start >= end {
             return Ok(Vec::new());
         }

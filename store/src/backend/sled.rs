@@ -49,12 +49,7 @@ impl Backend for SledBackend {
             .map(|v| v.to_vec()))
     }
 
-    fn scan(
-        &self,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>, BackendError> {
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>, BackendError> {
         if start >= end {
             return Ok(Vec::new());
         }
