@@ -36,12 +36,9 @@ impl Pcp {
             .expect("start pasa-pcp");
         let stdout = child.stdout.take().expect("stdout");
         let line = read_line_within(BufReader::new(stdout)).expect("ready line");
-        let addr = line
-            .split(" on ")
-            .nth(1)
-            .and_then(|s| s.split(',').next())
-            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
-            .to_string();
+        let (addr, _) = pasa_store::server::parse_ready_line(&line)
+            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
+        let addr = addr.to_string();
         Pcp { child, addr }
     }
 

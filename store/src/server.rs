@@ -63,6 +63,35 @@ impl StoreArgs {
     }
 }
 
+/// Everything a store server process takes on its command line.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// gRPC address of the store API.
+    #[arg(long, env = "PASA_LISTEN", default_value = "127.0.0.1:7400")]
+    pub listen: SocketAddr,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "PASA_ADMIN", default_value = "127.0.0.1:7401")]
+    pub admin: SocketAddr,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+impl ServerArgs {
+    /// Sets up logging, opens the embedded store and serves it until Ctrl-C or SIGTERM.
+    pub async fn run(self, name: &str) -> anyhow::Result<()> {
+        init_tracing(self.store.log_json);
+        let store = self.store.open(Metrics::new())?;
+        serve(name, store, self.listen, self.admin, shutdown_signal()).await
+    }
+}
+
+/// Reads the gRPC and admin addresses back from a ready line printed by [`Bound::run`].
+pub fn parse_ready_line(line: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let (_, rest) = line.split_once(" serving pasa.store.v1 on ")?;
+    let (grpc, admin) = rest.split_once(", admin on ")?;
+    Some((grpc.trim().parse().ok()?, admin.trim().parse().ok()?))
+}
+
 /// Sets up `tracing` from `RUST_LOG` (default `info`), as text or JSON lines on stderr.
 pub fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -201,5 +230,19 @@ impl Bound {
         }
         tracing::info!("store closed");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_line_round_trip() {
+        let line = "pasa-pcp serving pasa.store.v1 on 127.0.0.1:7400, admin on [::1]:7401";
+        let (grpc, admin) = parse_ready_line(line).unwrap();
+        assert_eq!(grpc.to_string(), "127.0.0.1:7400");
+        assert_eq!(admin.to_string(), "[::1]:7401");
+        assert!(parse_ready_line("something else").is_none());
     }
 }

@@ -38,12 +38,9 @@ async fn start(dir: &std::path::Path) -> (Child, String) {
         .expect("ready line in time")
         .expect("read stdout")
         .expect("a ready line");
-    let addr = line
-        .split(" on ")
-        .nth(1)
-        .and_then(|s| s.split(',').next())
-        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"))
-        .to_string();
+    let (addr, _) = pasa_store::server::parse_ready_line(&line)
+        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
+    let addr = addr.to_string();
     (child, addr)
 }
 
