@@ -39,7 +39,7 @@ async fn slow_watcher_is_cut_off_and_resumes_without_loss() {
                 revisions.extend(b.events.iter().map(|e| e.revision));
             }
         }
-        revisions
+        (revisions, fast)
     });
     for i in 0..WRITES {
         apply_ok(
@@ -54,7 +54,8 @@ async fn slow_watcher_is_cut_off_and_resumes_without_loss() {
         .await;
     }
     let head = start + WRITES;
-    let fast_revisions = fast_reader.await.unwrap();
+    // The fast watcher stays open (and registered) until the end of the test.
+    let (fast_revisions, _fast) = fast_reader.await.unwrap();
     assert_eq!(
         fast_revisions,
         (start + 1..=head).collect::<Vec<_>>(),
