@@ -44,4 +44,31 @@ mod tests {
     fn cli_is_well_formed() {
         super::Cli::command().debug_assert();
     }
+
+    #[test]
+    fn defaults() {
+        use clap::Parser;
+        let cli = super::Cli::try_parse_from([
+            "pasa-bench",
+            "match",
+            "--subscriptions",
+            "10",
+            "--objects",
+            "5",
+        ])
+        .unwrap();
+        let super::Command::Match(args) = cli.command else {
+            panic!("not match")
+        };
+        assert_eq!((args.samples, args.namespaces, args.seed), (2000, None, 42));
+        let cli = super::Cli::try_parse_from(["pasa-bench", "write"]).unwrap();
+        let super::Command::Write(args) = cli.command else {
+            panic!("not write")
+        };
+        assert_eq!(
+            (args.resources, args.batch, args.concurrency),
+            (100_000, 100, 1)
+        );
+        assert!(args.data_dir.is_none());
+    }
 }
