@@ -283,15 +283,16 @@ impl Hub {
 
     /// Watchers whose subscription matches an object with these keys, by the rule index.
     pub fn subscribers_of(&self, keys: &ObjectKeys) -> RoaringBitmap {
-        let mut out = RoaringBitmap::new();
-        for rule in &self.rules.matching(keys) {
-            if let Some(&owner) = self.rule_owner.get(rule as usize)
-                && owner != NO_OWNER
-            {
-                out.insert(owner);
-            }
-        }
-        out
+        let mut owners: Vec<u32> = self
+            .rules
+            .matching(keys)
+            .iter()
+            .filter_map(|rule| self.rule_owner.get(rule as usize).copied())
+            .filter(|&owner| owner != NO_OWNER)
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        RoaringBitmap::from_sorted_iter(owners).unwrap_or_default()
     }
 
     /// The same answer as [`Hub::subscribers_of`], by evaluating every subscription.

@@ -1,12 +1,11 @@
 //! Exact-value postings: value → bitmap of ids.
 
-use std::collections::HashMap;
-
 use roaring::RoaringBitmap;
+use rustc_hash::FxHashMap;
 
 #[derive(Default, Debug)]
 pub struct ValueIndex {
-    postings: HashMap<String, RoaringBitmap>,
+    postings: FxHashMap<String, RoaringBitmap>,
 }
 
 impl ValueIndex {
