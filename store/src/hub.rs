@@ -92,7 +92,13 @@ pub struct Hub {
     watchers: Vec<Option<Watcher>>,
     free_watchers: Vec<u32>,
     watcher_count: usize,
+    /// Objects per kind, in `Kind::ALL` order.
+    kind_counts: [u64; Kind::ALL.len()],
     metrics: Metrics,
+}
+
+fn kind_slot(kind: Kind) -> usize {
+    Kind::ALL.iter().position(|k| *k == kind).unwrap_or(0)
 }
 
 impl Hub {
@@ -110,6 +116,7 @@ impl Hub {
             watchers: Vec::new(),
             free_watchers: Vec::new(),
             watcher_count: 0,
+            kind_counts: [0; Kind::ALL.len()],
             metrics,
         }
     }
@@ -122,7 +129,9 @@ impl Hub {
         self.compact_revision
     }
 
+    /// Sets the revisions after start-up loading, and publishes the loaded state's gauges.
     pub fn set_revisions(&mut self, revision: u64, compact_revision: u64) {
+        self.publish_counts();
         self.revision = revision;
         self.compact_revision = compact_revision;
         self.metrics.revision.set(revision as i64);
@@ -144,14 +153,19 @@ impl Hub {
 
     /// Objects per kind.
     pub fn counts(&self) -> Vec<(Kind, u64)> {
-        let mut counts: HashMap<Kind, u64> = HashMap::new();
-        for entry in self.objects.iter().flatten() {
-            *counts.entry(entry.keys.kind).or_default() += 1;
+        Kind::ALL.into_iter().zip(self.kind_counts).collect()
+    }
+
+    /// Brings the per-kind object gauges up to date.
+    fn publish_counts(&self) {
+        for (kind, count) in self.counts() {
+            self.metrics
+                .objects
+                .get_or_create(&KindLabels {
+                    kind: KindValue(kind),
+                })
+                .set(count as i64);
         }
-        Kind::ALL
-            .into_iter()
-            .map(|k| (k, counts.get(&k).copied().unwrap_or(0)))
-            .collect()
     }
 
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<Resource>> {
@@ -178,8 +192,8 @@ impl Hub {
     }
 
     /// Adds or replaces an object without telling anyone (start-up load and commits).
-    fn put_object(&mut self, resource: Arc<Resource>) {
-        let (Some(key), Some(keys)) = (ObjectKey::of(&resource), ObjectKeys::of(&resource)) else {
+    fn put_object(&mut self, resource: Arc<Resource>, keys: ObjectKeys) {
+        let Some(key) = ObjectKey::of(&resource) else {
             tracing::warn!(kind = %resource.kind, "ignoring a stored object of unknown kind");
             return;
         };
@@ -192,7 +206,7 @@ impl Hub {
             }
         };
         self.object_index.insert(id, &keys);
-        self.kind_gauge(keys.kind).inc();
+        self.kind_counts[kind_slot(keys.kind)] += 1;
         self.objects[id as usize] = Some(Entry { resource, keys });
         self.by_key.insert(key, id);
     }
@@ -203,23 +217,19 @@ impl Hub {
         };
         if let Some(entry) = self.objects[id as usize].take() {
             self.object_index.remove(id, &entry.keys);
-            self.kind_gauge(entry.keys.kind).dec();
+            self.kind_counts[kind_slot(entry.keys.kind)] -= 1;
             self.free_objects.push(id);
         }
     }
 
-    fn kind_gauge(&self, kind: Kind) -> prometheus_client::metrics::gauge::Gauge {
-        self.metrics
-            .objects
-            .get_or_create(&KindLabels {
-                kind: KindValue(kind),
-            })
-            .clone()
-    }
-
     /// Loads a stored object at start-up.
     pub fn load(&mut self, resource: Resource) {
-        self.put_object(Arc::new(resource));
+        match ObjectKeys::of(&resource) {
+            Some(keys) => self.put_object(Arc::new(resource), keys),
+            None => {
+                tracing::warn!(kind = %resource.kind, "ignoring a stored object of unknown kind")
+            }
+        }
     }
 
     /// Applies committed log records (in revision order) and queues their events for every
@@ -266,16 +276,18 @@ impl Hub {
                     resource: Arc::clone(&resource),
                 });
             }
-            if deleted {
-                if let Some(key) = ObjectKey::of(&resource) {
-                    self.remove_object(&key);
+            match new_keys {
+                Some(keys) => self.put_object(resource, keys),
+                None => {
+                    if let Some(key) = ObjectKey::of(&resource) {
+                        self.remove_object(&key);
+                    }
                 }
-            } else {
-                self.put_object(resource);
             }
             self.revision = self.revision.max(revision);
         }
         self.metrics.revision.set(self.revision as i64);
+        self.publish_counts();
         for (w, events) in outbox {
             self.deliver(w, HubMsg::Events(events));
         }

@@ -174,18 +174,16 @@ impl Writer {
         }
     }
 
-    fn current(&self, key: &ObjectKey) -> Result<Option<(Vec<u8>, Resource)>, StoreError> {
+    fn current(&self, key: &ObjectKey) -> Result<Option<Resource>, StoreError> {
         let storage_key = key.storage_key();
         match self.backend.get(&storage_key)? {
-            Some(raw) => {
-                let resource = record::decode_resource(&storage_key, &raw)?;
-                Ok(Some((raw, resource)))
-            }
+            Some(raw) => Ok(Some(record::decode_resource(&storage_key, &raw)?)),
             None => Ok(None),
         }
     }
 
-    /// Starts a batch that only commits if nobody else moved the revision.
+    /// Starts a batch that only commits if nobody else moved the revision. Every write moves
+    /// it, so this one expectation covers every object this writer read for the batch.
     fn batch(&self) -> WriteBatch {
         let mut batch = WriteBatch::default();
         let expected = (self.revision > 0).then(|| record::encode_u64(self.revision));
@@ -227,7 +225,7 @@ impl Writer {
                 doc.index,
                 &doc.key,
                 doc.expected_mod_revision,
-                current.as_ref().map(|(_, r)| r),
+                current.as_ref(),
             ) {
                 errors.push(err);
                 continue;
@@ -240,7 +238,7 @@ impl Writer {
                     resource.version = 1;
                     (ApplyOutcome::Created, None)
                 }
-                Some((_, cur)) if same_content(&cur, &resource) => {
+                Some(cur) if same_content(&cur, &resource) => {
                     results.push(ApplyResult {
                         r#ref: Some(doc.key.to_ref()),
                         outcome: ApplyOutcome::Unchanged as i32,
@@ -248,17 +246,13 @@ impl Writer {
                     });
                     continue;
                 }
-                Some((raw, cur)) => {
+                Some(cur) => {
                     revision += 1;
                     resource.create_revision = cur.create_revision;
                     resource.version = cur.version + 1;
-                    batch.expect(doc.key.storage_key(), Some(raw));
                     (ApplyOutcome::Configured, Some(cur))
                 }
             };
-            if prev.is_none() {
-                batch.expect(doc.key.storage_key(), None);
-            }
             resource.mod_revision = revision;
             batch.put(doc.key.storage_key(), resource.encode_to_vec());
             let event = if prev.is_some() {
@@ -318,16 +312,13 @@ impl Writer {
                 continue;
             }
             let current = self.current(&key)?;
-            if let Some(err) = check_expected(
-                i as u32,
-                &key,
-                expected_mod_revision,
-                current.as_ref().map(|(_, r)| r),
-            ) {
+            if let Some(err) =
+                check_expected(i as u32, &key, expected_mod_revision, current.as_ref())
+            {
                 errors.push(err);
                 continue;
             }
-            let Some((raw, resource)) = current else {
+            let Some(resource) = current else {
                 if !ignore_not_found {
                     errors.push(doc_error(
                         i as u32,
@@ -340,7 +331,6 @@ impl Writer {
                 continue;
             };
             revision += 1;
-            batch.expect(key.storage_key(), Some(raw));
             batch.delete(key.storage_key());
             let rec = LogRecord {
                 r#type: EventType::Deleted as i32,
