@@ -24,6 +24,8 @@ use crate::store::{EventTypeOf, Store, StoreError};
 /// Events per message, and a soft byte budget per message (gRPC's default limit is 4 MiB).
 const MAX_EVENTS_PER_MESSAGE: usize = 500;
 const MAX_BYTES_PER_MESSAGE: usize = 1 << 20;
+/// Change-log records read per step of a replay.
+const REPLAY_PAGE: u64 = 1024;
 
 type Out = mpsc::Sender<Result<WatchResponse, Status>>;
 
@@ -189,53 +191,61 @@ impl Store {
     ) {
         let head = handle.revision;
         // Initial state: a snapshot at `head`, or the log from `from` to `head`.
-        let initial: Vec<Event> = match snapshot {
-            Some(objects) => objects
-                .into_iter()
-                .map(|r| Event {
+        match snapshot {
+            Some(objects) => {
+                let events = objects.into_iter().map(|r| Event {
                     r#type: EventType::Added as i32,
                     revision: head,
                     resource: Some(Arc::unwrap_or_clone(r)),
-                })
-                .collect(),
-            None => match self.read_log(from, head).await {
-                Ok(records) => records
-                    .into_iter()
-                    .filter_map(|rec| {
+                });
+                if !send_events(out, events, self).await {
+                    return;
+                }
+            }
+            // The change log from `from` to `head`, a page at a time so memory stays bounded.
+            None => {
+                let mut next = from;
+                while next <= head {
+                    let to = head.min(next + REPLAY_PAGE - 1);
+                    let records = match self.read_log(next, to).await {
+                        Ok(records) => records,
+                        Err(StoreError::Compacted {
+                            compact_revision, ..
+                        }) => {
+                            self.metrics().cut_off(CutOffReason::Compacted);
+                            let compact_revision = compact_revision.max(compact);
+                            let msg = StoreError::Compacted {
+                                requested: from,
+                                compact_revision,
+                            };
+                            let cancel = cancelled(
+                                CancelReason::Compacted,
+                                msg.to_string(),
+                                0,
+                                compact_revision,
+                            );
+                            let _ = out.send(Ok(cancel)).await;
+                            return;
+                        }
+                        Err(e) => {
+                            let _ = out.send(Err(Status::internal(e.to_string()))).await;
+                            return;
+                        }
+                    };
+                    let events = records.into_iter().filter_map(|rec| {
                         let t = event_for(&selector, &rec)?;
                         Some(Event {
                             r#type: t as i32,
                             revision: rec.revision,
                             resource: rec.resource,
                         })
-                    })
-                    .collect(),
-                Err(StoreError::Compacted {
-                    compact_revision, ..
-                }) => {
-                    self.metrics().cut_off(CutOffReason::Compacted);
-                    let msg = StoreError::Compacted {
-                        requested: from,
-                        compact_revision: compact_revision.max(compact),
-                    };
-                    let _ = out
-                        .send(Ok(cancelled(
-                            CancelReason::Compacted,
-                            msg.to_string(),
-                            0,
-                            compact_revision.max(compact),
-                        )))
-                        .await;
-                    return;
+                    });
+                    if !send_events(out, events, self).await {
+                        return;
+                    }
+                    next = to + 1;
                 }
-                Err(e) => {
-                    let _ = out.send(Err(Status::internal(e.to_string()))).await;
-                    return;
-                }
-            },
-        };
-        if !send_events(out, initial, self).await {
-            return;
+            }
         }
         let synced = WatchResponse {
             response: Some(watch_response::Response::Synced(Synced { revision: head })),

@@ -59,7 +59,8 @@ async fn acknowledged_writes_survive_sigkill() {
 
         // Write batches until the kill lands: the kill comes after a varying number of
         // acknowledged batches while further writes are in flight.
-        let kill_after = 20 + round * 37 % 90;
+        // Over the rounds the log grows past one replay page (1024 revisions).
+        let kill_after = 40 + round * 57 % 150;
         let (tx, mut rx) = tokio::sync::mpsc::channel::<(Vec<(String, u64)>, u64)>(1024);
         let writer = tokio::spawn(async move {
             let mut n = counter;
