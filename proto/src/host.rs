@@ -58,6 +58,10 @@ pub enum HostError {
     BadWildcard(String),
     #[error("host {0:?} must not contain whitespace, '/' or ':'")]
     BadCharacter(String),
+    #[error("host of {0} bytes is longer than the 253 a DNS name may have")]
+    TooLong(usize),
+    #[error("host {0:?} has a label longer than 63 bytes")]
+    LabelTooLong(String),
 }
 
 /// Checks that a host is a form the store can index: a name, `*`, or `*.` followed by a name.
@@ -66,6 +70,12 @@ pub enum HostError {
 pub fn check_pattern(host: &str) -> Result<(), HostError> {
     if host.is_empty() {
         return Err(HostError::Empty);
+    }
+    if host.len() > 253 {
+        return Err(HostError::TooLong(host.len()));
+    }
+    if host.split('.').any(|label| label.len() > 63) {
+        return Err(HostError::LabelTooLong(host.to_string()));
     }
     if host
         .chars()

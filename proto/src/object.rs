@@ -302,7 +302,8 @@ fn string_map(
     out
 }
 
-fn check_dns1123_label(s: &str) -> Result<(), String> {
+/// Checks a Kubernetes namespace-style name (RFC 1123 label).
+pub fn check_dns1123_label(s: &str) -> Result<(), String> {
     if s.len() > 63 {
         return Err(format!("{s:?} is longer than 63 characters"));
     }

@@ -21,6 +21,12 @@ use crate::metrics::{CutOffReason, KindLabels, KindValue, Metrics};
 use crate::record::{LogRecord, ObjectKey};
 use crate::selector::Selector;
 
+/// The order of every list the store returns: kind, namespace, name.
+pub fn sort_resources(resources: &mut [Arc<Resource>]) {
+    resources
+        .sort_by(|a, b| (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name)));
+}
+
 /// One event as queued for a watcher; the resource is shared by every watcher that gets it.
 #[derive(Debug, Clone)]
 pub struct HubEvent {
@@ -56,9 +62,17 @@ impl WatcherState {
     }
 }
 
+/// Names one registration. Slots are reused, so the generation tells a live watcher from an
+/// earlier one that had the same slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatcherKey {
+    pub id: u32,
+    generation: u64,
+}
+
 /// What a registered watcher holds.
 pub struct WatcherHandle {
-    pub id: u32,
+    pub key: WatcherKey,
     pub rx: mpsc::Receiver<HubMsg>,
     pub state: Arc<WatcherState>,
     /// The revision the registration happened at: queued events are all above it.
@@ -71,6 +85,7 @@ struct Entry {
 }
 
 struct Watcher {
+    generation: u64,
     selector: Selector,
     rule_ids: Vec<u32>,
     tx: mpsc::Sender<HubMsg>,
@@ -92,6 +107,9 @@ pub struct Hub {
     watchers: Vec<Option<Watcher>>,
     free_watchers: Vec<u32>,
     watcher_count: usize,
+    next_generation: u64,
+    /// Set by shutdown: later registrations are ended at once.
+    closed: bool,
     /// Objects per kind, in `Kind::ALL` order.
     kind_counts: [u64; Kind::ALL.len()],
     metrics: Metrics,
@@ -116,6 +134,8 @@ impl Hub {
             watchers: Vec::new(),
             free_watchers: Vec::new(),
             watcher_count: 0,
+            next_generation: 0,
+            closed: false,
             kind_counts: [0; Kind::ALL.len()],
             metrics,
         }
@@ -346,9 +366,9 @@ impl Hub {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.metrics.cut_off(CutOffReason::SlowConsumer);
-                self.end(watcher, Some(CutOffReason::SlowConsumer));
+                self.end_slot(watcher, Some(CutOffReason::SlowConsumer));
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => self.end(watcher, None),
+            Err(mpsc::error::TrySendError::Closed(_)) => self.end_slot(watcher, None),
         }
     }
 
@@ -378,10 +398,12 @@ impl Hub {
     }
 
     /// Registers a watcher with a queue of `capacity` messages. Everything committed after the
-    /// returned revision will be queued for it.
+    /// returned revision will be queued for it. After shutdown the watcher is ended at once.
     pub fn register(&mut self, selector: Selector, capacity: usize) -> WatcherHandle {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let state = Arc::new(WatcherState::default());
+        self.next_generation += 1;
+        let generation = self.next_generation;
         let id = match self.free_watchers.pop() {
             Some(id) => id,
             None => {
@@ -391,6 +413,7 @@ impl Hub {
         };
         let rule_ids = self.add_rules(id, &selector);
         self.watchers[id as usize] = Some(Watcher {
+            generation,
             selector,
             rule_ids,
             tx,
@@ -398,23 +421,30 @@ impl Hub {
         });
         self.watcher_count += 1;
         self.metrics.subscriptions.set(self.watcher_count as i64);
+        if self.closed {
+            self.end_slot(id, Some(CutOffReason::Shutdown));
+        }
         WatcherHandle {
-            id,
+            key: WatcherKey { id, generation },
             rx,
             state,
             revision: self.revision,
         }
     }
 
+    fn take_watcher(&mut self, key: WatcherKey) -> Option<Watcher> {
+        let slot = self.watchers.get_mut(key.id as usize)?;
+        if slot.as_ref()?.generation != key.generation {
+            return None;
+        }
+        slot.take()
+    }
+
     /// Changes a watcher's subscription: queues ADDED for objects that now match and DELETED
     /// for objects that no longer do, at the current revision. Returns false if the watcher is
     /// gone (cut off or unregistered).
-    pub fn update_subscription(&mut self, watcher: u32, selector: Selector) -> bool {
-        let Some(w) = self
-            .watchers
-            .get_mut(watcher as usize)
-            .and_then(Option::take)
-        else {
+    pub fn update_subscription(&mut self, key: WatcherKey, selector: Selector) -> bool {
+        let Some(w) = self.take_watcher(key) else {
             return false;
         };
         let before = self.object_index.select(&w.selector);
@@ -433,29 +463,34 @@ impl Hub {
             }
         }
         self.remove_rules(&w.selector, &w.rule_ids);
-        let rule_ids = self.add_rules(watcher, &selector);
-        self.watchers[watcher as usize] = Some(Watcher {
+        let rule_ids = self.add_rules(key.id, &selector);
+        self.watchers[key.id as usize] = Some(Watcher {
             selector,
             rule_ids,
             ..w
         });
         if !events.is_empty() {
-            self.deliver(watcher, HubMsg::Events(events));
+            self.deliver(key.id, HubMsg::Events(events));
         }
         true
     }
 
-    /// Removes a watcher; with a reason, its stream is told why.
-    pub fn end(&mut self, watcher: u32, reason: Option<CutOffReason>) {
-        let Some(w) = self
-            .watchers
-            .get_mut(watcher as usize)
-            .and_then(Option::take)
-        else {
-            return;
-        };
+    /// Removes a watcher if it is still registered; with a reason, its stream is told why.
+    pub fn end(&mut self, key: WatcherKey, reason: Option<CutOffReason>) {
+        if let Some(w) = self.take_watcher(key) {
+            self.release(key.id, w, reason);
+        }
+    }
+
+    fn end_slot(&mut self, id: u32, reason: Option<CutOffReason>) {
+        if let Some(w) = self.watchers.get_mut(id as usize).and_then(Option::take) {
+            self.release(id, w, reason);
+        }
+    }
+
+    fn release(&mut self, id: u32, w: Watcher, reason: Option<CutOffReason>) {
         self.remove_rules(&w.selector, &w.rule_ids);
-        self.free_watchers.push(watcher);
+        self.free_watchers.push(id);
         self.watcher_count -= 1;
         self.metrics.subscriptions.set(self.watcher_count as i64);
         if let Some(reason) = reason {
@@ -472,14 +507,47 @@ impl Hub {
         }
     }
 
-    /// Ends every watch, telling each stream the store is shutting down.
+    /// Ends every watch, telling each stream the store is shutting down; watches registered
+    /// later end at once.
     pub fn shutdown(&mut self) {
-        let ids: Vec<u32> = (0..self.watchers.len() as u32).collect();
-        for id in ids {
+        self.closed = true;
+        for id in 0..self.watchers.len() as u32 {
             if self.watchers[id as usize].is_some() {
                 self.metrics.cut_off(CutOffReason::Shutdown);
-                self.end(id, Some(CutOffReason::Shutdown));
+                self.end_slot(id, Some(CutOffReason::Shutdown));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stale_key_cannot_touch_the_next_watcher_of_its_slot() {
+        let mut hub = Hub::new(Metrics::new());
+        let a = hub.register(Selector::everything(), 1);
+        // The hub ends A itself (as on a cut-off); B gets A's slot.
+        hub.end_slot(a.key.id, Some(CutOffReason::SlowConsumer));
+        let b = hub.register(Selector::everything(), 1);
+        assert_eq!(a.key.id, b.key.id);
+        assert!(!hub.update_subscription(a.key, Selector::default()));
+        hub.end(a.key, None);
+        assert_eq!(hub.watcher_count(), 1, "B is still registered");
+        assert_eq!(b.state.cut_reason(), None);
+        hub.end(b.key, None);
+        assert_eq!(hub.watcher_count(), 0);
+    }
+
+    #[test]
+    fn watchers_registered_after_shutdown_end_at_once() {
+        let mut hub = Hub::new(Metrics::new());
+        let before = hub.register(Selector::everything(), 1);
+        hub.shutdown();
+        assert_eq!(before.state.cut_reason(), Some(CutOffReason::Shutdown));
+        let after = hub.register(Selector::everything(), 1);
+        assert_eq!(after.state.cut_reason(), Some(CutOffReason::Shutdown));
+        assert_eq!(hub.watcher_count(), 0);
     }
 }

@@ -4,6 +4,7 @@
 
 use pasa_proto::Kind;
 use pasa_proto::host;
+use pasa_proto::object::check_dns1123_label;
 use pasa_proto::store::v1 as pb;
 
 use crate::index::ObjectKeys;
@@ -15,6 +16,11 @@ pub struct Rule {
     pub hosts: Vec<String>,
     pub gateways: Vec<String>,
 }
+
+/// Rules one subscription may have.
+pub const MAX_RULES: usize = 1_000;
+/// Values one dimension of a rule may list.
+pub const MAX_VALUES: usize = 10_000;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selector {
@@ -42,39 +48,60 @@ impl Rule {
     }
 
     fn from_pb(rule: &pb::Rule, at: &str) -> Result<Rule, SelectorError> {
-        let kinds = rule
+        let err = |field: String, message: String| SelectorError { field, message };
+        for (dim, values) in [
+            ("kinds", &rule.kinds),
+            ("namespaces", &rule.namespaces),
+            ("hosts", &rule.hosts),
+            ("gateways", &rule.gateways),
+        ] {
+            if values.len() > MAX_VALUES {
+                return Err(err(
+                    format!("{at}.{dim}"),
+                    format!(
+                        "{} values is more than the {MAX_VALUES} allowed",
+                        values.len()
+                    ),
+                ));
+            }
+        }
+        let mut kinds = rule
             .kinds
             .iter()
             .enumerate()
             .map(|(i, k)| {
-                k.parse::<Kind>().map_err(|e| SelectorError {
-                    field: format!("{at}.kinds[{i}]"),
-                    message: e.to_string(),
-                })
+                k.parse::<Kind>()
+                    .map_err(|e| err(format!("{at}.kinds[{i}]"), e.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         for (i, h) in rule.hosts.iter().enumerate() {
-            host::check_pattern(h).map_err(|e| SelectorError {
-                field: format!("{at}.hosts[{i}]"),
-                message: e.to_string(),
-            })?;
+            host::check_pattern(h).map_err(|e| err(format!("{at}.hosts[{i}]"), e.to_string()))?;
         }
-        let nonempty = |values: &[String], dim: &str| -> Result<(), SelectorError> {
-            match values.iter().position(String::is_empty) {
-                Some(i) => Err(SelectorError {
-                    field: format!("{at}.{dim}[{i}]"),
-                    message: "must not be empty".into(),
-                }),
-                None => Ok(()),
+        for (i, ns) in rule.namespaces.iter().enumerate() {
+            check_dns1123_label(ns)
+                .map_err(|e| err(format!("{at}.namespaces[{i}]"), format!("namespace {e}")))?;
+        }
+        for (i, g) in rule.gateways.iter().enumerate() {
+            if g.is_empty() || g.len() > 317 {
+                return Err(err(
+                    format!("{at}.gateways[{i}]"),
+                    "must be `mesh` or `namespace/name`".into(),
+                ));
             }
+        }
+        let sorted = |values: &[String]| {
+            let mut v = values.to_vec();
+            v.sort();
+            v.dedup();
+            v
         };
-        nonempty(&rule.namespaces, "namespaces")?;
-        nonempty(&rule.gateways, "gateways")?;
+        kinds.sort();
+        kinds.dedup();
         Ok(Rule {
             kinds,
-            namespaces: rule.namespaces.clone(),
-            hosts: rule.hosts.clone(),
-            gateways: rule.gateways.clone(),
+            namespaces: sorted(&rule.namespaces),
+            hosts: sorted(&rule.hosts),
+            gateways: sorted(&rule.gateways),
         })
     }
 
@@ -101,6 +128,15 @@ impl Selector {
     }
 
     pub fn from_pb(sub: &pb::Subscription) -> Result<Selector, SelectorError> {
+        if sub.rules.len() > MAX_RULES {
+            return Err(SelectorError {
+                field: "rules".into(),
+                message: format!(
+                    "{} rules is more than the {MAX_RULES} allowed: rules take lists of values",
+                    sub.rules.len()
+                ),
+            });
+        }
         let rules = sub
             .rules
             .iter()

@@ -26,6 +26,9 @@ use crate::record::{
 use crate::selector::Selector;
 use writer::{Command, Writer};
 
+/// Change-log records read per step of a historical list.
+const LIST_PAGE: u64 = 1024;
+
 /// Tunables of a store.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -73,14 +76,16 @@ pub enum StoreError {
     #[error("the store is shutting down")]
     ShuttingDown,
     #[error(
-        "the store stopped accepting writes after a failed flush to disk; restart it to recover from its durable state"
+        "the store could not flush to disk, so whether this write persisted is unknown; it accepts no more writes: restart it to recover from its durable state, then read before retrying"
     )]
     Failed,
 }
 
 struct Inner {
     backend: Arc<dyn Backend>,
-    hub: Mutex<Hub>,
+    /// Shared with the writer thread, which holds no handle on the store itself, so dropping the
+    /// last `Store` stops the writer.
+    hub: Arc<Mutex<Hub>>,
     config: StoreConfig,
     metrics: Metrics,
     writer: Mutex<Option<mpsc::Sender<Command>>>,
@@ -165,7 +170,7 @@ impl Store {
         let (tx, rx) = mpsc::channel(1024);
         let inner = Arc::new(Inner {
             backend,
-            hub: Mutex::new(hub),
+            hub: Arc::new(Mutex::new(hub)),
             config,
             metrics,
             writer: Mutex::new(Some(tx)),
@@ -179,14 +184,14 @@ impl Store {
             inner.metrics.clone(),
         );
         let store = Store { inner };
-        let for_thread = store.clone();
+        let hub = Arc::clone(&store.inner.hub);
         let handle = std::thread::Builder::new()
             .name("pasa-store-writer".into())
             .spawn(move || {
                 writer.run(
                     rx,
-                    |records| for_thread.hub().commit(records),
-                    |compact| for_thread.hub().set_compact_revision(compact),
+                    |records| lock(&hub).commit(records),
+                    |compact| lock(&hub).set_compact_revision(compact),
                 )
             })
             .map_err(|e| BackendError::Engine {
@@ -276,7 +281,11 @@ impl Store {
             match r.kind.parse::<Kind>() {
                 Ok(kind) => keys.push(ObjectKey {
                     kind,
-                    namespace: r.namespace.clone(),
+                    namespace: if r.namespace.is_empty() {
+                        "default".to_string()
+                    } else {
+                        r.namespace.clone()
+                    },
                     name: r.name.clone(),
                 }),
                 Err(e) => errors.push(doc_error(
@@ -353,36 +362,43 @@ impl Store {
             });
         }
         // Undo what happened after `revision`: the state of each touched object at `revision`
-        // is the state before the first change after it.
-        let records = self.read_log(revision + 1, head).await?;
-        let mut objects: std::collections::BTreeMap<ObjectKey, Arc<Resource>> = current
+        // is the state before the first change after it. The log is read a page at a time and
+        // only the first record of each object is kept.
+        let mut objects: std::collections::HashMap<ObjectKey, Arc<Resource>> = current
             .into_iter()
             .filter_map(|r| ObjectKey::of(&r).map(|k| (k, r)))
             .collect();
         let mut seen = std::collections::HashSet::new();
-        for rec in records {
-            let Some(resource) = rec.resource.as_ref() else {
-                continue;
-            };
-            let Some(key) = ObjectKey::of(resource) else {
-                continue;
-            };
-            if !seen.insert(key.clone()) {
-                continue;
+        let mut next = revision + 1;
+        while next <= head {
+            let to = head.min(next + LIST_PAGE - 1);
+            for rec in self.read_log(next, to).await? {
+                let Some(resource) = rec.resource.as_ref() else {
+                    continue;
+                };
+                let Some(key) = ObjectKey::of(resource) else {
+                    continue;
+                };
+                if !seen.insert(key.clone()) {
+                    continue;
+                }
+                let before = match EventTypeOf::of(&rec) {
+                    EventTypeOf::Added => None,
+                    EventTypeOf::Modified => rec.prev,
+                    EventTypeOf::Deleted => rec.resource,
+                };
+                match before.filter(|r| {
+                    crate::index::ObjectKeys::of(r).is_some_and(|k| selector.matches(&k))
+                }) {
+                    Some(r) => objects.insert(key, Arc::new(r)),
+                    None => objects.remove(&key),
+                };
             }
-            let before = match EventTypeOf::of(&rec) {
-                EventTypeOf::Added => None,
-                EventTypeOf::Modified => rec.prev.clone(),
-                EventTypeOf::Deleted => rec.resource.clone(),
-            };
-            match before
-                .filter(|r| crate::index::ObjectKeys::of(r).is_some_and(|k| selector.matches(&k)))
-            {
-                Some(r) => objects.insert(key, Arc::new(r)),
-                None => objects.remove(&key),
-            };
+            next = to + 1;
         }
-        Ok((objects.into_values().collect(), revision))
+        let mut out: Vec<Arc<Resource>> = objects.into_values().collect();
+        crate::hub::sort_resources(&mut out);
+        Ok((out, revision))
     }
 
     /// Change-log records `from..=to`, all of them or a `Compacted` error.

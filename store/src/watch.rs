@@ -24,6 +24,8 @@ use crate::store::{EventTypeOf, Store, StoreError};
 /// Events per message, and a soft byte budget per message (gRPC's default limit is 4 MiB).
 const MAX_EVENTS_PER_MESSAGE: usize = 500;
 const MAX_BYTES_PER_MESSAGE: usize = 1 << 20;
+/// How long the cut-off notice may wait for a client that does not read.
+const FINAL_NOTICE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Change-log records read per step of a replay.
 const REPLAY_PAGE: u64 = 1024;
 
@@ -68,7 +70,7 @@ async fn send_events(out: &Out, events: impl IntoIterator<Item = Event>, store: 
     let mut batch = Vec::new();
     let mut bytes = 0;
     for ev in events {
-        bytes += ev.resource.as_ref().map_or(0, |r| r.spec_json.len() + 256);
+        bytes += ev.resource.as_ref().map_or(0, prost::Message::encoded_len);
         batch.push(ev);
         if batch.len() >= MAX_EVENTS_PER_MESSAGE || bytes >= MAX_BYTES_PER_MESSAGE {
             if !flush(out, std::mem::take(&mut batch), store).await {
@@ -170,12 +172,19 @@ impl Store {
                 return;
             }
         };
-        let id = handle.id;
-        tracing::debug!(watcher = id, revision = handle.revision, "watch registered");
-        self.run_watch(handle, selector, snapshot, from, compact, requests, &out)
-            .instrument(span)
-            .await;
-        self.hub().end(id, None);
+        let key = handle.key;
+        tracing::debug!(
+            watcher = key.id,
+            revision = handle.revision,
+            "watch registered"
+        );
+        let identity = create.identity;
+        self.run_watch(
+            handle, selector, snapshot, from, compact, identity, requests, &out,
+        )
+        .instrument(span)
+        .await;
+        self.hub().end(key, None);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -186,6 +195,7 @@ impl Store {
         snapshot: Option<Vec<Arc<Resource>>>,
         from: u64,
         compact: u64,
+        identity: Option<pasa_proto::store::v1::SubscriberIdentity>,
         mut requests: impl Stream<Item = Result<WatchRequest, Status>> + Unpin,
         out: &Out,
     ) {
@@ -275,8 +285,12 @@ impl Store {
                             ),
                             CutOffReason::Compacted => (CancelReason::Compacted, String::new()),
                         };
-                        tracing::info!(watcher = handle.id, ?reason, "watch cut off");
-                        let _ = out.send(Ok(cancelled(reason, text, sent_through + 1, 0))).await;
+                        tracing::info!(watcher = handle.key.id, ?reason, "watch cut off");
+                        // What is still queued is covered by the resume revision: free it now,
+                        // and do not wait forever on a client that does not read.
+                        drop(std::mem::replace(&mut handle.rx, mpsc::channel(1).1));
+                        let notice = cancelled(reason, text, sent_through + 1, 0);
+                        let _ = tokio::time::timeout(FINAL_NOTICE_WAIT, out.send(Ok(notice))).await;
                         return;
                     }
                 }
@@ -304,9 +318,14 @@ impl Store {
                 _ = out.closed() => return,
                 req = requests.next(), if requests_open => match req {
                     Some(Ok(WatchRequest { request: Some(watch_request::Request::Update(update)) })) => {
-                        match selector_of(update.subscription.as_ref()) {
+                        let checked = selector_of(update.subscription.as_ref()).and_then(|sel| {
+                            access::authorize(identity.as_ref(), &sel)
+                                .map_err(|e| Status::permission_denied(e.to_string()))?;
+                            Ok(sel)
+                        });
+                        match checked {
                             Ok(sel) => {
-                                if !self.hub().update_subscription(handle.id, sel) {
+                                if !self.hub().update_subscription(handle.key, sel) {
                                     // Cut off meanwhile; the notice is pending.
                                     continue;
                                 }

@@ -223,7 +223,7 @@ proptest! {
                     m.drain();
                     let before = m.hub.select_ids(&m.watchers[i].1);
                     let now = m.hub.select_ids(&sel);
-                    prop_assert!(m.hub.update_subscription(m.watchers[i].0.id, sel.clone()));
+                    prop_assert!(m.hub.update_subscription(m.watchers[i].0.key, sel.clone()));
                     m.watchers[i].1 = sel;
                     let got = m.drain().swap_remove(i);
                     let added = got.iter().filter(|(t, _)| *t == EventType::Added).count() as u64;
@@ -236,7 +236,7 @@ proptest! {
                     if m.watchers.is_empty() { continue; }
                     let i = i % m.watchers.len();
                     let (h, _) = m.watchers.remove(i);
-                    m.hub.end(h.id, None);
+                    m.hub.end(h.key, None);
                 }
             }
             m.check()?;

@@ -29,7 +29,9 @@ pub async fn run(server: &str, args: ApplyArgs) -> CmdResult {
         .into_iter()
         .map(|(source, mut doc)| {
             if let Some(meta) = doc.get_mut("metadata").and_then(|m| m.as_object_mut())
-                && !meta.contains_key("namespace")
+                && meta
+                    .get("namespace")
+                    .is_none_or(|ns| ns.is_null() || ns.as_str() == Some(""))
             {
                 meta.insert("namespace".into(), args.namespace.clone().into());
             }

@@ -77,6 +77,13 @@ fn pair_key(namespace: &str, kind: &str) -> String {
     format!("{namespace}\0{kind}")
 }
 
+/// Whether the rule is posted under (namespace, kind) pairs.
+fn keyed_by_pairs(rule: &Rule) -> bool {
+    rule.hosts.is_empty()
+        && rule.gateways.is_empty()
+        && !(rule.namespaces.is_empty() && rule.kinds.is_empty())
+}
+
 /// The (namespace, kind) keys a rule without hosts or gateways is posted under.
 fn pair_keys(rule: &Rule) -> Vec<String> {
     let namespaces: Vec<&str> = if rule.namespaces.is_empty() {
@@ -131,8 +138,10 @@ impl RuleIndex {
         for g in &rule.gateways {
             self.by_gateway.remove(g, id);
         }
-        for key in pair_keys(rule) {
-            self.by_namespace_kind.remove(&key, id);
+        if keyed_by_pairs(rule) {
+            for key in pair_keys(rule) {
+                self.by_namespace_kind.remove(&key, id);
+            }
         }
         self.gateways
             .remove(id, rule.gateways.iter().map(String::as_str));

@@ -165,7 +165,7 @@ impl Writer {
                     .observe(elapsed);
             }
             done.into_iter().for_each(Done::send);
-            if self.compact() {
+            if !self.failed && self.compact() {
                 compacted(self.compact_revision);
             }
         }
