@@ -229,11 +229,65 @@ fn pasactl_end_to_end() {
     assert!(status.contains("REVISION   10"), "{status}");
     assert!(status.contains("TOTAL             7"), "{status}");
 
+    // apply from standard input, with -n for documents that name no namespace.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+        .args(["--server", &pcp.addr, "apply", "-n", "edge", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            b"apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata:\n  name: default\n",
+        )
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "sidecar/edge/default created"
+    );
+
+    // Replay the change log from a revision: every change since, then SYNCED.
+    let mut replay = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+        .args([
+            "--server",
+            &pcp.addr,
+            "watch",
+            "--namespace",
+            "shop",
+            "--kind",
+            "gw",
+            "--from-revision",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = line_channel(BufReader::new(replay.stdout.take().unwrap()));
+    let mut seen = Vec::new();
+    loop {
+        let v: serde_json::Value =
+            serde_json::from_str(&lines.recv_timeout(WAIT).expect("replay line")).unwrap();
+        if v["type"] == "SYNCED" {
+            assert_eq!(v["revision"], 11);
+            break;
+        }
+        seen.push(format!("{} {}", v["type"].as_str().unwrap(), v["revision"]));
+    }
+    assert_eq!(seen, ["ADDED 3", "DELETED 10"]);
+    let _ = replay.kill();
+    let _ = replay.wait();
+
     // A graceful restart keeps everything.
     pcp.terminate();
     let pcp = Pcp::start(data.path());
     let status = pcp.ok(&["status"]);
-    assert!(status.contains("REVISION   10"), "{status}");
+    assert!(status.contains("REVISION   11"), "{status}");
     let services = examples().join("shop/services.yaml");
     let out = pcp.ok(&["delete", "-f", services.to_str().unwrap()]);
     assert_eq!(
