@@ -21,6 +21,10 @@ use crate::metrics::{CutOffReason, KindLabels, KindValue, Metrics};
 use crate::record::{LogRecord, ObjectKey};
 use crate::selector::Selector;
 
+/// Events per queued message of a commit (a watcher's queue holds at most its capacity times
+/// this many events).
+pub const MAX_EVENTS_PER_MESSAGE: usize = 256;
+
 /// The order of every list the store returns: kind, namespace, name.
 pub fn sort_resources(resources: &mut [Arc<Resource>]) {
     resources
@@ -308,8 +312,14 @@ impl Hub {
         }
         self.metrics.revision.set(self.revision as i64);
         self.publish_counts();
-        for (w, events) in outbox {
-            self.deliver(w, HubMsg::Events(events));
+        for (w, mut events) in outbox {
+            // Bounded messages make the queue bound a bound on events. Commit events have
+            // distinct, rising revisions, so a cut-off between two messages resumes exactly.
+            while !events.is_empty() {
+                let rest = events.split_off(events.len().min(MAX_EVENTS_PER_MESSAGE));
+                self.deliver(w, HubMsg::Events(events));
+                events = rest;
+            }
         }
     }
 
@@ -358,6 +368,8 @@ impl Hub {
         self.object_index.select(selector)
     }
 
+    /// Queues a message for a watcher, cutting it off if its queue is full. Does nothing for a
+    /// watcher that is gone.
     fn deliver(&mut self, watcher: u32, msg: HubMsg) {
         let Some(w) = self.watchers.get(watcher as usize).and_then(Option::as_ref) else {
             return;
@@ -538,6 +550,42 @@ mod tests {
         assert_eq!(b.state.cut_reason(), None);
         hub.end(b.key, None);
         assert_eq!(hub.watcher_count(), 0);
+    }
+
+    #[test]
+    fn a_big_commit_is_queued_in_bounded_messages_and_cuts_off_a_small_queue() {
+        let mut hub = Hub::new(Metrics::new());
+        let mut small = hub.register(Selector::everything(), 2);
+        let mut roomy = hub.register(Selector::everything(), 16);
+        let records: Vec<LogRecord> = (1..=1000u64)
+            .map(|rev| LogRecord {
+                r#type: EventType::Added as i32,
+                revision: rev,
+                resource: Some(Resource {
+                    api_version: "networking.istio.io/v1".into(),
+                    kind: "Sidecar".into(),
+                    namespace: "ns".into(),
+                    name: format!("s{rev}"),
+                    ..Default::default()
+                }),
+                prev: None,
+            })
+            .collect();
+        hub.commit(records);
+        let drain = |h: &mut WatcherHandle| {
+            let mut revisions = Vec::new();
+            while let Ok(HubMsg::Events(events)) = h.rx.try_recv() {
+                assert!(events.len() <= MAX_EVENTS_PER_MESSAGE);
+                revisions.extend(events.iter().map(|e| e.revision));
+            }
+            revisions
+        };
+        assert_eq!(drain(&mut roomy), (1..=1000).collect::<Vec<_>>());
+        assert_eq!(roomy.state.cut_reason(), None);
+        // Two messages fit; the rest is left to a resume from revision 513.
+        assert_eq!(drain(&mut small), (1..=512).collect::<Vec<_>>());
+        assert_eq!(small.state.cut_reason(), Some(CutOffReason::SlowConsumer));
+        assert_eq!(hub.watcher_count(), 1);
     }
 
     #[test]
