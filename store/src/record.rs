@@ -38,6 +38,19 @@ impl ObjectKey {
         })
     }
 
+    /// The key a reference names; an empty namespace means `default`, as in kubectl.
+    pub fn from_ref(r: &ObjectRef) -> Result<ObjectKey, pasa_proto::kind::UnknownKind> {
+        Ok(ObjectKey {
+            kind: r.kind.parse()?,
+            namespace: if r.namespace.is_empty() {
+                "default".to_string()
+            } else {
+                r.namespace.clone()
+            },
+            name: r.name.clone(),
+        })
+    }
+
     pub fn storage_key(&self) -> Vec<u8> {
         format!("o/{}/{}/{}", self.kind, self.namespace, self.name).into_bytes()
     }

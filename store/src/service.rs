@@ -3,7 +3,6 @@
 use std::pin::Pin;
 
 use futures::{Stream, StreamExt};
-use pasa_proto::Kind;
 use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
 use pasa_proto::store::v1::{
     ApplyRequest, ApplyResponse, DeleteRequest, DeleteResponse, GetRequest, GetResponse, KindCount,
@@ -57,22 +56,10 @@ impl From<StoreError> for Status {
 
 fn object_key(r: Option<&pasa_proto::store::v1::ObjectRef>) -> Result<ObjectKey, Status> {
     let r = r.ok_or_else(|| Status::invalid_argument("ref: required"))?;
-    let kind = r
-        .kind
-        .parse::<Kind>()
-        .map_err(|e| Status::invalid_argument(format!("ref.kind: {e}")))?;
     if r.name.is_empty() {
         return Err(Status::invalid_argument("ref.name: required"));
     }
-    Ok(ObjectKey {
-        kind,
-        namespace: if r.namespace.is_empty() {
-            "default".to_string()
-        } else {
-            r.namespace.clone()
-        },
-        name: r.name.clone(),
-    })
+    ObjectKey::from_ref(r).map_err(|e| Status::invalid_argument(format!("ref.kind: {e}")))
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send + 'static>>;

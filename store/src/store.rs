@@ -278,16 +278,8 @@ impl Store {
         let mut keys = Vec::new();
         let mut errors = Vec::new();
         for (i, r) in req.refs.iter().enumerate() {
-            match r.kind.parse::<Kind>() {
-                Ok(kind) => keys.push(ObjectKey {
-                    kind,
-                    namespace: if r.namespace.is_empty() {
-                        "default".to_string()
-                    } else {
-                        r.namespace.clone()
-                    },
-                    name: r.name.clone(),
-                }),
+            match ObjectKey::from_ref(r) {
+                Ok(key) => keys.push(key),
                 Err(e) => errors.push(doc_error(
                     i as u32,
                     r.clone(),

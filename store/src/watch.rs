@@ -103,6 +103,22 @@ fn to_event(e: HubEvent) -> Event {
 }
 
 impl Store {
+    /// Ends a watch that asked for a revision the change log no longer has.
+    async fn send_compacted(&self, out: Out, from: u64, compact_revision: u64) {
+        self.metrics().cut_off(CutOffReason::Compacted);
+        let err = StoreError::Compacted {
+            requested: from,
+            compact_revision,
+        };
+        let notice = cancelled(
+            CancelReason::Compacted,
+            err.to_string(),
+            0,
+            compact_revision,
+        );
+        let _ = out.send(Ok(notice)).await;
+    }
+
     /// Serves one watch stream: `create` is its first request, `requests` the rest.
     pub async fn serve_watch(
         &self,
@@ -157,18 +173,8 @@ impl Store {
                 return;
             }
             Start::Compacted(compact_revision) => {
-                self.metrics().cut_off(CutOffReason::Compacted);
-                let err = StoreError::Compacted {
-                    requested: from,
-                    compact_revision,
-                };
-                let msg = cancelled(
-                    CancelReason::Compacted,
-                    err.to_string(),
-                    0,
-                    compact_revision,
-                );
-                let _ = out.send(Ok(msg)).await;
+                self.send_compacted(out.clone(), from, compact_revision)
+                    .await;
                 return;
             }
         };
@@ -222,19 +228,9 @@ impl Store {
                         Err(StoreError::Compacted {
                             compact_revision, ..
                         }) => {
-                            self.metrics().cut_off(CutOffReason::Compacted);
                             let compact_revision = compact_revision.max(compact);
-                            let msg = StoreError::Compacted {
-                                requested: from,
-                                compact_revision,
-                            };
-                            let cancel = cancelled(
-                                CancelReason::Compacted,
-                                msg.to_string(),
-                                0,
-                                compact_revision,
-                            );
-                            let _ = out.send(Ok(cancel)).await;
+                            self.send_compacted(out.clone(), from, compact_revision)
+                                .await;
                             return;
                         }
                         Err(e) => {
