@@ -76,6 +76,8 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is::<Reported>() => ExitCode::FAILURE,
+        // The reader went away (`pasactl get vs -A | head`): stop quietly, as kubectl does.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -99,6 +101,22 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Watch(args) => watch::run(&cli.server, args).await,
         Command::Status => status::run(&cli.server).await,
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Writes command output to stdout; a closed pipe comes back as an error, not a panic.
+pub fn out(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()
 }
 
 /// Connects to the store, with a message that says what to check when it is not there.

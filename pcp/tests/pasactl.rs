@@ -148,6 +148,19 @@ fn pasactl_end_to_end() {
     );
     assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"));
 
+    // A reader that goes away (`| head`) ends pasactl quietly, not with a panic.
+    let mut piped = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+        .args(["--server", &pcp.addr, "get", "vs", "-A", "-o", "yaml"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(piped.stdout.take());
+    let closed = piped.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&closed.stderr);
+    assert!(closed.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
     // get: table, wide, all namespaces, yaml and json.
     let table = pcp.ok(&["get", "vs", "-n", "shop"]);
     assert!(table.starts_with("NAME"), "{table}");

@@ -2,7 +2,7 @@
 
 use pasa_proto::store::v1::{ApplyDocument, ApplyOutcome, ApplyRequest};
 
-use super::{CmdResult, FileArgs, Reported, connect, object_name, status_error};
+use super::{CmdResult, FileArgs, Reported, connect, object_name, out, status_error};
 use crate::manifest::{self, Source};
 
 #[derive(clap::Args, Debug)]
@@ -82,6 +82,7 @@ pub async fn run(server: &str, args: ApplyArgs) -> CmdResult {
         return Err(Reported.into());
     }
     let suffix = if args.dry_run { " (dry run)" } else { "" };
+    let mut text = String::new();
     for r in &response.results {
         let Some(reference) = &r.r#ref else { continue };
         let outcome = match ApplyOutcome::try_from(r.outcome) {
@@ -89,10 +90,11 @@ pub async fn run(server: &str, args: ApplyArgs) -> CmdResult {
             Ok(ApplyOutcome::Configured) => "configured",
             _ => "unchanged",
         };
-        println!(
-            "{} {outcome}{suffix}",
+        text.push_str(&format!(
+            "{} {outcome}{suffix}\n",
             object_name(&reference.kind, &reference.namespace, &reference.name)
-        );
+        ));
     }
+    out(&text)?;
     Ok(())
 }

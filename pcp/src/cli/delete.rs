@@ -4,7 +4,7 @@ use pasa_proto::Kind;
 use pasa_proto::object::identity_of;
 use pasa_proto::store::v1::{DeleteRequest, ObjectRef};
 
-use super::{CmdResult, FileArgs, Reported, connect, object_name, status_error};
+use super::{CmdResult, FileArgs, Reported, connect, object_name, out, status_error};
 use crate::manifest;
 
 #[derive(clap::Args, Debug)]
@@ -74,10 +74,12 @@ pub async fn run(server: &str, args: DeleteArgs) -> CmdResult {
         eprintln!("error: nothing was deleted");
         return Err(Reported.into());
     }
-    for d in &response.deleted {
-        if let Some(r) = &d.r#ref {
-            println!("{} deleted", object_name(&r.kind, &r.namespace, &r.name));
-        }
-    }
+    let text: String = response
+        .deleted
+        .iter()
+        .filter_map(|d| d.r#ref.as_ref())
+        .map(|r| format!("{} deleted\n", object_name(&r.kind, &r.namespace, &r.name)))
+        .collect();
+    out(&text)?;
     Ok(())
 }

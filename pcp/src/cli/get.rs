@@ -5,7 +5,7 @@ use pasa_proto::object::manifest;
 use pasa_proto::store::v1::{GetRequest, ListRequest, ObjectRef, Resource, Rule, Subscription};
 use serde_json::{Value, json};
 
-use super::{CmdResult, connect, status_error};
+use super::{CmdResult, connect, out, status_error};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
@@ -82,14 +82,11 @@ pub async fn run(server: &str, args: GetArgs) -> CmdResult {
     };
     let single = args.name.is_some();
     match args.output {
-        Some(Output::Yaml) => print!(
-            "{}",
-            serde_saphyr::to_string(&document(&resources, single))?
-        ),
-        Some(Output::Json) => println!(
-            "{}",
+        Some(Output::Yaml) => out(&serde_saphyr::to_string(&document(&resources, single))?)?,
+        Some(Output::Json) => out(&format!(
+            "{}\n",
             serde_json::to_string_pretty(&document(&resources, single))?
-        ),
+        ))?,
         table => {
             if resources.is_empty() {
                 if args.all_namespaces {
@@ -99,10 +96,11 @@ pub async fn run(server: &str, args: GetArgs) -> CmdResult {
                 }
                 return Ok(());
             }
-            print!(
-                "{}",
-                render_table(&resources, args.all_namespaces, table == Some(Output::Wide))
-            );
+            out(&render_table(
+                &resources,
+                args.all_namespaces,
+                table == Some(Output::Wide),
+            ))?;
         }
     }
     Ok(())

@@ -2,7 +2,9 @@
 
 use pasa_proto::store::v1::StatusRequest;
 
-use super::{CmdResult, connect, status_error};
+use std::fmt::Write as _;
+
+use super::{CmdResult, connect, out, status_error};
 
 pub async fn run(server: &str) -> CmdResult {
     let mut client = connect(server).await?;
@@ -11,13 +13,14 @@ pub async fn run(server: &str) -> CmdResult {
         .await
         .map_err(status_error)?
         .into_inner();
-    println!("SERVER     {server}");
-    println!("BACKEND    {}", s.backend);
-    println!("VERSION    {}", s.version);
-    println!("REVISION   {}", s.revision);
-    println!("COMPACTED  {}", s.compact_revision);
-    println!("WATCHERS   {}", s.watchers);
-    println!();
+    let mut text = String::new();
+    writeln!(text, "SERVER     {server}")?;
+    writeln!(text, "BACKEND    {}", s.backend)?;
+    writeln!(text, "VERSION    {}", s.version)?;
+    writeln!(text, "REVISION   {}", s.revision)?;
+    writeln!(text, "COMPACTED  {}", s.compact_revision)?;
+    writeln!(text, "WATCHERS   {}", s.watchers)?;
+    writeln!(text)?;
     let width = s
         .objects
         .iter()
@@ -25,11 +28,12 @@ pub async fn run(server: &str) -> CmdResult {
         .max()
         .unwrap_or(4)
         .max(4);
-    println!("{:width$}  OBJECTS", "KIND");
+    writeln!(text, "{:width$}  OBJECTS", "KIND")?;
     for k in &s.objects {
-        println!("{:width$}  {}", k.kind, k.count);
+        writeln!(text, "{:width$}  {}", k.kind, k.count)?;
     }
     let total: u64 = s.objects.iter().map(|k| k.count).sum();
-    println!("{:width$}  {total}", "TOTAL");
+    writeln!(text, "{:width$}  {total}", "TOTAL")?;
+    out(&text)?;
     Ok(())
 }
