@@ -18,7 +18,7 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::index::{ObjectIndex, ObjectKeys, RuleIndex};
 use crate::metrics::{CutOffReason, KindLabels, KindValue, Metrics};
-use crate::record::{LogRecord, ObjectKey};
+use crate::record::{LogRecord, ObjectKey, transition};
 use crate::selector::Selector;
 
 /// Events per queued message of a commit (a watcher's queue holds at most its capacity times
@@ -262,19 +262,10 @@ impl Hub {
         let mut outbox: HashMap<u32, Vec<HubEvent>> = HashMap::new();
         for record in records {
             let revision = record.revision;
+            let new_keys = record.after().and_then(ObjectKeys::of);
+            let old_keys = record.before().and_then(ObjectKeys::of);
             let Some(resource) = record.resource.map(Arc::new) else {
                 continue;
-            };
-            let deleted = record.r#type == EventType::Deleted as i32;
-            let new_keys = if deleted {
-                None
-            } else {
-                ObjectKeys::of(&resource)
-            };
-            let old_keys = match (&record.prev, deleted) {
-                (_, true) => ObjectKeys::of(&resource),
-                (Some(prev), false) => ObjectKeys::of(prev),
-                (None, false) => None,
             };
             let started = Instant::now();
             let now = new_keys
@@ -289,10 +280,8 @@ impl Hub {
                 .match_duration
                 .observe(started.elapsed().as_secs_f64());
             for w in &now | &before {
-                let r#type = match (now.contains(w), before.contains(w)) {
-                    (true, true) => EventType::Modified,
-                    (true, false) => EventType::Added,
-                    _ => EventType::Deleted,
+                let Some(r#type) = transition(now.contains(w), before.contains(w)) else {
+                    continue;
                 };
                 outbox.entry(w).or_default().push(HubEvent {
                     r#type,

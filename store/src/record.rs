@@ -91,6 +91,41 @@ pub struct LogRecord {
     pub prev: Option<Resource>,
 }
 
+impl LogRecord {
+    pub fn is_delete(&self) -> bool {
+        self.r#type == EventType::Deleted as i32
+    }
+
+    /// The object after the change; `None` for a delete.
+    pub fn after(&self) -> Option<&Resource> {
+        if self.is_delete() {
+            None
+        } else {
+            self.resource.as_ref()
+        }
+    }
+
+    /// The object before the change; `None` for a creation.
+    pub fn before(&self) -> Option<&Resource> {
+        if self.is_delete() {
+            self.resource.as_ref()
+        } else {
+            self.prev.as_ref()
+        }
+    }
+}
+
+/// The event a subscriber sees for a change, from whether its subscription matches the object
+/// after and before it: into the selection is ADDED, out of it DELETED, within it MODIFIED.
+pub fn transition(matches_after: bool, matches_before: bool) -> Option<EventType> {
+    match (matches_after, matches_before) {
+        (true, true) => Some(EventType::Modified),
+        (true, false) => Some(EventType::Added),
+        (false, true) => Some(EventType::Deleted),
+        (false, false) => None,
+    }
+}
+
 pub fn log_key(revision: u64) -> Vec<u8> {
     let mut key = LOG_PREFIX.to_vec();
     key.extend_from_slice(&revision.to_be_bytes());

@@ -374,12 +374,7 @@ impl Store {
                 if !seen.insert(key.clone()) {
                     continue;
                 }
-                let before = match EventTypeOf::of(&rec) {
-                    EventTypeOf::Added => None,
-                    EventTypeOf::Modified => rec.prev,
-                    EventTypeOf::Deleted => rec.resource,
-                };
-                match before.filter(|r| {
+                match rec.before().cloned().filter(|r| {
                     crate::index::ObjectKeys::of(r).is_some_and(|k| selector.matches(&k))
                 }) {
                     Some(r) => objects.insert(key, Arc::new(r)),
@@ -424,25 +419,6 @@ impl Store {
             tracing::error!(error = %e, "final flush failed");
         }
         self.hub().shutdown();
-    }
-}
-
-/// The event type of a log record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum EventTypeOf {
-    Added,
-    Modified,
-    Deleted,
-}
-
-impl EventTypeOf {
-    pub fn of(rec: &LogRecord) -> EventTypeOf {
-        use pasa_proto::store::v1::EventType;
-        match EventType::try_from(rec.r#type) {
-            Ok(EventType::Deleted) => EventTypeOf::Deleted,
-            Ok(EventType::Modified) => EventTypeOf::Modified,
-            _ => EventTypeOf::Added,
-        }
     }
 }
 

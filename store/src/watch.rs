@@ -17,9 +17,9 @@ use crate::access;
 use crate::hub::{HubEvent, HubMsg, WatcherHandle};
 use crate::index::ObjectKeys;
 use crate::metrics::CutOffReason;
-use crate::record::LogRecord;
+use crate::record::{LogRecord, transition};
 use crate::selector::Selector;
-use crate::store::{EventTypeOf, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// Events per message, and a soft byte budget per message (gRPC's default limit is 4 MiB).
 const MAX_EVENTS_PER_MESSAGE: usize = 500;
@@ -34,19 +34,11 @@ type Out = mpsc::Sender<Result<WatchResponse, Status>>;
 /// The event a subscriber of `selector` sees for a log record, if any: a change into the
 /// selection is ADDED, out of it DELETED.
 pub(crate) fn event_for(selector: &Selector, rec: &LogRecord) -> Option<EventType> {
-    let resource = rec.resource.as_ref()?;
     let matches = |r: &Resource| ObjectKeys::of(r).is_some_and(|k| selector.matches(&k));
-    let (now, before) = match EventTypeOf::of(rec) {
-        EventTypeOf::Added => (matches(resource), false),
-        EventTypeOf::Modified => (matches(resource), rec.prev.as_ref().is_some_and(matches)),
-        EventTypeOf::Deleted => (false, matches(resource)),
-    };
-    match (now, before) {
-        (true, true) => Some(EventType::Modified),
-        (true, false) => Some(EventType::Added),
-        (false, true) => Some(EventType::Deleted),
-        (false, false) => None,
-    }
+    transition(
+        rec.after().is_some_and(matches),
+        rec.before().is_some_and(matches),
+    )
 }
 
 fn selector_of(sub: Option<&pasa_proto::store::v1::Subscription>) -> Result<Selector, Status> {
