@@ -1,8 +1,10 @@
 //! The vocabulary every PASA part shares: the store API (`pasa.store.v1`), resource kinds,
-//! the Kubernetes-style object envelope, and Istio's host and gateway-name semantics.
+//! the Kubernetes-style object envelope, the typed Istio networking models, and Istio's host and
+//! gateway-name semantics.
 
 pub mod gateway;
 pub mod host;
+pub mod istio;
 pub mod kind;
 pub mod node;
 pub mod object;

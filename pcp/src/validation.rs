@@ -1,0 +1,167 @@
+//! Istio-parity validation of networking resources: what istiod's webhook rejects, PCP rejects,
+//! with the field path and the rule; what it warns about, PCP warns about.
+//!
+//! [`validate`] checks one object on its own (the webhook's and `pasactl validate`'s job). Checks
+//! that need other resources (a subset no DestinationRule defines) are warnings from
+//! `crate::analysis`.
+
+pub mod common;
+pub mod destination_rule;
+pub mod gateway;
+pub mod service_entry;
+pub mod sidecar;
+pub mod virtual_service;
+pub mod workload_entry;
+
+use std::fmt;
+
+use pasa_proto::object::FieldError;
+use pasa_proto::{Kind, Object};
+use serde::de::DeserializeOwned;
+
+/// Where in a document a problem is: `spec.http[0].route[1].weight`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Path(String);
+
+impl Path {
+    /// The root of a resource's spec.
+    pub fn spec() -> Path {
+        Path("spec".to_string())
+    }
+
+    pub fn root(name: &str) -> Path {
+        Path(name.to_string())
+    }
+
+    /// A field of this one: `spec` → `spec.hosts`.
+    pub fn field(&self, name: &str) -> Path {
+        if self.0.is_empty() {
+            Path(name.to_string())
+        } else {
+            Path(format!("{}.{name}", self.0))
+        }
+    }
+
+    /// An element of this list: `spec.hosts` → `spec.hosts[2]`.
+    pub fn index(&self, i: usize) -> Path {
+        Path(format!("{}[{i}]", self.0))
+    }
+
+    /// An entry of this map: `metadata.labels` → `metadata.labels[app]`.
+    pub fn key(&self, key: &str) -> Path {
+        Path(format!("{}[{key}]", self.0))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One problem: the field at fault and the rule it breaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
+
+impl From<FieldError> for Problem {
+    fn from(e: FieldError) -> Self {
+        Problem {
+            field: e.field,
+            message: e.message,
+        }
+    }
+}
+
+/// Everything validation found in one object. Errors reject it; warnings are reported only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub errors: Vec<Problem>,
+    pub warnings: Vec<Problem>,
+}
+
+impl Report {
+    pub fn error(&mut self, at: &Path, message: impl fmt::Display) {
+        self.errors.push(Problem {
+            field: at.to_string(),
+            message: message.to_string(),
+        });
+    }
+
+    pub fn warn(&mut self, at: &Path, message: impl fmt::Display) {
+        self.warnings.push(Problem {
+            field: at.to_string(),
+            message: message.to_string(),
+        });
+    }
+
+    /// Records `result`'s error, if any, at `at`.
+    pub fn check(&mut self, at: &Path, result: Result<(), String>) {
+        if let Err(message) = result {
+            self.error(at, message);
+        }
+    }
+
+    pub fn is_valid(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+/// Validates a structurally sound object (see [`Object::from_json`]) as istiod's webhook would.
+pub fn validate(obj: &Object) -> Report {
+    let mut report = Report::default();
+    common::validate_metadata(obj, &mut report);
+    match obj.kind {
+        Kind::VirtualService => virtual_service::validate(obj, &mut report),
+        Kind::DestinationRule => destination_rule::validate(obj, &mut report),
+        Kind::ServiceEntry => service_entry::validate(obj, &mut report),
+        Kind::Gateway => gateway::validate(obj, &mut report),
+        Kind::Sidecar => sidecar::validate(obj, &mut report),
+        Kind::WorkloadEntry => workload_entry::validate(obj, &mut report),
+        // The store's own kind: its structure is checked by the store.
+        Kind::ServiceEndpoints => {}
+    }
+    report
+}
+
+/// Parses the spec into its model; a parse error is recorded and ends validation of the object.
+pub fn parse<T: DeserializeOwned>(obj: &Object, report: &mut Report) -> Option<T> {
+    match pasa_proto::istio::parse_spec(&obj.spec) {
+        Ok(spec) => Some(spec),
+        Err(e) => {
+            report.errors.push(e.into());
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_read_like_kubectl_explain() {
+        let p = Path::spec().field("http").index(0).field("route").index(1);
+        assert_eq!(p.field("weight").as_str(), "spec.http[0].route[1].weight");
+        assert_eq!(
+            Path::root("metadata").field("labels").key("app").as_str(),
+            "metadata.labels[app]"
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! The `DestinationRule` model (`networking.istio.io`).

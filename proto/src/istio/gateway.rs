@@ -1,0 +1,1 @@
+//! The `Gateway` model (`networking.istio.io`).

@@ -1,0 +1,1 @@
+//! The `ServiceEntry` model (`networking.istio.io`).

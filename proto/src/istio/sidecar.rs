@@ -1,0 +1,1 @@
+//! The `Sidecar` model (`networking.istio.io`).

@@ -1,0 +1,1 @@
+//! The `VirtualService` model (`networking.istio.io`).

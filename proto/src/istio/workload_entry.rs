@@ -1,0 +1,1 @@
+//! The `WorkloadEntry` model (`networking.istio.io`).
