@@ -281,6 +281,7 @@ fn istio_validation_corpus() {
         }
     }
     print_tally("samples (Istio networking documents)", &samples);
+    print_tally("validation/crds overall", &crds_total);
 
     for f in &failures {
         println!("FAIL {f}");
