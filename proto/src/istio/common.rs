@@ -275,6 +275,14 @@ macro_rules! proto_enum {
     };
 }
 
+/// `PortSelector`: a port of the destination service, by number.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PortSelector {
+    #[serde(default)]
+    pub number: u32,
+}
+
 /// The application protocols Istio knows by port name or `protocol` field (matched without case).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Protocol {
