@@ -4,6 +4,7 @@ mod apply;
 mod delete;
 mod get;
 mod status;
+mod validate;
 mod watch;
 
 use std::path::PathBuf;
@@ -41,6 +42,8 @@ pub enum Command {
     Watch(watch::WatchArgs),
     /// Show the store's revision and object counts.
     Status,
+    /// Check files as the write path would, without a server; exit code 1 on errors.
+    Validate(validate::ValidateArgs),
 }
 
 /// `-f` options shared by apply and delete.
@@ -100,6 +103,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Delete(args) => delete::run(&cli.server, args).await,
         Command::Watch(args) => watch::run(&cli.server, args).await,
         Command::Status => status::run(&cli.server).await,
+        Command::Validate(args) => validate::run(args),
     }
 }
 
@@ -142,6 +146,29 @@ pub async fn connect(server: &str) -> anyhow::Result<StoreClient<Channel>> {
 /// A gRPC error as a user reads it.
 pub fn status_error(status: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{} ({:?})", status.message(), status.code())
+}
+
+/// One problem of a batch as pasactl prints it: where (file, document, object), which field, what.
+pub fn problem_line(
+    sources: &[crate::manifest::Source],
+    index: u32,
+    reference: Option<&pasa_proto::store::v1::ObjectRef>,
+    field: &str,
+    message: &str,
+) -> String {
+    let source = sources
+        .get(index as usize)
+        .map(ToString::to_string)
+        .unwrap_or_else(|| format!("document {index}"));
+    let what = reference
+        .filter(|r| !r.name.is_empty())
+        .map(|r| format!(" ({})", object_name(&r.kind, &r.namespace, &r.name)))
+        .unwrap_or_default();
+    if field.is_empty() {
+        format!("{source}{what}: {message}")
+    } else {
+        format!("{source}{what}: {field}: {message}")
+    }
 }
 
 /// `kind/namespace/name`, as pasactl prints objects.

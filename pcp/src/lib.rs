@@ -1,8 +1,12 @@
-//! PCP, PASA's control plane: the write path into the store and `pasactl`.
-//!
-//! Today PCP runs the store embedded and serves its API; Istio-parity validation, the admission
-//! webhook and the Kubernetes syncer come next, each in its own module.
+//! PCP, PASA's control plane: Istio-parity validation, the write path into the store (embedded
+//! or remote), the admission webhook, and `pasactl`.
 
+pub mod admission;
+pub mod analysis;
 pub mod cli;
 pub mod manifest;
+pub mod metrics;
+pub mod server;
 pub mod validation;
+pub mod webhook;
+pub mod write;

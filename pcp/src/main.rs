@@ -1,18 +1,11 @@
-//! `pasa-pcp`: the PASA control plane. With no store address given it runs the store embedded
-//! on sled in `./pasa-data` and serves the store API on `127.0.0.1:7400`.
+//! `pasa-pcp`: the PASA control plane. With no `--store` given it runs the store embedded on sled
+//! in `./pasa-data` and serves the API on `127.0.0.1:7400`; `--webhook-listen` adds the admission
+//! webhook.
 
 use clap::Parser;
-use pasa_store::server::ServerArgs;
-
-/// The PASA control plane, with the store embedded.
-#[derive(Parser, Debug)]
-#[command(name = "pasa-pcp", version)]
-struct Args {
-    #[command(flatten)]
-    server: ServerArgs,
-}
+use pasa_pcp::server::PcpArgs;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    Args::parse().server.run("pasa-pcp").await
+    PcpArgs::parse().run().await
 }

@@ -13,6 +13,8 @@ use tokio::sync::watch;
 use crate::admin::{self, Readiness};
 use crate::backend::sled::SledBackend;
 use crate::metrics::Metrics;
+use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
+
 use crate::service::StoreService;
 use crate::store::{Store, StoreConfig};
 
@@ -134,26 +136,111 @@ pub async fn shutdown_signal() {
 /// Both listeners of a store server, bound and not yet serving.
 pub struct Bound {
     store: Store,
+    listeners: Listeners,
+}
+
+/// A bound gRPC listener and admin listener.
+pub struct Listeners {
     grpc: tokio::net::TcpListener,
     admin: tokio::net::TcpListener,
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
 }
 
-/// Binds the gRPC and admin listeners (port 0 picks a free port).
+impl Listeners {
+    /// Binds the gRPC and admin listeners (port 0 picks a free port).
+    pub async fn bind(listen: SocketAddr, admin: SocketAddr) -> anyhow::Result<Listeners> {
+        let grpc = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding the gRPC listener on {listen}"))?;
+        let admin_listener = tokio::net::TcpListener::bind(admin)
+            .await
+            .with_context(|| format!("binding the admin listener on {admin}"))?;
+        Ok(Listeners {
+            grpc_addr: grpc.local_addr()?,
+            admin_addr: admin_listener.local_addr()?,
+            grpc,
+            admin: admin_listener,
+        })
+    }
+
+    /// Serves `service` (the store API, or a front of it) and the admin endpoint until
+    /// `shutdown` resolves. With an embedded `store`, runs its background work, exports its
+    /// metrics, and on shutdown ends every watch, drains queued writes and flushes to disk.
+    /// Once serving, prints the ready line on stdout:
+    /// `<name> serving pasa.store.v1 on ADDR, admin on ADDR`.
+    pub async fn serve<S: StoreApi>(
+        self,
+        name: &str,
+        service: StoreServer<S>,
+        store: Option<Store>,
+        mut registry: Registry,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Listeners {
+            grpc: grpc_listener,
+            admin: admin_listener,
+            grpc_addr,
+            admin_addr,
+        } = self;
+        if let Some(store) = &store {
+            store.metrics().register(&mut registry);
+        }
+        let ready = Readiness::default();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let admin_server = admin::serve(
+            admin_listener,
+            registry,
+            ready.clone(),
+            stopped(stop_rx.clone()),
+        );
+        let background = store.as_ref().map(Store::spawn_background);
+        let grpc = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+                stopped(stop_rx),
+            );
+        let grpc = tokio::spawn(grpc);
+        let admin = tokio::spawn(admin_server);
+        ready.set(true);
+        println!("{name} serving pasa.store.v1 on {grpc_addr}, admin on {admin_addr}");
+        tracing::info!(grpc = %grpc_addr, admin = %admin_addr, "serving");
+
+        shutdown.await;
+        ready.set(false);
+        let _ = stop_tx.send(true);
+        if let Some(background) = background {
+            background.abort();
+        }
+        if let Some(store) = store {
+            // Ends every watch with a SHUTDOWN notice, drains queued writes and flushes to disk.
+            tokio::task::spawn_blocking(move || store.shutdown())
+                .await
+                .context("store shutdown")?;
+        }
+        match tokio::time::timeout(DRAIN_DEADLINE, async { (grpc.await, admin.await) }).await {
+            Ok((grpc, admin)) => {
+                grpc.context("gRPC server task")?.context("gRPC server")?;
+                admin
+                    .context("admin server task")?
+                    .context("admin server")?;
+            }
+            Err(_) => tracing::warn!("requests still running after the drain deadline; exiting"),
+        }
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Binds the gRPC and admin listeners of a store server (port 0 picks a free port).
 pub async fn bind(store: Store, listen: SocketAddr, admin: SocketAddr) -> anyhow::Result<Bound> {
-    let grpc = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("binding the gRPC listener on {listen}"))?;
-    let admin_listener = tokio::net::TcpListener::bind(admin)
-        .await
-        .with_context(|| format!("binding the admin listener on {admin}"))?;
     Ok(Bound {
-        grpc_addr: grpc.local_addr()?,
-        admin_addr: admin_listener.local_addr()?,
         store,
-        grpc,
-        admin: admin_listener,
+        listeners: Listeners::bind(listen, admin).await?,
     })
 }
 
@@ -169,67 +256,30 @@ pub async fn serve(
 }
 
 impl Bound {
-    /// Serves the store API and the admin endpoint until `shutdown` resolves, then ends
-    /// watches, drains writes and flushes. Once serving, prints the ready line on stdout:
-    /// `<name> serving pasa.store.v1 on ADDR, admin on ADDR`.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.listeners.grpc_addr
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.listeners.admin_addr
+    }
+
+    /// Serves the store API over the store; see [`Listeners::serve`].
     pub async fn run(
         self,
         name: &str,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let Bound {
-            store,
-            grpc: grpc_listener,
-            admin: admin_listener,
-            grpc_addr,
-            admin_addr,
-        } = self;
-        let mut registry = Registry::default();
-        store.metrics().register(&mut registry);
-        let ready = Readiness::default();
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let stopped = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        let admin_server = admin::serve(
-            admin_listener,
-            registry,
-            ready.clone(),
-            stopped(stop_rx.clone()),
-        );
-        let background = store.spawn_background();
-        let grpc = tonic::transport::Server::builder()
-            .add_service(StoreService::new(store.clone()).into_server())
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
-                stopped(stop_rx),
-            );
-        let grpc = tokio::spawn(grpc);
-        let admin = tokio::spawn(admin_server);
-        ready.set(true);
-        println!("{name} serving pasa.store.v1 on {grpc_addr}, admin on {admin_addr}");
-        tracing::info!(grpc = %grpc_addr, admin = %admin_addr, "serving");
-
-        shutdown.await;
-        ready.set(false);
-        let _ = stop_tx.send(true);
-        background.abort();
-        // Ends every watch with a SHUTDOWN notice, drains queued writes and flushes to disk.
-        let closing = store.clone();
-        tokio::task::spawn_blocking(move || closing.shutdown())
+        let service = StoreService::new(self.store.clone()).into_server();
+        self.listeners
+            .serve(
+                name,
+                service,
+                Some(self.store),
+                Registry::default(),
+                shutdown,
+            )
             .await
-            .context("store shutdown")?;
-        match tokio::time::timeout(DRAIN_DEADLINE, async { (grpc.await, admin.await) }).await {
-            Ok((grpc, admin)) => {
-                grpc.context("gRPC server task")?.context("gRPC server")?;
-                admin
-                    .context("admin server task")?
-                    .context("admin server")?;
-            }
-            Err(_) => tracing::warn!("requests still running after the drain deadline; exiting"),
-        }
-        tracing::info!("store closed");
-        Ok(())
     }
 }
 

@@ -2,7 +2,7 @@
 
 use pasa_proto::store::v1::{ApplyDocument, ApplyOutcome, ApplyRequest};
 
-use super::{CmdResult, FileArgs, Reported, connect, object_name, out, status_error};
+use super::{CmdResult, FileArgs, Reported, connect, object_name, out, problem_line, status_error};
 use crate::manifest::{self, Source};
 
 #[derive(clap::Args, Debug)]
@@ -51,29 +51,23 @@ pub async fn run(server: &str, args: ApplyArgs) -> CmdResult {
         .await
         .map_err(status_error)?
         .into_inner();
+    for w in &response.warnings {
+        eprintln!(
+            "Warning: {}",
+            problem_line(&sources, w.index, w.r#ref.as_ref(), &w.field, &w.message)
+        );
+    }
     if !response.errors.is_empty() {
         for e in &response.errors {
-            let source = sources
-                .get(e.index as usize)
-                .map(ToString::to_string)
-                .unwrap_or_else(|| format!("document {}", e.index));
-            let what = e
-                .r#ref
-                .as_ref()
-                .filter(|r| !r.name.is_empty())
-                .map(|r| format!(" ({})", object_name(&r.kind, &r.namespace, &r.name)))
-                .unwrap_or_default();
-            let field = if e.field.is_empty() {
-                String::new()
-            } else {
-                format!("{}: ", e.field)
-            };
             let first = e
                 .duplicate_of
                 .and_then(|i| sources.get(i as usize))
                 .map(|s| format!(" (first in {s})"))
                 .unwrap_or_default();
-            eprintln!("error: {source}{what}: {field}{}{first}", e.message);
+            eprintln!(
+                "error: {}{first}",
+                problem_line(&sources, e.index, e.r#ref.as_ref(), &e.field, &e.message)
+            );
         }
         eprintln!(
             "error: {} problem(s) found; nothing was written",

@@ -288,6 +288,7 @@ impl Writer {
             results,
             errors,
             revision: if dry_run { self.revision } else { revision },
+            warnings: Vec::new(),
         })
     }
 

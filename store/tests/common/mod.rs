@@ -43,7 +43,7 @@ impl TestServer {
         )
         .await
         .expect("bind");
-        let (addr, admin) = (bound.grpc_addr, bound.admin_addr);
+        let (addr, admin) = (bound.grpc_addr(), bound.admin_addr());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(bound.run("test-store", async move {
             let _ = stopped.await;

@@ -1,0 +1,55 @@
+//! `pasactl validate -f FILE|DIR|-`: the same checks as the write path, offline (no server).
+
+use super::{CmdResult, FileArgs, Reported, problem_line};
+use crate::admission;
+use crate::manifest::{self, Source};
+
+#[derive(clap::Args, Debug)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub files: FileArgs,
+    /// Namespace for documents that name none.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+}
+
+pub fn run(args: ValidateArgs) -> CmdResult {
+    if args.files.files.is_empty() {
+        anyhow::bail!("validate needs -f FILE, -f DIR or -f -");
+    }
+    let docs = manifest::load(&args.files.files, args.files.recursive)?;
+    if docs.is_empty() {
+        anyhow::bail!("no objects passed to validate");
+    }
+    let (sources, values): (Vec<Source>, Vec<_>) =
+        docs.into_iter().map(|(s, v)| (s, Ok(v))).unzip();
+    let mut checked = admission::check_documents(&values, &args.namespace);
+    // Offline, the only other resources are the ones given together.
+    admission::analyze(&mut checked, &[]);
+    for e in &checked.errors {
+        eprintln!(
+            "error: {}",
+            problem_line(&sources, e.index, e.r#ref.as_ref(), &e.field, &e.message)
+        );
+    }
+    for w in &checked.warnings {
+        eprintln!(
+            "warning: {}",
+            problem_line(&sources, w.index, w.r#ref.as_ref(), &w.field, &w.message)
+        );
+    }
+    let documents = values.len();
+    if !checked.errors.is_empty() {
+        eprintln!(
+            "{} error(s), {} warning(s) in {documents} document(s)",
+            checked.errors.len(),
+            checked.warnings.len()
+        );
+        return Err(Reported.into());
+    }
+    super::out(&format!(
+        "{documents} document(s) valid, {} warning(s)\n",
+        checked.warnings.len()
+    ))?;
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! PCP's Prometheus metrics: admission outcomes by origin, webhook requests and latency, and
+//! writes made on admission.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::admission::Checked;
+
+/// Where a document came in.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Origin {
+    Grpc,
+    Webhook,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Verdict {
+    Admitted,
+    Rejected,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    pub origin: Origin,
+    pub verdict: Verdict,
+}
+
+/// The webhook's answer to one AdmissionReview.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Answer {
+    Allowed,
+    Denied,
+    /// 4xx before any review: wrong content type, empty body.
+    BadRequest,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    pub answer: Answer,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum WriteResult {
+    Written,
+    Failed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub result: WriteResult,
+}
+
+pub struct Metrics {
+    pub documents: Family<AdmissionLabels, Counter>,
+    pub webhook_requests: Family<WebhookLabels, Counter>,
+    pub webhook_duration: Histogram,
+    pub writes_on_admit: Family<WriteLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            documents: Family::default(),
+            webhook_requests: Family::default(),
+            webhook_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            writes_on_admit: Family::default(),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "pasa_pcp_documents",
+            "Documents checked by admission, by origin and verdict",
+            self.documents.clone(),
+        );
+        registry.register(
+            "pasa_pcp_webhook_requests",
+            "AdmissionReview requests answered, by answer",
+            self.webhook_requests.clone(),
+        );
+        registry.register(
+            "pasa_pcp_webhook_duration_seconds",
+            "Time to answer an AdmissionReview",
+            self.webhook_duration.clone(),
+        );
+        registry.register(
+            "pasa_pcp_writes_on_admit",
+            "Store writes made for admitted objects (--write-on-admit), by result",
+            self.writes_on_admit.clone(),
+        );
+    }
+
+    /// Counts each document of a checked batch as admitted or rejected.
+    pub fn count_admission(&self, origin: Origin, checked: &Checked) {
+        let rejected: std::collections::HashSet<u32> =
+            checked.errors.iter().map(|e| e.index).collect();
+        let total = checked.objects.len();
+        let bad = rejected.len().min(total);
+        for (verdict, n) in [(Verdict::Rejected, bad), (Verdict::Admitted, total - bad)] {
+            if n > 0 {
+                self.documents
+                    .get_or_create(&AdmissionLabels { origin, verdict })
+                    .inc_by(n as u64);
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Running PCP: its command line, the embedded or remote store behind it, the gRPC API, the
+//! admin endpoint and the admission webhook, and graceful shutdown of all of them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use pasa_store::server::{Listeners, StoreArgs, init_tracing, shutdown_signal};
+use pasa_store::service::StoreService;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::webhook::{self, Webhook, tls};
+use crate::write::{Upstream, WriteService};
+
+/// The PASA control plane: validates Istio config and writes it into the store.
+#[derive(clap::Parser, Debug)]
+#[command(name = "pasa-pcp", version)]
+pub struct PcpArgs {
+    /// gRPC address of the API (store API with validated writes).
+    #[arg(long, env = "PASA_LISTEN", default_value = "127.0.0.1:7400")]
+    pub listen: SocketAddr,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "PASA_ADMIN", default_value = "127.0.0.1:7401")]
+    pub admin: SocketAddr,
+    /// Store servers to write to, instead of the embedded store (comma-separated host:port).
+    #[arg(
+        long,
+        env = "PASA_STORE",
+        value_delimiter = ',',
+        conflicts_with = "data_dir"
+    )]
+    pub store: Vec<String>,
+    #[command(flatten)]
+    pub embedded: StoreArgs,
+    /// HTTPS address of the validating admission webhook (POST /validate); off when not set.
+    #[arg(long, env = "PASA_WEBHOOK_LISTEN")]
+    pub webhook_listen: Option<SocketAddr>,
+    /// PEM certificate chain of the webhook. Without --tls-cert/--tls-key, a development CA and
+    /// certificate are generated at start and the CA's path is printed.
+    #[arg(long, requires_all = ["webhook_listen", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of the webhook certificate.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Also write objects the webhook admits into the store (and delete what it sees deleted).
+    #[arg(long, requires = "webhook_listen")]
+    pub write_on_admit: bool,
+}
+
+impl PcpArgs {
+    /// Serves until Ctrl-C or SIGTERM. Prints `pasa-pcp serving pasa.store.v1 on ADDR, admin on
+    /// ADDR` once the API is up, and before it, with a webhook,
+    /// `pasa-pcp webhook serving https://ADDR/validate` (plus the CA path when generated).
+    pub async fn run(self) -> anyhow::Result<()> {
+        init_tracing(self.embedded.log_json);
+        let metrics = Arc::new(Metrics::default());
+        let (upstream, store) = if self.store.is_empty() {
+            let store = self.embedded.open(pasa_store::metrics::Metrics::new())?;
+            (
+                Upstream::Embedded(StoreService::new(store.clone())),
+                Some(store),
+            )
+        } else {
+            (Upstream::remote(&self.store)?, None)
+        };
+        let service = WriteService::new(upstream, metrics.clone());
+        let listeners = Listeners::bind(self.listen, self.admin).await?;
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop_tx.send(true);
+        });
+
+        let webhook_task = match self.webhook_listen {
+            None => None,
+            Some(addr) => {
+                let cert = match (&self.tls_cert, &self.tls_key) {
+                    (Some(cert), Some(key)) => tls::load(cert, key)?,
+                    _ => {
+                        let dir = if self.store.is_empty() {
+                            self.embedded.data_dir.join("webhook-tls")
+                        } else {
+                            std::env::temp_dir()
+                                .join(format!("pasa-pcp-webhook-{}", std::process::id()))
+                        };
+                        tls::generate(&dir, addr)?
+                    }
+                };
+                let listener = std::net::TcpListener::bind(addr)
+                    .with_context(|| format!("binding the webhook listener on {addr}"))?;
+                let bound = listener.local_addr()?;
+                let hook = Arc::new(Webhook::new(
+                    service.clone(),
+                    metrics.clone(),
+                    self.write_on_admit,
+                ));
+                let ca = cert
+                    .generated_ca
+                    .as_ref()
+                    .map(|p| format!(", development CA certificate in {}", p.display()))
+                    .unwrap_or_default();
+                let shutdown = stopped(stop_rx.clone());
+                let task =
+                    tokio::spawn(
+                        async move { webhook::serve(listener, &cert, hook, shutdown).await },
+                    );
+                println!("pasa-pcp webhook serving https://{bound}/validate{ca}");
+                tracing::info!(webhook = %bound, write_on_admit = self.write_on_admit, "webhook serving");
+                Some(task)
+            }
+        };
+
+        listeners
+            .serve(
+                "pasa-pcp",
+                service.into_server(),
+                store,
+                registry,
+                stopped(stop_rx),
+            )
+            .await?;
+        if let Some(task) = webhook_task {
+            task.await
+                .context("webhook task")?
+                .context("webhook server")?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads the webhook address back from its ready line.
+pub fn parse_webhook_line(line: &str) -> Option<SocketAddr> {
+    let rest = line.strip_prefix("pasa-pcp webhook serving https://")?;
+    let (addr, _) = rest.split_once("/validate")?;
+    addr.parse().ok()
+}

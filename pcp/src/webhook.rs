@@ -1,0 +1,336 @@
+//! The validating admission webhook: Kubernetes sends an `AdmissionReview` (v1 or v1beta1) to
+//! `POST /validate` over HTTPS for each CREATE or UPDATE of a `networking.istio.io` resource, and
+//! PCP answers as istiod would: allowed, or denied with every error by field path; warnings
+//! either way. With `--write-on-admit`, what is admitted is also written to the store.
+
+pub mod review;
+pub mod tls;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use pasa_proto::Kind;
+use pasa_proto::object::identity_of;
+use pasa_proto::store::v1::{ApplyDocument, ApplyRequest, DeleteRequest, ObjectRef};
+use serde_json::Value;
+
+use crate::metrics::{Answer, Metrics, Origin, WebhookLabels, WriteLabels, WriteResult};
+use crate::write::WriteService;
+use review::{AdmissionRequest, Verdict};
+
+/// The API group whose resources the webhook validates.
+pub const GROUP: &str = "networking.istio.io";
+
+/// Largest review accepted: an object and its old version, each up to etcd's ~1.5 MiB.
+const MAX_BODY: usize = 8 << 20;
+
+/// How long open connections get after a shutdown signal.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// What the webhook needs to answer reviews.
+pub struct Webhook {
+    service: WriteService,
+    metrics: Arc<Metrics>,
+    write_on_admit: bool,
+}
+
+impl Webhook {
+    pub fn new(service: WriteService, metrics: Arc<Metrics>, write_on_admit: bool) -> Self {
+        Webhook {
+            service,
+            metrics,
+            write_on_admit,
+        }
+    }
+
+    /// Decides one admission request.
+    pub async fn review(&self, req: &AdmissionRequest) -> Verdict {
+        let allowed = Verdict {
+            allowed: true,
+            ..Default::default()
+        };
+        let deny = |message: String| Verdict {
+            allowed: false,
+            message,
+            warnings: Vec::new(),
+        };
+        let writes = self.write_on_admit && req.dry_run != Some(true);
+        match req.operation.as_str() {
+            "CREATE" | "UPDATE" => {}
+            "DELETE" => {
+                let mut verdict = allowed;
+                if writes && let Some(warning) = self.delete_from_store(req).await {
+                    verdict.warnings.push(warning);
+                }
+                return verdict;
+            }
+            _ => return allowed,
+        }
+        let gvk = &req.kind;
+        if gvk.group != GROUP {
+            return deny(format!(
+                "unrecognized type {}/{}, Kind={}: this webhook validates {GROUP} resources only",
+                gvk.group, gvk.version, gvk.kind
+            ));
+        }
+        if Kind::from_kind_field(&gvk.kind).is_none_or(|k| k.group() != GROUP) {
+            return deny(format!(
+                "unrecognized type {GROUP}/{}, Kind={}: PASA handles {}",
+                gvk.version,
+                gvk.kind,
+                Kind::ALL
+                    .iter()
+                    .filter(|k| k.group() == GROUP)
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let Some(object) = &req.object else {
+            return deny(format!("request.object: required for {}", req.operation));
+        };
+        let checked = self
+            .service
+            .admit(&[Ok(object.clone())], &req.namespace, Origin::Webhook)
+            .await;
+        let mut warnings: Vec<String> = checked
+            .warnings
+            .iter()
+            .map(|w| problem_text(&w.field, &w.message))
+            .collect();
+        if !checked.is_admitted() {
+            let errors: Vec<String> = checked
+                .errors
+                .iter()
+                .map(|e| problem_text(&e.field, &e.message))
+                .collect();
+            return Verdict {
+                allowed: false,
+                message: format!("configuration is invalid: {}", errors.join("; ")),
+                warnings,
+            };
+        }
+        if writes && let Some(warning) = self.write_to_store(object, &req.namespace).await {
+            warnings.push(warning);
+        }
+        Verdict {
+            allowed: true,
+            message: String::new(),
+            warnings,
+        }
+    }
+
+    fn count_write(&self, result: WriteResult) {
+        self.metrics
+            .writes_on_admit
+            .get_or_create(&WriteLabels { result })
+            .inc();
+    }
+
+    /// Writes an admitted object; a failure is a warning (the API server stays the source of
+    /// truth, and the syncer reconciles what is missing).
+    async fn write_to_store(&self, object: &Value, namespace: &str) -> Option<String> {
+        let mut doc = object.clone();
+        if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut)
+            && meta
+                .get("namespace")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+        {
+            meta.insert("namespace".into(), namespace.into());
+        }
+        let request = ApplyRequest {
+            documents: vec![ApplyDocument {
+                json: doc.to_string(),
+                expected_mod_revision: None,
+            }],
+            dry_run: false,
+        };
+        let failure = match self.service.upstream().apply(request).await {
+            Ok(response) if response.errors.is_empty() => None,
+            Ok(response) => Some(
+                response
+                    .errors
+                    .iter()
+                    .map(|e| problem_text(&e.field, &e.message))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            Err(status) => Some(status.message().to_string()),
+        };
+        self.finish_write(failure)
+    }
+
+    async fn delete_from_store(&self, req: &AdmissionRequest) -> Option<String> {
+        let id = req
+            .old_object
+            .as_ref()
+            .map(|o| identity_of(o, &req.namespace))
+            .unwrap_or_default();
+        let name = if id.name.is_empty() {
+            req.name.clone()
+        } else {
+            id.name
+        };
+        let request = DeleteRequest {
+            refs: vec![ObjectRef {
+                kind: req.kind.kind.clone(),
+                namespace: req.namespace.clone(),
+                name,
+            }],
+            expected_mod_revision: None,
+            ignore_not_found: true,
+        };
+        let failure = match self.service.upstream().delete(request).await {
+            Ok(response) if response.errors.is_empty() => None,
+            Ok(response) => Some(
+                response
+                    .errors
+                    .iter()
+                    .map(|e| e.message.clone())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            Err(status) => Some(status.message().to_string()),
+        };
+        self.finish_write(failure)
+    }
+
+    fn finish_write(&self, failure: Option<String>) -> Option<String> {
+        match failure {
+            None => {
+                self.count_write(WriteResult::Written);
+                None
+            }
+            Some(why) => {
+                self.count_write(WriteResult::Failed);
+                tracing::warn!(error = %why, "admitted change not written to the store");
+                Some(format!(
+                    "admitted, but not written to the PASA store: {why}"
+                ))
+            }
+        }
+    }
+}
+
+fn problem_text(field: &str, message: &str) -> String {
+    if field.is_empty() {
+        message.to_string()
+    } else {
+        format!("{field}: {message}")
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The API version and uid to answer an unreadable review with, as far as they can be read.
+fn reply_identity(body: &[u8]) -> (String, String) {
+    let doc: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let version = doc
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .filter(|v| review::API_VERSIONS.contains(v))
+        .unwrap_or(review::API_VERSIONS[0])
+        .to_string();
+    let uid = doc
+        .pointer("/request/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    (version, uid)
+}
+
+async fn validate(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Bytes) -> Response {
+    let started = Instant::now();
+    let count = |answer: Answer| {
+        hook.metrics
+            .webhook_requests
+            .get_or_create(&WebhookLabels { answer })
+            .inc();
+    };
+    if !is_json(&headers) {
+        count(Answer::BadRequest);
+        return (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json (an AdmissionReview)\n",
+        )
+            .into_response();
+    }
+    if body.is_empty() {
+        count(Answer::BadRequest);
+        return (
+            StatusCode::BAD_REQUEST,
+            "empty body: expected an AdmissionReview\n",
+        )
+            .into_response();
+    }
+    let (version, uid, verdict) = match review::parse(&body) {
+        Ok((version, request)) => {
+            let verdict = hook.review(&request).await;
+            (version, request.uid, verdict)
+        }
+        Err(why) => {
+            let (version, uid) = reply_identity(&body);
+            let verdict = Verdict {
+                allowed: false,
+                message: why,
+                warnings: Vec::new(),
+            };
+            (version, uid, verdict)
+        }
+    };
+    count(if verdict.allowed {
+        Answer::Allowed
+    } else {
+        Answer::Denied
+    });
+    hook.metrics
+        .webhook_duration
+        .observe(started.elapsed().as_secs_f64());
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        review::response(&version, &uid, &verdict).to_string(),
+    )
+        .into_response()
+}
+
+/// The webhook's routes.
+pub fn router(hook: Arc<Webhook>) -> Router {
+    Router::new()
+        .route("/validate", post(validate))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(hook)
+}
+
+/// Serves the webhook over HTTPS on a bound listener until `shutdown` resolves.
+pub async fn serve(
+    listener: std::net::TcpListener,
+    cert: &tls::ServingCert,
+    hook: Arc<Webhook>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let config = axum_server::tls_rustls::RustlsConfig::from_config(cert.config.clone());
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        stopper.graceful_shutdown(Some(DRAIN));
+    });
+    axum_server::tls_rustls::from_tcp_rustls(listener, config)?
+        .handle(handle)
+        .serve(router(hook).into_make_service())
+        .await
+}

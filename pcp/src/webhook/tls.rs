@@ -1,0 +1,171 @@
+//! The webhook's serving certificate: loaded from `--tls-cert`/`--tls-key`, or, in development,
+//! issued at start by a freshly made CA whose certificate is written out for clients (the API
+//! server's `caBundle`, curl's `--cacert`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("{path}: no certificate found (expected PEM \"CERTIFICATE\" blocks)")]
+    NoCertificate { path: String },
+    #[error("the certificate and key do not make a usable TLS configuration: {0}")]
+    Config(#[source] rustls::Error),
+    #[error("cannot generate the development certificate: {0}")]
+    Generate(#[source] rcgen::Error),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A ready server configuration, and where its CA certificate was written when generated.
+pub struct ServingCert {
+    pub config: Arc<ServerConfig>,
+    pub generated_ca: Option<PathBuf>,
+}
+
+/// The process-wide crypto provider (ring); harmless when already installed.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn server_config(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    install_crypto_provider();
+    let mut config = ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(TlsError::Config)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Loads a PEM certificate chain and private key.
+pub fn load(cert: &Path, key: &Path) -> Result<ServingCert, TlsError> {
+    let read_err = |path: &Path, e: &dyn std::fmt::Display| TlsError::Read {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| read_err(cert, &e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| read_err(cert, &e))?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: cert.display().to_string(),
+        });
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| read_err(key, &e))?;
+    Ok(ServingCert {
+        config: server_config(chain, key)?,
+        generated_ca: None,
+    })
+}
+
+/// Issues a development CA and a serving certificate for `localhost`, the loopback addresses
+/// and the listen address, writes `ca.crt`, `tls.crt` and `tls.key` into `dir`, and returns the
+/// serving configuration.
+pub fn generate(dir: &Path, listen: SocketAddr) -> Result<ServingCert, TlsError> {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::Generate)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "PASA webhook development CA");
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate().map_err(TlsError::Generate)?;
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(TlsError::Generate)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+
+    let mut names = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
+    let ip = listen.ip();
+    if !ip.is_unspecified() && !ip.is_loopback() {
+        names.push(ip.to_string());
+    }
+    if let Ok(host) = std::env::var("HOSTNAME")
+        && !host.is_empty()
+        && host.parse::<IpAddr>().is_err()
+    {
+        names.push(host);
+    }
+    let mut params = CertificateParams::new(names).map_err(TlsError::Generate)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "pasa-pcp webhook");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate().map_err(TlsError::Generate)?;
+    let cert = params
+        .signed_by(&key, &issuer)
+        .map_err(TlsError::Generate)?;
+
+    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let write = |name: &str, text: String| -> Result<PathBuf, TlsError> {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|source| TlsError::Write {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(path)
+    };
+    let ca_path = write("ca.crt", ca_cert.pem())?;
+    write("tls.crt", cert.pem())?;
+    write("tls.key", key.serialize_pem())?;
+
+    let key_der = PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| TlsError::Read {
+        path: "generated key".to_string(),
+        message: e.to_string(),
+    })?;
+    Ok(ServingCert {
+        config: server_config(vec![cert.der().clone()], key_der)?,
+        generated_ca: Some(ca_path),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_files_load_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let served = generate(dir.path(), "127.0.0.1:0".parse().unwrap()).unwrap();
+        assert_eq!(
+            served.generated_ca.as_deref(),
+            Some(dir.path().join("ca.crt").as_path())
+        );
+        load(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).unwrap();
+    }
+
+    #[test]
+    fn missing_files_are_named() {
+        let e = load(
+            Path::new("/nonexistent/tls.crt"),
+            Path::new("/nonexistent/tls.key"),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("/nonexistent/tls.crt"), "{e}");
+    }
+}
