@@ -2,105 +2,12 @@
 //! name fields and write nothing, get in every format, watch, delete, status, and a restart
 //! after SIGTERM that keeps everything.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::io::BufReader;
+use std::process::{Command, Stdio};
 
-const WAIT: Duration = Duration::from_secs(20);
+mod common;
 
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
-}
-
-struct Pcp {
-    child: Child,
-    addr: String,
-}
-
-impl Pcp {
-    fn start(data: &Path) -> Pcp {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-pcp"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--data-dir",
-            ])
-            .arg(data)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start pasa-pcp");
-        let stdout = child.stdout.take().expect("stdout");
-        let line = read_line_within(BufReader::new(stdout)).expect("ready line");
-        let (addr, _) = pasa_store::server::parse_ready_line(&line)
-            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
-        let addr = addr.to_string();
-        Pcp { child, addr }
-    }
-
-    fn ctl(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_pasactl"))
-            .arg("--server")
-            .arg(&self.addr)
-            .args(args)
-            .output()
-            .expect("run pasactl")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.ctl(args);
-        assert!(
-            out.status.success(),
-            "pasactl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8")
-    }
-
-    fn terminate(mut self) {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-        let exit = self.child.wait().expect("wait");
-        assert!(
-            exit.success(),
-            "pasa-pcp exits cleanly on SIGTERM: {exit:?}"
-        );
-    }
-}
-
-impl Drop for Pcp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The first line of a reader, or None after WAIT.
-fn read_line_within(reader: impl BufRead + Send + 'static) -> Option<String> {
-    let lines = line_channel(reader);
-    lines.recv_timeout(WAIT).ok()
-}
-
-fn line_channel(reader: impl BufRead + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in reader.lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
+use common::{Pcp, WAIT, examples, line_channel};
 
 #[test]
 fn pasactl_end_to_end() {

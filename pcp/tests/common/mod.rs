@@ -1,0 +1,125 @@
+//! Starting a real `pasa-pcp` binary on loopback for end-to-end tests, and reading its output.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+/// A running `pasa-pcp`, killed when dropped.
+pub struct Pcp {
+    child: Child,
+    /// gRPC address.
+    pub addr: String,
+    /// Webhook address, when started with one.
+    pub webhook: Option<SocketAddr>,
+    /// The ready lines it printed.
+    pub ready_lines: Vec<String>,
+}
+
+impl Pcp {
+    /// An embedded store in `data` on free loopback ports.
+    pub fn start(data: &Path) -> Pcp {
+        Pcp::start_with(data, &[])
+    }
+
+    /// Like [`Pcp::start`], with extra arguments (e.g. the webhook's).
+    pub fn start_with(data: &Path, extra: &[&str]) -> Pcp {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-pcp"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
+            .arg(data)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start pasa-pcp");
+        let stdout = child.stdout.take().expect("stdout");
+        let lines = line_channel(BufReader::new(stdout));
+        let mut ready_lines = Vec::new();
+        let mut webhook = None;
+        loop {
+            let line = lines.recv_timeout(WAIT).expect("ready line");
+            if let Some(addr) = pasa_pcp::server::parse_webhook_line(&line) {
+                webhook = Some(addr);
+            }
+            ready_lines.push(line.clone());
+            if let Some((addr, _)) = pasa_store::server::parse_ready_line(&line) {
+                return Pcp {
+                    child,
+                    addr: addr.to_string(),
+                    webhook,
+                    ready_lines,
+                };
+            }
+        }
+    }
+
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_pasactl"))
+            .arg("--server")
+            .arg(&self.addr)
+            .args(args)
+            .output()
+            .expect("run pasactl")
+    }
+
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        assert!(
+            out.status.success(),
+            "pasactl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    }
+
+    pub fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let exit = self.child.wait().expect("wait");
+        assert!(
+            exit.success(),
+            "pasa-pcp exits cleanly on SIGTERM: {exit:?}"
+        );
+    }
+}
+
+impl Drop for Pcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Lines of a reader, as they come, on a channel.
+pub fn line_channel(reader: impl BufRead + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}

@@ -1,0 +1,283 @@
+//! The admission webhook of a real `pasa-pcp`, over real HTTPS on loopback, with a client that
+//! verifies the server certificate: AdmissionReview v1 and v1beta1 documents (fixtures written
+//! from the Kubernetes API reference), CREATE / UPDATE / DELETE, unknown kinds, dry runs,
+//! `--write-on-admit`, and the HTTP-level errors.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::Pcp;
+use http_body_util::{BodyExt, Full};
+use hyper::StatusCode;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::Value;
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/admission")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// An HTTPS client that trusts only the CA in `ca`.
+struct Client {
+    connector: tokio_rustls::TlsConnector,
+    addr: SocketAddr,
+}
+
+impl Client {
+    fn new(addr: SocketAddr, ca: &Path) -> Client {
+        pasa_pcp::webhook::tls::install_crypto_provider();
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).expect("read CA") {
+            roots.add(cert.expect("CA certificate")).expect("add CA");
+        }
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Client {
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            addr,
+        }
+    }
+
+    async fn post(
+        &self,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<(StatusCode, Vec<u8>), String> {
+        let tcp = tokio::net::TcpStream::connect(self.addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let name = ServerName::try_from("localhost").expect("server name");
+        let tls = self
+            .connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let mut request = hyper::Request::post("/validate").header("host", "localhost");
+        if let Some(ct) = content_type {
+            request = request.header("content-type", ct);
+        }
+        let request = request.body(Full::new(Bytes::from(body))).expect("request");
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes()
+            .to_vec();
+        Ok((status, body))
+    }
+
+    /// Posts an AdmissionReview and returns the review it answers with.
+    async fn review(&self, body: Vec<u8>) -> Value {
+        let (status, body) = self
+            .post(Some("application/json"), body)
+            .await
+            .expect("request");
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).expect("JSON response")
+    }
+}
+
+fn ca_of(data: &Path) -> PathBuf {
+    data.join("webhook-tls/ca.crt")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_over_verified_https() {
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start_with(
+        data.path(),
+        &["--webhook-listen", "127.0.0.1:0", "--write-on-admit"],
+    );
+    let addr = pcp.webhook.expect("webhook ready line");
+    assert!(
+        pcp.ready_lines[0].contains("development CA certificate in"),
+        "{:?}",
+        pcp.ready_lines
+    );
+    let client = Client::new(addr, &ca_of(data.path()));
+
+    // A client that does not trust this CA cannot talk to the webhook.
+    let other = tempfile::tempdir().unwrap();
+    pasa_pcp::webhook::tls::generate(other.path(), addr).unwrap();
+    let stranger = Client::new(addr, &other.path().join("ca.crt"));
+    let refused = stranger
+        .post(
+            Some("application/json"),
+            fixture("create-virtualservice-v1.json"),
+        )
+        .await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("TLS handshake")),
+        "{refused:?}"
+    );
+
+    // CREATE, v1: allowed, answered in v1 with the request's uid, written to the store.
+    let r = client
+        .review(fixture("create-virtualservice-v1.json"))
+        .await;
+    assert_eq!(r["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(r["kind"], "AdmissionReview");
+    assert_eq!(r["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    let got = pcp.ok(&["get", "vs", "reviews", "-n", "bookinfo", "-o", "json"]);
+    let stored: Value = serde_json::from_str(&got).unwrap();
+    assert_eq!(stored["spec"]["http"][0]["route"][1]["weight"], 20);
+    // Routes to subsets no DestinationRule defines: warned, like istioctl analyze.
+    let warnings = r["response"]["warnings"].to_string();
+    assert!(warnings.contains("subset"), "{r}");
+
+    // UPDATE, v1beta1, invalid: denied with the field path, answered in v1beta1.
+    let r = client
+        .review(fixture("update-destinationrule-invalid-v1beta1.json"))
+        .await;
+    assert_eq!(r["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(r["response"]["uid"], "b1c2d3e4-0000-4000-8000-000000000001");
+    assert_eq!(r["response"]["allowed"], false);
+    let message = r["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.trafficPolicy.loadBalancer.simple"),
+        "{message}"
+    );
+    assert_eq!(r["response"]["status"]["code"], 400);
+    let out = pcp.ctl(&["get", "dr", "reviews", "-n", "bookinfo"]);
+    assert!(!out.status.success(), "a denied object is not written");
+
+    // A kind of the group that PASA does not know is rejected.
+    let r = client.review(fixture("create-unknown-kind-v1.json")).await;
+    assert_eq!(r["response"]["allowed"], false);
+    assert!(
+        r["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unrecognized type"),
+        "{r}"
+    );
+
+    // A dry run is validated and allowed, but not written.
+    let r = client
+        .review(fixture("create-gateway-dry-run-v1.json"))
+        .await;
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    let out = pcp.ctl(&["get", "gw", "bookinfo-gateway", "-n", "bookinfo"]);
+    assert!(!out.status.success(), "a dry run is not written");
+
+    // DELETE is allowed, and with --write-on-admit removes the object from the store.
+    let r = client
+        .review(fixture("delete-virtualservice-v1.json"))
+        .await;
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    let out = pcp.ctl(&["get", "vs", "reviews", "-n", "bookinfo"]);
+    assert!(!out.status.success(), "deleted from the store");
+
+    // HTTP-level errors.
+    let body = fixture("create-virtualservice-v1.json");
+    let (status, _) = client.post(Some("text/plain"), body.clone()).await.unwrap();
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let (status, _) = client.post(None, body).await.unwrap();
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let (status, _) = client
+        .post(Some("application/json"), Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let r = client.review(b"{\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"AdmissionReview\", \"request\": {\"uid\": 7".to_vec()).await;
+    assert_eq!(r["response"]["allowed"], false);
+    assert!(
+        r["response"]["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not an AdmissionReview"),
+        "{r}"
+    );
+
+    pcp.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_with_a_given_certificate_and_no_store_writes() {
+    let certs = tempfile::tempdir().unwrap();
+    pasa_pcp::webhook::tls::generate(certs.path(), "127.0.0.1:0".parse().unwrap()).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let cert = certs.path().join("tls.crt");
+    let key = certs.path().join("tls.key");
+    let pcp = Pcp::start_with(
+        data.path(),
+        &[
+            "--webhook-listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert!(!pcp.ready_lines[0].contains("development CA"));
+    let client = Client::new(pcp.webhook.unwrap(), &certs.path().join("ca.crt"));
+    let r = client
+        .review(fixture("create-virtualservice-v1.json"))
+        .await;
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    let out = pcp.ctl(&["get", "vs", "reviews", "-n", "bookinfo"]);
+    assert!(
+        !out.status.success(),
+        "without --write-on-admit nothing is written"
+    );
+}
+
+#[test]
+fn webhook_flags_are_checked() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pasa-pcp"))
+            .args(args)
+            .output()
+            .expect("run pasa-pcp")
+    };
+    let out = run(&["--tls-cert", "a.crt", "--tls-key", "a.key"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--webhook-listen"));
+    let out = run(&["--webhook-listen", "127.0.0.1:0", "--tls-cert", "a.crt"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-key"));
+    let out = run(&["--store", "127.0.0.1:1", "--data-dir", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let data = tempfile::tempdir().unwrap();
+    let out = run(&[
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--webhook-listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        "/nonexistent/tls.crt",
+        "--tls-key",
+        "/nonexistent/tls.key",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent/tls.crt"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
