@@ -34,16 +34,17 @@ impl Pcp {
 
     /// Like [`Pcp::start`], with extra arguments (e.g. the webhook's).
     pub fn start_with(data: &Path, extra: &[&str]) -> Pcp {
+        let data = data.to_str().expect("UTF-8 path");
+        let mut args = vec!["--data-dir", data];
+        args.extend_from_slice(extra);
+        Pcp::start_args(&args)
+    }
+
+    /// On free loopback ports, with exactly these further arguments.
+    pub fn start_args(args: &[&str]) -> Pcp {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-pcp"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--data-dir",
-            ])
-            .arg(data)
-            .args(extra)
+            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .spawn()

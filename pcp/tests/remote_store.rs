@@ -1,0 +1,118 @@
+//! `pasa-pcp --store ADDR` in front of a separate store server: writes are validated by PCP and
+//! land in that store; reads and watches pass through.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Pcp, examples};
+use pasa_proto::store::v1::store_client::StoreClient;
+use pasa_proto::store::v1::{
+    ListRequest, Rule, Subscription, WatchCreate, WatchRequest, watch_request, watch_response,
+};
+use pasa_store::backend::sled::SledBackend;
+use pasa_store::metrics::Metrics;
+use pasa_store::store::{Store, StoreConfig};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pcp_fronts_a_remote_store() {
+    // The store server, in this process.
+    let dir = tempfile::tempdir().unwrap();
+    let backend = SledBackend::open(dir.path()).expect("open sled");
+    let store = Store::open(Arc::new(backend), StoreConfig::default(), Metrics::new()).unwrap();
+    let bound = pasa_store::server::bind(
+        store,
+        "127.0.0.1:0".parse().unwrap(),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let store_addr = bound.grpc_addr().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(bound.run("remote-store", async move {
+        let _ = stopped.await;
+    }));
+
+    let pcp = Pcp::start_args(&["--store", &store_addr]);
+
+    // A watch through PCP, opened before the writes.
+    let mut through_pcp = StoreClient::connect(format!("http://{}", pcp.addr))
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(WatchRequest {
+        request: Some(watch_request::Request::Create(WatchCreate {
+            subscription: Some(Subscription {
+                rules: vec![Rule {
+                    namespaces: vec!["shop".into()],
+                    ..Default::default()
+                }],
+            }),
+            from_revision: 0,
+            identity: None,
+        })),
+    })
+    .await
+    .unwrap();
+    let mut watch = through_pcp
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("watch through pcp")
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert!(
+        matches!(first.response, Some(watch_response::Response::Synced(_))),
+        "{first:?}"
+    );
+
+    // Writes through PCP land in the remote store.
+    let shop = examples().join("shop");
+    let pcp_for_cli = tokio::task::spawn_blocking(move || {
+        let out = pcp.ok(&["apply", "-f", shop.to_str().unwrap()]);
+        (pcp, out)
+    });
+    let (pcp, out) = pcp_for_cli.await.unwrap();
+    assert!(out.contains("virtualservice/shop/cart created"), "{out}");
+    let mut direct = StoreClient::connect(format!("http://{store_addr}"))
+        .await
+        .unwrap();
+    let listed = direct
+        .list(ListRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        listed.resources.len(),
+        8,
+        "every shop object is in the store"
+    );
+
+    // The watch through PCP hears of them.
+    let mut seen = 0;
+    while seen < 8 {
+        let msg = watch.message().await.unwrap().expect("watch open");
+        if let Some(watch_response::Response::Events(batch)) = msg.response {
+            seen += batch.events.len();
+        }
+    }
+
+    // A bad document is refused by PCP and never reaches the store.
+    let broken = examples().join("broken.yaml");
+    let (pcp, out) = tokio::task::spawn_blocking(move || {
+        let out = pcp.ctl(&["apply", "-f", broken.to_str().unwrap()]);
+        (pcp, out)
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let after = direct
+        .list(ListRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(after.revision, listed.revision, "nothing written");
+
+    drop(pcp);
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
