@@ -2,108 +2,234 @@
 //! after routing (load balancing, connection pools, outlier detection, client TLS), per subset and
 //! per port.
 
+mod connection_pool;
+mod load_balancer;
+
+pub use connection_pool::*;
+pub use load_balancer::*;
+
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-use super::common::Duration;
+use super::common::{Duration, PortSelector};
 use crate::proto_enum;
 
-/// Limits on the connections and requests to one upstream host (Envoy's circuit breakers and
-/// connection options). Also used by Sidecar for inbound connections.
+/// Policies for the traffic to one service (`host`), with named subsets of its endpoints.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ConnectionPoolSettings {
-    /// Settings common to HTTP and TCP connections.
+pub struct DestinationRule {
+    /// The service: a registry name (short names are resolved in the rule's namespace), possibly
+    /// with a leading wildcard.
     #[serde(default)]
-    pub tcp: Option<TcpSettings>,
-    /// HTTP/1.1 and HTTP/2 limits.
+    pub host: String,
+    /// Policies for every port and subset unless overridden.
     #[serde(default)]
-    pub http: Option<HttpSettings>,
+    pub traffic_policy: Option<TrafficPolicy>,
+    /// Named groups of endpoints (by label), each with optional policy overrides.
+    #[serde(default)]
+    pub subsets: Vec<Subset>,
+    /// Namespaces the rule is visible to (`.` own, `*` all); empty means the mesh default.
+    #[serde(default)]
+    pub export_to: Vec<String>,
+    /// Only the workloads selected here apply the rule (as clients).
+    #[serde(default)]
+    pub workload_selector: Option<WorkloadSelector>,
 }
 
-/// Connection limits and socket options for TCP-level upstream connections.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+/// The workloads a policy applies to, by their labels (`istio.type.v1beta1.WorkloadSelector`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TcpSettings {
-    /// Most HTTP/1.1 or TCP connections to one destination host (0: Envoy's default).
+pub struct WorkloadSelector {
+    /// Labels a workload must all carry; empty selects every workload of the namespace.
     #[serde(default)]
-    pub max_connections: i32,
-    /// How long to wait for a TCP connection to be established.
-    #[serde(default)]
-    pub connect_timeout: Option<Duration>,
-    /// SO_KEEPALIVE and its parameters on upstream sockets.
-    #[serde(default)]
-    pub tcp_keepalive: Option<TcpKeepalive>,
-    /// Longest life of a connection, counted from its start.
-    #[serde(default)]
-    pub max_connection_duration: Option<Duration>,
-    /// How long a connection may sit without traffic before it is closed; `0s` disables it.
-    #[serde(default)]
-    pub idle_timeout: Option<Duration>,
+    pub match_labels: BTreeMap<String, String>,
 }
 
-/// TCP keepalive probing of idle upstream connections.
+/// Traffic policies of a destination, a subset or (in part) a port.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TcpKeepalive {
-    /// Unanswered probes before the connection is considered dead (0: the OS default).
+pub struct TrafficPolicy {
     #[serde(default)]
-    pub probes: u32,
-    /// Idle time before the first probe.
+    pub load_balancer: Option<LoadBalancerSettings>,
     #[serde(default)]
-    pub time: Option<Duration>,
-    /// Time between probes.
+    pub connection_pool: Option<ConnectionPoolSettings>,
     #[serde(default)]
-    pub interval: Option<Duration>,
+    pub outlier_detection: Option<OutlierDetection>,
+    /// TLS towards the upstream.
+    #[serde(default)]
+    pub tls: Option<ClientTlsSettings>,
+    /// Overrides for single ports; they replace, not merge with, the settings above.
+    #[serde(default)]
+    pub port_level_settings: Vec<PortTrafficPolicy>,
+    /// Tunnel the connection through a proxy (HTTP CONNECT or POST).
+    #[serde(default)]
+    pub tunnel: Option<TunnelSettings>,
+    /// Send a PROXY protocol header to the upstream.
+    #[serde(default)]
+    pub proxy_protocol: Option<ProxyProtocol>,
+    /// Limits retries to a share of the active requests.
+    #[serde(default)]
+    pub retry_budget: Option<RetryBudget>,
+}
+
+/// Traffic policies of one port of the destination.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PortTrafficPolicy {
+    /// The port these settings apply to (required).
+    #[serde(default)]
+    pub port: Option<PortSelector>,
+    #[serde(default)]
+    pub load_balancer: Option<LoadBalancerSettings>,
+    #[serde(default)]
+    pub connection_pool: Option<ConnectionPoolSettings>,
+    #[serde(default)]
+    pub outlier_detection: Option<OutlierDetection>,
+    #[serde(default)]
+    pub tls: Option<ClientTlsSettings>,
+}
+
+/// A tunnel through an HTTP proxy to `target_host:target_port`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TunnelSettings {
+    /// `CONNECT` (the default when empty) or `POST`.
+    #[serde(default)]
+    pub protocol: String,
+    /// The host (FQDN or IP) the proxy connects to.
+    #[serde(default)]
+    pub target_host: String,
+    #[serde(default)]
+    pub target_port: u32,
 }
 
 proto_enum! {
-    /// Whether HTTP/1.1 connections to the destination are upgraded to HTTP/2.
-    pub enum H2UpgradePolicy {
-        /// Use the mesh-wide default.
-        Default = 0 => "DEFAULT",
-        DoNotUpgrade = 1 => "DO_NOT_UPGRADE",
-        Upgrade = 2 => "UPGRADE",
+    /// PROXY protocol version.
+    pub enum ProxyProtocolVersion {
+        /// The human-readable header.
+        V1 = 0 => "V1",
+        /// The binary header.
+        V2 = 1 => "V2",
     }
 }
 
-/// Request limits and options for HTTP upstream connections.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+/// The PROXY protocol header sent to the upstream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct HttpSettings {
-    /// Most requests queued while waiting for a connection (0: Envoy's default).
+pub struct ProxyProtocol {
     #[serde(default)]
-    pub http1_max_pending_requests: i32,
-    /// Most concurrent requests to the destination (0: Envoy's default).
-    #[serde(default)]
-    pub http2_max_requests: i32,
-    /// Requests per connection before it is closed (0: unlimited, 1: no keep-alive).
-    #[serde(default)]
-    pub max_requests_per_connection: i32,
-    /// Most retries outstanding to the whole cluster at once (0: Envoy's default).
-    #[serde(default)]
-    pub max_retries: i32,
-    /// How long a pooled connection may stay without active requests.
-    #[serde(default)]
-    pub idle_timeout: Option<Duration>,
-    #[serde(default)]
-    pub h2_upgrade_policy: H2UpgradePolicy,
-    /// Speak to the upstream in the protocol the client used (HTTP/1.1 or HTTP/2).
-    #[serde(default)]
-    pub use_client_protocol: bool,
-    /// Most concurrent streams on one HTTP/2 connection (0: Envoy's default).
-    #[serde(default)]
-    pub max_concurrent_streams: i32,
-    /// HTTP/2 PING keepalive of upstream connections.
-    #[serde(default)]
-    pub http2_keep_alive: Option<ConnectionKeepalive>,
+    pub version: ProxyProtocolVersion,
 }
 
-/// HTTP/2 PING keepalive: how often to ping and how long to wait for the answer.
+/// Caps concurrent retries at a share of active requests (Envoy's retry budget).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ConnectionKeepalive {
+pub struct RetryBudget {
+    /// Share of active requests that may be retries, in percent (0..100).
+    #[serde(default)]
+    pub percent: Option<f64>,
+    /// Retries always allowed, whatever the share.
+    #[serde(default)]
+    pub min_retry_concurrency: u32,
+    /// Window over which active requests are counted.
+    #[serde(default)]
+    pub budget_interval: Option<Duration>,
+}
+
+/// A named group of a service's endpoints, selected by labels.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Subset {
+    /// The name routes refer to (a DNS label).
+    #[serde(default)]
+    pub name: String,
+    /// Endpoint labels that make up the subset.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Overrides the rule-level policy for this subset.
+    #[serde(default)]
+    pub traffic_policy: Option<TrafficPolicy>,
+}
+
+/// Ejection of endpoints that keep failing (Envoy's outlier detection).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct OutlierDetection {
+    /// Deprecated: use `consecutive_gateway_errors` or `consecutive_5xx_errors`.
+    #[serde(default)]
+    pub consecutive_errors: i32,
+    /// Count local-origin failures (timeouts, resets) apart from upstream errors.
+    #[serde(default)]
+    pub split_external_local_origin_errors: bool,
+    /// Local-origin failures before ejection (needs `split_external_local_origin_errors`).
+    #[serde(default)]
+    pub consecutive_local_origin_failures: Option<u32>,
+    /// 502/503/504 answers (and connect failures) before ejection; 0 disables.
+    #[serde(default)]
+    pub consecutive_gateway_errors: Option<u32>,
+    /// 5xx answers (and connect failures) before ejection; 0 disables.
+    #[serde(default)]
+    pub consecutive_5xx_errors: Option<u32>,
+    /// Time between ejection sweeps.
     #[serde(default)]
     pub interval: Option<Duration>,
+    /// Shortest ejection; it grows with each ejection of the same host.
     #[serde(default)]
-    pub timeout: Option<Duration>,
+    pub base_ejection_time: Option<Duration>,
+    /// Largest share of hosts that may be ejected, in percent.
+    #[serde(default)]
+    pub max_ejection_percent: i32,
+    /// Outlier detection stays on while at least this share of hosts is healthy, in percent.
+    #[serde(default)]
+    pub min_health_percent: i32,
+    /// HTTP status codes (100..599) counted as errors.
+    #[serde(default)]
+    pub outlier_detection_http_error_codes: Vec<u32>,
+}
+
+proto_enum! {
+    /// How the connection to the upstream is secured.
+    pub enum ClientTlsMode {
+        /// Plain text.
+        Disable = 0 => "DISABLE",
+        /// TLS, verifying the server.
+        Simple = 1 => "SIMPLE",
+        /// Mutual TLS with the given client certificate.
+        Mutual = 2 => "MUTUAL",
+        /// Mutual TLS with Istio's workload certificates.
+        IstioMutual = 3 => "ISTIO_MUTUAL",
+    }
+}
+
+/// TLS towards the upstream (`ClientTLSSettings`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClientTlsSettings {
+    #[serde(default)]
+    pub mode: ClientTlsMode,
+    /// Client certificate file (MUTUAL).
+    #[serde(default)]
+    pub client_certificate: String,
+    /// Client key file (MUTUAL).
+    #[serde(default)]
+    pub private_key: String,
+    /// CA bundle file for verifying the server.
+    #[serde(default)]
+    pub ca_certificates: String,
+    /// A secret (or `configmap://ns/name`) holding the certificates, instead of files.
+    #[serde(default)]
+    pub credential_name: String,
+    /// Names the server certificate must carry.
+    #[serde(default)]
+    pub subject_alt_names: Vec<String>,
+    /// SNI sent in the handshake.
+    #[serde(default)]
+    pub sni: String,
+    /// Skip verifying the server certificate (absent: verify).
+    #[serde(default)]
+    pub insecure_skip_verify: Option<bool>,
+    /// Certificate revocation list file.
+    #[serde(default)]
+    pub ca_crl: String,
 }
