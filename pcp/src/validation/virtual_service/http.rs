@@ -4,7 +4,7 @@
 use pasa_proto::istio::virtual_service::{
     Abort, AbortErrorType, CorsPolicy, Delay, DelayType, HttpDirectResponse, HttpFaultInjection,
     HttpMatchRequest, HttpMirrorPolicy, HttpRedirect, HttpRetry, HttpRewrite, HttpRoute, MatchType,
-    Percent, RedirectPort, StringMatch,
+    Percent, RedirectPort, RedirectPortSelection, StringMatch, UnmatchedPreflights,
 };
 
 use super::super::common::{
@@ -169,6 +169,14 @@ pub(super) fn validate_http_route(
             &at.field("redirect"),
             validate_redirect(redirect, &http.matches),
         );
+        if let Some(RedirectPort::DerivePort(RedirectPortSelection::Unknown(n))) =
+            redirect.redirect_port
+        {
+            report.error(
+                &at.field("redirect").field("derivePort"),
+                unnamed_enum_value(n, RedirectPortSelection::NAMES),
+            );
+        }
     }
     if let Some(direct) = &http.direct_response {
         validate_direct_response(&at.field("directResponse"), direct, report);
@@ -345,7 +353,22 @@ fn validate_match(at: &Path, m: &HttpMatchRequest, report: &mut Report) {
     }
 }
 
+/// An enum value given as a number the API does not name: the CRD schema (enforced by the
+/// Kubernetes API server before istiod sees the object) lists the names allowed.
+fn unnamed_enum_value(n: i32, names: &[&str]) -> String {
+    format!(
+        "{n} is not a valid value: expected one of {}",
+        names.join(", ")
+    )
+}
+
 fn validate_cors_policy(at: &Path, cors: &CorsPolicy, report: &mut Report) {
+    if let UnmatchedPreflights::Unknown(n) = cors.unmatched_preflights {
+        report.error(
+            &at.field("unmatchedPreflights"),
+            unnamed_enum_value(n, UnmatchedPreflights::NAMES),
+        );
+    }
     for (i, origin) in cors.allow_origins.iter().enumerate() {
         let here = at.field("allowOrigins").index(i);
         let value = match &origin.match_type {

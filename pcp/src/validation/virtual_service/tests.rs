@@ -363,3 +363,22 @@ fn delegation_chains() {
         assert_eq!(r.is_valid(), valid, "{spec}: {r:?}");
     }
 }
+
+#[test]
+fn enum_numbers_the_api_does_not_name() {
+    let r = check(json!({
+        "hosts": ["foo.bar"],
+        "http": [
+            {"redirect": {"derivePort": 7}},
+            {"redirect": {"derivePort": 1}},
+            {"corsPolicy": {"unmatchedPreflights": 9}, "route": route_to("a.b")}
+        ]
+    }));
+    assert_eq!(
+        fields(&r.errors),
+        [
+            "spec.http[0].redirect.derivePort",
+            "spec.http[2].corsPolicy.unmatchedPreflights"
+        ]
+    );
+}
