@@ -1,17 +1,300 @@
-//! Cross-resource checks that istiod reports as warnings, not errors (as `istioctl analyze`
-//! would flag them): references to subsets and gateways that no resource defines.
+//! Cross-resource checks that Istio reports as warnings rather than errors (`istioctl analyze`'s
+//! IST0101 ReferencedResourceNotFound): a VirtualService that routes to a subset no visible
+//! DestinationRule defines, or that binds to a Gateway that does not exist.
+//!
+//! Analysis sees the batch being written plus what the store already holds; a batch object
+//! replaces a stored one of the same kind, namespace and name.
 
-use pasa_proto::Object;
-use pasa_proto::store::v1::Subscription;
+use std::collections::{BTreeSet, HashMap};
 
-use crate::validation::Problem;
+use pasa_proto::gateway::{MESH, resolve_gateway_name};
+use pasa_proto::host::{DEFAULT_DOMAIN_SUFFIX, matches, resolve_short_name};
+use pasa_proto::istio::destination_rule::DestinationRule;
+use pasa_proto::istio::parse_spec;
+use pasa_proto::istio::virtual_service::{Destination, VirtualService};
+use pasa_proto::store::v1::{Rule, Subscription};
+use pasa_proto::{Kind, Object};
 
-/// Warnings for the batch's objects (by document index), given the objects already stored.
-pub fn analyze(_batch: &[(usize, &Object)], _existing: &[Object]) -> Vec<(usize, Problem)> {
-    Vec::new()
+use crate::validation::{Path, Problem};
+
+/// A destination a VirtualService names, with where it names it.
+struct Reference<'a> {
+    at: Path,
+    destination: &'a Destination,
 }
 
-/// What to read from the store to analyze a batch; `None` when nothing in it refers elsewhere.
-pub fn lookups(_batch: &[&Object]) -> Option<Subscription> {
-    None
+/// Every destination of a VirtualService (routes and mirrors), with its field path.
+fn destinations(vs: &VirtualService) -> Vec<Reference<'_>> {
+    let mut out = Vec::new();
+    let spec = Path::spec();
+    for (i, http) in vs.http.iter().enumerate() {
+        let at = spec.field("http").index(i);
+        for (j, route) in http.route.iter().enumerate() {
+            if let Some(d) = &route.destination {
+                out.push(Reference {
+                    at: at.field("route").index(j).field("destination"),
+                    destination: d,
+                });
+            }
+        }
+        if let Some(d) = &http.mirror {
+            out.push(Reference {
+                at: at.field("mirror"),
+                destination: d,
+            });
+        }
+        for (j, mirror) in http.mirrors.iter().enumerate() {
+            if let Some(d) = &mirror.destination {
+                out.push(Reference {
+                    at: at.field("mirrors").index(j).field("destination"),
+                    destination: d,
+                });
+            }
+        }
+    }
+    for (name, routes) in [
+        ("tls", vs.tls.iter().map(|r| &r.route).collect::<Vec<_>>()),
+        ("tcp", vs.tcp.iter().map(|r| &r.route).collect()),
+    ] {
+        for (i, route) in routes.into_iter().enumerate() {
+            for (j, rd) in route.iter().enumerate() {
+                if let Some(d) = &rd.destination {
+                    out.push(Reference {
+                        at: spec.field(name).index(i).field("route").index(j).field("destination"),
+                        destination: d,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The gateways a VirtualService binds to, as `namespace/name`, with their paths; `mesh` left out.
+fn gateway_refs(vs: &VirtualService, namespace: &str) -> Vec<(Path, String)> {
+    let mut out = Vec::new();
+    let spec = Path::spec();
+    for (i, g) in vs.gateways.iter().enumerate() {
+        if g != MESH {
+            out.push((spec.field("gateways").index(i), resolve_gateway_name(g, namespace)));
+        }
+    }
+    for (i, http) in vs.http.iter().enumerate() {
+        for (j, m) in http.matches.iter().enumerate() {
+            for (k, g) in m.gateways.iter().enumerate() {
+                if g != MESH {
+                    let at = spec
+                        .field("http")
+                        .index(i)
+                        .field("match")
+                        .index(j)
+                        .field("gateways")
+                        .index(k);
+                    out.push((at, resolve_gateway_name(g, namespace)));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether a resource exported with `export_to` from `from` is visible in `to` (Istio's default
+/// with no `exportTo` is everywhere).
+fn visible(export_to: &[String], from: &str, to: &str) -> bool {
+    export_to.is_empty()
+        || export_to
+            .iter()
+            .any(|e| e == "*" || e == to || (e == "." && from == to))
+}
+
+struct Rules<'a> {
+    namespace: &'a str,
+    spec: DestinationRule,
+}
+
+/// Warnings for the batch's objects (by document index), given the objects already stored.
+pub fn analyze(batch: &[(usize, &Object)], existing: &[Object]) -> Vec<(usize, Problem)> {
+    // The world as it will be: stored objects, replaced by the batch's.
+    let mut world: HashMap<(Kind, &str, &str), &Object> = HashMap::new();
+    for obj in existing.iter().chain(batch.iter().map(|(_, o)| *o)) {
+        world.insert((obj.kind, &obj.namespace, &obj.name), obj);
+    }
+    let mut rules: Vec<Rules<'_>> = Vec::new();
+    for obj in world.values().filter(|o| o.kind == Kind::DestinationRule) {
+        if let Ok(spec) = parse_spec::<DestinationRule>(&obj.spec) {
+            rules.push(Rules {
+                namespace: &obj.namespace,
+                spec,
+            });
+        }
+    }
+
+    let mut out = Vec::new();
+    for (index, obj) in batch {
+        if obj.kind != Kind::VirtualService {
+            continue;
+        }
+        let Ok(vs) = parse_spec::<VirtualService>(&obj.spec) else {
+            continue;
+        };
+        for (at, gateway) in gateway_refs(&vs, &obj.namespace) {
+            let (ns, name) = gateway.split_once('/').unwrap_or(("", &gateway));
+            if !world.contains_key(&(Kind::Gateway, ns, name)) {
+                out.push((
+                    *index,
+                    Problem {
+                        field: at.to_string(),
+                        message: format!(
+                            "referenced gateway not found: {gateway:?} (IST0101 ReferencedResourceNotFound)"
+                        ),
+                    },
+                ));
+            }
+        }
+        for reference in destinations(&vs) {
+            let d = reference.destination;
+            if d.subset.is_empty() {
+                continue;
+            }
+            let host = resolve_short_name(&d.host, &obj.namespace, DEFAULT_DOMAIN_SUFFIX);
+            let defined = rules.iter().any(|r| {
+                let dr_host =
+                    resolve_short_name(&r.spec.host, r.namespace, DEFAULT_DOMAIN_SUFFIX);
+                matches(&dr_host, &host)
+                    && visible(&r.spec.export_to, r.namespace, &obj.namespace)
+                    && r.spec.subsets.iter().any(|s| s.name == d.subset)
+            });
+            if !defined {
+                out.push((
+                    *index,
+                    Problem {
+                        field: reference.at.field("subset").to_string(),
+                        message: format!(
+                            "referenced host+subset in destinationrule not found: \"{}+{}\" (IST0101 ReferencedResourceNotFound)",
+                            host, d.subset
+                        ),
+                    },
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// What to read from the store to analyze a batch: DestinationRules for the hosts routed to
+/// with a subset, Gateways of the namespaces bound to. `None` when nothing refers elsewhere.
+pub fn lookups(batch: &[&Object]) -> Option<Subscription> {
+    let mut hosts = BTreeSet::new();
+    let mut gateway_namespaces = BTreeSet::new();
+    for obj in batch.iter().filter(|o| o.kind == Kind::VirtualService) {
+        let Ok(vs) = parse_spec::<VirtualService>(&obj.spec) else {
+            continue;
+        };
+        for reference in destinations(&vs) {
+            if !reference.destination.subset.is_empty() {
+                hosts.insert(resolve_short_name(
+                    &reference.destination.host,
+                    &obj.namespace,
+                    DEFAULT_DOMAIN_SUFFIX,
+                ));
+            }
+        }
+        for (_, gateway) in gateway_refs(&vs, &obj.namespace) {
+            if let Some((ns, _)) = gateway.split_once('/') {
+                gateway_namespaces.insert(ns.to_string());
+            }
+        }
+    }
+    let mut rules = Vec::new();
+    if !hosts.is_empty() {
+        rules.push(Rule {
+            kinds: vec![Kind::DestinationRule.as_str().to_string()],
+            hosts: hosts.into_iter().collect(),
+            ..Default::default()
+        });
+    }
+    if !gateway_namespaces.is_empty() {
+        rules.push(Rule {
+            kinds: vec![Kind::Gateway.as_str().to_string()],
+            namespaces: gateway_namespaces.into_iter().collect(),
+            ..Default::default()
+        });
+    }
+    (!rules.is_empty()).then_some(Subscription { rules })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(doc: serde_json::Value) -> Object {
+        Object::from_json(&doc, "default").unwrap()
+    }
+
+    fn vs(ns: &str, spec: serde_json::Value) -> Object {
+        object(json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+                      "metadata": {"name": "vs", "namespace": ns}, "spec": spec}))
+    }
+
+    fn dr(ns: &str, name: &str, spec: serde_json::Value) -> Object {
+        object(json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+                      "metadata": {"name": name, "namespace": ns}, "spec": spec}))
+    }
+
+    #[test]
+    fn unknown_subset_and_gateway_are_warned_with_their_paths() {
+        let v = vs(
+            "shop",
+            json!({"hosts": ["cart"], "gateways": ["shop-gw", "mesh"], "http": [{"route": [
+                {"destination": {"host": "cart", "subset": "v1"}, "weight": 50},
+                {"destination": {"host": "cart", "subset": "v9"}, "weight": 50}]}]}),
+        );
+        let rule = dr(
+            "shop",
+            "cart",
+            json!({"host": "cart", "subsets": [{"name": "v1", "labels": {"version": "v1"}}]}),
+        );
+        let found = analyze(&[(3, &v)], &[rule]);
+        let fields: Vec<&str> = found.iter().map(|(_, p)| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["spec.gateways[0]", "spec.http[0].route[1].destination.subset"]
+        );
+        assert!(found.iter().all(|(i, _)| *i == 3));
+        assert!(found[1].1.message.contains("cart.shop.svc.cluster.local+v9"));
+    }
+
+    #[test]
+    fn batch_objects_count_and_private_rules_elsewhere_do_not() {
+        let v = vs(
+            "shop",
+            json!({"hosts": ["cart"], "http": [{"route": [{"destination": {"host": "cart.shop.svc.cluster.local", "subset": "v1"}}]}]}),
+        );
+        let private = dr(
+            "other",
+            "cart",
+            json!({"host": "cart.shop.svc.cluster.local", "exportTo": ["."], "subsets": [{"name": "v1"}]}),
+        );
+        assert_eq!(analyze(&[(0, &v)], std::slice::from_ref(&private)).len(), 1);
+        let shared = dr(
+            "shop",
+            "cart",
+            json!({"host": "cart", "subsets": [{"name": "v1"}]}),
+        );
+        assert!(analyze(&[(0, &v), (1, &shared)], &[private]).is_empty());
+    }
+
+    #[test]
+    fn lookups_ask_for_what_is_referenced() {
+        let v = vs(
+            "shop",
+            json!({"hosts": ["cart"], "gateways": ["edge/gw"], "http": [{"route": [{"destination": {"host": "cart", "subset": "v1"}}]}]}),
+        );
+        let sub = lookups(&[&v]).unwrap();
+        assert_eq!(sub.rules[0].hosts, ["cart.shop.svc.cluster.local"]);
+        assert_eq!(sub.rules[1].namespaces, ["edge"]);
+        let plain = vs("shop", json!({"hosts": ["cart"], "http": [{"route": [{"destination": {"host": "cart"}}]}]}));
+        assert!(lookups(&[&plain]).is_none());
+    }
 }
