@@ -60,7 +60,12 @@ fn destinations(vs: &VirtualService) -> Vec<Reference<'_>> {
             for (j, rd) in route.iter().enumerate() {
                 if let Some(d) = &rd.destination {
                     out.push(Reference {
-                        at: spec.field(name).index(i).field("route").index(j).field("destination"),
+                        at: spec
+                            .field(name)
+                            .index(i)
+                            .field("route")
+                            .index(j)
+                            .field("destination"),
                         destination: d,
                     });
                 }
@@ -76,7 +81,10 @@ fn gateway_refs(vs: &VirtualService, namespace: &str) -> Vec<(Path, String)> {
     let spec = Path::spec();
     for (i, g) in vs.gateways.iter().enumerate() {
         if g != MESH {
-            out.push((spec.field("gateways").index(i), resolve_gateway_name(g, namespace)));
+            out.push((
+                spec.field("gateways").index(i),
+                resolve_gateway_name(g, namespace),
+            ));
         }
     }
     for (i, http) in vs.http.iter().enumerate() {
@@ -158,8 +166,7 @@ pub fn analyze(batch: &[(usize, &Object)], existing: &[Object]) -> Vec<(usize, P
             }
             let host = resolve_short_name(&d.host, &obj.namespace, DEFAULT_DOMAIN_SUFFIX);
             let defined = rules.iter().any(|r| {
-                let dr_host =
-                    resolve_short_name(&r.spec.host, r.namespace, DEFAULT_DOMAIN_SUFFIX);
+                let dr_host = resolve_short_name(&r.spec.host, r.namespace, DEFAULT_DOMAIN_SUFFIX);
                 matches(&dr_host, &host)
                     && visible(&r.spec.export_to, r.namespace, &obj.namespace)
                     && r.spec.subsets.iter().any(|s| s.name == d.subset)
@@ -233,13 +240,17 @@ mod tests {
     }
 
     fn vs(ns: &str, spec: serde_json::Value) -> Object {
-        object(json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
-                      "metadata": {"name": "vs", "namespace": ns}, "spec": spec}))
+        object(
+            json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+                      "metadata": {"name": "vs", "namespace": ns}, "spec": spec}),
+        )
     }
 
     fn dr(ns: &str, name: &str, spec: serde_json::Value) -> Object {
-        object(json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
-                      "metadata": {"name": name, "namespace": ns}, "spec": spec}))
+        object(
+            json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+                      "metadata": {"name": name, "namespace": ns}, "spec": spec}),
+        )
     }
 
     #[test]
@@ -259,10 +270,18 @@ mod tests {
         let fields: Vec<&str> = found.iter().map(|(_, p)| p.field.as_str()).collect();
         assert_eq!(
             fields,
-            ["spec.gateways[0]", "spec.http[0].route[1].destination.subset"]
+            [
+                "spec.gateways[0]",
+                "spec.http[0].route[1].destination.subset"
+            ]
         );
         assert!(found.iter().all(|(i, _)| *i == 3));
-        assert!(found[1].1.message.contains("cart.shop.svc.cluster.local+v9"));
+        assert!(
+            found[1]
+                .1
+                .message
+                .contains("cart.shop.svc.cluster.local+v9")
+        );
     }
 
     #[test]
@@ -294,7 +313,10 @@ mod tests {
         let sub = lookups(&[&v]).unwrap();
         assert_eq!(sub.rules[0].hosts, ["cart.shop.svc.cluster.local"]);
         assert_eq!(sub.rules[1].namespaces, ["edge"]);
-        let plain = vs("shop", json!({"hosts": ["cart"], "http": [{"route": [{"destination": {"host": "cart"}}]}]}));
+        let plain = vs(
+            "shop",
+            json!({"hosts": ["cart"], "http": [{"route": [{"destination": {"host": "cart"}}]}]}),
+        );
         assert!(lookups(&[&plain]).is_none());
     }
 }

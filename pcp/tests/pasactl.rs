@@ -33,6 +33,37 @@ fn pasactl_end_to_end() {
     let again = pcp.ok(&["apply", "-f", shop]);
     assert!(again.lines().all(|l| l.ends_with(" unchanged")), "{again}");
 
+    // Cross-resource warnings against what is stored: the stored DestinationRule defines v1 and
+    // v2 of cart, not v9; the write goes through and the warning names the field.
+    let dir = tempfile::tempdir().unwrap();
+    let canary = dir.path().join("canary.yaml");
+    std::fs::write(
+        &canary,
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: canary, namespace: shop}\n\
+         spec:\n  hosts: [cart]\n  http:\n  - route:\n    - destination: {host: cart, subset: v2}\n\
+         \x20     weight: 90\n    - destination: {host: cart, subset: v9}\n      weight: 10\n",
+    )
+    .unwrap();
+    let out = pcp.ctl(&["apply", "-f", canary.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "virtualservice/shop/canary created\n"
+    );
+    let warn = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warn.contains("Warning: ")
+            && warn.contains("spec.http[0].route[1].destination.subset")
+            && warn.contains("cart.shop.svc.cluster.local+v9")
+            && !warn.contains("+v2"),
+        "{warn}"
+    );
+    pcp.ok(&["delete", "vs", "canary", "-n", "shop"]);
+
     // Bad documents: every problem named with file, document and field; nothing written.
     let broken = examples().join("broken.yaml");
     let out = pcp.ctl(&["apply", "-f", broken.to_str().unwrap()]);
@@ -47,7 +78,9 @@ fn pasactl_end_to_end() {
         "{err}"
     );
     assert!(
-        err.contains("broken.yaml document 3 (virtualservice/shop/split): spec.http[0].route[1].weight:"),
+        err.contains(
+            "broken.yaml document 3 (virtualservice/shop/split): spec.http[0].route[1].weight:"
+        ),
         "{err}"
     );
     assert!(
@@ -154,7 +187,7 @@ fn pasactl_end_to_end() {
     assert_eq!(gone.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&gone.stderr).contains("not found"));
     let status = pcp.ok(&["status"]);
-    assert!(status.contains("REVISION   10"), "{status}");
+    assert!(status.contains("REVISION   12"), "{status}");
     assert!(status.contains("TOTAL             7"), "{status}");
 
     // apply from standard input, with -n for documents that name no namespace.
@@ -202,12 +235,12 @@ fn pasactl_end_to_end() {
         let v: serde_json::Value =
             serde_json::from_str(&lines.recv_timeout(WAIT).expect("replay line")).unwrap();
         if v["type"] == "SYNCED" {
-            assert_eq!(v["revision"], 11);
+            assert_eq!(v["revision"], 13);
             break;
         }
         seen.push(format!("{} {}", v["type"].as_str().unwrap(), v["revision"]));
     }
-    assert_eq!(seen, ["ADDED 3", "DELETED 10"]);
+    assert_eq!(seen, ["ADDED 3", "DELETED 12"]);
     let _ = replay.kill();
     let _ = replay.wait();
 
@@ -215,7 +248,7 @@ fn pasactl_end_to_end() {
     pcp.terminate();
     let pcp = Pcp::start(data.path());
     let status = pcp.ok(&["status"]);
-    assert!(status.contains("REVISION   11"), "{status}");
+    assert!(status.contains("REVISION   13"), "{status}");
     let services = examples().join("shop/services.yaml");
     let out = pcp.ok(&["delete", "-f", services.to_str().unwrap()]);
     assert_eq!(
@@ -269,13 +302,19 @@ fn validate_offline() {
         "error: ",
         "broken.yaml document 0 (virtualservice/shop/Not_A_DNS_Name): metadata.name:",
         "broken.yaml document 2 (destinationrule/shop/cart): apiVersion:",
-        "broken.yaml document 3 (virtualservice/shop/split): spec.http[0].route[0].weight:",
         "broken.yaml document 3 (virtualservice/shop/split): spec.http[0].route[1].weight:",
         "broken.yaml document 4 (destinationrule/shop/cart-pool): spec.trafficPolicy.loadBalancer.simple:",
     ] {
         assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
     }
-    assert!(!err.contains("document 1 "), "the good document has no problem: {err}");
+    assert!(
+        !err.contains("document 1 "),
+        "the good document has no problem: {err}"
+    );
+    assert!(
+        !err.contains("route[0].weight"),
+        "weights are relative; 110 is fine: {err}"
+    );
     assert!(err.contains("error(s)"), "{err}");
 
     // Warnings alone do not fail validation.
@@ -288,7 +327,11 @@ fn validate_offline() {
     )
     .unwrap();
     let out = run(&["-f", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("warning: ") && err.contains("spec.http[0].route[0].destination.subset"),
