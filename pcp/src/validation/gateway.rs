@@ -396,8 +396,7 @@ fn validate_cipher_suites(at: &Path, suites: &[String], report: &mut Report) {
     }
 }
 
-/// What the CRD schema adds: named enum values, at most two certificate sources of a kind, and
-/// `credentialName`, `credentialNames` and `tlsCertificates` mutually exclusive.
+/// What the CRD schema adds: named enum values and at most two certificate sources of a kind.
 fn validate_tls_schema(at: &Path, tls: &ServerTlsSettings, report: &mut Report) {
     if let TlsMode::Unknown(n) = tls.mode {
         report.error(
@@ -433,21 +432,8 @@ fn validate_tls_schema(at: &Path, tls: &ServerTlsSettings, report: &mut Report) 
             );
         }
     }
-    let credential_name = !tls.credential_name.is_empty();
-    let credential_names = !tls.credential_names.is_empty();
-    let tls_certificates = !tls.tls_certificates.is_empty();
-    if credential_names && tls_certificates {
-        report.error(
-            at,
-            "only one of credentialNames or tlsCertificates can be set",
-        );
-    }
-    if credential_name && credential_names {
-        report.error(
-            at,
-            "only one of credentialName or credentialNames can be set",
-        );
-    }
+    // The schema's rules that credentialName, credentialNames and tlsCertificates exclude each
+    // other are covered by the single-certificate-source rule of `validate_server_tls`.
 }
 
 #[cfg(test)]
