@@ -456,3 +456,133 @@ fn validate_tcp_pool(at: &Path, tcp: &TcpSettings, report: &mut Report) {
         check_duration(&at.field("interval"), ka.interval.as_ref(), report);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn check(spec: Value) -> Report {
+        let doc = json!({
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "DestinationRule",
+            "metadata": {"name": "r", "namespace": "ns"},
+            "spec": spec,
+        });
+        let obj = Object::from_json(&doc, "default").expect("a well-formed object");
+        let mut report = Report::default();
+        validate(&obj, &mut report);
+        report
+    }
+
+    fn fields(problems: &[super::super::Problem]) -> Vec<&str> {
+        problems.iter().map(|p| p.field.as_str()).collect()
+    }
+
+    #[test]
+    fn connection_pool_rules() {
+        let r = check(json!({"host": "r", "trafficPolicy": {"connectionPool": {
+            "tcp": {"idleTimeout": "0s", "maxConnections": -1},
+            "http": {"http2KeepAlive": {"interval": "1s"}, "h2UpgradePolicy": "UPGRADE", "useClientProtocol": true}
+        }}}));
+        assert_eq!(
+            fields(&r.errors),
+            [
+                "spec.trafficPolicy.connectionPool.http.useClientProtocol",
+                "spec.trafficPolicy.connectionPool.http.http2KeepAlive.timeout",
+                "spec.trafficPolicy.connectionPool.tcp.maxConnections",
+            ]
+        );
+        // `0s` turns the TCP idle timeout off; a sub-millisecond HTTP one is an error.
+        let r = check(json!({"host": "r", "trafficPolicy": {"connectionPool": {
+            "tcp": {"idleTimeout": "0s"}, "http": {"idleTimeout": "0.0005s"}
+        }}}));
+        assert_eq!(
+            fields(&r.errors),
+            ["spec.trafficPolicy.connectionPool.http.idleTimeout"]
+        );
+        let r = check(json!({"host": "r", "trafficPolicy": {"connectionPool": {}}}));
+        assert!(r.errors[0].message.contains("at least one field"));
+    }
+
+    #[test]
+    fn traffic_policy_shape() {
+        let r = check(json!({"host": "r", "trafficPolicy": {}}));
+        assert_eq!(fields(&r.errors), ["spec.trafficPolicy"]);
+        let r = check(json!({"host": "r", "trafficPolicy": {
+            "tunnel": {"targetHost": "proxy.example.com", "targetPort": 3128},
+            "proxyProtocol": {"version": "V2"}
+        }}));
+        assert!(r.errors[0].message.contains("tunnel and proxyProtocol"));
+        let r = check(json!({"host": "r", "trafficPolicy": {
+            "tunnel": {"protocol": "GET", "targetHost": "not a host", "targetPort": 0}
+        }}));
+        assert_eq!(
+            fields(&r.errors),
+            [
+                "spec.trafficPolicy.tunnel.protocol",
+                "spec.trafficPolicy.tunnel.targetHost",
+                "spec.trafficPolicy.tunnel.targetPort",
+            ]
+        );
+        let r = check(json!({"host": "r", "trafficPolicy": {"portLevelSettings": [{}]}}));
+        assert_eq!(
+            fields(&r.errors),
+            [
+                "spec.trafficPolicy.portLevelSettings[0].port",
+                "spec.trafficPolicy.portLevelSettings[0]",
+            ]
+        );
+    }
+
+    #[test]
+    fn outlier_detection_and_failover() {
+        let r = check(json!({"host": "r", "trafficPolicy": {
+            "outlierDetection": {"consecutiveErrors": 5, "consecutiveLocalOriginFailures": 2,
+                                 "outlierDetectionHttpErrorCodes": [503, 600]},
+        }}));
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        assert_eq!(
+            fields(&r.errors),
+            [
+                "spec.trafficPolicy.outlierDetection.consecutiveLocalOriginFailures",
+                "spec.trafficPolicy.outlierDetection.outlierDetectionHttpErrorCodes[1]",
+            ]
+        );
+        // Failover without outlier detection is allowed, with a warning.
+        let r = check(json!({"host": "r", "trafficPolicy": {"loadBalancer": {
+            "localityLbSetting": {"failover": [{"from": "us-east", "to": "us-west"}]}
+        }}}));
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(r.warnings.len(), 1);
+        let r = check(json!({"host": "r", "trafficPolicy": {"loadBalancer": {
+            "localityLbSetting": {"distribute": [{"from": "a/*", "to": {"b/*": 60, "c/*": 30}}]}
+        }}}));
+        assert!(r.errors[0].message.contains("total locality weight 90"));
+    }
+
+    #[test]
+    fn subsets_and_selector() {
+        let r = check(json!({"host": "r", "subsets": [
+            {"name": "v1"}, {"name": "v1"}, {"name": "V_2", "labels": {"-bad": "x"}}
+        ]}));
+        assert_eq!(
+            fields(&r.errors),
+            [
+                "spec.subsets[1].name",
+                "spec.subsets[2].name",
+                "spec.subsets[2].labels[-bad]",
+            ]
+        );
+        let r = check(
+            json!({"host": "r", "workloadSelector": {"matchLabels": {"app": "a"}},
+                             "exportTo": ["*"]}),
+        );
+        assert!(
+            r.errors[0]
+                .message
+                .contains("cannot have exportTo beyond current namespace")
+        );
+    }
+}

@@ -97,13 +97,13 @@ fn validate_consistent_hash(at: &Path, ch: &ConsistentHashLb, report: &mut Repor
         if size == 0 {
             report.error(&at, "tableSize must be set for maglev");
         }
+        // An oversized table is refused without a primality test (trial division would be slow).
         if size >= MAGLEV_TABLE_LIMIT {
             report.error(
                 &at,
                 format!("tableSize must be less than {MAGLEV_TABLE_LIMIT} for maglev, got {size}"),
             );
-        }
-        if !is_prime(size) {
+        } else if !is_prime(size) {
             report.error(
                 &at,
                 format!("tableSize must be a prime number for maglev, got {size}"),
@@ -117,12 +117,12 @@ fn is_prime(x: u64) -> bool {
     if x != 0 && x < 4 {
         return true;
     }
-    if x % 2 == 0 {
+    if x.is_multiple_of(2) {
         return false;
     }
     let mut factor = 3u64;
     while factor.saturating_mul(factor) <= x {
-        if x % factor == 0 {
+        if x.is_multiple_of(factor) {
             return false;
         }
         factor += 2;

@@ -418,3 +418,92 @@ pub struct WarmupConfiguration {
     #[serde(default)]
     pub aggression: Option<f64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::istio::destination_rule::DestinationRule;
+    use crate::istio::parse_spec;
+
+    fn lb_of(spec: serde_json::Value) -> Result<LoadBalancerSettings, String> {
+        parse_spec::<DestinationRule>(&spec)
+            .map(|dr| {
+                dr.traffic_policy
+                    .and_then(|p| p.load_balancer)
+                    .unwrap_or_default()
+            })
+            .map_err(|e| format!("{}: {}", e.field, e.message))
+    }
+
+    #[test]
+    fn oneofs_read_into_enums() {
+        let lb = lb_of(json!({"host": "r", "trafficPolicy": {"loadBalancer": {
+            "consistentHash": {"httpCookie": {"name": "c", "ttl": "0s"}, "maglev": {"tableSize": "65537"}}
+        }}}))
+        .unwrap();
+        let ch = lb.consistent_hash().unwrap();
+        assert_eq!(ch.http_cookie().unwrap().name, "c");
+        assert_eq!(ch.maglev().unwrap().table_size, U64(65537));
+        assert_eq!(lb.simple(), None);
+
+        let lb =
+            lb_of(json!({"host": "r", "trafficPolicy": {"loadBalancer": {"simple": "RANDOM"}}}))
+                .unwrap();
+        assert_eq!(lb.policy, Some(LbPolicy::Simple(SimpleLb::Random)));
+        // A oneof member present with its zero value is still the chosen member.
+        let lb = lb_of(json!({"host": "r", "trafficPolicy": {"loadBalancer": {
+            "consistentHash": {"useSourceIp": false}
+        }}}))
+        .unwrap();
+        assert_eq!(
+            lb.consistent_hash().unwrap().hash_key,
+            Some(HashKey::UseSourceIp(false))
+        );
+    }
+
+    #[test]
+    fn two_members_of_a_oneof_are_refused_at_the_parent() {
+        let err = lb_of(json!({"host": "r", "trafficPolicy": {"loadBalancer": {
+            "simple": "RANDOM", "consistentHash": {"useSourceIp": true}
+        }}}))
+        .unwrap_err();
+        assert!(
+            err.starts_with("spec.trafficPolicy.loadBalancer: only one of simple, consistentHash"),
+            "{err}"
+        );
+        let err = lb_of(json!({"host": "r", "trafficPolicy": {"loadBalancer": {
+            "consistentHash": {"httpHeaderName": "x", "useSourceIp": true}
+        }}}))
+        .unwrap_err();
+        assert!(err.contains("httpHeaderName, useSourceIp"), "{err}");
+        let err = lb_of(json!({"host": "r", "trafficPolicy": {"loadBalancer": {
+            "consistentHash": {"ringHash": {}, "maglev": {}}
+        }}}))
+        .unwrap_err();
+        assert!(err.contains("ringHash, maglev"), "{err}");
+        let err =
+            lb_of(json!({"host": "r", "trafficPolicy": {"loadBalancer": {"simpel": "RANDOM"}}}))
+                .unwrap_err();
+        assert!(err.contains("unknown field"), "{err}");
+    }
+
+    #[test]
+    fn serializes_back_to_protobuf_json() {
+        let lb = LoadBalancerSettings {
+            policy: Some(LbPolicy::ConsistentHash(ConsistentHashLb {
+                hash_key: Some(HashKey::HttpHeaderName("x-user".into())),
+                hash_algorithm: Some(HashAlgorithm::RingHash(RingHash {
+                    minimum_ring_size: U64(1024),
+                })),
+                minimum_ring_size: U64(0),
+            })),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&lb).unwrap(),
+            json!({"consistentHash": {"httpHeaderName": "x-user", "ringHash": {"minimumRingSize": "1024"}}})
+        );
+    }
+}
