@@ -1,8 +1,7 @@
 //! Validation of `Gateway`, following istiod: servers (hosts, port, bind, TLS), unique port names,
 //! and the CRD schema's limits on TLS settings.
 //!
-//! The TLS rules ([`validate_server_tls`]) serve Sidecar ingress listeners too, and
-//! [`validate_unix_address`] every `unix://` address.
+//! The TLS rules ([`validate_server_tls`]) serve Sidecar ingress listeners too.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -11,15 +10,14 @@ use pasa_proto::istio::common::Protocol;
 use pasa_proto::istio::gateway::{
     Gateway, Port, Server, ServerTlsSettings, TlsMode, TlsProtocol, is_valid_cipher_suite,
 };
+use pasa_proto::istio::workload_entry::UNIX_ADDRESS_PREFIX;
 
 use super::common::{
     is_dns1123_label, validate_ip_address, validate_namespace_slash_wildcard_hostname,
     validate_port,
 };
+use super::workload_entry::validate_unix_address;
 use super::{Path, Report, parse};
-
-/// The prefix of a bind address or endpoint that names a Unix domain socket.
-pub(crate) const UNIX_ADDRESS_PREFIX: &str = "unix://";
 
 /// The CRD's limit on `credentialNames` and `tlsCertificates`.
 const MAX_CERTIFICATE_SOURCES: usize = 2;
@@ -184,23 +182,6 @@ fn validate_server_bind(at: &Path, port: Option<&Port>, bind: &str, report: &mut
     } else if !bind.is_empty() {
         report.check(&at.field("bind"), validate_ip_address(bind));
     }
-}
-
-/// A Unix domain socket address (after `unix://`): an abstract name (`@name`) or an absolute path
-/// to a file.
-pub(crate) fn validate_unix_address(addr: &str) -> Result<(), String> {
-    if addr.is_empty() {
-        return Err("unix address must not be empty".to_string());
-    }
-    if addr.starts_with('@') {
-        return Ok(());
-    }
-    if !addr.starts_with('/') || addr.ends_with('/') {
-        return Err(format!(
-            "{addr} is not an absolute path to a file (unix addresses are an absolute path or an @abstract name)"
-        ));
-    }
-    Ok(())
 }
 
 /// A server's TLS settings (Gateway servers and Sidecar ingress listeners): certificates that fit
@@ -446,16 +427,6 @@ mod tests {
         let mut report = Report::default();
         validate_server_tls(&Path::spec().field("tls"), &tls, &mut report);
         report
-    }
-
-    #[test]
-    fn unix_addresses() {
-        assert!(validate_unix_address("@abstract").is_ok());
-        assert!(validate_unix_address("/var/run/x.sock").is_ok());
-        assert!(validate_unix_address("").is_err());
-        assert!(validate_unix_address("/").is_err());
-        assert!(validate_unix_address("/var/run/").is_err());
-        assert!(validate_unix_address("relative.sock").is_err());
     }
 
     #[test]

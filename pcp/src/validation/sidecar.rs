@@ -7,18 +7,21 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use pasa_proto::Object;
 use pasa_proto::istio::common::Protocol;
 use pasa_proto::istio::gateway::TlsMode;
+use pasa_proto::istio::service_entry::WorkloadSelector;
 use pasa_proto::istio::sidecar::{
     CaptureMode, IstioEgressListener, IstioIngressListener, OutboundTrafficPolicy,
-    OutboundTrafficPolicyMode, Sidecar, SidecarPort, WorkloadSelector,
+    OutboundTrafficPolicyMode, Sidecar, SidecarPort,
 };
+use pasa_proto::istio::workload_entry::UNIX_ADDRESS_PREFIX;
 
 use super::common::{
     validate_fqdn, validate_ip_address, validate_namespace_slash_wildcard_hostname, validate_port,
     validate_port_name, validate_protocol, validate_selector_labels,
 };
 use super::destination_rule::validate_connection_pool;
-use super::gateway::{UNIX_ADDRESS_PREFIX, validate_server_tls, validate_unix_address};
+use super::gateway::validate_server_tls;
 use super::virtual_service::validate_destination;
+use super::workload_entry::validate_unix_address;
 use super::{Path, Report, parse};
 
 /// The CRD's limits on a workload selector.
@@ -92,10 +95,10 @@ fn validate_sidecar_selector(at: &Path, selector: &WorkloadSelector, report: &mu
     }
 }
 
-/// The CRD schema's limits on a workload selector's labels (Sidecar and ServiceEntry): at most 256
+/// The CRD schema's limits on a workload selector's labels: at most 256
 /// labels, values of at most 63 characters. (No `*`, the schema's other rule, is checked by
 /// `common::validate_selector_labels`.)
-pub(crate) fn validate_workload_selector_schema(
+fn validate_workload_selector_schema(
     at: &Path,
     labels: &BTreeMap<String, String>,
     report: &mut Report,

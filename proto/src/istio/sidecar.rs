@@ -1,14 +1,11 @@
 //! The `Sidecar` model (`networking.istio.io`): how the proxy next to a workload listens (inbound
 //! listeners, connection pools) and which services it can reach (egress hosts, outbound policy).
-//!
-//! [`WorkloadSelector`] is defined here, as in the API: ServiceEntry selects workloads with it too.
-
-use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::destination_rule::ConnectionPoolSettings;
 use super::gateway::ServerTlsSettings;
+use super::service_entry::WorkloadSelector;
 use super::virtual_service::Destination;
 use crate::proto_enum;
 
@@ -33,14 +30,6 @@ pub struct Sidecar {
     /// What to do with traffic to destinations the registry does not know.
     #[serde(default)]
     pub outbound_traffic_policy: Option<OutboundTrafficPolicy>,
-}
-
-/// Workloads chosen by their labels (all labels must match).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct WorkloadSelector {
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
 }
 
 /// An inbound listener: a port of the workload, how traffic reaches it, and where it goes.
