@@ -18,7 +18,14 @@ use pasa_proto::Object;
 use serde_json::Value;
 
 /// Table cases not run, by file and `source.line`, each with the reason.
-const SKIPS: &[(&str, u64, &str)] = &[];
+const SKIPS: &[(&str, u64, &str)] = &[
+    ("gateway.yaml", 557, CRD_MAX_TWO_CERTIFICATES),
+    ("gateway.yaml", 796, CRD_MAX_TWO_CERTIFICATES),
+];
+
+const CRD_MAX_TWO_CERTIFICATES: &str = "the CRD schema (maxItems: 2 on tlsCertificates) makes the Kubernetes API server refuse 3 \
+     certificates before istiod's webhook runs; this table case tests the webhook alone. PCP has no \
+     API server in front of it, so it enforces the CRD (and still gives the webhook's warning).";
 
 /// Documents of `crds/` not run, by file and document index, each with the reason.
 const CRD_SKIPS: &[(&str, usize, &str)] = &[(

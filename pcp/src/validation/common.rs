@@ -314,6 +314,37 @@ pub fn validate_selector_labels(at: &Path, labels: &BTreeMap<String, String>, re
     }
 }
 
+/// The CRD's limits on a workload selector: at most `max_labels` labels (256 for Sidecar and
+/// ServiceEntry, 4096 for DestinationRule), values of at most 63 characters.
+pub fn validate_selector_label_limits(
+    at: &Path,
+    labels: &BTreeMap<String, String>,
+    max_labels: usize,
+    report: &mut Report,
+) {
+    const MAX_VALUE_LENGTH: usize = 63;
+    if labels.len() > max_labels {
+        report.error(
+            at,
+            format!(
+                "a workload selector may have at most {max_labels} labels, found {}",
+                labels.len()
+            ),
+        );
+    }
+    for (key, value) in labels {
+        if value.len() > MAX_VALUE_LENGTH {
+            report.error(
+                &at.key(key),
+                format!(
+                    "selector label value may be at most {MAX_VALUE_LENGTH} characters long, found {}",
+                    value.len()
+                ),
+            );
+        }
+    }
+}
+
 /// How `exportTo` is checked for one kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExportToRules {

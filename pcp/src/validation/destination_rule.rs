@@ -17,8 +17,8 @@ use pasa_proto::istio::destination_rule::{
 
 use super::common::{
     ExportToRules, is_dns1123_label, validate_duration, validate_export_to, validate_fqdn,
-    validate_ip_address, validate_labels, validate_port, validate_selector_labels,
-    validate_wildcard_domain,
+    validate_ip_address, validate_labels, validate_port, validate_selector_label_limits,
+    validate_selector_labels, validate_wildcard_domain,
 };
 use super::{Path, Report, parse};
 
@@ -26,8 +26,6 @@ use super::{Path, Report, parse};
 const MAX_PORT_LEVEL_SETTINGS: usize = 4096;
 /// The CRD's cap on workload selector labels.
 const MAX_SELECTOR_LABELS: usize = 4096;
-/// The CRD's cap on a selector label value.
-const MAX_SELECTOR_VALUE_LENGTH: usize = 63;
 
 /// Checks one DestinationRule.
 pub fn validate(obj: &Object, report: &mut Report) {
@@ -89,20 +87,7 @@ fn validate_subset(at: &Path, ns: &str, subset: &Subset, report: &mut Report) {
 fn validate_workload_selector(at: &Path, selector: &WorkloadSelector, report: &mut Report) {
     let at = at.field("matchLabels");
     validate_selector_labels(&at, &selector.match_labels, report);
-    if selector.match_labels.len() > MAX_SELECTOR_LABELS {
-        report.error(
-            &at,
-            format!("at most {MAX_SELECTOR_LABELS} labels may be selected"),
-        );
-    }
-    for (k, v) in &selector.match_labels {
-        if v.len() > MAX_SELECTOR_VALUE_LENGTH {
-            report.error(
-                &at.key(k),
-                format!("label value may be at most {MAX_SELECTOR_VALUE_LENGTH} characters"),
-            );
-        }
-    }
+    validate_selector_label_limits(&at, &selector.match_labels, MAX_SELECTOR_LABELS, report);
 }
 
 /// A traffic policy of the rule or of a subset; `ns` is the rule's namespace.

@@ -12,7 +12,8 @@ use pasa_proto::istio::service_entry::{
 use super::common::{
     ExportToRules, validate_export_to, validate_fqdn, validate_ip_address, validate_ip_subnet,
     validate_labels, validate_partial_wildcard, validate_port, validate_port_name,
-    validate_protocol, validate_selector_labels, validate_wildcard_domain,
+    validate_protocol, validate_selector_label_limits, validate_selector_labels,
+    validate_wildcard_domain,
 };
 use super::workload_entry::{
     EndpointContext, validate_endpoint_ports, validate_entry_limits, validate_workload_entry,
@@ -27,7 +28,6 @@ const MAX_PORTS: usize = 256;
 const MAX_PORT_FIELD_LENGTH: usize = 256;
 const MAX_ENDPOINTS: usize = 4096;
 const MAX_SELECTOR_LABELS: usize = 256;
-const MAX_SELECTOR_VALUE_LENGTH: usize = 63;
 
 /// The label by which a ServiceEntry opts out of automatic VIP allocation (value `false`).
 const AUTOALLOCATE_LABEL: &str = "networking.istio.io/enable-autoallocate-ip";
@@ -147,20 +147,7 @@ fn validate_workload_selector(at: &Path, selector: &WorkloadSelector, report: &m
     let at = at.field("labels");
     let mut own = Report::default();
     validate_selector_labels(&at, &selector.labels, &mut own);
-    if selector.labels.len() > MAX_SELECTOR_LABELS {
-        own.error(
-            &at,
-            format!("at most {MAX_SELECTOR_LABELS} labels may be selected"),
-        );
-    }
-    for (k, v) in &selector.labels {
-        if v.len() > MAX_SELECTOR_VALUE_LENGTH {
-            own.error(
-                &at.key(k),
-                format!("label value may be at most {MAX_SELECTOR_VALUE_LENGTH} characters"),
-            );
-        }
-    }
+    validate_selector_label_limits(&at, &selector.labels, MAX_SELECTOR_LABELS, &mut own);
     let ok = own.errors.is_empty();
     if ok {
         report.warnings.append(&mut own.warnings);

@@ -16,7 +16,8 @@ use pasa_proto::istio::workload_entry::UNIX_ADDRESS_PREFIX;
 
 use super::common::{
     validate_fqdn, validate_ip_address, validate_namespace_slash_wildcard_hostname, validate_port,
-    validate_port_name, validate_protocol, validate_selector_labels,
+    validate_port_name, validate_protocol, validate_selector_label_limits,
+    validate_selector_labels,
 };
 use super::destination_rule::validate_connection_pool;
 use super::gateway::validate_server_tls;
@@ -26,7 +27,6 @@ use super::{Path, Report, parse};
 
 /// The CRD's limits on a workload selector.
 const MAX_SELECTOR_LABELS: usize = 256;
-const MAX_SELECTOR_VALUE_LENGTH: usize = 63;
 
 /// `ALLOW_ANY_DYNAMIC_DNS`: a mesh-wide outbound mode with no name in the Sidecar API.
 const ALLOW_ANY_DYNAMIC_DNS: i32 = 3;
@@ -85,43 +85,13 @@ fn validate_sidecar_selector(at: &Path, selector: &WorkloadSelector, report: &mu
     let labels = at.field("labels");
     let mut found = Report::default();
     validate_selector_labels(&labels, &selector.labels, &mut found);
-    validate_workload_selector_schema(&labels, &selector.labels, &mut found);
+    validate_selector_label_limits(&labels, &selector.labels, MAX_SELECTOR_LABELS, &mut found);
     report.errors.extend(found.errors);
     if !found.warnings.is_empty() {
         report.warn(
             at,
             "sidecar: workload selector specified without labels, will be applied to all services in namespace",
         );
-    }
-}
-
-/// The CRD schema's limits on a workload selector's labels: at most 256
-/// labels, values of at most 63 characters. (No `*`, the schema's other rule, is checked by
-/// `common::validate_selector_labels`.)
-fn validate_workload_selector_schema(
-    at: &Path,
-    labels: &BTreeMap<String, String>,
-    report: &mut Report,
-) {
-    if labels.len() > MAX_SELECTOR_LABELS {
-        report.error(
-            at,
-            format!(
-                "a workload selector may have at most {MAX_SELECTOR_LABELS} labels, found {}",
-                labels.len()
-            ),
-        );
-    }
-    for (key, value) in labels {
-        if value.len() > MAX_SELECTOR_VALUE_LENGTH {
-            report.error(
-                &at.key(key),
-                format!(
-                    "selector label value may be at most {MAX_SELECTOR_VALUE_LENGTH} characters long, found {}",
-                    value.len()
-                ),
-            );
-        }
     }
 }
 
