@@ -203,11 +203,15 @@ fn pasactl_end_to_end() {
         .take()
         .unwrap()
         .write_all(
-            b"apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata:\n  name: default\n",
+            b"apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata:\n  name: default\nspec:\n  egress:\n  - hosts: [\"./*\", \"istio-system/*\"]\n",
         )
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "sidecar/edge/default created"

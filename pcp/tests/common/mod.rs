@@ -54,7 +54,11 @@ impl Pcp {
         let mut ready_lines = Vec::new();
         let mut webhook = None;
         loop {
-            let line = lines.recv_timeout(WAIT).expect("ready line");
+            let Ok(line) = lines.recv_timeout(WAIT) else {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("pasa-pcp printed no ready line within {WAIT:?}");
+            };
             if let Some(addr) = pasa_pcp::server::parse_webhook_line(&line) {
                 webhook = Some(addr);
             }
