@@ -283,6 +283,26 @@ pub struct PortSelector {
     pub number: u32,
 }
 
+/// A port as Gateway servers (`Port`), ServiceEntries (`ServicePort`) and Sidecar listeners
+/// (`SidecarPort`) declare it: the same four fields in all three APIs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Port {
+    #[serde(default)]
+    pub number: u32,
+    /// `HTTP`, `HTTPS`, `GRPC`, `GRPC-WEB`, `HTTP2`, `MONGO`, `TCP`, `TLS`, ... (any case); empty
+    /// means detect.
+    #[serde(default)]
+    pub protocol: String,
+    /// The port's name (a DNS label).
+    #[serde(default)]
+    pub name: String,
+    /// Where the workload receives, when different from `number` (0: the same). Ignored by
+    /// gateways and sidecars.
+    #[serde(default)]
+    pub target_port: u32,
+}
+
 /// The application protocols Istio knows by port name or `protocol` field (matched without case).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Protocol {

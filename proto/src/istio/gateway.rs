@@ -50,23 +50,8 @@ pub struct Server {
     pub name: String,
 }
 
-/// A gateway server's port.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Port {
-    /// The port number (0 only with a Unix domain socket bind).
-    #[serde(default)]
-    pub number: u32,
-    /// `HTTP`, `HTTPS`, `GRPC`, `GRPC-WEB`, `HTTP2`, `MONGO`, `TCP`, `TLS`, ... (any case).
-    #[serde(default)]
-    pub protocol: String,
-    /// The port's name; unique among a gateway's servers.
-    #[serde(default)]
-    pub name: String,
-    /// Deprecated and ignored by gateways.
-    #[serde(default)]
-    pub target_port: u32,
-}
+/// A gateway server's port (the API's `Port`; the same shape serves ServiceEntry and Sidecar).
+pub use super::common::Port;
 
 proto_enum! {
     /// How a server handles TLS (`ServerTLSSettings.TLSmode`).

@@ -62,22 +62,9 @@ pub struct ServiceEntry {
     pub subject_alt_names: Vec<String>,
 }
 
-/// A port of a ServiceEntry.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ServicePort {
-    #[serde(default)]
-    pub number: u32,
-    /// Application protocol (`HTTP`, `TCP`, ...); empty means detect.
-    #[serde(default)]
-    pub protocol: String,
-    /// Name of the port (a DNS label); endpoints map their own port numbers by this name.
-    #[serde(default)]
-    pub name: String,
-    /// Port the endpoints receive on, when different from `number` (0: the same).
-    #[serde(default)]
-    pub target_port: u32,
-}
+/// A port of a ServiceEntry (the API's `ServicePort`): `targetPort` is where endpoints receive,
+/// when it differs from `number`.
+pub type ServicePort = super::common::Port;
 
 /// The workloads a ServiceEntry (or Sidecar) applies to, by labels
 /// (`networking.v1alpha3.WorkloadSelector`).

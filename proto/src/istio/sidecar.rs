@@ -76,23 +76,9 @@ pub struct IstioEgressListener {
     pub hosts: Vec<String>,
 }
 
-/// A listener port of a Sidecar.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SidecarPort {
-    /// The port number; 0 only for an egress listener bound to a Unix socket.
-    #[serde(default)]
-    pub number: u32,
-    /// `HTTP`, `HTTPS`, `GRPC`, `HTTP2`, `MONGO`, `TCP`, `TLS`, ...; empty means detected.
-    #[serde(default)]
-    pub protocol: String,
-    /// An optional port name (a DNS label).
-    #[serde(default)]
-    pub name: String,
-    /// Deprecated and ignored by sidecars.
-    #[serde(default)]
-    pub target_port: u32,
-}
+/// A listener port of a Sidecar (the API's `SidecarPort`; number 0 only for an egress listener
+/// bound to a Unix socket).
+pub type SidecarPort = super::common::Port;
 
 proto_enum! {
     /// How traffic reaches a listener.
