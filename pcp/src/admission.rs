@@ -24,6 +24,15 @@ impl Checked {
     }
 }
 
+/// A problem as one line: `field: message`, or the message alone for the whole document.
+pub fn problem_text(field: &str, message: &str) -> String {
+    if field.is_empty() {
+        message.to_string()
+    } else {
+        format!("{field}: {message}")
+    }
+}
+
 fn reference_of(doc: &Value, default_namespace: &str) -> ObjectRef {
     let id = identity_of(doc, default_namespace);
     ObjectRef {
@@ -112,14 +121,15 @@ pub fn check_documents(docs: &[Result<Value, String>], default_namespace: &str) 
 
 /// Adds the cross-resource warnings for the batch's valid objects, against `existing` objects
 /// (the store's, or nothing offline). Batch objects replace stored ones of the same identity.
-pub fn analyze(checked: &mut Checked, existing: &[Object]) {
+/// Short host names resolve in `domain_suffix`.
+pub fn analyze(checked: &mut Checked, existing: &[Object], domain_suffix: &str) {
     let batch: Vec<(usize, &Object)> = checked
         .objects
         .iter()
         .enumerate()
         .filter_map(|(i, o)| o.as_ref().map(|o| (i, o)))
         .collect();
-    for (i, problem) in analysis::analyze(&batch, existing) {
+    for (i, problem) in analysis::analyze(&batch, existing, domain_suffix) {
         let Some(Some(obj)) = checked.objects.get(i) else {
             continue;
         };

@@ -8,7 +8,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use pasa_proto::gateway::{MESH, resolve_gateway_name};
-use pasa_proto::host::{DEFAULT_DOMAIN_SUFFIX, matches, resolve_short_name};
+use pasa_proto::host::{matches, resolve_short_name};
 use pasa_proto::istio::destination_rule::DestinationRule;
 use pasa_proto::istio::parse_spec;
 use pasa_proto::istio::virtual_service::{Destination, VirtualService};
@@ -121,7 +121,11 @@ struct Rules<'a> {
 }
 
 /// Warnings for the batch's objects (by document index), given the objects already stored.
-pub fn analyze(batch: &[(usize, &Object)], existing: &[Object]) -> Vec<(usize, Problem)> {
+pub fn analyze(
+    batch: &[(usize, &Object)],
+    existing: &[Object],
+    domain_suffix: &str,
+) -> Vec<(usize, Problem)> {
     // The world as it will be: stored objects, replaced by the batch's.
     let mut world: HashMap<(Kind, &str, &str), &Object> = HashMap::new();
     for obj in existing.iter().chain(batch.iter().map(|(_, o)| *o)) {
@@ -164,9 +168,9 @@ pub fn analyze(batch: &[(usize, &Object)], existing: &[Object]) -> Vec<(usize, P
             if d.subset.is_empty() {
                 continue;
             }
-            let host = resolve_short_name(&d.host, &obj.namespace, DEFAULT_DOMAIN_SUFFIX);
+            let host = resolve_short_name(&d.host, &obj.namespace, domain_suffix);
             let defined = rules.iter().any(|r| {
-                let dr_host = resolve_short_name(&r.spec.host, r.namespace, DEFAULT_DOMAIN_SUFFIX);
+                let dr_host = resolve_short_name(&r.spec.host, r.namespace, domain_suffix);
                 matches(&dr_host, &host)
                     && visible(&r.spec.export_to, r.namespace, &obj.namespace)
                     && r.spec.subsets.iter().any(|s| s.name == d.subset)
@@ -190,7 +194,7 @@ pub fn analyze(batch: &[(usize, &Object)], existing: &[Object]) -> Vec<(usize, P
 
 /// What to read from the store to analyze a batch: DestinationRules for the hosts routed to
 /// with a subset, Gateways of the namespaces bound to. `None` when nothing refers elsewhere.
-pub fn lookups(batch: &[&Object]) -> Option<Subscription> {
+pub fn lookups(batch: &[&Object], domain_suffix: &str) -> Option<Subscription> {
     let mut hosts = BTreeSet::new();
     let mut gateway_namespaces = BTreeSet::new();
     for obj in batch.iter().filter(|o| o.kind == Kind::VirtualService) {
@@ -202,7 +206,7 @@ pub fn lookups(batch: &[&Object]) -> Option<Subscription> {
                 hosts.insert(resolve_short_name(
                     &reference.destination.host,
                     &obj.namespace,
-                    DEFAULT_DOMAIN_SUFFIX,
+                    domain_suffix,
                 ));
             }
         }
@@ -235,6 +239,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const D: &str = pasa_proto::host::DEFAULT_DOMAIN_SUFFIX;
+
     fn object(doc: serde_json::Value) -> Object {
         Object::from_json(&doc, "default").unwrap()
     }
@@ -266,7 +272,7 @@ mod tests {
             "cart",
             json!({"host": "cart", "subsets": [{"name": "v1", "labels": {"version": "v1"}}]}),
         );
-        let found = analyze(&[(3, &v)], &[rule]);
+        let found = analyze(&[(3, &v)], &[rule], D);
         let fields: Vec<&str> = found.iter().map(|(_, p)| p.field.as_str()).collect();
         assert_eq!(
             fields,
@@ -295,13 +301,16 @@ mod tests {
             "cart",
             json!({"host": "cart.shop.svc.cluster.local", "exportTo": ["."], "subsets": [{"name": "v1"}]}),
         );
-        assert_eq!(analyze(&[(0, &v)], std::slice::from_ref(&private)).len(), 1);
+        assert_eq!(
+            analyze(&[(0, &v)], std::slice::from_ref(&private), D).len(),
+            1
+        );
         let shared = dr(
             "shop",
             "cart",
             json!({"host": "cart", "subsets": [{"name": "v1"}]}),
         );
-        assert!(analyze(&[(0, &v), (1, &shared)], &[private]).is_empty());
+        assert!(analyze(&[(0, &v), (1, &shared)], &[private], D).is_empty());
     }
 
     #[test]
@@ -310,13 +319,13 @@ mod tests {
             "shop",
             json!({"hosts": ["cart"], "gateways": ["edge/gw"], "http": [{"route": [{"destination": {"host": "cart", "subset": "v1"}}]}]}),
         );
-        let sub = lookups(&[&v]).unwrap();
+        let sub = lookups(&[&v], D).unwrap();
         assert_eq!(sub.rules[0].hosts, ["cart.shop.svc.cluster.local"]);
         assert_eq!(sub.rules[1].namespaces, ["edge"]);
         let plain = vs(
             "shop",
             json!({"hosts": ["cart"], "http": [{"route": [{"destination": {"host": "cart"}}]}]}),
         );
-        assert!(lookups(&[&plain]).is_none());
+        assert!(lookups(&[&plain], D).is_none());
     }
 }

@@ -125,22 +125,14 @@ pub fn out(text: &str) -> std::io::Result<()> {
 
 /// Connects to the store, with a message that says what to check when it is not there.
 pub async fn connect(server: &str) -> anyhow::Result<StoreClient<Channel>> {
-    let url = if server.contains("://") {
-        server.to_string()
-    } else {
-        format!("http://{server}")
-    };
-    let endpoint = Channel::from_shared(url.clone())
-        .map_err(|e| anyhow::anyhow!("--server {server:?} is not a valid address: {e}"))?
-        .connect_timeout(std::time::Duration::from_secs(5));
+    let endpoint =
+        pasa_proto::client::endpoint(server).map_err(|e| anyhow::anyhow!("--server {e}"))?;
     let channel = endpoint.connect().await.map_err(|e| {
         anyhow::anyhow!(
             "cannot reach the PASA store at {server}: {e} (is pasa-pcp running? set --server or PASA_SERVER)"
         )
     })?;
-    Ok(StoreClient::new(channel)
-        .max_decoding_message_size(64 << 20)
-        .max_encoding_message_size(64 << 20))
+    Ok(pasa_proto::client::store_client(channel))
 }
 
 /// A gRPC error as a user reads it.
@@ -164,11 +156,10 @@ pub fn problem_line(
         .filter(|r| !r.name.is_empty())
         .map(|r| format!(" ({})", object_name(&r.kind, &r.namespace, &r.name)))
         .unwrap_or_default();
-    if field.is_empty() {
-        format!("{source}{what}: {message}")
-    } else {
-        format!("{source}{what}: {field}: {message}")
-    }
+    format!(
+        "{source}{what}: {}",
+        crate::admission::problem_text(field, message)
+    )
 }
 
 /// `kind/namespace/name`, as pasactl prints objects.

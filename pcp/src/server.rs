@@ -57,6 +57,18 @@ impl PcpArgs {
     pub async fn run(self) -> anyhow::Result<()> {
         init_tracing(self.embedded.log_json);
         let metrics = Arc::new(Metrics::default());
+        // Shutdown in order: the signal stops the webhook first (so nothing it admits is lost),
+        // then the API and the store.
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let signal_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = signal_tx.send(true);
+        });
+
         let (upstream, store) = if self.store.is_empty() {
             let store = self.embedded.open(pasa_store::metrics::Metrics::new())?;
             (
@@ -64,76 +76,96 @@ impl PcpArgs {
                 Some(store),
             )
         } else {
-            (Upstream::remote(&self.store)?, None)
+            (Upstream::remote(&self.store).await?, None)
         };
-        let service = WriteService::new(upstream, metrics.clone());
+        let service = WriteService::new(
+            upstream,
+            metrics.clone(),
+            &self.embedded.domain_suffix,
+            stop_rx.clone(),
+        );
         let listeners = Listeners::bind(self.listen, self.admin).await?;
         let mut registry = Registry::default();
         metrics.register(&mut registry);
 
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let stopped = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        tokio::spawn(async move {
-            shutdown_signal().await;
-            let _ = stop_tx.send(true);
-        });
-
         let webhook_task = match self.webhook_listen {
             None => None,
             Some(addr) => {
-                let cert = match (&self.tls_cert, &self.tls_key) {
-                    (Some(cert), Some(key)) => tls::load(cert, key)?,
-                    _ => {
-                        let dir = if self.store.is_empty() {
-                            self.embedded.data_dir.join("webhook-tls")
-                        } else {
-                            std::env::temp_dir()
-                                .join(format!("pasa-pcp-webhook-{}", std::process::id()))
-                        };
-                        tls::generate(&dir, addr)?
-                    }
-                };
-                let listener = std::net::TcpListener::bind(addr)
-                    .with_context(|| format!("binding the webhook listener on {addr}"))?;
-                let bound = listener.local_addr()?;
-                let hook = Arc::new(Webhook::new(
-                    service.clone(),
-                    metrics.clone(),
-                    self.write_on_admit,
-                ));
-                let ca = cert
-                    .generated_ca
-                    .as_ref()
-                    .map(|p| format!(", development CA certificate in {}", p.display()))
-                    .unwrap_or_default();
-                let shutdown = stopped(stop_rx.clone());
-                let task =
-                    tokio::spawn(
-                        async move { webhook::serve(listener, &cert, hook, shutdown).await },
-                    );
-                println!("pasa-pcp webhook serving https://{bound}/validate{ca}");
-                tracing::info!(webhook = %bound, write_on_admit = self.write_on_admit, "webhook serving");
-                Some(task)
+                Some(self.start_webhook(addr, &service, &metrics, stopped(stop_rx.clone()))?)
             }
         };
-
+        // The API stops once the webhook has drained, or at once if the webhook fails.
+        let webhook_result = Arc::new(std::sync::Mutex::new(Ok(())));
+        let result_slot = webhook_result.clone();
+        let api_stop = async move {
+            let Some(mut task) = webhook_task else {
+                return stopped(stop_rx).await;
+            };
+            let outcome = tokio::select! {
+                _ = stopped(stop_rx) => task.await,
+                ended = &mut task => {
+                    tracing::error!("the webhook server stopped; shutting down");
+                    let _ = stop_tx.send(true);
+                    ended
+                }
+            };
+            let outcome = match outcome {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(anyhow::anyhow!("webhook server: {e}")),
+                Err(e) => Err(anyhow::anyhow!("webhook task: {e}")),
+            };
+            if let Ok(mut slot) = result_slot.lock() {
+                *slot = outcome;
+            }
+        };
         listeners
-            .serve(
-                "pasa-pcp",
-                service.into_server(),
-                store,
-                registry,
-                stopped(stop_rx),
-            )
+            .serve("pasa-pcp", service.into_server(), store, registry, api_stop)
             .await?;
-        if let Some(task) = webhook_task {
-            task.await
-                .context("webhook task")?
-                .context("webhook server")?;
-        }
-        Ok(())
+        let outcome = match webhook_result.lock() {
+            Ok(mut slot) => std::mem::replace(&mut *slot, Ok(())),
+            Err(_) => Ok(()),
+        };
+        outcome
+    }
+
+    /// Loads or generates the webhook's certificate, binds it and serves it until `shutdown`.
+    /// Prints `pasa-pcp webhook serving https://ADDR/validate` (and the development CA's path).
+    fn start_webhook(
+        &self,
+        addr: SocketAddr,
+        service: &WriteService,
+        metrics: &Arc<Metrics>,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
+        let cert = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => tls::load(cert, key)?,
+            _ => {
+                let dir = if self.store.is_empty() {
+                    self.embedded.data_dir.join("webhook-tls")
+                } else {
+                    std::env::temp_dir().join("pasa-pcp-webhook-tls")
+                };
+                tls::generate(&dir, addr)?
+            }
+        };
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("binding the webhook listener on {addr}"))?;
+        let bound = listener.local_addr()?;
+        let hook = Arc::new(Webhook::new(
+            service.clone(),
+            metrics.clone(),
+            self.write_on_admit,
+        ));
+        let ca = cert
+            .generated_ca
+            .as_ref()
+            .map(|p| format!(", development CA certificate in {}", p.display()))
+            .unwrap_or_default();
+        let task =
+            tokio::spawn(async move { webhook::serve(listener, &cert, hook, shutdown).await });
+        println!("pasa-pcp webhook serving https://{bound}/validate{ca}");
+        tracing::info!(webhook = %bound, write_on_admit = self.write_on_admit, "webhook serving");
+        Ok(task)
     }
 }
 

@@ -20,6 +20,7 @@ use pasa_proto::object::identity_of;
 use pasa_proto::store::v1::{ApplyDocument, ApplyRequest, DeleteRequest, ObjectRef};
 use serde_json::Value;
 
+use crate::admission::problem_text;
 use crate::metrics::{Answer, Metrics, Origin, WebhookLabels, WriteLabels, WriteResult};
 use crate::write::WriteService;
 use review::{AdmissionRequest, Verdict};
@@ -61,36 +62,23 @@ impl Webhook {
             warnings: Vec::new(),
         };
         let writes = self.write_on_admit && req.dry_run != Some(true);
+        let kind = handled_kind(&req.kind);
         match req.operation.as_str() {
             "CREATE" | "UPDATE" => {}
             "DELETE" => {
                 let mut verdict = allowed;
-                if writes && let Some(warning) = self.delete_from_store(req).await {
+                if writes
+                    && kind.is_ok()
+                    && let Some(warning) = self.delete_from_store(req).await
+                {
                     verdict.warnings.push(warning);
                 }
                 return verdict;
             }
             _ => return allowed,
         }
-        let gvk = &req.kind;
-        if gvk.group != GROUP {
-            return deny(format!(
-                "unrecognized type {}/{}, Kind={}: this webhook validates {GROUP} resources only",
-                gvk.group, gvk.version, gvk.kind
-            ));
-        }
-        if Kind::from_kind_field(&gvk.kind).is_none_or(|k| k.group() != GROUP) {
-            return deny(format!(
-                "unrecognized type {GROUP}/{}, Kind={}: PASA handles {}",
-                gvk.version,
-                gvk.kind,
-                Kind::ALL
-                    .iter()
-                    .filter(|k| k.group() == GROUP)
-                    .map(|k| k.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+        if let Err(why) = kind {
+            return deny(why);
         }
         let Some(object) = &req.object else {
             return deny(format!("request.object: required for {}", req.operation));
@@ -99,31 +87,15 @@ impl Webhook {
             .service
             .admit(&[Ok(object.clone())], &req.namespace, Origin::Webhook)
             .await;
-        let mut warnings: Vec<String> = checked
-            .warnings
-            .iter()
-            .map(|w| problem_text(&w.field, &w.message))
-            .collect();
-        if !checked.is_admitted() {
-            let errors: Vec<String> = checked
-                .errors
-                .iter()
-                .map(|e| problem_text(&e.field, &e.message))
-                .collect();
-            return Verdict {
-                allowed: false,
-                message: format!("configuration is invalid: {}", errors.join("; ")),
-                warnings,
-            };
+        let mut verdict = review::verdict(&checked);
+        if !verdict.allowed {
+            return verdict;
         }
-        if writes && let Some(warning) = self.write_to_store(object, &req.namespace).await {
-            warnings.push(warning);
+        let create = req.operation == "CREATE";
+        if writes && let Some(warning) = self.write_to_store(object, &req.namespace, create).await {
+            verdict.warnings.push(warning);
         }
-        Verdict {
-            allowed: true,
-            message: String::new(),
-            warnings,
-        }
+        verdict
     }
 
     fn count_write(&self, result: WriteResult) {
@@ -133,9 +105,16 @@ impl Webhook {
             .inc();
     }
 
-    /// Writes an admitted object; a failure is a warning (the API server stays the source of
-    /// truth, and the syncer reconciles what is missing).
-    async fn write_to_store(&self, object: &Value, namespace: &str) -> Option<String> {
+    /// Writes an admitted object, before the API server has stored it: best effort. A failure
+    /// is a warning, not a denial (the API server stays the source of truth; reconciling the store
+    /// with it is the Kubernetes syncer's job, a later part of PCP). A CREATE only creates: it
+    /// never overwrites an object the store already has.
+    async fn write_to_store(
+        &self,
+        object: &Value,
+        namespace: &str,
+        create: bool,
+    ) -> Option<String> {
         let mut doc = object.clone();
         if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut)
             && meta
@@ -148,7 +127,7 @@ impl Webhook {
         let request = ApplyRequest {
             documents: vec![ApplyDocument {
                 json: doc.to_string(),
-                expected_mod_revision: None,
+                expected_mod_revision: create.then_some(0),
             }],
             dry_run: false,
         };
@@ -219,11 +198,28 @@ impl Webhook {
     }
 }
 
-fn problem_text(field: &str, message: &str) -> String {
-    if field.is_empty() {
-        message.to_string()
-    } else {
-        format!("{field}: {message}")
+/// The PASA kind a reviewed group/version/kind is, or why the webhook refuses it.
+fn handled_kind(gvk: &review::GroupVersionKind) -> Result<Kind, String> {
+    if gvk.group != GROUP {
+        return Err(format!(
+            "unrecognized type {}/{}, Kind={}: this webhook validates {GROUP} resources only; \
+             check the rules of the ValidatingWebhookConfiguration",
+            gvk.group, gvk.version, gvk.kind
+        ));
+    }
+    match Kind::from_kind_field(&gvk.kind) {
+        Some(kind) if kind.group() == GROUP => Ok(kind),
+        _ => Err(format!(
+            "unrecognized type {GROUP}/{}, Kind={}: PASA handles {}",
+            gvk.version,
+            gvk.kind,
+            Kind::ALL
+                .iter()
+                .filter(|k| k.group() == GROUP)
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
     }
 }
 

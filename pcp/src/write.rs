@@ -4,18 +4,22 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::Stream;
 use pasa_proto::Object;
 use pasa_proto::store::v1::store_client::StoreClient;
 use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
 use pasa_proto::store::v1::{
-    ApplyRequest, ApplyResponse, DeleteRequest, DeleteResponse, GetRequest, GetResponse,
-    ListRequest, ListResponse, StatusRequest, StatusResponse, WatchRequest, WatchResponse,
+    ApplyRequest, ApplyResponse, CancelReason, Cancelled, DeleteRequest, DeleteResponse,
+    GetRequest, GetResponse, ListRequest, ListResponse, StatusRequest, StatusResponse,
+    WatchRequest, WatchResponse, watch_response,
 };
 use pasa_store::service::StoreService;
 use serde_json::Value;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -28,34 +32,51 @@ use crate::metrics::{Metrics, Origin};
 pub enum Upstream {
     /// The store in this process.
     Embedded(StoreService),
-    /// A store server (or several, balanced) reached over gRPC.
+    /// Store servers reached over gRPC: one, or replicas sharing one backend.
     Remote(StoreClient<Channel>),
 }
 
+/// How long analysis may wait for the store: it only adds warnings, and the webhook must answer
+/// well within the API server's timeout.
+const ANALYSIS_TIMEOUT: Duration = Duration::from_secs(3);
+
 impl Upstream {
-    /// Connects lazily to store servers; requests are balanced over the addresses.
-    pub fn remote(addresses: &[String]) -> anyhow::Result<Upstream> {
-        let mut endpoints = Vec::new();
-        for addr in addresses {
-            let url = if addr.contains("://") {
-                addr.clone()
-            } else {
-                format!("http://{addr}")
-            };
-            let endpoint = Channel::from_shared(url)
-                .map_err(|e| anyhow::anyhow!("--store {addr:?} is not a valid address: {e}"))?
-                .connect_timeout(std::time::Duration::from_secs(5));
-            endpoints.push(endpoint);
-        }
-        if endpoints.is_empty() {
+    /// Connects to the store servers at `addresses` and checks they can serve together: several
+    /// addresses must be replicas of one shared backend, since servers with their own embedded
+    /// (sled) database hold different data.
+    pub async fn remote(addresses: &[String]) -> anyhow::Result<Upstream> {
+        if addresses.is_empty() {
             anyhow::bail!("--store needs at least one address");
         }
+        let mut endpoints = Vec::new();
+        for addr in addresses {
+            let endpoint =
+                pasa_proto::client::endpoint(addr).map_err(|e| anyhow::anyhow!("--store {e}"))?;
+            let channel = endpoint
+                .connect()
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot reach the store at {addr} (--store): {e}"))?;
+            let status = pasa_proto::client::store_client(channel)
+                .status(StatusRequest {})
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "the store at {addr} (--store) does not answer: {}",
+                        e.message()
+                    )
+                })?
+                .into_inner();
+            if addresses.len() > 1 && status.backend == "sled" {
+                anyhow::bail!(
+                    "--store {addr} keeps its own embedded (sled) database, so several --store \
+                     addresses would each hold different data; give one address, or store \
+                     replicas that share one backend"
+                );
+            }
+            endpoints.push(endpoint);
+        }
         let channel = Channel::balance_list(endpoints.into_iter());
-        Ok(Upstream::Remote(
-            StoreClient::new(channel)
-                .max_decoding_message_size(64 << 20)
-                .max_encoding_message_size(64 << 20),
-        ))
+        Ok(Upstream::Remote(pasa_proto::client::store_client(channel)))
     }
 
     pub async fn apply(&self, req: ApplyRequest) -> Result<ApplyResponse, Status> {
@@ -88,19 +109,33 @@ impl Upstream {
 pub struct WriteService {
     upstream: Upstream,
     metrics: Arc<Metrics>,
+    /// The cluster domain short host names resolve in (`--domain-suffix`).
+    domain_suffix: Arc<str>,
+    /// Turns true when the process is shutting down: forwarded watches end then.
+    stop: watch::Receiver<bool>,
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send + 'static>>;
 
 impl WriteService {
-    pub fn new(upstream: Upstream, metrics: Arc<Metrics>) -> Self {
-        WriteService { upstream, metrics }
+    pub fn new(
+        upstream: Upstream,
+        metrics: Arc<Metrics>,
+        domain_suffix: &str,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        WriteService {
+            upstream,
+            metrics,
+            domain_suffix: domain_suffix.into(),
+            stop,
+        }
     }
 
     pub fn into_server(self) -> StoreServer<WriteService> {
         StoreServer::new(self)
-            .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(64 << 20)
+            .max_decoding_message_size(pasa_proto::client::MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(pasa_proto::client::MAX_MESSAGE_SIZE)
     }
 
     /// Where admitted writes go.
@@ -120,7 +155,7 @@ impl WriteService {
         self.metrics.count_admission(origin, &checked);
         if checked.is_admitted() {
             let existing = self.related_objects(&checked).await;
-            admission::analyze(&mut checked, &existing);
+            admission::analyze(&mut checked, &existing, &self.domain_suffix);
         }
         checked
     }
@@ -152,18 +187,16 @@ impl WriteService {
     /// a store that cannot answer costs the warnings, not the write.
     async fn related_objects(&self, checked: &Checked) -> Vec<Object> {
         let batch: Vec<&Object> = checked.objects.iter().flatten().collect();
-        let Some(selector) = analysis::lookups(&batch) else {
+        let Some(selector) = analysis::lookups(&batch, &self.domain_suffix) else {
             return Vec::new();
         };
-        let list = self
-            .upstream
-            .list(ListRequest {
-                selector: Some(selector),
-                revision: 0,
-            })
-            .await;
+        let request = ListRequest {
+            selector: Some(selector),
+            revision: 0,
+        };
+        let list = tokio::time::timeout(ANALYSIS_TIMEOUT, self.upstream.list(request)).await;
         match list {
-            Ok(list) => list
+            Ok(Ok(list)) => list
                 .resources
                 .iter()
                 .filter_map(|r| {
@@ -171,11 +204,74 @@ impl WriteService {
                     Object::from_json(&doc, &r.namespace).ok()
                 })
                 .collect(),
-            Err(status) => {
+            Ok(Err(status)) => {
                 tracing::warn!(error = %status.message(), "cannot read related objects for analysis");
                 Vec::new()
             }
+            Err(_) => {
+                tracing::warn!(
+                    timeout = ?ANALYSIS_TIMEOUT,
+                    "the store did not answer in time; analysis skipped"
+                );
+                Vec::new()
+            }
         }
+    }
+
+    /// Forwards a remote store's watch stream until it ends or this process shuts down; then the
+    /// client hears `CANCELLED{SHUTDOWN}` with the revision to resume from, as from a store.
+    fn forward_watch(&self, mut upstream: Streaming<WatchResponse>) -> WatchStream {
+        let (tx, rx) = mpsc::channel(8);
+        let mut stop = self.stop.clone();
+        tokio::spawn(async move {
+            let stopping = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            tokio::pin!(stopping);
+            let mut through = 0u64;
+            loop {
+                tokio::select! {
+                    _ = &mut stopping => {
+                        let notice = WatchResponse {
+                            response: Some(watch_response::Response::Cancelled(Cancelled {
+                                reason: CancelReason::Shutdown as i32,
+                                message: "pasa-pcp is shutting down; watch again from resume_revision".into(),
+                                resume_revision: if through == 0 { 0 } else { through + 1 },
+                                compact_revision: 0,
+                            })),
+                        };
+                        let _ = tx.send(Ok(notice)).await;
+                        break;
+                    }
+                    message = upstream.message() => match message {
+                        Ok(Some(m)) => {
+                            through = through.max(revision_of(&m));
+                            if tx.send(Ok(m)).await.is_err() {
+                                break;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(status) => {
+                            let _ = tx.send(Err(status)).await;
+                            break;
+                        }
+                    },
+                }
+            }
+        });
+        Box::pin(ReceiverStream::new(rx))
+    }
+}
+
+/// The revision a watch message brings the watcher up to (0 for none).
+fn revision_of(m: &WatchResponse) -> u64 {
+    match &m.response {
+        Some(watch_response::Response::Events(batch)) => {
+            batch.events.iter().map(|e| e.revision).max().unwrap_or(0)
+        }
+        Some(watch_response::Response::Synced(s)) => s.revision,
+        Some(watch_response::Response::Progress(p)) => p.revision,
+        _ => 0,
     }
 }
 
@@ -229,8 +325,7 @@ impl StoreApi for WriteService {
                 // The client's requests flow to the store until the client stops or errs.
                 let requests = request.into_inner().map_while(Result::ok);
                 let response = c.clone().watch(requests).await?;
-                let stream: WatchStream = Box::pin(response.into_inner());
-                Ok(Response::new(stream))
+                Ok(Response::new(self.forward_watch(response.into_inner())))
             }
         }
     }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use common::{Pcp, examples};
 use pasa_proto::store::v1::store_client::StoreClient;
 use pasa_proto::store::v1::{
-    ListRequest, Rule, Subscription, WatchCreate, WatchRequest, watch_request, watch_response,
+    CancelReason, ListRequest, Rule, Subscription, WatchCreate, WatchRequest, watch_request,
+    watch_response,
 };
 use pasa_store::backend::sled::SledBackend;
 use pasa_store::metrics::Metrics;
@@ -112,7 +113,35 @@ async fn pcp_fronts_a_remote_store() {
         .into_inner();
     assert_eq!(after.revision, listed.revision, "nothing written");
 
-    drop(pcp);
+    // Several sled-backed store servers hold different data: PCP refuses to front them together.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_pasa-pcp"))
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--store", &format!("{store_addr},{store_addr}")])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("sled"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    // PCP shutting down ends the watch it forwards with SHUTDOWN and where to resume; the client
+    // then closes its side, as an agent does before it reconnects.
+    let terminated = tokio::task::spawn_blocking(move || pcp.terminate());
+    let mut notice = None;
+    while let Ok(Some(msg)) = watch.message().await {
+        if let Some(watch_response::Response::Cancelled(c)) = msg.response {
+            notice = Some(c);
+            break;
+        }
+    }
+    drop((tx, watch));
+    let notice = notice.expect("a SHUTDOWN notice");
+    assert_eq!(notice.reason, CancelReason::Shutdown as i32);
+    assert_eq!(notice.resume_revision, listed.revision + 1);
+    terminated.await.unwrap();
+
     let _ = stop.send(());
     server.await.unwrap().unwrap();
 }

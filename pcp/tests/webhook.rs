@@ -209,7 +209,14 @@ async fn webhook_over_verified_https() {
         "{r}"
     );
 
+    // After a restart the development CA is the same: the client that trusted it still connects.
     pcp.terminate();
+    let pcp = Pcp::start_with(data.path(), &["--webhook-listen", "127.0.0.1:0"]);
+    let client = Client::new(pcp.webhook.expect("webhook"), &ca_of(data.path()));
+    let r = client
+        .review(fixture("create-gateway-dry-run-v1.json"))
+        .await;
+    assert_eq!(r["response"]["allowed"], true, "{r}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

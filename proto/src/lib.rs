@@ -2,6 +2,7 @@
 //! the Kubernetes-style object envelope, the typed Istio networking models, and Istio's host and
 //! gateway-name semantics.
 
+pub mod client;
 pub mod gateway;
 pub mod host;
 pub mod istio;

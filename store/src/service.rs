@@ -31,8 +31,8 @@ impl StoreService {
     /// The tonic server for this service, with generous message limits for big batches.
     pub fn into_server(self) -> StoreServer<StoreService> {
         StoreServer::new(self)
-            .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(64 << 20)
+            .max_decoding_message_size(pasa_proto::client::MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(pasa_proto::client::MAX_MESSAGE_SIZE)
     }
 }
 

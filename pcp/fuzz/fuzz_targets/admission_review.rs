@@ -12,14 +12,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let verdict = match &request.object {
-        Some(object) => {
-            let checked = admission::check_documents(&[Ok(object.clone())], &request.namespace);
-            Verdict {
-                allowed: checked.is_admitted(),
-                message: checked.errors.iter().map(|e| e.message.clone()).collect(),
-                warnings: checked.warnings.iter().map(|w| w.message.clone()).collect(),
-            }
-        }
+        Some(object) => review::verdict(&admission::check_documents(
+            &[Ok(object.clone())],
+            &request.namespace,
+        )),
         None => Verdict::default(),
     };
     let _ = review::response(&version, &request.uid, &verdict);

@@ -16,5 +16,5 @@ fuzz_target!(|data: &[u8]| {
     }
     let docs: Vec<Result<serde_json::Value, String>> = docs.into_iter().map(|(_, d)| Ok(d)).collect();
     let mut checked = admission::check_documents(&docs, "default");
-    admission::analyze(&mut checked, &[]);
+    admission::analyze(&mut checked, &[], "cluster.local");
 });

@@ -11,6 +11,9 @@ pub struct ValidateArgs {
     /// Namespace for documents that name none.
     #[arg(short = 'n', long, default_value = "default")]
     pub namespace: String,
+    /// Kubernetes cluster domain, for resolving short host names.
+    #[arg(long, default_value = pasa_proto::host::DEFAULT_DOMAIN_SUFFIX)]
+    pub domain_suffix: String,
 }
 
 pub fn run(args: ValidateArgs) -> CmdResult {
@@ -25,7 +28,7 @@ pub fn run(args: ValidateArgs) -> CmdResult {
         docs.into_iter().map(|(s, v)| (s, Ok(v))).unzip();
     let mut checked = admission::check_documents(&values, &args.namespace);
     // Offline, the only other resources are the ones given together.
-    admission::analyze(&mut checked, &[]);
+    admission::analyze(&mut checked, &[], &args.domain_suffix);
     for e in &checked.errors {
         eprintln!(
             "error: {}",

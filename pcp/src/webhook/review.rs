@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::admission::{Checked, problem_text};
+
 /// The group, version and kind of the object under review.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 pub struct GroupVersionKind {
@@ -81,6 +83,32 @@ pub struct Verdict {
     /// Why it was denied (shown by kubectl after "denied the request: ").
     pub message: String,
     pub warnings: Vec<String>,
+}
+
+/// The verdict on an object admission checked: denied with every error, warnings either way.
+pub fn verdict(checked: &Checked) -> Verdict {
+    let warnings = checked
+        .warnings
+        .iter()
+        .map(|w| problem_text(&w.field, &w.message))
+        .collect();
+    if checked.is_admitted() {
+        return Verdict {
+            allowed: true,
+            message: String::new(),
+            warnings,
+        };
+    }
+    let errors: Vec<String> = checked
+        .errors
+        .iter()
+        .map(|e| problem_text(&e.field, &e.message))
+        .collect();
+    Verdict {
+        allowed: false,
+        message: format!("configuration is invalid: {}", errors.join("; ")),
+        warnings,
+    }
 }
 
 #[derive(Serialize)]

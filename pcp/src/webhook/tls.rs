@@ -78,18 +78,60 @@ pub fn load(cert: &Path, key: &Path) -> Result<ServingCert, TlsError> {
     })
 }
 
-/// Issues a development CA and a serving certificate for `localhost`, the loopback addresses
-/// and the listen address, writes `ca.crt`, `tls.crt` and `tls.key` into `dir`, and returns the
-/// serving configuration.
-pub fn generate(dir: &Path, listen: SocketAddr) -> Result<ServingCert, TlsError> {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::Generate)?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
+/// The development CA's identity; the same on every start, so that a CA certificate handed out
+/// earlier keeps verifying the certificates a restarted PCP issues with the same CA key.
+fn development_ca_params() -> Result<CertificateParams, TlsError> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(TlsError::Generate)?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
         .distinguished_name
         .push(DnType::CommonName, "PASA webhook development CA");
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_key = KeyPair::generate().map_err(TlsError::Generate)?;
-    let ca_cert = ca_params.self_signed(&ca_key).map_err(TlsError::Generate)?;
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(params)
+}
+
+fn write_file(path: &Path, text: &str, private: bool) -> Result<(), TlsError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    if private {
+        options.mode(0o600);
+    }
+    options
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|source| TlsError::Write {
+            path: path.display().to_string(),
+            source,
+        })
+}
+
+/// Issues a serving certificate for `localhost`, the loopback addresses and the listen address,
+/// signed by a development CA kept in `dir` (`ca.crt`, `ca.key`; made on first use and reused
+/// after, so clients keep trusting it across restarts), writes `tls.crt` and `tls.key` beside it
+/// (keys readable by the owner only), and returns the serving configuration.
+pub fn generate(dir: &Path, listen: SocketAddr) -> Result<ServingCert, TlsError> {
+    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let (ca_path, ca_key_path) = (dir.join("ca.crt"), dir.join("ca.key"));
+    let ca_params = development_ca_params()?;
+    let existing_key = match (ca_path.exists(), std::fs::read_to_string(&ca_key_path)) {
+        (true, Ok(pem)) => KeyPair::from_pem(&pem).ok(),
+        _ => None,
+    };
+    let ca_key = match existing_key {
+        Some(key) => key,
+        None => {
+            let key = KeyPair::generate().map_err(TlsError::Generate)?;
+            let ca_cert = ca_params.self_signed(&key).map_err(TlsError::Generate)?;
+            write_file(&ca_key_path, &key.serialize_pem(), true)?;
+            write_file(&ca_path, &ca_cert.pem(), false)?;
+            key
+        }
+    };
     let issuer = Issuer::new(ca_params, ca_key);
 
     let mut names = vec![
@@ -116,22 +158,8 @@ pub fn generate(dir: &Path, listen: SocketAddr) -> Result<ServingCert, TlsError>
     let cert = params
         .signed_by(&key, &issuer)
         .map_err(TlsError::Generate)?;
-
-    std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
-        path: dir.display().to_string(),
-        source,
-    })?;
-    let write = |name: &str, text: String| -> Result<PathBuf, TlsError> {
-        let path = dir.join(name);
-        std::fs::write(&path, text).map_err(|source| TlsError::Write {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Ok(path)
-    };
-    let ca_path = write("ca.crt", ca_cert.pem())?;
-    write("tls.crt", cert.pem())?;
-    write("tls.key", key.serialize_pem())?;
+    write_file(&dir.join("tls.crt"), &cert.pem(), false)?;
+    write_file(&dir.join("tls.key"), &key.serialize_pem(), true)?;
 
     let key_der = PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| TlsError::Read {
         path: "generated key".to_string(),

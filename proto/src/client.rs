@@ -1,0 +1,56 @@
+//! Reaching the store API: one place for how an address is read, the message limits both ends
+//! use, and the client built from them.
+
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+use crate::store::v1::store_client::StoreClient;
+
+/// Largest gRPC message either end accepts: big apply batches and list answers fit.
+pub const MAX_MESSAGE_SIZE: usize = 64 << 20;
+
+/// How long establishing a connection may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An endpoint for `host:port` or a full `http://` / `https://` URL; the error says which
+/// address is wrong and why.
+pub fn endpoint(address: &str) -> Result<Endpoint, String> {
+    let url = if address.contains("://") {
+        address.to_string()
+    } else {
+        format!("http://{address}")
+    };
+    Endpoint::from_shared(url)
+        .map(|e| e.connect_timeout(CONNECT_TIMEOUT))
+        .map_err(|e| format!("{address:?} is not a valid address: {e}"))
+}
+
+/// A store client over `channel` with the project's message limits.
+pub fn store_client(channel: Channel) -> StoreClient<Channel> {
+    StoreClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_SIZE)
+        .max_encoding_message_size(MAX_MESSAGE_SIZE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_with_and_without_scheme() {
+        assert_eq!(
+            endpoint("127.0.0.1:7400").unwrap().uri(),
+            "http://127.0.0.1:7400/"
+        );
+        assert_eq!(
+            endpoint("https://store:7400").unwrap().uri(),
+            "https://store:7400/"
+        );
+        assert!(
+            endpoint("not an address")
+                .unwrap_err()
+                .contains("not an address")
+        );
+    }
+}
