@@ -121,11 +121,10 @@ impl PcpArgs {
         listeners
             .serve("pasa-pcp", service.into_server(), store, registry, api_stop)
             .await?;
-        let outcome = match webhook_result.lock() {
+        match webhook_result.lock() {
             Ok(mut slot) => std::mem::replace(&mut *slot, Ok(())),
             Err(_) => Ok(()),
-        };
-        outcome
+        }
     }
 
     /// Loads or generates the webhook's certificate, binds it and serves it until `shutdown`.
