@@ -182,9 +182,13 @@ pub fn validate_protocol(protocol: &str) -> Check {
     Ok(())
 }
 
-/// At least 1ms, in whole milliseconds (Envoy's precision).
+/// At least 1ms, in whole milliseconds (Envoy's precision), and within the ~292 years a Go
+/// duration holds (istiod saturates longer ones, which then fail the precision rule).
 pub fn validate_duration(d: &Duration) -> Check {
     let nanos = d.as_nanos();
+    if nanos > i128::from(i64::MAX) {
+        return Err("duration is too long: at most 292 years".to_string());
+    }
     if nanos < 1_000_000 {
         return Err("duration must be greater than 1ms".to_string());
     }
@@ -211,11 +215,17 @@ pub fn validate_duration_range(d: &Duration, min_ms: i64, max_ms: i64) -> Check 
     Ok(())
 }
 
-/// An IPv4 or IPv6 address.
+/// An IPv4 or IPv6 address; an IPv6 address may carry a zone (`fe80::1%eth0`), as Go allows.
 pub fn validate_ip_address(addr: &str) -> Check {
-    addr.parse::<IpAddr>()
-        .map(|_| ())
-        .map_err(|_| format!("{addr} is not a valid IP"))
+    let bad = || format!("{addr} is not a valid IP");
+    match addr.split_once('%') {
+        Some((ip, zone)) if !zone.is_empty() => ip
+            .parse::<std::net::Ipv6Addr>()
+            .map(|_| ())
+            .map_err(|_| bad()),
+        Some(_) => Err(bad()),
+        None => addr.parse::<IpAddr>().map(|_| ()).map_err(|_| bad()),
+    }
 }
 
 /// An address or a CIDR block (`10.0.0.0/8`, `2001:db8::/32`).
@@ -227,8 +237,10 @@ pub fn validate_ip_subnet(subnet: &str) -> Check {
             Ok(IpAddr::V6(_)) => 128,
             Err(_) => return Err(format!("{subnet} is not a valid CIDR block")),
         };
+        // No leading zeros (`/08`), as Go's prefix parser requires.
         let ok = !bits.is_empty()
             && bits.bytes().all(|b| b.is_ascii_digit())
+            && (bits == "0" || !bits.starts_with('0'))
             && bits.len() <= 3
             && bits.parse::<u32>().is_ok_and(|b| b <= max);
         return if ok {
@@ -518,6 +530,11 @@ mod tests {
         assert!(validate_ip_subnet("10.0.0.0/8").is_ok());
         assert!(validate_ip_subnet("2001:db8::/32").is_ok());
         assert!(validate_ip_subnet("10.0.0.0/33").is_err());
+        assert!(validate_ip_subnet("10.0.0.0/08").is_err());
+        assert!(validate_ip_subnet("0.0.0.0/0").is_ok());
+        assert!(validate_ip_address("fe80::1%eth0").is_ok());
+        assert!(validate_ip_address("10.0.0.1%eth0").is_err());
+        assert!(validate_duration(&Duration::parse("10000000000s").unwrap()).is_err());
         assert!(validate_ip_subnet("10.0.0.0/").is_err());
         assert!(validate_ip_subnet("foo").is_err());
     }

@@ -580,60 +580,25 @@ pub struct HttpMirrorPolicy {
     pub percentage: Option<Percent>,
 }
 
-const BASE64_STANDARD: &[u8; 64] =
-    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 /// Decodes protobuf JSON `bytes`: standard or URL-safe alphabet, padding optional, line breaks
 /// ignored. `None` when the text is not base64.
 fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let digits: Vec<u8> = text
-        .bytes()
-        .filter(|b| !matches!(b, b'\r' | b'\n'))
-        .collect();
-    let padding = digits.iter().rev().take_while(|&&b| b == b'=').count();
-    let body = &digits[..digits.len() - padding];
-    if padding > 2 || (padding > 0 && !digits.len().is_multiple_of(4)) || body.len() % 4 == 1 {
-        return None;
-    }
-    let value = |b: u8| -> Option<u32> {
-        Some(match b {
-            b'A'..=b'Z' => b - b'A',
-            b'a'..=b'z' => b - b'a' + 26,
-            b'0'..=b'9' => b - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            _ => return None,
-        } as u32)
+    use base64::alphabet;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    let digits: String = text.chars().filter(|c| !matches!(c, '\r' | '\n')).collect();
+    let config =
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    let alphabet = if digits.contains(['-', '_']) {
+        &alphabet::URL_SAFE
+    } else {
+        &alphabet::STANDARD
     };
-    let mut out = Vec::with_capacity(body.len() * 3 / 4);
-    for chunk in body.chunks(4) {
-        let mut acc = 0u32;
-        for &b in chunk {
-            acc = (acc << 6) | value(b)?;
-        }
-        acc <<= 6 * (4 - chunk.len() as u32);
-        let bytes = acc.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    Some(out)
+    base64::Engine::decode(&GeneralPurpose::new(alphabet, config), digits).ok()
 }
 
 /// Encodes bytes as protobuf JSON writes them: standard alphabet, padded.
 fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let mut buf = [0u8; 3];
-        buf[..chunk.len()].copy_from_slice(chunk);
-        let acc = u32::from_be_bytes([0, buf[0], buf[1], buf[2]]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(BASE64_STANDARD[((acc >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes)
 }
 
 #[cfg(test)]
