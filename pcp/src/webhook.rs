@@ -191,7 +191,8 @@ impl Webhook {
                 self.count_write(WriteResult::Failed);
                 tracing::warn!(error = %why, "admitted change not written to the store");
                 Some(format!(
-                    "admitted, but not written to the PASA store: {why}"
+                    "admitted, but the PASA store was not updated: {why}; apply the object again \
+                     (pasactl apply) once the store is reachable"
                 ))
             }
         }
@@ -310,6 +311,40 @@ pub fn router(hook: Arc<Webhook>) -> Router {
         .with_state(hook)
 }
 
+/// How often the certificate files are checked for rotation (cert-manager, a mounted Secret).
+const RELOAD_CHECK: Duration = Duration::from_secs(30);
+
+/// Serves a rotated certificate from the next connection on; a broken pair is logged and the
+/// current one kept.
+fn reload_when_rotated(
+    files: (std::path::PathBuf, std::path::PathBuf),
+    config: axum_server::tls_rustls::RustlsConfig,
+    every: Duration,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    // The files as they are now, when the served certificate was read from them.
+    let mut last = tls::modified(&files);
+    async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let now = tls::modified(&files);
+            if now.is_none() || now == last {
+                continue;
+            }
+            match tls::load(&files.0, &files.1) {
+                Ok(cert) => {
+                    config.reload_from_config(cert.config);
+                    last = now;
+                    tracing::info!(cert = %files.0.display(), "webhook certificate reloaded");
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "rotated webhook certificate not usable; keeping the current one"
+                ),
+            }
+        }
+    }
+}
+
 /// Serves the webhook over HTTPS on a bound listener until `shutdown` resolves.
 pub async fn serve(
     listener: std::net::TcpListener,
@@ -319,6 +354,9 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     let config = axum_server::tls_rustls::RustlsConfig::from_config(cert.config.clone());
+    if let Some(files) = cert.files.clone() {
+        tokio::spawn(reload_when_rotated(files, config.clone(), RELOAD_CHECK));
+    }
     let handle = axum_server::Handle::new();
     let stopper = handle.clone();
     tokio::spawn(async move {
@@ -329,4 +367,34 @@ pub async fn serve(
         .handle(handle)
         .serve(router(hook).into_make_service())
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_rotated_certificate_is_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = "127.0.0.1:0".parse().unwrap();
+        tls::generate(dir.path(), addr).unwrap();
+        let files = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let first = tls::load(&files.0, &files.1).unwrap();
+        let config = axum_server::tls_rustls::RustlsConfig::from_config(first.config.clone());
+        tokio::spawn(reload_when_rotated(
+            files,
+            config.clone(),
+            Duration::from_millis(10),
+        ));
+        // Rotation: a new serving certificate from the same CA, written over the files.
+        tls::generate(dir.path(), addr).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Arc::ptr_eq(&config.get_inner(), &first.config) {
+            assert!(
+                Instant::now() < deadline,
+                "the rotated certificate was not loaded"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }

@@ -36,6 +36,16 @@ pub enum TlsError {
 pub struct ServingCert {
     pub config: Arc<ServerConfig>,
     pub generated_ca: Option<PathBuf>,
+    /// The certificate and key files it was loaded from, to reload when they are rotated.
+    pub files: Option<(PathBuf, PathBuf)>,
+}
+
+/// When a certificate or key file was last changed (`None` if it cannot be read).
+pub fn modified(
+    files: &(PathBuf, PathBuf),
+) -> Option<(std::time::SystemTime, std::time::SystemTime)> {
+    let time = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    Some((time(&files.0)?, time(&files.1)?))
 }
 
 /// The process-wide crypto provider (ring); harmless when already installed.
@@ -71,10 +81,12 @@ pub fn load(cert: &Path, key: &Path) -> Result<ServingCert, TlsError> {
             path: cert.display().to_string(),
         });
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| read_err(key, &e))?;
+    let key_path = key;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| read_err(key, &e))?;
     Ok(ServingCert {
-        config: server_config(chain, key)?,
+        config: server_config(chain, key_der)?,
         generated_ca: None,
+        files: Some((cert.to_path_buf(), key_path.to_path_buf())),
     })
 }
 
@@ -168,6 +180,7 @@ pub fn generate(dir: &Path, listen: SocketAddr) -> Result<ServingCert, TlsError>
     Ok(ServingCert {
         config: server_config(vec![cert.der().clone()], key_der)?,
         generated_ca: Some(ca_path),
+        files: None,
     })
 }
 
@@ -176,7 +189,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn generated_files_load_back() {
+    fn generated_files_load_back_and_the_ca_is_kept() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let served = generate(dir.path(), "127.0.0.1:0".parse().unwrap()).unwrap();
         assert_eq!(
@@ -184,6 +198,26 @@ mod tests {
             Some(dir.path().join("ca.crt").as_path())
         );
         load(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).unwrap();
+        for key in ["tls.key", "ca.key"] {
+            let mode = std::fs::metadata(dir.path().join(key))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "{key} is private");
+        }
+        let ca = std::fs::read(dir.path().join("ca.crt")).unwrap();
+        let first_leaf = std::fs::read(dir.path().join("tls.crt")).unwrap();
+        generate(dir.path(), "127.0.0.1:0".parse().unwrap()).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("ca.crt")).unwrap(),
+            ca,
+            "CA reused"
+        );
+        assert_ne!(
+            std::fs::read(dir.path().join("tls.crt")).unwrap(),
+            first_leaf,
+            "a fresh serving certificate"
+        );
     }
 
     #[test]

@@ -174,8 +174,9 @@ impl PrefixMatch {
 }
 
 fn analyze_http(at: &Path, routes: &[HttpRoute], report: &mut Report) {
-    // A match's name is not a condition: compare matches without it.
-    let mut seen: Vec<(HttpMatchRequest, usize)> = Vec::new();
+    // A match's name is not a condition: compare matches without it. Keyed by their JSON, so a
+    // VirtualService with thousands of matches is checked in linear time.
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut catch_all = false;
     let mut prefix_matches: Vec<PrefixMatch> = Vec::new();
     for (rulen, route) in routes.iter().enumerate() {
@@ -205,13 +206,14 @@ fn analyze_http(at: &Path, routes: &[HttpRoute], report: &mut Report) {
                 name: String::new(),
                 ..m.clone()
             };
-            if let Some((_, earlier)) = seen.iter().find(|(s, _)| *s == unnamed) {
-                let earlier = rule_name(&routes[*earlier].name, *earlier);
+            let key = serde_json::to_string(&unnamed).unwrap_or_default();
+            if let Some(&earlier) = seen.get(&key) {
+                let earlier = rule_name(&routes[earlier].name, earlier);
                 warn_ineffective(report, &match_at, &rule, &match_name, &earlier);
                 duplicates += 1;
                 continue;
             }
-            seen.push((unnamed, rulen));
+            seen.insert(key, rulen);
             prefix_matches.extend(PrefixMatch::new(rule.clone(), match_name, match_at, m));
         }
         if duplicates == route.matches.len() {
