@@ -209,6 +209,18 @@ async fn webhook_over_verified_https() {
         "{r}"
     );
 
+    // What the webhook did is on the admin endpoint.
+    let metrics = pcp.metrics();
+    for line in [
+        "pasa_pcp_webhook_requests_total{answer=\"Allowed\"} 3",
+        "pasa_pcp_webhook_requests_total{answer=\"Denied\"} 3",
+        "pasa_pcp_webhook_requests_total{answer=\"BadRequest\"} 3",
+        "pasa_pcp_documents_total{origin=\"Webhook\",verdict=\"Rejected\"} 1",
+        "pasa_pcp_writes_on_admit_total{result=\"Written\"} 2",
+    ] {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
+    }
+
     // After a restart the development CA is the same: the client that trusted it still connects.
     pcp.terminate();
     let pcp = Pcp::start_with(data.path(), &["--webhook-listen", "127.0.0.1:0"]);

@@ -20,6 +20,8 @@ pub struct Pcp {
     child: Child,
     /// gRPC address.
     pub addr: String,
+    /// Admin address (/metrics, /healthz, /readyz).
+    pub admin: SocketAddr,
     /// Webhook address, when started with one.
     pub webhook: Option<SocketAddr>,
     /// The ready lines it printed.
@@ -63,10 +65,11 @@ impl Pcp {
                 webhook = Some(addr);
             }
             ready_lines.push(line.clone());
-            if let Some((addr, _)) = pasa_store::server::parse_ready_line(&line) {
+            if let Some((addr, admin)) = pasa_store::server::parse_ready_line(&line) {
                 return Pcp {
                     child,
                     addr: addr.to_string(),
+                    admin,
                     webhook,
                     ready_lines,
                 };
@@ -91,6 +94,17 @@ impl Pcp {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8(out.stdout).expect("utf-8")
+    }
+
+    /// The admin endpoint's `/metrics` text.
+    pub fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(self.admin).expect("connect admin");
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+            .expect("request");
+        let mut text = String::new();
+        conn.read_to_string(&mut text).expect("response");
+        text
     }
 
     pub fn terminate(mut self) {
