@@ -172,8 +172,28 @@ impl WriteService {
             .collect();
         let checked = self.admit(&docs, "default", Origin::Grpc).await;
         if !checked.is_admitted() {
+            // What the store itself would refuse in the other documents (the same object twice in
+            // the batch), so that one answer names every bad document.
+            let mut errors = checked.errors;
+            let dry_run = ApplyRequest {
+                documents: req.documents,
+                dry_run: true,
+            };
+            if let Ok(Ok(store)) =
+                tokio::time::timeout(ANALYSIS_TIMEOUT, self.upstream.apply(dry_run)).await
+            {
+                let named: std::collections::HashSet<u32> =
+                    errors.iter().map(|e| e.index).collect();
+                errors.extend(
+                    store
+                        .errors
+                        .into_iter()
+                        .filter(|e| !named.contains(&e.index)),
+                );
+                errors.sort_by_key(|e| e.index);
+            }
             return Ok(ApplyResponse {
-                errors: checked.errors,
+                errors,
                 warnings: checked.warnings,
                 ..Default::default()
             });

@@ -342,3 +342,31 @@ fn validate_offline() {
         "{err}"
     );
 }
+
+#[test]
+fn one_answer_names_every_bad_document() {
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start(data.path());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("batch.yaml");
+    let vs = |name: &str, weight: i32| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: shop}}\n\
+             spec: {{hosts: [cart], http: [{{route: [{{destination: {{host: cart}}, weight: {weight}}}]}}]}}\n"
+        )
+    };
+    let text = [vs("bad", -1), vs("twice", 1), vs("twice", 1)].join("---\n");
+    std::fs::write(&file, text).unwrap();
+    let out = pcp.ctl(&["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("document 0 (virtualservice/shop/bad): spec.http[0].route[0].weight:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("document 2 (virtualservice/shop/twice)") && err.contains("more than once"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was written"), "{err}");
+}
