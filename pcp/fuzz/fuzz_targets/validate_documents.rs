@@ -14,7 +14,8 @@ fuzz_target!(|data: &[u8]| {
     if manifest::parse_into("fuzz", text, &mut docs).is_err() {
         return;
     }
-    let docs: Vec<Result<serde_json::Value, String>> = docs.into_iter().map(|(_, d)| Ok(d)).collect();
+    let docs: Vec<Result<serde_json::Value, String>> =
+        docs.into_iter().map(|(_, d)| Ok(d)).collect();
     let mut checked = admission::check_documents(&docs, "default");
     admission::analyze(&mut checked, &[], "cluster.local");
 });
