@@ -1,5 +1,7 @@
 //! The PASA agent: runs next to each proxy, watches its slice of the store, translates Istio
 //! configuration to xDS locally and serves it over a Unix socket.
 //!
-//! Not built yet: the store it watches comes first. Its scope, cache, translation and ADS server
-//! will each get a module here.
+//! Built so far: the proxy's identity. Scope, cache, translation and the ADS server each get a
+//! module here.
+
+pub mod identity;

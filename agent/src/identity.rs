@@ -1,0 +1,206 @@
+//! Who the agent serves: the proxy's identity, from the command line or the downward API
+//! environment Istio's injector sets (`POD_NAMESPACE`, `SERVICE_ACCOUNT`, ...). These are claims:
+//! once the store API is secured, what the agent may read is decided by its verified SPIFFE
+//! identity, never by them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use pasa_proto::node::{NodeId, NodeIdError, ProxyType};
+
+/// The identity options of `pasa-agent`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct IdentityArgs {
+    /// Istio node ID `type~ip~id~domain`, e.g.
+    /// `sidecar~10.42.1.7~reviews-v1-x9k2q.default~default.svc.cluster.local`.
+    #[arg(long, env = "PASA_NODE_ID")]
+    pub node_id: String,
+    /// The pod's namespace; defaults to the namespace part of the node ID's `pod.namespace`.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// The pod's labels, `k=v,k2=v2` (select Sidecars and Gateways).
+    #[arg(long, env = "PASA_LABELS", default_value = "")]
+    pub labels: String,
+    /// The pod's service account.
+    #[arg(long, env = "SERVICE_ACCOUNT", default_value = "default")]
+    pub service_account: String,
+    /// The cluster the pod runs in, as Istio names it.
+    #[arg(long, env = "ISTIO_META_CLUSTER_ID", default_value = "Kubernetes")]
+    pub cluster_id: String,
+    /// The network the pod is on (multi-network meshes).
+    #[arg(long, env = "ISTIO_META_NETWORK", default_value = "")]
+    pub network: String,
+    /// `region/zone/subzone` (any trailing part may be left out).
+    #[arg(long, env = "PASA_LOCALITY", default_value = "")]
+    pub locality: String,
+}
+
+/// Where a workload runs, for locality-aware load balancing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Locality {
+    pub region: String,
+    pub zone: String,
+    pub subzone: String,
+}
+
+impl fmt::Display for Locality {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.region, self.zone, self.subzone)
+    }
+}
+
+/// A checked identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub node: NodeId,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub service_account: String,
+    pub cluster_id: String,
+    pub network: String,
+    pub locality: Locality,
+}
+
+impl Identity {
+    pub fn proxy_type(&self) -> ProxyType {
+        self.node.proxy_type
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    #[error("--node-id: {0}")]
+    NodeId(#[from] NodeIdError),
+    #[error(
+        "--namespace: no namespace given, and the node ID's id {0:?} has no `.namespace` part \
+         (set --namespace or POD_NAMESPACE)"
+    )]
+    NoNamespace(String),
+    #[error(
+        "--namespace {given:?} contradicts the node ID, whose id names namespace {from_node:?}"
+    )]
+    NamespaceMismatch { given: String, from_node: String },
+    #[error("--labels: {entry:?} is not key=value")]
+    Label { entry: String },
+    #[error("--locality: {0:?} has more than region/zone/subzone")]
+    Locality(String),
+}
+
+/// Reads `k=v,k2=v2`; an empty string is no labels.
+pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, IdentityError> {
+    let mut labels = BTreeMap::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        match entry.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                labels.insert(k.trim().to_string(), v.trim().to_string());
+            }
+            _ => {
+                return Err(IdentityError::Label {
+                    entry: entry.to_string(),
+                });
+            }
+        }
+    }
+    Ok(labels)
+}
+
+/// Reads `region/zone/subzone`; missing trailing parts are empty.
+pub fn parse_locality(text: &str) -> Result<Locality, IdentityError> {
+    let parts: Vec<&str> = text.split('/').collect();
+    if parts.len() > 3 {
+        return Err(IdentityError::Locality(text.to_string()));
+    }
+    let part = |i: usize| parts.get(i).copied().unwrap_or_default().to_string();
+    Ok(Locality {
+        region: part(0),
+        zone: part(1),
+        subzone: part(2),
+    })
+}
+
+impl IdentityArgs {
+    /// Checks the options and puts them together.
+    pub fn resolve(&self) -> Result<Identity, IdentityError> {
+        let node = NodeId::parse(&self.node_id)?;
+        let from_node = node.namespace().map(str::to_string);
+        let namespace = match (
+            self.namespace.as_deref().filter(|n| !n.is_empty()),
+            from_node,
+        ) {
+            (Some(given), Some(from_node)) if given != from_node => {
+                return Err(IdentityError::NamespaceMismatch {
+                    given: given.to_string(),
+                    from_node,
+                });
+            }
+            (Some(given), _) => given.to_string(),
+            (None, Some(from_node)) => from_node,
+            (None, None) => return Err(IdentityError::NoNamespace(node.id.clone())),
+        };
+        Ok(Identity {
+            namespace,
+            labels: parse_labels(&self.labels)?,
+            service_account: self.service_account.clone(),
+            cluster_id: self.cluster_id.clone(),
+            network: self.network.clone(),
+            locality: parse_locality(&self.locality)?,
+            node,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODE: &str = "sidecar~10.42.1.7~reviews-v1-x9k2q.default~default.svc.cluster.local";
+
+    fn args(node_id: &str) -> IdentityArgs {
+        IdentityArgs {
+            node_id: node_id.to_string(),
+            service_account: "default".into(),
+            cluster_id: "Kubernetes".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn namespace_comes_from_the_node_id_or_the_flag() {
+        let id = args(NODE).resolve().unwrap();
+        assert_eq!(id.namespace, "default");
+        assert_eq!(id.proxy_type(), ProxyType::Sidecar);
+
+        let mut a = args("router~10.0.0.1~ingress-7d9~istio-system.svc.cluster.local");
+        assert!(matches!(a.resolve(), Err(IdentityError::NoNamespace(_))));
+        a.namespace = Some("istio-system".into());
+        assert_eq!(a.resolve().unwrap().namespace, "istio-system");
+
+        let mut b = args(NODE);
+        b.namespace = Some("prod".into());
+        let e = b.resolve().unwrap_err();
+        assert!(e.to_string().contains("contradicts"), "{e}");
+    }
+
+    #[test]
+    fn bad_node_ids_are_explained() {
+        let e = args("sidecar~not-an-ip~x.ns~d").resolve().unwrap_err();
+        assert!(e.to_string().starts_with("--node-id: "), "{e}");
+        assert!(e.to_string().contains("not an IP address"), "{e}");
+    }
+
+    #[test]
+    fn labels_and_locality() {
+        let mut a = args(NODE);
+        a.labels = "app=reviews, version=v1".into();
+        a.locality = "us-east1/us-east1-b".into();
+        let id = a.resolve().unwrap();
+        assert_eq!(id.labels["app"], "reviews");
+        assert_eq!(id.labels["version"], "v1");
+        assert_eq!(id.locality.zone, "us-east1-b");
+        assert_eq!(id.locality.subzone, "");
+        assert!(parse_labels("app").is_err());
+        assert!(parse_labels("=x").is_err());
+        assert!(parse_locality("a/b/c/d").is_err());
+        assert!(parse_labels("").unwrap().is_empty());
+    }
+}
