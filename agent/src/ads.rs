@@ -29,6 +29,9 @@ mod status;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
 
 pub use server::{AdsService, ServeError, bind_unix, serve_unix};
 pub use snapshot::{Resource, Snapshot, SnapshotError, SnapshotPublisher};
@@ -36,6 +39,10 @@ pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, Ty
 
 /// Responses queued per connection before the connection task waits for the client to read.
 const RESPONSE_BUFFER: usize = 16;
+
+/// How long a connection waits for a client that does not read before cutting it off. The client
+/// reconnects and, declaring what it holds, gets only what it lacks.
+const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The xDS resource types this server serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -175,6 +182,21 @@ fn digest_resources(resources: &BTreeMap<String, Arc<Resource>>) -> String {
             .iter()
             .map(|(name, r)| (name.as_str(), r.version.as_str())),
     )
+}
+
+/// Queues one response; `false` when the stream must end (client gone, or too slow to read).
+async fn deliver<T>(out: &mpsc::Sender<Result<T, tonic::Status>>, response: T) -> bool {
+    match tokio::time::timeout(SEND_TIMEOUT, out.send(Ok(response))).await {
+        Ok(Ok(())) => true,
+        Ok(Err(_)) => false,
+        Err(_) => {
+            tracing::warn!(
+                timeout_s = SEND_TIMEOUT.as_secs(),
+                "client does not read its responses; closing the stream"
+            );
+            false
+        }
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use tonic::{Status, Streaming};
 use super::server::Connection;
 use super::snapshot::{Resource, Snapshot};
 use super::status::Nack;
-use super::{Subscription, TypeKind, digest, request_type};
+use super::{Subscription, TypeKind, deliver, digest, request_type};
 
 type Out = mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>;
 
@@ -269,7 +269,9 @@ impl Stream {
             removed = response.removed_resources.len(),
             "push"
         );
-        self.out.send(Ok(response)).await.map_err(|_| Closed)?;
+        if !deliver(&self.out, response).await {
+            return Err(Closed);
+        }
         self.conn.status.update(kind, |s| s.sent(&version, &nonce));
         Ok(())
     }

@@ -11,7 +11,7 @@ use tonic::{Status, Streaming};
 use super::server::Connection;
 use super::snapshot::{Resource, Snapshot};
 use super::status::Nack;
-use super::{Subscription, TypeKind, digest_resources, request_type};
+use super::{Subscription, TypeKind, deliver, digest_resources, request_type};
 
 type Out = mpsc::Sender<Result<DiscoveryResponse, Status>>;
 
@@ -218,7 +218,9 @@ impl Stream {
             ..Default::default()
         };
         tracing::debug!(%kind, %version, %nonce, count = resources.len(), "push");
-        self.out.send(Ok(response)).await.map_err(|_| Closed)?;
+        if !deliver(&self.out, response).await {
+            return Err(Closed);
+        }
         self.conn.status.update(kind, |s| s.sent(&version, &nonce));
         self.types[kind.index()].sent = Some(Sent {
             version,
