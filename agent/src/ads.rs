@@ -1,0 +1,223 @@
+//! ADS: serves the agent's xDS resources to Envoy or a proxyless gRPC client over a Unix socket.
+//!
+//! The rest of the agent publishes a [`Snapshot`] (per xDS type: name → version and body) through a
+//! [`SnapshotPublisher`]. Every connection watches the newest snapshot and pushes only what changed
+//! for the types and names its client subscribed, over both protocols of
+//! `envoy.service.discovery.v3.AggregatedDiscoveryService`:
+//! `StreamAggregatedResources` (state of the world, [`sotw`]) and `DeltaAggregatedResources`
+//! (incremental, [`delta`]).
+//!
+//! **Ordering.** On a snapshot change additions and changes go out as CDS → EDS → LDS → RDS, so a
+//! reference never points at something the client has not received. Removals of referenced types
+//! (RDS, CDS, EDS) go out after that, in the order RDS → CDS → EDS, so nothing is removed while a
+//! listener or route sent earlier still names it. In SotW the first response of a type then still
+//! carries the resources about to be removed, and a second response drops them.
+//!
+//! **Unknown types.** A request for any type URL other than CDS, EDS, LDS or RDS is refused: the
+//! stream ends with `InvalidArgument` and a message naming the type URL. It is never ACKed silently.
+//!
+//! **Status.** Per connection and type, the [`StatusRegistry`] holds the version and nonce sent,
+//! the version ACKed and the last NACK with its error, and reports SYNCED / STALE / NOT SENT as
+//! `istioctl proxy-status` does. A NACKed version is not pushed again unless the client asks.
+
+mod delta;
+mod server;
+mod snapshot;
+mod sotw;
+mod status;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+pub use server::{AdsService, ServeError, bind_unix, serve_unix};
+pub use snapshot::{Resource, Snapshot, SnapshotError, SnapshotPublisher};
+pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, TypeStatus};
+
+/// Responses queued per connection before the connection task waits for the client to read.
+const RESPONSE_BUFFER: usize = 16;
+
+/// How long a connection waits for a client that does not read before cutting it off. The client
+/// reconnects and, declaring what it holds, gets only what it lacks.
+const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The xDS resource types this server serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TypeKind {
+    /// CDS: `envoy.config.cluster.v3.Cluster`.
+    Cluster,
+    /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment`.
+    Endpoint,
+    /// LDS: `envoy.config.listener.v3.Listener`.
+    Listener,
+    /// RDS: `envoy.config.route.v3.RouteConfiguration`.
+    Route,
+}
+
+impl TypeKind {
+    /// Every type, in the order additions and changes are pushed.
+    pub const PUSH_ORDER: [TypeKind; 4] = [
+        TypeKind::Cluster,
+        TypeKind::Endpoint,
+        TypeKind::Listener,
+        TypeKind::Route,
+    ];
+
+    /// The types whose removals wait for what references them, in the order removals are pushed.
+    pub const REMOVAL_ORDER: [TypeKind; 3] =
+        [TypeKind::Route, TypeKind::Cluster, TypeKind::Endpoint];
+
+    /// The type URL on the wire.
+    pub fn type_url(self) -> &'static str {
+        match self {
+            TypeKind::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            TypeKind::Endpoint => {
+                "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+            }
+            TypeKind::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
+            TypeKind::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+        }
+    }
+
+    /// The type for a type URL, or `None` when this server does not serve it.
+    pub fn from_type_url(url: &str) -> Option<TypeKind> {
+        TypeKind::PUSH_ORDER
+            .into_iter()
+            .find(|kind| kind.type_url() == url)
+    }
+
+    /// The short name used in logs and status (`CDS`, `EDS`, `LDS`, `RDS`).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            TypeKind::Cluster => "CDS",
+            TypeKind::Endpoint => "EDS",
+            TypeKind::Listener => "LDS",
+            TypeKind::Route => "RDS",
+        }
+    }
+
+    /// Whether something else references this type, so its removals wait (see the module doc).
+    fn defers_removal(self) -> bool {
+        self != TypeKind::Listener
+    }
+
+    /// Whether an empty first request means "everything" (legacy wildcard, CDS and LDS only).
+    fn legacy_wildcard(self) -> bool {
+        matches!(self, TypeKind::Cluster | TypeKind::Listener)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for TypeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.short_name())
+    }
+}
+
+/// The type of a request, or the `InvalidArgument` status that ends the stream.
+fn request_type(type_url: &str) -> Result<TypeKind, tonic::Status> {
+    TypeKind::from_type_url(type_url).ok_or_else(|| {
+        tonic::Status::invalid_argument(format!(
+            "unsupported type URL {type_url:?}: this server serves only CDS, EDS, LDS and RDS \
+             ({}, {}, {}, {})",
+            TypeKind::Cluster.type_url(),
+            TypeKind::Endpoint.type_url(),
+            TypeKind::Listener.type_url(),
+            TypeKind::Route.type_url()
+        ))
+    })
+}
+
+/// What a client subscribed to for one type.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Subscription {
+    wildcard: bool,
+    names: BTreeSet<String>,
+}
+
+impl Subscription {
+    /// The snapshot's resources this subscription selects.
+    fn select(&self, snapshot: &Snapshot, kind: TypeKind) -> BTreeMap<String, Arc<Resource>> {
+        let all = snapshot.resources(kind);
+        if self.wildcard {
+            return all.clone();
+        }
+        self.names
+            .iter()
+            .filter_map(|name| all.get(name).map(|r| (name.clone(), Arc::clone(r))))
+            .collect()
+    }
+}
+
+/// A stable version string for a set of (name, resource version) pairs: FNV-1a 64 in hex. Stable
+/// across processes, so a reconnecting client's `version_info` can be compared.
+fn digest<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
+    let mut feed = |bytes: &[u8]| {
+        for byte in bytes {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(PRIME);
+        }
+    };
+    for (name, version) in items {
+        feed(name.as_bytes());
+        feed(&[0]);
+        feed(version.as_bytes());
+        feed(&[0xff]);
+    }
+    format!("{hash:016x}")
+}
+
+fn digest_resources(resources: &BTreeMap<String, Arc<Resource>>) -> String {
+    digest(
+        resources
+            .iter()
+            .map(|(name, r)| (name.as_str(), r.version.as_str())),
+    )
+}
+
+/// Queues one response; `false` when the stream must end (client gone, or too slow to read).
+async fn deliver<T>(out: &mpsc::Sender<Result<T, tonic::Status>>, response: T) -> bool {
+    match tokio::time::timeout(SEND_TIMEOUT, out.send(Ok(response))).await {
+        Ok(Ok(())) => true,
+        Ok(Err(_)) => false,
+        Err(_) => {
+            tracing::warn!(
+                timeout_s = SEND_TIMEOUT.as_secs(),
+                "client does not read its responses; closing the stream"
+            );
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_urls_round_trip_and_unknown_is_refused() {
+        for kind in TypeKind::PUSH_ORDER {
+            assert_eq!(TypeKind::from_type_url(kind.type_url()), Some(kind));
+        }
+        let err = request_type("type.googleapis.com/envoy.config.core.v3.Secret").unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("envoy.config.core.v3.Secret"));
+    }
+
+    #[test]
+    fn digest_depends_on_names_and_versions() {
+        let a = digest([("a", "1"), ("b", "1")]);
+        assert_eq!(a, digest([("a", "1"), ("b", "1")]));
+        assert_ne!(a, digest([("a", "1"), ("b", "2")]));
+        assert_ne!(a, digest([("a", "1b"), ("", "1")]));
+    }
+}

@@ -1,0 +1,278 @@
+//! `DeltaAggregatedResources`: incremental. Responses carry only changed resources and the names of
+//! removed ones; the server tracks which version of each resource the client holds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource as WireResource,
+};
+use tokio::sync::mpsc;
+use tonic::{Status, Streaming};
+
+use super::server::Connection;
+use super::snapshot::{Resource, Snapshot};
+use super::status::Nack;
+use super::{Subscription, TypeKind, deliver, digest, request_type};
+
+type Out = mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>;
+
+/// The client went away (or the stream must end); stop the connection.
+struct Closed;
+
+#[derive(Default)]
+struct TypeState {
+    /// `None` until the client's first request of this type.
+    subscription: Option<Subscription>,
+    /// Name → version the client holds (sent to it, or declared in `initial_resource_versions`).
+    known: BTreeMap<String, String>,
+    /// Responses not yet ACKed or NACKed: nonce → system version.
+    pending: BTreeMap<String, String>,
+}
+
+/// What one type needs sent.
+#[derive(Default)]
+struct Diff {
+    updated: BTreeMap<String, Arc<Resource>>,
+    removed: Vec<String>,
+}
+
+impl Diff {
+    fn is_empty(&self) -> bool {
+        self.updated.is_empty() && self.removed.is_empty()
+    }
+}
+
+struct Stream {
+    conn: Connection,
+    out: Out,
+    types: [TypeState; 4],
+    next_nonce: u64,
+    node_seen: bool,
+}
+
+/// Responses a client may leave unanswered per type before the oldest are forgotten.
+const MAX_PENDING: usize = 64;
+
+pub(super) async fn run(
+    conn: Connection,
+    mut requests: Streaming<DeltaDiscoveryRequest>,
+    out: Out,
+) {
+    let mut closing = conn.closing.clone();
+    let mut snapshots = conn.snapshots.clone();
+    let mut snapshot = Arc::clone(&snapshots.borrow_and_update());
+    let mut watching = true;
+    let mut stream = Stream {
+        conn,
+        out,
+        types: Default::default(),
+        next_nonce: 0,
+        node_seen: false,
+    };
+    tracing::debug!("Delta stream opened");
+    loop {
+        tokio::select! {
+            () = Connection::closed(&mut closing) => break,
+            request = requests.message() => match request {
+                Ok(Some(request)) => {
+                    if stream.on_request(request, &snapshot).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::debug!(%status, "Delta stream failed");
+                    break;
+                }
+            },
+            changed = snapshots.changed(), if watching => {
+                if changed.is_err() {
+                    watching = false;
+                    continue;
+                }
+                snapshot = Arc::clone(&snapshots.borrow_and_update());
+                if stream.on_snapshot(&snapshot).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::debug!("Delta stream closed");
+}
+
+impl Stream {
+    async fn on_request(
+        &mut self,
+        request: DeltaDiscoveryRequest,
+        snapshot: &Snapshot,
+    ) -> Result<(), Closed> {
+        let kind = match request_type(&request.type_url) {
+            Ok(kind) => kind,
+            Err(status) => {
+                tracing::warn!(type_url = %request.type_url, "refusing an unsupported type");
+                let _ = self.out.send(Err(status)).await;
+                return Err(Closed);
+            }
+        };
+        if !self.node_seen
+            && let Some(node) = &request.node
+        {
+            self.node_seen = true;
+            self.conn.status.set_node(&node.id);
+            tracing::info!(node = %node.id, "client connected");
+        }
+        let state = &mut self.types[kind.index()];
+
+        if !request.response_nonce.is_empty() {
+            match state.pending.remove(&request.response_nonce) {
+                None => {
+                    tracing::debug!(%kind, nonce = %request.response_nonce, "unknown nonce ignored");
+                }
+                Some(version) => {
+                    let nonce = request.response_nonce.clone();
+                    if let Some(error) = &request.error_detail {
+                        tracing::warn!(%kind, %version, error = %error.message, "NACK");
+                        let nack = Nack {
+                            version,
+                            nonce,
+                            error: error.message.clone(),
+                        };
+                        self.conn.status.update(kind, |s| s.nacked(nack));
+                    } else {
+                        tracing::debug!(%kind, %version, "ACK");
+                        self.conn.status.update(kind, |s| s.acked(&version, &nonce));
+                    }
+                }
+            }
+        }
+
+        let first = state.subscription.is_none();
+        let mut subscription = state.subscription.take().unwrap_or_else(|| Subscription {
+            wildcard: kind.legacy_wildcard() && request.resource_names_subscribe.is_empty(),
+            names: Default::default(),
+        });
+        if first {
+            state.known = request.initial_resource_versions.into_iter().collect();
+        }
+        let before = subscription.clone();
+        for name in request.resource_names_subscribe {
+            if name == "*" {
+                subscription.wildcard = true;
+            } else {
+                subscription.names.insert(name);
+            }
+        }
+        for name in &request.resource_names_unsubscribe {
+            if name == "*" {
+                subscription.wildcard = false;
+            } else {
+                subscription.names.remove(name);
+            }
+        }
+        let changed = subscription != before;
+        // The client drops what it unsubscribed from without being told.
+        for name in &request.resource_names_unsubscribe {
+            if !subscription.wildcard {
+                state.known.remove(name);
+            }
+        }
+        state.subscription = Some(subscription);
+        if !first && !changed {
+            return Ok(());
+        }
+        let diff = self.diff(kind, snapshot, true);
+        if first || !diff.is_empty() {
+            self.send(kind, diff).await?;
+        }
+        Ok(())
+    }
+
+    /// Pushes what changed: updates first (CDS → EDS → LDS → RDS; listener removals with them),
+    /// then removals of referenced types (RDS → CDS → EDS).
+    async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
+        for kind in TypeKind::PUSH_ORDER {
+            let diff = self.diff(kind, snapshot, !kind.defers_removal());
+            if !diff.is_empty() {
+                self.send(kind, diff).await?;
+            }
+        }
+        for kind in TypeKind::REMOVAL_ORDER {
+            let mut diff = self.diff(kind, snapshot, true);
+            diff.updated.clear();
+            if !diff.is_empty() {
+                self.send(kind, diff).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What the client lacks for `kind`, and (if `with_removals`) what it holds that is gone.
+    fn diff(&self, kind: TypeKind, snapshot: &Snapshot, with_removals: bool) -> Diff {
+        let state = &self.types[kind.index()];
+        let Some(subscription) = &state.subscription else {
+            return Diff::default();
+        };
+        let wanted = subscription.select(snapshot, kind);
+        let removed = if with_removals {
+            state
+                .known
+                .keys()
+                .filter(|name| !wanted.contains_key(*name))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let updated = wanted
+            .into_iter()
+            .filter(|(name, r)| state.known.get(name) != Some(&r.version))
+            .collect();
+        Diff { updated, removed }
+    }
+
+    async fn send(&mut self, kind: TypeKind, diff: Diff) -> Result<(), Closed> {
+        self.next_nonce += 1;
+        let nonce = format!("{:016x}", self.next_nonce);
+        let state = &mut self.types[kind.index()];
+        for (name, resource) in &diff.updated {
+            state.known.insert(name.clone(), resource.version.clone());
+        }
+        for name in &diff.removed {
+            state.known.remove(name);
+        }
+        let version = digest(state.known.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+        if state.pending.len() >= MAX_PENDING {
+            state.pending.pop_first();
+        }
+        state.pending.insert(nonce.clone(), version.clone());
+        let response = DeltaDiscoveryResponse {
+            system_version_info: version.clone(),
+            resources: diff
+                .updated
+                .iter()
+                .map(|(name, r)| WireResource {
+                    name: name.clone(),
+                    version: r.version.clone(),
+                    resource: Some(r.body.clone()),
+                    ..Default::default()
+                })
+                .collect(),
+            type_url: kind.type_url().to_owned(),
+            removed_resources: diff.removed,
+            nonce: nonce.clone(),
+            ..Default::default()
+        };
+        tracing::debug!(
+            %kind, %version, %nonce,
+            updated = response.resources.len(),
+            removed = response.removed_resources.len(),
+            "push"
+        );
+        if !deliver(&self.out, response).await {
+            return Err(Closed);
+        }
+        self.conn.status.update(kind, |s| s.sent(&version, &nonce));
+        Ok(())
+    }
+}

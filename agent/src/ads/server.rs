@@ -1,0 +1,179 @@
+//! The gRPC service and serving it on a Unix socket.
+
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
+
+use super::snapshot::{Snapshot, SnapshotPublisher};
+use super::status::{Protocol, StatusGuard, StatusRegistry};
+use super::{RESPONSE_BUFFER, delta, sotw};
+
+/// Why serving stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "{path} exists and is not a socket; refusing to replace it (choose another socket path)"
+    )]
+    NotASocket { path: PathBuf },
+    #[error("cannot remove the stale socket {path}: {source}")]
+    RemoveStale {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot listen on {path}: {source} (does the directory exist and is it writable?)")]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the ADS server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// What each connection task needs.
+pub(super) struct Connection {
+    pub(super) snapshots: watch::Receiver<Arc<Snapshot>>,
+    pub(super) status: StatusGuard,
+    pub(super) closing: watch::Receiver<bool>,
+}
+
+impl Connection {
+    /// Resolves when the server is shutting down.
+    pub(super) async fn closed(closing: &mut watch::Receiver<bool>) {
+        // A dropped sender also means the server is gone.
+        let _ = closing.wait_for(|closing| *closing).await;
+    }
+}
+
+/// `envoy.service.discovery.v3.AggregatedDiscoveryService`, both SotW and Delta.
+#[derive(Clone, Debug)]
+pub struct AdsService {
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    status: StatusRegistry,
+    closing: Arc<watch::Sender<bool>>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl AdsService {
+    /// Serves `publisher`'s snapshots and reports each connection in `status`.
+    pub fn new(publisher: &SnapshotPublisher, status: StatusRegistry) -> Self {
+        Self {
+            snapshots: publisher.subscribe(),
+            status,
+            closing: Arc::new(watch::Sender::new(false)),
+            next_id: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// Ends every open stream (clients see the stream end and reconnect elsewhere or later).
+    pub fn close_streams(&self) {
+        self.closing.send_replace(true);
+    }
+
+    fn connection(&self, protocol: Protocol) -> (u64, Connection) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let conn = Connection {
+            snapshots: self.snapshots.clone(),
+            status: self.status.register(id, protocol),
+            closing: self.closing.subscribe(),
+        };
+        (id, conn)
+    }
+}
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for AdsService {
+    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
+    type DeltaAggregatedResourcesStream = ReceiverStream<Result<DeltaDiscoveryResponse, Status>>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
+        let (id, conn) = self.connection(Protocol::Sotw);
+        let span = tracing::info_span!("ads", conn = id, protocol = "sotw");
+        tokio::spawn(sotw::run(conn, request.into_inner(), tx).instrument(span));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
+        let (id, conn) = self.connection(Protocol::Delta);
+        let span = tracing::info_span!("ads", conn = id, protocol = "delta");
+        tokio::spawn(delta::run(conn, request.into_inner(), tx).instrument(span));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Binds `path` (removing a stale socket left by an earlier run; any other kind of file there is an
+/// error). The returned listener is ready: clients may connect as soon as this returns.
+pub fn bind_unix(path: &Path) -> Result<UnixListener, ServeError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            std::fs::remove_file(path).map_err(|source| ServeError::RemoveStale {
+                path: path.to_owned(),
+                source,
+            })?;
+        }
+        Ok(_) => {
+            return Err(ServeError::NotASocket {
+                path: path.to_owned(),
+            });
+        }
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(ServeError::RemoveStale {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    }
+    UnixListener::bind(path).map_err(|source| ServeError::Bind {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Serves `service` on `listener` (see [`bind_unix`]) until `shutdown` resolves; then ends every
+/// open stream, waits for the connections to finish and removes the socket file `path`.
+pub async fn serve_unix(
+    listener: UnixListener,
+    path: &Path,
+    service: AdsService,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let closing = Arc::clone(&service.closing);
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("ADS shutting down: closing streams");
+        closing.send_replace(true);
+    };
+    let result = tonic::transport::Server::builder()
+        .add_service(AggregatedDiscoveryServiceServer::new(service))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
+        .await;
+    if let Err(err) = std::fs::remove_file(path) {
+        tracing::debug!(path = %path.display(), error = %err, "socket file not removed");
+    }
+    result.map_err(ServeError::from)
+}

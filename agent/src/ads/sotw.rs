@@ -1,0 +1,267 @@
+//! `StreamAggregatedResources`: state of the world. Every response of a type carries the whole set
+//! the client subscribed to; a resource missing from it is removed on the client.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use tokio::sync::mpsc;
+use tonic::{Status, Streaming};
+
+use super::server::Connection;
+use super::snapshot::{Resource, Snapshot};
+use super::status::Nack;
+use super::{Subscription, TypeKind, deliver, digest_resources, request_type};
+
+type Out = mpsc::Sender<Result<DiscoveryResponse, Status>>;
+
+/// The client went away (or the stream must end); stop the connection.
+struct Closed;
+
+/// What one type's last response carried.
+struct Sent {
+    version: String,
+    /// Empty when the client already held `version` on reconnect.
+    nonce: String,
+    resources: BTreeMap<String, Arc<Resource>>,
+}
+
+#[derive(Default)]
+struct TypeState {
+    /// `None` until the client's first request of this type.
+    subscription: Option<Subscription>,
+    sent: Option<Sent>,
+    /// A version the client NACKed; not pushed again unless the client asks.
+    rejected: Option<String>,
+}
+
+struct Stream {
+    conn: Connection,
+    out: Out,
+    types: [TypeState; 4],
+    next_nonce: u64,
+    node_seen: bool,
+}
+
+pub(super) async fn run(conn: Connection, mut requests: Streaming<DiscoveryRequest>, out: Out) {
+    let mut closing = conn.closing.clone();
+    let mut snapshots = conn.snapshots.clone();
+    let mut snapshot = Arc::clone(&snapshots.borrow_and_update());
+    let mut watching = true;
+    let mut stream = Stream {
+        conn,
+        out,
+        types: Default::default(),
+        next_nonce: 0,
+        node_seen: false,
+    };
+    tracing::debug!("SotW stream opened");
+    loop {
+        tokio::select! {
+            () = Connection::closed(&mut closing) => break,
+            request = requests.message() => match request {
+                Ok(Some(request)) => {
+                    if stream.on_request(request, &snapshot).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::debug!(%status, "SotW stream failed");
+                    break;
+                }
+            },
+            changed = snapshots.changed(), if watching => {
+                if changed.is_err() {
+                    // The publisher is gone: keep serving the last snapshot.
+                    watching = false;
+                    continue;
+                }
+                snapshot = Arc::clone(&snapshots.borrow_and_update());
+                if stream.on_snapshot(&snapshot).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::debug!("SotW stream closed");
+}
+
+impl Stream {
+    async fn on_request(
+        &mut self,
+        request: DiscoveryRequest,
+        snapshot: &Snapshot,
+    ) -> Result<(), Closed> {
+        let kind = match request_type(&request.type_url) {
+            Ok(kind) => kind,
+            Err(status) => {
+                tracing::warn!(type_url = %request.type_url, "refusing an unsupported type");
+                let _ = self.out.send(Err(status)).await;
+                return Err(Closed);
+            }
+        };
+        if !self.node_seen
+            && let Some(node) = &request.node
+        {
+            self.node_seen = true;
+            self.conn.status.set_node(&node.id);
+            tracing::info!(node = %node.id, "client connected");
+        }
+        let state = &mut self.types[kind.index()];
+
+        if !request.response_nonce.is_empty() {
+            let Some(sent) = state
+                .sent
+                .as_ref()
+                .filter(|s| s.nonce == request.response_nonce)
+            else {
+                tracing::debug!(%kind, nonce = %request.response_nonce, "stale nonce ignored");
+                return Ok(());
+            };
+            if let Some(error) = &request.error_detail {
+                tracing::warn!(%kind, version = %sent.version, error = %error.message, "NACK");
+                state.rejected = Some(sent.version.clone());
+                let nack = Nack {
+                    version: sent.version.clone(),
+                    nonce: sent.nonce.clone(),
+                    error: error.message.clone(),
+                };
+                self.conn.status.update(kind, |s| s.nacked(nack));
+            } else {
+                tracing::debug!(%kind, version = %sent.version, "ACK");
+                state.rejected = None;
+                let (version, nonce) = (sent.version.clone(), sent.nonce.clone());
+                self.conn.status.update(kind, |s| s.acked(&version, &nonce));
+            }
+        }
+
+        let first = state.subscription.is_none();
+        let subscription = requested(kind, &request.resource_names, state.subscription.as_ref());
+        if !first && state.subscription.as_ref() == Some(&subscription) {
+            return Ok(());
+        }
+        let resources = subscription.select(snapshot, kind);
+        state.subscription = Some(subscription);
+        if first && !request.version_info.is_empty() {
+            let version = digest_resources(&resources);
+            if version == request.version_info {
+                tracing::debug!(%kind, %version, "client already holds this version");
+                self.conn.status.update(kind, |s| s.already_held(&version));
+                state.sent = Some(Sent {
+                    version,
+                    nonce: String::new(),
+                    resources,
+                });
+                return Ok(());
+            }
+        }
+        self.send(kind, resources).await
+    }
+
+    /// Pushes what changed: additions and changes first (CDS → EDS → LDS → RDS, still carrying
+    /// resources about to be removed), then the removals (RDS → CDS → EDS).
+    async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
+        for kind in TypeKind::PUSH_ORDER {
+            let state = &self.types[kind.index()];
+            let Some(subscription) = &state.subscription else {
+                continue;
+            };
+            let mut resources = subscription.select(snapshot, kind);
+            if kind.defers_removal()
+                && let Some(sent) = &state.sent
+            {
+                for (name, resource) in &sent.resources {
+                    resources
+                        .entry(name.clone())
+                        .or_insert_with(|| Arc::clone(resource));
+                }
+            }
+            if self.worth_sending(kind, &resources) {
+                self.send(kind, resources).await?;
+            }
+        }
+        for kind in TypeKind::REMOVAL_ORDER {
+            let Some(subscription) = &self.types[kind.index()].subscription else {
+                continue;
+            };
+            let resources = subscription.select(snapshot, kind);
+            if self.worth_sending(kind, &resources) {
+                self.send(kind, resources).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `resources` differ from what was sent and from what the client rejected.
+    fn worth_sending(&self, kind: TypeKind, resources: &BTreeMap<String, Arc<Resource>>) -> bool {
+        let state = &self.types[kind.index()];
+        let version = digest_resources(resources);
+        let unchanged = state.sent.as_ref().is_some_and(|s| s.version == version);
+        let rejected = state.rejected.as_deref() == Some(version.as_str());
+        !unchanged && !rejected
+    }
+
+    async fn send(
+        &mut self,
+        kind: TypeKind,
+        resources: BTreeMap<String, Arc<Resource>>,
+    ) -> Result<(), Closed> {
+        self.next_nonce += 1;
+        let nonce = format!("{:016x}", self.next_nonce);
+        let version = digest_resources(&resources);
+        let response = DiscoveryResponse {
+            version_info: version.clone(),
+            resources: resources.values().map(|r| r.body.clone()).collect(),
+            type_url: kind.type_url().to_owned(),
+            nonce: nonce.clone(),
+            ..Default::default()
+        };
+        tracing::debug!(%kind, %version, %nonce, count = resources.len(), "push");
+        if !deliver(&self.out, response).await {
+            return Err(Closed);
+        }
+        self.conn.status.update(kind, |s| s.sent(&version, &nonce));
+        self.types[kind.index()].sent = Some(Sent {
+            version,
+            nonce,
+            resources,
+        });
+        Ok(())
+    }
+}
+
+/// The subscription a request asks for. `*` means everything; an empty list means everything for
+/// CDS and LDS when the stream started that way (legacy wildcard), and nothing otherwise.
+fn requested(kind: TypeKind, names: &[String], previous: Option<&Subscription>) -> Subscription {
+    let legacy = names.is_empty()
+        && kind.legacy_wildcard()
+        && previous.is_none_or(|p| p.wildcard && p.names.is_empty());
+    let mut subscription = Subscription {
+        wildcard: legacy,
+        names: Default::default(),
+    };
+    for name in names {
+        if name == "*" {
+            subscription.wildcard = true;
+        } else {
+            subscription.names.insert(name.clone());
+        }
+    }
+    subscription
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_wildcard_only_for_cds_and_lds_at_the_start() {
+        assert!(requested(TypeKind::Cluster, &[], None).wildcard);
+        assert!(!requested(TypeKind::Route, &[], None).wildcard);
+        let named = requested(TypeKind::Cluster, &["a".into()], None);
+        assert!(!named.wildcard);
+        assert!(!requested(TypeKind::Cluster, &[], Some(&named)).wildcard);
+        assert!(requested(TypeKind::Route, &["*".into()], None).wildcard);
+    }
+}

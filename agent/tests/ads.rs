@@ -1,0 +1,443 @@
+//! The ADS server over a real Unix socket, driven by the fake in-process clients of `common`.
+
+mod common;
+
+use common::*;
+use pasa_agent::ads::{Protocol, ServeError, SyncState, bind_unix};
+
+/// Two clusters with endpoints, one listener, one route config.
+fn base() -> pasa_agent::ads::Snapshot {
+    snapshot(&[
+        (CDS, "c1", "1"),
+        (CDS, "c2", "1"),
+        (EDS, "c1", "1"),
+        (EDS, "c2", "1"),
+        (LDS, "l1", "1"),
+        (RDS, "r1", "1"),
+    ])
+}
+
+/// A SotW client that subscribed to everything in `base()` and ACKed it.
+async fn synced_sotw(h: &Harness) -> FakeSotwClient {
+    let mut c = h.sotw().await;
+    for (kind, names) in [
+        (CDS, &[][..]),
+        (EDS, &["c1", "c2"][..]),
+        (LDS, &[][..]),
+        (RDS, &["r1"][..]),
+    ] {
+        c.request(kind, names, "", "").await;
+        let r = c.recv().await;
+        assert_eq!(kind_of(&r.type_url), kind);
+        c.ack(&r, names).await;
+    }
+    c
+}
+
+#[tokio::test]
+async fn sotw_initial_push_answers_each_type() {
+    let h = Harness::start(base());
+    let mut c = h.sotw().await;
+    c.request(CDS, &[], "", "").await;
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), CDS);
+    assert_eq!(names(&r), ["c1", "c2"]);
+    assert!(!r.version_info.is_empty() && !r.nonce.is_empty());
+    c.ack(&r, &[]).await;
+
+    c.request(EDS, &["c2"], "", "").await;
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), EDS);
+    assert_eq!(names(&r), ["c2"]);
+    c.ack(&r, &["c2"]).await;
+
+    let status = h
+        .status
+        .wait_for(|all| all.len() == 1 && all[0].state(EDS) == SyncState::Synced)
+        .await;
+    assert_eq!(status[0].protocol, Protocol::Sotw);
+    assert_eq!(status[0].state(CDS), SyncState::Synced);
+    assert_eq!(status[0].state(LDS), SyncState::NotSent);
+    assert!(status[0].node_id.starts_with("sidecar~"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn sotw_snapshot_change_pushes_cds_eds_lds_rds_in_order() {
+    let h = Harness::start(pasa_agent::ads::Snapshot::new());
+    let mut c = h.sotw().await;
+    // Subscribe in the "wrong" order; the server must still push in dependency order.
+    for (kind, names) in [
+        (RDS, &["r1"][..]),
+        (LDS, &[][..]),
+        (EDS, &["c1", "c2"][..]),
+        (CDS, &[][..]),
+    ] {
+        c.request(kind, names, "", "").await;
+        let r = c.recv().await;
+        assert!(r.resources.is_empty());
+        c.ack(&r, names).await;
+    }
+    h.publisher.publish(base());
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let r = c.recv().await;
+        order.push(kind_of(&r.type_url));
+    }
+    assert_eq!(order, [CDS, EDS, LDS, RDS]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn sotw_ack_then_change_pushes_only_the_changed_type() {
+    let h = Harness::start(base());
+    let mut c = synced_sotw(&h).await;
+
+    let mut next = base();
+    next.insert(EDS, "c2", "2", endpoints("c2")).unwrap();
+    h.publisher.publish(next.clone());
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), EDS);
+    assert_eq!(
+        names(&r),
+        ["c1", "c2"],
+        "SotW sends the whole subscribed set"
+    );
+    c.ack(&r, &["c1", "c2"]).await;
+
+    // Publishing an equal snapshot pushes nothing; the next push is the next real change (LDS).
+    h.publisher.publish(next.clone());
+    next.insert(LDS, "l2", "1", listener("l2")).unwrap();
+    h.publisher.publish(next);
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), LDS);
+    assert_eq!(names(&r), ["l1", "l2"]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn sotw_removals_wait_until_references_are_replaced() {
+    let h = Harness::start(base());
+    let mut c = synced_sotw(&h).await;
+
+    // c1 goes away (its route is replaced), r1 is replaced by r2 on the listener.
+    let next = snapshot(&[
+        (CDS, "c2", "1"),
+        (CDS, "c3", "1"),
+        (EDS, "c2", "1"),
+        (LDS, "l1", "2"),
+        (RDS, "r1", "1"),
+        (RDS, "r2", "1"),
+    ]);
+    h.publisher.publish(next);
+    let mut pushes = Vec::new();
+    for _ in 0..4 {
+        let r = c.recv().await;
+        pushes.push((kind_of(&r.type_url), names(&r)));
+    }
+    assert_eq!(
+        pushes,
+        [
+            // Additions first; the cluster about to go is still there.
+            (CDS, vec!["c1".into(), "c2".into(), "c3".into()]),
+            (LDS, vec!["l1".to_string()]),
+            // Then removals, referenced types after what references them.
+            (CDS, vec!["c2".into(), "c3".into()]),
+            (EDS, vec!["c2".to_string()]),
+        ]
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn sotw_nack_keeps_last_good_is_stale_and_not_pushed_again() {
+    let h = Harness::start(base());
+    let mut c = synced_sotw(&h).await;
+    let good = h.status.connections()[0].types[&CDS].acked_version.clone();
+    let good = good.expect("CDS was ACKed");
+
+    let mut bad = base();
+    bad.insert(CDS, "c2", "bad", cluster("c2")).unwrap();
+    h.publisher.publish(bad.clone());
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), CDS);
+    c.nack(&r, &good, &[]).await;
+
+    let status = h
+        .status
+        .wait_for(|all| {
+            all[0]
+                .types
+                .get(&CDS)
+                .is_some_and(|t| t.last_nack.is_some())
+        })
+        .await;
+    let cds = &status[0].types[&CDS];
+    assert_eq!(cds.state(), SyncState::Stale);
+    assert_eq!(cds.acked_version.as_deref(), Some(good.as_str()));
+    let nack = cds.last_nack.as_ref().unwrap();
+    assert_eq!(nack.version, r.version_info);
+    assert!(nack.error.contains("fake client rejects"));
+
+    // Another change elsewhere: only that type goes out, the rejected CDS is not pushed again.
+    bad.insert(EDS, "c1", "2", endpoints("c1")).unwrap();
+    h.publisher.publish(bad.clone());
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), EDS);
+    c.ack(&r, &["c1", "c2"]).await;
+
+    // A new CDS version after the NACK is pushed, and its ACK clears the staleness.
+    bad.insert(CDS, "c2", "fixed", cluster("c2")).unwrap();
+    h.publisher.publish(bad);
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), CDS);
+    assert_ne!(r.version_info, nack.version);
+    c.ack(&r, &[]).await;
+    let status = h
+        .status
+        .wait_for(|all| all[0].state(CDS) == SyncState::Synced)
+        .await;
+    assert_eq!(status[0].types[&CDS].last_nack, None);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn sotw_names_change_on_the_last_nonce_is_answered() {
+    let h = Harness::start(base());
+    let mut c = h.sotw().await;
+    c.request(EDS, &["c1"], "", "").await;
+    let r = c.recv().await;
+    assert_eq!(names(&r), ["c1"]);
+    // Same nonce, more names: an ACK that also changes the subscription.
+    c.ack(&r, &["c1", "c2"]).await;
+    let r2 = c.recv().await;
+    assert_eq!(kind_of(&r2.type_url), EDS);
+    assert_eq!(names(&r2), ["c1", "c2"]);
+    // And fewer names on the newest nonce.
+    c.ack(&r2, &["c2"]).await;
+    let r3 = c.recv().await;
+    assert_eq!(names(&r3), ["c2"]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn sotw_reconnect_with_known_versions_gets_only_what_it_lacks() {
+    let h = Harness::start(base());
+    let mut first = h.sotw().await;
+    first.request(CDS, &[], "", "").await;
+    let cds = first.recv().await;
+    first.ack(&cds, &[]).await;
+    first.request(LDS, &[], "", "").await;
+    let lds = first.recv().await;
+    first.ack(&lds, &[]).await;
+    drop(first);
+    h.status.wait_for(|all| all.is_empty()).await;
+
+    let mut next = base();
+    next.insert(LDS, "l1", "2", listener("l1")).unwrap();
+    h.publisher.publish(next);
+
+    let mut again = h.sotw().await;
+    again.request(CDS, &[], &cds.version_info, "").await;
+    again.request(LDS, &[], &lds.version_info, "").await;
+    // CDS is current on the client: the first (and only) response is LDS.
+    let r = again.recv().await;
+    assert_eq!(kind_of(&r.type_url), LDS);
+    assert_ne!(r.version_info, lds.version_info);
+    let status = h.status.connections();
+    assert_eq!(status[0].state(CDS), SyncState::Synced);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn sotw_unknown_type_is_refused() {
+    let h = Harness::start(base());
+    let mut c = h.sotw().await;
+    c.request_url("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret")
+        .await;
+    let err = c.recv_error().await;
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("tls.v3.Secret"), "{}", err.message());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn delta_subscribe_changes_and_removals() {
+    let h = Harness::start(base());
+    let mut c = h.delta().await;
+    c.subscribe(CDS, &[], &[]).await; // legacy wildcard
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), CDS);
+    assert_eq!(
+        delta_names(&r),
+        [("c1".into(), "1".into()), ("c2".into(), "1".into())]
+    );
+    c.ack(&r).await;
+    c.subscribe(EDS, &["c1"], &[]).await;
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), [("c1".into(), "1".into())]);
+    c.ack(&r).await;
+
+    // c2 changes, c1 goes away (cluster and endpoints), c3 is new.
+    let next = snapshot(&[(CDS, "c2", "2"), (CDS, "c3", "1"), (EDS, "c2", "1")]);
+    h.publisher.publish(next);
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), CDS);
+    assert_eq!(
+        delta_names(&r),
+        [("c2".into(), "2".into()), ("c3".into(), "1".into())]
+    );
+    assert!(
+        r.removed_resources.is_empty(),
+        "removals come after updates"
+    );
+    c.ack(&r).await;
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), CDS);
+    assert!(r.resources.is_empty());
+    assert_eq!(r.removed_resources, ["c1"]);
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), EDS);
+    assert_eq!(r.removed_resources, ["c1"]);
+
+    // Named subscription changes are answered with just the difference.
+    c.subscribe(EDS, &["c2"], &["c1"]).await;
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), [("c2".into(), "1".into())]);
+    assert!(r.removed_resources.is_empty());
+    let status = h.status.connections();
+    assert_eq!(status[0].protocol, Protocol::Delta);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn delta_reconnect_with_initial_resource_versions() {
+    let h = Harness::start(base());
+    let mut c = h.delta().await;
+    c.send(
+        envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest {
+            type_url: CDS.type_url().into(),
+            resource_names_subscribe: vec!["*".into()],
+            initial_resource_versions: [
+                ("c1".to_string(), "1".to_string()),   // current
+                ("c2".to_string(), "0".to_string()),   // outdated
+                ("gone".to_string(), "1".to_string()), // deleted meanwhile
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), [("c2".into(), "1".into())]);
+    assert_eq!(r.removed_resources, ["gone"]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn delta_nack_is_recorded_and_not_pushed_again() {
+    let h = Harness::start(base());
+    let mut c = h.delta().await;
+    c.subscribe(LDS, &["*"], &[]).await;
+    let r = c.recv().await;
+    c.ack(&r).await;
+    let mut next = base();
+    next.insert(LDS, "l1", "bad", listener("l1")).unwrap();
+    h.publisher.publish(next.clone());
+    let r = c.recv().await;
+    c.send(
+        envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest {
+            type_url: r.type_url.clone(),
+            response_nonce: r.nonce.clone(),
+            error_detail: Some(envoy_types::pb::google::rpc::Status {
+                code: 3,
+                message: "fake client rejects l1".into(),
+                details: Vec::new(),
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let status = h
+        .status
+        .wait_for(|all| {
+            all[0]
+                .types
+                .get(&LDS)
+                .is_some_and(|t| t.last_nack.is_some())
+        })
+        .await;
+    assert_eq!(status[0].state(LDS), SyncState::Stale);
+    // Unrelated change: nothing for LDS; then a fixed listener is pushed.
+    next.insert(LDS, "l2", "1", listener("l2")).unwrap();
+    h.publisher.publish(next);
+    let r = c.recv().await;
+    assert_eq!(delta_names(&r), [("l2".into(), "1".into())]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn delta_unknown_type_is_refused() {
+    let h = Harness::start(base());
+    let mut c = h.delta().await;
+    c.send(
+        envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest {
+            type_url: "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let err = c.recv_error().await;
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("TypedExtensionConfig"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn two_connections_at_once_both_get_pushes() {
+    let h = Harness::start(base());
+    let mut sotw = synced_sotw(&h).await;
+    let mut delta = h.delta().await;
+    delta.subscribe(CDS, &["*"], &[]).await;
+    let r = delta.recv().await;
+    delta.ack(&r).await;
+    h.status.wait_for(|all| all.len() == 2).await;
+
+    let mut next = base();
+    next.insert(CDS, "c1", "2", cluster("c1")).unwrap();
+    h.publisher.publish(next);
+    let s = sotw.recv().await;
+    assert_eq!(kind_of(&s.type_url), CDS);
+    let d = delta.recv().await;
+    assert_eq!(delta_names(&d), [("c1".into(), "2".into())]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_ends_streams_and_removes_the_socket() {
+    let h = Harness::start(base());
+    let mut c = synced_sotw(&h).await;
+    let path = h.path.clone();
+    h.stop().await;
+    // The stream ends (cleanly or with an error), it does not hang.
+    let _ = c.closed().await;
+    assert!(!path.exists());
+}
+
+#[tokio::test]
+async fn bind_replaces_a_stale_socket_but_not_other_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("xds.sock");
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists(), "a stale socket file is left behind");
+    drop(bind_unix(&path).unwrap());
+
+    let file = dir.path().join("not-a-socket");
+    std::fs::write(&file, b"keep me").unwrap();
+    assert!(matches!(
+        bind_unix(&file),
+        Err(ServeError::NotASocket { .. })
+    ));
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+}

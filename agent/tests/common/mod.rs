@@ -1,0 +1,353 @@
+//! Test fakes: an in-process ADS client (`FakeSotwClient`, `FakeDeltaClient`) talking to the real
+//! server over a real Unix socket in a temporary directory.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use envoy_types::pb::google::protobuf::Any;
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use envoy_types::util::pack_any;
+use pasa_agent::ads::{
+    AdsService, ServeError, Snapshot, SnapshotPublisher, StatusRegistry, TypeKind, bind_unix,
+    serve_unix,
+};
+use prost::Message;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+use tonic::transport::Channel;
+
+/// Failure guard only: every wait below normally ends on a message, never on this.
+pub const GUARD: Duration = Duration::from_secs(10);
+
+pub const CDS: TypeKind = TypeKind::Cluster;
+pub const EDS: TypeKind = TypeKind::Endpoint;
+pub const LDS: TypeKind = TypeKind::Listener;
+pub const RDS: TypeKind = TypeKind::Route;
+
+/// The real server on a socket in a temporary directory.
+pub struct Harness {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+    pub publisher: SnapshotPublisher,
+    pub status: StatusRegistry,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<Result<(), ServeError>>>,
+}
+
+impl Harness {
+    pub fn start(initial: Snapshot) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("xds.sock");
+        let publisher = SnapshotPublisher::new();
+        publisher.publish(initial);
+        let status = StatusRegistry::new();
+        let service = AdsService::new(&publisher, status.clone());
+        // Bound before the server task starts: clients can connect as soon as this returns.
+        let listener = bind_unix(&path).unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let server_path = path.clone();
+        let server = tokio::spawn(async move {
+            serve_unix(listener, &server_path, service, async {
+                let _ = rx.await;
+            })
+            .await
+        });
+        Self {
+            _dir: dir,
+            path,
+            publisher,
+            status,
+            shutdown: Some(tx),
+            server: Some(server),
+        }
+    }
+
+    async fn channel(&self) -> Channel {
+        let uri = format!("unix://{}", self.path.display());
+        tonic::transport::Endpoint::from_shared(uri)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    pub async fn sotw(&self) -> FakeSotwClient {
+        let mut client = AggregatedDiscoveryServiceClient::new(self.channel().await);
+        let (tx, rx) = mpsc::channel(16);
+        let responses = client
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        FakeSotwClient {
+            tx,
+            responses,
+            node_sent: false,
+        }
+    }
+
+    pub async fn delta(&self) -> FakeDeltaClient {
+        let mut client = AggregatedDiscoveryServiceClient::new(self.channel().await);
+        let (tx, rx) = mpsc::channel(16);
+        let responses = client
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        FakeDeltaClient {
+            tx,
+            responses,
+            node_sent: false,
+        }
+    }
+
+    /// Signals shutdown and waits (guarded) for the server to finish.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            tokio::time::timeout(GUARD, server)
+                .await
+                .expect("server did not shut down")
+                .unwrap()
+                .unwrap();
+        }
+    }
+}
+
+fn node() -> Node {
+    Node {
+        id: "sidecar~10.0.0.1~fake.default~default.svc.cluster.local".into(),
+        ..Default::default()
+    }
+}
+
+/// A fake state-of-the-world ADS client (stands in for Envoy / proxyless gRPC in tests).
+pub struct FakeSotwClient {
+    tx: mpsc::Sender<DiscoveryRequest>,
+    responses: Streaming<DiscoveryResponse>,
+    node_sent: bool,
+}
+
+impl FakeSotwClient {
+    pub async fn send(&mut self, mut request: DiscoveryRequest) {
+        if !self.node_sent {
+            request.node = Some(node());
+            self.node_sent = true;
+        }
+        self.tx.send(request).await.unwrap();
+    }
+
+    /// A request for `names` of `kind` (first request, or a names change with `nonce`).
+    pub async fn request(&mut self, kind: TypeKind, names: &[&str], version: &str, nonce: &str) {
+        self.send(DiscoveryRequest {
+            version_info: version.into(),
+            resource_names: names.iter().map(|n| n.to_string()).collect(),
+            type_url: kind.type_url().into(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        })
+        .await;
+    }
+
+    pub async fn request_url(&mut self, type_url: &str) {
+        self.send(DiscoveryRequest {
+            type_url: type_url.into(),
+            ..Default::default()
+        })
+        .await;
+    }
+
+    /// ACK as real clients do: the accepted version, its nonce, the full list of names again.
+    pub async fn ack(&mut self, response: &DiscoveryResponse, names: &[&str]) {
+        let kind = TypeKind::from_type_url(&response.type_url).unwrap();
+        let (version, nonce) = (response.version_info.clone(), response.nonce.clone());
+        self.request(kind, names, &version, &nonce).await;
+    }
+
+    /// NACK as real clients do: the last accepted version, the rejected nonce, an error.
+    pub async fn nack(&mut self, response: &DiscoveryResponse, last_good: &str, names: &[&str]) {
+        self.send(DiscoveryRequest {
+            version_info: last_good.into(),
+            resource_names: names.iter().map(|n| n.to_string()).collect(),
+            type_url: response.type_url.clone(),
+            response_nonce: response.nonce.clone(),
+            error_detail: Some(RpcStatus {
+                code: 3,
+                message: "fake client rejects this".into(),
+                details: Vec::new(),
+            }),
+            ..Default::default()
+        })
+        .await;
+    }
+
+    pub async fn recv(&mut self) -> DiscoveryResponse {
+        tokio::time::timeout(GUARD, self.responses.message())
+            .await
+            .expect("no response in time")
+            .expect("stream failed")
+            .expect("stream ended")
+    }
+
+    /// The status the stream ends with.
+    pub async fn recv_error(&mut self) -> tonic::Status {
+        tokio::time::timeout(GUARD, self.responses.message())
+            .await
+            .expect("no response in time")
+            .expect_err("expected the stream to fail")
+    }
+
+    /// Waits for the end of the stream (`None`) or an error.
+    pub async fn closed(&mut self) -> Result<Option<DiscoveryResponse>, tonic::Status> {
+        tokio::time::timeout(GUARD, self.responses.message())
+            .await
+            .expect("stream did not end in time")
+    }
+}
+
+/// A fake incremental ADS client.
+pub struct FakeDeltaClient {
+    tx: mpsc::Sender<DeltaDiscoveryRequest>,
+    responses: Streaming<DeltaDiscoveryResponse>,
+    node_sent: bool,
+}
+
+impl FakeDeltaClient {
+    pub async fn send(&mut self, mut request: DeltaDiscoveryRequest) {
+        if !self.node_sent {
+            request.node = Some(node());
+            self.node_sent = true;
+        }
+        self.tx.send(request).await.unwrap();
+    }
+
+    pub async fn subscribe(&mut self, kind: TypeKind, subscribe: &[&str], unsubscribe: &[&str]) {
+        self.send(DeltaDiscoveryRequest {
+            type_url: kind.type_url().into(),
+            resource_names_subscribe: subscribe.iter().map(|n| n.to_string()).collect(),
+            resource_names_unsubscribe: unsubscribe.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        })
+        .await;
+    }
+
+    pub async fn ack(&mut self, response: &DeltaDiscoveryResponse) {
+        self.send(DeltaDiscoveryRequest {
+            type_url: response.type_url.clone(),
+            response_nonce: response.nonce.clone(),
+            ..Default::default()
+        })
+        .await;
+    }
+
+    pub async fn recv(&mut self) -> DeltaDiscoveryResponse {
+        tokio::time::timeout(GUARD, self.responses.message())
+            .await
+            .expect("no response in time")
+            .expect("stream failed")
+            .expect("stream ended")
+    }
+
+    pub async fn recv_error(&mut self) -> tonic::Status {
+        tokio::time::timeout(GUARD, self.responses.message())
+            .await
+            .expect("no response in time")
+            .expect_err("expected the stream to fail")
+    }
+}
+
+// Resources. The `version` of each is passed explicitly; a body carries a marker so bodies differ.
+
+pub fn cluster(name: &str) -> Any {
+    pack_any(Cluster {
+        name: name.into(),
+        ..Default::default()
+    })
+}
+
+pub fn endpoints(name: &str) -> Any {
+    pack_any(ClusterLoadAssignment {
+        cluster_name: name.into(),
+        ..Default::default()
+    })
+}
+
+pub fn listener(name: &str) -> Any {
+    pack_any(Listener {
+        name: name.into(),
+        ..Default::default()
+    })
+}
+
+pub fn route(name: &str) -> Any {
+    pack_any(RouteConfiguration {
+        name: name.into(),
+        ..Default::default()
+    })
+}
+
+pub fn body(kind: TypeKind, name: &str) -> Any {
+    match kind {
+        TypeKind::Cluster => cluster(name),
+        TypeKind::Endpoint => endpoints(name),
+        TypeKind::Listener => listener(name),
+        TypeKind::Route => route(name),
+    }
+}
+
+/// Builds a snapshot from (kind, name, version) triples.
+pub fn snapshot(items: &[(TypeKind, &str, &str)]) -> Snapshot {
+    let mut s = Snapshot::new();
+    for (kind, name, version) in items {
+        s.insert(*kind, *name, *version, body(*kind, name)).unwrap();
+    }
+    s
+}
+
+/// The resource names inside a body, whatever its type.
+pub fn name_of(any: &Any) -> String {
+    let bytes = any.value.as_slice();
+    match TypeKind::from_type_url(&any.type_url).unwrap() {
+        TypeKind::Cluster => Cluster::decode(bytes).unwrap().name,
+        TypeKind::Endpoint => ClusterLoadAssignment::decode(bytes).unwrap().cluster_name,
+        TypeKind::Listener => Listener::decode(bytes).unwrap().name,
+        TypeKind::Route => RouteConfiguration::decode(bytes).unwrap().name,
+    }
+}
+
+pub fn kind_of(type_url: &str) -> TypeKind {
+    TypeKind::from_type_url(type_url).unwrap()
+}
+
+/// Sorted names in a SotW response.
+pub fn names(response: &DiscoveryResponse) -> Vec<String> {
+    let mut names: Vec<String> = response.resources.iter().map(name_of).collect();
+    names.sort();
+    names
+}
+
+/// Sorted (name, version) pairs in a Delta response.
+pub fn delta_names(response: &DeltaDiscoveryResponse) -> Vec<(String, String)> {
+    let mut names: Vec<(String, String)> = response
+        .resources
+        .iter()
+        .map(|r| (r.name.clone(), r.version.clone()))
+        .collect();
+    names.sort();
+    names
+}
