@@ -10,15 +10,12 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
-use super::server::Connection;
+use super::server::{Closed, Connection, StreamHandler, drive};
 use super::snapshot::{Resource, Snapshot};
 use super::status::Nack;
 use super::{Subscription, TypeKind, deliver, digest, request_type};
 
 type Out = mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>;
-
-/// The client went away (or the stream must end); stop the connection.
-struct Closed;
 
 #[derive(Default)]
 struct TypeState {
@@ -54,55 +51,41 @@ struct Stream {
 /// Responses a client may leave unanswered per type before the oldest are forgotten.
 const MAX_PENDING: usize = 64;
 
-pub(super) async fn run(
-    conn: Connection,
-    mut requests: Streaming<DeltaDiscoveryRequest>,
-    out: Out,
-) {
-    let mut closing = conn.closing.clone();
-    let mut snapshots = conn.snapshots.clone();
-    let mut snapshot = Arc::clone(&snapshots.borrow_and_update());
-    let mut watching = true;
-    let mut stream = Stream {
+pub(super) async fn run(conn: Connection, requests: Streaming<DeltaDiscoveryRequest>, out: Out) {
+    let closing = conn.closing.clone();
+    let snapshots = conn.snapshots.clone();
+    let stream = Stream {
         conn,
         out,
         types: Default::default(),
         next_nonce: 0,
         node_seen: false,
     };
-    tracing::debug!("Delta stream opened");
-    loop {
-        tokio::select! {
-            () = Connection::closed(&mut closing) => break,
-            request = requests.message() => match request {
-                Ok(Some(request)) => {
-                    if stream.on_request(request, &snapshot).await.is_err() {
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(status) => {
-                    tracing::debug!(%status, "Delta stream failed");
-                    break;
-                }
-            },
-            changed = snapshots.changed(), if watching => {
-                if changed.is_err() {
-                    watching = false;
-                    continue;
-                }
-                snapshot = Arc::clone(&snapshots.borrow_and_update());
-                if stream.on_snapshot(&snapshot).await.is_err() {
-                    break;
-                }
-            }
-        }
+    drive(stream, closing, snapshots, requests).await;
+}
+
+impl StreamHandler for Stream {
+    type Request = DeltaDiscoveryRequest;
+    const NAME: &'static str = "Delta";
+
+    fn on_request(
+        &mut self,
+        request: DeltaDiscoveryRequest,
+        snapshot: &Snapshot,
+    ) -> impl std::future::Future<Output = Result<(), Closed>> + Send {
+        Stream::answer(self, request, snapshot)
     }
-    tracing::debug!("Delta stream closed");
+
+    fn on_snapshot(
+        &mut self,
+        snapshot: &Snapshot,
+    ) -> impl std::future::Future<Output = Result<(), Closed>> + Send {
+        Stream::push(self, snapshot)
+    }
 }
 
 impl Stream {
-    async fn on_request(
+    async fn answer(
         &mut self,
         request: DeltaDiscoveryRequest,
         snapshot: &Snapshot,
@@ -190,7 +173,7 @@ impl Stream {
 
     /// Pushes what changed: updates first (CDS → EDS → LDS → RDS; listener removals with them),
     /// then removals of referenced types (RDS → CDS → EDS).
-    async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
+    async fn push(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
         for kind in TypeKind::PUSH_ORDER {
             let diff = self.diff(kind, snapshot, !kind.defers_removal());
             if !diff.is_empty() {

@@ -46,6 +46,68 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
+/// The client went away (or the stream must end); stop the connection.
+pub(super) struct Closed;
+
+/// What SotW and Delta do differently; [`drive`] is the loop they share.
+pub(super) trait StreamHandler: Send {
+    type Request: prost::Message + Default + Send + 'static;
+    /// For logs: `SotW` or `Delta`.
+    const NAME: &'static str;
+    /// Answers one request of the client.
+    fn on_request(
+        &mut self,
+        request: Self::Request,
+        snapshot: &Snapshot,
+    ) -> impl Future<Output = Result<(), Closed>> + Send;
+    /// Pushes what a new snapshot changed.
+    fn on_snapshot(
+        &mut self,
+        snapshot: &Snapshot,
+    ) -> impl Future<Output = Result<(), Closed>> + Send;
+}
+
+/// One stream's loop: answer requests, push new snapshots, stop on shutdown or when the client
+/// goes. When the publisher is gone, the last snapshot keeps being served.
+pub(super) async fn drive<H: StreamHandler>(
+    mut handler: H,
+    mut closing: watch::Receiver<bool>,
+    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    mut requests: Streaming<H::Request>,
+) {
+    let mut snapshot = Arc::clone(&snapshots.borrow_and_update());
+    let mut watching = true;
+    tracing::debug!(protocol = H::NAME, "stream opened");
+    loop {
+        tokio::select! {
+            () = Connection::closed(&mut closing) => break,
+            request = requests.message() => match request {
+                Ok(Some(request)) => {
+                    if handler.on_request(request, &snapshot).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::debug!(protocol = H::NAME, %status, "stream failed");
+                    break;
+                }
+            },
+            changed = snapshots.changed(), if watching => {
+                if changed.is_err() {
+                    watching = false;
+                    continue;
+                }
+                snapshot = Arc::clone(&snapshots.borrow_and_update());
+                if handler.on_snapshot(&snapshot).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::debug!(protocol = H::NAME, "stream closed");
+}
+
 /// What each connection task needs.
 pub(super) struct Connection {
     pub(super) snapshots: watch::Receiver<Arc<Snapshot>>,

@@ -8,15 +8,12 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
-use super::server::Connection;
+use super::server::{Closed, Connection, StreamHandler, drive};
 use super::snapshot::{Resource, Snapshot};
 use super::status::Nack;
 use super::{Subscription, TypeKind, deliver, digest_resources, request_type};
 
 type Out = mpsc::Sender<Result<DiscoveryResponse, Status>>;
-
-/// The client went away (or the stream must end); stop the connection.
-struct Closed;
 
 /// What one type's last response carried.
 struct Sent {
@@ -43,52 +40,41 @@ struct Stream {
     node_seen: bool,
 }
 
-pub(super) async fn run(conn: Connection, mut requests: Streaming<DiscoveryRequest>, out: Out) {
-    let mut closing = conn.closing.clone();
-    let mut snapshots = conn.snapshots.clone();
-    let mut snapshot = Arc::clone(&snapshots.borrow_and_update());
-    let mut watching = true;
-    let mut stream = Stream {
+pub(super) async fn run(conn: Connection, requests: Streaming<DiscoveryRequest>, out: Out) {
+    let closing = conn.closing.clone();
+    let snapshots = conn.snapshots.clone();
+    let stream = Stream {
         conn,
         out,
         types: Default::default(),
         next_nonce: 0,
         node_seen: false,
     };
-    tracing::debug!("SotW stream opened");
-    loop {
-        tokio::select! {
-            () = Connection::closed(&mut closing) => break,
-            request = requests.message() => match request {
-                Ok(Some(request)) => {
-                    if stream.on_request(request, &snapshot).await.is_err() {
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(status) => {
-                    tracing::debug!(%status, "SotW stream failed");
-                    break;
-                }
-            },
-            changed = snapshots.changed(), if watching => {
-                if changed.is_err() {
-                    // The publisher is gone: keep serving the last snapshot.
-                    watching = false;
-                    continue;
-                }
-                snapshot = Arc::clone(&snapshots.borrow_and_update());
-                if stream.on_snapshot(&snapshot).await.is_err() {
-                    break;
-                }
-            }
-        }
+    drive(stream, closing, snapshots, requests).await;
+}
+
+impl StreamHandler for Stream {
+    type Request = DiscoveryRequest;
+    const NAME: &'static str = "SotW";
+
+    fn on_request(
+        &mut self,
+        request: DiscoveryRequest,
+        snapshot: &Snapshot,
+    ) -> impl std::future::Future<Output = Result<(), Closed>> + Send {
+        Stream::answer(self, request, snapshot)
     }
-    tracing::debug!("SotW stream closed");
+
+    fn on_snapshot(
+        &mut self,
+        snapshot: &Snapshot,
+    ) -> impl std::future::Future<Output = Result<(), Closed>> + Send {
+        Stream::push(self, snapshot)
+    }
 }
 
 impl Stream {
-    async fn on_request(
+    async fn answer(
         &mut self,
         request: DiscoveryRequest,
         snapshot: &Snapshot,
@@ -161,7 +147,7 @@ impl Stream {
 
     /// Pushes what changed: additions and changes first (CDS → EDS → LDS → RDS, still carrying
     /// resources about to be removed), then the removals (RDS → CDS → EDS).
-    async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
+    async fn push(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
         for kind in TypeKind::PUSH_ORDER {
             let state = &self.types[kind.index()];
             let Some(subscription) = &state.subscription else {
