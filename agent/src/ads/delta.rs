@@ -13,7 +13,7 @@ use tonic::{Status, Streaming};
 use super::server::{Closed, Connection, StreamHandler, drive};
 use super::snapshot::{Resource, Snapshot};
 use super::status::Nack;
-use super::{Subscription, TypeKind, deliver, digest, request_type};
+use super::{Subscription, TypeKind, deliver, digest};
 
 type Out = mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>;
 
@@ -45,7 +45,6 @@ struct Stream {
     out: Out,
     types: [TypeState; 4],
     next_nonce: u64,
-    node_seen: bool,
 }
 
 /// Responses a client may leave unanswered per type before the oldest are forgotten.
@@ -59,7 +58,6 @@ pub(super) async fn run(conn: Connection, requests: Streaming<DeltaDiscoveryRequ
         out,
         types: Default::default(),
         next_nonce: 0,
-        node_seen: false,
     };
     drive(stream, closing, snapshots, requests).await;
 }
@@ -90,21 +88,10 @@ impl Stream {
         request: DeltaDiscoveryRequest,
         snapshot: &Snapshot,
     ) -> Result<(), Closed> {
-        let kind = match request_type(&request.type_url) {
-            Ok(kind) => kind,
-            Err(status) => {
-                tracing::warn!(type_url = %request.type_url, "refusing an unsupported type");
-                let _ = self.out.send(Err(status)).await;
-                return Err(Closed);
-            }
-        };
-        if !self.node_seen
-            && let Some(node) = &request.node
-        {
-            self.node_seen = true;
-            self.conn.status.set_node(&node.id);
-            tracing::info!(node = %node.id, "client connected");
-        }
+        let kind = self
+            .conn
+            .admit(&self.out, &request.type_url, request.node.as_ref())
+            .await?;
         let state = &mut self.types[kind.index()];
 
         if !request.response_nonce.is_empty() {

@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use super::snapshot::{Snapshot, SnapshotPublisher};
 use super::status::{Protocol, StatusGuard, StatusRegistry};
-use super::{RESPONSE_BUFFER, delta, sotw};
+use super::{RESPONSE_BUFFER, TypeKind, delta, request_type, sotw};
 
 /// Why serving stopped.
 #[derive(Debug, thiserror::Error)]
@@ -113,9 +113,38 @@ pub(super) struct Connection {
     pub(super) snapshots: watch::Receiver<Arc<Snapshot>>,
     pub(super) status: StatusGuard,
     pub(super) closing: watch::Receiver<bool>,
+    /// Whether a request has named the node yet (clients send it on the first request only).
+    node_seen: bool,
 }
 
 impl Connection {
+    /// The first steps of answering any request, SotW or Delta: the type must be one this server
+    /// serves (otherwise the stream ends with the reason), and the first node named identifies the
+    /// connection.
+    pub(super) async fn admit<T>(
+        &mut self,
+        out: &mpsc::Sender<Result<T, Status>>,
+        type_url: &str,
+        node: Option<&envoy_types::pb::envoy::config::core::v3::Node>,
+    ) -> Result<TypeKind, Closed> {
+        let kind = match request_type(type_url) {
+            Ok(kind) => kind,
+            Err(status) => {
+                tracing::warn!(%type_url, "refusing an unsupported type");
+                let _ = out.send(Err(status)).await;
+                return Err(Closed);
+            }
+        };
+        if !self.node_seen
+            && let Some(node) = node
+        {
+            self.node_seen = true;
+            self.status.set_node(&node.id);
+            tracing::info!(node = %node.id, "client connected");
+        }
+        Ok(kind)
+    }
+
     /// Resolves when the server is shutting down.
     pub(super) async fn closed(closing: &mut watch::Receiver<bool>) {
         // A dropped sender also means the server is gone.
@@ -154,6 +183,7 @@ impl AdsService {
             snapshots: self.snapshots.clone(),
             status: self.status.register(id, protocol),
             closing: self.closing.subscribe(),
+            node_seen: false,
         };
         (id, conn)
     }

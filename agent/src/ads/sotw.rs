@@ -11,7 +11,7 @@ use tonic::{Status, Streaming};
 use super::server::{Closed, Connection, StreamHandler, drive};
 use super::snapshot::{Resource, Snapshot};
 use super::status::Nack;
-use super::{Subscription, TypeKind, deliver, digest_resources, request_type};
+use super::{Subscription, TypeKind, deliver, digest_resources};
 
 type Out = mpsc::Sender<Result<DiscoveryResponse, Status>>;
 
@@ -37,7 +37,6 @@ struct Stream {
     out: Out,
     types: [TypeState; 4],
     next_nonce: u64,
-    node_seen: bool,
 }
 
 pub(super) async fn run(conn: Connection, requests: Streaming<DiscoveryRequest>, out: Out) {
@@ -48,7 +47,6 @@ pub(super) async fn run(conn: Connection, requests: Streaming<DiscoveryRequest>,
         out,
         types: Default::default(),
         next_nonce: 0,
-        node_seen: false,
     };
     drive(stream, closing, snapshots, requests).await;
 }
@@ -79,21 +77,10 @@ impl Stream {
         request: DiscoveryRequest,
         snapshot: &Snapshot,
     ) -> Result<(), Closed> {
-        let kind = match request_type(&request.type_url) {
-            Ok(kind) => kind,
-            Err(status) => {
-                tracing::warn!(type_url = %request.type_url, "refusing an unsupported type");
-                let _ = self.out.send(Err(status)).await;
-                return Err(Closed);
-            }
-        };
-        if !self.node_seen
-            && let Some(node) = &request.node
-        {
-            self.node_seen = true;
-            self.conn.status.set_node(&node.id);
-            tracing::info!(node = %node.id, "client connected");
-        }
+        let kind = self
+            .conn
+            .admit(&self.out, &request.type_url, request.node.as_ref())
+            .await?;
         let state = &mut self.types[kind.index()];
 
         if !request.response_nonce.is_empty() {
