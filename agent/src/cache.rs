@@ -1,0 +1,315 @@
+//! The agent's local copy of the raw resources in its scope, kept current from the store's watch
+//! events, and its last good state on disk, so that an agent started while the store is away can
+//! serve what it served before.
+//!
+//! A watch starts with a snapshot (ADDED events, then SYNCED) or, when resuming, with the changes
+//! since a revision. After a relist the snapshot replaces the cache: whatever it did not repeat is
+//! gone, and reported as removed so translation can drop it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use pasa_proto::store::v1::{Event, EventType, ListResponse, Resource};
+use prost::Message;
+
+/// Kind, namespace and name of a cached resource.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn of(r: &Resource) -> Key {
+        Key {
+            kind: r.kind.clone(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+        }
+    }
+}
+
+/// What one event did to the cache, for incremental translation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Upserted(Key),
+    Removed(Key),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("store event without a resource (type {0:?}): the store and agent disagree on the API")]
+    NoResource(i32),
+    #[error("store event of unknown type {0}: the store is newer than this agent")]
+    UnknownType(i32),
+    #[error("cannot write the cache file {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read the cache file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the cache file {path} is damaged ({source}); delete it to start from the store")]
+    Decode {
+        path: PathBuf,
+        #[source]
+        source: prost::DecodeError,
+    },
+}
+
+/// The file in `--cache-dir` holding the last good snapshot.
+pub const CACHE_FILE: &str = "snapshot.pb";
+
+/// Raw resources by key, and the store revision they are current at.
+#[derive(Debug, Default, Clone)]
+pub struct Cache {
+    objects: BTreeMap<Key, Arc<Resource>>,
+    revision: u64,
+    /// While a snapshot is arriving: the keys it has repeated so far.
+    relisting: Option<BTreeSet<Key>>,
+}
+
+impl Cache {
+    /// The store revision everything in the cache is current at.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    pub fn get(&self, key: &Key) -> Option<&Arc<Resource>> {
+        self.objects.get(key)
+    }
+
+    /// Every cached resource of a kind, in namespace and name order.
+    pub fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Arc<Resource>> + 'a {
+        self.objects
+            .iter()
+            .filter(move |(k, _)| k.kind == kind)
+            .map(|(_, r)| r)
+    }
+
+    /// A full snapshot is about to arrive (a fresh watch or a relist after compaction): what it
+    /// does not repeat before [`Cache::synced`] is removed then.
+    pub fn begin_snapshot(&mut self) {
+        self.relisting = Some(BTreeSet::new());
+    }
+
+    /// Applies one watch event.
+    pub fn apply(&mut self, event: &Event) -> Result<Change, CacheError> {
+        let resource = event
+            .resource
+            .as_ref()
+            .ok_or(CacheError::NoResource(event.r#type))?;
+        let key = Key::of(resource);
+        let change = match EventType::try_from(event.r#type) {
+            Ok(EventType::Added | EventType::Modified) => {
+                if let Some(seen) = &mut self.relisting {
+                    seen.insert(key.clone());
+                }
+                self.objects.insert(key.clone(), Arc::new(resource.clone()));
+                Change::Upserted(key)
+            }
+            Ok(EventType::Deleted) => {
+                self.objects.remove(&key);
+                Change::Removed(key)
+            }
+            _ => return Err(CacheError::UnknownType(event.r#type)),
+        };
+        self.revision = self.revision.max(event.revision);
+        Ok(change)
+    }
+
+    /// The stream is complete up to `revision`. Ends a snapshot: what it did not repeat is
+    /// removed and returned.
+    pub fn synced(&mut self, revision: u64) -> Vec<Change> {
+        self.revision = self.revision.max(revision);
+        let Some(seen) = self.relisting.take() else {
+            return Vec::new();
+        };
+        let gone: Vec<Key> = self
+            .objects
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        for key in &gone {
+            self.objects.remove(key);
+        }
+        gone.into_iter().map(Change::Removed).collect()
+    }
+
+    /// Nothing matching changed up to `revision`.
+    pub fn progress(&mut self, revision: u64) {
+        self.revision = self.revision.max(revision);
+    }
+
+    /// Writes the cache to `dir` atomically (a crash leaves the previous file or the new one).
+    pub fn save(&self, dir: &Path) -> Result<(), CacheError> {
+        let path = dir.join(CACHE_FILE);
+        let tmp = dir.join(format!("{CACHE_FILE}.tmp"));
+        let write_err = |source| CacheError::Write {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(write_err)?;
+        let snapshot = ListResponse {
+            resources: self.objects.values().map(|r| (**r).clone()).collect(),
+            revision: self.revision,
+        };
+        let mut file = std::fs::File::create(&tmp).map_err(write_err)?;
+        file.write_all(&snapshot.encode_to_vec())
+            .and_then(|()| file.sync_all())
+            .map_err(write_err)?;
+        std::fs::rename(&tmp, &path).map_err(write_err)
+    }
+
+    /// Reads the cache saved in `dir`; `None` when there is none.
+    pub fn load(dir: &Path) -> Result<Option<Cache>, CacheError> {
+        let path = dir.join(CACHE_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(CacheError::Read { path, source }),
+        };
+        let snapshot = ListResponse::decode(bytes.as_slice())
+            .map_err(|source| CacheError::Decode { path, source })?;
+        Ok(Some(Cache {
+            objects: snapshot
+                .resources
+                .into_iter()
+                .map(|r| (Key::of(&r), Arc::new(r)))
+                .collect(),
+            revision: snapshot.revision,
+            relisting: None,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(kind: &str, name: &str, spec: &str) -> Resource {
+        Resource {
+            kind: kind.into(),
+            namespace: "default".into(),
+            name: name.into(),
+            spec_json: spec.into(),
+            ..Default::default()
+        }
+    }
+
+    fn event(t: EventType, revision: u64, r: Resource) -> Event {
+        Event {
+            r#type: t as i32,
+            revision,
+            resource: Some(r),
+        }
+    }
+
+    #[test]
+    fn events_add_change_and_remove() {
+        let mut c = Cache::default();
+        let vs = resource("VirtualService", "a", "{}");
+        assert_eq!(
+            c.apply(&event(EventType::Added, 3, vs.clone())).unwrap(),
+            Change::Upserted(Key::of(&vs))
+        );
+        c.apply(&event(
+            EventType::Modified,
+            5,
+            resource("VirtualService", "a", "{\"x\":1}"),
+        ))
+        .unwrap();
+        assert_eq!(c.get(&Key::of(&vs)).unwrap().spec_json, "{\"x\":1}");
+        assert_eq!(c.revision(), 5);
+        assert_eq!(
+            c.apply(&event(EventType::Deleted, 6, vs.clone())).unwrap(),
+            Change::Removed(Key::of(&vs))
+        );
+        assert!(c.is_empty());
+        assert!(c.apply(&Event::default()).is_err());
+        let mut unknown = event(EventType::Added, 7, vs);
+        unknown.r#type = 42;
+        assert!(matches!(
+            c.apply(&unknown),
+            Err(CacheError::UnknownType(42))
+        ));
+    }
+
+    #[test]
+    fn a_relist_drops_what_it_does_not_repeat() {
+        let mut c = Cache::default();
+        for name in ["a", "b"] {
+            c.apply(&event(
+                EventType::Added,
+                1,
+                resource("DestinationRule", name, "{}"),
+            ))
+            .unwrap();
+        }
+        c.synced(2);
+        c.begin_snapshot();
+        c.apply(&event(
+            EventType::Added,
+            9,
+            resource("DestinationRule", "b", "{}"),
+        ))
+        .unwrap();
+        let removed = c.synced(9);
+        assert_eq!(
+            removed,
+            [Change::Removed(Key::of(&resource(
+                "DestinationRule",
+                "a",
+                ""
+            )))]
+        );
+        assert_eq!(c.of_kind("DestinationRule").count(), 1);
+        assert!(c.synced(10).is_empty(), "only a snapshot removes");
+    }
+
+    #[test]
+    fn saved_and_loaded_back() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(Cache::load(dir.path()).unwrap().is_none());
+        let mut c = Cache::default();
+        c.apply(&event(
+            EventType::Added,
+            4,
+            resource("Gateway", "gw", "{\"servers\":[]}"),
+        ))
+        .unwrap();
+        c.progress(8);
+        c.save(dir.path()).unwrap();
+        assert!(!dir.path().join("snapshot.pb.tmp").exists());
+        let back = Cache::load(dir.path()).unwrap().unwrap();
+        assert_eq!(back.revision(), 8);
+        assert_eq!(back.len(), 1);
+        assert_eq!(
+            back.get(&Key::of(&resource("Gateway", "gw", "")))
+                .unwrap()
+                .spec_json,
+            "{\"servers\":[]}"
+        );
+
+        std::fs::write(dir.path().join(CACHE_FILE), b"\xff\xff\xff").unwrap();
+        let e = Cache::load(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("delete it"), "{e}");
+    }
+}
