@@ -109,6 +109,12 @@ impl Cache {
         self.relisting = Some(BTreeSet::new());
     }
 
+    /// Whether a snapshot began and has not been completed by [`Cache::synced`]: a watch that
+    /// broke then must start over with a snapshot, not resume.
+    pub fn snapshot_pending(&self) -> bool {
+        self.relisting.is_some()
+    }
+
     /// Applies one watch event.
     pub fn apply(&mut self, event: &Event) -> Result<Change, CacheError> {
         let resource = event

@@ -1,10 +1,11 @@
 //! The PASA agent: runs next to each proxy, watches its slice of the store, translates Istio
 //! configuration to xDS locally and serves it over a Unix socket.
 //!
-//! Built so far: [`identity`], the proxy's identity, [`cache`], the local copy of its raw
-//! resources (with the last good snapshot on disk), and [`ads`], the ADS server (SotW and Delta).
-//! Scope, the store watch and translation come next.
+//! Built so far: [`identity`], the proxy's identity, [`follow`], the store watch feeding
+//! [`cache`], the local copy of its raw resources (with the last good snapshot on disk), and
+//! [`ads`], the ADS server (SotW and Delta). Scope and translation come next.
 
 pub mod ads;
 pub mod cache;
+pub mod follow;
 pub mod identity;
