@@ -275,6 +275,24 @@ macro_rules! proto_enum {
     };
 }
 
+/// Refuses a `oneof` given more than one member, as protobuf JSON does. `members` names every
+/// member of the oneof with whether it is set.
+pub(crate) fn check_oneof(oneof: &str, members: &[(&str, bool)]) -> Result<(), String> {
+    let set: Vec<&str> = members
+        .iter()
+        .filter_map(|(name, present)| present.then_some(*name))
+        .collect();
+    if set.len() <= 1 {
+        return Ok(());
+    }
+    let all: Vec<&str> = members.iter().map(|(name, _)| *name).collect();
+    Err(format!(
+        "only one of {} may be set in {oneof}, found {}",
+        all.join(", "),
+        set.join(" and ")
+    ))
+}
+
 /// `PortSelector`: a port of the destination service, by number.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -14,20 +14,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::common::PortSelector;
+use super::common::{PortSelector, check_oneof};
 
 /// Whether a field holds its protobuf default, so that serializing leaves it out.
 pub(crate) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
     *value == T::default()
-}
-
-/// The error for a `oneof` given more than one member: `set` names the members found.
-pub(crate) fn one_of_error(oneof: &str, members: &[&str], set: &[&str]) -> String {
-    format!(
-        "only one of {} may be set in {oneof}, found {}",
-        members.join(", "),
-        set.join(" and ")
-    )
 }
 
 /// Routing rules for traffic addressed to `hosts`, applied by the sidecars (the `mesh` gateway)
@@ -230,27 +221,19 @@ impl TryFrom<StringMatchJson> for StringMatch {
     type Error = String;
 
     fn try_from(json: StringMatchJson) -> Result<Self, String> {
-        let match_type = match (json.exact, json.prefix, json.regex) {
-            (None, None, None) => None,
-            (Some(s), None, None) => Some(MatchType::Exact(s)),
-            (None, Some(s), None) => Some(MatchType::Prefix(s)),
-            (None, None, Some(s)) => Some(MatchType::Regex(s)),
-            (exact, prefix, regex) => {
-                let set: Vec<&str> = [
-                    ("exact", exact.is_some()),
-                    ("prefix", prefix.is_some()),
-                    ("regex", regex.is_some()),
-                ]
-                .into_iter()
-                .filter_map(|(name, present)| present.then_some(name))
-                .collect();
-                return Err(one_of_error(
-                    "a string match",
-                    &["exact", "prefix", "regex"],
-                    &set,
-                ));
-            }
-        };
+        check_oneof(
+            "a string match",
+            &[
+                ("exact", json.exact.is_some()),
+                ("prefix", json.prefix.is_some()),
+                ("regex", json.regex.is_some()),
+            ],
+        )?;
+        let match_type = json
+            .exact
+            .map(MatchType::Exact)
+            .or(json.prefix.map(MatchType::Prefix))
+            .or(json.regex.map(MatchType::Regex));
         Ok(StringMatch { match_type })
     }
 }

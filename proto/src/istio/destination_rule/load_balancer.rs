@@ -9,21 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::istio::common::{Duration, U64};
+use crate::istio::common::{Duration, U64, check_oneof};
 use crate::proto_enum;
-
-/// The error for a `oneof` given more than one member.
-fn one_of_error(oneof: &str, set: &[&str]) -> String {
-    format!("only one of {} may be set ({oneof})", set.join(", "))
-}
-
-/// The names of the members that are present.
-fn present<'a>(members: &[(&'a str, bool)]) -> Vec<&'a str> {
-    members
-        .iter()
-        .filter_map(|(name, set)| set.then_some(*name))
-        .collect()
-}
 
 proto_enum! {
     /// Load-balancing algorithms that need no tuning.
@@ -106,17 +93,17 @@ impl TryFrom<LoadBalancerSettingsJson> for LoadBalancerSettings {
     type Error = String;
 
     fn try_from(json: LoadBalancerSettingsJson) -> Result<Self, String> {
-        let policy = match (json.simple, json.consistent_hash) {
-            (Some(_), Some(_)) => {
-                return Err(one_of_error(
-                    "the load balancer policy",
-                    &["simple", "consistentHash"],
-                ));
-            }
-            (Some(simple), None) => Some(LbPolicy::Simple(simple)),
-            (None, Some(ch)) => Some(LbPolicy::ConsistentHash(ch)),
-            (None, None) => None,
-        };
+        check_oneof(
+            "the load balancer policy",
+            &[
+                ("simple", json.simple.is_some()),
+                ("consistentHash", json.consistent_hash.is_some()),
+            ],
+        )?;
+        let policy = json
+            .simple
+            .map(LbPolicy::Simple)
+            .or(json.consistent_hash.map(LbPolicy::ConsistentHash));
         Ok(LoadBalancerSettings {
             policy,
             locality_lb_setting: json.locality_lb_setting,
@@ -283,25 +270,25 @@ impl TryFrom<ConsistentHashLbJson> for ConsistentHashLb {
     type Error = String;
 
     fn try_from(json: ConsistentHashLbJson) -> Result<Self, String> {
-        let keys = present(&[
-            ("httpHeaderName", json.http_header_name.is_some()),
-            ("httpCookie", json.http_cookie.is_some()),
-            ("useSourceIp", json.use_source_ip.is_some()),
-            (
-                "httpQueryParameterName",
-                json.http_query_parameter_name.is_some(),
-            ),
-        ]);
-        if keys.len() > 1 {
-            return Err(one_of_error("the consistent hash key", &keys));
-        }
-        let algorithms = present(&[
-            ("ringHash", json.ring_hash.is_some()),
-            ("maglev", json.maglev.is_some()),
-        ]);
-        if algorithms.len() > 1 {
-            return Err(one_of_error("the consistent hash algorithm", &algorithms));
-        }
+        check_oneof(
+            "the consistent hash key",
+            &[
+                ("httpHeaderName", json.http_header_name.is_some()),
+                ("httpCookie", json.http_cookie.is_some()),
+                ("useSourceIp", json.use_source_ip.is_some()),
+                (
+                    "httpQueryParameterName",
+                    json.http_query_parameter_name.is_some(),
+                ),
+            ],
+        )?;
+        check_oneof(
+            "the consistent hash algorithm",
+            &[
+                ("ringHash", json.ring_hash.is_some()),
+                ("maglev", json.maglev.is_some()),
+            ],
+        )?;
         let hash_key = if let Some(h) = json.http_header_name {
             Some(HashKey::HttpHeaderName(h))
         } else if let Some(c) = json.http_cookie {
@@ -477,12 +464,15 @@ mod tests {
             "consistentHash": {"httpHeaderName": "x", "useSourceIp": true}
         }}}))
         .unwrap_err();
-        assert!(err.contains("httpHeaderName, useSourceIp"), "{err}");
+        assert!(
+            err.contains("found httpHeaderName and useSourceIp"),
+            "{err}"
+        );
         let err = lb_of(json!({"host": "r", "trafficPolicy": {"loadBalancer": {
             "consistentHash": {"ringHash": {}, "maglev": {}}
         }}}))
         .unwrap_err();
-        assert!(err.contains("ringHash, maglev"), "{err}");
+        assert!(err.contains("found ringHash and maglev"), "{err}");
         let err =
             lb_of(json!({"host": "r", "trafficPolicy": {"loadBalancer": {"simpel": "RANDOM"}}}))
                 .unwrap_err();

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Destination, Percent, StringMatch, is_default, one_of_error};
+use super::{Destination, Percent, StringMatch, is_default};
 use crate::istio::common::Duration;
+use crate::istio::common::check_oneof;
 use crate::proto_enum;
 
 /// One HTTP rule: conditions, and what to do with a request that meets any of them.
@@ -197,18 +198,17 @@ impl TryFrom<HttpRedirectJson> for HttpRedirect {
     type Error = String;
 
     fn try_from(json: HttpRedirectJson) -> Result<Self, String> {
-        let redirect_port = match (json.port, json.derive_port) {
-            (Some(_), Some(_)) => {
-                return Err(one_of_error(
-                    "a redirect",
-                    &["port", "derivePort"],
-                    &["port", "derivePort"],
-                ));
-            }
-            (Some(p), None) => Some(RedirectPort::Port(p)),
-            (None, Some(d)) => Some(RedirectPort::DerivePort(d)),
-            (None, None) => None,
-        };
+        check_oneof(
+            "a redirect",
+            &[
+                ("port", json.port.is_some()),
+                ("derivePort", json.derive_port.is_some()),
+            ],
+        )?;
+        let redirect_port = json
+            .port
+            .map(RedirectPort::Port)
+            .or(json.derive_port.map(RedirectPort::DerivePort));
         Ok(HttpRedirect {
             uri: json.uri,
             authority: json.authority,
@@ -292,15 +292,15 @@ impl TryFrom<HttpBodyJson> for HttpBody {
     type Error = String;
 
     fn try_from(json: HttpBodyJson) -> Result<Self, String> {
+        check_oneof(
+            "a body",
+            &[
+                ("string", json.string.is_some()),
+                ("bytes", json.bytes.is_some()),
+            ],
+        )?;
         let specifier = match (json.string, json.bytes) {
-            (Some(_), Some(_)) => {
-                return Err(one_of_error(
-                    "a body",
-                    &["string", "bytes"],
-                    &["string", "bytes"],
-                ));
-            }
-            (Some(s), None) => Some(BodySpecifier::String(s)),
+            (Some(s), _) => Some(BodySpecifier::String(s)),
             (None, Some(b)) => Some(BodySpecifier::Bytes(base64_decode(&b).ok_or_else(
                 || "bytes must be base64 encoded (standard or URL-safe alphabet)".to_string(),
             )?)),
@@ -453,18 +453,17 @@ impl TryFrom<DelayJson> for Delay {
     type Error = String;
 
     fn try_from(json: DelayJson) -> Result<Self, String> {
-        let delay_type = match (json.fixed_delay, json.exponential_delay) {
-            (Some(_), Some(_)) => {
-                return Err(one_of_error(
-                    "a delay",
-                    &["fixedDelay", "exponentialDelay"],
-                    &["fixedDelay", "exponentialDelay"],
-                ));
-            }
-            (Some(d), None) => Some(DelayType::FixedDelay(d)),
-            (None, Some(d)) => Some(DelayType::ExponentialDelay(d)),
-            (None, None) => None,
-        };
+        check_oneof(
+            "a delay",
+            &[
+                ("fixedDelay", json.fixed_delay.is_some()),
+                ("exponentialDelay", json.exponential_delay.is_some()),
+            ],
+        )?;
+        let delay_type = json
+            .fixed_delay
+            .map(DelayType::FixedDelay)
+            .or(json.exponential_delay.map(DelayType::ExponentialDelay));
         Ok(Delay {
             percent: json.percent,
             delay_type,
@@ -525,27 +524,19 @@ impl TryFrom<AbortJson> for Abort {
     type Error = String;
 
     fn try_from(json: AbortJson) -> Result<Self, String> {
-        let error_type = match (json.http_status, json.grpc_status, json.http2_error) {
-            (None, None, None) => None,
-            (Some(s), None, None) => Some(AbortErrorType::HttpStatus(s)),
-            (None, Some(s), None) => Some(AbortErrorType::GrpcStatus(s)),
-            (None, None, Some(s)) => Some(AbortErrorType::Http2Error(s)),
-            (http, grpc, http2) => {
-                let set: Vec<&str> = [
-                    ("httpStatus", http.is_some()),
-                    ("grpcStatus", grpc.is_some()),
-                    ("http2Error", http2.is_some()),
-                ]
-                .into_iter()
-                .filter_map(|(name, present)| present.then_some(name))
-                .collect();
-                return Err(one_of_error(
-                    "an abort",
-                    &["httpStatus", "grpcStatus", "http2Error"],
-                    &set,
-                ));
-            }
-        };
+        check_oneof(
+            "an abort",
+            &[
+                ("httpStatus", json.http_status.is_some()),
+                ("grpcStatus", json.grpc_status.is_some()),
+                ("http2Error", json.http2_error.is_some()),
+            ],
+        )?;
+        let error_type = json
+            .http_status
+            .map(AbortErrorType::HttpStatus)
+            .or(json.grpc_status.map(AbortErrorType::GrpcStatus))
+            .or(json.http2_error.map(AbortErrorType::Http2Error));
         Ok(Abort {
             error_type,
             percentage: json.percentage,
