@@ -66,24 +66,7 @@ impl StreamHandler for Stream {
     type Request = DeltaDiscoveryRequest;
     const NAME: &'static str = "Delta";
 
-    fn on_request(
-        &mut self,
-        request: DeltaDiscoveryRequest,
-        snapshot: &Snapshot,
-    ) -> impl std::future::Future<Output = Result<(), Closed>> + Send {
-        Stream::answer(self, request, snapshot)
-    }
-
-    fn on_snapshot(
-        &mut self,
-        snapshot: &Snapshot,
-    ) -> impl std::future::Future<Output = Result<(), Closed>> + Send {
-        Stream::push(self, snapshot)
-    }
-}
-
-impl Stream {
-    async fn answer(
+    async fn on_request(
         &mut self,
         request: DeltaDiscoveryRequest,
         snapshot: &Snapshot,
@@ -160,7 +143,7 @@ impl Stream {
 
     /// Pushes what changed: updates first (CDS → EDS → LDS → RDS; listener removals with them),
     /// then removals of referenced types (RDS → CDS → EDS).
-    async fn push(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
+    async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
         for kind in TypeKind::PUSH_ORDER {
             let diff = self.diff(kind, snapshot, !kind.defers_removal());
             if !diff.is_empty() {
@@ -176,7 +159,9 @@ impl Stream {
         }
         Ok(())
     }
+}
 
+impl Stream {
     /// What the client lacks for `kind`, and (if `with_removals`) what it holds that is gone.
     fn diff(&self, kind: TypeKind, snapshot: &Snapshot, with_removals: bool) -> Diff {
         let state = &self.types[kind.index()];

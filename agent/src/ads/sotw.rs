@@ -55,24 +55,7 @@ impl StreamHandler for Stream {
     type Request = DiscoveryRequest;
     const NAME: &'static str = "SotW";
 
-    fn on_request(
-        &mut self,
-        request: DiscoveryRequest,
-        snapshot: &Snapshot,
-    ) -> impl std::future::Future<Output = Result<(), Closed>> + Send {
-        Stream::answer(self, request, snapshot)
-    }
-
-    fn on_snapshot(
-        &mut self,
-        snapshot: &Snapshot,
-    ) -> impl std::future::Future<Output = Result<(), Closed>> + Send {
-        Stream::push(self, snapshot)
-    }
-}
-
-impl Stream {
-    async fn answer(
+    async fn on_request(
         &mut self,
         request: DiscoveryRequest,
         snapshot: &Snapshot,
@@ -134,7 +117,7 @@ impl Stream {
 
     /// Pushes what changed: additions and changes first (CDS → EDS → LDS → RDS, still carrying
     /// resources about to be removed), then the removals (RDS → CDS → EDS).
-    async fn push(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
+    async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
         for kind in TypeKind::PUSH_ORDER {
             let state = &self.types[kind.index()];
             let Some(subscription) = &state.subscription else {
@@ -165,7 +148,9 @@ impl Stream {
         }
         Ok(())
     }
+}
 
+impl Stream {
     /// Whether `resources` differ from what was sent and from what the client rejected.
     fn worth_sending(&self, kind: TypeKind, resources: &BTreeMap<String, Arc<Resource>>) -> bool {
         let state = &self.types[kind.index()];
