@@ -95,6 +95,32 @@ fn validate_sidecar_selector(at: &Path, selector: &WorkloadSelector, report: &mu
     }
 }
 
+/// A listener on an IP (not a Unix socket): a real port, an IP `bind`, and a port no other
+/// `direction` (ingress or egress) listener of the Sidecar uses.
+fn check_ip_bound_port(
+    at: &Path,
+    port: &SidecarPort,
+    bind: &str,
+    ports: &mut HashSet<u32>,
+    direction: &str,
+    report: &mut Report,
+) {
+    let number_at = at.field("port").field("number");
+    report.check(&number_at, validate_port(i64::from(port.number)));
+    if !bind.is_empty() {
+        report.check(&at.field("bind"), validate_ip_address(bind));
+    }
+    if !ports.insert(port.number) {
+        report.error(
+            &number_at,
+            format!(
+                "sidecar: ports on IP bound listeners must be unique: port {} is used by another {direction} listener",
+                port.number
+            ),
+        );
+    }
+}
+
 fn check_capture_mode(at: &Path, mode: CaptureMode, report: &mut Report) {
     if let CaptureMode::Unknown(n) = mode {
         report.error(
@@ -139,22 +165,7 @@ fn validate_ingress(
     };
     let port_at = at.field("port");
     validate_port_fields(&port_at, port, report);
-    report.check(
-        &port_at.field("number"),
-        validate_port(i64::from(port.number)),
-    );
-    if !listener.bind.is_empty() {
-        report.check(&at.field("bind"), validate_ip_address(&listener.bind));
-    }
-    if !ports.insert(port.number) {
-        report.error(
-            &port_at.field("number"),
-            format!(
-                "sidecar: ports on IP bound listeners must be unique: port {} is used by another ingress listener",
-                port.number
-            ),
-        );
-    }
+    check_ip_bound_port(at, port, &listener.bind, ports, "ingress", report);
     if !listener.default_endpoint.is_empty() {
         validate_default_endpoint(
             &at.field("defaultEndpoint"),
@@ -345,22 +356,7 @@ fn validate_egress(
             );
         }
     } else {
-        report.check(
-            &port_at.field("number"),
-            validate_port(i64::from(port.number)),
-        );
-        if !listener.bind.is_empty() {
-            report.check(&at.field("bind"), validate_ip_address(&listener.bind));
-        }
-        if !ports.insert(port.number) {
-            report.error(
-                &port_at.field("number"),
-                format!(
-                    "sidecar: ports on IP bound listeners must be unique: port {} is used by another egress listener",
-                    port.number
-                ),
-            );
-        }
+        check_ip_bound_port(at, port, &listener.bind, ports, "egress", report);
     }
 }
 
