@@ -9,6 +9,8 @@ mod http;
 mod re2;
 mod unreachable;
 
+use std::collections::BTreeMap;
+
 use pasa_proto::Object;
 use pasa_proto::istio::virtual_service::{
     Destination, L4MatchAttributes, RouteDestination, TcpRoute, TlsMatchAttributes, TlsRoute,
@@ -327,16 +329,7 @@ fn validate_tls_match(at: &Path, m: &TlsMatchAttributes, vs: &VirtualService, re
     for (i, sni) in m.sni_hosts.iter().enumerate() {
         validate_sni_host(&at.field("sniHosts").index(i), sni, vs, report);
     }
-    for (i, subnet) in m.destination_subnets.iter().enumerate() {
-        report.check(
-            &at.field("destinationSubnets").index(i),
-            validate_ip_subnet(subnet),
-        );
-    }
-    if m.port != 0 {
-        report.check(&at.field("port"), validate_port(i64::from(m.port)));
-    }
-    validate_labels(&at.field("sourceLabels"), &m.source_labels, report);
+    validate_connection_match(at, &m.destination_subnets, m.port, &m.source_labels, report);
     validate_gateway_names(&at.field("gateways"), &m.gateways, report);
 }
 
@@ -380,17 +373,28 @@ fn validate_tcp_route(at: &Path, route: &TcpRoute, report: &mut Report) {
     validate_route_destinations(&at.field("route"), &route.route, report);
 }
 
-fn validate_l4_match(at: &Path, m: &L4MatchAttributes, report: &mut Report) {
-    for (i, subnet) in m.destination_subnets.iter().enumerate() {
+/// What TLS and TCP matches share: destination subnets, port, source labels.
+fn validate_connection_match(
+    at: &Path,
+    destination_subnets: &[String],
+    port: u32,
+    source_labels: &BTreeMap<String, String>,
+    report: &mut Report,
+) {
+    for (i, subnet) in destination_subnets.iter().enumerate() {
         report.check(
             &at.field("destinationSubnets").index(i),
             validate_ip_subnet(subnet),
         );
     }
-    if m.port != 0 {
-        report.check(&at.field("port"), validate_port(i64::from(m.port)));
+    if port != 0 {
+        report.check(&at.field("port"), validate_port(i64::from(port)));
     }
-    validate_labels(&at.field("sourceLabels"), &m.source_labels, report);
+    validate_labels(&at.field("sourceLabels"), source_labels, report);
+}
+
+fn validate_l4_match(at: &Path, m: &L4MatchAttributes, report: &mut Report) {
+    validate_connection_match(at, &m.destination_subnets, m.port, &m.source_labels, report);
     // istiod reports only the errors of a TCP match's gateway names, not the warnings.
     validate_gateway_names_errors_only(&at.field("gateways"), &m.gateways, report);
 }
