@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use pasa_store::server::{Listeners, StoreArgs, init_tracing, shutdown_signal};
+use pasa_store::server::{Listeners, StoreArgs, init_tracing, shutdown_signal, stopped};
 use pasa_store::service::StoreService;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -60,9 +60,6 @@ impl PcpArgs {
         // Shutdown in order: the signal stops the webhook first (so nothing it admits is lost),
         // then the API and the store.
         let (stop_tx, stop_rx) = watch::channel(false);
-        let stopped = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
         let signal_tx = stop_tx.clone();
         tokio::spawn(async move {
             shutdown_signal().await;

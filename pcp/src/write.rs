@@ -2,11 +2,9 @@
 //! validation, cross-resource warnings). The store behind it is embedded (sled, in-process) or
 //! remote (`--store ADDR[,ADDR…]`); reads and watches pass through unchanged.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
 use pasa_proto::Object;
 use pasa_proto::store::v1::store_client::StoreClient;
 use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
@@ -15,7 +13,7 @@ use pasa_proto::store::v1::{
     GetRequest, GetResponse, ListRequest, ListResponse, StatusRequest, StatusResponse,
     WatchRequest, WatchResponse, watch_response,
 };
-use pasa_store::service::StoreService;
+use pasa_store::service::{StoreService, WatchStream};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
@@ -114,8 +112,6 @@ pub struct WriteService {
     /// Turns true when the process is shutting down: forwarded watches end then.
     stop: watch::Receiver<bool>,
 }
-
-type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send + 'static>>;
 
 impl WriteService {
     pub fn new(
@@ -242,11 +238,8 @@ impl WriteService {
     /// client hears `CANCELLED{SHUTDOWN}` with the revision to resume from, as from a store.
     fn forward_watch(&self, mut upstream: Streaming<WatchResponse>) -> WatchStream {
         let (tx, rx) = mpsc::channel(8);
-        let mut stop = self.stop.clone();
+        let stopping = pasa_store::server::stopped(self.stop.clone());
         tokio::spawn(async move {
-            let stopping = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
             tokio::pin!(stopping);
             let mut through = 0u64;
             loop {

@@ -108,6 +108,12 @@ pub fn init_tracing(json: bool) {
     }
 }
 
+/// Resolves once `stop` turns true (or its sender is gone): the shared stop signal of a server's
+/// parts.
+pub async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = async {
@@ -188,9 +194,6 @@ impl Listeners {
         }
         let ready = Readiness::default();
         let (stop_tx, stop_rx) = watch::channel(false);
-        let stopped = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
         let admin_server = admin::serve(
             admin_listener,
             registry,

@@ -62,7 +62,8 @@ fn object_key(r: Option<&pasa_proto::store::v1::ObjectRef>) -> Result<ObjectKey,
     ObjectKey::from_ref(r).map_err(|e| Status::invalid_argument(format!("ref.kind: {e}")))
 }
 
-type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send + 'static>>;
+/// The response stream of a watch, as every store-API service returns it.
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
 impl StoreApi for StoreService {
