@@ -95,6 +95,23 @@ impl Cache {
         self.objects.get(key)
     }
 
+    /// A cache holding `resources` at `revision` (for tools and tests that build one directly).
+    pub fn from_resources(resources: impl IntoIterator<Item = Resource>, revision: u64) -> Cache {
+        Cache {
+            objects: resources
+                .into_iter()
+                .map(|r| (Key::of(&r), Arc::new(r)))
+                .collect(),
+            revision,
+            relisting: None,
+        }
+    }
+
+    /// Every cached resource, in kind, namespace and name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Arc<Resource>)> {
+        self.objects.iter()
+    }
+
     /// Every cached resource of a kind, in namespace and name order.
     pub fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Arc<Resource>> + 'a {
         self.objects

@@ -9,6 +9,7 @@ pub mod istio;
 pub mod kind;
 pub mod node;
 pub mod object;
+pub mod service_endpoints;
 
 /// The store API, generated from `proto/pasa/store/v1/store.proto`.
 pub mod store {

@@ -1,0 +1,46 @@
+//! The mesh-wide settings translation depends on (a subset of Istio's MeshConfig), with Istio's
+//! defaults.
+
+/// What a sidecar does with outbound traffic to a destination it does not know
+/// (`outboundTrafficPolicy.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutboundPolicy {
+    /// Forward it to where it was going (`PassthroughCluster`).
+    #[default]
+    AllowAny,
+    /// Drop it (`BlackHoleCluster`; HTTP gets 502 from the `block_all` virtual host).
+    RegistryOnly,
+}
+
+/// What a sidecar does with inbound traffic to a port no service declares
+/// (`inboundTrafficPolicy.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InboundPolicy {
+    /// Forward it to the original destination (`InboundPassthroughCluster`).
+    #[default]
+    Passthrough,
+    /// Forward it to localhost.
+    Localhost,
+}
+
+/// Mesh settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeshSettings {
+    /// Where mesh-wide Sidecars, DestinationRules and ... live (`rootNamespace`).
+    pub root_namespace: String,
+    /// The cluster's DNS suffix (`cluster.local`).
+    pub domain_suffix: String,
+    pub outbound_policy: OutboundPolicy,
+    pub inbound_policy: InboundPolicy,
+}
+
+impl Default for MeshSettings {
+    fn default() -> Self {
+        Self {
+            root_namespace: "istio-system".into(),
+            domain_suffix: "cluster.local".into(),
+            outbound_policy: OutboundPolicy::AllowAny,
+            inbound_policy: InboundPolicy::Passthrough,
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The store's own `ServiceEndpoints` kind (`pasa.io/v1alpha1`): a Kubernetes Service with its
+//! ready endpoints, as the Kubernetes syncer writes it (or a user with `pasactl apply`). Its name
+//! and namespace are the Service's; its host is `<name>.<namespace>.svc.<domain suffix>`.
+//!
+//! ```yaml
+//! apiVersion: pasa.io/v1alpha1
+//! kind: ServiceEndpoints
+//! metadata: {name: reviews, namespace: default}
+//! spec:
+//!   addresses: [10.96.0.12]          # the Service's cluster IPs; none = headless
+//!   ports:
+//!   - {name: http, port: 9080, targetPort: 9080}
+//!   endpoints:
+//!   - address: 10.42.0.7
+//!     labels: {app: reviews, version: v1}
+//!     locality: us-east1/us-east1-b
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::istio::common::Protocol;
+
+/// A Kubernetes Service and its endpoints.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ServiceEndpoints {
+    /// The service's virtual IPs (`clusterIPs`); empty for a headless service.
+    #[serde(default)]
+    pub addresses: Vec<String>,
+    #[serde(default)]
+    pub ports: Vec<KubePort>,
+    /// The pods' labels the Service selects (informational: endpoints are listed).
+    #[serde(default)]
+    pub selector: BTreeMap<String, String>,
+    /// Ready endpoints.
+    #[serde(default)]
+    pub endpoints: Vec<Endpoint>,
+    /// For `type: ExternalName`: the DNS name the service stands for.
+    #[serde(default)]
+    pub external_name: String,
+    /// Namespaces the service is visible to (the `networking.istio.io/exportTo` annotation).
+    #[serde(default)]
+    pub export_to: Vec<String>,
+}
+
+/// A Service port.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubePort {
+    /// The port's name; its prefix (`http-…`, `grpc-…`) tells Istio the protocol.
+    #[serde(default)]
+    pub name: String,
+    pub port: u32,
+    /// `TCP` (default), `UDP` or `SCTP`: the transport, not the application protocol.
+    #[serde(default)]
+    pub protocol: String,
+    /// Where the endpoints receive: a number, or the name of a container port (see
+    /// [`Endpoint::ports`]). Absent: the same as `port`.
+    #[serde(default)]
+    pub target_port: Option<TargetPort>,
+    /// `appProtocol` (`http`, `grpc`, `kubernetes.io/h2c`, …): wins over the name.
+    #[serde(default)]
+    pub app_protocol: String,
+}
+
+/// `targetPort`: a number or a named container port.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum TargetPort {
+    Number(u32),
+    Name(String),
+}
+
+/// One ready endpoint (a pod or VM address).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Endpoint {
+    pub address: String,
+    /// The workload's labels (subsets select on them).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Container ports by name, for named `targetPort`s.
+    #[serde(default)]
+    pub ports: BTreeMap<String, u32>,
+    /// `region/zone/subzone`.
+    #[serde(default)]
+    pub locality: String,
+    /// Load-balancing weight (0: 1).
+    #[serde(default)]
+    pub weight: u32,
+    #[serde(default)]
+    pub network: String,
+    #[serde(default)]
+    pub service_account: String,
+}
+
+impl KubePort {
+    /// The application protocol as istiod infers it for a Kubernetes port: `appProtocol`, else the
+    /// port name's prefix before `-`, else unknown (`None`, which Istio detects by sniffing).
+    /// UDP ports are UDP whatever the name.
+    pub fn application_protocol(&self) -> Option<Protocol> {
+        if self.protocol.eq_ignore_ascii_case("udp") {
+            return Some(Protocol::Udp);
+        }
+        if !self.app_protocol.is_empty() {
+            return match self.app_protocol.as_str() {
+                "kubernetes.io/h2c" => Some(Protocol::Http2),
+                "kubernetes.io/ws" => Some(Protocol::Http),
+                "kubernetes.io/wss" => Some(Protocol::Https),
+                other => Protocol::parse(other),
+            };
+        }
+        let prefix = self.name.split('-').next().unwrap_or("");
+        match Protocol::parse(prefix) {
+            // A UDP application protocol on a TCP port is not taken from a name.
+            Some(Protocol::Udp) => None,
+            other => other,
+        }
+    }
+
+    /// The port an endpoint receives on for this service port.
+    pub fn endpoint_port(&self, endpoint: &Endpoint) -> Option<u32> {
+        match &self.target_port {
+            None => Some(self.port),
+            Some(TargetPort::Number(0)) => Some(self.port),
+            Some(TargetPort::Number(n)) => Some(*n),
+            Some(TargetPort::Name(name)) => endpoint.ports.get(name).copied(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(name: &str, app: &str) -> KubePort {
+        KubePort {
+            name: name.into(),
+            port: 80,
+            app_protocol: app.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn protocol_from_app_protocol_then_name() {
+        assert_eq!(port("http-web", "").application_protocol(), Some(Protocol::Http));
+        assert_eq!(port("grpc", "").application_protocol(), Some(Protocol::Grpc));
+        assert_eq!(port("web", "").application_protocol(), None);
+        assert_eq!(
+            port("tcp", "kubernetes.io/h2c").application_protocol(),
+            Some(Protocol::Http2)
+        );
+        assert_eq!(port("udp-dns", "").application_protocol(), None);
+    }
+
+    #[test]
+    fn named_target_ports_come_from_the_endpoint() {
+        let mut p = port("http", "");
+        p.target_port = Some(TargetPort::Name("web".into()));
+        let mut ep = Endpoint::default();
+        assert_eq!(p.endpoint_port(&ep), None);
+        ep.ports.insert("web".into(), 8080);
+        assert_eq!(p.endpoint_port(&ep), Some(8080));
+        let spec: ServiceEndpoints = serde_json::from_str(
+            r#"{"ports":[{"name":"http","port":80,"targetPort":"web"},{"port":81,"targetPort":9000}]}"#,
+        )
+        .unwrap();
+        assert_eq!(spec.ports[1].target_port, Some(TargetPort::Number(9000)));
+    }
+}
