@@ -2,12 +2,14 @@
 //! configuration to xDS locally and serves it over a Unix socket.
 //!
 //! [`identity`]: the proxy's identity. [`follow`]: the store watch feeding [`cache`], the local
-//! copy of its raw resources (with the last good snapshot on disk). [`translate`]: raw config to
-//! xDS. [`ads`]: the ADS server (SotW and Delta).
+//! copy of its raw resources (with the last good snapshot on disk). [`scope`]: what the proxy
+//! sees and the subscription that fetches it. [`translate`]: raw config to the xDS resources
+//! istiod would send. [`ads`]: the ADS server (SotW and Delta).
 
 pub mod ads;
 pub mod cache;
 pub mod follow;
 pub mod identity;
 pub mod mesh;
+pub mod scope;
 pub mod translate;

@@ -28,8 +28,13 @@ pub enum InboundPolicy {
 pub struct MeshSettings {
     /// Where mesh-wide Sidecars, DestinationRules and ... live (`rootNamespace`).
     pub root_namespace: String,
-    /// The cluster's DNS suffix (`cluster.local`).
+    /// The cluster's DNS suffix (`cluster.local`): Kubernetes services are
+    /// `<name>.<namespace>.svc.<suffix>`.
     pub domain_suffix: String,
+    /// The suffix short host names in Istio resources resolve with (`reviews` in `default` →
+    /// `reviews.default.svc.<suffix>`). istiod keeps it separate from the registry's; it is the
+    /// same unless a config source was set up without one (then `reviews.default`).
+    pub config_domain_suffix: String,
     pub outbound_policy: OutboundPolicy,
     pub inbound_policy: InboundPolicy,
 }
@@ -39,6 +44,7 @@ impl Default for MeshSettings {
         Self {
             root_namespace: "istio-system".into(),
             domain_suffix: "cluster.local".into(),
+            config_domain_suffix: "cluster.local".into(),
             outbound_policy: OutboundPolicy::AllowAny,
             inbound_policy: InboundPolicy::Passthrough,
         }

@@ -1,7 +1,18 @@
 //! Translation: from the proxy and the raw Istio configuration in its scope to the xDS resources
 //! istiod would send it, with istiod's names (see the project's naming notes).
 
-use std::collections::BTreeMap;
+mod cluster;
+mod endpoint;
+mod filters;
+mod grpc;
+pub mod names;
+pub mod registry;
+mod route;
+mod sidecar;
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -25,6 +36,10 @@ use pasa_proto::node::ProxyType;
 use crate::cache::Cache;
 use crate::identity::{Identity, Locality};
 use crate::mesh::MeshSettings;
+use crate::scope::SidecarScope;
+use pasa_proto::istio::virtual_service::VirtualService;
+use registry::{Config, Registry, Service};
+use route::Destinations;
 
 /// The proxy resources are generated for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +80,13 @@ impl Proxy {
     }
 }
 
+impl Proxy {
+    /// A host as written in an Istio resource of `namespace`, resolved as istiod resolves it.
+    pub fn resolve_host(&self, host: &str, namespace: &str) -> String {
+        pasa_proto::host::resolve_short_name(host, namespace, &self.mesh.config_domain_suffix)
+    }
+}
+
 /// Which resources a client gets, chosen per ADS connection from the client's node metadata, as
 /// istiod chooses: `GENERATOR: grpc` gets proxyless gRPC resources, anything else Envoy's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -95,25 +117,243 @@ impl Generator {
     }
 }
 
-/// Generates resources for one proxy and keeps them current as the cache changes, recomputing only
-/// what a change touches.
+/// What a proxy sees, worked out once per update and shared by the generators.
+pub(crate) struct View<'a> {
+    proxy: &'a Proxy,
+    registry: &'a Registry,
+    scope: SidecarScope,
+    /// Visible services by host.
+    services: BTreeMap<String, Arc<Service>>,
+    /// Visible VirtualServices for sidecars, oldest first.
+    virtual_services: Vec<Arc<Config<VirtualService>>>,
+    /// The VirtualService for each exact host (the oldest that names it).
+    vs_by_host: BTreeMap<String, usize>,
+    /// Wildcard hosts of VirtualServices, with the VirtualService's position.
+    vs_wildcards: Vec<(String, usize)>,
+}
+
+impl<'a> View<'a> {
+    fn new(proxy: &'a Proxy, registry: &'a Registry) -> View<'a> {
+        let scope = SidecarScope::of(proxy, registry);
+        let services = scope
+            .services(registry)
+            .into_iter()
+            .map(|s| (s.hostname.clone(), s))
+            .collect();
+        let virtual_services = scope.virtual_services(registry);
+        let mut vs_by_host = BTreeMap::new();
+        let mut vs_wildcards = Vec::new();
+        for (i, vs) in virtual_services.iter().enumerate() {
+            for h in &vs.spec.hosts {
+                let host = proxy.resolve_host(h, &vs.meta.namespace);
+                if host.starts_with('*') {
+                    vs_wildcards.push((host, i));
+                } else {
+                    vs_by_host.entry(host).or_insert(i);
+                }
+            }
+        }
+        // The most specific wildcard first (longest), then the oldest.
+        vs_wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        View {
+            proxy,
+            registry,
+            scope,
+            services,
+            virtual_services,
+            vs_by_host,
+            vs_wildcards,
+        }
+    }
+
+    /// The VirtualService that routes `host`: one naming it exactly, else the most specific
+    /// wildcard covering it.
+    fn virtual_service_for(&self, host: &str) -> Option<&Arc<Config<VirtualService>>> {
+        let i = self.vs_by_host.get(host).copied().or_else(|| {
+            self.vs_wildcards
+                .iter()
+                .find(|(w, _)| pasa_proto::host::matches(w, host))
+                .map(|(_, i)| *i)
+        })?;
+        self.virtual_services.get(i)
+    }
+}
+
+impl Destinations for View<'_> {
+    fn cluster(
+        &self,
+        destination: &pasa_proto::istio::virtual_service::Destination,
+        namespace: &str,
+        port: u32,
+    ) -> String {
+        let host = self.proxy.resolve_host(&destination.host, namespace);
+        let port = match destination.port.as_ref().map(|p| p.number) {
+            Some(n) if n != 0 => n,
+            _ => match self.services.get(&host).map(|s| s.ports.as_slice()) {
+                Some([only]) => only.number,
+                _ => port,
+            },
+        };
+        names::outbound_cluster(port, &destination.subset, &host)
+    }
+}
+
+/// The clusters and load assignments of one service, and what they were built from.
+#[derive(Debug)]
+struct HostOutput {
+    inputs: u64,
+    clusters: Vec<Cluster>,
+    assignments: Vec<ClusterLoadAssignment>,
+}
+
+/// Listeners and route configurations, and what they were built from.
+#[derive(Debug)]
+struct ListenerOutput {
+    inputs: u64,
+    listeners: BTreeMap<String, Listener>,
+    routes: BTreeMap<String, RouteConfiguration>,
+    clusters: BTreeMap<String, Cluster>,
+}
+
+/// Generates resources for one proxy and keeps them current as the cache changes.
+///
+/// Work is reused at two grains: the clusters and load assignments of a service are rebuilt only
+/// when the service (its resource, or the WorkloadEntries it selects) or the DestinationRule that
+/// applies to it changed; listeners and route configurations only when a service, VirtualService
+/// or Sidecar changed. A DestinationRule change therefore rebuilds the clusters of its host and
+/// nothing else.
 #[derive(Debug)]
 pub struct Translator {
     proxy: Proxy,
+    registry: Registry,
+    hosts: HashMap<(Generator, String), HostOutput>,
+    listeners: HashMap<Generator, ListenerOutput>,
+    /// Services whose clusters were rebuilt by the last update (for tests and metrics).
+    rebuilt: usize,
 }
 
 impl Translator {
     pub fn new(proxy: Proxy) -> Self {
-        Self { proxy }
+        Self {
+            proxy,
+            registry: Registry::default(),
+            hosts: HashMap::new(),
+            listeners: HashMap::new(),
+            rebuilt: 0,
+        }
     }
 
     pub fn proxy(&self) -> &Proxy {
         &self.proxy
     }
 
+    /// How many services had their clusters rebuilt by the last [`Translator::update`].
+    pub fn rebuilt_services(&self) -> usize {
+        self.rebuilt
+    }
+
     /// Brings the resources for `generator` up to date with `cache` and returns them.
     pub fn update(&mut self, cache: &Cache, generator: Generator) -> Resources {
-        let _ = (cache, generator);
-        Resources::default()
+        let changed = self.registry.update(cache, &self.proxy.mesh.domain_suffix);
+        let _ = changed;
+        let view = View::new(&self.proxy, &self.registry);
+        let mut out = Resources::default();
+        self.rebuilt = 0;
+        let mut live = std::collections::HashSet::new();
+        for service in view.services.values() {
+            let dr = view
+                .scope
+                .destination_rule(&self.proxy, &self.registry, service);
+            let inputs = fingerprint(|h| {
+                service.hostname.hash(h);
+                service.source.hash(h);
+                service.revision.hash(h);
+                service.created.hash(h);
+                if let Some(dr) = &dr {
+                    dr.meta.namespace.hash(h);
+                    dr.meta.name.hash(h);
+                    dr.meta.revision.hash(h);
+                }
+            });
+            let key = (generator, service.hostname.clone());
+            live.insert(key.clone());
+            let fresh = self.hosts.get(&key).is_some_and(|o| o.inputs == inputs);
+            if !fresh {
+                self.rebuilt += 1;
+                let mut built = Vec::new();
+                cluster::service_clusters(service, dr.as_deref(), generator, &mut built);
+                let (clusters, assignments): (Vec<_>, Vec<_>) = built.into_iter().unzip();
+                self.hosts.insert(
+                    key.clone(),
+                    HostOutput {
+                        inputs,
+                        clusters,
+                        assignments: assignments.into_iter().flatten().map(|a| a.0).collect(),
+                    },
+                );
+            }
+            if let Some(o) = self.hosts.get(&key) {
+                for c in &o.clusters {
+                    out.clusters.insert(c.name.clone(), c.clone());
+                }
+                for a in &o.assignments {
+                    out.endpoints.insert(a.cluster_name.clone(), a.clone());
+                }
+            }
+        }
+        self.hosts
+            .retain(|k, _| k.0 != generator || live.contains(k));
+
+        let inputs = fingerprint(|h| {
+            for (key, resource) in cache.iter() {
+                if key.kind != "DestinationRule" {
+                    key.hash(h);
+                    resource.mod_revision.hash(h);
+                }
+            }
+        });
+        let fresh = self
+            .listeners
+            .get(&generator)
+            .is_some_and(|o| o.inputs == inputs);
+        if !fresh {
+            let mut built = Resources::default();
+            match generator {
+                Generator::Envoy => {
+                    sidecar::special_clusters(&mut built);
+                    sidecar::outbound(&view, &mut built);
+                    if self.proxy.kind == ProxyType::Sidecar {
+                        sidecar::inbound(&view, &mut built);
+                    }
+                }
+                Generator::Grpc => grpc::listeners_and_routes(&view, &mut built),
+            }
+            self.listeners.insert(
+                generator,
+                ListenerOutput {
+                    inputs,
+                    listeners: built.listeners,
+                    routes: built.routes,
+                    clusters: built.clusters,
+                },
+            );
+        }
+        if let Some(o) = self.listeners.get(&generator) {
+            out.listeners = o.listeners.clone();
+            out.routes = o.routes.clone();
+            for (name, c) in &o.clusters {
+                out.clusters.insert(name.clone(), c.clone());
+            }
+        }
+        out
     }
 }
+
+fn fingerprint(feed: impl FnOnce(&mut std::collections::hash_map::DefaultHasher)) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    feed(&mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests;

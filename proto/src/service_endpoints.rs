@@ -146,8 +146,14 @@ mod tests {
 
     #[test]
     fn protocol_from_app_protocol_then_name() {
-        assert_eq!(port("http-web", "").application_protocol(), Some(Protocol::Http));
-        assert_eq!(port("grpc", "").application_protocol(), Some(Protocol::Grpc));
+        assert_eq!(
+            port("http-web", "").application_protocol(),
+            Some(Protocol::Http)
+        );
+        assert_eq!(
+            port("grpc", "").application_protocol(),
+            Some(Protocol::Grpc)
+        );
         assert_eq!(port("web", "").application_protocol(), None);
         assert_eq!(
             port("tcp", "kubernetes.io/h2c").application_protocol(),

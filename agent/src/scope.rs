@@ -1,0 +1,368 @@
+//! Scope: what a proxy sees of the mesh, and the store subscription that fetches exactly that.
+//!
+//! As in istiod, a sidecar's view is decided by the Sidecar resource that applies to it (one in
+//! its namespace selecting its labels, else one in its namespace without a selector, else the
+//! root namespace's) and by `exportTo`: a service, VirtualService or DestinationRule is visible
+//! when it is exported to the proxy's namespace and, for services and VirtualServices, named by an
+//! egress host `namespace/host` of that Sidecar. Without a Sidecar the egress hosts are `*/*`:
+//! everything exported to the namespace.
+//!
+//! The subscription is derived from the same view, iteratively: Sidecars of the proxy's and the
+//! root namespace first; then the egress hosts; then the destinations the visible VirtualServices
+//! route to, so their clusters can be built. Each store change that alters the view alters the
+//! subscription, and the store then adds or removes what entered or left it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use pasa_proto::host;
+use pasa_proto::istio::destination_rule::DestinationRule;
+use pasa_proto::istio::sidecar::{OutboundTrafficPolicyMode, Sidecar};
+use pasa_proto::istio::virtual_service::VirtualService;
+use pasa_proto::store::v1::{Rule, Subscription};
+
+use crate::cache::Cache;
+use crate::mesh::OutboundPolicy;
+use crate::translate::Proxy;
+use crate::translate::registry::{Config, Registry, Service, selects};
+
+/// `exportTo` of a resource in `resource_ns`: whether `viewer_ns` sees it. Empty means the mesh
+/// default, everywhere.
+pub fn exported_to(export_to: &[String], resource_ns: &str, viewer_ns: &str) -> bool {
+    if export_to.is_empty() {
+        return true;
+    }
+    export_to.iter().any(|e| match e.as_str() {
+        "*" => true,
+        "." => resource_ns == viewer_ns,
+        "~" => false,
+        ns => ns == viewer_ns,
+    })
+}
+
+/// One egress host of a Sidecar: `namespace/host`, the namespace `*` for any.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EgressHost {
+    pub namespace: String,
+    pub host: String,
+}
+
+impl EgressHost {
+    fn parse(text: &str, sidecar_ns: &str) -> Option<EgressHost> {
+        let (ns, host) = text.split_once('/')?;
+        let namespace = match ns {
+            "." => sidecar_ns.to_string(),
+            "~" => return None,
+            other => other.to_string(),
+        };
+        Some(EgressHost {
+            namespace,
+            host: host.to_string(),
+        })
+    }
+
+    /// Whether a resource of `namespace` for `hostname` falls under this egress host.
+    pub fn covers(&self, namespace: &str, hostname: &str) -> bool {
+        (self.namespace == "*" || self.namespace == namespace)
+            && host::matches(&self.host, hostname)
+    }
+}
+
+/// A proxy's view of the registry.
+#[derive(Debug, Clone)]
+pub struct SidecarScope {
+    /// The Sidecar resource that applies, if any.
+    pub sidecar: Option<Arc<Config<Sidecar>>>,
+    /// Egress hosts of the catch-all egress listener (`*/*` without a Sidecar).
+    pub egress: Vec<EgressHost>,
+    pub outbound_policy: OutboundPolicy,
+    config_namespace: String,
+    root_namespace: String,
+}
+
+impl SidecarScope {
+    /// The scope of `proxy` given what the registry holds.
+    pub fn of(proxy: &Proxy, registry: &Registry) -> SidecarScope {
+        let ns = &proxy.config_namespace;
+        let root = &proxy.mesh.root_namespace;
+        let mut candidates: Vec<&Arc<Config<Sidecar>>> = registry
+            .sidecars()
+            .filter(|s| &s.meta.namespace == ns || &s.meta.namespace == root)
+            .collect();
+        candidates.sort_by_key(|s| (s.meta.created, s.meta.name.clone()));
+        let with_selector = candidates.iter().find(|s| {
+            &s.meta.namespace == ns
+                && s.spec
+                    .workload_selector
+                    .as_ref()
+                    .is_some_and(|w| selects(&w.labels, &proxy.labels))
+        });
+        let plain = |namespace: &String| {
+            candidates
+                .iter()
+                .find(|s| &s.meta.namespace == namespace && s.spec.workload_selector.is_none())
+        };
+        let sidecar = with_selector
+            .or_else(|| plain(ns))
+            .or_else(|| plain(root))
+            .map(|s| Arc::clone(s));
+        let egress = match &sidecar {
+            Some(s) => {
+                // The listener without a port is the catch-all; without one, the first.
+                let listener = s
+                    .spec
+                    .egress
+                    .iter()
+                    .find(|e| e.port.is_none())
+                    .or(s.spec.egress.first());
+                listener
+                    .map(|l| {
+                        l.hosts
+                            .iter()
+                            .filter_map(|h| EgressHost::parse(h, ns))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            }
+            None => vec![EgressHost {
+                namespace: "*".into(),
+                host: "*".into(),
+            }],
+        };
+        let outbound_policy = sidecar
+            .as_ref()
+            .and_then(|s| s.spec.outbound_traffic_policy.as_ref())
+            .map(|p| match p.mode {
+                OutboundTrafficPolicyMode::RegistryOnly => OutboundPolicy::RegistryOnly,
+                _ => OutboundPolicy::AllowAny,
+            })
+            .unwrap_or(proxy.mesh.outbound_policy);
+        SidecarScope {
+            sidecar,
+            egress,
+            outbound_policy,
+            config_namespace: ns.clone(),
+            root_namespace: root.clone(),
+        }
+    }
+
+    fn in_egress(&self, namespace: &str, hostname: &str) -> bool {
+        self.egress.iter().any(|e| e.covers(namespace, hostname))
+    }
+
+    /// The services this proxy sees, one per host (the oldest declaration of a host wins, with
+    /// a service in the proxy's own namespace preferred as istiod does).
+    pub fn services(&self, registry: &Registry) -> Vec<Arc<Service>> {
+        registry
+            .services()
+            .values()
+            .filter_map(|list| {
+                let visible = |s: &&Arc<Service>| {
+                    exported_to(&s.export_to, &s.namespace, &self.config_namespace)
+                        && self.in_egress(&s.namespace, &s.hostname)
+                };
+                list.iter()
+                    .filter(visible)
+                    .find(|s| s.namespace == self.config_namespace)
+                    .or_else(|| list.iter().find(visible))
+                    .cloned()
+            })
+            .collect()
+    }
+
+    /// The VirtualServices for sidecars (gateway `mesh`) this proxy sees, oldest first.
+    pub fn virtual_services(&self, registry: &Registry) -> Vec<Arc<Config<VirtualService>>> {
+        let mut list: Vec<Arc<Config<VirtualService>>> = registry
+            .virtual_services()
+            .filter(|vs| {
+                let mesh =
+                    vs.spec.gateways.is_empty() || vs.spec.gateways.iter().any(|g| g == "mesh");
+                mesh && exported_to(
+                    &vs.spec.export_to,
+                    &vs.meta.namespace,
+                    &self.config_namespace,
+                ) && vs
+                    .spec
+                    .hosts
+                    .iter()
+                    .any(|h| self.in_egress(&vs.meta.namespace, h))
+            })
+            .cloned()
+            .collect();
+        list.sort_by(|a, b| {
+            (a.meta.created, &a.meta.namespace, &a.meta.name).cmp(&(
+                b.meta.created,
+                &b.meta.namespace,
+                &b.meta.name,
+            ))
+        });
+        list
+    }
+
+    /// The DestinationRule that applies to `service` for this proxy: one in the proxy's namespace,
+    /// else the service's, else the root namespace's, else any other exported here; within one
+    /// namespace the most specific host, then the oldest.
+    pub fn destination_rule(
+        &self,
+        proxy: &Proxy,
+        registry: &Registry,
+        service: &Service,
+    ) -> Option<Arc<Config<DestinationRule>>> {
+        type Ranked<'r> = ((u8, usize, u64), &'r Arc<Config<DestinationRule>>);
+        let mut best: Option<Ranked<'_>> = None;
+        for dr in registry.destination_rules() {
+            let ns = &dr.meta.namespace;
+            let full = proxy.resolve_host(&dr.spec.host, ns);
+            if !host::matches(&full, &service.hostname) {
+                continue;
+            }
+            if !exported_to(&dr.spec.export_to, ns, &self.config_namespace) {
+                continue;
+            }
+            let tier = if *ns == self.config_namespace {
+                0
+            } else if *ns == service.namespace {
+                1
+            } else if *ns == self.root_namespace {
+                2
+            } else {
+                3
+            };
+            // Exact hosts before wildcards, longer wildcards first.
+            let specificity = if full.starts_with('*') {
+                usize::MAX - full.len()
+            } else {
+                0
+            };
+            let rank = (tier, specificity, dr.meta.created);
+            if best.as_ref().is_none_or(|(r, _)| rank < *r) {
+                best = Some((rank, dr));
+            }
+        }
+        best.map(|(_, dr)| Arc::clone(dr))
+    }
+}
+
+/// The store subscription `proxy` needs, given what it has seen so far (see the module doc).
+pub fn subscription(proxy: &Proxy, cache: &Cache) -> Subscription {
+    let mut registry = Registry::default();
+    registry.update(cache, &proxy.mesh.domain_suffix);
+    subscription_of(proxy, &registry)
+}
+
+/// [`subscription`] from an already parsed registry.
+pub fn subscription_of(proxy: &Proxy, registry: &Registry) -> Subscription {
+    let mut rules = vec![Rule {
+        kinds: vec!["Sidecar".into()],
+        namespaces: dedup(vec![
+            proxy.config_namespace.clone(),
+            proxy.mesh.root_namespace.clone(),
+        ]),
+        ..Default::default()
+    }];
+    let scope = SidecarScope::of(proxy, registry);
+    if scope
+        .egress
+        .iter()
+        .any(|e| e.namespace == "*" && e.host == "*")
+    {
+        // Istio's default: everything exported to the namespace (filtered here, not in the store).
+        rules.push(Rule::default());
+        return Subscription { rules };
+    }
+    // The proxy's own services, endpoints and workload entries (inbound side).
+    rules.push(Rule {
+        kinds: vec![
+            "ServiceEndpoints".into(),
+            "ServiceEntry".into(),
+            "WorkloadEntry".into(),
+        ],
+        namespaces: vec![proxy.namespace.clone()],
+        ..Default::default()
+    });
+    let service_kinds = || {
+        vec![
+            "ServiceEndpoints".to_string(),
+            "ServiceEntry".to_string(),
+            "VirtualService".to_string(),
+        ]
+    };
+    for egress in &scope.egress {
+        rules.push(Rule {
+            kinds: service_kinds(),
+            namespaces: if egress.namespace == "*" {
+                Vec::new()
+            } else {
+                vec![egress.namespace.clone()]
+            },
+            hosts: vec![egress.host.clone()],
+            ..Default::default()
+        });
+    }
+    // DestinationRules apply by host from any namespace (proxy's, service's, root).
+    let mut dr_hosts: BTreeSet<String> = scope.egress.iter().map(|e| e.host.clone()).collect();
+    // Destinations of visible VirtualServices, so their clusters can be built.
+    let mut destinations = BTreeSet::new();
+    for vs in scope.virtual_services(registry) {
+        let ns = &vs.meta.namespace;
+        let mut add = |h: &str| {
+            destinations.insert(proxy.resolve_host(h, ns));
+        };
+        for route in &vs.spec.http {
+            for d in route.route.iter().filter_map(|r| r.destination.as_ref()) {
+                add(&d.host);
+            }
+            if let Some(m) = &route.mirror {
+                add(&m.host);
+            }
+            for m in route.mirrors.iter().filter_map(|m| m.destination.as_ref()) {
+                add(&m.host);
+            }
+        }
+        for d in vs
+            .spec
+            .tcp
+            .iter()
+            .flat_map(|r| &r.route)
+            .chain(vs.spec.tls.iter().flat_map(|r| &r.route))
+            .filter_map(|r| r.destination.as_ref())
+        {
+            add(&d.host);
+        }
+    }
+    if !destinations.is_empty() {
+        rules.push(Rule {
+            kinds: vec!["ServiceEndpoints".into(), "ServiceEntry".into()],
+            hosts: destinations.iter().cloned().collect(),
+            ..Default::default()
+        });
+        dr_hosts.extend(destinations);
+    }
+    rules.push(Rule {
+        kinds: vec!["DestinationRule".into()],
+        hosts: dr_hosts.into_iter().collect(),
+        ..Default::default()
+    });
+    // Endpoints of visible ServiceEntries that select WorkloadEntries.
+    let selector_namespaces: BTreeSet<String> = scope
+        .services(registry)
+        .iter()
+        .filter(|s| !s.kubernetes)
+        .map(|s| s.namespace.clone())
+        .filter(|ns| ns != &proxy.namespace)
+        .collect();
+    if !selector_namespaces.is_empty() {
+        rules.push(Rule {
+            kinds: vec!["WorkloadEntry".into()],
+            namespaces: selector_namespaces.into_iter().collect(),
+            ..Default::default()
+        });
+    }
+    Subscription { rules }
+}
+
+fn dedup(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v.dedup();
+    v
+}

@@ -1,0 +1,518 @@
+//! CDS: one outbound cluster per service port (`outbound|<port>||<host>`) and per DestinationRule
+//! subset (`outbound|<port>|<subset>|<host>`), with the DestinationRule's traffic policy (load
+//! balancer, connection pool as circuit breakers, outlier detection, client TLS), and the special
+//! clusters (`PassthroughCluster`, `BlackHoleCluster`, `InboundPassthroughCluster`).
+
+use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+    ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbConfig, LbPolicy, RingHashLbConfig,
+    ring_hash_lb_config::HashFunction,
+};
+use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, Cluster, OutlierDetection};
+use envoy_types::pb::envoy::config::core::v3::{
+    AggregatedConfigSource, ApiVersion, BindConfig, ConfigSource, HttpProtocolOptions,
+    SocketAddress, TransportSocket, config_source::ConfigSourceSpecifier,
+    transport_socket::ConfigType,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CertificateValidationContext, CommonTlsContext, SdsSecretConfig, TlsCertificate,
+    UpstreamTlsContext, common_tls_context::ValidationContextType,
+};
+use envoy_types::pb::google::protobuf::{Duration, UInt32Value, UInt64Value};
+use pasa_proto::istio::destination_rule::{
+    ClientTlsMode, ClientTlsSettings, ConnectionPoolSettings, DestinationRule,
+    OutlierDetection as IstioOutlier, TrafficPolicy,
+};
+use pasa_proto::istio::destination_rule::{LoadBalancerSettings, SimpleLb};
+
+use envoy_types::util::pack_any;
+
+use pasa_proto::istio::common::Protocol;
+
+use super::endpoint;
+use super::registry::{Config, Resolution, Service, ServicePort};
+use super::{Generator, names};
+
+/// Istio's default connect timeout (`connectTimeout` in MeshConfig).
+const CONNECT_TIMEOUT: Duration = Duration {
+    seconds: 10,
+    nanos: 0,
+};
+
+/// The traffic policy that applies to one cluster: a DestinationRule's top-level policy, then its
+/// port-level settings for the port, then the subset's policy and its port-level settings; each
+/// later setting replaces the earlier one field by field (load balancer, connection pool, outlier
+/// detection, TLS), as istiod merges them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Policy {
+    pub load_balancer: Option<LoadBalancerSettings>,
+    pub connection_pool: Option<ConnectionPoolSettings>,
+    pub outlier_detection: Option<IstioOutlier>,
+    pub tls: Option<ClientTlsSettings>,
+}
+
+impl Policy {
+    pub(super) fn of(dr: Option<&DestinationRule>, subset: Option<&str>, port: u32) -> Policy {
+        let mut policy = Policy::default();
+        let Some(dr) = dr else { return policy };
+        policy.apply(dr.traffic_policy.as_ref(), port);
+        if let Some(subset) = subset
+            && let Some(s) = dr.subsets.iter().find(|s| s.name == subset)
+        {
+            policy.apply(s.traffic_policy.as_ref(), port);
+        }
+        policy
+    }
+
+    fn apply(&mut self, tp: Option<&TrafficPolicy>, port: u32) {
+        let Some(tp) = tp else { return };
+        self.set(
+            tp.load_balancer.as_ref(),
+            tp.connection_pool.as_ref(),
+            tp.outlier_detection.as_ref(),
+            tp.tls.as_ref(),
+        );
+        if let Some(p) = tp
+            .port_level_settings
+            .iter()
+            .find(|p| p.port.as_ref().is_some_and(|s| s.number == port))
+        {
+            self.set(
+                p.load_balancer.as_ref(),
+                p.connection_pool.as_ref(),
+                p.outlier_detection.as_ref(),
+                p.tls.as_ref(),
+            );
+        }
+    }
+
+    fn set(
+        &mut self,
+        lb: Option<&LoadBalancerSettings>,
+        cp: Option<&ConnectionPoolSettings>,
+        od: Option<&IstioOutlier>,
+        tls: Option<&ClientTlsSettings>,
+    ) {
+        if let Some(lb) = lb {
+            self.load_balancer = Some(lb.clone());
+        }
+        if let Some(cp) = cp {
+            self.connection_pool = Some(cp.clone());
+        }
+        if let Some(od) = od {
+            self.outlier_detection = Some(od.clone());
+        }
+        if let Some(tls) = tls {
+            self.tls = Some(tls.clone());
+        }
+    }
+}
+
+/// Clusters (and, for EDS clusters, their load assignments) of one service: per port the default
+/// cluster and one per subset of its DestinationRule.
+pub(super) fn service_clusters(
+    service: &Service,
+    dr: Option<&Config<DestinationRule>>,
+    generator: Generator,
+    out: &mut Vec<(Cluster, Option<endpoint::Assignment>)>,
+) {
+    for port in &service.ports {
+        let mut subsets: Vec<Option<&str>> = vec![None];
+        if let Some(dr) = dr {
+            subsets.extend(dr.spec.subsets.iter().map(|s| Some(s.name.as_str())));
+        }
+        for subset in subsets {
+            let labels = subset.and_then(|name| {
+                dr.and_then(|d| d.spec.subsets.iter().find(|s| s.name == name))
+                    .map(|s| s.labels.clone())
+            });
+            let name =
+                names::outbound_cluster(port.number, subset.unwrap_or(""), &service.hostname);
+            let policy = Policy::of(dr.map(|d| &d.spec), subset, port.number);
+            out.push(outbound(
+                &name,
+                service,
+                port,
+                subset.unwrap_or(""),
+                &policy,
+                labels.as_ref(),
+                generator,
+            ));
+        }
+    }
+}
+
+fn outbound(
+    name: &str,
+    service: &Service,
+    port: &ServicePort,
+    subset: &str,
+    policy: &Policy,
+    subset_labels: Option<&std::collections::BTreeMap<String, String>>,
+    generator: Generator,
+) -> (Cluster, Option<endpoint::Assignment>) {
+    let mut cluster = Cluster {
+        name: name.to_string(),
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        ..Default::default()
+    };
+    let mut assignment = None;
+    match service.resolution {
+        Resolution::ClientSideLb => {
+            cluster.cluster_discovery_type =
+                Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
+            cluster.eds_cluster_config = Some(EdsClusterConfig {
+                eds_config: Some(ads()),
+                service_name: name.to_string(),
+            });
+            assignment = Some(endpoint::Assignment::new(
+                name,
+                service,
+                port,
+                subset_labels,
+            ));
+        }
+        Resolution::Dns | Resolution::DnsRoundRobin => {
+            let kind = if service.resolution == Resolution::Dns {
+                DiscoveryType::StrictDns
+            } else {
+                DiscoveryType::LogicalDns
+            };
+            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
+            cluster.load_assignment = Some(
+                endpoint::Assignment::new(name, service, port, subset_labels).dns(service, port),
+            );
+        }
+        Resolution::Passthrough | Resolution::DynamicDns => {
+            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
+                DiscoveryType::OriginalDst as i32,
+            ));
+            cluster.lb_policy = LbPolicy::ClusterProvided as i32;
+        }
+    }
+    if service.resolution != Resolution::Passthrough && service.resolution != Resolution::DynamicDns
+    {
+        apply_load_balancer(&mut cluster, policy.load_balancer.as_ref(), generator);
+    }
+    let common = apply_connection_pool(&mut cluster, policy.connection_pool.as_ref());
+    if let Some(od) = &policy.outlier_detection {
+        cluster.outlier_detection = Some(outlier_detection(od));
+    }
+    if let Some(tls) = &policy.tls {
+        cluster.transport_socket = upstream_tls(tls, &service.hostname, port.number, subset);
+    }
+    // HTTP/2 and gRPC ports speak HTTP/2 upstream.
+    let http2 = port.is_http() && port.protocol != Some(Protocol::Http);
+    if http2 || common.is_some() {
+        cluster.typed_extension_protocol_options.insert(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+            pack_any(upstream_http_options(common, http2)),
+        );
+    }
+    (cluster, assignment)
+}
+
+/// ADS as the config source of EDS clusters and RDS route configurations.
+pub(super) fn ads() -> ConfigSource {
+    ConfigSource {
+        config_source_specifier: Some(ConfigSourceSpecifier::Ads(AggregatedConfigSource {})),
+        resource_api_version: ApiVersion::V3 as i32,
+        initial_fetch_timeout: Some(Duration {
+            seconds: 0,
+            nanos: 0,
+        }),
+        ..Default::default()
+    }
+}
+
+fn apply_load_balancer(
+    cluster: &mut Cluster,
+    lb: Option<&LoadBalancerSettings>,
+    generator: Generator,
+) {
+    // Istio's default is LEAST_REQUEST; gRPC clients do not implement it, so istiod's gRPC
+    // generator leaves round robin.
+    let default = match generator {
+        Generator::Envoy => LbPolicy::LeastRequest,
+        Generator::Grpc => LbPolicy::RoundRobin,
+    };
+    let policy = match lb {
+        None => default,
+        Some(p) => {
+            if let Some(hash) = p.consistent_hash() {
+                let minimum = hash
+                    .ring_hash()
+                    .map(|r| r.minimum_ring_size.0)
+                    .filter(|n| *n > 0)
+                    .unwrap_or(hash.minimum_ring_size.0);
+                if hash.maglev().is_some() {
+                    LbPolicy::Maglev
+                } else {
+                    cluster.lb_config = Some(LbConfig::RingHashLbConfig(RingHashLbConfig {
+                        minimum_ring_size: (minimum > 0).then_some(UInt64Value { value: minimum }),
+                        hash_function: HashFunction::XxHash as i32,
+                        ..Default::default()
+                    }));
+                    LbPolicy::RingHash
+                }
+            } else {
+                match p.simple() {
+                    Some(SimpleLb::Random) => LbPolicy::Random,
+                    Some(SimpleLb::RoundRobin) => LbPolicy::RoundRobin,
+                    Some(SimpleLb::Passthrough) => {
+                        cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
+                            DiscoveryType::OriginalDst as i32,
+                        ));
+                        cluster.eds_cluster_config = None;
+                        LbPolicy::ClusterProvided
+                    }
+                    Some(SimpleLb::LeastConn | SimpleLb::LeastRequest) => LbPolicy::LeastRequest,
+                    _ => default,
+                }
+            }
+        }
+    };
+    cluster.lb_policy = policy as i32;
+}
+
+/// Circuit breakers from the connection pool; returns the common HTTP options it sets.
+fn apply_connection_pool(
+    cluster: &mut Cluster,
+    cp: Option<&ConnectionPoolSettings>,
+) -> Option<HttpProtocolOptions> {
+    let mut common = None;
+    let mut thresholds = Thresholds::default();
+    let u32v = |v: i32| (v > 0).then_some(UInt32Value { value: v as u32 });
+    if let Some(cp) = cp {
+        if let Some(tcp) = &cp.tcp {
+            thresholds.max_connections = u32v(tcp.max_connections);
+            if let Some(t) = &tcp.connect_timeout {
+                cluster.connect_timeout = Some(duration(t));
+            }
+        }
+        if let Some(http) = &cp.http {
+            thresholds.max_pending_requests = u32v(http.http1_max_pending_requests);
+            thresholds.max_requests = u32v(http.http2_max_requests);
+            thresholds.max_retries = u32v(http.max_retries);
+            if http.max_requests_per_connection > 0 || http.idle_timeout.is_some() {
+                common = Some(HttpProtocolOptions {
+                    idle_timeout: http.idle_timeout.as_ref().map(duration),
+                    max_requests_per_connection: u32v(http.max_requests_per_connection),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    // Istio sets the limits to the maximum unless configured, so Envoy's low defaults never cut
+    // traffic by surprise.
+    let max = Some(UInt32Value { value: u32::MAX });
+    thresholds.max_connections = thresholds.max_connections.or(max);
+    thresholds.max_pending_requests = thresholds.max_pending_requests.or(max);
+    thresholds.max_requests = thresholds.max_requests.or(max);
+    thresholds.max_retries = thresholds.max_retries.or(max);
+    cluster.circuit_breakers = Some(CircuitBreakers {
+        thresholds: vec![thresholds],
+        ..Default::default()
+    });
+    common
+}
+
+fn outlier_detection(od: &IstioOutlier) -> OutlierDetection {
+    let u32v = |v: u32| Some(UInt32Value { value: v });
+    let mut out = OutlierDetection {
+        interval: od.interval.as_ref().map(duration),
+        base_ejection_time: od.base_ejection_time.as_ref().map(duration),
+        max_ejection_percent: (od.max_ejection_percent > 0).then_some(UInt32Value {
+            value: od.max_ejection_percent as u32,
+        }),
+        split_external_local_origin_errors: od.split_external_local_origin_errors,
+        ..Default::default()
+    };
+    if let Some(n) = od.consecutive_5xx_errors {
+        out.consecutive_5xx = u32v(n);
+        out.enforcing_consecutive_5xx = u32v(if n > 0 { 100 } else { 0 });
+    } else if od.consecutive_errors > 0 {
+        out.consecutive_5xx = u32v(od.consecutive_errors as u32);
+    } else {
+        out.enforcing_consecutive_5xx = u32v(0);
+    }
+    if let Some(n) = od.consecutive_gateway_errors {
+        out.consecutive_gateway_failure = u32v(n);
+        out.enforcing_consecutive_gateway_failure = u32v(if n > 0 { 100 } else { 0 });
+    }
+    if let Some(n) = od.consecutive_local_origin_failures {
+        out.consecutive_local_origin_failure = u32v(n);
+        out.enforcing_consecutive_local_origin_failure = u32v(100);
+    }
+    // Istio turns success-rate ejection off.
+    out.enforcing_success_rate = u32v(0);
+    out
+}
+
+/// Client TLS of a DestinationRule as Envoy's upstream TLS transport socket.
+fn upstream_tls(
+    tls: &ClientTlsSettings,
+    hostname: &str,
+    port: u32,
+    subset: &str,
+) -> Option<TransportSocket> {
+    let sds = |name: &str| SdsSecretConfig {
+        name: name.to_string(),
+        sds_config: Some(ads()),
+    };
+    let mut common = CommonTlsContext::default();
+    let sni;
+    match tls.mode {
+        ClientTlsMode::Disable => return None,
+        ClientTlsMode::IstioMutual => {
+            common.tls_certificate_sds_secret_configs = vec![sds("default")];
+            common.validation_context_type = Some(
+                ValidationContextType::ValidationContextSdsSecretConfig(sds("ROOTCA")),
+            );
+            common.alpn_protocols = vec!["istio-peer-exchange".into(), "istio".into()];
+            sni = names::istio_mutual_sni(port, subset, hostname);
+        }
+        _ => {
+            if !tls.credential_name.is_empty() {
+                common.tls_certificate_sds_secret_configs = vec![sds(&tls.credential_name)];
+                common.validation_context_type =
+                    Some(ValidationContextType::ValidationContextSdsSecretConfig(
+                        sds(&format!("{}-cacert", tls.credential_name)),
+                    ));
+            } else {
+                if tls.mode == ClientTlsMode::Mutual && !tls.client_certificate.is_empty() {
+                    common.tls_certificates = vec![TlsCertificate {
+                        certificate_chain: Some(file(&tls.client_certificate)),
+                        private_key: Some(file(&tls.private_key)),
+                        ..Default::default()
+                    }];
+                }
+                if !tls.ca_certificates.is_empty() {
+                    common.validation_context_type = Some(
+                        ValidationContextType::ValidationContext(CertificateValidationContext {
+                            trusted_ca: Some(file(&tls.ca_certificates)),
+                            ..Default::default()
+                        }),
+                    );
+                }
+            }
+            sni = if tls.sni.is_empty() {
+                hostname.to_string()
+            } else {
+                tls.sni.clone()
+            };
+        }
+    }
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(common),
+        sni,
+        ..Default::default()
+    };
+    Some(TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(ConfigType::TypedConfig(pack_any(context))),
+    })
+}
+
+fn file(path: &str) -> envoy_types::pb::envoy::config::core::v3::DataSource {
+    use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
+    envoy_types::pb::envoy::config::core::v3::DataSource {
+        specifier: Some(Specifier::Filename(path.to_string())),
+        ..Default::default()
+    }
+}
+
+fn upstream_http_options(
+    common: Option<HttpProtocolOptions>,
+    http2: bool,
+) -> envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions {
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
+        ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
+    };
+    envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions {
+        common_http_protocol_options: common,
+        upstream_protocol_options: http2.then(|| {
+            UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+                protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(Default::default())),
+            })
+        }),
+        ..Default::default()
+    }
+}
+
+pub(super) fn duration(d: &pasa_proto::istio::common::Duration) -> Duration {
+    Duration {
+        seconds: d.seconds,
+        nanos: d.nanos,
+    }
+}
+
+/// `PassthroughCluster`: forwards to the original destination.
+pub(super) fn passthrough() -> Cluster {
+    Cluster {
+        name: names::PASSTHROUGH_CLUSTER.into(),
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(
+            DiscoveryType::OriginalDst as i32,
+        )),
+        lb_policy: LbPolicy::ClusterProvided as i32,
+        ..Default::default()
+    }
+}
+
+/// `BlackHoleCluster`: a static cluster without endpoints.
+pub(super) fn black_hole() -> Cluster {
+    Cluster {
+        name: names::BLACK_HOLE_CLUSTER.into(),
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
+        ..Default::default()
+    }
+}
+
+/// `InboundPassthroughCluster`: inbound traffic to a port no service declares, forwarded to the
+/// original destination from Istio's inbound passthrough source address.
+pub(super) fn inbound_passthrough() -> Cluster {
+    Cluster {
+        name: names::INBOUND_PASSTHROUGH_CLUSTER.into(),
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(
+            DiscoveryType::OriginalDst as i32,
+        )),
+        lb_policy: LbPolicy::ClusterProvided as i32,
+        upstream_bind_config: Some(BindConfig {
+            source_address: Some(SocketAddress {
+                address: "127.0.0.6".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `inbound|<port>||`: traffic for the local workload, to `endpoint` (`127.0.0.1:<port>` or a
+/// Sidecar ingress listener's `defaultEndpoint`), or to the original destination when `None`.
+pub(super) fn inbound(port: u32, endpoint: Option<(String, u32)>) -> Cluster {
+    let name = names::inbound_cluster(port);
+    let mut cluster = Cluster {
+        name: name.clone(),
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        ..Default::default()
+    };
+    match endpoint {
+        Some((address, port)) => {
+            cluster.cluster_discovery_type =
+                Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32));
+            cluster.load_assignment = Some(endpoint::single(&name, &address, port));
+        }
+        None => {
+            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
+                DiscoveryType::OriginalDst as i32,
+            ));
+            cluster.lb_policy = LbPolicy::ClusterProvided as i32;
+            cluster.upstream_bind_config = inbound_passthrough().upstream_bind_config;
+        }
+    }
+    cluster
+}

@@ -1,0 +1,138 @@
+//! The Envoy filters listeners are built from: HTTP connection managers (RDS or inline routes),
+//! TCP proxies, and the listener filters that read the original destination, TLS and HTTP.
+
+use envoy_types::pb::envoy::config::core::v3::{Http1ProtocolOptions, Http2ProtocolOptions};
+use envoy_types::pb::envoy::config::listener::v3::{
+    Filter, ListenerFilter, filter, listener_filter,
+};
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::listener::http_inspector::v3::HttpInspector;
+use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, Rds, http_connection_manager::CodecType,
+    http_connection_manager::RouteSpecifier, http_filter,
+};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    TcpProxy, tcp_proxy::ClusterSpecifier, tcp_proxy::WeightedCluster,
+    tcp_proxy::weighted_cluster::ClusterWeight,
+};
+use envoy_types::util::pack_any;
+
+use super::cluster::ads;
+use super::route::FAULT_FILTER;
+
+pub(super) const HCM: &str = "envoy.filters.network.http_connection_manager";
+pub(super) const TCP_PROXY: &str = "envoy.filters.network.tcp_proxy";
+pub(super) const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
+pub(super) const HTTP_INSPECTOR: &str = "envoy.filters.listener.http_inspector";
+pub(super) const ORIGINAL_DST: &str = "envoy.filters.listener.original_dst";
+
+/// Where an HTTP connection manager takes its routes from.
+pub(super) enum Routes {
+    /// RDS over ADS, by name.
+    Rds(String),
+    Inline(Box<RouteConfiguration>),
+}
+
+/// An HTTP connection manager with the fault filter before the router (gRPC clients apply
+/// faults only when the filter is there).
+pub(super) fn http_connection_manager(stat_prefix: &str, routes: Routes) -> HttpConnectionManager {
+    let route_specifier = match routes {
+        Routes::Rds(name) => RouteSpecifier::Rds(Rds {
+            config_source: Some(ads()),
+            route_config_name: name,
+        }),
+        Routes::Inline(config) => RouteSpecifier::RouteConfig(*config),
+    };
+    HttpConnectionManager {
+        codec_type: CodecType::Auto as i32,
+        stat_prefix: stat_prefix.to_string(),
+        route_specifier: Some(route_specifier),
+        http_filters: vec![
+            HttpFilter {
+                name: FAULT_FILTER.into(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+                    HttpFault::default(),
+                ))),
+                ..Default::default()
+            },
+            HttpFilter {
+                name: "envoy.filters.http.router".into(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+                    Router::default(),
+                ))),
+                ..Default::default()
+            },
+        ],
+        http_protocol_options: Some(Http1ProtocolOptions::default()),
+        http2_protocol_options: Some(Http2ProtocolOptions::default()),
+        ..Default::default()
+    }
+}
+
+/// The connection manager as a listener's network filter.
+pub(super) fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
+    Filter {
+        name: HCM.into(),
+        config_type: Some(filter::ConfigType::TypedConfig(pack_any(hcm))),
+    }
+}
+
+/// A TCP proxy to one cluster, or to several by weight.
+pub(super) fn tcp_proxy(stat_prefix: &str, clusters: &[(String, u32)]) -> Filter {
+    let specifier = match clusters {
+        [(one, _)] => ClusterSpecifier::Cluster(one.clone()),
+        many => ClusterSpecifier::WeightedClusters(WeightedCluster {
+            clusters: many
+                .iter()
+                .map(|(name, weight)| ClusterWeight {
+                    name: name.clone(),
+                    weight: *weight,
+                    ..Default::default()
+                })
+                .collect(),
+        }),
+    };
+    let proxy = TcpProxy {
+        stat_prefix: stat_prefix.to_string(),
+        cluster_specifier: Some(specifier),
+        ..Default::default()
+    };
+    Filter {
+        name: TCP_PROXY.into(),
+        config_type: Some(filter::ConfigType::TypedConfig(pack_any(proxy))),
+    }
+}
+
+/// Listener filters of the capture listeners: original destination, then TLS and HTTP
+/// inspection.
+pub(super) fn capture_listener_filters(original_dst: bool) -> Vec<ListenerFilter> {
+    let mut out = Vec::new();
+    if original_dst {
+        out.push(ListenerFilter {
+            name: ORIGINAL_DST.into(),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+                OriginalDst::default(),
+            ))),
+            ..Default::default()
+        });
+    }
+    out.push(ListenerFilter {
+        name: TLS_INSPECTOR.into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+            TlsInspector::default(),
+        ))),
+        ..Default::default()
+    });
+    out.push(ListenerFilter {
+        name: HTTP_INSPECTOR.into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+            HttpInspector::default(),
+        ))),
+        ..Default::default()
+    });
+    out
+}

@@ -1,0 +1,445 @@
+//! The cache's raw resources, parsed into the typed Istio models once per change, and the service
+//! registry built from them: one [`Service`] per host of every ServiceEntry and per
+//! ServiceEndpoints (a Kubernetes Service), with its endpoints.
+//!
+//! A resource that does not parse is left out and logged with the field at fault; the store
+//! validated it, so this only happens when the agent is older than the config.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use pasa_proto::host;
+use pasa_proto::istio::common::Protocol;
+use pasa_proto::istio::destination_rule::DestinationRule;
+use pasa_proto::istio::gateway::Gateway;
+use pasa_proto::istio::service_entry::{Location, Resolution as SeResolution, ServiceEntry};
+use pasa_proto::istio::sidecar::Sidecar;
+use pasa_proto::istio::virtual_service::VirtualService;
+use pasa_proto::istio::workload_entry::WorkloadEntry;
+use pasa_proto::service_endpoints::ServiceEndpoints;
+use pasa_proto::store::v1::Resource;
+use serde::de::DeserializeOwned;
+
+use crate::cache::{Cache, Key};
+
+/// Name, namespace and the store's bookkeeping of a parsed resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Store revision of the creation: the older of two conflicting resources wins, as in Istio.
+    pub created: u64,
+    /// Store revision of the last change.
+    pub revision: u64,
+}
+
+/// A parsed resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config<T> {
+    pub meta: Meta,
+    pub spec: T,
+}
+
+/// How a service's endpoints are found (the cluster type follows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// Endpoints listed (EDS).
+    ClientSideLb,
+    /// No endpoints: traffic goes where the caller sent it (original destination).
+    Passthrough,
+    /// Endpoint addresses (or the host) resolved by DNS, all addresses used.
+    Dns,
+    /// Resolved by DNS, first address used.
+    DnsRoundRobin,
+    /// Resolved per request (wildcard hosts).
+    DynamicDns,
+}
+
+/// A port of a service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePort {
+    pub name: String,
+    pub number: u32,
+    /// `None`: unknown (Istio sniffs it); treated as TCP by the translation.
+    pub protocol: Option<Protocol>,
+}
+
+impl ServicePort {
+    /// HTTP of some version, routed by HTTP routes.
+    pub fn is_http(&self) -> bool {
+        self.protocol.is_some_and(Protocol::is_http)
+    }
+}
+
+/// One endpoint of a service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// An IP, a DNS name (DNS resolution) or `unix://path`.
+    pub address: String,
+    /// Where the endpoint receives, by service port number.
+    pub ports: BTreeMap<u32, u32>,
+    pub labels: BTreeMap<String, String>,
+    /// `region/zone/subzone`.
+    pub locality: String,
+    /// Load-balancing weight (at least 1).
+    pub weight: u32,
+    pub network: String,
+    pub service_account: String,
+}
+
+/// A service of the registry: one host of a ServiceEntry, or a Kubernetes Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Service {
+    /// The FQDN (or wildcard) clients call.
+    pub hostname: String,
+    pub namespace: String,
+    /// Virtual IPs (or CIDRs, for a ServiceEntry); empty when there is none.
+    pub addresses: Vec<String>,
+    pub ports: Vec<ServicePort>,
+    pub resolution: Resolution,
+    /// Outside the mesh (`MESH_EXTERNAL`): no Istio mTLS.
+    pub external: bool,
+    /// `exportTo` as written (empty: everywhere).
+    pub export_to: Vec<String>,
+    pub endpoints: Vec<Instance>,
+    /// A Kubernetes Service (not a ServiceEntry).
+    pub kubernetes: bool,
+    /// A Kubernetes `ExternalName` service: its DNS target.
+    pub external_name: Option<String>,
+    /// When its resource was created (older wins on conflicts).
+    pub created: u64,
+    /// Store revision of the newest input (the resource, and the WorkloadEntries it selects):
+    /// what it was built from changed when this did.
+    pub revision: u64,
+    /// The resource it comes from.
+    pub source: Key,
+}
+
+impl Service {
+    pub fn port(&self, number: u32) -> Option<&ServicePort> {
+        self.ports.iter().find(|p| p.number == number)
+    }
+}
+
+/// Every kind translation reads, parsed.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    entries: BTreeMap<Key, Entry>,
+    /// Services by host, the oldest first.
+    services: BTreeMap<String, Vec<Arc<Service>>>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    source: Arc<Resource>,
+    parsed: Parsed,
+}
+
+#[derive(Debug, Clone)]
+enum Parsed {
+    VirtualService(Arc<Config<VirtualService>>),
+    DestinationRule(Arc<Config<DestinationRule>>),
+    ServiceEntry(Arc<Config<ServiceEntry>>),
+    ServiceEndpoints(Arc<Config<ServiceEndpoints>>),
+    Sidecar(Arc<Config<Sidecar>>),
+    Gateway(Arc<Config<Gateway>>),
+    WorkloadEntry(Arc<Config<WorkloadEntry>>),
+    /// A kind translation does not read, or a spec that did not parse.
+    Ignored,
+}
+
+impl Registry {
+    /// Brings the registry up to date with `cache`; parses only what changed. Returns the keys
+    /// that changed (added, modified or removed).
+    pub fn update(&mut self, cache: &Cache, domain_suffix: &str) -> BTreeSet<Key> {
+        let mut changed = BTreeSet::new();
+        self.entries.retain(|key, _| {
+            let keep = cache.get(key).is_some();
+            if !keep {
+                changed.insert(key.clone());
+            }
+            keep
+        });
+        for (key, resource) in cache.iter() {
+            let fresh = match self.entries.get(key) {
+                Some(entry) => !Arc::ptr_eq(&entry.source, resource) && entry.source != *resource,
+                None => true,
+            };
+            if fresh {
+                changed.insert(key.clone());
+                self.entries.insert(
+                    key.clone(),
+                    Entry {
+                        source: Arc::clone(resource),
+                        parsed: parse(resource),
+                    },
+                );
+            }
+        }
+        if changed.iter().any(|k| {
+            matches!(
+                k.kind.as_str(),
+                "ServiceEntry" | "ServiceEndpoints" | "WorkloadEntry"
+            )
+        }) {
+            self.rebuild_services(domain_suffix);
+        }
+        changed
+    }
+
+    fn rebuild_services(&mut self, domain_suffix: &str) {
+        let mut services: BTreeMap<String, Vec<Arc<Service>>> = BTreeMap::new();
+        for entry in self.entries.values() {
+            let built = match &entry.parsed {
+                Parsed::ServiceEntry(se) => self.services_of_entry(se),
+                Parsed::ServiceEndpoints(sep) => vec![from_kubernetes(sep, domain_suffix)],
+                _ => continue,
+            };
+            for service in built {
+                services
+                    .entry(service.hostname.clone())
+                    .or_default()
+                    .push(Arc::new(service));
+            }
+        }
+        for list in services.values_mut() {
+            list.sort_by(|a, b| (a.created, &a.source).cmp(&(b.created, &b.source)));
+        }
+        self.services = services;
+    }
+
+    fn services_of_entry(&self, se: &Config<ServiceEntry>) -> Vec<Service> {
+        let spec = &se.spec;
+        let resolution = match spec.resolution {
+            SeResolution::None => Resolution::Passthrough,
+            SeResolution::Static => Resolution::ClientSideLb,
+            SeResolution::Dns => Resolution::Dns,
+            SeResolution::DnsRoundRobin => Resolution::DnsRoundRobin,
+            SeResolution::DynamicDns => Resolution::DynamicDns,
+            _ => Resolution::Passthrough,
+        };
+        let ports: Vec<ServicePort> = spec
+            .ports
+            .iter()
+            .map(|p| ServicePort {
+                name: p.name.clone(),
+                number: p.number,
+                protocol: Protocol::parse(&p.protocol),
+            })
+            .collect();
+        let mut revision = se.meta.revision;
+        let workloads: Vec<&WorkloadEntry> = match &spec.workload_selector {
+            Some(selector) => self
+                .entries
+                .values()
+                .filter_map(|e| match &e.parsed {
+                    Parsed::WorkloadEntry(we)
+                        if we.meta.namespace == se.meta.namespace
+                            && selects(&selector.labels, &we.spec.labels) =>
+                    {
+                        revision = revision.max(we.meta.revision);
+                        Some(&we.spec)
+                    }
+                    _ => None,
+                })
+                .collect(),
+            None => spec.endpoints.iter().collect(),
+        };
+        let endpoints: Vec<Instance> = workloads
+            .iter()
+            .map(|w| Instance {
+                address: w.address.clone(),
+                ports: spec
+                    .ports
+                    .iter()
+                    .map(|p| {
+                        let target =
+                            w.ports
+                                .get(&p.name)
+                                .copied()
+                                .unwrap_or(if p.target_port != 0 {
+                                    p.target_port
+                                } else {
+                                    p.number
+                                });
+                        (p.number, target)
+                    })
+                    .collect(),
+                labels: w.labels.clone(),
+                locality: w.locality.clone(),
+                weight: w.weight.max(1),
+                network: w.network.clone(),
+                service_account: w.service_account.clone(),
+            })
+            .collect();
+        spec.hosts
+            .iter()
+            .map(|hostname| Service {
+                hostname: hostname.clone(),
+                namespace: se.meta.namespace.clone(),
+                addresses: spec.addresses.clone(),
+                ports: ports.clone(),
+                resolution,
+                external: spec.location == Location::MeshExternal,
+                export_to: spec.export_to.clone(),
+                endpoints: endpoints.clone(),
+                kubernetes: false,
+                external_name: None,
+                created: se.meta.created,
+                revision,
+                source: Key {
+                    kind: "ServiceEntry".into(),
+                    namespace: se.meta.namespace.clone(),
+                    name: se.meta.name.clone(),
+                },
+            })
+            .collect()
+    }
+
+    /// Services by host; several when several resources declare one host (the oldest first).
+    pub fn services(&self) -> &BTreeMap<String, Vec<Arc<Service>>> {
+        &self.services
+    }
+
+    pub fn virtual_services(&self) -> impl Iterator<Item = &Arc<Config<VirtualService>>> {
+        self.entries.values().filter_map(|e| match &e.parsed {
+            Parsed::VirtualService(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    pub fn destination_rules(&self) -> impl Iterator<Item = &Arc<Config<DestinationRule>>> {
+        self.entries.values().filter_map(|e| match &e.parsed {
+            Parsed::DestinationRule(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    pub fn sidecars(&self) -> impl Iterator<Item = &Arc<Config<Sidecar>>> {
+        self.entries.values().filter_map(|e| match &e.parsed {
+            Parsed::Sidecar(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    pub fn gateways(&self) -> impl Iterator<Item = &Arc<Config<Gateway>>> {
+        self.entries.values().filter_map(|e| match &e.parsed {
+            Parsed::Gateway(c) => Some(c),
+            _ => None,
+        })
+    }
+}
+
+/// Whether a selector's labels are all carried by `labels` (an empty selector selects all).
+pub fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+fn from_kubernetes(sep: &Config<ServiceEndpoints>, domain_suffix: &str) -> Service {
+    let spec = &sep.spec;
+    let ports: Vec<ServicePort> = spec
+        .ports
+        .iter()
+        .map(|p| ServicePort {
+            name: p.name.clone(),
+            number: p.port,
+            protocol: p.application_protocol(),
+        })
+        .collect();
+    let endpoints = spec
+        .endpoints
+        .iter()
+        .map(|e| Instance {
+            address: e.address.clone(),
+            ports: spec
+                .ports
+                .iter()
+                .filter_map(|p| p.endpoint_port(e).map(|target| (p.port, target)))
+                .collect(),
+            labels: e.labels.clone(),
+            locality: e.locality.clone(),
+            weight: e.weight.max(1),
+            network: e.network.clone(),
+            service_account: e.service_account.clone(),
+        })
+        .collect();
+    let external_name = (!spec.external_name.is_empty()).then(|| spec.external_name.clone());
+    let addresses: Vec<String> = spec
+        .addresses
+        .iter()
+        .filter(|a| !a.eq_ignore_ascii_case("none"))
+        .cloned()
+        .collect();
+    let resolution = if external_name.is_some() {
+        Resolution::DnsRoundRobin
+    } else if addresses.is_empty() {
+        // Headless: callers pick a pod address themselves.
+        Resolution::Passthrough
+    } else {
+        Resolution::ClientSideLb
+    };
+    Service {
+        hostname: host::service_fqdn(&sep.meta.name, &sep.meta.namespace, domain_suffix),
+        namespace: sep.meta.namespace.clone(),
+        addresses,
+        ports,
+        resolution,
+        external: external_name.is_some(),
+        export_to: spec.export_to.clone(),
+        endpoints,
+        kubernetes: true,
+        external_name,
+        created: sep.meta.created,
+        revision: sep.meta.revision,
+        source: Key {
+            kind: "ServiceEndpoints".into(),
+            namespace: sep.meta.namespace.clone(),
+            name: sep.meta.name.clone(),
+        },
+    }
+}
+
+fn parse(resource: &Resource) -> Parsed {
+    fn typed<T: DeserializeOwned>(resource: &Resource) -> Option<Arc<Config<T>>> {
+        let spec: serde_json::Value = match serde_json::from_str(&resource.spec_json) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(kind = %resource.kind, namespace = %resource.namespace,
+                    name = %resource.name, error = %e, "spec is not JSON; ignored");
+                return None;
+            }
+        };
+        match pasa_proto::istio::parse_spec::<T>(&spec) {
+            Ok(spec) => Some(Arc::new(Config {
+                meta: Meta {
+                    namespace: resource.namespace.clone(),
+                    name: resource.name.clone(),
+                    labels: resource.labels.clone().into_iter().collect(),
+                    annotations: resource.annotations.clone().into_iter().collect(),
+                    created: resource.create_revision,
+                    revision: resource.mod_revision,
+                },
+                spec,
+            })),
+            Err(e) => {
+                tracing::warn!(kind = %resource.kind, namespace = %resource.namespace,
+                    name = %resource.name, field = %e.field, error = %e.message,
+                    "resource ignored: this agent cannot read it (is it older than the config?)");
+                None
+            }
+        }
+    }
+    let parsed = match resource.kind.as_str() {
+        "VirtualService" => typed(resource).map(Parsed::VirtualService),
+        "DestinationRule" => typed(resource).map(Parsed::DestinationRule),
+        "ServiceEntry" => typed(resource).map(Parsed::ServiceEntry),
+        "ServiceEndpoints" => typed(resource).map(Parsed::ServiceEndpoints),
+        "Sidecar" => typed(resource).map(Parsed::Sidecar),
+        "Gateway" => typed(resource).map(Parsed::Gateway),
+        "WorkloadEntry" => typed(resource).map(Parsed::WorkloadEntry),
+        _ => None,
+    };
+    parsed.unwrap_or(Parsed::Ignored)
+}

@@ -1,0 +1,600 @@
+//! RDS: virtual hosts and routes from VirtualService HTTP rules (matches, weighted destinations
+//! and subsets, rewrite, redirect, direct response, timeout, retries, fault, mirror, header edits,
+//! CORS), and the default route of a service without one.
+
+use envoy_types::pb::envoy::config::core::v3::{
+    HeaderValue, HeaderValueOption, RuntimeFractionalPercent,
+    header_value_option::HeaderAppendAction,
+};
+use envoy_types::pb::envoy::config::route::v3::route::Action;
+use envoy_types::pb::envoy::config::route::v3::route_action::{
+    ClusterSpecifier, HostRewriteSpecifier, RequestMirrorPolicy,
+};
+use envoy_types::pb::envoy::config::route::v3::route_match::PathSpecifier;
+use envoy_types::pb::envoy::config::route::v3::{
+    DirectResponseAction, HeaderMatcher, QueryParameterMatcher, RedirectAction, RetryPolicy, Route,
+    RouteAction, RouteMatch, VirtualHost, WeightedCluster, header_matcher::HeaderMatchSpecifier,
+    query_parameter_matcher::QueryParameterMatchSpecifier, redirect_action,
+    weighted_cluster::ClusterWeight,
+};
+use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
+    FaultDelay, fault_delay::FaultDelaySecifier,
+};
+use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
+    FaultAbort, HttpFault, fault_abort::ErrorType,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
+};
+use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent::DenominatorType};
+use envoy_types::pb::google::protobuf::{Any, Duration, UInt32Value};
+use envoy_types::util::pack_any;
+use pasa_proto::istio::virtual_service::{
+    AbortErrorType, BodySpecifier, DelayType, HeaderOperations, HttpRoute, RedirectPort,
+    RedirectPortSelection,
+};
+use pasa_proto::istio::virtual_service::{Destination, MatchType, Percent, StringMatch};
+
+use super::cluster::duration;
+use super::names;
+use super::registry::Service;
+
+/// Name of the fault filter; a route's fault config must be keyed by it.
+pub(super) const FAULT_FILTER: &str = "envoy.filters.http.fault";
+
+/// Resolves a route destination to its cluster name.
+pub(super) trait Destinations {
+    /// The cluster for `destination` (a host as written in a VirtualService of `namespace`) when
+    /// the listener port is `port`.
+    fn cluster(&self, destination: &Destination, namespace: &str, port: u32) -> String;
+}
+
+/// Builds one route per match of each rule (the rule applies when any match does). Rules whose
+/// matches are all restricted to another port, or to gateways, are left out.
+pub(super) fn http_routes(
+    rules: &[HttpRoute],
+    namespace: &str,
+    port: u32,
+    destinations: &impl Destinations,
+) -> Vec<Route> {
+    let mut routes = Vec::new();
+    for rule in rules {
+        if rule.delegate.is_some() {
+            // Delegation is resolved when the VirtualServices are read.
+            continue;
+        }
+        let action = action(rule, namespace, port, destinations);
+        let mut push = |name: String, route_match: RouteMatch| {
+            let mut route = Route {
+                name,
+                r#match: Some(route_match),
+                action: Some(action.clone()),
+                ..Default::default()
+            };
+            decorate(&mut route, rule, namespace, port, destinations);
+            routes.push(route);
+        };
+        if rule.matches.is_empty() {
+            push(rule.name.clone(), catch_all());
+            continue;
+        }
+        for m in &rule.matches {
+            if m.port != 0 && m.port != port {
+                continue;
+            }
+            if m.gateways.iter().any(|g| g != "mesh") && !m.gateways.iter().any(|g| g == "mesh") {
+                continue;
+            }
+            let name = match (rule.name.is_empty(), m.name.is_empty()) {
+                (false, false) => format!("{}.{}", rule.name, m.name),
+                _ => rule.name.clone(),
+            };
+            let path = match m.uri.as_ref().and_then(|u| u.match_type.as_ref()) {
+                Some(MatchType::Exact(p)) => PathSpecifier::Path(p.clone()),
+                Some(MatchType::Prefix(p)) => PathSpecifier::Prefix(p.clone()),
+                Some(MatchType::Regex(r)) => PathSpecifier::SafeRegex(regex(r)),
+                None => PathSpecifier::Prefix("/".into()),
+            };
+            let mut rm = RouteMatch {
+                path_specifier: Some(path),
+                ..Default::default()
+            };
+            if m.ignore_uri_case {
+                rm.case_sensitive =
+                    Some(envoy_types::pb::google::protobuf::BoolValue { value: false });
+            }
+            for (name, value) in [
+                (":method", &m.method),
+                (":authority", &m.authority),
+                (":scheme", &m.scheme),
+            ] {
+                if let Some(value) = value {
+                    rm.headers.push(header_matcher(name, value, false));
+                }
+            }
+            for (name, value) in &m.headers {
+                rm.headers.push(header_matcher(name, value, false));
+            }
+            for (name, value) in &m.without_headers {
+                rm.headers.push(header_matcher(name, value, true));
+            }
+            for (name, value) in &m.query_params {
+                rm.query_parameters.push(QueryParameterMatcher {
+                    name: name.clone(),
+                    query_parameter_match_specifier: Some(match string_matcher(value) {
+                        Some(sm) => QueryParameterMatchSpecifier::StringMatch(sm),
+                        None => QueryParameterMatchSpecifier::PresentMatch(true),
+                    }),
+                });
+            }
+            push(name, rm);
+        }
+    }
+    routes
+}
+
+fn catch_all() -> RouteMatch {
+    RouteMatch {
+        path_specifier: Some(PathSpecifier::Prefix("/".into())),
+        ..Default::default()
+    }
+}
+
+/// The route of a service without a VirtualService: everything to its cluster.
+pub(super) fn default_route(cluster: &str) -> Route {
+    Route {
+        name: names::DEFAULT_ROUTE.into(),
+        r#match: Some(catch_all()),
+        action: Some(Action::Route(RouteAction {
+            cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.to_string())),
+            timeout: Some(zero()),
+            retry_policy: Some(default_retry()),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// A virtual host named `name` for `domains` with `routes`.
+pub(super) fn virtual_host(name: String, domains: Vec<String>, routes: Vec<Route>) -> VirtualHost {
+    VirtualHost {
+        name,
+        domains,
+        routes,
+        include_request_attempt_count: true,
+        ..Default::default()
+    }
+}
+
+/// The names a client may use for `host` on `port` from a proxy whose DNS domain is
+/// `dns_domain` (`<ns>.svc.cluster.local`): the full name, the short forms that domain makes
+/// valid, the virtual IPs, each also with `:<port>`.
+pub(super) fn domains(
+    host: &str,
+    service: Option<&Service>,
+    port: u32,
+    dns_domain: &str,
+) -> Vec<String> {
+    let mut names = vec![host.to_string()];
+    if !host.starts_with('*') {
+        // Shared suffix of the host and the proxy's domain, cut at a label boundary.
+        let host_labels: Vec<&str> = host.split('.').collect();
+        let domain_labels: Vec<&str> = dns_domain.split('.').collect();
+        let shared = host_labels
+            .iter()
+            .rev()
+            .zip(domain_labels.iter().rev())
+            .take_while(|(a, b)| a == b)
+            .count();
+        if shared > 0 && shared < host_labels.len() {
+            let kept = &host_labels[..host_labels.len() - shared];
+            // `name.ns.svc.cluster.local` from `ns.svc.cluster.local`: `name`, `name.ns`,
+            // `name.ns.svc`; from another namespace: `name.ns`, `name.ns.svc`.
+            let dropped = &host_labels[host_labels.len() - shared..];
+            names.push(kept.join("."));
+            for i in 1..dropped.len() {
+                let mut with = kept.to_vec();
+                with.extend_from_slice(&dropped[..i]);
+                names.push(with.join("."));
+            }
+        }
+    }
+    if let Some(service) = service {
+        for address in &service.addresses {
+            if !address.contains('/') {
+                names.push(address.clone());
+            }
+        }
+    }
+    names.sort_by_key(|n| (n != host, n.clone()));
+    names.dedup();
+    let mut out = Vec::with_capacity(names.len() * 2);
+    for n in names {
+        out.push(format!("{n}:{port}"));
+        out.push(n);
+    }
+    // The full name first, as istiod lists it.
+    out.sort_by_key(|d| !d.starts_with(host));
+    out
+}
+
+fn action(
+    rule: &HttpRoute,
+    namespace: &str,
+    port: u32,
+    destinations: &impl Destinations,
+) -> Action {
+    if let Some(redirect) = &rule.redirect {
+        let mut r = RedirectAction {
+            host_redirect: redirect.authority.clone(),
+            response_code: match redirect.redirect_code {
+                302 => redirect_action::RedirectResponseCode::Found,
+                303 => redirect_action::RedirectResponseCode::SeeOther,
+                307 => redirect_action::RedirectResponseCode::TemporaryRedirect,
+                308 => redirect_action::RedirectResponseCode::PermanentRedirect,
+                _ => redirect_action::RedirectResponseCode::MovedPermanently,
+            } as i32,
+            ..Default::default()
+        };
+        if !redirect.uri.is_empty() {
+            r.path_rewrite_specifier = Some(redirect_action::PathRewriteSpecifier::PathRedirect(
+                redirect.uri.clone(),
+            ));
+        } else if !redirect.prefix_rewrite.is_empty() {
+            r.path_rewrite_specifier = Some(redirect_action::PathRewriteSpecifier::PrefixRewrite(
+                redirect.prefix_rewrite.clone(),
+            ));
+        }
+        if !redirect.scheme.is_empty() {
+            r.scheme_rewrite_specifier = Some(
+                redirect_action::SchemeRewriteSpecifier::SchemeRedirect(redirect.scheme.clone()),
+            );
+        }
+        match redirect.redirect_port {
+            Some(RedirectPort::Port(p)) => r.port_redirect = p,
+            Some(RedirectPort::DerivePort(RedirectPortSelection::FromRequestPort)) => {
+                r.port_redirect = port;
+            }
+            _ => {}
+        }
+        return Action::Redirect(r);
+    }
+    if let Some(direct) = &rule.direct_response {
+        use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source::Specifier};
+        let body = direct.body.as_ref().and_then(|b| match &b.specifier {
+            Some(BodySpecifier::String(s)) => Some(Specifier::InlineString(s.clone())),
+            Some(BodySpecifier::Bytes(b)) => Some(Specifier::InlineBytes(b.clone())),
+            None => None,
+        });
+        return Action::DirectResponse(DirectResponseAction {
+            status: direct.status,
+            body: body.map(|s| DataSource {
+                specifier: Some(s),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let mut ra = RouteAction {
+        timeout: Some(rule.timeout.as_ref().map_or_else(zero, duration)),
+        retry_policy: retry(rule),
+        ..Default::default()
+    };
+    let targets: Vec<(
+        String,
+        u32,
+        Option<&pasa_proto::istio::virtual_service::Headers>,
+    )> = rule
+        .route
+        .iter()
+        .filter_map(|d| {
+            let dest = d.destination.as_ref()?;
+            Some((
+                destinations.cluster(dest, namespace, port),
+                d.weight.max(0) as u32,
+                d.headers.as_ref(),
+            ))
+        })
+        .collect();
+    ra.cluster_specifier = match targets.as_slice() {
+        [] => None,
+        [(cluster, _, _)] => Some(ClusterSpecifier::Cluster(cluster.clone())),
+        many => {
+            let nonzero: Vec<_> = many.iter().filter(|t| t.1 > 0).collect();
+            if let [(cluster, _, _)] = nonzero.as_slice() {
+                Some(ClusterSpecifier::Cluster(cluster.clone()))
+            } else {
+                Some(ClusterSpecifier::WeightedClusters(WeightedCluster {
+                    clusters: nonzero
+                        .iter()
+                        .map(|(cluster, weight, headers)| {
+                            let mut cw = ClusterWeight {
+                                name: cluster.clone(),
+                                weight: Some(UInt32Value { value: *weight }),
+                                ..Default::default()
+                            };
+                            if let Some(h) = headers {
+                                if let Some(req) = &h.request {
+                                    cw.request_headers_to_add = header_options(req);
+                                    cw.request_headers_to_remove = req.remove.clone();
+                                }
+                                if let Some(resp) = &h.response {
+                                    cw.response_headers_to_add = header_options(resp);
+                                    cw.response_headers_to_remove = resp.remove.clone();
+                                }
+                            }
+                            cw
+                        })
+                        .collect(),
+                    ..Default::default()
+                }))
+            }
+        }
+    };
+    if let Some(rewrite) = &rule.rewrite {
+        if !rewrite.uri.is_empty() {
+            ra.prefix_rewrite = rewrite.uri.clone();
+        }
+        if let Some(rr) = &rewrite.uri_regex_rewrite {
+            ra.regex_rewrite = Some(RegexMatchAndSubstitute {
+                pattern: Some(regex(&rr.pattern)),
+                substitution: rr.rewrite.clone(),
+            });
+        }
+        if !rewrite.authority.is_empty() {
+            ra.host_rewrite_specifier = Some(HostRewriteSpecifier::HostRewriteLiteral(
+                rewrite.authority.clone(),
+            ));
+        }
+    }
+    let mirrors = rule
+        .mirror
+        .iter()
+        .map(|d| {
+            let pct = rule
+                .mirror_percentage
+                .map(|p| p.value)
+                .or(rule.mirror_percent.map(f64::from));
+            (d, pct)
+        })
+        .chain(
+            rule.mirrors
+                .iter()
+                .filter_map(|m| Some((m.destination.as_ref()?, m.percentage.map(|p| p.value)))),
+        );
+    for (dest, pct) in mirrors {
+        ra.request_mirror_policies.push(RequestMirrorPolicy {
+            cluster: destinations.cluster(dest, namespace, port),
+            runtime_fraction: Some(RuntimeFractionalPercent {
+                default_value: Some(fraction(pct.unwrap_or(100.0))),
+                ..Default::default()
+            }),
+            trace_sampled: Some(envoy_types::pb::google::protobuf::BoolValue { value: false }),
+            ..Default::default()
+        });
+    }
+    Action::Route(ra)
+}
+
+/// Route-level extras: header edits, fault injection, CORS.
+fn decorate(
+    route: &mut Route,
+    rule: &HttpRoute,
+    _namespace: &str,
+    _port: u32,
+    _destinations: &impl Destinations,
+) {
+    if let Some(h) = &rule.headers {
+        if let Some(req) = &h.request {
+            route.request_headers_to_add = header_options(req);
+            route.request_headers_to_remove = req.remove.clone();
+        }
+        if let Some(resp) = &h.response {
+            route.response_headers_to_add = header_options(resp);
+            route.response_headers_to_remove = resp.remove.clone();
+        }
+    }
+    if let Some(fault) = &rule.fault {
+        let mut f = HttpFault::default();
+        if let Some(delay) = &fault.delay
+            && let Some(DelayType::FixedDelay(d)) = &delay.delay_type
+        {
+            f.delay = Some(FaultDelay {
+                fault_delay_secifier: Some(FaultDelaySecifier::FixedDelay(duration(d))),
+                percentage: Some(percentage(delay.percentage, delay.percent)),
+            });
+        }
+        if let Some(abort) = &fault.abort {
+            let error_type = match &abort.error_type {
+                Some(AbortErrorType::HttpStatus(s)) => Some(ErrorType::HttpStatus(*s as u32)),
+                Some(AbortErrorType::GrpcStatus(name)) => {
+                    grpc_code(name).map(ErrorType::GrpcStatus)
+                }
+                _ => None,
+            };
+            if error_type.is_some() {
+                f.abort = Some(FaultAbort {
+                    error_type,
+                    percentage: Some(percentage(abort.percentage, 0)),
+                    ..Default::default()
+                });
+            }
+        }
+        route
+            .typed_per_filter_config
+            .insert(FAULT_FILTER.into(), pack_any(f));
+    }
+    if let Some(cors) = &rule.cors_policy {
+        route
+            .typed_per_filter_config
+            .insert("envoy.filters.http.cors".into(), cors_policy(cors));
+    }
+}
+
+fn cors_policy(cors: &pasa_proto::istio::virtual_service::CorsPolicy) -> Any {
+    use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
+    let mut origins: Vec<StringMatcher> = cors
+        .allow_origins
+        .iter()
+        .filter_map(string_matcher)
+        .collect();
+    origins.extend(cors.allow_origin.iter().map(|o| StringMatcher {
+        match_pattern: Some(MatchPattern::Exact(o.clone())),
+        ..Default::default()
+    }));
+    pack_any(CorsPolicy {
+        allow_origin_string_match: origins,
+        allow_methods: cors.allow_methods.join(","),
+        allow_headers: cors.allow_headers.join(","),
+        expose_headers: cors.expose_headers.join(","),
+        max_age: cors
+            .max_age
+            .as_ref()
+            .map(|d| d.seconds.to_string())
+            .unwrap_or_default(),
+        allow_credentials: cors
+            .allow_credentials
+            .map(|value| envoy_types::pb::google::protobuf::BoolValue { value }),
+        ..Default::default()
+    })
+}
+
+/// gRPC status codes by name, as Istio's API names them.
+fn grpc_code(name: &str) -> Option<u32> {
+    const CODES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    CODES.iter().position(|c| *c == name).map(|i| i as u32)
+}
+
+/// A fault percentage: `percentage` when set, else the deprecated whole `percent`, else all.
+fn percentage(p: Option<Percent>, whole: i32) -> FractionalPercent {
+    match p {
+        Some(p) => fraction(p.value),
+        None if whole > 0 => fraction(f64::from(whole)),
+        None => fraction(100.0),
+    }
+}
+
+fn fraction(percent: f64) -> FractionalPercent {
+    FractionalPercent {
+        numerator: (percent * 10_000.0).round().clamp(0.0, 1_000_000.0) as u32,
+        denominator: DenominatorType::Million as i32,
+    }
+}
+
+/// Istio's retry policy: the VirtualService's, or its default (2 attempts on connection
+/// failures, refused streams, `unavailable`, `cancelled` and 503), or none for `attempts: 0`.
+fn retry(rule: &HttpRoute) -> Option<RetryPolicy> {
+    let mut policy = default_retry();
+    if let Some(r) = &rule.retries {
+        if r.attempts == 0 {
+            return None;
+        }
+        policy.num_retries = Some(UInt32Value {
+            value: r.attempts.max(0) as u32,
+        });
+        policy.per_try_timeout = r.per_try_timeout.as_ref().map(duration);
+        if !r.retry_on.is_empty() {
+            let (codes, conditions): (Vec<&str>, Vec<&str>) = r
+                .retry_on
+                .split(',')
+                .map(str::trim)
+                .partition(|p| p.parse::<u32>().is_ok());
+            let mut on: Vec<&str> = conditions;
+            policy.retriable_status_codes = codes.iter().filter_map(|c| c.parse().ok()).collect();
+            if !policy.retriable_status_codes.is_empty() && !on.contains(&"retriable-status-codes")
+            {
+                on.push("retriable-status-codes");
+            }
+            policy.retry_on = on.join(",");
+        }
+    }
+    Some(policy)
+}
+
+fn default_retry() -> RetryPolicy {
+    RetryPolicy {
+        retry_on: "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+            .into(),
+        num_retries: Some(UInt32Value { value: 2 }),
+        retriable_status_codes: vec![503],
+        host_selection_retry_max_attempts: 5,
+        ..Default::default()
+    }
+}
+
+fn zero() -> Duration {
+    Duration {
+        seconds: 0,
+        nanos: 0,
+    }
+}
+
+fn header_options(ops: &HeaderOperations) -> Vec<HeaderValueOption> {
+    let option = |(key, value): (&String, &String), action: HeaderAppendAction| HeaderValueOption {
+        header: Some(HeaderValue {
+            key: key.clone(),
+            value: value.clone(),
+            ..Default::default()
+        }),
+        append_action: action as i32,
+        ..Default::default()
+    };
+    ops.set
+        .iter()
+        .map(|kv| option(kv, HeaderAppendAction::OverwriteIfExistsOrAdd))
+        .chain(
+            ops.add
+                .iter()
+                .map(|kv| option(kv, HeaderAppendAction::AppendIfExistsOrAdd)),
+        )
+        .collect()
+}
+
+fn regex(pattern: &str) -> RegexMatcher {
+    RegexMatcher {
+        regex: pattern.to_string(),
+        ..Default::default()
+    }
+}
+
+fn string_matcher(m: &StringMatch) -> Option<StringMatcher> {
+    let pattern = match m.match_type.as_ref()? {
+        MatchType::Exact(v) => MatchPattern::Exact(v.clone()),
+        MatchType::Prefix(v) => MatchPattern::Prefix(v.clone()),
+        MatchType::Regex(v) => MatchPattern::SafeRegex(regex(v)),
+    };
+    Some(StringMatcher {
+        match_pattern: Some(pattern),
+        ..Default::default()
+    })
+}
+
+fn header_matcher(name: &str, value: &StringMatch, invert: bool) -> HeaderMatcher {
+    HeaderMatcher {
+        name: name.to_string(),
+        invert_match: invert,
+        header_match_specifier: Some(match string_matcher(value) {
+            Some(sm) => HeaderMatchSpecifier::StringMatch(sm),
+            None => HeaderMatchSpecifier::PresentMatch(true),
+        }),
+        ..Default::default()
+    }
+}

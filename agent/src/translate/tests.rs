@@ -1,0 +1,509 @@
+//! Translation unit tests: a small Bookinfo-like mesh written as store resources.
+
+use std::net::IpAddr;
+
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+    ClusterDiscoveryType, DiscoveryType, LbPolicy,
+};
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::route::Action;
+use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
+use envoy_types::pb::envoy::config::route::v3::{Route, RouteAction, RouteConfiguration};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_proxy::ClusterSpecifier as TcpClusterSpecifier;
+use pasa_proto::store::v1::Resource;
+use prost::Message;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::identity::Locality;
+
+const REVIEWS: &str = "reviews.default.svc.cluster.local";
+
+/// A store resource as the store would hand it over (revisions in creation order).
+fn resource(kind: &str, namespace: &str, name: &str, spec: Value, revision: u64) -> Resource {
+    Resource {
+        api_version: "networking.istio.io/v1".into(),
+        kind: kind.into(),
+        namespace: namespace.into(),
+        name: name.into(),
+        spec_json: spec.to_string(),
+        create_revision: revision,
+        mod_revision: revision,
+        version: 1,
+        ..Default::default()
+    }
+}
+
+fn reviews_service() -> Resource {
+    resource(
+        "ServiceEndpoints",
+        "default",
+        "reviews",
+        json!({
+            "addresses": ["10.96.0.20"],
+            "ports": [{"name": "http", "port": 9080}],
+            "endpoints": [
+                {"address": "10.0.0.1", "labels": {"app": "reviews", "version": "v1"},
+                 "locality": "us-east/a"},
+                {"address": "10.0.0.2", "labels": {"app": "reviews", "version": "v2"},
+                 "locality": "us-east/b"},
+                {"address": "10.0.0.3", "labels": {"app": "reviews", "version": "v3"},
+                 "locality": "us-east/b"}
+            ]
+        }),
+        1,
+    )
+}
+
+fn reviews_rule(revision: u64) -> Resource {
+    resource(
+        "DestinationRule",
+        "default",
+        "reviews",
+        json!({"host": "reviews", "subsets": [
+            {"name": "v1", "labels": {"version": "v1"}},
+            {"name": "v2", "labels": {"version": "v2"}},
+            {"name": "v3", "labels": {"version": "v3"}}
+        ]}),
+        revision,
+    )
+}
+
+fn reviews_split() -> Resource {
+    resource(
+        "VirtualService",
+        "default",
+        "reviews",
+        json!({"hosts": ["reviews"], "http": [{
+            "name": "split",
+            "route": [
+                {"destination": {"host": "reviews", "subset": "v1"}, "weight": 80},
+                {"destination": {"host": "reviews", "subset": "v2"}, "weight": 20}
+            ],
+            "retries": {"attempts": 3, "perTryTimeout": "2s", "retryOn": "5xx,503"},
+            "fault": {"abort": {"httpStatus": 503, "percentage": {"value": 10}}}
+        }]}),
+        3,
+    )
+}
+
+fn proxy(ip: &str) -> Proxy {
+    let ip: IpAddr = ip.parse().unwrap();
+    Proxy {
+        kind: ProxyType::Sidecar,
+        ips: vec![ip],
+        namespace: "default".into(),
+        config_namespace: "default".into(),
+        labels: BTreeMap::new(),
+        dns_domain: "default.svc.cluster.local".into(),
+        cluster_id: "Kubernetes".into(),
+        network: String::new(),
+        locality: Locality::default(),
+        mesh: MeshSettings::default(),
+    }
+}
+
+fn cache(resources: Vec<Resource>) -> Cache {
+    Cache::from_resources(resources, 10)
+}
+
+fn hcm_of(listener: &Listener) -> HttpConnectionManager {
+    let any = listener
+        .filter_chains
+        .iter()
+        .flat_map(|c| &c.filters)
+        .find_map(|f| match &f.config_type {
+            Some(
+                envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(a),
+            ) if a.type_url.ends_with("HttpConnectionManager") => Some(a.clone()),
+            _ => None,
+        })
+        .or_else(|| {
+            listener
+                .api_listener
+                .as_ref()
+                .and_then(|a| a.api_listener.clone())
+        })
+        .expect("an HTTP connection manager");
+    HttpConnectionManager::decode(any.value.as_slice()).unwrap()
+}
+
+fn rds_name(listener: &Listener) -> String {
+    match hcm_of(listener).route_specifier {
+        Some(RouteSpecifier::Rds(rds)) => rds.route_config_name,
+        other => panic!("not RDS: {other:?}"),
+    }
+}
+
+fn route_action(route: &Route) -> &RouteAction {
+    match &route.action {
+        Some(Action::Route(a)) => a,
+        other => panic!("not a route action: {other:?}"),
+    }
+}
+
+fn vhost<'a>(
+    config: &'a RouteConfiguration,
+    name: &str,
+) -> &'a envoy_types::pb::envoy::config::route::v3::VirtualHost {
+    config
+        .virtual_hosts
+        .iter()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("no virtual host {name} in {:?}", config.virtual_hosts))
+}
+
+#[test]
+fn sidecar_gets_istiod_names_subsets_and_weighted_routes() {
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let out = t.update(
+        &cache(vec![reviews_service(), reviews_rule(2), reviews_split()]),
+        Generator::Envoy,
+    );
+    let names: Vec<&str> = out.clusters.keys().map(String::as_str).collect();
+    for expected in [
+        "BlackHoleCluster",
+        "InboundPassthroughCluster",
+        "PassthroughCluster",
+        "outbound|9080||reviews.default.svc.cluster.local",
+        "outbound|9080|v1|reviews.default.svc.cluster.local",
+        "outbound|9080|v2|reviews.default.svc.cluster.local",
+        "outbound|9080|v3|reviews.default.svc.cluster.local",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+    let v2 = &out.clusters["outbound|9080|v2|reviews.default.svc.cluster.local"];
+    assert_eq!(
+        v2.cluster_discovery_type,
+        Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32))
+    );
+    assert_eq!(
+        v2.eds_cluster_config.as_ref().unwrap().service_name,
+        "outbound|9080|v2|reviews.default.svc.cluster.local"
+    );
+    assert_eq!(v2.lb_policy, LbPolicy::LeastRequest as i32);
+
+    // EDS: the subset's endpoints only, by locality, each locality weighted.
+    let eds = &out.endpoints["outbound|9080|v2|reviews.default.svc.cluster.local"];
+    assert_eq!(eds.endpoints.len(), 1);
+    assert_eq!(eds.endpoints[0].locality.as_ref().unwrap().zone, "b");
+    assert_eq!(eds.endpoints[0].lb_endpoints.len(), 1);
+    assert_eq!(
+        eds.endpoints[0]
+            .load_balancing_weight
+            .as_ref()
+            .unwrap()
+            .value,
+        1
+    );
+    let all = &out.endpoints["outbound|9080||reviews.default.svc.cluster.local"];
+    assert_eq!(
+        all.endpoints
+            .iter()
+            .map(|l| l.lb_endpoints.len())
+            .sum::<usize>(),
+        3
+    );
+
+    // LDS → RDS "9080" → virtual host reviews...:9080 with the short names.
+    let listener = &out.listeners["0.0.0.0_9080"];
+    assert_eq!(rds_name(listener), "9080");
+    for name in ["virtualOutbound", "virtualInbound"] {
+        assert!(out.listeners.contains_key(name), "{name}");
+    }
+    let rc = &out.routes["9080"];
+    let vh = vhost(rc, &format!("{REVIEWS}:9080"));
+    for domain in [
+        REVIEWS,
+        "reviews.default.svc.cluster.local:9080",
+        "reviews",
+        "reviews:9080",
+        "reviews.default",
+        "reviews.default.svc",
+        "10.96.0.20",
+        "10.96.0.20:9080",
+    ] {
+        assert!(
+            vh.domains.iter().any(|d| d == domain),
+            "{domain} not in {:?}",
+            vh.domains
+        );
+    }
+    assert_eq!(vh.routes[0].name, "split");
+    let action = route_action(&vh.routes[0]);
+    let Some(ClusterSpecifier::WeightedClusters(w)) = &action.cluster_specifier else {
+        panic!("not weighted: {action:?}");
+    };
+    let split: Vec<(&str, u32)> = w
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.weight.as_ref().unwrap().value))
+        .collect();
+    assert_eq!(
+        split,
+        [
+            ("outbound|9080|v1|reviews.default.svc.cluster.local", 80),
+            ("outbound|9080|v2|reviews.default.svc.cluster.local", 20)
+        ]
+    );
+    let retry = action.retry_policy.as_ref().unwrap();
+    assert_eq!(retry.num_retries.as_ref().unwrap().value, 3);
+    assert_eq!(retry.retriable_status_codes, [503]);
+    assert_eq!(retry.retry_on, "5xx,retriable-status-codes");
+    assert!(
+        vh.routes[0]
+            .typed_per_filter_config
+            .contains_key("envoy.filters.http.fault")
+    );
+    // The catch-all sends unknown hosts on.
+    let any = vhost(rc, "allow_any");
+    assert_eq!(any.domains, ["*"]);
+    assert_eq!(
+        route_action(&any.routes[0]).cluster_specifier,
+        Some(ClusterSpecifier::Cluster("PassthroughCluster".into()))
+    );
+}
+
+#[test]
+fn service_without_virtual_service_gets_the_default_route() {
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let out = t.update(&cache(vec![reviews_service()]), Generator::Envoy);
+    let vh = vhost(&out.routes["9080"], &format!("{REVIEWS}:9080"));
+    assert_eq!(vh.routes.len(), 1);
+    assert_eq!(vh.routes[0].name, "default");
+    assert_eq!(
+        route_action(&vh.routes[0]).cluster_specifier,
+        Some(ClusterSpecifier::Cluster(format!(
+            "outbound|9080||{REVIEWS}"
+        )))
+    );
+}
+
+#[test]
+fn grpc_clients_get_api_listeners_named_host_port() {
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let out = t.update(
+        &cache(vec![reviews_service(), reviews_rule(2), reviews_split()]),
+        Generator::Grpc,
+    );
+    let name = format!("{REVIEWS}:9080");
+    let listener = &out.listeners[&name];
+    assert!(listener.address.is_none());
+    let hcm = hcm_of(listener);
+    assert_eq!(
+        hcm.http_filters.last().unwrap().name,
+        "envoy.filters.http.router"
+    );
+    assert_eq!(hcm.http_filters[0].name, "envoy.filters.http.fault");
+    assert_eq!(rds_name(listener), format!("outbound|9080||{REVIEWS}"));
+    let rc = &out.routes[&format!("outbound|9080||{REVIEWS}")];
+    let vh = vhost(rc, &name);
+    assert!(vh.domains.contains(&name));
+    assert!(matches!(
+        route_action(&vh.routes[0]).cluster_specifier,
+        Some(ClusterSpecifier::WeightedClusters(_))
+    ));
+    // No sidecar machinery, round robin (gRPC has no least-request).
+    assert!(!out.listeners.contains_key("virtualOutbound"));
+    assert!(!out.clusters.contains_key("PassthroughCluster"));
+    assert_eq!(
+        out.clusters[&format!("outbound|9080|v1|{REVIEWS}")].lb_policy,
+        LbPolicy::RoundRobin as i32
+    );
+    // Every route target and every EDS cluster exists.
+    for c in out.clusters.values() {
+        if c.eds_cluster_config.is_some() {
+            assert!(out.endpoints.contains_key(&c.name), "{}", c.name);
+        }
+    }
+}
+
+#[test]
+fn a_destination_rule_change_rebuilds_only_its_host() {
+    let ratings = resource(
+        "ServiceEndpoints",
+        "default",
+        "ratings",
+        json!({"addresses": ["10.96.0.30"], "ports": [{"name": "http", "port": 9080}],
+               "endpoints": [{"address": "10.0.1.1"}]}),
+        4,
+    );
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let before = t.update(
+        &cache(vec![reviews_service(), reviews_rule(2), ratings.clone()]),
+        Generator::Envoy,
+    );
+    assert_eq!(t.rebuilt_services(), 2);
+    let mut rule = reviews_rule(7);
+    rule.spec_json =
+        json!({"host": "reviews", "trafficPolicy": {"loadBalancer": {"simple": "ROUND_ROBIN"}},
+        "subsets": [{"name": "v1", "labels": {"version": "v1"}}]})
+        .to_string();
+    let after = t.update(
+        &cache(vec![reviews_service(), rule, ratings]),
+        Generator::Envoy,
+    );
+    assert_eq!(t.rebuilt_services(), 1);
+    assert_eq!(before.routes, after.routes);
+    assert!(
+        !after
+            .clusters
+            .contains_key(&format!("outbound|9080|v2|{REVIEWS}"))
+    );
+    assert_eq!(
+        after.clusters[&format!("outbound|9080||{REVIEWS}")].lb_policy,
+        LbPolicy::RoundRobin as i32
+    );
+}
+
+#[test]
+fn tcp_services_get_a_listener_on_their_virtual_ip() {
+    let db = resource(
+        "ServiceEntry",
+        "default",
+        "db",
+        json!({"hosts": ["db.example.com"], "addresses": ["192.168.7.7"],
+               "ports": [{"number": 5432, "name": "tcp-pg", "protocol": "TCP"}],
+               "resolution": "STATIC", "endpoints": [{"address": "192.168.7.8"}]}),
+        1,
+    );
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let out = t.update(&cache(vec![db]), Generator::Envoy);
+    let l = &out.listeners["192.168.7.7_5432"];
+    let f = &l.filter_chains[0].filters[0];
+    let Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) =
+        &f.config_type
+    else {
+        panic!()
+    };
+    let proxy = TcpProxy::decode(any.value.as_slice()).unwrap();
+    assert_eq!(
+        proxy.cluster_specifier,
+        Some(TcpClusterSpecifier::Cluster(
+            "outbound|5432||db.example.com".into()
+        ))
+    );
+}
+
+#[test]
+fn workload_of_a_service_gets_inbound_clusters_and_chains() {
+    let mut t = Translator::new(proxy("10.0.0.2"));
+    let out = t.update(&cache(vec![reviews_service()]), Generator::Envoy);
+    assert!(out.clusters.contains_key("inbound|9080||"));
+    let inbound = &out.listeners["virtualInbound"];
+    assert!(
+        inbound
+            .filter_chains
+            .iter()
+            .any(|c| c.name == "0.0.0.0_9080")
+    );
+    let mut other = Translator::new(proxy("10.0.0.9"));
+    let out = other.update(&cache(vec![reviews_service()]), Generator::Envoy);
+    assert!(!out.clusters.contains_key("inbound|9080||"));
+}
+
+#[test]
+fn sidecar_egress_and_export_to_narrow_what_is_seen() {
+    let other_ns = resource(
+        "ServiceEndpoints",
+        "shop",
+        "cart",
+        json!({"addresses": ["10.96.1.1"], "ports": [{"name": "http", "port": 8080}]}),
+        2,
+    );
+    let private = resource(
+        "ServiceEndpoints",
+        "billing",
+        "ledger",
+        json!({"addresses": ["10.96.2.1"], "ports": [{"name": "http", "port": 8080}],
+               "exportTo": ["."]}),
+        3,
+    );
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let out = t.update(
+        &cache(vec![reviews_service(), other_ns.clone(), private.clone()]),
+        Generator::Envoy,
+    );
+    assert!(
+        out.clusters
+            .contains_key("outbound|8080||cart.shop.svc.cluster.local")
+    );
+    assert!(
+        !out.clusters
+            .contains_key("outbound|8080||ledger.billing.svc.cluster.local")
+    );
+
+    let sidecar = resource(
+        "Sidecar",
+        "default",
+        "default",
+        json!({"egress": [{"hosts": ["./*", "istio-system/*"]}],
+               "outboundTrafficPolicy": {"mode": "REGISTRY_ONLY"}}),
+        4,
+    );
+    let resources = vec![reviews_service(), other_ns, private, sidecar];
+    let out = t.update(&cache(resources.clone()), Generator::Envoy);
+    assert!(
+        !out.clusters
+            .contains_key("outbound|8080||cart.shop.svc.cluster.local")
+    );
+    assert!(
+        out.clusters
+            .contains_key(&format!("outbound|9080||{REVIEWS}"))
+    );
+    assert!(
+        out.routes["9080"]
+            .virtual_hosts
+            .iter()
+            .any(|v| v.name == "block_all")
+    );
+
+    // The subscription follows the egress hosts instead of asking for everything.
+    let sub = crate::scope::subscription(&proxy("10.0.0.9"), &cache(resources));
+    assert!(
+        sub.rules
+            .iter()
+            .all(|r| { !(r.kinds.is_empty() && r.namespaces.is_empty() && r.hosts.is_empty()) })
+    );
+    assert!(
+        sub.rules
+            .iter()
+            .any(|r| r.namespaces == ["default"] && r.hosts == ["*"])
+    );
+}
+
+#[test]
+fn destination_rule_in_the_proxy_namespace_wins_over_the_root_namespace() {
+    let root = resource(
+        "DestinationRule",
+        "istio-system",
+        "mesh-wide",
+        json!({"host": "*.local", "trafficPolicy": {"loadBalancer": {"simple": "RANDOM"}}}),
+        2,
+    );
+    let local = resource(
+        "DestinationRule",
+        "default",
+        "reviews",
+        json!({"host": REVIEWS, "trafficPolicy": {"loadBalancer": {"simple": "ROUND_ROBIN"}}}),
+        3,
+    );
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let name = format!("outbound|9080||{REVIEWS}");
+    let out = t.update(
+        &cache(vec![reviews_service(), root.clone()]),
+        Generator::Envoy,
+    );
+    assert_eq!(out.clusters[&name].lb_policy, LbPolicy::Random as i32);
+    let out = t.update(
+        &cache(vec![reviews_service(), root, local]),
+        Generator::Envoy,
+    );
+    assert_eq!(out.clusters[&name].lb_policy, LbPolicy::RoundRobin as i32);
+}
