@@ -20,6 +20,7 @@
 //! the version ACKed and the last NACK with its error, and reports SYNCED / STALE / NOT SENT as
 //! `istioctl proxy-status` does. A NACKed version is not pushed again unless the client asks.
 
+mod authority;
 mod delta;
 mod server;
 mod snapshot;

@@ -15,13 +15,14 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::snapshot::{Snapshot, SnapshotPublisher};
 use super::status::{Protocol, StatusGuard, StatusRegistry};
-use super::{RESPONSE_BUFFER, TypeKind, delta, request_type, sotw};
+use super::{RESPONSE_BUFFER, TypeKind, authority, delta, request_type, sotw};
 
 /// Why serving stopped.
 #[derive(Debug, thiserror::Error)]
@@ -262,7 +263,10 @@ pub async fn serve_unix(
     };
     let result = tonic::transport::Server::builder()
         .add_service(AggregatedDiscoveryServiceServer::new(service))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
+        .serve_with_incoming_shutdown(
+            UnixListenerStream::new(listener).map(|conn| conn.map(authority::front)),
+            signal,
+        )
         .await;
     if let Err(err) = std::fs::remove_file(path) {
         tracing::debug!(path = %path.display(), error = %err, "socket file not removed");
