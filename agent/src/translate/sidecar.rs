@@ -345,10 +345,11 @@ pub(super) fn inbound(view: &View<'_>, out: &mut Resources) {
 
 fn inbound_chain(p: &InboundPort, cluster_name: &str, mtls: bool) -> FilterChain {
     let filter = if p.http {
-        let route = Route {
-            name: names::DEFAULT_ROUTE.into(),
-            ..route::default_route(cluster_name)
-        };
+        // Inbound routes forward once: retries are the caller's sidecar's business.
+        let mut route = route::default_route(cluster_name);
+        if let Some(Action::Route(action)) = &mut route.action {
+            action.retry_policy = None;
+        }
         filters::hcm_filter(filters::http_connection_manager(
             &format!("inbound_0.0.0.0_{}", p.port),
             Routes::Inline(Box::new(RouteConfiguration {

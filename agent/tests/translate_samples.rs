@@ -1,0 +1,376 @@
+//! Istio's samples (Bookinfo, helloworld, httpbin from the conformance corpus) translate cleanly,
+//! and the resources generated for Bookinfo are pinned by snapshots, as protobuf JSON.
+//!
+//! The corpus is read at run time from `../shared/conformance` beside the workspace
+//! (`PASA_CONFORMANCE_DIR` overrides it); without it the tests say loudly that they skipped.
+//!
+//! Kubernetes objects of the samples become the store's `ServiceEndpoints`: each Service gets a
+//! virtual IP `10.96.0.<n>` and one endpoint `10.1.<n>.<m>` per Deployment its selector matches,
+//! with the Deployment's pod labels (numbered in file order, so the snapshots are stable).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use envoy_types::pb::google::protobuf::Any;
+use pasa_agent::cache::Cache;
+use pasa_agent::identity::IdentityArgs;
+use pasa_agent::translate::{Generator, Proxy, Resources, Translator};
+use pasa_proto::store::v1::Resource;
+use prost_reflect::{DescriptorPool, DynamicMessage};
+use serde_json::{Value, json};
+
+fn corpus() -> Option<PathBuf> {
+    let dir = std::env::var_os("PASA_CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"));
+    if dir.join("samples").is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED: the conformance corpus is not at {} (set PASA_CONFORMANCE_DIR)",
+            dir.display()
+        );
+        None
+    }
+}
+
+fn yaml_docs(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// Istio resources and Kubernetes Services (with Deployments as endpoints) as store resources.
+fn to_store(docs: &[Value]) -> Vec<Resource> {
+    let mut out = Vec::new();
+    let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
+    let mut services = 0;
+    for doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let meta = &doc["metadata"];
+        let namespace = meta["namespace"].as_str().unwrap_or("default").to_string();
+        let name = meta["name"].as_str().unwrap_or_default().to_string();
+        let spec = match kind {
+            "VirtualService" | "DestinationRule" | "ServiceEntry" | "Gateway" | "Sidecar"
+            | "WorkloadEntry" => doc["spec"].clone(),
+            "Service" => {
+                services += 1;
+                let selector = doc["spec"]["selector"]
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default();
+                let endpoints: Vec<Value> = deployments
+                    .iter()
+                    .filter_map(|d| {
+                        let labels = &d["spec"]["template"]["metadata"]["labels"];
+                        selector
+                            .iter()
+                            .all(|(k, v)| &labels[k] == v)
+                            .then(|| labels.clone())
+                    })
+                    .enumerate()
+                    .map(|(i, labels)| {
+                        json!({"address": format!("10.1.{services}.{}", i + 1), "labels": labels})
+                    })
+                    .collect();
+                let ports: Vec<Value> = doc["spec"]["ports"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        let mut p = p.clone();
+                        if let Some(m) = p.as_object_mut() {
+                            m.remove("nodePort");
+                        }
+                        p
+                    })
+                    .collect();
+                json!({"addresses": [format!("10.96.0.{services}")], "ports": ports,
+                       "selector": selector, "endpoints": endpoints})
+            }
+            _ => continue,
+        };
+        let kind = if kind == "Service" {
+            "ServiceEndpoints"
+        } else {
+            kind
+        };
+        let revision = out.len() as u64 + 1;
+        out.push(Resource {
+            api_version: doc["apiVersion"].as_str().unwrap_or_default().to_string(),
+            kind: kind.to_string(),
+            namespace,
+            name,
+            spec_json: spec.to_string(),
+            create_revision: revision,
+            mod_revision: revision,
+            version: 1,
+            ..Default::default()
+        });
+    }
+    out
+}
+
+fn proxy(node_id: &str) -> Proxy {
+    let identity = IdentityArgs {
+        node_id: node_id.into(),
+        service_account: "default".into(),
+        cluster_id: "Kubernetes".into(),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    Proxy::from_identity(&identity, Default::default())
+}
+
+/// The Envoy API's descriptors, compiled from the `.proto` files the envoy-types crate ships
+/// (found with `cargo metadata`), so resources print as protobuf JSON with `Any` resolved.
+fn envoy_pool() -> &'static DescriptorPool {
+    static POOL: OnceLock<DescriptorPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // Only the host's packages are downloaded by a build; asking for others would need the
+        // network.
+        let host = std::process::Command::new("rustc")
+            .arg("-vV")
+            .output()
+            .expect("rustc runs");
+        let host = String::from_utf8_lossy(&host.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+            .expect("rustc names its host");
+        let output = std::process::Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--offline"])
+            .args(["--filter-platform", &host])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("cargo metadata runs");
+        assert!(output.status.success(), "cargo metadata failed");
+        let metadata: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let manifest = metadata["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "envoy-types")
+            .and_then(|p| p["manifest_path"].as_str())
+            .expect("envoy-types in the dependency graph");
+        let root = Path::new(manifest).parent().unwrap().join("proto");
+        let includes: Vec<PathBuf> = [
+            "data-plane-api",
+            "xds",
+            "googleapis",
+            "protoc-gen-validate",
+            "cel-spec",
+            "opentelemetry-proto",
+            "client_model",
+        ]
+        .iter()
+        .map(|d| root.join(d))
+        .collect();
+        let files = [
+            "envoy/config/listener/v3/listener.proto",
+            "envoy/config/cluster/v3/cluster.proto",
+            "envoy/config/endpoint/v3/endpoint.proto",
+            "envoy/config/route/v3/route.proto",
+            "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto",
+            "envoy/extensions/filters/network/tcp_proxy/v3/tcp_proxy.proto",
+            "envoy/extensions/filters/http/router/v3/router.proto",
+            "envoy/extensions/filters/http/fault/v3/fault.proto",
+            "envoy/extensions/filters/http/cors/v3/cors.proto",
+            "envoy/extensions/transport_sockets/tls/v3/tls.proto",
+            "envoy/extensions/upstreams/http/v3/http_protocol_options.proto",
+            "envoy/extensions/filters/listener/tls_inspector/v3/tls_inspector.proto",
+            "envoy/extensions/filters/listener/http_inspector/v3/http_inspector.proto",
+            "envoy/extensions/filters/listener/original_dst/v3/original_dst.proto",
+        ];
+        let set = protox::compile(files, includes).expect("the Envoy protos compile");
+        DescriptorPool::from_file_descriptor_set(set).unwrap()
+    })
+}
+
+fn to_json(any: &Any) -> Value {
+    let name = any.type_url.rsplit('/').next().unwrap();
+    let descriptor = envoy_pool()
+        .get_message_by_name(name)
+        .unwrap_or_else(|| panic!("no descriptor for {name}"));
+    let message = DynamicMessage::decode(descriptor, any.value.as_slice()).unwrap();
+    serde_json::to_value(&message).unwrap()
+}
+
+/// All generated resources as JSON, by type and name.
+fn dump(resources: &Resources) -> Value {
+    fn by_name<T: prost::Name + prost::Message + Clone>(m: &BTreeMap<String, T>) -> Value {
+        m.iter()
+            .map(|(name, r)| {
+                (
+                    name.clone(),
+                    to_json(&envoy_types::util::pack_any(r.clone())),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+    json!({
+        "clusters": by_name(&resources.clusters),
+        "endpoints": by_name(&resources.endpoints),
+        "listeners": by_name(&resources.listeners),
+        "routes": by_name(&resources.routes),
+    })
+}
+
+/// Every reference resolves: RDS names, EDS service names, route and TCP proxy targets.
+fn check_references(resources: &Resources, what: &str) {
+    let dump = dump(resources);
+    let mut referenced_clusters = Vec::new();
+    let mut referenced_routes = Vec::new();
+    fn walk(v: &Value, clusters: &mut Vec<String>, routes: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("cluster", Value::String(s)) => clusters.push(s.clone()),
+                        ("routeConfigName", Value::String(s)) => routes.push(s.clone()),
+                        ("clusters", Value::Array(list)) => {
+                            for c in list {
+                                if let Some(name) = c["name"].as_str() {
+                                    clusters.push(name.to_string());
+                                }
+                            }
+                        }
+                        _ => walk(v, clusters, routes),
+                    }
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, clusters, routes)),
+            _ => {}
+        }
+    }
+    walk(
+        &dump["listeners"],
+        &mut referenced_clusters,
+        &mut referenced_routes,
+    );
+    walk(
+        &dump["routes"],
+        &mut referenced_clusters,
+        &mut referenced_routes,
+    );
+    for c in referenced_clusters {
+        assert!(
+            resources.clusters.contains_key(&c),
+            "{what}: cluster {c} is referenced but not generated"
+        );
+    }
+    for r in referenced_routes {
+        assert!(
+            resources.routes.contains_key(&r),
+            "{what}: route config {r} is referenced but not generated"
+        );
+    }
+    for c in resources.clusters.values() {
+        if let Some(eds) = &c.eds_cluster_config {
+            assert!(
+                resources.endpoints.contains_key(&eds.service_name),
+                "{what}: cluster {} has no load assignment",
+                c.name
+            );
+        }
+    }
+}
+
+const PRODUCTPAGE: &str =
+    "sidecar~10.1.4.1~productpage-v1-6b746f74dc-9stvs.default~default.svc.cluster.local";
+
+#[test]
+fn every_sample_translates_cleanly() {
+    let Some(corpus) = corpus() else { return };
+    let samples = corpus.join("samples");
+    let mut files = Vec::new();
+    let mut stack = vec![samples.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    // Bookinfo's services and subsets, as its guide has them applied before any routing.
+    let mut platform = yaml_docs(&samples.join("bookinfo/platform/bookinfo.yaml"));
+    platform.extend(yaml_docs(
+        &samples.join("bookinfo/networking/destination-rule-all.yaml"),
+    ));
+    let mut translated = 0;
+    for file in &files {
+        // Each file on top of Bookinfo, as it would be applied to a mesh.
+        let mut docs = platform.clone();
+        docs.extend(yaml_docs(file));
+        let resources = to_store(&docs);
+        let cache = Cache::from_resources(resources, 100);
+        for generator in [Generator::Envoy, Generator::Grpc] {
+            let mut t = Translator::new(proxy(PRODUCTPAGE));
+            let out = t.update(&cache, generator);
+            assert!(!out.clusters.is_empty(), "{}: no clusters", file.display());
+            check_references(&out, &format!("{} ({generator:?})", file.display()));
+        }
+        translated += 1;
+    }
+    println!(
+        "samples: {translated} of {} files translated cleanly",
+        files.len()
+    );
+    assert_eq!(translated, files.len());
+}
+
+fn bookinfo(extra: &[&str]) -> Option<Cache> {
+    let corpus = corpus()?;
+    let samples = corpus.join("samples/bookinfo");
+    let mut docs = yaml_docs(&samples.join("platform/bookinfo.yaml"));
+    for f in extra {
+        docs.extend(yaml_docs(&samples.join("networking").join(f)));
+    }
+    Some(Cache::from_resources(to_store(&docs), 100))
+}
+
+#[test]
+fn bookinfo_reviews_80_20_for_the_productpage_sidecar() {
+    let Some(cache) = bookinfo(&[
+        "destination-rule-all.yaml",
+        "virtual-service-reviews-80-20.yaml",
+    ]) else {
+        return;
+    };
+    let out = Translator::new(proxy(PRODUCTPAGE)).update(&cache, Generator::Envoy);
+    insta::assert_json_snapshot!("bookinfo_productpage_sidecar", dump(&out));
+}
+
+#[test]
+fn bookinfo_reviews_80_20_for_a_proxyless_grpc_client() {
+    let Some(cache) = bookinfo(&[
+        "destination-rule-all.yaml",
+        "virtual-service-reviews-80-20.yaml",
+    ]) else {
+        return;
+    };
+    let out = Translator::new(proxy(PRODUCTPAGE)).update(&cache, Generator::Grpc);
+    insta::assert_json_snapshot!("bookinfo_productpage_grpc", dump(&out));
+}
+
+#[test]
+fn bookinfo_fault_injection_and_header_routing() {
+    let Some(cache) = bookinfo(&[
+        "destination-rule-all.yaml",
+        "virtual-service-all-v1.yaml",
+        "virtual-service-reviews-jason-v2-v3.yaml",
+        "virtual-service-ratings-test-delay.yaml",
+    ]) else {
+        return;
+    };
+    let out = Translator::new(proxy(PRODUCTPAGE)).update(&cache, Generator::Envoy);
+    insta::assert_json_snapshot!("bookinfo_routes_fault_and_headers", dump(&out)["routes"]);
+}
