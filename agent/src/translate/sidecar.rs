@@ -38,7 +38,14 @@ use crate::mesh::{InboundPolicy, OutboundPolicy};
 /// Outbound listeners and route configurations.
 pub(super) fn outbound(view: &View<'_>, out: &mut Resources) {
     let mut http_ports: BTreeMap<u32, Vec<&Arc<Service>>> = BTreeMap::new();
-    for service in view.services.values() {
+    // TCP filter chains of the wildcard listener of each port: services known by a CIDR match
+    // on it (the longest prefix wins), services without an address are the fallback.
+    let mut wildcard_tcp: BTreeMap<u32, Vec<(Option<(IpAddr, u32)>, FilterChain)>> =
+        BTreeMap::new();
+    // Oldest first: when two services claim one address, the older one keeps it.
+    let mut services: Vec<&Arc<Service>> = view.services.values().collect();
+    services.sort_by(|a, b| (a.created, &a.hostname).cmp(&(b.created, &b.hostname)));
+    for service in services {
         for port in &service.ports {
             if port.protocol == Some(Protocol::Udp) {
                 continue;
@@ -48,46 +55,63 @@ pub(super) fn outbound(view: &View<'_>, out: &mut Resources) {
                 continue;
             }
             let clusters = tcp_clusters(view, service, port.number);
-            let addresses: Vec<String> = if !service.addresses.is_empty() {
-                service.addresses.clone()
-            } else if service.resolution == Resolution::Passthrough && service.kubernetes {
-                // Headless: one listener per endpoint address.
-                service
-                    .endpoints
-                    .iter()
-                    .map(|e| e.address.clone())
-                    .collect()
-            } else {
-                vec!["0.0.0.0".into()]
+            let chain = || FilterChain {
+                filters: vec![filters::tcp_proxy(&clusters[0].0, &clusters)],
+                ..Default::default()
             };
-            for address in addresses {
-                let (ip, prefix) = match address.split_once('/') {
-                    Some((ip, len)) => (ip.to_string(), len.parse::<u32>().ok()),
-                    None => (address.clone(), None),
-                };
+            let mut ips: Vec<String> = Vec::new();
+            for address in &service.addresses {
+                match parse_cidr(address) {
+                    Some(prefix) => {
+                        let chains = wildcard_tcp.entry(port.number).or_default();
+                        if chains.iter().all(|(p, _)| *p != Some(prefix)) {
+                            let mut c = chain();
+                            c.filter_chain_match = Some(FilterChainMatch {
+                                prefix_ranges: vec![CidrRange {
+                                    address_prefix: prefix.0.to_string(),
+                                    prefix_len: Some(UInt32Value { value: prefix.1 }),
+                                }],
+                                ..Default::default()
+                            });
+                            chains.push((Some(prefix), c));
+                        }
+                    }
+                    None => ips.push(address.clone()),
+                }
+            }
+            if service.addresses.is_empty() {
+                if service.resolution == Resolution::Passthrough && service.kubernetes {
+                    // Headless: one listener per endpoint address.
+                    ips.extend(service.endpoints.iter().map(|e| e.address.clone()));
+                } else {
+                    let chains = wildcard_tcp.entry(port.number).or_default();
+                    if chains.iter().all(|(p, _)| p.is_some()) {
+                        chains.push((None, chain()));
+                    }
+                }
+            }
+            for ip in ips {
                 let name = names::listener(&ip, port.number);
-                if out.listeners.contains_key(&name) {
-                    continue;
+                if !out.listeners.contains_key(&name) {
+                    out.listeners.insert(
+                        name.clone(),
+                        outbound_listener(&name, &ip, port.number, vec![chain()]),
+                    );
                 }
-                let mut chain = FilterChain {
-                    filters: vec![filters::tcp_proxy(&clusters[0].0, &clusters)],
-                    ..Default::default()
-                };
-                if let Some(len) = prefix {
-                    chain.filter_chain_match = Some(FilterChainMatch {
-                        prefix_ranges: vec![CidrRange {
-                            address_prefix: ip.clone(),
-                            prefix_len: Some(UInt32Value { value: len }),
-                        }],
-                        ..Default::default()
-                    });
-                }
-                out.listeners.insert(
-                    name.clone(),
-                    outbound_listener(&name, &ip, port.number, vec![chain]),
-                );
             }
         }
+    }
+    for (port, chains) in wildcard_tcp {
+        if http_ports.contains_key(&port) {
+            tracing::debug!(port, "TCP services on a port HTTP services use: HTTP wins");
+            continue;
+        }
+        let name = names::listener("0.0.0.0", port);
+        let chains = chains.into_iter().map(|(_, c)| c).collect();
+        out.listeners.insert(
+            name.clone(),
+            outbound_listener(&name, "0.0.0.0", port, chains),
+        );
     }
     for (port, services) in http_ports {
         let name = names::listener("0.0.0.0", port);
@@ -122,6 +146,34 @@ fn outbound_listener(name: &str, ip: &str, port: u32, chains: Vec<FilterChain>) 
         bind_to_port: Some(BoolValue { value: false }),
         ..Default::default()
     }
+}
+
+/// An address written as a CIDR (`10.0.0.0/8`), with the insignificant bits cleared.
+fn parse_cidr(text: &str) -> Option<(IpAddr, u32)> {
+    let (ip, len) = text.split_once('/')?;
+    let ip: IpAddr = ip.parse().ok()?;
+    let len: u32 = len.parse().ok()?;
+    let masked = match ip {
+        IpAddr::V4(v4) => {
+            let bits = u32::from(v4);
+            let mask = if len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - len.min(32))
+            };
+            IpAddr::V4((bits & mask).into())
+        }
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6);
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len.min(128))
+            };
+            IpAddr::V6((bits & mask).into())
+        }
+    };
+    Some((masked, len))
 }
 
 /// The clusters a TCP connection to `service` on `port` goes to: the first TCP rule of its

@@ -507,3 +507,43 @@ fn destination_rule_in_the_proxy_namespace_wins_over_the_root_namespace() {
     );
     assert_eq!(out.clusters[&name].lb_policy, LbPolicy::RoundRobin as i32);
 }
+
+#[test]
+fn services_known_by_cidr_share_the_wildcard_listener_by_prefix() {
+    let se = |name: &str, host: &str, cidr: &str, revision| {
+        resource(
+            "ServiceEntry",
+            "default",
+            name,
+            json!({"hosts": [host], "addresses": [cidr],
+                   "ports": [{"number": 9999, "name": "tcp", "protocol": "TCP"}]}),
+            revision,
+        )
+    };
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let out = t.update(
+        &cache(vec![
+            se("a", "a.example", "10.1.0.0/16", 1),
+            se("b", "b.example", "10.1.2.3/16", 2),
+            se("c", "c.example", "10.1.2.0/24", 3),
+        ]),
+        Generator::Envoy,
+    );
+    let listener = &out.listeners["0.0.0.0_9999"];
+    let prefixes: Vec<(String, u32)> = listener
+        .filter_chains
+        .iter()
+        .map(|c| {
+            let r = &c.filter_chain_match.as_ref().unwrap().prefix_ranges[0];
+            (
+                r.address_prefix.clone(),
+                r.prefix_len.as_ref().unwrap().value,
+            )
+        })
+        .collect();
+    // b's range is a's once the host bits are cleared: the older entry keeps it.
+    assert_eq!(
+        prefixes,
+        [("10.1.0.0".to_string(), 16), ("10.1.2.0".to_string(), 24)]
+    );
+}
