@@ -40,8 +40,7 @@ pub(super) fn outbound(view: &View<'_>, out: &mut Resources) {
     let mut http_ports: BTreeMap<u32, Vec<&Arc<Service>>> = BTreeMap::new();
     // TCP filter chains of the wildcard listener of each port: services known by a CIDR match
     // on it (the longest prefix wins), services without an address are the fallback.
-    let mut wildcard_tcp: BTreeMap<u32, Vec<(Option<(IpAddr, u32)>, FilterChain)>> =
-        BTreeMap::new();
+    let mut wildcard_tcp: BTreeMap<u32, Vec<(Option<Prefix>, FilterChain)>> = BTreeMap::new();
     // Oldest first: when two services claim one address, the older one keeps it.
     let mut services: Vec<&Arc<Service>> = view.services.values().collect();
     services.sort_by(|a, b| (a.created, &a.hostname).cmp(&(b.created, &b.hostname)));
@@ -148,8 +147,11 @@ fn outbound_listener(name: &str, ip: &str, port: u32, chains: Vec<FilterChain>) 
     }
 }
 
+/// A masked address and its prefix length.
+type Prefix = (IpAddr, u32);
+
 /// An address written as a CIDR (`10.0.0.0/8`), with the insignificant bits cleared.
-fn parse_cidr(text: &str) -> Option<(IpAddr, u32)> {
+fn parse_cidr(text: &str) -> Option<Prefix> {
     let (ip, len) = text.split_once('/')?;
     let ip: IpAddr = ip.parse().ok()?;
     let len: u32 = len.parse().ok()?;
