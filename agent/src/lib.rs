@@ -3,11 +3,17 @@
 //!
 //! [`identity`]: the proxy's identity. [`follow`]: the store watch feeding [`cache`], the local
 //! copy of its raw resources (with the last good snapshot on disk). [`translate`]: raw config to
-//! xDS. [`ads`]: the ADS server (SotW and Delta).
+//! xDS. [`scope`]: the subscription a proxy needs. [`ads`]: the ADS server (SotW and Delta).
+//! [`admin`] and [`metrics`]: status, readiness and Prometheus metrics. [`run`]: the `pasa-agent`
+//! binary's wiring.
 
+pub mod admin;
 pub mod ads;
 pub mod cache;
 pub mod follow;
 pub mod identity;
 pub mod mesh;
+pub mod metrics;
+pub mod run;
+pub mod scope;
 pub mod translate;
