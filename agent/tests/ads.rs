@@ -491,3 +491,39 @@ async fn each_client_gets_the_snapshot_of_its_generator() {
     assert_eq!(names(&r), ["hello.default.svc.cluster.local:7070"]);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_pushed_change_is_timed_until_its_ack_and_nacks_are_counted() {
+    let h = Harness::start(base());
+    let mut c = synced_sotw(&h).await;
+    let mut next = base();
+    next.insert(CDS, "c1", "2", cluster("c1")).unwrap();
+    h.publish(next.clone().with_origin(std::time::Instant::now()));
+    let r = c.recv().await;
+    c.ack(&r, &[]).await;
+    h.status
+        .wait_for(|all| all[0].types[&CDS].acked_version.as_deref() == Some(&r.version_info))
+        .await;
+    next.insert(CDS, "c2", "2", cluster("c2")).unwrap();
+    h.publish(next.with_origin(std::time::Instant::now()));
+    let r = c.recv().await;
+    c.nack(&r, "", &[]).await;
+    h.status
+        .wait_for(|all| all[0].types[&CDS].last_nack.is_some())
+        .await;
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    h.metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("pasa_agent_xds_push_to_ack_seconds_count{type=\"CDS\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pasa_agent_xds_nacks_total{type=\"CDS\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("pasa_agent_xds_connections 1"), "{text}");
+    h.stop().await;
+}

@@ -7,6 +7,7 @@ pub mod agent;
 pub mod store;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -25,6 +26,7 @@ use pasa_agent::ads::{
     AdsService, ServeError, Snapshot, SnapshotPublisher, StatusRegistry, TypeKind, bind_unix,
     serve_unix,
 };
+use pasa_agent::metrics::Metrics;
 use pasa_agent::translate::Generator;
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
@@ -47,6 +49,7 @@ pub struct Harness {
     pub path: PathBuf,
     pub publisher: SnapshotPublisher,
     pub status: StatusRegistry,
+    pub metrics: Arc<Metrics>,
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), ServeError>>>,
 }
@@ -58,7 +61,8 @@ impl Harness {
         let publisher = SnapshotPublisher::new();
         publisher.publish(Generator::Envoy, initial);
         let status = StatusRegistry::new();
-        let service = AdsService::new(&publisher, status.clone());
+        let metrics = Arc::new(Metrics::default());
+        let service = AdsService::new(&publisher, status.clone()).with_metrics(metrics.clone());
         // Bound before the server task starts: clients can connect as soon as this returns.
         let listener = bind_unix(&path).unwrap();
         let (tx, rx) = oneshot::channel::<()>();
@@ -74,6 +78,7 @@ impl Harness {
             path,
             publisher,
             status,
+            metrics,
             shutdown: Some(tx),
             server: Some(server),
         }
