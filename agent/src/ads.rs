@@ -1,8 +1,11 @@
 //! ADS: serves the agent's xDS resources to Envoy or a proxyless gRPC client over a Unix socket.
 //!
-//! The rest of the agent publishes a [`Snapshot`] (per xDS type: name → version and body) through a
-//! [`SnapshotPublisher`]. Every connection watches the newest snapshot and pushes only what changed
-//! for the types and names its client subscribed, over both protocols of
+//! The rest of the agent publishes a [`Snapshot`] (per xDS type: name → version and body) per
+//! [`Generator`](crate::translate::Generator) through a [`SnapshotPublisher`]. A connection learns its client's generator from
+//! the node of its first request (`GENERATOR: grpc` in the node metadata gets the proxyless gRPC
+//! resources, anything else Envoy's), waits until a snapshot of that generator has been published,
+//! then watches the newest one and pushes only what changed for the types and names its client
+//! subscribed, over both protocols of
 //! `envoy.service.discovery.v3.AggregatedDiscoveryService`:
 //! `StreamAggregatedResources` (state of the world, [`sotw`]) and `DeltaAggregatedResources`
 //! (incremental, [`delta`]).
@@ -35,7 +38,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 pub use server::{AdsService, ServeError, bind_unix, serve_unix};
-pub use snapshot::{Resource, Snapshot, SnapshotError, SnapshotPublisher};
+pub use snapshot::{Resource, Snapshot, SnapshotError, SnapshotPublisher, Snapshots};
 pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, TypeStatus};
 
 /// Responses queued per connection before the connection task waits for the client to read.
@@ -156,25 +159,44 @@ impl Subscription {
     }
 }
 
+/// FNV-1a 64, incrementally.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn hex(&self) -> String {
+        format!("{:016x}", self.0)
+    }
+}
+
 /// A stable version string for a set of (name, resource version) pairs: FNV-1a 64 in hex. Stable
 /// across processes, so a reconnecting client's `version_info` can be compared.
 fn digest<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut hash = OFFSET;
-    let mut feed = |bytes: &[u8]| {
-        for byte in bytes {
-            hash ^= u64::from(*byte);
-            hash = hash.wrapping_mul(PRIME);
-        }
-    };
+    let mut hash = Fnv::new();
     for (name, version) in items {
-        feed(name.as_bytes());
-        feed(&[0]);
-        feed(version.as_bytes());
-        feed(&[0xff]);
+        hash.feed(name.as_bytes());
+        hash.feed(&[0]);
+        hash.feed(version.as_bytes());
+        hash.feed(&[0xff]);
     }
-    format!("{hash:016x}")
+    hash.hex()
+}
+
+/// A stable version string for one encoded resource body: FNV-1a 64 in hex.
+fn fnv(bytes: &[u8]) -> String {
+    let mut hash = Fnv::new();
+    hash.feed(bytes);
+    hash.hex()
 }
 
 fn digest_resources(resources: &BTreeMap<String, Arc<Resource>>) -> String {

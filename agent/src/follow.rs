@@ -3,14 +3,22 @@
 //! a lost connection, relists when the store has compacted that revision away, and saves the cache
 //! to the cache dir each time it is complete (SYNCED), so a restarted agent can serve while the
 //! store is away.
+//!
+//! **Changing the subscription.** The subscription comes from a watch channel. When it changes
+//! while a stream is open, a `WatchUpdate` goes out on that stream; the store answers with ADDED
+//! for objects that now match and DELETED for those that no longer do, which the cache applies as
+//! any other event. A stream always starts with the subscription current at that moment. Because
+//! the store gives no marker for the end of an update's answer, and a resumed watch replays only
+//! changes (not objects that match only under a new subscription), a watch whose subscription
+//! changed since the cache was last complete starts over with a snapshot instead of resuming.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use pasa_proto::store::v1::{
-    CancelReason, SubscriberIdentity, Subscription, WatchCreate, WatchRequest, watch_request,
-    watch_response,
+    CancelReason, SubscriberIdentity, Subscription, WatchCreate, WatchRequest, WatchUpdate,
+    watch_request, watch_response,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -22,7 +30,8 @@ use crate::cache::Cache;
 pub struct FollowConfig {
     /// The store (or PCP) address, `host:port` or a URL.
     pub server: String,
-    pub subscription: Subscription,
+    /// The subscription; a new value is applied to the open stream (see the module doc).
+    pub subscription: watch::Receiver<Subscription>,
     pub identity: SubscriberIdentity,
     /// Where the last complete cache is saved; `None` keeps nothing on disk.
     pub cache_dir: Option<PathBuf>,
@@ -59,6 +68,22 @@ impl Backoff {
     }
 }
 
+/// The subscription the cache's contents answer to.
+#[derive(Default)]
+struct InForce {
+    /// The subscription of the last stream (with its updates); `None` before the first.
+    subscription: Option<Subscription>,
+    /// An update was sent on the last stream, so the cache may hold only part of its answer.
+    updated: bool,
+}
+
+impl InForce {
+    /// Whether a watch with `next` may resume from the cache's revision (rather than relist).
+    fn resumable_with(&self, next: &Subscription) -> bool {
+        !self.updated && self.subscription.as_ref().is_none_or(|s| s == next)
+    }
+}
+
 /// Why one watch stream ended.
 enum Ended {
     /// Watch again from the cache's revision (slow consumer, store shutdown, lost connection).
@@ -78,13 +103,25 @@ pub async fn follow(
 ) {
     let mut backoff = Backoff(Backoff::FIRST);
     let mut relist = cache.revision() == 0;
+    let mut in_force = InForce::default();
+    let mut subscription = config.subscription.clone();
     loop {
         if *stop.borrow() {
             return;
         }
+        let current = subscription.borrow_and_update().clone();
+        if !in_force.resumable_with(&current) {
+            tracing::info!("the subscription changed since the cache was complete; relisting");
+            relist = true;
+        }
+        let stream = Stream {
+            config: &config,
+            subscription: &mut subscription,
+            in_force: &mut in_force,
+        };
         let ended = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            ended = watch_once(&config, &mut cache, relist, &published, &link, &mut backoff) => ended,
+            ended = stream.watch(current, &mut cache, relist, &published, &link, &mut backoff) => ended,
         };
         match ended {
             Ended::Relist => relist = true,
@@ -102,79 +139,132 @@ pub async fn follow(
     }
 }
 
-async fn watch_once(
-    config: &FollowConfig,
-    cache: &mut Cache,
-    relist: bool,
-    published: &watch::Sender<Arc<Cache>>,
-    link: &watch::Sender<Link>,
-    backoff: &mut Backoff,
-) -> Ended {
-    let endpoint = match pasa_proto::client::endpoint(&config.server) {
-        Ok(e) => e,
-        Err(e) => return Ended::Resume(format!("--server {e}")),
-    };
-    let channel = match endpoint.connect().await {
-        Ok(c) => c,
-        Err(e) => {
-            return Ended::Resume(format!("cannot reach the store at {}: {e}", config.server));
-        }
-    };
-    let mut client = pasa_proto::client::store_client(channel);
-    let from_revision = if relist { 0 } else { cache.revision() + 1 };
-    let (tx, rx) = mpsc::channel(1);
-    let create = WatchRequest {
-        request: Some(watch_request::Request::Create(WatchCreate {
-            subscription: Some(config.subscription.clone()),
-            from_revision,
-            identity: Some(config.identity.clone()),
-        })),
-    };
-    if tx.send(create).await.is_err() {
-        return Ended::Resume("the watch request could not be sent".into());
-    }
-    let mut stream = match client.watch(ReceiverStream::new(rx)).await {
-        Ok(response) => response.into_inner(),
-        Err(status) => return Ended::Resume(format!("watch refused: {}", status.message())),
-    };
-    if relist {
-        cache.begin_snapshot();
-    }
-    loop {
-        let message = match stream.message().await {
-            Ok(Some(m)) => m,
-            Ok(None) => return Ended::Resume("the store closed the watch".into()),
-            Err(status) => return Ended::Resume(format!("watch failed: {}", status.message())),
+/// One watch stream.
+struct Stream<'a> {
+    config: &'a FollowConfig,
+    subscription: &'a mut watch::Receiver<Subscription>,
+    in_force: &'a mut InForce,
+}
+
+impl Stream<'_> {
+    async fn watch(
+        self,
+        current: Subscription,
+        cache: &mut Cache,
+        relist: bool,
+        published: &watch::Sender<Arc<Cache>>,
+        link: &watch::Sender<Link>,
+        backoff: &mut Backoff,
+    ) -> Ended {
+        let Stream {
+            config,
+            subscription,
+            in_force,
+        } = self;
+        let endpoint = match pasa_proto::client::endpoint(&config.server) {
+            Ok(e) => e,
+            Err(e) => return Ended::Resume(format!("--server {e}")),
         };
-        match message.response {
-            Some(watch_response::Response::Events(batch)) => {
-                for event in &batch.events {
-                    if let Err(e) = cache.apply(event) {
-                        tracing::warn!(error = %e, "store event skipped");
+        let channel = match endpoint.connect().await {
+            Ok(c) => c,
+            Err(e) => {
+                return Ended::Resume(format!("cannot reach the store at {}: {e}", config.server));
+            }
+        };
+        let mut client = pasa_proto::client::store_client(channel);
+        let from_revision = if relist { 0 } else { cache.revision() + 1 };
+        let (tx, rx) = mpsc::channel(1);
+        let create = WatchRequest {
+            request: Some(watch_request::Request::Create(WatchCreate {
+                subscription: Some(current.clone()),
+                from_revision,
+                identity: Some(config.identity.clone()),
+            })),
+        };
+        if tx.send(create).await.is_err() {
+            return Ended::Resume("the watch request could not be sent".into());
+        }
+        let mut stream = match client.watch(ReceiverStream::new(rx)).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => return Ended::Resume(format!("watch refused: {}", status.message())),
+        };
+        *in_force = InForce {
+            subscription: Some(current),
+            updated: false,
+        };
+        if relist {
+            cache.begin_snapshot();
+        }
+        let mut updates_open = true;
+        // An update waiting for room on the request channel (the store reads updates only once
+        // its snapshot is out, so sending must never block reading).
+        let mut pending: Option<Subscription> = None;
+        loop {
+            let message = tokio::select! {
+                message = stream.message() => message,
+                changed = subscription.changed(), if updates_open => {
+                    if changed.is_err() {
+                        // Nobody changes the subscription any more; keep the current one.
+                        updates_open = false;
+                        continue;
                     }
+                    let next = subscription.borrow_and_update().clone();
+                    let latest = pending.as_ref().or(in_force.subscription.as_ref());
+                    if latest != Some(&next) {
+                        pending = Some(next);
+                    }
+                    continue;
                 }
-                published.send_replace(Arc::new(cache.clone()));
-            }
-            Some(watch_response::Response::Synced(s)) => {
-                cache.synced(s.revision);
-                // Saved before anyone hears it is complete.
-                if let Some(dir) = &config.cache_dir
-                    && let Err(e) = cache.save(dir)
-                {
-                    tracing::warn!(error = %e, "cache not saved");
+                permit = tx.reserve(), if pending.is_some() => {
+                    let (Ok(permit), Some(next)) = (permit, pending.take()) else {
+                        return Ended::Resume("the subscription update could not be sent".into());
+                    };
+                    tracing::info!(rules = next.rules.len(), "updating the watch's subscription");
+                    permit.send(WatchRequest {
+                        request: Some(watch_request::Request::Update(WatchUpdate {
+                            subscription: Some(next.clone()),
+                        })),
+                    });
+                    in_force.subscription = Some(next);
+                    in_force.updated = true;
+                    continue;
                 }
-                published.send_replace(Arc::new(cache.clone()));
-                link.send_replace(Link::Synced);
-                backoff.reset();
+            };
+            let message = match message {
+                Ok(Some(m)) => m,
+                Ok(None) => return Ended::Resume("the store closed the watch".into()),
+                Err(status) => return Ended::Resume(format!("watch failed: {}", status.message())),
+            };
+            match message.response {
+                Some(watch_response::Response::Events(batch)) => {
+                    for event in &batch.events {
+                        if let Err(e) = cache.apply(event) {
+                            tracing::warn!(error = %e, "store event skipped");
+                        }
+                    }
+                    published.send_replace(Arc::new(cache.clone()));
+                }
+                Some(watch_response::Response::Synced(s)) => {
+                    cache.synced(s.revision);
+                    // Saved before anyone hears it is complete.
+                    if let Some(dir) = &config.cache_dir
+                        && let Err(e) = cache.save(dir)
+                    {
+                        tracing::warn!(error = %e, "cache not saved");
+                    }
+                    published.send_replace(Arc::new(cache.clone()));
+                    link.send_replace(Link::Synced);
+                    backoff.reset();
+                }
+                Some(watch_response::Response::Progress(p)) => cache.progress(p.revision),
+                Some(watch_response::Response::Cancelled(c)) => {
+                    return match CancelReason::try_from(c.reason) {
+                        Ok(CancelReason::Compacted) => Ended::Relist,
+                        _ => Ended::Resume(format!("the store ended the watch: {}", c.message)),
+                    };
+                }
+                None => {}
             }
-            Some(watch_response::Response::Progress(p)) => cache.progress(p.revision),
-            Some(watch_response::Response::Cancelled(c)) => {
-                return match CancelReason::try_from(c.reason) {
-                    Ok(CancelReason::Compacted) => Ended::Relist,
-                    _ => Ended::Resume(format!("the store ended the watch: {}", c.message)),
-                };
-            }
-            None => {}
         }
     }
 }

@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use pasa_agent::ads::{Protocol, ServeError, SyncState, bind_unix};
+use pasa_agent::translate::Generator;
 
 /// Two clusters with endpoints, one listener, one route config.
 fn base() -> pasa_agent::ads::Snapshot {
@@ -78,7 +79,7 @@ async fn sotw_snapshot_change_pushes_cds_eds_lds_rds_in_order() {
         assert!(r.resources.is_empty());
         c.ack(&r, names).await;
     }
-    h.publisher.publish(base());
+    h.publish(base());
     let mut order = Vec::new();
     for _ in 0..4 {
         let r = c.recv().await;
@@ -95,7 +96,7 @@ async fn sotw_ack_then_change_pushes_only_the_changed_type() {
 
     let mut next = base();
     next.insert(EDS, "c2", "2", endpoints("c2")).unwrap();
-    h.publisher.publish(next.clone());
+    h.publish(next.clone());
     let r = c.recv().await;
     assert_eq!(kind_of(&r.type_url), EDS);
     assert_eq!(
@@ -106,9 +107,9 @@ async fn sotw_ack_then_change_pushes_only_the_changed_type() {
     c.ack(&r, &["c1", "c2"]).await;
 
     // Publishing an equal snapshot pushes nothing; the next push is the next real change (LDS).
-    h.publisher.publish(next.clone());
+    h.publish(next.clone());
     next.insert(LDS, "l2", "1", listener("l2")).unwrap();
-    h.publisher.publish(next);
+    h.publish(next);
     let r = c.recv().await;
     assert_eq!(kind_of(&r.type_url), LDS);
     assert_eq!(names(&r), ["l1", "l2"]);
@@ -129,7 +130,7 @@ async fn sotw_removals_wait_until_references_are_replaced() {
         (RDS, "r1", "1"),
         (RDS, "r2", "1"),
     ]);
-    h.publisher.publish(next);
+    h.publish(next);
     let mut pushes = Vec::new();
     for _ in 0..4 {
         let r = c.recv().await;
@@ -158,7 +159,7 @@ async fn sotw_nack_keeps_last_good_is_stale_and_not_pushed_again() {
 
     let mut bad = base();
     bad.insert(CDS, "c2", "bad", cluster("c2")).unwrap();
-    h.publisher.publish(bad.clone());
+    h.publish(bad.clone());
     let r = c.recv().await;
     assert_eq!(kind_of(&r.type_url), CDS);
     c.nack(&r, &good, &[]).await;
@@ -181,14 +182,14 @@ async fn sotw_nack_keeps_last_good_is_stale_and_not_pushed_again() {
 
     // Another change elsewhere: only that type goes out, the rejected CDS is not pushed again.
     bad.insert(EDS, "c1", "2", endpoints("c1")).unwrap();
-    h.publisher.publish(bad.clone());
+    h.publish(bad.clone());
     let r = c.recv().await;
     assert_eq!(kind_of(&r.type_url), EDS);
     c.ack(&r, &["c1", "c2"]).await;
 
     // A new CDS version after the NACK is pushed, and its ACK clears the staleness.
     bad.insert(CDS, "c2", "fixed", cluster("c2")).unwrap();
-    h.publisher.publish(bad);
+    h.publish(bad);
     let r = c.recv().await;
     assert_eq!(kind_of(&r.type_url), CDS);
     assert_ne!(r.version_info, nack.version);
@@ -235,7 +236,7 @@ async fn sotw_reconnect_with_known_versions_gets_only_what_it_lacks() {
 
     let mut next = base();
     next.insert(LDS, "l1", "2", listener("l1")).unwrap();
-    h.publisher.publish(next);
+    h.publish(next);
 
     let mut again = h.sotw().await;
     again.request(CDS, &[], &cds.version_info, "").await;
@@ -280,7 +281,7 @@ async fn delta_subscribe_changes_and_removals() {
 
     // c2 changes, c1 goes away (cluster and endpoints), c3 is new.
     let next = snapshot(&[(CDS, "c2", "2"), (CDS, "c3", "1"), (EDS, "c2", "1")]);
-    h.publisher.publish(next);
+    h.publish(next);
     let r = c.recv().await;
     assert_eq!(kind_of(&r.type_url), CDS);
     assert_eq!(
@@ -344,7 +345,7 @@ async fn delta_nack_is_recorded_and_not_pushed_again() {
     c.ack(&r).await;
     let mut next = base();
     next.insert(LDS, "l1", "bad", listener("l1")).unwrap();
-    h.publisher.publish(next.clone());
+    h.publish(next.clone());
     let r = c.recv().await;
     c.send(
         envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest {
@@ -371,7 +372,7 @@ async fn delta_nack_is_recorded_and_not_pushed_again() {
     assert_eq!(status[0].state(LDS), SyncState::Stale);
     // Unrelated change: nothing for LDS; then a fixed listener is pushed.
     next.insert(LDS, "l2", "1", listener("l2")).unwrap();
-    h.publisher.publish(next);
+    h.publish(next);
     let r = c.recv().await;
     assert_eq!(delta_names(&r), [("l2".into(), "1".into())]);
     h.stop().await;
@@ -406,7 +407,7 @@ async fn two_connections_at_once_both_get_pushes() {
 
     let mut next = base();
     next.insert(CDS, "c1", "2", cluster("c1")).unwrap();
-    h.publisher.publish(next);
+    h.publish(next);
     let s = sotw.recv().await;
     assert_eq!(kind_of(&s.type_url), CDS);
     let d = delta.recv().await;
@@ -440,4 +441,89 @@ async fn bind_replaces_a_stale_socket_but_not_other_files() {
         Err(ServeError::NotASocket { .. })
     ));
     assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+}
+
+#[tokio::test]
+async fn each_client_gets_the_snapshot_of_its_generator() {
+    let h = Harness::start(base());
+    // A gRPC client waits until the agent has translated for gRPC: nothing is answered before.
+    let mut grpc = h.sotw_as(grpc_node()).await;
+    grpc.request(LDS, &["hello.default.svc.cluster.local:7070"], "", "")
+        .await;
+    let mut wanted = h.publisher.wanted();
+    tokio::time::timeout(GUARD, wanted.wait_for(|w| w.contains(&Generator::Grpc)))
+        .await
+        .expect("the gRPC generator becomes wanted")
+        .unwrap();
+    h.publisher.publish(
+        Generator::Grpc,
+        snapshot(&[(LDS, "hello.default.svc.cluster.local:7070", "1")]),
+    );
+    let r = grpc.recv().await;
+    assert_eq!(names(&r), ["hello.default.svc.cluster.local:7070"]);
+    grpc.ack(&r, &["hello.default.svc.cluster.local:7070"])
+        .await;
+
+    let mut envoy = h.sotw().await;
+    envoy.request(LDS, &[], "", "").await;
+    let r = envoy.recv().await;
+    assert_eq!(names(&r), ["l1"]);
+    envoy.ack(&r, &[]).await;
+
+    let status = h
+        .status
+        .wait_for(|all| all.len() == 2 && all.iter().all(|c| c.state(LDS) == SyncState::Synced))
+        .await;
+    let generators: Vec<_> = status.iter().map(|c| c.generator).collect();
+    assert_eq!(generators, [Some(Generator::Grpc), Some(Generator::Envoy)]);
+
+    // A new Envoy snapshot reaches only the Envoy client.
+    let mut next = base();
+    next.insert(LDS, "l2", "1", listener("l2")).unwrap();
+    h.publish(next);
+    let r = envoy.recv().await;
+    assert_eq!(names(&r), ["l1", "l2"]);
+    h.publisher.publish(
+        Generator::Grpc,
+        snapshot(&[(LDS, "hello.default.svc.cluster.local:7070", "2")]),
+    );
+    let r = grpc.recv().await;
+    assert_eq!(names(&r), ["hello.default.svc.cluster.local:7070"]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_pushed_change_is_timed_until_its_ack_and_nacks_are_counted() {
+    let h = Harness::start(base());
+    let mut c = synced_sotw(&h).await;
+    let mut next = base();
+    next.insert(CDS, "c1", "2", cluster("c1")).unwrap();
+    h.publish(next.clone().with_origin(std::time::Instant::now()));
+    let r = c.recv().await;
+    c.ack(&r, &[]).await;
+    h.status
+        .wait_for(|all| all[0].types[&CDS].acked_version.as_deref() == Some(&r.version_info))
+        .await;
+    next.insert(CDS, "c2", "2", cluster("c2")).unwrap();
+    h.publish(next.with_origin(std::time::Instant::now()));
+    let r = c.recv().await;
+    c.nack(&r, "", &[]).await;
+    h.status
+        .wait_for(|all| all[0].types[&CDS].last_nack.is_some())
+        .await;
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    h.metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("pasa_agent_xds_push_to_ack_seconds_count{type=\"CDS\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pasa_agent_xds_nacks_total{type=\"CDS\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("pasa_agent_xds_connections 1"), "{text}");
+    h.stop().await;
 }

@@ -5,64 +5,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+
+use common::store::StoreServer;
 use pasa_agent::cache::{Cache, Key};
 use pasa_agent::follow::{FollowConfig, Link, follow};
-use pasa_proto::store::v1::store_client::StoreClient;
-use pasa_proto::store::v1::{ApplyDocument, ApplyRequest, Rule, SubscriberIdentity, Subscription};
-use pasa_store::backend::sled::SledBackend;
-use pasa_store::metrics::Metrics;
-use pasa_store::store::{Store, StoreConfig};
-use tokio::sync::{oneshot, watch};
+use pasa_proto::store::v1::{Rule, SubscriberIdentity, Subscription};
+use tokio::sync::watch;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-struct Server {
-    addr: std::net::SocketAddr,
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+async fn start(dir: &std::path::Path, port: u16) -> StoreServer {
+    StoreServer::start(dir, port).await
 }
 
-async fn start(dir: &std::path::Path, port: u16) -> Server {
-    let backend = SledBackend::open(dir).expect("open sled");
-    let store = Store::open(Arc::new(backend), StoreConfig::default(), Metrics::new()).unwrap();
-    let listen = format!("127.0.0.1:{port}").parse().unwrap();
-    let bound = pasa_store::server::bind(store, listen, "127.0.0.1:0".parse().unwrap())
-        .await
-        .expect("bind");
-    let addr = bound.grpc_addr();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(bound.run("test-store", async move {
-        let _ = stopped.await;
-    }));
-    Server { addr, stop, task }
-}
-
-impl Server {
-    async fn stop(self) {
-        let _ = self.stop.send(());
-        self.task.await.unwrap().unwrap();
-    }
-}
-
-async fn apply(addr: std::net::SocketAddr, name: &str, host: &str) {
-    let mut client = StoreClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    let doc = format!(
-        r#"{{"apiVersion":"networking.istio.io/v1","kind":"DestinationRule","metadata":{{"name":"{name}","namespace":"shop"}},"spec":{{"host":"{host}"}}}}"#
-    );
-    let r = client
-        .apply(ApplyRequest {
-            documents: vec![ApplyDocument {
-                json: doc,
-                expected_mod_revision: None,
-            }],
-            dry_run: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(r.errors.is_empty(), "{:?}", r.errors);
+async fn apply(server: &StoreServer, name: &str, host: &str) {
+    server.apply_rule(name, host).await;
 }
 
 async fn until<T: Clone>(rx: &mut watch::Receiver<T>, what: &str, ok: impl Fn(&T) -> bool) -> T {
@@ -71,6 +29,30 @@ async fn until<T: Clone>(rx: &mut watch::Receiver<T>, what: &str, ok: impl Fn(&T
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
         .expect("publisher alive")
         .clone()
+}
+
+/// Everything in namespace `shop`.
+fn shop() -> Subscription {
+    Subscription {
+        rules: vec![Rule {
+            namespaces: vec!["shop".into()],
+            ..Default::default()
+        }],
+    }
+}
+
+/// Only what is about one host.
+fn host(fqdn: &str) -> Subscription {
+    Subscription {
+        rules: vec![Rule {
+            hosts: vec![fqdn.into()],
+            ..Default::default()
+        }],
+    }
+}
+
+fn names(cache: &Cache) -> Vec<String> {
+    cache.iter().map(|(k, _)| k.name.clone()).collect()
 }
 
 fn key(name: &str) -> Key {
@@ -87,16 +69,11 @@ async fn follows_resumes_and_saves() {
     let cache_dir = tempfile::tempdir().unwrap();
     let server = start(data.path(), 0).await;
     let port = server.addr.port();
-    apply(server.addr, "cart", "cart").await;
+    apply(&server, "cart", "cart").await;
 
     let config = FollowConfig {
         server: server.addr.to_string(),
-        subscription: Subscription {
-            rules: vec![Rule {
-                namespaces: vec!["shop".into()],
-                ..Default::default()
-            }],
-        },
+        subscription: watch::channel(shop()).1,
         identity: SubscriberIdentity {
             node_id: "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local".into(),
             ..Default::default()
@@ -118,7 +95,7 @@ async fn follows_resumes_and_saves() {
     assert_eq!(saved.revision(), c.revision());
 
     // A live change arrives.
-    apply(server.addr, "checkout", "checkout").await;
+    apply(&server, "checkout", "checkout").await;
     until(&mut caches, "the live change", |c| {
         c.get(&key("checkout")).is_some()
     })
@@ -131,13 +108,74 @@ async fn follows_resumes_and_saves() {
 
     // Back on the same address: resumed from the revision, what changed meanwhile arrives.
     let server = start(data.path(), port).await;
-    apply(server.addr, "payments", "payments").await;
+    apply(&server, "payments", "payments").await;
     until(&mut caches, "the change after the restart", |c| {
         c.get(&key("payments")).is_some()
     })
     .await;
     until(&mut link, "synced again", |l| *l == Link::Synced).await;
     assert_eq!(caches.borrow().len(), 3);
+
+    stop_tx.send_replace(true);
+    tokio::time::timeout(WAIT, follower).await.unwrap().unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_subscription_adds_and_removes_objects() {
+    let data = tempfile::tempdir().unwrap();
+    let server = start(data.path(), 0).await;
+    let port = server.addr.port();
+    apply(&server, "cart", "cart").await;
+    apply(&server, "checkout", "checkout").await;
+
+    let (scope, subscription) = watch::channel(shop());
+    let config = FollowConfig {
+        server: server.addr.to_string(),
+        subscription,
+        identity: SubscriberIdentity {
+            node_id: "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local".into(),
+            ..Default::default()
+        },
+        cache_dir: None,
+    };
+    let (published, mut caches) = watch::channel(Arc::new(Cache::default()));
+    let (link_tx, mut link) = watch::channel(Link::default());
+    let (stop_tx, stop) = watch::channel(false);
+    let follower = tokio::spawn(follow(config, Cache::default(), published, link_tx, stop));
+    until(&mut link, "synced", |l| *l == Link::Synced).await;
+    until(&mut caches, "both", |c| c.len() == 2).await;
+
+    // Narrowed on the open stream: what no longer matches is deleted.
+    scope.send_replace(host("cart.shop.svc.cluster.local"));
+    let c = until(&mut caches, "narrowed", |c| c.len() == 1).await;
+    assert_eq!(names(&c), ["cart"]);
+    // Live changes follow the new subscription.
+    apply(&server, "payments", "payments").await;
+    apply(&server, "cart", "cart.shop.svc.cluster.local").await;
+    let c = until(&mut caches, "cart changed", |c| {
+        c.get(&key("cart"))
+            .is_some_and(|r| r.spec_json.contains("svc.cluster.local"))
+    })
+    .await;
+    assert_eq!(names(&c), ["cart"], "payments is out of scope");
+
+    // Widened: what now matches is added.
+    scope.send_replace(shop());
+    let c = until(&mut caches, "widened", |c| c.len() == 3).await;
+    assert_eq!(names(&c), ["cart", "checkout", "payments"]);
+
+    // Changed while the store is away: the next watch starts over under the new subscription.
+    server.stop().await;
+    until(&mut link, "degraded", |l| matches!(l, Link::Degraded(_))).await;
+    scope.send_replace(host("checkout.shop.svc.cluster.local"));
+    let server = start(data.path(), port).await;
+    let c = until(&mut caches, "relisted", |c| {
+        c.len() == 1 && !c.snapshot_pending()
+    })
+    .await;
+    assert_eq!(names(&c), ["checkout"]);
+    until(&mut link, "synced again", |l| *l == Link::Synced).await;
 
     stop_tx.send_replace(true);
     tokio::time::timeout(WAIT, follower).await.unwrap().unwrap();

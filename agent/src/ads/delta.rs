@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource as WireResource,
 };
@@ -23,8 +25,9 @@ struct TypeState {
     subscription: Option<Subscription>,
     /// Name → version the client holds (sent to it, or declared in `initial_resource_versions`).
     known: BTreeMap<String, String>,
-    /// Responses not yet ACKed or NACKed: nonce → system version.
-    pending: BTreeMap<String, String>,
+    /// Responses not yet ACKed or NACKed: nonce → system version, and for a push of a new
+    /// snapshot when its configuration reached the agent.
+    pending: BTreeMap<String, (String, Option<Instant>)>,
 }
 
 /// What one type needs sent.
@@ -51,30 +54,33 @@ struct Stream {
 const MAX_PENDING: usize = 64;
 
 pub(super) async fn run(conn: Connection, requests: Streaming<DeltaDiscoveryRequest>, out: Out) {
-    let closing = conn.closing.clone();
-    let snapshots = conn.snapshots.clone();
     let stream = Stream {
         conn,
         out,
         types: Default::default(),
         next_nonce: 0,
     };
-    drive(stream, closing, snapshots, requests).await;
+    drive(stream, requests).await;
 }
 
 impl StreamHandler for Stream {
     type Request = DeltaDiscoveryRequest;
     const NAME: &'static str = "Delta";
 
+    fn node(request: &DeltaDiscoveryRequest) -> Option<&Node> {
+        request.node.as_ref()
+    }
+
+    fn connection(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
     async fn on_request(
         &mut self,
         request: DeltaDiscoveryRequest,
         snapshot: &Snapshot,
     ) -> Result<(), Closed> {
-        let kind = self
-            .conn
-            .admit(&self.out, &request.type_url, request.node.as_ref())
-            .await?;
+        let kind = self.conn.admit(&self.out, &request.type_url).await?;
         let state = &mut self.types[kind.index()];
 
         if !request.response_nonce.is_empty() {
@@ -82,10 +88,11 @@ impl StreamHandler for Stream {
                 None => {
                     tracing::debug!(%kind, nonce = %request.response_nonce, "unknown nonce ignored");
                 }
-                Some(version) => {
+                Some((version, origin)) => {
                     let nonce = request.response_nonce.clone();
                     if let Some(error) = &request.error_detail {
                         tracing::warn!(%kind, %version, error = %error.message, "NACK");
+                        self.conn.metrics.nacked(kind);
                         let nack = Nack {
                             version,
                             nonce,
@@ -94,6 +101,9 @@ impl StreamHandler for Stream {
                         self.conn.status.update(kind, |s| s.nacked(nack));
                     } else {
                         tracing::debug!(%kind, %version, "ACK");
+                        if let Some(origin) = origin {
+                            self.conn.metrics.acked(kind, origin);
+                        }
                         self.conn.status.update(kind, |s| s.acked(&version, &nonce));
                     }
                 }
@@ -136,7 +146,7 @@ impl StreamHandler for Stream {
         }
         let diff = self.diff(kind, snapshot, true);
         if first || !diff.is_empty() {
-            self.send(kind, diff).await?;
+            self.send(kind, diff, None).await?;
         }
         Ok(())
     }
@@ -147,14 +157,14 @@ impl StreamHandler for Stream {
         for kind in TypeKind::PUSH_ORDER {
             let diff = self.diff(kind, snapshot, !kind.defers_removal());
             if !diff.is_empty() {
-                self.send(kind, diff).await?;
+                self.send(kind, diff, snapshot.origin()).await?;
             }
         }
         for kind in TypeKind::REMOVAL_ORDER {
             let mut diff = self.diff(kind, snapshot, true);
             diff.updated.clear();
             if !diff.is_empty() {
-                self.send(kind, diff).await?;
+                self.send(kind, diff, snapshot.origin()).await?;
             }
         }
         Ok(())
@@ -186,7 +196,12 @@ impl Stream {
         Diff { updated, removed }
     }
 
-    async fn send(&mut self, kind: TypeKind, diff: Diff) -> Result<(), Closed> {
+    async fn send(
+        &mut self,
+        kind: TypeKind,
+        diff: Diff,
+        origin: Option<Instant>,
+    ) -> Result<(), Closed> {
         self.next_nonce += 1;
         let nonce = format!("{:016x}", self.next_nonce);
         let state = &mut self.types[kind.index()];
@@ -200,7 +215,9 @@ impl Stream {
         if state.pending.len() >= MAX_PENDING {
             state.pending.pop_first();
         }
-        state.pending.insert(nonce.clone(), version.clone());
+        state
+            .pending
+            .insert(nonce.clone(), (version.clone(), origin));
         let response = DeltaDiscoveryResponse {
             system_version_info: version.clone(),
             resources: diff

@@ -1,5 +1,6 @@
 //! The gRPC service and serving it on a Unix socket.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::io;
 use std::os::unix::fs::FileTypeExt;
@@ -7,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
 };
@@ -20,9 +22,11 @@ use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::snapshot::{Snapshot, SnapshotPublisher};
+use super::snapshot::{Snapshot, SnapshotPublisher, Snapshots};
 use super::status::{Protocol, StatusGuard, StatusRegistry};
 use super::{RESPONSE_BUFFER, TypeKind, authority, delta, request_type, sotw};
+use crate::metrics::Metrics;
+use crate::translate::Generator;
 
 /// Why serving stopped.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +59,10 @@ pub(super) trait StreamHandler: Send {
     type Request: prost::Message + Default + Send + 'static;
     /// For logs: `SotW` or `Delta`.
     const NAME: &'static str;
+    /// The node a request names (clients send it on the first request only).
+    fn node(request: &Self::Request) -> Option<&Node>;
+    /// The connection this handler serves.
+    fn connection(&mut self) -> &mut Connection;
     /// Answers one request of the client.
     fn on_request(
         &mut self,
@@ -68,15 +76,14 @@ pub(super) trait StreamHandler: Send {
     ) -> impl Future<Output = Result<(), Closed>> + Send;
 }
 
-/// One stream's loop: answer requests, push new snapshots, stop on shutdown or when the client
-/// goes. When the publisher is gone, the last snapshot keeps being served.
-pub(super) async fn drive<H: StreamHandler>(
-    mut handler: H,
-    mut closing: watch::Receiver<bool>,
-    mut snapshots: watch::Receiver<Arc<Snapshot>>,
-    mut requests: Streaming<H::Request>,
-) {
-    let mut snapshot = Arc::clone(&snapshots.borrow_and_update());
+/// One stream's loop: learn the client's generator from its first request, wait for that
+/// generator's snapshot, then answer requests and push new snapshots, until shutdown or until the
+/// client goes. When the publisher is gone, the last snapshot keeps being served.
+pub(super) async fn drive<H: StreamHandler>(mut handler: H, mut requests: Streaming<H::Request>) {
+    let mut closing = handler.connection().closing.clone();
+    let mut snapshots = handler.connection().snapshots.clone();
+    // Set by the first request.
+    let mut serving: Option<(Generator, Arc<Snapshot>)> = None;
     let mut watching = true;
     tracing::debug!(protocol = H::NAME, "stream opened");
     loop {
@@ -84,6 +91,19 @@ pub(super) async fn drive<H: StreamHandler>(
             () = Connection::closed(&mut closing) => break,
             request = requests.message() => match request {
                 Ok(Some(request)) => {
+                    let snapshot = match &serving {
+                        Some((_, snapshot)) => Arc::clone(snapshot),
+                        None => {
+                            let generator = handler.connection().identify(H::node(&request));
+                            let Some(snapshot) =
+                                first_snapshot(&mut snapshots, generator, &mut closing).await
+                            else {
+                                break;
+                            };
+                            serving = Some((generator, Arc::clone(&snapshot)));
+                            snapshot
+                        }
+                    };
                     if handler.on_request(request, &snapshot).await.is_err() {
                         break;
                     }
@@ -99,8 +119,18 @@ pub(super) async fn drive<H: StreamHandler>(
                     watching = false;
                     continue;
                 }
-                snapshot = Arc::clone(&snapshots.borrow_and_update());
-                if handler.on_snapshot(&snapshot).await.is_err() {
+                let published = Arc::clone(&snapshots.borrow_and_update());
+                let Some((generator, current)) = &mut serving else {
+                    continue;
+                };
+                let Some(next) = published.get(*generator) else {
+                    continue;
+                };
+                if Arc::ptr_eq(next, current) {
+                    continue;
+                }
+                *current = Arc::clone(next);
+                if handler.on_snapshot(next).await.is_err() {
                     break;
                 }
             }
@@ -109,41 +139,66 @@ pub(super) async fn drive<H: StreamHandler>(
     tracing::debug!(protocol = H::NAME, "stream closed");
 }
 
+/// Waits until a snapshot for `generator` is published; `None` when the server shuts down (or
+/// the publisher is gone) first.
+async fn first_snapshot(
+    snapshots: &mut watch::Receiver<Arc<Snapshots>>,
+    generator: Generator,
+    closing: &mut watch::Receiver<bool>,
+) -> Option<Arc<Snapshot>> {
+    if let Some(snapshot) = snapshots.borrow_and_update().get(generator) {
+        return Some(Arc::clone(snapshot));
+    }
+    tracing::debug!(
+        generator = generator.name(),
+        "waiting for the first snapshot"
+    );
+    tokio::select! {
+        () = Connection::closed(closing) => None,
+        ready = snapshots.wait_for(|s| s.get(generator).is_some()) => {
+            ready.ok().and_then(|s| s.get(generator).cloned())
+        }
+    }
+}
+
 /// What each connection task needs.
 pub(super) struct Connection {
-    pub(super) snapshots: watch::Receiver<Arc<Snapshot>>,
+    pub(super) snapshots: watch::Receiver<Arc<Snapshots>>,
     pub(super) status: StatusGuard,
     pub(super) closing: watch::Receiver<bool>,
-    /// Whether a request has named the node yet (clients send it on the first request only).
-    node_seen: bool,
+    pub(super) metrics: Arc<Metrics>,
+    wanted: Arc<watch::Sender<BTreeSet<Generator>>>,
 }
 
 impl Connection {
-    /// The first steps of answering any request, SotW or Delta: the type must be one this server
-    /// serves (otherwise the stream ends with the reason), and the first node named identifies the
-    /// connection.
+    /// The first request names the node: it identifies the connection and chooses its
+    /// generator (Envoy's when no node is named). The generator becomes wanted, so the agent
+    /// starts translating for it.
+    fn identify(&mut self, node: Option<&Node>) -> Generator {
+        let generator = node.map_or(Generator::Envoy, Generator::of_node);
+        let node_id = node.map(|n| n.id.as_str()).unwrap_or_default();
+        self.status.identify(node_id, generator);
+        self.wanted
+            .send_if_modified(|wanted| wanted.insert(generator));
+        tracing::info!(node = %node_id, generator = generator.name(), "client connected");
+        generator
+    }
+
+    /// The first step of answering any request, SotW or Delta: the type must be one this server
+    /// serves; otherwise the stream ends with the reason.
     pub(super) async fn admit<T>(
         &mut self,
         out: &mpsc::Sender<Result<T, Status>>,
         type_url: &str,
-        node: Option<&envoy_types::pb::envoy::config::core::v3::Node>,
     ) -> Result<TypeKind, Closed> {
-        let kind = match request_type(type_url) {
-            Ok(kind) => kind,
+        match request_type(type_url) {
+            Ok(kind) => Ok(kind),
             Err(status) => {
                 tracing::warn!(%type_url, "refusing an unsupported type");
                 let _ = out.send(Err(status)).await;
-                return Err(Closed);
+                Err(Closed)
             }
-        };
-        if !self.node_seen
-            && let Some(node) = node
-        {
-            self.node_seen = true;
-            self.status.set_node(&node.id);
-            tracing::info!(node = %node.id, "client connected");
         }
-        Ok(kind)
     }
 
     /// Resolves when the server is shutting down.
@@ -153,11 +208,19 @@ impl Connection {
     }
 }
 
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.metrics.connections.dec();
+    }
+}
+
 /// `envoy.service.discovery.v3.AggregatedDiscoveryService`, both SotW and Delta.
 #[derive(Clone, Debug)]
 pub struct AdsService {
-    snapshots: watch::Receiver<Arc<Snapshot>>,
+    snapshots: watch::Receiver<Arc<Snapshots>>,
+    wanted: Arc<watch::Sender<BTreeSet<Generator>>>,
     status: StatusRegistry,
+    metrics: Arc<Metrics>,
     closing: Arc<watch::Sender<bool>>,
     next_id: Arc<AtomicU64>,
 }
@@ -167,10 +230,18 @@ impl AdsService {
     pub fn new(publisher: &SnapshotPublisher, status: StatusRegistry) -> Self {
         Self {
             snapshots: publisher.subscribe(),
+            wanted: publisher.wanted_sender(),
             status,
+            metrics: Arc::new(Metrics::default()),
             closing: Arc::new(watch::Sender::new(false)),
             next_id: Arc::new(AtomicU64::new(1)),
         }
+    }
+
+    /// Records connections, NACKs and push-to-ACK times in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Ends every open stream (clients see the stream end and reconnect elsewhere or later).
@@ -180,11 +251,13 @@ impl AdsService {
 
     fn connection(&self, protocol: Protocol) -> (u64, Connection) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.metrics.connections.inc();
         let conn = Connection {
             snapshots: self.snapshots.clone(),
             status: self.status.register(id, protocol),
             closing: self.closing.subscribe(),
-            node_seen: false,
+            metrics: Arc::clone(&self.metrics),
+            wanted: Arc::clone(&self.wanted),
         };
         (id, conn)
     }

@@ -1,12 +1,17 @@
-//! The resources the agent serves, and the channel that publishes them to every connection.
+//! The resources the agent serves, one [`Snapshot`] per [`Generator`], and the channel that
+//! publishes them to every connection.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use envoy_types::pb::google::protobuf::Any;
+use envoy_types::util::pack_any;
+use prost::Message;
 use tokio::sync::watch;
 
-use super::TypeKind;
+use super::{TypeKind, fnv};
+use crate::translate::{Generator, Resources};
 
 /// One xDS resource: its version (any string that changes when the body changes) and its body.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,16 +36,62 @@ pub enum SnapshotError {
     },
 }
 
-/// Everything the agent serves at one moment: per type, resource name → resource.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Everything the agent serves to the clients of one generator at one moment: per type, resource
+/// name → resource.
+#[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     types: [BTreeMap<String, Arc<Resource>>; 4],
+    /// When the configuration this snapshot was generated from reached the agent; pushes of it
+    /// are timed from here to the client's ACK. Not part of equality.
+    origin: Option<Instant>,
+}
+
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Self) -> bool {
+        self.types == other.types
+    }
 }
 
 impl Snapshot {
     /// An empty snapshot.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The snapshot serving `resources`. Each resource's version is a digest of its encoded
+    /// body, so an unchanged resource keeps its version across translations and restarts.
+    pub fn from_resources(resources: &Resources) -> Self {
+        let mut snapshot = Snapshot::new();
+        snapshot.pack_all(TypeKind::Cluster, &resources.clusters);
+        snapshot.pack_all(TypeKind::Endpoint, &resources.endpoints);
+        snapshot.pack_all(TypeKind::Listener, &resources.listeners);
+        snapshot.pack_all(TypeKind::Route, &resources.routes);
+        snapshot
+    }
+
+    fn pack_all<M: Message + prost::Name + Clone>(
+        &mut self,
+        kind: TypeKind,
+        messages: &BTreeMap<String, M>,
+    ) {
+        let map = &mut self.types[kind.index()];
+        for (name, message) in messages {
+            let body = pack_any(message.clone());
+            let version = fnv(&body.value);
+            map.insert(name.clone(), Arc::new(Resource { version, body }));
+        }
+    }
+
+    /// Marks when the configuration behind this snapshot reached the agent (see
+    /// `pasa_agent_xds_push_to_ack_seconds`).
+    pub fn with_origin(mut self, origin: Instant) -> Self {
+        self.origin = Some(origin);
+        self
+    }
+
+    /// When the configuration behind this snapshot reached the agent, if known.
+    pub fn origin(&self) -> Option<Instant> {
+        self.origin
     }
 
     /// Adds or replaces a resource. Its body's type URL must be `kind`'s.
@@ -76,10 +127,42 @@ impl Snapshot {
     }
 }
 
-/// Publishes snapshots; every connection sees the newest one (intermediate ones may be skipped).
+impl Generator {
+    /// The generator's name in status pages and metric labels: `envoy` or `grpc` (as istiod
+    /// names them in node metadata).
+    pub fn name(self) -> &'static str {
+        match self {
+            Generator::Envoy => "envoy",
+            Generator::Grpc => "grpc",
+        }
+    }
+}
+
+/// The snapshots being served: one per generator that has been published. A generator without
+/// one is not ready yet; its clients wait rather than be told that nothing exists.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshots {
+    by_generator: BTreeMap<Generator, Arc<Snapshot>>,
+}
+
+impl Snapshots {
+    /// The snapshot for `generator`, once published.
+    pub fn get(&self, generator: Generator) -> Option<&Arc<Snapshot>> {
+        self.by_generator.get(&generator)
+    }
+
+    /// Every published snapshot, by generator.
+    pub fn iter(&self) -> impl Iterator<Item = (Generator, &Arc<Snapshot>)> {
+        self.by_generator.iter().map(|(g, s)| (*g, s))
+    }
+}
+
+/// Publishes snapshots; every connection sees the newest one of its generator (intermediate ones
+/// may be skipped). It also tells which generators the connected clients want.
 #[derive(Debug)]
 pub struct SnapshotPublisher {
-    tx: watch::Sender<Arc<Snapshot>>,
+    tx: watch::Sender<Arc<Snapshots>>,
+    wanted: Arc<watch::Sender<BTreeSet<Generator>>>,
 }
 
 impl Default for SnapshotPublisher {
@@ -89,31 +172,51 @@ impl Default for SnapshotPublisher {
 }
 
 impl SnapshotPublisher {
-    /// A publisher whose first snapshot is empty.
+    /// A publisher with no snapshot yet: clients wait for the first one of their generator.
+    /// Envoy's generator is wanted from the start; others once a client asks for them.
     pub fn new() -> Self {
         Self {
-            tx: watch::Sender::new(Arc::new(Snapshot::new())),
+            tx: watch::Sender::new(Arc::new(Snapshots::default())),
+            wanted: Arc::new(watch::Sender::new(BTreeSet::from([Generator::Envoy]))),
         }
     }
 
-    /// Makes `snapshot` the one every connection serves. Publishing an equal snapshot is a no-op.
-    pub fn publish(&self, snapshot: Snapshot) {
+    /// Makes `snapshot` the one every client of `generator` is served. Publishing a snapshot
+    /// equal to the current one is a no-op.
+    pub fn publish(&self, generator: Generator, snapshot: Snapshot) {
         self.tx.send_if_modified(|current| {
-            if **current == snapshot {
+            if current.get(generator).is_some_and(|s| **s == snapshot) {
                 return false;
             }
-            *current = Arc::new(snapshot);
+            let mut next = (**current).clone();
+            next.by_generator.insert(generator, Arc::new(snapshot));
+            *current = Arc::new(next);
             true
         });
     }
 
-    /// The snapshot being served.
-    pub fn current(&self) -> Arc<Snapshot> {
+    /// The snapshot being served to the clients of `generator`, once published.
+    pub fn current(&self, generator: Generator) -> Option<Arc<Snapshot>> {
+        self.tx.borrow().get(generator).cloned()
+    }
+
+    /// Every snapshot being served.
+    pub fn snapshots(&self) -> Arc<Snapshots> {
         Arc::clone(&self.tx.borrow())
     }
 
-    pub(super) fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+    /// The generators clients have asked for since the start (Envoy's always): translate for
+    /// these and publish their snapshots. Changes when a client of a new generator connects.
+    pub fn wanted(&self) -> watch::Receiver<BTreeSet<Generator>> {
+        self.wanted.subscribe()
+    }
+
+    pub(super) fn subscribe(&self) -> watch::Receiver<Arc<Snapshots>> {
         self.tx.subscribe()
+    }
+
+    pub(super) fn wanted_sender(&self) -> Arc<watch::Sender<BTreeSet<Generator>>> {
+        Arc::clone(&self.wanted)
     }
 }
 
@@ -138,5 +241,70 @@ mod tests {
         snapshot.insert(TypeKind::Listener, "l", "1", body).unwrap();
         assert_eq!(snapshot.resources(TypeKind::Listener).len(), 1);
         assert!(snapshot.remove(TypeKind::Listener, "l"));
+    }
+
+    #[test]
+    fn resources_become_a_snapshot_with_stable_versions() {
+        use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+        use envoy_types::pb::envoy::config::listener::v3::Listener;
+        let mut resources = Resources::default();
+        for name in ["a", "b"] {
+            let cluster = Cluster {
+                name: name.into(),
+                ..Default::default()
+            };
+            resources.clusters.insert(name.into(), cluster);
+        }
+        let listener = Listener {
+            name: "0.0.0.0_80".into(),
+            ..Default::default()
+        };
+        resources.listeners.insert("0.0.0.0_80".into(), listener);
+        let one = Snapshot::from_resources(&resources);
+        let two = Snapshot::from_resources(&resources);
+        assert_eq!(one, two);
+        let clusters = one.resources(TypeKind::Cluster);
+        assert_eq!(clusters.len(), 2);
+        assert_eq!(clusters["a"].body.type_url, TypeKind::Cluster.type_url());
+        assert_ne!(clusters["a"].version, clusters["b"].version);
+        assert_eq!(
+            clusters["a"].version,
+            two.resources(TypeKind::Cluster)["a"].version
+        );
+        assert_eq!(
+            one.resources(TypeKind::Listener)["0.0.0.0_80"]
+                .body
+                .type_url,
+            TypeKind::Listener.type_url()
+        );
+        assert!(one.resources(TypeKind::Route).is_empty());
+    }
+
+    #[test]
+    fn each_generator_has_its_own_snapshot() {
+        let publisher = SnapshotPublisher::new();
+        assert!(publisher.current(Generator::Envoy).is_none(), "not ready");
+        let mut grpc = Snapshot::new();
+        grpc.insert(
+            TypeKind::Listener,
+            "h:80",
+            "1",
+            Any {
+                type_url: TypeKind::Listener.type_url().into(),
+                value: Vec::new(),
+            },
+        )
+        .unwrap();
+        publisher.publish(Generator::Envoy, Snapshot::new());
+        publisher.publish(Generator::Grpc, grpc.clone());
+        assert_eq!(*publisher.current(Generator::Grpc).unwrap(), grpc);
+        assert_eq!(
+            *publisher.current(Generator::Envoy).unwrap(),
+            Snapshot::new()
+        );
+        assert_eq!(
+            *publisher.wanted().borrow(),
+            BTreeSet::from([Generator::Envoy])
+        );
     }
 }

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
@@ -21,6 +23,9 @@ struct Sent {
     /// Empty when the client already held `version` on reconnect.
     nonce: String,
     resources: BTreeMap<String, Arc<Resource>>,
+    /// For a push of a new snapshot: when its configuration reached the agent, until the ACK
+    /// is timed.
+    origin: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -40,36 +45,39 @@ struct Stream {
 }
 
 pub(super) async fn run(conn: Connection, requests: Streaming<DiscoveryRequest>, out: Out) {
-    let closing = conn.closing.clone();
-    let snapshots = conn.snapshots.clone();
     let stream = Stream {
         conn,
         out,
         types: Default::default(),
         next_nonce: 0,
     };
-    drive(stream, closing, snapshots, requests).await;
+    drive(stream, requests).await;
 }
 
 impl StreamHandler for Stream {
     type Request = DiscoveryRequest;
     const NAME: &'static str = "SotW";
 
+    fn node(request: &DiscoveryRequest) -> Option<&Node> {
+        request.node.as_ref()
+    }
+
+    fn connection(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+
     async fn on_request(
         &mut self,
         request: DiscoveryRequest,
         snapshot: &Snapshot,
     ) -> Result<(), Closed> {
-        let kind = self
-            .conn
-            .admit(&self.out, &request.type_url, request.node.as_ref())
-            .await?;
+        let kind = self.conn.admit(&self.out, &request.type_url).await?;
         let state = &mut self.types[kind.index()];
 
         if !request.response_nonce.is_empty() {
             let Some(sent) = state
                 .sent
-                .as_ref()
+                .as_mut()
                 .filter(|s| s.nonce == request.response_nonce)
             else {
                 tracing::debug!(%kind, nonce = %request.response_nonce, "stale nonce ignored");
@@ -78,6 +86,8 @@ impl StreamHandler for Stream {
             if let Some(error) = &request.error_detail {
                 tracing::warn!(%kind, version = %sent.version, error = %error.message, "NACK");
                 state.rejected = Some(sent.version.clone());
+                sent.origin = None;
+                self.conn.metrics.nacked(kind);
                 let nack = Nack {
                     version: sent.version.clone(),
                     nonce: sent.nonce.clone(),
@@ -87,6 +97,9 @@ impl StreamHandler for Stream {
             } else {
                 tracing::debug!(%kind, version = %sent.version, "ACK");
                 state.rejected = None;
+                if let Some(origin) = sent.origin.take() {
+                    self.conn.metrics.acked(kind, origin);
+                }
                 let (version, nonce) = (sent.version.clone(), sent.nonce.clone());
                 self.conn.status.update(kind, |s| s.acked(&version, &nonce));
             }
@@ -108,11 +121,12 @@ impl StreamHandler for Stream {
                     version,
                     nonce: String::new(),
                     resources,
+                    origin: None,
                 });
                 return Ok(());
             }
         }
-        self.send(kind, resources).await
+        self.send(kind, resources, None).await
     }
 
     /// Pushes what changed: additions and changes first (CDS → EDS → LDS → RDS, still carrying
@@ -134,7 +148,7 @@ impl StreamHandler for Stream {
                 }
             }
             if self.worth_sending(kind, &resources) {
-                self.send(kind, resources).await?;
+                self.send(kind, resources, snapshot.origin()).await?;
             }
         }
         for kind in TypeKind::REMOVAL_ORDER {
@@ -143,7 +157,7 @@ impl StreamHandler for Stream {
             };
             let resources = subscription.select(snapshot, kind);
             if self.worth_sending(kind, &resources) {
-                self.send(kind, resources).await?;
+                self.send(kind, resources, snapshot.origin()).await?;
             }
         }
         Ok(())
@@ -164,6 +178,7 @@ impl Stream {
         &mut self,
         kind: TypeKind,
         resources: BTreeMap<String, Arc<Resource>>,
+        origin: Option<Instant>,
     ) -> Result<(), Closed> {
         self.next_nonce += 1;
         let nonce = format!("{:016x}", self.next_nonce);
@@ -184,6 +199,7 @@ impl Stream {
             version,
             nonce,
             resources,
+            origin,
         });
         Ok(())
     }

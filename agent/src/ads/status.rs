@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::TypeKind;
+use crate::translate::Generator;
 
 /// Whether a client holds what was sent to it, as `istioctl proxy-status` reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +37,15 @@ pub enum Protocol {
     Sotw,
     /// `DeltaAggregatedResources`, incremental.
     Delta,
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Sotw => "SotW",
+            Protocol::Delta => "Delta",
+        })
+    }
 }
 
 /// A response the client rejected.
@@ -112,6 +122,8 @@ pub struct ConnectionStatus {
     /// The node ID from the first request (empty until a request carried one).
     pub node_id: String,
     pub protocol: Protocol,
+    /// The generator chosen from the node of the first request (`None` before it).
+    pub generator: Option<Generator>,
     /// Types the client asked for or was sent; a type missing here is NOT SENT.
     pub types: BTreeMap<TypeKind, TypeStatus>,
 }
@@ -175,6 +187,7 @@ impl StatusRegistry {
                     id,
                     node_id: String::new(),
                     protocol,
+                    generator: None,
                     types: BTreeMap::new(),
                 },
             );
@@ -194,10 +207,11 @@ pub(super) struct StatusGuard {
 }
 
 impl StatusGuard {
-    pub(super) fn set_node(&self, node_id: &str) {
+    pub(super) fn identify(&self, node_id: &str, generator: Generator) {
         self.registry.tx.send_modify(|all| {
             if let Some(conn) = all.get_mut(&self.id) {
                 conn.node_id = node_id.to_owned();
+                conn.generator = Some(generator);
             }
         });
     }

@@ -191,8 +191,11 @@ pub(super) fn domains(
             // `name.ns.svc.cluster.local` from `ns.svc.cluster.local`: `name`, `name.ns`,
             // `name.ns.svc`; from another namespace: `name.ns`, `name.ns.svc`.
             let dropped = &host_labels[host_labels.len() - shared..];
+            // Never a name cut inside the cluster's domain suffix (`name.ns.svc.cluster`): the
+            // proxy's domain is `<ns>.svc.<suffix>`.
+            let suffix_labels = domain_labels.len().saturating_sub(2);
             names.push(kept.join("."));
-            for i in 1..dropped.len() {
+            for i in 1..=dropped.len().saturating_sub(suffix_labels) {
                 let mut with = kept.to_vec();
                 with.extend_from_slice(&dropped[..i]);
                 names.push(with.join("."));

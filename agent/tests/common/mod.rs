@@ -3,7 +3,11 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+pub mod agent;
+pub mod store;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -22,6 +26,8 @@ use pasa_agent::ads::{
     AdsService, ServeError, Snapshot, SnapshotPublisher, StatusRegistry, TypeKind, bind_unix,
     serve_unix,
 };
+use pasa_agent::metrics::Metrics;
+use pasa_agent::translate::Generator;
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -43,6 +49,7 @@ pub struct Harness {
     pub path: PathBuf,
     pub publisher: SnapshotPublisher,
     pub status: StatusRegistry,
+    pub metrics: Arc<Metrics>,
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), ServeError>>>,
 }
@@ -52,9 +59,10 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("xds.sock");
         let publisher = SnapshotPublisher::new();
-        publisher.publish(initial);
+        publisher.publish(Generator::Envoy, initial);
         let status = StatusRegistry::new();
-        let service = AdsService::new(&publisher, status.clone());
+        let metrics = Arc::new(Metrics::default());
+        let service = AdsService::new(&publisher, status.clone()).with_metrics(metrics.clone());
         // Bound before the server task starts: clients can connect as soon as this returns.
         let listener = bind_unix(&path).unwrap();
         let (tx, rx) = oneshot::channel::<()>();
@@ -70,37 +78,28 @@ impl Harness {
             path,
             publisher,
             status,
+            metrics,
             shutdown: Some(tx),
             server: Some(server),
         }
     }
 
-    async fn channel(&self) -> Channel {
-        let uri = format!("unix://{}", self.path.display());
-        tonic::transport::Endpoint::from_shared(uri)
-            .unwrap()
-            .connect()
-            .await
-            .unwrap()
+    /// Publishes the snapshot Envoy clients are served.
+    pub fn publish(&self, snapshot: Snapshot) {
+        self.publisher.publish(Generator::Envoy, snapshot);
     }
 
     pub async fn sotw(&self) -> FakeSotwClient {
-        let mut client = AggregatedDiscoveryServiceClient::new(self.channel().await);
-        let (tx, rx) = mpsc::channel(16);
-        let responses = client
-            .stream_aggregated_resources(ReceiverStream::new(rx))
-            .await
-            .unwrap()
-            .into_inner();
-        FakeSotwClient {
-            tx,
-            responses,
-            node_sent: false,
-        }
+        self.sotw_as(node()).await
+    }
+
+    /// A SotW client that names `node` on its first request.
+    pub async fn sotw_as(&self, node: Node) -> FakeSotwClient {
+        FakeSotwClient::connect(&self.path, node).await
     }
 
     pub async fn delta(&self) -> FakeDeltaClient {
-        let mut client = AggregatedDiscoveryServiceClient::new(self.channel().await);
+        let mut client = AggregatedDiscoveryServiceClient::new(channel(&self.path).await);
         let (tx, rx) = mpsc::channel(16);
         let responses = client
             .delta_aggregated_resources(ReceiverStream::new(rx))
@@ -129,9 +128,34 @@ impl Harness {
     }
 }
 
-fn node() -> Node {
+async fn channel(path: &Path) -> Channel {
+    let uri = format!("unix://{}", path.display());
+    tonic::transport::Endpoint::from_shared(uri)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The node of a fake Envoy sidecar.
+pub fn node() -> Node {
     Node {
         id: "sidecar~10.0.0.1~fake.default~default.svc.cluster.local".into(),
+        ..Default::default()
+    }
+}
+
+/// The node of a fake proxyless gRPC client: `GENERATOR: grpc` in its metadata.
+pub fn grpc_node() -> Node {
+    use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+    let generator = Value {
+        kind: Some(Kind::StringValue("grpc".into())),
+    };
+    Node {
+        id: "sidecar~10.0.0.2~fake-grpc.default~default.svc.cluster.local".into(),
+        metadata: Some(Struct {
+            fields: [("GENERATOR".to_string(), generator)].into_iter().collect(),
+        }),
         ..Default::default()
     }
 }
@@ -140,14 +164,30 @@ fn node() -> Node {
 pub struct FakeSotwClient {
     tx: mpsc::Sender<DiscoveryRequest>,
     responses: Streaming<DiscoveryResponse>,
-    node_sent: bool,
+    /// Sent on the first request, as real clients do.
+    node: Option<Node>,
 }
 
 impl FakeSotwClient {
+    /// Connects to the ADS server on the socket `path`; `node` goes with the first request.
+    pub async fn connect(path: &Path, node: Node) -> FakeSotwClient {
+        let mut client = AggregatedDiscoveryServiceClient::new(channel(path).await);
+        let (tx, rx) = mpsc::channel(16);
+        let responses = client
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        FakeSotwClient {
+            tx,
+            responses,
+            node: Some(node),
+        }
+    }
+
     pub async fn send(&mut self, mut request: DiscoveryRequest) {
-        if !self.node_sent {
-            request.node = Some(node());
-            self.node_sent = true;
+        if let Some(node) = self.node.take() {
+            request.node = Some(node);
         }
         self.tx.send(request).await.unwrap();
     }

@@ -1,0 +1,155 @@
+//! The agent's Prometheus metrics (served on the admin endpoint's `/metrics`).
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::ads::TypeKind;
+use crate::translate::Generator;
+
+impl EncodeLabelValue for TypeKind {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.short_name())
+    }
+}
+
+impl EncodeLabelValue for Generator {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.name())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabels {
+    pub r#type: TypeKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub r#type: TypeKind,
+    pub generator: Generator,
+}
+
+/// Every metric the agent exports; share it behind an `Arc`.
+#[derive(Debug)]
+pub struct Metrics {
+    pub push_to_ack: Family<TypeLabels, Histogram>,
+    pub translation: Histogram,
+    pub resources: Family<ResourceLabels, Gauge>,
+    pub nacks: Family<TypeLabels, Counter>,
+    pub connections: Gauge,
+    pub store_revision: Gauge,
+    pub degraded: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            push_to_ack: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
+            translation: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
+            resources: Family::default(),
+            nacks: Family::default(),
+            connections: Gauge::default(),
+            store_revision: Gauge::default(),
+            degraded: Gauge::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Registers every metric under the `pasa_agent` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("pasa_agent");
+        r.register(
+            "xds_push_to_ack_seconds",
+            "From a store change reaching the agent to the client's ACK of the resources \
+             generated from it, per xDS type",
+            self.push_to_ack.clone(),
+        );
+        r.register(
+            "translation_seconds",
+            "Time to translate the cache into the resources of one generator",
+            self.translation.clone(),
+        );
+        r.register(
+            "resources",
+            "Resources served, per xDS type and generator",
+            self.resources.clone(),
+        );
+        r.register(
+            "xds_nacks",
+            "Responses clients rejected, per xDS type",
+            self.nacks.clone(),
+        );
+        r.register(
+            "xds_connections",
+            "Open ADS streams",
+            self.connections.clone(),
+        );
+        r.register(
+            "store_revision",
+            "The store revision the served configuration was translated from",
+            self.store_revision.clone(),
+        );
+        r.register(
+            "degraded",
+            "1 while serving without a synced store watch (the store is away, or the saved cache \
+             is served until the store is synced), else 0",
+            self.degraded.clone(),
+        );
+    }
+
+    /// A client ACKed a push of `kind` generated from configuration that arrived at `origin`.
+    pub fn acked(&self, kind: TypeKind, origin: Instant) {
+        self.push_to_ack
+            .get_or_create(&TypeLabels { r#type: kind })
+            .observe(origin.elapsed().as_secs_f64());
+    }
+
+    /// A client NACKed a response of `kind`.
+    pub fn nacked(&self, kind: TypeKind) {
+        self.nacks.get_or_create(&TypeLabels { r#type: kind }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_labels_as_documented() {
+        let metrics = Metrics::default();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        metrics.acked(TypeKind::Cluster, Instant::now());
+        metrics.nacked(TypeKind::Route);
+        metrics
+            .resources
+            .get_or_create(&ResourceLabels {
+                r#type: TypeKind::Listener,
+                generator: Generator::Grpc,
+            })
+            .set(3);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for needle in [
+            "pasa_agent_xds_push_to_ack_seconds_count{type=\"CDS\"} 1",
+            "pasa_agent_xds_nacks_total{type=\"RDS\"} 1",
+            "pasa_agent_resources{type=\"LDS\",generator=\"grpc\"} 3",
+            "pasa_agent_translation_seconds",
+            "pasa_agent_xds_connections 0",
+            "pasa_agent_store_revision 0",
+            "pasa_agent_degraded 0",
+        ] {
+            assert!(text.contains(needle), "{needle} missing in\n{text}");
+        }
+    }
+}

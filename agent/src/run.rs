@@ -1,0 +1,480 @@
+//! Running `pasa-agent`: its command line, and the wiring of identity, the saved cache, the store
+//! watch, scope, translation, the ADS server on a Unix socket and the admin endpoint, with
+//! graceful shutdown.
+//!
+//! The flow: resolve the identity → the proxy → load the cache saved in `--cache-dir`, if any,
+//! and serve its translation at once (degraded until the store is synced) → follow the store
+//! with the proxy's scope, recomputed after every cache change → after every complete cache
+//! change translate for each generator the clients want and publish.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use pasa_proto::store::v1::SubscriberIdentity;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use crate::admin::{self, AdminState};
+use crate::ads::{AdsService, Snapshot, SnapshotPublisher, StatusRegistry, TypeKind};
+use crate::cache::Cache;
+use crate::follow::{FollowConfig, Link, follow};
+use crate::identity::{Identity, IdentityArgs};
+use crate::mesh::{MeshSettings, OutboundPolicy};
+use crate::metrics::{Metrics, ResourceLabels};
+use crate::scope;
+use crate::translate::{Generator, Proxy, Resources, Translator};
+
+/// How long the ADS streams, the store watch and admin requests get to finish after a signal.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The exit code of a usage error (as clap uses for its own).
+const USAGE: u8 = 2;
+
+/// The PASA agent: follows its proxy's slice of the store, translates it to xDS and serves it
+/// over ADS on a Unix socket.
+#[derive(clap::Parser, Debug)]
+#[command(name = "pasa-agent", version)]
+pub struct AgentArgs {
+    /// The store (or PCP) to follow, `host:port` or a URL.
+    #[arg(long, env = "PASA_SERVER", default_value = "127.0.0.1:7400")]
+    pub server: String,
+    /// The Unix socket the ADS server listens on.
+    #[arg(long, env = "PASA_UDS", default_value = "/var/run/pasa/xds.sock")]
+    pub uds: PathBuf,
+    /// Where the last complete copy of the proxy's configuration is kept, so a restarted agent
+    /// can serve while the store is away. Nothing is kept when not set.
+    #[arg(long, env = "PASA_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Address of /healthz, /readyz, /sync_status, /config_dump and /metrics.
+    #[arg(long, env = "PASA_ADMIN", default_value = "127.0.0.1:15000")]
+    pub admin: SocketAddr,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+    /// Log as JSON lines.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+/// The mesh settings translation depends on, with Istio's defaults.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MeshArgs {
+    /// Where mesh-wide Sidecars and DestinationRules live (MeshConfig `rootNamespace`).
+    #[arg(long, env = "PASA_ROOT_NAMESPACE", default_value = "istio-system")]
+    pub root_namespace: String,
+    /// The cluster's DNS suffix.
+    #[arg(long, env = "PASA_DOMAIN_SUFFIX", default_value = "cluster.local")]
+    pub domain_suffix: String,
+    /// What sidecars do with traffic to unknown destinations (MeshConfig
+    /// `outboundTrafficPolicy.mode`).
+    #[arg(
+        long,
+        env = "PASA_OUTBOUND_TRAFFIC_POLICY",
+        value_enum,
+        default_value = "ALLOW_ANY"
+    )]
+    pub outbound_traffic_policy: OutboundTrafficPolicy,
+}
+
+/// `--outbound-traffic-policy`, spelled as in MeshConfig.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboundTrafficPolicy {
+    #[value(name = "ALLOW_ANY")]
+    AllowAny,
+    #[value(name = "REGISTRY_ONLY")]
+    RegistryOnly,
+}
+
+impl MeshArgs {
+    pub fn settings(&self) -> MeshSettings {
+        MeshSettings {
+            root_namespace: self.root_namespace.clone(),
+            domain_suffix: self.domain_suffix.clone(),
+            outbound_policy: match self.outbound_traffic_policy {
+                OutboundTrafficPolicy::AllowAny => OutboundPolicy::AllowAny,
+                OutboundTrafficPolicy::RegistryOnly => OutboundPolicy::RegistryOnly,
+            },
+            ..MeshSettings::default()
+        }
+    }
+}
+
+/// `pasa-agent`'s main: parses the command line (usage errors exit with 2, with the reason),
+/// runs until SIGTERM or Ctrl-C, and exits 1 with the reason when it cannot run.
+pub async fn main() -> ExitCode {
+    let args = <AgentArgs as clap::Parser>::parse();
+    let identity = match args.identity.resolve() {
+        Ok(identity) => identity,
+        Err(e) => {
+            eprintln!("pasa-agent: error: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    init_tracing(args.log_json);
+    match run(args, identity, shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "pasa-agent stopped");
+            eprintln!("pasa-agent: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The line printed on stdout once the socket and the admin endpoint are up.
+pub fn ready_line(uds: &Path, admin: SocketAddr) -> String {
+    format!(
+        "pasa-agent: serving xDS on unix://{}, admin on http://{admin}",
+        uds.display()
+    )
+}
+
+/// Reads the socket path and the admin address back from the ready line.
+pub fn parse_ready_line(line: &str) -> Option<(PathBuf, SocketAddr)> {
+    let rest = line.strip_prefix("pasa-agent: serving xDS on unix://")?;
+    let (uds, admin) = rest.rsplit_once(", admin on http://")?;
+    Some((PathBuf::from(uds), admin.trim().parse().ok()?))
+}
+
+/// Runs the agent for `identity` until `shutdown` resolves.
+pub async fn run(
+    args: AgentArgs,
+    identity: Identity,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let proxy = Proxy::from_identity(&identity, args.mesh.settings());
+    let metrics = Arc::new(Metrics::default());
+    let publisher = Arc::new(SnapshotPublisher::new());
+    let status = StatusRegistry::new();
+    let mut serving = Serving {
+        translator: Translator::new(proxy.clone()),
+        publisher: Arc::clone(&publisher),
+        metrics: Arc::clone(&metrics),
+        translated: Default::default(),
+    };
+
+    // The saved cache is served at once, marked degraded until the store is synced.
+    let saved = load_saved(args.cache_dir.as_deref());
+    let initial_link = match &saved {
+        Some(cache) => Link::Degraded(format!(
+            "serving the cache saved at revision {} until the store is synced",
+            cache.revision()
+        )),
+        None => Link::Connecting,
+    };
+    let mut wanted = publisher.wanted();
+    let mut complete: Option<Arc<Cache>> = None;
+    if let Some(cache) = &saved {
+        let cache = Arc::new(cache.clone());
+        serving.translate(&cache, &wanted.borrow_and_update(), Instant::now());
+        complete = Some(cache);
+    }
+    let cache = saved.unwrap_or_default();
+    let (link_tx, mut link) = watch::channel(initial_link);
+    metrics.degraded.set(i64::from(is_degraded(&link.borrow())));
+
+    // Listeners first: the ready line promises both are up.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let listener = crate::ads::bind_unix(&args.uds)?;
+    let admin_listener = tokio::net::TcpListener::bind(args.admin)
+        .await
+        .with_context(|| format!("binding the admin listener on {}", args.admin))?;
+    let admin_addr = admin_listener.local_addr()?;
+    let service = AdsService::new(&publisher, status.clone()).with_metrics(Arc::clone(&metrics));
+    let uds = args.uds.clone();
+    let ads_stop = stopped(stop_rx.clone());
+    let ads_task =
+        tokio::spawn(
+            async move { crate::ads::serve_unix(listener, &uds, service, ads_stop).await },
+        );
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    let admin_state = AdminState {
+        registry: Arc::new(registry),
+        status,
+        publisher: Arc::clone(&publisher),
+        link: link.clone(),
+        metrics: Arc::clone(&metrics),
+        server: args.server.clone(),
+    };
+    let admin_task = tokio::spawn(admin::serve(
+        admin_listener,
+        admin_state,
+        stopped(stop_rx.clone()),
+    ));
+    println!("{}", ready_line(&args.uds, admin_addr));
+    tracing::info!(uds = %args.uds.display(), admin = %admin_addr, node = %identity.node, "serving");
+
+    // The store watch, with the scope of what the cache holds now.
+    let (scope_tx, scope_rx) = watch::channel(scope::subscription(&proxy, &cache));
+    let (cache_tx, mut caches) = watch::channel(Arc::new(cache.clone()));
+    let config = FollowConfig {
+        server: args.server.clone(),
+        subscription: scope_rx,
+        identity: SubscriberIdentity {
+            node_id: identity.node.to_string(),
+            metadata: Default::default(),
+        },
+        cache_dir: args.cache_dir.clone(),
+    };
+    let follow_task = tokio::spawn(follow(config, cache, cache_tx, link_tx, stop_rx));
+
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            changed = caches.changed() => {
+                if changed.is_err() {
+                    anyhow::bail!("the store watch stopped unexpectedly");
+                }
+                let received = Instant::now();
+                let cache = Arc::clone(&caches.borrow_and_update());
+                // A snapshot still arriving is not translated: clients keep what they have.
+                if cache.snapshot_pending() {
+                    continue;
+                }
+                let next = scope::subscription(&proxy, &cache);
+                scope_tx.send_if_modified(|current| {
+                    let changed = *current != next;
+                    if changed {
+                        *current = next;
+                    }
+                    changed
+                });
+                serving.translate(&cache, &wanted.borrow_and_update(), received);
+                complete = Some(cache);
+            }
+            changed = wanted.changed() => {
+                if changed.is_err() {
+                    continue;
+                }
+                let wanted = wanted.borrow_and_update().clone();
+                if let Some(cache) = &complete {
+                    serving.translate(cache, &wanted, Instant::now());
+                }
+            }
+            changed = link.changed() => {
+                if changed.is_ok() {
+                    metrics.degraded.set(i64::from(is_degraded(&link.borrow_and_update())));
+                }
+            }
+        }
+    }
+
+    tracing::info!("shutting down: closing ADS streams, stopping the store watch");
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(DRAIN_DEADLINE, async {
+        (ads_task.await, admin_task.await, follow_task.await)
+    })
+    .await;
+    match drained {
+        Ok((ads, admin, follow)) => {
+            ads.context("ADS server task")?.context("ADS server")?;
+            admin
+                .context("admin server task")?
+                .context("admin server")?;
+            follow.context("store watch task")?;
+        }
+        Err(_) => {
+            tracing::warn!("still draining after the deadline; exiting");
+            remove_socket(&args.uds);
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Translation and publishing, for each generator the clients want.
+struct Serving {
+    translator: Translator,
+    publisher: Arc<SnapshotPublisher>,
+    metrics: Arc<Metrics>,
+    /// The cache each generator was last translated from.
+    translated: std::collections::BTreeMap<Generator, Arc<Cache>>,
+}
+
+impl Serving {
+    /// Translates `cache` for each generator in `wanted` not yet translated from it, and
+    /// publishes the snapshots, marked with `received` (when the change reached the agent).
+    fn translate(
+        &mut self,
+        cache: &Arc<Cache>,
+        wanted: &std::collections::BTreeSet<Generator>,
+        received: Instant,
+    ) {
+        for &generator in wanted {
+            if self
+                .translated
+                .get(&generator)
+                .is_some_and(|done| Arc::ptr_eq(done, cache))
+            {
+                continue;
+            }
+            let started = Instant::now();
+            let resources = self.translator.update(cache, generator);
+            self.metrics
+                .translation
+                .observe(started.elapsed().as_secs_f64());
+            self.count(generator, &resources);
+            let snapshot = Snapshot::from_resources(&resources).with_origin(received);
+            self.publisher.publish(generator, snapshot);
+            self.translated.insert(generator, Arc::clone(cache));
+            tracing::debug!(
+                generator = generator.name(),
+                revision = cache.revision(),
+                "published"
+            );
+        }
+        self.metrics.store_revision.set(gauge(cache.revision()));
+    }
+
+    fn count(&self, generator: Generator, resources: &Resources) {
+        for (kind, count) in [
+            (TypeKind::Cluster, resources.clusters.len()),
+            (TypeKind::Endpoint, resources.endpoints.len()),
+            (TypeKind::Listener, resources.listeners.len()),
+            (TypeKind::Route, resources.routes.len()),
+        ] {
+            self.metrics
+                .resources
+                .get_or_create(&ResourceLabels {
+                    r#type: kind,
+                    generator,
+                })
+                .set(gauge(count as u64));
+        }
+    }
+}
+
+fn gauge(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn is_degraded(link: &Link) -> bool {
+    matches!(link, Link::Degraded(_))
+}
+
+/// The cache saved in `dir`, if any. A damaged or unreadable one is reported and ignored: the
+/// agent then starts from the store.
+fn load_saved(dir: Option<&Path>) -> Option<Cache> {
+    let dir = dir?;
+    match Cache::load(dir) {
+        Ok(Some(cache)) => {
+            tracing::info!(
+                revision = cache.revision(),
+                objects = cache.len(),
+                "loaded the saved cache"
+            );
+            Some(cache)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring the saved cache; starting from the store");
+            None
+        }
+    }
+}
+
+fn remove_socket(path: &Path) {
+    if let Err(e) = std::fs::remove_file(path) {
+        tracing::debug!(path = %path.display(), error = %e, "socket file not removed");
+    }
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Sets up `tracing` from `RUST_LOG` (default `info`), as text or JSON lines on stderr.
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
+        () = term => tracing::info!("SIGTERM: shutting down"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn ready_line_round_trip() {
+        let line = ready_line(
+            Path::new("/run/pasa/xds.sock"),
+            "127.0.0.1:15000".parse().unwrap(),
+        );
+        assert_eq!(
+            line,
+            "pasa-agent: serving xDS on unix:///run/pasa/xds.sock, admin on http://127.0.0.1:15000"
+        );
+        let (uds, admin) = parse_ready_line(&line).unwrap();
+        assert_eq!(uds, Path::new("/run/pasa/xds.sock"));
+        assert_eq!(admin.port(), 15000);
+        assert!(parse_ready_line("something else").is_none());
+    }
+
+    #[test]
+    fn defaults_are_istios() {
+        let args = AgentArgs::try_parse_from([
+            "pasa-agent",
+            "--node-id",
+            "sidecar~10.0.0.1~a.default~default.svc.cluster.local",
+        ])
+        .unwrap();
+        assert_eq!(args.uds, Path::new("/var/run/pasa/xds.sock"));
+        assert_eq!(args.admin.to_string(), "127.0.0.1:15000");
+        assert_eq!(args.server, "127.0.0.1:7400");
+        assert_eq!(args.mesh.settings(), MeshSettings::default());
+        let strict = AgentArgs::try_parse_from([
+            "pasa-agent",
+            "--node-id",
+            "x",
+            "--outbound-traffic-policy",
+            "REGISTRY_ONLY",
+        ])
+        .unwrap();
+        assert_eq!(
+            strict.mesh.settings().outbound_policy,
+            OutboundPolicy::RegistryOnly
+        );
+    }
+}

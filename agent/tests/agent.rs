@@ -1,0 +1,152 @@
+//! The `pasa-agent` binary end to end: a real store on loopback, the agent following it, a fake
+//! xDS client on its socket, and its admin endpoint; then degraded mode from the saved cache.
+
+mod common;
+
+use std::process::Command;
+
+use common::agent::Agent;
+use common::store::StoreServer;
+use common::*;
+use serde_json::Value;
+
+fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+fn store_state(body: &str) -> String {
+    json(body)["store"]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_reports_and_survives_the_store_going_away() {
+    let data = tempfile::tempdir().unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let store = StoreServer::start(data.path(), 0).await;
+    let port = store.addr.port();
+    store.apply_rule("cart", "cart").await;
+
+    let agent = Agent::start(store.addr, run.path(), cache.path());
+    assert_eq!(agent.get("/healthz").await.0, 200);
+    let status = agent
+        .until("/sync_status", "Synced", |_, b| store_state(b) == "Synced")
+        .await;
+    assert!(json(&status)["revision"].as_u64().unwrap() > 0, "{status}");
+    let (code, metrics) = agent.get("/metrics").await;
+    assert_eq!(code, 200);
+    // Push-to-ACK times and NACK counts appear with their first observation, per type.
+    for name in [
+        "pasa_agent_translation_seconds_count 1",
+        "pasa_agent_xds_connections 0",
+        "pasa_agent_store_revision",
+        "pasa_agent_degraded 0",
+        "pasa_agent_resources{type=\"CDS\",generator=\"envoy\"}",
+    ] {
+        assert!(metrics.contains(name), "{name} missing:\n{metrics}");
+    }
+    let (code, reason) = agent.get("/readyz").await;
+    assert_eq!(code, 503, "not ready without a client: {reason}");
+    assert!(reason.contains("no xDS client"), "{reason}");
+
+    // A client subscribes to every cluster and ACKs: ready, and SYNCED in the status.
+    let mut client = FakeSotwClient::connect(&agent.uds, node()).await;
+    client.request(CDS, &[], "", "").await;
+    let r = client.recv().await;
+    assert_eq!(kind_of(&r.type_url), CDS);
+    client.ack(&r, &[]).await;
+    agent.until("/readyz", "ready", |code, _| code == 200).await;
+    let status = json(&agent.get("/sync_status").await.1);
+    let conn = &status["connections"][0];
+    assert_eq!(
+        conn["node"],
+        "sidecar~10.0.0.1~fake.default~default.svc.cluster.local"
+    );
+    assert_eq!(conn["generator"], "envoy");
+    assert_eq!(conn["protocol"], "SotW");
+    assert_eq!(conn["types"]["CDS"]["state"], "SYNCED");
+    assert_eq!(
+        conn["types"]["CDS"]["version_acked"],
+        r.version_info.as_str()
+    );
+    assert_eq!(conn["types"]["LDS"]["state"], "NOT SENT");
+    let dump = json(&agent.get("/config_dump").await.1);
+    assert!(dump["generators"]["envoy"]["CDS"].is_array(), "{dump}");
+    assert_eq!(agent.get("/config_dump?format=debug").await.0, 200);
+
+    // The store goes away: degraded, still serving.
+    store.stop().await;
+    agent
+        .until("/sync_status", "Degraded", |_, b| {
+            store_state(b) == "Degraded"
+        })
+        .await;
+    let uds = agent.uds.clone();
+    agent.terminate();
+    assert!(!uds.exists(), "the socket is removed on shutdown");
+
+    // Restarted without a store: serves the saved cache at once, degraded.
+    let agent = Agent::start(store_addr(port), run.path(), cache.path());
+    let status = json(&agent.get("/sync_status").await.1);
+    assert_eq!(status["store"]["state"], "Degraded", "{status}");
+    // Why: the saved cache is being served, or (once the first attempt failed) the store is
+    // unreachable.
+    let reason = status["store"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("saved") || reason.contains("cannot reach the store"),
+        "{status}"
+    );
+    assert!(status["revision"].as_u64().unwrap() > 0, "{status}");
+    let (_, metrics) = agent.get("/metrics").await;
+    assert!(metrics.contains("pasa_agent_degraded 1"), "{metrics}");
+    let mut client = FakeSotwClient::connect(&agent.uds, node()).await;
+    client.request(CDS, &[], "", "").await;
+    let r = client.recv().await;
+    client.ack(&r, &[]).await;
+    agent
+        .until("/readyz", "ready while degraded", |code, _| code == 200)
+        .await;
+
+    // The store is back on the same address: the agent resumes and is synced.
+    let store = StoreServer::start(data.path(), port).await;
+    agent
+        .until("/sync_status", "Synced again", |_, b| {
+            store_state(b) == "Synced"
+        })
+        .await;
+    agent.terminate();
+    store.stop().await;
+}
+
+fn store_addr(port: u16) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+#[test]
+fn a_bad_node_id_is_a_usage_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pasa-agent"))
+        .args([
+            "--node-id",
+            "sidecar~not-an-ip~x.ns~d",
+            "--uds",
+            "/nonexistent/x.sock",
+        ])
+        .output()
+        .expect("run pasa-agent");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--node-id"), "{stderr}");
+    assert!(stderr.contains("not an IP address"), "{stderr}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_pasa-agent"))
+        .output()
+        .expect("run pasa-agent");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a missing --node-id is a usage error"
+    );
+}

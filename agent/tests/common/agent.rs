@@ -1,0 +1,133 @@
+//! The real `pasa-agent` binary, started on a socket in a temporary directory, and a small HTTP
+//! client for its admin endpoint.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Failure guard only: waits end as soon as what they wait for happens.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub const NODE_ID: &str = "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local";
+
+/// A running `pasa-agent`, killed when dropped.
+pub struct Agent {
+    child: Child,
+    pub uds: PathBuf,
+    pub admin: SocketAddr,
+}
+
+impl Agent {
+    /// Starts the agent for `NODE_ID` following `server`, with its socket in `dir` and its
+    /// cache in `cache_dir`, and waits for its ready line.
+    pub fn start(server: SocketAddr, dir: &Path, cache_dir: &Path) -> Agent {
+        let uds = dir.join("xds.sock");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-agent"))
+            .arg("--server")
+            .arg(server.to_string())
+            .arg("--node-id")
+            .arg(NODE_ID)
+            .arg("--uds")
+            .arg(&uds)
+            .arg("--cache-dir")
+            .arg(cache_dir)
+            .args(["--admin", "127.0.0.1:0"])
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start pasa-agent");
+        let stdout = child.stdout.take().expect("stdout");
+        let lines = line_channel(BufReader::new(stdout));
+        loop {
+            let Ok(line) = lines.recv_timeout(WAIT) else {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("pasa-agent printed no ready line within {WAIT:?}");
+            };
+            if let Some((path, admin)) = pasa_agent::run::parse_ready_line(&line) {
+                assert_eq!(path, uds);
+                return Agent { child, uds, admin };
+            }
+        }
+    }
+
+    /// GET `path` on the admin endpoint: status code and body.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        http_get(self.admin, path).await
+    }
+
+    /// Polls `path` until `ok` holds for its body (guarded by `WAIT`); returns the body.
+    pub async fn until(&self, path: &str, what: &str, ok: impl Fn(u16, &str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (code, body) = self.get(path).await;
+            if ok(code, &body) {
+                return body;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}; last {path}: {code} {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGTERM, then the exit status must be a success.
+    pub fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let exit = self.child.wait().expect("wait");
+        assert!(
+            exit.success(),
+            "pasa-agent exits cleanly on SIGTERM: {exit:?}"
+        );
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Lines of a reader, as they come, on a channel.
+fn line_channel(reader: impl BufRead + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// A minimal HTTP/1.1 GET: status code and body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut conn = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the admin endpoint");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    conn.write_all(request.as_bytes()).await.expect("request");
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).await.expect("response");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status code");
+    (code, body.to_string())
+}

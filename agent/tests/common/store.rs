@@ -1,0 +1,63 @@
+//! A real store server (embedded sled) on loopback, in-process, for tests that follow it.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use pasa_proto::store::v1::store_client::StoreClient;
+use pasa_proto::store::v1::{ApplyDocument, ApplyRequest};
+use pasa_store::backend::sled::SledBackend;
+use pasa_store::metrics::Metrics;
+use pasa_store::store::{Store, StoreConfig};
+use tokio::sync::oneshot;
+
+pub struct StoreServer {
+    pub addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl StoreServer {
+    /// A store on the database in `dir`, on `port` (0 picks a free one).
+    pub async fn start(dir: &Path, port: u16) -> StoreServer {
+        let backend = SledBackend::open(dir).expect("open sled");
+        let store = Store::open(Arc::new(backend), StoreConfig::default(), Metrics::new()).unwrap();
+        let listen = format!("127.0.0.1:{port}").parse().unwrap();
+        let bound = pasa_store::server::bind(store, listen, "127.0.0.1:0".parse().unwrap())
+            .await
+            .expect("bind");
+        let addr = bound.grpc_addr();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(bound.run("test-store", async move {
+            let _ = stopped.await;
+        }));
+        StoreServer { addr, stop, task }
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap();
+    }
+
+    /// Applies a DestinationRule `name` in namespace `shop` for `host`.
+    pub async fn apply_rule(&self, name: &str, host: &str) {
+        let mut client = StoreClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap();
+        let doc = format!(
+            r#"{{"apiVersion":"networking.istio.io/v1","kind":"DestinationRule","metadata":{{"name":"{name}","namespace":"shop"}},"spec":{{"host":"{host}"}}}}"#
+        );
+        let r = client
+            .apply(ApplyRequest {
+                documents: vec![ApplyDocument {
+                    json: doc,
+                    expected_mod_revision: None,
+                }],
+                dry_run: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+    }
+}
