@@ -3,11 +3,13 @@
 //!
 //! [`identity`]: the proxy's identity. [`follow`]: the store watch feeding [`cache`], the local
 //! copy of its raw resources (with the last good snapshot on disk). [`translate`]: raw config to
-//! xDS. [`ads`]: the ADS server (SotW and Delta).
+//! xDS. [`simulate`]: walks a request through generated xDS. [`ads`]: the ADS server (SotW and
+//! Delta).
 
 pub mod ads;
 pub mod cache;
 pub mod follow;
 pub mod identity;
 pub mod mesh;
+pub mod simulate;
 pub mod translate;
