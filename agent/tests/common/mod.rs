@@ -1,7 +1,10 @@
 //! Test fakes: an in-process ADS client (`FakeSotwClient`, `FakeDeltaClient`) talking to the real
-//! server over a real Unix socket in a temporary directory.
+//! server over a real Unix socket in a temporary directory; and the traffic-simulation corpus
+//! reader ([`corpus`]).
 
 #![allow(dead_code)]
+
+pub mod corpus;
 
 use std::path::PathBuf;
 use std::time::Duration;
