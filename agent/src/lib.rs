@@ -4,8 +4,9 @@
 //! [`identity`]: the proxy's identity. [`follow`]: the store watch feeding [`cache`], the local
 //! copy of its raw resources (with the last good snapshot on disk). [`scope`]: what the proxy
 //! sees and the subscription that fetches it. [`translate`]: raw config to the xDS resources
-//! istiod would send. [`ads`]: the ADS server (SotW and Delta). [`admin`] and [`metrics`]:
-//! status, readiness and Prometheus metrics. [`run`]: the `pasa-agent` binary's wiring.
+//! istiod would send. [`simulate`]: walks a request through generated xDS. [`ads`]: the ADS
+//! server (SotW and Delta). [`admin`] and [`metrics`]: status, readiness and Prometheus
+//! metrics. [`run`]: the `pasa-agent` binary's wiring.
 
 pub mod admin;
 pub mod ads;
@@ -16,4 +17,5 @@ pub mod mesh;
 pub mod metrics;
 pub mod run;
 pub mod scope;
+pub mod simulate;
 pub mod translate;

@@ -1,9 +1,11 @@
 //! Test fakes: an in-process ADS client (`FakeSotwClient`, `FakeDeltaClient`) talking to the real
-//! server over a real Unix socket in a temporary directory.
+//! server over a real Unix socket in a temporary directory; and the traffic-simulation corpus
+//! reader ([`corpus`]).
 
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod corpus;
 pub mod store;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,391 @@
+//! Istio's traffic-simulation cases (the conformance corpus, `simulation/`) through the agent's
+//! translator and simulator. The folder is walked at run time; every case file must parse and
+//! every case's configuration convert into store resources, and each file must keep at least
+//! [`MIN_PASSING`] passing checks. Per file it prints `<file>: N passed, M failed, K skipped`, and
+//! one line per failing check (expected against got); `known_bug` cases are counted apart too.
+//!
+//! A check is one call, the inbound-cluster check of a case, or one route-table case.
+//!
+//! The corpus lives beside the project (`../shared/conformance`, or `PASA_CONFORMANCE_DIR` naming
+//! the conformance folder); without it the test says SKIPPED and passes.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::corpus::{self, Case, check, istiod_like};
+use pasa_agent::cache::Cache;
+use pasa_agent::simulate::simulate;
+use pasa_agent::translate::{Generator, Resources, Translator};
+
+/// The passing checks each file must keep. Raise a floor when translation gets better; a file not
+/// listed has floor 0.
+const MIN_PASSING: &[(&str, usize)] = &[
+    ("serviceentry-addresses.yaml", 0),
+    ("serviceentry-duplicated-hostname.yaml", 0),
+    ("sidecar-externalname-services.yaml", 0),
+    ("sidecar-headless-services.yaml", 0),
+    ("sidecar-inbound-clusters.yaml", 0),
+    ("sidecar-inbound-tls-modes.yaml", 0),
+    ("sidecar-inbound.yaml", 0),
+    ("sidecar-loop.yaml", 0),
+    ("sidecar-passthrough.yaml", 0),
+    ("sidecar-routes.yaml", 0),
+];
+
+/// Files not run (their configuration is still converted), with the reason.
+fn skipped_file(file: &str) -> Option<&'static str> {
+    if file.starts_with("gateway-") {
+        Some("router proxies: next issue")
+    } else if file == "sidecar-routes-httproute.yaml" {
+        Some("Gateway API HTTPRoute not supported")
+    } else {
+        None
+    }
+}
+
+/// Cases not run (their configuration is still converted), by file and case name, with the
+/// reason.
+const SKIPS: &[(&str, &str, &str)] = &[
+    (
+        "sidecar-passthrough.yaml",
+        "ALLOW_ANY_DYNAMIC_DNS/with VIP",
+        NO_DYNAMIC_DNS,
+    ),
+    (
+        "sidecar-passthrough.yaml",
+        "ALLOW_ANY_DYNAMIC_DNS/without VIP",
+        NO_DYNAMIC_DNS,
+    ),
+];
+
+const NO_DYNAMIC_DNS: &str =
+    "the agent's mesh settings have no ALLOW_ANY_DYNAMIC_DNS outbound traffic policy";
+
+/// The mesh's DNS suffix, for the index keys of converted resources.
+const DOMAIN_SUFFIX: &str = "cluster.local";
+
+#[derive(Debug, Default)]
+struct Tally {
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+    known_bug_passed: usize,
+    known_bug_failed: usize,
+}
+
+impl Tally {
+    fn record(&mut self, what: &str, diffs: &[String], known_bug: bool) {
+        match (diffs.is_empty(), known_bug) {
+            (true, false) => self.passed += 1,
+            (true, true) => {
+                self.passed += 1;
+                self.known_bug_passed += 1;
+            }
+            (false, kb) => {
+                self.failed += 1;
+                self.known_bug_failed += usize::from(kb);
+                println!("  FAIL {what}: {}", diffs.join("; "));
+            }
+        }
+    }
+}
+
+/// How many checks a case holds.
+fn checks(case: &Case) -> usize {
+    if case.is_route_table() {
+        return 1;
+    }
+    case.calls.as_ref().map_or(0, Vec::len) + usize::from(case.inbound_clusters.is_some())
+}
+
+fn case_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn translate(
+    case: &Case,
+    resources: Vec<pasa_proto::store::v1::Resource>,
+) -> Result<Resources, String> {
+    let proxy = corpus::proxy(case)?;
+    let revision = resources.iter().map(|r| r.mod_revision).max().unwrap_or(0);
+    let cache = Cache::from_resources(resources, revision);
+    Ok(Translator::new(proxy).update(&cache, Generator::Envoy))
+}
+
+/// Runs every check of a case against the generated resources.
+fn run_case(case: &Case, label: &str, generated: &Resources, tally: &mut Tally) {
+    if let Some(route_config) = &case.route_config {
+        let want = case.virtual_hosts.clone().unwrap_or_default();
+        let diffs = check::route_tables(route_config, &want, generated);
+        tally.record(label, &diffs, false);
+        return;
+    }
+    if let Some(want) = &case.inbound_clusters {
+        let diffs = check::inbound_clusters(want, generated);
+        tally.record(&format!("{label} inbound clusters"), &diffs, false);
+    }
+    for (i, c) in case.calls.iter().flatten().enumerate() {
+        let diffs = match simulate(generated, &c.call) {
+            Ok(outcome) => check::call(&c.expect, &outcome),
+            Err(e) => vec![format!(
+                "the simulator refused the call or the resources: {e}"
+            )],
+        };
+        tally.record(
+            &format!("{label} call #{i} {:?}", c.name),
+            &diffs,
+            c.expect.known_bug.is_some(),
+        );
+    }
+}
+
+#[test]
+fn istio_traffic_simulation_corpus() {
+    let Some(dir) = corpus::simulation_dir() else {
+        println!(
+            "SKIPPED: the conformance corpus was not found (../shared/conformance or PASA_CONFORMANCE_DIR); \
+             no traffic simulation case ran"
+        );
+        eprintln!("SKIPPED: traffic simulation conformance corpus not found");
+        return;
+    };
+    let files = case_files(&dir);
+    assert!(!files.is_empty(), "{} holds no case file", dir.display());
+    // Problems with the corpus or its conversion: these fail the test.
+    let mut broken = Vec::new();
+    let mut passing: BTreeMap<String, usize> = BTreeMap::new();
+    let mut used_skips = 0;
+    for path in files {
+        let file = file_name(&path);
+        let cases = match corpus::load(&path) {
+            Ok(cases) => cases,
+            Err(e) => {
+                broken.push(format!("{file}: {e}"));
+                continue;
+            }
+        };
+        let file_skip = skipped_file(&file);
+        let mut tally = Tally::default();
+        for (ci, case) in cases.iter().enumerate() {
+            let label = format!("{file} #{ci} {:?}", case.name);
+            // Conversion runs for skipped cases too: the whole corpus must stay readable.
+            let resources = match corpus::resources(case, DOMAIN_SUFFIX) {
+                Ok(resources) => resources,
+                Err(e) => {
+                    broken.push(format!("{label}: {e}"));
+                    continue;
+                }
+            };
+            if file_skip.is_some() {
+                tally.skipped += checks(case);
+                continue;
+            }
+            if let Some((_, _, reason)) = SKIPS
+                .iter()
+                .find(|(f, name, _)| *f == file && *name == case.name)
+            {
+                used_skips += 1;
+                tally.skipped += checks(case);
+                println!("  skip {label}: {reason}");
+                continue;
+            }
+            match translate(case, resources) {
+                Ok(generated) => run_case(case, &label, &generated, &mut tally),
+                Err(e) => broken.push(format!("{label}: {e}")),
+            }
+        }
+        let reason = file_skip.map(|r| format!(" ({r})")).unwrap_or_default();
+        println!(
+            "{file}: {} passed, {} failed, {} skipped{reason}",
+            tally.passed, tally.failed, tally.skipped
+        );
+        if tally.known_bug_passed + tally.known_bug_failed > 0 {
+            println!(
+                "  {file} known_bug cases: {} passed, {} failed (counted above too)",
+                tally.known_bug_passed, tally.known_bug_failed
+            );
+        }
+        passing.insert(file, tally.passed);
+    }
+    if used_skips != SKIPS.len() {
+        println!(
+            "note: {} of the {} case skips matched no case; remove stale entries from SKIPS",
+            SKIPS.len() - used_skips,
+            SKIPS.len()
+        );
+    }
+
+    for b in &broken {
+        println!("BROKEN {b}");
+    }
+    assert!(
+        broken.is_empty(),
+        "{} case file(s) or case(s) could not be read or converted; see BROKEN lines above",
+        broken.len()
+    );
+    let below: Vec<String> = MIN_PASSING
+        .iter()
+        .filter_map(|(file, floor)| {
+            let got = passing.get(*file).copied().unwrap_or(0);
+            (got < *floor).then(|| format!("{file}: {got} passing, floor {floor}"))
+        })
+        .collect();
+    assert!(
+        below.is_empty(),
+        "passing checks fell below the floor: {}",
+        below.join("; ")
+    );
+}
+
+/// The simulator alone, on resources shaped like istiod's, against the corpus's own
+/// expectations: the capture-port loop cases and the inbound cases with mutual TLS disabled.
+#[test]
+fn the_simulator_agrees_with_the_corpus_on_istiod_shaped_resources() {
+    let Some(dir) = corpus::simulation_dir() else {
+        println!(
+            "SKIPPED: the conformance corpus was not found; the simulator self-check did not run"
+        );
+        return;
+    };
+    let resources = istiod_like::sidecar_with_mtls_disabled();
+    let picked = [
+        (
+            "sidecar-loop.yaml",
+            "traffic sent directly to the capture ports",
+        ),
+        ("sidecar-inbound.yaml", "Disable"),
+    ];
+    let mut ran = 0;
+    for (file, name) in picked {
+        let cases = corpus::load(&dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let case = cases
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("{file} has no case {name:?}"));
+        for (i, c) in case.calls.iter().flatten().enumerate() {
+            let outcome = simulate(&resources, &c.call)
+                .unwrap_or_else(|e| panic!("{file} {name:?} call #{i}: {e}"));
+            let diffs = check::call(&c.expect, &outcome);
+            assert!(
+                diffs.is_empty(),
+                "{file} {name:?} call #{i} {:?}: {}",
+                c.name,
+                diffs.join("; ")
+            );
+            ran += 1;
+        }
+    }
+    assert!(ran >= 20, "only {ran} calls checked");
+}
+
+/// The conversion of Kubernetes objects: a Service with its EndpointSlice and the Pod behind it
+/// becomes one `ServiceEndpoints`; headless and ExternalName Services keep no address.
+#[test]
+fn kubernetes_services_become_service_endpoints() {
+    use pasa_proto::service_endpoints::{ServiceEndpoints, TargetPort};
+
+    let kube = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop, annotations: {networking.istio.io/exportTo: ".,istio-system"}}
+spec:
+  clusterIP: 10.0.0.5
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: web, appProtocol: http}
+  - {name: tcp, port: 90, targetPort: 9090}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-x, namespace: shop, labels: {kubernetes.io/service-name: web}}
+endpoints:
+- addresses: [10.1.0.1]
+- addresses: [10.1.0.2]
+  conditions: {ready: false}
+ports:
+- {name: http, port: 8080}
+- {name: tcp, port: 9090}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-1, namespace: shop, labels: {app: web, version: v1}}
+status: {podIP: 10.1.0.1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: headless, creationTimestamp: "2010-01-01T00:00:00Z"}
+spec: {clusterIP: None, ports: [{name: http, port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: alias}
+spec: {type: ExternalName, externalName: web.shop.svc.cluster.local}
+"#;
+    let case: Case = serde_saphyr::from_str(&format!(
+        "name: t\nproxy: {{type: sidecar, namespace: default, config_namespace: default, ip: 1.1.1.1, dns_domain: default.svc.cluster.local}}\nconfig: |\n  apiVersion: networking.istio.io/v1\n  kind: Sidecar\n  metadata: {{name: s, creationTimestamp: \"2000-01-01T00:00:00Z\"}}\nkube: {kube:?}\nsource: {{test: t, line: 1}}\n"
+    ))
+    .unwrap();
+    let resources = corpus::resources(&case, DOMAIN_SUFFIX).unwrap();
+    let order: Vec<(&str, u64)> = resources
+        .iter()
+        .map(|r| (r.name.as_str(), r.create_revision))
+        .collect();
+    // Undated objects first, in document order, then by creation time.
+    assert_eq!(order, [("web", 1), ("alias", 2), ("s", 3), ("headless", 4)]);
+    let spec = |name: &str| -> ServiceEndpoints {
+        let r = resources.iter().find(|r| r.name == name).unwrap();
+        assert_eq!(r.kind, "ServiceEndpoints");
+        serde_json::from_str(&r.spec_json).unwrap()
+    };
+    let web = spec("web");
+    assert_eq!(web.addresses, ["10.0.0.5"]);
+    assert_eq!(web.export_to, [".", "istio-system"]);
+    assert_eq!(
+        web.ports[0].target_port,
+        Some(TargetPort::Name("web".into()))
+    );
+    assert_eq!(web.endpoints.len(), 1, "the unready address is left out");
+    let ep = &web.endpoints[0];
+    assert_eq!(ep.address, "10.1.0.1");
+    assert_eq!(ep.labels.get("version").map(String::as_str), Some("v1"));
+    assert_eq!(web.ports[0].endpoint_port(ep), Some(8080));
+    assert_eq!(web.ports[1].endpoint_port(ep), Some(9090));
+    let web_resource = resources.iter().find(|r| r.name == "web").unwrap();
+    assert_eq!(web_resource.namespace, "shop");
+    assert_eq!(
+        web_resource.index.as_ref().map(|i| i.hosts.clone()),
+        Some(vec!["web.shop.svc.cluster.local".to_string()])
+    );
+    assert!(spec("headless").addresses.is_empty());
+    let alias = spec("alias");
+    assert!(alias.addresses.is_empty());
+    assert_eq!(alias.external_name, "web.shop.svc.cluster.local");
+
+    let mut bad = case.clone();
+    bad.config =
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: Bad_Name}\n"
+            .into();
+    let e = corpus::resources(&bad, DOMAIN_SUFFIX).unwrap_err();
+    assert!(
+        e.contains("config document 0") && e.contains("metadata.name"),
+        "{e}"
+    );
+    bad.config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n".into();
+    let e = corpus::resources(&bad, DOMAIN_SUFFIX).unwrap_err();
+    assert!(e.contains("\"ConfigMap\""), "{e}");
+}
