@@ -196,6 +196,10 @@ impl Stream<'_> {
             cache.begin_snapshot();
         }
         let mut updates_open = true;
+        // Live changes reach the disk at most `SAVE_EVERY` after they arrive (and the complete
+        // cache at every SYNCED), so a restart while the store is away serves what was last
+        // seen, not what the last snapshot held.
+        let mut saver = Saver::new(config.cache_dir.clone());
         // An update waiting for room on the request channel (the store reads updates only once
         // its snapshot is out, so sending must never block reading).
         let mut pending: Option<Subscription> = None;
@@ -213,6 +217,10 @@ impl Stream<'_> {
                     if latest != Some(&next) {
                         pending = Some(next);
                     }
+                    continue;
+                }
+                () = saver.due(), if saver.dirty => {
+                    saver.save(cache);
                     continue;
                 }
                 permit = tx.reserve(), if pending.is_some() => {
@@ -243,15 +251,14 @@ impl Stream<'_> {
                         }
                     }
                     published.send_replace(Arc::new(cache.clone()));
+                    if !cache.snapshot_pending() {
+                        saver.changed();
+                    }
                 }
                 Some(watch_response::Response::Synced(s)) => {
                     cache.synced(s.revision);
                     // Saved before anyone hears it is complete.
-                    if let Some(dir) = &config.cache_dir
-                        && let Err(e) = cache.save(dir)
-                    {
-                        tracing::warn!(error = %e, "cache not saved");
-                    }
+                    saver.save(cache);
                     published.send_replace(Arc::new(cache.clone()));
                     link.send_replace(Link::Synced);
                     backoff.reset();
@@ -265,6 +272,46 @@ impl Stream<'_> {
                 }
                 None => {}
             }
+        }
+    }
+}
+
+/// How long a live change may wait before the cache is saved again.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// Saves the cache to the cache dir, at most once per [`SAVE_EVERY`] for live changes.
+struct Saver {
+    dir: Option<PathBuf>,
+    dirty: bool,
+    last: tokio::time::Instant,
+}
+
+impl Saver {
+    fn new(dir: Option<PathBuf>) -> Saver {
+        Saver {
+            dir,
+            dirty: false,
+            last: tokio::time::Instant::now(),
+        }
+    }
+
+    /// A live change arrived: save it when the next save is due.
+    fn changed(&mut self) {
+        self.dirty = self.dir.is_some();
+    }
+
+    /// Resolves when a pending change may be saved.
+    async fn due(&self) {
+        tokio::time::sleep_until(self.last + SAVE_EVERY).await;
+    }
+
+    fn save(&mut self, cache: &Cache) {
+        self.dirty = false;
+        self.last = tokio::time::Instant::now();
+        if let Some(dir) = &self.dir
+            && let Err(e) = cache.save(dir)
+        {
+            tracing::warn!(error = %e, "cache not saved");
         }
     }
 }

@@ -26,12 +26,17 @@ impl Agent {
     /// Starts the agent for `NODE_ID` following `server`, with its socket in `dir` and its
     /// cache in `cache_dir`, and waits for its ready line.
     pub fn start(server: SocketAddr, dir: &Path, cache_dir: &Path) -> Agent {
+        Agent::start_as(NODE_ID, server, dir, cache_dir)
+    }
+
+    /// [`Agent::start`] for another proxy.
+    pub fn start_as(node_id: &str, server: SocketAddr, dir: &Path, cache_dir: &Path) -> Agent {
         let uds = dir.join("xds.sock");
         let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-agent"))
             .arg("--server")
             .arg(server.to_string())
             .arg("--node-id")
-            .arg(NODE_ID)
+            .arg(node_id)
             .arg("--uds")
             .arg(&uds)
             .arg("--cache-dir")
@@ -101,7 +106,7 @@ impl Drop for Agent {
 }
 
 /// Lines of a reader, as they come, on a channel.
-fn line_channel(reader: impl BufRead + Send + 'static) -> mpsc::Receiver<String> {
+pub fn line_channel(reader: impl BufRead + Send + 'static) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in reader.lines() {
