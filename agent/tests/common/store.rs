@@ -39,6 +39,28 @@ impl StoreServer {
         self.task.await.unwrap().unwrap();
     }
 
+    /// Applies whole objects (apiVersion, kind, metadata, spec) in one batch.
+    pub async fn apply(&self, docs: &[serde_json::Value]) {
+        let mut client = StoreClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap();
+        let r = client
+            .apply(ApplyRequest {
+                documents: docs
+                    .iter()
+                    .map(|d| ApplyDocument {
+                        json: d.to_string(),
+                        expected_mod_revision: None,
+                    })
+                    .collect(),
+                dry_run: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+    }
+
     /// Applies a DestinationRule `name` in namespace `shop` for `host`.
     pub async fn apply_rule(&self, name: &str, host: &str) {
         let mut client = StoreClient::connect(format!("http://{}", self.addr))
