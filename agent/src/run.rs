@@ -239,7 +239,9 @@ pub async fn run(
                 if cache.snapshot_pending() {
                     continue;
                 }
-                let next = scope::subscription(&proxy, &cache);
+                serving.translate(&cache, &wanted.borrow_and_update(), received);
+                // The scope follows what translation just read (no second parse of the cache).
+                let next = serving.translator.subscription();
                 scope_tx.send_if_modified(|current| {
                     let changed = *current != next;
                     if changed {
@@ -247,7 +249,6 @@ pub async fn run(
                     }
                     changed
                 });
-                serving.translate(&cache, &wanted.borrow_and_update(), received);
                 complete = Some(cache);
             }
             changed = wanted.changed() => {

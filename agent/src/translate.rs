@@ -247,6 +247,12 @@ impl Translator {
         &self.proxy
     }
 
+    /// The store subscription this proxy needs, given the config the last
+    /// [`Translator::update`] read (see [`crate::scope`]).
+    pub fn subscription(&self) -> pasa_proto::store::v1::Subscription {
+        crate::scope::subscription_of(&self.proxy, &self.registry)
+    }
+
     /// How many services had their clusters rebuilt by the last [`Translator::update`].
     pub fn rebuilt_services(&self) -> usize {
         self.rebuilt
