@@ -5,6 +5,7 @@ mod cluster;
 mod endpoint;
 mod filters;
 mod grpc;
+mod hash;
 pub mod names;
 pub mod registry;
 mod route;
@@ -166,6 +167,45 @@ impl<'a> View<'a> {
         }
     }
 
+    /// The port a route destination goes to: the one it names, else the service's only port,
+    /// else the listener's.
+    fn destination_port(
+        &self,
+        destination: &pasa_proto::istio::virtual_service::Destination,
+        host: &str,
+        listener_port: u32,
+    ) -> u32 {
+        match destination.port.as_ref().map(|p| p.number) {
+            Some(n) if n != 0 => n,
+            _ => match self.services.get(host).map(|s| s.ports.as_slice()) {
+                Some([only]) => only.number,
+                _ => listener_port,
+            },
+        }
+    }
+
+    /// The route of a service without a VirtualService, with its DestinationRule's hash policy.
+    fn default_route(
+        &self,
+        service: &Service,
+        port: u32,
+    ) -> envoy_types::pb::envoy::config::route::v3::Route {
+        let mut route = route::default_route(&names::outbound_cluster(port, "", &service.hostname));
+        let destination = pasa_proto::istio::virtual_service::Destination {
+            host: service.hostname.clone(),
+            ..Default::default()
+        };
+        if let Some(envoy_types::pb::envoy::config::route::v3::route::Action::Route(action)) =
+            &mut route.action
+        {
+            action.hash_policy = self
+                .hash_policy(&[&destination], &service.namespace, port)
+                .into_iter()
+                .collect();
+        }
+        route
+    }
+
     /// The VirtualService that routes `host`: one naming it exactly, else the most specific
     /// wildcard covering it.
     fn virtual_service_for(&self, host: &str) -> Option<&Arc<Config<VirtualService>>> {
@@ -187,14 +227,34 @@ impl Destinations for View<'_> {
         port: u32,
     ) -> String {
         let host = self.proxy.resolve_host(&destination.host, namespace);
-        let port = match destination.port.as_ref().map(|p| p.number) {
-            Some(n) if n != 0 => n,
-            _ => match self.services.get(&host).map(|s| s.ports.as_slice()) {
-                Some([only]) => only.number,
-                _ => port,
-            },
-        };
+        let port = self.destination_port(destination, &host, port);
         names::outbound_cluster(port, &destination.subset, &host)
+    }
+
+    fn hash_policy(
+        &self,
+        destinations: &[&pasa_proto::istio::virtual_service::Destination],
+        namespace: &str,
+        port: u32,
+    ) -> Option<envoy_types::pb::envoy::config::route::v3::route_action::HashPolicy> {
+        let mut policies = destinations.iter().map(|d| {
+            let host = self.proxy.resolve_host(&d.host, namespace);
+            let service = self.services.get(&host)?;
+            let port = self.destination_port(d, &host, port);
+            let dr = self
+                .scope
+                .destination_rule(self.proxy, self.registry, service);
+            let subset = (!d.subset.is_empty()).then_some(d.subset.as_str());
+            hash::route_hash_policy(&cluster::Policy::of(
+                dr.as_deref().map(|c| &c.spec),
+                subset,
+                port,
+            ))
+        });
+        let first = policies.next()??;
+        policies
+            .all(|p| p.as_ref() == Some(&first))
+            .then_some(first)
     }
 }
 

@@ -36,7 +36,7 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Resources) {
                 None => Vec::new(),
             };
             let routes = if routes.is_empty() {
-                vec![route::default_route(&route_name)]
+                vec![view.default_route(service, port.number)]
             } else {
                 routes
             };

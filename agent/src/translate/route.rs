@@ -47,6 +47,17 @@ pub(super) trait Destinations {
     /// The cluster for `destination` (a host as written in a VirtualService of `namespace`) when
     /// the listener port is `port`.
     fn cluster(&self, destination: &Destination, namespace: &str, port: u32) -> String;
+
+    /// The hash policy of a route to `destinations`: the consistent-hash key of their
+    /// DestinationRule policy, when they all hash the same way.
+    fn hash_policy(
+        &self,
+        _destinations: &[&Destination],
+        _namespace: &str,
+        _port: u32,
+    ) -> Option<envoy_types::pb::envoy::config::route::v3::route_action::HashPolicy> {
+        None
+    }
 }
 
 /// Builds one route per match of each rule (the rule applies when any match does). Rules whose
@@ -298,6 +309,16 @@ fn action(
                 d.headers.as_ref(),
             ))
         })
+        .collect();
+    let dests: Vec<&Destination> = rule
+        .route
+        .iter()
+        .filter(|d| d.weight > 0 || rule.route.len() == 1)
+        .filter_map(|d| d.destination.as_ref())
+        .collect();
+    ra.hash_policy = destinations
+        .hash_policy(&dests, namespace, port)
+        .into_iter()
         .collect();
     ra.cluster_specifier = match targets.as_slice() {
         [] => None,

@@ -220,11 +220,7 @@ fn route_config(view: &View<'_>, port: u32, services: &[&Arc<Service>]) -> Route
     for service in services {
         let routes = match view.virtual_service_for(&service.hostname) {
             Some(vs) => route::http_routes(&vs.spec.http, &vs.meta.namespace, port, view),
-            None => vec![route::default_route(&names::outbound_cluster(
-                port,
-                "",
-                &service.hostname,
-            ))],
+            None => vec![view.default_route(service, port)],
         };
         if routes.is_empty() {
             continue;

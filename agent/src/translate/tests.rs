@@ -547,3 +547,47 @@ fn services_known_by_cidr_share_the_wildcard_listener_by_prefix() {
         [("10.1.0.0".to_string(), 16), ("10.1.2.0".to_string(), 24)]
     );
 }
+
+#[test]
+fn consistent_hash_sets_ring_hash_and_the_route_hash_policy() {
+    use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::PolicySpecifier;
+    let rule = resource(
+        "DestinationRule",
+        "default",
+        "reviews",
+        json!({"host": "reviews", "trafficPolicy": {"loadBalancer": {
+            "consistentHash": {"httpHeaderName": "x-user", "ringHash": {"minimumRingSize": "2048"}}}}}),
+        2,
+    );
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let out = t.update(&cache(vec![reviews_service(), rule]), Generator::Envoy);
+    let c = &out.clusters[&format!("outbound|9080||{REVIEWS}")];
+    assert_eq!(c.lb_policy, LbPolicy::RingHash as i32);
+    let vh = vhost(&out.routes["9080"], &format!("{REVIEWS}:9080"));
+    // Both the default route of a service without a VirtualService and a VirtualService route
+    // to it hash by the key.
+    assert_eq!(route_action(&vh.routes[0]).hash_policy.len(), 1);
+    let vs = resource(
+        "VirtualService",
+        "default",
+        "reviews",
+        json!({"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews"}}]}]}),
+        3,
+    );
+    let rule = resource(
+        "DestinationRule",
+        "default",
+        "reviews",
+        json!({"host": "reviews", "trafficPolicy": {"loadBalancer": {
+            "consistentHash": {"httpHeaderName": "x-user"}}}}),
+        2,
+    );
+    let out = t.update(&cache(vec![reviews_service(), rule, vs]), Generator::Envoy);
+    let vh = vhost(&out.routes["9080"], &format!("{REVIEWS}:9080"));
+    let policy = &route_action(&vh.routes[0]).hash_policy;
+    assert_eq!(policy.len(), 1);
+    assert!(matches!(
+        &policy[0].policy_specifier,
+        Some(PolicySpecifier::Header(h)) if h.header_name == "x-user"
+    ));
+}
