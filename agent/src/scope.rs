@@ -12,7 +12,7 @@
 //! route to, so their clusters can be built. Each store change that alters the view alters the
 //! subscription, and the store then adds or removes what entered or left it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use pasa_proto::host;
@@ -199,47 +199,77 @@ impl SidecarScope {
         list
     }
 
-    /// The DestinationRule that applies to `service` for this proxy: one in the proxy's namespace,
-    /// else the service's, else the root namespace's, else any other exported here; within one
-    /// namespace the most specific host, then the oldest.
-    pub fn destination_rule(
-        &self,
-        proxy: &Proxy,
-        registry: &Registry,
-        service: &Service,
-    ) -> Option<Arc<Config<DestinationRule>>> {
-        type Ranked<'r> = ((u8, usize, u64), &'r Arc<Config<DestinationRule>>);
-        let mut best: Option<Ranked<'_>> = None;
+    /// The DestinationRules exported to this proxy's namespace, indexed by host.
+    pub fn destination_rules(&self, proxy: &Proxy, registry: &Registry) -> DestinationRules {
+        let mut index = DestinationRules {
+            exact: HashMap::new(),
+            wildcards: Vec::new(),
+            config_namespace: self.config_namespace.clone(),
+            root_namespace: self.root_namespace.clone(),
+        };
         for dr in registry.destination_rules() {
             let ns = &dr.meta.namespace;
-            let full = proxy.resolve_host(&dr.spec.host, ns);
-            if !host::matches(&full, &service.hostname) {
-                continue;
-            }
             if !exported_to(&dr.spec.export_to, ns, &self.config_namespace) {
                 continue;
             }
-            let tier = if *ns == self.config_namespace {
-                0
-            } else if *ns == service.namespace {
-                1
-            } else if *ns == self.root_namespace {
-                2
+            let host = proxy.resolve_host(&dr.spec.host, ns);
+            if host.starts_with('*') {
+                index.wildcards.push((host, Arc::clone(dr)));
             } else {
-                3
-            };
-            // Exact hosts before wildcards, longer wildcards first.
-            let specificity = if full.starts_with('*') {
-                usize::MAX - full.len()
-            } else {
-                0
-            };
-            let rank = (tier, specificity, dr.meta.created);
-            if best.as_ref().is_none_or(|(r, _)| rank < *r) {
-                best = Some((rank, dr));
+                index.exact.entry(host).or_default().push(Arc::clone(dr));
             }
         }
-        best.map(|(_, dr)| Arc::clone(dr))
+        index
+    }
+}
+
+/// The DestinationRules a proxy sees, by the host they apply to.
+#[derive(Debug, Clone, Default)]
+pub struct DestinationRules {
+    exact: HashMap<String, Vec<Arc<Config<DestinationRule>>>>,
+    wildcards: Vec<(String, Arc<Config<DestinationRule>>)>,
+    config_namespace: String,
+    root_namespace: String,
+}
+
+impl DestinationRules {
+    /// The DestinationRule that applies to `service`: one in the proxy's namespace, else the
+    /// service's, else the root namespace's, else any other exported here; within one namespace
+    /// an exact host before wildcards (longer first), then the oldest.
+    pub fn for_service(&self, service: &Service) -> Option<Arc<Config<DestinationRule>>> {
+        let exact = self
+            .exact
+            .get(&service.hostname)
+            .into_iter()
+            .flatten()
+            .map(|dr| (0usize, dr));
+        let wildcards = self
+            .wildcards
+            .iter()
+            .filter(|(h, _)| host::matches(h, &service.hostname))
+            .map(|(h, dr)| (usize::MAX - h.len(), dr));
+        exact
+            .chain(wildcards)
+            .min_by_key(|(specificity, dr)| {
+                let ns = &dr.meta.namespace;
+                let tier = if *ns == self.config_namespace {
+                    0u8
+                } else if *ns == service.namespace {
+                    1
+                } else if *ns == self.root_namespace {
+                    2
+                } else {
+                    3
+                };
+                (
+                    tier,
+                    *specificity,
+                    dr.meta.created,
+                    ns.clone(),
+                    dr.meta.name.clone(),
+                )
+            })
+            .map(|(_, dr)| Arc::clone(dr))
     }
 }
 

@@ -37,7 +37,7 @@ use pasa_proto::node::ProxyType;
 use crate::cache::Cache;
 use crate::identity::{Identity, Locality};
 use crate::mesh::MeshSettings;
-use crate::scope::SidecarScope;
+use crate::scope::{DestinationRules, SidecarScope};
 use pasa_proto::istio::virtual_service::VirtualService;
 use registry::{Config, Registry, Service};
 use route::Destinations;
@@ -127,6 +127,8 @@ pub(crate) struct View<'a> {
     services: BTreeMap<String, Arc<Service>>,
     /// Visible VirtualServices for sidecars, oldest first.
     virtual_services: Vec<Arc<Config<VirtualService>>>,
+    /// Visible DestinationRules, by host.
+    destination_rules: DestinationRules,
     /// The VirtualService for each exact host (the oldest that names it).
     vs_by_host: BTreeMap<String, usize>,
     /// Wildcard hosts of VirtualServices, with the VirtualService's position.
@@ -156,9 +158,11 @@ impl<'a> View<'a> {
         }
         // The most specific wildcard first (longest), then the oldest.
         vs_wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        let destination_rules = scope.destination_rules(proxy, registry);
         View {
             proxy,
             registry,
+            destination_rules,
             scope,
             services,
             virtual_services,
@@ -241,9 +245,7 @@ impl Destinations for View<'_> {
             let host = self.proxy.resolve_host(&d.host, namespace);
             let service = self.services.get(&host)?;
             let port = self.destination_port(d, &host, port);
-            let dr = self
-                .scope
-                .destination_rule(self.proxy, self.registry, service);
+            let dr = self.destination_rules.for_service(service);
             let subset = (!d.subset.is_empty()).then_some(d.subset.as_str());
             hash::route_hash_policy(&cluster::Policy::of(
                 dr.as_deref().map(|c| &c.spec),
@@ -327,9 +329,7 @@ impl Translator {
         self.rebuilt = 0;
         let mut live = std::collections::HashSet::new();
         for service in view.services.values() {
-            let dr = view
-                .scope
-                .destination_rule(&self.proxy, &self.registry, service);
+            let dr = view.destination_rules.for_service(service);
             let inputs = fingerprint(|h| {
                 service.hostname.hash(h);
                 service.source.hash(h);

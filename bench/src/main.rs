@@ -4,6 +4,7 @@
 mod fixture;
 mod matching;
 mod stats;
+mod translate;
 mod write;
 
 use clap::{Parser, Subcommand};
@@ -25,12 +26,15 @@ enum Command {
     Match(matching::MatchArgs),
     /// Durable write throughput of the store on sled.
     Write(write::WriteArgs),
+    /// The agent's translation of one proxy's scope: full, then one change at a time.
+    Translate(translate::TranslateArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let summary = match Cli::parse().command {
         Command::Match(args) => matching::run(&args)?,
         Command::Write(args) => write::run(&args)?,
+        Command::Translate(args) => translate::run(&args)?,
     };
     println!("{summary}");
     Ok(())

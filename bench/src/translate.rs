@@ -1,0 +1,210 @@
+//! `translate`: the agent's translation of one proxy's scope. A cache of S services (each with E
+//! endpoints in three versions, a DestinationRule with three subsets, and for a share of them a
+//! VirtualService splitting between two subsets) is translated for a sidecar, then changed one
+//! object at a time (a DestinationRule, a VirtualService, a service's endpoints) to measure the
+//! incremental work, each time including the encoding into the snapshot ADS serves.
+
+use std::time::Instant;
+
+use anyhow::ensure;
+use pasa_agent::ads::Snapshot;
+use pasa_agent::cache::Cache;
+use pasa_agent::identity::IdentityArgs;
+use pasa_agent::translate::{Generator, Proxy, Translator};
+use pasa_proto::store::v1::{Event, EventType, Resource};
+use serde_json::{Value, json};
+
+use crate::stats::{peak_rss_mib, percentile, round2};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TranslateArgs {
+    /// Services in the proxy's scope.
+    #[arg(long, default_value_t = 1000)]
+    pub services: usize,
+    /// Endpoints per service.
+    #[arg(long, default_value_t = 6)]
+    pub endpoints: usize,
+    /// Share of services with a VirtualService (0..=1).
+    #[arg(long, default_value_t = 0.5)]
+    pub routed: f64,
+    /// Changes measured per kind.
+    #[arg(long, default_value_t = 50)]
+    pub changes: usize,
+    /// Generator: envoy or grpc.
+    #[arg(long, default_value = "envoy")]
+    pub generator: String,
+}
+
+const NAMESPACES: usize = 20;
+
+fn resource(kind: &str, ns: &str, name: &str, spec: Value, revision: u64) -> Resource {
+    Resource {
+        api_version: "networking.istio.io/v1".into(),
+        kind: kind.into(),
+        namespace: ns.into(),
+        name: name.into(),
+        spec_json: spec.to_string(),
+        create_revision: revision,
+        mod_revision: revision,
+        version: 1,
+        ..Default::default()
+    }
+}
+
+fn service(i: usize, endpoints: usize, revision: u64) -> Resource {
+    let eps: Vec<Value> = (0..endpoints)
+        .map(|e| {
+            json!({"address": format!("10.{}.{}.{}", i / 250 % 250, i % 250, e + 1),
+                   "labels": {"app": format!("svc-{i}"), "version": format!("v{}", e % 3 + 1)},
+                   "locality": format!("region/zone-{}", e % 2)})
+        })
+        .collect();
+    resource(
+        "ServiceEndpoints",
+        &format!("ns-{}", i % NAMESPACES),
+        &format!("svc-{i}"),
+        json!({"addresses": [format!("10.96.{}.{}", i / 250, i % 250)],
+               "ports": [{"name": "http", "port": 8080}, {"name": "grpc", "port": 9090}],
+               "endpoints": eps}),
+        revision,
+    )
+}
+
+fn rule(i: usize, lb: &str, revision: u64) -> Resource {
+    resource(
+        "DestinationRule",
+        &format!("ns-{}", i % NAMESPACES),
+        &format!("svc-{i}"),
+        json!({"host": format!("svc-{i}"), "trafficPolicy": {"loadBalancer": {"simple": lb}},
+               "subsets": [{"name": "v1", "labels": {"version": "v1"}},
+                           {"name": "v2", "labels": {"version": "v2"}},
+                           {"name": "v3", "labels": {"version": "v3"}}]}),
+        revision,
+    )
+}
+
+fn split(i: usize, v1: u32, revision: u64) -> Resource {
+    let host = format!("svc-{i}");
+    resource(
+        "VirtualService",
+        &format!("ns-{}", i % NAMESPACES),
+        &host,
+        json!({"hosts": [host], "http": [{"route": [
+            {"destination": {"host": host, "subset": "v1"}, "weight": v1},
+            {"destination": {"host": host, "subset": "v2"}, "weight": 100 - v1}]}]}),
+        revision,
+    )
+}
+
+pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
+    ensure!(args.services > 0, "--services must be at least 1");
+    ensure!(
+        (0.0..=1.0).contains(&args.routed),
+        "--routed is a share, 0..=1"
+    );
+    let generator = match args.generator.as_str() {
+        "envoy" => Generator::Envoy,
+        "grpc" => Generator::Grpc,
+        other => anyhow::bail!("--generator {other:?}: use envoy or grpc"),
+    };
+    let routed = (args.services as f64 * args.routed).round() as usize;
+    let mut revision = 0u64;
+    let mut next = || {
+        revision += 1;
+        revision
+    };
+    let mut objects = Vec::new();
+    for i in 0..args.services {
+        objects.push(service(i, args.endpoints, next()));
+        objects.push(rule(i, "ROUND_ROBIN", next()));
+        if i < routed {
+            objects.push(split(i, 80, next()));
+        }
+    }
+    // Revisions 1..=n were used by the objects.
+    let loaded_at = objects.len() as u64;
+    let identity = IdentityArgs {
+        node_id: "sidecar~10.200.0.1~bench-1.ns-0~ns-0.svc.cluster.local".into(),
+        service_account: "default".into(),
+        cluster_id: "Kubernetes".into(),
+        ..Default::default()
+    }
+    .resolve()?;
+    let mut translator = Translator::new(Proxy::from_identity(&identity, Default::default()));
+    let mut cache = Cache::from_resources(objects.clone(), loaded_at);
+
+    let started = Instant::now();
+    let resources = translator.update(&cache, generator);
+    let translated = started.elapsed();
+    let snapshot = Snapshot::from_resources(&resources);
+    let full = started.elapsed();
+    let counts = [
+        resources.clusters.len(),
+        resources.endpoints.len(),
+        resources.listeners.len(),
+        resources.routes.len(),
+    ];
+    drop(snapshot);
+    println!(
+        "full translation of {} services ({} objects): {:.1} ms translate, {:.1} ms with encoding; \
+         clusters {}, endpoints {}, listeners {}, routes {}",
+        args.services,
+        objects.len(),
+        translated.as_secs_f64() * 1e3,
+        full.as_secs_f64() * 1e3,
+        counts[0],
+        counts[1],
+        counts[2],
+        counts[3]
+    );
+
+    let mut summary = json!({
+        "mode": "translate",
+        "services": args.services,
+        "objects": objects.len(),
+        "generator": args.generator,
+        "clusters": counts[0],
+        "endpoints": counts[1],
+        "listeners": counts[2],
+        "routes": counts[3],
+        "full_ms": round2(full.as_secs_f64() * 1e3),
+    });
+    let kinds: [(&str, &dyn Fn(usize, u64) -> Resource); 3] = [
+        ("destination_rule", &|i, r| rule(i, "LEAST_REQUEST", r)),
+        ("virtual_service", &|i, r| split(i, 50, r)),
+        ("endpoints", &|i, r| service(i, args.endpoints + 1, r)),
+    ];
+    for (name, change) in kinds {
+        let mut samples = Vec::with_capacity(args.changes);
+        let mut rebuilt = 0;
+        for c in 0..args.changes {
+            let i = (c * 7919) % routed.max(1);
+            // As the agent's store watch delivers it: one event applied to the cache.
+            let rev = next();
+            cache.apply(&Event {
+                r#type: EventType::Modified as i32,
+                resource: Some(change(i, rev)),
+                revision: rev,
+                ..Default::default()
+            })?;
+            let started = Instant::now();
+            let resources = translator.update(&cache, generator);
+            let _snapshot = Snapshot::from_resources(&resources);
+            samples.push(started.elapsed().as_secs_f64() * 1e3);
+            rebuilt += translator.rebuilt_services();
+        }
+        let p50 = percentile(&samples, 50.0);
+        let p99 = percentile(&samples, 99.0);
+        println!(
+            "one {name} changed: p50 {p50:.2} ms, p99 {p99:.2} ms (translate + encode), \
+             services rebuilt per change: {:.1}",
+            rebuilt as f64 / args.changes as f64
+        );
+        summary[format!("{name}_p50_ms")] = json!(round2(p50));
+        summary[format!("{name}_p99_ms")] = json!(round2(p99));
+    }
+    if let Some(rss) = peak_rss_mib() {
+        summary["peak_rss_mib"] = json!(round2(rss));
+    }
+    Ok(summary)
+}
