@@ -169,7 +169,8 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         "routes": counts[3],
         "full_ms": round2(full.as_secs_f64() * 1e3),
     });
-    let kinds: [(&str, &dyn Fn(usize, u64) -> Resource); 3] = [
+    type Change<'a> = &'a dyn Fn(usize, u64) -> Resource;
+    let kinds: [(&str, Change); 3] = [
         ("destination_rule", &|i, r| rule(i, "LEAST_REQUEST", r)),
         ("virtual_service", &|i, r| split(i, 50, r)),
         ("endpoints", &|i, r| service(i, args.endpoints + 1, r)),
@@ -185,7 +186,6 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
                 r#type: EventType::Modified as i32,
                 resource: Some(change(i, rev)),
                 revision: rev,
-                ..Default::default()
             })?;
             let started = Instant::now();
             let resources = translator.update(&cache, generator);
