@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+pub use authority::{Fronted, front, pump as front_pump};
 pub use server::{AdsService, ServeError, bind_unix, serve_unix};
 pub use snapshot::{Resource, Snapshot, SnapshotError, SnapshotPublisher, Snapshots};
 pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, TypeStatus};

@@ -96,8 +96,9 @@ pub fn front(client: UnixStream) -> Fronted {
     Fronted(server_side)
 }
 
-/// Copies the client's frames to the server, rewriting header blocks.
-async fn pump(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin) -> io::Result<()> {
+/// Copies the client's frames to the server, rewriting header blocks (the client-to-server half
+/// of [`front`]).
+pub async fn pump(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin) -> io::Result<()> {
     let mut preface = [0u8; PREFACE.len()];
     from.read_exact(&mut preface).await?;
     to.write_all(&preface).await?;
