@@ -1,5 +1,6 @@
 //! The admin HTTP endpoint (plain HTTP, meant for loopback): `/healthz`, `/readyz`,
-//! `/sync_status`, `/config_dump` and `/metrics`.
+//! `/sync_status`, `/config_dump`, `/metrics` and `/simulate` (where a request would go through
+//! the served configuration; see [`simulate`]).
 //!
 //! **Readiness.** `/readyz` answers 200 once at least one xDS client is connected and every
 //! connected client has ACKed each type it subscribed to at least once; otherwise 503 with the
@@ -18,6 +19,8 @@
 //! build script can only find another crate's sources by running `cargo metadata` or guessing
 //! the registry's layout, and the pool adds about a megabyte to a binary that runs in every pod.
 //! Rendering protobuf JSON belongs in an offline tool that reads this dump.
+
+pub mod simulate;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -66,6 +69,7 @@ pub async fn serve(
         .route("/sync_status", get(sync_status))
         .route("/config_dump", get(config_dump))
         .route("/metrics", get(metrics))
+        .route("/simulate", get(simulate::get).post(simulate::post))
         .with_state(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

@@ -50,7 +50,7 @@ pub struct AgentArgs {
     /// can serve while the store is away. Nothing is kept when not set.
     #[arg(long, env = "PASA_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
-    /// Address of /healthz, /readyz, /sync_status, /config_dump and /metrics.
+    /// Address of /healthz, /readyz, /sync_status, /config_dump, /metrics and /simulate.
     #[arg(long, env = "PASA_ADMIN", default_value = "127.0.0.1:15000")]
     pub admin: SocketAddr,
     #[command(flatten)]

@@ -6,6 +6,7 @@ mod get;
 mod status;
 mod validate;
 mod watch;
+mod x;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +45,9 @@ pub enum Command {
     Status,
     /// Check files as the write path would, without a server; exit code 1 on errors.
     Validate(validate::ValidateArgs),
+    /// Experimental commands; their flags and output may change.
+    #[command(subcommand)]
+    X(x::XCommand),
 }
 
 /// `-f` options shared by apply and delete.
@@ -60,6 +64,11 @@ pub struct FileArgs {
 /// An error that has already been explained to the user.
 #[derive(Debug)]
 pub struct Reported;
+
+/// A usage error found after the command line was parsed (exit code 2, as clap's own).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
 
 pub type CmdResult = Result<(), anyhow::Error>;
 
@@ -79,6 +88,10 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is::<Reported>() => ExitCode::FAILURE,
+        Err(e) if e.is::<UsageError>() => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
         // The reader went away (`pasactl get vs -A | head`): stop quietly, as kubectl does.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
@@ -104,6 +117,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Watch(args) => watch::run(&cli.server, args).await,
         Command::Status => status::run(&cli.server).await,
         Command::Validate(args) => validate::run(args),
+        Command::X(command) => x::run(command).await,
     }
 }
 

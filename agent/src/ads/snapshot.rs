@@ -34,6 +34,16 @@ pub enum SnapshotError {
         expected: &'static str,
         actual: String,
     },
+    #[error(
+        "{kind} resource {name:?} does not decode as {expected}: {source}; the snapshot was not built from typed resources"
+    )]
+    Decode {
+        kind: TypeKind,
+        name: String,
+        expected: &'static str,
+        #[source]
+        source: prost::DecodeError,
+    },
 }
 
 /// Everything the agent serves to the clients of one generator at one moment: per type, resource
@@ -67,6 +77,36 @@ impl Snapshot {
         snapshot.pack_all(TypeKind::Listener, &resources.listeners);
         snapshot.pack_all(TypeKind::Route, &resources.routes);
         snapshot
+    }
+
+    /// The typed resources back from their packed bodies: the inverse of
+    /// [`Snapshot::from_resources`], for tools that read what is served (the simulator).
+    pub fn to_resources(&self) -> Result<Resources, SnapshotError> {
+        Ok(Resources {
+            clusters: self.unpack_all(TypeKind::Cluster)?,
+            endpoints: self.unpack_all(TypeKind::Endpoint)?,
+            listeners: self.unpack_all(TypeKind::Listener)?,
+            routes: self.unpack_all(TypeKind::Route)?,
+        })
+    }
+
+    fn unpack_all<M: Message + Default>(
+        &self,
+        kind: TypeKind,
+    ) -> Result<BTreeMap<String, M>, SnapshotError> {
+        self.types[kind.index()]
+            .iter()
+            .map(|(name, resource)| {
+                M::decode(resource.body.value.as_slice())
+                    .map(|message| (name.clone(), message))
+                    .map_err(|source| SnapshotError::Decode {
+                        kind,
+                        name: name.clone(),
+                        expected: kind.type_url(),
+                        source,
+                    })
+            })
+            .collect()
     }
 
     fn pack_all<M: Message + prost::Name + Clone>(
@@ -278,6 +318,7 @@ mod tests {
             TypeKind::Listener.type_url()
         );
         assert!(one.resources(TypeKind::Route).is_empty());
+        assert_eq!(one.to_resources().unwrap(), resources);
     }
 
     #[test]

@@ -66,6 +66,11 @@ impl Agent {
         http_get(self.admin, path).await
     }
 
+    /// POST `body` (JSON) to `path` on the admin endpoint: status code and body.
+    pub async fn post(&self, path: &str, body: &str) -> (u16, String) {
+        http_request(self.admin, "POST", path, body).await
+    }
+
     /// Polls `path` until `ok` holds for its body (guarded by `WAIT`); returns the body.
     pub async fn until(&self, path: &str, what: &str, ok: impl Fn(u16, &str) -> bool) -> String {
         let deadline = tokio::time::Instant::now() + WAIT;
@@ -121,10 +126,19 @@ pub fn line_channel(reader: impl BufRead + Send + 'static) -> mpsc::Receiver<Str
 
 /// A minimal HTTP/1.1 GET: status code and body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    http_request(addr, "GET", path, "").await
+}
+
+/// A minimal HTTP/1.1 request with a JSON body: status code and body.
+pub async fn http_request(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut conn = tokio::net::TcpStream::connect(addr)
         .await
         .expect("connect to the admin endpoint");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
     conn.write_all(request.as_bytes()).await.expect("request");
     let mut raw = String::new();
     conn.read_to_string(&mut raw).await.expect("response");

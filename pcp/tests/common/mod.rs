@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod fake_agent;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
