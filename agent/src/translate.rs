@@ -10,6 +10,7 @@ pub mod names;
 pub mod registry;
 mod route;
 mod sidecar;
+mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -186,6 +187,26 @@ impl<'a> View<'a> {
                 _ => listener_port,
             },
         }
+    }
+
+    /// The clusters of weighted TCP or TLS route destinations with their weights (a single
+    /// destination takes everything; zero weights are dropped).
+    fn weighted_clusters(
+        &self,
+        routes: &[pasa_proto::istio::virtual_service::RouteDestination],
+        namespace: &str,
+        port: u32,
+    ) -> Vec<(String, u32)> {
+        let single = routes.len() == 1;
+        routes
+            .iter()
+            .filter_map(|r| {
+                let d = r.destination.as_ref()?;
+                let weight = if single { 100 } else { r.weight.max(0) as u32 };
+                Some((self.cluster(d, namespace, port), weight))
+            })
+            .filter(|(_, w)| *w > 0)
+            .collect()
     }
 
     /// The route of a service without a VirtualService, with its DestinationRule's hash policy.

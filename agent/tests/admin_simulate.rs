@@ -22,7 +22,7 @@ async fn simulates_calls_on_the_served_configuration() {
     let run = tempfile::tempdir().unwrap();
     let cache = tempfile::tempdir().unwrap();
     let store = StoreServer::start(data.path(), 0).await;
-    store.apply(REVIEWS).await;
+    store.apply(&[serde_json::from_str(REVIEWS).unwrap()]).await;
     let agent = Agent::start(store.addr, run.path(), cache.path());
 
     // An outbound HTTP call to reviews:9080, once the agent has translated the service.

@@ -98,7 +98,10 @@ pub fn front(client: UnixStream) -> Fronted {
 
 /// Copies the client's frames to the server, rewriting header blocks (the client-to-server half
 /// of [`front`]).
-pub async fn pump(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin) -> io::Result<()> {
+pub async fn pump(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+) -> io::Result<()> {
     let mut preface = [0u8; PREFACE.len()];
     from.read_exact(&mut preface).await?;
     to.write_all(&preface).await?;

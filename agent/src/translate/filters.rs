@@ -107,6 +107,17 @@ pub(super) fn tcp_proxy(stat_prefix: &str, clusters: &[(String, u32)]) -> Filter
     }
 }
 
+/// The TLS inspector alone: listeners that pick filter chains by SNI.
+pub(super) fn tls_inspector() -> Vec<ListenerFilter> {
+    vec![ListenerFilter {
+        name: TLS_INSPECTOR.into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+            TlsInspector::default(),
+        ))),
+        ..Default::default()
+    }]
+}
+
 /// Listener filters of the capture listeners: original destination, then TLS and HTTP
 /// inspection.
 pub(super) fn capture_listener_filters(original_dst: bool) -> Vec<ListenerFilter> {
@@ -120,13 +131,7 @@ pub(super) fn capture_listener_filters(original_dst: bool) -> Vec<ListenerFilter
             ..Default::default()
         });
     }
-    out.push(ListenerFilter {
-        name: TLS_INSPECTOR.into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-            TlsInspector::default(),
-        ))),
-        ..Default::default()
-    });
+    out.extend(tls_inspector());
     out.push(ListenerFilter {
         name: HTTP_INSPECTOR.into(),
         config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(

@@ -25,14 +25,13 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 use pasa_proto::istio::common::Protocol;
-use pasa_proto::istio::virtual_service::RouteDestination;
 
 use super::cluster::{self, ads};
 use super::endpoint::socket_address;
 use super::filters::{self, Routes};
 use super::registry::{Resolution, Service};
-use super::route::{self, Destinations};
-use super::{Resources, View, names};
+use super::route;
+use super::{Resources, View, names, tls};
 use crate::mesh::{InboundPolicy, OutboundPolicy};
 
 /// Outbound listeners and route configurations.
@@ -89,13 +88,20 @@ pub(super) fn outbound(view: &View<'_>, out: &mut Resources) {
                     }
                 }
             }
+            // TLS rules of its VirtualService route by SNI on its own listeners.
+            let sni = tls::sni_chains(view, service, port.number);
             for ip in ips {
                 let name = names::listener(&ip, port.number);
                 if !out.listeners.contains_key(&name) {
-                    out.listeners.insert(
-                        name.clone(),
-                        outbound_listener(&name, &ip, port.number, vec![chain()]),
-                    );
+                    let mut listener = if sni.is_empty() {
+                        outbound_listener(&name, &ip, port.number, vec![chain()])
+                    } else {
+                        outbound_listener(&name, &ip, port.number, sni.clone())
+                    };
+                    if !sni.is_empty() {
+                        listener.listener_filters = filters::tls_inspector();
+                    }
+                    out.listeners.insert(name.clone(), listener);
                 }
             }
         }
@@ -186,29 +192,11 @@ fn tcp_clusters(view: &View<'_>, service: &Service, port: u32) -> Vec<(String, u
             let applies = rule.matches.is_empty()
                 || rule.matches.iter().any(|m| m.port == 0 || m.port == port);
             if applies && !rule.route.is_empty() {
-                return weighted(view, &rule.route, &vs.meta.namespace, port);
+                return view.weighted_clusters(&rule.route, &vs.meta.namespace, port);
             }
         }
     }
     vec![(names::outbound_cluster(port, "", &service.hostname), 100)]
-}
-
-fn weighted(
-    view: &View<'_>,
-    routes: &[RouteDestination],
-    namespace: &str,
-    port: u32,
-) -> Vec<(String, u32)> {
-    let single = routes.len() == 1;
-    routes
-        .iter()
-        .filter_map(|r| {
-            let d = r.destination.as_ref()?;
-            let weight = if single { 100 } else { r.weight.max(0) as u32 };
-            Some((view.cluster(d, namespace, port), weight))
-        })
-        .filter(|(_, w)| *w > 0)
-        .collect()
 }
 
 /// The route configuration of one outbound HTTP port: a virtual host per service on the port

@@ -591,3 +591,61 @@ fn consistent_hash_sets_ring_hash_and_the_route_hash_policy() {
         Some(PolicySpecifier::Header(h)) if h.header_name == "x-user"
     ));
 }
+
+#[test]
+fn tls_routes_pick_destinations_by_sni() {
+    let se = resource(
+        "ServiceEntry",
+        "default",
+        "payments",
+        json!({"hosts": ["*.payments.example"], "addresses": ["240.0.0.9"],
+               "ports": [{"number": 443, "name": "tls", "protocol": "TLS"}],
+               "resolution": "NONE"}),
+        1,
+    );
+    let vs = resource(
+        "VirtualService",
+        "default",
+        "payments",
+        json!({"hosts": ["*.payments.example"], "tls": [{
+            "match": [{"port": 443, "sniHosts": ["eu.payments.example"]}],
+            "route": [{"destination": {"host": "eu.payments.example"}}]}]}),
+        2,
+    );
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let out = t.update(&cache(vec![se, vs]), Generator::Envoy);
+    let l = &out.listeners["240.0.0.9_443"];
+    assert_eq!(
+        l.listener_filters[0].name,
+        "envoy.filters.listener.tls_inspector"
+    );
+    assert_eq!(l.filter_chains.len(), 2);
+    let m = l.filter_chains[0].filter_chain_match.as_ref().unwrap();
+    assert_eq!(m.server_names, ["eu.payments.example"]);
+    assert_eq!(m.transport_protocol, "tls");
+    let tcp = |i: usize| {
+        let Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(
+            any,
+        )) = &l.filter_chains[i].filters[0].config_type
+        else {
+            panic!()
+        };
+        TcpProxy::decode(any.value.as_slice())
+            .unwrap()
+            .cluster_specifier
+    };
+    assert_eq!(
+        tcp(0),
+        Some(TcpClusterSpecifier::Cluster(
+            "outbound|443||eu.payments.example".into()
+        ))
+    );
+    // Anything else goes to the service entry itself.
+    assert!(l.filter_chains[1].filter_chain_match.is_none());
+    assert_eq!(
+        tcp(1),
+        Some(TcpClusterSpecifier::Cluster(
+            "outbound|443||*.payments.example".into()
+        ))
+    );
+}

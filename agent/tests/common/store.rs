@@ -63,28 +63,10 @@ impl StoreServer {
 
     /// Applies a DestinationRule `name` in namespace `shop` for `host`.
     pub async fn apply_rule(&self, name: &str, host: &str) {
-        self.apply(&format!(
-            r#"{{"apiVersion":"networking.istio.io/v1","kind":"DestinationRule","metadata":{{"name":"{name}","namespace":"shop"}},"spec":{{"host":"{host}"}}}}"#
-        ))
+        self.apply(&[serde_json::json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+            "metadata": {"name": name, "namespace": "shop"}, "spec": {"host": host}
+        })])
         .await;
-    }
-
-    /// Applies one document, given as JSON; it must be accepted.
-    pub async fn apply(&self, json: &str) {
-        let mut client = StoreClient::connect(format!("http://{}", self.addr))
-            .await
-            .unwrap();
-        let r = client
-            .apply(ApplyRequest {
-                documents: vec![ApplyDocument {
-                    json: json.to_string(),
-                    expected_mod_revision: None,
-                }],
-                dry_run: false,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(r.errors.is_empty(), "{:?}", r.errors);
     }
 }
