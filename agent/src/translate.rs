@@ -1,6 +1,7 @@
 //! Translation: from the proxy and the raw Istio configuration in its scope to the xDS resources
 //! istiod would send it, with istiod's names (see the project's naming notes).
 
+pub mod authn;
 mod cluster;
 mod endpoint;
 mod filters;
@@ -60,6 +61,15 @@ pub struct Proxy {
     pub network: String,
     pub locality: Locality,
     pub mesh: MeshSettings,
+    pub flags: Flags,
+}
+
+/// Control-plane feature flags that change what is generated; istiod's defaults by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// Terminate the TLS a Sidecar ingress listener declares (`ENABLE_TLS_ON_SIDECAR_INGRESS`);
+    /// off, its `tls` is ignored.
+    pub tls_on_sidecar_ingress: bool,
 }
 
 impl Proxy {
@@ -76,6 +86,7 @@ impl Proxy {
             network: identity.network.clone(),
             locality: identity.locality.clone(),
             mesh,
+            flags: Flags::default(),
         }
     }
 }
@@ -130,12 +141,14 @@ pub(crate) struct View<'a> {
     vs_by_host: BTreeMap<String, usize>,
     /// Wildcard hosts of VirtualServices, with the VirtualService's position.
     vs_wildcards: Vec<(String, usize)>,
+    /// Kubernetes `ExternalName` services by the host they alias.
+    aliases: BTreeMap<String, Vec<String>>,
 }
 
 impl<'a> View<'a> {
     fn new(proxy: &'a Proxy, registry: &'a Registry) -> View<'a> {
         let scope = SidecarScope::of(proxy, registry);
-        let services = scope
+        let services: BTreeMap<String, Arc<Service>> = scope
             .services(registry)
             .into_iter()
             .map(|s| (s.hostname.clone(), s))
@@ -155,6 +168,15 @@ impl<'a> View<'a> {
         }
         // The most specific wildcard first (longest), then the oldest.
         vs_wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        let mut aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for s in services.values() {
+            if let Some(target) = s.external_name.as_ref().filter(|_| s.kubernetes) {
+                aliases
+                    .entry(target.clone())
+                    .or_default()
+                    .push(s.hostname.clone());
+            }
+        }
         View {
             proxy,
             registry,
@@ -163,7 +185,22 @@ impl<'a> View<'a> {
             virtual_services,
             vs_by_host,
             vs_wildcards,
+            aliases,
         }
+    }
+
+    /// The hosts that alias `host` (Kubernetes `ExternalName` services naming it).
+    fn aliases_of(&self, host: &str) -> Vec<&str> {
+        self.aliases
+            .get(host)
+            .map(|list| list.iter().map(String::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether `service` only aliases another (a Kubernetes `ExternalName` service): it gets no
+    /// listener or virtual host of its own, its names go to the concrete service's.
+    fn is_alias(&self, service: &Service) -> bool {
+        service.kubernetes && service.external_name.is_some()
     }
 
     /// The VirtualService that routes `host`: one naming it exactly, else the most specific
@@ -320,7 +357,7 @@ impl Translator {
             let mut built = Resources::default();
             match generator {
                 Generator::Envoy => {
-                    sidecar::special_clusters(&mut built);
+                    sidecar::special_clusters(view.scope.outbound_policy, &mut built);
                     sidecar::outbound(&view, &mut built);
                     if self.proxy.kind == ProxyType::Sidecar {
                         sidecar::inbound(&view, &mut built);

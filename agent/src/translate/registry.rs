@@ -20,6 +20,7 @@ use pasa_proto::service_endpoints::ServiceEndpoints;
 use pasa_proto::store::v1::Resource;
 use serde::de::DeserializeOwned;
 
+use super::authn::PeerAuthentication;
 use crate::cache::{Cache, Key};
 
 /// Name, namespace and the store's bookkeeping of a parsed resource.
@@ -146,6 +147,7 @@ enum Parsed {
     Sidecar(Arc<Config<Sidecar>>),
     Gateway(Arc<Config<Gateway>>),
     WorkloadEntry(Arc<Config<WorkloadEntry>>),
+    PeerAuthentication(Arc<Config<PeerAuthentication>>),
     /// A kind translation does not read, or a spec that did not parse.
     Ignored,
 }
@@ -324,6 +326,13 @@ impl Registry {
         })
     }
 
+    pub fn peer_authentications(&self) -> impl Iterator<Item = &Config<PeerAuthentication>> {
+        self.entries.values().filter_map(|e| match &e.parsed {
+            Parsed::PeerAuthentication(c) => Some(c.as_ref()),
+            _ => None,
+        })
+    }
+
     pub fn gateways(&self) -> impl Iterator<Item = &Arc<Config<Gateway>>> {
         self.entries.values().filter_map(|e| match &e.parsed {
             Parsed::Gateway(c) => Some(c),
@@ -401,6 +410,32 @@ fn from_kubernetes(sep: &Config<ServiceEndpoints>, domain_suffix: &str) -> Servi
     }
 }
 
+fn meta_of(resource: &Resource) -> Meta {
+    Meta {
+        namespace: resource.namespace.clone(),
+        name: resource.name.clone(),
+        labels: resource.labels.clone().into_iter().collect(),
+        annotations: resource.annotations.clone().into_iter().collect(),
+        created: resource.create_revision,
+        revision: resource.mod_revision,
+    }
+}
+
+/// A kind the store keeps without a model of its own: its spec read directly.
+fn plain<T: DeserializeOwned>(resource: &Resource) -> Option<Arc<Config<T>>> {
+    match serde_json::from_str::<T>(&resource.spec_json) {
+        Ok(spec) => Some(Arc::new(Config {
+            meta: meta_of(resource),
+            spec,
+        })),
+        Err(e) => {
+            tracing::warn!(kind = %resource.kind, namespace = %resource.namespace,
+                name = %resource.name, error = %e, "resource ignored: its spec does not parse");
+            None
+        }
+    }
+}
+
 fn parse(resource: &Resource) -> Parsed {
     fn typed<T: DeserializeOwned>(resource: &Resource) -> Option<Arc<Config<T>>> {
         let spec: serde_json::Value = match serde_json::from_str(&resource.spec_json) {
@@ -413,14 +448,7 @@ fn parse(resource: &Resource) -> Parsed {
         };
         match pasa_proto::istio::parse_spec::<T>(&spec) {
             Ok(spec) => Some(Arc::new(Config {
-                meta: Meta {
-                    namespace: resource.namespace.clone(),
-                    name: resource.name.clone(),
-                    labels: resource.labels.clone().into_iter().collect(),
-                    annotations: resource.annotations.clone().into_iter().collect(),
-                    created: resource.create_revision,
-                    revision: resource.mod_revision,
-                },
+                meta: meta_of(resource),
                 spec,
             })),
             Err(e) => {
@@ -439,6 +467,7 @@ fn parse(resource: &Resource) -> Parsed {
         "Sidecar" => typed(resource).map(Parsed::Sidecar),
         "Gateway" => typed(resource).map(Parsed::Gateway),
         "WorkloadEntry" => typed(resource).map(Parsed::WorkloadEntry),
+        "PeerAuthentication" => plain(resource).map(Parsed::PeerAuthentication),
         _ => None,
     };
     parsed.unwrap_or(Parsed::Ignored)

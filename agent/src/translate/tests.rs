@@ -103,6 +103,7 @@ fn proxy(ip: &str) -> Proxy {
         network: String::new(),
         locality: Locality::default(),
         mesh: MeshSettings::default(),
+        flags: Flags::default(),
     }
 }
 
@@ -219,15 +220,15 @@ fn sidecar_gets_istiod_names_subsets_and_weighted_routes() {
     }
     let rc = &out.routes["9080"];
     let vh = vhost(rc, &format!("{REVIEWS}:9080"));
+    // Sidecars ignore the port in Host headers, so the domains come without it.
+    assert!(rc.ignore_port_in_host_matching);
     for domain in [
         REVIEWS,
-        "reviews.default.svc.cluster.local:9080",
+        "reviews.default.svc.cluster.local.",
         "reviews",
-        "reviews:9080",
         "reviews.default",
         "reviews.default.svc",
         "10.96.0.20",
-        "10.96.0.20:9080",
     ] {
         assert!(
             vh.domains.iter().any(|d| d == domain),
