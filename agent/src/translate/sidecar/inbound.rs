@@ -484,11 +484,7 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
             by_port.entry(port.number).or_insert(ChainConfig {
                 port: port.number,
                 protocol,
-                endpoint: parse_endpoint(
-                    &i.default_endpoint,
-                    port.number,
-                    &inbound_bind(&view.proxy.ips),
-                ),
+                endpoint: parse_endpoint(&i.default_endpoint, &view.proxy.ips),
                 bind,
                 tls,
                 passthrough: false,
@@ -535,19 +531,25 @@ fn after_tls_termination(p: Protocol) -> Protocol {
     }
 }
 
-/// A Sidecar ingress listener's `defaultEndpoint`: `127.0.0.1:8080`, `0.0.0.0:8080` (the
-/// proxy's own address), or `unix://…`; empty means localhost on the port.
-fn parse_endpoint(text: &str, port: u32, own: &str) -> Option<(String, u32)> {
-    if text.is_empty() {
-        return Some(("127.0.0.1".into(), port));
-    }
+/// A Sidecar ingress listener's `defaultEndpoint`: `127.0.0.1:8080` or `[::1]:8080`,
+/// `0.0.0.0:8080` or `[::]:8080` (the proxy's own address of that family, else localhost), or
+/// `unix://…`. Empty (or unreadable) means the original destination.
+fn parse_endpoint(text: &str, ips: &[IpAddr]) -> Option<(String, u32)> {
     if text.starts_with("unix://") {
         return Some((text.to_string(), 0));
     }
     let (host, p) = text.rsplit_once(':')?;
     let p: u32 = p.parse().ok()?;
-    if host == "0.0.0.0" {
-        return Some((own.to_string(), p));
-    }
-    Some((host.to_string(), p))
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let own = |v4: bool, fallback: &str| {
+        ips.iter()
+            .find(|ip| ip.is_ipv4() == v4)
+            .map_or_else(|| fallback.to_string(), IpAddr::to_string)
+    };
+    let address = match host {
+        "0.0.0.0" => own(true, "127.0.0.1"),
+        "::" => own(false, "::1"),
+        other => other.to_string(),
+    };
+    Some((address, p))
 }
