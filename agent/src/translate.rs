@@ -62,14 +62,32 @@ pub struct Proxy {
     pub locality: Locality,
     pub mesh: MeshSettings,
     pub flags: Flags,
+    /// The proxy answers its application's DNS queries (`ISTIO_META_DNS_CAPTURE`).
+    pub dns_capture: bool,
+    /// ... and wants addresses allocated for ServiceEntry hosts without one
+    /// (`ISTIO_META_DNS_AUTO_ALLOCATE`).
+    pub dns_auto_allocate: bool,
 }
 
 /// Control-plane feature flags that change what is generated; istiod's defaults by default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Flags {
     /// Terminate the TLS a Sidecar ingress listener declares (`ENABLE_TLS_ON_SIDECAR_INGRESS`);
     /// off, its `tls` is ignored.
     pub tls_on_sidecar_ingress: bool,
+    /// ServiceEntry addresses come from the allocation controller (`ENABLE_IP_AUTOALLOCATE`);
+    /// off, the older allocator derives them from host names (see
+    /// [`registry::legacy_auto_addresses`]).
+    pub ip_autoallocate: bool,
+}
+
+impl Default for Flags {
+    fn default() -> Self {
+        Flags {
+            tls_on_sidecar_ingress: false,
+            ip_autoallocate: true,
+        }
+    }
 }
 
 impl Proxy {
@@ -87,6 +105,8 @@ impl Proxy {
             locality: identity.locality.clone(),
             mesh,
             flags: Flags::default(),
+            dns_capture: false,
+            dns_auto_allocate: false,
         }
     }
 }
@@ -143,6 +163,9 @@ pub(crate) struct View<'a> {
     vs_wildcards: Vec<(String, usize)>,
     /// Kubernetes `ExternalName` services by the host they alias.
     aliases: BTreeMap<String, Vec<String>>,
+    /// Addresses allocated to ServiceEntry hosts without one, by namespace and host, when this
+    /// proxy uses them.
+    auto_addresses: BTreeMap<(String, String), String>,
 }
 
 impl<'a> View<'a> {
@@ -177,6 +200,13 @@ impl<'a> View<'a> {
                     .push(s.hostname.clone());
             }
         }
+        let uses_auto =
+            proxy.dns_capture && proxy.dns_auto_allocate && !proxy.flags.ip_autoallocate;
+        let auto_addresses = if uses_auto {
+            registry::legacy_auto_addresses(registry)
+        } else {
+            BTreeMap::new()
+        };
         View {
             proxy,
             registry,
@@ -186,7 +216,18 @@ impl<'a> View<'a> {
             vs_by_host,
             vs_wildcards,
             aliases,
+            auto_addresses,
         }
+    }
+
+    /// The address allocated to `service` for this proxy, if it has none of its own.
+    fn auto_address(&self, service: &Service) -> Option<&str> {
+        if !service.addresses.is_empty() {
+            return None;
+        }
+        self.auto_addresses
+            .get(&(service.namespace.clone(), service.hostname.clone()))
+            .map(String::as_str)
     }
 
     /// The hosts that alias `host` (Kubernetes `ExternalName` services naming it).
@@ -306,6 +347,10 @@ impl Translator {
                 service.source.hash(h);
                 service.revision.hash(h);
                 service.created.hash(h);
+                // Ports merged in from other declarations of the host.
+                for p in &service.ports {
+                    (p.number, &p.name, format!("{:?}", p.protocol)).hash(h);
+                }
                 if let Some(dr) = &dr {
                     dr.meta.namespace.hash(h);
                     dr.meta.name.hash(h);

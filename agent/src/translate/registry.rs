@@ -341,6 +341,67 @@ impl Registry {
     }
 }
 
+/// The addresses istiod's older allocator gives ServiceEntry hosts that have none (not wildcards,
+/// not resolution `NONE`), by namespace and host: `240.240.<x/255>.<x%255>`, `x` derived from an
+/// FNV-1a hash of `<namespace>/<host>` with double hashing on collisions, the same host of one
+/// namespace always getting the same address. Sidecars that capture DNS and ask for it listen on
+/// these addresses.
+pub fn legacy_auto_addresses(registry: &Registry) -> BTreeMap<(String, String), String> {
+    const MAX: u32 = 256 * 254;
+    const PRIME: u32 = 65_011;
+    let mut services: Vec<&Arc<Service>> = registry
+        .services
+        .values()
+        .flatten()
+        .filter(|s| {
+            !s.kubernetes
+                && s.addresses.is_empty()
+                && !s.hostname.starts_with('*')
+                && s.resolution != Resolution::Passthrough
+        })
+        .collect();
+    services.sort_by(|a, b| (a.created, &a.source).cmp(&(b.created, &b.source)));
+    let mut slots: BTreeMap<u32, String> = BTreeMap::new();
+    for s in services {
+        let key = format!("{}/{}", s.namespace, s.hostname);
+        let h = fnv1a(key.as_bytes());
+        let mut slot = h % MAX;
+        if slots.contains_key(&slot) {
+            let second = PRIME - (h % PRIME);
+            let mut i: u32 = 1;
+            loop {
+                slot = h.wrapping_add(i.wrapping_mul(second)) % (MAX - 1);
+                if !slots.contains_key(&slot) {
+                    break;
+                }
+                i += 1;
+            }
+        }
+        slots.insert(slot, key);
+    }
+    let mut out: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut bump = 0;
+    for (slot, key) in slots {
+        let mut x = slot + 1 + bump;
+        if x % 255 == 0 {
+            bump += 1;
+            x += 1;
+        }
+        let Some((ns, host)) = key.split_once('/') else {
+            continue;
+        };
+        out.entry((ns.to_string(), host.to_string()))
+            .or_insert_with(|| format!("240.240.{}.{}", x / 255, x % 255));
+    }
+    out
+}
+
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
+}
+
 /// Whether a selector's labels are all carried by `labels` (an empty selector selects all).
 pub fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))

@@ -333,7 +333,14 @@ pub fn proxy(case: &Case) -> Result<Proxy, String> {
                 .get("EnableTLSOnSidecarIngress")
                 .copied()
                 .unwrap_or(false),
+            ip_autoallocate: case
+                .flags
+                .get("EnableIPAutoallocate")
+                .copied()
+                .unwrap_or(true),
         },
+        dns_capture: p.dns_capture,
+        dns_auto_allocate: p.dns_auto_allocate,
     })
 }
 

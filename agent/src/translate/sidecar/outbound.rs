@@ -231,6 +231,11 @@ impl Builder<'_, '_> {
         if let Some(first) = service.addresses.first() {
             return vec![first.clone()];
         }
+        if let Some(auto) = self.view.auto_address(service)
+            && proxy_v4
+        {
+            return vec![auto.to_string()];
+        }
         let dual = proxy_v4 && proxy_v6;
         if !service.kubernetes && proxy_v6 && !proxy_v4 {
             vec!["::".into()]
@@ -249,7 +254,8 @@ impl Builder<'_, '_> {
         let Some(lp) = listener_protocol(port.protocol) else {
             return;
         };
-        let primary_unspecified = service.addresses.is_empty();
+        let primary_unspecified =
+            service.addresses.is_empty() && self.view.auto_address(service).is_none();
         if service.resolution == Resolution::Passthrough
             && primary_unspecified
             && lp != ListenerProtocol::Http
