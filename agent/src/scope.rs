@@ -134,7 +134,6 @@ impl SidecarScope {
             .and_then(|s| s.spec.outbound_traffic_policy.as_ref())
             .map(|p| match p.mode {
                 OutboundTrafficPolicyMode::RegistryOnly => OutboundPolicy::RegistryOnly,
-                OutboundTrafficPolicyMode::AllowAnyDynamicDns => OutboundPolicy::AllowAnyDynamicDns,
                 _ => OutboundPolicy::AllowAny,
             })
             .unwrap_or(proxy.mesh.outbound_policy);

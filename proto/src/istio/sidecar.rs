@@ -111,9 +111,6 @@ proto_enum! {
         RegistryOnly = 0 => "REGISTRY_ONLY",
         /// Unknown destinations are passed through (or to the egress proxy).
         AllowAny = 1 => "ALLOW_ANY",
-        /// Like `ALLOW_ANY`, but plaintext HTTP to unknown hosts is forwarded by resolving its
-        /// Host header (a dynamic forward proxy) rather than to the original destination.
-        AllowAnyDynamicDns = 2 => "ALLOW_ANY_DYNAMIC_DNS",
     }
 }
 
