@@ -10,6 +10,9 @@ pub enum OutboundPolicy {
     AllowAny,
     /// Drop it (`BlackHoleCluster`; HTTP gets 502 from the `block_all` virtual host).
     RegistryOnly,
+    /// Like `AllowAny`, except plaintext HTTP, which goes to the host its Host header names,
+    /// resolved per request (`AllowAnyDynamicDNSCluster`, a dynamic forward proxy).
+    AllowAnyDynamicDns,
 }
 
 /// What a sidecar does with inbound traffic to a port no service declares
@@ -21,6 +24,13 @@ pub enum InboundPolicy {
     Passthrough,
     /// Forward it to localhost.
     Localhost,
+}
+
+impl OutboundPolicy {
+    /// Whether unknown destinations are reachable at all.
+    pub fn allows_any(self) -> bool {
+        !matches!(self, OutboundPolicy::RegistryOnly)
+    }
 }
 
 /// Mesh settings.

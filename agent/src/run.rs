@@ -89,6 +89,8 @@ pub enum OutboundTrafficPolicy {
     AllowAny,
     #[value(name = "REGISTRY_ONLY")]
     RegistryOnly,
+    #[value(name = "ALLOW_ANY_DYNAMIC_DNS")]
+    AllowAnyDynamicDns,
 }
 
 impl MeshArgs {
@@ -99,6 +101,7 @@ impl MeshArgs {
             outbound_policy: match self.outbound_traffic_policy {
                 OutboundTrafficPolicy::AllowAny => OutboundPolicy::AllowAny,
                 OutboundTrafficPolicy::RegistryOnly => OutboundPolicy::RegistryOnly,
+                OutboundTrafficPolicy::AllowAnyDynamicDns => OutboundPolicy::AllowAnyDynamicDns,
             },
             ..MeshSettings::default()
         }

@@ -150,22 +150,49 @@ impl SidecarScope {
         self.egress.iter().any(|e| e.covers(namespace, hostname))
     }
 
-    /// The services this proxy sees, one per host (the oldest declaration of a host wins, with
-    /// a service in the proxy's own namespace preferred as istiod does).
+    /// The services this proxy sees, one per host: a Kubernetes service before ServiceEntries,
+    /// then one in the proxy's own namespace, then the oldest declaration. Later declarations of
+    /// the host like it (same namespace, registry, resolution and `exportTo`) add the ports it
+    /// lacks, as istiod merges ServiceEntries sharing a host.
     pub fn services(&self, registry: &Registry) -> Vec<Arc<Service>> {
         registry
             .services()
             .values()
             .filter_map(|list| {
-                let visible = |s: &&Arc<Service>| {
-                    exported_to(&s.export_to, &s.namespace, &self.config_namespace)
-                        && self.in_egress(&s.namespace, &s.hostname)
-                };
-                list.iter()
-                    .filter(visible)
-                    .find(|s| s.namespace == self.config_namespace)
-                    .or_else(|| list.iter().find(visible))
-                    .cloned()
+                let visible: Vec<&Arc<Service>> = list
+                    .iter()
+                    .filter(|s| {
+                        exported_to(&s.export_to, &s.namespace, &self.config_namespace)
+                            && self.in_egress(&s.namespace, &s.hostname)
+                    })
+                    .collect();
+                let first = visible
+                    .iter()
+                    .find(|s| s.kubernetes)
+                    .or_else(|| {
+                        visible
+                            .iter()
+                            .find(|s| s.namespace == self.config_namespace)
+                    })
+                    .or_else(|| visible.first())?;
+                let mut merged: Option<Service> = None;
+                for other in &visible {
+                    if Arc::ptr_eq(other, first)
+                        || other.namespace != first.namespace
+                        || other.kubernetes != first.kubernetes
+                        || other.resolution != first.resolution
+                        || other.export_to != first.export_to
+                    {
+                        continue;
+                    }
+                    for port in &other.ports {
+                        let base = merged.get_or_insert_with(|| first.as_ref().clone());
+                        if base.port(port.number).is_none() {
+                            base.ports.push(port.clone());
+                        }
+                    }
+                }
+                Some(merged.map_or_else(|| Arc::clone(first), Arc::new))
             })
             .collect()
     }

@@ -1,6 +1,7 @@
 //! Translation: from the proxy and the raw Istio configuration in its scope to the xDS resources
 //! istiod would send it, with istiod's names (see the project's naming notes).
 
+pub mod authn;
 mod cluster;
 mod endpoint;
 mod filters;
@@ -10,7 +11,6 @@ pub mod names;
 pub mod registry;
 mod route;
 mod sidecar;
-mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -62,6 +62,33 @@ pub struct Proxy {
     pub network: String,
     pub locality: Locality,
     pub mesh: MeshSettings,
+    pub flags: Flags,
+    /// The proxy answers its application's DNS queries (`ISTIO_META_DNS_CAPTURE`).
+    pub dns_capture: bool,
+    /// ... and wants addresses allocated for ServiceEntry hosts without one
+    /// (`ISTIO_META_DNS_AUTO_ALLOCATE`).
+    pub dns_auto_allocate: bool,
+}
+
+/// Control-plane feature flags that change what is generated; istiod's defaults by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flags {
+    /// Terminate the TLS a Sidecar ingress listener declares (`ENABLE_TLS_ON_SIDECAR_INGRESS`);
+    /// off, its `tls` is ignored.
+    pub tls_on_sidecar_ingress: bool,
+    /// ServiceEntry addresses come from the allocation controller (`ENABLE_IP_AUTOALLOCATE`);
+    /// off, the older allocator derives them from host names (see
+    /// [`registry::legacy_auto_addresses`]).
+    pub ip_autoallocate: bool,
+}
+
+impl Default for Flags {
+    fn default() -> Self {
+        Flags {
+            tls_on_sidecar_ingress: false,
+            ip_autoallocate: true,
+        }
+    }
 }
 
 impl Proxy {
@@ -78,6 +105,9 @@ impl Proxy {
             network: identity.network.clone(),
             locality: identity.locality.clone(),
             mesh,
+            flags: Flags::default(),
+            dns_capture: false,
+            dns_auto_allocate: false,
         }
     }
 }
@@ -134,12 +164,17 @@ pub(crate) struct View<'a> {
     vs_by_host: BTreeMap<String, usize>,
     /// Wildcard hosts of VirtualServices, with the VirtualService's position.
     vs_wildcards: Vec<(String, usize)>,
+    /// Kubernetes `ExternalName` services by the host they alias.
+    aliases: BTreeMap<String, Vec<String>>,
+    /// Addresses allocated to ServiceEntry hosts without one, by namespace and host, when this
+    /// proxy uses them.
+    auto_addresses: BTreeMap<(String, String), String>,
 }
 
 impl<'a> View<'a> {
     fn new(proxy: &'a Proxy, registry: &'a Registry) -> View<'a> {
         let scope = SidecarScope::of(proxy, registry);
-        let services = scope
+        let services: BTreeMap<String, Arc<Service>> = scope
             .services(registry)
             .into_iter()
             .map(|s| (s.hostname.clone(), s))
@@ -160,6 +195,22 @@ impl<'a> View<'a> {
         // The most specific wildcard first (longest), then the oldest.
         vs_wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
         let destination_rules = scope.destination_rules(proxy, registry);
+        let mut aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for s in services.values() {
+            if let Some(target) = s.external_name.as_ref().filter(|_| s.kubernetes) {
+                aliases
+                    .entry(target.clone())
+                    .or_default()
+                    .push(s.hostname.clone());
+            }
+        }
+        let uses_auto =
+            proxy.dns_capture && proxy.dns_auto_allocate && !proxy.flags.ip_autoallocate;
+        let auto_addresses = if uses_auto {
+            registry::legacy_auto_addresses(registry)
+        } else {
+            BTreeMap::new()
+        };
         View {
             proxy,
             registry,
@@ -169,6 +220,8 @@ impl<'a> View<'a> {
             virtual_services,
             vs_by_host,
             vs_wildcards,
+            aliases,
+            auto_addresses,
         }
     }
 
@@ -187,26 +240,6 @@ impl<'a> View<'a> {
                 _ => listener_port,
             },
         }
-    }
-
-    /// The clusters of weighted TCP or TLS route destinations with their weights (a single
-    /// destination takes everything; zero weights are dropped).
-    fn weighted_clusters(
-        &self,
-        routes: &[pasa_proto::istio::virtual_service::RouteDestination],
-        namespace: &str,
-        port: u32,
-    ) -> Vec<(String, u32)> {
-        let single = routes.len() == 1;
-        routes
-            .iter()
-            .filter_map(|r| {
-                let d = r.destination.as_ref()?;
-                let weight = if single { 100 } else { r.weight.max(0) as u32 };
-                Some((self.cluster(d, namespace, port), weight))
-            })
-            .filter(|(_, w)| *w > 0)
-            .collect()
     }
 
     /// The route of a service without a VirtualService, with its DestinationRule's hash policy.
@@ -229,6 +262,30 @@ impl<'a> View<'a> {
                 .collect();
         }
         route
+    }
+
+    /// The address allocated to `service` for this proxy, if it has none of its own.
+    fn auto_address(&self, service: &Service) -> Option<&str> {
+        if !service.addresses.is_empty() {
+            return None;
+        }
+        self.auto_addresses
+            .get(&(service.namespace.clone(), service.hostname.clone()))
+            .map(String::as_str)
+    }
+
+    /// The hosts that alias `host` (Kubernetes `ExternalName` services naming it).
+    fn aliases_of(&self, host: &str) -> Vec<&str> {
+        self.aliases
+            .get(host)
+            .map(|list| list.iter().map(String::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether `service` only aliases another (a Kubernetes `ExternalName` service): it gets no
+    /// listener or virtual host of its own, its names go to the concrete service's.
+    fn is_alias(&self, service: &Service) -> bool {
+        service.kubernetes && service.external_name.is_some()
     }
 
     /// The VirtualService that routes `host`: one naming it exactly, else the most specific
@@ -356,6 +413,10 @@ impl Translator {
                 service.source.hash(h);
                 service.revision.hash(h);
                 service.created.hash(h);
+                // Ports merged in from other declarations of the host.
+                for p in &service.ports {
+                    (p.number, &p.name, format!("{:?}", p.protocol)).hash(h);
+                }
                 if let Some(dr) = &dr {
                     dr.meta.namespace.hash(h);
                     dr.meta.name.hash(h);
@@ -407,7 +468,7 @@ impl Translator {
             let mut built = Resources::default();
             match generator {
                 Generator::Envoy => {
-                    sidecar::special_clusters(&mut built);
+                    sidecar::special_clusters(view.scope.outbound_policy, &mut built);
                     sidecar::outbound(&view, &mut built);
                     if self.proxy.kind == ProxyType::Sidecar {
                         sidecar::inbound(&view, &mut built);

@@ -460,6 +460,36 @@ pub(super) fn passthrough() -> Cluster {
     }
 }
 
+/// `AllowAnyDynamicDNSCluster`: a dynamic forward proxy resolving each request's host, where
+/// unknown plaintext HTTP goes under `ALLOW_ANY_DYNAMIC_DNS`.
+pub(super) fn allow_any_dynamic_dns() -> Cluster {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::CustomClusterType;
+    use envoy_types::pb::envoy::extensions::clusters::dynamic_forward_proxy::v3::{
+        ClusterConfig, cluster_config::ClusterImplementationSpecifier,
+    };
+    use envoy_types::pb::envoy::extensions::common::dynamic_forward_proxy::v3::DnsCacheConfig;
+    let config = ClusterConfig {
+        cluster_implementation_specifier: Some(ClusterImplementationSpecifier::DnsCacheConfig(
+            DnsCacheConfig {
+                name: names::ALLOW_ANY_DYNAMIC_DNS.into(),
+                ..Default::default()
+            },
+        )),
+        allow_insecure_cluster_options: true,
+        ..Default::default()
+    };
+    Cluster {
+        name: names::ALLOW_ANY_DYNAMIC_DNS_CLUSTER.into(),
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        lb_policy: LbPolicy::ClusterProvided as i32,
+        cluster_discovery_type: Some(ClusterDiscoveryType::ClusterType(CustomClusterType {
+            name: "envoy.clusters.dynamic_forward_proxy".into(),
+            typed_config: Some(pack_any(config)),
+        })),
+        ..Default::default()
+    }
+}
+
 /// `BlackHoleCluster`: a static cluster without endpoints.
 pub(super) fn black_hole() -> Cluster {
     Cluster {

@@ -141,3 +141,28 @@ pub(super) fn capture_listener_filters(original_dst: bool) -> Vec<ListenerFilter
     });
     out
 }
+
+/// The inspectors a listener needs: TLS to read SNI and ALPN, HTTP to tell plaintext HTTP from
+/// other bytes.
+pub(super) fn inspectors(tls: bool, http: bool) -> Vec<ListenerFilter> {
+    let mut out = Vec::new();
+    if tls {
+        out.push(ListenerFilter {
+            name: TLS_INSPECTOR.into(),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+                TlsInspector::default(),
+            ))),
+            ..Default::default()
+        });
+    }
+    if http {
+        out.push(ListenerFilter {
+            name: HTTP_INSPECTOR.into(),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+                HttpInspector::default(),
+            ))),
+            ..Default::default()
+        });
+    }
+    out
+}

@@ -46,3 +46,20 @@ pub fn host_port(host: &str, port: u32) -> String {
 pub fn inbound_virtual_host(port: u32) -> String {
     format!("inbound|http|{port}")
 }
+
+/// The fall-through chain of an outbound listener: unmatched traffic goes where the outbound
+/// traffic policy says.
+pub const PASSTHROUGH_FILTER_CHAIN: &str = "PassthroughFilterChain";
+/// `virtualOutbound`'s chain refusing traffic sent to its own port (it would loop).
+pub const VIRTUAL_OUTBOUND_BLACKHOLE: &str = "virtualOutbound-blackhole";
+/// `virtualOutbound`'s catch-all chain.
+pub const VIRTUAL_OUTBOUND_CATCH_ALL_TCP: &str = "virtualOutbound-catchall-tcp";
+/// `virtualInbound`'s chain refusing traffic sent to its own port.
+pub const VIRTUAL_INBOUND_BLACKHOLE: &str = "virtualInbound-blackhole";
+/// `virtualInbound`'s catch-all chain for plaintext HTTP.
+pub const VIRTUAL_INBOUND_CATCH_ALL_HTTP: &str = "virtualInbound-catchall-http";
+/// The catch-all virtual host and route under `ALLOW_ANY_DYNAMIC_DNS`.
+pub const ALLOW_ANY_DYNAMIC_DNS: &str = "allow_any_dynamic_dns";
+/// The dynamic forward proxy cluster unknown plaintext HTTP goes to under
+/// `ALLOW_ANY_DYNAMIC_DNS`.
+pub const ALLOW_ANY_DYNAMIC_DNS_CLUSTER: &str = "AllowAnyDynamicDNSCluster";

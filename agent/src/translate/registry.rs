@@ -20,6 +20,7 @@ use pasa_proto::service_endpoints::ServiceEndpoints;
 use pasa_proto::store::v1::Resource;
 use serde::de::DeserializeOwned;
 
+use super::authn::PeerAuthentication;
 use crate::cache::{Cache, Key};
 
 /// Name, namespace and the store's bookkeeping of a parsed resource.
@@ -146,6 +147,7 @@ enum Parsed {
     Sidecar(Arc<Config<Sidecar>>),
     Gateway(Arc<Config<Gateway>>),
     WorkloadEntry(Arc<Config<WorkloadEntry>>),
+    PeerAuthentication(Arc<Config<PeerAuthentication>>),
     /// A kind translation does not read, or a spec that did not parse.
     Ignored,
 }
@@ -324,12 +326,80 @@ impl Registry {
         })
     }
 
+    pub fn peer_authentications(&self) -> impl Iterator<Item = &Config<PeerAuthentication>> {
+        self.entries.values().filter_map(|e| match &e.parsed {
+            Parsed::PeerAuthentication(c) => Some(c.as_ref()),
+            _ => None,
+        })
+    }
+
     pub fn gateways(&self) -> impl Iterator<Item = &Arc<Config<Gateway>>> {
         self.entries.values().filter_map(|e| match &e.parsed {
             Parsed::Gateway(c) => Some(c),
             _ => None,
         })
     }
+}
+
+/// The addresses istiod's older allocator gives ServiceEntry hosts that have none (not wildcards,
+/// not resolution `NONE`), by namespace and host: `240.240.<x/255>.<x%255>`, `x` derived from an
+/// FNV-1a hash of `<namespace>/<host>` with double hashing on collisions, the same host of one
+/// namespace always getting the same address. Sidecars that capture DNS and ask for it listen on
+/// these addresses.
+pub fn legacy_auto_addresses(registry: &Registry) -> BTreeMap<(String, String), String> {
+    const MAX: u32 = 256 * 254;
+    const PRIME: u32 = 65_011;
+    let mut services: Vec<&Arc<Service>> = registry
+        .services
+        .values()
+        .flatten()
+        .filter(|s| {
+            !s.kubernetes
+                && s.addresses.is_empty()
+                && !s.hostname.starts_with('*')
+                && s.resolution != Resolution::Passthrough
+        })
+        .collect();
+    services.sort_by(|a, b| (a.created, &a.source).cmp(&(b.created, &b.source)));
+    let mut slots: BTreeMap<u32, String> = BTreeMap::new();
+    for s in services {
+        let key = format!("{}/{}", s.namespace, s.hostname);
+        let h = fnv1a(key.as_bytes());
+        let mut slot = h % MAX;
+        if slots.contains_key(&slot) {
+            let second = PRIME - (h % PRIME);
+            let mut i: u32 = 1;
+            loop {
+                slot = h.wrapping_add(i.wrapping_mul(second)) % (MAX - 1);
+                if !slots.contains_key(&slot) {
+                    break;
+                }
+                i += 1;
+            }
+        }
+        slots.insert(slot, key);
+    }
+    let mut out: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut bump = 0;
+    for (slot, key) in slots {
+        let mut x = slot + 1 + bump;
+        if x % 255 == 0 {
+            bump += 1;
+            x += 1;
+        }
+        let Some((ns, host)) = key.split_once('/') else {
+            continue;
+        };
+        out.entry((ns.to_string(), host.to_string()))
+            .or_insert_with(|| format!("240.240.{}.{}", x / 255, x % 255));
+    }
+    out
+}
+
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// Whether a selector's labels are all carried by `labels` (an empty selector selects all).
@@ -401,6 +471,32 @@ fn from_kubernetes(sep: &Config<ServiceEndpoints>, domain_suffix: &str) -> Servi
     }
 }
 
+fn meta_of(resource: &Resource) -> Meta {
+    Meta {
+        namespace: resource.namespace.clone(),
+        name: resource.name.clone(),
+        labels: resource.labels.clone().into_iter().collect(),
+        annotations: resource.annotations.clone().into_iter().collect(),
+        created: resource.create_revision,
+        revision: resource.mod_revision,
+    }
+}
+
+/// A kind the store keeps without a model of its own: its spec read directly.
+fn plain<T: DeserializeOwned>(resource: &Resource) -> Option<Arc<Config<T>>> {
+    match serde_json::from_str::<T>(&resource.spec_json) {
+        Ok(spec) => Some(Arc::new(Config {
+            meta: meta_of(resource),
+            spec,
+        })),
+        Err(e) => {
+            tracing::warn!(kind = %resource.kind, namespace = %resource.namespace,
+                name = %resource.name, error = %e, "resource ignored: its spec does not parse");
+            None
+        }
+    }
+}
+
 fn parse(resource: &Resource) -> Parsed {
     fn typed<T: DeserializeOwned>(resource: &Resource) -> Option<Arc<Config<T>>> {
         let spec: serde_json::Value = match serde_json::from_str(&resource.spec_json) {
@@ -413,14 +509,7 @@ fn parse(resource: &Resource) -> Parsed {
         };
         match pasa_proto::istio::parse_spec::<T>(&spec) {
             Ok(spec) => Some(Arc::new(Config {
-                meta: Meta {
-                    namespace: resource.namespace.clone(),
-                    name: resource.name.clone(),
-                    labels: resource.labels.clone().into_iter().collect(),
-                    annotations: resource.annotations.clone().into_iter().collect(),
-                    created: resource.create_revision,
-                    revision: resource.mod_revision,
-                },
+                meta: meta_of(resource),
                 spec,
             })),
             Err(e) => {
@@ -439,6 +528,7 @@ fn parse(resource: &Resource) -> Parsed {
         "Sidecar" => typed(resource).map(Parsed::Sidecar),
         "Gateway" => typed(resource).map(Parsed::Gateway),
         "WorkloadEntry" => typed(resource).map(Parsed::WorkloadEntry),
+        "PeerAuthentication" => plain(resource).map(Parsed::PeerAuthentication),
         _ => None,
     };
     parsed.unwrap_or(Parsed::Ignored)

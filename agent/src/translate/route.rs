@@ -232,6 +232,67 @@ pub(super) fn domains(
     out
 }
 
+/// The other names a client may use for `host` from a proxy whose DNS domain is `dns_domain`
+/// (`<ns>.svc.cluster.local`), as istiod lists them (without ports, which sidecars ignore): the
+/// absolute name (`host.`), and for a Kubernetes service of the same cluster `name`,
+/// `name.ns.svc` and `name.ns` from its own namespace, `name.ns` and `name.ns.svc` from another.
+/// Hosts outside the cluster domain get no short forms.
+pub(super) fn alt_hosts(host: &str, dns_domain: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if host.parse::<std::net::IpAddr>().is_err() {
+        out.push(format!("{host}."));
+    }
+    if let Some(at) = dns_domain.find(".svc.") {
+        let proxy_ns = &dns_domain[..at];
+        let suffix = &dns_domain[at..];
+        if !host.ends_with(suffix) {
+            return out;
+        }
+        let Some(svc_at) = host.find(".svc.") else {
+            return out;
+        };
+        let Some(dot) = host.find('.') else {
+            return out;
+        };
+        if dot + 1 > svc_at {
+            return out;
+        }
+        let name = &host[..dot];
+        let name_ns = &host[..svc_at];
+        if &host[dot + 1..svc_at] == proxy_ns {
+            out.extend([
+                name.to_string(),
+                format!("{name_ns}.svc"),
+                name_ns.to_string(),
+            ]);
+        } else {
+            out.extend([name_ns.to_string(), format!("{name_ns}.svc")]);
+        }
+        return out;
+    }
+    let host_labels: Vec<&str> = host.split('.').collect();
+    let domain_labels: Vec<&str> = dns_domain.split('.').collect();
+    let shared = host_labels
+        .iter()
+        .rev()
+        .zip(domain_labels.iter().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    if shared == 0 || shared >= host_labels.len() {
+        return out;
+    }
+    let unique = &host_labels[..host_labels.len() - shared];
+    out.push(unique.join("."));
+    if unique.len() == 2 {
+        out.push(format!(
+            "{}.{}",
+            unique.join("."),
+            host_labels[host_labels.len() - shared]
+        ));
+    }
+    out
+}
+
 fn action(
     rule: &HttpRoute,
     namespace: &str,

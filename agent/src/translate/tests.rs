@@ -103,6 +103,9 @@ fn proxy(ip: &str) -> Proxy {
         network: String::new(),
         locality: Locality::default(),
         mesh: MeshSettings::default(),
+        flags: Flags::default(),
+        dns_capture: false,
+        dns_auto_allocate: false,
     }
 }
 
@@ -219,15 +222,15 @@ fn sidecar_gets_istiod_names_subsets_and_weighted_routes() {
     }
     let rc = &out.routes["9080"];
     let vh = vhost(rc, &format!("{REVIEWS}:9080"));
+    // Sidecars ignore the port in Host headers, so the domains come without it.
+    assert!(rc.ignore_port_in_host_matching);
     for domain in [
         REVIEWS,
-        "reviews.default.svc.cluster.local:9080",
+        "reviews.default.svc.cluster.local.",
         "reviews",
-        "reviews:9080",
         "reviews.default",
         "reviews.default.svc",
         "10.96.0.20",
-        "10.96.0.20:9080",
     ] {
         assert!(
             vh.domains.iter().any(|d| d == domain),
@@ -619,33 +622,161 @@ fn tls_routes_pick_destinations_by_sni() {
         l.listener_filters[0].name,
         "envoy.filters.listener.tls_inspector"
     );
-    assert_eq!(l.filter_chains.len(), 2);
+    assert_eq!(l.filter_chains.len(), 1);
     let m = l.filter_chains[0].filter_chain_match.as_ref().unwrap();
     assert_eq!(m.server_names, ["eu.payments.example"]);
-    assert_eq!(m.transport_protocol, "tls");
-    let tcp = |i: usize| {
-        let Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(
-            any,
-        )) = &l.filter_chains[i].filters[0].config_type
-        else {
-            panic!()
-        };
-        TcpProxy::decode(any.value.as_slice())
-            .unwrap()
-            .cluster_specifier
+    let Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) =
+        &l.filter_chains[0].filters[0].config_type
+    else {
+        panic!()
     };
     assert_eq!(
-        tcp(0),
+        TcpProxy::decode(any.value.as_slice())
+            .unwrap()
+            .cluster_specifier,
         Some(TcpClusterSpecifier::Cluster(
             "outbound|443||eu.payments.example".into()
         ))
     );
-    // Anything else goes to the service entry itself.
-    assert!(l.filter_chains[1].filter_chain_match.is_none());
+    // Any other server name follows the outbound traffic policy, as with istiod.
     assert_eq!(
-        tcp(1),
-        Some(TcpClusterSpecifier::Cluster(
-            "outbound|443||*.payments.example".into()
+        l.default_filter_chain.as_ref().unwrap().name,
+        "PassthroughFilterChain"
+    );
+}
+
+/// The protocols a `virtualInbound` chain for `port` accepts: (transport, ALPN, terminates TLS).
+fn inbound_chains_for(out: &Resources, port: u32) -> Vec<(String, Vec<String>, bool)> {
+    out.listeners["virtualInbound"]
+        .filter_chains
+        .iter()
+        .filter_map(|c| {
+            let m = c.filter_chain_match.as_ref()?;
+            (m.destination_port.as_ref()?.value == port).then(|| {
+                (
+                    m.transport_protocol.clone(),
+                    m.application_protocols.clone(),
+                    c.transport_socket.is_some(),
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn peer_authentication_shapes_inbound_chains_per_port() {
+    let pa = |ns: &str, name: &str, spec: Value, rev: u64| {
+        let mut r = resource("PeerAuthentication", ns, name, spec, rev);
+        r.api_version = "security.istio.io/v1".into();
+        r
+    };
+    let mesh_strict = pa(
+        "istio-system",
+        "default",
+        json!({"mtls": {"mode": "STRICT"}}),
+        2,
+    );
+    let port_disabled = pa(
+        "default",
+        "reviews",
+        json!({"selector": {"matchLabels": {"app": "reviews"}},
+               "portLevelMtls": {"9080": {"mode": "DISABLE"}}}),
+        3,
+    );
+    let mut p = proxy("10.0.0.2");
+    p.labels.insert("app".into(), "reviews".into());
+    // Mesh-wide STRICT: the HTTP port accepts Istio mTLS only.
+    let mut t = Translator::new(p.clone());
+    let out = t.update(
+        &cache(vec![reviews_service(), mesh_strict.clone()]),
+        Generator::Envoy,
+    );
+    assert_eq!(
+        inbound_chains_for(&out, 9080),
+        [("tls".into(), vec![], true)]
+    );
+    // The workload's port-level DISABLE wins for its port: plaintext only.
+    let mut t = Translator::new(p);
+    let out = t.update(
+        &cache(vec![reviews_service(), mesh_strict, port_disabled]),
+        Generator::Envoy,
+    );
+    assert_eq!(
+        inbound_chains_for(&out, 9080),
+        [("raw_buffer".into(), vec![], false)]
+    );
+    // Without any policy the port is PERMISSIVE: mTLS by ALPN, or plaintext.
+    let mut t = Translator::new(proxy("10.0.0.2"));
+    let out = t.update(&cache(vec![reviews_service()]), Generator::Envoy);
+    let chains = inbound_chains_for(&out, 9080);
+    assert_eq!(chains.len(), 2);
+    assert!(chains[0].2 && chains[0].1.contains(&"istio-http/1.1".to_string()));
+    assert_eq!(chains[1], ("raw_buffer".into(), vec![], false));
+}
+
+#[test]
+fn allow_any_dynamic_dns_sends_unknown_plaintext_http_to_the_forward_proxy() {
+    let mut p = proxy("10.0.0.9");
+    p.mesh.outbound_policy = crate::mesh::OutboundPolicy::AllowAnyDynamicDns;
+    let mut t = Translator::new(p);
+    let out = t.update(&cache(vec![reviews_service()]), Generator::Envoy);
+    assert!(out.clusters.contains_key("AllowAnyDynamicDNSCluster"));
+    let vo = &out.listeners["virtualOutbound"];
+    let names: Vec<&str> = vo.filter_chains.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "virtualOutbound-blackhole",
+            "virtualOutbound-catchall-tcp-http",
+            "virtualOutbound-catchall-tcp"
+        ]
+    );
+    let http = &vo.filter_chains[1];
+    assert_eq!(
+        http.filter_chain_match
+            .as_ref()
+            .unwrap()
+            .application_protocols,
+        ["http/1.1", "h2c"]
+    );
+    // Known HTTP ports end in the dynamic forward proxy too, TLS and TCP in the passthrough.
+    let rc = &out.routes["9080"];
+    let last = rc.virtual_hosts.last().unwrap();
+    assert_eq!(last.name, "allow_any_dynamic_dns");
+    assert_eq!(
+        route_action(&last.routes[0]).cluster_specifier,
+        Some(ClusterSpecifier::Cluster(
+            "AllowAnyDynamicDNSCluster".into()
         ))
     );
+}
+
+#[test]
+fn legacy_allocator_gives_a_host_the_same_address_across_service_entries() {
+    let se = |name: &str, port: u32, protocol: &str, rev: u64| {
+        resource(
+            "ServiceEntry",
+            "default",
+            name,
+            json!({"hosts": ["istio.io"], "location": "MESH_EXTERNAL", "resolution": "DNS",
+                   "ports": [{"number": port, "name": name, "protocol": protocol}]}),
+            rev,
+        )
+    };
+    let mut p = proxy("1.1.1.1");
+    p.dns_capture = true;
+    p.dns_auto_allocate = true;
+    p.flags.ip_autoallocate = false;
+    let mut t = Translator::new(p);
+    let out = t.update(
+        &cache(vec![
+            se("http", 80, "HTTP", 1),
+            se("https", 443, "HTTPS", 2),
+        ]),
+        Generator::Envoy,
+    );
+    // Both entries' ports are served; the TLS one on the allocated address.
+    assert!(out.listeners.contains_key("240.240.91.120_443"));
+    assert!(out.listeners.contains_key("0.0.0.0_80"));
+    assert!(out.clusters.contains_key("outbound|443||istio.io"));
 }

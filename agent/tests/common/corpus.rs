@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use pasa_agent::mesh::{InboundPolicy, MeshSettings, OutboundPolicy};
 use pasa_agent::simulate::{Call, ChainTls, TrafficError};
-use pasa_agent::translate::Proxy;
+use pasa_agent::translate::{Flags, Proxy};
 use pasa_proto::node::ProxyType;
 use pasa_proto::store::v1::Resource;
 use pasa_proto::{Kind, Object};
@@ -35,7 +35,8 @@ pub fn simulation_dir() -> Option<PathBuf> {
 pub struct Case {
     pub name: String,
     pub proxy: ProxySpec,
-    /// Control-plane feature flags the case changed (informational: the translator has none).
+    /// Control-plane feature flags the case changed; those the translator knows go to
+    /// [`Flags`].
     #[serde(default)]
     pub flags: BTreeMap<String, bool>,
     #[serde(default)]
@@ -326,6 +327,20 @@ pub fn proxy(case: &Case) -> Result<Proxy, String> {
         network: String::new(),
         locality: Default::default(),
         mesh: mesh(case.mesh.as_ref())?,
+        flags: Flags {
+            tls_on_sidecar_ingress: case
+                .flags
+                .get("EnableTLSOnSidecarIngress")
+                .copied()
+                .unwrap_or(false),
+            ip_autoallocate: case
+                .flags
+                .get("EnableIPAutoallocate")
+                .copied()
+                .unwrap_or(true),
+        },
+        dns_capture: p.dns_capture,
+        dns_auto_allocate: p.dns_auto_allocate,
     })
 }
 
@@ -341,6 +356,7 @@ fn mesh(spec: Option<&MeshSpec>) -> Result<MeshSettings, String> {
         mesh.outbound_policy = match policy.mode.as_str() {
             "ALLOW_ANY" => OutboundPolicy::AllowAny,
             "REGISTRY_ONLY" => OutboundPolicy::RegistryOnly,
+            "ALLOW_ANY_DYNAMIC_DNS" => OutboundPolicy::AllowAnyDynamicDns,
             other => {
                 return Err(format!(
                     "mesh.outboundTrafficPolicy.mode {other:?} has no counterpart in the agent's mesh settings"

@@ -1,0 +1,555 @@
+//! `virtualInbound` and the inbound clusters, as istiod builds them.
+//!
+//! One chain configuration per port the workload receives on: the Sidecar's ingress listeners
+//! when it has any (bound to the proxy's address, with their own TLS when enabled), else the
+//! target ports of the services that select the proxy (the oldest service wins a port). Each
+//! becomes one or more filter chains according to the port's mutual TLS mode and protocol:
+//! `DISABLE` plaintext only, `STRICT` Istio mTLS only, `PERMISSIVE` both; HTTP ports get
+//! connection managers, TCP ports TCP proxies, ports without a protocol both (plaintext HTTP told
+//! apart by the HTTP inspector, mTLS HTTP by its ALPN). Passthrough chains (`virtualInbound`,
+//! `virtualInbound-catchall-http`) take what no port chain matches, shaped by the mode too, and a
+//! chain refuses traffic sent to 15006 itself. TLS and HTTP inspectors run only on the ports whose
+//! chains need them.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use envoy_types::pb::envoy::config::core::v3::{
+    TrafficDirection, TransportSocket, transport_socket,
+};
+use envoy_types::pb::envoy::config::listener::v3::listener_filter_chain_match_predicate::{
+    MatchSet, Rule,
+};
+use envoy_types::pb::envoy::config::listener::v3::{
+    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
+    ListenerFilterChainMatchPredicate,
+};
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::config::route::v3::route::Action;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
+    common_tls_context::ValidationContextType,
+};
+use envoy_types::pb::envoy::r#type::v3::Int32Range;
+use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
+use envoy_types::util::pack_any;
+use pasa_proto::istio::common::Protocol;
+use pasa_proto::istio::gateway::{ServerTlsSettings, TlsMode};
+
+use super::super::authn::{MergedPolicy, MtlsMode};
+use super::super::cluster::{self, ads};
+use super::super::endpoint::socket_address;
+use super::super::filters::{self, Routes};
+use super::super::{Resources, View, names, route};
+use super::PLAINTEXT_HTTP_ALPNS;
+
+const MTLS_HTTP_ALPNS: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
+const ALL_ISTIO_MTLS_ALPNS: [&str; 5] = [
+    "istio",
+    "istio-peer-exchange",
+    "istio-http/1.0",
+    "istio-http/1.1",
+    "istio-h2",
+];
+const MTLS_TCP_ALPNS: [&str; 2] = ["istio-peer-exchange", "istio"];
+
+/// The protocol a chain serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Http,
+    Tcp,
+    /// Both, told apart at connection time.
+    Auto,
+}
+
+fn kind_of(protocol: Option<Protocol>) -> Kind {
+    match protocol {
+        None => Kind::Auto,
+        Some(p) if p.is_http() => Kind::Http,
+        Some(_) => Kind::Tcp,
+    }
+}
+
+/// One port the workload receives on.
+#[derive(Debug, Clone)]
+struct ChainConfig {
+    port: u32,
+    protocol: Option<Protocol>,
+    /// The address the chain is named after.
+    bind: String,
+    /// Where the inbound cluster sends (`None`: the original destination).
+    endpoint: Option<(String, u32)>,
+    /// TLS a Sidecar ingress listener terminates itself.
+    tls: Option<ServerTlsSettings>,
+    passthrough: bool,
+}
+
+impl ChainConfig {
+    fn name(&self, kind: Kind) -> String {
+        match (self.passthrough, kind) {
+            (true, Kind::Http) => names::VIRTUAL_INBOUND_CATCH_ALL_HTTP.into(),
+            (true, _) => names::VIRTUAL_INBOUND.into(),
+            (false, _) => names::listener(&self.bind, self.port),
+        }
+    }
+
+    fn cluster(&self) -> String {
+        if self.passthrough {
+            names::INBOUND_PASSTHROUGH_CLUSTER.into()
+        } else {
+            names::inbound_cluster(self.port)
+        }
+    }
+}
+
+/// A filter chain variant: match and whether it terminates TLS.
+struct MatchOption {
+    alpn: &'static [&'static str],
+    transport: &'static str,
+    kind: Kind,
+    tls: bool,
+}
+
+const fn opt(
+    alpn: &'static [&'static str],
+    transport: &'static str,
+    kind: Kind,
+    tls: bool,
+) -> MatchOption {
+    MatchOption {
+        alpn,
+        transport,
+        kind,
+        tls,
+    }
+}
+
+/// The chains of a port, by mode and protocol, as istiod lays them out.
+fn match_options(mode: MtlsMode, kind: Kind) -> Vec<MatchOption> {
+    use Kind::{Http, Tcp};
+    match (kind, mode) {
+        (Http, MtlsMode::Strict) => vec![opt(&[], "tls", Http, true)],
+        (Http, MtlsMode::Permissive) => vec![
+            opt(&ALL_ISTIO_MTLS_ALPNS, "tls", Http, true),
+            opt(&[], "raw_buffer", Http, false),
+        ],
+        (Http, MtlsMode::Disable) => vec![opt(&[], "raw_buffer", Http, false)],
+        (Kind::Auto, MtlsMode::Strict) => vec![
+            opt(&MTLS_HTTP_ALPNS, "tls", Http, true),
+            opt(&[], "tls", Tcp, true),
+        ],
+        (Kind::Auto, MtlsMode::Permissive) => vec![
+            opt(&MTLS_HTTP_ALPNS, "tls", Http, true),
+            opt(&PLAINTEXT_HTTP_ALPNS, "raw_buffer", Http, false),
+            opt(&MTLS_TCP_ALPNS, "tls", Tcp, true),
+            opt(&[], "raw_buffer", Tcp, false),
+            opt(&[], "tls", Tcp, false),
+        ],
+        (Kind::Auto, MtlsMode::Disable) => vec![
+            opt(&PLAINTEXT_HTTP_ALPNS, "raw_buffer", Http, false),
+            opt(&[], "raw_buffer", Tcp, false),
+        ],
+        (Tcp, MtlsMode::Strict) => vec![opt(&[], "tls", Tcp, true)],
+        (Tcp, MtlsMode::Permissive) => vec![
+            opt(&ALL_ISTIO_MTLS_ALPNS, "tls", Tcp, true),
+            opt(&[], "tls", Tcp, false),
+            opt(&[], "raw_buffer", Tcp, false),
+        ],
+        (Tcp, MtlsMode::Disable) => vec![opt(&[], "raw_buffer", Tcp, false)],
+    }
+}
+
+/// Inbound clusters and `virtualInbound`.
+pub(in super::super) fn inbound(view: &View<'_>, out: &mut Resources) {
+    let policy = MergedPolicy::compose(
+        view.registry.peer_authentications(),
+        &view.proxy.mesh.root_namespace,
+        &view.proxy.namespace,
+        &view.proxy.labels,
+    );
+    let mut chains = vec![blackhole_chain()];
+    // Passthrough: unmatched traffic, and ports with their own mode but no service.
+    let mut passthrough_ports = vec![0];
+    passthrough_ports.extend(policy.per_port.keys().copied());
+    let configs = chain_configs(view);
+    for port in passthrough_ports {
+        if port != 0 && configs.iter().any(|c| c.port == port) {
+            continue;
+        }
+        let cc = ChainConfig {
+            port,
+            protocol: None,
+            bind: String::new(),
+            endpoint: None,
+            tls: None,
+            passthrough: true,
+        };
+        let mode = policy.for_port(port);
+        chains.extend(port_chains(&cc, mode, &match_options(mode, Kind::Auto)));
+    }
+    for cc in &configs {
+        let cluster_name = cc.cluster();
+        out.clusters.insert(
+            cluster_name.clone(),
+            cluster::inbound(cc.port, cc.endpoint.clone()),
+        );
+        let mode = policy.for_port(cc.port);
+        match &cc.tls {
+            Some(tls) if mode == MtlsMode::Disable => {
+                let kind = kind_of(cc.protocol);
+                let mut chain = chain(cc, &opt(&[], "tls", kind, false), mode);
+                chain.transport_socket = Some(custom_tls(tls));
+                chains.push(chain);
+            }
+            _ => {
+                let options = match_options(mode, kind_of(cc.protocol));
+                chains.extend(port_chains(cc, mode, &options));
+            }
+        }
+    }
+    let listener_filters = listener_filters(&chains);
+    out.listeners.insert(
+        names::VIRTUAL_INBOUND.into(),
+        Listener {
+            name: names::VIRTUAL_INBOUND.into(),
+            address: Some(socket_address("0.0.0.0", names::VIRTUAL_INBOUND_PORT)),
+            use_original_dst: Some(BoolValue { value: true }),
+            listener_filters,
+            filter_chains: chains,
+            traffic_direction: TrafficDirection::Inbound as i32,
+            continue_on_listener_filters_timeout: true,
+            ..Default::default()
+        },
+    );
+    out.clusters.insert(
+        names::INBOUND_PASSTHROUGH_CLUSTER.into(),
+        cluster::inbound_passthrough(),
+    );
+}
+
+fn port_chains(cc: &ChainConfig, mode: MtlsMode, options: &[MatchOption]) -> Vec<FilterChain> {
+    options.iter().map(|o| chain(cc, o, mode)).collect()
+}
+
+fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode) -> FilterChain {
+    let cluster_name = cc.cluster();
+    let filter = match o.kind {
+        Kind::Http => http_filter(cc, &cluster_name),
+        _ => filters::tcp_proxy(&cluster_name, &[(cluster_name.clone(), 100)]),
+    };
+    FilterChain {
+        name: cc.name(o.kind),
+        filter_chain_match: Some(FilterChainMatch {
+            destination_port: (cc.port > 0).then_some(UInt32Value { value: cc.port }),
+            transport_protocol: o.transport.into(),
+            application_protocols: o.alpn.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }),
+        filters: vec![filter],
+        transport_socket: (o.tls && mode != MtlsMode::Disable)
+            .then(|| istio_mutual_server(o.kind == Kind::Http)),
+        ..Default::default()
+    }
+}
+
+/// The connection manager of an inbound HTTP chain: one virtual host, everything to the cluster,
+/// no retries (those are the caller's sidecar's business).
+fn http_filter(cc: &ChainConfig, cluster_name: &str) -> Filter {
+    let mut route = route::default_route(cluster_name);
+    if let Some(Action::Route(action)) = &mut route.action {
+        action.retry_policy = None;
+    }
+    let (stat_prefix, vhost) = if cc.passthrough {
+        (cluster_name.to_string(), names::inbound_virtual_host(0))
+    } else {
+        (
+            format!("inbound_{}", cc.name(Kind::Http)),
+            names::inbound_virtual_host(cc.port),
+        )
+    };
+    filters::hcm_filter(filters::http_connection_manager(
+        &stat_prefix,
+        Routes::Inline(Box::new(RouteConfiguration {
+            name: cluster_name.to_string(),
+            virtual_hosts: vec![route::virtual_host(vhost, vec!["*".into()], vec![route])],
+            validate_clusters: Some(BoolValue { value: false }),
+            ..Default::default()
+        })),
+    ))
+}
+
+/// Traffic sent to the inbound capture port itself would loop: refused.
+fn blackhole_chain() -> FilterChain {
+    let cluster = names::BLACK_HOLE_CLUSTER;
+    FilterChain {
+        name: names::VIRTUAL_INBOUND_BLACKHOLE.into(),
+        filter_chain_match: Some(FilterChainMatch {
+            destination_port: Some(UInt32Value {
+                value: names::VIRTUAL_INBOUND_PORT,
+            }),
+            ..Default::default()
+        }),
+        filters: vec![filters::tcp_proxy(cluster, &[(cluster.to_string(), 100)])],
+        ..Default::default()
+    }
+}
+
+/// Original destination, then the TLS and HTTP inspectors, each limited to the ports whose
+/// chains need it (chains without a port stand for all other ports).
+fn listener_filters(chains: &[FilterChain]) -> Vec<ListenerFilter> {
+    let mut needs: BTreeMap<u32, (bool, bool)> = BTreeMap::new();
+    for c in chains {
+        let m = c.filter_chain_match.clone().unwrap_or_default();
+        let port = m.destination_port.map_or(0, |p| p.value);
+        let tls = m.transport_protocol == "tls";
+        let http = m
+            .application_protocols
+            .iter()
+            .any(|a| PLAINTEXT_HTTP_ALPNS.contains(&a.as_str()));
+        let entry = needs.entry(port).or_default();
+        entry.0 |= tls;
+        entry.1 |= http;
+    }
+    let mut out = filters::capture_listener_filters(true);
+    out.retain(|f| f.name == filters::ORIGINAL_DST);
+    let mut inspectors = filters::inspectors(true, true).into_iter();
+    let (Some(mut tls), Some(mut http)) = (inspectors.next(), inspectors.next()) else {
+        return out;
+    };
+    if needs.values().any(|n| n.0) {
+        let default_on = needs.get(&0).is_some_and(|n| n.0);
+        let ports: Vec<u32> = needs
+            .iter()
+            .filter(|(p, n)| **p != 0 && n.0 != default_on)
+            .map(|(p, _)| *p)
+            .collect();
+        if !ports.is_empty() {
+            let listed = ports_predicate(&ports);
+            tls.filter_disabled = Some(if default_on {
+                listed
+            } else {
+                ListenerFilterChainMatchPredicate {
+                    rule: Some(Rule::NotMatch(Box::new(listed))),
+                }
+            });
+        }
+        out.push(tls);
+    }
+    if needs.values().any(|n| n.1) {
+        let ports: Vec<u32> = needs
+            .iter()
+            .filter(|(_, n)| !n.1)
+            .map(|(p, _)| *p)
+            .collect();
+        if !ports.is_empty() {
+            http.filter_disabled = Some(ports_predicate(&ports));
+        }
+        out.push(http);
+    }
+    out
+}
+
+/// A predicate matching any of `ports`.
+fn ports_predicate(ports: &[u32]) -> ListenerFilterChainMatchPredicate {
+    let mut rules: Vec<ListenerFilterChainMatchPredicate> = ports
+        .iter()
+        .map(|p| ListenerFilterChainMatchPredicate {
+            rule: Some(Rule::DestinationPortRange(Int32Range {
+                start: *p as i32,
+                end: *p as i32 + 1,
+            })),
+        })
+        .collect();
+    if rules.len() == 1 {
+        return rules.remove(0);
+    }
+    ListenerFilterChainMatchPredicate {
+        rule: Some(Rule::OrMatch(MatchSet { rules })),
+    }
+}
+
+/// The server side of Istio mutual TLS: the workload certificate (`default`) and the mesh root
+/// (`ROOTCA`) over SDS, client certificates required.
+fn istio_mutual_server(http: bool) -> TransportSocket {
+    let alpn: &[&str] = if http {
+        &["h2", "http/1.1"]
+    } else {
+        &["istio-peer-exchange", "h2", "http/1.1"]
+    };
+    downstream_tls(
+        sds("default"),
+        Some(sds("ROOTCA")),
+        true,
+        alpn.iter().map(|s| s.to_string()).collect(),
+    )
+}
+
+/// TLS a Sidecar ingress listener terminates with files it names (`file-cert:<cert>~<key>`,
+/// `file-root:<ca>`), or with a credential.
+fn custom_tls(tls: &ServerTlsSettings) -> TransportSocket {
+    let certificate = if !tls.credential_name.is_empty() {
+        sds(&format!("kubernetes://{}", tls.credential_name))
+    } else {
+        sds(&format!(
+            "file-cert:{}~{}",
+            tls.server_certificate, tls.private_key
+        ))
+    };
+    let mutual = matches!(tls.mode, TlsMode::Mutual | TlsMode::IstioMutual);
+    let validation = (mutual && !tls.ca_certificates.is_empty())
+        .then(|| sds(&format!("file-root:{}", tls.ca_certificates)));
+    downstream_tls(certificate, validation, mutual, Vec::new())
+}
+
+fn sds(name: &str) -> SdsSecretConfig {
+    SdsSecretConfig {
+        name: name.into(),
+        sds_config: Some(ads()),
+    }
+}
+
+fn downstream_tls(
+    certificate: SdsSecretConfig,
+    validation: Option<SdsSecretConfig>,
+    require_client_certificate: bool,
+    alpn: Vec<String>,
+) -> TransportSocket {
+    let context = DownstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificate_sds_secret_configs: vec![certificate],
+            validation_context_type: validation
+                .map(ValidationContextType::ValidationContextSdsSecretConfig),
+            alpn_protocols: alpn,
+            ..Default::default()
+        }),
+        require_client_certificate: Some(BoolValue {
+            value: require_client_certificate,
+        }),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+/// The proxy's first globally routable address, else the wildcard: what Sidecar ingress
+/// listeners without a `bind` are named after.
+fn inbound_bind(ips: &[IpAddr]) -> String {
+    let global = ips.iter().find(|ip| match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_loopback()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_link_local()
+                || v4.is_broadcast())
+        }
+        IpAddr::V6(v6) => {
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (v6.segments()[0] & 0xffc0) == 0xfe80)
+        }
+    });
+    match global {
+        Some(ip) => ip.to_string(),
+        None => "0.0.0.0".into(),
+    }
+}
+
+/// The ports the workload receives on, by port: the Sidecar's ingress listeners when it has
+/// any, else the target ports of the services that list this proxy's address as an endpoint.
+fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
+    let mut by_port: BTreeMap<u32, ChainConfig> = BTreeMap::new();
+    if let Some(sidecar) = &view.scope.sidecar
+        && !sidecar.spec.ingress.is_empty()
+    {
+        for i in &sidecar.spec.ingress {
+            let Some(port) = i.port.as_ref() else {
+                continue;
+            };
+            let mut protocol = Protocol::parse(&port.protocol);
+            let tls = i
+                .tls
+                .clone()
+                .filter(|_| view.proxy.flags.tls_on_sidecar_ingress);
+            if tls.is_some() {
+                protocol = protocol.map(after_tls_termination);
+            }
+            let bind = if i.bind.is_empty() {
+                inbound_bind(&view.proxy.ips)
+            } else {
+                i.bind.clone()
+            };
+            by_port.entry(port.number).or_insert(ChainConfig {
+                port: port.number,
+                protocol,
+                endpoint: parse_endpoint(&i.default_endpoint, &view.proxy.ips),
+                bind,
+                tls,
+                passthrough: false,
+            });
+        }
+        return by_port.into_values().collect();
+    }
+    let ips: Vec<String> = view.proxy.ips.iter().map(IpAddr::to_string).collect();
+    let mut services: Vec<_> = view.registry.services().values().flatten().collect();
+    services.sort_by(|a, b| (a.created, &a.hostname).cmp(&(b.created, &b.hostname)));
+    for service in services {
+        if service.namespace != view.proxy.namespace && service.kubernetes {
+            continue;
+        }
+        for instance in service
+            .endpoints
+            .iter()
+            .filter(|e| ips.contains(&e.address))
+        {
+            for port in &service.ports {
+                let Some(target) = instance.ports.get(&port.number).copied() else {
+                    continue;
+                };
+                by_port.entry(target).or_insert(ChainConfig {
+                    port: target,
+                    protocol: port.protocol,
+                    bind: "0.0.0.0".into(),
+                    endpoint: None,
+                    tls: None,
+                    passthrough: false,
+                });
+            }
+        }
+    }
+    by_port.into_values().collect()
+}
+
+/// What a port carries once its TLS is terminated (`HTTPS` is `HTTP`, `TLS` is `TCP`).
+fn after_tls_termination(p: Protocol) -> Protocol {
+    match p {
+        Protocol::Https => Protocol::Http,
+        Protocol::Tls => Protocol::Tcp,
+        other => other,
+    }
+}
+
+/// A Sidecar ingress listener's `defaultEndpoint`: `127.0.0.1:8080` or `[::1]:8080`,
+/// `0.0.0.0:8080` or `[::]:8080` (the proxy's own address of that family, else localhost), or
+/// `unix://…`. Empty (or unreadable) means the original destination.
+fn parse_endpoint(text: &str, ips: &[IpAddr]) -> Option<(String, u32)> {
+    if text.starts_with("unix://") {
+        return Some((text.to_string(), 0));
+    }
+    let (host, p) = text.rsplit_once(':')?;
+    let p: u32 = p.parse().ok()?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let own = |v4: bool, fallback: &str| {
+        ips.iter()
+            .find(|ip| ip.is_ipv4() == v4)
+            .map_or_else(|| fallback.to_string(), IpAddr::to_string)
+    };
+    let address = match host {
+        "0.0.0.0" => own(true, "127.0.0.1"),
+        "::" => own(false, "::1"),
+        other => other.to_string(),
+    };
+    Some((address, p))
+}
