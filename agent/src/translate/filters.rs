@@ -28,7 +28,7 @@ pub(super) const HCM: &str = "envoy.filters.network.http_connection_manager";
 pub(super) const TCP_PROXY: &str = "envoy.filters.network.tcp_proxy";
 pub(super) const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
 pub(super) const HTTP_INSPECTOR: &str = "envoy.filters.listener.http_inspector";
-pub(super) const ORIGINAL_DST: &str = "envoy.filters.listener.original_dst";
+const ORIGINAL_DST: &str = "envoy.filters.listener.original_dst";
 
 /// Where an HTTP connection manager takes its routes from.
 pub(super) enum Routes {
@@ -107,39 +107,18 @@ pub(super) fn tcp_proxy(stat_prefix: &str, clusters: &[(String, u32)]) -> Filter
     }
 }
 
-/// The TLS inspector alone: listeners that pick filter chains by SNI.
-pub(super) fn tls_inspector() -> Vec<ListenerFilter> {
-    vec![ListenerFilter {
-        name: TLS_INSPECTOR.into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-            TlsInspector::default(),
-        ))),
+/// A listener filter with its typed configuration.
+fn listener_filter<M: prost::Name + prost::Message>(name: &str, config: M) -> ListenerFilter {
+    ListenerFilter {
+        name: name.into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(config))),
         ..Default::default()
-    }]
+    }
 }
 
-/// Listener filters of the capture listeners: original destination, then TLS and HTTP
-/// inspection.
-pub(super) fn capture_listener_filters(original_dst: bool) -> Vec<ListenerFilter> {
-    let mut out = Vec::new();
-    if original_dst {
-        out.push(ListenerFilter {
-            name: ORIGINAL_DST.into(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-                OriginalDst::default(),
-            ))),
-            ..Default::default()
-        });
-    }
-    out.extend(tls_inspector());
-    out.push(ListenerFilter {
-        name: HTTP_INSPECTOR.into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-            HttpInspector::default(),
-        ))),
-        ..Default::default()
-    });
-    out
+/// Restores the original destination of captured connections.
+pub(super) fn original_dst() -> ListenerFilter {
+    listener_filter(ORIGINAL_DST, OriginalDst::default())
 }
 
 /// The inspectors a listener needs: TLS to read SNI and ALPN, HTTP to tell plaintext HTTP from
@@ -147,22 +126,10 @@ pub(super) fn capture_listener_filters(original_dst: bool) -> Vec<ListenerFilter
 pub(super) fn inspectors(tls: bool, http: bool) -> Vec<ListenerFilter> {
     let mut out = Vec::new();
     if tls {
-        out.push(ListenerFilter {
-            name: TLS_INSPECTOR.into(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-                TlsInspector::default(),
-            ))),
-            ..Default::default()
-        });
+        out.push(listener_filter(TLS_INSPECTOR, TlsInspector::default()));
     }
     if http {
-        out.push(ListenerFilter {
-            name: HTTP_INSPECTOR.into(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-                HttpInspector::default(),
-            ))),
-            ..Default::default()
-        });
+        out.push(listener_filter(HTTP_INSPECTOR, HttpInspector::default()));
     }
     out
 }

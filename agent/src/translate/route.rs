@@ -177,9 +177,9 @@ pub(super) fn virtual_host(name: String, domains: Vec<String>, routes: Vec<Route
     }
 }
 
-/// The names a client may use for `host` on `port` from a proxy whose DNS domain is
-/// `dns_domain` (`<ns>.svc.cluster.local`): the full name, the short forms that domain makes
-/// valid, the virtual IPs, each also with `:<port>`.
+/// The names a proxyless gRPC client may use for `host` on `port`: the full name, its
+/// [`alt_hosts`], the virtual IPs, each also with `:<port>` (gRPC matches the target's authority,
+/// port included, against the domains).
 pub(super) fn domains(
     host: &str,
     service: Option<&Service>,
@@ -188,30 +188,7 @@ pub(super) fn domains(
 ) -> Vec<String> {
     let mut names = vec![host.to_string()];
     if !host.starts_with('*') {
-        // Shared suffix of the host and the proxy's domain, cut at a label boundary.
-        let host_labels: Vec<&str> = host.split('.').collect();
-        let domain_labels: Vec<&str> = dns_domain.split('.').collect();
-        let shared = host_labels
-            .iter()
-            .rev()
-            .zip(domain_labels.iter().rev())
-            .take_while(|(a, b)| a == b)
-            .count();
-        if shared > 0 && shared < host_labels.len() {
-            let kept = &host_labels[..host_labels.len() - shared];
-            // `name.ns.svc.cluster.local` from `ns.svc.cluster.local`: `name`, `name.ns`,
-            // `name.ns.svc`; from another namespace: `name.ns`, `name.ns.svc`.
-            let dropped = &host_labels[host_labels.len() - shared..];
-            // Never a name cut inside the cluster's domain suffix (`name.ns.svc.cluster`): the
-            // proxy's domain is `<ns>.svc.<suffix>`.
-            let suffix_labels = domain_labels.len().saturating_sub(2);
-            names.push(kept.join("."));
-            for i in 1..=dropped.len().saturating_sub(suffix_labels) {
-                let mut with = kept.to_vec();
-                with.extend_from_slice(&dropped[..i]);
-                names.push(with.join("."));
-            }
-        }
+        names.extend(alt_hosts(host, dns_domain));
     }
     if let Some(service) = service {
         for address in &service.addresses {

@@ -310,8 +310,7 @@ fn listener_filters(chains: &[FilterChain]) -> Vec<ListenerFilter> {
         entry.0 |= tls;
         entry.1 |= http;
     }
-    let mut out = filters::capture_listener_filters(true);
-    out.retain(|f| f.name == filters::ORIGINAL_DST);
+    let mut out = vec![filters::original_dst()];
     let mut inspectors = filters::inspectors(true, true).into_iter();
     let (Some(mut tls), Some(mut http)) = (inspectors.next(), inspectors.next()) else {
         return out;

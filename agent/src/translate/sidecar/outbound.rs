@@ -579,11 +579,13 @@ impl Builder<'_, '_> {
         m: &pasa_proto::istio::virtual_service::TlsMatchAttributes,
         port: u32,
     ) -> bool {
-        let proxy = self.view.proxy;
-        (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
-            && super::super::registry::selects(&m.source_labels, &proxy.labels)
-            && (m.port == 0 || m.port == port)
-            && (m.source_namespace.is_empty() || m.source_namespace == proxy.namespace)
+        self.l4_applies(
+            &m.gateways,
+            &m.source_labels,
+            m.port,
+            &m.source_namespace,
+            port,
+        )
     }
 
     fn tcp_applies(
@@ -591,11 +593,30 @@ impl Builder<'_, '_> {
         m: &pasa_proto::istio::virtual_service::L4MatchAttributes,
         port: u32,
     ) -> bool {
+        self.l4_applies(
+            &m.gateways,
+            &m.source_labels,
+            m.port,
+            &m.source_namespace,
+            port,
+        )
+    }
+
+    /// Whether a TLS or TCP match (they share these conditions) applies to this sidecar on
+    /// `port`.
+    fn l4_applies(
+        &self,
+        gateways: &[String],
+        source_labels: &std::collections::BTreeMap<String, String>,
+        match_port: u32,
+        source_namespace: &str,
+        port: u32,
+    ) -> bool {
         let proxy = self.view.proxy;
-        (m.gateways.is_empty() || m.gateways.iter().any(|g| g == "mesh"))
-            && super::super::registry::selects(&m.source_labels, &proxy.labels)
-            && (m.port == 0 || m.port == port)
-            && (m.source_namespace.is_empty() || m.source_namespace == proxy.namespace)
+        (gateways.is_empty() || gateways.iter().any(|g| g == "mesh"))
+            && super::super::registry::selects(source_labels, &proxy.labels)
+            && (match_port == 0 || match_port == port)
+            && (source_namespace.is_empty() || source_namespace == proxy.namespace)
     }
 }
 
