@@ -470,7 +470,7 @@ fn decorate(
             let error_type = match &abort.error_type {
                 Some(AbortErrorType::HttpStatus(s)) => Some(ErrorType::HttpStatus(*s as u32)),
                 Some(AbortErrorType::GrpcStatus(name)) => {
-                    grpc_code(name).map(ErrorType::GrpcStatus)
+                    pasa_proto::istio::common::grpc_status_code(name).map(ErrorType::GrpcStatus)
                 }
                 _ => None,
             };
@@ -519,30 +519,6 @@ fn cors_policy(cors: &pasa_proto::istio::virtual_service::CorsPolicy) -> Any {
             .map(|value| envoy_types::pb::google::protobuf::BoolValue { value }),
         ..Default::default()
     })
-}
-
-/// gRPC status codes by name, as Istio's API names them.
-fn grpc_code(name: &str) -> Option<u32> {
-    const CODES: [&str; 17] = [
-        "OK",
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-    ];
-    CODES.iter().position(|c| *c == name).map(|i| i as u32)
 }
 
 /// A fault percentage: `percentage` when set, else the deprecated whole `percent`, else all.

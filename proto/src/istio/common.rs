@@ -293,6 +293,36 @@ pub(crate) fn check_oneof(oneof: &str, members: &[(&str, bool)]) -> Result<(), S
     ))
 }
 
+/// gRPC status names as Istio's API spells them (`grpcStatus` of a fault abort); a name's
+/// position is its status code.
+pub const GRPC_STATUS_NAMES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// The status code of a gRPC status name.
+pub fn grpc_status_code(name: &str) -> Option<u32> {
+    GRPC_STATUS_NAMES
+        .iter()
+        .position(|c| *c == name)
+        .map(|i| i as u32)
+}
+
 /// `PortSelector`: a port of the destination service, by number.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -459,7 +459,15 @@ impl Builder<'_, '_> {
                     if rule.route.is_empty() {
                         continue;
                     }
-                    for m in rule.matches.iter().filter(|m| self.tls_applies(m, listen)) {
+                    for m in rule.matches.iter().filter(|m| {
+                        self.l4_applies(
+                            &m.gateways,
+                            &m.source_labels,
+                            m.port,
+                            &m.source_namespace,
+                            listen,
+                        )
+                    }) {
                         let cidrs = if m.destination_subnets.is_empty() {
                             req.cidrs.clone()
                         } else {
@@ -524,7 +532,15 @@ impl Builder<'_, '_> {
                     return out;
                 }
                 let mut subnets = Vec::new();
-                for m in rule.matches.iter().filter(|m| self.tcp_applies(m, listen)) {
+                for m in rule.matches.iter().filter(|m| {
+                    self.l4_applies(
+                        &m.gateways,
+                        &m.source_labels,
+                        m.port,
+                        &m.source_namespace,
+                        listen,
+                    )
+                }) {
                     if m.destination_subnets.is_empty() {
                         out.push(ChainOpts::network(
                             self.tcp_route_filter(rule, vs, listen),
@@ -572,34 +588,6 @@ impl Builder<'_, '_> {
         let clusters = weighted(self.view, routes, &vs.meta.namespace, port);
         let stat = clusters.first().map(|c| c.0.clone()).unwrap_or_default();
         filters::tcp_proxy(&stat, &clusters)
-    }
-
-    fn tls_applies(
-        &self,
-        m: &pasa_proto::istio::virtual_service::TlsMatchAttributes,
-        port: u32,
-    ) -> bool {
-        self.l4_applies(
-            &m.gateways,
-            &m.source_labels,
-            m.port,
-            &m.source_namespace,
-            port,
-        )
-    }
-
-    fn tcp_applies(
-        &self,
-        m: &pasa_proto::istio::virtual_service::L4MatchAttributes,
-        port: u32,
-    ) -> bool {
-        self.l4_applies(
-            &m.gateways,
-            &m.source_labels,
-            m.port,
-            &m.source_namespace,
-            port,
-        )
     }
 
     /// Whether a TLS or TCP match (they share these conditions) applies to this sidecar on

@@ -50,27 +50,6 @@ const RETRY_ON_POLICIES: &[&str] = &[
     "unavailable",
 ];
 
-/// gRPC status names a fault may abort with.
-const GRPC_STATUSES: &[&str] = &[
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-];
-
 /// Whether `code` is a registered HTTP status code (the ones a `retryOn` list may name).
 fn is_known_http_status(code: i64) -> bool {
     matches!(
@@ -448,7 +427,9 @@ fn validate_http_status(status: i64) -> Check {
 fn validate_abort(at: &Path, abort: &Abort, report: &mut Report) {
     validate_fault_percentage(at, abort.percentage, report);
     match &abort.error_type {
-        Some(AbortErrorType::GrpcStatus(status)) if !GRPC_STATUSES.contains(&status.as_str()) => {
+        Some(AbortErrorType::GrpcStatus(status))
+            if !pasa_proto::istio::common::GRPC_STATUS_NAMES.contains(&status.as_str()) =>
+        {
             report.error(
                 &at.field("grpcStatus"),
                 format!(
