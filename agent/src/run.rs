@@ -20,14 +20,14 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
-use crate::ads::{AdsService, Snapshot, SnapshotPublisher, StatusRegistry, TypeKind};
+use crate::ads::{AdsService, SnapshotEncoder, SnapshotPublisher, StatusRegistry, TypeKind};
 use crate::cache::Cache;
 use crate::follow::{FollowConfig, Link, follow};
 use crate::identity::{Identity, IdentityArgs};
 use crate::mesh::{MeshSettings, OutboundPolicy};
 use crate::metrics::{Metrics, ResourceLabels};
 use crate::scope;
-use crate::translate::{Generator, Proxy, Resources, Translator};
+use crate::translate::{Generated, Generator, Proxy, Translator};
 
 /// How long the ADS streams, the store watch and admin requests get to finish after a signal.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
@@ -160,6 +160,7 @@ pub async fn run(
         publisher: Arc::clone(&publisher),
         metrics: Arc::clone(&metrics),
         translated: Default::default(),
+        encoders: Default::default(),
     };
 
     // The saved cache is served at once, marked degraded until the store is synced.
@@ -301,6 +302,8 @@ struct Serving {
     metrics: Arc<Metrics>,
     /// The cache each generator was last translated from.
     translated: std::collections::BTreeMap<Generator, Arc<Cache>>,
+    /// Per generator, what was last encoded (unchanged resources keep their encoding).
+    encoders: std::collections::BTreeMap<Generator, SnapshotEncoder>,
 }
 
 impl Serving {
@@ -321,12 +324,17 @@ impl Serving {
                 continue;
             }
             let started = Instant::now();
-            let resources = self.translator.update(cache, generator);
+            let resources = self.translator.generate(cache, generator);
             self.metrics
                 .translation
                 .observe(started.elapsed().as_secs_f64());
             self.count(generator, &resources);
-            let snapshot = Snapshot::from_resources(&resources).with_origin(received);
+            let snapshot = self
+                .encoders
+                .entry(generator)
+                .or_default()
+                .encode(&resources)
+                .with_origin(received);
             self.publisher.publish(generator, snapshot);
             self.translated.insert(generator, Arc::clone(cache));
             tracing::debug!(
@@ -338,7 +346,7 @@ impl Serving {
         self.metrics.store_revision.set(gauge(cache.revision()));
     }
 
-    fn count(&self, generator: Generator, resources: &Resources) {
+    fn count(&self, generator: Generator, resources: &Generated) {
         for (kind, count) in [
             (TypeKind::Cluster, resources.clusters.len()),
             (TypeKind::Endpoint, resources.endpoints.len()),

@@ -21,13 +21,54 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 
-/// Generated resources of one proxy, by type and name.
+/// Generated resources of one proxy, by type and name (an owned copy, for tools and tests).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Resources {
     pub clusters: BTreeMap<String, Cluster>,
     pub endpoints: BTreeMap<String, ClusterLoadAssignment>,
     pub listeners: BTreeMap<String, Listener>,
     pub routes: BTreeMap<String, RouteConfiguration>,
+}
+
+/// One generation of a proxy's resources as the translator keeps them: shared, so that a
+/// resource it did not rebuild is the same allocation as in the previous generation and its
+/// encoding can be reused (see [`crate::ads::SnapshotEncoder`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Generated {
+    pub clusters: BTreeMap<String, Arc<Cluster>>,
+    pub endpoints: BTreeMap<String, Arc<ClusterLoadAssignment>>,
+    pub listeners: BTreeMap<String, Arc<Listener>>,
+    pub routes: BTreeMap<String, Arc<RouteConfiguration>>,
+}
+
+impl Generated {
+    /// An owned copy of every resource.
+    pub fn to_resources(&self) -> Resources {
+        fn owned<T: Clone>(map: &BTreeMap<String, Arc<T>>) -> BTreeMap<String, T> {
+            map.iter()
+                .map(|(k, v)| (k.clone(), (**v).clone()))
+                .collect()
+        }
+        Resources {
+            clusters: owned(&self.clusters),
+            endpoints: owned(&self.endpoints),
+            listeners: owned(&self.listeners),
+            routes: owned(&self.routes),
+        }
+    }
+}
+
+/// What the listener and route builders fill.
+#[derive(Debug, Default)]
+pub(crate) struct Built {
+    pub clusters: BTreeMap<String, Cluster>,
+    pub listeners: BTreeMap<String, Listener>,
+    pub routes: BTreeMap<String, RouteConfiguration>,
+}
+
+/// Each value of a map behind an `Arc`.
+fn shared<T>(map: BTreeMap<String, T>) -> BTreeMap<String, Arc<T>> {
+    map.into_iter().map(|(k, v)| (k, Arc::new(v))).collect()
 }
 
 use std::net::IpAddr;
@@ -342,17 +383,17 @@ impl Destinations for View<'_> {
 #[derive(Debug)]
 struct HostOutput {
     inputs: u64,
-    clusters: Vec<Cluster>,
-    assignments: Vec<ClusterLoadAssignment>,
+    clusters: Vec<Arc<Cluster>>,
+    assignments: Vec<Arc<ClusterLoadAssignment>>,
 }
 
 /// Listeners and route configurations, and what they were built from.
 #[derive(Debug)]
 struct ListenerOutput {
     inputs: u64,
-    listeners: BTreeMap<String, Listener>,
-    routes: BTreeMap<String, RouteConfiguration>,
-    clusters: BTreeMap<String, Cluster>,
+    listeners: BTreeMap<String, Arc<Listener>>,
+    routes: BTreeMap<String, Arc<RouteConfiguration>>,
+    clusters: BTreeMap<String, Arc<Cluster>>,
 }
 
 /// Generates resources for one proxy and keeps them current as the cache changes.
@@ -398,12 +439,18 @@ impl Translator {
         self.rebuilt
     }
 
-    /// Brings the resources for `generator` up to date with `cache` and returns them.
+    /// Brings the resources for `generator` up to date with `cache` and returns a copy of them.
     pub fn update(&mut self, cache: &Cache, generator: Generator) -> Resources {
+        self.generate(cache, generator).to_resources()
+    }
+
+    /// Brings the resources for `generator` up to date with `cache` and returns them, shared
+    /// with the translator's memory of what it built.
+    pub fn generate(&mut self, cache: &Cache, generator: Generator) -> Generated {
         let changed = self.registry.update(cache, &self.proxy.mesh.domain_suffix);
         let _ = changed;
         let view = View::new(&self.proxy, &self.registry);
-        let mut out = Resources::default();
+        let mut out = Generated::default();
         self.rebuilt = 0;
         let mut live = std::collections::HashSet::new();
         for service in view.services.values() {
@@ -435,17 +482,21 @@ impl Translator {
                     key.clone(),
                     HostOutput {
                         inputs,
-                        clusters,
-                        assignments: assignments.into_iter().flatten().map(|a| a.0).collect(),
+                        clusters: clusters.into_iter().map(Arc::new).collect(),
+                        assignments: assignments
+                            .into_iter()
+                            .flatten()
+                            .map(|a| Arc::new(a.0))
+                            .collect(),
                     },
                 );
             }
             if let Some(o) = self.hosts.get(&key) {
                 for c in &o.clusters {
-                    out.clusters.insert(c.name.clone(), c.clone());
+                    out.clusters.insert(c.name.clone(), Arc::clone(c));
                 }
                 for a in &o.assignments {
-                    out.endpoints.insert(a.cluster_name.clone(), a.clone());
+                    out.endpoints.insert(a.cluster_name.clone(), Arc::clone(a));
                 }
             }
         }
@@ -465,7 +516,7 @@ impl Translator {
             .get(&generator)
             .is_some_and(|o| o.inputs == inputs);
         if !fresh {
-            let mut built = Resources::default();
+            let mut built = Built::default();
             match generator {
                 Generator::Envoy => {
                     sidecar::special_clusters(view.scope.outbound_policy, &mut built);
@@ -480,9 +531,9 @@ impl Translator {
                 generator,
                 ListenerOutput {
                     inputs,
-                    listeners: built.listeners,
-                    routes: built.routes,
-                    clusters: built.clusters,
+                    listeners: shared(built.listeners),
+                    routes: shared(built.routes),
+                    clusters: shared(built.clusters),
                 },
             );
         }
@@ -490,7 +541,7 @@ impl Translator {
             out.listeners = o.listeners.clone();
             out.routes = o.routes.clone();
             for (name, c) in &o.clusters {
-                out.clusters.insert(name.clone(), c.clone());
+                out.clusters.insert(name.clone(), Arc::clone(c));
             }
         }
         out

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use anyhow::ensure;
-use pasa_agent::ads::Snapshot;
+use pasa_agent::ads::SnapshotEncoder;
 use pasa_agent::cache::Cache;
 use pasa_agent::identity::IdentityArgs;
 use pasa_agent::translate::{Generator, Proxy, Translator};
@@ -133,10 +133,12 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
     let mut translator = Translator::new(Proxy::from_identity(&identity, Default::default()));
     let mut cache = Cache::from_resources(objects.clone(), loaded_at);
 
+    // As the agent serves: one encoder per generator, reusing what did not change.
+    let mut encoder = SnapshotEncoder::default();
     let started = Instant::now();
-    let resources = translator.update(&cache, generator);
+    let resources = translator.generate(&cache, generator);
     let translated = started.elapsed();
-    let snapshot = Snapshot::from_resources(&resources);
+    let snapshot = encoder.encode(&resources);
     let full = started.elapsed();
     let counts = [
         resources.clusters.len(),
@@ -188,8 +190,8 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
                 revision: rev,
             })?;
             let started = Instant::now();
-            let resources = translator.update(&cache, generator);
-            let _snapshot = Snapshot::from_resources(&resources);
+            let resources = translator.generate(&cache, generator);
+            let _snapshot = encoder.encode(&resources);
             samples.push(started.elapsed().as_secs_f64() * 1e3);
             rebuilt += translator.rebuilt_services();
         }

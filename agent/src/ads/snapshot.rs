@@ -5,13 +5,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::google::protobuf::Any;
-use envoy_types::util::pack_any;
 use prost::Message;
 use tokio::sync::watch;
 
 use super::{TypeKind, fnv};
-use crate::translate::{Generator, Resources};
+use crate::translate::{Generated, Generator, Resources};
 
 /// One xDS resource: its version (any string that changes when the body changes) and its body.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,14 +72,20 @@ impl Snapshot {
     }
 
     /// The snapshot serving `resources`. Each resource's version is a digest of its encoded
-    /// body, so an unchanged resource keeps its version across translations and restarts.
+    /// body, so an unchanged resource keeps its version across translations and restarts. To
+    /// encode successive generations, [`SnapshotEncoder`] reuses what did not change.
     pub fn from_resources(resources: &Resources) -> Self {
-        let mut snapshot = Snapshot::new();
-        snapshot.pack_all(TypeKind::Cluster, &resources.clusters);
-        snapshot.pack_all(TypeKind::Endpoint, &resources.endpoints);
-        snapshot.pack_all(TypeKind::Listener, &resources.listeners);
-        snapshot.pack_all(TypeKind::Route, &resources.routes);
-        snapshot
+        fn shared<T: Clone>(map: &BTreeMap<String, T>) -> BTreeMap<String, Arc<T>> {
+            map.iter()
+                .map(|(k, v)| (k.clone(), Arc::new(v.clone())))
+                .collect()
+        }
+        SnapshotEncoder::default().encode(&Generated {
+            clusters: shared(&resources.clusters),
+            endpoints: shared(&resources.endpoints),
+            listeners: shared(&resources.listeners),
+            routes: shared(&resources.routes),
+        })
     }
 
     /// The typed resources back from their packed bodies: the inverse of
@@ -107,19 +116,6 @@ impl Snapshot {
                     })
             })
             .collect()
-    }
-
-    fn pack_all<M: Message + prost::Name + Clone>(
-        &mut self,
-        kind: TypeKind,
-        messages: &BTreeMap<String, M>,
-    ) {
-        let map = &mut self.types[kind.index()];
-        for (name, message) in messages {
-            let body = pack_any(message.clone());
-            let version = fnv(&body.value);
-            map.insert(name.clone(), Arc::new(Resource { version, body }));
-        }
     }
 
     /// Marks when the configuration behind this snapshot reached the agent (see
@@ -195,6 +191,57 @@ impl Snapshots {
     pub fn iter(&self) -> impl Iterator<Item = (Generator, &Arc<Snapshot>)> {
         self.by_generator.iter().map(|(g, s)| (*g, s))
     }
+}
+
+/// The resources of one generation as encoded, kept to reuse for the next.
+type Encoded<M> = BTreeMap<String, (Arc<M>, Arc<Resource>)>;
+
+/// Encodes successive generations of generated resources into snapshots, encoding again only
+/// what changed: a resource that is the same allocation as in the previous generation (the
+/// translator shares what it did not rebuild) keeps its encoding and version.
+#[derive(Debug, Default)]
+pub struct SnapshotEncoder {
+    clusters: Encoded<Cluster>,
+    endpoints: Encoded<ClusterLoadAssignment>,
+    listeners: Encoded<Listener>,
+    routes: Encoded<RouteConfiguration>,
+}
+
+impl SnapshotEncoder {
+    /// The snapshot serving `resources`.
+    pub fn encode(&mut self, resources: &Generated) -> Snapshot {
+        let mut snapshot = Snapshot::new();
+        let [clusters, endpoints, listeners, routes] = &mut snapshot.types;
+        reuse_or_pack(&resources.clusters, &mut self.clusters, clusters);
+        reuse_or_pack(&resources.endpoints, &mut self.endpoints, endpoints);
+        reuse_or_pack(&resources.listeners, &mut self.listeners, listeners);
+        reuse_or_pack(&resources.routes, &mut self.routes, routes);
+        snapshot
+    }
+}
+
+fn reuse_or_pack<M: Message + prost::Name>(
+    messages: &BTreeMap<String, Arc<M>>,
+    previous: &mut Encoded<M>,
+    out: &mut BTreeMap<String, Arc<Resource>>,
+) {
+    let mut next = BTreeMap::new();
+    for (name, message) in messages {
+        let resource = match previous.get(name) {
+            Some((before, encoded)) if Arc::ptr_eq(before, message) => Arc::clone(encoded),
+            _ => {
+                let body = Any {
+                    type_url: M::type_url(),
+                    value: message.encode_to_vec(),
+                };
+                let version = fnv(&body.value);
+                Arc::new(Resource { version, body })
+            }
+        };
+        out.insert(name.clone(), Arc::clone(&resource));
+        next.insert(name.clone(), (Arc::clone(message), resource));
+    }
+    *previous = next;
 }
 
 /// Publishes snapshots; every connection sees the newest one of its generator (intermediate ones
@@ -347,5 +394,33 @@ mod tests {
             *publisher.wanted().borrow(),
             BTreeSet::from([Generator::Envoy])
         );
+    }
+
+    #[test]
+    fn the_encoder_reuses_what_is_the_same_allocation() {
+        use crate::translate::Generated;
+        let a = Arc::new(Cluster {
+            name: "a".into(),
+            ..Default::default()
+        });
+        let mut generated = Generated::default();
+        generated.clusters.insert("a".into(), Arc::clone(&a));
+        let mut encoder = SnapshotEncoder::default();
+        let first = encoder.encode(&generated);
+        let second = encoder.encode(&generated);
+        let (one, two) = (
+            &first.resources(TypeKind::Cluster)["a"],
+            &second.resources(TypeKind::Cluster)["a"],
+        );
+        assert!(Arc::ptr_eq(one, two), "unchanged: not encoded again");
+        // A rebuilt resource is encoded again; equal content keeps its version.
+        generated
+            .clusters
+            .insert("a".into(), Arc::new((*a).clone()));
+        let third = encoder.encode(&generated);
+        let three = &third.resources(TypeKind::Cluster)["a"];
+        assert!(!Arc::ptr_eq(two, three));
+        assert_eq!(two.version, three.version);
+        assert_eq!(first, Snapshot::from_resources(&generated.to_resources()));
     }
 }

@@ -10,9 +10,9 @@ use envoy_types::util::pack_any;
 
 use super::filters::{self, Routes};
 use super::route;
-use super::{Resources, View, names};
+use super::{Built, View, names};
 
-pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Resources) {
+pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
     for service in view.services.values() {
         for port in &service.ports {
             let listener_name = names::host_port(&service.hostname, port.number);

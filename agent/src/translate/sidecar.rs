@@ -29,7 +29,7 @@ use super::cluster;
 use super::endpoint::socket_address;
 use super::filters::{self, Routes};
 use super::route;
-use super::{Resources, View, names};
+use super::{Built, View, names};
 use crate::mesh::OutboundPolicy;
 
 pub(super) use inbound::inbound;
@@ -104,7 +104,7 @@ fn catch_all_tcp(policy: OutboundPolicy) -> Filter {
 }
 
 /// Outbound listeners, their route configurations, and `virtualOutbound`.
-pub(super) fn outbound(view: &View<'_>, out: &mut Resources) {
+pub(super) fn outbound(view: &View<'_>, out: &mut Built) {
     let route_names = outbound::listeners(view, out);
     for name in route_names {
         if let Some(rc) = routes::route_config(view, &name) {
@@ -215,7 +215,7 @@ fn virtual_outbound(policy: OutboundPolicy) -> Listener {
 
 /// The special clusters every sidecar has, and the dynamic forward proxy cluster when the
 /// outbound traffic policy uses it.
-pub(super) fn special_clusters(policy: OutboundPolicy, out: &mut Resources) {
+pub(super) fn special_clusters(policy: OutboundPolicy, out: &mut Built) {
     for c in [cluster::passthrough(), cluster::black_hole()] {
         out.clusters.insert(c.name.clone(), c);
     }

@@ -40,7 +40,7 @@ use super::super::authn::{MergedPolicy, MtlsMode};
 use super::super::cluster::{self, ads};
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
-use super::super::{Resources, View, names, route};
+use super::super::{Built, View, names, route};
 use super::PLAINTEXT_HTTP_ALPNS;
 
 const MTLS_HTTP_ALPNS: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
@@ -160,7 +160,7 @@ fn match_options(mode: MtlsMode, kind: Kind) -> Vec<MatchOption> {
 }
 
 /// Inbound clusters and `virtualInbound`.
-pub(in super::super) fn inbound(view: &View<'_>, out: &mut Resources) {
+pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
     let policy = MergedPolicy::compose(
         view.registry.peer_authentications(),
         &view.proxy.mesh.root_namespace,

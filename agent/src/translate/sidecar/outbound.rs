@@ -26,7 +26,7 @@ use pasa_proto::istio::virtual_service::TcpRoute;
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
 use super::super::registry::{Config, Resolution, Service, ServicePort};
-use super::super::{Resources, View, names};
+use super::super::{Built, View, names};
 use super::{PLAINTEXT_HTTP_ALPNS, Prefix, catch_all_tcp, parse_cidr, weighted};
 use pasa_proto::istio::virtual_service::VirtualService;
 
@@ -162,7 +162,7 @@ struct ListenerRequest<'s> {
 
 /// Builds the outbound listeners into `out` and returns the route configurations they name:
 /// per port (`"80"`), and per sniffed service port bound to its address (`"host:81"`).
-pub(super) fn listeners(view: &View<'_>, out: &mut Resources) -> BTreeSet<String> {
+pub(super) fn listeners(view: &View<'_>, out: &mut Built) -> BTreeSet<String> {
     let mut builder = Builder {
         view,
         wildcards: wildcards(&view.proxy.ips),
