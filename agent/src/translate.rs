@@ -5,6 +5,7 @@ pub mod authn;
 mod cluster;
 mod endpoint;
 mod filters;
+mod gateway;
 mod grpc;
 mod hash;
 pub mod names;
@@ -520,9 +521,12 @@ impl Translator {
             match generator {
                 Generator::Envoy => {
                     sidecar::special_clusters(view.scope.outbound_policy, &mut built);
-                    sidecar::outbound(&view, &mut built);
-                    if self.proxy.kind == ProxyType::Sidecar {
-                        sidecar::inbound(&view, &mut built);
+                    match self.proxy.kind {
+                        ProxyType::Sidecar => {
+                            sidecar::outbound(&view, &mut built);
+                            sidecar::inbound(&view, &mut built);
+                        }
+                        ProxyType::Router => gateway::listeners_and_routes(&view, &mut built),
                     }
                 }
                 Generator::Grpc => grpc::listeners_and_routes(&view, &mut built),

@@ -60,12 +60,14 @@ pub(super) trait Destinations {
     }
 }
 
-/// Builds one route per match of each rule (the rule applies when any match does). Rules whose
-/// matches are all restricted to another port, or to gateways, are left out.
+/// Builds one route per match of each rule (the rule applies when any match does), for the
+/// sidecars (`gateway` = `mesh`) or one gateway (`namespace/name`). Matches restricted to another
+/// port or other gateways are left out.
 pub(super) fn http_routes(
     rules: &[HttpRoute],
     namespace: &str,
     port: u32,
+    gateway: &str,
     destinations: &impl Destinations,
 ) -> Vec<Route> {
     let mut routes = Vec::new();
@@ -93,7 +95,13 @@ pub(super) fn http_routes(
             if m.port != 0 && m.port != port {
                 continue;
             }
-            if m.gateways.iter().any(|g| g != "mesh") && !m.gateways.iter().any(|g| g == "mesh") {
+            // A match restricted to gateways applies only where one of them is the one routed.
+            if !m.gateways.is_empty()
+                && !m
+                    .gateways
+                    .iter()
+                    .any(|g| pasa_proto::gateway::resolve_gateway_name(g, namespace) == gateway)
+            {
                 continue;
             }
             let name = match (rule.name.is_empty(), m.name.is_empty()) {

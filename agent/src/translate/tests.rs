@@ -780,3 +780,47 @@ fn legacy_allocator_gives_a_host_the_same_address_across_service_entries() {
     assert!(out.listeners.contains_key("0.0.0.0_80"));
     assert!(out.clusters.contains_key("outbound|443||istio.io"));
 }
+
+#[test]
+fn a_router_serves_its_gateways_http_servers_and_the_bound_routes() {
+    let gateway = resource(
+        "Gateway",
+        "default",
+        "bookinfo-gateway",
+        json!({"selector": {"istio": "ingressgateway"}, "servers": [
+            {"port": {"number": 8080, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]}),
+        2,
+    );
+    let vs = resource(
+        "VirtualService",
+        "default",
+        "bookinfo",
+        json!({"hosts": ["*"], "gateways": ["bookinfo-gateway"], "http": [{
+            "match": [{"uri": {"prefix": "/reviews"}}],
+            "route": [{"destination": {"host": "reviews", "port": {"number": 9080}}}]}]}),
+        3,
+    );
+    let mut router = proxy("10.0.0.50");
+    router.kind = ProxyType::Router;
+    router.namespace = "istio-system".into();
+    router.labels = [("istio".to_string(), "ingressgateway".to_string())].into();
+    let mut t = Translator::new(router);
+    let out = t.update(
+        &cache(vec![reviews_service(), gateway, vs]),
+        Generator::Envoy,
+    );
+    let names: Vec<&str> = out.listeners.keys().map(String::as_str).collect();
+    assert_eq!(names, ["0.0.0.0_8080"], "no sidecar listeners on a router");
+    assert_eq!(rds_name(&out.listeners["0.0.0.0_8080"]), "http.8080");
+    let vh = vhost(&out.routes["http.8080"], "*:8080");
+    assert_eq!(
+        route_action(&vh.routes[0]).cluster_specifier,
+        Some(ClusterSpecifier::Cluster(format!(
+            "outbound|9080||{REVIEWS}"
+        )))
+    );
+    assert!(
+        out.clusters
+            .contains_key(&format!("outbound|9080||{REVIEWS}"))
+    );
+}

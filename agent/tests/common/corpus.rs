@@ -345,7 +345,11 @@ pub fn proxy(case: &Case) -> Result<Proxy, String> {
 }
 
 fn mesh(spec: Option<&MeshSpec>) -> Result<MeshSettings, String> {
-    let mut mesh = MeshSettings::default();
+    // The harness reads Istio config without a domain suffix: `b` in `default` is `b.default`.
+    let mut mesh = MeshSettings {
+        config_domain_suffix: String::new(),
+        ..MeshSettings::default()
+    };
     let Some(spec) = spec else {
         return Ok(mesh);
     };
