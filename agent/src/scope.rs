@@ -216,13 +216,7 @@ impl SidecarScope {
             })
             .cloned()
             .collect();
-        list.sort_by(|a, b| {
-            (a.meta.created, &a.meta.namespace, &a.meta.name).cmp(&(
-                b.meta.created,
-                &b.meta.namespace,
-                &b.meta.name,
-            ))
-        });
+        list.sort_by(|a, b| a.meta.age_key().cmp(&b.meta.age_key()));
         list
     }
 

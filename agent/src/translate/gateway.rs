@@ -101,13 +101,7 @@ fn gateways<'a>(view: &'a View<'_>) -> Vec<&'a Arc<Config<Gateway>>> {
         .gateways()
         .filter(|g| selects(&g.spec.selector, &view.proxy.labels))
         .collect();
-    list.sort_by(|a, b| {
-        (a.meta.created, &a.meta.namespace, &a.meta.name).cmp(&(
-            b.meta.created,
-            &b.meta.namespace,
-            &b.meta.name,
-        ))
-    });
+    list.sort_by(|a, b| a.meta.age_key().cmp(&b.meta.age_key()));
     list
 }
 

@@ -36,6 +36,13 @@ pub struct Meta {
     pub revision: u64,
 }
 
+impl Meta {
+    /// Istio's order among resources that conflict: the oldest first, then namespace and name.
+    pub fn age_key(&self) -> (u64, &str, &str) {
+        (self.created, &self.namespace, &self.name)
+    }
+}
+
 /// A parsed resource.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config<T> {
