@@ -105,6 +105,8 @@ pub async fn follow(
     let mut relist = cache.revision() == 0;
     let mut in_force = InForce::default();
     let mut subscription = config.subscription.clone();
+    // Outlives each watch stream, so what a stream left unsaved is saved when it ends.
+    let mut saver = Saver::new(config.cache_dir.clone());
     loop {
         if *stop.borrow() {
             return;
@@ -118,11 +120,16 @@ pub async fn follow(
             config: &config,
             subscription: &mut subscription,
             in_force: &mut in_force,
+            saver: &mut saver,
         };
         let ended = tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            ended = stream.watch(current, &mut cache, relist, &published, &link, &mut backoff) => ended,
+            _ = stop.wait_for(|s| *s) => None,
+            ended = stream.watch(current, &mut cache, relist, &published, &link, &mut backoff) => Some(ended),
         };
+        // Live changes not yet on disk are saved now (the agent may be about to stop or restart
+        // while the store is away).
+        saver.flush(&cache);
+        let Some(ended) = ended else { return };
         match ended {
             Ended::Relist => relist = true,
             Ended::Resume(why) => {
@@ -144,6 +151,7 @@ struct Stream<'a> {
     config: &'a FollowConfig,
     subscription: &'a mut watch::Receiver<Subscription>,
     in_force: &'a mut InForce,
+    saver: &'a mut Saver,
 }
 
 impl Stream<'_> {
@@ -160,6 +168,7 @@ impl Stream<'_> {
             config,
             subscription,
             in_force,
+            saver,
         } = self;
         let endpoint = match pasa_proto::client::endpoint(&config.server) {
             Ok(e) => e,
@@ -196,10 +205,6 @@ impl Stream<'_> {
             cache.begin_snapshot();
         }
         let mut updates_open = true;
-        // Live changes reach the disk at most `SAVE_EVERY` after they arrive (and the complete
-        // cache at every SYNCED), so a restart while the store is away serves what was last
-        // seen, not what the last snapshot held.
-        let mut saver = Saver::new(config.cache_dir.clone());
         // An update waiting for room on the request channel (the store reads updates only once
         // its snapshot is out, so sending must never block reading).
         let mut pending: Option<Subscription> = None;
@@ -279,7 +284,9 @@ impl Stream<'_> {
 /// How long a live change may wait before the cache is saved again.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
 
-/// Saves the cache to the cache dir, at most once per [`SAVE_EVERY`] for live changes.
+/// Saves the cache to the cache dir: the complete cache at every SYNCED, live changes at most
+/// [`SAVE_EVERY`] after they arrive and whenever a watch stream ends, so a restart while the
+/// store is away serves what was last seen, not what the last snapshot held.
 struct Saver {
     dir: Option<PathBuf>,
     dirty: bool,
@@ -303,6 +310,13 @@ impl Saver {
     /// Resolves when a pending change may be saved.
     async fn due(&self) {
         tokio::time::sleep_until(self.last + SAVE_EVERY).await;
+    }
+
+    /// Saves a pending change now.
+    fn flush(&mut self, cache: &Cache) {
+        if self.dirty {
+            self.save(cache);
+        }
     }
 
     fn save(&mut self, cache: &Cache) {

@@ -9,8 +9,10 @@
 //!
 //! The subscription is derived from the same view, iteratively: Sidecars of the proxy's and the
 //! root namespace first; then the egress hosts; then the destinations the visible VirtualServices
-//! route to, so their clusters can be built. Each store change that alters the view alters the
-//! subscription, and the store then adds or removes what entered or left it.
+//! route to, so their clusters can be built. A router (gateway) instead follows every Gateway,
+//! the VirtualServices bound to the Gateways that select it, and their destinations. Each store
+//! change that alters the view alters the subscription, and the store then adds or removes what
+//! entered or left it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -25,6 +27,7 @@ use crate::cache::Cache;
 use crate::mesh::OutboundPolicy;
 use crate::translate::Proxy;
 use crate::translate::registry::{Config, Registry, Service, selects};
+use pasa_proto::node::ProxyType;
 
 /// `exportTo` of a resource in `resource_ns`: whether `viewer_ns` sees it. Empty means the mesh
 /// default, everywhere.
@@ -303,6 +306,9 @@ pub fn subscription(proxy: &Proxy, cache: &Cache) -> Subscription {
 
 /// [`subscription`] from an already parsed registry.
 pub fn subscription_of(proxy: &Proxy, registry: &Registry) -> Subscription {
+    if proxy.kind == ProxyType::Router {
+        return router_subscription(proxy, registry);
+    }
     let mut rules = vec![Rule {
         kinds: vec!["Sidecar".into()],
         namespaces: dedup(vec![
@@ -355,31 +361,7 @@ pub fn subscription_of(proxy: &Proxy, registry: &Registry) -> Subscription {
     // Destinations of visible VirtualServices, so their clusters can be built.
     let mut destinations = BTreeSet::new();
     for vs in scope.virtual_services(registry) {
-        let ns = &vs.meta.namespace;
-        let mut add = |h: &str| {
-            destinations.insert(proxy.resolve_host(h, ns));
-        };
-        for route in &vs.spec.http {
-            for d in route.route.iter().filter_map(|r| r.destination.as_ref()) {
-                add(&d.host);
-            }
-            if let Some(m) = &route.mirror {
-                add(&m.host);
-            }
-            for m in route.mirrors.iter().filter_map(|m| m.destination.as_ref()) {
-                add(&m.host);
-            }
-        }
-        for d in vs
-            .spec
-            .tcp
-            .iter()
-            .flat_map(|r| &r.route)
-            .chain(vs.spec.tls.iter().flat_map(|r| &r.route))
-            .filter_map(|r| r.destination.as_ref())
-        {
-            add(&d.host);
-        }
+        add_destinations(proxy, &vs, &mut destinations);
     }
     if !destinations.is_empty() {
         rules.push(Rule {
@@ -410,6 +392,83 @@ pub fn subscription_of(proxy: &Proxy, registry: &Registry) -> Subscription {
         });
     }
     Subscription { rules }
+}
+
+/// A router's scope, derived as istiod scopes a gateway: every Gateway (few, and selector matching
+/// is not a store dimension), the VirtualServices bound to the Gateways that select this router,
+/// and the services and DestinationRules of their destinations.
+fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
+    let mut rules = vec![Rule {
+        kinds: vec!["Gateway".into()],
+        ..Default::default()
+    }];
+    let selected: BTreeSet<String> = registry
+        .gateways()
+        .filter(|g| selects(&g.spec.selector, &proxy.labels))
+        .map(|g| format!("{}/{}", g.meta.namespace, g.meta.name))
+        .collect();
+    if selected.is_empty() {
+        return Subscription { rules };
+    }
+    rules.push(Rule {
+        kinds: vec!["VirtualService".into()],
+        gateways: selected.iter().cloned().collect(),
+        ..Default::default()
+    });
+    let mut destinations = BTreeSet::new();
+    for vs in registry.virtual_services() {
+        let ns = &vs.meta.namespace;
+        let bound = vs
+            .spec
+            .gateways
+            .iter()
+            .any(|g| selected.contains(&pasa_proto::gateway::resolve_gateway_name(g, ns)));
+        if bound {
+            add_destinations(proxy, vs, &mut destinations);
+        }
+    }
+    if !destinations.is_empty() {
+        let hosts: Vec<String> = destinations.into_iter().collect();
+        rules.push(Rule {
+            kinds: vec![
+                "ServiceEndpoints".into(),
+                "ServiceEntry".into(),
+                "DestinationRule".into(),
+            ],
+            hosts,
+            ..Default::default()
+        });
+    }
+    Subscription { rules }
+}
+
+/// The hosts a VirtualService sends traffic to (routes, mirrors, TCP and TLS routes), resolved.
+fn add_destinations(proxy: &Proxy, vs: &Config<VirtualService>, out: &mut BTreeSet<String>) {
+    let ns = &vs.meta.namespace;
+    let mut add = |h: &str| {
+        out.insert(proxy.resolve_host(h, ns));
+    };
+    for route in &vs.spec.http {
+        for d in route.route.iter().filter_map(|r| r.destination.as_ref()) {
+            add(&d.host);
+        }
+        if let Some(m) = &route.mirror {
+            add(&m.host);
+        }
+        for m in route.mirrors.iter().filter_map(|m| m.destination.as_ref()) {
+            add(&m.host);
+        }
+    }
+    for d in vs
+        .spec
+        .tcp
+        .iter()
+        .flat_map(|r| &r.route)
+        .chain(vs.spec.tls.iter().flat_map(|r| &r.route))
+        .filter_map(|r| r.destination.as_ref())
+    {
+        add(&d.host);
+    }
 }
 
 fn dedup(mut v: Vec<String>) -> Vec<String> {
