@@ -459,15 +459,7 @@ impl Builder<'_, '_> {
                     if rule.route.is_empty() {
                         continue;
                     }
-                    for m in rule.matches.iter().filter(|m| {
-                        self.l4_applies(
-                            &m.gateways,
-                            &m.source_labels,
-                            m.port,
-                            &m.source_namespace,
-                            listen,
-                        )
-                    }) {
+                    for m in rule.matches.iter().filter(|m| self.l4_applies(*m, listen)) {
                         let cidrs = if m.destination_subnets.is_empty() {
                             req.cidrs.clone()
                         } else {
@@ -532,15 +524,7 @@ impl Builder<'_, '_> {
                     return out;
                 }
                 let mut subnets = Vec::new();
-                for m in rule.matches.iter().filter(|m| {
-                    self.l4_applies(
-                        &m.gateways,
-                        &m.source_labels,
-                        m.port,
-                        &m.source_namespace,
-                        listen,
-                    )
-                }) {
+                for m in rule.matches.iter().filter(|m| self.l4_applies(*m, listen)) {
                     if m.destination_subnets.is_empty() {
                         out.push(ChainOpts::network(
                             self.tcp_route_filter(rule, vs, listen),
@@ -590,21 +574,62 @@ impl Builder<'_, '_> {
         filters::tcp_proxy(&stat, &clusters)
     }
 
-    /// Whether a TLS or TCP match (they share these conditions) applies to this sidecar on
-    /// `port`.
-    fn l4_applies(
-        &self,
-        gateways: &[String],
-        source_labels: &std::collections::BTreeMap<String, String>,
-        match_port: u32,
-        source_namespace: &str,
-        port: u32,
-    ) -> bool {
+    /// Whether a TLS or TCP match applies to this sidecar on `port`.
+    fn l4_applies(&self, m: &impl L4Conditions, port: u32) -> bool {
+        let (gateways, source_labels, match_port, source_namespace) = m.conditions();
         let proxy = self.view.proxy;
         (gateways.is_empty() || gateways.iter().any(|g| g == "mesh"))
             && super::super::registry::selects(source_labels, &proxy.labels)
             && (match_port == 0 || match_port == port)
             && (source_namespace.is_empty() || source_namespace == proxy.namespace)
+    }
+}
+
+/// The conditions TLS and TCP matches share: gateways, source labels, port, source namespace.
+trait L4Conditions {
+    fn conditions(
+        &self,
+    ) -> (
+        &[String],
+        &std::collections::BTreeMap<String, String>,
+        u32,
+        &str,
+    );
+}
+
+impl L4Conditions for pasa_proto::istio::virtual_service::TlsMatchAttributes {
+    fn conditions(
+        &self,
+    ) -> (
+        &[String],
+        &std::collections::BTreeMap<String, String>,
+        u32,
+        &str,
+    ) {
+        (
+            &self.gateways,
+            &self.source_labels,
+            self.port,
+            &self.source_namespace,
+        )
+    }
+}
+
+impl L4Conditions for pasa_proto::istio::virtual_service::L4MatchAttributes {
+    fn conditions(
+        &self,
+    ) -> (
+        &[String],
+        &std::collections::BTreeMap<String, String>,
+        u32,
+        &str,
+    ) {
+        (
+            &self.gateways,
+            &self.source_labels,
+            self.port,
+            &self.source_namespace,
+        )
     }
 }
 
