@@ -447,10 +447,10 @@ pub(super) fn duration(d: &pasa_proto::istio::common::Duration) -> Duration {
     }
 }
 
-/// `PassthroughCluster`: forwards to the original destination.
-pub(super) fn passthrough() -> Cluster {
+/// A cluster that forwards to each connection's original destination.
+fn original_destination(name: &str) -> Cluster {
     Cluster {
-        name: names::PASSTHROUGH_CLUSTER.into(),
+        name: name.to_string(),
         connect_timeout: Some(CONNECT_TIMEOUT),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(
             DiscoveryType::OriginalDst as i32,
@@ -458,6 +458,26 @@ pub(super) fn passthrough() -> Cluster {
         lb_policy: LbPolicy::ClusterProvided as i32,
         ..Default::default()
     }
+}
+
+/// [`original_destination`] for inbound traffic: sent from Istio's inbound passthrough source
+/// address, so the workload's own outbound capture lets it through.
+fn inbound_original_destination(name: &str) -> Cluster {
+    Cluster {
+        upstream_bind_config: Some(BindConfig {
+            source_address: Some(SocketAddress {
+                address: "127.0.0.6".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..original_destination(name)
+    }
+}
+
+/// `PassthroughCluster`: forwards to the original destination.
+pub(super) fn passthrough() -> Cluster {
+    original_destination(names::PASSTHROUGH_CLUSTER)
 }
 
 /// `AllowAnyDynamicDNSCluster`: a dynamic forward proxy resolving each request's host, where
@@ -503,46 +523,21 @@ pub(super) fn black_hole() -> Cluster {
 /// `InboundPassthroughCluster`: inbound traffic to a port no service declares, forwarded to the
 /// original destination from Istio's inbound passthrough source address.
 pub(super) fn inbound_passthrough() -> Cluster {
-    Cluster {
-        name: names::INBOUND_PASSTHROUGH_CLUSTER.into(),
-        connect_timeout: Some(CONNECT_TIMEOUT),
-        cluster_discovery_type: Some(ClusterDiscoveryType::Type(
-            DiscoveryType::OriginalDst as i32,
-        )),
-        lb_policy: LbPolicy::ClusterProvided as i32,
-        upstream_bind_config: Some(BindConfig {
-            source_address: Some(SocketAddress {
-                address: "127.0.0.6".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    inbound_original_destination(names::INBOUND_PASSTHROUGH_CLUSTER)
 }
 
 /// `inbound|<port>||`: traffic for the local workload, to `endpoint` (`127.0.0.1:<port>` or a
 /// Sidecar ingress listener's `defaultEndpoint`), or to the original destination when `None`.
 pub(super) fn inbound(port: u32, endpoint: Option<(String, u32)>) -> Cluster {
     let name = names::inbound_cluster(port);
-    let mut cluster = Cluster {
-        name: name.clone(),
-        connect_timeout: Some(CONNECT_TIMEOUT),
-        ..Default::default()
-    };
     match endpoint {
-        Some((address, port)) => {
-            cluster.cluster_discovery_type =
-                Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32));
-            cluster.load_assignment = Some(endpoint::single(&name, &address, port));
-        }
-        None => {
-            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
-                DiscoveryType::OriginalDst as i32,
-            ));
-            cluster.lb_policy = LbPolicy::ClusterProvided as i32;
-            cluster.upstream_bind_config = inbound_passthrough().upstream_bind_config;
-        }
+        Some((address, port)) => Cluster {
+            name: name.clone(),
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
+            load_assignment: Some(endpoint::single(&name, &address, port)),
+            ..Default::default()
+        },
+        None => inbound_original_destination(&name),
     }
-    cluster
 }
