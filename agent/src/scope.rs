@@ -149,6 +149,13 @@ impl SidecarScope {
         }
     }
 
+    /// Istio's default scope (egress `*/*`): everything exported to the namespace.
+    pub fn sees_everything(&self) -> bool {
+        self.egress
+            .iter()
+            .any(|e| e.namespace == "*" && e.host == "*")
+    }
+
     fn in_egress(&self, namespace: &str, hostname: &str) -> bool {
         self.egress.iter().any(|e| e.covers(namespace, hostname))
     }
@@ -306,6 +313,29 @@ pub fn subscription(proxy: &Proxy, cache: &Cache) -> Subscription {
 
 /// [`subscription`] from an already parsed registry.
 pub fn subscription_of(proxy: &Proxy, registry: &Registry) -> Subscription {
+    let scope = SidecarScope::of(proxy, registry);
+    if proxy.kind == ProxyType::Router || scope.sees_everything() {
+        return subscription_in(proxy, registry, &scope, &[], std::iter::empty());
+    }
+    let services = scope.services(registry);
+    subscription_in(
+        proxy,
+        registry,
+        &scope,
+        &scope.virtual_services(registry),
+        services.iter(),
+    )
+}
+
+/// [`subscription_of`] from what translation already worked out of the proxy's view: its scope,
+/// and the VirtualServices and services that scope makes visible.
+pub fn subscription_in<'a>(
+    proxy: &Proxy,
+    registry: &Registry,
+    scope: &SidecarScope,
+    virtual_services: &[Arc<Config<VirtualService>>],
+    services: impl Iterator<Item = &'a Arc<Service>>,
+) -> Subscription {
     if proxy.kind == ProxyType::Router {
         return router_subscription(proxy, registry);
     }
@@ -317,12 +347,7 @@ pub fn subscription_of(proxy: &Proxy, registry: &Registry) -> Subscription {
         ]),
         ..Default::default()
     }];
-    let scope = SidecarScope::of(proxy, registry);
-    if scope
-        .egress
-        .iter()
-        .any(|e| e.namespace == "*" && e.host == "*")
-    {
+    if scope.sees_everything() {
         // Istio's default: everything exported to the namespace (filtered here, not in the store).
         rules.push(Rule::default());
         return Subscription { rules };
@@ -360,8 +385,8 @@ pub fn subscription_of(proxy: &Proxy, registry: &Registry) -> Subscription {
     let mut dr_hosts: BTreeSet<String> = scope.egress.iter().map(|e| e.host.clone()).collect();
     // Destinations of visible VirtualServices, so their clusters can be built.
     let mut destinations = BTreeSet::new();
-    for vs in scope.virtual_services(registry) {
-        add_destinations(proxy, &vs, &mut destinations);
+    for vs in virtual_services {
+        add_destinations(proxy, vs, &mut destinations);
     }
     if !destinations.is_empty() {
         rules.push(Rule {
@@ -377,9 +402,7 @@ pub fn subscription_of(proxy: &Proxy, registry: &Registry) -> Subscription {
         ..Default::default()
     });
     // Endpoints of visible ServiceEntries that select WorkloadEntries.
-    let selector_namespaces: BTreeSet<String> = scope
-        .services(registry)
-        .iter()
+    let selector_namespaces: BTreeSet<String> = services
         .filter(|s| !s.kubernetes)
         .map(|s| s.namespace.clone())
         .filter(|ns| ns != &proxy.namespace)

@@ -412,6 +412,8 @@ pub struct Translator {
     listeners: HashMap<Generator, ListenerOutput>,
     /// Services whose clusters were rebuilt by the last update (for tests and metrics).
     rebuilt: usize,
+    /// The store subscription the last update's view of the config calls for.
+    subscription: pasa_proto::store::v1::Subscription,
 }
 
 impl Translator {
@@ -422,6 +424,7 @@ impl Translator {
             hosts: HashMap::new(),
             listeners: HashMap::new(),
             rebuilt: 0,
+            subscription: Default::default(),
         }
     }
 
@@ -430,9 +433,9 @@ impl Translator {
     }
 
     /// The store subscription this proxy needs, given the config the last
-    /// [`Translator::update`] read (see [`crate::scope`]).
+    /// [`Translator::generate`] read (see [`crate::scope`]); before any, none.
     pub fn subscription(&self) -> pasa_proto::store::v1::Subscription {
-        crate::scope::subscription_of(&self.proxy, &self.registry)
+        self.subscription.clone()
     }
 
     /// How many services had their clusters rebuilt by the last [`Translator::update`].
@@ -451,6 +454,13 @@ impl Translator {
         let changed = self.registry.update(cache, &self.proxy.mesh.domain_suffix);
         let _ = changed;
         let view = View::new(&self.proxy, &self.registry);
+        self.subscription = crate::scope::subscription_in(
+            &self.proxy,
+            &self.registry,
+            &view.scope,
+            &view.virtual_services,
+            view.services.values(),
+        );
         let mut out = Generated::default();
         self.rebuilt = 0;
         let mut live = std::collections::HashSet::new();
