@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pasa_proto::store::v1::{Event, EventType, ListResponse, Resource};
+use pasa_proto::store::v1::{Event, EventType, ListResponse, Resource, Subscription};
 use prost::Message;
 
 /// Kind, namespace and name of a cached resource.
@@ -75,6 +75,9 @@ pub struct Cache {
     revision: u64,
     /// While a snapshot is arriving: the keys it has repeated so far.
     relisting: Option<BTreeSet<Key>>,
+    /// The subscription whose whole answer the cache holds (the store said SYNCED for it);
+    /// `None` for a cache loaded from disk or built directly.
+    answered: Option<Arc<Subscription>>,
 }
 
 impl Cache {
@@ -104,6 +107,7 @@ impl Cache {
                 .collect(),
             revision,
             relisting: None,
+            answered: None,
         }
     }
 
@@ -130,6 +134,23 @@ impl Cache {
     /// broke then must start over with a snapshot, not resume.
     pub fn snapshot_pending(&self) -> bool {
         self.relisting.is_some()
+    }
+
+    /// The subscription whose whole answer the cache holds, if known.
+    pub fn answered(&self) -> Option<&Subscription> {
+        self.answered.as_deref()
+    }
+
+    /// Whether everything `wanted` selects is in the cache: each of its rules is a rule of the
+    /// subscription answered last. (Narrower is fine: what no longer matches is dropped soon.)
+    pub fn answers(&self, wanted: &Subscription) -> bool {
+        self.answered()
+            .is_some_and(|answered| wanted.rules.iter().all(|r| answered.rules.contains(r)))
+    }
+
+    /// The store said SYNCED for `subscription`: its whole answer is in the cache.
+    pub fn set_answered(&mut self, subscription: Subscription) {
+        self.answered = Some(Arc::new(subscription));
     }
 
     /// Applies one watch event.
@@ -219,6 +240,7 @@ impl Cache {
                 .collect(),
             revision: snapshot.revision,
             relisting: None,
+            answered: None,
         }))
     }
 }

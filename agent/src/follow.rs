@@ -7,10 +7,12 @@
 //! **Changing the subscription.** The subscription comes from a watch channel. When it changes
 //! while a stream is open, a `WatchUpdate` goes out on that stream; the store answers with ADDED
 //! for objects that now match and DELETED for those that no longer do, which the cache applies as
-//! any other event. A stream always starts with the subscription current at that moment. Because
-//! the store gives no marker for the end of an update's answer, and a resumed watch replays only
-//! changes (not objects that match only under a new subscription), a watch whose subscription
-//! changed since the cache was last complete starts over with a snapshot instead of resuming.
+//! any other event, then SYNCED. A stream always starts with the subscription current at that
+//! moment. Each SYNCED (the snapshot's, then one per update, in order) marks the cache as holding
+//! the whole answer to that subscription ([`Cache::answered`]), which is how the agent knows a
+//! widened scope has arrived before it serves config that needs it. A resumed watch replays only
+//! changes (not objects that match only under a new subscription), so a watch whose subscription
+//! changed without its answer being complete starts over with a snapshot instead of resuming.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -73,7 +75,8 @@ impl Backoff {
 struct InForce {
     /// The subscription of the last stream (with its updates); `None` before the first.
     subscription: Option<Subscription>,
-    /// An update was sent on the last stream, so the cache may hold only part of its answer.
+    /// An update was sent on the last stream and its SYNCED has not come, so the cache may hold
+    /// only part of its answer.
     updated: bool,
 }
 
@@ -204,6 +207,8 @@ impl Stream<'_> {
         if relist {
             cache.begin_snapshot();
         }
+        // The subscriptions sent whose SYNCED has not come yet, oldest first.
+        let mut awaiting = std::collections::VecDeque::from([in_force.subscription.clone()]);
         let mut updates_open = true;
         // An update waiting for room on the request channel (the store reads updates only once
         // its snapshot is out, so sending must never block reading).
@@ -238,8 +243,9 @@ impl Stream<'_> {
                             subscription: Some(next.clone()),
                         })),
                     });
-                    in_force.subscription = Some(next);
+                    in_force.subscription = Some(next.clone());
                     in_force.updated = true;
+                    awaiting.push_back(Some(next));
                     continue;
                 }
             };
@@ -262,10 +268,17 @@ impl Stream<'_> {
                 }
                 Some(watch_response::Response::Synced(s)) => {
                     cache.synced(s.revision);
-                    // Saved before anyone hears it is complete.
+                    if let Some(Some(answered)) = awaiting.pop_front() {
+                        cache.set_answered(answered);
+                    }
+                    if awaiting.is_empty() {
+                        in_force.updated = false;
+                    }
+                    // Saved before anyone hears it is complete; the link is up before the
+                    // complete cache is published (translation trusts a synced cache's scope).
                     saver.save(cache);
-                    published.send_replace(Arc::new(cache.clone()));
                     link.send_replace(Link::Synced);
+                    published.send_replace(Arc::new(cache.clone()));
                     backoff.reset();
                 }
                 Some(watch_response::Response::Progress(p)) => cache.progress(p.revision),

@@ -161,6 +161,7 @@ pub async fn run(
         metrics: Arc::clone(&metrics),
         translated: Default::default(),
         encoders: Default::default(),
+        held: 0,
     };
 
     // The saved cache is served at once, marked degraded until the store is synced.
@@ -176,7 +177,7 @@ pub async fn run(
     let mut complete: Option<Arc<Cache>> = None;
     if let Some(cache) = &saved {
         let cache = Arc::new(cache.clone());
-        serving.translate(&cache, &wanted.borrow_and_update(), Instant::now());
+        serving.translate(&cache, &wanted.borrow_and_update(), Instant::now(), false);
         complete = Some(cache);
     }
     let cache = saved.unwrap_or_default();
@@ -243,9 +244,9 @@ pub async fn run(
                 if cache.snapshot_pending() {
                     continue;
                 }
-                serving.translate(&cache, &wanted.borrow_and_update(), received);
+                let synced = matches!(*link.borrow(), Link::Synced);
                 // The scope follows what translation just read (no second parse of the cache).
-                let next = serving.translator.subscription();
+                let next = serving.translate(&cache, &wanted.borrow_and_update(), received, synced);
                 scope_tx.send_if_modified(|current| {
                     let changed = *current != next;
                     if changed {
@@ -261,12 +262,19 @@ pub async fn run(
                 }
                 let wanted = wanted.borrow_and_update().clone();
                 if let Some(cache) = &complete {
-                    serving.translate(cache, &wanted, Instant::now());
+                    let synced = matches!(*link.borrow(), Link::Synced);
+                    serving.translate(cache, &wanted, Instant::now(), synced);
                 }
             }
             changed = link.changed() => {
                 if changed.is_ok() {
-                    metrics.degraded.set(i64::from(is_degraded(&link.borrow_and_update())));
+                    let degraded = is_degraded(&link.borrow_and_update());
+                    metrics.degraded.set(i64::from(degraded));
+                    // The widened scope will not come while the store is away: serve what is
+                    // known rather than nothing new.
+                    if degraded && serving.held > 0 && let Some(cache) = &complete {
+                        serving.translate(cache, &wanted.borrow(), Instant::now(), false);
+                    }
                 }
             }
         }
@@ -304,17 +312,32 @@ struct Serving {
     translated: std::collections::BTreeMap<Generator, Arc<Cache>>,
     /// Per generator, what was last encoded (unchanged resources keep their encoding).
     encoders: std::collections::BTreeMap<Generator, SnapshotEncoder>,
+    /// Translations in a row not published because their scope had not arrived yet.
+    held: u32,
 }
+
+/// How many translations in a row may wait for a widened scope before one is served anyway (a
+/// scope that keeps widening must not starve clients of every change).
+const MAX_HELD: u32 = 8;
 
 impl Serving {
     /// Translates `cache` for each generator in `wanted` not yet translated from it, and
     /// publishes the snapshots, marked with `received` (when the change reached the agent).
+    /// Returns the subscription the translation's scope needs.
+    ///
+    /// With the store synced (`synced`), a translation whose scope is wider than what the cache
+    /// holds the answer to is not published: it would name clusters the store has not sent yet
+    /// (a gateway's new route before its destination's service), and clients would see
+    /// "cluster not found" until the next push. The caller widens the subscription; the store's
+    /// answer brings a cache that answers it, and that one is published.
     fn translate(
         &mut self,
         cache: &Arc<Cache>,
         wanted: &std::collections::BTreeSet<Generator>,
         received: Instant,
-    ) {
+        synced: bool,
+    ) -> pasa_proto::store::v1::Subscription {
+        let mut generated = Vec::new();
         for &generator in wanted {
             if self
                 .translated
@@ -328,6 +351,28 @@ impl Serving {
             self.metrics
                 .translation
                 .observe(started.elapsed().as_secs_f64());
+            generated.push((generator, resources));
+        }
+        let needs = self.translator.subscription();
+        if generated.is_empty() {
+            return needs;
+        }
+        if synced && !cache.answers(&needs) && self.held < MAX_HELD {
+            self.held += 1;
+            tracing::debug!(
+                revision = cache.revision(),
+                "scope widened: waiting for the store's answer before publishing"
+            );
+            return needs;
+        }
+        if self.held >= MAX_HELD {
+            tracing::warn!(
+                held = self.held,
+                "the scope kept widening; publishing without waiting for it"
+            );
+        }
+        self.held = 0;
+        for (generator, resources) in generated {
             self.count(generator, &resources);
             let snapshot = self
                 .encoders
@@ -344,6 +389,7 @@ impl Serving {
             );
         }
         self.metrics.store_revision.set(gauge(cache.revision()));
+        needs
     }
 
     fn count(&self, generator: Generator, resources: &Generated) {

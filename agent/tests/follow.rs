@@ -144,7 +144,12 @@ async fn a_changed_subscription_adds_and_removes_objects() {
     let (stop_tx, stop) = watch::channel(false);
     let follower = tokio::spawn(follow(config, Cache::default(), published, link_tx, stop));
     until(&mut link, "synced", |l| *l == Link::Synced).await;
-    until(&mut caches, "both", |c| c.len() == 2).await;
+    let c = until(&mut caches, "both", |c| c.len() == 2).await;
+    assert!(
+        c.answers(&shop()),
+        "the snapshot's SYNCED answers the first subscription"
+    );
+    assert!(!c.answers(&host("cart.shop.svc.cluster.local")));
 
     // Narrowed on the open stream: what no longer matches is deleted.
     scope.send_replace(host("cart.shop.svc.cluster.local"));
@@ -160,9 +165,13 @@ async fn a_changed_subscription_adds_and_removes_objects() {
     .await;
     assert_eq!(names(&c), ["cart"], "payments is out of scope");
 
-    // Widened: what now matches is added.
+    // Widened: what now matches is added, and the cache says when the whole answer is in (the
+    // store's SYNCED after the update).
     scope.send_replace(shop());
-    let c = until(&mut caches, "widened", |c| c.len() == 3).await;
+    let c = until(&mut caches, "widened and answered", |c| {
+        c.answers(&shop()) && c.answered() == Some(&shop())
+    })
+    .await;
     assert_eq!(names(&c), ["cart", "checkout", "payments"]);
 
     // Changed while the store is away: the next watch starts over under the new subscription.

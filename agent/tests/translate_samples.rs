@@ -114,8 +114,13 @@ fn to_store(docs: &[Value]) -> Vec<Resource> {
 }
 
 fn proxy(node_id: &str) -> Proxy {
+    proxy_with_labels(node_id, "")
+}
+
+fn proxy_with_labels(node_id: &str, labels: &str) -> Proxy {
     let identity = IdentityArgs {
         node_id: node_id.into(),
+        labels: labels.into(),
         service_account: "default".into(),
         cluster_id: "Kubernetes".into(),
         ..Default::default()
@@ -373,4 +378,36 @@ fn bookinfo_fault_injection_and_header_routing() {
     };
     let out = Translator::new(proxy(PRODUCTPAGE)).update(&cache, Generator::Envoy);
     insta::assert_json_snapshot!("bookinfo_routes_fault_and_headers", dump(&out)["routes"]);
+}
+
+const INGRESS_GATEWAY: &str = "router~10.1.0.9~istio-ingressgateway-5d4c8f7b9-qx2lm.istio-system~istio-system.svc.cluster.local";
+
+/// The Bookinfo ingress: `bookinfo-gateway` (port 8080, any host) with the `bookinfo`
+/// VirtualService, translated for the ingress gateway pod `istio=ingressgateway` in
+/// `istio-system`, with every destination of the routes pinned to v1 by `virtual-service-all-v1`
+/// (which binds to the mesh only, so the gateway's routes must not change).
+#[test]
+fn bookinfo_ingress_gateway() {
+    let Some(cache) = bookinfo(&[
+        "bookinfo-gateway.yaml",
+        "destination-rule-all.yaml",
+        "virtual-service-all-v1.yaml",
+    ]) else {
+        return;
+    };
+    let router = proxy_with_labels(
+        INGRESS_GATEWAY,
+        "istio=ingressgateway,app=istio-ingressgateway",
+    );
+    let out = Translator::new(router).update(&cache, Generator::Envoy);
+    check_references(&out, "bookinfo ingress gateway");
+    let listeners: Vec<&String> = out.listeners.keys().collect();
+    assert_eq!(
+        listeners,
+        ["0.0.0.0_8080"],
+        "one listener for the one server port"
+    );
+    let routes: Vec<&String> = out.routes.keys().collect();
+    assert_eq!(routes, ["http.8080"]);
+    insta::assert_json_snapshot!("bookinfo_ingress_gateway", dump(&out));
 }

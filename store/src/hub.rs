@@ -46,6 +46,9 @@ pub enum HubMsg {
     Events(Vec<HubEvent>),
     /// Nothing matching happened up to this revision that was not already queued.
     Progress(u64),
+    /// The answer to a subscription change is complete: everything matching the new
+    /// subscription up to this revision has been queued.
+    Synced(u64),
 }
 
 /// Shared between the hub and a watcher's stream task: why the hub ended the watch, if it did.
@@ -442,8 +445,9 @@ impl Hub {
     }
 
     /// Changes a watcher's subscription: queues ADDED for objects that now match and DELETED
-    /// for objects that no longer do, at the current revision. Returns false if the watcher is
-    /// gone (cut off or unregistered).
+    /// for objects that no longer do, at the current revision, then a SYNCED marker so the
+    /// subscriber knows the answer is complete. Returns false if the watcher is gone (cut off or
+    /// unregistered).
     pub fn update_subscription(&mut self, key: WatcherKey, selector: Selector) -> bool {
         let Some(w) = self.take_watcher(key) else {
             return false;
@@ -473,6 +477,7 @@ impl Hub {
         if !events.is_empty() {
             self.deliver(key.id, HubMsg::Events(events));
         }
+        self.deliver(key.id, HubMsg::Synced(self.revision));
         true
     }
 
@@ -524,6 +529,17 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subscription_change_is_answered_then_marked_synced() {
+        let mut hub = Hub::new(Metrics::new());
+        let mut w = hub.register(Selector::default(), 16);
+        // Nothing changed in what it selects: the answer is only the marker.
+        assert!(hub.update_subscription(w.key, Selector::everything()));
+        assert!(matches!(w.rx.try_recv(), Ok(HubMsg::Synced(r)) if r == hub.revision));
+        assert!(w.rx.try_recv().is_err(), "one marker per update");
+        hub.end(w.key, None);
+    }
 
     #[test]
     fn a_stale_key_cannot_touch_the_next_watcher_of_its_slot() {

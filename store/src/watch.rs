@@ -299,6 +299,15 @@ impl Store {
                         }
                         sent_through = sent_through.max(revision);
                     }
+                    Some(HubMsg::Synced(revision)) => {
+                        let synced = WatchResponse {
+                            response: Some(watch_response::Response::Synced(Synced { revision })),
+                        };
+                        if out.send(Ok(synced)).await.is_err() {
+                            return;
+                        }
+                        sent_through = sent_through.max(revision);
+                    }
                     // The hub dropped the queue: the cut-off notice is pending, if there is one.
                     None if handle.state.cut_reason().is_some() => {}
                     None => return,

@@ -101,18 +101,7 @@ impl Harness {
     }
 
     pub async fn delta(&self) -> FakeDeltaClient {
-        let mut client = AggregatedDiscoveryServiceClient::new(channel(&self.path).await);
-        let (tx, rx) = mpsc::channel(16);
-        let responses = client
-            .delta_aggregated_resources(ReceiverStream::new(rx))
-            .await
-            .unwrap()
-            .into_inner();
-        FakeDeltaClient {
-            tx,
-            responses,
-            node_sent: false,
-        }
+        FakeDeltaClient::connect(&self.path, node()).await
     }
 
     /// Signals shutdown and waits (guarded) for the server to finish.
@@ -266,14 +255,30 @@ impl FakeSotwClient {
 pub struct FakeDeltaClient {
     tx: mpsc::Sender<DeltaDiscoveryRequest>,
     responses: Streaming<DeltaDiscoveryResponse>,
-    node_sent: bool,
+    /// Sent with the first request only, as Envoy does.
+    node: Option<Node>,
 }
 
 impl FakeDeltaClient {
+    /// Opens a Delta stream on the socket at `path`; the first request carries `node`.
+    pub async fn connect(path: &Path, node: Node) -> FakeDeltaClient {
+        let mut client = AggregatedDiscoveryServiceClient::new(channel(path).await);
+        let (tx, rx) = mpsc::channel(16);
+        let responses = client
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        FakeDeltaClient {
+            tx,
+            responses,
+            node: Some(node),
+        }
+    }
+
     pub async fn send(&mut self, mut request: DeltaDiscoveryRequest) {
-        if !self.node_sent {
-            request.node = Some(node());
-            self.node_sent = true;
+        if let Some(node) = self.node.take() {
+            request.node = Some(node);
         }
         self.tx.send(request).await.unwrap();
     }

@@ -169,7 +169,9 @@ impl Watch {
                         }
                     }
                 }
-                Some(watch_response::Response::Progress(_)) => {}
+                Some(
+                    watch_response::Response::Progress(_) | watch_response::Response::Synced(_),
+                ) => {}
                 other => panic!("unexpected before fence {name}: {other:?}"),
             }
         }
