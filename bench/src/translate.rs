@@ -3,6 +3,10 @@
 //! VirtualService splitting between two subsets) is translated for a sidecar, then changed one
 //! object at a time (a DestinationRule, a VirtualService, a service's endpoints) to measure the
 //! incremental work, each time including the encoding into the snapshot ADS serves.
+//!
+//! With `--proxy router` the proxy is an ingress gateway: one Gateway selects it (HTTP on 80 and
+//! HTTPS on 443 for `*.example.com`), and every routed service has a VirtualService bound to that
+//! Gateway for `svc-<i>.example.com` (instead of a mesh one).
 
 use std::time::Instant;
 
@@ -33,6 +37,9 @@ pub struct TranslateArgs {
     /// Generator: envoy or grpc.
     #[arg(long, default_value = "envoy")]
     pub generator: String,
+    /// The proxy translated for: sidecar, or router (an ingress gateway).
+    #[arg(long, default_value = "sidecar")]
+    pub proxy: String,
 }
 
 const NAMESPACES: usize = 20;
@@ -83,15 +90,36 @@ fn rule(i: usize, lb: &str, revision: u64) -> Resource {
     )
 }
 
-fn split(i: usize, v1: u32, revision: u64) -> Resource {
+fn split(i: usize, v1: u32, router: bool, revision: u64) -> Resource {
     let host = format!("svc-{i}");
+    let route = json!([
+        {"destination": {"host": host, "subset": "v1"}, "weight": v1},
+        {"destination": {"host": host, "subset": "v2"}, "weight": 100 - v1}]);
+    let spec = if router {
+        json!({"hosts": [format!("{host}.example.com")], "gateways": ["istio-system/ingress"],
+               "http": [{"match": [{"uri": {"prefix": "/"}}], "route": route}]})
+    } else {
+        json!({"hosts": [host], "http": [{"route": route}]})
+    };
     resource(
         "VirtualService",
         &format!("ns-{}", i % NAMESPACES),
         &host,
-        json!({"hosts": [host], "http": [{"route": [
-            {"destination": {"host": host, "subset": "v1"}, "weight": v1},
-            {"destination": {"host": host, "subset": "v2"}, "weight": 100 - v1}]}]}),
+        spec,
+        revision,
+    )
+}
+
+/// The ingress Gateway of `--proxy router`.
+fn ingress(revision: u64) -> Resource {
+    resource(
+        "Gateway",
+        "istio-system",
+        "ingress",
+        json!({"selector": {"istio": "ingressgateway"}, "servers": [
+            {"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*/*.example.com"]},
+            {"port": {"number": 443, "name": "https", "protocol": "HTTPS"}, "hosts": ["*/*.example.com"],
+             "tls": {"mode": "SIMPLE", "credentialName": "example-com"}}]}),
         revision,
     )
 }
@@ -107,6 +135,11 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         "grpc" => Generator::Grpc,
         other => anyhow::bail!("--generator {other:?}: use envoy or grpc"),
     };
+    let router = match args.proxy.as_str() {
+        "sidecar" => false,
+        "router" => true,
+        other => anyhow::bail!("--proxy {other:?}: use sidecar or router"),
+    };
     let routed = (args.services as f64 * args.routed).round() as usize;
     let mut revision = 0u64;
     let mut next = || {
@@ -118,13 +151,25 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         objects.push(service(i, args.endpoints, next()));
         objects.push(rule(i, "ROUND_ROBIN", next()));
         if i < routed {
-            objects.push(split(i, 80, next()));
+            objects.push(split(i, 80, router, next()));
         }
+    }
+    if router {
+        objects.push(ingress(next()));
     }
     // Revisions 1..=n were used by the objects.
     let loaded_at = objects.len() as u64;
+    let (node_id, labels) = if router {
+        (
+            "router~10.200.0.2~ingress-1.istio-system~istio-system.svc.cluster.local",
+            "istio=ingressgateway",
+        )
+    } else {
+        ("sidecar~10.200.0.1~bench-1.ns-0~ns-0.svc.cluster.local", "")
+    };
     let identity = IdentityArgs {
-        node_id: "sidecar~10.200.0.1~bench-1.ns-0~ns-0.svc.cluster.local".into(),
+        node_id: node_id.into(),
+        labels: labels.into(),
         service_account: "default".into(),
         cluster_id: "Kubernetes".into(),
         ..Default::default()
@@ -165,6 +210,7 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         "services": args.services,
         "objects": objects.len(),
         "generator": args.generator,
+        "proxy": args.proxy,
         "clusters": counts[0],
         "endpoints": counts[1],
         "listeners": counts[2],
@@ -174,7 +220,7 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
     type Change<'a> = &'a dyn Fn(usize, u64) -> Resource;
     let kinds: [(&str, Change); 3] = [
         ("destination_rule", &|i, r| rule(i, "LEAST_REQUEST", r)),
-        ("virtual_service", &|i, r| split(i, 50, r)),
+        ("virtual_service", &|i, r| split(i, 50, router, r)),
         ("endpoints", &|i, r| service(i, args.endpoints + 1, r)),
     ];
     for (name, change) in kinds {
