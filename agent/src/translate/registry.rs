@@ -340,6 +340,11 @@ impl Registry {
         })
     }
 
+    /// The resource as the store handed it over (its labels, for instance), by key.
+    pub fn resource(&self, key: &Key) -> Option<&Resource> {
+        self.entries.get(key).map(|e| e.source.as_ref())
+    }
+
     pub fn gateways(&self) -> impl Iterator<Item = &Arc<Config<Gateway>>> {
         self.entries.values().filter_map(|e| match &e.parsed {
             Parsed::Gateway(c) => Some(c),
