@@ -95,13 +95,7 @@ fn bound_virtual_services<'v>(
             })
         })
         .collect();
-    list.sort_by(|a, b| {
-        (a.meta.created, &a.meta.name, &a.meta.namespace).cmp(&(
-            b.meta.created,
-            &b.meta.name,
-            &b.meta.namespace,
-        ))
-    });
+    list.sort_by(|a, b| a.meta.age_key().cmp(&b.meta.age_key()));
     list
 }
 

@@ -37,9 +37,10 @@ pub struct Meta {
 }
 
 impl Meta {
-    /// Istio's order among resources that conflict: the oldest first, then namespace and name.
+    /// Istio's order among resources that conflict: the oldest first, then by name, then by
+    /// namespace (resources created together keep a stable order).
     pub fn age_key(&self) -> (u64, &str, &str) {
-        (self.created, &self.namespace, &self.name)
+        (self.created, &self.name, &self.namespace)
     }
 }
 

@@ -104,13 +104,7 @@ pub fn service_targets(proxy: &Proxy, registry: &Registry) -> Vec<ServiceTarget>
 /// namespace.
 pub fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<Applied<'a>> {
     let mut gateways: Vec<&Arc<Config<Gateway>>> = registry.gateways().collect();
-    gateways.sort_by(|a, b| {
-        (a.meta.created, &a.meta.name, &a.meta.namespace).cmp(&(
-            b.meta.created,
-            &b.meta.name,
-            &b.meta.namespace,
-        ))
-    });
+    gateways.sort_by(|a, b| a.meta.age_key().cmp(&b.meta.age_key()));
     let targets = service_targets(proxy, registry);
     let mut out = Vec::new();
     for gateway in gateways {
