@@ -444,12 +444,10 @@ fn merge_onto_port<'a>(
         m.ports.push(sp);
         return;
     }
-    if is_http_server(&bound.server) {
-        if route.is_empty() || m.by_route.contains_key(&route) {
-            tracing::debug!(gateway = %bound.gateway_name(), port = sp.number,
-                "server left out: its HTTPS route name is already taken on this port");
-            return;
-        }
+    if is_http_server(&bound.server) && (route.is_empty() || m.by_route.contains_key(&route)) {
+        tracing::debug!(gateway = %bound.gateway_name(), port = sp.number,
+            "server left out: its HTTPS route name is already taken on this port");
+        return;
     }
     let new_bind = tls_binds
         .entry(sp.number)
