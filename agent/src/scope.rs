@@ -10,7 +10,8 @@
 //! The subscription is derived from the same view, iteratively: Sidecars of the proxy's and the
 //! root namespace first; then the egress hosts; then the destinations the visible VirtualServices
 //! route to, so their clusters can be built. A router (gateway) instead follows every Gateway,
-//! the VirtualServices bound to the Gateways that select it, and their destinations. Each store
+//! its own services, the VirtualServices bound to the Gateways that apply to it, and their
+//! destinations. Each store
 //! change that alters the view alters the subscription, and the store then adds or removes what
 //! entered or left it.
 
@@ -418,18 +419,40 @@ pub fn subscription_in<'a>(
 }
 
 /// A router's scope, derived as istiod scopes a gateway: every Gateway (few, and selector matching
-/// is not a store dimension), the VirtualServices bound to the Gateways that select this router,
-/// and the services and DestinationRules of their destinations.
+/// is not a store dimension); the router's own services, which decide the ports it listens on and
+/// which service-bound Gateways apply (those of its namespace, and the services Gateways name in
+/// `internal.istio.io/gateway-service` in theirs); the VirtualServices bound to the Gateways that
+/// apply to it, and the services and DestinationRules of their destinations; and, when a server
+/// passes TLS through by SNI-DNAT (`AUTO_PASSTHROUGH`), the services and DestinationRules of the
+/// hosts it serves.
 fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
-    let mut rules = vec![Rule {
-        kinds: vec!["Gateway".into()],
-        ..Default::default()
-    }];
-    let selected: BTreeSet<String> = registry
-        .gateways()
-        .filter(|g| selects(&g.spec.selector, &proxy.labels))
-        .map(|g| format!("{}/{}", g.meta.namespace, g.meta.name))
-        .collect();
+    use crate::translate::gateway::merge;
+    use pasa_proto::istio::gateway::TlsMode;
+
+    let own_kinds = || vec!["ServiceEndpoints".to_string(), "ServiceEntry".to_string()];
+    let mut rules = vec![
+        Rule {
+            kinds: vec!["Gateway".into()],
+            ..Default::default()
+        },
+        Rule {
+            kinds: [own_kinds(), vec!["WorkloadEntry".to_string()]].concat(),
+            namespaces: vec![proxy.namespace.clone()],
+            ..Default::default()
+        },
+    ];
+    for g in registry.gateways() {
+        if let Some(list) = g.meta.annotations.get(merge::GATEWAY_SERVICE_ANNOTATION) {
+            rules.push(Rule {
+                kinds: own_kinds(),
+                namespaces: vec![g.meta.namespace.clone()],
+                hosts: dedup(list.split(',').map(|h| h.trim().to_string()).collect()),
+                ..Default::default()
+            });
+        }
+    }
+    let applying = merge::applying(proxy, registry);
+    let selected: BTreeSet<String> = applying.iter().map(merge::Applied::name).collect();
     if selected.is_empty() {
         return Subscription { rules };
     }
@@ -450,14 +473,27 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
             add_destinations(proxy, vs, &mut destinations);
         }
     }
+    // SNI-DNAT reaches every service a server host covers.
+    for applied in &applying {
+        for server in &applied.gateway.spec.servers {
+            if server
+                .tls
+                .as_ref()
+                .is_some_and(|t| t.mode == TlsMode::AutoPassthrough)
+            {
+                destinations.extend(
+                    server
+                        .hosts
+                        .iter()
+                        .map(|h| h.split_once('/').map_or(h.as_str(), |(_, h)| h).to_string()),
+                );
+            }
+        }
+    }
     if !destinations.is_empty() {
         let hosts: Vec<String> = destinations.into_iter().collect();
         rules.push(Rule {
-            kinds: vec![
-                "ServiceEndpoints".into(),
-                "ServiceEntry".into(),
-                "DestinationRule".into(),
-            ],
+            kinds: [own_kinds(), vec!["DestinationRule".to_string()]].concat(),
             hosts,
             ..Default::default()
         });
@@ -499,3 +535,6 @@ fn dedup(mut v: Vec<String>) -> Vec<String> {
     v.dedup();
     v
 }
+
+#[cfg(test)]
+mod tests;

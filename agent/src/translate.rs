@@ -5,7 +5,7 @@ pub mod authn;
 mod cluster;
 mod endpoint;
 mod filters;
-mod gateway;
+pub(crate) mod gateway;
 mod grpc;
 mod hash;
 pub mod names;
@@ -63,6 +63,8 @@ impl Generated {
 #[derive(Debug, Default)]
 pub(crate) struct Built {
     pub clusters: BTreeMap<String, Cluster>,
+    /// Load assignments of clusters built here (a router's SNI-DNAT clusters).
+    pub endpoints: BTreeMap<String, ClusterLoadAssignment>,
     pub listeners: BTreeMap<String, Listener>,
     pub routes: BTreeMap<String, RouteConfiguration>,
 }
@@ -395,6 +397,7 @@ struct ListenerOutput {
     listeners: BTreeMap<String, Arc<Listener>>,
     routes: BTreeMap<String, Arc<RouteConfiguration>>,
     clusters: BTreeMap<String, Arc<Cluster>>,
+    endpoints: BTreeMap<String, Arc<ClusterLoadAssignment>>,
 }
 
 /// Generates resources for one proxy and keeps them current as the cache changes.
@@ -514,9 +517,12 @@ impl Translator {
         self.hosts
             .retain(|k, _| k.0 != generator || live.contains(k));
 
+        // A router's SNI-DNAT clusters follow DestinationRule subsets, so its listeners are
+        // rebuilt on their changes too.
+        let router = self.proxy.kind == ProxyType::Router;
         let inputs = fingerprint(|h| {
             for (key, resource) in cache.iter() {
-                if key.kind != "DestinationRule" {
+                if router || key.kind != "DestinationRule" {
                     key.hash(h);
                     resource.mod_revision.hash(h);
                 }
@@ -548,6 +554,7 @@ impl Translator {
                     listeners: shared(built.listeners),
                     routes: shared(built.routes),
                     clusters: shared(built.clusters),
+                    endpoints: shared(built.endpoints),
                 },
             );
         }
@@ -556,6 +563,9 @@ impl Translator {
             out.routes = o.routes.clone();
             for (name, c) in &o.clusters {
                 out.clusters.insert(name.clone(), Arc::clone(c));
+            }
+            for (name, a) in &o.endpoints {
+                out.endpoints.insert(name.clone(), Arc::clone(a));
             }
         }
         out

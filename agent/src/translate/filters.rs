@@ -1,5 +1,5 @@
 //! The Envoy filters listeners are built from: HTTP connection managers (RDS or inline routes),
-//! TCP proxies, and the listener filters that read the original destination, TLS and HTTP.
+//! TCP proxies (also those of VirtualService TCP and TLS routes), and the listener filters that read the original destination, TLS and HTTP.
 
 use envoy_types::pb::envoy::config::core::v3::{Http1ProtocolOptions, Http2ProtocolOptions};
 use envoy_types::pb::envoy::config::listener::v3::{
@@ -21,7 +21,12 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 };
 use envoy_types::util::pack_any;
 
+use pasa_proto::istio::virtual_service::RouteDestination;
+
+use super::View;
 use super::cluster::ads;
+use super::registry::Meta;
+use super::route::Destinations;
 use super::route::FAULT_FILTER;
 
 pub(super) const HCM: &str = "envoy.filters.network.http_connection_manager";
@@ -105,6 +110,42 @@ pub(super) fn tcp_proxy(stat_prefix: &str, clusters: &[(String, u32)]) -> Filter
         name: TCP_PROXY.into(),
         config_type: Some(filter::ConfigType::TypedConfig(pack_any(proxy))),
     }
+}
+
+/// The TCP proxy of a VirtualService's TCP or TLS route, as istiod names it: a single
+/// destination's proxy is named after its cluster, a weighted one `<name>.<namespace>` of the
+/// VirtualService.
+pub(super) fn tcp_route(
+    view: &View<'_>,
+    routes: &[RouteDestination],
+    vs: &Meta,
+    port: u32,
+) -> Filter {
+    let clusters = weighted(view, routes, &vs.namespace, port);
+    let stat = match clusters.as_slice() {
+        [(one, _)] if routes.len() == 1 => one.clone(),
+        _ => format!("{}.{}", vs.name, vs.namespace),
+    };
+    tcp_proxy(&stat, &clusters)
+}
+
+/// Weighted clusters of route destinations (a single destination takes all the weight).
+pub(super) fn weighted(
+    view: &View<'_>,
+    routes: &[RouteDestination],
+    namespace: &str,
+    port: u32,
+) -> Vec<(String, u32)> {
+    let single = routes.len() == 1;
+    routes
+        .iter()
+        .filter_map(|r| {
+            let d = r.destination.as_ref()?;
+            let weight = if single { 100 } else { r.weight.max(0) as u32 };
+            Some((view.cluster(d, namespace, port), weight))
+        })
+        .filter(|(_, w)| *w > 0)
+        .collect()
 }
 
 /// A listener filter with its typed configuration.

@@ -37,9 +37,10 @@ pub struct Meta {
 }
 
 impl Meta {
-    /// Istio's order among resources that conflict: the oldest first, then namespace and name.
+    /// Istio's order among resources that conflict: the oldest first, then by name, then by
+    /// namespace (resources created together keep a stable order).
     pub fn age_key(&self) -> (u64, &str, &str) {
-        (self.created, &self.namespace, &self.name)
+        (self.created, &self.name, &self.namespace)
     }
 }
 
@@ -338,6 +339,11 @@ impl Registry {
             Parsed::PeerAuthentication(c) => Some(c.as_ref()),
             _ => None,
         })
+    }
+
+    /// The resource as the store handed it over (its labels, for instance), by key.
+    pub fn resource(&self, key: &Key) -> Option<&Resource> {
+        self.entries.get(key).map(|e| e.source.as_ref())
     }
 
     pub fn gateways(&self) -> impl Iterator<Item = &Arc<Config<Gateway>>> {

@@ -23,7 +23,6 @@ use envoy_types::pb::envoy::config::route::v3::{
     DirectResponseAction, Route, RouteConfiguration, VirtualHost,
 };
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
-use pasa_proto::istio::virtual_service::RouteDestination;
 
 use super::cluster;
 use super::endpoint::socket_address;
@@ -66,26 +65,6 @@ fn parse_cidr(text: &str) -> Option<Prefix> {
         }
     };
     Some((masked, len))
-}
-
-/// Weighted clusters of route destinations (a single destination takes all the weight).
-fn weighted(
-    view: &View<'_>,
-    routes: &[RouteDestination],
-    namespace: &str,
-    port: u32,
-) -> Vec<(String, u32)> {
-    use super::route::Destinations;
-    let single = routes.len() == 1;
-    routes
-        .iter()
-        .filter_map(|r| {
-            let d = r.destination.as_ref()?;
-            let weight = if single { 100 } else { r.weight.max(0) as u32 };
-            Some((view.cluster(d, namespace, port), weight))
-        })
-        .filter(|(_, w)| *w > 0)
-        .collect()
 }
 
 /// Where unmatched outbound TCP goes under `policy`.

@@ -179,7 +179,8 @@ const UNMODELLED_CONFIG_KINDS: &[&str] = &["PeerAuthentication", "HTTPRoute"];
 /// The store resources of a case: its Istio `config` and its Kubernetes `kube` (Services with
 /// their endpoints, as `ServiceEndpoints`). Revisions follow document order, except that objects
 /// with a `metadata.creationTimestamp` are ordered by it (after those without one, as Kubernetes
-/// objects without a timestamp count as oldest).
+/// objects without a timestamp count as oldest); objects with the same timestamp share their
+/// creation revision.
 pub fn resources(case: &Case, domain_suffix: &str) -> Result<Vec<Resource>, String> {
     let mut dated: Vec<(String, Resource)> = Vec::new();
     for (i, doc) in documents(&case.config, "config")?.into_iter().enumerate() {
@@ -199,16 +200,25 @@ pub fn resources(case: &Case, domain_suffix: &str) -> Result<Vec<Resource>, Stri
         dated.push((created, resource));
     }
     dated.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(dated
-        .into_iter()
-        .zip(1u64..)
-        .map(|((_, mut r), revision)| {
-            r.create_revision = revision;
-            r.mod_revision = revision;
-            r.version = 1;
-            r
-        })
-        .collect())
+    // Objects with the same timestamp (all undated ones included) were created at the same
+    // moment in the original harness, where Istio orders them by name, then namespace: they share
+    // their creation revision so that the translator sees the same tie.
+    let mut out = Vec::with_capacity(dated.len());
+    let mut group: Option<(String, u64)> = None;
+    for ((stamp, mut r), revision) in dated.into_iter().zip(1u64..) {
+        let created = match &group {
+            Some((s, at)) if *s == stamp => *at,
+            _ => {
+                group = Some((stamp, revision));
+                revision
+            }
+        };
+        r.create_revision = created;
+        r.mod_revision = revision;
+        r.version = 1;
+        out.push(r);
+    }
+    Ok(out)
 }
 
 /// The documents of a multi-document YAML string (empty documents dropped).

@@ -27,7 +27,7 @@ use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
 use super::super::registry::{Config, Resolution, Service, ServicePort};
 use super::super::{Built, View, names};
-use super::{PLAINTEXT_HTTP_ALPNS, Prefix, catch_all_tcp, parse_cidr, weighted};
+use super::{PLAINTEXT_HTTP_ALPNS, Prefix, catch_all_tcp, parse_cidr};
 use pasa_proto::istio::virtual_service::VirtualService;
 
 /// How a listener treats the traffic of a port.
@@ -569,9 +569,7 @@ impl Builder<'_, '_> {
         vs: &Config<VirtualService>,
         port: u32,
     ) -> Filter {
-        let clusters = weighted(self.view, routes, &vs.meta.namespace, port);
-        let stat = clusters.first().map(|c| c.0.clone()).unwrap_or_default();
-        filters::tcp_proxy(&stat, &clusters)
+        filters::tcp_route(self.view, routes, &vs.meta, port)
     }
 
     /// Whether a TLS or TCP match applies to this sidecar on `port`.

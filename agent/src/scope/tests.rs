@@ -1,0 +1,163 @@
+//! The router's scope: what it subscribes to follows the Gateways that apply to it.
+
+use std::collections::BTreeMap;
+
+use pasa_proto::node::ProxyType;
+use pasa_proto::store::v1::{Resource, Rule};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::identity::Locality;
+use crate::mesh::MeshSettings;
+use crate::translate::Flags;
+
+fn resource(kind: &str, namespace: &str, name: &str, spec: Value, revision: u64) -> Resource {
+    Resource {
+        api_version: "networking.istio.io/v1".into(),
+        kind: kind.into(),
+        namespace: namespace.into(),
+        name: name.into(),
+        spec_json: spec.to_string(),
+        create_revision: revision,
+        mod_revision: revision,
+        version: 1,
+        ..Default::default()
+    }
+}
+
+fn router() -> Proxy {
+    Proxy {
+        kind: ProxyType::Router,
+        ips: vec!["10.0.0.50".parse().unwrap()],
+        namespace: "istio-system".into(),
+        config_namespace: "istio-system".into(),
+        labels: [("istio".to_string(), "ingressgateway".to_string())].into(),
+        dns_domain: "istio-system.svc.cluster.local".into(),
+        cluster_id: "Kubernetes".into(),
+        network: String::new(),
+        locality: Locality::default(),
+        mesh: MeshSettings::default(),
+        flags: Flags::default(),
+        dns_capture: false,
+        dns_auto_allocate: false,
+    }
+}
+
+fn subscription_for(resources: Vec<Resource>) -> Vec<Rule> {
+    subscription(&router(), &Cache::from_resources(resources, 100)).rules
+}
+
+/// The service that fronts the router pod: port 443 to 8443, endpoint the router's address.
+fn router_service(namespace: &str, host: &str) -> Resource {
+    resource(
+        "ServiceEntry",
+        namespace,
+        "ingress",
+        json!({"hosts": [host], "ports": [{"number": 443, "targetPort": 8443, "name": "tls",
+               "protocol": "TLS"}], "resolution": "STATIC",
+               "endpoints": [{"address": "10.0.0.50"}]}),
+        1,
+    )
+}
+
+fn gateway(name: &str, annotation: Option<&str>, servers: Value, revision: u64) -> Resource {
+    let mut r = resource(
+        "Gateway",
+        "istio-system",
+        name,
+        json!({"servers": servers}),
+        revision,
+    );
+    if let Some(hosts) = annotation {
+        r.annotations = BTreeMap::from([(
+            "internal.istio.io/gateway-service".to_string(),
+            hosts.to_string(),
+        )])
+        .into_iter()
+        .collect();
+    }
+    r
+}
+
+fn rule_with(rules: &[Rule], kind: &str, pred: impl Fn(&Rule) -> bool) -> bool {
+    rules
+        .iter()
+        .any(|r| r.kinds.iter().any(|k| k == kind) && pred(r))
+}
+
+#[test]
+fn a_router_subscribes_to_its_own_services_and_the_ones_gateways_are_bound_to() {
+    let host = "ingress.other.svc.cluster.local";
+    let rules = subscription_for(vec![
+        router_service("other", host),
+        gateway(
+            "bound",
+            Some(host),
+            json!([{"port": {"number": 443, "name": "tls", "protocol": "TLS"},
+                    "hosts": ["*.example.com"], "tls": {"mode": "PASSTHROUGH"}}]),
+            2,
+        ),
+    ]);
+    // Its namespace's services decide the ports it listens on.
+    assert!(rule_with(&rules, "ServiceEndpoints", |r| r.namespaces
+        == ["istio-system"]
+        && r.hosts.is_empty()));
+    // The services a Gateway names, in the Gateway's namespace.
+    assert!(rule_with(&rules, "ServiceEntry", |r| r.namespaces
+        == ["istio-system"]
+        && r.hosts == [host]));
+    // The service lives in another namespace than the Gateway: the Gateway does not apply, so no
+    // VirtualService of it is asked for.
+    assert!(!rule_with(&rules, "VirtualService", |_| true));
+}
+
+#[test]
+fn a_gateway_bound_to_the_routers_service_brings_its_virtual_services_and_sni_dnat_hosts() {
+    let host = "ingress.istio-system.svc.cluster.local";
+    let vs = resource(
+        "VirtualService",
+        "default",
+        "tls",
+        json!({"hosts": ["a.example.com"], "gateways": ["istio-system/bound"],
+               "tls": [{"match": [{"sniHosts": ["a.example.com"]}],
+                        "route": [{"destination": {"host": "a"}}]}]}),
+        3,
+    );
+    let rules = subscription_for(vec![
+        router_service("istio-system", host),
+        gateway(
+            "bound",
+            Some(host),
+            json!([
+                {"port": {"number": 443, "name": "tls", "protocol": "TLS"},
+                 "hosts": ["*.example.com"], "tls": {"mode": "PASSTHROUGH"}},
+                {"port": {"number": 443, "name": "mesh", "protocol": "TLS"},
+                 "hosts": ["*.local"], "tls": {"mode": "AUTO_PASSTHROUGH"}}]),
+            2,
+        ),
+        vs,
+    ]);
+    assert!(rule_with(&rules, "VirtualService", |r| r.gateways
+        == ["istio-system/bound"]));
+    // The TLS route's destination and every service SNI-DNAT may reach, with their rules.
+    assert!(rule_with(&rules, "DestinationRule", |r| {
+        r.hosts.iter().any(|h| h == "a.default.svc.cluster.local")
+            && r.hosts.iter().any(|h| h == "*.local")
+    }));
+}
+
+#[test]
+fn a_gateway_selecting_other_routers_brings_nothing_but_gateways_and_own_services() {
+    let mut other = gateway(
+        "other",
+        None,
+        json!([{"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]),
+        2,
+    );
+    other.spec_json = json!({"selector": {"istio": "egressgateway"}, "servers": [
+        {"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]})
+    .to_string();
+    let rules = subscription_for(vec![other]);
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert!(rule_with(&rules, "Gateway", |r| r.namespaces.is_empty()));
+}

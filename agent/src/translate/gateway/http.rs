@@ -1,0 +1,214 @@
+//! HTTP on a router: the route configurations of merged servers (`http.<port>` shared by plain
+//! HTTP servers, one per terminating HTTPS server) and the server-side TLS of terminating chains.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use envoy_types::pb::envoy::config::core::v3::{TransportSocket, transport_socket};
+use envoy_types::pb::envoy::config::route::v3::{
+    Route, RouteConfiguration, VirtualHost, route_match::PathSpecifier, virtual_host,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
+    common_tls_context::ValidationContextType,
+};
+use envoy_types::pb::google::protobuf::BoolValue;
+use envoy_types::util::pack_any;
+use pasa_proto::host;
+use pasa_proto::istio::gateway::{Server, TlsMode};
+
+use super::super::cluster::ads;
+use super::super::{View, route};
+use super::bound_virtual_services;
+use super::merge::Bound;
+
+/// The virtual hosts of the servers sharing one route configuration, named after each server's
+/// declared port (`host:80` on the listener of target port 8080).
+pub(super) fn route_config(
+    view: &View<'_>,
+    name: &str,
+    servers: &[&Bound<'_>],
+) -> RouteConfiguration {
+    let mut vhosts: BTreeMap<String, VirtualHost> = BTreeMap::new();
+    for bound in servers {
+        let gateway = bound.gateway_name();
+        let port = bound.port();
+        let redirect = bound.server.tls.as_ref().is_some_and(|t| t.https_redirect);
+        for vs in bound_virtual_services(view, &gateway) {
+            let ns = &vs.meta.namespace;
+            let vs_hosts: Vec<String> = vs
+                .spec
+                .hosts
+                .iter()
+                .map(|h| view.proxy.resolve_host(h, ns))
+                .collect();
+            let hosts = intersection(&bound.server, ns, &vs_hosts);
+            if hosts.is_empty() {
+                continue;
+            }
+            let routes = route::http_routes(&vs.spec.http, ns, port, &gateway, view);
+            for hostname in hosts {
+                let hostname = hostname.to_ascii_lowercase();
+                match vhosts.get_mut(&hostname) {
+                    // A later VirtualService for the same host adds its routes after the earlier's.
+                    Some(vh) => {
+                        vh.routes.extend(routes.iter().cloned());
+                        if redirect {
+                            vh.require_tls = virtual_host::TlsRequirementType::All as i32;
+                        }
+                    }
+                    None => {
+                        let mut vh = route::virtual_host(
+                            format!("{hostname}:{port}"),
+                            vec![hostname.clone(), format!("{hostname}:*")],
+                            routes.clone(),
+                        );
+                        if redirect {
+                            vh.require_tls = virtual_host::TlsRequirementType::All as i32;
+                        }
+                        vhosts.insert(hostname, vh);
+                    }
+                }
+            }
+        }
+        // A redirecting server answers for its own hosts even with no VirtualService bound.
+        if redirect {
+            for h in &bound.server.hosts {
+                let hostname = h
+                    .split_once('/')
+                    .map_or(h.as_str(), |(_, h)| h)
+                    .to_ascii_lowercase();
+                let vh = vhosts.entry(hostname.clone()).or_insert_with(|| {
+                    route::virtual_host(
+                        format!("{hostname}:{port}"),
+                        vec![hostname.clone(), format!("{hostname}:*")],
+                        Vec::new(),
+                    )
+                });
+                vh.require_tls = virtual_host::TlsRequirementType::All as i32;
+            }
+        }
+    }
+    let mut virtual_hosts: Vec<VirtualHost> = vhosts
+        .into_values()
+        .map(|mut vh| {
+            vh.routes = catch_all_last(std::mem::take(&mut vh.routes));
+            vh
+        })
+        .collect();
+    virtual_hosts.sort_by(|a, b| a.name.cmp(&b.name));
+    if virtual_hosts.is_empty() {
+        let port = servers.first().map_or(0, |b| b.port());
+        virtual_hosts.push(route::virtual_host(
+            format!("blackhole:{port}"),
+            vec!["*".into()],
+            Vec::new(),
+        ));
+    }
+    RouteConfiguration {
+        name: name.to_string(),
+        virtual_hosts,
+        validate_clusters: Some(BoolValue { value: false }),
+        ..Default::default()
+    }
+}
+
+/// Routes that match every request move behind the others (they would hide them).
+fn catch_all_last(routes: Vec<Route>) -> Vec<Route> {
+    let (catch_all, rest): (Vec<Route>, Vec<Route>) = routes.into_iter().partition(is_catch_all);
+    rest.into_iter().chain(catch_all).collect()
+}
+
+fn is_catch_all(r: &Route) -> bool {
+    let Some(m) = &r.r#match else {
+        return false;
+    };
+    let path = match &m.path_specifier {
+        Some(PathSpecifier::Prefix(p)) | Some(PathSpecifier::PathSeparatedPrefix(p)) => p == "/",
+        Some(PathSpecifier::SafeRegex(re)) => re.regex == ".*",
+        _ => false,
+    };
+    path && m.headers.is_empty() && m.query_parameters.is_empty() && m.dynamic_metadata.is_empty()
+}
+
+/// The hosts a VirtualService serves on a server: for each pair of a server host (whose
+/// namespace part, if any, must be the VirtualService's) and a VirtualService host that overlap,
+/// the narrower of the two.
+pub(super) fn intersection(
+    server: &Server,
+    vs_namespace: &str,
+    vs_hosts: &[String],
+) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for h in &server.hosts {
+        let pattern = match h.split_once('/') {
+            Some((ns, host)) if ns == vs_namespace || ns == "*" => host,
+            Some(_) => continue,
+            None => h.as_str(),
+        };
+        for vs_host in vs_hosts {
+            if host::matches(pattern, vs_host) {
+                out.insert(narrower(pattern, vs_host).to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Of two overlapping hosts, the one the other covers.
+fn narrower<'a>(a: &'a str, b: &'a str) -> &'a str {
+    match (a.strip_prefix('*'), b.strip_prefix('*')) {
+        (Some(_), None) => b,
+        (None, Some(_)) => a,
+        (Some(sa), Some(sb)) if sa.len() < sb.len() => b,
+        _ => a,
+    }
+}
+
+/// The server side of a Gateway's TLS: the credential over SDS (`credentialName`, or the
+/// workload certificate for ISTIO_MUTUAL), client certificates required for the mutual modes;
+/// HTTP servers offer `h2` and `http/1.1`.
+pub(super) fn server_tls(server: &Server, http: bool) -> Option<TransportSocket> {
+    let tls = server.tls.as_ref()?;
+    let sds = |name: &str| SdsSecretConfig {
+        name: name.to_string(),
+        sds_config: Some(ads()),
+    };
+    let mut common = CommonTlsContext::default();
+    if http {
+        common.alpn_protocols = vec!["h2".into(), "http/1.1".into()];
+    }
+    // Client certificates are checked (MUTUAL, OPTIONAL_MUTUAL) and required (not OPTIONAL).
+    let mutual = tls.mode.is_mutual();
+    let required = matches!(tls.mode, TlsMode::Mutual | TlsMode::IstioMutual);
+    match tls.mode {
+        TlsMode::IstioMutual => {
+            common.tls_certificate_sds_secret_configs = vec![sds("default")];
+            common.validation_context_type = Some(
+                ValidationContextType::ValidationContextSdsSecretConfig(sds("ROOTCA")),
+            );
+        }
+        _ if !tls.credential_name.is_empty() => {
+            let credential = format!("kubernetes://{}", tls.credential_name);
+            common.tls_certificate_sds_secret_configs = vec![sds(&credential)];
+            if mutual {
+                common.validation_context_type =
+                    Some(ValidationContextType::ValidationContextSdsSecretConfig(
+                        sds(&format!("{credential}-cacert")),
+                    ));
+            }
+        }
+        _ => {
+            let file = format!("file-cert:{}~{}", tls.server_certificate, tls.private_key);
+            common.tls_certificate_sds_secret_configs = vec![sds(&file)];
+        }
+    }
+    let context = DownstreamTlsContext {
+        common_tls_context: Some(common),
+        require_client_certificate: Some(BoolValue { value: required }),
+        ..Default::default()
+    };
+    Some(TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(context))),
+    })
+}
