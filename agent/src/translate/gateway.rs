@@ -28,6 +28,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::{TrafficDirection, TransportSocket};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::{
+    ForwardClientCertDetails, SetCurrentClientCertDetails,
+};
+use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener,
 };
@@ -181,8 +185,22 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
 }
 
 /// An HTTP connection manager chain on RDS `route_name`, terminating TLS when `tls` is set.
+///
+/// As istiod sets up a gateway's connection manager: the gateway is the edge, so the client's
+/// address is the peer's (`use_remote_address`, no trusted X-Forwarded-For hops), and the
+/// X-Forwarded-Client-Cert header a client sent is replaced by the details of its own certificate
+/// (SANITIZE_SET with subject, certificate, URI and DNS SANs) when it presented one.
 fn http_chain(route_name: &str, tls: Option<TransportSocket>, sni_hosts: Vec<String>) -> Chain {
-    let hcm = filters::http_connection_manager(route_name, Routes::Rds(route_name.to_string()));
+    let mut hcm = filters::http_connection_manager(route_name, Routes::Rds(route_name.to_string()));
+    hcm.use_remote_address = Some(BoolValue { value: true });
+    hcm.forward_client_cert_details = ForwardClientCertDetails::SanitizeSet as i32;
+    hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
+        subject: Some(BoolValue { value: true }),
+        cert: true,
+        uri: true,
+        dns: true,
+        ..Default::default()
+    });
     Chain {
         sni_hosts,
         offers_alpn: tls.is_some(),

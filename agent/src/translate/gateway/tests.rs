@@ -533,3 +533,31 @@ fn a_gateway_bound_to_a_service_serves_only_that_services_ports() {
     let out = translate(vec![elsewhere, bound, http_vs(3)]);
     assert!(out.listeners.is_empty());
 }
+
+#[test]
+fn the_gateway_is_the_edge_for_client_addresses_and_certificates() {
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::ForwardClientCertDetails;
+    let out = translate(vec![gateway(
+        "web",
+        json!([server(8080, "HTTP", &["*"], None)]),
+        1,
+    )]);
+    let chain = &out.listeners["0.0.0.0_8080"].filter_chains[0];
+    let Some(filter::ConfigType::TypedConfig(any)) = &chain.filters[0].config_type else {
+        panic!("the connection manager has a typed config");
+    };
+    let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    // X-Forwarded-For from outside is not trusted: the peer is the client.
+    assert_eq!(hcm.use_remote_address.map(|b| b.value), Some(true));
+    assert_eq!(hcm.xff_num_trusted_hops, 0);
+    // A client's own X-Forwarded-Client-Cert is replaced, never passed on.
+    assert_eq!(
+        hcm.forward_client_cert_details,
+        ForwardClientCertDetails::SanitizeSet as i32
+    );
+    let details = hcm
+        .set_current_client_cert_details
+        .expect("cert details set");
+    assert!(details.cert && details.uri && details.dns);
+}
