@@ -18,7 +18,7 @@
 //! quickly with protox into a pool that prost-reflect can print (Any resolved by type URL), but a
 //! build script can only find another crate's sources by running `cargo metadata` or guessing
 //! the registry's layout, and the pool adds about a megabyte to a binary that runs in every pod.
-//! Rendering protobuf JSON belongs in an offline tool that reads this dump.
+//! Protobuf JSON is rendered by the tool that reads this dump: `pasactl proxy-config -o json`.
 
 pub mod simulate;
 

@@ -8,6 +8,7 @@ mod filters;
 pub(crate) mod gateway;
 mod grpc;
 mod hash;
+mod metadata;
 pub mod names;
 pub mod registry;
 mod route;

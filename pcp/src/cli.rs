@@ -1,9 +1,12 @@
 //! `pasactl`: the command line of PASA, with kubectl's habits.
 
+mod agent;
 mod apply;
 mod delete;
 mod get;
+mod proxy_config;
 mod status;
+mod table;
 mod validate;
 mod watch;
 mod x;
@@ -43,6 +46,10 @@ pub enum Command {
     Watch(watch::WatchArgs),
     /// Show the store's revision and object counts.
     Status,
+    /// Show what a pasa-agent serves its proxy (clusters, listeners, routes, endpoints), as
+    /// istioctl proxy-config does; read from the agent's admin endpoint.
+    #[command(subcommand, visible_alias = "pc")]
+    ProxyConfig(proxy_config::ProxyConfigCommand),
     /// Check files as the write path would, without a server; exit code 1 on errors.
     Validate(validate::ValidateArgs),
     /// Experimental commands; their flags and output may change.
@@ -116,6 +123,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Delete(args) => delete::run(&cli.server, args).await,
         Command::Watch(args) => watch::run(&cli.server, args).await,
         Command::Status => status::run(&cli.server).await,
+        Command::ProxyConfig(command) => proxy_config::run(command).await,
         Command::Validate(args) => validate::run(args),
         Command::X(command) => x::run(command).await,
     }

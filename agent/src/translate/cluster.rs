@@ -30,6 +30,7 @@ use envoy_types::util::pack_any;
 use pasa_proto::istio::common::Protocol;
 
 use super::endpoint;
+use super::metadata;
 use super::registry::{Config, Resolution, Service, ServicePort};
 use super::{Generator, names};
 
@@ -129,7 +130,7 @@ pub(super) fn service_clusters(
             let name =
                 names::outbound_cluster(port.number, subset.unwrap_or(""), &service.hostname);
             let policy = Policy::of(dr.map(|d| &d.spec), subset, port.number);
-            out.push(outbound(
+            let (mut cluster, assignment) = outbound(
                 &name,
                 service,
                 port,
@@ -137,7 +138,15 @@ pub(super) fn service_clusters(
                 &policy,
                 labels.as_ref(),
                 generator,
-            ));
+            );
+            // The DestinationRule that shaped the cluster, as istiod records it.
+            if let Some(dr) = dr {
+                cluster.metadata = Some(metadata::config_metadata(
+                    pasa_proto::Kind::DestinationRule,
+                    &dr.meta,
+                ));
+            }
+            out.push((cluster, assignment));
         }
     }
 }

@@ -30,13 +30,9 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
                 },
             );
             let routes = match view.virtual_service_for(&service.hostname) {
-                Some(vs) => route::http_routes(
-                    &vs.spec.http,
-                    &vs.meta.namespace,
-                    port.number,
-                    pasa_proto::gateway::MESH,
-                    view,
-                ),
+                Some(vs) => {
+                    route::virtual_service_routes(vs, port.number, pasa_proto::gateway::MESH, view)
+                }
                 None => Vec::new(),
             };
             let routes = if routes.is_empty() {

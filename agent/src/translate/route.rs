@@ -33,11 +33,13 @@ use pasa_proto::istio::virtual_service::{
     AbortErrorType, BodySpecifier, DelayType, HeaderOperations, HttpRoute, RedirectPort,
     RedirectPortSelection,
 };
-use pasa_proto::istio::virtual_service::{Destination, MatchType, Percent, StringMatch};
+use pasa_proto::istio::virtual_service::{
+    Destination, MatchType, Percent, StringMatch, VirtualService,
+};
 
 use super::cluster::duration;
-use super::names;
-use super::registry::Service;
+use super::registry::{Config, Service};
+use super::{metadata, names};
 
 /// Name of the fault filter; a route's fault config must be keyed by it.
 pub(super) const FAULT_FILTER: &str = "envoy.filters.http.fault";
@@ -58,6 +60,30 @@ pub(super) trait Destinations {
     ) -> Option<envoy_types::pb::envoy::config::route::v3::route_action::HashPolicy> {
         None
     }
+}
+
+/// [`http_routes`] of a VirtualService, each route marked with the VirtualService it came from
+/// (the `istio` filter metadata istiod sets, shown by `pasactl proxy-config route`).
+pub(super) fn virtual_service_routes(
+    vs: &Config<VirtualService>,
+    port: u32,
+    gateway: &str,
+    destinations: &impl Destinations,
+) -> Vec<Route> {
+    let mut routes = http_routes(
+        &vs.spec.http,
+        &vs.meta.namespace,
+        port,
+        gateway,
+        destinations,
+    );
+    if !routes.is_empty() {
+        let metadata = metadata::config_metadata(pasa_proto::Kind::VirtualService, &vs.meta);
+        for route in &mut routes {
+            route.metadata = Some(metadata.clone());
+        }
+    }
+    routes
 }
 
 /// Builds one route per match of each rule (the rule applies when any match does), for the

@@ -5,7 +5,7 @@ use pasa_proto::object::manifest;
 use pasa_proto::store::v1::{GetRequest, ListRequest, ObjectRef, Resource, Rule, Subscription};
 use serde_json::{Value, json};
 
-use super::{CmdResult, connect, out, status_error};
+use super::{CmdResult, connect, out, status_error, table};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
@@ -124,7 +124,7 @@ fn render_table(resources: &[Resource], with_namespace: bool, wide: bool) -> Str
     if wide {
         header.extend(["GATEWAYS", "VERSION", "CREATED"]);
     }
-    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    let mut rows: Vec<Vec<String>> = Vec::with_capacity(resources.len());
     for r in resources {
         let index = r.index.clone().unwrap_or_default();
         let list = |v: &[String]| {
@@ -152,20 +152,7 @@ fn render_table(resources: &[Resource], with_namespace: bool, wide: bool) -> Str
         }
         rows.push(row);
     }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:w$}"))
-            .collect();
-        out.push_str(line.join("   ").trim_end());
-        out.push('\n');
-    }
-    out
+    table::render(&header, &rows, table::KUBECTL)
 }
 
 #[cfg(test)]

@@ -90,13 +90,7 @@ fn port_virtual_hosts(view: &View<'_>, port: u32) -> Vec<VirtualHost> {
         if port != 80 && !selects_a_service(&hosts, &services) {
             continue;
         }
-        let routes = route::http_routes(
-            &vs.spec.http,
-            &vs.meta.namespace,
-            port,
-            pasa_proto::gateway::MESH,
-            view,
-        );
+        let routes = route::virtual_service_routes(vs, port, pasa_proto::gateway::MESH, view);
         if routes.is_empty() {
             continue;
         }

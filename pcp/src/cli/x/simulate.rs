@@ -2,20 +2,12 @@
 //! its admin address) and prints the outcome, one line per object the call went through.
 
 use std::net::IpAddr;
-use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use hyper::StatusCode;
-use hyper_util::rt::TokioIo;
 use serde_json::{Map, Value, json};
 
+use crate::cli::agent::post;
 use crate::cli::{CmdResult, Reported, UsageError, out};
-
-/// How long connecting to the agent may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the agent may take to answer.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The resources to simulate on: those served to Envoy or to proxyless gRPC clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -213,6 +205,7 @@ pub async fn run(args: SimulateArgs) -> CmdResult {
         body,
     )
     .await?;
+    let answer = String::from_utf8_lossy(&answer);
     match status {
         StatusCode::OK => {}
         StatusCode::BAD_REQUEST => {
@@ -245,61 +238,6 @@ pub async fn run(args: SimulateArgs) -> CmdResult {
         return Err(Reported.into());
     }
     Ok(())
-}
-
-/// `host:port` from `--agent` (`host:port` or `http://host:port[/]`).
-fn authority(agent: &str) -> anyhow::Result<&str> {
-    let rest = agent.strip_prefix("http://").unwrap_or(agent);
-    let rest = rest.trim_end_matches('/');
-    if rest.is_empty() || rest.contains('/') || rest.contains("://") {
-        return Err(UsageError(format!(
-            "--agent {agent:?}: give the agent's admin address as host:port or http://host:port"
-        ))
-        .into());
-    }
-    Ok(rest)
-}
-
-/// POSTs JSON to the agent's admin endpoint: status and body.
-async fn post(agent: &str, path: &str, body: Vec<u8>) -> anyhow::Result<(StatusCode, String)> {
-    let authority = authority(agent)?;
-    let unreachable = |why: String| {
-        anyhow::anyhow!(
-            "cannot reach the agent's admin endpoint at {agent}: {why} (is pasa-agent running? set --agent or PASA_AGENT_ADMIN to its --admin address)"
-        )
-    };
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(authority))
-        .await
-        .map_err(|_| unreachable(format!("no connection within {CONNECT_TIMEOUT:?}")))?
-        .map_err(|e| unreachable(e.to_string()))?;
-    let exchange = async {
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
-        let connection = tokio::spawn(conn);
-        let request = hyper::Request::post(path)
-            .header(hyper::header::HOST, authority)
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)))?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| anyhow::anyhow!("the agent at {agent} did not answer: {e}"))?;
-        let status = response.status();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| anyhow::anyhow!("reading the agent's answer from {agent}: {e}"))?
-            .to_bytes();
-        connection.abort();
-        anyhow::Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
-    };
-    tokio::time::timeout(ANSWER_TIMEOUT, exchange)
-        .await
-        .map_err(|_| {
-            anyhow::anyhow!("the agent at {agent} did not answer within {ANSWER_TIMEOUT:?}")
-        })?
 }
 
 #[cfg(test)]
@@ -350,16 +288,5 @@ mod tests {
         let tls = json!({"listener": "virtualInbound", "filter_chain_tls":
             {"certificate_sds_secret": "default", "require_client_certificate": true}});
         assert!(short(&tls).contains("tls certificate default, client certificate required"));
-    }
-
-    #[test]
-    fn the_agent_address_takes_a_url() {
-        assert_eq!(
-            authority("http://127.0.0.1:15000/").unwrap(),
-            "127.0.0.1:15000"
-        );
-        assert_eq!(authority("localhost:15000").unwrap(), "localhost:15000");
-        assert!(authority("https://x:1").is_err());
-        assert!(authority("x:1/simulate").is_err());
     }
 }

@@ -1,0 +1,285 @@
+//! `pasactl proxy-config cluster|listener|route|endpoint|all AGENT`: what one pasa-agent serves,
+//! as istioctl's `proxy-config` tables (`-o short`) or Envoy's protobuf JSON (`-o json`).
+//!
+//! The resources come from the agent's admin endpoint (`/config_dump`), not from the store: the
+//! store holds only the raw Istio config, and only the agent knows what it generated from it
+//! for its proxy (its scope, mesh settings and generator) and serves right now.
+
+mod cluster;
+mod dump;
+mod endpoint;
+mod json;
+mod listener;
+mod route;
+
+use clap::{Args, Subcommand};
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use hyper::StatusCode;
+use serde_json::{Value, json};
+
+use crate::cli::agent::{self, DEFAULT_ADMIN, resolve_agent};
+use crate::cli::{CmdResult, out};
+use dump::{Resources, Served};
+
+#[derive(Subcommand, Debug)]
+pub enum ProxyConfigCommand {
+    /// Clusters: SERVICE FQDN, PORT, SUBSET, DIRECTION, TYPE, DESTINATION RULE.
+    #[command(visible_aliases = ["clusters", "c"])]
+    Cluster(ClusterArgs),
+    /// Listeners, one row per filter chain: ADDRESSES, PORT, MATCH, DESTINATION.
+    #[command(visible_aliases = ["listeners", "l"])]
+    Listener(ListenerArgs),
+    /// Routes: NAME, VHOST NAME, DOMAINS, MATCH, VIRTUAL SERVICE.
+    #[command(visible_aliases = ["routes", "r"])]
+    Route(RouteArgs),
+    /// Endpoints: ENDPOINT, STATUS, OUTLIER CHECK (always -: the agent does not see Envoy's
+    /// outlier ejections), CLUSTER.
+    #[command(visible_aliases = ["endpoints", "ep"])]
+    Endpoint(EndpointArgs),
+    /// Clusters, listeners, routes and endpoints, one table after the other.
+    All(Target),
+}
+
+/// Which agent, which of its generators, and how to print.
+#[derive(Args, Debug, Clone)]
+pub struct Target {
+    /// The agent: its admin address (host:port or http://host:port, its --admin).
+    #[arg(value_name = "AGENT")]
+    pub agent: Option<String>,
+    /// The agent's admin address, when not given as AGENT [default: 127.0.0.1:15000].
+    #[arg(
+        long = "agent",
+        id = "agent_flag",
+        env = "PASA_AGENT_ADMIN",
+        value_name = "ADDR"
+    )]
+    pub agent_flag: Option<String>,
+    /// The resources served to Envoy or to proxyless gRPC clients.
+    #[arg(long, value_enum, default_value = "envoy")]
+    pub generator: Generator,
+    #[arg(short = 'o', long, value_enum, default_value = "short")]
+    pub output: Output,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Generator {
+    Envoy,
+    Grpc,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// istioctl's table.
+    Short,
+    /// The resources as Envoy's protobuf JSON.
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    pub target: Target,
+    #[command(flatten)]
+    pub filter: cluster::ClusterFilter,
+}
+
+#[derive(Args, Debug)]
+pub struct ListenerArgs {
+    #[command(flatten)]
+    pub target: Target,
+    #[command(flatten)]
+    pub filter: listener::ListenerFilter,
+}
+
+#[derive(Args, Debug)]
+pub struct RouteArgs {
+    #[command(flatten)]
+    pub target: Target,
+    #[command(flatten)]
+    pub filter: route::RouteFilter,
+}
+
+#[derive(Args, Debug)]
+pub struct EndpointArgs {
+    #[command(flatten)]
+    pub target: Target,
+    #[command(flatten)]
+    pub filter: endpoint::EndpointFilter,
+}
+
+pub async fn run(command: ProxyConfigCommand) -> CmdResult {
+    let target = match &command {
+        ProxyConfigCommand::Cluster(a) => &a.target,
+        ProxyConfigCommand::Listener(a) => &a.target,
+        ProxyConfigCommand::Route(a) => &a.target,
+        ProxyConfigCommand::Endpoint(a) => &a.target,
+        ProxyConfigCommand::All(t) => t,
+    };
+    let output = target.output;
+    let resources = fetch(target).await?;
+    let text = match (&command, output) {
+        (ProxyConfigCommand::Cluster(a), Output::Short) => {
+            cluster::render(kept_clusters(&resources, &a.filter).map(|s| &s.message))
+        }
+        (ProxyConfigCommand::Cluster(a), Output::Json) => {
+            pretty(&json_list(kept_clusters(&resources, &a.filter))?)?
+        }
+        (ProxyConfigCommand::Listener(a), Output::Short) => {
+            listener::render(kept_listeners(&resources, &a.filter).map(|s| &s.message))
+        }
+        (ProxyConfigCommand::Listener(a), Output::Json) => {
+            pretty(&json_list(kept_listeners(&resources, &a.filter))?)?
+        }
+        (ProxyConfigCommand::Route(a), Output::Short) => {
+            route::render(kept_routes(&resources, &a.filter).map(|s| &s.message))
+        }
+        (ProxyConfigCommand::Route(a), Output::Json) => {
+            pretty(&json_list(kept_routes(&resources, &a.filter))?)?
+        }
+        (ProxyConfigCommand::Endpoint(a), Output::Short) => {
+            endpoint::render(&assignments(&resources), &a.filter)
+        }
+        (ProxyConfigCommand::Endpoint(a), Output::Json) => {
+            pretty(&json_list(kept_endpoints(&resources, &a.filter))?)?
+        }
+        (ProxyConfigCommand::All(_), Output::Short) => [
+            cluster::render(resources.clusters.iter().map(|s| &s.message)),
+            listener::render(resources.listeners.iter().map(|s| &s.message)),
+            route::render(resources.routes.iter().map(|s| &s.message)),
+            endpoint::render(&assignments(&resources), &Default::default()),
+        ]
+        .join("\n"),
+        (ProxyConfigCommand::All(_), Output::Json) => pretty(&json!({
+            "clusters": json_list(resources.clusters.iter())?,
+            "listeners": json_list(resources.listeners.iter())?,
+            "routes": json_list(resources.routes.iter())?,
+            "endpoints": json_list(resources.endpoints.iter())?,
+        }))?,
+    };
+    out(&text)?;
+    Ok(())
+}
+
+/// Reads the agent's `/config_dump` and the resources of the generator asked for.
+async fn fetch(target: &Target) -> anyhow::Result<Resources> {
+    let given = target
+        .agent
+        .as_deref()
+        .or(target.agent_flag.as_deref())
+        .unwrap_or(DEFAULT_ADMIN);
+    let address = resolve_agent(given)?;
+    let (status, body) = agent::get(&address, "/config_dump").await?;
+    match status {
+        StatusCode::OK => {}
+        StatusCode::NOT_FOUND => anyhow::bail!(
+            "{address} has no /config_dump endpoint; is it the admin address (--admin) of a pasa-agent?"
+        ),
+        _ => anyhow::bail!(
+            "the agent at {address} answered {status}: {}",
+            String::from_utf8_lossy(&body).trim()
+        ),
+    }
+    let generator = match target.generator {
+        Generator::Envoy => "envoy",
+        Generator::Grpc => "grpc",
+    };
+    Ok(Resources::from_dump(&body, generator)?)
+}
+
+fn kept_clusters<'a>(
+    r: &'a Resources,
+    filter: &'a cluster::ClusterFilter,
+) -> impl Iterator<Item = &'a Served<Cluster>> {
+    r.clusters.iter().filter(|s| filter.keeps(&s.message))
+}
+
+fn kept_listeners<'a>(
+    r: &'a Resources,
+    filter: &'a listener::ListenerFilter,
+) -> impl Iterator<Item = &'a Served<envoy_types::pb::envoy::config::listener::v3::Listener>> {
+    r.listeners.iter().filter(|s| filter.keeps(&s.message))
+}
+
+fn kept_routes<'a>(
+    r: &'a Resources,
+    filter: &'a route::RouteFilter,
+) -> impl Iterator<Item = &'a Served<envoy_types::pb::envoy::config::route::v3::RouteConfiguration>>
+{
+    r.routes.iter().filter(|s| filter.keeps(&s.message))
+}
+
+/// EDS assignments with at least one endpoint the filter keeps.
+fn kept_endpoints<'a>(
+    r: &'a Resources,
+    filter: &'a endpoint::EndpointFilter,
+) -> impl Iterator<Item = &'a Served<ClusterLoadAssignment>> {
+    r.endpoints
+        .iter()
+        .filter(|s| !endpoint::rows(std::iter::once(&s.message), filter).is_empty())
+}
+
+/// Every endpoint assignment served: EDS, and those DNS and static clusters carry inline.
+fn assignments(r: &Resources) -> Vec<ClusterLoadAssignment> {
+    let inline = r.clusters.iter().filter_map(|s| {
+        let eds = matches!(
+            s.message.cluster_discovery_type,
+            Some(ClusterDiscoveryType::Type(t)) if t == DiscoveryType::Eds as i32
+        );
+        if eds {
+            return None;
+        }
+        s.message.load_assignment.clone().map(|mut cla| {
+            if cla.cluster_name.is_empty() {
+                cla.cluster_name = s.message.name.clone();
+            }
+            cla
+        })
+    });
+    r.endpoints
+        .iter()
+        .map(|s| s.message.clone())
+        .chain(inline)
+        .collect()
+}
+
+fn json_list<'a, T: 'a>(served: impl Iterator<Item = &'a Served<T>>) -> anyhow::Result<Value> {
+    let list: Result<Vec<Value>, json::JsonError> =
+        served.map(|s| json::to_json(&s.name, &s.any)).collect();
+    Ok(Value::Array(list?))
+}
+
+fn pretty(value: &Value) -> anyhow::Result<String> {
+    Ok(serde_json::to_string_pretty(value)? + "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Test {
+        #[command(subcommand)]
+        command: ProxyConfigCommand,
+    }
+
+    #[test]
+    fn the_agent_is_positional_or_a_flag() {
+        let t =
+            Test::try_parse_from(["t", "cluster", "127.0.0.1:15000", "--port", "9080"]).unwrap();
+        let ProxyConfigCommand::Cluster(a) = t.command else {
+            panic!("a cluster command")
+        };
+        assert_eq!(a.target.agent.as_deref(), Some("127.0.0.1:15000"));
+        assert_eq!(a.filter.port, Some(9080));
+        let t = Test::try_parse_from(["t", "routes", "--agent", "a:1", "-o", "json"]).unwrap();
+        let ProxyConfigCommand::Route(a) = t.command else {
+            panic!("a route command")
+        };
+        assert_eq!(a.target.agent_flag.as_deref(), Some("a:1"));
+        assert_eq!(a.target.output, Output::Json);
+        assert!(Test::try_parse_from(["t", "listener", "x:1", "-o", "yaml"]).is_err());
+    }
+}
