@@ -45,7 +45,7 @@ pub(super) fn route_config(
             if hosts.is_empty() {
                 continue;
             }
-            let routes = route::http_routes(&vs.spec.http, ns, port, &gateway, view);
+            let routes = route::virtual_service_routes(vs, port, &gateway, view);
             for hostname in hosts {
                 let hostname = hostname.to_ascii_lowercase();
                 match vhosts.get_mut(&hostname) {
