@@ -3,6 +3,7 @@
 //! gateway-name semantics.
 
 pub mod client;
+pub mod duration;
 pub mod gateway;
 pub mod host;
 pub mod istio;
