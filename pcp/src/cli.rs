@@ -3,6 +3,7 @@
 mod apply;
 mod delete;
 mod get;
+pub mod proxy_status;
 mod status;
 mod validate;
 mod watch;
@@ -43,6 +44,8 @@ pub enum Command {
     Watch(watch::WatchArgs),
     /// Show the store's revision and object counts.
     Status,
+    /// List every proxy's xDS sync state as its agent reports it, or one proxy in detail.
+    ProxyStatus(proxy_status::ProxyStatusArgs),
     /// Check files as the write path would, without a server; exit code 1 on errors.
     Validate(validate::ValidateArgs),
     /// Experimental commands; their flags and output may change.
@@ -116,6 +119,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Delete(args) => delete::run(&cli.server, args).await,
         Command::Watch(args) => watch::run(&cli.server, args).await,
         Command::Status => status::run(&cli.server).await,
+        Command::ProxyStatus(args) => proxy_status::run(&cli.server, args).await,
         Command::Validate(args) => validate::run(args),
         Command::X(command) => x::run(command).await,
     }

@@ -475,7 +475,11 @@ mod tests {
             ..all()
         };
         assert_eq!(table.list_at(&by_ns, now).len(), 2);
-        for name in ["cart.shop", "cart", "sidecar~10.0.0.1~cart.shop~shop.svc.cluster.local"] {
+        for name in [
+            "cart.shop",
+            "cart",
+            "sidecar~10.0.0.1~cart.shop~shop.svc.cluster.local",
+        ] {
             let one = ListProxyStatusRequest {
                 name: name.into(),
                 ..all()
@@ -506,8 +510,15 @@ mod tests {
         assert!(!listed[0].connected);
         assert!(metrics_text(&metrics).contains("pasa_store_proxies{state=\"disconnected\"} 1"));
         assert!(metrics_text(&metrics).contains("pasa_store_proxies{state=\"synced\"} 0"));
-        assert_eq!(table.list_at(&all(), now + Duration::from_secs(59)).len(), 1);
-        assert!(table.list_at(&all(), now + Duration::from_secs(61)).is_empty());
+        assert_eq!(
+            table.list_at(&all(), now + Duration::from_secs(59)).len(),
+            1
+        );
+        assert!(
+            table
+                .list_at(&all(), now + Duration::from_secs(61))
+                .is_empty()
+        );
         assert!(metrics_text(&metrics).contains("pasa_store_proxies{state=\"disconnected\"} 0"));
     }
 
@@ -557,8 +568,14 @@ mod tests {
         degraded.degraded = true;
         table.report_at(2, degraded, now);
         let text = metrics_text(&metrics);
-        assert!(text.contains("pasa_store_proxies{state=\"stale\"} 1"), "{text}");
-        assert!(text.contains("pasa_store_proxies{state=\"degraded\"} 1"), "{text}");
+        assert!(
+            text.contains("pasa_store_proxies{state=\"stale\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("pasa_store_proxies{state=\"degraded\"} 1"),
+            "{text}"
+        );
         assert!(text.contains("pasa_store_proxy_reports_total 2"), "{text}");
     }
 
