@@ -53,19 +53,23 @@ pub enum Link {
 }
 
 /// Waits after a failure, doubling up to a ceiling.
-struct Backoff(Duration);
+pub(crate) struct Backoff(Duration);
 
 impl Backoff {
     const FIRST: Duration = Duration::from_millis(100);
     const MAX: Duration = Duration::from_secs(5);
 
-    fn next(&mut self) -> Duration {
+    pub(crate) fn new() -> Backoff {
+        Backoff(Backoff::FIRST)
+    }
+
+    pub(crate) fn next(&mut self) -> Duration {
         let wait = self.0;
         self.0 = (self.0 * 2).min(Self::MAX);
         wait
     }
 
-    fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.0 = Self::FIRST;
     }
 }

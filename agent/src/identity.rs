@@ -15,6 +15,10 @@ pub struct IdentityArgs {
     /// `sidecar~10.42.1.7~reviews-v1-x9k2q.default~default.svc.cluster.local`.
     #[arg(long, env = "PASA_NODE_ID")]
     pub node_id: String,
+    /// The pod's name, as status reports name the proxy; defaults to the pod part of the node
+    /// ID's `pod.namespace`.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
     /// The pod's namespace; defaults to the namespace part of the node ID's `pod.namespace`.
     #[arg(long, env = "POD_NAMESPACE")]
     pub namespace: Option<String>,
@@ -53,6 +57,8 @@ impl fmt::Display for Locality {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     pub node: NodeId,
+    /// The pod's name (`--pod-name`, or the pod part of the node ID's id).
+    pub pod_name: String,
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
     pub service_account: String,
@@ -137,7 +143,16 @@ impl IdentityArgs {
             (None, Some(from_node)) => from_node,
             (None, None) => return Err(IdentityError::NoNamespace(node.id.clone())),
         };
+        let pod_name = match self.pod_name.as_deref().filter(|n| !n.is_empty()) {
+            Some(given) => given.to_string(),
+            None => node
+                .id
+                .split_once('.')
+                .map_or(node.id.as_str(), |(pod, _)| pod)
+                .to_string(),
+        };
         Ok(Identity {
+            pod_name,
             namespace,
             labels: parse_labels(&self.labels)?,
             service_account: self.service_account.clone(),
@@ -168,12 +183,16 @@ mod tests {
     fn namespace_comes_from_the_node_id_or_the_flag() {
         let id = args(NODE).resolve().unwrap();
         assert_eq!(id.namespace, "default");
+        assert_eq!(id.pod_name, "reviews-v1-x9k2q");
         assert_eq!(id.proxy_type(), ProxyType::Sidecar);
 
         let mut a = args("router~10.0.0.1~ingress-7d9~istio-system.svc.cluster.local");
         assert!(matches!(a.resolve(), Err(IdentityError::NoNamespace(_))));
         a.namespace = Some("istio-system".into());
         assert_eq!(a.resolve().unwrap().namespace, "istio-system");
+        assert_eq!(a.resolve().unwrap().pod_name, "ingress-7d9");
+        a.pod_name = Some("ingress-7d9-abcde".into());
+        assert_eq!(a.resolve().unwrap().pod_name, "ingress-7d9-abcde");
 
         let mut b = args(NODE);
         b.namespace = Some("prod".into());

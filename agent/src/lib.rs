@@ -6,7 +6,8 @@
 //! sees and the subscription that fetches it. [`translate`]: raw config to the xDS resources
 //! istiod would send. [`simulate`]: walks a request through generated xDS. [`ads`]: the ADS
 //! server (SotW and Delta). [`admin`] and [`metrics`]: status, readiness and Prometheus
-//! metrics. [`run`]: the `pasa-agent` binary's wiring.
+//! metrics. [`report`]: the proxy's sync state, reported to the store for
+//! `pasactl proxy-status`. [`run`]: the `pasa-agent` binary's wiring.
 
 pub mod admin;
 pub mod ads;
@@ -15,6 +16,7 @@ pub mod follow;
 pub mod identity;
 pub mod mesh;
 pub mod metrics;
+pub mod report;
 pub mod run;
 pub mod scope;
 pub mod simulate;

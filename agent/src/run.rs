@@ -26,6 +26,7 @@ use crate::follow::{FollowConfig, Link, follow};
 use crate::identity::{Identity, IdentityArgs};
 use crate::mesh::{MeshSettings, OutboundPolicy};
 use crate::metrics::{Metrics, ResourceLabels};
+use crate::report::{self, ReportArgs, Reporter, Sources};
 use crate::scope;
 use crate::translate::{Generated, Generator, Proxy, Translator};
 
@@ -57,6 +58,8 @@ pub struct AgentArgs {
     pub identity: IdentityArgs,
     #[command(flatten)]
     pub mesh: MeshArgs,
+    #[command(flatten)]
+    pub report: ReportArgs,
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
@@ -181,6 +184,8 @@ pub async fn run(
         complete = Some(cache);
     }
     let cache = saved.unwrap_or_default();
+    // The revision of the configuration served, for status reports.
+    let (applied_tx, applied_rx) = watch::channel(complete.as_ref().map_or(0, |c| c.revision()));
     let (link_tx, mut link) = watch::channel(initial_link);
     metrics.degraded.set(i64::from(is_degraded(&link.borrow())));
 
@@ -200,6 +205,19 @@ pub async fn run(
         );
     let mut registry = Registry::default();
     metrics.register(&mut registry);
+    let report_sources = Sources {
+        connections: status.subscribe(),
+        link: link.clone(),
+        applied: applied_rx,
+    };
+    let reporter = Reporter::new(&identity, admin_addr, args.report.status_heartbeat);
+    let report_task = tokio::spawn(report::report(
+        args.server.clone(),
+        reporter,
+        args.report.clone(),
+        report_sources,
+        stop_rx.clone(),
+    ));
     let admin_state = AdminState {
         registry: Arc::new(registry),
         status,
@@ -254,6 +272,11 @@ pub async fn run(
                     }
                     changed
                 });
+                applied_tx.send_if_modified(|applied| {
+                    let changed = *applied != cache.revision();
+                    *applied = cache.revision();
+                    changed
+                });
                 complete = Some(cache);
             }
             changed = wanted.changed() => {
@@ -283,11 +306,17 @@ pub async fn run(
     tracing::info!("shutting down: closing ADS streams, stopping the store watch");
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(DRAIN_DEADLINE, async {
-        (ads_task.await, admin_task.await, follow_task.await)
+        (
+            ads_task.await,
+            admin_task.await,
+            follow_task.await,
+            report_task.await,
+        )
     })
     .await;
     match drained {
-        Ok((ads, admin, follow)) => {
+        Ok((ads, admin, follow, report)) => {
+            report.context("status report task")?;
             ads.context("ADS server task")?.context("ADS server")?;
             admin
                 .context("admin server task")?

@@ -110,7 +110,7 @@ async fn until_saved(cache_dir: &std::path::Path, what: &str, ok: impl Fn(&[Stri
 }
 
 fn start_router(store: &StoreServer, run: &std::path::Path, cache: &std::path::Path) -> Agent {
-    Agent::start_with(ROUTER, &["--labels", LABELS], store.addr, run, cache)
+    Agent::start_with(ROUTER, store.addr, run, cache, &["--labels", LABELS])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

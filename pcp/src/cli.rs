@@ -5,6 +5,7 @@ mod apply;
 mod delete;
 mod get;
 mod proxy_config;
+pub mod proxy_status;
 mod status;
 mod table;
 mod validate;
@@ -50,6 +51,8 @@ pub enum Command {
     /// istioctl proxy-config does; read from the agent's admin endpoint.
     #[command(subcommand, visible_alias = "pc")]
     ProxyConfig(proxy_config::ProxyConfigCommand),
+    /// List every proxy's xDS sync state as its agent reports it, or one proxy in detail.
+    ProxyStatus(proxy_status::ProxyStatusArgs),
     /// Check files as the write path would, without a server; exit code 1 on errors.
     Validate(validate::ValidateArgs),
     /// Experimental commands; their flags and output may change.
@@ -123,7 +126,8 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Delete(args) => delete::run(&cli.server, args).await,
         Command::Watch(args) => watch::run(&cli.server, args).await,
         Command::Status => status::run(&cli.server).await,
-        Command::ProxyConfig(command) => proxy_config::run(command).await,
+        Command::ProxyConfig(command) => proxy_config::run(&cli.server, command).await,
+        Command::ProxyStatus(args) => proxy_status::run(&cli.server, args).await,
         Command::Validate(args) => validate::run(args),
         Command::X(command) => x::run(command).await,
     }

@@ -10,7 +10,8 @@ use pasa_proto::store::v1::store_client::StoreClient;
 use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
 use pasa_proto::store::v1::{
     ApplyRequest, ApplyResponse, CancelReason, Cancelled, DeleteRequest, DeleteResponse,
-    GetRequest, GetResponse, ListRequest, ListResponse, StatusRequest, StatusResponse,
+    GetRequest, GetResponse, ListProxyStatusRequest, ListProxyStatusResponse, ListRequest,
+    ListResponse, ReportStatusRequest, ReportStatusResponse, StatusRequest, StatusResponse,
     WatchRequest, WatchResponse, watch_response,
 };
 use pasa_store::service::{StoreService, WatchStream};
@@ -350,6 +351,37 @@ impl StoreApi for WriteService {
         match &self.upstream {
             Upstream::Embedded(s) => s.status(request).await,
             Upstream::Remote(c) => c.clone().status(request.into_inner()).await,
+        }
+    }
+
+    async fn report_status(
+        &self,
+        request: Request<Streaming<ReportStatusRequest>>,
+    ) -> Result<Response<ReportStatusResponse>, Status> {
+        match &self.upstream {
+            Upstream::Embedded(s) => s.report_status(request).await,
+            Upstream::Remote(c) => {
+                // The agent's reports flow to the store until the agent stops or PCP does; the
+                // store then sees the stream end and shows the proxy as lost contact.
+                let reports = request.into_inner().map_while(Result::ok);
+                let mut client = c.clone();
+                tokio::select! {
+                    () = pasa_store::server::stopped(self.stop.clone()) => {
+                        Ok(Response::new(ReportStatusResponse {}))
+                    }
+                    answer = client.report_status(reports) => answer,
+                }
+            }
+        }
+    }
+
+    async fn list_proxy_status(
+        &self,
+        request: Request<ListProxyStatusRequest>,
+    ) -> Result<Response<ListProxyStatusResponse>, Status> {
+        match &self.upstream {
+            Upstream::Embedded(s) => s.list_proxy_status(request).await,
+            Upstream::Remote(c) => c.clone().list_proxy_status(request.into_inner()).await,
         }
     }
 }

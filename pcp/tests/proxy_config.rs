@@ -178,6 +178,23 @@ fn proxy_config_shows_what_the_agent_serves() {
         std::thread::sleep(Duration::from_millis(100));
     };
 
+    // Named by its proxy, as proxy-status lists it: the address comes from the agent's report
+    // to the store (once it has reported).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let out = pcp.ctl(&["proxy-config", "cluster", "productpage-1.default"]);
+        if out.status.success() {
+            assert_eq!(text(&out.stdout), clusters, "the same agent, by name");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent is not found by name within {WAIT:?}: {}",
+            text(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     // Clusters: istioctl's columns, the DestinationRule named where one applies.
     assert!(clusters.starts_with("SERVICE FQDN"), "{clusters}");
     for header in ["PORT", "SUBSET", "DIRECTION", "TYPE", "DESTINATION RULE"] {
@@ -414,12 +431,14 @@ fn an_agent_that_cannot_be_reached_or_named() {
             && err.contains("is pasa-agent running?"),
         "{err}"
     );
-    // A name needs the store's proxy status, which pasactl does not read yet: a usage error.
-    let out = pasactl(&["pc", "all", "productpage-1.default"]);
-    assert_eq!(out.status.code(), Some(2));
+    // A name no agent reports under: the store says so, exit 1.
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start(data.path());
+    let out = pcp.ctl(&["pc", "all", "productpage-1.default"]);
+    assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
-        err.contains("naming an agent needs the store's proxy status; pass its admin address"),
+        err.contains("no proxy \"productpage-1.default\" reports to the store"),
         "{err}"
     );
 }

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod config_path;
+pub mod duration;
 pub mod gateway;
 pub mod host;
 pub mod istio;

@@ -11,6 +11,7 @@ pub mod record;
 pub mod selector;
 pub mod server;
 pub mod service;
+pub mod status;
 pub mod store;
 mod watch;
 

@@ -48,6 +48,35 @@ pub struct OpLabels {
     pub op: WriteOp,
 }
 
+/// How a proxy stands, as `pasa_store_proxies` counts it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ProxyState {
+    /// Every type SYNCED or NOT SENT.
+    Synced,
+    /// Some type STALE (not ACKed yet, or NACKed).
+    Stale,
+    /// The agent serves its cache without the store.
+    Degraded,
+    /// The report stream ended or heartbeats stopped.
+    Disconnected,
+}
+
+impl EncodeLabelValue for ProxyState {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            ProxyState::Synced => "synced",
+            ProxyState::Stale => "stale",
+            ProxyState::Degraded => "degraded",
+            ProxyState::Disconnected => "disconnected",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProxyStateLabels {
+    pub state: ProxyState,
+}
+
 /// Every metric the store exports; cheap to clone (handles share their values).
 #[derive(Clone)]
 pub struct Metrics {
@@ -60,6 +89,8 @@ pub struct Metrics {
     pub write_duration: Family<OpLabels, Histogram>,
     pub match_duration: Histogram,
     pub written_resources: Counter,
+    pub proxies: Family<ProxyStateLabels, Gauge>,
+    pub proxy_reports: Counter,
 }
 
 impl Metrics {
@@ -76,6 +107,8 @@ impl Metrics {
             }),
             match_duration: Histogram::new(exponential_buckets(0.000_001, 2.0, 18)),
             written_resources: Counter::default(),
+            proxies: Family::default(),
+            proxy_reports: Counter::default(),
         }
     }
 
@@ -118,6 +151,16 @@ impl Metrics {
             "written_resources",
             "Resources created, changed or deleted",
             self.written_resources.clone(),
+        );
+        r.register(
+            "proxies",
+            "Proxies whose agents report to this server, by state",
+            self.proxies.clone(),
+        );
+        r.register(
+            "proxy_reports",
+            "Status reports received from agents",
+            self.proxy_reports.clone(),
         );
     }
 

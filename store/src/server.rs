@@ -39,6 +39,10 @@ pub struct StoreArgs {
     /// Seconds between progress markers to watchers.
     #[arg(long, default_value_t = 10)]
     pub progress_interval_secs: u64,
+    /// How long a proxy stays listed by `pasactl proxy-status` after its agent stopped
+    /// reporting (`500ms`, `30s`, `5m`, `1h`); vanished agents expire.
+    #[arg(long, env = "PASA_PROXY_STATUS_EXPIRY", default_value = "5m", value_parser = pasa_proto::duration::parse)]
+    pub proxy_status_expiry: Duration,
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
@@ -51,6 +55,7 @@ impl StoreArgs {
             log_retention: self.log_retention,
             watch_queue: self.watch_queue,
             progress_interval: Duration::from_secs(self.progress_interval_secs.max(1)),
+            proxy_status_expiry: self.proxy_status_expiry,
             ..StoreConfig::default()
         }
     }

@@ -6,8 +6,9 @@ use futures::{Stream, StreamExt};
 use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
 use pasa_proto::store::v1::{
     ApplyRequest, ApplyResponse, DeleteRequest, DeleteResponse, GetRequest, GetResponse, KindCount,
-    ListRequest, ListResponse, StatusRequest, StatusResponse, WatchRequest, WatchResponse,
-    watch_request,
+    ListProxyStatusRequest, ListProxyStatusResponse, ListRequest, ListResponse,
+    ReportStatusRequest, ReportStatusResponse, StatusRequest, StatusResponse, WatchRequest,
+    WatchResponse, watch_request,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -15,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::record::ObjectKey;
 use crate::selector::Selector;
+use crate::status::StatusError;
 use crate::store::{Store, StoreError};
 
 /// The gRPC face of a store.
@@ -50,6 +52,18 @@ impl From<StoreError> for Status {
             StoreError::Backend(_) | StoreError::Corrupt(_) | StoreError::Failed => {
                 Status::internal(msg)
             }
+        }
+    }
+}
+
+impl From<StatusError> for Status {
+    fn from(e: StatusError) -> Self {
+        let msg = e.to_string();
+        match e {
+            StatusError::ShuttingDown => Status::unavailable(msg),
+            StatusError::MissingStatus
+            | StatusError::MissingNodeId
+            | StatusError::NodeChanged { .. } => Status::invalid_argument(msg),
         }
     }
 }
@@ -162,6 +176,43 @@ impl StoreApi for StoreService {
             watchers: s.watchers as u64,
             backend: s.backend.to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
+        }))
+    }
+
+    async fn report_status(
+        &self,
+        request: Request<Streaming<ReportStatusRequest>>,
+    ) -> Result<Response<ReportStatusResponse>, Status> {
+        let mut reports = request.into_inner();
+        let proxies = self.store.proxies();
+        // Dropped when this call ends, however it ends: the proxy then shows as lost contact.
+        let mut stream = proxies.open_stream();
+        loop {
+            let report = tokio::select! {
+                () = proxies.closing() => break,
+                report = reports.message() => report,
+            };
+            match report {
+                Ok(Some(report)) => stream.report(report.status)?,
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::debug!(error = %status, "a status report stream failed");
+                    break;
+                }
+            }
+        }
+        Ok(Response::new(ReportStatusResponse {}))
+    }
+
+    async fn list_proxy_status(
+        &self,
+        request: Request<ListProxyStatusRequest>,
+    ) -> Result<Response<ListProxyStatusResponse>, Status> {
+        let proxies = self.store.proxies();
+        Ok(Response::new(ListProxyStatusResponse {
+            proxies: proxies.list(request.get_ref()),
+            revision: self.store.revision(),
+            expiry_ms: u64::try_from(proxies.expiry().as_millis()).unwrap_or(u64::MAX),
         }))
     }
 }

@@ -24,6 +24,7 @@ use crate::record::{
     OBJECT_PREFIX, ObjectKey,
 };
 use crate::selector::Selector;
+use crate::status::ProxyTable;
 use writer::{Command, Writer};
 
 /// Change-log records read per step of a historical list.
@@ -42,6 +43,8 @@ pub struct StoreConfig {
     pub progress_interval: Duration,
     /// Largest number of documents in one apply or delete.
     pub max_batch: usize,
+    /// How long a proxy whose agent stopped reporting stays listed (see [`crate::status`]).
+    pub proxy_status_expiry: Duration,
 }
 
 impl Default for StoreConfig {
@@ -52,6 +55,7 @@ impl Default for StoreConfig {
             watch_queue: 1024,
             progress_interval: Duration::from_secs(10),
             max_batch: 10_000,
+            proxy_status_expiry: Duration::from_secs(300),
         }
     }
 }
@@ -90,6 +94,8 @@ struct Inner {
     metrics: Metrics,
     writer: Mutex<Option<mpsc::Sender<Command>>>,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// What agents report of their proxies; in memory only.
+    proxies: ProxyTable,
 }
 
 /// A handle on an open store; clones share it.
@@ -168,7 +174,9 @@ impl Store {
             "store opened"
         );
         let (tx, rx) = mpsc::channel(1024);
+        let proxies = ProxyTable::new(config.proxy_status_expiry, metrics.clone());
         let inner = Arc::new(Inner {
+            proxies,
             backend,
             hub: Arc::new(Mutex::new(hub)),
             config,
@@ -219,16 +227,28 @@ impl Store {
         self.hub().revision()
     }
 
-    /// Starts the periodic progress markers; needs a Tokio runtime.
+    /// The proxies whose agents report to this server.
+    pub fn proxies(&self) -> &ProxyTable {
+        &self.inner.proxies
+    }
+
+    /// Starts the periodic progress markers and the expiry of vanished proxies; needs a Tokio
+    /// runtime.
     pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
         let store = self.clone();
         let period = self.inner.config.progress_interval;
+        let sweep_period = (self.inner.config.proxy_status_expiry / 4)
+            .clamp(Duration::from_millis(100), Duration::from_secs(5));
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(period);
+            let mut sweeper = tokio::time::interval(sweep_period);
             ticker.tick().await;
+            sweeper.tick().await;
             loop {
-                ticker.tick().await;
-                store.hub().progress();
+                tokio::select! {
+                    _ = ticker.tick() => store.hub().progress(),
+                    _ = sweeper.tick() => store.proxies().sweep(),
+                }
             }
         })
     }
@@ -409,6 +429,7 @@ impl Store {
 
     /// Stops the writer after the writes already queued, flushes, and ends every watch.
     pub fn shutdown(&self) {
+        self.inner.proxies.close();
         lock(&self.inner.writer).take();
         if let Some(handle) = lock(&self.inner.writer_thread).take()
             && handle.join().is_err()

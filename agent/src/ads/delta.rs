@@ -97,6 +97,7 @@ impl StreamHandler for Stream {
                             version,
                             nonce,
                             error: error.message.clone(),
+                            at: std::time::SystemTime::now(),
                         };
                         self.conn.status.update(kind, |s| s.nacked(nack));
                     } else {

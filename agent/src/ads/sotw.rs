@@ -92,6 +92,7 @@ impl StreamHandler for Stream {
                     version: sent.version.clone(),
                     nonce: sent.nonce.clone(),
                     error: error.message.clone(),
+                    at: std::time::SystemTime::now(),
                 };
                 self.conn.status.update(kind, |s| s.nacked(nack));
             } else {

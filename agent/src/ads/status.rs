@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use tokio::sync::watch;
 
@@ -57,6 +58,8 @@ pub struct Nack {
     pub nonce: String,
     /// The client's `error_detail` message.
     pub error: String,
+    /// When the NACK arrived.
+    pub at: SystemTime,
 }
 
 /// What one connection was sent and ACKed for one type.
@@ -161,6 +164,11 @@ impl StatusRegistry {
         self.tx.borrow().values().cloned().collect()
     }
 
+    /// A receiver that sees every change of the connections (sent, ACK, NACK, connect, end).
+    pub fn subscribe(&self) -> watch::Receiver<BTreeMap<u64, ConnectionStatus>> {
+        self.tx.subscribe()
+    }
+
     /// Waits until `done` holds for the live connections, and returns them.
     pub async fn wait_for(
         &self,
@@ -250,6 +258,7 @@ mod tests {
             version: "v2".into(),
             nonce: "2".into(),
             error: "bad".into(),
+            at: SystemTime::now(),
         });
         assert_eq!(status.state(), SyncState::Stale);
         assert_eq!(status.acked_version.as_deref(), Some("v1"));

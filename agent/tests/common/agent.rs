@@ -31,16 +31,16 @@ impl Agent {
 
     /// [`Agent::start`] for another proxy.
     pub fn start_as(node_id: &str, server: SocketAddr, dir: &Path, cache_dir: &Path) -> Agent {
-        Agent::start_with(node_id, &[], server, dir, cache_dir)
+        Agent::start_with(node_id, server, dir, cache_dir, &[])
     }
 
-    /// [`Agent::start_as`] with more command-line flags (e.g. `--labels`).
+    /// [`Agent::start_as`] with extra arguments.
     pub fn start_with(
         node_id: &str,
-        flags: &[&str],
         server: SocketAddr,
         dir: &Path,
         cache_dir: &Path,
+        extra: &[&str],
     ) -> Agent {
         let uds = dir.join("xds.sock");
         let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-agent"))
@@ -53,7 +53,7 @@ impl Agent {
             .arg("--cache-dir")
             .arg(cache_dir)
             .args(["--admin", "127.0.0.1:0"])
-            .args(flags)
+            .args(extra)
             .env("RUST_LOG", "error")
             .stdout(Stdio::piped())
             .spawn()

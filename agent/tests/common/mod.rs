@@ -235,6 +235,11 @@ impl FakeSotwClient {
             .expect("stream ended")
     }
 
+    /// The next response, waiting as long as it takes; `None` when the stream ends or fails.
+    pub async fn next(&mut self) -> Option<DiscoveryResponse> {
+        self.responses.message().await.ok().flatten()
+    }
+
     /// The status the stream ends with.
     pub async fn recv_error(&mut self) -> tonic::Status {
         tokio::time::timeout(GUARD, self.responses.message())

@@ -20,8 +20,13 @@ pub struct StoreServer {
 impl StoreServer {
     /// A store on the database in `dir`, on `port` (0 picks a free one).
     pub async fn start(dir: &Path, port: u16) -> StoreServer {
+        StoreServer::start_with(dir, port, StoreConfig::default()).await
+    }
+
+    /// [`StoreServer::start`] with `config`.
+    pub async fn start_with(dir: &Path, port: u16, config: StoreConfig) -> StoreServer {
         let backend = SledBackend::open(dir).expect("open sled");
-        let store = Store::open(Arc::new(backend), StoreConfig::default(), Metrics::new()).unwrap();
+        let store = Store::open(Arc::new(backend), config, Metrics::new()).unwrap();
         let listen = format!("127.0.0.1:{port}").parse().unwrap();
         let bound = pasa_store::server::bind(store, listen, "127.0.0.1:0".parse().unwrap())
             .await

@@ -18,25 +18,58 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The admin address used when none is given.
 pub const DEFAULT_ADMIN: &str = "127.0.0.1:15000";
 
-/// The admin address of the agent named on the command line. Today an agent is named by its
-/// admin address (`host:port` or `http://host:port`); naming it `name.namespace` needs the
-/// store's record of each agent's admin address, and is refused with a message saying so.
-pub fn resolve_agent(arg: &str) -> Result<String, UsageError> {
-    let address = authority(arg)?;
-    let host = match address.rsplit_once(':') {
-        Some((host, port)) if port.parse::<u16>().is_ok() => host,
-        _ => {
-            return Err(UsageError(format!(
-                "agent {arg:?}: naming an agent needs the store's proxy status; pass its admin address (host:port)"
-            )));
-        }
-    };
-    if host.is_empty() {
-        return Err(UsageError(format!(
-            "agent {arg:?}: give the agent's admin address as host:port"
-        )));
+/// How the command line named an agent.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AgentRef<'a> {
+    /// Its admin address, `host:port`.
+    Address(&'a str),
+    /// Its proxy: `pod.namespace`, a pod name or a node ID, as `proxy-status` lists it.
+    Proxy(&'a str),
+}
+
+/// Reads an agent argument: an admin address (`host:port` or `http://host:port`), else the name
+/// of its proxy.
+pub fn agent_ref(arg: &str) -> Result<AgentRef<'_>, UsageError> {
+    if arg.starts_with("http://") {
+        return authority(arg).map(AgentRef::Address);
     }
-    Ok(address.to_string())
+    match arg.rsplit_once(':') {
+        Some((host, port)) if port.parse::<u16>().is_ok() && !arg.contains('~') => {
+            if host.is_empty() {
+                return Err(UsageError(format!(
+                    "agent {arg:?}: give the agent's admin address as host:port"
+                )));
+            }
+            authority(arg).map(AgentRef::Address)
+        }
+        _ => Ok(AgentRef::Proxy(arg)),
+    }
+}
+
+/// The admin address of the agent named on the command line: given as an address, or looked up
+/// by its proxy's name in what agents report to the store at `server` (`pasactl proxy-status`).
+pub async fn resolve_agent(server: &str, arg: &str) -> anyhow::Result<String> {
+    match agent_ref(arg)? {
+        AgentRef::Address(address) => Ok(address.to_owned()),
+        AgentRef::Proxy(name) => {
+            let answer = super::proxy_status::list(server, name, "")
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("looking up agent {name:?} in the store's proxy status: {e:#}")
+                })?;
+            let entry = super::proxy_status::the_one(&answer, name, server)?;
+            let address = entry
+                .status
+                .as_ref()
+                .map(|s| s.admin_address.clone())
+                .unwrap_or_default();
+            anyhow::ensure!(
+                !address.is_empty(),
+                "the agent of {name:?} did not report its admin address; pass it (host:port)"
+            );
+            Ok(address)
+        }
+    }
 }
 
 /// `host:port` from `host:port` or `http://host:port[/]`.
@@ -127,17 +160,21 @@ mod tests {
     }
 
     #[test]
-    fn an_agent_is_named_by_its_admin_address_for_now() {
+    fn an_agent_is_named_by_its_admin_address_or_its_proxy() {
         assert_eq!(
-            resolve_agent("http://127.0.0.1:15000").unwrap(),
-            "127.0.0.1:15000"
+            agent_ref("http://127.0.0.1:15000").unwrap(),
+            AgentRef::Address("127.0.0.1:15000")
         );
-        assert_eq!(resolve_agent("[::1]:15000").unwrap(), "[::1]:15000");
-        let e = resolve_agent("productpage-v1.default").unwrap_err();
-        assert!(
-            e.0.contains("naming an agent needs the store's proxy status; pass its admin address"),
-            "{e}"
+        assert_eq!(
+            agent_ref("[::1]:15000").unwrap(),
+            AgentRef::Address("[::1]:15000")
         );
-        assert!(resolve_agent(":15000").is_err());
+        assert_eq!(
+            agent_ref("productpage-v1.default").unwrap(),
+            AgentRef::Proxy("productpage-v1.default")
+        );
+        let node = "sidecar~10.0.0.1~web-1.shop~shop.svc.cluster.local";
+        assert_eq!(agent_ref(node).unwrap(), AgentRef::Proxy(node));
+        assert!(agent_ref(":15000").is_err());
     }
 }

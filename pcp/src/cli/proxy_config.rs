@@ -45,7 +45,8 @@ pub enum ProxyConfigCommand {
 /// Which agent, which of its generators, and how to print.
 #[derive(Args, Debug, Clone)]
 pub struct Target {
-    /// The agent: its admin address (host:port or http://host:port, its --admin).
+    /// The agent: its admin address (host:port or http://host:port, its --admin), or its proxy
+    /// as `proxy-status` lists it (pod.namespace, pod name or node ID), looked up in the store.
     #[arg(value_name = "AGENT")]
     pub agent: Option<String>,
     /// The agent's admin address, when not given as AGENT [default: 127.0.0.1:15000].
@@ -109,7 +110,7 @@ pub struct EndpointArgs {
     pub filter: endpoint::EndpointFilter,
 }
 
-pub async fn run(command: ProxyConfigCommand) -> CmdResult {
+pub async fn run(server: &str, command: ProxyConfigCommand) -> CmdResult {
     let target = match &command {
         ProxyConfigCommand::Cluster(a) => &a.target,
         ProxyConfigCommand::Listener(a) => &a.target,
@@ -118,7 +119,7 @@ pub async fn run(command: ProxyConfigCommand) -> CmdResult {
         ProxyConfigCommand::All(t) => t,
     };
     let output = target.output;
-    let resources = fetch(target).await?;
+    let resources = fetch(server, target).await?;
     let text = match (&command, output) {
         (ProxyConfigCommand::Cluster(a), Output::Short) => {
             cluster::render(kept_clusters(&resources, &a.filter).map(|s| &s.message))
@@ -163,13 +164,13 @@ pub async fn run(command: ProxyConfigCommand) -> CmdResult {
 }
 
 /// Reads the agent's `/config_dump` and the resources of the generator asked for.
-async fn fetch(target: &Target) -> anyhow::Result<Resources> {
+async fn fetch(server: &str, target: &Target) -> anyhow::Result<Resources> {
     let given = target
         .agent
         .as_deref()
         .or(target.agent_flag.as_deref())
         .unwrap_or(DEFAULT_ADMIN);
-    let address = resolve_agent(given)?;
+    let address = resolve_agent(server, given).await?;
     let (status, body) = agent::get(&address, "/config_dump").await?;
     match status {
         StatusCode::OK => {}
