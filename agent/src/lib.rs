@@ -21,3 +21,6 @@ pub mod run;
 pub mod scope;
 pub mod simulate;
 pub mod translate;
+
+#[cfg(test)]
+mod testing;

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::agent::Agent;
+use common::agent::{Agent, served};
 use common::store::StoreServer;
 use common::{CDS, EDS, FakeDeltaClient, FakeSotwClient, LDS, RDS, names};
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -67,18 +67,6 @@ fn mesh() -> Vec<Value> {
                "spec": {"hosts": ["reviews"],
                         "http": [{"route": [{"destination": {"host": "reviews"}}]}]}}),
     ]
-}
-
-fn served(dump: &str, kind: &str) -> Vec<String> {
-    let dump: Value = serde_json::from_str(dump).unwrap();
-    dump["generators"]["envoy"][kind]
-        .as_array()
-        .map(|list| {
-            list.iter()
-                .filter_map(|c| c["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// `Kind namespace/name` of every object in the agent's saved cache.

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::agent::Agent;
+use common::agent::{Agent, served};
 use common::store::StoreServer;
 use prost::Message;
 use serde_json::{Value, json};
@@ -19,15 +19,7 @@ fn service(name: &str, namespace: &str) -> Value {
 }
 
 fn clusters(dump: &str) -> Vec<String> {
-    let dump: Value = serde_json::from_str(dump).unwrap();
-    dump["generators"]["envoy"]["CDS"]
-        .as_array()
-        .map(|list| {
-            list.iter()
-                .filter_map(|c| c["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    served(dump, "CDS")
 }
 
 /// Namespaces of the objects in the agent's saved cache.

@@ -10,14 +10,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use envoy_types::pb::google::protobuf::Any;
 use pasa_agent::cache::Cache;
 use pasa_agent::identity::IdentityArgs;
 use pasa_agent::translate::{Generator, Proxy, Resources, Translator};
 use pasa_proto::store::v1::Resource;
-use prost_reflect::{DescriptorPool, DynamicMessage};
 use serde_json::{Value, json};
 
 fn corpus() -> Option<PathBuf> {
@@ -130,78 +128,9 @@ fn proxy_with_labels(node_id: &str, labels: &str) -> Proxy {
     Proxy::from_identity(&identity, Default::default())
 }
 
-/// The Envoy API's descriptors, compiled from the `.proto` files the envoy-types crate ships
-/// (found with `cargo metadata`), so resources print as protobuf JSON with `Any` resolved.
-fn envoy_pool() -> &'static DescriptorPool {
-    static POOL: OnceLock<DescriptorPool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        // Only the host's packages are downloaded by a build; asking for others would need the
-        // network.
-        let host = std::process::Command::new("rustc")
-            .arg("-vV")
-            .output()
-            .expect("rustc runs");
-        let host = String::from_utf8_lossy(&host.stdout)
-            .lines()
-            .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
-            .expect("rustc names its host");
-        let output = std::process::Command::new(cargo)
-            .args(["metadata", "--format-version", "1", "--offline"])
-            .args(["--filter-platform", &host])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("cargo metadata runs");
-        assert!(output.status.success(), "cargo metadata failed");
-        let metadata: Value = serde_json::from_slice(&output.stdout).unwrap();
-        let manifest = metadata["packages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "envoy-types")
-            .and_then(|p| p["manifest_path"].as_str())
-            .expect("envoy-types in the dependency graph");
-        let root = Path::new(manifest).parent().unwrap().join("proto");
-        let includes: Vec<PathBuf> = [
-            "data-plane-api",
-            "xds",
-            "googleapis",
-            "protoc-gen-validate",
-            "cel-spec",
-            "opentelemetry-proto",
-            "client_model",
-        ]
-        .iter()
-        .map(|d| root.join(d))
-        .collect();
-        let files = [
-            "envoy/config/listener/v3/listener.proto",
-            "envoy/config/cluster/v3/cluster.proto",
-            "envoy/config/endpoint/v3/endpoint.proto",
-            "envoy/config/route/v3/route.proto",
-            "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto",
-            "envoy/extensions/filters/network/tcp_proxy/v3/tcp_proxy.proto",
-            "envoy/extensions/filters/http/router/v3/router.proto",
-            "envoy/extensions/filters/http/fault/v3/fault.proto",
-            "envoy/extensions/filters/http/cors/v3/cors.proto",
-            "envoy/extensions/transport_sockets/tls/v3/tls.proto",
-            "envoy/extensions/upstreams/http/v3/http_protocol_options.proto",
-            "envoy/extensions/filters/listener/tls_inspector/v3/tls_inspector.proto",
-            "envoy/extensions/filters/listener/http_inspector/v3/http_inspector.proto",
-            "envoy/extensions/filters/listener/original_dst/v3/original_dst.proto",
-        ];
-        let set = protox::compile(files, includes).expect("the Envoy protos compile");
-        DescriptorPool::from_file_descriptor_set(set).unwrap()
-    })
-}
-
+/// A resource as protobuf JSON with `Any` resolved (pasactl's Envoy descriptors).
 fn to_json(any: &Any) -> Value {
-    let name = any.type_url.rsplit('/').next().unwrap();
-    let descriptor = envoy_pool()
-        .get_message_by_name(name)
-        .unwrap_or_else(|| panic!("no descriptor for {name}"));
-    let message = DynamicMessage::decode(descriptor, any.value.as_slice()).unwrap();
-    serde_json::to_value(&message).unwrap()
+    pasa_pcp::envoy_json::to_json("", any).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// All generated resources as JSON, by type and name.

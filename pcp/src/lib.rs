@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod analysis;
 pub mod cli;
+pub mod envoy_json;
 pub mod manifest;
 pub mod metrics;
 pub mod server;

@@ -2,45 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use pasa_proto::node::ProxyType;
 use pasa_proto::store::v1::{Resource, Rule};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::identity::Locality;
-use crate::mesh::MeshSettings;
-use crate::translate::Flags;
-
-fn resource(kind: &str, namespace: &str, name: &str, spec: Value, revision: u64) -> Resource {
-    Resource {
-        api_version: "networking.istio.io/v1".into(),
-        kind: kind.into(),
-        namespace: namespace.into(),
-        name: name.into(),
-        spec_json: spec.to_string(),
-        create_revision: revision,
-        mod_revision: revision,
-        version: 1,
-        ..Default::default()
-    }
-}
+use crate::testing::resource;
 
 fn router() -> Proxy {
-    Proxy {
-        kind: ProxyType::Router,
-        ips: vec!["10.0.0.50".parse().unwrap()],
-        namespace: "istio-system".into(),
-        config_namespace: "istio-system".into(),
-        labels: [("istio".to_string(), "ingressgateway".to_string())].into(),
-        dns_domain: "istio-system.svc.cluster.local".into(),
-        cluster_id: "Kubernetes".into(),
-        network: String::new(),
-        locality: Locality::default(),
-        mesh: MeshSettings::default(),
-        flags: Flags::default(),
-        dns_capture: false,
-        dns_auto_allocate: false,
-    }
+    crate::testing::router("10.0.0.50")
 }
 
 fn subscription_for(resources: Vec<Resource>) -> Vec<Rule> {

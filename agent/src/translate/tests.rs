@@ -1,7 +1,5 @@
 //! Translation unit tests: a small Bookinfo-like mesh written as store resources.
 
-use std::net::IpAddr;
-
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ClusterDiscoveryType, DiscoveryType, LbPolicy,
 };
@@ -18,24 +16,9 @@ use prost::Message;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::identity::Locality;
+use crate::testing::resource;
 
 const REVIEWS: &str = "reviews.default.svc.cluster.local";
-
-/// A store resource as the store would hand it over (revisions in creation order).
-fn resource(kind: &str, namespace: &str, name: &str, spec: Value, revision: u64) -> Resource {
-    Resource {
-        api_version: "networking.istio.io/v1".into(),
-        kind: kind.into(),
-        namespace: namespace.into(),
-        name: name.into(),
-        spec_json: spec.to_string(),
-        create_revision: revision,
-        mod_revision: revision,
-        version: 1,
-        ..Default::default()
-    }
-}
 
 fn reviews_service() -> Resource {
     resource(
@@ -91,22 +74,7 @@ fn reviews_split() -> Resource {
 }
 
 fn proxy(ip: &str) -> Proxy {
-    let ip: IpAddr = ip.parse().unwrap();
-    Proxy {
-        kind: ProxyType::Sidecar,
-        ips: vec![ip],
-        namespace: "default".into(),
-        config_namespace: "default".into(),
-        labels: BTreeMap::new(),
-        dns_domain: "default.svc.cluster.local".into(),
-        cluster_id: "Kubernetes".into(),
-        network: String::new(),
-        locality: Locality::default(),
-        mesh: MeshSettings::default(),
-        flags: Flags::default(),
-        dns_capture: false,
-        dns_auto_allocate: false,
-    }
+    crate::testing::sidecar(ip)
 }
 
 fn cache(resources: Vec<Resource>) -> Cache {

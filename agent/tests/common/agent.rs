@@ -162,3 +162,17 @@ pub async fn http_request(addr: SocketAddr, method: &str, path: &str, body: &str
         .expect("a status code");
     (code, body.to_string())
 }
+
+/// The names of the resources of `kind` (`CDS`, `LDS`, ...) in a `/config_dump` body, as served
+/// to Envoy.
+pub fn served(dump: &str, kind: &str) -> Vec<String> {
+    let dump: serde_json::Value = serde_json::from_str(dump).expect("/config_dump is JSON");
+    dump["generators"]["envoy"][kind]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .filter_map(|c| c["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -8,7 +8,6 @@
 mod cluster;
 mod dump;
 mod endpoint;
-mod json;
 mod listener;
 mod route;
 
@@ -18,6 +17,8 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType,
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use hyper::StatusCode;
 use serde_json::{Value, json};
+
+use crate::envoy_json as json;
 
 use crate::cli::agent::{self, DEFAULT_ADMIN, resolve_agent};
 use crate::cli::{CmdResult, out};

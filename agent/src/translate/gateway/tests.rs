@@ -8,48 +8,18 @@ use envoy_types::pb::envoy::config::route::v3::route::Action;
 use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier as RouteCluster;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_proxy::ClusterSpecifier;
-use pasa_proto::node::ProxyType;
 use pasa_proto::store::v1::Resource;
 use prost::Message;
 use serde_json::{Value, json};
 
-use super::super::{Flags, Generator, Proxy, Resources, Translator};
+use super::super::{Generator, Proxy, Resources, Translator};
 use crate::cache::Cache;
-use crate::identity::Locality;
-use crate::mesh::MeshSettings;
+use crate::testing::resource;
 
 const ROUTER_IP: &str = "10.0.0.50";
 
-fn resource(kind: &str, namespace: &str, name: &str, spec: Value, revision: u64) -> Resource {
-    Resource {
-        api_version: "networking.istio.io/v1".into(),
-        kind: kind.into(),
-        namespace: namespace.into(),
-        name: name.into(),
-        spec_json: spec.to_string(),
-        create_revision: revision,
-        mod_revision: revision,
-        version: 1,
-        ..Default::default()
-    }
-}
-
 fn router() -> Proxy {
-    Proxy {
-        kind: ProxyType::Router,
-        ips: vec![ROUTER_IP.parse().unwrap()],
-        namespace: "istio-system".into(),
-        config_namespace: "istio-system".into(),
-        labels: [("istio".to_string(), "ingressgateway".to_string())].into(),
-        dns_domain: "istio-system.svc.cluster.local".into(),
-        cluster_id: "Kubernetes".into(),
-        network: String::new(),
-        locality: Locality::default(),
-        mesh: MeshSettings::default(),
-        flags: Flags::default(),
-        dns_capture: false,
-        dns_auto_allocate: false,
-    }
+    crate::testing::router(ROUTER_IP)
 }
 
 fn translate(resources: Vec<Resource>) -> Resources {

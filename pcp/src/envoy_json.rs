@@ -1,6 +1,7 @@
-//! `-o json`: resources as Envoy's protobuf JSON, as istioctl prints them (camelCase fields,
-//! defaults left out, nested `Any` with their `@type`). The descriptors of the Envoy API are
-//! compiled from envoy-types' `.proto` files by the build script and included here.
+//! Envoy resources as protobuf JSON, as istioctl prints them (camelCase fields, defaults left
+//! out, nested `Any` with their `@type`): `pasactl proxy-config -o json`, and the agent's
+//! snapshot tests. The descriptors of the Envoy API are compiled from envoy-types' `.proto` files
+//! by the build script and included here.
 
 use std::sync::OnceLock;
 
