@@ -4,6 +4,7 @@
 mod fixture;
 mod matching;
 mod stats;
+mod status;
 mod translate;
 mod write;
 
@@ -28,6 +29,8 @@ enum Command {
     Write(write::WriteArgs),
     /// The agent's translation of one proxy's scope: full, then one change at a time.
     Translate(translate::TranslateArgs),
+    /// The store's proxy-status table: agents' reports and `proxy-status` listings.
+    Status(status::StatusArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -35,6 +38,7 @@ fn main() -> anyhow::Result<()> {
         Command::Match(args) => matching::run(&args)?,
         Command::Write(args) => write::run(&args)?,
         Command::Translate(args) => translate::run(&args)?,
+        Command::Status(args) => status::run(&args)?,
     };
     println!("{summary}");
     Ok(())

@@ -23,10 +23,20 @@ pub fn peak_rss_mib() -> Option<f64> {
     parse_vm_hwm(&status)
 }
 
+/// Resident set size of this process now, in MiB (`VmRSS`), if the platform reports it.
+pub fn rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_kib(&status, "VmRSS:")
+}
+
 fn parse_vm_hwm(status: &str) -> Option<f64> {
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    parse_kib(status, "VmHWM:")
+}
+
+fn parse_kib(status: &str, field: &str) -> Option<f64> {
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: f64 = line
-        .trim_start_matches("VmHWM:")
+        .trim_start_matches(field)
         .trim()
         .trim_end_matches("kB")
         .trim()

@@ -15,8 +15,7 @@
 //! texts (NACK errors, reasons, names) are cut at [`MAX_TEXT`] bytes.
 //!
 //! **Replicas.** Each store server knows only the agents reporting to it. With several servers
-//! in front of one shared backend, ask each of them (`pasactl proxy-status --server A --server B`
-//! merges the answers).
+//! in front of one shared backend, ask each of them (`pasactl --server A proxy-status`, then B).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
