@@ -125,11 +125,9 @@ async fn list(store: SocketAddr) -> ListProxyStatusResponse {
             .await
             .unwrap(),
     );
-    client
-        .list_proxy_status(ListProxyStatusRequest::default())
+    pasa_proto::client::list_proxy_status(&mut client, ListProxyStatusRequest::default())
         .await
         .unwrap()
-        .into_inner()
 }
 
 /// Polls the store's proxy list until `ok` holds (guarded by `WAIT`); returns `pasactl

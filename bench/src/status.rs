@@ -143,6 +143,8 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<Value> {
     let all = table.list(&ListProxyStatusRequest::default());
     let list_all = started.elapsed();
     ensure!(all.len() == args.agents, "every agent is listed");
+    // What the listing costs on the wire (sent in pages; see the store's ListProxyStatus).
+    let bytes: usize = all.iter().map(prost::Message::encoded_len).sum();
     let started = Instant::now();
     let one = table.list(&ListProxyStatusRequest {
         name: all[all.len() / 2]
@@ -155,9 +157,11 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<Value> {
     let list_one = started.elapsed();
     ensure!(one.len() == 1, "one agent by name");
     println!(
-        "proxy-status: listing all {} in {:.0} ms, one by name in {:.1} ms",
+        "proxy-status: listing all {} in {:.0} ms ({:.1} MiB encoded, {} bytes a proxy), one by name in {:.1} ms",
         all.len(),
         list_all.as_secs_f64() * 1e3,
+        bytes as f64 / (1 << 20) as f64,
+        bytes / all.len(),
         list_one.as_secs_f64() * 1e3
     );
     drop(streams);
@@ -171,6 +175,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<Value> {
         "reports_per_s": per_second.round(),
         "heartbeat_reports_per_s": heartbeat_load.round(),
         "list_all_ms": round2(list_all.as_secs_f64() * 1e3),
+        "list_bytes_per_proxy": bytes / all.len(),
         "list_one_ms": round2(list_one.as_secs_f64() * 1e3),
     });
     if let Some(rss) = peak_rss_mib() {

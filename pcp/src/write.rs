@@ -10,11 +10,11 @@ use pasa_proto::store::v1::store_client::StoreClient;
 use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
 use pasa_proto::store::v1::{
     ApplyRequest, ApplyResponse, CancelReason, Cancelled, DeleteRequest, DeleteResponse,
-    GetRequest, GetResponse, ListProxyStatusRequest, ListProxyStatusResponse, ListRequest,
-    ListResponse, ReportStatusRequest, ReportStatusResponse, StatusRequest, StatusResponse,
-    WatchRequest, WatchResponse, watch_response,
+    GetRequest, GetResponse, ListProxyStatusRequest, ListRequest, ListResponse,
+    ReportStatusRequest, ReportStatusResponse, StatusRequest, StatusResponse, WatchRequest,
+    WatchResponse, watch_response,
 };
-use pasa_store::service::{StoreService, WatchStream};
+use pasa_store::service::{ProxyStatusStream, StoreService, WatchStream};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
@@ -325,6 +325,7 @@ impl StoreApi for WriteService {
     }
 
     type WatchStream = WatchStream;
+    type ListProxyStatusStream = ProxyStatusStream;
 
     async fn watch(
         &self,
@@ -378,10 +379,17 @@ impl StoreApi for WriteService {
     async fn list_proxy_status(
         &self,
         request: Request<ListProxyStatusRequest>,
-    ) -> Result<Response<ListProxyStatusResponse>, Status> {
+    ) -> Result<Response<ProxyStatusStream>, Status> {
         match &self.upstream {
             Upstream::Embedded(s) => s.list_proxy_status(request).await,
-            Upstream::Remote(c) => c.clone().list_proxy_status(request.into_inner()).await,
+            Upstream::Remote(c) => {
+                let pages = c
+                    .clone()
+                    .list_proxy_status(request.into_inner())
+                    .await?
+                    .into_inner();
+                Ok(Response::new(Box::pin(pages) as ProxyStatusStream))
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::store::v1::store_client::StoreClient;
+use crate::store::v1::{ListProxyStatusRequest, ListProxyStatusResponse};
 
 /// Largest gRPC message either end accepts: big apply batches and list answers fit.
 pub const MAX_MESSAGE_SIZE: usize = 64 << 20;
@@ -31,6 +32,21 @@ pub fn store_client(channel: Channel) -> StoreClient<Channel> {
     StoreClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE)
+}
+
+/// `ListProxyStatus`, its pages gathered into one answer.
+pub async fn list_proxy_status(
+    client: &mut StoreClient<Channel>,
+    request: ListProxyStatusRequest,
+) -> Result<ListProxyStatusResponse, tonic::Status> {
+    let mut pages = client.list_proxy_status(request).await?.into_inner();
+    let mut answer = ListProxyStatusResponse::default();
+    while let Some(page) = pages.message().await? {
+        answer.revision = answer.revision.max(page.revision);
+        answer.expiry_ms = page.expiry_ms;
+        answer.proxies.extend(page.proxies);
+    }
+    Ok(answer)
 }
 
 #[cfg(test)]

@@ -79,6 +79,14 @@ fn object_key(r: Option<&pasa_proto::store::v1::ObjectRef>) -> Result<ObjectKey,
 /// The response stream of a watch, as every store-API service returns it.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchResponse, Status>> + Send + 'static>>;
 
+/// The pages of a `ListProxyStatus` answer.
+pub type ProxyStatusStream =
+    Pin<Box<dyn Stream<Item = Result<ListProxyStatusResponse, Status>> + Send + 'static>>;
+
+/// Most proxies in one `ListProxyStatus` page (a page stays far below the message limit even
+/// with every NACK text at its longest).
+pub const PROXY_STATUS_PAGE: usize = 500;
+
 #[tonic::async_trait]
 impl StoreApi for StoreService {
     async fn apply(
@@ -129,6 +137,7 @@ impl StoreApi for StoreService {
     }
 
     type WatchStream = WatchStream;
+    type ListProxyStatusStream = ProxyStatusStream;
 
     async fn watch(
         &self,
@@ -207,12 +216,84 @@ impl StoreApi for StoreService {
     async fn list_proxy_status(
         &self,
         request: Request<ListProxyStatusRequest>,
-    ) -> Result<Response<ListProxyStatusResponse>, Status> {
-        let proxies = self.store.proxies();
-        Ok(Response::new(ListProxyStatusResponse {
-            proxies: proxies.list(request.get_ref()),
-            revision: self.store.revision(),
-            expiry_ms: u64::try_from(proxies.expiry().as_millis()).unwrap_or(u64::MAX),
-        }))
+    ) -> Result<Response<ProxyStatusStream>, Status> {
+        let table = self.store.proxies();
+        let revision = self.store.revision();
+        let expiry_ms = u64::try_from(table.expiry().as_millis()).unwrap_or(u64::MAX);
+        let mut proxies = table.list(request.get_ref()).into_iter().peekable();
+        let mut pages = Vec::new();
+        // At least one page, so an empty answer still says the revision and expiry.
+        while pages.is_empty() || proxies.peek().is_some() {
+            pages.push(Ok(ListProxyStatusResponse {
+                proxies: proxies.by_ref().take(PROXY_STATUS_PAGE).collect(),
+                revision,
+                expiry_ms,
+            }));
+        }
+        Ok(Response::new(Box::pin(futures::stream::iter(pages))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use futures::StreamExt;
+    use pasa_proto::store::v1::ProxyStatus;
+
+    use super::*;
+    use crate::backend::memory::FakeMemoryBackend;
+    use crate::metrics::Metrics;
+    use crate::store::StoreConfig;
+
+    #[tokio::test]
+    async fn proxy_status_comes_in_pages_that_add_up_to_every_proxy() {
+        let store = Store::open(
+            Arc::new(FakeMemoryBackend::default()),
+            StoreConfig::default(),
+            Metrics::new(),
+        )
+        .unwrap();
+        let service = StoreService::new(store.clone());
+        let list = |service: &StoreService| {
+            let service = service.clone();
+            async move {
+                let pages = service
+                    .list_proxy_status(Request::new(ListProxyStatusRequest::default()))
+                    .await
+                    .unwrap()
+                    .into_inner();
+                pages.map(Result::unwrap).collect::<Vec<_>>().await
+            }
+        };
+        // Nobody reports yet: one empty page, which still says the revision and the expiry.
+        let pages = list(&service).await;
+        assert_eq!(pages.len(), 1);
+        assert!(pages[0].proxies.is_empty() && pages[0].expiry_ms > 0);
+
+        let n = 2 * PROXY_STATUS_PAGE + 1;
+        let mut streams = Vec::new();
+        for i in 0..n {
+            let mut stream = store.proxies().open_stream();
+            stream
+                .report(Some(ProxyStatus {
+                    node_id: format!("sidecar~10.0.0.1~p{i:04}.ns~ns.svc.cluster.local"),
+                    pod_name: format!("p{i:04}"),
+                    namespace: "ns".into(),
+                    ..Default::default()
+                }))
+                .unwrap();
+            streams.push(stream);
+        }
+        let pages = list(&service).await;
+        let sizes: Vec<usize> = pages.iter().map(|p| p.proxies.len()).collect();
+        assert_eq!(sizes, [PROXY_STATUS_PAGE, PROXY_STATUS_PAGE, 1]);
+        let names: Vec<String> = pages
+            .iter()
+            .flat_map(|p| &p.proxies)
+            .filter_map(|e| e.status.as_ref().map(|s| s.pod_name.clone()))
+            .collect();
+        let expected: Vec<String> = (0..n).map(|i| format!("p{i:04}")).collect();
+        assert_eq!(names, expected, "every proxy once, in order");
     }
 }

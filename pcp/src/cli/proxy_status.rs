@@ -53,11 +53,9 @@ pub async fn list(
         name: name.to_owned(),
         namespace: namespace.to_owned(),
     };
-    Ok(client
-        .list_proxy_status(request)
+    pasa_proto::client::list_proxy_status(&mut client, request)
         .await
-        .map_err(status_error)?
-        .into_inner())
+        .map_err(status_error)
 }
 
 /// The one proxy `agent` names in the store's answer; otherwise an error that says why (none,
