@@ -12,6 +12,7 @@ mod metadata;
 pub mod names;
 pub mod registry;
 mod route;
+mod sds;
 mod sidecar;
 
 use std::collections::{BTreeMap, HashMap};

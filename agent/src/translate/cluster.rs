@@ -15,8 +15,8 @@ use envoy_types::pb::envoy::config::core::v3::{
     transport_socket::ConfigType,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CertificateValidationContext, CommonTlsContext, SdsSecretConfig, TlsCertificate,
-    UpstreamTlsContext, common_tls_context::ValidationContextType,
+    CertificateValidationContext, CommonTlsContext, TlsCertificate, UpstreamTlsContext,
+    common_tls_context::ValidationContextType,
 };
 use envoy_types::pb::google::protobuf::{Duration, UInt32Value, UInt64Value};
 use pasa_proto::istio::destination_rule::{
@@ -32,7 +32,7 @@ use pasa_proto::istio::common::Protocol;
 use super::endpoint;
 use super::metadata;
 use super::registry::{Config, Resolution, Service, ServicePort};
-use super::{Generator, names};
+use super::{Generator, names, sds};
 
 /// Istio's default connect timeout (`connectTimeout` in MeshConfig).
 const CONNECT_TIMEOUT: Duration = Duration {
@@ -365,28 +365,27 @@ fn upstream_tls(
     port: u32,
     subset: &str,
 ) -> Option<TransportSocket> {
-    let sds = |name: &str| SdsSecretConfig {
-        name: name.to_string(),
-        sds_config: Some(ads()),
-    };
     let mut common = CommonTlsContext::default();
     let sni;
     match tls.mode {
         ClientTlsMode::Disable => return None,
         ClientTlsMode::IstioMutual => {
-            common.tls_certificate_sds_secret_configs = vec![sds("default")];
-            common.validation_context_type = Some(
-                ValidationContextType::ValidationContextSdsSecretConfig(sds("ROOTCA")),
-            );
+            common.tls_certificate_sds_secret_configs =
+                vec![sds::from_istio_agent(sds::WORKLOAD_CERTIFICATE)];
+            common.validation_context_type =
+                Some(ValidationContextType::ValidationContextSdsSecretConfig(
+                    sds::from_istio_agent(sds::ROOT_CA),
+                ));
             common.alpn_protocols = vec!["istio-peer-exchange".into(), "istio".into()];
             sni = names::istio_mutual_sni(port, subset, hostname);
         }
         _ => {
             if !tls.credential_name.is_empty() {
-                common.tls_certificate_sds_secret_configs = vec![sds(&tls.credential_name)];
+                common.tls_certificate_sds_secret_configs =
+                    vec![sds::credential(&tls.credential_name)];
                 common.validation_context_type =
                     Some(ValidationContextType::ValidationContextSdsSecretConfig(
-                        sds(&format!("{}-cacert", tls.credential_name)),
+                        sds::credential_ca(&tls.credential_name),
                     ));
             } else {
                 if tls.mode == ClientTlsMode::Mutual && !tls.client_certificate.is_empty() {

@@ -8,16 +8,14 @@ use envoy_types::pb::envoy::config::route::v3::{
     Route, RouteConfiguration, VirtualHost, route_match::PathSpecifier, virtual_host,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
-    common_tls_context::ValidationContextType,
+    CommonTlsContext, DownstreamTlsContext, common_tls_context::ValidationContextType,
 };
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 use pasa_proto::host;
 use pasa_proto::istio::gateway::{Server, TlsMode};
 
-use super::super::cluster::ads;
-use super::super::{View, route};
+use super::super::{View, route, sds};
 use super::bound_virtual_services;
 use super::merge::Bound;
 
@@ -169,10 +167,6 @@ fn narrower<'a>(a: &'a str, b: &'a str) -> &'a str {
 /// HTTP servers offer `h2` and `http/1.1`.
 pub(super) fn server_tls(server: &Server, http: bool) -> Option<TransportSocket> {
     let tls = server.tls.as_ref()?;
-    let sds = |name: &str| SdsSecretConfig {
-        name: name.to_string(),
-        sds_config: Some(ads()),
-    };
     let mut common = CommonTlsContext::default();
     if http {
         common.alpn_protocols = vec!["h2".into(), "http/1.1".into()];
@@ -182,24 +176,25 @@ pub(super) fn server_tls(server: &Server, http: bool) -> Option<TransportSocket>
     let required = matches!(tls.mode, TlsMode::Mutual | TlsMode::IstioMutual);
     match tls.mode {
         TlsMode::IstioMutual => {
-            common.tls_certificate_sds_secret_configs = vec![sds("default")];
-            common.validation_context_type = Some(
-                ValidationContextType::ValidationContextSdsSecretConfig(sds("ROOTCA")),
-            );
+            common.tls_certificate_sds_secret_configs =
+                vec![sds::from_istio_agent(sds::WORKLOAD_CERTIFICATE)];
+            common.validation_context_type =
+                Some(ValidationContextType::ValidationContextSdsSecretConfig(
+                    sds::from_istio_agent(sds::ROOT_CA),
+                ));
         }
         _ if !tls.credential_name.is_empty() => {
-            let credential = format!("kubernetes://{}", tls.credential_name);
-            common.tls_certificate_sds_secret_configs = vec![sds(&credential)];
+            common.tls_certificate_sds_secret_configs = vec![sds::credential(&tls.credential_name)];
             if mutual {
                 common.validation_context_type =
                     Some(ValidationContextType::ValidationContextSdsSecretConfig(
-                        sds(&format!("{credential}-cacert")),
+                        sds::credential_ca(&tls.credential_name),
                     ));
             }
         }
         _ => {
             let file = format!("file-cert:{}~{}", tls.server_certificate, tls.private_key);
-            common.tls_certificate_sds_secret_configs = vec![sds(&file)];
+            common.tls_certificate_sds_secret_configs = vec![sds::from_istio_agent(&file)];
         }
     }
     let context = DownstreamTlsContext {

@@ -37,10 +37,10 @@ use pasa_proto::istio::common::Protocol;
 use pasa_proto::istio::gateway::{ServerTlsSettings, TlsMode};
 
 use super::super::authn::{MergedPolicy, MtlsMode};
-use super::super::cluster::{self, ads};
+use super::super::cluster::{self};
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
-use super::super::{Built, View, names, route};
+use super::super::{Built, View, names, route, sds};
 use super::PLAINTEXT_HTTP_ALPNS;
 
 const MTLS_HTTP_ALPNS: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
@@ -376,8 +376,8 @@ fn istio_mutual_server(http: bool) -> TransportSocket {
         &["istio-peer-exchange", "h2", "http/1.1"]
     };
     downstream_tls(
-        sds("default"),
-        Some(sds("ROOTCA")),
+        sds::from_istio_agent(sds::WORKLOAD_CERTIFICATE),
+        Some(sds::from_istio_agent(sds::ROOT_CA)),
         true,
         alpn.iter().map(|s| s.to_string()).collect(),
     )
@@ -387,24 +387,17 @@ fn istio_mutual_server(http: bool) -> TransportSocket {
 /// `file-root:<ca>`), or with a credential.
 fn custom_tls(tls: &ServerTlsSettings) -> TransportSocket {
     let certificate = if !tls.credential_name.is_empty() {
-        sds(&format!("kubernetes://{}", tls.credential_name))
+        sds::credential(&tls.credential_name)
     } else {
-        sds(&format!(
+        sds::from_istio_agent(&format!(
             "file-cert:{}~{}",
             tls.server_certificate, tls.private_key
         ))
     };
     let mutual = matches!(tls.mode, TlsMode::Mutual | TlsMode::IstioMutual);
     let validation = (mutual && !tls.ca_certificates.is_empty())
-        .then(|| sds(&format!("file-root:{}", tls.ca_certificates)));
+        .then(|| sds::from_istio_agent(&format!("file-root:{}", tls.ca_certificates)));
     downstream_tls(certificate, validation, mutual, Vec::new())
-}
-
-fn sds(name: &str) -> SdsSecretConfig {
-    SdsSecretConfig {
-        name: name.into(),
-        sds_config: Some(ads()),
-    }
 }
 
 fn downstream_tls(
