@@ -19,6 +19,10 @@
 //! build script can only find another crate's sources by running `cargo metadata` or guessing
 //! the registry's layout, and the pool adds about a megabyte to a binary that runs in every pod.
 //! Protobuf JSON is rendered by the tool that reads this dump: `pasactl proxy-config -o json`.
+//!
+//! **Secrets.** SDS secrets appear under `SDS` with their name, version and certificates; a
+//! private key is never shown: it is replaced by `[redacted]` in both forms, as in Envoy's own
+//! config dump.
 
 pub mod simulate;
 
@@ -35,6 +39,7 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::google::protobuf::Any;
 use prometheus_client::registry::Registry;
 use prost::Message;
@@ -42,6 +47,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::ads::{ConnectionStatus, SnapshotPublisher, StatusRegistry, TypeKind, TypeStatus};
+use crate::credentials;
 use crate::follow::Link;
 use crate::metrics::Metrics;
 
@@ -206,7 +212,7 @@ async fn config_dump(State(state): State<AdminState>, uri: Uri) -> Response {
                         "name": name,
                         "version": r.version,
                         "type_url": r.body.type_url,
-                        "resource": base64.encode(&r.body.value),
+                        "resource": base64.encode(&shown(kind, &r.body).value),
                     })
                 })
                 .collect();
@@ -221,7 +227,16 @@ async fn config_dump(State(state): State<AdminState>, uri: Uri) -> Response {
     }))
 }
 
-/// A resource decoded and printed with its Debug form (nested Any stay encoded).
+/// A resource as it may be shown: a secret's private key redacted.
+fn shown(kind: TypeKind, body: &Any) -> std::borrow::Cow<'_, Any> {
+    match kind {
+        TypeKind::Secret => std::borrow::Cow::Owned(credentials::redacted(body)),
+        _ => std::borrow::Cow::Borrowed(body),
+    }
+}
+
+/// A resource decoded and printed with its Debug form (nested Any stay encoded; a secret's
+/// private key redacted).
 fn debug_text(kind: TypeKind, body: &Any) -> String {
     fn show<M: Message + Default + std::fmt::Debug>(bytes: &[u8]) -> String {
         match M::decode(bytes) {
@@ -235,6 +250,7 @@ fn debug_text(kind: TypeKind, body: &Any) -> String {
         TypeKind::Endpoint => show::<ClusterLoadAssignment>(bytes),
         TypeKind::Listener => show::<Listener>(bytes),
         TypeKind::Route => show::<RouteConfiguration>(bytes),
+        TypeKind::Secret => show::<Secret>(&credentials::redacted(body).value),
     }
 }
 

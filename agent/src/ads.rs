@@ -10,14 +10,22 @@
 //! `StreamAggregatedResources` (state of the world, [`sotw`]) and `DeltaAggregatedResources`
 //! (incremental, [`delta`]).
 //!
-//! **Ordering.** On a snapshot change additions and changes go out as CDS → EDS → LDS → RDS, so a
-//! reference never points at something the client has not received. Removals of referenced types
-//! (RDS, CDS, EDS) go out after that, in the order RDS → CDS → EDS, so nothing is removed while a
-//! listener or route sent earlier still names it. In SotW the first response of a type then still
-//! carries the resources about to be removed, and a second response drops them.
+//! **Ordering.** On a snapshot change additions and changes go out as SDS → CDS → EDS → LDS → RDS,
+//! so a reference never points at something the client has not received (clusters and listeners
+//! name their TLS secrets). Removals of referenced types (RDS, CDS, EDS, SDS) go out after that, in
+//! the order RDS → CDS → EDS → SDS, so nothing is removed while a listener, route or cluster sent
+//! earlier still names it. In SotW the first response of a type then still carries the resources
+//! about to be removed, and a second response drops them.
 //!
-//! **Unknown types.** A request for any type URL other than CDS, EDS, LDS or RDS is refused: the
-//! stream ends with `InvalidArgument` and a message naming the type URL. It is never ACKed silently.
+//! **Secrets.** SDS secrets (the TLS credentials gateways and `DestinationRule`s name as
+//! `kubernetes://<credentialName>`) come from [`crate::credentials`], not from translation; the
+//! [`SnapshotPublisher`] adds them to every generator's snapshot. A client asking for a secret the
+//! agent does not have gets a response without it (as istiod answers with what it has), never an
+//! error: Envoy waits for it until its initial fetch timeout and keeps the stream.
+//!
+//! **Unknown types.** A request for any type URL other than SDS, CDS, EDS, LDS or RDS is refused:
+//! the stream ends with `InvalidArgument` and a message naming the type URL. It is never ACKed
+//! silently.
 //!
 //! **Status.** Per connection and type, the [`StatusRegistry`] holds the version and nonce sent,
 //! the version ACKed and the last NACK with its error, and reports SYNCED / STALE / NOT SENT as
@@ -62,11 +70,17 @@ pub enum TypeKind {
     Listener,
     /// RDS: `envoy.config.route.v3.RouteConfiguration`.
     Route,
+    /// SDS: `envoy.extensions.transport_sockets.tls.v3.Secret`.
+    Secret,
 }
+
+/// How many types this server serves.
+const TYPE_COUNT: usize = 5;
 
 impl TypeKind {
     /// Every type, in the order additions and changes are pushed.
-    pub const PUSH_ORDER: [TypeKind; 4] = [
+    pub const PUSH_ORDER: [TypeKind; TYPE_COUNT] = [
+        TypeKind::Secret,
         TypeKind::Cluster,
         TypeKind::Endpoint,
         TypeKind::Listener,
@@ -74,8 +88,12 @@ impl TypeKind {
     ];
 
     /// The types whose removals wait for what references them, in the order removals are pushed.
-    pub const REMOVAL_ORDER: [TypeKind; 3] =
-        [TypeKind::Route, TypeKind::Cluster, TypeKind::Endpoint];
+    pub const REMOVAL_ORDER: [TypeKind; 4] = [
+        TypeKind::Route,
+        TypeKind::Cluster,
+        TypeKind::Endpoint,
+        TypeKind::Secret,
+    ];
 
     /// The type URL on the wire.
     pub fn type_url(self) -> &'static str {
@@ -86,6 +104,9 @@ impl TypeKind {
             }
             TypeKind::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
             TypeKind::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+            TypeKind::Secret => {
+                "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+            }
         }
     }
 
@@ -96,13 +117,14 @@ impl TypeKind {
             .find(|kind| kind.type_url() == url)
     }
 
-    /// The short name used in logs and status (`CDS`, `EDS`, `LDS`, `RDS`).
+    /// The short name used in logs and status (`CDS`, `EDS`, `LDS`, `RDS`, `SDS`).
     pub fn short_name(self) -> &'static str {
         match self {
             TypeKind::Cluster => "CDS",
             TypeKind::Endpoint => "EDS",
             TypeKind::Listener => "LDS",
             TypeKind::Route => "RDS",
+            TypeKind::Secret => "SDS",
         }
     }
 
@@ -131,12 +153,13 @@ impl fmt::Display for TypeKind {
 fn request_type(type_url: &str) -> Result<TypeKind, tonic::Status> {
     TypeKind::from_type_url(type_url).ok_or_else(|| {
         tonic::Status::invalid_argument(format!(
-            "unsupported type URL {type_url:?}: this server serves only CDS, EDS, LDS and RDS \
-             ({}, {}, {}, {})",
+            "unsupported type URL {type_url:?}: this server serves only CDS, EDS, LDS, RDS and SDS \
+             ({}, {}, {}, {}, {})",
             TypeKind::Cluster.type_url(),
             TypeKind::Endpoint.type_url(),
             TypeKind::Listener.type_url(),
-            TypeKind::Route.type_url()
+            TypeKind::Route.type_url(),
+            TypeKind::Secret.type_url()
         ))
     })
 }
@@ -234,9 +257,14 @@ mod tests {
         for kind in TypeKind::PUSH_ORDER {
             assert_eq!(TypeKind::from_type_url(kind.type_url()), Some(kind));
         }
-        let err = request_type("type.googleapis.com/envoy.config.core.v3.Secret").unwrap_err();
+        assert_eq!(
+            request_type("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret")
+                .unwrap(),
+            TypeKind::Secret
+        );
+        let err = request_type("type.googleapis.com/envoy.service.runtime.v3.Runtime").unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
-        assert!(err.message().contains("envoy.config.core.v3.Secret"));
+        assert!(err.message().contains("envoy.service.runtime.v3.Runtime"));
     }
 
     #[test]

@@ -7,11 +7,13 @@
 //! istiod would send. [`simulate`]: walks a request through generated xDS. [`ads`]: the ADS
 //! server (SotW and Delta). [`admin`] and [`metrics`]: status, readiness and Prometheus
 //! metrics. [`report`]: the proxy's sync state, reported to the store for
-//! `pasactl proxy-status`. [`run`]: the `pasa-agent` binary's wiring.
+//! `pasactl proxy-status`. [`credentials`]: TLS credentials from mounted Secrets, served over
+//! SDS. [`run`]: the `pasa-agent` binary's wiring.
 
 pub mod admin;
 pub mod ads;
 pub mod cache;
+pub mod credentials;
 pub mod follow;
 pub mod identity;
 pub mod mesh;

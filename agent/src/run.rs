@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use crate::admin::{self, AdminState};
 use crate::ads::{AdsService, SnapshotEncoder, SnapshotPublisher, StatusRegistry, TypeKind};
 use crate::cache::Cache;
+use crate::credentials::{CredentialArgs, CredentialWatch};
 use crate::follow::{FollowConfig, Link, follow};
 use crate::identity::{Identity, IdentityArgs};
 use crate::mesh::{MeshSettings, OutboundPolicy};
@@ -60,6 +61,8 @@ pub struct AgentArgs {
     pub mesh: MeshArgs,
     #[command(flatten)]
     pub report: ReportArgs,
+    #[command(flatten)]
+    pub credentials: CredentialArgs,
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
@@ -167,6 +170,12 @@ pub async fn run(
         held: 0,
     };
 
+    // The mounted credentials first, so the first snapshots carry the secrets they reference.
+    let mut credentials = CredentialWatch::new(&args.credentials, Arc::clone(&publisher));
+    if let Some(watch) = &mut credentials {
+        watch.refresh();
+    }
+
     // The saved cache is served at once, marked degraded until the store is synced.
     let saved = load_saved(args.cache_dir.as_deref());
     let initial_link = match &saved {
@@ -226,6 +235,7 @@ pub async fn run(
         metrics: Arc::clone(&metrics),
         server: args.server.clone(),
     };
+    let credential_task = credentials.map(|watch| tokio::spawn(watch.run(stop_rx.clone())));
     let admin_task = tokio::spawn(admin::serve(
         admin_listener,
         admin_state,
@@ -306,6 +316,11 @@ pub async fn run(
     tracing::info!("shutting down: closing ADS streams, stopping the store watch");
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(DRAIN_DEADLINE, async {
+        if let Some(task) = credential_task
+            && let Err(e) = task.await
+        {
+            tracing::warn!(error = %e, "credential watch task failed");
+        }
         (
             ads_task.await,
             admin_task.await,

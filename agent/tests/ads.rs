@@ -254,11 +254,15 @@ async fn sotw_reconnect_with_known_versions_gets_only_what_it_lacks() {
 async fn sotw_unknown_type_is_refused() {
     let h = Harness::start(base());
     let mut c = h.sotw().await;
-    c.request_url("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret")
+    c.request_url("type.googleapis.com/envoy.service.runtime.v3.Runtime")
         .await;
     let err = c.recv_error().await;
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(err.message().contains("tls.v3.Secret"), "{}", err.message());
+    assert!(
+        err.message().contains("runtime.v3.Runtime"),
+        "{}",
+        err.message()
+    );
     h.stop().await;
 }
 

@@ -15,7 +15,7 @@ use tonic::{Status, Streaming};
 use super::server::{Closed, Connection, StreamHandler, drive};
 use super::snapshot::{Resource, Snapshot};
 use super::status::Nack;
-use super::{Subscription, TypeKind, deliver, digest};
+use super::{Subscription, TYPE_COUNT, TypeKind, deliver, digest};
 
 type Out = mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>;
 
@@ -46,7 +46,7 @@ impl Diff {
 struct Stream {
     conn: Connection,
     out: Out,
-    types: [TypeState; 4],
+    types: [TypeState; TYPE_COUNT],
     next_nonce: u64,
 }
 
@@ -152,8 +152,8 @@ impl StreamHandler for Stream {
         Ok(())
     }
 
-    /// Pushes what changed: updates first (CDS → EDS → LDS → RDS; listener removals with them),
-    /// then removals of referenced types (RDS → CDS → EDS).
+    /// Pushes what changed: updates first (SDS → CDS → EDS → LDS → RDS; listener removals with
+    /// them), then removals of referenced types (RDS → CDS → EDS → SDS).
     async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
         for kind in TypeKind::PUSH_ORDER {
             let diff = self.diff(kind, snapshot, !kind.defers_removal());

@@ -1,5 +1,7 @@
 //! The resources the agent serves, one [`Snapshot`] per [`Generator`], and the channel that
-//! publishes them to every connection.
+//! publishes them to every connection. Translation fills CDS, EDS, LDS and RDS per generator; the
+//! SDS secrets are the same for every generator and published on their own
+//! ([`SnapshotPublisher::publish_secrets`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -9,11 +11,12 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 use tokio::sync::watch;
 
-use super::{TypeKind, fnv};
+use super::{TYPE_COUNT, TypeKind, fnv};
 use crate::translate::{Generated, Generator, Resources};
 
 /// One xDS resource: its version (any string that changes when the body changes) and its body.
@@ -53,7 +56,7 @@ pub enum SnapshotError {
 /// name → resource.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
-    types: [BTreeMap<String, Arc<Resource>>; 4],
+    types: [BTreeMap<String, Arc<Resource>>; TYPE_COUNT],
     /// When the configuration this snapshot was generated from reached the agent; pushes of it
     /// are timed from here to the client's ACK. Not part of equality.
     origin: Option<Instant>,
@@ -89,7 +92,8 @@ impl Snapshot {
     }
 
     /// The typed resources back from their packed bodies: the inverse of
-    /// [`Snapshot::from_resources`], for tools that read what is served (the simulator).
+    /// [`Snapshot::from_resources`], for tools that read what is served (the simulator). Secrets
+    /// are not translated resources and are left out.
     pub fn to_resources(&self) -> Result<Resources, SnapshotError> {
         Ok(Resources {
             clusters: self.unpack_all(TypeKind::Cluster)?,
@@ -179,6 +183,8 @@ impl Generator {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshots {
     by_generator: BTreeMap<Generator, Arc<Snapshot>>,
+    /// The SDS secrets, in every generator's snapshot.
+    secrets: Arc<BTreeMap<String, Arc<Resource>>>,
 }
 
 impl Snapshots {
@@ -211,7 +217,7 @@ impl SnapshotEncoder {
     /// The snapshot serving `resources`.
     pub fn encode(&mut self, resources: &Generated) -> Snapshot {
         let mut snapshot = Snapshot::new();
-        let [clusters, endpoints, listeners, routes] = &mut snapshot.types;
+        let [clusters, endpoints, listeners, routes, _secrets] = &mut snapshot.types;
         reuse_or_pack(&resources.clusters, &mut self.clusters, clusters);
         reuse_or_pack(&resources.endpoints, &mut self.endpoints, endpoints);
         reuse_or_pack(&resources.listeners, &mut self.listeners, listeners);
@@ -268,15 +274,52 @@ impl SnapshotPublisher {
         }
     }
 
-    /// Makes `snapshot` the one every client of `generator` is served. Publishing a snapshot
-    /// equal to the current one is a no-op.
-    pub fn publish(&self, generator: Generator, snapshot: Snapshot) {
+    /// Makes `snapshot` the one every client of `generator` is served, with the secrets last
+    /// published (any secrets in `snapshot` are replaced by them). Publishing a snapshot equal to
+    /// the current one is a no-op.
+    pub fn publish(&self, generator: Generator, mut snapshot: Snapshot) {
         self.tx.send_if_modified(|current| {
+            snapshot.types[TypeKind::Secret.index()] = (*current.secrets).clone();
             if current.get(generator).is_some_and(|s| **s == snapshot) {
                 return false;
             }
             let mut next = (**current).clone();
             next.by_generator.insert(generator, Arc::new(snapshot));
+            *current = Arc::new(next);
+            true
+        });
+    }
+
+    /// Makes `secrets` (resource name → secret) the SDS secrets of every generator's snapshot,
+    /// now and in every snapshot published later. Each secret's version is a digest of its
+    /// encoding; publishing the same secrets again is a no-op, so clients see a new version only
+    /// when a secret's content changed. Secrets alone do not make a generator ready: its clients
+    /// still wait for its first translation.
+    pub fn publish_secrets(&self, secrets: &BTreeMap<String, Secret>) {
+        let encoded: BTreeMap<String, Arc<Resource>> = secrets
+            .iter()
+            .map(|(name, secret)| {
+                let body = Any {
+                    type_url: TypeKind::Secret.type_url().to_owned(),
+                    value: secret.encode_to_vec(),
+                };
+                let version = fnv(&body.value);
+                (name.clone(), Arc::new(Resource { version, body }))
+            })
+            .collect();
+        let now = Instant::now();
+        self.tx.send_if_modified(|current| {
+            if *current.secrets == encoded {
+                return false;
+            }
+            let mut next = (**current).clone();
+            for snapshot in next.by_generator.values_mut() {
+                let mut updated = (**snapshot).clone();
+                updated.types[TypeKind::Secret.index()] = encoded.clone();
+                updated.origin = Some(now);
+                *snapshot = Arc::new(updated);
+            }
+            next.secrets = Arc::new(encoded);
             *current = Arc::new(next);
             true
         });
@@ -394,6 +437,75 @@ mod tests {
             *publisher.wanted().borrow(),
             BTreeSet::from([Generator::Envoy])
         );
+    }
+
+    #[test]
+    fn secrets_join_every_snapshot_and_change_only_with_their_content() {
+        let publisher = SnapshotPublisher::new();
+        let secret = |pem: &str| {
+            use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+                CertificateValidationContext, secret,
+            };
+            let ca = envoy_types::pb::envoy::config::core::v3::DataSource {
+                specifier: Some(
+                    envoy_types::pb::envoy::config::core::v3::data_source::Specifier::InlineBytes(
+                        pem.as_bytes().to_vec(),
+                    ),
+                ),
+                ..Default::default()
+            };
+            Secret {
+                name: "kubernetes://web-cacert".into(),
+                r#type: Some(secret::Type::ValidationContext(
+                    CertificateValidationContext {
+                        trusted_ca: Some(ca),
+                        ..Default::default()
+                    },
+                )),
+            }
+        };
+        let one = BTreeMap::from([("kubernetes://web-cacert".to_owned(), secret("one"))]);
+        // Published before any translation: kept for the first snapshot.
+        publisher.publish_secrets(&one);
+        assert!(publisher.current(Generator::Envoy).is_none(), "not ready");
+        publisher.publish(Generator::Envoy, Snapshot::new());
+        let served = publisher.current(Generator::Envoy).unwrap();
+        let first = &served.resources(TypeKind::Secret)["kubernetes://web-cacert"];
+        assert_eq!(first.body.type_url, TypeKind::Secret.type_url());
+
+        let mut watch = publisher.subscribe();
+        watch.borrow_and_update();
+        publisher.publish_secrets(&one);
+        assert!(!watch.has_changed().unwrap(), "same content: nothing new");
+        // A new translation keeps the secrets.
+        let mut translated = Snapshot::new();
+        translated
+            .insert(
+                TypeKind::Listener,
+                "l",
+                "1",
+                Any {
+                    type_url: TypeKind::Listener.type_url().into(),
+                    value: Vec::new(),
+                },
+            )
+            .unwrap();
+        publisher.publish(Generator::Envoy, translated);
+        let served = publisher.current(Generator::Envoy).unwrap();
+        assert_eq!(served.resources(TypeKind::Secret).len(), 1);
+        assert_eq!(served.resources(TypeKind::Listener).len(), 1);
+
+        publisher.publish_secrets(&BTreeMap::from([(
+            "kubernetes://web-cacert".to_owned(),
+            secret("two"),
+        )]));
+        let served = publisher.current(Generator::Envoy).unwrap();
+        let second = &served.resources(TypeKind::Secret)["kubernetes://web-cacert"];
+        assert_ne!(first.version, second.version, "new content, new version");
+        assert_eq!(served.resources(TypeKind::Listener).len(), 1);
+        publisher.publish_secrets(&BTreeMap::new());
+        let served = publisher.current(Generator::Envoy).unwrap();
+        assert!(served.resources(TypeKind::Secret).is_empty());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tonic::{Status, Streaming};
 use super::server::{Closed, Connection, StreamHandler, drive};
 use super::snapshot::{Resource, Snapshot};
 use super::status::Nack;
-use super::{Subscription, TypeKind, deliver, digest_resources};
+use super::{Subscription, TYPE_COUNT, TypeKind, deliver, digest_resources};
 
 type Out = mpsc::Sender<Result<DiscoveryResponse, Status>>;
 
@@ -40,7 +40,7 @@ struct TypeState {
 struct Stream {
     conn: Connection,
     out: Out,
-    types: [TypeState; 4],
+    types: [TypeState; TYPE_COUNT],
     next_nonce: u64,
 }
 
@@ -130,8 +130,8 @@ impl StreamHandler for Stream {
         self.send(kind, resources, None).await
     }
 
-    /// Pushes what changed: additions and changes first (CDS → EDS → LDS → RDS, still carrying
-    /// resources about to be removed), then the removals (RDS → CDS → EDS).
+    /// Pushes what changed: additions and changes first (SDS → CDS → EDS → LDS → RDS, still
+    /// carrying resources about to be removed), then the removals (RDS → CDS → EDS → SDS).
     async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
         for kind in TypeKind::PUSH_ORDER {
             let state = &self.types[kind.index()];

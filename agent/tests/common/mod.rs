@@ -17,6 +17,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
@@ -44,6 +45,7 @@ pub const CDS: TypeKind = TypeKind::Cluster;
 pub const EDS: TypeKind = TypeKind::Endpoint;
 pub const LDS: TypeKind = TypeKind::Listener;
 pub const RDS: TypeKind = TypeKind::Route;
+pub const SDS: TypeKind = TypeKind::Secret;
 
 /// The real server on a socket in a temporary directory.
 pub struct Harness {
@@ -353,12 +355,20 @@ pub fn route(name: &str) -> Any {
     })
 }
 
+pub fn secret(name: &str) -> Any {
+    pack_any(Secret {
+        name: name.into(),
+        ..Default::default()
+    })
+}
+
 pub fn body(kind: TypeKind, name: &str) -> Any {
     match kind {
         TypeKind::Cluster => cluster(name),
         TypeKind::Endpoint => endpoints(name),
         TypeKind::Listener => listener(name),
         TypeKind::Route => route(name),
+        TypeKind::Secret => secret(name),
     }
 }
 
@@ -379,6 +389,7 @@ pub fn name_of(any: &Any) -> String {
         TypeKind::Endpoint => ClusterLoadAssignment::decode(bytes).unwrap().cluster_name,
         TypeKind::Listener => Listener::decode(bytes).unwrap().name,
         TypeKind::Route => RouteConfiguration::decode(bytes).unwrap().name,
+        TypeKind::Secret => Secret::decode(bytes).unwrap().name,
     }
 }
 

@@ -1,0 +1,533 @@
+//! TLS credentials served over SDS, read from Kubernetes Secrets mounted as volumes.
+//!
+//! Gateways (`Gateway` servers with `credentialName`) and `DestinationRule`s name their TLS
+//! credentials `kubernetes://<credentialName>`, and for mutual TLS the CA
+//! `kubernetes://<credentialName>-cacert`, with ADS as config source. istiod reads those from
+//! Kubernetes Secrets; the agent has no access to Secrets (and the store holds no private keys),
+//! so the pod mounts the Secrets it serves under one directory (`--credential-dir`), one
+//! subdirectory per Secret, laid out as Kubernetes lays out a Secret volume:
+//!
+//! - `tls.crt` + `tls.key` (a `kubernetes.io/tls` Secret), or Istio's generic keys `cert` + `key`
+//!   (preferred when both are there);
+//! - optionally `ca.crt`, or Istio's generic `cacert` (preferred).
+//!
+//! **Names, as istiod serves them.** `DIR/<name>/` with a key pair is served as
+//! `kubernetes://<name>`: a `tls_certificate` with the chain and the key inline. With a CA it is
+//! also served as `kubernetes://<name>-cacert`: a `validation_context` with the CA inline. A
+//! separate `DIR/<name>-cacert/` Secret holding a CA takes precedence for that name (istiod looks
+//! for the `-cacert` Secret first, then falls back to the main one). A name ending in `-cacert`
+//! is only ever a CA.
+//!
+//! **Reload.** The directory is read afresh every `--credential-poll` (Kubernetes updates a
+//! mounted Secret by swapping the `..data` symlink, so reading the files again sees the new
+//! content); a new version of a secret is published only when its content changed.
+//!
+//! **Bad input.** A credential that cannot be read or is incomplete is reported with its path and
+//! not served; the others keep being served. When the directory itself cannot be read, the
+//! secrets last read keep being served.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source::Specifier};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CertificateValidationContext, Secret, TlsCertificate, secret,
+};
+use envoy_types::pb::google::protobuf::Any;
+use prost::Message;
+use tokio::sync::watch;
+
+use crate::ads::{SnapshotPublisher, TypeKind};
+
+/// The resource name prefix of credentials from Kubernetes Secrets.
+pub const KUBERNETES_PREFIX: &str = "kubernetes://";
+
+/// The suffix naming the CA of a credential.
+pub const CA_SUFFIX: &str = "-cacert";
+
+/// What stands in for a private key in anything shown to a person.
+pub const REDACTED: &str = "[redacted]";
+
+/// `--credential-dir` and `--credential-poll`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CredentialArgs {
+    /// A directory of mounted Kubernetes Secrets, one subdirectory per Secret (`tls.crt`,
+    /// `tls.key`, optional `ca.crt`; or `cert`, `key`, `cacert`), served over SDS as
+    /// `kubernetes://<subdirectory>` (and `kubernetes://<subdirectory>-cacert` for the CA). No
+    /// credentials are served when not set.
+    #[arg(long, env = "PASA_CREDENTIAL_DIR")]
+    pub credential_dir: Option<PathBuf>,
+    /// How often the credential directory is read again for changed Secrets.
+    #[arg(long, env = "PASA_CREDENTIAL_POLL", default_value = "5s", value_parser = pasa_proto::duration::parse)]
+    pub credential_poll: Duration,
+}
+
+/// Why a credential (or the whole directory) is not served.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    #[error(
+        "cannot read the credential directory {path}: {source} (is --credential-dir where the Secrets are mounted?)"
+    )]
+    ReadDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot read {path}: {source}; credential {name:?} is not served")]
+    Read {
+        name: String,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} is empty; credential {name:?} is not served")]
+    EmptyFile { name: String, path: PathBuf },
+    #[error(
+        "{path} is missing (the Secret has {present} but not {missing}); credential {name:?} is not served"
+    )]
+    Incomplete {
+        name: String,
+        path: PathBuf,
+        present: &'static str,
+        missing: &'static str,
+    },
+    #[error(
+        "{path} holds none of tls.crt + tls.key, cert + key, ca.crt or cacert; credential {name:?} is not served"
+    )]
+    Nothing { name: String, path: PathBuf },
+}
+
+/// What one read of the credential directory found.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// SDS resource name → secret.
+    pub secrets: BTreeMap<String, Secret>,
+    /// The credentials not served, and why.
+    pub problems: Vec<CredentialError>,
+}
+
+/// One mounted Secret's contents.
+#[derive(Debug, Default, PartialEq)]
+struct Credential {
+    /// Certificate chain and private key.
+    key_pair: Option<(Vec<u8>, Vec<u8>)>,
+    ca: Option<Vec<u8>>,
+}
+
+/// The key pairs a Secret may hold, in the order they are looked for.
+const KEY_PAIRS: [(&str, &str); 2] = [("cert", "key"), ("tls.crt", "tls.key")];
+
+/// The CA keys a Secret may hold, in the order they are looked for.
+const CA_KEYS: [&str; 2] = ["cacert", "ca.crt"];
+
+/// Reads every credential under `dir`.
+pub fn load(dir: &Path) -> Result<Loaded, CredentialError> {
+    let read_dir = |source| CredentialError::ReadDir {
+        path: dir.to_owned(),
+        source,
+    };
+    let mut names = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).map_err(read_dir)? {
+        let entry = entry.map_err(read_dir)?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        // `..data` and friends when the directory is itself a mount; anything hidden.
+        if name.starts_with('.') {
+            continue;
+        }
+        // Follows symlinks, as a projected volume's entries are.
+        if std::fs::metadata(entry.path()).is_ok_and(|m| m.is_dir()) {
+            names.insert(name);
+        }
+    }
+
+    let mut loaded = Loaded::default();
+    let mut own_ca = BTreeMap::new();
+    let mut fallback_ca = BTreeMap::new();
+    for name in names {
+        let credential = match read_credential(&name, &dir.join(&name)) {
+            Ok(credential) => credential,
+            Err(problem) => {
+                loaded.problems.push(problem);
+                continue;
+            }
+        };
+        let is_ca_only = name.ends_with(CA_SUFFIX);
+        if let Some((chain, key)) = credential.key_pair
+            && !is_ca_only
+        {
+            let resource = format!("{KUBERNETES_PREFIX}{name}");
+            loaded
+                .secrets
+                .insert(resource.clone(), tls_secret(resource, chain, key));
+        }
+        if let Some(ca) = credential.ca {
+            if is_ca_only {
+                own_ca.insert(format!("{KUBERNETES_PREFIX}{name}"), ca.clone());
+            }
+            fallback_ca.insert(format!("{KUBERNETES_PREFIX}{name}{CA_SUFFIX}"), ca);
+        }
+    }
+    // A `<name>-cacert` Secret wins over the CA inside `<name>`.
+    fallback_ca.extend(own_ca);
+    for (resource, ca) in fallback_ca {
+        loaded
+            .secrets
+            .insert(resource.clone(), ca_secret(resource, ca));
+    }
+    Ok(loaded)
+}
+
+fn read_credential(name: &str, dir: &Path) -> Result<Credential, CredentialError> {
+    let read = |file: &str| -> Result<Option<Vec<u8>>, CredentialError> {
+        let path = dir.join(file);
+        match std::fs::read(&path) {
+            Ok(bytes) if bytes.is_empty() => Err(CredentialError::EmptyFile {
+                name: name.to_owned(),
+                path,
+            }),
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(CredentialError::Read {
+                name: name.to_owned(),
+                path,
+                source,
+            }),
+        }
+    };
+    let mut credential = Credential::default();
+    for (cert_file, key_file) in KEY_PAIRS {
+        match (read(cert_file)?, read(key_file)?) {
+            (Some(chain), Some(key)) => {
+                credential.key_pair = Some((chain, key));
+                break;
+            }
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(CredentialError::Incomplete {
+                    name: name.to_owned(),
+                    path: dir.join(key_file),
+                    present: cert_file,
+                    missing: key_file,
+                });
+            }
+            (None, Some(_)) => {
+                return Err(CredentialError::Incomplete {
+                    name: name.to_owned(),
+                    path: dir.join(cert_file),
+                    present: key_file,
+                    missing: cert_file,
+                });
+            }
+        }
+    }
+    for ca_file in CA_KEYS {
+        if let Some(ca) = read(ca_file)? {
+            credential.ca = Some(ca);
+            break;
+        }
+    }
+    if credential == Credential::default() {
+        return Err(CredentialError::Nothing {
+            name: name.to_owned(),
+            path: dir.to_owned(),
+        });
+    }
+    Ok(credential)
+}
+
+fn inline(bytes: Vec<u8>) -> Option<DataSource> {
+    Some(DataSource {
+        specifier: Some(Specifier::InlineBytes(bytes)),
+        ..Default::default()
+    })
+}
+
+fn tls_secret(name: String, chain: Vec<u8>, key: Vec<u8>) -> Secret {
+    Secret {
+        name,
+        r#type: Some(secret::Type::TlsCertificate(TlsCertificate {
+            certificate_chain: inline(chain),
+            private_key: inline(key),
+            ..Default::default()
+        })),
+    }
+}
+
+fn ca_secret(name: String, ca: Vec<u8>) -> Secret {
+    Secret {
+        name,
+        r#type: Some(secret::Type::ValidationContext(
+            CertificateValidationContext {
+                trusted_ca: inline(ca),
+                ..Default::default()
+            },
+        )),
+    }
+}
+
+/// A packed SDS secret fit to show: its private key replaced by [`REDACTED`] (as Envoy's own
+/// config dump does). A body that does not decode as a secret shows nothing of itself.
+pub fn redacted(body: &Any) -> Any {
+    let value = match Secret::decode(body.value.as_slice()) {
+        Ok(mut secret) => {
+            if let Some(secret::Type::TlsCertificate(tls)) = &mut secret.r#type {
+                if tls.private_key.is_some() {
+                    tls.private_key = Some(DataSource {
+                        specifier: Some(Specifier::InlineString(REDACTED.into())),
+                        ..Default::default()
+                    });
+                }
+                tls.password = None;
+            }
+            secret.encode_to_vec()
+        }
+        Err(_) => Vec::new(),
+    };
+    Any {
+        type_url: TypeKind::Secret.type_url().to_owned(),
+        value,
+    }
+}
+
+/// Keeps the published secrets in step with the credential directory.
+pub struct CredentialWatch {
+    dir: PathBuf,
+    poll: Duration,
+    publisher: Arc<SnapshotPublisher>,
+    /// The problems already logged, so each is logged once while it lasts.
+    reported: BTreeSet<String>,
+}
+
+impl CredentialWatch {
+    /// Watches `args.credential_dir`, if set, publishing to `publisher`.
+    pub fn new(args: &CredentialArgs, publisher: Arc<SnapshotPublisher>) -> Option<Self> {
+        let dir = args.credential_dir.clone()?;
+        Some(CredentialWatch {
+            dir,
+            poll: args.credential_poll.max(Duration::from_millis(10)),
+            publisher,
+            reported: BTreeSet::new(),
+        })
+    }
+
+    /// Reads the directory now and publishes what it holds (at start, before any client is
+    /// served, so the first snapshots carry the secrets).
+    pub fn refresh(&mut self) {
+        let loaded = load(&self.dir);
+        self.apply(loaded);
+    }
+
+    /// Reads the directory every poll interval until `stop` turns true.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let mut ticks = tokio::time::interval(self.poll);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                _ = ticks.tick() => {}
+            }
+            let dir = self.dir.clone();
+            match tokio::task::spawn_blocking(move || load(&dir)).await {
+                Ok(loaded) => self.apply(loaded),
+                Err(e) => tracing::warn!(error = %e, "reading the credential directory failed"),
+            }
+        }
+    }
+
+    fn apply(&mut self, loaded: Result<Loaded, CredentialError>) {
+        let (loaded, problems) = match loaded {
+            Ok(mut loaded) => {
+                let problems = std::mem::take(&mut loaded.problems);
+                (Some(loaded), problems)
+            }
+            Err(problem) => (None, vec![problem]),
+        };
+        let messages: BTreeSet<String> = problems.iter().map(ToString::to_string).collect();
+        for problem in &problems {
+            let message = problem.to_string();
+            if !self.reported.contains(&message) {
+                tracing::warn!(error = %message, "credential not served");
+            }
+        }
+        self.reported = messages;
+        if let Some(loaded) = loaded {
+            tracing::debug!(
+                dir = %self.dir.display(),
+                secrets = loaded.secrets.len(),
+                "credentials read"
+            );
+            self.publisher.publish_secrets(&loaded.secrets);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, files: &[(&str, &str)]) {
+        let path = dir.join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        for (file, content) in files {
+            std::fs::write(path.join(file), content).unwrap();
+        }
+    }
+
+    fn inline_bytes(source: &Option<DataSource>) -> &[u8] {
+        match source.as_ref().and_then(|s| s.specifier.as_ref()) {
+            Some(Specifier::InlineBytes(bytes)) => bytes,
+            other => panic!("not inline bytes: {other:?}"),
+        }
+    }
+
+    fn tls(secret: &Secret) -> &TlsCertificate {
+        match &secret.r#type {
+            Some(secret::Type::TlsCertificate(tls)) => tls,
+            other => panic!("not a TLS certificate: {other:?}"),
+        }
+    }
+
+    fn trusted_ca(secret: &Secret) -> &[u8] {
+        match &secret.r#type {
+            Some(secret::Type::ValidationContext(v)) => inline_bytes(&v.trusted_ca),
+            other => panic!("not a validation context: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_tls_secret_serves_its_pair_and_its_ca_as_istiod_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "web-cert",
+            &[("tls.crt", "CHAIN"), ("tls.key", "KEY"), ("ca.crt", "CA")],
+        );
+        // Istio's generic keys win over the kubernetes.io/tls ones.
+        write(
+            dir.path(),
+            "generic",
+            &[
+                ("cert", "G-CHAIN"),
+                ("key", "G-KEY"),
+                ("tls.crt", "T"),
+                ("tls.key", "T"),
+            ],
+        );
+        let loaded = load(dir.path()).unwrap();
+        assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+        let names: Vec<&str> = loaded.secrets.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "kubernetes://generic",
+                "kubernetes://web-cert",
+                "kubernetes://web-cert-cacert"
+            ]
+        );
+        let web = &loaded.secrets["kubernetes://web-cert"];
+        assert_eq!(web.name, "kubernetes://web-cert");
+        assert_eq!(inline_bytes(&tls(web).certificate_chain), b"CHAIN");
+        assert_eq!(inline_bytes(&tls(web).private_key), b"KEY");
+        assert_eq!(
+            trusted_ca(&loaded.secrets["kubernetes://web-cert-cacert"]),
+            b"CA"
+        );
+        let generic = tls(&loaded.secrets["kubernetes://generic"]);
+        assert_eq!(inline_bytes(&generic.certificate_chain), b"G-CHAIN");
+    }
+
+    #[test]
+    fn a_separate_cacert_secret_wins_and_is_only_a_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "api",
+            &[("tls.crt", "C"), ("tls.key", "K"), ("ca.crt", "INNER")],
+        );
+        write(
+            dir.path(),
+            "api-cacert",
+            &[("cacert", "OWN"), ("tls.crt", "C"), ("tls.key", "K")],
+        );
+        let loaded = load(dir.path()).unwrap();
+        assert_eq!(
+            trusted_ca(&loaded.secrets["kubernetes://api-cacert"]),
+            b"OWN"
+        );
+        assert!(matches!(
+            loaded.secrets["kubernetes://api-cacert"].r#type,
+            Some(secret::Type::ValidationContext(_))
+        ));
+    }
+
+    #[test]
+    fn a_bad_credential_is_reported_by_path_and_the_rest_are_served() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "good", &[("tls.crt", "C"), ("tls.key", "K")]);
+        write(dir.path(), "no-key", &[("tls.crt", "C")]);
+        write(
+            dir.path(),
+            "empty-key",
+            &[("tls.crt", "C"), ("tls.key", "")],
+        );
+        write(dir.path(), "nothing", &[("README", "x")]);
+        write(dir.path(), "..data", &[("tls.crt", "C"), ("tls.key", "K")]);
+        std::fs::write(dir.path().join("stray-file"), "x").unwrap();
+        let loaded = load(dir.path()).unwrap();
+        let names: Vec<&str> = loaded.secrets.keys().map(String::as_str).collect();
+        assert_eq!(names, ["kubernetes://good"]);
+        let problems: Vec<String> = loaded.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        let no_key = dir.path().join("no-key").join("tls.key");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains(&no_key.display().to_string())),
+            "{problems:?}"
+        );
+        let empty = dir.path().join("empty-key").join("tls.key");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains(&empty.display().to_string()) && p.contains("empty")),
+            "{problems:?}"
+        );
+        let err = load(&dir.path().join("absent")).unwrap_err();
+        assert!(err.to_string().contains("absent"), "{err}");
+    }
+
+    #[test]
+    fn redaction_keeps_the_chain_and_hides_the_key() {
+        let secret = tls_secret(
+            "kubernetes://w".into(),
+            b"CHAIN".to_vec(),
+            b"SECRET-KEY".to_vec(),
+        );
+        let body = Any {
+            type_url: TypeKind::Secret.type_url().into(),
+            value: secret.encode_to_vec(),
+        };
+        let shown = Secret::decode(redacted(&body).value.as_slice()).unwrap();
+        assert_eq!(shown.name, "kubernetes://w");
+        assert_eq!(inline_bytes(&tls(&shown).certificate_chain), b"CHAIN");
+        assert_eq!(
+            tls(&shown).private_key.as_ref().unwrap().specifier,
+            Some(Specifier::InlineString(REDACTED.into()))
+        );
+        assert!(!format!("{shown:?}").contains("SECRET-KEY"));
+        let ca = ca_secret("kubernetes://w-cacert".into(), b"CA".to_vec());
+        let body = Any {
+            type_url: TypeKind::Secret.type_url().into(),
+            value: ca.encode_to_vec(),
+        };
+        assert_eq!(
+            Secret::decode(redacted(&body).value.as_slice()).unwrap(),
+            ca
+        );
+    }
+}
