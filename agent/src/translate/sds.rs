@@ -19,14 +19,14 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::SdsSecretConfig;
 use envoy_types::pb::google::protobuf::Duration;
 
+use crate::credentials::{CA_SUFFIX, KUBERNETES_PREFIX};
+
 /// The workload certificate's SDS name.
 pub(super) const WORKLOAD_CERTIFICATE: &str = "default";
 /// The mesh root certificate's SDS name.
 pub(super) const ROOT_CA: &str = "ROOTCA";
 /// The cluster of Istio's bootstrap that reaches the istio-agent's SDS server.
 const SDS_CLUSTER: &str = "sds-grpc";
-/// What a credential's CA bundle adds to its name.
-const CA_SUFFIX: &str = "-cacert";
 
 /// A secret the pod's istio-agent serves: the workload certificate, the root, or mounted files.
 pub(super) fn from_istio_agent(name: &str) -> SdsSecretConfig {
@@ -64,7 +64,7 @@ pub(super) fn credential(name: &str) -> SdsSecretConfig {
     let name = if name.contains("://") {
         name.to_string()
     } else {
-        format!("kubernetes://{name}")
+        format!("{KUBERNETES_PREFIX}{name}")
     };
     SdsSecretConfig {
         name,
