@@ -429,19 +429,8 @@ fn merge_onto_port<'a>(
         return;
     }
     if !is_tls_server(&bound.server) {
-        plain.insert(sp.number, sp.clone());
         let at = m.add(bound);
-        if is_http_server(&m.bound[at].server) {
-            m.by_route.insert(route.clone(), vec![at]);
-        }
-        m.servers.insert(
-            sp.clone(),
-            MergedServers {
-                servers: vec![at],
-                route_name: route,
-            },
-        );
-        m.ports.push(sp);
+        m.add_first(at, sp, plain);
         return;
     }
     if is_http_server(&bound.server) && (route.is_empty() || m.by_route.contains_key(&route)) {
