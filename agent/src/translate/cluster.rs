@@ -208,7 +208,10 @@ fn outbound(
         cluster.outlier_detection = Some(outlier_detection(od));
     }
     if let Some(tls) = &policy.tls {
-        cluster.transport_socket = upstream_tls(tls, &service.hostname, port.number, subset);
+        cluster.transport_socket = match generator {
+            Generator::Envoy => upstream_tls(tls, &service.hostname, port.number, subset),
+            Generator::Grpc => super::grpc::upstream_tls(tls.mode, &service.identities()),
+        };
     }
     // HTTP/2 and gRPC ports speak HTTP/2 upstream.
     let http2 = port.is_http() && port.protocol != Some(Protocol::Http);

@@ -130,6 +130,30 @@ impl Service {
     pub fn port(&self, number: u32) -> Option<&ServicePort> {
         self.ports.iter().find(|p| p.number == number)
     }
+
+    /// The SPIFFE identities of the service's endpoints (`spiffe://cluster.local/ns/<ns>/sa/<sa>`,
+    /// or the identity an endpoint states), sorted, each once: who a client may accept as the
+    /// service.
+    pub fn identities(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .endpoints
+            .iter()
+            .filter(|e| !e.service_account.is_empty())
+            .map(|e| {
+                if e.service_account.starts_with("spiffe://") {
+                    e.service_account.clone()
+                } else {
+                    format!(
+                        "spiffe://cluster.local/ns/{}/sa/{}",
+                        self.namespace, e.service_account
+                    )
+                }
+            })
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
 }
 
 /// Every kind translation reads, parsed.
