@@ -165,14 +165,6 @@ fn type_status(status: Option<&TypeStatus>) -> TypeSyncStatus {
     }
 }
 
-fn rank(state: i32) -> u8 {
-    match SyncState::try_from(state) {
-        Ok(SyncState::Stale) => 2,
-        Ok(SyncState::Synced) => 1,
-        _ => 0,
-    }
-}
-
 /// One type over several connections: the worst state wins (STALE, then SYNCED, then NOT SENT)
 /// with its versions; the latest NACK of any connection.
 fn worst(all: impl Iterator<Item = TypeSyncStatus>) -> TypeSyncStatus {
@@ -186,7 +178,11 @@ fn worst(all: impl Iterator<Item = TypeSyncStatus>) -> TypeSyncStatus {
         {
             latest_nack = Some(n.clone());
         }
-        if out.as_ref().is_none_or(|o| rank(t.state) > rank(o.state)) {
+        let severity = |state| SyncState::from_wire(state).severity();
+        if out
+            .as_ref()
+            .is_none_or(|o| severity(t.state) > severity(o.state))
+        {
             out = Some(t);
         }
     }

@@ -12,6 +12,7 @@ pub mod kind;
 pub mod node;
 pub mod object;
 pub mod service_endpoints;
+pub mod sync_state;
 
 /// The store API, generated from `proto/pasa/store/v1/store.proto`.
 pub mod store {

@@ -101,18 +101,10 @@ fn worst(xds: Option<&XdsSyncStatus>) -> SyncState {
     let Some(xds) = xds else {
         return SyncState::NotSent;
     };
-    let states = [&xds.cds, &xds.lds, &xds.eds, &xds.rds].map(|t| {
+    SyncState::worst([&xds.cds, &xds.lds, &xds.eds, &xds.rds].map(|t| {
         t.as_ref()
-            .and_then(|t| SyncState::try_from(t.state).ok())
-            .unwrap_or(SyncState::NotSent)
-    });
-    if states.contains(&SyncState::Stale) {
-        SyncState::Stale
-    } else if states.contains(&SyncState::Synced) {
-        SyncState::Synced
-    } else {
-        SyncState::NotSent
-    }
+            .map_or(SyncState::NotSent, |t| SyncState::from_wire(t.state))
+    }))
 }
 
 #[derive(Default)]
