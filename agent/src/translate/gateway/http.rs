@@ -137,12 +137,7 @@ pub(super) fn intersection(
     vs_hosts: &[String],
 ) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for h in &server.hosts {
-        let pattern = match h.split_once('/') {
-            Some((ns, host)) if ns == vs_namespace || ns == "*" => host,
-            Some(_) => continue,
-            None => h.as_str(),
-        };
+    for pattern in host_patterns(server, vs_namespace) {
         for vs_host in vs_hosts {
             if host::matches(pattern, vs_host) {
                 out.insert(narrower(pattern, vs_host).to_string());
@@ -150,6 +145,22 @@ pub(super) fn intersection(
         }
     }
     out
+}
+
+/// The server's host patterns that a VirtualService of `vs_namespace` may use: those without a
+/// namespace part, or whose namespace part is the VirtualService's (or `*`).
+pub(super) fn host_patterns<'s>(
+    server: &'s Server,
+    vs_namespace: &'s str,
+) -> impl Iterator<Item = &'s str> + 's {
+    server
+        .hosts
+        .iter()
+        .filter_map(move |h| match h.split_once('/') {
+            Some((ns, host)) if ns == vs_namespace || ns == "*" => Some(host),
+            Some(_) => None,
+            None => Some(h.as_str()),
+        })
 }
 
 /// Of two overlapping hosts, the one the other covers.

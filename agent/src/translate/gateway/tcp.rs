@@ -58,12 +58,7 @@ pub(super) fn chains(
 /// Whether one of the VirtualService's hosts overlaps one of the server's (a `ns/host` server
 /// host only for VirtualServices of that namespace).
 fn serves_hosts_of(bound: &Bound<'_>, vs: &Config<VirtualService>) -> bool {
-    bound.server.hosts.iter().any(|h| {
-        let pattern = match h.split_once('/') {
-            Some((ns, host)) if ns == vs.meta.namespace => host,
-            Some(_) => return false,
-            None => h.as_str(),
-        };
+    super::http::host_patterns(&bound.server, &vs.meta.namespace).any(|pattern| {
         vs.spec
             .hosts
             .iter()
