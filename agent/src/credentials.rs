@@ -322,9 +322,11 @@ impl CredentialWatch {
         self.apply(loaded);
     }
 
-    /// Reads the directory every poll interval until `stop` turns true.
+    /// Reads the directory every poll interval until `stop` turns true (the first read is
+    /// [`CredentialWatch::refresh`]'s, at start).
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        let mut ticks = tokio::time::interval(self.poll);
+        let mut ticks =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.poll, self.poll);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -348,11 +350,8 @@ impl CredentialWatch {
             Err(problem) => (None, vec![problem]),
         };
         let messages: BTreeSet<String> = problems.iter().map(ToString::to_string).collect();
-        for problem in &problems {
-            let message = problem.to_string();
-            if !self.reported.contains(&message) {
-                tracing::warn!(error = %message, "credential not served");
-            }
+        for message in messages.difference(&self.reported) {
+            tracing::warn!(error = %message, "credential not served");
         }
         self.reported = messages;
         if let Some(loaded) = loaded {
