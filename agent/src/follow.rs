@@ -278,11 +278,10 @@ impl Stream<'_> {
                     if awaiting.is_empty() {
                         in_force.updated = false;
                     }
-                    // Saved before anyone hears it is complete; the link is up before the
-                    // complete cache is published (translation trusts a synced cache's scope).
+                    // Saved before anyone hears it is complete.
                     saver.save(cache);
-                    link.send_replace(Link::Synced);
                     published.send_replace(Arc::new(cache.clone()));
+                    link.send_replace(Link::Synced);
                     backoff.reset();
                 }
                 Some(watch_response::Response::Progress(p)) => cache.progress(p.revision),

@@ -272,9 +272,10 @@ pub async fn run(
                 if cache.snapshot_pending() {
                     continue;
                 }
-                let synced = matches!(*link.borrow(), Link::Synced);
+                let following = !is_degraded(&link.borrow());
                 // The scope follows what translation just read (no second parse of the cache).
-                let next = serving.translate(&cache, &wanted.borrow_and_update(), received, synced);
+                let next =
+                    serving.translate(&cache, &wanted.borrow_and_update(), received, following);
                 scope_tx.send_if_modified(|current| {
                     let changed = *current != next;
                     if changed {
@@ -295,8 +296,8 @@ pub async fn run(
                 }
                 let wanted = wanted.borrow_and_update().clone();
                 if let Some(cache) = &complete {
-                    let synced = matches!(*link.borrow(), Link::Synced);
-                    serving.translate(cache, &wanted, Instant::now(), synced);
+                    let following = !is_degraded(&link.borrow());
+                    serving.translate(cache, &wanted, Instant::now(), following);
                 }
             }
             changed = link.changed() => {
@@ -369,17 +370,18 @@ impl Serving {
     /// publishes the snapshots, marked with `received` (when the change reached the agent).
     /// Returns the subscription the translation's scope needs.
     ///
-    /// With the store synced (`synced`), a translation whose scope is wider than what the cache
-    /// holds the answer to is not published: it would name clusters the store has not sent yet
-    /// (a gateway's new route before its destination's service), and clients would see
-    /// "cluster not found" until the next push. The caller widens the subscription; the store's
-    /// answer brings a cache that answers it, and that one is published.
+    /// While the store is followed (`following`: the agent is not degraded), a translation whose
+    /// scope is wider than what the cache holds the answer to is not published: it would name
+    /// clusters the store has not sent yet (a gateway's new route before its destination's
+    /// service), and clients would see "cluster not found" until the next push. The caller widens
+    /// the subscription; the store's answer brings a cache that answers it, and that one is
+    /// published.
     fn translate(
         &mut self,
         cache: &Arc<Cache>,
         wanted: &std::collections::BTreeSet<Generator>,
         received: Instant,
-        synced: bool,
+        following: bool,
     ) -> pasa_proto::store::v1::Subscription {
         let mut generated = Vec::new();
         for &generator in wanted {
@@ -401,7 +403,7 @@ impl Serving {
         if generated.is_empty() {
             return needs;
         }
-        if synced && !cache.answers(&needs) && self.held < MAX_HELD {
+        if following && !cache.answers(&needs) && self.held < MAX_HELD {
             self.held += 1;
             tracing::debug!(
                 revision = cache.revision(),
