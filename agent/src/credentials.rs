@@ -25,6 +25,11 @@
 //! **Bad input.** A credential that cannot be read or is incomplete is reported with its path and
 //! not served; the others keep being served. When the directory itself cannot be read, the
 //! secrets last read keep being served.
+//!
+//! **The workload's own certificate** (`--cert-dir`, [`workload`]): `default` and `ROOTCA`, read
+//! and re-read the same way and served beside the credentials.
+
+pub mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -60,7 +65,13 @@ pub struct CredentialArgs {
     /// credentials are served when not set.
     #[arg(long, env = "PASA_CREDENTIAL_DIR")]
     pub credential_dir: Option<PathBuf>,
-    /// How often the credential directory is read again for changed Secrets.
+    /// The workload certificate's directory, with Istio's file names (`cert-chain.pem`,
+    /// `key.pem`, `root-cert.pem`, as istio-csr or SPIRE mount them): served over SDS as
+    /// `default` and `ROOTCA`, on the agent's socket (point Envoy's `sds-grpc` at it), re-read
+    /// on rotation. Without it they are left to the istio-agent's SDS.
+    #[arg(long, env = "PASA_CERT_DIR")]
+    pub cert_dir: Option<PathBuf>,
+    /// How often the credential and certificate directories are read again for changes.
     #[arg(long, env = "PASA_CREDENTIAL_POLL", default_value = "5s", value_parser = pasa_proto::duration::parse)]
     pub credential_poll: Duration,
 }
@@ -182,23 +193,26 @@ pub fn load(dir: &Path) -> Result<Loaded, CredentialError> {
     Ok(loaded)
 }
 
+/// `dir/file` of credential `name`: `None` when absent; an empty or unreadable file is an error.
+fn read_file(name: &str, dir: &Path, file: &str) -> Result<Option<Vec<u8>>, CredentialError> {
+    let path = dir.join(file);
+    match std::fs::read(&path) {
+        Ok(bytes) if bytes.is_empty() => Err(CredentialError::EmptyFile {
+            name: name.to_owned(),
+            path,
+        }),
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(CredentialError::Read {
+            name: name.to_owned(),
+            path,
+            source,
+        }),
+    }
+}
+
 fn read_credential(name: &str, dir: &Path) -> Result<Credential, CredentialError> {
-    let read = |file: &str| -> Result<Option<Vec<u8>>, CredentialError> {
-        let path = dir.join(file);
-        match std::fs::read(&path) {
-            Ok(bytes) if bytes.is_empty() => Err(CredentialError::EmptyFile {
-                name: name.to_owned(),
-                path,
-            }),
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(CredentialError::Read {
-                name: name.to_owned(),
-                path,
-                source,
-            }),
-        }
-    };
+    let read = |file: &str| read_file(name, dir, file);
     let mut credential = Credential::default();
     for (cert_file, key_file) in KEY_PAIRS {
         match (read(cert_file)?, read(key_file)?) {
@@ -294,9 +308,35 @@ pub fn redacted(body: &Any) -> Any {
     }
 }
 
-/// Keeps the published secrets in step with the credential directory.
+/// The directories secrets are read from.
+#[derive(Debug, Clone)]
+struct Dirs {
+    credentials: Option<PathBuf>,
+    workload: Option<PathBuf>,
+}
+
+impl Dirs {
+    /// Both directories' secrets, with the problems of each. An unreadable credential
+    /// directory fails the whole read (the secrets last read keep being served); a workload
+    /// certificate that cannot be read is a problem and is left out.
+    fn load(&self) -> Result<Loaded, CredentialError> {
+        let mut loaded = match &self.credentials {
+            Some(dir) => load(dir)?,
+            None => Loaded::default(),
+        };
+        if let Some(dir) = &self.workload {
+            match workload::load(dir) {
+                Ok(secrets) => loaded.secrets.extend(secrets),
+                Err(problem) => loaded.problems.push(problem),
+            }
+        }
+        Ok(loaded)
+    }
+}
+
+/// Keeps the published secrets in step with the credential and certificate directories.
 pub struct CredentialWatch {
-    dir: PathBuf,
+    dirs: Dirs,
     poll: Duration,
     publisher: Arc<SnapshotPublisher>,
     /// The problems already logged, so each is logged once while it lasts.
@@ -306,9 +346,15 @@ pub struct CredentialWatch {
 impl CredentialWatch {
     /// Watches `args.credential_dir`, if set, publishing to `publisher`.
     pub fn new(args: &CredentialArgs, publisher: Arc<SnapshotPublisher>) -> Option<Self> {
-        let dir = args.credential_dir.clone()?;
+        let dirs = Dirs {
+            credentials: args.credential_dir.clone(),
+            workload: args.cert_dir.clone(),
+        };
+        if dirs.credentials.is_none() && dirs.workload.is_none() {
+            return None;
+        }
         Some(CredentialWatch {
-            dir,
+            dirs,
             poll: args.credential_poll.max(Duration::from_millis(10)),
             publisher,
             reported: BTreeSet::new(),
@@ -318,7 +364,7 @@ impl CredentialWatch {
     /// Reads the directory now and publishes what it holds (at start, before any client is
     /// served, so the first snapshots carry the secrets).
     pub fn refresh(&mut self) {
-        let loaded = load(&self.dir);
+        let loaded = self.dirs.load();
         self.apply(loaded);
     }
 
@@ -333,8 +379,8 @@ impl CredentialWatch {
                 _ = stop.wait_for(|s| *s) => break,
                 _ = ticks.tick() => {}
             }
-            let dir = self.dir.clone();
-            match tokio::task::spawn_blocking(move || load(&dir)).await {
+            let dirs = self.dirs.clone();
+            match tokio::task::spawn_blocking(move || dirs.load()).await {
                 Ok(loaded) => self.apply(loaded),
                 Err(e) => tracing::warn!(error = %e, "reading the credential directory failed"),
             }
@@ -355,11 +401,7 @@ impl CredentialWatch {
         }
         self.reported = messages;
         if let Some(loaded) = loaded {
-            tracing::debug!(
-                dir = %self.dir.display(),
-                secrets = loaded.secrets.len(),
-                "credentials read"
-            );
+            tracing::debug!(secrets = loaded.secrets.len(), "credentials read");
             self.publisher.publish_secrets(&loaded.secrets);
         }
     }

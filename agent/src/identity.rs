@@ -13,7 +13,14 @@ use pasa_proto::node::{NodeId, NodeIdError, ProxyType};
 pub struct IdentityArgs {
     /// Istio node ID `type~ip~id~domain`, e.g.
     /// `sidecar~10.42.1.7~reviews-v1-x9k2q.default~default.svc.cluster.local`.
-    #[arg(long, env = "PASA_NODE_ID")]
+    /// Required (checked by [`IdentityArgs::resolve`], so that `pasa-agent bootstrap` can
+    /// take it after its subcommand).
+    #[arg(
+        long,
+        env = "PASA_NODE_ID",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub node_id: String,
     /// The pod's name, as status reports name the proxy; defaults to the pod part of the node
     /// ID's `pod.namespace`.
@@ -75,6 +82,11 @@ impl Identity {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityError {
+    #[error(
+        "--node-id (or PASA_NODE_ID) is required: Istio's node ID type~ip~id~domain, e.g. \
+         sidecar~10.42.1.7~reviews-v1-x9k2q.default~default.svc.cluster.local"
+    )]
+    MissingNodeId,
     #[error("--node-id: {0}")]
     NodeId(#[from] NodeIdError),
     #[error(
@@ -127,6 +139,9 @@ pub fn parse_locality(text: &str) -> Result<Locality, IdentityError> {
 impl IdentityArgs {
     /// Checks the options and puts them together.
     pub fn resolve(&self) -> Result<Identity, IdentityError> {
+        if self.node_id.trim().is_empty() {
+            return Err(IdentityError::MissingNodeId);
+        }
         let node = NodeId::parse(&self.node_id)?;
         let from_node = node.namespace().map(str::to_string);
         let namespace = match (
@@ -202,6 +217,12 @@ mod tests {
 
     #[test]
     fn bad_node_ids_are_explained() {
+        let e = args("").resolve().unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--node-id (or PASA_NODE_ID) is required"),
+            "{e}"
+        );
         let e = args("sidecar~not-an-ip~x.ns~d").resolve().unwrap_err();
         assert!(e.to_string().starts_with("--node-id: "), "{e}");
         assert!(e.to_string().contains("not an IP address"), "{e}");

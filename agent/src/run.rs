@@ -40,8 +40,10 @@ const USAGE: u8 = 2;
 /// The PASA agent: follows its proxy's slice of the store, translates it to xDS and serves it
 /// over ADS on a Unix socket.
 #[derive(clap::Parser, Debug)]
-#[command(name = "pasa-agent", version)]
+#[command(name = "pasa-agent", version, args_conflicts_with_subcommands = true)]
 pub struct AgentArgs {
+    #[command(subcommand)]
+    pub command: Option<AgentCommand>,
     /// The store (or PCP) to follow, `host:port` or a URL.
     #[arg(long, env = "PASA_SERVER", default_value = "127.0.0.1:7400")]
     pub server: String,
@@ -66,6 +68,14 @@ pub struct AgentArgs {
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
+}
+
+/// What `pasa-agent` does besides running (the default).
+#[derive(clap::Subcommand, Debug)]
+pub enum AgentCommand {
+    /// Print the Envoy bootstrap for this node (JSON), as pilot-agent writes it: ADS over the
+    /// agent's socket, SDS, admin, Prometheus and readiness listeners.
+    Bootstrap(crate::bootstrap::BootstrapArgs),
 }
 
 /// The mesh settings translation depends on, with Istio's defaults.
@@ -118,6 +128,18 @@ impl MeshArgs {
 /// runs until SIGTERM or Ctrl-C, and exits 1 with the reason when it cannot run.
 pub async fn main() -> ExitCode {
     let args = <AgentArgs as clap::Parser>::parse();
+    if let Some(AgentCommand::Bootstrap(bootstrap)) = &args.command {
+        return match bootstrap.render() {
+            Ok(json) => {
+                println!("{json}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("pasa-agent bootstrap: error: {e}");
+                ExitCode::from(USAGE)
+            }
+        };
+    }
     let identity = match args.identity.resolve() {
         Ok(identity) => identity,
         Err(e) => {

@@ -12,7 +12,7 @@ mod metadata;
 pub mod names;
 pub mod registry;
 mod route;
-mod sds;
+pub mod sds;
 mod sidecar;
 
 use std::collections::{BTreeMap, HashMap};
@@ -492,7 +492,13 @@ impl Translator {
             if !fresh {
                 self.rebuilt += 1;
                 let mut built = Vec::new();
-                cluster::service_clusters(service, dr.as_deref(), generator, &mut built);
+                cluster::service_clusters(
+                    service,
+                    dr.as_deref(),
+                    generator,
+                    self.proxy.kind,
+                    &mut built,
+                );
                 let (clusters, assignments): (Vec<_>, Vec<_>) = built.into_iter().unzip();
                 self.hosts.insert(
                     key.clone(),
@@ -580,5 +586,7 @@ fn fingerprint(feed: impl FnOnce(&mut std::collections::hash_map::DefaultHasher)
     hasher.finish()
 }
 
+#[cfg(test)]
+mod envoy_rules;
 #[cfg(test)]
 mod tests;

@@ -505,6 +505,11 @@ async fn a_pushed_change_is_timed_until_its_ack_and_nacks_are_counted() {
     h.publish(next.clone().with_origin(std::time::Instant::now()));
     let r = c.recv().await;
     c.ack(&r, &[]).await;
+    // c1 changed: Envoy rebuilds the cluster and it warms until its endpoints come again.
+    let eds = c.recv().await;
+    assert_eq!(kind_of(&eds.type_url), EDS);
+    assert_eq!(names(&eds), ["c1", "c2"]);
+    c.ack(&eds, &["c1", "c2"]).await;
     h.status
         .wait_for(|all| all[0].types[&CDS].acked_version.as_deref() == Some(&r.version_info))
         .await;
@@ -529,5 +534,47 @@ async fn a_pushed_change_is_timed_until_its_ack_and_nacks_are_counted() {
         "{text}"
     );
     assert!(text.contains("pasa_agent_xds_connections 1"), "{text}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn delta_a_changed_cluster_gets_its_unchanged_endpoints_again() {
+    let h = Harness::start(base());
+    let mut c = h.delta().await;
+    c.subscribe(CDS, &[], &[]).await;
+    let r = c.recv().await;
+    c.ack(&r).await;
+    c.subscribe(EDS, &["c1", "c2"], &[]).await;
+    let r = c.recv().await;
+    c.ack(&r).await;
+    // c1's cluster changes, its endpoints do not: Envoy rebuilds c1 and waits for them.
+    let mut next = base();
+    next.insert(CDS, "c1", "2", cluster("c1")).unwrap();
+    h.publish(next);
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), CDS);
+    assert_eq!(delta_names(&r), [("c1".into(), "2".into())]);
+    c.ack(&r).await;
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), EDS);
+    assert_eq!(delta_names(&r), [("c1".into(), "1".into())]);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn sotw_unsubscribing_from_every_name_gets_no_response_and_is_in_sync() {
+    let h = Harness::start(base());
+    let mut c = synced_sotw(&h).await;
+    // Envoy drops its last EDS watch (all clusters removed), on the nonce it last saw.
+    c.request(EDS, &[], "", "").await;
+    h.status
+        .wait_for(|all| all[0].types[&EDS].acked_latest && all[0].types[&EDS].sent_nonce.is_none())
+        .await;
+    // Nothing was sent for it: the next response is the next snapshot's.
+    let mut next = base();
+    next.insert(LDS, "l2", "1", listener("l2")).unwrap();
+    h.publish(next);
+    let r = c.recv().await;
+    assert_eq!(kind_of(&r.type_url), LDS);
     h.stop().await;
 }

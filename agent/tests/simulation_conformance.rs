@@ -22,7 +22,7 @@ use pasa_agent::translate::{Generator, Resources, Translator};
 /// The passing checks each file must keep. Raise a floor when translation gets better; a file not
 /// listed has floor 0.
 const MIN_PASSING: &[(&str, usize)] = &[
-    ("gateway-conflicts.yaml", 11),
+    ("gateway-conflicts.yaml", 10),
     ("gateway-disable-port-translation.yaml", 4),
     ("gateway-http.yaml", 12),
     ("gateway-services.yaml", 12),
@@ -52,7 +52,15 @@ fn skipped_file(file: &str) -> Option<&'static str> {
 
 /// Cases not run (their configuration is still converted), by file and case name, with the
 /// reason.
-const SKIPS: &[(&str, &str, &str)] = &[];
+const SKIPS: &[(&str, &str, &str)] = &[(
+    "gateway-conflicts.yaml",
+    "duplicate tls gateway",
+    "a deliberate divergence: istiod gives the second Gateway's HTTPS server on 443 a filter \
+     chain matching exactly what the first one's matches (the simulation's MultipleFilterChain), \
+     and real Envoy refuses the whole listener for it (\"filter chain '' has the same matching \
+     rules defined as ''\"), so port 443 stops updating; the agent keeps the first chain \
+     (envoy_accepts.rs checks every case against real Envoy)",
+)];
 
 /// The mesh's DNS suffix, for the index keys of converted resources.
 const DOMAIN_SUFFIX: &str = "cluster.local";

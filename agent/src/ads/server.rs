@@ -15,6 +15,9 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
+use envoy_types::pb::envoy::service::secret::v3::secret_discovery_service_server::{
+    SecretDiscoveryService, SecretDiscoveryServiceServer,
+};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
@@ -168,6 +171,8 @@ pub(super) struct Connection {
     pub(super) closing: watch::Receiver<bool>,
     pub(super) metrics: Arc<Metrics>,
     wanted: Arc<watch::Sender<BTreeSet<Generator>>>,
+    /// A stream of `SecretDiscoveryService` serves secrets only.
+    secrets_only: bool,
 }
 
 impl Connection {
@@ -192,6 +197,17 @@ impl Connection {
         type_url: &str,
     ) -> Result<TypeKind, Closed> {
         match request_type(type_url) {
+            Ok(kind) if self.secrets_only && kind != TypeKind::Secret => {
+                tracing::warn!(%type_url, "refusing a non-secret type on an SDS stream");
+                let _ = out
+                    .send(Err(Status::invalid_argument(format!(
+                        "this is the SecretDiscoveryService: it serves {} only, not {type_url} \
+                         (ask the AggregatedDiscoveryService on the same socket)",
+                        TypeKind::Secret.type_url()
+                    ))))
+                    .await;
+                Err(Closed)
+            }
             Ok(kind) => Ok(kind),
             Err(status) => {
                 tracing::warn!(%type_url, "refusing an unsupported type");
@@ -249,7 +265,7 @@ impl AdsService {
         self.closing.send_replace(true);
     }
 
-    fn connection(&self, protocol: Protocol) -> (u64, Connection) {
+    fn connection(&self, protocol: Protocol, secrets_only: bool) -> (u64, Connection) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.metrics.connections.inc();
         let conn = Connection {
@@ -258,6 +274,7 @@ impl AdsService {
             closing: self.closing.subscribe(),
             metrics: Arc::clone(&self.metrics),
             wanted: Arc::clone(&self.wanted),
+            secrets_only,
         };
         (id, conn)
     }
@@ -273,7 +290,7 @@ impl AggregatedDiscoveryService for AdsService {
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
         let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-        let (id, conn) = self.connection(Protocol::Sotw);
+        let (id, conn) = self.connection(Protocol::Sotw, false);
         let span = tracing::info_span!("ads", conn = id, protocol = "sotw");
         tokio::spawn(sotw::run(conn, request.into_inner(), tx).instrument(span));
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -284,12 +301,55 @@ impl AggregatedDiscoveryService for AdsService {
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
         let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-        let (id, conn) = self.connection(Protocol::Delta);
+        let (id, conn) = self.connection(Protocol::Delta, false);
         let span = tracing::info_span!("ads", conn = id, protocol = "delta");
         tokio::spawn(delta::run(conn, request.into_inner(), tx).instrument(span));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
+
+/// `envoy.service.secret.v3.SecretDiscoveryService` on the same socket: what Envoy's `sds-grpc`
+/// cluster asks for the workload certificate (`default`) and root (`ROOTCA`) when the agent
+/// serves them, over the same SotW and Delta streams as ADS, restricted to secrets.
+#[tonic::async_trait]
+impl SecretDiscoveryService for AdsService {
+    type StreamSecretsStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
+    type DeltaSecretsStream = ReceiverStream<Result<DeltaDiscoveryResponse, Status>>;
+
+    async fn stream_secrets(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamSecretsStream>, Status> {
+        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
+        let (id, conn) = self.connection(Protocol::Sotw, true);
+        let span = tracing::info_span!("sds", conn = id, protocol = "sotw");
+        tokio::spawn(sotw::run(conn, request.into_inner(), tx).instrument(span));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn delta_secrets(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaSecretsStream>, Status> {
+        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
+        let (id, conn) = self.connection(Protocol::Delta, true);
+        let span = tracing::info_span!("sds", conn = id, protocol = "delta");
+        tokio::spawn(delta::run(conn, request.into_inner(), tx).instrument(span));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn fetch_secrets(
+        &self,
+        _request: Request<DiscoveryRequest>,
+    ) -> Result<Response<DiscoveryResponse>, Status> {
+        Err(Status::unimplemented(
+            "FetchSecrets (REST-style polling) is not served; use StreamSecrets or DeltaSecrets",
+        ))
+    }
+}
+
+/// How long connections may stay open after their streams were ended at shutdown.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Binds `path` (removing a stale socket left by an earlier run; any other kind of file there is an
 /// error). The returned listener is ready: clients may connect as soon as this returns.
@@ -329,18 +389,36 @@ pub async fn serve_unix(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let closing = Arc::clone(&service.closing);
+    let (signalled_tx, signalled) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
         shutdown.await;
         tracing::info!("ADS shutting down: closing streams");
         closing.send_replace(true);
+        let _ = signalled_tx.send(());
     };
-    let result = tonic::transport::Server::builder()
-        .add_service(AggregatedDiscoveryServiceServer::new(service))
+    let serve = tonic::transport::Server::builder()
+        .add_service(AggregatedDiscoveryServiceServer::new(service.clone()))
+        .add_service(SecretDiscoveryServiceServer::new(service))
         .serve_with_incoming_shutdown(
             UnixListenerStream::new(listener).map(|conn| conn.map(authority::front)),
             signal,
-        )
-        .await;
+        );
+    tokio::pin!(serve);
+    // Envoy keeps its connection open after its streams end (it would reconnect to a new
+    // server on it); graceful shutdown would wait for it until the drain deadline.
+    let result = tokio::select! {
+        result = &mut serve => result,
+        () = async {
+            if signalled.await.is_ok() {
+                tokio::time::sleep(CLOSE_GRACE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        } => {
+            tracing::debug!("clients kept their connections open after their streams ended; closing them");
+            Ok(())
+        }
+    };
     if let Err(err) = std::fs::remove_file(path) {
         tracing::debug!(path = %path.display(), error = %err, "socket file not removed");
     }

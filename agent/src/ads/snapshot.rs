@@ -161,6 +161,12 @@ impl Snapshot {
         self.types[kind.index()].remove(name).is_some()
     }
 
+    /// The version of `kind` a client holding all of this snapshot's resources of that type
+    /// was sent: SotW's `version_info` for a wildcard subscription, and Delta's system version.
+    pub fn type_version(&self, kind: TypeKind) -> String {
+        super::digest_resources(&self.types[kind.index()])
+    }
+
     /// The resources of one type, by name.
     pub fn resources(&self, kind: TypeKind) -> &BTreeMap<String, Arc<Resource>> {
         &self.types[kind.index()]

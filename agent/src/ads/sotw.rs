@@ -1,7 +1,7 @@
 //! `StreamAggregatedResources`: state of the world. Every response of a type carries the whole set
 //! the client subscribed to; a resource missing from it is removed on the client.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -74,15 +74,22 @@ impl StreamHandler for Stream {
         let kind = self.conn.admit(&self.out, &request.type_url).await?;
         let state = &mut self.types[kind.index()];
 
-        if !request.response_nonce.is_empty() {
-            let Some(sent) = state
+        // A stale nonce answers a response the client has since been sent a newer one of: its
+        // ACK or NACK means nothing, but a change of names it carries still counts (Envoy
+        // unsubscribes from the endpoints of removed clusters on whatever nonce it last saw).
+        let answered = if request.response_nonce.is_empty() {
+            None
+        } else {
+            let current = state
                 .sent
                 .as_mut()
-                .filter(|s| s.nonce == request.response_nonce)
-            else {
-                tracing::debug!(%kind, nonce = %request.response_nonce, "stale nonce ignored");
-                return Ok(());
-            };
+                .filter(|s| s.nonce == request.response_nonce);
+            if current.is_none() {
+                tracing::debug!(%kind, nonce = %request.response_nonce, "stale nonce: only a change of names is taken");
+            }
+            current
+        };
+        if let Some(sent) = answered {
             if let Some(error) = &request.error_detail {
                 tracing::warn!(%kind, version = %sent.version, error = %error.message, "NACK");
                 state.rejected = Some(sent.version.clone());
@@ -112,20 +119,21 @@ impl StreamHandler for Stream {
             return Ok(());
         }
         let resources = subscription.select(snapshot, kind);
+        let nothing_watched = !subscription.wildcard && subscription.names.is_empty();
         state.subscription = Some(subscription);
-        if first && !request.version_info.is_empty() {
-            let version = digest_resources(&resources);
-            if version == request.version_info {
-                tracing::debug!(%kind, %version, "client already holds this version");
-                self.conn.status.update(kind, |s| s.already_held(&version));
-                state.sent = Some(Sent {
-                    version,
-                    nonce: String::new(),
-                    resources,
-                    origin: None,
-                });
-                return Ok(());
-            }
+        if nothing_watched && !first {
+            // Unsubscribed from every name: no response (Envoy would take it silently, never
+            // ACK it); the client holds nothing of this type, which is in sync.
+            self.held(kind, resources);
+            return Ok(());
+        }
+        if first
+            && !request.version_info.is_empty()
+            && digest_resources(&resources) == request.version_info
+        {
+            tracing::debug!(%kind, version = %request.version_info, "client already holds this version");
+            self.held(kind, resources);
+            return Ok(());
         }
         self.send(kind, resources, None).await
     }
@@ -133,6 +141,25 @@ impl StreamHandler for Stream {
     /// Pushes what changed: additions and changes first (SDS → CDS → EDS → LDS → RDS, still
     /// carrying resources about to be removed), then the removals (RDS → CDS → EDS → SDS).
     async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
+        // Clusters the client holds in another version: Envoy rebuilds each and it warms until
+        // its load assignment arrives again, even an unchanged one (a cluster's EDS resource is
+        // named as the cluster), so EDS is sent again when it covers one of them.
+        let rebuilt: BTreeSet<String> = {
+            let state = &self.types[TypeKind::Cluster.index()];
+            match (&state.subscription, &state.sent) {
+                (Some(subscription), Some(sent)) => subscription
+                    .select(snapshot, TypeKind::Cluster)
+                    .iter()
+                    .filter(|(name, r)| {
+                        sent.resources
+                            .get(*name)
+                            .is_some_and(|old| old.version != r.version)
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect(),
+                _ => BTreeSet::new(),
+            }
+        };
         for kind in TypeKind::PUSH_ORDER {
             let state = &self.types[kind.index()];
             let Some(subscription) = &state.subscription else {
@@ -148,7 +175,9 @@ impl StreamHandler for Stream {
                         .or_insert_with(|| Arc::clone(resource));
                 }
             }
-            if self.worth_sending(kind, &resources) {
+            let warming =
+                kind == TypeKind::Endpoint && resources.keys().any(|name| rebuilt.contains(name));
+            if warming || self.worth_sending(kind, &resources) {
                 self.send(kind, resources, snapshot.origin()).await?;
             }
         }
@@ -166,6 +195,18 @@ impl StreamHandler for Stream {
 }
 
 impl Stream {
+    /// Records that the client holds `resources` of `kind` without a response being sent.
+    fn held(&mut self, kind: TypeKind, resources: BTreeMap<String, Arc<Resource>>) {
+        let version = digest_resources(&resources);
+        self.conn.status.update(kind, |s| s.already_held(&version));
+        self.types[kind.index()].sent = Some(Sent {
+            version,
+            nonce: String::new(),
+            resources,
+            origin: None,
+        });
+    }
+
     /// Whether `resources` differ from what was sent and from what the client rejected.
     fn worth_sending(&self, kind: TypeKind, resources: &BTreeMap<String, Arc<Resource>>) -> bool {
         let state = &self.types[kind.index()];

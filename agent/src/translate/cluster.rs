@@ -11,7 +11,7 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
 use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, Cluster, OutlierDetection};
 use envoy_types::pb::envoy::config::core::v3::{
     AggregatedConfigSource, ApiVersion, BindConfig, ConfigSource, HttpProtocolOptions,
-    SocketAddress, TransportSocket, config_source::ConfigSourceSpecifier,
+    SocketAddress, TransportSocket, config_source::ConfigSourceSpecifier, socket_address,
     transport_socket::ConfigType,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
@@ -28,6 +28,8 @@ use pasa_proto::istio::destination_rule::{LoadBalancerSettings, SimpleLb};
 use envoy_types::util::pack_any;
 
 use pasa_proto::istio::common::Protocol;
+
+use pasa_proto::node::ProxyType;
 
 use super::endpoint;
 use super::metadata;
@@ -110,13 +112,26 @@ impl Policy {
 }
 
 /// Clusters (and, for EDS clusters, their load assignments) of one service: per port the default
-/// cluster and one per subset of its DestinationRule.
+/// cluster and one per subset of its DestinationRule. A router cannot forward to the original
+/// destination (it is itself the destination of its clients' connections), so it reaches a
+/// headless service's endpoints by EDS, as istiod builds it.
 pub(super) fn service_clusters(
     service: &Service,
     dr: Option<&Config<DestinationRule>>,
     generator: Generator,
+    proxy: ProxyType,
     out: &mut Vec<(Cluster, Option<endpoint::Assignment>)>,
 ) {
+    let as_eds;
+    let service = if proxy == ProxyType::Router && service.resolution == Resolution::Passthrough {
+        as_eds = Service {
+            resolution: Resolution::ClientSideLb,
+            ..service.clone()
+        };
+        &as_eds
+    } else {
+        service
+    };
     for port in &service.ports {
         let mut subsets: Vec<Option<&str>> = vec![None];
         if let Some(dr) = dr {
@@ -384,8 +399,12 @@ fn upstream_tls(
         }
         _ => {
             if !tls.credential_name.is_empty() {
-                common.tls_certificate_sds_secret_configs =
-                    vec![sds::credential(&tls.credential_name)];
+                // SIMPLE only verifies the server (the `-cacert`); MUTUAL also presents the
+                // credential's own certificate.
+                if tls.mode == ClientTlsMode::Mutual {
+                    common.tls_certificate_sds_secret_configs =
+                        vec![sds::credential(&tls.credential_name)];
+                }
                 common.validation_context_type =
                     Some(ValidationContextType::ValidationContextSdsSecretConfig(
                         sds::credential_ca(&tls.credential_name),
@@ -442,11 +461,17 @@ fn upstream_http_options(
     };
     envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions {
         common_http_protocol_options: common,
-        upstream_protocol_options: http2.then(|| {
-            UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
-                protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(Default::default())),
-            })
-        }),
+        // Envoy requires the upstream protocol; connection-pool settings on an HTTP/1.1 port
+        // keep HTTP/1.1, as istiod does.
+        upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+            ExplicitHttpConfig {
+                protocol_config: Some(if http2 {
+                    ProtocolConfig::Http2ProtocolOptions(Default::default())
+                } else {
+                    ProtocolConfig::HttpProtocolOptions(Default::default())
+                }),
+            },
+        )),
         ..Default::default()
     }
 }
@@ -476,8 +501,10 @@ fn original_destination(name: &str) -> Cluster {
 fn inbound_original_destination(name: &str) -> Cluster {
     Cluster {
         upstream_bind_config: Some(BindConfig {
+            // Envoy requires a port: 0 lets the kernel choose one, as istiod writes it.
             source_address: Some(SocketAddress {
                 address: "127.0.0.6".into(),
+                port_specifier: Some(socket_address::PortSpecifier::PortValue(0)),
                 ..Default::default()
             }),
             ..Default::default()

@@ -3,7 +3,7 @@
 
 use envoy_types::pb::envoy::config::core::v3::{Http1ProtocolOptions, Http2ProtocolOptions};
 use envoy_types::pb::envoy::config::listener::v3::{
-    Filter, ListenerFilter, filter, listener_filter,
+    Filter, FilterChain, ListenerFilter, filter, listener_filter,
 };
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
@@ -27,7 +27,7 @@ use super::View;
 use super::cluster::ads;
 use super::registry::Meta;
 use super::route::Destinations;
-use super::route::FAULT_FILTER;
+use super::route::{CORS_FILTER, FAULT_FILTER};
 
 pub(super) const HCM: &str = "envoy.filters.network.http_connection_manager";
 pub(super) const TCP_PROXY: &str = "envoy.filters.network.tcp_proxy";
@@ -42,8 +42,9 @@ pub(super) enum Routes {
     Inline(Box<RouteConfiguration>),
 }
 
-/// An HTTP connection manager with the fault filter before the router (gRPC clients apply
-/// faults only when the filter is there).
+/// An HTTP connection manager with istiod's filters: fault, CORS, router (the routes'
+/// `typed_per_filter_config` needs the first two, and gRPC clients apply faults only when the
+/// filter is there).
 pub(super) fn http_connection_manager(stat_prefix: &str, routes: Routes) -> HttpConnectionManager {
     let route_specifier = match routes {
         Routes::Rds(name) => RouteSpecifier::Rds(Rds {
@@ -61,6 +62,13 @@ pub(super) fn http_connection_manager(stat_prefix: &str, routes: Routes) -> Http
                 name: FAULT_FILTER.into(),
                 config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
                     HttpFault::default(),
+                ))),
+                ..Default::default()
+            },
+            HttpFilter {
+                name: CORS_FILTER.into(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+                    envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors::default(),
                 ))),
                 ..Default::default()
             },
@@ -173,4 +181,27 @@ pub(super) fn inspectors(tls: bool, http: bool) -> Vec<ListenerFilter> {
         out.push(listener_filter(HTTP_INSPECTOR, HttpInspector::default()));
     }
     out
+}
+
+/// `chains` without those matching exactly what an earlier one matches: Envoy refuses a whole
+/// listener with two such chains (istiod emits them for two Gateways serving the same TLS host
+/// on one port, and the listener then stops updating). The first chain, from the oldest
+/// server, keeps the traffic, as for HTTP servers that conflict.
+pub(super) fn distinct_chains(listener: &str, chains: Vec<FilterChain>) -> Vec<FilterChain> {
+    let mut kept: Vec<FilterChain> = Vec::with_capacity(chains.len());
+    for chain in chains {
+        if kept
+            .iter()
+            .any(|k| k.filter_chain_match == chain.filter_chain_match)
+        {
+            tracing::warn!(
+                %listener,
+                chain = %chain.name,
+                "a second filter chain matches the same connections as an earlier one; it is left out"
+            );
+            continue;
+        }
+        kept.push(chain);
+    }
+    kept
 }

@@ -169,10 +169,13 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
         out.listeners.insert(
             name.clone(),
             Listener {
-                name,
+                name: name.clone(),
                 address: Some(socket_address(&p.bind, p.port)),
                 listener_filters: filters::inspectors(inspect_tls, false),
-                filter_chains: p.chains.into_iter().map(Chain::build).collect(),
+                filter_chains: filters::distinct_chains(
+                    &name,
+                    p.chains.into_iter().map(Chain::build).collect(),
+                ),
                 traffic_direction: TrafficDirection::Outbound as i32,
                 ..Default::default()
             },

@@ -25,8 +25,11 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
         for port in &service.ports {
             let listener_name = names::host_port(&service.hostname, port.number);
             let route_name = names::outbound_cluster(port.number, "", &service.hostname);
-            let hcm =
+            let mut hcm =
                 filters::http_connection_manager(&listener_name, Routes::Rds(route_name.clone()));
+            // gRPC clients refuse filters they do not implement; istiod gives them none for
+            // CORS (a browser concern).
+            hcm.http_filters.retain(|f| f.name != route::CORS_FILTER);
             out.listeners.insert(
                 listener_name.clone(),
                 Listener {

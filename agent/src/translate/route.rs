@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::config::route::v3::route_match::PathSpecifier;
 use envoy_types::pb::envoy::config::route::v3::{
     DirectResponseAction, HeaderMatcher, QueryParameterMatcher, RedirectAction, RetryPolicy, Route,
     RouteAction, RouteMatch, VirtualHost, WeightedCluster, header_matcher::HeaderMatchSpecifier,
-    query_parameter_matcher::QueryParameterMatchSpecifier, redirect_action,
+    query_parameter_matcher::QueryParameterMatchSpecifier, redirect_action, weighted_cluster,
     weighted_cluster::ClusterWeight,
 };
 use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
@@ -43,6 +43,9 @@ use super::{metadata, names};
 
 /// Name of the fault filter; a route's fault config must be keyed by it.
 pub(super) const FAULT_FILTER: &str = "envoy.filters.http.fault";
+
+/// The CORS filter's name, under which routes carry their CORS policy.
+pub(super) const CORS_FILTER: &str = "envoy.filters.http.cors";
 
 /// Resolves a route destination to its cluster name.
 pub(super) trait Destinations {
@@ -410,14 +413,14 @@ fn action(
                                 ..Default::default()
                             };
                             if let Some(h) = headers {
-                                if let Some(req) = &h.request {
-                                    cw.request_headers_to_add = header_options(req);
-                                    cw.request_headers_to_remove = req.remove.clone();
-                                }
-                                if let Some(resp) = &h.response {
-                                    cw.response_headers_to_add = header_options(resp);
-                                    cw.response_headers_to_remove = resp.remove.clone();
-                                }
+                                let edits = HeaderEdits::of(h);
+                                cw.request_headers_to_add = edits.request_add;
+                                cw.request_headers_to_remove = edits.request_remove;
+                                cw.response_headers_to_add = edits.response_add;
+                                cw.response_headers_to_remove = edits.response_remove;
+                                cw.host_rewrite_specifier = edits.authority.map(
+                                    weighted_cluster::cluster_weight::HostRewriteSpecifier::HostRewriteLiteral,
+                                );
                             }
                             cw
                         })
@@ -437,11 +440,26 @@ fn action(
                 substitution: rr.rewrite.clone(),
             });
         }
-        if !rewrite.authority.is_empty() {
-            ra.host_rewrite_specifier = Some(HostRewriteSpecifier::HostRewriteLiteral(
-                rewrite.authority.clone(),
-            ));
-        }
+    }
+    // The authority: a rewrite's, else a `host` (or `:authority`) header the route sets, else
+    // one its single destination sets; Envoy may not edit these as ordinary headers.
+    let authority = rule
+        .rewrite
+        .as_ref()
+        .map(|r| r.authority.clone())
+        .filter(|a| !a.is_empty())
+        .or_else(|| {
+            rule.headers
+                .as_ref()
+                .and_then(|h| HeaderEdits::of(h).authority)
+        })
+        .or_else(|| {
+            single_destination(rule)
+                .and_then(|d| d.headers.as_ref())
+                .and_then(|h| HeaderEdits::of(h).authority)
+        });
+    if let Some(authority) = authority {
+        ra.host_rewrite_specifier = Some(HostRewriteSpecifier::HostRewriteLiteral(authority));
     }
     let mirrors = rule
         .mirror
@@ -480,15 +498,19 @@ fn decorate(
     _port: u32,
     _destinations: &impl Destinations,
 ) {
-    if let Some(h) = &rule.headers {
-        if let Some(req) = &h.request {
-            route.request_headers_to_add = header_options(req);
-            route.request_headers_to_remove = req.remove.clone();
-        }
-        if let Some(resp) = &h.response {
-            route.response_headers_to_add = header_options(resp);
-            route.response_headers_to_remove = resp.remove.clone();
-        }
+    // The route's own edits, then those of its single destination (several destinations
+    // carry theirs on their weighted clusters).
+    let single = matches!(route.action, Some(Action::Route(_)))
+        .then(|| single_destination(rule).and_then(|d| d.headers.as_ref()))
+        .flatten();
+    for h in rule.headers.iter().chain(single) {
+        let edits = HeaderEdits::of(h);
+        route.request_headers_to_add.extend(edits.request_add);
+        route.request_headers_to_remove.extend(edits.request_remove);
+        route.response_headers_to_add.extend(edits.response_add);
+        route
+            .response_headers_to_remove
+            .extend(edits.response_remove);
     }
     if let Some(fault) = &rule.fault {
         let mut f = HttpFault::default();
@@ -523,7 +545,7 @@ fn decorate(
     if let Some(cors) = &rule.cors_policy {
         route
             .typed_per_filter_config
-            .insert("envoy.filters.http.cors".into(), cors_policy(cors));
+            .insert(CORS_FILTER.into(), cors_policy(cors));
     }
 }
 
@@ -619,6 +641,78 @@ fn zero() -> Duration {
     }
 }
 
+/// The one destination a rule sends to: its only one, or its only one with a weight.
+fn single_destination(
+    rule: &HttpRoute,
+) -> Option<&pasa_proto::istio::virtual_service::HttpRouteDestination> {
+    let with_destination: Vec<_> = rule
+        .route
+        .iter()
+        .filter(|d| d.destination.is_some())
+        .collect();
+    match with_destination.as_slice() {
+        [only] => Some(only),
+        many => {
+            let weighted: Vec<_> = many.iter().filter(|d| d.weight > 0).collect();
+            match weighted.as_slice() {
+                [only] => Some(**only),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// Istio's header operations as Envoy's: `set` overwrites, `add` appends (sorted by name, `set`
+/// first); the pseudo-headers and `host`, which Envoy refuses to edit, are left out, and a `host`
+/// or `:authority` a request sets (`set` over `add`) becomes the authority rewrite.
+#[derive(Default)]
+struct HeaderEdits {
+    request_add: Vec<HeaderValueOption>,
+    request_remove: Vec<String>,
+    response_add: Vec<HeaderValueOption>,
+    response_remove: Vec<String>,
+    authority: Option<String>,
+}
+
+impl HeaderEdits {
+    fn of(headers: &pasa_proto::istio::virtual_service::Headers) -> HeaderEdits {
+        let mut edits = HeaderEdits::default();
+        if let Some(req) = &headers.request {
+            edits.request_add = header_options(req);
+            edits.request_remove = removable(&req.remove);
+            let authority = |m: &std::collections::BTreeMap<String, String>| {
+                m.iter()
+                    .filter(|(k, _)| is_authority(k))
+                    .map(|(_, v)| v.clone())
+                    .next_back()
+            };
+            edits.authority = authority(&req.set).or_else(|| authority(&req.add));
+        }
+        if let Some(resp) = &headers.response {
+            edits.response_add = header_options(resp);
+            edits.response_remove = removable(&resp.remove);
+        }
+        edits
+    }
+}
+
+/// `host` and the pseudo-headers: Envoy's own, never edited as ordinary headers.
+fn is_internal_header(name: &str) -> bool {
+    name.starts_with(':') || name.eq_ignore_ascii_case("host")
+}
+
+fn is_authority(name: &str) -> bool {
+    name.eq_ignore_ascii_case("host") || name.eq_ignore_ascii_case(":authority")
+}
+
+fn removable(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter(|n| !is_internal_header(n))
+        .cloned()
+        .collect()
+}
+
 fn header_options(ops: &HeaderOperations) -> Vec<HeaderValueOption> {
     let option = |(key, value): (&String, &String), action: HeaderAppendAction| HeaderValueOption {
         header: Some(HeaderValue {
@@ -629,12 +723,15 @@ fn header_options(ops: &HeaderOperations) -> Vec<HeaderValueOption> {
         append_action: action as i32,
         ..Default::default()
     };
+    let external = |(key, _): &(&String, &String)| !is_internal_header(key);
     ops.set
         .iter()
+        .filter(external)
         .map(|kv| option(kv, HeaderAppendAction::OverwriteIfExistsOrAdd))
         .chain(
             ops.add
                 .iter()
+                .filter(external)
                 .map(|kv| option(kv, HeaderAppendAction::AppendIfExistsOrAdd)),
         )
         .collect()

@@ -22,9 +22,9 @@ use envoy_types::pb::google::protobuf::Duration;
 use crate::credentials::{CA_SUFFIX, KUBERNETES_PREFIX};
 
 /// The workload certificate's SDS name.
-pub(super) const WORKLOAD_CERTIFICATE: &str = "default";
+pub const WORKLOAD_CERTIFICATE: &str = "default";
 /// The mesh root certificate's SDS name.
-pub(super) const ROOT_CA: &str = "ROOTCA";
+pub const ROOT_CA: &str = "ROOTCA";
 /// The cluster of Istio's bootstrap that reaches the istio-agent's SDS server.
 const SDS_CLUSTER: &str = "sds-grpc";
 

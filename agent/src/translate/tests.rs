@@ -81,7 +81,7 @@ fn cache(resources: Vec<Resource>) -> Cache {
     Cache::from_resources(resources, 10)
 }
 
-fn hcm_of(listener: &Listener) -> HttpConnectionManager {
+pub(super) fn hcm_of(listener: &Listener) -> HttpConnectionManager {
     let any = listener
         .filter_chains
         .iter()

@@ -6,6 +6,8 @@
 
 pub mod agent;
 pub mod corpus;
+pub mod envoy;
+pub mod samples;
 pub mod store;
 
 use std::path::{Path, PathBuf};

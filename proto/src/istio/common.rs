@@ -48,6 +48,21 @@ impl Duration {
                 "invalid duration {text:?}: expected seconds with an \"s\" suffix, as in \"5s\" or \"0.25s\""
             )
         };
+        // Kubernetes' CRD schema lets Go's units through (`300ms`, `1m`), but istiod reads the
+        // field as protobuf JSON and refuses them: say what to write instead.
+        if let Some(go) = crate::duration::parse(text)
+            .ok()
+            .filter(|_| !text.ends_with('s') || text.ends_with("ms"))
+        {
+            let suggestion = Duration {
+                seconds: i64::try_from(go.as_secs()).unwrap_or(i64::MAX),
+                nanos: i32::try_from(go.subsec_nanos()).unwrap_or(0),
+            };
+            return Err(format!(
+                "invalid duration {text:?}: istiod reads durations as protobuf JSON, seconds \
+                 with an \"s\" suffix; write \"{suggestion}\""
+            ));
+        }
         let body = text.strip_suffix('s').ok_or_else(bad)?;
         let (negative, body) = match body.strip_prefix('-') {
             Some(rest) => (true, rest),
@@ -452,6 +467,14 @@ mod tests {
             })
         );
         assert!(Duration::parse("-0.5s").unwrap().is_negative());
+        // Go's units pass the CRD schema but not istiod: the error says what to write.
+        let e = Duration::parse("300ms").unwrap_err();
+        assert!(e.contains("write \"0.300s\""), "{e}");
+        assert!(
+            Duration::parse("2m")
+                .unwrap_err()
+                .contains("write \"120s\"")
+        );
         for bad in [
             "5",
             "5ms",

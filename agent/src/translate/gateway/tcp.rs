@@ -213,7 +213,13 @@ pub(super) fn sni_dnat_clusters(
         tcp_only.ports.retain(|p| p.protocol != Some(Protocol::Udp));
         let dr = view.destination_rules.for_service(service);
         let mut built = Vec::new();
-        cluster::service_clusters(&tcp_only, dr.as_deref(), Generator::Envoy, &mut built);
+        cluster::service_clusters(
+            &tcp_only,
+            dr.as_deref(),
+            Generator::Envoy,
+            pasa_proto::node::ProxyType::Router,
+            &mut built,
+        );
         for (mut c, assignment) in built {
             let Some(name) = dnat_name(&c.name) else {
                 continue;

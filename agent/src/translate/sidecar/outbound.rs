@@ -306,6 +306,29 @@ impl Builder<'_, '_> {
             ListenerProtocol::Tcp | ListenerProtocol::Auto => {
                 if req.binds.is_empty() {
                     let addresses = self.addresses(req.service);
+                    if !req.service.kubernetes
+                        && !req.service.addresses.is_empty()
+                        && addresses.len() > 1
+                    {
+                        // istiod makes a service of each address of a ServiceEntry: one
+                        // listener (or CIDR chain) per address, never one listener with the
+                        // others as additional addresses, which Envoy refuses when another
+                        // ServiceEntry has a listener on one of them.
+                        for address in addresses {
+                            let (binds, cidrs) = if address.contains('/') {
+                                (self.wildcards.clone(), vec![address])
+                            } else {
+                                (vec![address], Vec::new())
+                            };
+                            self.build(ListenerRequest {
+                                service: req.service,
+                                port: req.port,
+                                binds,
+                                cidrs,
+                            });
+                        }
+                        return;
+                    }
                     if addresses[0].contains('/') {
                         req.binds = self.wildcards.clone();
                         req.cidrs = addresses;

