@@ -110,9 +110,17 @@ impl SidecarScope {
             .or_else(|| plain(ns))
             .or_else(|| plain(root))
             .map(|s| Arc::clone(s));
+        let everything = || {
+            vec![EgressHost {
+                namespace: "*".into(),
+                host: "*".into(),
+            }]
+        };
         let egress = match &sidecar {
             Some(s) => {
-                // The listener without a port is the catch-all; without one, the first.
+                // The listener without a port is the catch-all; without one, the first. A
+                // Sidecar without egress listeners (one that sets only its outbound policy or
+                // its ingress) sees everything, as istiod reads it.
                 let listener = s
                     .spec
                     .egress
@@ -126,12 +134,9 @@ impl SidecarScope {
                             .filter_map(|h| EgressHost::parse(h, ns))
                             .collect()
                     })
-                    .unwrap_or_default()
+                    .unwrap_or_else(everything)
             }
-            None => vec![EgressHost {
-                namespace: "*".into(),
-                host: "*".into(),
-            }],
+            None => everything(),
         };
         let outbound_policy = sidecar
             .as_ref()

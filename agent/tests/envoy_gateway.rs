@@ -11,25 +11,20 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::agent::Agent;
 use common::envoy::{self, Envoy, Netns, WAIT};
 use common::store::StoreServer;
+use common::traffic::{Answer, Backend, client};
 use serde_json::{Value, json};
 
 const ROUTER: &str =
     "router~10.10.0.5~istio-ingressgateway-1.istio-system~istio-system.svc.cluster.local";
 const LABELS: &str = "istio=ingressgateway,app=istio-ingressgateway";
-
-fn e2e(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/e2e")
-        .join(file)
-}
 
 /// The mesh behind the gateway: `web` (v1 and v2 on two loopback addresses), `secure` (a TLS
 /// backend), their Gateway servers and routes.
@@ -128,46 +123,6 @@ fn certificate(host: &str) -> (String, String) {
     (cert.pem(), key.serialize_pem())
 }
 
-/// One answer of `http_client.py`.
-#[derive(Debug, serde::Deserialize)]
-struct Answer {
-    status: u16,
-    #[serde(default)]
-    backend: Option<String>,
-    #[serde(default)]
-    path: Option<String>,
-    #[serde(default)]
-    body: Option<String>,
-    #[serde(default)]
-    location: Option<String>,
-    /// Why no answer came (connection refused, reset, ...).
-    #[serde(default)]
-    #[allow(dead_code)]
-    error: Option<String>,
-    ms: u64,
-}
-
-/// Runs `http_client.py` in `netns` with `args`.
-fn client(netns: &Netns, args: &[&str]) -> Vec<Answer> {
-    let out = netns
-        .command("python3")
-        .arg(e2e("http_client.py"))
-        .args(args)
-        .output()
-        .expect("run the HTTP client");
-    assert!(
-        out.status.success(),
-        "http_client.py {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "http_client.py {args:?} printed no answers ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
-}
-
 fn get(netns: &Netns, path: &str, count: usize, extra: &[&str]) -> Vec<Answer> {
     let url = format!("http://127.0.0.1:8080{path}");
     let count = count.to_string();
@@ -176,49 +131,14 @@ fn get(netns: &Netns, path: &str, count: usize, extra: &[&str]) -> Vec<Answer> {
     client(netns, &args)
 }
 
-/// The backends, in Envoy's namespace; stopped (their stdin closed) when dropped.
-struct Backends(Vec<Child>);
-
-impl Backends {
-    fn start(netns: &Netns, certs: &Path) -> Backends {
-        let mut children = Vec::new();
-        for (name, address, tls) in [
-            ("v1", "127.0.1.1:9001", false),
-            ("v2", "127.0.1.2:9001", false),
-            ("secure", "127.0.1.4:19443", true),
-        ] {
-            let mut command = netns.command("python3");
-            command.arg(e2e("http_backend.py")).args([name, address]);
-            if tls {
-                command
-                    .arg("--tls")
-                    .arg(certs.join("secure.crt"))
-                    .arg(certs.join("secure.key"));
-            }
-            let mut child = command
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start a backend");
-            let mut line = String::new();
-            BufReader::new(child.stdout.take().expect("stdout"))
-                .read_line(&mut line)
-                .expect("the backend's ready line");
-            assert_eq!(line.trim(), "ready", "backend {name}");
-            children.push(child);
-        }
-        Backends(children)
-    }
-}
-
-impl Drop for Backends {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            drop(child.stdin.take());
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// The backends, in Envoy's namespace.
+fn backends(netns: &Netns, certs: &Path) -> Vec<Backend> {
+    let tls = (certs.join("secure.crt"), certs.join("secure.key"));
+    vec![
+        Backend::start(netns, "v1", "127.0.1.1:9001", None),
+        Backend::start(netns, "v2", "127.0.1.2:9001", None),
+        Backend::start(netns, "secure", "127.0.1.4:19443", Some((&tls.0, &tls.1))),
+    ]
 }
 
 /// `pasa-agent bootstrap` for the router, its admin replaced by the test's socket.
@@ -300,7 +220,7 @@ async fn gateway_traffic_through_real_envoy() {
     for delta in [false, true] {
         let protocol = if delta { "Delta" } else { "SotW" };
         let envoy = Envoy::start(bootstrap(&agent, delta)).await;
-        let backends = Backends::start(&envoy.netns, &certs);
+        let backends = backends(&envoy.netns, &certs);
         scenarios(&store, &envoy, &certs, protocol).await;
         let rejected = envoy.rejected().await;
         assert!(

@@ -1,7 +1,9 @@
-//! What real Envoy demands of the generated configuration beyond what the protos allow: each
-//! test pins a rule that Envoy 1.40 enforced by rejecting an update (or that istiod follows and
+//! What real Envoy and real traffic demand of the generated configuration beyond what the
+//! protos allow: each test pins a rule that Envoy 1.40 enforced by rejecting an update, or that
+//! real requests through a captured sidecar or a gateway showed (and that istiod follows, where
 //! a gRPC client never checked). `agent/tests/envoy_accepts.rs` serves the whole corpus to real
-//! Envoy; these keep each rule visible where the translation is.
+//! Envoy, `envoy_gateway.rs` and `envoy_sidecar.rs` send traffic through it; these keep each rule
+//! visible where the translation is.
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
@@ -288,4 +290,38 @@ fn each_address_of_a_service_entry_gets_its_own_listener() {
             "{listener}"
         );
     }
+}
+
+#[test]
+fn virtual_inbound_hands_nothing_off_by_original_destination() {
+    // With a hand-off, inbound connections went to the outbound listener of the same port,
+    // which forwarded them back to the pod: a loop until the connection limit.
+    let out = translate(sidecar("10.0.0.1"), vec![web(&["10.96.0.1"])]);
+    assert_eq!(out.listeners["virtualInbound"].use_original_dst, None);
+    assert!(
+        out.listeners["virtualOutbound"]
+            .use_original_dst
+            .is_some_and(|b| b.value)
+    );
+}
+
+#[test]
+fn a_sidecar_without_egress_listeners_sees_everything() {
+    // A Sidecar that only sets its outbound policy took every service out of scope.
+    let sidecar_resource = resource(
+        "Sidecar",
+        "default",
+        "default",
+        json!({"outboundTrafficPolicy": {"mode": "REGISTRY_ONLY"}}),
+        2,
+    );
+    let out = translate(
+        sidecar("10.0.0.9"),
+        vec![web(&["10.96.0.1"]), sidecar_resource],
+    );
+    assert!(
+        out.clusters
+            .contains_key("outbound|8080||web.default.svc.cluster.local")
+    );
+    assert!(out.listeners.contains_key("0.0.0.0_8080"));
 }

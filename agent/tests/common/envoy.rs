@@ -82,6 +82,12 @@ impl Netns {
         netns
     }
 
+    /// Runs `args` of `ip netns exec` inside the namespace (a setup step); panics with its
+    /// error when it fails.
+    pub fn run(&self, args: &[&str]) {
+        run(self.command(args[0]).args(&args[1..]));
+    }
+
     /// `program` to be run inside the namespace.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut command = Command::new("ip");
@@ -120,15 +126,33 @@ pub struct Envoy {
 impl Envoy {
     /// Starts Envoy in a new network namespace with `bootstrap` (its admin address is replaced
     /// by a Unix socket in a temporary directory), and waits until its admin endpoint answers.
-    pub async fn start(mut bootstrap: serde_json::Value) -> Envoy {
+    pub async fn start(bootstrap: serde_json::Value) -> Envoy {
+        Envoy::start_in(Netns::create(), bootstrap, None).await
+    }
+
+    /// [`Envoy::start`] in `netns` (which it then owns), in group `gid` when given (a sidecar's
+    /// capture rules let the proxy's own traffic through by its group, as Istio's do for 1337).
+    pub async fn start_in(
+        netns: Netns,
+        mut bootstrap: serde_json::Value,
+        gid: Option<u32>,
+    ) -> Envoy {
         let dir = tempfile::tempdir().expect("temporary directory");
         let admin = dir.path().join("admin.sock");
         bootstrap["admin"]["address"] = serde_json::json!({ "pipe": { "path": admin } });
         let config = dir.path().join("envoy.json");
         std::fs::write(&config, bootstrap.to_string()).expect("write the bootstrap");
-        let netns = Netns::create();
-        let mut child = netns
-            .command(envoy_binary().expect("envoy binary"))
+        let mut command = match gid {
+            Some(gid) => {
+                let mut command = netns.command("setpriv");
+                command
+                    .args(["--regid", &gid.to_string(), "--clear-groups"])
+                    .arg(envoy_binary().expect("envoy binary"));
+                command
+            }
+            None => netns.command(envoy_binary().expect("envoy binary")),
+        };
+        let mut child = command
             .arg("-c")
             .arg(&config)
             .args(["--log-level", "warning", "--use-dynamic-base-id"])
@@ -237,7 +261,7 @@ impl Envoy {
 
 impl Drop for Envoy {
     fn drop(&mut self) {
-        // `ip netns exec` execs Envoy, so this is Envoy's own pid.
+        // `ip netns exec` (and `setpriv`) exec Envoy, so this is Envoy's own pid.
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

