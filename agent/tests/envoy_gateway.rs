@@ -13,11 +13,10 @@ mod common;
 
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::agent::Agent;
-use common::envoy::{self, Envoy, Netns, WAIT};
+use common::envoy::{self, Envoy, Netns, WAIT, agent_bootstrap};
 use common::store::StoreServer;
 use common::traffic::{Answer, Backend, client};
 use serde_json::{Value, json};
@@ -141,30 +140,6 @@ fn backends(netns: &Netns, certs: &Path) -> Vec<Backend> {
     ]
 }
 
-/// `pasa-agent bootstrap` for the router, its admin replaced by the test's socket.
-fn bootstrap(agent: &Agent, delta: bool) -> Value {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_pasa-agent"));
-    command
-        .arg("bootstrap")
-        .args(["--node-id", ROUTER, "--labels", LABELS])
-        .arg("--uds")
-        .arg(&agent.uds)
-        .arg("--sds-uds")
-        .arg(&agent.uds)
-        .arg("--admin")
-        .arg(agent.admin.to_string());
-    if delta {
-        command.arg("--delta-xds");
-    }
-    let out = command.output().expect("pasa-agent bootstrap");
-    assert!(
-        out.status.success(),
-        "pasa-agent bootstrap: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("the bootstrap is JSON")
-}
-
 /// Waits until `ok` holds for the answers to `path` (polled, bounded by `WAIT`).
 fn until(netns: &Netns, path: &str, extra: &[&str], what: &str, ok: impl Fn(&Answer) -> bool) {
     let deadline = Instant::now() + WAIT;
@@ -219,7 +194,7 @@ async fn gateway_traffic_through_real_envoy() {
 
     for delta in [false, true] {
         let protocol = if delta { "Delta" } else { "SotW" };
-        let envoy = Envoy::start(bootstrap(&agent, delta)).await;
+        let envoy = Envoy::start(agent_bootstrap(&agent, ROUTER, LABELS, delta)).await;
         let backends = backends(&envoy.netns, &certs);
         scenarios(&store, &envoy, &certs, protocol).await;
         let rejected = envoy.rejected().await;

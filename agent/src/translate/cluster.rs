@@ -16,8 +16,9 @@ use envoy_types::pb::envoy::config::core::v3::{
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CertificateValidationContext, CommonTlsContext, TlsCertificate, UpstreamTlsContext,
-    common_tls_context::ValidationContextType,
+    common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
 };
+use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
 use envoy_types::pb::google::protobuf::{Duration, UInt32Value, UInt64Value};
 use pasa_proto::istio::destination_rule::{
     ClientTlsMode, ClientTlsSettings, ConnectionPoolSettings, DestinationRule,
@@ -224,7 +225,13 @@ fn outbound(
     }
     if let Some(tls) = &policy.tls {
         cluster.transport_socket = match generator {
-            Generator::Envoy => upstream_tls(tls, &service.hostname, port.number, subset),
+            Generator::Envoy => upstream_tls(
+                tls,
+                &service.hostname,
+                port.number,
+                subset,
+                &service.identities(),
+            ),
             Generator::Grpc => super::grpc::upstream_tls(tls.mode, &service.identities()),
         };
     }
@@ -376,12 +383,16 @@ fn outlier_detection(od: &IstioOutlier) -> OutlierDetection {
     out
 }
 
-/// Client TLS of a DestinationRule as Envoy's upstream TLS transport socket.
+/// Client TLS of a DestinationRule as Envoy's upstream TLS transport socket. ISTIO_MUTUAL
+/// verifies the peer against the mesh root and pins it to the DestinationRule's
+/// `subjectAltNames`, else to the service's `identities` (its workloads' SPIFFE IDs), as istiod
+/// does.
 fn upstream_tls(
     tls: &ClientTlsSettings,
     hostname: &str,
     port: u32,
     subset: &str,
+    identities: &[String],
 ) -> Option<TransportSocket> {
     let mut common = CommonTlsContext::default();
     let sni;
@@ -390,9 +401,31 @@ fn upstream_tls(
         ClientTlsMode::IstioMutual => {
             common.tls_certificate_sds_secret_configs =
                 vec![sds::from_istio_agent(sds::WORKLOAD_CERTIFICATE)];
+            let sans = if tls.subject_alt_names.is_empty() {
+                identities
+            } else {
+                &tls.subject_alt_names
+            };
+            #[allow(deprecated)] // istiod's field: any SAN type, matched exactly
+            let pinned = CertificateValidationContext {
+                match_subject_alt_names: sans
+                    .iter()
+                    .map(|san| StringMatcher {
+                        match_pattern: Some(string_matcher::MatchPattern::Exact(san.clone())),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            };
             common.validation_context_type =
-                Some(ValidationContextType::ValidationContextSdsSecretConfig(
-                    sds::from_istio_agent(sds::ROOT_CA),
+                Some(ValidationContextType::CombinedValidationContext(
+                    CombinedCertificateValidationContext {
+                        default_validation_context: Some(pinned),
+                        validation_context_sds_secret_config: Some(sds::from_istio_agent(
+                            sds::ROOT_CA,
+                        )),
+                        ..Default::default()
+                    },
                 ));
             common.alpn_protocols = vec!["istio-peer-exchange".into(), "istio".into()];
             sni = names::istio_mutual_sni(port, subset, hostname);

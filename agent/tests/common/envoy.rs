@@ -307,3 +307,33 @@ fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
         rest = rest.get(size..)?.strip_prefix(b"\r\n")?;
     }
 }
+
+/// The bootstrap `pasa-agent bootstrap` (the real binary) prints for `node`, following
+/// `agent` (its socket also serves SDS), over Delta when `delta`.
+pub fn agent_bootstrap(
+    agent: &super::agent::Agent,
+    node: &str,
+    labels: &str,
+    delta: bool,
+) -> serde_json::Value {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pasa-agent"));
+    command
+        .arg("bootstrap")
+        .args(["--node-id", node, "--labels", labels])
+        .arg("--uds")
+        .arg(&agent.uds)
+        .arg("--sds-uds")
+        .arg(&agent.uds)
+        .arg("--admin")
+        .arg(agent.admin.to_string());
+    if delta {
+        command.arg("--delta-xds");
+    }
+    let out = command.output().expect("pasa-agent bootstrap");
+    assert!(
+        out.status.success(),
+        "pasa-agent bootstrap: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the bootstrap is JSON")
+}

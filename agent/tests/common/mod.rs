@@ -8,6 +8,7 @@ pub mod agent;
 pub mod corpus;
 pub mod envoy;
 pub mod samples;
+pub mod sidecar;
 pub mod store;
 pub mod traffic;
 

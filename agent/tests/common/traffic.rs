@@ -5,7 +5,9 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use super::envoy::Netns;
+use std::time::{Duration, Instant};
+
+use super::envoy::{Netns, WAIT};
 
 /// A file of `agent/tests/e2e`.
 pub fn e2e(file: &str) -> PathBuf {
@@ -83,5 +85,34 @@ impl Drop for Backend {
         drop(self.0.stdin.take());
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// One request to `url` from `ns` (3 s timeout).
+pub fn request(ns: &Netns, url: &str, extra: &[&str]) -> Answer {
+    let mut args = vec![url, "1", "--timeout", "3"];
+    args.extend_from_slice(extra);
+    client(ns, &args).remove(0)
+}
+
+/// Polls `url` until `ok` holds for its answer (bounded by the envoy module's `WAIT`).
+pub fn until(
+    ns: &Netns,
+    url: &str,
+    extra: &[&str],
+    what: &str,
+    ok: impl Fn(&Answer) -> bool,
+) -> Answer {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let answer = request(ns, url, extra);
+        if ok(&answer) {
+            return answer;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }

