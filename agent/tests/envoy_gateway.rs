@@ -203,6 +203,7 @@ async fn gateway_traffic_through_real_envoy() {
             "{protocol}: Envoy rejected updates: {rejected:?}\n{}",
             envoy.rejection_log().join("\n")
         );
+        nack(&store, &envoy, protocol).await;
         drop(backends);
         drop(envoy);
         // Back to the starting routes for the next protocol.
@@ -359,4 +360,108 @@ async fn scenarios(store: &StoreServer, envoy: &Envoy, certs: &Path, protocol: &
         "{protocol}: {a:?}"
     );
     let _ = std::io::stdout().flush();
+}
+
+/// A route Envoy refuses though Istio's validation (and PCP's) accepts it: a regex whose RE2
+/// program is larger than Envoy allows (istiod would send it too).
+fn refused_routes() -> Value {
+    let mut routes = web_routes(0);
+    let regex = "[a-z]{1000}".repeat(40);
+    if let Some(http) = routes["spec"]["http"].as_array_mut() {
+        http.insert(
+            0,
+            json!({"name": "huge-regex", "match": [{"uri": {"regex": regex}}],
+                   "route": [{"destination": {"host": "web", "subset": "v1"}}]}),
+        );
+    }
+    routes
+}
+
+/// The proxy-status table and answer, once `ok` holds for the table (polled, bounded).
+async fn proxy_status_until(
+    store: &StoreServer,
+    what: &str,
+    ok: impl Fn(&str) -> bool,
+) -> (String, pasa_proto::store::v1::ListProxyStatusResponse) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut client = pasa_proto::client::store_client(
+            pasa_proto::client::endpoint(&store.addr.to_string())
+                .expect("endpoint")
+                .connect()
+                .await
+                .expect("connect to the store"),
+        );
+        let answer = pasa_proto::client::list_proxy_status(&mut client, Default::default())
+            .await
+            .expect("ListProxyStatus");
+        let table = pasa_pcp::cli::proxy_status::table(&answer);
+        if ok(&table) {
+            return (table, answer);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}:\n{table}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A configuration Envoy rejects shows as STALE in `pasactl proxy-status`, with Envoy's own
+/// error text, while Envoy keeps serving the last good configuration; a fix syncs it again.
+async fn nack(store: &StoreServer, envoy: &Envoy, protocol: &str) {
+    let ns = &envoy.netns;
+    let row = |table: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|l| l.starts_with("istio-ingressgateway-1.istio-system "))
+            .map(|l| {
+                l.split("  ")
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    store.apply(&[refused_routes()]).await;
+    let (table, answer) = proxy_status_until(store, "RDS STALE", |t| {
+        row(t).get(5).is_some_and(|rds| rds.starts_with("STALE"))
+    })
+    .await;
+    println!("{protocol}: after a route Envoy refuses:\n{table}");
+    let entry = answer.proxies.first().expect("the gateway's proxy");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let page = pasa_pcp::cli::proxy_status::detail(entry, &answer, now);
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with("LAST NACK   RDS rejected version") && l.contains("regex")),
+        "{protocol}: the detail page shows Envoy's error:\n{page}"
+    );
+    if let Some(line) = page.lines().find(|l| l.starts_with("LAST NACK")) {
+        println!("{protocol}: {line}");
+    }
+    // Envoy keeps the last good routes: the split still goes to v2, nothing fails.
+    let a = get(ns, "/split", 10, &[]);
+    assert!(
+        a.iter().all(|a| a.backend.as_deref() == Some("v2")),
+        "{protocol}: the last good configuration still serves: {a:?}"
+    );
+    assert!(
+        envoy
+            .rejected()
+            .await
+            .iter()
+            .any(|(stat, _)| stat.contains(".rds.")),
+        "{protocol}: Envoy counts the rejected route update"
+    );
+    // Fixed: synced again.
+    store.apply(&[web_routes(0)]).await;
+    proxy_status_until(store, "RDS SYNCED again", |t| {
+        row(t).get(5).is_some_and(|rds| rds == "SYNCED")
+    })
+    .await;
+    println!("{protocol}: a refused route shows STALE with Envoy's error; fixed, SYNCED again");
 }
