@@ -61,6 +61,9 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// The store address followed, for `/sync_status`.
     pub server: String,
+    /// The admin endpoint of the Envoy the agent runs (`--envoy`), whose readiness
+    /// `/healthz/ready` includes.
+    pub envoy_admin: Option<crate::bootstrap::AdminAddress>,
 }
 
 /// Serves the admin endpoint on a bound listener until `shutdown` resolves.
@@ -72,6 +75,7 @@ pub async fn serve(
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/healthz/ready", get(healthz_ready))
         .route("/sync_status", get(sync_status))
         .route("/config_dump", get(config_dump))
         .route("/metrics", get(metrics))
@@ -105,6 +109,21 @@ pub fn readiness(connections: &[ConnectionStatus]) -> Result<(), String> {
 
 async fn readyz(State(state): State<AdminState>) -> Response {
     match readiness(&state.status.connections()) {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
+    }
+}
+
+/// pilot-agent's readiness (what Envoy's 15021 listener asks): the agent's clients hold their
+/// configuration and, for the Envoy the agent runs, Envoy itself says it is ready.
+async fn healthz_ready(State(state): State<AdminState>) -> Response {
+    let mut ready = readiness(&state.status.connections());
+    if ready.is_ok()
+        && let Some(admin) = &state.envoy_admin
+    {
+        ready = crate::envoy::ready(admin).await;
+    }
+    match ready {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
         Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
     }

@@ -8,13 +8,14 @@
 //! server (SotW and Delta). [`admin`] and [`metrics`]: status, readiness and Prometheus
 //! metrics. [`report`]: the proxy's sync state, reported to the store for
 //! `pasactl proxy-status`. [`credentials`]: TLS credentials from mounted Secrets, served over
-//! SDS. [`bootstrap`]: Envoy's bootstrap for the pod's proxy. [`run`]: the `pasa-agent` binary's wiring.
+//! SDS. [`bootstrap`]: Envoy's bootstrap for the pod's proxy; [`envoy`]: Envoy run as the agent's child. [`run`]: the `pasa-agent` binary's wiring.
 
 pub mod admin;
 pub mod ads;
 pub mod bootstrap;
 pub mod cache;
 pub mod credentials;
+pub mod envoy;
 pub mod follow;
 pub mod identity;
 pub mod mesh;

@@ -54,9 +54,11 @@ pub struct AgentArgs {
     /// can serve while the store is away. Nothing is kept when not set.
     #[arg(long, env = "PASA_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
-    /// Address of /healthz, /readyz, /sync_status, /config_dump, /metrics and /simulate.
-    #[arg(long, env = "PASA_ADMIN", default_value = "127.0.0.1:15000")]
-    pub admin: SocketAddr,
+    /// Address of /healthz, /readyz, /healthz/ready, /sync_status, /config_dump, /metrics and
+    /// /simulate [default: 127.0.0.1:15000; 127.0.0.1:15020 with --envoy, whose admin takes
+    /// 15000].
+    #[arg(long, env = "PASA_ADMIN")]
+    pub admin: Option<SocketAddr>,
     #[command(flatten)]
     pub identity: IdentityArgs,
     #[command(flatten)]
@@ -65,9 +67,33 @@ pub struct AgentArgs {
     pub report: ReportArgs,
     #[command(flatten)]
     pub credentials: CredentialArgs,
+    #[command(flatten)]
+    pub envoy_run: EnvoyRunArgs,
+    #[command(flatten)]
+    pub envoy: crate::bootstrap::EnvoyArgs,
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
+}
+
+/// Running Envoy as the agent's child.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EnvoyRunArgs {
+    /// Run this Envoy binary as the agent's child, on the bootstrap `pasa-agent bootstrap` would
+    /// print (written beside --uds as envoy-rev.json); restarted with backoff if it dies,
+    /// drained and stopped on SIGTERM.
+    #[arg(long = "envoy", env = "PASA_ENVOY_BINARY")]
+    pub binary: Option<PathBuf>,
+    /// How long Envoy's listeners drain on SIGTERM before it is stopped (pilot-agent's
+    /// `terminationDrainDuration`).
+    #[arg(long, env = "TERMINATION_DRAIN_DURATION", default_value = "5s", value_parser = pasa_proto::duration::parse)]
+    pub drain_duration: Duration,
+    /// Envoy's log level.
+    #[arg(long, env = "PASA_ENVOY_LOG_LEVEL", default_value = "warning")]
+    pub envoy_log_level: String,
+    /// Envoy's worker threads.
+    #[arg(long, env = "ISTIO_META_PROXY_CONCURRENCY", default_value_t = 2)]
+    pub envoy_concurrency: u32,
 }
 
 /// What `pasa-agent` does besides running (the default).
@@ -150,6 +176,19 @@ pub async fn main() -> ExitCode {
     init_tracing(args.log_json);
     match run(args, identity, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
+        // The exit status of the Envoy it ran is the agent's.
+        Err(e) if matches!(e.downcast_ref(), Some(crate::envoy::EnvoyError::Failed(_))) => {
+            tracing::error!(error = format!("{e:#}"), "pasa-agent stopped");
+            let code = match e.downcast_ref() {
+                Some(crate::envoy::EnvoyError::Failed(status)) => status.code(),
+                _ => None,
+            };
+            ExitCode::from(
+                code.and_then(|c| u8::try_from(c).ok())
+                    .filter(|c| *c != 0)
+                    .unwrap_or(1),
+            )
+        }
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "pasa-agent stopped");
             eprintln!("pasa-agent: error: {e:#}");
@@ -223,9 +262,14 @@ pub async fn run(
     // Listeners first: the ready line promises both are up.
     let (stop_tx, stop_rx) = watch::channel(false);
     let listener = crate::ads::bind_unix(&args.uds)?;
-    let admin_listener = tokio::net::TcpListener::bind(args.admin)
+    let admin_wanted = args.admin.unwrap_or(if args.envoy_run.binary.is_some() {
+        SocketAddr::from(([127, 0, 0, 1], 15020))
+    } else {
+        SocketAddr::from(([127, 0, 0, 1], 15000))
+    });
+    let admin_listener = tokio::net::TcpListener::bind(admin_wanted)
         .await
-        .with_context(|| format!("binding the admin listener on {}", args.admin))?;
+        .with_context(|| format!("binding the admin listener on {admin_wanted}"))?;
     let admin_addr = admin_listener.local_addr()?;
     let service = AdsService::new(&publisher, status.clone()).with_metrics(Arc::clone(&metrics));
     let uds = args.uds.clone();
@@ -256,6 +300,11 @@ pub async fn run(
         link: link.clone(),
         metrics: Arc::clone(&metrics),
         server: args.server.clone(),
+        envoy_admin: args
+            .envoy_run
+            .binary
+            .is_some()
+            .then(|| args.envoy.envoy_admin.clone()),
     };
     let credential_task = credentials.map(|watch| tokio::spawn(watch.run(stop_rx.clone())));
     let admin_task = tokio::spawn(admin::serve(
@@ -263,6 +312,36 @@ pub async fn run(
         admin_state,
         stopped(stop_rx.clone()),
     ));
+    // Envoy as the agent's child, once the socket and the admin endpoint it needs are up.
+    let (envoy_stop_tx, envoy_stop) = watch::channel(false);
+    let envoy_task = match &args.envoy_run.binary {
+        Some(binary) => {
+            let mut envoy = args.envoy.clone();
+            if args.credentials.cert_dir.is_some() {
+                // The agent serves the workload certificate itself.
+                envoy.sds_uds = args.uds.clone();
+            }
+            let config = crate::envoy::bootstrap_path(&args.uds);
+            let bootstrap = crate::bootstrap::bootstrap(&crate::bootstrap::BootstrapInput {
+                identity: &identity,
+                xds_uds: &args.uds,
+                agent_admin: admin_addr,
+                envoy: &envoy,
+            });
+            std::fs::write(&config, bootstrap.to_string())
+                .with_context(|| format!("writing Envoy's bootstrap {}", config.display()))?;
+            let run = crate::envoy::EnvoyRun {
+                binary: binary.clone(),
+                config,
+                admin: envoy.envoy_admin.clone(),
+                log_level: args.envoy_run.envoy_log_level.clone(),
+                concurrency: args.envoy_run.envoy_concurrency,
+                drain: args.envoy_run.drain_duration,
+            };
+            Some(tokio::spawn(crate::envoy::supervise(run, envoy_stop)))
+        }
+        None => None,
+    };
     println!("{}", ready_line(&args.uds, admin_addr));
     tracing::info!(uds = %args.uds.display(), admin = %admin_addr, node = %identity.node, "serving");
 
@@ -336,6 +415,15 @@ pub async fn run(
         }
     }
 
+    // Envoy first, while it is still served: drain its listeners, wait, stop it.
+    let mut envoy_result = Ok(());
+    if let Some(task) = envoy_task {
+        let _ = envoy_stop_tx.send(true);
+        envoy_result = match task.await {
+            Ok(result) => result.map_err(anyhow::Error::from),
+            Err(e) => Err(anyhow::anyhow!("the Envoy supervisor failed: {e}")),
+        };
+    }
     tracing::info!("shutting down: closing ADS streams, stopping the store watch");
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(DRAIN_DEADLINE, async {
@@ -367,7 +455,7 @@ pub async fn run(
         }
     }
     tracing::info!("stopped");
-    Ok(())
+    envoy_result
 }
 
 /// Translation and publishing, for each generator the clients want.
@@ -587,7 +675,10 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(args.uds, Path::new("/var/run/pasa/xds.sock"));
-        assert_eq!(args.admin.to_string(), "127.0.0.1:15000");
+        assert_eq!(
+            args.admin, None,
+            "15000, or 15020 beside an Envoy the agent runs"
+        );
         assert_eq!(args.server, "127.0.0.1:7400");
         assert_eq!(args.mesh.settings(), MeshSettings::default());
         let strict = AgentArgs::try_parse_from([

