@@ -136,6 +136,7 @@ fn backends(netns: &Netns, certs: &Path) -> Vec<Backend> {
     vec![
         Backend::start(netns, "v1", "127.0.1.1:9001", None),
         Backend::start(netns, "v2", "127.0.1.2:9001", None),
+        Backend::start(netns, "v1b", "127.0.1.3:9001", None),
         Backend::start(netns, "secure", "127.0.1.4:19443", Some((&tls.0, &tls.1))),
     ]
 }
@@ -204,6 +205,7 @@ async fn gateway_traffic_through_real_envoy() {
             envoy.rejection_log().join("\n")
         );
         nack(&store, &envoy, protocol).await;
+        changes_under_load(&store, &envoy, protocol).await;
         drop(backends);
         drop(envoy);
         // Back to the starting routes for the next protocol.
@@ -464,4 +466,80 @@ async fn nack(store: &StoreServer, envoy: &Envoy, protocol: &str) {
     })
     .await;
     println!("{protocol}: a refused route shows STALE with Envoy's error; fixed, SYNCED again");
+}
+
+/// Config changes under a steady request loop: a VirtualService's weights, a DestinationRule's
+/// policy (Envoy rebuilds the clusters, which warm before they serve), a new endpoint, another
+/// VirtualService on the same route configuration added and removed. Make-before-break: not one
+/// request may fail.
+async fn changes_under_load(store: &StoreServer, envoy: &Envoy, protocol: &str) {
+    let ns = &envoy.netns;
+    store.apply(&[web_routes(50)]).await;
+    until(ns, "/split", &[], "the 50/50 split", |a| a.status == 200);
+    let loop_args = ["http://127.0.0.1:8080/split", "250", "--timeout", "5"];
+    let load = ns
+        .command("python3")
+        .arg(common::traffic::e2e("http_client.py"))
+        .args(loop_args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the request loop");
+    let pause = || tokio::time::sleep(Duration::from_millis(150));
+    pause().await;
+    store.apply(&[web_routes(20)]).await;
+    pause().await;
+    store
+        .apply(&[json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+                        "metadata": {"name": "web", "namespace": "shop"},
+                        "spec": {"host": "web",
+                                 "trafficPolicy": {
+                                     "connectionPool": {"http": {"maxRequestsPerConnection": 100}},
+                                     "outlierDetection": {"consecutive5xxErrors": 50, "interval": "10s"}},
+                                 "subsets": [
+                                     {"name": "v1", "labels": {"version": "v1"}},
+                                     {"name": "v2", "labels": {"version": "v2"}}]}})])
+        .await;
+    pause().await;
+    let mut services = mesh();
+    services[0]["spec"]["endpoints"]
+        .as_array_mut()
+        .expect("endpoints")
+        .push(json!({"address": "127.0.1.3", "labels": {"app": "web", "version": "v1"}}));
+    store.apply(&[services[0].clone()]).await;
+    pause().await;
+    store
+        .apply(&[json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+                        "metadata": {"name": "extra", "namespace": "shop"},
+                        "spec": {"hosts": ["extra.example.com"], "gateways": ["shop"],
+                                 "http": [{"route": [{"destination": {"host": "web", "subset": "v2"}}]}]}})])
+        .await;
+    pause().await;
+    store.delete("VirtualService", "shop", "extra").await;
+    let out = tokio::task::spawn_blocking(move || load.wait_with_output())
+        .await
+        .expect("join")
+        .expect("the request loop");
+    let answers: Vec<Answer> = serde_json::from_slice(&out.stdout).expect("answers");
+    let failed: Vec<&Answer> = answers.iter().filter(|a| a.status != 200).collect();
+    let served = |name: &str| {
+        answers
+            .iter()
+            .filter(|a| a.backend.as_deref() == Some(name))
+            .count()
+    };
+    println!(
+        "{protocol}: {} requests during six changes: {} failed; v1 {}, v1b {}, v2 {}",
+        answers.len(),
+        failed.len(),
+        served("v1"),
+        served("v1b"),
+        served("v2")
+    );
+    assert!(
+        failed.is_empty(),
+        "{protocol}: requests failed during changes: {failed:?}"
+    );
+    assert!(served("v1b") > 0, "{protocol}: the new endpoint served");
+    // Back to the starting state for the next protocol.
+    store.apply(&[mesh()[0].clone(), mesh()[2].clone()]).await;
 }

@@ -66,6 +66,25 @@ impl StoreServer {
         assert!(r.errors.is_empty(), "{:?}", r.errors);
     }
 
+    /// Deletes `kind` `namespace/name` (missing is no error).
+    pub async fn delete(&self, kind: &str, namespace: &str, name: &str) {
+        let mut client = StoreClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap();
+        client
+            .delete(pasa_proto::store::v1::DeleteRequest {
+                refs: vec![pasa_proto::store::v1::ObjectRef {
+                    kind: kind.into(),
+                    namespace: namespace.into(),
+                    name: name.into(),
+                }],
+                expected_mod_revision: None,
+                ignore_not_found: true,
+            })
+            .await
+            .unwrap();
+    }
+
     /// Applies a DestinationRule `name` in namespace `shop` for `host`.
     pub async fn apply_rule(&self, name: &str, host: &str) {
         self.apply(&[serde_json::json!({
