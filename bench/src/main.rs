@@ -1,6 +1,7 @@
 //! `pasa-bench`: reproducible PASA scale scenarios. Each mode prints human-readable lines, then
 //! one JSON summary as its last line.
 
+mod agent;
 mod fixture;
 mod matching;
 mod stats;
@@ -31,6 +32,8 @@ enum Command {
     Translate(translate::TranslateArgs),
     /// The store's proxy-status table: agents' reports and `proxy-status` listings.
     Status(status::StatusArgs),
+    /// What the agent costs beside a real Envoy it runs: memory and CPU, idle and under changes.
+    Agent(agent::AgentArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,6 +42,7 @@ fn main() -> anyhow::Result<()> {
         Command::Write(args) => write::run(&args)?,
         Command::Translate(args) => translate::run(&args)?,
         Command::Status(args) => status::run(&args)?,
+        Command::Agent(args) => agent::run(&args)?,
     };
     println!("{summary}");
     Ok(())

@@ -58,7 +58,7 @@ fn resource(kind: &str, ns: &str, name: &str, spec: Value, revision: u64) -> Res
     }
 }
 
-fn service(i: usize, endpoints: usize, revision: u64) -> Resource {
+pub(crate) fn service(i: usize, endpoints: usize, revision: u64) -> Resource {
     let eps: Vec<Value> = (0..endpoints)
         .map(|e| {
             json!({"address": format!("10.{}.{}.{}", i / 250 % 250, i % 250, e + 1),
@@ -77,7 +77,7 @@ fn service(i: usize, endpoints: usize, revision: u64) -> Resource {
     )
 }
 
-fn rule(i: usize, lb: &str, revision: u64) -> Resource {
+pub(crate) fn rule(i: usize, lb: &str, revision: u64) -> Resource {
     resource(
         "DestinationRule",
         &format!("ns-{}", i % NAMESPACES),
@@ -90,7 +90,7 @@ fn rule(i: usize, lb: &str, revision: u64) -> Resource {
     )
 }
 
-fn split(i: usize, v1: u32, router: bool, revision: u64) -> Resource {
+pub(crate) fn split(i: usize, v1: u32, router: bool, revision: u64) -> Resource {
     let host = format!("svc-{i}");
     let route = json!([
         {"destination": {"host": host, "subset": "v1"}, "weight": v1},
