@@ -29,6 +29,7 @@ const FILES: &[&str] = &[
     "envoy/extensions/filters/listener/http_inspector/v3/http_inspector.proto",
     "envoy/extensions/filters/listener/original_dst/v3/original_dst.proto",
     "envoy/extensions/transport_sockets/tls/v3/tls.proto",
+    "envoy/extensions/transport_sockets/raw_buffer/v3/raw_buffer.proto",
     "envoy/extensions/upstreams/http/v3/http_protocol_options.proto",
 ];
 

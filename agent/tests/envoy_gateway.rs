@@ -177,6 +177,13 @@ async fn gateway_traffic_through_real_envoy() {
     std::fs::write(certs.join("secure.crt"), &secure_cert).expect("write");
     std::fs::write(certs.join("secure.key"), &secure_key).expect("write");
 
+    // The gateway pod's own workload certificate: its clusters (auto mTLS) wait for it.
+    let workload = certs.join("workload");
+    common::sidecar::workload_certificate(
+        &workload,
+        &common::sidecar::ca(),
+        "istio-ingressgateway",
+    );
     let agent_dir = data.path().join("agent");
     std::fs::create_dir_all(&agent_dir).expect("mkdir");
     let credentials = certs.join("credentials");
@@ -190,6 +197,8 @@ async fn gateway_traffic_through_real_envoy() {
             LABELS,
             "--credential-dir",
             credentials.to_str().expect("a UTF-8 path"),
+            "--cert-dir",
+            workload.to_str().expect("a UTF-8 path"),
         ],
     );
 

@@ -1,13 +1,14 @@
 //! Mutual TLS between two real sidecars: two pods (network namespaces joined by a veth pair,
 //! each with Istio's capture rules), each with its own `pasa-agent` serving its own workload
 //! certificate over SDS (`--cert-dir`, certificates signed by a fake of Istio's CA with SPIFFE
-//! URI SANs) and its own Envoy. A DestinationRule sets `ISTIO_MUTUAL` for the server; over SotW
-//! and then Delta:
+//! URI SANs) and its own Envoy. Over SotW and then Delta:
 //!
-//! - the client's plain request is carried over mTLS (both Envoys count the handshake) and
-//!   reaches the server's app through its PERMISSIVE inbound listener;
-//! - the client pins the server to its service's SPIFFE identity: a DestinationRule naming
-//!   another identity makes the same request fail.
+//! - auto mTLS (no DestinationRule; the server's endpoint labelled `security.istio.io/tlsMode:
+//!   istio`, as Istio's injector labels it): the client's plain request is carried over mTLS
+//!   (both Envoys count the handshake) and reaches the server's app through its PERMISSIVE
+//!   inbound listener;
+//! - `ISTIO_MUTUAL` set by a DestinationRule pins the server to its service's SPIFFE identity:
+//!   one naming another identity makes the same request fail, the service's own works.
 //!
 //! Needs what `envoy_sidecar.rs` needs; says loudly when it skipped.
 
@@ -30,9 +31,10 @@ fn mesh() -> Vec<Value> {
                "metadata": {"name": "server", "namespace": "shop"},
                "spec": {"addresses": [SERVER_VIP],
                         "ports": [{"name": "http", "port": 80, "targetPort": 8000}],
-                        "endpoints": [{"address": "10.10.0.2", "labels": {"app": "server"},
+                        // The label Istio's injector sets: auto mTLS reaches it over mTLS.
+                        "endpoints": [{"address": "10.10.0.2",
+                                       "labels": {"app": "server", "security.istio.io/tlsMode": "istio"},
                                        "serviceAccount": "server"}]}}),
-        mutual(None),
     ]
 }
 
@@ -141,7 +143,7 @@ async fn mutual_tls_between_two_sidecars() {
                 .filter(|(k, _)| k.contains("ssl"))
                 .collect::<Vec<_>>()
         );
-        println!("{protocol}: the client's plain request went over mTLS to the server's app");
+        println!("{protocol}: auto mTLS carried the client's plain request to the server's app");
 
         // The server must be who its service says: another identity is refused.
         store

@@ -223,6 +223,13 @@ fn outbound(
     if let Some(od) = &policy.outlier_detection {
         cluster.outlier_detection = Some(outlier_detection(od));
     }
+    if policy.tls.is_none()
+        && generator == Generator::Envoy
+        && !service.external
+        && service.resolution == Resolution::ClientSideLb
+    {
+        cluster.transport_socket_matches = auto_mtls(service, port.number, subset);
+    }
     if let Some(tls) = &policy.tls {
         cluster.transport_socket = match generator {
             Generator::Envoy => upstream_tls(
@@ -381,6 +388,42 @@ fn outlier_detection(od: &IstioOutlier) -> OutlierDetection {
     // Istio turns success-rate ejection off.
     out.enforcing_success_rate = u32v(0);
     out
+}
+
+/// Istio's auto mTLS for a cluster without TLS settings: endpoints whose workload has a sidecar
+/// (`tlsMode: istio` endpoint metadata) are reached over ISTIO_MUTUAL, the others in plaintext.
+fn auto_mtls(
+    service: &Service,
+    port: u32,
+    subset: &str,
+) -> Vec<envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch> {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch;
+    use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
+    let mutual = ClientTlsSettings {
+        mode: ClientTlsMode::IstioMutual,
+        ..Default::default()
+    };
+    vec![
+        TransportSocketMatch {
+            name: "tlsMode-istio".into(),
+            r#match: Some(metadata::single("tlsMode", "istio")),
+            transport_socket: upstream_tls(
+                &mutual,
+                &service.hostname,
+                port,
+                subset,
+                &service.identities(),
+            ),
+        },
+        TransportSocketMatch {
+            name: "tlsMode-disabled".into(),
+            r#match: Some(Default::default()),
+            transport_socket: Some(TransportSocket {
+                name: "envoy.transport_sockets.raw_buffer".into(),
+                config_type: Some(ConfigType::TypedConfig(pack_any(RawBuffer::default()))),
+            }),
+        },
+    ]
 }
 
 /// Client TLS of a DestinationRule as Envoy's upstream TLS transport socket. ISTIO_MUTUAL

@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 };
 use envoy_types::pb::google::protobuf::UInt32Value;
 
+use super::metadata;
 use super::registry::{Instance, Service, ServicePort, selects};
 
 /// A load assignment being built for one cluster.
@@ -68,6 +69,14 @@ fn group<'a>(
                 load_balancing_weight: Some(UInt32Value {
                     value: instance.weight.max(1),
                 }),
+                // A workload with a sidecar takes Istio mTLS: auto mTLS picks the cluster's
+                // `tlsMode-istio` transport socket for it.
+                metadata: (instance
+                    .labels
+                    .get(metadata::TLS_MODE_LABEL)
+                    .map(String::as_str)
+                    == Some("istio"))
+                .then(|| metadata::one_field(metadata::TRANSPORT_SOCKET_MATCH, "tlsMode", "istio")),
                 ..Default::default()
             });
     }

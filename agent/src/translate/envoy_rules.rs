@@ -325,3 +325,43 @@ fn a_sidecar_without_egress_listeners_sees_everything() {
     );
     assert!(out.listeners.contains_key("0.0.0.0_8080"));
 }
+
+#[test]
+fn auto_mtls_reaches_workloads_with_a_sidecar_over_istio_mutual() {
+    let mut with_sidecar = web(&["10.96.0.1"]);
+    with_sidecar.spec_json = with_sidecar.spec_json.replace(
+        r#""version":"v1""#,
+        r#""version":"v1","security.istio.io/tlsMode":"istio""#,
+    );
+    let out = translate(sidecar("10.0.0.9"), vec![with_sidecar]);
+    let name = "outbound|8080||web.default.svc.cluster.local";
+    let matches = &out.clusters[name].transport_socket_matches;
+    let names: Vec<&str> = matches.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["tlsMode-istio", "tlsMode-disabled"]);
+    let marked: Vec<bool> = out.endpoints[name]
+        .endpoints
+        .iter()
+        .flat_map(|l| &l.lb_endpoints)
+        .map(|e| {
+            e.metadata.as_ref().is_some_and(|m| {
+                m.filter_metadata
+                    .contains_key("envoy.transport_socket_match")
+            })
+        })
+        .collect();
+    assert_eq!(
+        marked,
+        [true, false],
+        "only the labelled workload is marked"
+    );
+    // A DestinationRule's TLS wins; a gRPC client gets none of it.
+    let dr = resource(
+        "DestinationRule",
+        "default",
+        "web",
+        json!({"host": "web", "trafficPolicy": {"tls": {"mode": "DISABLE"}}}),
+        2,
+    );
+    let out = translate(sidecar("10.0.0.9"), vec![web(&["10.96.0.1"]), dr]);
+    assert!(out.clusters[name].transport_socket_matches.is_empty());
+}

@@ -34,3 +34,33 @@ pub(super) fn config_metadata(kind: Kind, meta: &Meta) -> Metadata {
         ..Default::default()
     }
 }
+
+/// The pod label Istio's injector sets on workloads with a sidecar (`istio`), which auto mTLS
+/// reads.
+pub(super) const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
+/// Where an endpoint's transport socket match metadata goes.
+pub(super) const TRANSPORT_SOCKET_MATCH: &str = "envoy.transport_socket_match";
+
+/// A single-field Struct under `filter` (one field, so its encoding is stable).
+pub(super) fn one_field(filter: &str, field: &str, value: &str) -> Metadata {
+    Metadata {
+        filter_metadata: [(filter.to_string(), single(field, value))]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// `{field: value}` as a protobuf Struct.
+pub(super) fn single(field: &str, value: &str) -> Struct {
+    Struct {
+        fields: [(
+            field.to_string(),
+            Value {
+                kind: Some(ValueKind::StringValue(value.to_string())),
+            },
+        )]
+        .into_iter()
+        .collect(),
+    }
+}
