@@ -26,6 +26,15 @@ pub enum JsonError {
         source: prost::DecodeError,
     },
     #[error(
+        "{name}: cannot read it as {type_url} ({source}); it may hold an extension pasactl has no descriptor for"
+    )]
+    Read {
+        name: String,
+        type_url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
         "{name}: cannot print it as JSON ({source}); it may hold an extension pasactl has no descriptor for; print it with -o short"
     )]
     Print {
@@ -65,6 +74,40 @@ pub fn to_json(name: &str, any: &Any) -> Result<Value, JsonError> {
     })
 }
 
+/// A resource in protobuf JSON naming its type (`@type`, as Envoy's `/config_dump` writes each
+/// resource), encoded back as the `Any` it was sent as.
+pub fn from_json(name: &str, value: &Value) -> Result<Any, JsonError> {
+    let type_url = value
+        .get("@type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let type_name = type_url.rsplit('/').next().unwrap_or_default();
+    let descriptor =
+        pool()?
+            .get_message_by_name(type_name)
+            .ok_or_else(|| JsonError::UnknownType {
+                name: name.to_string(),
+                type_url: type_url.clone(),
+            })?;
+    let mut fields = value.clone();
+    if let Some(object) = fields.as_object_mut() {
+        object.remove("@type");
+    }
+    let options = prost_reflect::DeserializeOptions::new().deny_unknown_fields(false);
+    let message = DynamicMessage::deserialize_with_options(descriptor, fields, &options).map_err(
+        |source| JsonError::Read {
+            name: name.to_string(),
+            type_url: type_url.clone(),
+            source,
+        },
+    )?;
+    Ok(Any {
+        type_url,
+        value: prost::Message::encode_to_vec(&message),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,7 +130,12 @@ mod tests {
             }),
             ..Default::default()
         };
-        let json = to_json("c", &pack_any(cluster)).unwrap();
+        let any = pack_any(cluster);
+        let json = to_json("c", &any).unwrap();
+        // And back, as read from Envoy's own /config_dump (which names each resource's type).
+        let mut named = json.clone();
+        named["@type"] = Value::String(any.type_url.clone());
+        assert_eq!(from_json("c", &named).unwrap(), any);
         assert_eq!(
             json["name"],
             "outbound|9080||reviews.default.svc.cluster.local"

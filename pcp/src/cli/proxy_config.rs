@@ -61,8 +61,18 @@ pub struct Target {
     /// The resources served to Envoy or to proxyless gRPC clients.
     #[arg(long, value_enum, default_value = "envoy")]
     pub generator: Generator,
+    /// Where to read them: what the agent serves (its /config_dump), or what Envoy holds (its
+    /// own admin /config_dump: AGENT is then Envoy's admin address, e.g. 127.0.0.1:15000).
+    #[arg(long, value_enum, default_value = "agent")]
+    pub source: Source,
     #[arg(short = 'o', long, value_enum, default_value = "short")]
     pub output: Output,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Source {
+    Agent,
+    Envoy,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -171,6 +181,22 @@ async fn fetch(server: &str, target: &Target) -> anyhow::Result<Resources> {
         .as_deref()
         .or(target.agent_flag.as_deref())
         .unwrap_or(DEFAULT_ADMIN);
+    if target.source == Source::Envoy {
+        let address = match agent::agent_ref(given)? {
+            agent::AgentRef::Address(address) => address.to_owned(),
+            agent::AgentRef::Proxy(name) => anyhow::bail!(
+                "--source envoy reads Envoy's own admin endpoint: give its address (host:port, \
+                 e.g. 127.0.0.1:15000), not the proxy name {name:?}"
+            ),
+        };
+        let (status, body) = agent::get(&address, "/config_dump?include_eds").await?;
+        anyhow::ensure!(
+            status == StatusCode::OK,
+            "Envoy's admin endpoint at {address} answered {status}: {}",
+            String::from_utf8_lossy(&body).trim()
+        );
+        return Ok(Resources::from_envoy_dump(&body)?);
+    }
     let address = resolve_agent(server, given).await?;
     let (status, body) = agent::get(&address, "/config_dump").await?;
     match status {

@@ -77,6 +77,120 @@ impl Resources {
     }
 }
 
+impl Resources {
+    /// Reads what an Envoy holds from the text of its own admin `/config_dump` (with
+    /// `?include_eds` for the endpoints): the static and the active dynamic resources of each
+    /// type (listeners still warming are left out, as Envoy does not serve them yet).
+    pub fn from_envoy_dump(text: &[u8]) -> Result<Resources, DumpError> {
+        let doc: Value = serde_json::from_slice(text).map_err(DumpError::NotJson)?;
+        let configs = doc
+            .get("configs")
+            .and_then(Value::as_array)
+            .ok_or_else(|| DumpError::Field {
+                field: "configs".into(),
+                problem: "missing: is this Envoy's admin /config_dump?".into(),
+            })?;
+        let mut out = Resources::default();
+        for (i, config) in configs.iter().enumerate() {
+            let kind = config
+                .get("@type")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let at = |list: &str| format!("configs[{i}].{list}");
+            let entries = |list: &str, path: &[&str]| -> Vec<(String, Value)> {
+                config
+                    .get(list)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                    .filter_map(|(j, e)| {
+                        let resource = path.iter().try_fold(e, |v, key| v.get(*key))?;
+                        Some((format!("{}[{j}]", at(list)), resource.clone()))
+                    })
+                    .collect()
+            };
+            if kind.ends_with("ClustersConfigDump") {
+                for (field, r) in entries("static_clusters", &["cluster"])
+                    .into_iter()
+                    .chain(entries("dynamic_active_clusters", &["cluster"]))
+                {
+                    out.clusters.push(served(&field, &r)?);
+                }
+            } else if kind.ends_with("ListenersConfigDump") {
+                for (field, r) in entries("static_listeners", &["listener"])
+                    .into_iter()
+                    .chain(entries("dynamic_listeners", &["active_state", "listener"]))
+                {
+                    out.listeners.push(served(&field, &r)?);
+                }
+            } else if kind.ends_with("RoutesConfigDump") {
+                for (field, r) in entries("static_route_configs", &["route_config"])
+                    .into_iter()
+                    .chain(entries("dynamic_route_configs", &["route_config"]))
+                {
+                    out.routes.push(served(&field, &r)?);
+                }
+            } else if kind.ends_with("EndpointsConfigDump") {
+                for (field, r) in entries("static_endpoint_configs", &["endpoint_config"])
+                    .into_iter()
+                    .chain(entries("dynamic_endpoint_configs", &["endpoint_config"]))
+                {
+                    out.endpoints.push(served(&field, &r)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One resource of Envoy's dump, read through pasactl's Envoy descriptors.
+fn served<T: Message + Default + NamedResource>(
+    field: &str,
+    resource: &Value,
+) -> Result<Served<T>, DumpError> {
+    let problem = |problem: String| DumpError::Field {
+        field: field.to_string(),
+        problem,
+    };
+    let any = crate::envoy_json::from_json(field, resource).map_err(|e| problem(e.to_string()))?;
+    let message = T::decode(any.value.as_slice()).map_err(|e| problem(e.to_string()))?;
+    Ok(Served {
+        name: message.resource_name(),
+        any,
+        message,
+    })
+}
+
+/// The name a resource is served under.
+trait NamedResource {
+    fn resource_name(&self) -> String;
+}
+
+impl NamedResource for Cluster {
+    fn resource_name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl NamedResource for Listener {
+    fn resource_name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl NamedResource for RouteConfiguration {
+    fn resource_name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl NamedResource for ClusterLoadAssignment {
+    fn resource_name(&self) -> String {
+        self.cluster_name.clone()
+    }
+}
+
 fn read<T: Message + Default>(
     types: &Value,
     kind: &str,
@@ -174,5 +288,65 @@ mod tests {
         );
         let e = Resources::from_dump(b"{}", "envoy").unwrap_err();
         assert!(matches!(e, DumpError::NoGenerators));
+    }
+
+    #[test]
+    fn envoys_own_dump_is_read_static_and_active_only() {
+        // As Envoy writes /config_dump?include_eds: proto field names, each resource with
+        // its @type; a listener still warming has no active_state.
+        let dump = json!({"configs": [
+            {"@type": "type.googleapis.com/envoy.admin.v3.ClustersConfigDump",
+             "static_clusters": [{"cluster": {
+                 "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+                 "name": "xds-grpc", "type": "STATIC", "connect_timeout": "1s"}}],
+             "dynamic_active_clusters": [{"version_info": "v1", "cluster": {
+                 "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+                 "name": "outbound|80||web.shop.svc.cluster.local", "type": "EDS",
+                 "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"},
+                                        "service_name": "outbound|80||web.shop.svc.cluster.local"},
+                 "transport_socket_matches": [{"name": "tlsMode-disabled", "match": {},
+                     "transport_socket": {"name": "envoy.transport_sockets.raw_buffer",
+                         "typed_config": {"@type": "type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer"}}}]}}]},
+            {"@type": "type.googleapis.com/envoy.admin.v3.ListenersConfigDump",
+             "dynamic_listeners": [
+                 {"name": "0.0.0.0_80", "active_state": {"version_info": "v1", "listener": {
+                     "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+                     "name": "0.0.0.0_80",
+                     "address": {"socket_address": {"address": "0.0.0.0", "port_value": 80}}}}},
+                 {"name": "0.0.0.0_81", "warming_state": {"listener": {
+                     "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+                     "name": "0.0.0.0_81"}}}]},
+            {"@type": "type.googleapis.com/envoy.admin.v3.RoutesConfigDump",
+             "dynamic_route_configs": [{"route_config": {
+                 "@type": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+                 "name": "80", "virtual_hosts": [{"name": "web.shop.svc.cluster.local:80",
+                                                   "domains": ["web"]}]}}]},
+            {"@type": "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump",
+             "dynamic_endpoint_configs": [{"endpoint_config": {
+                 "@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+                 "cluster_name": "outbound|80||web.shop.svc.cluster.local",
+                 "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address":
+                     {"address": "10.0.0.1", "port_value": 8080}}}}]}]}}]},
+            {"@type": "type.googleapis.com/envoy.admin.v3.BootstrapConfigDump",
+             "bootstrap": {"node": {"id": "x"}}}
+        ]});
+        let r = Resources::from_envoy_dump(dump.to_string().as_bytes()).unwrap();
+        let names = |v: Vec<&str>| v.into_iter().map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            r.clusters
+                .iter()
+                .map(|c| c.name.clone())
+                .collect::<Vec<_>>(),
+            names(vec!["xds-grpc", "outbound|80||web.shop.svc.cluster.local"])
+        );
+        assert_eq!(r.clusters[1].message.transport_socket_matches.len(), 1);
+        assert_eq!(r.listeners.len(), 1, "the warming listener is left out");
+        assert_eq!(r.routes[0].message.virtual_hosts[0].domains, ["web"]);
+        assert_eq!(
+            r.endpoints[0].name,
+            "outbound|80||web.shop.svc.cluster.local"
+        );
+        let e = Resources::from_envoy_dump(br#"{"generators": {}}"#).unwrap_err();
+        assert!(e.to_string().contains("Envoy's admin /config_dump"), "{e}");
     }
 }
