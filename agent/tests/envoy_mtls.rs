@@ -143,6 +143,16 @@ async fn mutual_tls_between_two_sidecars() {
                 .filter(|(k, _)| k.contains("ssl"))
                 .collect::<Vec<_>>()
         );
+        // The server's Envoy tells the app who called: the client's own SPIFFE identity.
+        let xfcc = a
+            .echoed
+            .get("x-forwarded-client-cert")
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            xfcc.contains("URI=spiffe://cluster.local/ns/shop/sa/client"),
+            "{protocol}: X-Forwarded-Client-Cert names the client: {xfcc:?}"
+        );
         println!("{protocol}: auto mTLS carried the client's plain request to the server's app");
 
         // The server must be who its service says: another identity is refused.

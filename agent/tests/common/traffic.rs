@@ -28,6 +28,9 @@ pub struct Answer {
     pub body: Option<String>,
     #[serde(default)]
     pub location: Option<String>,
+    /// The request headers the backend saw.
+    #[serde(default)]
+    pub echoed: std::collections::BTreeMap<String, String>,
     /// Why no answer came (connection refused, reset, ...).
     #[serde(default)]
     pub error: Option<String>,

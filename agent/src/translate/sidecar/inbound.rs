@@ -30,6 +30,9 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
     common_tls_context::ValidationContextType,
 };
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::{
+    ForwardClientCertDetails, SetCurrentClientCertDetails,
+};
 use envoy_types::pb::envoy::r#type::v3::Int32Range;
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
@@ -270,7 +273,7 @@ fn http_filter(cc: &ChainConfig, cluster_name: &str) -> Filter {
             names::inbound_virtual_host(cc.port),
         )
     };
-    filters::hcm_filter(filters::http_connection_manager(
+    let mut hcm = filters::http_connection_manager(
         &stat_prefix,
         Routes::Inline(Box::new(RouteConfiguration {
             name: cluster_name.to_string(),
@@ -278,7 +281,17 @@ fn http_filter(cc: &ChainConfig, cluster_name: &str) -> Filter {
             validate_clusters: Some(BoolValue { value: false }),
             ..Default::default()
         })),
-    ))
+    );
+    // As istiod's inbound connection manager: the app learns its mTLS peer from
+    // X-Forwarded-Client-Cert (the peer's subject, URI and DNS SANs appended).
+    hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
+    hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
+        subject: Some(BoolValue { value: true }),
+        uri: true,
+        dns: true,
+        ..Default::default()
+    });
+    filters::hcm_filter(hcm)
 }
 
 /// Traffic sent to the inbound capture port itself would loop: refused.
