@@ -3,6 +3,7 @@
 //! wrapper that enters it, and Envoy's admin is a Unix socket the agent reaches):
 //!
 //! - `/healthz/ready` turns 200 once Envoy says it is ready and holds the agent's configuration;
+//! - a rotated workload certificate (`--cert-dir` rewritten) reaches Envoy over SDS;
 //! - an Envoy that dies is started again (the readiness comes back);
 //! - SIGTERM drains Envoy's listeners for `--drain-duration`, stops Envoy, and the agent exits
 //!   with Envoy's status (0), leaving no Envoy behind.
@@ -88,9 +89,40 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
             &admin,
             "--drain-duration",
             "1s",
+            "--credential-poll",
+            "100ms",
         ],
     );
     until_ready(&agent, "Envoy ready with the agent's configuration").await;
+
+    // The workload certificate rotates (istio-csr or SPIRE rewrite the files): Envoy gets it.
+    let admin_socket = data.path().join("envoy-admin.sock");
+    let sds_updates = || async {
+        let stream = tokio::net::UnixStream::connect(&admin_socket)
+            .await
+            .expect("Envoy's admin socket");
+        let (_, stats) = common::envoy::http_exchange(stream, "GET", "/stats?filter=^sds.default")
+            .await
+            .expect("Envoy's stats");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("sds.default.update_success: "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = sds_updates().await;
+    assert!(before >= 1, "Envoy got the workload certificate over SDS");
+    sidecar::workload_certificate(&certs, &sidecar::ca(), "web");
+    let deadline = Instant::now() + WAIT;
+    while sds_updates().await <= before {
+        assert!(
+            Instant::now() < deadline,
+            "the rotated certificate never reached Envoy"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("a rotated workload certificate reached Envoy over SDS");
+
     let first = pids(&netns);
     assert_eq!(first.len(), 1, "one Envoy in its namespace: {first:?}");
     println!("Envoy {} ready", first[0]);
