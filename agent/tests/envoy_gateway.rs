@@ -218,7 +218,7 @@ async fn gateway_traffic_through_real_envoy() {
         let protocol = if delta { "Delta" } else { "SotW" };
         let envoy = Envoy::start(agent_bootstrap(&agent, ROUTER, LABELS, delta)).await;
         let backends = backends(&envoy.netns, &certs);
-        let _echo = GrpcBackend::start(&envoy.netns, "echo-1", 19090);
+        let _echo = grpc_backend(&envoy.netns, "echo-1", 19090);
         scenarios(&store, &envoy, &certs, protocol).await;
         let rejected = envoy.rejected().await;
         assert!(
@@ -591,35 +591,13 @@ async fn changes_under_load(store: &StoreServer, envoy: &Envoy, protocol: &str) 
 }
 
 /// The gRPC backend of the proxyless test (`e2e/grpc_backend.py`) on 127.0.0.1:`port` in
-/// `netns`; stopped when dropped.
-struct GrpcBackend(std::process::Child);
-
-impl GrpcBackend {
-    fn start(netns: &Netns, name: &str, port: u16) -> GrpcBackend {
-        use std::io::BufRead;
-        let mut child = netns
-            .command("python3")
-            .arg(common::traffic::e2e("grpc_backend.py"))
-            .args([name, &port.to_string()])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the gRPC backend");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("the gRPC backend's ready line");
-        assert!(line.starts_with("ready"), "gRPC backend: {line:?}");
-        GrpcBackend(child)
-    }
-}
-
-impl Drop for GrpcBackend {
-    fn drop(&mut self) {
-        drop(self.0.stdin.take());
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// `netns`.
+fn grpc_backend(netns: &Netns, name: &str, port: u16) -> Backend {
+    let mut command = netns.command("python3");
+    command
+        .arg(common::traffic::e2e("grpc_backend.py"))
+        .args([name, &port.to_string()]);
+    Backend::spawn(command, &format!("gRPC backend {name}"))
 }
 
 /// The `kind` named `name` of [`mesh`].

@@ -69,16 +69,22 @@ impl Backend {
         if let Some((cert, key)) = tls {
             command.arg("--tls").arg(cert).arg(key);
         }
+        Backend::spawn(command, &format!("backend {name} on {address}"))
+    }
+
+    /// Runs `command` (a backend that prints a line starting with `ready` once it serves, and
+    /// stops when its stdin closes), waiting for that line.
+    pub fn spawn(mut command: std::process::Command, what: &str) -> Backend {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("start a backend");
+            .unwrap_or_else(|e| panic!("start {what}: {e}"));
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)
-            .expect("the backend's ready line");
-        assert_eq!(line.trim(), "ready", "backend {name} on {address}");
+            .unwrap_or_else(|e| panic!("{what}: no ready line: {e}"));
+        assert!(line.starts_with("ready"), "{what}: {line:?}");
         Backend(child)
     }
 }
