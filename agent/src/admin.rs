@@ -108,7 +108,12 @@ pub fn readiness(connections: &[ConnectionStatus]) -> Result<(), String> {
 }
 
 async fn readyz(State(state): State<AdminState>) -> Response {
-    match readiness(&state.status.connections()) {
+    ready_answer(readiness(&state.status.connections()))
+}
+
+/// 200 `ready`, or 503 with the reason.
+fn ready_answer(ready: Result<(), String>) -> Response {
+    match ready {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
         Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
     }
@@ -123,10 +128,7 @@ async fn healthz_ready(State(state): State<AdminState>) -> Response {
     {
         ready = crate::envoy::ready(admin).await;
     }
-    match ready {
-        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
-        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
-    }
+    ready_answer(ready)
 }
 
 fn link_json(link: &Link, server: &str) -> Value {

@@ -45,8 +45,24 @@ pub enum EnvoyError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot wait for Envoy {binary}: {source}")]
+    Wait {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("Envoy exited with {0} on shutdown")]
     Failed(ExitStatus),
+}
+
+impl EnvoyRun {
+    /// Envoy's exit status, or why it could not be waited for.
+    fn exited(&self, waited: std::io::Result<ExitStatus>) -> Result<ExitStatus, EnvoyError> {
+        waited.map_err(|source| EnvoyError::Wait {
+            binary: self.binary.clone(),
+            source,
+        })
+    }
 }
 
 /// Runs Envoy until `stop` turns true, restarting it when it dies; then drains and stops it.
@@ -76,10 +92,7 @@ pub async fn supervise(run: EnvoyRun, mut stop: watch::Receiver<bool>) -> Result
         let Some(exited) = exited else {
             return drain_and_quit(&run, &mut child).await;
         };
-        let status = exited.map_err(|source| EnvoyError::Spawn {
-            binary: run.binary.clone(),
-            source,
-        })?;
+        let status = run.exited(exited)?;
         if *stop.borrow() {
             return finished(status);
         }
@@ -115,7 +128,7 @@ async fn drain_and_quit(
     }
     tokio::select! {
         exited = child.wait() => {
-            return exited.map_err(|source| EnvoyError::Spawn { binary: run.binary.clone(), source }).and_then(finished);
+            return run.exited(exited).and_then(finished);
         }
         _ = tokio::time::sleep(run.drain) => {}
     }
@@ -123,12 +136,7 @@ async fn drain_and_quit(
         tracing::warn!(error = %e, "Envoy's admin endpoint did not take /quitquitquit");
     }
     match tokio::time::timeout(QUIT_DEADLINE, child.wait()).await {
-        Ok(exited) => exited
-            .map_err(|source| EnvoyError::Spawn {
-                binary: run.binary.clone(),
-                source,
-            })
-            .and_then(finished),
+        Ok(exited) => run.exited(exited).and_then(finished),
         Err(_) => {
             tracing::warn!("Envoy did not quit in time; killing it");
             let _ = child.kill().await;

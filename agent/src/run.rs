@@ -176,23 +176,20 @@ pub async fn main() -> ExitCode {
     init_tracing(args.log_json);
     match run(args, identity, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
-        // The exit status of the Envoy it ran is the agent's.
-        Err(e) if matches!(e.downcast_ref(), Some(crate::envoy::EnvoyError::Failed(_))) => {
-            tracing::error!(error = format!("{e:#}"), "pasa-agent stopped");
-            let code = match e.downcast_ref() {
-                Some(crate::envoy::EnvoyError::Failed(status)) => status.code(),
-                _ => None,
-            };
-            ExitCode::from(
-                code.and_then(|c| u8::try_from(c).ok())
-                    .filter(|c| *c != 0)
-                    .unwrap_or(1),
-            )
-        }
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "pasa-agent stopped");
             eprintln!("pasa-agent: error: {e:#}");
-            ExitCode::FAILURE
+            // The exit status of the Envoy it ran is the agent's.
+            match e.downcast_ref() {
+                Some(crate::envoy::EnvoyError::Failed(status)) => ExitCode::from(
+                    status
+                        .code()
+                        .and_then(|c| u8::try_from(c).ok())
+                        .filter(|c| *c != 0)
+                        .unwrap_or(1),
+                ),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }

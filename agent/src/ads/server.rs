@@ -280,6 +280,42 @@ impl AdsService {
     }
 }
 
+impl AdsService {
+    /// Serves one SotW stream (`secrets_only` for SecretDiscoveryService's).
+    fn sotw_stream(
+        &self,
+        requests: Streaming<DiscoveryRequest>,
+        secrets_only: bool,
+    ) -> Response<ReceiverStream<Result<DiscoveryResponse, Status>>> {
+        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
+        let (id, conn) = self.connection(Protocol::Sotw, secrets_only);
+        let span = if secrets_only {
+            tracing::info_span!("sds", conn = id, protocol = "sotw")
+        } else {
+            tracing::info_span!("ads", conn = id, protocol = "sotw")
+        };
+        tokio::spawn(sotw::run(conn, requests, tx).instrument(span));
+        Response::new(ReceiverStream::new(rx))
+    }
+
+    /// Serves one Delta stream (`secrets_only` for SecretDiscoveryService's).
+    fn delta_stream(
+        &self,
+        requests: Streaming<DeltaDiscoveryRequest>,
+        secrets_only: bool,
+    ) -> Response<ReceiverStream<Result<DeltaDiscoveryResponse, Status>>> {
+        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
+        let (id, conn) = self.connection(Protocol::Delta, secrets_only);
+        let span = if secrets_only {
+            tracing::info_span!("sds", conn = id, protocol = "delta")
+        } else {
+            tracing::info_span!("ads", conn = id, protocol = "delta")
+        };
+        tokio::spawn(delta::run(conn, requests, tx).instrument(span));
+        Response::new(ReceiverStream::new(rx))
+    }
+}
+
 #[tonic::async_trait]
 impl AggregatedDiscoveryService for AdsService {
     type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
@@ -289,22 +325,14 @@ impl AggregatedDiscoveryService for AdsService {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-        let (id, conn) = self.connection(Protocol::Sotw, false);
-        let span = tracing::info_span!("ads", conn = id, protocol = "sotw");
-        tokio::spawn(sotw::run(conn, request.into_inner(), tx).instrument(span));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(self.sotw_stream(request.into_inner(), false))
     }
 
     async fn delta_aggregated_resources(
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-        let (id, conn) = self.connection(Protocol::Delta, false);
-        let span = tracing::info_span!("ads", conn = id, protocol = "delta");
-        tokio::spawn(delta::run(conn, request.into_inner(), tx).instrument(span));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(self.delta_stream(request.into_inner(), false))
     }
 }
 
@@ -320,22 +348,14 @@ impl SecretDiscoveryService for AdsService {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamSecretsStream>, Status> {
-        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-        let (id, conn) = self.connection(Protocol::Sotw, true);
-        let span = tracing::info_span!("sds", conn = id, protocol = "sotw");
-        tokio::spawn(sotw::run(conn, request.into_inner(), tx).instrument(span));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(self.sotw_stream(request.into_inner(), true))
     }
 
     async fn delta_secrets(
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaSecretsStream>, Status> {
-        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-        let (id, conn) = self.connection(Protocol::Delta, true);
-        let span = tracing::info_span!("sds", conn = id, protocol = "delta");
-        tokio::spawn(delta::run(conn, request.into_inner(), tx).instrument(span));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(self.delta_stream(request.into_inner(), true))
     }
 
     async fn fetch_secrets(

@@ -143,23 +143,9 @@ impl StreamHandler for Stream {
     async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
         // Clusters the client holds in another version: Envoy rebuilds each and it warms until
         // its load assignment arrives again, even an unchanged one (a cluster's EDS resource is
-        // named as the cluster), so EDS is sent again when it covers one of them.
-        let rebuilt: BTreeSet<String> = {
-            let state = &self.types[TypeKind::Cluster.index()];
-            match (&state.subscription, &state.sent) {
-                (Some(subscription), Some(sent)) => subscription
-                    .select(snapshot, TypeKind::Cluster)
-                    .iter()
-                    .filter(|(name, r)| {
-                        sent.resources
-                            .get(*name)
-                            .is_some_and(|old| old.version != r.version)
-                    })
-                    .map(|(name, _)| name.clone())
-                    .collect(),
-                _ => BTreeSet::new(),
-            }
-        };
+        // named as the cluster), so EDS is sent again when it covers one of them. CDS goes out
+        // before EDS, so they are known by then.
+        let mut rebuilt = BTreeSet::new();
         for kind in TypeKind::PUSH_ORDER {
             let state = &self.types[kind.index()];
             let Some(subscription) = &state.subscription else {
@@ -174,6 +160,19 @@ impl StreamHandler for Stream {
                         .entry(name.clone())
                         .or_insert_with(|| Arc::clone(resource));
                 }
+            }
+            if kind == TypeKind::Cluster
+                && let Some(sent) = &state.sent
+            {
+                rebuilt = resources
+                    .iter()
+                    .filter(|(name, r)| {
+                        sent.resources
+                            .get(*name)
+                            .is_some_and(|old| old.version != r.version)
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect();
             }
             let warming =
                 kind == TypeKind::Endpoint && resources.keys().any(|name| rebuilt.contains(name));
