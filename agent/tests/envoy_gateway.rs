@@ -142,6 +142,15 @@ fn get(netns: &Netns, path: &str, count: usize, extra: &[&str]) -> Vec<Answer> {
     client(netns, &args)
 }
 
+/// One HTTPS request to `url` for `host` (its SNI and Host), verified against `ca`.
+fn https(netns: &Netns, url: &str, host: &str, ca: &Path) -> Vec<Answer> {
+    let ca = ca.to_str().expect("a UTF-8 path");
+    client(
+        netns,
+        &[url, "1", "--sni", host, "--ca", ca, "--host", host],
+    )
+}
+
 /// The backends, in Envoy's namespace.
 fn backends(netns: &Netns, certs: &Path) -> Vec<Backend> {
     let tls = (certs.join("secure.crt"), certs.join("secure.key"));
@@ -196,14 +205,11 @@ async fn gateway_traffic_through_real_envoy() {
         &common::sidecar::ca(),
         "istio-ingressgateway",
     );
-    let agent_dir = data.path().join("agent");
-    std::fs::create_dir_all(&agent_dir).expect("mkdir");
     let credentials = certs.join("credentials");
-    let agent = Agent::start_with(
+    let agent = Agent::start_in(
         ROUTER,
         store.addr,
-        &agent_dir,
-        &agent_dir.join("cache"),
+        &data.path().join("agent"),
         &[
             "--labels",
             LABELS,
@@ -336,20 +342,11 @@ async fn scenarios(store: &StoreServer, envoy: &Envoy, certs: &Path, protocol: &
     assert!(a[0].ms < 900, "{protocol}: timed out after {} ms", a[0].ms);
 
     // TLS terminated with the mounted credential.
-    let ca = certs.join("shop-ca.crt");
-    let ca = ca.to_str().expect("a UTF-8 path");
-    let a = client(
+    let a = https(
         ns,
-        &[
-            "https://127.0.0.1:8443/x",
-            "1",
-            "--sni",
-            "shop.example.com",
-            "--ca",
-            ca,
-            "--host",
-            "shop.example.com",
-        ],
+        "https://127.0.0.1:8443/x",
+        "shop.example.com",
+        &certs.join("shop-ca.crt"),
     );
     assert_eq!(
         a[0].status, 200,
@@ -357,20 +354,11 @@ async fn scenarios(store: &StoreServer, envoy: &Envoy, certs: &Path, protocol: &
     );
 
     // TLS passed through by SNI to the backend's own certificate.
-    let ca = certs.join("secure.crt");
-    let ca = ca.to_str().expect("a UTF-8 path");
-    let a = client(
+    let a = https(
         ns,
-        &[
-            "https://127.0.0.1:9443/y",
-            "1",
-            "--sni",
-            "secure.example.com",
-            "--ca",
-            ca,
-            "--host",
-            "secure.example.com",
-        ],
+        "https://127.0.0.1:9443/y",
+        "secure.example.com",
+        &certs.join("secure.crt"),
     );
     assert_eq!(a[0].status, 200, "{protocol}: passthrough: {a:?}");
     assert_eq!(a[0].backend.as_deref(), Some("secure"), "{protocol}: {a:?}");

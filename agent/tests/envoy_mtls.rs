@@ -59,12 +59,10 @@ fn network() -> (Netns, Netns) {
 }
 
 fn start_agent(store: &StoreServer, dir: &std::path::Path, node: &str, labels: &str) -> Agent {
-    std::fs::create_dir_all(dir).expect("mkdir");
-    Agent::start_with(
+    Agent::start_in(
         node,
         store.addr,
         dir,
-        &dir.join("cache"),
         &[
             "--labels",
             labels,

@@ -91,13 +91,10 @@ async fn sidecar_traffic_with_capture() {
     store.apply(&mesh()).await;
     let certs = data.path().join("certs");
     sidecar::workload_certificate(&certs, &sidecar::ca(), "client");
-    let agent_dir = data.path().join("agent");
-    std::fs::create_dir_all(&agent_dir).expect("mkdir");
-    let agent = Agent::start_with(
+    let agent = Agent::start_in(
         NODE,
         store.addr,
-        &agent_dir,
-        &agent_dir.join("cache"),
+        &data.path().join("agent"),
         &[
             "--labels",
             LABELS,

@@ -71,13 +71,10 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
     .expect("write the wrapper");
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let admin = format!("unix:{}", data.path().join("envoy-admin.sock").display());
-    let agent_dir = data.path().join("agent");
-    std::fs::create_dir_all(&agent_dir).expect("mkdir");
-    let agent = Agent::start_with(
+    let agent = Agent::start_in(
         NODE,
         store.addr,
-        &agent_dir,
-        &agent_dir.join("cache"),
+        &data.path().join("agent"),
         &[
             "--labels",
             "app=web",

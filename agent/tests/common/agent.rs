@@ -73,6 +73,13 @@ impl Agent {
         }
     }
 
+    /// [`Agent::start_with`] with its socket in `dir` (made if missing) and its cache in
+    /// `dir/cache`.
+    pub fn start_in(node_id: &str, server: SocketAddr, dir: &Path, extra: &[&str]) -> Agent {
+        std::fs::create_dir_all(dir).expect("the agent's directory");
+        Agent::start_with(node_id, server, dir, &dir.join("cache"), extra)
+    }
+
     /// GET `path` on the admin endpoint: status code and body.
     pub async fn get(&self, path: &str) -> (u16, String) {
         http_get(self.admin, path).await
