@@ -1,10 +1,11 @@
-//! Generates the store API from `proto/` with protox, so no system `protoc` is needed.
+//! Generates the store API and the client side of Istio's CA API from `proto/` with protox, so
+//! no system `protoc` is needed.
 
 use std::path::Path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = Path::new("proto");
-    let files = ["pasa/store/v1/store.proto"];
+    let files = ["pasa/store/v1/store.proto", "istio/v1/auth/ca.proto"];
     for file in files {
         println!("cargo:rerun-if-changed={}", root.join(file).display());
     }

@@ -26,9 +26,11 @@
 //! not served; the others keep being served. When the directory itself cannot be read, the
 //! secrets last read keep being served.
 //!
-//! **The workload's own certificate** (`--cert-dir`, [`workload`]): `default` and `ROOTCA`, read
-//! and re-read the same way and served beside the credentials.
+//! **The workload's own certificate**, `default` and `ROOTCA`, served beside the credentials:
+//! from mounted files (`--cert-dir`, [`workload`]), read and re-read the same way, or by CSR to
+//! Istio's CA (`--ca-address`, [`ca`]), renewed before it expires.
 
+pub mod ca;
 pub mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,6 +76,16 @@ pub struct CredentialArgs {
     /// How often the credential and certificate directories are read again for changes.
     #[arg(long, env = "PASA_CREDENTIAL_POLL", default_value = "5s", value_parser = pasa_proto::duration::parse)]
     pub credential_poll: Duration,
+    #[command(flatten)]
+    pub ca: ca::CaArgs,
+}
+
+impl CredentialArgs {
+    /// Whether the agent serves the workload certificate itself (from files or from the CA), so
+    /// that Envoy's `sds-grpc` points at the agent's socket.
+    pub fn serves_workload_certificate(&self) -> bool {
+        self.cert_dir.is_some() || self.ca.ca_address.is_some()
+    }
 }
 
 /// Why a credential (or the whole directory) is not served.
@@ -334,9 +346,12 @@ impl Dirs {
     }
 }
 
-/// Keeps the published secrets in step with the credential and certificate directories.
+/// Keeps the published secrets in step with the credential and certificate directories, and
+/// with the certificates the CA issued.
 pub struct CredentialWatch {
     dirs: Dirs,
+    /// The workload certificate from the CA ([`ca::renew`]), when it is the source.
+    issued: Option<watch::Receiver<BTreeMap<String, Secret>>>,
     poll: Duration,
     publisher: Arc<SnapshotPublisher>,
     /// The problems already logged, so each is logged once while it lasts.
@@ -344,17 +359,23 @@ pub struct CredentialWatch {
 }
 
 impl CredentialWatch {
-    /// Watches `args.credential_dir`, if set, publishing to `publisher`.
-    pub fn new(args: &CredentialArgs, publisher: Arc<SnapshotPublisher>) -> Option<Self> {
+    /// Watches `args.credential_dir` and `args.cert_dir`, if set, and the CA's certificates
+    /// (`issued`), publishing to `publisher`.
+    pub fn new(
+        args: &CredentialArgs,
+        issued: Option<watch::Receiver<BTreeMap<String, Secret>>>,
+        publisher: Arc<SnapshotPublisher>,
+    ) -> Option<Self> {
         let dirs = Dirs {
             credentials: args.credential_dir.clone(),
             workload: args.cert_dir.clone(),
         };
-        if dirs.credentials.is_none() && dirs.workload.is_none() {
+        if dirs.credentials.is_none() && dirs.workload.is_none() && issued.is_none() {
             return None;
         }
         Some(CredentialWatch {
             dirs,
+            issued,
             poll: args.credential_poll.max(Duration::from_millis(10)),
             publisher,
             reported: BTreeSet::new(),
@@ -368,16 +389,29 @@ impl CredentialWatch {
         self.apply(loaded);
     }
 
-    /// Reads the directory every poll interval until `stop` turns true (the first read is
-    /// [`CredentialWatch::refresh`]'s, at start).
+    /// Reads the directory every poll interval, and publishes each certificate the CA issues,
+    /// until `stop` turns true (the first read is [`CredentialWatch::refresh`]'s, at start).
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let mut ticks =
             tokio::time::interval_at(tokio::time::Instant::now() + self.poll, self.poll);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut issued = self.issued.clone();
         loop {
+            let new_certificate = async {
+                match &mut issued {
+                    Some(rx) => rx.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => break,
                 _ = ticks.tick() => {}
+                open = new_certificate => {
+                    if !open {
+                        // The CA client stopped: the certificate in hand stays served.
+                        issued = None;
+                    }
+                }
             }
             let dirs = self.dirs.clone();
             match tokio::task::spawn_blocking(move || dirs.load()).await {
@@ -400,7 +434,12 @@ impl CredentialWatch {
             tracing::warn!(error = %message, "credential not served");
         }
         self.reported = messages;
-        if let Some(loaded) = loaded {
+        if let Some(mut loaded) = loaded {
+            if let Some(issued) = &self.issued {
+                loaded
+                    .secrets
+                    .extend(issued.borrow().iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
             tracing::debug!(secrets = loaded.secrets.len(), "credentials read");
             self.publisher.publish_secrets(&loaded.secrets);
         }

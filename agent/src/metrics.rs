@@ -46,6 +46,9 @@ pub struct Metrics {
     pub connections: Gauge,
     pub store_revision: Gauge,
     pub degraded: Gauge,
+    pub ca_requests: Counter,
+    pub ca_request_failures: Counter,
+    pub workload_cert_expiry: Gauge,
 }
 
 impl Default for Metrics {
@@ -60,6 +63,9 @@ impl Default for Metrics {
             connections: Gauge::default(),
             store_revision: Gauge::default(),
             degraded: Gauge::default(),
+            ca_requests: Counter::default(),
+            ca_request_failures: Counter::default(),
+            workload_cert_expiry: Gauge::default(),
         }
     }
 }
@@ -104,6 +110,22 @@ impl Metrics {
             "1 while serving without a synced store watch (the store is away, or the saved cache \
              is served until the store is synced), else 0",
             self.degraded.clone(),
+        );
+        r.register(
+            "ca_requests",
+            "Certificate signing requests sent to Istio's CA (--ca-address)",
+            self.ca_requests.clone(),
+        );
+        r.register(
+            "ca_request_failures",
+            "Certificate signing requests to Istio's CA that got no certificate",
+            self.ca_request_failures.clone(),
+        );
+        r.register(
+            "workload_cert_expiry_timestamp_seconds",
+            "When the workload certificate issued by Istio's CA expires (Unix time; 0 before the \
+             first one)",
+            self.workload_cert_expiry.clone(),
         );
     }
 

@@ -7,6 +7,7 @@
 //! with the proxy's scope, recomputed after every cache change → after every complete cache
 //! change translate for each generator the clients want and publish.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use tokio::sync::watch;
 use crate::admin::{self, AdminState};
 use crate::ads::{AdsService, SnapshotEncoder, SnapshotPublisher, StatusRegistry, TypeKind};
 use crate::cache::Cache;
+use crate::credentials::ca::CaClient;
 use crate::credentials::{CredentialArgs, CredentialWatch};
 use crate::follow::{FollowConfig, Link, follow};
 use crate::identity::{Identity, IdentityArgs};
@@ -229,7 +231,14 @@ pub async fn run(
     };
 
     // The mounted credentials first, so the first snapshots carry the secrets they reference.
-    let mut credentials = CredentialWatch::new(&args.credentials, Arc::clone(&publisher));
+    // A certificate from the CA comes later (Envoy waits for it: its listeners warm on it).
+    let ca = CaClient::new(&args.credentials.ca, &identity)?;
+    let (issued_tx, issued_rx) = watch::channel(BTreeMap::new());
+    let mut credentials = CredentialWatch::new(
+        &args.credentials,
+        ca.is_some().then_some(issued_rx),
+        Arc::clone(&publisher),
+    );
     if let Some(watch) = &mut credentials {
         watch.refresh();
     }
@@ -304,6 +313,14 @@ pub async fn run(
             .then(|| args.envoy.envoy_admin.clone()),
     };
     let credential_task = credentials.map(|watch| tokio::spawn(watch.run(stop_rx.clone())));
+    let ca_task = ca.map(|client| {
+        tokio::spawn(crate::credentials::ca::renew(
+            client,
+            issued_tx,
+            Arc::clone(&metrics),
+            stop_rx.clone(),
+        ))
+    });
     let admin_task = tokio::spawn(admin::serve(
         admin_listener,
         admin_state,
@@ -314,7 +331,7 @@ pub async fn run(
     let envoy_task = match &args.envoy_run.binary {
         Some(binary) => {
             let mut envoy = args.envoy.clone();
-            if args.credentials.cert_dir.is_some() {
+            if args.credentials.serves_workload_certificate() {
                 // The agent serves the workload certificate itself.
                 envoy.sds_uds = args.uds.clone();
             }
@@ -424,10 +441,10 @@ pub async fn run(
     tracing::info!("shutting down: closing ADS streams, stopping the store watch");
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(DRAIN_DEADLINE, async {
-        if let Some(task) = credential_task
-            && let Err(e) = task.await
-        {
-            tracing::warn!(error = %e, "credential watch task failed");
+        for task in [credential_task, ca_task].into_iter().flatten() {
+            if let Err(e) = task.await {
+                tracing::warn!(error = %e, "credential task failed");
+            }
         }
         (
             ads_task.await,
@@ -617,28 +634,32 @@ fn init_tracing(json: bool) {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
+/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is called, not when it
+/// is first polled, so a signal that comes right after the ready line is not lost (it would
+/// otherwise end the process with the default action).
+fn shutdown_signal() -> impl Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let listen = |kind: SignalKind, name: &'static str| {
+        let stream = signal(kind);
+        async move {
+            match stream {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for {name}");
+                    std::future::pending::<()>().await;
+                }
+            }
         }
     };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+    let ctrl_c = listen(SignalKind::interrupt(), "Ctrl-C");
+    let term = listen(SignalKind::terminate(), "SIGTERM");
+    async move {
+        tokio::select! {
+            () = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
+            () = term => tracing::info!("SIGTERM: shutting down"),
         }
-    };
-    tokio::select! {
-        () = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
-        () = term => tracing::info!("SIGTERM: shutting down"),
     }
 }
 

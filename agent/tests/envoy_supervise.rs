@@ -6,34 +6,24 @@
 //! - a rotated workload certificate (`--cert-dir` rewritten) reaches Envoy over SDS;
 //! - an Envoy that dies is started again (the readiness comes back);
 //! - SIGTERM drains Envoy's listeners for `--drain-duration`, stops Envoy, and the agent exits
-//!   with Envoy's status (0), leaving no Envoy behind.
+//!   with Envoy's status (0), leaving no Envoy behind;
+//! - with its certificate from Istio's CA (`--ca-address`, a fake CA), the sidecar becomes
+//!   ready and each renewal reaches Envoy.
 //!
 //! Needs `envoy` and root; says loudly when it skipped.
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use common::agent::Agent;
-use common::envoy::{self, Netns, WAIT, envoy_binary};
+use common::ca::FakeCa;
+use common::envoy::{self, Netns, WAIT};
 use common::sidecar;
 use common::store::StoreServer;
 use serde_json::json;
 
 const NODE: &str = "sidecar~10.10.0.1~web-1.shop~shop.svc.cluster.local";
-
-/// The pids in `netns` (`ip netns pids`).
-fn pids(netns: &Netns) -> Vec<u32> {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "pids", &netns.name])
-        .output()
-        .expect("ip netns pids");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
-}
 
 async fn until_ready(agent: &Agent, what: &str) {
     agent
@@ -59,17 +49,7 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
     sidecar::workload_certificate(&certs, &sidecar::ca(), "web");
 
     let netns = Netns::create();
-    let wrapper = data.path().join("envoy-in-netns");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nexec ip netns exec {} {} \"$@\"\n",
-            netns.name,
-            envoy_binary().expect("envoy").display()
-        ),
-    )
-    .expect("write the wrapper");
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let wrapper = netns.envoy_wrapper(data.path());
     let admin = format!("unix:{}", data.path().join("envoy-admin.sock").display());
     let agent = Agent::start_in(
         NODE,
@@ -94,19 +74,7 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
 
     // The workload certificate rotates (istio-csr or SPIRE rewrite the files): Envoy gets it.
     let admin_socket = data.path().join("envoy-admin.sock");
-    let sds_updates = || async {
-        let stream = tokio::net::UnixStream::connect(&admin_socket)
-            .await
-            .expect("Envoy's admin socket");
-        let (_, stats) = common::envoy::http_exchange(stream, "GET", "/stats?filter=^sds.default")
-            .await
-            .expect("Envoy's stats");
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix("sds.default.update_success: "))
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let sds_updates = || envoy::workload_certificate_updates(&admin_socket);
     let before = sds_updates().await;
     assert!(before >= 1, "Envoy got the workload certificate over SDS");
     sidecar::workload_certificate(&certs, &sidecar::ca(), "web");
@@ -120,7 +88,7 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
     }
     println!("a rotated workload certificate reached Envoy over SDS");
 
-    let first = pids(&netns);
+    let first = netns.pids();
     assert_eq!(first.len(), 1, "one Envoy in its namespace: {first:?}");
     println!("Envoy {} ready", first[0]);
 
@@ -131,7 +99,7 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
         .expect("kill");
     let deadline = Instant::now() + WAIT;
     let second = loop {
-        let now = pids(&netns);
+        let now = netns.pids();
         if now.len() == 1 && now[0] != first[0] {
             break now[0];
         }
@@ -157,6 +125,76 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
         took < Duration::from_secs(8),
         "stopped promptly after draining: {took:?}"
     );
-    assert!(pids(&netns).is_empty(), "no Envoy left: {:?}", pids(&netns));
+    assert!(netns.pids().is_empty(), "no Envoy left: {:?}", netns.pids());
+    store.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_with_its_certificate_from_istios_ca_becomes_ready_and_takes_renewals() {
+    if envoy::skip_without_envoy(
+        "a_sidecar_with_its_certificate_from_istios_ca_becomes_ready_and_takes_renewals",
+    ) {
+        return;
+    }
+    let data = tempfile::tempdir().expect("temporary directory");
+    let store = StoreServer::start(&data.path().join("db"), 0).await;
+    store
+        .apply(&[json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+                        "metadata": {"name": "web", "namespace": "shop"},
+                        "spec": {"addresses": ["10.96.7.1"],
+                                 "ports": [{"name": "http", "port": 80}],
+                                 "endpoints": [{"address": "10.10.0.1", "labels": {"app": "web"}}]}})])
+        .await;
+    let ca = FakeCa::start(&[("token-web", "spiffe://cluster.local/ns/shop/sa/web")]).await;
+    let netns = Netns::create();
+    let wrapper = netns.envoy_wrapper(data.path());
+    let admin_socket = data.path().join("envoy-admin.sock");
+    let admin = format!("unix:{}", admin_socket.display());
+    let mut args = ca.agent_args(&data.path().join("ca"), "token-web");
+    args.extend(
+        [
+            "--labels",
+            "app=web",
+            "--service-account",
+            "web",
+            "--secret-ttl",
+            "4s",
+            "--envoy",
+            wrapper.to_str().expect("UTF-8"),
+            "--envoy-admin",
+            &admin,
+            "--drain-duration",
+            "0s",
+        ]
+        .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let agent = Agent::start_in(NODE, store.addr, &data.path().join("agent"), &args);
+    until_ready(&agent, "Envoy ready on the CA's certificate").await;
+    let first = envoy::workload_certificate_updates(&admin_socket).await;
+    assert!(first >= 1, "Envoy got the certificate over SDS");
+    println!(
+        "Envoy ready on a certificate from the CA ({} CSR)",
+        ca.seen().len()
+    );
+
+    // Renewal at half of the 4 s life: Envoy takes the new certificate.
+    let deadline = Instant::now() + WAIT;
+    while envoy::workload_certificate_updates(&admin_socket).await <= first {
+        assert!(
+            Instant::now() < deadline,
+            "the renewed certificate never reached Envoy"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = ca.seen();
+    assert!(seen.len() >= 2, "renewed by a second CSR: {seen:?}");
+    assert!(
+        seen.iter().all(|s| s.signed_for.is_some()),
+        "every request signed: {seen:?}"
+    );
+    println!("a renewed certificate reached Envoy ({} CSRs)", seen.len());
+    agent.terminate();
+    assert!(netns.pids().is_empty(), "no Envoy left");
     store.stop().await;
 }

@@ -61,8 +61,9 @@ impl PcpArgs {
         // then the API and the store.
         let (stop_tx, stop_rx) = watch::channel(false);
         let signal_tx = stop_tx.clone();
+        let signal = shutdown_signal();
         tokio::spawn(async move {
-            shutdown_signal().await;
+            signal.await;
             let _ = signal_tx.send(true);
         });
 

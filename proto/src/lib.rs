@@ -22,5 +22,12 @@ pub mod store {
     }
 }
 
+/// Istio's CA API (`istio.v1.auth.IstioCertificateService`), generated from
+/// `proto/istio/v1/auth/ca.proto`: the agent requests workload certificates with it.
+pub mod istio_ca {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("istio.v1.auth");
+}
+
 pub use kind::Kind;
 pub use object::Object;

@@ -119,28 +119,32 @@ pub async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
+/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is called, not when it
+/// is first polled, so a signal that comes right after the ready line is not lost (it would
+/// otherwise end the process with the default action).
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let listen = |kind: SignalKind, name: &'static str| {
+        let stream = signal(kind);
+        async move {
+            match stream {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for {name}");
+                    std::future::pending::<()>().await;
+                }
+            }
         }
     };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+    let ctrl_c = listen(SignalKind::interrupt(), "Ctrl-C");
+    let term = listen(SignalKind::terminate(), "SIGTERM");
+    async move {
+        tokio::select! {
+            () = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
+            () = term => tracing::info!("SIGTERM: shutting down"),
         }
-    };
-    tokio::select! {
-        _ = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
-        _ = term => tracing::info!("SIGTERM: shutting down"),
     }
 }
 

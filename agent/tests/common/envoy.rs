@@ -94,6 +94,52 @@ impl Netns {
         command.args(["netns", "exec", &self.name]).arg(program);
         command
     }
+
+    /// A one-line script in `dir` that runs Envoy inside the namespace, for `pasa-agent
+    /// --envoy` (the agent stays outside).
+    pub fn envoy_wrapper(&self, dir: &std::path::Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let wrapper = dir.join("envoy-in-netns");
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nexec ip netns exec {} {} \"$@\"\n",
+                self.name,
+                envoy_binary().expect("envoy").display()
+            ),
+        )
+        .expect("write the wrapper");
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        wrapper
+    }
+
+    /// The pids in the namespace (`ip netns pids`).
+    pub fn pids(&self) -> Vec<u32> {
+        let out = Command::new("ip")
+            .args(["netns", "pids", &self.name])
+            .output()
+            .expect("ip netns pids");
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+}
+
+/// `sds.default.update_success` of the Envoy whose admin endpoint is the Unix socket `admin`:
+/// how many versions of the workload certificate it took.
+pub async fn workload_certificate_updates(admin: &std::path::Path) -> u64 {
+    let stream = tokio::net::UnixStream::connect(admin)
+        .await
+        .expect("Envoy's admin socket");
+    let (_, stats) = http_exchange(stream, "GET", "/stats?filter=^sds.default")
+        .await
+        .expect("Envoy's stats");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("sds.default.update_success: "))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 impl Drop for Netns {

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod ca;
 pub mod corpus;
 pub mod envoy;
 pub mod samples;
