@@ -131,6 +131,37 @@ async fn healthz_ready(State(state): State<AdminState>) -> Response {
     ready_answer(ready)
 }
 
+/// `/config_dump?source=envoy`: what the Envoy the agent runs holds (its own admin
+/// `/config_dump?include_eds`, private keys redacted by Envoy), for `pasactl proxy-config
+/// --source envoy POD`: Envoy's admin endpoint is the pod's own (localhost), the agent's is the
+/// one reported.
+async fn envoy_config_dump(admin: Option<&crate::bootstrap::AdminAddress>) -> Response {
+    let Some(admin) = admin else {
+        return (
+            StatusCode::NOT_FOUND,
+            "this agent runs no Envoy (--envoy): read the config dump from Envoy's own admin \
+             endpoint\n",
+        )
+            .into_response();
+    };
+    match crate::envoy::config_dump(admin).await {
+        Ok((200, body)) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Ok((code, body)) => (
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "Envoy's admin endpoint {admin} answered {code}: {}\n",
+                body.trim()
+            ),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::BAD_GATEWAY,
+            format!("Envoy's admin endpoint {admin} does not answer: {e}\n"),
+        )
+            .into_response(),
+    }
+}
+
 fn link_json(link: &Link, server: &str) -> Value {
     let (state, reason) = match link {
         Link::Connecting => ("Connecting", None),
@@ -199,9 +230,14 @@ async fn sync_status(State(state): State<AdminState>) -> Response {
 }
 
 async fn config_dump(State(state): State<AdminState>, uri: Uri) -> Response {
-    let debug = uri
-        .query()
-        .is_some_and(|q| q.split('&').any(|p| p == "format=debug"));
+    let asks = |param: &str| {
+        uri.query()
+            .is_some_and(|q| q.split('&').any(|p| p == param))
+    };
+    if asks("source=envoy") {
+        return envoy_config_dump(state.envoy_admin.as_ref()).await;
+    }
+    let debug = asks("format=debug");
     let snapshots = state.publisher.snapshots();
     if debug {
         let mut text = String::new();

@@ -162,6 +162,27 @@ pub async fn admin_request(
     method: &str,
     path: &str,
 ) -> std::io::Result<(u16, String)> {
+    request_within(admin, method, path, Duration::from_secs(2)).await
+}
+
+/// What Envoy holds: its admin `/config_dump` with endpoints (large in a large mesh, hence
+/// the longer deadline).
+pub async fn config_dump(admin: &AdminAddress) -> std::io::Result<(u16, String)> {
+    request_within(
+        admin,
+        "GET",
+        "/config_dump?include_eds",
+        Duration::from_secs(30),
+    )
+    .await
+}
+
+async fn request_within(
+    admin: &AdminAddress,
+    method: &str,
+    path: &str,
+    deadline: Duration,
+) -> std::io::Result<(u16, String)> {
     let exchange = async {
         match admin {
             AdminAddress::Tcp(addr) => {
@@ -172,9 +193,14 @@ pub async fn admin_request(
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(2), exchange)
+    tokio::time::timeout(deadline, exchange)
         .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer within 2s"))?
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {deadline:?}"),
+            )
+        })?
 }
 
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
@@ -188,15 +214,44 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     stream.write_all(request.as_bytes()).await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;
-    let text = String::from_utf8_lossy(&raw);
-    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer");
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(bad)?;
-    Ok((code, body.to_string()))
+    parse_answer(&raw)
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP answer"))
+}
+
+/// Status and body of a whole HTTP/1.1 answer, chunked or not (Envoy chunks large admin
+/// answers).
+fn parse_answer(raw: &[u8]) -> Option<(u16, String)> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..split]).ok()?;
+    let body = &raw[split + 4..];
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    let chunked = head.lines().any(|line| {
+        line.split_once(':').is_some_and(|(name, value)| {
+            name.trim().eq_ignore_ascii_case("transfer-encoding")
+                && value.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_vec()
+    };
+    Some((code, String::from_utf8_lossy(&body).into_owned()))
+}
+
+fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
+        let size = std::str::from_utf8(&rest[..line_end]).ok()?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        let after = &rest[line_end + 2..];
+        if size == 0 {
+            return Some(body);
+        }
+        body.extend_from_slice(after.get(..size)?);
+        rest = after.get(size..)?.strip_prefix(b"\r\n")?;
+    }
 }
 
 /// Where the agent writes the bootstrap of the Envoy it runs: beside its socket, as
@@ -205,4 +260,20 @@ pub fn bootstrap_path(uds: &Path) -> PathBuf {
     uds.parent()
         .unwrap_or_else(|| Path::new("."))
         .join("envoy-rev.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_plain_and_chunked() {
+        let plain = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nLIVE\n";
+        assert_eq!(parse_answer(plain), Some((200, "LIVE\n".into())));
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3;x=y\r\n:1}\r\n0\r\n\r\n";
+        assert_eq!(parse_answer(chunked), Some((200, "{\"a\":1}".into())));
+        let cut = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"a\"";
+        assert_eq!(parse_answer(cut), None);
+        assert_eq!(parse_answer(b"garbage"), None);
+    }
 }

@@ -88,6 +88,28 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
     }
     println!("a rotated workload certificate reached Envoy over SDS");
 
+    // What Envoy holds, through the agent (`pasactl proxy-config --source envoy POD` reads
+    // this): Envoy's own dump, with the agent's clusters active in it.
+    let (code, dump) = agent.get("/config_dump?source=envoy").await;
+    assert_eq!(code, 200, "{dump}");
+    let dump: serde_json::Value = serde_json::from_str(&dump).expect("Envoy's dump is JSON");
+    let active: Vec<&str> = dump["configs"]
+        .as_array()
+        .expect("configs")
+        .iter()
+        .flat_map(|c| {
+            c["dynamic_active_clusters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .filter_map(|c| c["cluster"]["name"].as_str())
+        .collect();
+    assert!(
+        active.contains(&"inbound|80||"),
+        "Envoy holds the agent's inbound cluster: {active:?}"
+    );
+
     let first = netns.pids();
     assert_eq!(first.len(), 1, "one Envoy in its namespace: {first:?}");
     println!("Envoy {} ready", first[0]);

@@ -194,6 +194,21 @@ fn proxy_config_shows_what_the_agent_serves() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // What Envoy holds, by name: read through the agent, which runs no Envoy here and says so.
+    let out = pcp.ctl(&[
+        "proxy-config",
+        "cluster",
+        "productpage-1.default",
+        "--source",
+        "envoy",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("the agent at {addr} answered 404"))
+            && err.contains("this agent runs no Envoy (--envoy)"),
+        "{err}"
+    );
 
     // Clusters: istioctl's columns, the DestinationRule named where one applies.
     assert!(clusters.starts_with("SERVICE FQDN"), "{clusters}");

@@ -62,7 +62,8 @@ pub struct Target {
     #[arg(long, value_enum, default_value = "envoy")]
     pub generator: Generator,
     /// Where to read them: what the agent serves (its /config_dump), or what Envoy holds (its
-    /// own admin /config_dump: AGENT is then Envoy's admin address, e.g. 127.0.0.1:15000).
+    /// /config_dump: AGENT is then Envoy's admin address, e.g. 127.0.0.1:15000, or the proxy's
+    /// name, read through the agent that runs its Envoy with --envoy).
     #[arg(long, value_enum, default_value = "agent")]
     pub source: Source,
     #[arg(short = 'o', long, value_enum, default_value = "short")]
@@ -182,17 +183,23 @@ async fn fetch(server: &str, target: &Target) -> anyhow::Result<Resources> {
         .or(target.agent_flag.as_deref())
         .unwrap_or(DEFAULT_ADMIN);
     if target.source == Source::Envoy {
-        let address = match agent::agent_ref(given)? {
-            agent::AgentRef::Address(address) => address.to_owned(),
-            agent::AgentRef::Proxy(name) => anyhow::bail!(
-                "--source envoy reads Envoy's own admin endpoint: give its address (host:port, \
-                 e.g. 127.0.0.1:15000), not the proxy name {name:?}"
+        let (address, path, whose) = match agent::agent_ref(given)? {
+            agent::AgentRef::Address(address) => (
+                address.to_owned(),
+                "/config_dump?include_eds",
+                "Envoy's admin endpoint",
+            ),
+            // Envoy's admin endpoint is the pod's own: its agent reads it.
+            agent::AgentRef::Proxy(_) => (
+                resolve_agent(server, given).await?,
+                "/config_dump?source=envoy",
+                "the agent",
             ),
         };
-        let (status, body) = agent::get(&address, "/config_dump?include_eds").await?;
+        let (status, body) = agent::get(&address, path).await?;
         anyhow::ensure!(
             status == StatusCode::OK,
-            "Envoy's admin endpoint at {address} answered {status}: {}",
+            "{whose} at {address} answered {status}: {}",
             String::from_utf8_lossy(&body).trim()
         );
         return Ok(Resources::from_envoy_dump(&body)?);
