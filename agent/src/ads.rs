@@ -47,9 +47,7 @@ use tokio::sync::mpsc;
 
 pub use authority::{Fronted, front, pump as front_pump};
 pub use server::{AdsService, ServeError, bind_unix, serve_unix};
-pub use snapshot::{
-    Resource, Snapshot, SnapshotEncoder, SnapshotError, SnapshotPublisher, Snapshots,
-};
+pub use snapshot::{Resource, Snapshot, SnapshotError, SnapshotPublisher, Snapshots};
 pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, TypeStatus};
 
 /// Responses queued per connection before the connection task waits for the client to read.

@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
-use crate::ads::{AdsService, SnapshotEncoder, SnapshotPublisher, StatusRegistry, TypeKind};
+use crate::ads::{AdsService, Snapshot, SnapshotPublisher, StatusRegistry, TypeKind};
 use crate::cache::Cache;
 use crate::credentials::ca::CaClient;
 use crate::credentials::{CredentialArgs, CredentialWatch};
@@ -226,7 +226,6 @@ pub async fn run(
         publisher: Arc::clone(&publisher),
         metrics: Arc::clone(&metrics),
         translated: Default::default(),
-        encoders: Default::default(),
         held: 0,
     };
 
@@ -479,8 +478,6 @@ struct Serving {
     metrics: Arc<Metrics>,
     /// The cache each generator was last translated from.
     translated: std::collections::BTreeMap<Generator, Arc<Cache>>,
-    /// Per generator, what was last encoded (unchanged resources keep their encoding).
-    encoders: std::collections::BTreeMap<Generator, SnapshotEncoder>,
     /// Translations in a row not published because their scope had not arrived yet.
     held: u32,
 }
@@ -544,12 +541,7 @@ impl Serving {
         self.held = 0;
         for (generator, resources) in generated {
             self.count(generator, &resources);
-            let snapshot = self
-                .encoders
-                .entry(generator)
-                .or_default()
-                .encode(&resources)
-                .with_origin(received);
+            let snapshot = Snapshot::from_generated(&resources).with_origin(received);
             self.publisher.publish(generator, snapshot);
             self.translated.insert(generator, Arc::clone(cache));
             tracing::debug!(

@@ -33,30 +33,48 @@ pub struct Resources {
     pub routes: BTreeMap<String, RouteConfiguration>,
 }
 
-/// One generation of a proxy's resources as the translator keeps them: shared, so that a
-/// resource it did not rebuild is the same allocation as in the previous generation and its
-/// encoding can be reused (see [`crate::ads::SnapshotEncoder`]).
+/// One generation of a proxy's resources as the translator keeps them: encoded as served
+/// (packed body and version), and shared, so that a resource it did not rebuild is the same
+/// allocation as in the previous generation. Only what was rebuilt is encoded again, and the
+/// typed messages live only while they are built: in a pod, the encoded form is a fraction of
+/// the typed one (prost messages hold every optional field inline).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Generated {
-    pub clusters: BTreeMap<String, Arc<Cluster>>,
-    pub endpoints: BTreeMap<String, Arc<ClusterLoadAssignment>>,
-    pub listeners: BTreeMap<String, Arc<Listener>>,
-    pub routes: BTreeMap<String, Arc<RouteConfiguration>>,
+    pub clusters: BTreeMap<String, Arc<Resource>>,
+    pub endpoints: BTreeMap<String, Arc<Resource>>,
+    pub listeners: BTreeMap<String, Arc<Resource>>,
+    pub routes: BTreeMap<String, Arc<Resource>>,
 }
 
 impl Generated {
-    /// An owned copy of every resource.
+    /// The typed resources, decoded (for tools and tests).
     pub fn to_resources(&self) -> Resources {
-        fn owned<T: Clone>(map: &BTreeMap<String, Arc<T>>) -> BTreeMap<String, T> {
+        fn typed<M: prost::Message + Default>(
+            map: &BTreeMap<String, Arc<Resource>>,
+        ) -> BTreeMap<String, M> {
             map.iter()
-                .map(|(k, v)| (k.clone(), (**v).clone()))
+                .map(|(name, r)| {
+                    let message = M::decode(r.body.value.as_slice())
+                        .expect("the translator decodes what it encoded");
+                    (name.clone(), message)
+                })
                 .collect()
         }
         Resources {
-            clusters: owned(&self.clusters),
-            endpoints: owned(&self.endpoints),
-            listeners: owned(&self.listeners),
-            routes: owned(&self.routes),
+            clusters: typed(&self.clusters),
+            endpoints: typed(&self.endpoints),
+            listeners: typed(&self.listeners),
+            routes: typed(&self.routes),
+        }
+    }
+
+    /// Packs typed resources.
+    pub fn from_resources(resources: &Resources) -> Generated {
+        Generated {
+            clusters: packed(resources.clusters.iter()),
+            endpoints: packed(resources.endpoints.iter()),
+            listeners: packed(resources.listeners.iter()),
+            routes: packed(resources.routes.iter()),
         }
     }
 }
@@ -72,8 +90,12 @@ pub(crate) struct Built {
 }
 
 /// Each value of a map behind an `Arc`.
-fn shared<T>(map: BTreeMap<String, T>) -> BTreeMap<String, Arc<T>> {
-    map.into_iter().map(|(k, v)| (k, Arc::new(v))).collect()
+fn packed<'a, M: prost::Message + prost::Name + 'a>(
+    messages: impl Iterator<Item = (&'a String, &'a M)>,
+) -> BTreeMap<String, Arc<Resource>> {
+    messages
+        .map(|(name, message)| (name.clone(), Resource::pack(message)))
+        .collect()
 }
 
 use std::net::IpAddr;
@@ -81,6 +103,7 @@ use std::net::IpAddr;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use pasa_proto::node::ProxyType;
 
+use crate::ads::Resource;
 use crate::cache::Cache;
 use crate::identity::{Identity, Locality};
 use crate::mesh::MeshSettings;
@@ -388,18 +411,20 @@ impl Destinations for View<'_> {
 #[derive(Debug)]
 struct HostOutput {
     inputs: u64,
-    clusters: Vec<Arc<Cluster>>,
-    assignments: Vec<Arc<ClusterLoadAssignment>>,
+    /// Cluster name → cluster.
+    clusters: Vec<(String, Arc<Resource>)>,
+    /// Cluster name → load assignment.
+    assignments: Vec<(String, Arc<Resource>)>,
 }
 
 /// Listeners and route configurations, and what they were built from.
 #[derive(Debug)]
 struct ListenerOutput {
     inputs: u64,
-    listeners: BTreeMap<String, Arc<Listener>>,
-    routes: BTreeMap<String, Arc<RouteConfiguration>>,
-    clusters: BTreeMap<String, Arc<Cluster>>,
-    endpoints: BTreeMap<String, Arc<ClusterLoadAssignment>>,
+    listeners: BTreeMap<String, Arc<Resource>>,
+    routes: BTreeMap<String, Arc<Resource>>,
+    clusters: BTreeMap<String, Arc<Resource>>,
+    endpoints: BTreeMap<String, Arc<Resource>>,
 }
 
 /// Generates resources for one proxy and keeps them current as the cache changes.
@@ -499,26 +524,29 @@ impl Translator {
                     self.proxy.kind,
                     &mut built,
                 );
-                let (clusters, assignments): (Vec<_>, Vec<_>) = built.into_iter().unzip();
-                self.hosts.insert(
-                    key.clone(),
-                    HostOutput {
-                        inputs,
-                        clusters: clusters.into_iter().map(Arc::new).collect(),
-                        assignments: assignments
-                            .into_iter()
-                            .flatten()
-                            .map(|a| Arc::new(a.0))
-                            .collect(),
-                    },
-                );
+                let mut output = HostOutput {
+                    inputs,
+                    clusters: Vec::with_capacity(built.len()),
+                    assignments: Vec::with_capacity(built.len()),
+                };
+                for (cluster, assignment) in built {
+                    output
+                        .clusters
+                        .push((cluster.name.clone(), Resource::pack(&cluster)));
+                    if let Some(a) = assignment {
+                        output
+                            .assignments
+                            .push((a.0.cluster_name.clone(), Resource::pack(&a.0)));
+                    }
+                }
+                self.hosts.insert(key.clone(), output);
             }
             if let Some(o) = self.hosts.get(&key) {
-                for c in &o.clusters {
-                    out.clusters.insert(c.name.clone(), Arc::clone(c));
+                for (name, c) in &o.clusters {
+                    out.clusters.insert(name.clone(), Arc::clone(c));
                 }
-                for a in &o.assignments {
-                    out.endpoints.insert(a.cluster_name.clone(), Arc::clone(a));
+                for (name, a) in &o.assignments {
+                    out.endpoints.insert(name.clone(), Arc::clone(a));
                 }
             }
         }
@@ -559,10 +587,10 @@ impl Translator {
                 generator,
                 ListenerOutput {
                     inputs,
-                    listeners: shared(built.listeners),
-                    routes: shared(built.routes),
-                    clusters: shared(built.clusters),
-                    endpoints: shared(built.endpoints),
+                    listeners: packed(built.listeners.iter()),
+                    routes: packed(built.routes.iter()),
+                    clusters: packed(built.clusters.iter()),
+                    endpoints: packed(built.endpoints.iter()),
                 },
             );
         }

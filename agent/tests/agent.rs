@@ -32,10 +32,12 @@ async fn serves_reports_and_survives_the_store_going_away() {
 
     let agent = Agent::start(store.addr, run.path(), cache.path());
     assert_eq!(agent.get("/healthz").await.0, 200);
-    let status = agent
-        .until("/sync_status", "Synced", |_, b| store_state(b) == "Synced")
+    // The watch is synced, then the first translation is published with its revision.
+    agent
+        .until("/sync_status", "Synced and translated", |_, b| {
+            store_state(b) == "Synced" && json(b)["revision"].as_u64().unwrap_or(0) > 0
+        })
         .await;
-    assert!(json(&status)["revision"].as_u64().unwrap() > 0, "{status}");
     let (code, metrics) = agent.get("/metrics").await;
     assert_eq!(code, 200);
     // Push-to-ACK times and NACK counts appear with their first observation, per type.

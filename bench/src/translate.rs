@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use anyhow::ensure;
-use pasa_agent::ads::SnapshotEncoder;
+use pasa_agent::ads::Snapshot;
 use pasa_agent::cache::Cache;
 use pasa_agent::identity::IdentityArgs;
 use pasa_agent::translate::{Generator, Proxy, Translator};
@@ -178,12 +178,10 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
     let mut translator = Translator::new(Proxy::from_identity(&identity, Default::default()));
     let mut cache = Cache::from_resources(objects.clone(), loaded_at);
 
-    // As the agent serves: one encoder per generator, reusing what did not change.
-    let mut encoder = SnapshotEncoder::default();
+    // As the agent serves: the translator encodes what it rebuilt, the snapshot shares it.
     let started = Instant::now();
     let resources = translator.generate(&cache, generator);
-    let translated = started.elapsed();
-    let snapshot = encoder.encode(&resources);
+    let snapshot = Snapshot::from_generated(&resources);
     let full = started.elapsed();
     let counts = [
         resources.clusters.len(),
@@ -193,11 +191,10 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
     ];
     drop(snapshot);
     println!(
-        "full translation of {} services ({} objects): {:.1} ms translate, {:.1} ms with encoding; \
+        "full translation of {} services ({} objects): {:.1} ms, encoded; \
          clusters {}, endpoints {}, listeners {}, routes {}",
         args.services,
         objects.len(),
-        translated.as_secs_f64() * 1e3,
         full.as_secs_f64() * 1e3,
         counts[0],
         counts[1],
@@ -237,7 +234,7 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
             })?;
             let started = Instant::now();
             let resources = translator.generate(&cache, generator);
-            let _snapshot = encoder.encode(&resources);
+            let _snapshot = Snapshot::from_generated(&resources);
             samples.push(started.elapsed().as_secs_f64() * 1e3);
             rebuilt += translator.rebuilt_services();
         }

@@ -7,10 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::config::listener::v3::Listener;
-use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
@@ -26,6 +22,19 @@ pub struct Resource {
     pub version: String,
     /// The resource, packed with its type URL (see `envoy_types::util::pack_any`).
     pub body: Any,
+}
+
+impl Resource {
+    /// `message` packed with its type URL; its version is a digest of the encoding, so an
+    /// unchanged resource keeps its version across translations and restarts.
+    pub fn pack<M: Message + prost::Name>(message: &M) -> Arc<Resource> {
+        let body = Any {
+            type_url: M::type_url(),
+            value: message.encode_to_vec(),
+        };
+        let version = fnv(&body.value);
+        Arc::new(Resource { version, body })
+    }
 }
 
 /// A resource whose body does not match the type it was added as.
@@ -74,21 +83,20 @@ impl Snapshot {
         Self::default()
     }
 
-    /// The snapshot serving `resources`. Each resource's version is a digest of its encoded
-    /// body, so an unchanged resource keeps its version across translations and restarts. To
-    /// encode successive generations, [`SnapshotEncoder`] reuses what did not change.
+    /// The snapshot serving `resources` (see [`Resource::pack`] for the versions).
     pub fn from_resources(resources: &Resources) -> Self {
-        fn shared<T: Clone>(map: &BTreeMap<String, T>) -> BTreeMap<String, Arc<T>> {
-            map.iter()
-                .map(|(k, v)| (k.clone(), Arc::new(v.clone())))
-                .collect()
-        }
-        SnapshotEncoder::default().encode(&Generated {
-            clusters: shared(&resources.clusters),
-            endpoints: shared(&resources.endpoints),
-            listeners: shared(&resources.listeners),
-            routes: shared(&resources.routes),
-        })
+        Snapshot::from_generated(&Generated::from_resources(resources))
+    }
+
+    /// The snapshot serving what the translator generated; the resources are shared with it.
+    pub fn from_generated(generated: &Generated) -> Self {
+        let mut snapshot = Snapshot::new();
+        let [clusters, endpoints, listeners, routes, _secrets] = &mut snapshot.types;
+        clusters.clone_from(&generated.clusters);
+        endpoints.clone_from(&generated.endpoints);
+        listeners.clone_from(&generated.listeners);
+        routes.clone_from(&generated.routes);
+        snapshot
     }
 
     /// The typed resources back from their packed bodies: the inverse of
@@ -205,57 +213,6 @@ impl Snapshots {
     }
 }
 
-/// The resources of one generation as encoded, kept to reuse for the next.
-type Encoded<M> = BTreeMap<String, (Arc<M>, Arc<Resource>)>;
-
-/// Encodes successive generations of generated resources into snapshots, encoding again only
-/// what changed: a resource that is the same allocation as in the previous generation (the
-/// translator shares what it did not rebuild) keeps its encoding and version.
-#[derive(Debug, Default)]
-pub struct SnapshotEncoder {
-    clusters: Encoded<Cluster>,
-    endpoints: Encoded<ClusterLoadAssignment>,
-    listeners: Encoded<Listener>,
-    routes: Encoded<RouteConfiguration>,
-}
-
-impl SnapshotEncoder {
-    /// The snapshot serving `resources`.
-    pub fn encode(&mut self, resources: &Generated) -> Snapshot {
-        let mut snapshot = Snapshot::new();
-        let [clusters, endpoints, listeners, routes, _secrets] = &mut snapshot.types;
-        reuse_or_pack(&resources.clusters, &mut self.clusters, clusters);
-        reuse_or_pack(&resources.endpoints, &mut self.endpoints, endpoints);
-        reuse_or_pack(&resources.listeners, &mut self.listeners, listeners);
-        reuse_or_pack(&resources.routes, &mut self.routes, routes);
-        snapshot
-    }
-}
-
-fn reuse_or_pack<M: Message + prost::Name>(
-    messages: &BTreeMap<String, Arc<M>>,
-    previous: &mut Encoded<M>,
-    out: &mut BTreeMap<String, Arc<Resource>>,
-) {
-    let mut next = BTreeMap::new();
-    for (name, message) in messages {
-        let resource = match previous.get(name) {
-            Some((before, encoded)) if Arc::ptr_eq(before, message) => Arc::clone(encoded),
-            _ => {
-                let body = Any {
-                    type_url: M::type_url(),
-                    value: message.encode_to_vec(),
-                };
-                let version = fnv(&body.value);
-                Arc::new(Resource { version, body })
-            }
-        };
-        out.insert(name.clone(), Arc::clone(&resource));
-        next.insert(name.clone(), (Arc::clone(message), resource));
-    }
-    *previous = next;
-}
-
 /// Publishes snapshots; every connection sees the newest one of its generator (intermediate ones
 /// may be skipped). It also tells which generators the connected clients want.
 #[derive(Debug)]
@@ -359,6 +316,7 @@ impl SnapshotPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 
     #[test]
     fn insert_checks_the_type_url() {
@@ -515,30 +473,20 @@ mod tests {
     }
 
     #[test]
-    fn the_encoder_reuses_what_is_the_same_allocation() {
+    fn a_snapshot_shares_what_was_generated_and_equal_content_keeps_its_version() {
         use crate::translate::Generated;
-        let a = Arc::new(Cluster {
+        let a = Cluster {
             name: "a".into(),
             ..Default::default()
-        });
+        };
         let mut generated = Generated::default();
-        generated.clusters.insert("a".into(), Arc::clone(&a));
-        let mut encoder = SnapshotEncoder::default();
-        let first = encoder.encode(&generated);
-        let second = encoder.encode(&generated);
-        let (one, two) = (
+        generated.clusters.insert("a".into(), Resource::pack(&a));
+        let first = Snapshot::from_generated(&generated);
+        assert!(Arc::ptr_eq(
             &first.resources(TypeKind::Cluster)["a"],
-            &second.resources(TypeKind::Cluster)["a"],
-        );
-        assert!(Arc::ptr_eq(one, two), "unchanged: not encoded again");
-        // A rebuilt resource is encoded again; equal content keeps its version.
-        generated
-            .clusters
-            .insert("a".into(), Arc::new((*a).clone()));
-        let third = encoder.encode(&generated);
-        let three = &third.resources(TypeKind::Cluster)["a"];
-        assert!(!Arc::ptr_eq(two, three));
-        assert_eq!(two.version, three.version);
+            &generated.clusters["a"]
+        ));
+        assert_eq!(Resource::pack(&a).version, generated.clusters["a"].version);
         assert_eq!(first, Snapshot::from_resources(&generated.to_resources()));
     }
 }
