@@ -17,7 +17,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::agent::Agent;
-use common::envoy::{self, Envoy, Netns, agent_bootstrap};
+use common::envoy::{Envoy, Netns, WAIT, agent_bootstrap};
 use common::sidecar;
 use common::store::StoreServer;
 use common::traffic::{Backend, until};
@@ -79,13 +79,9 @@ fn requests_to(stats: &BTreeMap<String, u64>, cluster: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sidecar_reaches_an_external_service_through_the_egress_gateway() {
-    let test = "a_sidecar_reaches_an_external_service_through_the_egress_gateway";
-    if envoy::skip_without_envoy(test) {
-        return;
-    }
-    if let Some(reason) = sidecar::missing_tools() {
-        assert!(std::env::var_os("PASA_E2E_REQUIRED").is_none(), "{reason}");
-        println!("SKIPPED {test}: {reason}");
+    if sidecar::skip_without_capture(
+        "a_sidecar_reaches_an_external_service_through_the_egress_gateway",
+    ) {
         return;
     }
     let data = tempfile::tempdir().expect("temporary directory");
@@ -172,7 +168,7 @@ async fn a_sidecar_reaches_an_external_service_through_the_egress_gateway() {
         until(&client.netns, url, &host, "the direct route", |a| {
             a.status == 200 && a.backend.as_deref() == Some("external-app")
         });
-        let deadline = std::time::Instant::now() + envoy::WAIT;
+        let deadline = std::time::Instant::now() + WAIT;
         while requests_to(&client.stats().await, EXTERNAL_CLUSTER) == 0 {
             assert!(
                 std::time::Instant::now() < deadline,

@@ -15,7 +15,7 @@
 mod common;
 
 use common::agent::Agent;
-use common::envoy::{self, Envoy, Netns, agent_bootstrap};
+use common::envoy::{Envoy, Netns, agent_bootstrap};
 use common::sidecar;
 use common::store::StoreServer;
 use common::traffic::{Backend, request, until};
@@ -74,12 +74,7 @@ fn start_agent(store: &StoreServer, dir: &std::path::Path, node: &str, labels: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_between_two_sidecars() {
-    if envoy::skip_without_envoy("mutual_tls_between_two_sidecars") {
-        return;
-    }
-    if let Some(reason) = sidecar::missing_tools() {
-        assert!(std::env::var_os("PASA_E2E_REQUIRED").is_none(), "{reason}");
-        println!("SKIPPED mutual_tls_between_two_sidecars: {reason}");
+    if sidecar::skip_without_capture("mutual_tls_between_two_sidecars") {
         return;
     }
     let data = tempfile::tempdir().expect("temporary directory");

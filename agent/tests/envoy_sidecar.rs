@@ -17,7 +17,7 @@
 mod common;
 
 use common::agent::Agent;
-use common::envoy::{self, Envoy, Netns, agent_bootstrap};
+use common::envoy::{Envoy, Netns, agent_bootstrap};
 use common::sidecar;
 use common::store::StoreServer;
 use common::traffic::{Backend, request, until};
@@ -78,12 +78,7 @@ fn network() -> (Netns, Netns) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecar_traffic_with_capture() {
-    if envoy::skip_without_envoy("sidecar_traffic_with_capture") {
-        return;
-    }
-    if let Some(reason) = sidecar::missing_tools() {
-        assert!(std::env::var_os("PASA_E2E_REQUIRED").is_none(), "{reason}");
-        println!("SKIPPED sidecar_traffic_with_capture: {reason}");
+    if sidecar::skip_without_capture("sidecar_traffic_with_capture") {
         return;
     }
     let data = tempfile::tempdir().expect("temporary directory");

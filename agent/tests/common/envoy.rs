@@ -39,12 +39,17 @@ pub fn unavailable() -> Option<String> {
 /// Skips the calling test (returns true) when Envoy cannot run, saying so loudly; fails instead
 /// when `PASA_E2E_REQUIRED` is set.
 pub fn skip_without_envoy(test: &str) -> bool {
-    let Some(reason) = unavailable() else {
-        return false;
-    };
+    match unavailable() {
+        Some(reason) => skip(test, &format!("real Envoy is required but {reason}")),
+        None => false,
+    }
+}
+
+/// Says loudly that `test` skipped for `reason`, or fails under `PASA_E2E_REQUIRED`; true.
+pub fn skip(test: &str, reason: &str) -> bool {
     assert!(
         std::env::var_os("PASA_E2E_REQUIRED").is_none(),
-        "{test}: real Envoy is required (PASA_E2E_REQUIRED) but {reason}"
+        "{test}: {reason} (PASA_E2E_REQUIRED is set)"
     );
     println!("SKIPPED {test}: {reason}");
     eprintln!("SKIPPED {test}: {reason}");

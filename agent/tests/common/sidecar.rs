@@ -208,6 +208,18 @@ pub fn workload_certificate(
     std::fs::write(dir.join("root-cert.pem"), ca.pem()).expect("write");
 }
 
+/// Whether `test` must skip: no Envoy, or not the tools for capture (it says so loudly; under
+/// `PASA_E2E_REQUIRED` it fails instead).
+pub fn skip_without_capture(test: &str) -> bool {
+    if super::envoy::skip_without_envoy(test) {
+        return true;
+    }
+    match missing_tools() {
+        Some(reason) => super::envoy::skip(test, &reason),
+        None => false,
+    }
+}
+
 /// Why the sidecar tests cannot run here, if they cannot.
 pub fn missing_tools() -> Option<String> {
     for (tool, arg) in [
