@@ -98,16 +98,32 @@ fn collect_dir(dir: &Path, recursive: bool, out: &mut Vec<PathBuf>) -> Result<()
     Ok(())
 }
 
+/// The parser's limits for `text`: its defaults (which stop at 1,024 documents and 250,000
+/// nodes) raised in proportion to the input, so a mesh export of thousands of objects parses,
+/// while the limits on aliases and anchors (the expansion attacks) stay as they are.
+fn parse_options(text: &str) -> serde_saphyr::Options {
+    let defaults = serde_saphyr::Budget::default();
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            // A document separator takes at least 4 bytes; a node and an event at least 1.
+            max_documents: defaults.max_documents.max(text.len() / 4 + 1),
+            max_nodes: defaults.max_nodes.max(text.len()),
+            max_events: defaults.max_events.max(text.len().saturating_mul(4)),
+        },
+    }
+}
+
 /// Parses a multi-document YAML (or JSON) text, skipping empty documents and expanding lists.
 pub fn parse_into(
     name: &str,
     text: &str,
     out: &mut Vec<(Source, Value)>,
 ) -> Result<(), ManifestError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| ManifestError::Parse {
-        path: name.to_string(),
-        message: e.to_string(),
-    })?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, parse_options(text))
+        .map_err(|e| ManifestError::Parse {
+            path: name.to_string(),
+            message: e.to_string(),
+        })?;
     for (i, doc) in docs.into_iter().enumerate() {
         let source = Source {
             file: name.to_string(),
@@ -132,6 +148,20 @@ pub fn parse_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mesh_export_of_thousands_of_documents_parses() {
+        let mut text = String::new();
+        for i in 0..5000 {
+            text.push_str(&format!(
+                "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: r{i}, namespace: default}}\nspec:\n  host: s{i}\n  subsets:\n  - {{name: v1, labels: {{version: v1}}}}\n  - {{name: v2, labels: {{version: v2}}}}\n"
+            ));
+        }
+        let mut out = Vec::new();
+        parse_into("export.yaml", &text, &mut out).unwrap();
+        assert_eq!(out.len(), 5000);
+        assert_eq!(out[4999].0.document, 4999);
+    }
 
     #[test]
     fn multi_document_yaml_with_lists_and_empty_documents() {

@@ -370,3 +370,54 @@ fn one_answer_names_every_bad_document() {
     );
     assert!(err.contains("nothing was written"), "{err}");
 }
+
+/// A mesh export of more objects than one request carries: checked whole first (one bad
+/// document anywhere writes nothing, and is named by its place in the file), then applied in
+/// batches.
+#[test]
+fn a_large_export_applies_in_batches_and_a_bad_document_anywhere_writes_nothing() {
+    const RULES: usize = 11_000;
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start(data.path());
+    let rule = |i: usize, simple: &str| {
+        format!(
+            "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: r{i}, namespace: bulk}}\nspec:\n  host: s{i}\n  trafficPolicy: {{loadBalancer: {{simple: {simple}}}}}\n"
+        )
+    };
+    let export = |bad: Option<usize>| {
+        (0..RULES)
+            .map(|i| {
+                rule(
+                    i,
+                    if Some(i) == bad {
+                        "FASTEST"
+                    } else {
+                        "ROUND_ROBIN"
+                    },
+                )
+            })
+            .collect::<String>()
+    };
+    let file = data.path().join("export.yaml");
+    std::fs::write(&file, export(Some(10_500))).unwrap();
+    let out = pcp.ctl(&["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("export.yaml document 10500 (destinationrule/bulk/r10500): spec.trafficPolicy.loadBalancer.simple:")
+            && err.contains("nothing was written"),
+        "{err}"
+    );
+    assert_eq!(
+        pcp.ok(&["get", "dr", "-n", "bulk"]).trim(),
+        "",
+        "nothing written"
+    );
+
+    std::fs::write(&file, export(None)).unwrap();
+    let out = pcp.ok(&["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.lines().count(), RULES, "one line per object");
+    assert!(out.lines().all(|l| l.ends_with(" created")));
+    let listed = pcp.ok(&["get", "dr", "-n", "bulk"]);
+    assert_eq!(listed.lines().count(), RULES + 1, "a header and every rule");
+}
