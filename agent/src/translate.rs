@@ -101,6 +101,7 @@ fn packed<'a, M: prost::Message + prost::Name + 'a>(
 use std::net::IpAddr;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
+use pasa_proto::Kind;
 use pasa_proto::node::ProxyType;
 
 use crate::ads::Resource;
@@ -431,9 +432,13 @@ struct ListenerOutput {
 ///
 /// Work is reused at two grains: the clusters and load assignments of a service are rebuilt only
 /// when the service (its resource, or the WorkloadEntries it selects) or the DestinationRule that
-/// applies to it changed; listeners and route configurations only when a service, VirtualService
-/// or Sidecar changed. A DestinationRule change therefore rebuilds the clusters of its host and
-/// nothing else.
+/// applies to it changed; a sidecar's listeners and route configurations only when what they read
+/// changed: a VirtualService, Sidecar or other config, or a service's shape (hosts, addresses,
+/// ports, resolution, visibility) — not its endpoints, except the proxy's own (inbound) and those
+/// of a passthrough service without an address (one listener each). A DestinationRule change
+/// therefore rebuilds the clusters of its host and nothing else; an endpoint change, the
+/// service's clusters and load assignments. (A router's listeners also follow DestinationRules
+/// and endpoints, through its SNI-DNAT clusters, and are rebuilt on any change.)
 #[derive(Debug)]
 pub struct Translator {
     proxy: Proxy,
@@ -442,6 +447,8 @@ pub struct Translator {
     listeners: HashMap<Generator, ListenerOutput>,
     /// Services whose clusters were rebuilt by the last update (for tests and metrics).
     rebuilt: usize,
+    /// Whether the last update rebuilt the listeners and route configurations.
+    listeners_rebuilt: bool,
     /// The store subscription the last update's view of the config calls for.
     subscription: pasa_proto::store::v1::Subscription,
 }
@@ -454,6 +461,7 @@ impl Translator {
             hosts: HashMap::new(),
             listeners: HashMap::new(),
             rebuilt: 0,
+            listeners_rebuilt: false,
             subscription: Default::default(),
         }
     }
@@ -471,6 +479,11 @@ impl Translator {
     /// How many services had their clusters rebuilt by the last [`Translator::update`].
     pub fn rebuilt_services(&self) -> usize {
         self.rebuilt
+    }
+
+    /// Whether the last [`Translator::update`] rebuilt the listeners and route configurations.
+    pub fn rebuilt_listeners(&self) -> bool {
+        self.listeners_rebuilt
     }
 
     /// Brings the resources for `generator` up to date with `cache` and returns a copy of them.
@@ -553,14 +566,25 @@ impl Translator {
         self.hosts
             .retain(|k, _| k.0 != generator || live.contains(k));
 
-        // A router's SNI-DNAT clusters follow DestinationRule subsets, so its listeners are
-        // rebuilt on their changes too.
+        // A router's SNI-DNAT clusters follow DestinationRule subsets and endpoints, so its
+        // listeners are rebuilt on any change.
         let router = self.proxy.kind == ProxyType::Router;
+        let ips: Vec<String> = self.proxy.ips.iter().map(IpAddr::to_string).collect();
         let inputs = fingerprint(|h| {
             for (key, resource) in cache.iter() {
-                if router || key.kind != "DestinationRule" {
+                let read_whole = router
+                    || (key.kind != "DestinationRule"
+                        && key.kind != Kind::ServiceEndpoints.as_str());
+                if read_whole {
                     key.hash(h);
                     resource.mod_revision.hash(h);
+                }
+            }
+            if !router {
+                for service in self.registry.services().values().flatten() {
+                    if service.source.kind == Kind::ServiceEndpoints.as_str() {
+                        hash_listener_inputs(service, &ips, h);
+                    }
                 }
             }
         });
@@ -568,6 +592,7 @@ impl Translator {
             .listeners
             .get(&generator)
             .is_some_and(|o| o.inputs == inputs);
+        self.listeners_rebuilt = !fresh;
         if !fresh {
             let mut built = Built::default();
             match generator {
@@ -605,6 +630,39 @@ impl Translator {
             }
         }
         out
+    }
+}
+
+/// What a sidecar's listener and route builders read of a service: all but its endpoints, and
+/// of those only the proxy's own (its inbound listeners) and, for a passthrough service without
+/// an address, every endpoint's address and ports (a listener each).
+fn hash_listener_inputs(service: &Service, proxy_ips: &[String], h: &mut impl Hasher) {
+    let Service {
+        hostname,
+        namespace,
+        addresses,
+        ports,
+        resolution,
+        external,
+        export_to,
+        endpoints,
+        kubernetes,
+        external_name,
+        created,
+        revision: _,
+        source,
+    } = service;
+    (hostname, namespace, addresses, export_to, external_name).hash(h);
+    (external, kubernetes, created, source).hash(h);
+    format!("{ports:?}{resolution:?}").hash(h);
+    let per_endpoint = *resolution == registry::Resolution::Passthrough && addresses.is_empty();
+    for e in endpoints {
+        if proxy_ips.contains(&e.address) {
+            format!("{e:?}").hash(h);
+        } else if per_endpoint {
+            e.address.hash(h);
+            e.ports.hash(h);
+        }
     }
 }
 

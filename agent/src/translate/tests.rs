@@ -334,6 +334,65 @@ fn a_destination_rule_change_rebuilds_only_its_host() {
 }
 
 #[test]
+fn an_endpoint_change_rebuilds_its_service_and_not_the_listeners() {
+    // One object, modified: created at revision 1, modified at `revision`.
+    let endpoints = |revision: u64, extra: &str| Resource {
+        create_revision: 1,
+        ..resource(
+            "ServiceEndpoints",
+            "default",
+            "reviews",
+            json!({"addresses": ["10.96.0.20"], "ports": [{"name": "http", "port": 9080}],
+                   "endpoints": [{"address": "10.0.0.1", "labels": {"version": "v1"}},
+                                 {"address": extra, "labels": {"version": "v2"}}]}),
+            revision,
+        )
+    };
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let split = reviews_split();
+    let before = t.update(
+        &cache(vec![
+            endpoints(1, "10.0.0.2"),
+            reviews_rule(2),
+            split.clone(),
+        ]),
+        Generator::Envoy,
+    );
+    assert!(t.rebuilt_listeners());
+
+    // Another pod of the service: its clusters and load assignments, nothing else.
+    let after = t.update(
+        &cache(vec![
+            endpoints(5, "10.0.0.7"),
+            reviews_rule(2),
+            split.clone(),
+        ]),
+        Generator::Envoy,
+    );
+    assert_eq!(t.rebuilt_services(), 1);
+    assert!(!t.rebuilt_listeners(), "listeners and routes kept");
+    assert_eq!(before.listeners, after.listeners);
+    assert_eq!(before.routes, after.routes);
+    let eds = &after.endpoints[&format!("outbound|9080|v2|{REVIEWS}")];
+    assert_eq!(eds.endpoints[0].lb_endpoints.len(), 1);
+    assert_ne!(before.endpoints, after.endpoints);
+
+    // The proxy's own address joins the service: its inbound listener changes.
+    let own = t.update(
+        &cache(vec![endpoints(6, "10.0.0.9"), reviews_rule(2), split]),
+        Generator::Envoy,
+    );
+    assert!(
+        t.rebuilt_listeners(),
+        "the inbound side follows the proxy's own endpoints"
+    );
+    assert_ne!(
+        own.listeners["virtualInbound"],
+        after.listeners["virtualInbound"]
+    );
+}
+
+#[test]
 fn tcp_services_get_a_listener_on_their_virtual_ip() {
     let db = resource(
         "ServiceEntry",
