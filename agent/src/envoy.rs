@@ -13,11 +13,13 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
+use pasa_proto::client::Backoff;
+
 use crate::bootstrap::AdminAddress;
 
 /// How long Envoy may take to quit once asked, before it is killed.
 const QUIT_DEADLINE: Duration = Duration::from_secs(5);
-/// The first pause before restarting an Envoy that died; doubled up to [`MAX_BACKOFF`].
+/// The first pause before restarting an Envoy that died; doubled up to [`MAX_BACKOFF`], jittered.
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// An Envoy that ran this long resets the backoff.
@@ -68,9 +70,8 @@ impl EnvoyRun {
 /// Runs Envoy until `stop` turns true, restarting it when it dies; then drains and stops it.
 /// `Ok` when Envoy exited cleanly at the end.
 pub async fn supervise(run: EnvoyRun, mut stop: watch::Receiver<bool>) -> Result<(), EnvoyError> {
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, STABLE);
     loop {
-        let started = tokio::time::Instant::now();
         let mut child = tokio::process::Command::new(&run.binary)
             .arg("-c")
             .arg(&run.config)
@@ -85,6 +86,7 @@ pub async fn supervise(run: EnvoyRun, mut stop: watch::Receiver<bool>) -> Result
                 source,
             })?;
         tracing::info!(pid = child.id(), config = %run.config.display(), "Envoy started");
+        backoff.up();
         let exited = tokio::select! {
             exited = child.wait() => Some(exited),
             _ = stop.wait_for(|s| *s) => None,
@@ -96,15 +98,12 @@ pub async fn supervise(run: EnvoyRun, mut stop: watch::Receiver<bool>) -> Result
         if *stop.borrow() {
             return finished(status);
         }
-        if started.elapsed() >= STABLE {
-            backoff = FIRST_BACKOFF;
-        }
-        tracing::warn!(%status, restart_in = ?backoff, "Envoy exited; restarting it");
+        let wait = backoff.failed();
+        tracing::warn!(%status, restart_in = ?wait, "Envoy exited; restarting it");
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pasa_proto::client::Backoff;
 use pasa_proto::store::v1::{
     CancelReason, SubscriberIdentity, Subscription, WatchCreate, WatchRequest, WatchUpdate,
     watch_request, watch_response,
@@ -52,26 +53,14 @@ pub enum Link {
     Degraded(String),
 }
 
-/// Waits after a failure, doubling up to a ceiling.
-pub(crate) struct Backoff(Duration);
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(100);
-    const MAX: Duration = Duration::from_secs(5);
-
-    pub(crate) fn new() -> Backoff {
-        Backoff(Backoff::FIRST)
-    }
-
-    pub(crate) fn next(&mut self) -> Duration {
-        let wait = self.0;
-        self.0 = (self.0 * 2).min(Self::MAX);
-        wait
-    }
-
-    pub(crate) fn reset(&mut self) {
-        self.0 = Self::FIRST;
-    }
+/// The store watch's waits after a failure: 100 ms doubling to 5 s, jittered; a complete answer
+/// (`SYNCED`) starts over.
+pub(crate) fn store_backoff() -> Backoff {
+    Backoff::new(
+        Duration::from_millis(100),
+        Duration::from_secs(5),
+        Duration::from_secs(10),
+    )
 }
 
 /// The subscription the cache's contents answer to.
@@ -108,7 +97,7 @@ pub async fn follow(
     link: watch::Sender<Link>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut backoff = Backoff(Backoff::FIRST);
+    let mut backoff = store_backoff();
     let mut relist = cache.revision() == 0;
     let mut in_force = InForce::default();
     let mut subscription = config.subscription.clone();
@@ -143,7 +132,7 @@ pub async fn follow(
                 relist = cache.revision() == 0 || cache.snapshot_pending();
                 tracing::warn!(reason = %why, revision = cache.revision(), "store watch ended; resuming");
                 link.send_replace(Link::Degraded(why));
-                let wait = backoff.next();
+                let wait = backoff.failed();
                 tokio::select! {
                     _ = stop.wait_for(|s| *s) => return,
                     () = tokio::time::sleep(wait) => {}

@@ -25,8 +25,9 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::ads::{self, ConnectionStatus, TypeKind, TypeStatus};
-use crate::follow::{Backoff, Link};
+use crate::follow::{Link, store_backoff};
 use crate::identity::Identity;
+use pasa_proto::client::Backoff;
 
 /// The command-line options of status reporting.
 #[derive(clap::Args, Debug, Clone)]
@@ -275,7 +276,7 @@ pub async fn report(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut coalescer = Coalescer::new(args.status_interval, args.status_heartbeat);
-    let mut backoff = Backoff::new();
+    let mut backoff = store_backoff();
     let mut degraded_since = degraded_now(&sources.link.borrow(), None);
     loop {
         let ended = tokio::select! {
@@ -284,7 +285,7 @@ pub async fn report(
         };
         tracing::debug!(reason = %ended, "status reports to the store ended; reconnecting");
         coalescer.reset();
-        let wait = backoff.next();
+        let wait = backoff.failed();
         let sleep = tokio::time::sleep(wait);
         tokio::pin!(sleep);
         // Keep track of when the agent became degraded while waiting.
@@ -328,7 +329,9 @@ async fn stream(
         Ok(c) => c,
         Err(e) => return format!("cannot reach the store at {server}: {e}"),
     };
-    backoff.reset();
+    // Recovered only once the stream has lasted: a store that accepts and then fails is not
+    // retried every 100 ms.
+    backoff.up();
     let mut client = pasa_proto::client::store_client(channel);
     let (tx, rx) = mpsc::channel(1);
     let call = client.report_status(ReceiverStream::new(rx));

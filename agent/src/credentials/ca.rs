@@ -18,7 +18,7 @@
 //! - **Renewal**: a new key and a new certificate once `--secret-grace-period-ratio` of the
 //!   certificate's life is left (istiod's default ratio 0.5, with the same ±1% jitter so that a
 //!   fleet does not renew at one moment). A failed request is retried with backoff (1 s doubling
-//!   to 60 s); the certificate in hand is served until then.
+//!   to 60 s, jittered); the certificate in hand is served until then.
 //! - **The private key never leaves the pod**: it is kept in memory and sent only to the pod's
 //!   own Envoy, over the agent's Unix socket. Nothing is written to disk.
 
@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
+use pasa_proto::client::Backoff;
 use pasa_proto::istio_ca::IstioCertificateRequest;
 use pasa_proto::istio_ca::istio_certificate_service_client::IstioCertificateServiceClient;
 use tokio::sync::watch;
@@ -344,11 +345,6 @@ fn jitter() -> f64 {
     (f64::from(nanos % 2001) - 1000.0) / 100_000.0
 }
 
-/// The wait after `failures` failed requests in a row: 1 s doubling to 60 s.
-fn backoff(failures: u32) -> Duration {
-    Duration::from_secs(1u64 << failures.saturating_sub(1).min(6)).min(Duration::from_secs(60))
-}
-
 /// Keeps `issued` holding a valid certificate from the CA until `stop` turns true: the first
 /// at once, each next one at renewal time.
 pub async fn renew(
@@ -357,7 +353,12 @@ pub async fn renew(
     metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut failures = 0u32;
+    // 1 s doubling to 60 s, jittered; a certificate starts over.
+    let mut backoff = Backoff::new(
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+        Duration::ZERO,
+    );
     loop {
         let answer = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -365,7 +366,7 @@ pub async fn renew(
         };
         let wait = match answer {
             Ok(certificate) => {
-                failures = 0;
+                backoff.reset();
                 metrics.ca_requests.inc();
                 let expiry = certificate
                     .not_after
@@ -392,10 +393,9 @@ pub async fn renew(
                 wait
             }
             Err(e) => {
-                failures += 1;
                 metrics.ca_requests.inc();
                 metrics.ca_request_failures.inc();
-                let wait = backoff(failures);
+                let wait = backoff.failed();
                 tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "no workload certificate");
                 wait
             }
@@ -472,9 +472,6 @@ mod tests {
         );
         assert_eq!(issued.renew_at(0.995, 0.01), not_before);
         assert!(jitter().abs() <= 0.01);
-        assert_eq!(backoff(1), Duration::from_secs(1));
-        assert_eq!(backoff(3), Duration::from_secs(4));
-        assert_eq!(backoff(40), Duration::from_secs(60));
     }
 
     #[test]
