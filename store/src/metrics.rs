@@ -84,6 +84,7 @@ pub struct Metrics {
     pub compact_revision: Gauge,
     pub objects: Family<KindLabels, Gauge>,
     pub subscriptions: Gauge,
+    pub watch_streams: Gauge,
     pub events_sent: Counter,
     pub watchers_cut_off: Family<ReasonLabels, Counter>,
     pub write_duration: Family<OpLabels, Histogram>,
@@ -100,6 +101,7 @@ impl Metrics {
             compact_revision: Gauge::default(),
             objects: Family::default(),
             subscriptions: Gauge::default(),
+            watch_streams: Gauge::default(),
             events_sent: Counter::default(),
             watchers_cut_off: Family::default(),
             write_duration: Family::new_with_constructor(|| {
@@ -126,6 +128,11 @@ impl Metrics {
             "subscriptions",
             "Open watch subscriptions",
             self.subscriptions.clone(),
+        );
+        r.register(
+            "watch_streams",
+            "Watch streams being served, including cut-off ones until their task has ended",
+            self.watch_streams.clone(),
         );
         r.register(
             "watch_events_sent",

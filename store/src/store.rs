@@ -45,6 +45,9 @@ pub struct StoreConfig {
     pub max_batch: usize,
     /// How long a proxy whose agent stopped reporting stays listed (see [`crate::status`]).
     pub proxy_status_expiry: Duration,
+    /// How long the notice to a watcher that was cut off may wait for it to read, before its
+    /// stream ends without it.
+    pub watch_notice_wait: Duration,
 }
 
 impl Default for StoreConfig {
@@ -56,6 +59,7 @@ impl Default for StoreConfig {
             progress_interval: Duration::from_secs(10),
             max_batch: 10_000,
             proxy_status_expiry: Duration::from_secs(300),
+            watch_notice_wait: Duration::from_secs(10),
         }
     }
 }

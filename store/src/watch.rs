@@ -14,7 +14,7 @@ use tonic::Status;
 use tracing::Instrument;
 
 use crate::access;
-use crate::hub::{HubEvent, HubMsg, WatcherHandle};
+use crate::hub::{HubEvent, HubMsg, WatcherHandle, WatcherState};
 use crate::index::ObjectKeys;
 use crate::metrics::CutOffReason;
 use crate::record::{LogRecord, transition};
@@ -24,8 +24,6 @@ use crate::store::{Store, StoreError};
 /// Events per message, and a soft byte budget per message (gRPC's default limit is 4 MiB).
 const MAX_EVENTS_PER_MESSAGE: usize = 500;
 const MAX_BYTES_PER_MESSAGE: usize = 1 << 20;
-/// How long the cut-off notice may wait for a client that does not read.
-const FINAL_NOTICE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Change-log records read per step of a replay.
 const REPLAY_PAGE: u64 = 1024;
 
@@ -55,6 +53,83 @@ fn cancelled(reason: CancelReason, message: String, resume: u64, compact: u64) -
             compact_revision: compact,
         })),
     }
+}
+
+/// Counts a watch stream while its task lives (however it ends).
+struct StreamCount(prometheus_client::metrics::gauge::Gauge);
+
+impl StreamCount {
+    fn new(gauge: &prometheus_client::metrics::gauge::Gauge) -> StreamCount {
+        gauge.inc();
+        StreamCount(gauge.clone())
+    }
+}
+
+impl Drop for StreamCount {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// How a send ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Sent {
+    Ok,
+    /// The client is gone.
+    Gone,
+    /// The hub cut the watcher off while the send waited for a client that does not read: the
+    /// message is abandoned (the resume revision covers it).
+    CutOff,
+}
+
+/// Sends `msg` on the live stream, unless the hub cuts the watcher off first: a client that
+/// stopped reading must not park the stream's task (and what it holds) until it disconnects.
+async fn send_live(out: &Out, msg: WatchResponse, state: &WatcherState) -> Sent {
+    let send = out.send(Ok(msg));
+    tokio::pin!(send);
+    loop {
+        tokio::select! {
+            sent = &mut send => return if sent.is_ok() { Sent::Ok } else { Sent::Gone },
+            _ = state.notify.notified() => {
+                if state.cut_reason().is_some() {
+                    return Sent::CutOff;
+                }
+            }
+        }
+    }
+}
+
+/// Live events in messages of bounded size.
+async fn send_live_events(
+    out: &Out,
+    events: Vec<Event>,
+    store: &Store,
+    state: &WatcherState,
+) -> Sent {
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    let total = events.len();
+    for (i, ev) in events.into_iter().enumerate() {
+        bytes += ev.resource.as_ref().map_or(0, prost::Message::encoded_len);
+        batch.push(ev);
+        let last = i + 1 == total;
+        if last || batch.len() >= MAX_EVENTS_PER_MESSAGE || bytes >= MAX_BYTES_PER_MESSAGE {
+            let n = batch.len() as u64;
+            let msg = WatchResponse {
+                response: Some(watch_response::Response::Events(EventBatch {
+                    events: std::mem::take(&mut batch),
+                })),
+            };
+            match send_live(out, msg, state).await {
+                Sent::Ok => {
+                    store.metrics().events_sent.inc_by(n);
+                }
+                other => return other,
+            }
+            bytes = 0;
+        }
+    }
+    Sent::Ok
 }
 
 /// Sends events in messages of bounded size. Returns false if the client is gone.
@@ -109,6 +184,34 @@ impl Store {
             compact_revision,
         );
         let _ = out.send(Ok(notice)).await;
+    }
+
+    /// Ends a watch the hub cut off: frees what is still queued (the resume revision covers it)
+    /// and tells the client where to resume, waiting a bounded time for a client that does not
+    /// read.
+    async fn end_cut_off(&self, handle: &mut WatcherHandle, out: &Out, sent_through: u64) {
+        let Some(reason) = handle.state.cut_reason() else {
+            return;
+        };
+        let (reason, text) = match reason {
+            CutOffReason::SlowConsumer => (
+                CancelReason::SlowConsumer,
+                format!(
+                    "the watcher fell more than {} messages behind; resume from revision {}",
+                    self.config().watch_queue,
+                    sent_through + 1
+                ),
+            ),
+            CutOffReason::Shutdown => (
+                CancelReason::Shutdown,
+                "the store is shutting down".to_string(),
+            ),
+            CutOffReason::Compacted => (CancelReason::Compacted, String::new()),
+        };
+        tracing::info!(watcher = handle.key.id, ?reason, "watch cut off");
+        drop(std::mem::replace(&mut handle.rx, mpsc::channel(1).1));
+        let notice = cancelled(reason, text, sent_through + 1, 0);
+        let _ = tokio::time::timeout(self.config().watch_notice_wait, out.send(Ok(notice))).await;
     }
 
     /// Serves one watch stream: `create` is its first request, `requests` the rest.
@@ -177,6 +280,7 @@ impl Store {
             "watch registered"
         );
         let identity = create.identity;
+        let _counted = StreamCount::new(&self.metrics().watch_streams);
         self.run_watch(
             handle, selector, snapshot, from, compact, identity, requests, &out,
         )
@@ -257,61 +361,43 @@ impl Store {
             tokio::select! {
                 biased;
                 _ = handle.state.notify.notified() => {
-                    if let Some(reason) = handle.state.cut_reason() {
-                        let (reason, text) = match reason {
-                            CutOffReason::SlowConsumer => (
-                                CancelReason::SlowConsumer,
-                                format!(
-                                    "the watcher fell more than {} messages behind; resume from revision {}",
-                                    self.config().watch_queue,
-                                    sent_through + 1
-                                ),
-                            ),
-                            CutOffReason::Shutdown => (
-                                CancelReason::Shutdown,
-                                "the store is shutting down".to_string(),
-                            ),
-                            CutOffReason::Compacted => (CancelReason::Compacted, String::new()),
-                        };
-                        tracing::info!(watcher = handle.key.id, ?reason, "watch cut off");
-                        // What is still queued is covered by the resume revision: free it now,
-                        // and do not wait forever on a client that does not read.
-                        drop(std::mem::replace(&mut handle.rx, mpsc::channel(1).1));
-                        let notice = cancelled(reason, text, sent_through + 1, 0);
-                        let _ = tokio::time::timeout(FINAL_NOTICE_WAIT, out.send(Ok(notice))).await;
+                    if handle.state.cut_reason().is_some() {
+                        self.end_cut_off(&mut handle, out, sent_through).await;
                         return;
                     }
                 }
-                msg = handle.rx.recv() => match msg {
-                    Some(HubMsg::Events(events)) => {
-                        let last = events.iter().map(|e| e.revision).max().unwrap_or(sent_through);
-                        if !send_events(out, events.into_iter().map(to_event), self).await {
+                msg = handle.rx.recv() => {
+                    let (sent, revision) = match msg {
+                        Some(HubMsg::Events(events)) => {
+                            let last = events.iter().map(|e| e.revision).max().unwrap_or(sent_through);
+                            let events = events.into_iter().map(to_event).collect();
+                            (send_live_events(out, events, self, &handle.state).await, last)
+                        }
+                        Some(HubMsg::Progress(revision)) => {
+                            let progress = WatchResponse {
+                                response: Some(watch_response::Response::Progress(Progress { revision })),
+                            };
+                            (send_live(out, progress, &handle.state).await, revision)
+                        }
+                        Some(HubMsg::Synced(revision)) => {
+                            let synced = WatchResponse {
+                                response: Some(watch_response::Response::Synced(Synced { revision })),
+                            };
+                            (send_live(out, synced, &handle.state).await, revision)
+                        }
+                        // The hub dropped the queue: the cut-off notice is pending, if there is one.
+                        None if handle.state.cut_reason().is_some() => continue,
+                        None => return,
+                    };
+                    match sent {
+                        Sent::Ok => sent_through = sent_through.max(revision),
+                        Sent::Gone => return,
+                        Sent::CutOff => {
+                            self.end_cut_off(&mut handle, out, sent_through).await;
                             return;
                         }
-                        sent_through = sent_through.max(last);
                     }
-                    Some(HubMsg::Progress(revision)) => {
-                        let progress = WatchResponse {
-                            response: Some(watch_response::Response::Progress(Progress { revision })),
-                        };
-                        if out.send(Ok(progress)).await.is_err() {
-                            return;
-                        }
-                        sent_through = sent_through.max(revision);
-                    }
-                    Some(HubMsg::Synced(revision)) => {
-                        let synced = WatchResponse {
-                            response: Some(watch_response::Response::Synced(Synced { revision })),
-                        };
-                        if out.send(Ok(synced)).await.is_err() {
-                            return;
-                        }
-                        sent_through = sent_through.max(revision);
-                    }
-                    // The hub dropped the queue: the cut-off notice is pending, if there is one.
-                    None if handle.state.cut_reason().is_some() => {}
-                    None => return,
-                },
+                }
                 _ = out.closed() => return,
                 req = requests.next(), if requests_open => match req {
                     Some(Ok(WatchRequest { request: Some(watch_request::Request::Update(update)) })) => {

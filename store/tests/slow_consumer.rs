@@ -11,6 +11,27 @@ use serde_json::json;
 
 const WRITES: u64 = 300;
 
+/// `WRITES` big objects, one write each: they fill a non-reading watcher's HTTP/2 window
+/// quickly, then its queue.
+async fn write_load(
+    client: &mut pasa_proto::store::v1::store_client::StoreClient<tonic::transport::Channel>,
+    prefix: &str,
+) {
+    let filler = "x".repeat(16 * 1024);
+    for i in 0..WRITES {
+        apply_ok(
+            client,
+            vec![
+                json!({"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+                "metadata": {"name": format!("{prefix}-{i}"), "namespace": "load",
+                             "annotations": {"filler": filler}},
+                "spec": {"hosts": [format!("{prefix}{i}.example.com")]}}),
+            ],
+        )
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_watcher_is_cut_off_and_resumes_without_loss() {
     let dir = tempfile::tempdir().unwrap();
@@ -30,8 +51,6 @@ async fn slow_watcher_is_cut_off_and_resumes_without_loss() {
     let mut fast = Watch::open_raw(&mut fast_client, fenced(all()), 0).await;
     fast.until_synced().await;
 
-    // Big objects fill the slow watcher's HTTP/2 window quickly, then its queue.
-    let filler = "x".repeat(16 * 1024);
     let fast_reader = tokio::spawn(async move {
         let mut revisions = Vec::new();
         while (revisions.len() as u64) < WRITES {
@@ -41,18 +60,7 @@ async fn slow_watcher_is_cut_off_and_resumes_without_loss() {
         }
         (revisions, fast)
     });
-    for i in 0..WRITES {
-        apply_ok(
-            &mut client,
-            vec![
-                json!({"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
-                "metadata": {"name": format!("se-{i}"), "namespace": "load",
-                             "annotations": {"filler": filler}},
-                "spec": {"hosts": [format!("h{i}.example.com")]}}),
-            ],
-        )
-        .await;
-    }
+    write_load(&mut client, "se").await;
     let head = start + WRITES;
     // The fast watcher stays open (and registered) until the end of the test.
     let (fast_revisions, _fast) = fast_reader.await.unwrap();
@@ -93,5 +101,57 @@ async fn slow_watcher_is_cut_off_and_resumes_without_loss() {
         (start + 1..=head).collect::<Vec<_>>(),
         "every event exactly once across the cut-off"
     );
+    server.stop().await;
+}
+
+/// A watcher that stops reading for good: once cut off, its stream's task does not stay parked
+/// on a send the client will never take; it ends (freeing what it holds) within the notice
+/// wait, while another watcher keeps getting everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_never_reads_again_ends_its_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        watch_queue: 4,
+        watch_notice_wait: std::time::Duration::from_millis(200),
+        ..StoreConfig::default()
+    };
+    let server = TestServer::start(dir.path(), config).await;
+    let mut client = server.client().await;
+    let all = || vec![Rule::default()];
+    let mut silent_client = server.client().await;
+    let mut silent = Watch::open_raw(&mut silent_client, fenced(all()), 0).await;
+    silent.until_synced().await;
+    let mut other_client = server.client().await;
+    let mut other = Watch::open_raw(&mut other_client, fenced(all()), 0).await;
+    let (_, start) = other.until_synced().await;
+    let streams = || server.store.metrics().watch_streams.get();
+    assert_eq!(streams(), 2);
+
+    let reader = tokio::spawn(async move {
+        let mut last = 0;
+        while last < start + WRITES {
+            if let Some(watch_response::Response::Events(b)) = other.next().await.response {
+                last = b.events.iter().map(|e| e.revision).max().unwrap_or(last);
+            }
+        }
+        (last, other)
+    });
+    write_load(&mut client, "quiet").await;
+    let (last, _other) = reader.await.unwrap();
+    assert_eq!(last, start + WRITES, "the other watcher got everything");
+
+    // The silent one never reads again; its stream ends anyway.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while streams() != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the silent watcher's stream is still served ({} streams)",
+            streams()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let status = client.status(StatusRequest {}).await.unwrap().into_inner();
+    assert_eq!(status.watchers, 1);
+    drop(silent);
     server.stop().await;
 }
