@@ -19,6 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pasa_proto::client::Backoff;
+
+use crate::metrics::{DisconnectLabels, Metrics};
 use pasa_proto::store::v1::{
     CancelReason, SubscriberIdentity, Subscription, WatchCreate, WatchRequest, WatchUpdate,
     watch_request, watch_response,
@@ -38,6 +40,19 @@ pub struct FollowConfig {
     pub identity: SubscriberIdentity,
     /// Where the last complete cache is saved; `None` keeps nothing on disk.
     pub cache_dir: Option<PathBuf>,
+    /// Where the reconnects are counted, if anywhere.
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+impl FollowConfig {
+    fn reconnects(&self, reason: Disconnect) {
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .store_reconnects
+                .get_or_create(&DisconnectLabels { reason })
+                .inc();
+        }
+    }
 }
 
 /// How the agent stands with the store.
@@ -82,10 +97,42 @@ impl InForce {
 
 /// Why one watch stream ended.
 enum Ended {
-    /// Watch again from the cache's revision (slow consumer, store shutdown, lost connection).
-    Resume(String),
+    /// Watch again from the cache's revision (slow consumer, store shutdown, lost connection),
+    /// with the reason for status pages.
+    Resume(Disconnect, String),
     /// The revision is gone from the change log: watch again with a snapshot.
     Relist,
+}
+
+/// Why the store watch ended (`pasa_agent_store_reconnects_total{reason}`).
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Disconnect {
+    /// The store could not be reached (or `--server` is not an address).
+    Unreachable,
+    /// The store refused the watch.
+    Refused,
+    /// The stream closed, or a request on it could not be sent.
+    Closed,
+    /// The stream failed with an error.
+    Failed,
+    /// The store cut the watch off: the agent fell behind, or the store is shutting down.
+    CutOff,
+    /// The agent's revision was compacted away: it lists everything again.
+    Compacted,
+}
+
+impl Disconnect {
+    /// The metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Disconnect::Unreachable => "unreachable",
+            Disconnect::Refused => "refused",
+            Disconnect::Closed => "closed",
+            Disconnect::Failed => "failed",
+            Disconnect::CutOff => "cut_off",
+            Disconnect::Compacted => "compacted",
+        }
+    }
 }
 
 /// Follows the store until `stop` turns true. `cache` starts as loaded from disk (or empty);
@@ -127,8 +174,12 @@ pub async fn follow(
         saver.flush(&cache);
         let Some(ended) = ended else { return };
         match ended {
-            Ended::Relist => relist = true,
-            Ended::Resume(why) => {
+            Ended::Relist => {
+                config.reconnects(Disconnect::Compacted);
+                relist = true;
+            }
+            Ended::Resume(reason, why) => {
+                config.reconnects(reason);
                 relist = cache.revision() == 0 || cache.snapshot_pending();
                 tracing::warn!(reason = %why, revision = cache.revision(), "store watch ended; resuming");
                 link.send_replace(Link::Degraded(why));
@@ -168,12 +219,15 @@ impl Stream<'_> {
         } = self;
         let endpoint = match pasa_proto::client::endpoint(&config.server) {
             Ok(e) => e,
-            Err(e) => return Ended::Resume(format!("--server {e}")),
+            Err(e) => return Ended::Resume(Disconnect::Unreachable, format!("--server {e}")),
         };
         let channel = match endpoint.connect().await {
             Ok(c) => c,
             Err(e) => {
-                return Ended::Resume(format!("cannot reach the store at {}: {e}", config.server));
+                return Ended::Resume(
+                    Disconnect::Unreachable,
+                    format!("cannot reach the store at {}: {e}", config.server),
+                );
             }
         };
         let mut client = pasa_proto::client::store_client(channel);
@@ -187,11 +241,19 @@ impl Stream<'_> {
             })),
         };
         if tx.send(create).await.is_err() {
-            return Ended::Resume("the watch request could not be sent".into());
+            return Ended::Resume(
+                Disconnect::Closed,
+                "the watch request could not be sent".into(),
+            );
         }
         let mut stream = match client.watch(ReceiverStream::new(rx)).await {
             Ok(response) => response.into_inner(),
-            Err(status) => return Ended::Resume(format!("watch refused: {}", status.message())),
+            Err(status) => {
+                return Ended::Resume(
+                    Disconnect::Refused,
+                    format!("watch refused: {}", status.message()),
+                );
+            }
         };
         *in_force = InForce {
             subscription: Some(current),
@@ -228,7 +290,10 @@ impl Stream<'_> {
                 }
                 permit = tx.reserve(), if pending.is_some() => {
                     let (Ok(permit), Some(next)) = (permit, pending.take()) else {
-                        return Ended::Resume("the subscription update could not be sent".into());
+                        return Ended::Resume(
+                            Disconnect::Closed,
+                            "the subscription update could not be sent".into(),
+                        );
                     };
                     tracing::info!(rules = next.rules.len(), "updating the watch's subscription");
                     permit.send(WatchRequest {
@@ -244,8 +309,15 @@ impl Stream<'_> {
             };
             let message = match message {
                 Ok(Some(m)) => m,
-                Ok(None) => return Ended::Resume("the store closed the watch".into()),
-                Err(status) => return Ended::Resume(format!("watch failed: {}", status.message())),
+                Ok(None) => {
+                    return Ended::Resume(Disconnect::Closed, "the store closed the watch".into());
+                }
+                Err(status) => {
+                    return Ended::Resume(
+                        Disconnect::Failed,
+                        format!("watch failed: {}", status.message()),
+                    );
+                }
             };
             match message.response {
                 Some(watch_response::Response::Events(batch)) => {
@@ -277,7 +349,10 @@ impl Stream<'_> {
                 Some(watch_response::Response::Cancelled(c)) => {
                     return match CancelReason::try_from(c.reason) {
                         Ok(CancelReason::Compacted) => Ended::Relist,
-                        _ => Ended::Resume(format!("the store ended the watch: {}", c.message)),
+                        _ => Ended::Resume(
+                            Disconnect::CutOff,
+                            format!("the store ended the watch: {}", c.message),
+                        ),
                     };
                 }
                 None => {}

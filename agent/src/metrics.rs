@@ -36,6 +36,17 @@ pub struct ResourceLabels {
     pub generator: Generator,
 }
 
+impl EncodeLabelValue for crate::follow::Disconnect {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.name())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DisconnectLabels {
+    pub reason: crate::follow::Disconnect,
+}
+
 /// Every metric the agent exports; share it behind an `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
@@ -49,6 +60,7 @@ pub struct Metrics {
     pub ca_requests: Counter,
     pub ca_request_failures: Counter,
     pub workload_cert_expiry: Gauge,
+    pub store_reconnects: Family<DisconnectLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -66,6 +78,7 @@ impl Default for Metrics {
             ca_requests: Counter::default(),
             ca_request_failures: Counter::default(),
             workload_cert_expiry: Gauge::default(),
+            store_reconnects: Family::default(),
         }
     }
 }
@@ -110,6 +123,11 @@ impl Metrics {
             "1 while serving without a synced store watch (the store is away, or the saved cache \
              is served until the store is synced), else 0",
             self.degraded.clone(),
+        );
+        r.register(
+            "store_reconnects",
+            "Store watches that ended and were opened again, by why they ended",
+            self.store_reconnects.clone(),
         );
         r.register(
             "ca_requests",

@@ -369,6 +369,7 @@ pub async fn run(
             metadata: Default::default(),
         },
         cache_dir: args.cache_dir.clone(),
+        metrics: Some(Arc::clone(&metrics)),
     };
     let follow_task = tokio::spawn(follow(config, cache, cache_tx, link_tx, stop_rx));
 

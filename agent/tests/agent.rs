@@ -79,11 +79,16 @@ async fn serves_reports_and_survives_the_store_going_away() {
     assert!(dump["generators"]["envoy"]["CDS"].is_array(), "{dump}");
     assert_eq!(agent.get("/config_dump?format=debug").await.0, 200);
 
-    // The store goes away: degraded, still serving.
+    // The store goes away: degraded, still serving, and the reconnects are counted by reason.
     store.stop().await;
     agent
         .until("/sync_status", "Degraded", |_, b| {
             store_state(b) == "Degraded"
+        })
+        .await;
+    agent
+        .until("/metrics", "an unreachable store counted", |_, m| {
+            m.contains("pasa_agent_store_reconnects_total{reason=\"unreachable\"}")
         })
         .await;
     let uds = agent.uds.clone();

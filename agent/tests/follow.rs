@@ -79,6 +79,7 @@ async fn follows_resumes_and_saves() {
             ..Default::default()
         },
         cache_dir: Some(cache_dir.path().to_path_buf()),
+        metrics: None,
     };
     let (published, mut caches) = watch::channel(Arc::new(Cache::default()));
     let (link_tx, mut link) = watch::channel(Link::default());
@@ -138,6 +139,7 @@ async fn a_changed_subscription_adds_and_removes_objects() {
             ..Default::default()
         },
         cache_dir: None,
+        metrics: None,
     };
     let (published, mut caches) = watch::channel(Arc::new(Cache::default()));
     let (link_tx, mut link) = watch::channel(Link::default());
