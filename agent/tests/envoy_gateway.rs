@@ -325,8 +325,10 @@ async fn scenarios(store: &StoreServer, envoy: &Envoy, certs: &Path, protocol: &
     assert!(a.iter().all(|a| a.status == 418), "{protocol}: {a:?}");
     let a = get(ns, "/slowed", 1, &[]);
     assert_eq!(a[0].status, 200, "{protocol}: {a:?}");
+    // Envoy arms the delay from its event loop's cached clock, which can be a few ms behind
+    // when the request is read: seen from outside, the 400 ms may come out as 399.
     assert!(
-        a[0].ms >= 400,
+        a[0].ms >= 390,
         "{protocol}: a 0.4s delay took {} ms",
         a[0].ms
     );
