@@ -15,136 +15,35 @@ pub const PROXY_GID: u32 = 1337;
 /// ports), outbound TCP to 15001, except the proxy's own traffic (by group, as Istio also
 /// matches it) and loopback to 127.0.0.1.
 pub fn capture(pod: &Netns) {
-    let gid = PROXY_GID.to_string();
-    let rules: &[&[&str]] = &[
-        &["-N", "ISTIO_REDIRECT"],
-        &[
-            "-A",
-            "ISTIO_REDIRECT",
-            "-p",
-            "tcp",
-            "-j",
-            "REDIRECT",
-            "--to-ports",
-            "15001",
-        ],
-        &["-N", "ISTIO_IN_REDIRECT"],
-        &[
-            "-A",
-            "ISTIO_IN_REDIRECT",
-            "-p",
-            "tcp",
-            "-j",
-            "REDIRECT",
-            "--to-ports",
-            "15006",
-        ],
-        &["-N", "ISTIO_INBOUND"],
-        &["-A", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND"],
-        &[
-            "-A",
-            "ISTIO_INBOUND",
-            "-p",
-            "tcp",
-            "--dport",
-            "15008",
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_INBOUND",
-            "-p",
-            "tcp",
-            "--dport",
-            "15090",
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_INBOUND",
-            "-p",
-            "tcp",
-            "--dport",
-            "15021",
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_INBOUND",
-            "-p",
-            "tcp",
-            "--dport",
-            "15020",
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_INBOUND",
-            "-p",
-            "tcp",
-            "-j",
-            "ISTIO_IN_REDIRECT",
-        ],
-        &["-N", "ISTIO_OUTPUT"],
-        &["-A", "OUTPUT", "-p", "tcp", "-j", "ISTIO_OUTPUT"],
-        &[
-            "-A",
-            "ISTIO_OUTPUT",
-            "-o",
-            "lo",
-            "-s",
-            "127.0.0.6/32",
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_OUTPUT",
-            "-o",
-            "lo",
-            "!",
-            "-d",
-            "127.0.0.1/32",
-            "-m",
-            "owner",
-            "--gid-owner",
-            &gid,
-            "-j",
-            "ISTIO_IN_REDIRECT",
-        ],
-        &[
-            "-A",
-            "ISTIO_OUTPUT",
-            "-o",
-            "lo",
-            "-m",
-            "owner",
-            "!",
-            "--gid-owner",
-            &gid,
-            "-j",
-            "RETURN",
-        ],
-        &[
-            "-A",
-            "ISTIO_OUTPUT",
-            "-m",
-            "owner",
-            "--gid-owner",
-            &gid,
-            "-j",
-            "RETURN",
-        ],
-        &["-A", "ISTIO_OUTPUT", "-d", "127.0.0.1/32", "-j", "RETURN"],
-        &["-A", "ISTIO_OUTPUT", "-j", "ISTIO_REDIRECT"],
+    let gid = PROXY_GID;
+    let mut rules = vec![
+        "-N ISTIO_REDIRECT".to_string(),
+        "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001".into(),
+        "-N ISTIO_IN_REDIRECT".into(),
+        "-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006".into(),
+        "-N ISTIO_INBOUND".into(),
+        "-A PREROUTING -p tcp -j ISTIO_INBOUND".into(),
     ];
-    for rule in rules {
+    // Envoy's own inbound ports are not captured.
+    for port in [15008, 15090, 15021, 15020] {
+        rules.push(format!("-A ISTIO_INBOUND -p tcp --dport {port} -j RETURN"));
+    }
+    rules.extend([
+        "-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT".to_string(),
+        "-N ISTIO_OUTPUT".into(),
+        "-A OUTPUT -p tcp -j ISTIO_OUTPUT".into(),
+        "-A ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN".into(),
+        format!(
+            "-A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -m owner --gid-owner {gid} -j ISTIO_IN_REDIRECT"
+        ),
+        format!("-A ISTIO_OUTPUT -o lo -m owner ! --gid-owner {gid} -j RETURN"),
+        format!("-A ISTIO_OUTPUT -m owner --gid-owner {gid} -j RETURN"),
+        "-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN".into(),
+        "-A ISTIO_OUTPUT -j ISTIO_REDIRECT".into(),
+    ]);
+    for rule in &rules {
         let mut args = vec!["iptables", "-t", "nat"];
-        args.extend_from_slice(rule);
+        args.extend(rule.split_whitespace());
         pod.run(&args);
     }
 }
