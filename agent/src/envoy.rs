@@ -202,7 +202,8 @@ async fn request_within(
         })?
 }
 
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+/// One HTTP/1.1 request with `Connection: close` on `stream`: status and body.
+pub async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     method: &str,
     path: &str,

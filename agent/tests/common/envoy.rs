@@ -12,8 +12,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
 /// Failure guard only: waits end as soon as what they wait for happens.
 pub const WAIT: Duration = Duration::from_secs(30);
 
@@ -319,44 +317,13 @@ impl Drop for Envoy {
 }
 
 /// One HTTP/1.1 request with `Connection: close` on `stream`: status code and body (chunked
-/// bodies decoded). `None` when the peer does not answer with HTTP.
-pub async fn http_exchange<S>(mut stream: S, method: &str, path: &str) -> Option<(u16, String)>
+/// bodies decoded), as the agent talks to Envoy's admin. `None` when the peer does not answer
+/// with HTTP.
+pub async fn http_exchange<S>(stream: S, method: &str, path: &str) -> Option<(u16, String)>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let request = format!("{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.ok()?;
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let body = &raw[split + 4..];
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    let chunked = head.lines().any(|l| {
-        l.to_ascii_lowercase()
-            .starts_with("transfer-encoding: chunked")
-    });
-    let body = if chunked {
-        dechunk(body)?
-    } else {
-        body.to_vec()
-    };
-    Some((code, String::from_utf8_lossy(&body).into_owned()))
-}
-
-fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let line = rest.windows(2).position(|w| w == b"\r\n")?;
-        let size = std::str::from_utf8(&rest[..line]).ok()?;
-        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
-        rest = &rest[line + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(rest.get(..size)?);
-        rest = rest.get(size..)?.strip_prefix(b"\r\n")?;
-    }
+    pasa_agent::envoy::exchange(stream, method, path).await.ok()
 }
 
 /// The bootstrap `pasa-agent bootstrap` (the real binary) prints for `node`, following
