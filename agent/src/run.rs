@@ -176,7 +176,7 @@ pub async fn main() -> ExitCode {
         }
     };
     init_tracing(args.log_json);
-    match run(args, identity, shutdown_signal()).await {
+    match run(args, identity, pasa_proto::process::shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "pasa-agent stopped");
@@ -624,35 +624,6 @@ fn init_tracing(json: bool) {
         builder.json().init();
     } else {
         builder.init();
-    }
-}
-
-/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is called, not when it
-/// is first polled, so a signal that comes right after the ready line is not lost (it would
-/// otherwise end the process with the default action).
-fn shutdown_signal() -> impl Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let listen = |kind: SignalKind, name: &'static str| {
-        let stream = signal(kind);
-        async move {
-            match stream {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot listen for {name}");
-                    std::future::pending::<()>().await;
-                }
-            }
-        }
-    };
-    let ctrl_c = listen(SignalKind::interrupt(), "Ctrl-C");
-    let term = listen(SignalKind::terminate(), "SIGTERM");
-    async move {
-        tokio::select! {
-            () = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
-            () = term => tracing::info!("SIGTERM: shutting down"),
-        }
     }
 }
 

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use pasa_store::server::{Listeners, StoreArgs, init_tracing, shutdown_signal, stopped};
+use pasa_proto::process::shutdown_signal;
+use pasa_store::server::{Listeners, StoreArgs, init_tracing, stopped};
 use pasa_store::service::StoreService;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;

@@ -11,6 +11,7 @@ pub mod istio;
 pub mod kind;
 pub mod node;
 pub mod object;
+pub mod process;
 pub mod service_endpoints;
 pub mod sync_state;
 

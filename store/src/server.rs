@@ -88,7 +88,14 @@ impl ServerArgs {
     pub async fn run(self, name: &str) -> anyhow::Result<()> {
         init_tracing(self.store.log_json);
         let store = self.store.open(Metrics::new())?;
-        serve(name, store, self.listen, self.admin, shutdown_signal()).await
+        serve(
+            name,
+            store,
+            self.listen,
+            self.admin,
+            pasa_proto::process::shutdown_signal(),
+        )
+        .await
     }
 }
 
@@ -117,35 +124,6 @@ pub fn init_tracing(json: bool) {
 /// parts.
 pub async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
-}
-
-/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is called, not when it
-/// is first polled, so a signal that comes right after the ready line is not lost (it would
-/// otherwise end the process with the default action).
-pub fn shutdown_signal() -> impl Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let listen = |kind: SignalKind, name: &'static str| {
-        let stream = signal(kind);
-        async move {
-            match stream {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot listen for {name}");
-                    std::future::pending::<()>().await;
-                }
-            }
-        }
-    };
-    let ctrl_c = listen(SignalKind::interrupt(), "Ctrl-C");
-    let term = listen(SignalKind::terminate(), "SIGTERM");
-    async move {
-        tokio::select! {
-            () = ctrl_c => tracing::info!("Ctrl-C: shutting down"),
-            () = term => tracing::info!("SIGTERM: shutting down"),
-        }
-    }
 }
 
 /// Both listeners of a store server, bound and not yet serving.
