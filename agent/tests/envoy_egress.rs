@@ -16,7 +16,6 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::agent::Agent;
 use common::envoy::{Envoy, Netns, WAIT, agent_bootstrap};
 use common::sidecar;
 use common::store::StoreServer;
@@ -90,29 +89,21 @@ async fn a_sidecar_reaches_an_external_service_through_the_egress_gateway() {
     let ca = sidecar::ca();
     let (client_dir, egress_dir) = (data.path().join("client"), data.path().join("egress"));
     // Both proxies hold workload certificates (auto mTLS clusters warm on them).
-    sidecar::workload_certificate(&client_dir.join("certs"), &ca, "client");
-    sidecar::workload_certificate(&egress_dir.join("certs"), &ca, "istio-egressgateway");
-    let client_agent = Agent::start_in(
-        CLIENT_NODE,
-        store.addr,
+    let client_agent = sidecar::agent_with_certificate(
+        &store,
         &client_dir,
-        &[
-            "--labels",
-            "app=client",
-            "--cert-dir",
-            client_dir.join("certs").to_str().expect("UTF-8"),
-        ],
+        CLIENT_NODE,
+        "app=client",
+        &ca,
+        "client",
     );
-    let egress_agent = Agent::start_in(
-        EGRESS_NODE,
-        store.addr,
+    let egress_agent = sidecar::agent_with_certificate(
+        &store,
         &egress_dir,
-        &[
-            "--labels",
-            EGRESS_LABELS,
-            "--cert-dir",
-            egress_dir.join("certs").to_str().expect("UTF-8"),
-        ],
+        EGRESS_NODE,
+        EGRESS_LABELS,
+        &ca,
+        "istio-egressgateway",
     );
 
     for delta in [false, true] {

@@ -14,7 +14,6 @@
 
 mod common;
 
-use common::agent::Agent;
 use common::envoy::{Envoy, Netns, agent_bootstrap};
 use common::sidecar;
 use common::store::StoreServer;
@@ -58,20 +57,6 @@ fn network() -> (Netns, Netns) {
     (client, server)
 }
 
-fn start_agent(store: &StoreServer, dir: &std::path::Path, node: &str, labels: &str) -> Agent {
-    Agent::start_in(
-        node,
-        store.addr,
-        dir,
-        &[
-            "--labels",
-            labels,
-            "--cert-dir",
-            dir.join("certs").to_str().expect("UTF-8"),
-        ],
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_between_two_sidecars() {
     if sidecar::skip_without_capture("mutual_tls_between_two_sidecars") {
@@ -82,10 +67,22 @@ async fn mutual_tls_between_two_sidecars() {
     store.apply(&mesh()).await;
     let ca = sidecar::ca();
     let (client_dir, server_dir) = (data.path().join("client"), data.path().join("server"));
-    sidecar::workload_certificate(&client_dir.join("certs"), &ca, "client");
-    sidecar::workload_certificate(&server_dir.join("certs"), &ca, "server");
-    let client_agent = start_agent(&store, &client_dir, CLIENT_NODE, "app=client");
-    let server_agent = start_agent(&store, &server_dir, SERVER_NODE, "app=server");
+    let client_agent = sidecar::agent_with_certificate(
+        &store,
+        &client_dir,
+        CLIENT_NODE,
+        "app=client",
+        &ca,
+        "client",
+    );
+    let server_agent = sidecar::agent_with_certificate(
+        &store,
+        &server_dir,
+        SERVER_NODE,
+        "app=server",
+        &ca,
+        "server",
+    );
 
     for delta in [false, true] {
         let protocol = if delta { "Delta" } else { "SotW" };

@@ -119,6 +119,31 @@ pub fn skip_without_capture(test: &str) -> bool {
     }
 }
 
+/// A `pasa-agent` for `node` in `dir`, serving a workload certificate of `ca` for service
+/// account `sa` (written under `dir/certs`) over SDS.
+pub fn agent_with_certificate(
+    store: &super::store::StoreServer,
+    dir: &Path,
+    node: &str,
+    labels: &str,
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    sa: &str,
+) -> super::agent::Agent {
+    let certs = dir.join("certs");
+    workload_certificate(&certs, ca, sa);
+    super::agent::Agent::start_in(
+        node,
+        store.addr,
+        dir,
+        &[
+            "--labels",
+            labels,
+            "--cert-dir",
+            certs.to_str().expect("UTF-8"),
+        ],
+    )
+}
+
 /// Why the sidecar tests cannot run here, if they cannot.
 pub fn missing_tools() -> Option<String> {
     for (tool, arg) in [
