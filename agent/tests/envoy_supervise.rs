@@ -25,6 +25,19 @@ use serde_json::json;
 
 const NODE: &str = "sidecar~10.10.0.1~web-1.shop~shop.svc.cluster.local";
 
+/// A store holding the `web` service whose pod the tests' sidecar is.
+async fn web_store(dir: &std::path::Path) -> StoreServer {
+    let store = StoreServer::start(&dir.join("db"), 0).await;
+    store
+        .apply(&[json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+                        "metadata": {"name": "web", "namespace": "shop"},
+                        "spec": {"addresses": ["10.96.7.1"],
+                                 "ports": [{"name": "http", "port": 80}],
+                                 "endpoints": [{"address": "10.10.0.1", "labels": {"app": "web"}}]}})])
+        .await;
+    store
+}
+
 async fn until_ready(agent: &Agent, what: &str) {
     agent
         .until("/healthz/ready", what, |code, _| code == 200)
@@ -37,14 +50,7 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
         return;
     }
     let data = tempfile::tempdir().expect("temporary directory");
-    let store = StoreServer::start(&data.path().join("db"), 0).await;
-    store
-        .apply(&[json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
-                        "metadata": {"name": "web", "namespace": "shop"},
-                        "spec": {"addresses": ["10.96.7.1"],
-                                 "ports": [{"name": "http", "port": 80}],
-                                 "endpoints": [{"address": "10.10.0.1", "labels": {"app": "web"}}]}})])
-        .await;
+    let store = web_store(data.path()).await;
     let certs = data.path().join("certs");
     sidecar::workload_certificate(&certs, &sidecar::ca(), "web");
 
@@ -159,14 +165,7 @@ async fn a_sidecar_with_its_certificate_from_istios_ca_becomes_ready_and_takes_r
         return;
     }
     let data = tempfile::tempdir().expect("temporary directory");
-    let store = StoreServer::start(&data.path().join("db"), 0).await;
-    store
-        .apply(&[json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
-                        "metadata": {"name": "web", "namespace": "shop"},
-                        "spec": {"addresses": ["10.96.7.1"],
-                                 "ports": [{"name": "http", "port": 80}],
-                                 "endpoints": [{"address": "10.10.0.1", "labels": {"app": "web"}}]}})])
-        .await;
+    let store = web_store(data.path()).await;
     let ca = FakeCa::start(&[("token-web", "spiffe://cluster.local/ns/shop/sa/web")]).await;
     let netns = Netns::create();
     let wrapper = netns.envoy_wrapper(data.path());
