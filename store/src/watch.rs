@@ -82,14 +82,19 @@ enum Sent {
     CutOff,
 }
 
-/// Sends `msg` on the live stream, unless the hub cuts the watcher off first: a client that
-/// stopped reading must not park the stream's task (and what it holds) until it disconnects.
-async fn send_live(out: &Out, msg: WatchResponse, state: &WatcherState) -> Sent {
-    let send = out.send(Ok(msg));
-    tokio::pin!(send);
+/// Sends `msg`. On the live stream (`cut` given) it gives way when the hub cuts the watcher off:
+/// a client that stopped reading must not park the stream's task (and what it holds) until it
+/// disconnects. The initial snapshot or replay waits on the client.
+async fn send(out: &Out, msg: WatchResponse, cut: Option<&WatcherState>) -> Sent {
+    let outcome = |sent: Result<(), _>| if sent.is_ok() { Sent::Ok } else { Sent::Gone };
+    let Some(state) = cut else {
+        return outcome(out.send(Ok(msg)).await);
+    };
+    let sending = out.send(Ok(msg));
+    tokio::pin!(sending);
     loop {
         tokio::select! {
-            sent = &mut send => return if sent.is_ok() { Sent::Ok } else { Sent::Gone },
+            sent = &mut sending => return outcome(sent),
             _ = state.notify.notified() => {
                 if state.cut_reason().is_some() {
                     return Sent::CutOff;
@@ -99,66 +104,42 @@ async fn send_live(out: &Out, msg: WatchResponse, state: &WatcherState) -> Sent 
     }
 }
 
-/// Live events in messages of bounded size.
-async fn send_live_events(
+/// Sends events in messages of bounded size (see [`send`] for `cut`).
+async fn send_events(
     out: &Out,
-    events: Vec<Event>,
+    events: impl IntoIterator<Item = Event>,
     store: &Store,
-    state: &WatcherState,
+    cut: Option<&WatcherState>,
 ) -> Sent {
-    let mut batch = Vec::new();
-    let mut bytes = 0;
-    let total = events.len();
-    for (i, ev) in events.into_iter().enumerate() {
-        bytes += ev.resource.as_ref().map_or(0, prost::Message::encoded_len);
-        batch.push(ev);
-        let last = i + 1 == total;
-        if last || batch.len() >= MAX_EVENTS_PER_MESSAGE || bytes >= MAX_BYTES_PER_MESSAGE {
-            let n = batch.len() as u64;
-            let msg = WatchResponse {
-                response: Some(watch_response::Response::Events(EventBatch {
-                    events: std::mem::take(&mut batch),
-                })),
-            };
-            match send_live(out, msg, state).await {
-                Sent::Ok => {
-                    store.metrics().events_sent.inc_by(n);
-                }
-                other => return other,
-            }
-            bytes = 0;
-        }
-    }
-    Sent::Ok
-}
-
-/// Sends events in messages of bounded size. Returns false if the client is gone.
-async fn send_events(out: &Out, events: impl IntoIterator<Item = Event>, store: &Store) -> bool {
     let mut batch = Vec::new();
     let mut bytes = 0;
     for ev in events {
         bytes += ev.resource.as_ref().map_or(0, prost::Message::encoded_len);
         batch.push(ev);
         if batch.len() >= MAX_EVENTS_PER_MESSAGE || bytes >= MAX_BYTES_PER_MESSAGE {
-            if !flush(out, std::mem::take(&mut batch), store).await {
-                return false;
+            let sent = flush(out, std::mem::take(&mut batch), store, cut).await;
+            if sent != Sent::Ok {
+                return sent;
             }
             bytes = 0;
         }
     }
-    batch.is_empty() || flush(out, batch, store).await
+    if batch.is_empty() {
+        return Sent::Ok;
+    }
+    flush(out, batch, store, cut).await
 }
 
-async fn flush(out: &Out, events: Vec<Event>, store: &Store) -> bool {
+async fn flush(out: &Out, events: Vec<Event>, store: &Store, cut: Option<&WatcherState>) -> Sent {
     let n = events.len() as u64;
     let msg = WatchResponse {
         response: Some(watch_response::Response::Events(EventBatch { events })),
     };
-    let ok = out.send(Ok(msg)).await.is_ok();
-    if ok {
+    let sent = send(out, msg, cut).await;
+    if sent == Sent::Ok {
         store.metrics().events_sent.inc_by(n);
     }
-    ok
+    sent
 }
 
 fn to_event(e: HubEvent) -> Event {
@@ -310,7 +291,7 @@ impl Store {
                     revision: head,
                     resource: Some(Arc::unwrap_or_clone(r)),
                 });
-                if !send_events(out, events, self).await {
+                if send_events(out, events, self, None).await != Sent::Ok {
                     return;
                 }
             }
@@ -342,7 +323,7 @@ impl Store {
                             resource: rec.resource,
                         })
                     });
-                    if !send_events(out, events, self).await {
+                    if send_events(out, events, self, None).await != Sent::Ok {
                         return;
                     }
                     next = to + 1;
@@ -370,20 +351,20 @@ impl Store {
                     let (sent, revision) = match msg {
                         Some(HubMsg::Events(events)) => {
                             let last = events.iter().map(|e| e.revision).max().unwrap_or(sent_through);
-                            let events = events.into_iter().map(to_event).collect();
-                            (send_live_events(out, events, self, &handle.state).await, last)
+                            let events = events.into_iter().map(to_event);
+                            (send_events(out, events, self, Some(&handle.state)).await, last)
                         }
                         Some(HubMsg::Progress(revision)) => {
                             let progress = WatchResponse {
                                 response: Some(watch_response::Response::Progress(Progress { revision })),
                             };
-                            (send_live(out, progress, &handle.state).await, revision)
+                            (send(out, progress, Some(&handle.state)).await, revision)
                         }
                         Some(HubMsg::Synced(revision)) => {
                             let synced = WatchResponse {
                                 response: Some(watch_response::Response::Synced(Synced { revision })),
                             };
-                            (send_live(out, synced, &handle.state).await, revision)
+                            (send(out, synced, Some(&handle.state)).await, revision)
                         }
                         // The hub dropped the queue: the cut-off notice is pending, if there is one.
                         None if handle.state.cut_reason().is_some() => continue,
