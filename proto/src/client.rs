@@ -124,12 +124,18 @@ impl Backoff {
     }
 }
 
-/// A factor in 0.75..1.25, different in every process and call (std's hasher keys are random).
+/// A factor in 0.75..=1.25.
 fn spread() -> f64 {
+    0.75 + random_fraction() / 2.0
+}
+
+/// A number in 0..=1, different in every process and call (std's hasher keys are random):
+/// enough to spread a fleet's retries and renewals, not for anything secret.
+pub fn random_fraction() -> f64 {
     let random = std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish();
-    0.75 + (random % 10_001) as f64 / 20_000.0
+    (random % 10_001) as f64 / 10_000.0
 }
 
 #[cfg(test)]

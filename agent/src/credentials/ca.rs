@@ -336,13 +336,9 @@ fn validity(pem: &str) -> Result<(SystemTime, SystemTime), String> {
     ))
 }
 
-/// A jitter of -0.01..0.01 from the clock (enough to spread a fleet's renewals).
+/// A jitter of -0.01..=0.01 (Istio's ratio jitter), to spread a fleet's renewals.
 fn jitter() -> f64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .subsec_nanos();
-    (f64::from(nanos % 2001) - 1000.0) / 100_000.0
+    (pasa_proto::client::random_fraction() * 2.0 - 1.0) / 100.0
 }
 
 /// Keeps `issued` holding a valid certificate from the CA until `stop` turns true: the first
