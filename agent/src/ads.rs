@@ -38,16 +38,18 @@ mod snapshot;
 mod sotw;
 mod status;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+pub use crate::resource::{Resource, ResourceMap};
+use crate::resource::{digest, digest_resources};
 pub use authority::{Fronted, front, pump as front_pump};
 pub use server::{AdsService, ServeError, bind_unix, serve_unix};
-pub use snapshot::{Resource, Snapshot, SnapshotError, SnapshotPublisher, Snapshots};
+pub use snapshot::{Snapshot, SnapshotError, SnapshotPublisher, Snapshots};
 pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, TypeStatus};
 
 /// Responses queued per connection before the connection task waits for the client to read.
@@ -171,7 +173,7 @@ struct Subscription {
 
 impl Subscription {
     /// The snapshot's resources this subscription selects.
-    fn select(&self, snapshot: &Snapshot, kind: TypeKind) -> BTreeMap<String, Arc<Resource>> {
+    fn select(&self, snapshot: &Snapshot, kind: TypeKind) -> ResourceMap {
         let all = snapshot.resources(kind);
         if self.wildcard {
             return all.clone();
@@ -184,53 +186,6 @@ impl Subscription {
 }
 
 /// FNV-1a 64, incrementally.
-struct Fnv(u64);
-
-impl Fnv {
-    fn new() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-
-    fn feed(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 ^= u64::from(*byte);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-
-    fn hex(&self) -> String {
-        format!("{:016x}", self.0)
-    }
-}
-
-/// A stable version string for a set of (name, resource version) pairs: FNV-1a 64 in hex. Stable
-/// across processes, so a reconnecting client's `version_info` can be compared.
-fn digest<'a>(items: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
-    let mut hash = Fnv::new();
-    for (name, version) in items {
-        hash.feed(name.as_bytes());
-        hash.feed(&[0]);
-        hash.feed(version.as_bytes());
-        hash.feed(&[0xff]);
-    }
-    hash.hex()
-}
-
-/// A stable version string for one encoded resource body: FNV-1a 64 in hex.
-fn fnv(bytes: &[u8]) -> String {
-    let mut hash = Fnv::new();
-    hash.feed(bytes);
-    hash.hex()
-}
-
-fn digest_resources(resources: &BTreeMap<String, Arc<Resource>>) -> String {
-    digest(
-        resources
-            .iter()
-            .map(|(name, r)| (name.as_str(), r.version.as_str())),
-    )
-}
-
 /// Queues one response; `false` when the stream must end (client gone, or too slow to read).
 async fn deliver<T>(out: &mpsc::Sender<Result<T, tonic::Status>>, response: T) -> bool {
     match tokio::time::timeout(SEND_TIMEOUT, out.send(Ok(response))).await {

@@ -21,6 +21,7 @@ pub mod identity;
 pub mod mesh;
 pub mod metrics;
 pub mod report;
+pub mod resource;
 pub mod run;
 pub mod scope;
 pub mod simulate;

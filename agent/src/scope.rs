@@ -302,8 +302,8 @@ impl DestinationRules {
                     tier,
                     *specificity,
                     dr.meta.created,
-                    ns.clone(),
-                    dr.meta.name.clone(),
+                    ns.as_str(),
+                    dr.meta.name.as_str(),
                 )
             })
             .map(|(_, dr)| Arc::clone(dr))
@@ -509,30 +509,11 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
 /// The hosts a VirtualService sends traffic to (routes, mirrors, TCP and TLS routes), resolved.
 fn add_destinations(proxy: &Proxy, vs: &Config<VirtualService>, out: &mut BTreeSet<String>) {
     let ns = &vs.meta.namespace;
-    let mut add = |h: &str| {
-        out.insert(proxy.resolve_host(h, ns));
-    };
-    for route in &vs.spec.http {
-        for d in route.route.iter().filter_map(|r| r.destination.as_ref()) {
-            add(&d.host);
-        }
-        if let Some(m) = &route.mirror {
-            add(&m.host);
-        }
-        for m in route.mirrors.iter().filter_map(|m| m.destination.as_ref()) {
-            add(&m.host);
-        }
-    }
-    for d in vs
-        .spec
-        .tcp
-        .iter()
-        .flat_map(|r| &r.route)
-        .chain(vs.spec.tls.iter().flat_map(|r| &r.route))
-        .filter_map(|r| r.destination.as_ref())
-    {
-        add(&d.host);
-    }
+    out.extend(
+        vs.spec
+            .destination_hosts()
+            .map(|h| proxy.resolve_host(h, ns)),
+    );
 }
 
 fn dedup(mut v: Vec<String>) -> Vec<String> {

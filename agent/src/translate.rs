@@ -15,7 +15,7 @@ mod route;
 pub mod sds;
 mod sidecar;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -40,18 +40,16 @@ pub struct Resources {
 /// the typed one (prost messages hold every optional field inline).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Generated {
-    pub clusters: BTreeMap<String, Arc<Resource>>,
-    pub endpoints: BTreeMap<String, Arc<Resource>>,
-    pub listeners: BTreeMap<String, Arc<Resource>>,
-    pub routes: BTreeMap<String, Arc<Resource>>,
+    pub clusters: ResourceMap,
+    pub endpoints: ResourceMap,
+    pub listeners: ResourceMap,
+    pub routes: ResourceMap,
 }
 
 impl Generated {
     /// The typed resources, decoded (for tools and tests).
     pub fn to_resources(&self) -> Resources {
-        fn typed<M: prost::Message + Default>(
-            map: &BTreeMap<String, Arc<Resource>>,
-        ) -> BTreeMap<String, M> {
+        fn typed<M: prost::Message + Default>(map: &ResourceMap) -> BTreeMap<String, M> {
             map.iter()
                 .map(|(name, r)| {
                     let message = M::decode(r.body.value.as_slice())
@@ -87,12 +85,14 @@ pub(crate) struct Built {
     pub endpoints: BTreeMap<String, ClusterLoadAssignment>,
     pub listeners: BTreeMap<String, Listener>,
     pub routes: BTreeMap<String, RouteConfiguration>,
+    /// The route configurations a sidecar's listeners ask for by RDS (built on their own).
+    pub route_names: BTreeSet<String>,
 }
 
 /// Each value of a map behind an `Arc`.
 fn packed<'a, M: prost::Message + prost::Name + 'a>(
     messages: impl Iterator<Item = (&'a String, &'a M)>,
-) -> BTreeMap<String, Arc<Resource>> {
+) -> ResourceMap {
     messages
         .map(|(name, message)| (name.clone(), Resource::pack(message)))
         .collect()
@@ -101,14 +101,14 @@ fn packed<'a, M: prost::Message + prost::Name + 'a>(
 use std::net::IpAddr;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use pasa_proto::Kind;
 use pasa_proto::node::ProxyType;
 
-use crate::ads::Resource;
 use crate::cache::Cache;
 use crate::identity::{Identity, Locality};
 use crate::mesh::MeshSettings;
+use crate::resource::{Resource, ResourceMap};
 use crate::scope::{DestinationRules, SidecarScope};
+use pasa_proto::istio::destination_rule::DestinationRule;
 use pasa_proto::istio::virtual_service::VirtualService;
 use registry::{Config, Registry, Service};
 use route::Destinations;
@@ -411,44 +411,138 @@ impl Destinations for View<'_> {
 /// The clusters and load assignments of one service, and what they were built from.
 #[derive(Debug)]
 struct HostOutput {
-    inputs: u64,
+    service: Arc<Service>,
+    rule: Option<Arc<Config<DestinationRule>>>,
     /// Cluster name → cluster.
     clusters: Vec<(String, Arc<Resource>)>,
     /// Cluster name → load assignment.
     assignments: Vec<(String, Arc<Resource>)>,
 }
 
-/// Listeners and route configurations, and what they were built from.
-#[derive(Debug)]
+impl HostOutput {
+    /// Whether it was built from `service` and `rule` (the same allocations, or equal ones).
+    fn built_from(
+        &self,
+        service: &Arc<Service>,
+        rule: Option<&Arc<Config<DestinationRule>>>,
+    ) -> bool {
+        same(&self.service, service) && same_rule(self.rule.as_ref(), rule)
+    }
+}
+
+fn same<T: PartialEq>(a: &Arc<T>, b: &Arc<T>) -> bool {
+    Arc::ptr_eq(a, b) || **a == **b
+}
+
+fn same_rule(
+    a: Option<&Arc<Config<DestinationRule>>>,
+    b: Option<&Arc<Config<DestinationRule>>>,
+) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => same(a, b),
+        _ => false,
+    }
+}
+
+/// Whether `old` and `new` build the same clusters: the same shape (see [`Shapes`]), and the
+/// same endpoints as far as clusters read them: only for the identities they accept, unless they
+/// carry them inline (their load assignment does not go by EDS).
+fn same_clusters(
+    old: &Arc<Service>,
+    new: &Arc<Service>,
+    proxy: ProxyType,
+    shapes: &mut Shapes,
+) -> bool {
+    let eds = new.resolution == registry::Resolution::ClientSideLb
+        || (proxy == ProxyType::Router && new.resolution == registry::Resolution::Passthrough);
+    shapes.of(old).shape == shapes.of(new).shape
+        && if eds {
+            old.identities() == new.identities()
+        } else {
+            old.endpoints == new.endpoints
+        }
+}
+
+/// Listeners (and the route configurations built with them), and what they were built from.
+#[derive(Debug, Default)]
 struct ListenerOutput {
     inputs: u64,
-    listeners: BTreeMap<String, Arc<Resource>>,
-    routes: BTreeMap<String, Arc<Resource>>,
-    clusters: BTreeMap<String, Arc<Resource>>,
-    endpoints: BTreeMap<String, Arc<Resource>>,
+    listeners: ResourceMap,
+    /// Route configurations built with the listeners (routers, gRPC).
+    routes: ResourceMap,
+    /// The route configurations a sidecar's listeners ask for, built on their own.
+    route_names: BTreeSet<String>,
+    /// Clusters and load assignments built with the listeners; they take precedence over a
+    /// service's of the same name.
+    clusters: Vec<(String, Arc<Resource>)>,
+    endpoints: Vec<(String, Arc<Resource>)>,
+}
+
+/// One route configuration of a sidecar, and what it was built from.
+#[derive(Debug)]
+struct RouteOutput {
+    inputs: u64,
+}
+
+/// Everything the translator keeps of one generator's resources between updates.
+#[derive(Debug, Default)]
+struct Outputs {
+    /// By service host.
+    hosts: HashMap<String, HostOutput>,
+    /// The union of the services' clusters and load assignments.
+    host_clusters: ResourceMap,
+    host_endpoints: ResourceMap,
+    listeners: Option<ListenerOutput>,
+    /// A sidecar's route configurations, by name.
+    routes: HashMap<String, RouteOutput>,
+    route_map: ResourceMap,
+}
+
+/// What one [`Translator::generate`] built again (and encoded), for tests and the bench.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// Services whose clusters or load assignments were built again.
+    pub services: usize,
+    /// Clusters encoded again (those of the services above whose inputs changed).
+    pub clusters: usize,
+    /// Load assignments encoded again.
+    pub assignments: usize,
+    /// Whether the listeners were built again.
+    pub listeners: bool,
+    /// Route configurations built again.
+    pub routes: usize,
 }
 
 /// Generates resources for one proxy and keeps them current as the cache changes.
 ///
-/// Work is reused at two grains: the clusters and load assignments of a service are rebuilt only
-/// when the service (its resource, or the WorkloadEntries it selects) or the DestinationRule that
-/// applies to it changed; a sidecar's listeners and route configurations only when what they read
-/// changed: a VirtualService, Sidecar or other config, or a service's shape (hosts, addresses,
-/// ports, resolution, visibility) — not its endpoints, except the proxy's own (inbound) and those
-/// of a passthrough service without an address (one listener each). A DestinationRule change
-/// therefore rebuilds the clusters of its host and nothing else; an endpoint change, the
-/// service's clusters and load assignments. (A router's listeners also follow DestinationRules
-/// and endpoints, through its SNI-DNAT clusters, and are rebuilt on any change.)
+/// Every output is rebuilt only when what it reads changed:
+/// - a service's clusters and load assignments, when the service (its resource, or the
+///   WorkloadEntries it selects) or the DestinationRule that applies to it changed; its clusters
+///   are encoded again only when more than its endpoints changed (EDS clusters read endpoints
+///   only for the identities they accept);
+/// - a sidecar's listeners, when config they read changed: a Sidecar, a PeerAuthentication, a
+///   ServiceEntry, a VirtualService with TCP or TLS routes, a service's shape (hosts, addresses,
+///   ports, resolution, visibility) — not DestinationRules or HTTP routes, and of endpoints only
+///   the proxy's own (inbound) and those of a passthrough service without an address (a listener
+///   each);
+/// - a sidecar's route configuration of a port, when a service of that port, a VirtualService
+///   that may route it, or a destination of one (its shape and DestinationRule, which decide
+///   cluster names and hash policies) changed.
+///
+/// Routers and proxyless gRPC clients build listeners and routes together: a router's SNI-DNAT
+/// clusters follow DestinationRule subsets and endpoints, so its listeners are rebuilt on any
+/// change; a gRPC client's on any change but of endpoints.
+///
+/// The resources are kept in persistent maps updated in place, so a generation costs what it
+/// rebuilt, and handing it out ([`Generated`]) is O(1).
 #[derive(Debug)]
 pub struct Translator {
     proxy: Proxy,
     registry: Registry,
-    hosts: HashMap<(Generator, String), HostOutput>,
-    listeners: HashMap<Generator, ListenerOutput>,
-    /// Services whose clusters were rebuilt by the last update (for tests and metrics).
-    rebuilt: usize,
-    /// Whether the last update rebuilt the listeners and route configurations.
-    listeners_rebuilt: bool,
+    outputs: HashMap<Generator, Outputs>,
+    shapes: Shapes,
+    rebuilt: Rebuilt,
     /// The store subscription the last update's view of the config calls for.
     subscription: pasa_proto::store::v1::Subscription,
 }
@@ -458,10 +552,9 @@ impl Translator {
         Self {
             proxy,
             registry: Registry::default(),
-            hosts: HashMap::new(),
-            listeners: HashMap::new(),
-            rebuilt: 0,
-            listeners_rebuilt: false,
+            outputs: HashMap::new(),
+            shapes: Shapes::default(),
+            rebuilt: Rebuilt::default(),
             subscription: Default::default(),
         }
     }
@@ -476,14 +569,9 @@ impl Translator {
         self.subscription.clone()
     }
 
-    /// How many services had their clusters rebuilt by the last [`Translator::update`].
-    pub fn rebuilt_services(&self) -> usize {
+    /// What the last [`Translator::generate`] built again.
+    pub fn rebuilt(&self) -> Rebuilt {
         self.rebuilt
-    }
-
-    /// Whether the last [`Translator::update`] rebuilt the listeners and route configurations.
-    pub fn rebuilt_listeners(&self) -> bool {
-        self.listeners_rebuilt
     }
 
     /// Brings the resources for `generator` up to date with `cache` and returns a copy of them.
@@ -494,138 +582,221 @@ impl Translator {
     /// Brings the resources for `generator` up to date with `cache` and returns them, shared
     /// with the translator's memory of what it built.
     pub fn generate(&mut self, cache: &Cache, generator: Generator) -> Generated {
-        let changed = self.registry.update(cache, &self.proxy.mesh.domain_suffix);
-        let _ = changed;
-        let view = View::new(&self.proxy, &self.registry);
-        self.subscription = crate::scope::subscription_in(
-            &self.proxy,
-            &self.registry,
+        let Translator {
+            proxy,
+            registry,
+            outputs,
+            shapes,
+            rebuilt,
+            subscription,
+        } = self;
+        registry.update(cache, &proxy.mesh.domain_suffix);
+        let view = View::new(proxy, registry);
+        *subscription = crate::scope::subscription_in(
+            proxy,
+            registry,
             &view.scope,
             &view.virtual_services,
             view.services.values(),
         );
-        let mut out = Generated::default();
-        self.rebuilt = 0;
-        let mut live = std::collections::HashSet::new();
+        shapes.begin(proxy);
+        let out = outputs.entry(generator).or_default();
+        let mut counts = Rebuilt::default();
+        out.update_hosts(&view, generator, shapes, &mut counts);
+        let inputs = GlobalInputs::of(&view, cache, generator, shapes);
+        out.update_listeners(&view, generator, inputs.listeners, &mut counts);
+        out.update_routes(&view, inputs.routes, shapes, &mut counts);
+        shapes.end();
+        *rebuilt = counts;
+        out.generated()
+    }
+}
+
+impl Outputs {
+    /// Rebuilds the clusters and load assignments of the services whose inputs changed, and
+    /// drops those of services no longer visible.
+    fn update_hosts(
+        &mut self,
+        view: &View<'_>,
+        generator: Generator,
+        shapes: &mut Shapes,
+        counts: &mut Rebuilt,
+    ) {
+        let kind = view.proxy.kind;
         for service in view.services.values() {
-            let dr = view.destination_rules.for_service(service);
-            let inputs = fingerprint(|h| {
-                service.hostname.hash(h);
-                service.source.hash(h);
-                service.revision.hash(h);
-                service.created.hash(h);
-                // Ports merged in from other declarations of the host.
-                for p in &service.ports {
-                    (p.number, &p.name, format!("{:?}", p.protocol)).hash(h);
-                }
-                if let Some(dr) = &dr {
-                    dr.meta.namespace.hash(h);
-                    dr.meta.name.hash(h);
-                    dr.meta.revision.hash(h);
-                }
-            });
-            let key = (generator, service.hostname.clone());
-            live.insert(key.clone());
-            let fresh = self.hosts.get(&key).is_some_and(|o| o.inputs == inputs);
-            if !fresh {
-                self.rebuilt += 1;
-                let mut built = Vec::new();
-                cluster::service_clusters(
-                    service,
-                    dr.as_deref(),
-                    generator,
-                    self.proxy.kind,
-                    &mut built,
-                );
-                let mut output = HostOutput {
-                    inputs,
-                    clusters: Vec::with_capacity(built.len()),
-                    assignments: Vec::with_capacity(built.len()),
-                };
-                for (cluster, assignment) in built {
+            let rule = view.destination_rules.for_service(service);
+            let old = self.hosts.get(&service.hostname);
+            if old.is_some_and(|o| o.built_from(service, rule.as_ref())) {
+                continue;
+            }
+            counts.services += 1;
+            let kept_clusters = old
+                .filter(|o| {
+                    same_rule(o.rule.as_ref(), rule.as_ref())
+                        && same_clusters(&o.service, service, kind, shapes)
+                })
+                .map(|o| o.clusters.clone());
+            let mut built = Vec::new();
+            cluster::service_clusters(service, rule.as_deref(), generator, kind, &mut built);
+            let mut output = HostOutput {
+                service: Arc::clone(service),
+                rule,
+                clusters: Vec::with_capacity(built.len()),
+                assignments: Vec::with_capacity(built.len()),
+            };
+            for (cluster, assignment) in built {
+                if kept_clusters.is_none() {
+                    counts.clusters += 1;
                     output
                         .clusters
                         .push((cluster.name.clone(), Resource::pack(&cluster)));
-                    if let Some(a) = assignment {
-                        output
-                            .assignments
-                            .push((a.0.cluster_name.clone(), Resource::pack(&a.0)));
-                    }
                 }
-                self.hosts.insert(key.clone(), output);
+                if let Some(a) = assignment {
+                    counts.assignments += 1;
+                    output
+                        .assignments
+                        .push((a.0.cluster_name.clone(), Resource::pack(&a.0)));
+                }
             }
-            if let Some(o) = self.hosts.get(&key) {
-                for (name, c) in &o.clusters {
-                    out.clusters.insert(name.clone(), Arc::clone(c));
-                }
-                for (name, a) in &o.assignments {
-                    out.endpoints.insert(name.clone(), Arc::clone(a));
-                }
+            if let Some(kept) = kept_clusters {
+                output.clusters = kept;
+            }
+            if let Some(old) = self.hosts.remove(&service.hostname) {
+                self.forget(&old);
+            }
+            for (name, c) in &output.clusters {
+                self.host_clusters.insert(name.clone(), Arc::clone(c));
+            }
+            for (name, a) in &output.assignments {
+                self.host_endpoints.insert(name.clone(), Arc::clone(a));
+            }
+            self.hosts.insert(service.hostname.clone(), output);
+        }
+        let gone: Vec<String> = self
+            .hosts
+            .keys()
+            .filter(|h| !view.services.contains_key(*h))
+            .cloned()
+            .collect();
+        for host in gone {
+            if let Some(old) = self.hosts.remove(&host) {
+                self.forget(&old);
             }
         }
-        self.hosts
-            .retain(|k, _| k.0 != generator || live.contains(k));
+    }
 
-        // A router's SNI-DNAT clusters follow DestinationRule subsets and endpoints, so its
-        // listeners are rebuilt on any change.
-        let router = self.proxy.kind == ProxyType::Router;
-        let ips: Vec<String> = self.proxy.ips.iter().map(IpAddr::to_string).collect();
-        let inputs = fingerprint(|h| {
-            for (key, resource) in cache.iter() {
-                let read_whole = router
-                    || (key.kind != "DestinationRule"
-                        && key.kind != Kind::ServiceEndpoints.as_str());
-                if read_whole {
-                    key.hash(h);
-                    resource.mod_revision.hash(h);
-                }
+    /// Removes what `old` put in the union maps (what another service has put there since
+    /// stays).
+    fn forget(&mut self, old: &HostOutput) {
+        for (name, c) in &old.clusters {
+            if self
+                .host_clusters
+                .get(name)
+                .is_some_and(|x| Arc::ptr_eq(x, c))
+            {
+                self.host_clusters.remove(name);
             }
-            if !router {
-                for service in self.registry.services().values().flatten() {
-                    if service.source.kind == Kind::ServiceEndpoints.as_str() {
-                        hash_listener_inputs(service, &ips, h);
-                    }
-                }
-            }
-        });
-        let fresh = self
-            .listeners
-            .get(&generator)
-            .is_some_and(|o| o.inputs == inputs);
-        self.listeners_rebuilt = !fresh;
-        if !fresh {
-            let mut built = Built::default();
-            match generator {
-                Generator::Envoy => {
-                    sidecar::special_clusters(view.scope.outbound_policy, &mut built);
-                    match self.proxy.kind {
-                        ProxyType::Sidecar => {
-                            sidecar::outbound(&view, &mut built);
-                            sidecar::inbound(&view, &mut built);
-                        }
-                        ProxyType::Router => gateway::listeners_and_routes(&view, &mut built),
-                    }
-                }
-                Generator::Grpc => grpc::listeners_and_routes(&view, &mut built),
-            }
-            self.listeners.insert(
-                generator,
-                ListenerOutput {
-                    inputs,
-                    listeners: packed(built.listeners.iter()),
-                    routes: packed(built.routes.iter()),
-                    clusters: packed(built.clusters.iter()),
-                    endpoints: packed(built.endpoints.iter()),
-                },
-            );
         }
-        if let Some(o) = self.listeners.get(&generator) {
-            out.listeners = o.listeners.clone();
-            out.routes = o.routes.clone();
-            for (name, c) in &o.clusters {
+        for (name, a) in &old.assignments {
+            if self
+                .host_endpoints
+                .get(name)
+                .is_some_and(|x| Arc::ptr_eq(x, a))
+            {
+                self.host_endpoints.remove(name);
+            }
+        }
+    }
+
+    fn update_listeners(
+        &mut self,
+        view: &View<'_>,
+        generator: Generator,
+        inputs: u64,
+        counts: &mut Rebuilt,
+    ) {
+        if self.listeners.as_ref().is_some_and(|o| o.inputs == inputs) {
+            return;
+        }
+        counts.listeners = true;
+        let mut built = Built::default();
+        match generator {
+            Generator::Envoy => {
+                sidecar::special_clusters(view.scope.outbound_policy, &mut built);
+                match view.proxy.kind {
+                    ProxyType::Sidecar => {
+                        sidecar::outbound(view, &mut built);
+                        sidecar::inbound(view, &mut built);
+                    }
+                    ProxyType::Router => gateway::listeners_and_routes(view, &mut built),
+                }
+            }
+            Generator::Grpc => grpc::listeners_and_routes(view, &mut built),
+        }
+        self.listeners = Some(ListenerOutput {
+            inputs,
+            listeners: packed(built.listeners.iter()),
+            routes: packed(built.routes.iter()),
+            route_names: built.route_names,
+            clusters: packed(built.clusters.iter()).into_iter().collect(),
+            endpoints: packed(built.endpoints.iter()).into_iter().collect(),
+        });
+    }
+
+    /// Rebuilds the route configurations a sidecar's listeners ask for whose inputs changed.
+    fn update_routes(
+        &mut self,
+        view: &View<'_>,
+        global: u64,
+        shapes: &mut Shapes,
+        counts: &mut Rebuilt,
+    ) {
+        let Some(listeners) = &self.listeners else {
+            return;
+        };
+        let names = &listeners.route_names;
+        let mut on_port = PortIndex::default();
+        for name in names {
+            let inputs = route_inputs(view, name, global, shapes, &mut on_port);
+            if self.routes.get(name).is_some_and(|o| o.inputs == inputs) {
+                continue;
+            }
+            counts.routes += 1;
+            match sidecar::route_config(view, name) {
+                Some(rc) => self.route_map.insert(name.clone(), Resource::pack(&rc)),
+                None => self.route_map.remove(name),
+            };
+            self.routes.insert(name.clone(), RouteOutput { inputs });
+        }
+        self.routes.retain(|name, _| names.contains(name));
+        let stale: Vec<String> = self
+            .route_map
+            .keys()
+            .filter(|name| !names.contains(*name))
+            .cloned()
+            .collect();
+        for name in stale {
+            self.route_map.remove(&name);
+        }
+    }
+
+    /// The resources as they stand: O(1) but for the clusters and load assignments built with
+    /// the listeners, which are laid over the services'.
+    fn generated(&self) -> Generated {
+        let mut out = Generated {
+            clusters: self.host_clusters.clone(),
+            endpoints: self.host_endpoints.clone(),
+            listeners: ResourceMap::new(),
+            routes: self.route_map.clone(),
+        };
+        if let Some(l) = &self.listeners {
+            out.listeners = l.listeners.clone();
+            out.routes
+                .extend(l.routes.iter().map(|(k, v)| (k.clone(), Arc::clone(v))));
+            for (name, c) in &l.clusters {
                 out.clusters.insert(name.clone(), Arc::clone(c));
             }
-            for (name, a) in &o.endpoints {
+            for (name, a) in &l.endpoints {
                 out.endpoints.insert(name.clone(), Arc::clone(a));
             }
         }
@@ -633,10 +804,202 @@ impl Translator {
     }
 }
 
-/// What a sidecar's listener and route builders read of a service: all but its endpoints, and
-/// of those only the proxy's own (its inbound listeners) and, for a passthrough service without
-/// an address, every endpoint's address and ports (a listener each).
-fn hash_listener_inputs(service: &Service, proxy_ips: &[String], h: &mut impl Hasher) {
+/// Fingerprints of the config read whole by the listeners and by the route configurations (the
+/// parts not followed per service).
+struct GlobalInputs {
+    listeners: u64,
+    routes: u64,
+}
+
+impl GlobalInputs {
+    fn of(view: &View<'_>, cache: &Cache, generator: Generator, shapes: &mut Shapes) -> Self {
+        let router = view.proxy.kind == ProxyType::Router;
+        let grpc = generator == Generator::Grpc;
+        let mut listeners = std::collections::hash_map::DefaultHasher::new();
+        let mut routes = std::collections::hash_map::DefaultHasher::new();
+        for (key, resource) in cache.iter() {
+            let (for_listeners, for_routes) = match key.kind.as_str() {
+                _ if router => (true, false),
+                // Followed through the services.
+                "ServiceEndpoints" => (false, false),
+                "ServiceEntry" | "WorkloadEntry" => (true, false),
+                // Followed per route configuration (and below, for TCP and TLS routes).
+                "DestinationRule" | "VirtualService" => (grpc, false),
+                _ => (true, true),
+            };
+            if for_listeners {
+                key.hash(&mut listeners);
+                resource.mod_revision.hash(&mut listeners);
+            }
+            if for_routes {
+                key.hash(&mut routes);
+                resource.mod_revision.hash(&mut routes);
+            }
+        }
+        if !router {
+            for vs in view.registry.virtual_services() {
+                if !vs.spec.tcp.is_empty() || !vs.spec.tls.is_empty() {
+                    config_identity(&vs.meta, &mut listeners);
+                }
+            }
+            for service in view.registry.services().values().flatten() {
+                shapes.of(service).listener.hash(&mut listeners);
+            }
+        }
+        GlobalInputs {
+            listeners: listeners.finish(),
+            routes: routes.finish(),
+        }
+    }
+}
+
+fn config_identity(meta: &registry::Meta, h: &mut impl Hasher) {
+    (&meta.namespace, &meta.name, meta.created, meta.revision).hash(h);
+}
+
+/// The visible services of each port, and whether a wildcard service has it: worked out once per
+/// update for the route configurations.
+#[derive(Default)]
+struct PortIndex {
+    ports: HashMap<u32, (Vec<Arc<Service>>, bool)>,
+}
+
+/// What the route configuration `name` of a sidecar reads: the services of its port (their
+/// shape, and the DestinationRule that decides their default route's hash policy), the aliases
+/// (Kubernetes `ExternalName` services), the VirtualServices that may route the port, in order,
+/// and their destinations' shape and DestinationRule.
+fn route_inputs(
+    view: &View<'_>,
+    name: &str,
+    global: u64,
+    shapes: &mut Shapes,
+    index: &mut PortIndex,
+) -> u64 {
+    let port = name
+        .rsplit_once(':')
+        .map_or(name, |(_, port)| port)
+        .parse::<u32>()
+        .unwrap_or(0);
+    let (services, wildcard_service) = index.ports.entry(port).or_insert_with(|| {
+        let services: Vec<Arc<Service>> = view
+            .services
+            .values()
+            .filter(|s| s.port(port).is_some() || view.is_alias(s))
+            .cloned()
+            .collect();
+        let wildcard = services.iter().any(|s| s.hostname.starts_with('*'));
+        (services, wildcard)
+    });
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (name, global).hash(&mut h);
+    let mut follow = |service: &Arc<Service>, h: &mut std::collections::hash_map::DefaultHasher| {
+        shapes.of(service).shape.hash(h);
+        if let Some(dr) = view.destination_rules.for_service(service) {
+            shapes.rule(&dr).hash(h);
+        }
+    };
+    for service in services.iter() {
+        follow(service, &mut h);
+    }
+    for (i, vs) in view.virtual_services.iter().enumerate() {
+        let ns = &vs.meta.namespace;
+        let relevant = port == 80
+            || *wildcard_service
+            || vs.spec.hosts.iter().any(|host| {
+                let host = view.proxy.resolve_host(host, ns);
+                host.starts_with('*')
+                    || view
+                        .services
+                        .get(&host)
+                        .is_some_and(|s| s.port(port).is_some())
+            });
+        if !relevant {
+            continue;
+        }
+        i.hash(&mut h);
+        config_identity(&vs.meta, &mut h);
+        for host in vs.spec.destination_hosts() {
+            let host = view.proxy.resolve_host(host, ns);
+            match view.services.get(&host) {
+                Some(service) => follow(service, &mut h),
+                None => host.hash(&mut h),
+            }
+        }
+    }
+    h.finish()
+}
+
+/// Fingerprints of services, computed once per service allocation: the registry rebuilds a
+/// service only when its resource changed, so most are reused from one update to the next.
+#[derive(Debug, Default)]
+struct Shapes {
+    /// By the service's address; the entry holds the service, so the address is not reused
+    /// while it is here.
+    memo: HashMap<usize, (Arc<Service>, ShapeOf)>,
+    /// What route configurations read of a DestinationRule (see [`hash::rule_fingerprint`]),
+    /// likewise by address.
+    rules: HashMap<usize, (Arc<Config<DestinationRule>>, u64)>,
+    proxy_ips: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ShapeOf {
+    /// All but the endpoints.
+    shape: u64,
+    /// What a sidecar's listeners read (see [`hash_listener_inputs`]).
+    listener: u64,
+}
+
+impl Shapes {
+    fn begin(&mut self, proxy: &Proxy) {
+        if self.proxy_ips.is_empty() {
+            self.proxy_ips = proxy.ips.iter().map(IpAddr::to_string).collect();
+        }
+    }
+
+    fn of(&mut self, service: &Arc<Service>) -> ShapeOf {
+        let ips = &self.proxy_ips;
+        self.memo
+            .entry(Arc::as_ptr(service) as usize)
+            .or_insert_with(|| {
+                let shape = fingerprint(|h| hash_listener_inputs(service, &[], false, h));
+                let listener = fingerprint(|h| hash_listener_inputs(service, ips, true, h));
+                (Arc::clone(service), ShapeOf { shape, listener })
+            })
+            .1
+    }
+
+    fn rule(&mut self, dr: &Arc<Config<DestinationRule>>) -> u64 {
+        self.rules
+            .entry(Arc::as_ptr(dr) as usize)
+            .or_insert_with(|| {
+                let fingerprint = fingerprint(|h| {
+                    (&dr.meta.namespace, &dr.meta.name, &dr.spec.host).hash(h);
+                    hash::rule_fingerprint(&dr.spec).hash(h);
+                });
+                (Arc::clone(dr), fingerprint)
+            })
+            .1
+    }
+
+    /// Forgets the services and rules nobody else holds any more.
+    fn end(&mut self) {
+        self.memo
+            .retain(|_, (service, _)| Arc::strong_count(service) > 1);
+        self.rules.retain(|_, (dr, _)| Arc::strong_count(dr) > 1);
+    }
+}
+
+/// What a sidecar's listener builders read of a service: all but its endpoints, and of those
+/// only the proxy's own (its inbound listeners) and, for a passthrough service without an
+/// address, every endpoint's address and ports (a listener each). Without `endpoints`, its shape
+/// alone (what route configurations read).
+fn hash_listener_inputs(
+    service: &Service,
+    proxy_ips: &[String],
+    with_endpoints: bool,
+    h: &mut impl Hasher,
+) {
     let Service {
         hostname,
         namespace,
@@ -655,6 +1018,9 @@ fn hash_listener_inputs(service: &Service, proxy_ips: &[String], h: &mut impl Ha
     (hostname, namespace, addresses, export_to, external_name).hash(h);
     (external, kubernetes, created, source).hash(h);
     format!("{ports:?}{resolution:?}").hash(h);
+    if !with_endpoints {
+        return;
+    }
     let per_endpoint = *resolution == registry::Resolution::Passthrough && addresses.is_empty();
     for e in endpoints {
         if proxy_ips.contains(&e.address) {
@@ -674,5 +1040,7 @@ fn fingerprint(feed: impl FnOnce(&mut std::collections::hash_map::DefaultHasher)
 
 #[cfg(test)]
 mod envoy_rules;
+#[cfg(test)]
+mod incremental_tests;
 #[cfg(test)]
 mod tests;

@@ -224,6 +224,7 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         let mut samples = Vec::with_capacity(args.changes);
         let mut rebuilt = 0;
         let mut listeners_rebuilt = 0;
+        let mut routes_rebuilt = 0;
         for c in 0..args.changes {
             let i = (c * 7919) % routed.max(1);
             // As the agent's store watch delivers it: one event applied to the cache.
@@ -242,15 +243,19 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
             let resources = translator.generate(&cache, generator);
             let _snapshot = Snapshot::from_generated(&resources);
             samples.push(started.elapsed().as_secs_f64() * 1e3);
-            rebuilt += translator.rebuilt_services();
-            listeners_rebuilt += usize::from(translator.rebuilt_listeners());
+            let counts = translator.rebuilt();
+            rebuilt += counts.services;
+            listeners_rebuilt += usize::from(counts.listeners);
+            routes_rebuilt += counts.routes;
         }
         let p50 = percentile(&samples, 50.0);
         let p99 = percentile(&samples, 99.0);
         println!(
             "one {name} changed: p50 {p50:.2} ms, p99 {p99:.2} ms (translate + encode), \
-             services rebuilt per change: {:.1}, listeners rebuilt in {} of {} changes",
+             services rebuilt per change: {:.1}, route configurations per change: {:.1}, \
+             listeners rebuilt in {} of {} changes",
             rebuilt as f64 / args.changes as f64,
+            routes_rebuilt as f64 / args.changes as f64,
             listeners_rebuilt,
             args.changes
         );

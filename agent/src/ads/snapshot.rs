@@ -12,30 +12,9 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 use tokio::sync::watch;
 
-use super::{TYPE_COUNT, TypeKind, fnv};
+use super::{TYPE_COUNT, TypeKind};
+pub use crate::resource::{Resource, ResourceMap};
 use crate::translate::{Generated, Generator, Resources};
-
-/// One xDS resource: its version (any string that changes when the body changes) and its body.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Resource {
-    /// Changes whenever `body` changes; connections compare versions, never bodies.
-    pub version: String,
-    /// The resource, packed with its type URL (see `envoy_types::util::pack_any`).
-    pub body: Any,
-}
-
-impl Resource {
-    /// `message` packed with its type URL; its version is a digest of the encoding, so an
-    /// unchanged resource keeps its version across translations and restarts.
-    pub fn pack<M: Message + prost::Name>(message: &M) -> Arc<Resource> {
-        let body = Any {
-            type_url: M::type_url(),
-            value: message.encode_to_vec(),
-        };
-        let version = fnv(&body.value);
-        Arc::new(Resource { version, body })
-    }
-}
 
 /// A resource whose body does not match the type it was added as.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +44,7 @@ pub enum SnapshotError {
 /// name → resource.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
-    types: [BTreeMap<String, Arc<Resource>>; TYPE_COUNT],
+    types: [ResourceMap; TYPE_COUNT],
     /// When the configuration this snapshot was generated from reached the agent; pushes of it
     /// are timed from here to the client's ACK. Not part of equality.
     origin: Option<Instant>,
@@ -176,7 +155,7 @@ impl Snapshot {
     }
 
     /// The resources of one type, by name.
-    pub fn resources(&self, kind: TypeKind) -> &BTreeMap<String, Arc<Resource>> {
+    pub fn resources(&self, kind: TypeKind) -> &ResourceMap {
         &self.types[kind.index()]
     }
 }
@@ -198,7 +177,7 @@ impl Generator {
 pub struct Snapshots {
     by_generator: BTreeMap<Generator, Arc<Snapshot>>,
     /// The SDS secrets, in every generator's snapshot.
-    secrets: Arc<BTreeMap<String, Arc<Resource>>>,
+    secrets: Arc<ResourceMap>,
 }
 
 impl Snapshots {
@@ -259,14 +238,14 @@ impl SnapshotPublisher {
     /// when a secret's content changed. Secrets alone do not make a generator ready: its clients
     /// still wait for its first translation.
     pub fn publish_secrets(&self, secrets: &BTreeMap<String, Secret>) {
-        let encoded: BTreeMap<String, Arc<Resource>> = secrets
+        let encoded: ResourceMap = secrets
             .iter()
             .map(|(name, secret)| {
                 let body = Any {
                     type_url: TypeKind::Secret.type_url().to_owned(),
                     value: secret.encode_to_vec(),
                 };
-                let version = fnv(&body.value);
+                let version = crate::resource::fnv(&body.value);
                 (name.clone(), Arc::new(Resource { version, body }))
             })
             .collect();

@@ -1,7 +1,7 @@
 //! `StreamAggregatedResources`: state of the world. Every response of a type carries the whole set
 //! the client subscribed to; a resource missing from it is removed on the client.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
 use super::server::{Closed, Connection, StreamHandler, drive};
-use super::snapshot::{Resource, Snapshot};
+use super::snapshot::{ResourceMap, Snapshot};
 use super::status::Nack;
 use super::{Subscription, TYPE_COUNT, TypeKind, deliver, digest_resources};
 
@@ -22,7 +22,7 @@ struct Sent {
     version: String,
     /// Empty when the client already held `version` on reconnect.
     nonce: String,
-    resources: BTreeMap<String, Arc<Resource>>,
+    resources: ResourceMap,
     /// For a push of a new snapshot: when its configuration reached the agent, until the ACK
     /// is timed.
     origin: Option<Instant>,
@@ -195,7 +195,7 @@ impl StreamHandler for Stream {
 
 impl Stream {
     /// Records that the client holds `resources` of `kind` without a response being sent.
-    fn held(&mut self, kind: TypeKind, resources: BTreeMap<String, Arc<Resource>>) {
+    fn held(&mut self, kind: TypeKind, resources: ResourceMap) {
         let version = digest_resources(&resources);
         self.conn.status.update(kind, |s| s.already_held(&version));
         self.types[kind.index()].sent = Some(Sent {
@@ -207,7 +207,7 @@ impl Stream {
     }
 
     /// Whether `resources` differ from what was sent and from what the client rejected.
-    fn worth_sending(&self, kind: TypeKind, resources: &BTreeMap<String, Arc<Resource>>) -> bool {
+    fn worth_sending(&self, kind: TypeKind, resources: &ResourceMap) -> bool {
         let state = &self.types[kind.index()];
         let version = digest_resources(resources);
         let unchanged = state.sent.as_ref().is_some_and(|s| s.version == version);
@@ -218,7 +218,7 @@ impl Stream {
     async fn send(
         &mut self,
         kind: TypeKind,
-        resources: BTreeMap<String, Arc<Resource>>,
+        resources: ResourceMap,
         origin: Option<Instant>,
     ) -> Result<(), Closed> {
         self.next_nonce += 1;

@@ -6,7 +6,9 @@ use envoy_types::pb::envoy::config::route::v3::route_action::HashPolicy;
 use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::{
     ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter,
 };
-use pasa_proto::istio::destination_rule::HashKey;
+use std::hash::{Hash, Hasher};
+
+use pasa_proto::istio::destination_rule::{DestinationRule, HashKey, TrafficPolicy};
 
 use super::cluster::{Policy, duration};
 
@@ -41,4 +43,34 @@ pub(super) fn route_hash_policy(policy: &Policy) -> Option<HashPolicy> {
         policy_specifier: Some(specifier),
         ..Default::default()
     })
+}
+
+/// A fingerprint of what route hash policies read of a DestinationRule: which of its policies
+/// (rule, subsets, ports) set a load balancer, and the consistent hash of each. A change of a
+/// simple load balancer, of connection pools or of TLS leaves it as it was.
+pub(super) fn rule_fingerprint(dr: &DestinationRule) -> u64 {
+    fn feed(tp: Option<&TrafficPolicy>, h: &mut impl Hasher) {
+        let Some(tp) = tp else {
+            0u8.hash(h);
+            return;
+        };
+        let key = |lb: Option<&pasa_proto::istio::destination_rule::LoadBalancerSettings>| {
+            lb.map(|lb| format!("{:?}", lb.consistent_hash()))
+        };
+        key(tp.load_balancer.as_ref()).hash(h);
+        for p in &tp.port_level_settings {
+            (
+                p.port.as_ref().map(|s| s.number),
+                key(p.load_balancer.as_ref()),
+            )
+                .hash(h);
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    feed(dr.traffic_policy.as_ref(), &mut h);
+    for s in &dr.subsets {
+        s.name.hash(&mut h);
+        feed(s.traffic_policy.as_ref(), &mut h);
+    }
+    h.finish()
 }

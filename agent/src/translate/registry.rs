@@ -21,7 +21,7 @@ use pasa_proto::store::v1::Resource;
 use serde::de::DeserializeOwned;
 
 use super::authn::PeerAuthentication;
-use crate::cache::{Cache, Key};
+use crate::cache::{Cache, Change, Key};
 
 /// Name, namespace and the store's bookkeeping of a parsed resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,9 +157,21 @@ impl Service {
 }
 
 /// Every kind translation reads, parsed.
+///
+/// Kept current incrementally: [`Registry::update`] diffs the cache against the clone it read
+/// last (see [`Cache::changes_since`]), parses only what changed, and rebuilds the services of
+/// the changed ServiceEntries and ServiceEndpoints (and of the ServiceEntries that may select a
+/// changed WorkloadEntry). A service that did not change stays the same `Arc`, which is how the
+/// translator tells what it can reuse.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     entries: BTreeMap<Key, Entry>,
+    /// The cache the registry was last brought up to date with.
+    seen: Option<Cache>,
+    /// The services each ServiceEntry or ServiceEndpoints declares.
+    by_source: BTreeMap<Key, Vec<Arc<Service>>>,
+    /// The sources declaring each host.
+    host_sources: BTreeMap<String, BTreeSet<Key>>,
     /// Services by host, the oldest first.
     services: BTreeMap<String, Vec<Arc<Service>>>,
 }
@@ -188,60 +200,107 @@ impl Registry {
     /// Brings the registry up to date with `cache`; parses only what changed. Returns the keys
     /// that changed (added, modified or removed).
     pub fn update(&mut self, cache: &Cache, domain_suffix: &str) -> BTreeSet<Key> {
-        let mut changed = BTreeSet::new();
-        self.entries.retain(|key, _| {
-            let keep = cache.get(key).is_some();
-            if !keep {
-                changed.insert(key.clone());
+        let changed: BTreeSet<Key> = match &self.seen {
+            Some(seen) => cache.changes_since(seen).map(Change::into_key).collect(),
+            None => cache
+                .iter()
+                .map(|(k, _)| k.clone())
+                .chain(self.entries.keys().cloned())
+                .collect(),
+        };
+        let mut sources = BTreeSet::new();
+        for key in &changed {
+            match key.kind.as_str() {
+                "ServiceEntry" | "ServiceEndpoints" => {
+                    sources.insert(key.clone());
+                }
+                _ => {}
             }
-            keep
-        });
-        for (key, resource) in cache.iter() {
-            let fresh = match self.entries.get(key) {
-                Some(entry) => !Arc::ptr_eq(&entry.source, resource) && entry.source != *resource,
-                None => true,
-            };
-            if fresh {
-                changed.insert(key.clone());
-                self.entries.insert(
-                    key.clone(),
-                    Entry {
-                        source: Arc::clone(resource),
-                        parsed: parse(resource),
-                    },
-                );
+            match cache.get(key) {
+                Some(resource) => {
+                    self.entries.insert(
+                        key.clone(),
+                        Entry {
+                            source: Arc::clone(resource),
+                            parsed: parse(resource),
+                        },
+                    );
+                }
+                None => {
+                    self.entries.remove(key);
+                }
             }
         }
-        if changed.iter().any(|k| {
-            matches!(
-                k.kind.as_str(),
-                "ServiceEntry" | "ServiceEndpoints" | "WorkloadEntry"
-            )
-        }) {
-            self.rebuild_services(domain_suffix);
+        // The ServiceEntries of a changed WorkloadEntry's namespace that select workloads may
+        // select it.
+        for key in changed.iter().filter(|k| k.kind == "WorkloadEntry") {
+            sources.extend(self.selecting_entries(&key.namespace));
+        }
+        self.seen = Some(cache.clone());
+        if !sources.is_empty() {
+            self.rebuild_sources(&sources, domain_suffix);
         }
         changed
     }
 
-    fn rebuild_services(&mut self, domain_suffix: &str) {
-        let mut services: BTreeMap<String, Vec<Arc<Service>>> = BTreeMap::new();
-        for entry in self.entries.values() {
-            let built = match &entry.parsed {
-                Parsed::ServiceEntry(se) => self.services_of_entry(se),
-                Parsed::ServiceEndpoints(sep) => vec![from_kubernetes(sep, domain_suffix)],
+    /// The ServiceEntries of `namespace` with a workload selector.
+    fn selecting_entries(&self, namespace: &str) -> Vec<Key> {
+        let from = Key {
+            kind: "ServiceEntry".into(),
+            namespace: namespace.into(),
+            name: String::new(),
+        };
+        self.entries
+            .range(from..)
+            .take_while(|(k, _)| k.kind == "ServiceEntry" && k.namespace == namespace)
+            .filter(|(_, e)| {
+                matches!(&e.parsed, Parsed::ServiceEntry(se) if se.spec.workload_selector.is_some())
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Builds again the services `sources` declare, and the host lists they are in.
+    fn rebuild_sources(&mut self, sources: &BTreeSet<Key>, domain_suffix: &str) {
+        let mut hosts = BTreeSet::new();
+        for key in sources {
+            if let Some(old) = self.by_source.remove(key) {
+                for s in &old {
+                    if let Some(declaring) = self.host_sources.get_mut(&s.hostname) {
+                        declaring.remove(key);
+                    }
+                    hosts.insert(s.hostname.clone());
+                }
+            }
+            let built = match self.entries.get(key).map(|e| &e.parsed) {
+                Some(Parsed::ServiceEntry(se)) => self.services_of_entry(se),
+                Some(Parsed::ServiceEndpoints(sep)) => vec![from_kubernetes(sep, domain_suffix)],
                 _ => continue,
             };
-            for service in built {
-                services
-                    .entry(service.hostname.clone())
+            for s in &built {
+                self.host_sources
+                    .entry(s.hostname.clone())
                     .or_default()
-                    .push(Arc::new(service));
+                    .insert(key.clone());
+                hosts.insert(s.hostname.clone());
+            }
+            self.by_source
+                .insert(key.clone(), built.into_iter().map(Arc::new).collect());
+        }
+        for host in hosts {
+            let mut list: Vec<Arc<Service>> = Vec::new();
+            for key in self.host_sources.get(&host).into_iter().flatten() {
+                let declared = self.by_source.get(key).into_iter().flatten();
+                list.extend(declared.filter(|s| s.hostname == host).cloned());
+            }
+            if list.is_empty() {
+                self.host_sources.remove(&host);
+                self.services.remove(&host);
+            } else {
+                list.sort_by(|a, b| (a.created, &a.source).cmp(&(b.created, &b.source)));
+                self.services.insert(host, list);
             }
         }
-        for list in services.values_mut() {
-            list.sort_by(|a, b| (a.created, &a.source).cmp(&(b.created, &b.source)));
-        }
-        self.services = services;
     }
 
     fn services_of_entry(&self, se: &Config<ServiceEntry>) -> Vec<Service> {

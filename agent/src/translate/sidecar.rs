@@ -30,6 +30,7 @@ use super::filters::{self, Routes};
 use super::route;
 use super::{Built, View, names};
 use crate::mesh::OutboundPolicy;
+pub(super) use routes::route_config;
 
 pub(super) use inbound::inbound;
 
@@ -82,14 +83,11 @@ fn catch_all_tcp(policy: OutboundPolicy) -> Filter {
     filters::tcp_proxy(cluster, &[(cluster.to_string(), 100)])
 }
 
-/// Outbound listeners, their route configurations, and `virtualOutbound`.
+/// Outbound listeners and `virtualOutbound`; the names of the route configurations they ask
+/// for go to `out.route_names` (built on their own by [`route_config`]).
 pub(super) fn outbound(view: &View<'_>, out: &mut Built) {
     let route_names = outbound::listeners(view, out);
-    for name in route_names {
-        if let Some(rc) = routes::route_config(view, &name) {
-            out.routes.insert(name, rc);
-        }
-    }
+    out.route_names.extend(route_names);
     out.listeners.insert(
         names::VIRTUAL_OUTBOUND.into(),
         virtual_outbound(view.scope.outbound_policy),

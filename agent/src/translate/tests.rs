@@ -310,7 +310,7 @@ fn a_destination_rule_change_rebuilds_only_its_host() {
         &cache(vec![reviews_service(), reviews_rule(2), ratings.clone()]),
         Generator::Envoy,
     );
-    assert_eq!(t.rebuilt_services(), 2);
+    assert_eq!(t.rebuilt().services, 2);
     let mut rule = reviews_rule(7);
     rule.spec_json =
         json!({"host": "reviews", "trafficPolicy": {"loadBalancer": {"simple": "ROUND_ROBIN"}},
@@ -320,7 +320,7 @@ fn a_destination_rule_change_rebuilds_only_its_host() {
         &cache(vec![reviews_service(), rule, ratings]),
         Generator::Envoy,
     );
-    assert_eq!(t.rebuilt_services(), 1);
+    assert_eq!(t.rebuilt().services, 1);
     assert_eq!(before.routes, after.routes);
     assert!(
         !after
@@ -358,7 +358,7 @@ fn an_endpoint_change_rebuilds_its_service_and_not_the_listeners() {
         ]),
         Generator::Envoy,
     );
-    assert!(t.rebuilt_listeners());
+    assert!(t.rebuilt().listeners);
 
     // Another pod of the service: its clusters and load assignments, nothing else.
     let after = t.update(
@@ -369,8 +369,23 @@ fn an_endpoint_change_rebuilds_its_service_and_not_the_listeners() {
         ]),
         Generator::Envoy,
     );
-    assert_eq!(t.rebuilt_services(), 1);
-    assert!(!t.rebuilt_listeners(), "listeners and routes kept");
+    let rebuilt = t.rebuilt();
+    assert_eq!(rebuilt.services, 1);
+    assert!(!rebuilt.listeners, "listeners kept");
+    assert_eq!(rebuilt.routes, 0, "route configurations kept");
+    assert_eq!(
+        rebuilt.clusters, 0,
+        "EDS clusters read no endpoints: not encoded again"
+    );
+    let own = after
+        .endpoints
+        .keys()
+        .filter(|k| k.ends_with(REVIEWS))
+        .count();
+    assert_eq!(
+        rebuilt.assignments, own,
+        "the service's load assignments, each subset's"
+    );
     assert_eq!(before.listeners, after.listeners);
     assert_eq!(before.routes, after.routes);
     let eds = &after.endpoints[&format!("outbound|9080|v2|{REVIEWS}")];
@@ -383,7 +398,7 @@ fn an_endpoint_change_rebuilds_its_service_and_not_the_listeners() {
         Generator::Envoy,
     );
     assert!(
-        t.rebuilt_listeners(),
+        t.rebuilt().listeners,
         "the inbound side follows the proxy's own endpoints"
     );
     assert_ne!(

@@ -161,6 +161,27 @@ pub enum MatchType {
     Regex(String),
 }
 
+impl VirtualService {
+    /// The hosts it sends traffic to, as written (short names unresolved): HTTP route
+    /// destinations and mirrors, then TCP and TLS route destinations.
+    pub fn destination_hosts(&self) -> impl Iterator<Item = &str> {
+        let http = self.http.iter().flat_map(|rule| {
+            rule.route
+                .iter()
+                .filter_map(|r| r.destination.as_ref())
+                .chain(rule.mirror.as_ref())
+                .chain(rule.mirrors.iter().filter_map(|m| m.destination.as_ref()))
+        });
+        let l4 = self
+            .tcp
+            .iter()
+            .flat_map(|r| &r.route)
+            .chain(self.tls.iter().flat_map(|r| &r.route))
+            .filter_map(|r| r.destination.as_ref());
+        http.chain(l4).map(|d| d.host.as_str())
+    }
+}
+
 impl StringMatch {
     pub fn exact(value: impl Into<String>) -> Self {
         StringMatch {

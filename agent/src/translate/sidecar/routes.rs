@@ -24,7 +24,10 @@ use super::super::{View, names, route};
 use super::catch_all;
 
 /// The route configuration named `name` (`"80"` or `"host:81"`).
-pub(super) fn route_config(view: &View<'_>, name: &str) -> Option<RouteConfiguration> {
+pub(in crate::translate) fn route_config(
+    view: &View<'_>,
+    name: &str,
+) -> Option<RouteConfiguration> {
     let (sniffed, port) = match name.rsplit_once(':') {
         Some((host, port)) => (Some(host), port.parse::<u32>().ok()?),
         None => (None, name.parse::<u32>().ok()?),
