@@ -4,7 +4,7 @@
 //! [`identity`]: the proxy's identity. [`follow`]: the store watch feeding [`cache`], the local
 //! copy of its raw resources (with the last good snapshot on disk). [`scope`]: what the proxy
 //! sees and the subscription that fetches it. [`translate`]: raw config to the xDS resources
-//! istiod would send. [`simulate`]: walks a request through generated xDS. [`ads`]: the ADS
+//! istiod would send, as [`resource`]s (encoded, versioned). [`simulate`]: walks a request through generated xDS. [`ads`]: the ADS
 //! server (SotW and Delta). [`admin`] and [`metrics`]: status, readiness and Prometheus
 //! metrics. [`report`]: the proxy's sync state, reported to the store for
 //! `pasactl proxy-status`. [`credentials`]: TLS credentials from mounted Secrets, served over

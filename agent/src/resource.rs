@@ -26,6 +26,18 @@ impl Resource {
         let version = fnv(&body.value);
         Arc::new(Resource { version, body })
     }
+
+    /// A resource of type `M` from its encoding (built from pieces encoded earlier).
+    pub fn from_encoded<M: prost::Name>(value: Vec<u8>) -> Arc<Resource> {
+        let version = fnv(&value);
+        Arc::new(Resource {
+            version,
+            body: Any {
+                type_url: M::type_url(),
+                value,
+            },
+        })
+    }
 }
 
 /// Resources of one type by name. Persistent: a clone shares every node with the original and

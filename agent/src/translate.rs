@@ -497,6 +497,8 @@ struct Outputs {
     /// A sidecar's route configurations, by name.
     routes: HashMap<String, RouteOutput>,
     route_map: ResourceMap,
+    /// What building them again reuses.
+    reuse: sidecar::Reuse,
 }
 
 /// What one [`Translator::generate`] built again (and encoded), for tests and the bench.
@@ -762,13 +764,16 @@ impl Outputs {
                 continue;
             }
             counts.routes += 1;
-            match sidecar::route_config(view, name) {
-                Some(rc) => self.route_map.insert(name.clone(), Resource::pack(&rc)),
+            match sidecar::route_config(view, name, &mut self.reuse, shapes) {
+                Some(rc) => self.route_map.insert(name.clone(), rc),
                 None => self.route_map.remove(name),
             };
             self.routes.insert(name.clone(), RouteOutput { inputs });
         }
         self.routes.retain(|name, _| names.contains(name));
+        if counts.routes > 0 {
+            self.reuse.retain(view, names);
+        }
         let stale: Vec<String> = self
             .route_map
             .keys()
@@ -892,14 +897,8 @@ fn route_inputs(
     });
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (name, global).hash(&mut h);
-    let mut follow = |service: &Arc<Service>, h: &mut std::collections::hash_map::DefaultHasher| {
-        shapes.of(service).shape.hash(h);
-        if let Some(dr) = view.destination_rules.for_service(service) {
-            shapes.rule(&dr).hash(h);
-        }
-    };
     for service in services.iter() {
-        follow(service, &mut h);
+        follow_service(view, service, shapes, &mut h);
     }
     for (i, vs) in view.virtual_services.iter().enumerate() {
         let ns = &vs.meta.namespace;
@@ -916,17 +915,57 @@ fn route_inputs(
         if !relevant {
             continue;
         }
-        i.hash(&mut h);
-        config_identity(&vs.meta, &mut h);
-        for host in vs.spec.destination_hosts() {
-            let host = view.proxy.resolve_host(host, ns);
-            match view.services.get(&host) {
-                Some(service) => follow(service, &mut h),
-                None => host.hash(&mut h),
-            }
-        }
+        (i, virtual_service_inputs(view, vs, shapes)).hash(&mut h);
     }
     h.finish()
+}
+
+/// What a VirtualService's routes read: the VirtualService, and its destinations' shape and
+/// DestinationRule (they decide cluster names and hash policies).
+fn virtual_service_inputs(
+    view: &View<'_>,
+    vs: &Arc<Config<VirtualService>>,
+    shapes: &mut Shapes,
+) -> u64 {
+    let id = Arc::as_ptr(vs) as usize;
+    if let Some(inputs) = shapes.update_memo.virtual_services.get(&id) {
+        return *inputs;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    config_identity(&vs.meta, &mut h);
+    for host in vs.spec.destination_hosts() {
+        let host = view.proxy.resolve_host(host, &vs.meta.namespace);
+        match view.services.get(&host) {
+            Some(service) => follow_service(view, service, shapes, &mut h),
+            None => host.hash(&mut h),
+        }
+    }
+    let inputs = h.finish();
+    shapes.update_memo.virtual_services.insert(id, inputs);
+    inputs
+}
+
+/// A service as routes read it: its shape, and what hash policies read of its DestinationRule.
+fn follow_service(
+    view: &View<'_>,
+    service: &Arc<Service>,
+    shapes: &mut Shapes,
+    h: &mut impl Hasher,
+) {
+    let id = Arc::as_ptr(service) as usize;
+    let followed = match shapes.update_memo.services.get(&id) {
+        Some(followed) => *followed,
+        None => {
+            let rule = view
+                .destination_rules
+                .for_service(service)
+                .map(|dr| shapes.rule(&dr));
+            let followed = fingerprint(|h| (shapes.of(service).shape, rule).hash(h));
+            shapes.update_memo.services.insert(id, followed);
+            followed
+        }
+    };
+    followed.hash(h);
 }
 
 /// Fingerprints of services, computed once per service allocation: the registry rebuilds a
@@ -940,6 +979,16 @@ struct Shapes {
     /// likewise by address.
     rules: HashMap<usize, (Arc<Config<DestinationRule>>, u64)>,
     proxy_ips: Vec<String>,
+    /// What holds for one update only (it reads the update's view).
+    update_memo: UpdateMemo,
+}
+
+/// Fingerprints that depend on the update's view, by address of what the view holds (alive for
+/// the whole update): a service as routes follow it, a VirtualService's inputs.
+#[derive(Debug, Default)]
+struct UpdateMemo {
+    services: HashMap<usize, u64>,
+    virtual_services: HashMap<usize, u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -952,6 +1001,8 @@ struct ShapeOf {
 
 impl Shapes {
     fn begin(&mut self, proxy: &Proxy) {
+        self.update_memo.services.clear();
+        self.update_memo.virtual_services.clear();
         if self.proxy_ips.is_empty() {
             self.proxy_ips = proxy.ips.iter().map(IpAddr::to_string).collect();
         }

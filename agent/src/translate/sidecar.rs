@@ -30,7 +30,7 @@ use super::filters::{self, Routes};
 use super::route;
 use super::{Built, View, names};
 use crate::mesh::OutboundPolicy;
-pub(super) use routes::route_config;
+pub(super) use routes::{Reuse, route_config};
 
 pub(super) use inbound::inbound;
 
