@@ -6,12 +6,11 @@
 //! since a revision. After a relist the snapshot replaces the cache: whatever it did not repeat is
 //! gone, and reported as removed so translation can drop it.
 
-use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use imbl::OrdMap;
+use imbl::{OrdMap, OrdSet};
 use pasa_proto::store::v1::{Event, EventType, ListResponse, Resource, Subscription};
 use prost::Message;
 
@@ -86,8 +85,9 @@ pub const CACHE_FILE: &str = "snapshot.pb";
 pub struct Cache {
     objects: OrdMap<Key, Arc<Resource>>,
     revision: u64,
-    /// While a snapshot is arriving: the keys it has repeated so far.
-    relisting: Option<BTreeSet<Key>>,
+    /// While a snapshot is arriving: the keys it has repeated so far (persistent too: the
+    /// cache is published while a snapshot arrives).
+    relisting: Option<OrdSet<Key>>,
     /// The subscription whose whole answer the cache holds (the store said SYNCED for it);
     /// `None` for a cache loaded from disk or built directly.
     answered: Option<Arc<Subscription>>,
@@ -150,7 +150,7 @@ impl Cache {
     /// A full snapshot is about to arrive (a fresh watch or a relist after compaction): what it
     /// does not repeat before [`Cache::synced`] is removed then.
     pub fn begin_snapshot(&mut self) {
-        self.relisting = Some(BTreeSet::new());
+        self.relisting = Some(OrdSet::new());
     }
 
     /// Whether a snapshot began and has not been completed by [`Cache::synced`]: a watch that
