@@ -479,12 +479,6 @@ struct ListenerOutput {
     endpoints: Vec<(String, Arc<Resource>)>,
 }
 
-/// One route configuration of a sidecar, and what it was built from.
-#[derive(Debug)]
-struct RouteOutput {
-    inputs: u64,
-}
-
 /// Everything the translator keeps of one generator's resources between updates.
 #[derive(Debug, Default)]
 struct Outputs {
@@ -494,8 +488,8 @@ struct Outputs {
     host_clusters: ResourceMap,
     host_endpoints: ResourceMap,
     listeners: Option<ListenerOutput>,
-    /// A sidecar's route configurations, by name.
-    routes: HashMap<String, RouteOutput>,
+    /// A fingerprint of what each of a sidecar's route configurations was built from, by name.
+    routes: HashMap<String, u64>,
     route_map: ResourceMap,
     /// What building them again reuses.
     reuse: sidecar::Reuse,
@@ -666,12 +660,8 @@ impl Outputs {
             if let Some(old) = self.hosts.remove(&service.hostname) {
                 self.forget(&old);
             }
-            for (name, c) in &output.clusters {
-                self.host_clusters.insert(name.clone(), Arc::clone(c));
-            }
-            for (name, a) in &output.assignments {
-                self.host_endpoints.insert(name.clone(), Arc::clone(a));
-            }
+            lay(&mut self.host_clusters, &output.clusters);
+            lay(&mut self.host_endpoints, &output.assignments);
             self.hosts.insert(service.hostname.clone(), output);
         }
         let gone: Vec<String> = self
@@ -690,24 +680,8 @@ impl Outputs {
     /// Removes what `old` put in the union maps (what another service has put there since
     /// stays).
     fn forget(&mut self, old: &HostOutput) {
-        for (name, c) in &old.clusters {
-            if self
-                .host_clusters
-                .get(name)
-                .is_some_and(|x| Arc::ptr_eq(x, c))
-            {
-                self.host_clusters.remove(name);
-            }
-        }
-        for (name, a) in &old.assignments {
-            if self
-                .host_endpoints
-                .get(name)
-                .is_some_and(|x| Arc::ptr_eq(x, a))
-            {
-                self.host_endpoints.remove(name);
-            }
-        }
+        unlay(&mut self.host_clusters, &old.clusters);
+        unlay(&mut self.host_endpoints, &old.assignments);
     }
 
     fn update_listeners(
@@ -760,7 +734,7 @@ impl Outputs {
         let mut on_port = PortIndex::default();
         for name in names {
             let inputs = route_inputs(view, name, global, shapes, &mut on_port);
-            if self.routes.get(name).is_some_and(|o| o.inputs == inputs) {
+            if self.routes.get(name) == Some(&inputs) {
                 continue;
             }
             counts.routes += 1;
@@ -768,7 +742,7 @@ impl Outputs {
                 Some(rc) => self.route_map.insert(name.clone(), rc),
                 None => self.route_map.remove(name),
             };
-            self.routes.insert(name.clone(), RouteOutput { inputs });
+            self.routes.insert(name.clone(), inputs);
         }
         self.routes.retain(|name, _| names.contains(name));
         if counts.routes > 0 {
@@ -798,14 +772,26 @@ impl Outputs {
             out.listeners = l.listeners.clone();
             out.routes
                 .extend(l.routes.iter().map(|(k, v)| (k.clone(), Arc::clone(v))));
-            for (name, c) in &l.clusters {
-                out.clusters.insert(name.clone(), Arc::clone(c));
-            }
-            for (name, a) in &l.endpoints {
-                out.endpoints.insert(name.clone(), Arc::clone(a));
-            }
+            lay(&mut out.clusters, &l.clusters);
+            lay(&mut out.endpoints, &l.endpoints);
         }
         out
+    }
+}
+
+/// Puts `entries` into `map`, over what it holds under their names.
+fn lay(map: &mut ResourceMap, entries: &[(String, Arc<Resource>)]) {
+    for (name, r) in entries {
+        map.insert(name.clone(), Arc::clone(r));
+    }
+}
+
+/// Takes out of `map` what [`lay`] put there from `entries`, unless it was replaced since.
+fn unlay(map: &mut ResourceMap, entries: &[(String, Arc<Resource>)]) {
+    for (name, r) in entries {
+        if map.get(name).is_some_and(|x| Arc::ptr_eq(x, r)) {
+            map.remove(name);
+        }
     }
 }
 
