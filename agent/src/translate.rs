@@ -228,6 +228,8 @@ pub(crate) struct View<'a> {
     services: BTreeMap<String, Arc<Service>>,
     /// Visible VirtualServices for sidecars, oldest first.
     virtual_services: Vec<Arc<Config<VirtualService>>>,
+    /// The hosts of each of `virtual_services`, resolved (as written, and in lower case).
+    vs_hosts: Vec<VsHosts>,
     /// Visible DestinationRules, by host.
     destination_rules: DestinationRules,
     /// The VirtualService for each exact host (the oldest that names it).
@@ -241,6 +243,13 @@ pub(crate) struct View<'a> {
     auto_addresses: BTreeMap<(String, String), String>,
 }
 
+/// A VirtualService's hosts, resolved as istiod resolves them.
+struct VsHosts {
+    resolved: Vec<String>,
+    /// The same, in lower case (as virtual host domains are compared).
+    lower: Vec<String>,
+}
+
 impl<'a> View<'a> {
     fn new(proxy: &'a Proxy, registry: &'a Registry) -> View<'a> {
         let scope = SidecarScope::of(proxy, registry);
@@ -252,15 +261,23 @@ impl<'a> View<'a> {
         let virtual_services = scope.virtual_services(registry);
         let mut vs_by_host = BTreeMap::new();
         let mut vs_wildcards = Vec::new();
+        let mut vs_hosts = Vec::with_capacity(virtual_services.len());
         for (i, vs) in virtual_services.iter().enumerate() {
-            for h in &vs.spec.hosts {
-                let host = proxy.resolve_host(h, &vs.meta.namespace);
+            let resolved: Vec<String> = vs
+                .spec
+                .hosts
+                .iter()
+                .map(|h| proxy.resolve_host(h, &vs.meta.namespace))
+                .collect();
+            for host in &resolved {
                 if host.starts_with('*') {
-                    vs_wildcards.push((host, i));
+                    vs_wildcards.push((host.clone(), i));
                 } else {
-                    vs_by_host.entry(host).or_insert(i);
+                    vs_by_host.entry(host.clone()).or_insert(i);
                 }
             }
+            let lower = resolved.iter().map(|h| h.to_lowercase()).collect();
+            vs_hosts.push(VsHosts { resolved, lower });
         }
         // The most specific wildcard first (longest), then the oldest.
         vs_wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
@@ -288,6 +305,7 @@ impl<'a> View<'a> {
             scope,
             services,
             virtual_services,
+            vs_hosts,
             vs_by_host,
             vs_wildcards,
             aliases,
@@ -887,15 +905,13 @@ fn route_inputs(
         follow_service(view, service, shapes, &mut h);
     }
     for (i, vs) in view.virtual_services.iter().enumerate() {
-        let ns = &vs.meta.namespace;
         let relevant = port == 80
             || *wildcard_service
-            || vs.spec.hosts.iter().any(|host| {
-                let host = view.proxy.resolve_host(host, ns);
+            || view.vs_hosts[i].resolved.iter().any(|host| {
                 host.starts_with('*')
                     || view
                         .services
-                        .get(&host)
+                        .get(host)
                         .is_some_and(|s| s.port(port).is_some())
             });
         if !relevant {

@@ -12,7 +12,8 @@
 //! A sniffed service bound to its own address (`<vip>_<port>`) gets the route configuration
 //! `<host>:<port>`: only its own virtual host, matching any domain.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -27,13 +28,15 @@ use super::catch_all;
 use crate::resource::Resource;
 
 /// What a sidecar's route configurations reuse from one build to the next: the routes of each
-/// VirtualService for a port, and each route configuration's encoded virtual hosts. A
-/// VirtualService change then builds that VirtualService's routes and encodes its virtual hosts;
-/// the rest of the configuration is copied from the previous encoding.
+/// VirtualService for a port, each service's virtual host before de-duplication, and each route
+/// configuration's encoded virtual hosts. A VirtualService change then builds that
+/// VirtualService's routes and encodes its virtual hosts; the rest of the configuration is
+/// copied from the previous encoding.
 #[derive(Debug, Default)]
 pub(in crate::translate) struct Reuse {
-    /// By VirtualService (namespace, name) and port, with the fingerprint of what they read.
-    routes: HashMap<(String, String, u32), BuiltRoutes>,
+    routes: RouteMemo,
+    /// By port, then by service host.
+    hosts: HashMap<u32, HashMap<String, ServiceHost>>,
     /// By route configuration name, then by a fingerprint of the virtual host's name, domains
     /// and routes.
     encoded: HashMap<String, HashMap<u64, Arc<Vec<u8>>>>,
@@ -41,7 +44,7 @@ pub(in crate::translate) struct Reuse {
 
 impl Reuse {
     /// Forgets what belongs to route configurations no longer asked for, and to VirtualServices
-    /// no longer visible.
+    /// and services no longer visible.
     pub(in crate::translate) fn retain(&mut self, view: &View<'_>, names: &BTreeSet<String>) {
         self.encoded.retain(|name, _| names.contains(name));
         let visible: BTreeSet<(&str, &str)> = view
@@ -50,11 +53,22 @@ impl Reuse {
             .map(|vs| (vs.meta.namespace.as_str(), vs.meta.name.as_str()))
             .collect();
         self.routes
+            .0
             .retain(|(ns, name, _), _| visible.contains(&(ns.as_str(), name.as_str())));
+        for hosts in self.hosts.values_mut() {
+            hosts.retain(|host, _| view.services.contains_key(host));
+        }
     }
+}
 
+/// The routes of each VirtualService for a port: by VirtualService (namespace, name) and port,
+/// with the fingerprint of what they read.
+#[derive(Debug, Default)]
+struct RouteMemo(HashMap<(String, String, u32), BuiltRoutes>);
+
+impl RouteMemo {
     /// The routes of `vs` for `port`, built again only when what they read changed.
-    fn virtual_service_routes(
+    fn get(
         &mut self,
         view: &View<'_>,
         vs: &Arc<Config<VirtualService>>,
@@ -63,7 +77,7 @@ impl Reuse {
     ) -> BuiltRoutes {
         let inputs = virtual_service_inputs(view, vs, shapes);
         let key = (vs.meta.namespace.clone(), vs.meta.name.clone(), port);
-        match self.routes.get(&key) {
+        match self.0.get(&key) {
             Some((seen, routes)) if *seen == inputs => (inputs, Arc::clone(routes)),
             _ => {
                 let routes = Arc::new(route::virtual_service_routes(
@@ -72,10 +86,54 @@ impl Reuse {
                     pasa_proto::gateway::MESH,
                     view,
                 ));
-                self.routes.insert(key, (inputs, Arc::clone(&routes)));
+                self.0.insert(key, (inputs, Arc::clone(&routes)));
                 (inputs, routes)
             }
         }
+    }
+}
+
+/// A service's virtual host on a port before de-duplication against the other virtual hosts:
+/// its name and domains, worked out again only when the service or its aliases change.
+#[derive(Debug)]
+struct ServiceHost {
+    /// What it was worked out from.
+    service: Arc<Service>,
+    aliases: Vec<String>,
+    /// `<host>:<port>`.
+    name: String,
+    domains: Vec<String>,
+    /// Each domain in lower case (domains are unique without regard to case).
+    lower: Vec<String>,
+    /// Whether each domain is also a short form of one of the names (see [`route::alt_hosts`]).
+    short: Vec<bool>,
+}
+
+impl ServiceHost {
+    fn of(view: &View<'_>, service: &Arc<Service>, port: u32) -> ServiceHost {
+        let aliases = view
+            .aliases
+            .get(&service.hostname)
+            .cloned()
+            .unwrap_or_default();
+        let (domains, alt) = service_domains(view, service, &aliases);
+        ServiceHost {
+            service: Arc::clone(service),
+            name: names::host_port(&service.hostname, port),
+            lower: domains.iter().map(|d| d.to_lowercase()).collect(),
+            short: domains.iter().map(|d| alt.contains(d)).collect(),
+            domains,
+            aliases,
+        }
+    }
+
+    fn is_current(&self, view: &View<'_>, service: &Arc<Service>) -> bool {
+        Arc::ptr_eq(&self.service, service)
+            && view
+                .aliases
+                .get(&service.hostname)
+                .map_or(&[][..], Vec::as_slice)
+                == self.aliases.as_slice()
     }
 }
 
@@ -93,7 +151,12 @@ pub(in crate::translate) fn route_config(
         Some((host, port)) => (Some(host), port.parse::<u32>().ok()?),
         None => (None, name.parse::<u32>().ok()?),
     };
-    let mut planned = port_virtual_hosts(view, port, reuse, shapes);
+    let Reuse {
+        routes,
+        hosts,
+        encoded: encodings,
+    } = reuse;
+    let mut planned = port_virtual_hosts(view, port, routes, hosts, shapes);
     let config = RouteConfiguration {
         name: name.to_string(),
         validate_clusters: Some(BoolValue { value: false }),
@@ -115,7 +178,7 @@ pub(in crate::translate) fn route_config(
         }));
     }
     planned.sort_by(|a, b| a.name.cmp(&b.name));
-    let previous = reuse.encoded.remove(name).unwrap_or_default();
+    let previous = encodings.remove(name).unwrap_or_default();
     let mut kept = HashMap::with_capacity(planned.len());
     let mut encoded = Vec::with_capacity(planned.len() + 1);
     for vh in planned {
@@ -127,7 +190,7 @@ pub(in crate::translate) fn route_config(
         kept.insert(key, Arc::clone(&bytes));
         encoded.push(bytes);
     }
-    reuse.encoded.insert(name.to_string(), kept);
+    encodings.insert(name.to_string(), kept);
     encoded.push(Arc::new(
         catch_all(view.scope.outbound_policy).encode_to_vec(),
     ));
@@ -162,7 +225,8 @@ fn assemble(config: RouteConfiguration, virtual_hosts: &[Arc<Vec<u8>>]) -> Arc<R
 /// A group of names sharing routes.
 struct Wrapper<'v> {
     services: Vec<&'v Arc<Service>>,
-    hosts: Vec<String>,
+    /// Hosts naming no service (resolved, in lower case).
+    hosts: Vec<&'v str>,
     routes: Routes<'v>,
 }
 
@@ -177,8 +241,8 @@ enum Routes<'v> {
 
 /// A virtual host as planned: built (and encoded) only when no earlier build has it.
 struct Planned<'v> {
-    name: String,
-    domains: Vec<String>,
+    name: Cow<'v, str>,
+    domains: Cow<'v, [String]>,
     routes: Routes<'v>,
 }
 
@@ -188,13 +252,13 @@ impl Planned<'_> {
             Routes::VirtualService(_, routes) => routes.as_ref().clone(),
             Routes::Default(service) => vec![view.default_route(service, port)],
         };
-        route::virtual_host(self.name, self.domains, routes)
+        route::virtual_host(self.name.into_owned(), self.domains.into_owned(), routes)
     }
 
     /// What the virtual host is built from.
     fn fingerprint(&self, view: &View<'_>, port: u32, shapes: &mut Shapes) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&self.name, &self.domains, port).hash(&mut h);
+        (&*self.name, &*self.domains, port).hash(&mut h);
         match &self.routes {
             Routes::VirtualService(inputs, _) => (0u8, inputs).hash(&mut h),
             Routes::Default(service) => {
@@ -216,47 +280,33 @@ fn http_or_sniffed(service: &Service, port: u32) -> bool {
 fn port_virtual_hosts<'v>(
     view: &'v View<'_>,
     port: u32,
-    reuse: &mut Reuse,
+    routes: &mut RouteMemo,
+    hosts: &'v mut HashMap<u32, HashMap<String, ServiceHost>>,
     shapes: &mut Shapes,
 ) -> Vec<Planned<'v>> {
-    let services: BTreeMap<&str, &Arc<Service>> = view
-        .services
-        .values()
-        .filter(|s| s.port(port).is_some())
-        .map(|s| (s.hostname.as_str(), s))
-        .collect();
-    let resolved = |vs: &Config<VirtualService>| -> Vec<String> {
-        vs.spec
-            .hosts
-            .iter()
-            .map(|h| {
-                view.proxy
-                    .resolve_host(h, &vs.meta.namespace)
-                    .to_lowercase()
-            })
-            .collect()
-    };
+    let on_port = |host: &str| view.services.get(host).filter(|s| s.port(port).is_some());
+    let services = || view.services.iter().filter(|(_, s)| s.port(port).is_some());
     let mut wrappers: Vec<Wrapper<'_>> = Vec::new();
-    for vs in &view.virtual_services {
-        let hosts = resolved(vs);
-        if port != 80 && !selects_a_service(&hosts, &services) {
+    for (i, vs) in view.virtual_services.iter().enumerate() {
+        let vs_hosts = &view.vs_hosts[i].lower;
+        if port != 80 && !selects_a_service(vs_hosts, view, port) {
             continue;
         }
-        let (inputs, routes) = reuse.virtual_service_routes(view, vs, port, shapes);
+        let (inputs, routes) = routes.get(view, vs, port, shapes);
         if routes.is_empty() {
             continue;
         }
         let mut other_hosts = Vec::new();
         let mut claimed: Vec<&Arc<Service>> = Vec::new();
-        for host in hosts.iter().filter(|h| !h.starts_with('*')) {
-            match services.get(host.as_str()) {
+        for host in vs_hosts.iter().filter(|h| !h.starts_with('*')) {
+            match on_port(host) {
                 Some(s) => claimed.push(s),
-                None => other_hosts.push(host.clone()),
+                None => other_hosts.push(host.as_str()),
             }
         }
-        for host in hosts.iter().filter(|h| h.starts_with('*')) {
+        for host in vs_hosts.iter().filter(|h| h.starts_with('*')) {
             let mut found = false;
-            for (name, s) in &services {
+            for (name, s) in services() {
                 if !pasa_proto::host::matches(host, name) {
                     continue;
                 }
@@ -269,13 +319,10 @@ fn port_virtual_hosts<'v>(
                 }
             }
             if !found {
-                other_hosts.push(host.clone());
+                other_hosts.push(host.as_str());
             }
         }
-        let claimed: Vec<&Arc<Service>> = claimed
-            .into_iter()
-            .filter(|s| http_or_sniffed(s, port))
-            .collect();
+        claimed.retain(|s| http_or_sniffed(s, port));
         if claimed.is_empty() && port != 80 {
             continue;
         }
@@ -285,12 +332,15 @@ fn port_virtual_hosts<'v>(
             routes: Routes::VirtualService(inputs, routes),
         });
     }
-    let with_vs: BTreeSet<&str> = wrappers
+    let with_vs: HashSet<&str> = wrappers
         .iter()
         .flat_map(|w| w.services.iter().map(|s| s.hostname.as_str()))
         .collect();
-    for (name, service) in &services {
-        if with_vs.contains(name) || view.is_alias(service) || !http_or_sniffed(service, port) {
+    for (name, service) in services() {
+        if with_vs.contains(name.as_str())
+            || view.is_alias(service)
+            || !http_or_sniffed(service, port)
+        {
             continue;
         }
         wrappers.push(Wrapper {
@@ -300,50 +350,88 @@ fn port_virtual_hosts<'v>(
         });
     }
 
-    let known_fqdn: BTreeSet<String> = wrappers
+    // Each service's name and domains, from the last build where still current.
+    let port_hosts = hosts.entry(port).or_default();
+    for service in wrappers.iter().flat_map(|w| w.services.iter()) {
+        match port_hosts.get_mut(service.hostname.as_str()) {
+            Some(known) if known.is_current(view, service) => {}
+            Some(known) => *known = ServiceHost::of(view, service, port),
+            None => {
+                port_hosts.insert(
+                    service.hostname.clone(),
+                    ServiceHost::of(view, service, port),
+                );
+            }
+        }
+    }
+    let port_hosts = &*port_hosts;
+
+    // A short form is left out where it is the name of a service here (with or without port).
+    let fqdns: HashSet<&str> = wrappers
         .iter()
-        .flat_map(|w| w.services.iter())
-        .flat_map(|s| [s.hostname.clone(), names::host_port(&s.hostname, port)])
+        .flat_map(|w| w.services.iter().map(|s| s.hostname.as_str()))
         .collect();
-    let mut names_taken = BTreeSet::new();
-    let mut domains_taken = BTreeSet::new();
+    let port_suffix = format!(":{port}");
+    let is_fqdn = |d: &str| {
+        fqdns.contains(d)
+            || d.strip_suffix(port_suffix.as_str())
+                .is_some_and(|h| fqdns.contains(h))
+    };
+    let mut names_taken: HashSet<Cow<'_, str>> = HashSet::new();
+    let mut domains_taken: HashSet<&str> = HashSet::new();
     let mut out = Vec::new();
     for w in wrappers {
-        let mut plan = |host: &str, domains: Vec<String>, alt: Vec<String>| {
+        for host in &w.hosts {
             let name = names::host_port(host, port);
-            if !names_taken.insert(name.clone()) {
-                return;
+            if names_taken.insert(Cow::Owned(name.clone())) && domains_taken.insert(host) {
+                out.push(Planned {
+                    name: Cow::Owned(name),
+                    domains: Cow::Owned(vec![host.to_string()]),
+                    routes: w.routes.clone(),
+                });
             }
-            let domains: Vec<String> = domains
-                .into_iter()
-                .filter(|d| !(alt.contains(d) && known_fqdn.contains(d)))
-                .filter(|d| domains_taken.insert(d.to_lowercase()))
-                .collect();
+        }
+        for service in &w.services {
+            let Some(planned) = port_hosts.get(service.hostname.as_str()) else {
+                continue;
+            };
+            if !names_taken.insert(Cow::Borrowed(planned.name.as_str())) {
+                continue;
+            }
+            // The domains kept, copied only once one is left out.
+            let mut kept: Option<Vec<String>> = None;
+            for (i, domain) in planned.domains.iter().enumerate() {
+                let keep = !(planned.short[i] && is_fqdn(domain))
+                    && domains_taken.insert(planned.lower[i].as_str());
+                match (&mut kept, keep) {
+                    (Some(kept), true) => kept.push(domain.clone()),
+                    (None, false) => kept = Some(planned.domains[..i].to_vec()),
+                    _ => {}
+                }
+            }
+            let domains = match kept {
+                None => Cow::Borrowed(planned.domains.as_slice()),
+                Some(kept) => Cow::Owned(kept),
+            };
             if !domains.is_empty() {
                 out.push(Planned {
-                    name,
+                    name: Cow::Borrowed(planned.name.as_str()),
                     domains,
                     routes: w.routes.clone(),
                 });
             }
-        };
-        for host in &w.hosts {
-            plan(host, vec![host.clone()], Vec::new());
-        }
-        for service in &w.services {
-            let (domains, alt) = service_domains(view, service);
-            plan(&service.hostname, domains, alt);
         }
     }
     out
 }
 
 /// Whether some VirtualService host names (or covers) a service of the port, or a wildcard
-/// service covers it.
-fn selects_a_service(hosts: &[String], services: &BTreeMap<&str, &Arc<Service>>) -> bool {
+/// service of the port covers it.
+fn selects_a_service(hosts: &[String], view: &View<'_>, port: u32) -> bool {
+    let on_port = || view.services.iter().filter(|(_, s)| s.port(port).is_some());
     hosts.iter().any(|h| {
-        services.contains_key(h.as_str())
-            || services.keys().any(|s| {
+        view.services.get(h).is_some_and(|s| s.port(port).is_some())
+            || on_port().any(|(s, _)| {
                 (h.starts_with('*') && pasa_proto::host::matches(h, s))
                     || (s.starts_with('*') && pasa_proto::host::matches(s, h))
             })
@@ -353,16 +441,14 @@ fn selects_a_service(hosts: &[String], services: &BTreeMap<&str, &Arc<Service>>)
 /// The domains of a service's virtual host: its name and its aliases' names, with the short
 /// forms valid from the proxy's namespace, `*.`-prefixed forms for headless Kubernetes
 /// services, and its addresses. Also returns the short forms alone.
-fn service_domains(view: &View<'_>, service: &Service) -> (Vec<String>, Vec<String>) {
+fn service_domains(
+    view: &View<'_>,
+    service: &Service,
+    aliases: &[String],
+) -> (Vec<String>, Vec<String>) {
     let mut domains = Vec::new();
     let mut all_alt = Vec::new();
-    let mut names = vec![service.hostname.clone()];
-    names.extend(
-        view.aliases_of(&service.hostname)
-            .into_iter()
-            .map(str::to_string),
-    );
-    for name in &names {
+    for name in std::iter::once(&service.hostname).chain(aliases) {
         let alt = route::alt_hosts(name, &view.proxy.dns_domain);
         domains.push(name.clone());
         domains.extend(alt.iter().cloned());
