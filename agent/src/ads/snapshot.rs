@@ -241,12 +241,11 @@ impl SnapshotPublisher {
         let encoded: ResourceMap = secrets
             .iter()
             .map(|(name, secret)| {
-                let body = Any {
-                    type_url: TypeKind::Secret.type_url().to_owned(),
-                    value: secret.encode_to_vec(),
-                };
-                let version = crate::resource::fnv(&body.value);
-                (name.clone(), Arc::new(Resource { version, body }))
+                let resource = Resource::encoded(
+                    TypeKind::Secret.type_url().to_owned(),
+                    secret.encode_to_vec(),
+                );
+                (name.clone(), resource)
             })
             .collect();
         let now = Instant::now();

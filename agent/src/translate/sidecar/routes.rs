@@ -13,7 +13,7 @@
 //! `<host>:<port>`: only its own virtual host, matching any domain.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -21,6 +21,7 @@ use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, Virtu
 use envoy_types::pb::google::protobuf::BoolValue;
 use pasa_proto::istio::virtual_service::VirtualService;
 use prost::Message;
+use rustc_hash::FxHashSet;
 
 use super::super::registry::{Config, Resolution, Service};
 use super::super::{Shapes, View, follow_service, names, route, virtual_service_inputs};
@@ -47,7 +48,7 @@ impl Reuse {
     /// and services no longer visible.
     pub(in crate::translate) fn retain(&mut self, view: &View<'_>, names: &BTreeSet<String>) {
         self.encoded.retain(|name, _| names.contains(name));
-        let visible: BTreeSet<(&str, &str)> = view
+        let visible: FxHashSet<(&str, &str)> = view
             .virtual_services
             .iter()
             .map(|vs| (vs.meta.namespace.as_str(), vs.meta.name.as_str()))
@@ -55,8 +56,12 @@ impl Reuse {
         self.routes
             .0
             .retain(|(ns, name, _), _| visible.contains(&(ns.as_str(), name.as_str())));
+        // Entries of services no longer visible, swept once there are more entries than
+        // visible services (so the sweep is rare, and what it leaves is bounded).
         for hosts in self.hosts.values_mut() {
-            hosts.retain(|host, _| view.services.contains_key(host));
+            if hosts.len() > view.services.len() {
+                hosts.retain(|host, _| view.services.contains_key(host));
+            }
         }
     }
 }
@@ -107,6 +112,8 @@ struct ServiceHost {
     lower: Vec<String>,
     /// Whether each domain is also a short form of one of the names (see [`route::alt_hosts`]).
     short: Vec<bool>,
+    /// [`identity`] of the name and all the domains.
+    identity: u64,
 }
 
 impl ServiceHost {
@@ -117,9 +124,11 @@ impl ServiceHost {
             .cloned()
             .unwrap_or_default();
         let (domains, alt) = service_domains(view, service, &aliases);
+        let name = names::host_port(&service.hostname, port);
         ServiceHost {
             service: Arc::clone(service),
-            name: names::host_port(&service.hostname, port),
+            identity: identity(&name, &domains),
+            name,
             lower: domains.iter().map(|d| d.to_lowercase()).collect(),
             short: domains.iter().map(|d| alt.contains(d)).collect(),
             domains,
@@ -243,7 +252,16 @@ enum Routes<'v> {
 struct Planned<'v> {
     name: Cow<'v, str>,
     domains: Cow<'v, [String]>,
+    /// [`identity`] of `name` and `domains`.
+    identity: u64,
     routes: Routes<'v>,
+}
+
+/// A fingerprint of a virtual host's name and domains.
+fn identity(name: &str, domains: &[String]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (name, domains).hash(&mut h);
+    h.finish()
 }
 
 impl Planned<'_> {
@@ -258,7 +276,7 @@ impl Planned<'_> {
     /// What the virtual host is built from.
     fn fingerprint(&self, view: &View<'_>, port: u32, shapes: &mut Shapes) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&*self.name, &*self.domains, port).hash(&mut h);
+        (self.identity, port).hash(&mut h);
         match &self.routes {
             Routes::VirtualService(inputs, _) => (0u8, inputs).hash(&mut h),
             Routes::Default(service) => {
@@ -332,7 +350,7 @@ fn port_virtual_hosts<'v>(
             routes: Routes::VirtualService(inputs, routes),
         });
     }
-    let with_vs: HashSet<&str> = wrappers
+    let with_vs: FxHashSet<&str> = wrappers
         .iter()
         .flat_map(|w| w.services.iter().map(|s| s.hostname.as_str()))
         .collect();
@@ -367,7 +385,7 @@ fn port_virtual_hosts<'v>(
     let port_hosts = &*port_hosts;
 
     // A short form is left out where it is the name of a service here (with or without port).
-    let fqdns: HashSet<&str> = wrappers
+    let fqdns: FxHashSet<&str> = wrappers
         .iter()
         .flat_map(|w| w.services.iter().map(|s| s.hostname.as_str()))
         .collect();
@@ -377,16 +395,21 @@ fn port_virtual_hosts<'v>(
             || d.strip_suffix(port_suffix.as_str())
                 .is_some_and(|h| fqdns.contains(h))
     };
-    let mut names_taken: HashSet<Cow<'_, str>> = HashSet::new();
-    let mut domains_taken: HashSet<&str> = HashSet::new();
+    let services_planned = fqdns.len();
+    let mut names_taken: FxHashSet<Cow<'_, str>> =
+        FxHashSet::with_capacity_and_hasher(services_planned, Default::default());
+    let mut domains_taken: FxHashSet<&str> =
+        FxHashSet::with_capacity_and_hasher(services_planned * 6, Default::default());
     let mut out = Vec::new();
     for w in wrappers {
         for host in &w.hosts {
             let name = names::host_port(host, port);
             if names_taken.insert(Cow::Owned(name.clone())) && domains_taken.insert(host) {
+                let domains = vec![host.to_string()];
                 out.push(Planned {
+                    identity: identity(&name, &domains),
                     name: Cow::Owned(name),
-                    domains: Cow::Owned(vec![host.to_string()]),
+                    domains: Cow::Owned(domains),
                     routes: w.routes.clone(),
                 });
             }
@@ -409,14 +432,18 @@ fn port_virtual_hosts<'v>(
                     _ => {}
                 }
             }
-            let domains = match kept {
-                None => Cow::Borrowed(planned.domains.as_slice()),
-                Some(kept) => Cow::Owned(kept),
+            let (domains, identity) = match kept {
+                None => (Cow::Borrowed(planned.domains.as_slice()), planned.identity),
+                Some(kept) => {
+                    let id = identity(&planned.name, &kept);
+                    (Cow::Owned(kept), id)
+                }
             };
             if !domains.is_empty() {
                 out.push(Planned {
                     name: Cow::Borrowed(planned.name.as_str()),
                     domains,
+                    identity,
                     routes: w.routes.clone(),
                 });
             }
