@@ -21,16 +21,62 @@ use crate::object::FieldError;
 
 /// Reads a resource's `spec` into its model. The error names the field at fault, from `spec`.
 pub fn parse_spec<T: DeserializeOwned>(spec: &Value) -> Result<T, FieldError> {
-    serde_path_to_error::deserialize(spec).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if path == "." || path.is_empty() {
-            "spec".to_string()
-        } else {
-            format!("spec.{path}")
-        };
-        FieldError {
-            field,
-            message: e.into_inner().to_string(),
-        }
-    })
+    serde_path_to_error::deserialize(spec).map_err(spec_error)
+}
+
+/// Reads a resource's `spec`, as JSON text, into its model without building a JSON tree first
+/// (what a reader of stored resources does for every object). The error names the field at
+/// fault, as [`parse_spec`]'s does: a spec that does not parse is read again, tracking the path.
+pub fn parse_spec_json<T: DeserializeOwned>(json: &str) -> Result<T, FieldError> {
+    if let Ok(spec) = serde_json::from_str(json) {
+        return Ok(spec);
+    }
+    let mut de = serde_json::Deserializer::from_str(json);
+    let spec = serde_path_to_error::deserialize(&mut de).map_err(spec_error)?;
+    de.end().map_err(|e| FieldError {
+        field: "spec".into(),
+        message: e.to_string(),
+    })?;
+    Ok(spec)
+}
+
+fn spec_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> FieldError {
+    let path = e.path().to_string();
+    let field = if path == "." || path.is_empty() {
+        "spec".to_string()
+    } else {
+        format!("spec.{path}")
+    };
+    FieldError {
+        field,
+        message: e.into_inner().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::istio::sidecar::Sidecar;
+
+    #[test]
+    fn a_spec_read_from_text_is_the_spec_read_from_its_tree() {
+        let text = r#"{"egress": [{"hosts": ["./*"]}], "outboundTrafficPolicy": {"mode": "REGISTRY_ONLY"}}"#;
+        let tree: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            parse_spec_json::<Sidecar>(text).unwrap(),
+            parse_spec::<Sidecar>(&tree).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_spec_that_does_not_parse_names_the_field_as_from_its_tree() {
+        let text = r#"{"egress": [{"hosts": ["./*"]}], "outboundTrafficPolicy": {"mode": "NOPE"}}"#;
+        let tree: Value = serde_json::from_str(text).unwrap();
+        let from_text = parse_spec_json::<Sidecar>(text).unwrap_err();
+        let from_tree = parse_spec::<Sidecar>(&tree).unwrap_err();
+        assert_eq!(from_text.field, "spec.outboundTrafficPolicy.mode");
+        assert_eq!(from_text.field, from_tree.field);
+        let trailing = parse_spec_json::<Sidecar>(r#"{} {"#).unwrap_err();
+        assert_eq!(trailing.field, "spec");
+    }
 }

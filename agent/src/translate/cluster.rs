@@ -133,6 +133,15 @@ pub(super) fn service_clusters(
     } else {
         service
     };
+    // The DestinationRule that shaped the clusters, as istiod records it.
+    let shaped_by =
+        dr.map(|dr| metadata::config_metadata(pasa_proto::Kind::DestinationRule, &dr.meta));
+    let mut target = Target {
+        service,
+        identities: service.identities(),
+        mutual: MutualContexts::default(),
+        generator,
+    };
     for port in &service.ports {
         let mut subsets: Vec<Option<&str>> = vec![None];
         if let Some(dr) = dr {
@@ -146,111 +155,275 @@ pub(super) fn service_clusters(
             let name =
                 names::outbound_cluster(port.number, subset.unwrap_or(""), &service.hostname);
             let policy = Policy::of(dr.map(|d| &d.spec), subset, port.number);
-            let (mut cluster, assignment) = outbound(
-                &name,
-                service,
-                port,
-                subset.unwrap_or(""),
-                &policy,
-                labels.as_ref(),
-                generator,
-            );
-            // The DestinationRule that shaped the cluster, as istiod records it.
-            if let Some(dr) = dr {
-                cluster.metadata = Some(metadata::config_metadata(
-                    pasa_proto::Kind::DestinationRule,
-                    &dr.meta,
-                ));
-            }
+            let (mut cluster, assignment) =
+                target.outbound(&name, port, subset.unwrap_or(""), &policy, labels.as_ref());
+            cluster.metadata = shaped_by.clone();
             out.push((cluster, assignment));
         }
     }
 }
 
-fn outbound(
-    name: &str,
-    service: &Service,
-    port: &ServicePort,
-    subset: &str,
-    policy: &Policy,
-    subset_labels: Option<&std::collections::BTreeMap<String, String>>,
+/// The service whose clusters are built, with what its clusters share.
+struct Target<'s> {
+    service: &'s Service,
+    /// Its workloads' SPIFFE IDs.
+    identities: Vec<String>,
+    mutual: MutualContexts,
     generator: Generator,
-) -> (Cluster, Option<endpoint::Assignment>) {
-    let mut cluster = Cluster {
-        name: name.to_string(),
-        connect_timeout: Some(CONNECT_TIMEOUT),
-        ..Default::default()
-    };
-    let mut assignment = None;
-    match service.resolution {
-        Resolution::ClientSideLb => {
-            cluster.cluster_discovery_type =
-                Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
-            cluster.eds_cluster_config = Some(EdsClusterConfig {
-                eds_config: Some(ads()),
-                service_name: name.to_string(),
-            });
-            assignment = Some(endpoint::Assignment::new(
-                name,
-                service,
-                port,
-                subset_labels,
-            ));
+}
+
+impl Target<'_> {
+    fn outbound(
+        &mut self,
+        name: &str,
+        port: &ServicePort,
+        subset: &str,
+        policy: &Policy,
+        subset_labels: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> (Cluster, Option<endpoint::Assignment>) {
+        let service = self.service;
+        let generator = self.generator;
+        let mut cluster = Cluster {
+            name: name.to_string(),
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            ..Default::default()
+        };
+        let mut assignment = None;
+        match service.resolution {
+            Resolution::ClientSideLb => {
+                cluster.cluster_discovery_type =
+                    Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
+                cluster.eds_cluster_config = Some(EdsClusterConfig {
+                    eds_config: Some(ads()),
+                    service_name: name.to_string(),
+                });
+                assignment = Some(endpoint::Assignment::new(
+                    name,
+                    service,
+                    port,
+                    subset_labels,
+                ));
+            }
+            Resolution::Dns | Resolution::DnsRoundRobin => {
+                let kind = if service.resolution == Resolution::Dns {
+                    DiscoveryType::StrictDns
+                } else {
+                    DiscoveryType::LogicalDns
+                };
+                cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
+                cluster.load_assignment = Some(
+                    endpoint::Assignment::new(name, service, port, subset_labels)
+                        .dns(service, port),
+                );
+            }
+            Resolution::Passthrough | Resolution::DynamicDns => {
+                cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
+                    DiscoveryType::OriginalDst as i32,
+                ));
+                cluster.lb_policy = LbPolicy::ClusterProvided as i32;
+            }
         }
-        Resolution::Dns | Resolution::DnsRoundRobin => {
-            let kind = if service.resolution == Resolution::Dns {
-                DiscoveryType::StrictDns
-            } else {
-                DiscoveryType::LogicalDns
+        if service.resolution != Resolution::Passthrough
+            && service.resolution != Resolution::DynamicDns
+        {
+            apply_load_balancer(&mut cluster, policy.load_balancer.as_ref(), generator);
+        }
+        let common = apply_connection_pool(&mut cluster, policy.connection_pool.as_ref());
+        if let Some(od) = &policy.outlier_detection {
+            cluster.outlier_detection = Some(outlier_detection(od));
+        }
+        if policy.tls.is_none()
+            && generator == Generator::Envoy
+            && !service.external
+            && service.resolution == Resolution::ClientSideLb
+        {
+            cluster.transport_socket_matches = self.auto_mtls(port.number, subset);
+        }
+        if let Some(tls) = &policy.tls {
+            cluster.transport_socket = match generator {
+                Generator::Envoy => self.upstream_tls(tls, port.number, subset),
+                Generator::Grpc => super::grpc::upstream_tls(tls.mode, &self.identities),
             };
-            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
-            cluster.load_assignment = Some(
-                endpoint::Assignment::new(name, service, port, subset_labels).dns(service, port),
+        }
+        // HTTP/2 and gRPC ports speak HTTP/2 upstream.
+        let http2 = port.is_http() && port.protocol != Some(Protocol::Http);
+        if http2 || common.is_some() {
+            cluster.typed_extension_protocol_options.insert(
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+                pack_any(upstream_http_options(common, http2)),
             );
         }
-        Resolution::Passthrough | Resolution::DynamicDns => {
-            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
-                DiscoveryType::OriginalDst as i32,
-            ));
-            cluster.lb_policy = LbPolicy::ClusterProvided as i32;
+        (cluster, assignment)
+    }
+
+    /// Istio's auto mTLS for a cluster without TLS settings: endpoints whose workload has a
+    /// sidecar (`tlsMode: istio` endpoint metadata) are reached over ISTIO_MUTUAL, the others in
+    /// plaintext.
+    fn auto_mtls(
+        &mut self,
+        port: u32,
+        subset: &str,
+    ) -> Vec<envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch> {
+        use envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch;
+        use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
+        let sni = names::istio_mutual_sni(port, subset, &self.service.hostname);
+        vec![
+            TransportSocketMatch {
+                name: "tlsMode-istio".into(),
+                r#match: Some(metadata::single("tlsMode", "istio")),
+                transport_socket: Some(self.mutual.socket(&self.identities, sni)),
+            },
+            TransportSocketMatch {
+                name: "tlsMode-disabled".into(),
+                r#match: Some(Default::default()),
+                transport_socket: Some(TransportSocket {
+                    name: "envoy.transport_sockets.raw_buffer".into(),
+                    config_type: Some(ConfigType::TypedConfig(pack_any(RawBuffer::default()))),
+                }),
+            },
+        ]
+    }
+
+    /// Client TLS of a DestinationRule as Envoy's upstream TLS transport socket. ISTIO_MUTUAL
+    /// verifies the peer against the mesh root and pins it to the DestinationRule's
+    /// `subjectAltNames`, else to the service's `identities` (its workloads' SPIFFE IDs), as
+    /// istiod does.
+    fn upstream_tls(
+        &mut self,
+        tls: &ClientTlsSettings,
+        port: u32,
+        subset: &str,
+    ) -> Option<TransportSocket> {
+        let hostname = &self.service.hostname;
+        let mut common = CommonTlsContext::default();
+        let sni;
+        match tls.mode {
+            ClientTlsMode::Disable => return None,
+            ClientTlsMode::IstioMutual => {
+                let sans = if tls.subject_alt_names.is_empty() {
+                    &self.identities
+                } else {
+                    &tls.subject_alt_names
+                };
+                let sni = names::istio_mutual_sni(port, subset, hostname);
+                return Some(self.mutual.socket(sans, sni));
+            }
+            _ => {
+                if !tls.credential_name.is_empty() {
+                    // SIMPLE only verifies the server (the `-cacert`); MUTUAL also presents the
+                    // credential's own certificate.
+                    if tls.mode == ClientTlsMode::Mutual {
+                        common.tls_certificate_sds_secret_configs =
+                            vec![sds::credential(&tls.credential_name)];
+                    }
+                    common.validation_context_type =
+                        Some(ValidationContextType::ValidationContextSdsSecretConfig(
+                            sds::credential_ca(&tls.credential_name),
+                        ));
+                } else {
+                    if tls.mode == ClientTlsMode::Mutual && !tls.client_certificate.is_empty() {
+                        common.tls_certificates = vec![TlsCertificate {
+                            certificate_chain: Some(file(&tls.client_certificate)),
+                            private_key: Some(file(&tls.private_key)),
+                            ..Default::default()
+                        }];
+                    }
+                    if !tls.ca_certificates.is_empty() {
+                        common.validation_context_type =
+                            Some(ValidationContextType::ValidationContext(
+                                CertificateValidationContext {
+                                    trusted_ca: Some(file(&tls.ca_certificates)),
+                                    ..Default::default()
+                                },
+                            ));
+                    }
+                }
+                sni = if tls.sni.is_empty() {
+                    hostname.to_string()
+                } else {
+                    tls.sni.clone()
+                };
+            }
+        }
+        let context = UpstreamTlsContext {
+            common_tls_context: Some(common),
+            sni,
+            ..Default::default()
+        };
+        Some(TransportSocket {
+            name: "envoy.transport_sockets.tls".into(),
+            config_type: Some(ConfigType::TypedConfig(pack_any(context))),
+        })
+    }
+}
+
+/// ISTIO_MUTUAL upstream TLS contexts of one service's clusters, encoded once per set of
+/// pinned SANs: the clusters differ only in SNI, so each transport socket is the encoded
+/// common context followed by its SNI (the bytes encoding the whole message gives).
+#[derive(Default)]
+struct MutualContexts {
+    /// Pinned SANs, and the encoded `UpstreamTlsContext` holding only the common context.
+    encoded: Vec<(Vec<String>, Vec<u8>)>,
+}
+
+impl MutualContexts {
+    fn socket(&mut self, sans: &[String], sni: String) -> TransportSocket {
+        let at = match self.encoded.iter().position(|(s, _)| s == sans) {
+            Some(at) => at,
+            None => {
+                let context = UpstreamTlsContext {
+                    common_tls_context: Some(istio_mutual_common(sans)),
+                    ..Default::default()
+                };
+                self.encoded
+                    .push((sans.to_vec(), prost::Message::encode_to_vec(&context)));
+                self.encoded.len() - 1
+            }
+        };
+        let mut value = self.encoded[at].1.clone();
+        // `sni` is field 2 of UpstreamTlsContext, after the common context (field 1); an
+        // empty string is not encoded.
+        if !sni.is_empty() {
+            prost::encoding::string::encode(2, &sni, &mut value);
+        }
+        TransportSocket {
+            name: "envoy.transport_sockets.tls".into(),
+            config_type: Some(ConfigType::TypedConfig(
+                envoy_types::pb::google::protobuf::Any {
+                    type_url: <UpstreamTlsContext as prost::Name>::type_url(),
+                    value,
+                },
+            )),
         }
     }
-    if service.resolution != Resolution::Passthrough && service.resolution != Resolution::DynamicDns
-    {
-        apply_load_balancer(&mut cluster, policy.load_balancer.as_ref(), generator);
+}
+
+/// The common TLS context of ISTIO_MUTUAL: the workload certificate, and the mesh root with the
+/// peer pinned to `sans`.
+fn istio_mutual_common(sans: &[String]) -> CommonTlsContext {
+    #[allow(deprecated)] // istiod's field: any SAN type, matched exactly
+    let pinned = CertificateValidationContext {
+        match_subject_alt_names: sans
+            .iter()
+            .map(|san| StringMatcher {
+                match_pattern: Some(string_matcher::MatchPattern::Exact(san.clone())),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    CommonTlsContext {
+        tls_certificate_sds_secret_configs: vec![sds::from_istio_agent(sds::WORKLOAD_CERTIFICATE)],
+        validation_context_type: Some(ValidationContextType::CombinedValidationContext(
+            CombinedCertificateValidationContext {
+                default_validation_context: Some(pinned),
+                validation_context_sds_secret_config: Some(sds::from_istio_agent(sds::ROOT_CA)),
+                ..Default::default()
+            },
+        )),
+        alpn_protocols: vec!["istio-peer-exchange".into(), "istio".into()],
+        ..Default::default()
     }
-    let common = apply_connection_pool(&mut cluster, policy.connection_pool.as_ref());
-    if let Some(od) = &policy.outlier_detection {
-        cluster.outlier_detection = Some(outlier_detection(od));
-    }
-    if policy.tls.is_none()
-        && generator == Generator::Envoy
-        && !service.external
-        && service.resolution == Resolution::ClientSideLb
-    {
-        cluster.transport_socket_matches = auto_mtls(service, port.number, subset);
-    }
-    if let Some(tls) = &policy.tls {
-        cluster.transport_socket = match generator {
-            Generator::Envoy => upstream_tls(
-                tls,
-                &service.hostname,
-                port.number,
-                subset,
-                &service.identities(),
-            ),
-            Generator::Grpc => super::grpc::upstream_tls(tls.mode, &service.identities()),
-        };
-    }
-    // HTTP/2 and gRPC ports speak HTTP/2 upstream.
-    let http2 = port.is_http() && port.protocol != Some(Protocol::Http);
-    if http2 || common.is_some() {
-        cluster.typed_extension_protocol_options.insert(
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
-            pack_any(upstream_http_options(common, http2)),
-        );
-    }
-    (cluster, assignment)
 }
 
 /// ADS as the config source of EDS clusters and RDS route configurations.
@@ -390,136 +563,6 @@ fn outlier_detection(od: &IstioOutlier) -> OutlierDetection {
     out
 }
 
-/// Istio's auto mTLS for a cluster without TLS settings: endpoints whose workload has a sidecar
-/// (`tlsMode: istio` endpoint metadata) are reached over ISTIO_MUTUAL, the others in plaintext.
-fn auto_mtls(
-    service: &Service,
-    port: u32,
-    subset: &str,
-) -> Vec<envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch> {
-    use envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch;
-    use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
-    let mutual = ClientTlsSettings {
-        mode: ClientTlsMode::IstioMutual,
-        ..Default::default()
-    };
-    vec![
-        TransportSocketMatch {
-            name: "tlsMode-istio".into(),
-            r#match: Some(metadata::single("tlsMode", "istio")),
-            transport_socket: upstream_tls(
-                &mutual,
-                &service.hostname,
-                port,
-                subset,
-                &service.identities(),
-            ),
-        },
-        TransportSocketMatch {
-            name: "tlsMode-disabled".into(),
-            r#match: Some(Default::default()),
-            transport_socket: Some(TransportSocket {
-                name: "envoy.transport_sockets.raw_buffer".into(),
-                config_type: Some(ConfigType::TypedConfig(pack_any(RawBuffer::default()))),
-            }),
-        },
-    ]
-}
-
-/// Client TLS of a DestinationRule as Envoy's upstream TLS transport socket. ISTIO_MUTUAL
-/// verifies the peer against the mesh root and pins it to the DestinationRule's
-/// `subjectAltNames`, else to the service's `identities` (its workloads' SPIFFE IDs), as istiod
-/// does.
-fn upstream_tls(
-    tls: &ClientTlsSettings,
-    hostname: &str,
-    port: u32,
-    subset: &str,
-    identities: &[String],
-) -> Option<TransportSocket> {
-    let mut common = CommonTlsContext::default();
-    let sni;
-    match tls.mode {
-        ClientTlsMode::Disable => return None,
-        ClientTlsMode::IstioMutual => {
-            common.tls_certificate_sds_secret_configs =
-                vec![sds::from_istio_agent(sds::WORKLOAD_CERTIFICATE)];
-            let sans = if tls.subject_alt_names.is_empty() {
-                identities
-            } else {
-                &tls.subject_alt_names
-            };
-            #[allow(deprecated)] // istiod's field: any SAN type, matched exactly
-            let pinned = CertificateValidationContext {
-                match_subject_alt_names: sans
-                    .iter()
-                    .map(|san| StringMatcher {
-                        match_pattern: Some(string_matcher::MatchPattern::Exact(san.clone())),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            };
-            common.validation_context_type =
-                Some(ValidationContextType::CombinedValidationContext(
-                    CombinedCertificateValidationContext {
-                        default_validation_context: Some(pinned),
-                        validation_context_sds_secret_config: Some(sds::from_istio_agent(
-                            sds::ROOT_CA,
-                        )),
-                        ..Default::default()
-                    },
-                ));
-            common.alpn_protocols = vec!["istio-peer-exchange".into(), "istio".into()];
-            sni = names::istio_mutual_sni(port, subset, hostname);
-        }
-        _ => {
-            if !tls.credential_name.is_empty() {
-                // SIMPLE only verifies the server (the `-cacert`); MUTUAL also presents the
-                // credential's own certificate.
-                if tls.mode == ClientTlsMode::Mutual {
-                    common.tls_certificate_sds_secret_configs =
-                        vec![sds::credential(&tls.credential_name)];
-                }
-                common.validation_context_type =
-                    Some(ValidationContextType::ValidationContextSdsSecretConfig(
-                        sds::credential_ca(&tls.credential_name),
-                    ));
-            } else {
-                if tls.mode == ClientTlsMode::Mutual && !tls.client_certificate.is_empty() {
-                    common.tls_certificates = vec![TlsCertificate {
-                        certificate_chain: Some(file(&tls.client_certificate)),
-                        private_key: Some(file(&tls.private_key)),
-                        ..Default::default()
-                    }];
-                }
-                if !tls.ca_certificates.is_empty() {
-                    common.validation_context_type = Some(
-                        ValidationContextType::ValidationContext(CertificateValidationContext {
-                            trusted_ca: Some(file(&tls.ca_certificates)),
-                            ..Default::default()
-                        }),
-                    );
-                }
-            }
-            sni = if tls.sni.is_empty() {
-                hostname.to_string()
-            } else {
-                tls.sni.clone()
-            };
-        }
-    }
-    let context = UpstreamTlsContext {
-        common_tls_context: Some(common),
-        sni,
-        ..Default::default()
-    };
-    Some(TransportSocket {
-        name: "envoy.transport_sockets.tls".into(),
-        config_type: Some(ConfigType::TypedConfig(pack_any(context))),
-    })
-}
-
 fn file(path: &str) -> envoy_types::pb::envoy::config::core::v3::DataSource {
     use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
     envoy_types::pb::envoy::config::core::v3::DataSource {
@@ -653,5 +696,27 @@ pub(super) fn inbound(port: u32, endpoint: Option<(String, u32)>) -> Cluster {
             ..Default::default()
         },
         None => inbound_original_destination(&name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_istio_mutual_socket_is_the_encoding_of_the_whole_context() {
+        let sans = vec!["spiffe://cluster.local/ns/a/sa/b".to_string()];
+        let mut contexts = MutualContexts::default();
+        for sni in ["outbound_.80_.v1_.a.svc.cluster.local", "outbound_.81_._.a"] {
+            let socket = contexts.socket(&sans, sni.into());
+            let whole = pack_any(UpstreamTlsContext {
+                common_tls_context: Some(istio_mutual_common(&sans)),
+                sni: sni.into(),
+                ..Default::default()
+            });
+            assert_eq!(socket.config_type, Some(ConfigType::TypedConfig(whole)));
+        }
+        // Encoded once for both.
+        assert_eq!(contexts.encoded.len(), 1);
     }
 }

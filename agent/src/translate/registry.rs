@@ -595,15 +595,7 @@ fn plain<T: DeserializeOwned>(resource: &Resource) -> Option<Arc<Config<T>>> {
 
 fn parse(resource: &Resource) -> Parsed {
     fn typed<T: DeserializeOwned>(resource: &Resource) -> Option<Arc<Config<T>>> {
-        let spec: serde_json::Value = match serde_json::from_str(&resource.spec_json) {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(kind = %resource.kind, namespace = %resource.namespace,
-                    name = %resource.name, error = %e, "spec is not JSON; ignored");
-                return None;
-            }
-        };
-        match pasa_proto::istio::parse_spec::<T>(&spec) {
+        match pasa_proto::istio::parse_spec_json::<T>(&resource.spec_json) {
             Ok(spec) => Some(Arc::new(Config {
                 meta: meta_of(resource),
                 spec,
