@@ -46,10 +46,11 @@ use prost::Message;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::ads::{ConnectionStatus, SnapshotPublisher, StatusRegistry, TypeKind, TypeStatus};
+use crate::ads::{ConnectionStatus, SnapshotPublisher, StatusRegistry, TypeStatus};
 use crate::credentials;
 use crate::follow::Link;
 use crate::metrics::Metrics;
+use crate::resource::TypeKind;
 
 /// What the admin endpoint reads.
 #[derive(Clone)]
@@ -343,7 +344,7 @@ mod tests {
 
     use super::*;
     use crate::ads::Protocol;
-    use crate::translate::Generator;
+    use crate::model::proxy::Generator;
 
     fn conn(types: &[(TypeKind, Option<&str>)]) -> ConnectionStatus {
         ConnectionStatus {

@@ -1,7 +1,7 @@
 //! ADS: serves the agent's xDS resources to Envoy or a proxyless gRPC client over a Unix socket.
 //!
 //! The rest of the agent publishes a [`Snapshot`] (per xDS type: name → version and body) per
-//! [`Generator`](crate::translate::Generator) through a [`SnapshotPublisher`]. A connection learns its client's generator from
+//! [`Generator`](crate::model::proxy::Generator) through a [`SnapshotPublisher`]. A connection learns its client's generator from
 //! the node of its first request (`GENERATOR: grpc` in the node metadata gets the proxyless gRPC
 //! resources, anything else Envoy's), waits until a snapshot of that generator has been published,
 //! then watches the newest one and pushes only what changed for the types and names its client
@@ -39,13 +39,12 @@ mod sotw;
 mod status;
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-pub use crate::resource::{Resource, ResourceMap};
+use crate::resource::{ResourceMap, TYPE_COUNT, TypeKind};
 use crate::resource::{digest, digest_resources};
 pub use authority::{Fronted, front, pump as front_pump};
 pub use server::{AdsService, ServeError, bind_unix, serve_unix};
@@ -58,96 +57,6 @@ const RESPONSE_BUFFER: usize = 16;
 /// How long a connection waits for a client that does not read before cutting it off. The client
 /// reconnects and, declaring what it holds, gets only what it lacks.
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The xDS resource types this server serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum TypeKind {
-    /// CDS: `envoy.config.cluster.v3.Cluster`.
-    Cluster,
-    /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment`.
-    Endpoint,
-    /// LDS: `envoy.config.listener.v3.Listener`.
-    Listener,
-    /// RDS: `envoy.config.route.v3.RouteConfiguration`.
-    Route,
-    /// SDS: `envoy.extensions.transport_sockets.tls.v3.Secret`.
-    Secret,
-}
-
-/// How many types this server serves.
-const TYPE_COUNT: usize = 5;
-
-impl TypeKind {
-    /// Every type, in the order additions and changes are pushed.
-    pub const PUSH_ORDER: [TypeKind; TYPE_COUNT] = [
-        TypeKind::Secret,
-        TypeKind::Cluster,
-        TypeKind::Endpoint,
-        TypeKind::Listener,
-        TypeKind::Route,
-    ];
-
-    /// The types whose removals wait for what references them, in the order removals are pushed.
-    pub const REMOVAL_ORDER: [TypeKind; 4] = [
-        TypeKind::Route,
-        TypeKind::Cluster,
-        TypeKind::Endpoint,
-        TypeKind::Secret,
-    ];
-
-    /// The type URL on the wire.
-    pub fn type_url(self) -> &'static str {
-        match self {
-            TypeKind::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
-            TypeKind::Endpoint => {
-                "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-            }
-            TypeKind::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
-            TypeKind::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
-            TypeKind::Secret => {
-                "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
-            }
-        }
-    }
-
-    /// The type for a type URL, or `None` when this server does not serve it.
-    pub fn from_type_url(url: &str) -> Option<TypeKind> {
-        TypeKind::PUSH_ORDER
-            .into_iter()
-            .find(|kind| kind.type_url() == url)
-    }
-
-    /// The short name used in logs and status (`CDS`, `EDS`, `LDS`, `RDS`, `SDS`).
-    pub fn short_name(self) -> &'static str {
-        match self {
-            TypeKind::Cluster => "CDS",
-            TypeKind::Endpoint => "EDS",
-            TypeKind::Listener => "LDS",
-            TypeKind::Route => "RDS",
-            TypeKind::Secret => "SDS",
-        }
-    }
-
-    /// Whether something else references this type, so its removals wait (see the module doc).
-    fn defers_removal(self) -> bool {
-        self != TypeKind::Listener
-    }
-
-    /// Whether an empty first request means "everything" (legacy wildcard, CDS and LDS only).
-    fn legacy_wildcard(self) -> bool {
-        matches!(self, TypeKind::Cluster | TypeKind::Listener)
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl fmt::Display for TypeKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.short_name())
-    }
-}
 
 /// The type of a request, or the `InvalidArgument` status that ends the stream.
 fn request_type(type_url: &str) -> Result<TypeKind, tonic::Status> {

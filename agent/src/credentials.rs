@@ -47,13 +47,9 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 use tokio::sync::watch;
 
-use crate::ads::{SnapshotPublisher, TypeKind};
-
-/// The resource name prefix of credentials from Kubernetes Secrets.
-pub const KUBERNETES_PREFIX: &str = "kubernetes://";
-
-/// The suffix naming the CA of a credential.
-pub const CA_SUFFIX: &str = "-cacert";
+use crate::ads::SnapshotPublisher;
+use crate::model::secrets::{CA_SUFFIX, KUBERNETES_PREFIX};
+use crate::resource::TypeKind;
 
 /// What stands in for a private key in anything shown to a person.
 pub const REDACTED: &str = "[redacted]";

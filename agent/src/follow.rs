@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use pasa_proto::client::Backoff;
 
-use crate::metrics::{DisconnectLabels, Metrics};
+use crate::metrics::{Metrics, ReasonLabels};
 use pasa_proto::store::v1::{
     CancelReason, SubscriberIdentity, Subscription, WatchCreate, WatchRequest, WatchUpdate,
     watch_request, watch_response,
@@ -49,7 +49,9 @@ impl FollowConfig {
         if let Some(metrics) = &self.metrics {
             metrics
                 .store_reconnects
-                .get_or_create(&DisconnectLabels { reason })
+                .get_or_create(&ReasonLabels {
+                    reason: reason.name(),
+                })
                 .inc();
         }
     }

@@ -10,8 +10,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::ads::TypeKind;
-use crate::translate::Generator;
+use crate::model::proxy::Generator;
+use crate::resource::TypeKind;
 
 impl EncodeLabelValue for TypeKind {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
@@ -36,15 +36,10 @@ pub struct ResourceLabels {
     pub generator: Generator,
 }
 
-impl EncodeLabelValue for crate::follow::Disconnect {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        encoder.write_str(self.name())
-    }
-}
-
+/// Why something ended, by the name of its reason (the follower's `Disconnect`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DisconnectLabels {
-    pub reason: crate::follow::Disconnect,
+pub struct ReasonLabels {
+    pub reason: &'static str,
 }
 
 /// Every metric the agent exports; share it behind an `Arc`.
@@ -60,7 +55,7 @@ pub struct Metrics {
     pub ca_requests: Counter,
     pub ca_request_failures: Counter,
     pub workload_cert_expiry: Gauge,
-    pub store_reconnects: Family<DisconnectLabels, Counter>,
+    pub store_reconnects: Family<ReasonLabels, Counter>,
 }
 
 impl Default for Metrics {

@@ -24,9 +24,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::ads::{self, ConnectionStatus, TypeKind, TypeStatus};
+use crate::ads::{self, ConnectionStatus, TypeStatus};
 use crate::follow::{Link, store_backoff};
 use crate::identity::Identity;
+use crate::resource::TypeKind;
 use pasa_proto::client::Backoff;
 
 /// The command-line options of status reporting.
@@ -401,7 +402,7 @@ async fn stream(
 mod tests {
     use super::*;
     use crate::ads::{Nack, Protocol};
-    use crate::translate::Generator;
+    use crate::model::proxy::Generator;
 
     fn reporter() -> Reporter {
         let identity = crate::identity::IdentityArgs {

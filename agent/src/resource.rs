@@ -1,8 +1,13 @@
-//! An encoded xDS resource, what translation produces and ADS serves, and the versions that
-//! name it: a leaf both stand on.
+//! An encoded xDS resource, what translation produces and ADS serves, the versions that name
+//! it, and a generation of them ([`Generated`]): a leaf both stand on.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
@@ -40,6 +45,158 @@ impl Resource {
 /// costs O(1), so a snapshot of what the translator keeps is free to take, and two generations
 /// that share most of their resources compare in time proportional to what differs.
 pub type ResourceMap = imbl::OrdMap<String, Arc<Resource>>;
+
+/// Generated resources of one proxy, by type and name (an owned copy, for tools and tests).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Resources {
+    pub clusters: BTreeMap<String, Cluster>,
+    pub endpoints: BTreeMap<String, ClusterLoadAssignment>,
+    pub listeners: BTreeMap<String, Listener>,
+    pub routes: BTreeMap<String, RouteConfiguration>,
+}
+
+/// One generation of a proxy's resources as the translator keeps them: encoded as served
+/// (packed body and version), and shared, so that a resource it did not rebuild is the same
+/// allocation as in the previous generation. Only what was rebuilt is encoded again, and the
+/// typed messages live only while they are built: in a pod, the encoded form is a fraction of
+/// the typed one (prost messages hold every optional field inline).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Generated {
+    pub clusters: ResourceMap,
+    pub endpoints: ResourceMap,
+    pub listeners: ResourceMap,
+    pub routes: ResourceMap,
+}
+
+impl Generated {
+    /// The typed resources, decoded (for tools and tests).
+    pub fn to_resources(&self) -> Resources {
+        fn typed<M: prost::Message + Default>(map: &ResourceMap) -> BTreeMap<String, M> {
+            map.iter()
+                .map(|(name, r)| {
+                    let message = M::decode(r.body.value.as_slice())
+                        .expect("the translator decodes what it encoded");
+                    (name.clone(), message)
+                })
+                .collect()
+        }
+        Resources {
+            clusters: typed(&self.clusters),
+            endpoints: typed(&self.endpoints),
+            listeners: typed(&self.listeners),
+            routes: typed(&self.routes),
+        }
+    }
+
+    /// Packs typed resources.
+    pub fn from_resources(resources: &Resources) -> Generated {
+        Generated {
+            clusters: packed(resources.clusters.iter()),
+            endpoints: packed(resources.endpoints.iter()),
+            listeners: packed(resources.listeners.iter()),
+            routes: packed(resources.routes.iter()),
+        }
+    }
+}
+
+/// Each message of a map, packed.
+pub(crate) fn packed<'a, M: prost::Message + prost::Name + 'a>(
+    messages: impl Iterator<Item = (&'a String, &'a M)>,
+) -> ResourceMap {
+    messages
+        .map(|(name, message)| (name.clone(), Resource::pack(message)))
+        .collect()
+}
+
+/// The xDS resource types the agent serves, and the order ADS pushes them in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TypeKind {
+    /// CDS: `envoy.config.cluster.v3.Cluster`.
+    Cluster,
+    /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment`.
+    Endpoint,
+    /// LDS: `envoy.config.listener.v3.Listener`.
+    Listener,
+    /// RDS: `envoy.config.route.v3.RouteConfiguration`.
+    Route,
+    /// SDS: `envoy.extensions.transport_sockets.tls.v3.Secret`.
+    Secret,
+}
+
+/// How many types this server serves.
+pub(crate) const TYPE_COUNT: usize = 5;
+
+impl TypeKind {
+    /// Every type, in the order additions and changes are pushed.
+    pub const PUSH_ORDER: [TypeKind; TYPE_COUNT] = [
+        TypeKind::Secret,
+        TypeKind::Cluster,
+        TypeKind::Endpoint,
+        TypeKind::Listener,
+        TypeKind::Route,
+    ];
+
+    /// The types whose removals wait for what references them, in the order removals are pushed.
+    pub const REMOVAL_ORDER: [TypeKind; 4] = [
+        TypeKind::Route,
+        TypeKind::Cluster,
+        TypeKind::Endpoint,
+        TypeKind::Secret,
+    ];
+
+    /// The type URL on the wire.
+    pub fn type_url(self) -> &'static str {
+        match self {
+            TypeKind::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            TypeKind::Endpoint => {
+                "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+            }
+            TypeKind::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
+            TypeKind::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+            TypeKind::Secret => {
+                "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+            }
+        }
+    }
+
+    /// The type for a type URL, or `None` when this server does not serve it.
+    pub fn from_type_url(url: &str) -> Option<TypeKind> {
+        TypeKind::PUSH_ORDER
+            .into_iter()
+            .find(|kind| kind.type_url() == url)
+    }
+
+    /// The short name used in logs and status (`CDS`, `EDS`, `LDS`, `RDS`, `SDS`).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            TypeKind::Cluster => "CDS",
+            TypeKind::Endpoint => "EDS",
+            TypeKind::Listener => "LDS",
+            TypeKind::Route => "RDS",
+            TypeKind::Secret => "SDS",
+        }
+    }
+
+    /// Whether something else references this type, so its removals wait (see the `ads` module doc).
+    pub(crate) fn defers_removal(self) -> bool {
+        self != TypeKind::Listener
+    }
+
+    /// Whether an empty first request means "everything" (legacy wildcard, CDS and LDS only).
+    pub(crate) fn legacy_wildcard(self) -> bool {
+        matches!(self, TypeKind::Cluster | TypeKind::Listener)
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for TypeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.short_name())
+    }
+}
 
 struct Fnv(u64);
 

@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
-use crate::ads::{AdsService, Snapshot, SnapshotPublisher, StatusRegistry, TypeKind};
+use crate::ads::{AdsService, Snapshot, SnapshotPublisher, StatusRegistry};
 use crate::cache::Cache;
 use crate::credentials::ca::CaClient;
 use crate::credentials::{CredentialArgs, CredentialWatch};
@@ -29,9 +29,12 @@ use crate::follow::{FollowConfig, Link, follow};
 use crate::identity::{Identity, IdentityArgs};
 use crate::mesh::{MeshSettings, OutboundPolicy};
 use crate::metrics::{Metrics, ResourceLabels};
+use crate::model::proxy::{Generator, Proxy};
 use crate::report::{self, ReportArgs, Reporter, Sources};
-use crate::scope;
-use crate::translate::{Generated, Generator, Proxy, Translator};
+use crate::resource::Generated;
+use crate::resource::TypeKind;
+use crate::subscription;
+use crate::translate::Translator;
 
 /// How long the ADS streams, the store watch and admin requests get to finish after a signal.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
@@ -359,7 +362,7 @@ pub async fn run(
     tracing::info!(uds = %args.uds.display(), admin = %admin_addr, node = %identity.node, "serving");
 
     // The store watch, with the scope of what the cache holds now.
-    let (scope_tx, scope_rx) = watch::channel(scope::subscription(&proxy, &cache));
+    let (scope_tx, scope_rx) = watch::channel(subscription::subscription(&proxy, &cache));
     let (cache_tx, mut caches) = watch::channel(Arc::new(cache.clone()));
     let config = FollowConfig {
         server: args.server.clone(),

@@ -40,7 +40,7 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::{Message, Name};
 use serde::{Deserialize, Serialize};
 
-use crate::translate::Resources;
+use crate::resource::Resources;
 
 pub use http::route_table;
 

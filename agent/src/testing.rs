@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::identity::Locality;
 use crate::mesh::MeshSettings;
-use crate::translate::{Flags, Proxy};
+use crate::model::proxy::{Flags, Proxy};
 
 /// A store resource as the store would hand it over (revisions in creation order).
 pub(crate) fn resource(

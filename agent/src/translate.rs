@@ -1,7 +1,6 @@
 //! Translation: from the proxy and the raw Istio configuration in its scope to the xDS resources
 //! istiod would send it, with istiod's names (see the project's naming notes).
 
-pub mod authn;
 mod cluster;
 mod endpoint;
 mod filters;
@@ -10,7 +9,6 @@ mod grpc;
 mod hash;
 mod metadata;
 pub mod names;
-pub mod registry;
 mod route;
 pub mod sds;
 mod sidecar;
@@ -24,59 +22,6 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 
-/// Generated resources of one proxy, by type and name (an owned copy, for tools and tests).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Resources {
-    pub clusters: BTreeMap<String, Cluster>,
-    pub endpoints: BTreeMap<String, ClusterLoadAssignment>,
-    pub listeners: BTreeMap<String, Listener>,
-    pub routes: BTreeMap<String, RouteConfiguration>,
-}
-
-/// One generation of a proxy's resources as the translator keeps them: encoded as served
-/// (packed body and version), and shared, so that a resource it did not rebuild is the same
-/// allocation as in the previous generation. Only what was rebuilt is encoded again, and the
-/// typed messages live only while they are built: in a pod, the encoded form is a fraction of
-/// the typed one (prost messages hold every optional field inline).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Generated {
-    pub clusters: ResourceMap,
-    pub endpoints: ResourceMap,
-    pub listeners: ResourceMap,
-    pub routes: ResourceMap,
-}
-
-impl Generated {
-    /// The typed resources, decoded (for tools and tests).
-    pub fn to_resources(&self) -> Resources {
-        fn typed<M: prost::Message + Default>(map: &ResourceMap) -> BTreeMap<String, M> {
-            map.iter()
-                .map(|(name, r)| {
-                    let message = M::decode(r.body.value.as_slice())
-                        .expect("the translator decodes what it encoded");
-                    (name.clone(), message)
-                })
-                .collect()
-        }
-        Resources {
-            clusters: typed(&self.clusters),
-            endpoints: typed(&self.endpoints),
-            listeners: typed(&self.listeners),
-            routes: typed(&self.routes),
-        }
-    }
-
-    /// Packs typed resources.
-    pub fn from_resources(resources: &Resources) -> Generated {
-        Generated {
-            clusters: packed(resources.clusters.iter()),
-            endpoints: packed(resources.endpoints.iter()),
-            listeners: packed(resources.listeners.iter()),
-            routes: packed(resources.routes.iter()),
-        }
-    }
-}
-
 /// What the listener and route builders fill.
 #[derive(Debug, Default)]
 pub(crate) struct Built {
@@ -89,135 +34,18 @@ pub(crate) struct Built {
     pub route_names: BTreeSet<String>,
 }
 
-/// Each value of a map behind an `Arc`.
-fn packed<'a, M: prost::Message + prost::Name + 'a>(
-    messages: impl Iterator<Item = (&'a String, &'a M)>,
-) -> ResourceMap {
-    messages
-        .map(|(name, message)| (name.clone(), Resource::pack(message)))
-        .collect()
-}
-
 use std::net::IpAddr;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
 use pasa_proto::node::ProxyType;
 
 use crate::cache::Cache;
-use crate::identity::{Identity, Locality};
-use crate::mesh::MeshSettings;
-use crate::resource::{Resource, ResourceMap};
-use crate::scope::{DestinationRules, SidecarScope};
+use crate::model::proxy::{Generator, Proxy};
+use crate::model::registry::{self, Config, Registry, Service};
+use crate::model::scope::{DestinationRules, SidecarScope};
+use crate::resource::{Generated, Resource, ResourceMap, Resources, packed};
 use pasa_proto::istio::destination_rule::DestinationRule;
 use pasa_proto::istio::virtual_service::VirtualService;
-use registry::{Config, Registry, Service};
 use route::Destinations;
-
-/// The proxy resources are generated for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Proxy {
-    pub kind: ProxyType,
-    /// The workload's addresses (the node ID's IP first).
-    pub ips: Vec<IpAddr>,
-    /// The namespace the pod runs in.
-    pub namespace: String,
-    /// The namespace that decides config visibility (`exportTo`, Sidecar lookup); the pod's
-    /// namespace for sidecars.
-    pub config_namespace: String,
-    pub labels: BTreeMap<String, String>,
-    /// The proxy's DNS domain (`<namespace>.svc.cluster.local`), for short names in virtual host
-    /// domains.
-    pub dns_domain: String,
-    pub cluster_id: String,
-    pub network: String,
-    pub locality: Locality,
-    pub mesh: MeshSettings,
-    pub flags: Flags,
-    /// The proxy answers its application's DNS queries (`ISTIO_META_DNS_CAPTURE`).
-    pub dns_capture: bool,
-    /// ... and wants addresses allocated for ServiceEntry hosts without one
-    /// (`ISTIO_META_DNS_AUTO_ALLOCATE`).
-    pub dns_auto_allocate: bool,
-}
-
-/// Control-plane feature flags that change what is generated; istiod's defaults by default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Flags {
-    /// Terminate the TLS a Sidecar ingress listener declares (`ENABLE_TLS_ON_SIDECAR_INGRESS`);
-    /// off, its `tls` is ignored.
-    pub tls_on_sidecar_ingress: bool,
-    /// ServiceEntry addresses come from the allocation controller (`ENABLE_IP_AUTOALLOCATE`);
-    /// off, the older allocator derives them from host names (see
-    /// [`registry::legacy_auto_addresses`]).
-    pub ip_autoallocate: bool,
-}
-
-impl Default for Flags {
-    fn default() -> Self {
-        Flags {
-            tls_on_sidecar_ingress: false,
-            ip_autoallocate: true,
-        }
-    }
-}
-
-impl Proxy {
-    /// The proxy an agent started with `identity` serves.
-    pub fn from_identity(identity: &Identity, mesh: MeshSettings) -> Proxy {
-        Proxy {
-            kind: identity.node.proxy_type,
-            ips: vec![identity.node.ip],
-            namespace: identity.namespace.clone(),
-            config_namespace: identity.namespace.clone(),
-            labels: identity.labels.clone(),
-            dns_domain: format!("{}.svc.{}", identity.namespace, mesh.domain_suffix),
-            cluster_id: identity.cluster_id.clone(),
-            network: identity.network.clone(),
-            locality: identity.locality.clone(),
-            mesh,
-            flags: Flags::default(),
-            dns_capture: false,
-            dns_auto_allocate: false,
-        }
-    }
-}
-
-impl Proxy {
-    /// A host as written in an Istio resource of `namespace`, resolved as istiod resolves it.
-    pub fn resolve_host(&self, host: &str, namespace: &str) -> String {
-        pasa_proto::host::resolve_short_name(host, namespace, &self.mesh.config_domain_suffix)
-    }
-}
-
-/// Which resources a client gets, chosen per ADS connection from the client's node metadata, as
-/// istiod chooses: `GENERATOR: grpc` gets proxyless gRPC resources, anything else Envoy's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub enum Generator {
-    /// Envoy sidecar or router: real listeners, filter chains, RDS by port.
-    #[default]
-    Envoy,
-    /// A proxyless gRPC client: API listeners named `host:port`.
-    Grpc,
-}
-
-impl Generator {
-    /// The generator a client asks for in its node metadata.
-    pub fn of_node(node: &Node) -> Generator {
-        use envoy_types::pb::google::protobuf::value::Kind;
-        let asked = node
-            .metadata
-            .as_ref()
-            .and_then(|m| m.fields.get("GENERATOR"))
-            .and_then(|v| match &v.kind {
-                Some(Kind::StringValue(s)) => Some(s.as_str()),
-                _ => None,
-            });
-        match asked {
-            Some("grpc") => Generator::Grpc,
-            _ => Generator::Envoy,
-        }
-    }
-}
 
 /// What a proxy sees, worked out once per update and shared by the generators.
 pub(crate) struct View<'a> {
@@ -578,7 +406,7 @@ impl Translator {
     }
 
     /// The store subscription this proxy needs, given the config the last
-    /// [`Translator::generate`] read (see [`crate::scope`]); before any, none.
+    /// [`Translator::generate`] read (see [`crate::subscription`]); before any, none.
     pub fn subscription(&self) -> pasa_proto::store::v1::Subscription {
         self.subscription.clone()
     }
@@ -606,7 +434,7 @@ impl Translator {
         } = self;
         registry.update(cache, &proxy.mesh.domain_suffix);
         let view = View::new(proxy, registry);
-        *subscription = crate::scope::subscription_in(
+        *subscription = crate::subscription::subscription_in(
             proxy,
             registry,
             &view.scope,

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use pasa_agent::ads::{Protocol, ServeError, SyncState, bind_unix};
-use pasa_agent::translate::Generator;
+use pasa_agent::model::proxy::Generator;
 
 /// Two clusters with endpoints, one listener, one route config.
 fn base() -> pasa_agent::ads::Snapshot {

@@ -18,11 +18,14 @@ use std::path::Path;
 use common::envoy::{self, Envoy, WAIT};
 use common::{Harness, corpus, samples};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
-use pasa_agent::ads::{ConnectionStatus, Snapshot, TypeKind, TypeStatus};
+use pasa_agent::ads::{ConnectionStatus, Snapshot, TypeStatus};
 use pasa_agent::bootstrap::{BootstrapInput, EnvoyArgs, bootstrap};
 use pasa_agent::cache::Cache;
 use pasa_agent::identity::IdentityArgs;
-use pasa_agent::translate::{Generator, Proxy, Resources, Translator};
+use pasa_agent::model::proxy::{Generator, Proxy};
+use pasa_agent::resource::Resources;
+use pasa_agent::resource::TypeKind;
+use pasa_agent::translate::Translator;
 use pasa_proto::node::ProxyType;
 
 const SIDECAR: &str =

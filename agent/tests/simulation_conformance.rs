@@ -16,8 +16,10 @@ use std::path::{Path, PathBuf};
 
 use common::corpus::{self, Case, check, istiod_like};
 use pasa_agent::cache::Cache;
+use pasa_agent::model::proxy::Generator;
+use pasa_agent::resource::Resources;
 use pasa_agent::simulate::simulate;
-use pasa_agent::translate::{Generator, Resources, Translator};
+use pasa_agent::translate::Translator;
 
 /// The passing checks each file must keep. Raise a floor when translation gets better; a file not
 /// listed has floor 0.

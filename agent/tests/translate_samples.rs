@@ -16,7 +16,9 @@ use common::samples::{self, corpus, to_store, yaml_docs};
 
 use envoy_types::pb::google::protobuf::Any;
 use pasa_agent::cache::Cache;
-use pasa_agent::translate::{Generator, Proxy, Resources, Translator};
+use pasa_agent::model::proxy::{Generator, Proxy};
+use pasa_agent::resource::Resources;
+use pasa_agent::translate::Translator;
 use serde_json::{Value, json};
 
 fn proxy(node_id: &str) -> Proxy {

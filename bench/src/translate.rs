@@ -14,7 +14,8 @@ use anyhow::ensure;
 use pasa_agent::ads::Snapshot;
 use pasa_agent::cache::{Cache, Key};
 use pasa_agent::identity::IdentityArgs;
-use pasa_agent::translate::{Generator, Proxy, Translator};
+use pasa_agent::model::proxy::{Generator, Proxy};
+use pasa_agent::translate::Translator;
 use pasa_proto::store::v1::{Event, EventType, Resource};
 use serde_json::{Value, json};
 

@@ -13,6 +13,7 @@ use pasa_proto::istio::destination_rule::DestinationRule;
 use pasa_proto::istio::parse_spec;
 use pasa_proto::istio::virtual_service::{Destination, VirtualService};
 use pasa_proto::store::v1::{Rule, Subscription};
+use pasa_proto::visibility::exported_to;
 use pasa_proto::{Kind, Object};
 
 use crate::validation::{Path, Problem};
@@ -106,15 +107,6 @@ fn gateway_refs(vs: &VirtualService, namespace: &str) -> Vec<(Path, String)> {
     out
 }
 
-/// Whether a resource exported with `export_to` from `from` is visible in `to` (Istio's default
-/// with no `exportTo` is everywhere).
-fn visible(export_to: &[String], from: &str, to: &str) -> bool {
-    export_to.is_empty()
-        || export_to
-            .iter()
-            .any(|e| e == "*" || e == to || (e == "." && from == to))
-}
-
 struct Rules<'a> {
     namespace: &'a str,
     spec: DestinationRule,
@@ -172,7 +164,7 @@ pub fn analyze(
             let defined = rules.iter().any(|r| {
                 let dr_host = resolve_short_name(&r.spec.host, r.namespace, domain_suffix);
                 matches(&dr_host, &host)
-                    && visible(&r.spec.export_to, r.namespace, &obj.namespace)
+                    && exported_to(&r.spec.export_to, r.namespace, &obj.namespace)
                     && r.spec.subsets.iter().any(|s| s.name == d.subset)
             });
             if !defined {

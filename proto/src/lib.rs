@@ -14,6 +14,7 @@ pub mod object;
 pub mod process;
 pub mod service_endpoints;
 pub mod sync_state;
+pub mod visibility;
 
 /// The store API, generated from `proto/pasa/store/v1/store.proto`.
 pub mod store {

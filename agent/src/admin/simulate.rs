@@ -24,8 +24,8 @@ use serde_json::{Map, Value};
 
 use super::AdminState;
 use crate::ads::{SnapshotError, Snapshots};
+use crate::model::proxy::Generator;
 use crate::simulate::{Call, Outcome, SimulateError, simulate};
-use crate::translate::Generator;
 
 /// Why `/simulate` gave no outcome.
 #[derive(Debug, thiserror::Error)]
@@ -223,8 +223,8 @@ fn decode(text: &str) -> Result<String, SimulateRequestError> {
 mod tests {
     use super::*;
     use crate::ads::{Snapshot, SnapshotPublisher};
+    use crate::resource::Resources;
     use crate::simulate::{Protocol, TlsMode, TrafficError};
-    use crate::translate::Resources;
     use envoy_types::pb::envoy::config::listener::v3::Listener;
 
     #[test]

@@ -29,7 +29,7 @@ use super::snapshot::{Snapshot, SnapshotPublisher, Snapshots};
 use super::status::{Protocol, StatusGuard, StatusRegistry};
 use super::{RESPONSE_BUFFER, TypeKind, authority, delta, request_type, sotw};
 use crate::metrics::Metrics;
-use crate::translate::Generator;
+use crate::model::proxy::Generator;
 
 /// Why serving stopped.
 #[derive(Debug, thiserror::Error)]

@@ -13,8 +13,9 @@ use prost::Message;
 use tokio::sync::watch;
 
 use super::{TYPE_COUNT, TypeKind};
+use crate::model::proxy::Generator;
+use crate::resource::{Generated, Resources};
 pub use crate::resource::{Resource, ResourceMap};
-use crate::translate::{Generated, Generator, Resources};
 
 /// A resource whose body does not match the type it was added as.
 #[derive(Debug, thiserror::Error)]
@@ -452,7 +453,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_shares_what_was_generated_and_equal_content_keeps_its_version() {
-        use crate::translate::Generated;
+        use crate::resource::Generated;
         let a = Cluster {
             name: "a".into(),
             ..Default::default()

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use tokio::sync::watch;
 
 use super::TypeKind;
-use crate::translate::Generator;
+use crate::model::proxy::Generator;
 
 /// Whether a client holds what was sent to it, as `istioctl proxy-status` reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -37,7 +37,7 @@ use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 use super::{ca_secret, tls_secret};
 use crate::identity::Identity;
 use crate::metrics::Metrics;
-use crate::translate::sds::{ROOT_CA, WORKLOAD_CERTIFICATE};
+use crate::model::secrets::{ROOT_CA, WORKLOAD_CERTIFICATE};
 
 /// The options of the CA client.
 #[derive(clap::Args, Debug, Clone)]

@@ -14,7 +14,7 @@ use std::path::Path;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 
 use super::{CredentialError, ca_secret, read_file, tls_secret};
-use crate::translate::sds::{ROOT_CA, WORKLOAD_CERTIFICATE as WORKLOAD_CERT};
+use crate::model::secrets::{ROOT_CA, WORKLOAD_CERTIFICATE as WORKLOAD_CERT};
 
 /// The certificate chain's file.
 pub const CERT_CHAIN: &str = "cert-chain.pem";

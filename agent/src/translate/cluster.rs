@@ -34,8 +34,9 @@ use pasa_proto::node::ProxyType;
 
 use super::endpoint;
 use super::metadata;
-use super::registry::{Config, Resolution, Service, ServicePort};
 use super::{Generator, names, sds};
+use crate::model::registry::{Config, Resolution, Service, ServicePort};
+use crate::model::secrets;
 
 /// Istio's default connect timeout (`connectTimeout` in MeshConfig).
 const CONNECT_TIMEOUT: Duration = Duration {
@@ -413,11 +414,13 @@ fn istio_mutual_common(sans: &[String]) -> CommonTlsContext {
         ..Default::default()
     };
     CommonTlsContext {
-        tls_certificate_sds_secret_configs: vec![sds::from_istio_agent(sds::WORKLOAD_CERTIFICATE)],
+        tls_certificate_sds_secret_configs: vec![sds::from_istio_agent(
+            secrets::WORKLOAD_CERTIFICATE,
+        )],
         validation_context_type: Some(ValidationContextType::CombinedValidationContext(
             CombinedCertificateValidationContext {
                 default_validation_context: Some(pinned),
-                validation_context_sds_secret_config: Some(sds::from_istio_agent(sds::ROOT_CA)),
+                validation_context_sds_secret_config: Some(sds::from_istio_agent(secrets::ROOT_CA)),
                 ..Default::default()
             },
         )),

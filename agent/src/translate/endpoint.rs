@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 use envoy_types::pb::google::protobuf::UInt32Value;
 
 use super::metadata;
-use super::registry::{Instance, Service, ServicePort, selects};
+use crate::model::registry::{Instance, Service, ServicePort, selects};
 
 /// A load assignment being built for one cluster.
 #[derive(Debug, Clone, PartialEq)]

@@ -25,9 +25,9 @@ use pasa_proto::istio::virtual_service::RouteDestination;
 
 use super::View;
 use super::cluster::ads;
-use super::registry::Meta;
 use super::route::Destinations;
 use super::route::{CORS_FILTER, FAULT_FILTER};
+use crate::model::registry::Meta;
 
 pub(super) const HCM: &str = "envoy.filters.network.http_connection_manager";
 pub(super) const TCP_PROXY: &str = "envoy.filters.network.tcp_proxy";

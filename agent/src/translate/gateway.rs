@@ -21,7 +21,6 @@
 //! Kubernetes Ingress and Gateway API resources.
 
 mod http;
-pub(crate) mod merge;
 mod tcp;
 
 use std::collections::{BTreeMap, HashMap};
@@ -39,9 +38,9 @@ use pasa_proto::istio::virtual_service::VirtualService;
 
 use super::endpoint::socket_address;
 use super::filters::{self, Routes};
-use super::registry::Config;
 use super::{Built, View};
-use merge::{Bound, Merged};
+use crate::model::gateway::{self as merge, Bound, Merged};
+use crate::model::registry::Config;
 
 /// One filter chain of a gateway listener, before it is built.
 #[derive(Debug, Default)]
@@ -87,7 +86,7 @@ fn bound_virtual_services<'v>(
         .registry
         .virtual_services()
         .filter(|vs| {
-            crate::scope::exported_to(
+            pasa_proto::visibility::exported_to(
                 &vs.spec.export_to,
                 &vs.meta.namespace,
                 &view.proxy.config_namespace,

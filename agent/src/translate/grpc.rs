@@ -136,8 +136,9 @@ mod tests {
     use serde_json::json;
 
     use crate::cache::Cache;
+    use crate::model::proxy::Generator;
     use crate::testing::resource;
-    use crate::translate::{Generator, Translator};
+    use crate::translate::Translator;
     #[test]
     fn mesh_tls_comes_from_sds_for_envoy_and_from_certificate_providers_for_grpc() {
         use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{

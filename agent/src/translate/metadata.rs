@@ -11,7 +11,7 @@ use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind as ValueKind}
 use pasa_proto::Kind;
 use pasa_proto::config_path::{CONFIG_FIELD, FILTER_METADATA_KEY, config_path};
 
-use super::registry::Meta;
+use crate::model::registry::Meta;
 
 /// `filter_metadata["istio"]["config"]` = the config path of the resource of `kind` named by `meta`.
 pub(super) fn config_metadata(kind: Kind, meta: &Meta) -> Metadata {

@@ -38,8 +38,8 @@ use pasa_proto::istio::virtual_service::{
 };
 
 use super::cluster::duration;
-use super::registry::{Config, Service};
 use super::{metadata, names};
+use crate::model::registry::{Config, Service};
 
 /// Name of the fault filter; a route's fault config must be keyed by it.
 pub(super) const FAULT_FILTER: &str = "envoy.filters.http.fault";

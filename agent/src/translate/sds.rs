@@ -19,12 +19,7 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::SdsSecretConfig;
 use envoy_types::pb::google::protobuf::Duration;
 
-use crate::credentials::{CA_SUFFIX, KUBERNETES_PREFIX};
-
-/// The workload certificate's SDS name.
-pub const WORKLOAD_CERTIFICATE: &str = "default";
-/// The mesh root certificate's SDS name.
-pub const ROOT_CA: &str = "ROOTCA";
+use crate::model::secrets::{CA_SUFFIX, KUBERNETES_PREFIX, ROOT_CA, WORKLOAD_CERTIFICATE};
 /// The cluster of Istio's bootstrap that reaches the istio-agent's SDS server.
 const SDS_CLUSTER: &str = "sds-grpc";
 

@@ -510,7 +510,7 @@ fn sidecar_egress_and_export_to_narrow_what_is_seen() {
     );
 
     // The subscription follows the egress hosts instead of asking for everything.
-    let sub = crate::scope::subscription(&proxy("10.0.0.9"), &cache(resources));
+    let sub = crate::subscription::subscription(&proxy("10.0.0.9"), &cache(resources));
     assert!(
         sub.rules
             .iter()

@@ -11,8 +11,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use pasa_agent::mesh::{InboundPolicy, MeshSettings, OutboundPolicy};
+use pasa_agent::model::proxy::{Flags, Proxy};
 use pasa_agent::simulate::{Call, ChainTls, TrafficError};
-use pasa_agent::translate::{Flags, Proxy};
 use pasa_proto::node::ProxyType;
 use pasa_proto::store::v1::Resource;
 use pasa_proto::{Kind, Object};

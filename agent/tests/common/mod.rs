@@ -31,11 +31,11 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use envoy_types::util::pack_any;
 use pasa_agent::ads::{
-    AdsService, ServeError, Snapshot, SnapshotPublisher, StatusRegistry, TypeKind, bind_unix,
-    serve_unix,
+    AdsService, ServeError, Snapshot, SnapshotPublisher, StatusRegistry, bind_unix, serve_unix,
 };
 use pasa_agent::metrics::Metrics;
-use pasa_agent::translate::Generator;
+use pasa_agent::model::proxy::Generator;
+use pasa_agent::resource::TypeKind;
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;

@@ -121,7 +121,7 @@ pub fn files(samples: &Path) -> Vec<PathBuf> {
 }
 
 /// The proxy of `node_id` with `labels` (`k=v,...`) and Istio's default mesh settings.
-pub fn proxy(node_id: &str, labels: &str) -> pasa_agent::translate::Proxy {
+pub fn proxy(node_id: &str, labels: &str) -> pasa_agent::model::proxy::Proxy {
     let identity = pasa_agent::identity::IdentityArgs {
         node_id: node_id.into(),
         labels: labels.into(),
@@ -131,5 +131,5 @@ pub fn proxy(node_id: &str, labels: &str) -> pasa_agent::translate::Proxy {
     }
     .resolve()
     .expect("identity");
-    pasa_agent::translate::Proxy::from_identity(&identity, Default::default())
+    pasa_agent::model::proxy::Proxy::from_identity(&identity, Default::default())
 }

@@ -17,7 +17,8 @@ use pasa_proto::istio::gateway::{Server, TlsMode};
 
 use super::super::{View, route, sds};
 use super::bound_virtual_services;
-use super::merge::Bound;
+use crate::model::gateway::Bound;
+use crate::model::secrets;
 
 /// The virtual hosts of the servers sharing one route configuration, named after each server's
 /// declared port (`host:80` on the listener of target port 8080).
@@ -188,10 +189,10 @@ pub(super) fn server_tls(server: &Server, http: bool) -> Option<TransportSocket>
     match tls.mode {
         TlsMode::IstioMutual => {
             common.tls_certificate_sds_secret_configs =
-                vec![sds::from_istio_agent(sds::WORKLOAD_CERTIFICATE)];
+                vec![sds::from_istio_agent(secrets::WORKLOAD_CERTIFICATE)];
             common.validation_context_type =
                 Some(ValidationContextType::ValidationContextSdsSecretConfig(
-                    sds::from_istio_agent(sds::ROOT_CA),
+                    sds::from_istio_agent(secrets::ROOT_CA),
                 ));
         }
         _ if !tls.credential_name.is_empty() => {

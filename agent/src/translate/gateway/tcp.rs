@@ -12,10 +12,10 @@ use pasa_proto::istio::common::Protocol;
 use pasa_proto::istio::gateway::TlsMode;
 use pasa_proto::istio::virtual_service::VirtualService;
 
-use super::super::registry::{Config, Service};
 use super::super::{Generator, View, cluster, filters, names};
-use super::merge::{Bound, check_duplicates};
 use super::{Chain, bound_virtual_services, http};
+use crate::model::gateway::{Bound, check_duplicates};
+use crate::model::registry::{Config, Service};
 
 /// The ALPN values of Istio mutual TLS: what an `AUTO_PASSTHROUGH` chain accepts.
 const ISTIO_MTLS_ALPNS: [&str; 5] = [

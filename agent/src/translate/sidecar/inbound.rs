@@ -39,12 +39,13 @@ use envoy_types::util::pack_any;
 use pasa_proto::istio::common::Protocol;
 use pasa_proto::istio::gateway::{ServerTlsSettings, TlsMode};
 
-use super::super::authn::{MergedPolicy, MtlsMode};
 use super::super::cluster::{self};
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
 use super::super::{Built, View, names, route, sds};
 use super::PLAINTEXT_HTTP_ALPNS;
+use crate::model::authn::{MergedPolicy, MtlsMode};
+use crate::model::secrets;
 
 const MTLS_HTTP_ALPNS: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
 const ALL_ISTIO_MTLS_ALPNS: [&str; 5] = [
@@ -392,8 +393,8 @@ fn istio_mutual_server(http: bool) -> TransportSocket {
         &["istio-peer-exchange", "h2", "http/1.1"]
     };
     downstream_tls(
-        sds::from_istio_agent(sds::WORKLOAD_CERTIFICATE),
-        Some(sds::from_istio_agent(sds::ROOT_CA)),
+        sds::from_istio_agent(secrets::WORKLOAD_CERTIFICATE),
+        Some(sds::from_istio_agent(secrets::ROOT_CA)),
         true,
         alpn.iter().map(|s| s.to_string()).collect(),
     )

@@ -25,9 +25,9 @@ use pasa_proto::istio::virtual_service::TcpRoute;
 
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
-use super::super::registry::{Config, Resolution, Service, ServicePort};
 use super::super::{Built, View, names};
 use super::{PLAINTEXT_HTTP_ALPNS, Prefix, catch_all_tcp, parse_cidr};
+use crate::model::registry::{Config, Resolution, Service, ServicePort};
 use pasa_proto::istio::virtual_service::VirtualService;
 
 /// How a listener treats the traffic of a port.
@@ -600,7 +600,7 @@ impl Builder<'_, '_> {
         let (gateways, source_labels, match_port, source_namespace) = m.conditions();
         let proxy = self.view.proxy;
         (gateways.is_empty() || gateways.iter().any(|g| g == "mesh"))
-            && super::super::registry::selects(source_labels, &proxy.labels)
+            && crate::model::registry::selects(source_labels, &proxy.labels)
             && (match_port == 0 || match_port == port)
             && (source_namespace.is_empty() || source_namespace == proxy.namespace)
     }

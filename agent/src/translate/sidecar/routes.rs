@@ -23,9 +23,9 @@ use pasa_proto::istio::virtual_service::VirtualService;
 use prost::Message;
 use rustc_hash::FxHashSet;
 
-use super::super::registry::{Config, Resolution, Service};
 use super::super::{Shapes, View, follow_service, names, route, virtual_service_inputs};
 use super::catch_all;
+use crate::model::registry::{Config, Resolution, Service};
 use crate::resource::Resource;
 
 /// What a sidecar's route configurations reuse from one build to the next: the routes of each

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use envoy_types::pb::envoy::config::core::v3::address;
 use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_endpoint};
 use envoy_types::pb::google::protobuf::value::Kind;
+use pasa_agent::resource::Resources;
 use pasa_agent::simulate::{Outcome, route_table};
-use pasa_agent::translate::Resources;
 
 use super::{ClusterCheck, Expect};
 

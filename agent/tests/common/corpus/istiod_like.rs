@@ -21,7 +21,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProx
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_proxy::ClusterSpecifier;
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
-use pasa_agent::translate::Resources;
+use pasa_agent::resource::Resources;
 
 fn wildcard(port: u32) -> Option<Address> {
     Some(Address {

@@ -1,48 +1,24 @@
-//! Scope: what a proxy sees of the mesh, and the store subscription that fetches exactly that.
+//! SidecarScope: what a proxy sees of the mesh, as istiod decides it.
 //!
-//! As in istiod, a sidecar's view is decided by the Sidecar resource that applies to it (one in
-//! its namespace selecting its labels, else one in its namespace without a selector, else the
-//! root namespace's) and by `exportTo`: a service, VirtualService or DestinationRule is visible
-//! when it is exported to the proxy's namespace and, for services and VirtualServices, named by an
+//! A sidecar's view is decided by the Sidecar resource that applies to it (one in its namespace
+//! selecting its labels, else one in its namespace without a selector, else the root
+//! namespace's) and by `exportTo`: a service, VirtualService or DestinationRule is visible when
+//! it is exported to the proxy's namespace and, for services and VirtualServices, named by an
 //! egress host `namespace/host` of that Sidecar. Without a Sidecar the egress hosts are `*/*`:
 //! everything exported to the namespace.
-//!
-//! The subscription is derived from the same view, iteratively: Sidecars of the proxy's and the
-//! root namespace first; then the egress hosts; then the destinations the visible VirtualServices
-//! route to, so their clusters can be built. A router (gateway) instead follows every Gateway,
-//! its own services, the VirtualServices bound to the Gateways that apply to it, and their
-//! destinations. Each store
-//! change that alters the view alters the subscription, and the store then adds or removes what
-//! entered or left it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use pasa_proto::host;
 use pasa_proto::istio::destination_rule::DestinationRule;
 use pasa_proto::istio::sidecar::{OutboundTrafficPolicyMode, Sidecar};
 use pasa_proto::istio::virtual_service::VirtualService;
-use pasa_proto::store::v1::{Rule, Subscription};
+use pasa_proto::visibility::exported_to;
 
-use crate::cache::Cache;
+use super::proxy::Proxy;
+use super::registry::{Config, Registry, Service, selects};
 use crate::mesh::OutboundPolicy;
-use crate::translate::Proxy;
-use crate::translate::registry::{Config, Registry, Service, selects};
-use pasa_proto::node::ProxyType;
-
-/// `exportTo` of a resource in `resource_ns`: whether `viewer_ns` sees it. Empty means the mesh
-/// default, everywhere.
-pub fn exported_to(export_to: &[String], resource_ns: &str, viewer_ns: &str) -> bool {
-    if export_to.is_empty() {
-        return true;
-    }
-    export_to.iter().any(|e| match e.as_str() {
-        "*" => true,
-        "." => resource_ns == viewer_ns,
-        "~" => false,
-        ns => ns == viewer_ns,
-    })
-}
 
 /// One egress host of a Sidecar: `namespace/host`, the namespace `*` for any.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -309,218 +285,3 @@ impl DestinationRules {
             .map(|(_, dr)| Arc::clone(dr))
     }
 }
-
-/// The store subscription `proxy` needs, given what it has seen so far (see the module doc).
-pub fn subscription(proxy: &Proxy, cache: &Cache) -> Subscription {
-    let mut registry = Registry::default();
-    registry.update(cache, &proxy.mesh.domain_suffix);
-    subscription_of(proxy, &registry)
-}
-
-/// [`subscription`] from an already parsed registry.
-pub fn subscription_of(proxy: &Proxy, registry: &Registry) -> Subscription {
-    let scope = SidecarScope::of(proxy, registry);
-    if proxy.kind == ProxyType::Router || scope.sees_everything() {
-        return subscription_in(proxy, registry, &scope, &[], std::iter::empty());
-    }
-    let services = scope.services(registry);
-    subscription_in(
-        proxy,
-        registry,
-        &scope,
-        &scope.virtual_services(registry),
-        services.iter(),
-    )
-}
-
-/// [`subscription_of`] from what translation already worked out of the proxy's view: its scope,
-/// and the VirtualServices and services that scope makes visible.
-pub fn subscription_in<'a>(
-    proxy: &Proxy,
-    registry: &Registry,
-    scope: &SidecarScope,
-    virtual_services: &[Arc<Config<VirtualService>>],
-    services: impl Iterator<Item = &'a Arc<Service>>,
-) -> Subscription {
-    if proxy.kind == ProxyType::Router {
-        return router_subscription(proxy, registry);
-    }
-    let mut rules = vec![Rule {
-        kinds: vec!["Sidecar".into()],
-        namespaces: dedup(vec![
-            proxy.config_namespace.clone(),
-            proxy.mesh.root_namespace.clone(),
-        ]),
-        ..Default::default()
-    }];
-    if scope.sees_everything() {
-        // Istio's default: everything exported to the namespace (filtered here, not in the store).
-        rules.push(Rule::default());
-        return Subscription { rules };
-    }
-    // The proxy's own services, endpoints and workload entries (inbound side).
-    rules.push(Rule {
-        kinds: vec![
-            "ServiceEndpoints".into(),
-            "ServiceEntry".into(),
-            "WorkloadEntry".into(),
-        ],
-        namespaces: vec![proxy.namespace.clone()],
-        ..Default::default()
-    });
-    let service_kinds = || {
-        vec![
-            "ServiceEndpoints".to_string(),
-            "ServiceEntry".to_string(),
-            "VirtualService".to_string(),
-        ]
-    };
-    for egress in &scope.egress {
-        rules.push(Rule {
-            kinds: service_kinds(),
-            namespaces: if egress.namespace == "*" {
-                Vec::new()
-            } else {
-                vec![egress.namespace.clone()]
-            },
-            hosts: vec![egress.host.clone()],
-            ..Default::default()
-        });
-    }
-    // DestinationRules apply by host from any namespace (proxy's, service's, root).
-    let mut dr_hosts: BTreeSet<String> = scope.egress.iter().map(|e| e.host.clone()).collect();
-    // Destinations of visible VirtualServices, so their clusters can be built.
-    let mut destinations = BTreeSet::new();
-    for vs in virtual_services {
-        add_destinations(proxy, vs, &mut destinations);
-    }
-    if !destinations.is_empty() {
-        rules.push(Rule {
-            kinds: vec!["ServiceEndpoints".into(), "ServiceEntry".into()],
-            hosts: destinations.iter().cloned().collect(),
-            ..Default::default()
-        });
-        dr_hosts.extend(destinations);
-    }
-    rules.push(Rule {
-        kinds: vec!["DestinationRule".into()],
-        hosts: dr_hosts.into_iter().collect(),
-        ..Default::default()
-    });
-    // Endpoints of visible ServiceEntries that select WorkloadEntries.
-    let selector_namespaces: BTreeSet<String> = services
-        .filter(|s| !s.kubernetes)
-        .map(|s| s.namespace.clone())
-        .filter(|ns| ns != &proxy.namespace)
-        .collect();
-    if !selector_namespaces.is_empty() {
-        rules.push(Rule {
-            kinds: vec!["WorkloadEntry".into()],
-            namespaces: selector_namespaces.into_iter().collect(),
-            ..Default::default()
-        });
-    }
-    Subscription { rules }
-}
-
-/// A router's scope, derived as istiod scopes a gateway: every Gateway (few, and selector matching
-/// is not a store dimension); the router's own services, which decide the ports it listens on and
-/// which service-bound Gateways apply (those of its namespace, and the services Gateways name in
-/// `internal.istio.io/gateway-service` in theirs); the VirtualServices bound to the Gateways that
-/// apply to it, and the services and DestinationRules of their destinations; and, when a server
-/// passes TLS through by SNI-DNAT (`AUTO_PASSTHROUGH`), the services and DestinationRules of the
-/// hosts it serves.
-fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
-    use crate::translate::gateway::merge;
-    use pasa_proto::istio::gateway::TlsMode;
-
-    let own_kinds = || vec!["ServiceEndpoints".to_string(), "ServiceEntry".to_string()];
-    let mut rules = vec![
-        Rule {
-            kinds: vec!["Gateway".into()],
-            ..Default::default()
-        },
-        Rule {
-            kinds: [own_kinds(), vec!["WorkloadEntry".to_string()]].concat(),
-            namespaces: vec![proxy.namespace.clone()],
-            ..Default::default()
-        },
-    ];
-    for g in registry.gateways() {
-        if let Some(list) = g.meta.annotations.get(merge::GATEWAY_SERVICE_ANNOTATION) {
-            rules.push(Rule {
-                kinds: own_kinds(),
-                namespaces: vec![g.meta.namespace.clone()],
-                hosts: dedup(list.split(',').map(|h| h.trim().to_string()).collect()),
-                ..Default::default()
-            });
-        }
-    }
-    let applying = merge::applying(proxy, registry);
-    let selected: BTreeSet<String> = applying.iter().map(merge::Applied::name).collect();
-    if selected.is_empty() {
-        return Subscription { rules };
-    }
-    rules.push(Rule {
-        kinds: vec!["VirtualService".into()],
-        gateways: selected.iter().cloned().collect(),
-        ..Default::default()
-    });
-    let mut destinations = BTreeSet::new();
-    for vs in registry.virtual_services() {
-        let ns = &vs.meta.namespace;
-        let bound = vs
-            .spec
-            .gateways
-            .iter()
-            .any(|g| selected.contains(&pasa_proto::gateway::resolve_gateway_name(g, ns)));
-        if bound {
-            add_destinations(proxy, vs, &mut destinations);
-        }
-    }
-    // SNI-DNAT reaches every service a server host covers.
-    for applied in &applying {
-        for server in &applied.gateway.spec.servers {
-            if server
-                .tls
-                .as_ref()
-                .is_some_and(|t| t.mode == TlsMode::AutoPassthrough)
-            {
-                destinations.extend(
-                    server
-                        .hosts
-                        .iter()
-                        .map(|h| h.split_once('/').map_or(h.as_str(), |(_, h)| h).to_string()),
-                );
-            }
-        }
-    }
-    if !destinations.is_empty() {
-        let hosts: Vec<String> = destinations.into_iter().collect();
-        rules.push(Rule {
-            kinds: [own_kinds(), vec!["DestinationRule".to_string()]].concat(),
-            hosts,
-            ..Default::default()
-        });
-    }
-    Subscription { rules }
-}
-
-/// The hosts a VirtualService sends traffic to (routes, mirrors, TCP and TLS routes), resolved.
-fn add_destinations(proxy: &Proxy, vs: &Config<VirtualService>, out: &mut BTreeSet<String>) {
-    let ns = &vs.meta.namespace;
-    out.extend(
-        vs.spec
-            .destination_hosts()
-            .map(|h| proxy.resolve_host(h, ns)),
-    );
-}
-
-fn dedup(mut v: Vec<String>) -> Vec<String> {
-    v.sort();
-    v.dedup();
-    v
-}
-
-#[cfg(test)]
-mod tests;

@@ -1,0 +1,116 @@
+//! The proxy config is generated for, and which generator its clients ask for.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use pasa_proto::node::ProxyType;
+
+use crate::identity::{Identity, Locality};
+use crate::mesh::MeshSettings;
+
+/// The proxy resources are generated for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proxy {
+    pub kind: ProxyType,
+    /// The workload's addresses (the node ID's IP first).
+    pub ips: Vec<IpAddr>,
+    /// The namespace the pod runs in.
+    pub namespace: String,
+    /// The namespace that decides config visibility (`exportTo`, Sidecar lookup); the pod's
+    /// namespace for sidecars.
+    pub config_namespace: String,
+    pub labels: BTreeMap<String, String>,
+    /// The proxy's DNS domain (`<namespace>.svc.cluster.local`), for short names in virtual host
+    /// domains.
+    pub dns_domain: String,
+    pub cluster_id: String,
+    pub network: String,
+    pub locality: Locality,
+    pub mesh: MeshSettings,
+    pub flags: Flags,
+    /// The proxy answers its application's DNS queries (`ISTIO_META_DNS_CAPTURE`).
+    pub dns_capture: bool,
+    /// ... and wants addresses allocated for ServiceEntry hosts without one
+    /// (`ISTIO_META_DNS_AUTO_ALLOCATE`).
+    pub dns_auto_allocate: bool,
+}
+
+/// Control-plane feature flags that change what is generated; istiod's defaults by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flags {
+    /// Terminate the TLS a Sidecar ingress listener declares (`ENABLE_TLS_ON_SIDECAR_INGRESS`);
+    /// off, its `tls` is ignored.
+    pub tls_on_sidecar_ingress: bool,
+    /// ServiceEntry addresses come from the allocation controller (`ENABLE_IP_AUTOALLOCATE`);
+    /// off, the older allocator derives them from host names (see
+    /// [`super::registry::legacy_auto_addresses`]).
+    pub ip_autoallocate: bool,
+}
+
+impl Default for Flags {
+    fn default() -> Self {
+        Flags {
+            tls_on_sidecar_ingress: false,
+            ip_autoallocate: true,
+        }
+    }
+}
+
+impl Proxy {
+    /// The proxy an agent started with `identity` serves.
+    pub fn from_identity(identity: &Identity, mesh: MeshSettings) -> Proxy {
+        Proxy {
+            kind: identity.node.proxy_type,
+            ips: vec![identity.node.ip],
+            namespace: identity.namespace.clone(),
+            config_namespace: identity.namespace.clone(),
+            labels: identity.labels.clone(),
+            dns_domain: format!("{}.svc.{}", identity.namespace, mesh.domain_suffix),
+            cluster_id: identity.cluster_id.clone(),
+            network: identity.network.clone(),
+            locality: identity.locality.clone(),
+            mesh,
+            flags: Flags::default(),
+            dns_capture: false,
+            dns_auto_allocate: false,
+        }
+    }
+}
+
+impl Proxy {
+    /// A host as written in an Istio resource of `namespace`, resolved as istiod resolves it.
+    pub fn resolve_host(&self, host: &str, namespace: &str) -> String {
+        pasa_proto::host::resolve_short_name(host, namespace, &self.mesh.config_domain_suffix)
+    }
+}
+
+/// Which resources a client gets, chosen per ADS connection from the client's node metadata, as
+/// istiod chooses: `GENERATOR: grpc` gets proxyless gRPC resources, anything else Envoy's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Generator {
+    /// Envoy sidecar or router: real listeners, filter chains, RDS by port.
+    #[default]
+    Envoy,
+    /// A proxyless gRPC client: API listeners named `host:port`.
+    Grpc,
+}
+
+impl Generator {
+    /// The generator a client asks for in its node metadata.
+    pub fn of_node(node: &Node) -> Generator {
+        use envoy_types::pb::google::protobuf::value::Kind;
+        let asked = node
+            .metadata
+            .as_ref()
+            .and_then(|m| m.fields.get("GENERATOR"))
+            .and_then(|v| match &v.kind {
+                Some(Kind::StringValue(s)) => Some(s.as_str()),
+                _ => None,
+            });
+        match asked {
+            Some("grpc") => Generator::Grpc,
+            _ => Generator::Envoy,
+        }
+    }
+}
