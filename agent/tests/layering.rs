@@ -1,0 +1,113 @@
+//! The agent's modules depend on each other one way: each top-level module names (`crate::…`)
+//! only modules of earlier layers below (see `docs/architecture.md`). A new dependency that
+//! points up, or a new module not placed in a layer, fails here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Layers, lowest first; a module may use modules of its own layer only when listed before it
+/// in the same layer.
+const LAYERS: &[&[&str]] = &[
+    &["resource", "mesh", "identity", "cache"],
+    &["model"],
+    &["subscription", "translate", "simulate"],
+    &["metrics"],
+    &["ads", "follow", "bootstrap"],
+    &["credentials", "report", "envoy"],
+    &["admin"],
+    &["run"],
+];
+
+/// Modules that only tests use.
+const TEST_ONLY: &[&str] = &["testing"];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry.expect("directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a source file belongs to (`translate/route.rs` → `translate`).
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?;
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    let name = first.strip_suffix(".rs").unwrap_or(first);
+    (name != "lib" && name != "main").then(|| name.to_string())
+}
+
+/// The source without its test modules and comments: what the library itself depends on.
+fn library_code(text: &str) -> String {
+    let code = text.split("#[cfg(test)]").next().unwrap_or("");
+    code.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_agents_modules_depend_on_each_other_one_way() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut order = BTreeMap::new();
+    for (layer, modules) in LAYERS.iter().enumerate() {
+        for (at, m) in modules.iter().enumerate() {
+            order.insert(m.to_string(), (layer, at));
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut violations = Vec::new();
+    let mut edges = 0;
+    for file in &files {
+        let Some(module) = module_of(&src, file) else {
+            continue;
+        };
+        let shown = file.strip_prefix(&src).unwrap_or(file).display();
+        if TEST_ONLY.contains(&module.as_str()) || file.ends_with("tests.rs") {
+            continue;
+        }
+        let Some(&mine) = order.get(&module) else {
+            violations.push(format!("{shown}: module {module} is in no layer"));
+            continue;
+        };
+        let text = std::fs::read_to_string(file).expect("source file");
+        let code = library_code(&text);
+        for (at, _) in code.match_indices("crate::") {
+            let rest = &code[at + "crate::".len()..];
+            let used: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if used == module || used.is_empty() || TEST_ONLY.contains(&used.as_str()) {
+                continue;
+            }
+            edges += 1;
+            let Some(&theirs) = order.get(&used) else {
+                violations.push(format!("{shown}: uses crate::{used}, in no layer"));
+                continue;
+            };
+            if theirs >= mine {
+                violations.push(format!(
+                    "{shown}: {module} uses crate::{used}, which is not below it"
+                ));
+            }
+        }
+    }
+    violations.sort();
+    violations.dedup();
+    println!(
+        "{} source files, {edges} uses of other modules, {} against the layers",
+        files.len(),
+        violations.len()
+    );
+    assert!(
+        edges > 50,
+        "the scan found almost no dependencies: is it reading the sources?"
+    );
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
