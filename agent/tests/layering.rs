@@ -18,8 +18,102 @@ const LAYERS: &[&[&str]] = &[
     &["run"],
 ];
 
+/// The same inside `translate`: its builders, lowest first (the parent module, the translator,
+/// stands on all of them and they read its `View`).
+const TRANSLATE_LAYERS: &[&[&str]] = &[
+    &["builders", "metadata", "names", "sds"],
+    &["endpoint", "route"],
+    &["filters", "hash"],
+    &["grpc"],
+    &["cluster"],
+    &["hash"],
+    &["sidecar", "gateway"],
+];
+
 /// Modules that only tests use.
 const TEST_ONLY: &[&str] = &["testing"];
+
+/// The modules `code` names relative to its parent (`super::x`, `super::{x, y}`), and, from a
+/// module's own submodules, relative to the grandparent (`super::super::x`).
+fn sibling_uses(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    for (at, _) in code.match_indices("super::") {
+        let mut rest = &code[at + "super::".len()..];
+        while let Some(r) = rest.strip_prefix("super::") {
+            rest = r;
+        }
+        if let Some(list) = rest.strip_prefix('{') {
+            let list = &list[..list.find('}').unwrap_or(list.len())];
+            out.extend(list.split(',').map(|item| ident(item.trim())));
+        } else {
+            out.push(ident(rest));
+        }
+    }
+    out.retain(|m| m.chars().next().is_some_and(|c| c.is_ascii_lowercase()));
+    out
+}
+
+#[test]
+fn translations_builders_depend_on_each_other_one_way() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/translate");
+    let mut order = BTreeMap::new();
+    for (layer, modules) in TRANSLATE_LAYERS.iter().enumerate() {
+        for m in *modules {
+            order.insert(m.to_string(), layer);
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    let mut violations = Vec::new();
+    let mut edges = 0;
+    for file in &files {
+        let Some(module) = module_of(&dir, file) else {
+            continue;
+        };
+        let shown = file.strip_prefix(&dir).unwrap_or(file).display();
+        if file.ends_with("tests.rs") || module.ends_with("_tests") || module == "envoy_rules" {
+            continue;
+        }
+        let Some(&mine) = order.get(&module) else {
+            violations.push(format!("translate/{shown}: module {module} is in no layer"));
+            continue;
+        };
+        let code = library_code(&std::fs::read_to_string(file).expect("source file"));
+        for used in sibling_uses(&code) {
+            // Names of the parent module's own items (`View`, helpers) and of this module's
+            // own submodules are not sibling modules.
+            let Some(&theirs) = order.get(&used) else {
+                continue;
+            };
+            if used == module {
+                continue;
+            }
+            edges += 1;
+            if theirs >= mine {
+                violations.push(format!(
+                    "translate/{shown}: {module} uses {used}, which is not below it"
+                ));
+            }
+        }
+    }
+    violations.sort();
+    violations.dedup();
+    println!(
+        "{} files, {edges} uses of sibling builders, {} against the layers",
+        files.len(),
+        violations.len()
+    );
+    assert!(
+        edges > 20,
+        "the scan found almost no dependencies: is it reading the sources?"
+    );
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));

@@ -10,8 +10,7 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
 };
 use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, Cluster, OutlierDetection};
 use envoy_types::pb::envoy::config::core::v3::{
-    AggregatedConfigSource, ApiVersion, BindConfig, ConfigSource, HttpProtocolOptions,
-    SocketAddress, TransportSocket, config_source::ConfigSourceSpecifier, socket_address,
+    BindConfig, HttpProtocolOptions, SocketAddress, TransportSocket, socket_address,
     transport_socket::ConfigType,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
@@ -32,6 +31,7 @@ use pasa_proto::istio::common::Protocol;
 
 use pasa_proto::node::ProxyType;
 
+use super::builders::{ads, duration};
 use super::endpoint;
 use super::metadata;
 use super::{Generator, names, sds};
@@ -429,19 +429,6 @@ fn istio_mutual_common(sans: &[String]) -> CommonTlsContext {
     }
 }
 
-/// ADS as the config source of EDS clusters and RDS route configurations.
-pub(super) fn ads() -> ConfigSource {
-    ConfigSource {
-        config_source_specifier: Some(ConfigSourceSpecifier::Ads(AggregatedConfigSource {})),
-        resource_api_version: ApiVersion::V3 as i32,
-        initial_fetch_timeout: Some(Duration {
-            seconds: 0,
-            nanos: 0,
-        }),
-        ..Default::default()
-    }
-}
-
 fn apply_load_balancer(
     cluster: &mut Cluster,
     lb: Option<&LoadBalancerSettings>,
@@ -595,13 +582,6 @@ fn upstream_http_options(
             },
         )),
         ..Default::default()
-    }
-}
-
-pub(super) fn duration(d: &pasa_proto::istio::common::Duration) -> Duration {
-    Duration {
-        seconds: d.seconds,
-        nanos: d.nanos,
     }
 }
 

@@ -24,7 +24,7 @@ use envoy_types::util::pack_any;
 use pasa_proto::istio::virtual_service::RouteDestination;
 
 use super::View;
-use super::cluster::ads;
+use super::builders::ads;
 use super::route::Destinations;
 use super::route::{CORS_FILTER, FAULT_FILTER};
 use crate::model::registry::Meta;

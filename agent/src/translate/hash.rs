@@ -10,7 +10,8 @@ use std::hash::{Hash, Hasher};
 
 use pasa_proto::istio::destination_rule::{DestinationRule, HashKey, TrafficPolicy};
 
-use super::cluster::{Policy, duration};
+use super::builders::duration;
+use super::cluster::Policy;
 
 /// The route hash policy for a destination governed by `policy`, if it hashes consistently.
 pub(super) fn route_hash_policy(policy: &Policy) -> Option<HashPolicy> {

@@ -37,7 +37,7 @@ use pasa_proto::istio::virtual_service::{
     Destination, MatchType, Percent, StringMatch, VirtualService,
 };
 
-use super::cluster::duration;
+use super::builders::duration;
 use super::{metadata, names};
 use crate::model::registry::{Config, Service};
 
