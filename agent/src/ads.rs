@@ -37,6 +37,7 @@ mod server;
 mod snapshot;
 mod sotw;
 mod status;
+mod stream;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

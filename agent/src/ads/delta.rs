@@ -12,9 +12,9 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
-use super::server::{Closed, Connection, StreamHandler, drive};
 use super::snapshot::{Resource, Snapshot};
 use super::status::Nack;
+use super::stream::{Closed, Connection, StreamHandler, drive};
 use super::{Subscription, TYPE_COUNT, TypeKind, deliver, digest};
 
 type Out = mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>;

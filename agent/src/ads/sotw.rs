@@ -10,9 +10,9 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
-use super::server::{Closed, Connection, StreamHandler, drive};
 use super::snapshot::{ResourceMap, Snapshot};
 use super::status::Nack;
+use super::stream::{Closed, Connection, StreamHandler, drive};
 use super::{Subscription, TYPE_COUNT, TypeKind, deliver, digest_resources};
 
 type Out = mpsc::Sender<Result<DiscoveryResponse, Status>>;

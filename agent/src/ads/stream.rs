@@ -1,0 +1,192 @@
+//! One ADS stream, SotW or Delta: the loop both run ([`drive`]) over what they do differently
+//! ([`StreamHandler`]), and what each connection holds ([`Connection`]).
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use tokio::sync::{mpsc, watch};
+use tonic::{Status, Streaming};
+
+use super::snapshot::{Snapshot, Snapshots};
+use super::status::StatusGuard;
+use super::{TypeKind, request_type};
+use crate::metrics::Metrics;
+use crate::model::proxy::Generator;
+
+/// The client went away (or the stream must end); stop the connection.
+pub(super) struct Closed;
+
+/// What SotW and Delta do differently; [`drive`] is the loop they share.
+pub(super) trait StreamHandler: Send {
+    type Request: prost::Message + Default + Send + 'static;
+    /// For logs: `SotW` or `Delta`.
+    const NAME: &'static str;
+    /// The node a request names (clients send it on the first request only).
+    fn node(request: &Self::Request) -> Option<&Node>;
+    /// The connection this handler serves.
+    fn connection(&mut self) -> &mut Connection;
+    /// Answers one request of the client.
+    fn on_request(
+        &mut self,
+        request: Self::Request,
+        snapshot: &Snapshot,
+    ) -> impl Future<Output = Result<(), Closed>> + Send;
+    /// Pushes what a new snapshot changed.
+    fn on_snapshot(
+        &mut self,
+        snapshot: &Snapshot,
+    ) -> impl Future<Output = Result<(), Closed>> + Send;
+}
+
+/// One stream's loop: learn the client's generator from its first request, wait for that
+/// generator's snapshot, then answer requests and push new snapshots, until shutdown or until the
+/// client goes. When the publisher is gone, the last snapshot keeps being served.
+pub(super) async fn drive<H: StreamHandler>(mut handler: H, mut requests: Streaming<H::Request>) {
+    let mut closing = handler.connection().closing.clone();
+    let mut snapshots = handler.connection().snapshots.clone();
+    // Set by the first request.
+    let mut serving: Option<(Generator, Arc<Snapshot>)> = None;
+    let mut watching = true;
+    tracing::debug!(protocol = H::NAME, "stream opened");
+    loop {
+        tokio::select! {
+            () = Connection::closed(&mut closing) => break,
+            request = requests.message() => match request {
+                Ok(Some(request)) => {
+                    let snapshot = match &serving {
+                        Some((_, snapshot)) => Arc::clone(snapshot),
+                        None => {
+                            let generator = handler.connection().identify(H::node(&request));
+                            let Some(snapshot) =
+                                first_snapshot(&mut snapshots, generator, &mut closing).await
+                            else {
+                                break;
+                            };
+                            serving = Some((generator, Arc::clone(&snapshot)));
+                            snapshot
+                        }
+                    };
+                    if handler.on_request(request, &snapshot).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::debug!(protocol = H::NAME, %status, "stream failed");
+                    break;
+                }
+            },
+            changed = snapshots.changed(), if watching => {
+                if changed.is_err() {
+                    watching = false;
+                    continue;
+                }
+                let published = Arc::clone(&snapshots.borrow_and_update());
+                let Some((generator, current)) = &mut serving else {
+                    continue;
+                };
+                let Some(next) = published.get(*generator) else {
+                    continue;
+                };
+                if Arc::ptr_eq(next, current) {
+                    continue;
+                }
+                *current = Arc::clone(next);
+                if handler.on_snapshot(next).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::debug!(protocol = H::NAME, "stream closed");
+}
+
+/// Waits until a snapshot for `generator` is published; `None` when the server shuts down (or
+/// the publisher is gone) first.
+async fn first_snapshot(
+    snapshots: &mut watch::Receiver<Arc<Snapshots>>,
+    generator: Generator,
+    closing: &mut watch::Receiver<bool>,
+) -> Option<Arc<Snapshot>> {
+    if let Some(snapshot) = snapshots.borrow_and_update().get(generator) {
+        return Some(Arc::clone(snapshot));
+    }
+    tracing::debug!(
+        generator = generator.name(),
+        "waiting for the first snapshot"
+    );
+    tokio::select! {
+        () = Connection::closed(closing) => None,
+        ready = snapshots.wait_for(|s| s.get(generator).is_some()) => {
+            ready.ok().and_then(|s| s.get(generator).cloned())
+        }
+    }
+}
+
+/// What each connection task needs.
+pub(super) struct Connection {
+    pub(super) snapshots: watch::Receiver<Arc<Snapshots>>,
+    pub(super) status: StatusGuard,
+    pub(super) closing: watch::Receiver<bool>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) wanted: Arc<watch::Sender<BTreeSet<Generator>>>,
+    /// A stream of `SecretDiscoveryService` serves secrets only.
+    pub(super) secrets_only: bool,
+}
+
+impl Connection {
+    /// The first request names the node: it identifies the connection and chooses its
+    /// generator (Envoy's when no node is named). The generator becomes wanted, so the agent
+    /// starts translating for it.
+    fn identify(&mut self, node: Option<&Node>) -> Generator {
+        let generator = node.map_or(Generator::Envoy, Generator::of_node);
+        let node_id = node.map(|n| n.id.as_str()).unwrap_or_default();
+        self.status.identify(node_id, generator);
+        self.wanted
+            .send_if_modified(|wanted| wanted.insert(generator));
+        tracing::info!(node = %node_id, generator = generator.name(), "client connected");
+        generator
+    }
+
+    /// The first step of answering any request, SotW or Delta: the type must be one this server
+    /// serves; otherwise the stream ends with the reason.
+    pub(super) async fn admit<T>(
+        &mut self,
+        out: &mpsc::Sender<Result<T, Status>>,
+        type_url: &str,
+    ) -> Result<TypeKind, Closed> {
+        match request_type(type_url) {
+            Ok(kind) if self.secrets_only && kind != TypeKind::Secret => {
+                tracing::warn!(%type_url, "refusing a non-secret type on an SDS stream");
+                let _ = out
+                    .send(Err(Status::invalid_argument(format!(
+                        "this is the SecretDiscoveryService: it serves {} only, not {type_url} \
+                         (ask the AggregatedDiscoveryService on the same socket)",
+                        TypeKind::Secret.type_url()
+                    ))))
+                    .await;
+                Err(Closed)
+            }
+            Ok(kind) => Ok(kind),
+            Err(status) => {
+                tracing::warn!(%type_url, "refusing an unsupported type");
+                let _ = out.send(Err(status)).await;
+                Err(Closed)
+            }
+        }
+    }
+
+    /// Resolves when the server is shutting down.
+    pub(super) async fn closed(closing: &mut watch::Receiver<bool>) {
+        // A dropped sender also means the server is gone.
+        let _ = closing.wait_for(|closing| *closing).await;
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.metrics.connections.dec();
+    }
+}
