@@ -13,6 +13,8 @@
 //! SDS. [`bootstrap`]: Envoy's bootstrap for the pod's proxy; [`envoy`]: Envoy run as the
 //! agent's child. [`run`]: the `pasa-agent` binary's wiring.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod admin;
 pub mod ads;
 pub mod bootstrap;

@@ -70,22 +70,20 @@ pub struct Generated {
 
 impl Generated {
     /// The typed resources, decoded (for tools and tests).
-    pub fn to_resources(&self) -> Resources {
-        fn typed<M: prost::Message + Default>(map: &ResourceMap) -> BTreeMap<String, M> {
+    pub fn to_resources(&self) -> Result<Resources, prost::DecodeError> {
+        fn typed<M: prost::Message + Default>(
+            map: &ResourceMap,
+        ) -> Result<BTreeMap<String, M>, prost::DecodeError> {
             map.iter()
-                .map(|(name, r)| {
-                    let message = M::decode(r.body.value.as_slice())
-                        .expect("the translator decodes what it encoded");
-                    (name.clone(), message)
-                })
+                .map(|(name, r)| Ok((name.clone(), M::decode(r.body.value.as_slice())?)))
                 .collect()
         }
-        Resources {
-            clusters: typed(&self.clusters),
-            endpoints: typed(&self.endpoints),
-            listeners: typed(&self.listeners),
-            routes: typed(&self.routes),
-        }
+        Ok(Resources {
+            clusters: typed(&self.clusters)?,
+            endpoints: typed(&self.endpoints)?,
+            listeners: typed(&self.listeners)?,
+            routes: typed(&self.routes)?,
+        })
     }
 
     /// Packs typed resources.

@@ -417,8 +417,13 @@ impl Translator {
         self.rebuilt
     }
 
-    /// Brings the resources for `generator` up to date with `cache` and returns a copy of them.
-    pub fn update(&mut self, cache: &Cache, generator: Generator) -> Resources {
+    /// Brings the resources for `generator` up to date with `cache` and returns a copy of them,
+    /// decoded (for tools and tests; the agent serves [`Translator::generate`]'s).
+    pub fn update(
+        &mut self,
+        cache: &Cache,
+        generator: Generator,
+    ) -> Result<Resources, prost::DecodeError> {
         self.generate(cache, generator).to_resources()
     }
 

@@ -258,7 +258,9 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
             let revision = resources.iter().map(|r| r.mod_revision).max().unwrap_or(0);
             let cache = Cache::from_resources(resources, revision);
             let judge = judge_for(&proxy, &sidecars, &routers);
-            let generated = Translator::new(proxy).update(&cache, Generator::Envoy);
+            let generated = Translator::new(proxy)
+                .update(&cache, Generator::Envoy)
+                .expect("decodes what it encoded");
             record(
                 tally,
                 &format!("{file} #{i} {:?}", case.name),
@@ -295,7 +297,9 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
             let cache = Cache::from_resources(samples::to_store(&docs), 100);
             for (role, proxy) in &proxies {
                 let judge = judge_for(proxy, &sidecars, &routers);
-                let generated = Translator::new(proxy.clone()).update(&cache, Generator::Envoy);
+                let generated = Translator::new(proxy.clone())
+                    .update(&cache, Generator::Envoy)
+                    .expect("decodes what it encoded");
                 let label = format!(
                     "{} for the {role}",
                     file.strip_prefix(&samples_dir).unwrap_or(&file).display()
@@ -326,7 +330,9 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
         ),
     ] {
         let judge = judge_for(&proxy, &sidecars, &routers);
-        let generated = Translator::new(proxy).update(&cache, Generator::Envoy);
+        let generated = Translator::new(proxy)
+            .update(&cache, Generator::Envoy)
+            .expect("decodes what it encoded");
         assert!(
             !generated.listeners.is_empty(),
             "the example gives the {role} listeners: {:?}",

@@ -79,7 +79,9 @@ fn the_ads_servers_parts_depend_on_each_other_one_way() {
 /// Checks that the submodules of `parent` name (through `super::`) only submodules of lower
 /// layers.
 fn check_submodules(parent: &str, layers: &[&[&str]]) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(parent);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src")
+        .join(parent);
     let mut order = BTreeMap::new();
     for (layer, modules) in layers.iter().enumerate() {
         for m in *modules {
@@ -127,7 +129,10 @@ fn check_submodules(parent: &str, layers: &[&[&str]]) {
         files.len(),
         violations.len()
     );
-    assert!(edges >= layers.len(), "{parent}: the scan found almost no dependencies");
+    assert!(
+        edges >= layers.len(),
+        "{parent}: the scan found almost no dependencies"
+    );
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
 

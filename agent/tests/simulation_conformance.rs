@@ -125,7 +125,9 @@ fn translate(
     let proxy = corpus::proxy(case)?;
     let revision = resources.iter().map(|r| r.mod_revision).max().unwrap_or(0);
     let cache = Cache::from_resources(resources, revision);
-    Ok(Translator::new(proxy).update(&cache, Generator::Envoy))
+    Ok(Translator::new(proxy)
+        .update(&cache, Generator::Envoy)
+        .expect("decodes what it encoded"))
 }
 
 /// Runs every check of a case against the generated resources.

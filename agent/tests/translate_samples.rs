@@ -137,7 +137,9 @@ fn every_sample_translates_cleanly() {
         let cache = Cache::from_resources(resources, 100);
         for generator in [Generator::Envoy, Generator::Grpc] {
             let mut t = Translator::new(proxy(PRODUCTPAGE));
-            let out = t.update(&cache, generator);
+            let out = t
+                .update(&cache, generator)
+                .expect("decodes what it encoded");
             assert!(!out.clusters.is_empty(), "{}: no clusters", file.display());
             check_references(&out, &format!("{} ({generator:?})", file.display()));
         }
@@ -168,7 +170,9 @@ fn bookinfo_reviews_80_20_for_the_productpage_sidecar() {
     ]) else {
         return;
     };
-    let out = Translator::new(proxy(PRODUCTPAGE)).update(&cache, Generator::Envoy);
+    let out = Translator::new(proxy(PRODUCTPAGE))
+        .update(&cache, Generator::Envoy)
+        .expect("decodes what it encoded");
     insta::assert_json_snapshot!("bookinfo_productpage_sidecar", dump(&out));
 }
 
@@ -180,7 +184,9 @@ fn bookinfo_reviews_80_20_for_a_proxyless_grpc_client() {
     ]) else {
         return;
     };
-    let out = Translator::new(proxy(PRODUCTPAGE)).update(&cache, Generator::Grpc);
+    let out = Translator::new(proxy(PRODUCTPAGE))
+        .update(&cache, Generator::Grpc)
+        .expect("decodes what it encoded");
     insta::assert_json_snapshot!("bookinfo_productpage_grpc", dump(&out));
 }
 
@@ -194,7 +200,9 @@ fn bookinfo_fault_injection_and_header_routing() {
     ]) else {
         return;
     };
-    let out = Translator::new(proxy(PRODUCTPAGE)).update(&cache, Generator::Envoy);
+    let out = Translator::new(proxy(PRODUCTPAGE))
+        .update(&cache, Generator::Envoy)
+        .expect("decodes what it encoded");
     insta::assert_json_snapshot!("bookinfo_routes_fault_and_headers", dump(&out)["routes"]);
 }
 
@@ -217,7 +225,9 @@ fn bookinfo_ingress_gateway() {
         INGRESS_GATEWAY,
         "istio=ingressgateway,app=istio-ingressgateway",
     );
-    let out = Translator::new(router).update(&cache, Generator::Envoy);
+    let out = Translator::new(router)
+        .update(&cache, Generator::Envoy)
+        .expect("decodes what it encoded");
     check_references(&out, "bookinfo ingress gateway");
     let listeners: Vec<&String> = out.listeners.keys().collect();
     assert_eq!(

@@ -1,6 +1,8 @@
 //! `pasa-bench`: reproducible PASA scale scenarios. Each mode prints human-readable lines, then
 //! one JSON summary as its last line.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod agent;
 mod fixture;
 mod matching;

@@ -1,6 +1,8 @@
 //! PCP, PASA's control plane: Istio-parity validation, the write path into the store (embedded
 //! or remote), the admission webhook, and `pasactl`.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod admission;
 pub mod analysis;
 pub mod cli;

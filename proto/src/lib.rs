@@ -2,6 +2,8 @@
 //! the Kubernetes-style object envelope, the typed Istio networking models, and Istio's host and
 //! gateway-name semantics.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod client;
 pub mod config_path;
 pub mod duration;

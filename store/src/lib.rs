@@ -1,6 +1,8 @@
 //! UCS, PASA's store: raw Istio resources under a global revision, inverted indexes on kind,
 //! namespace, host and gateway, and selector watches that hear only about what matches.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod access;
 pub mod admin;
 pub mod backend;

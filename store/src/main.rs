@@ -1,5 +1,7 @@
 //! `pasa-store`: the standalone store server.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use clap::Parser;
 use pasa_store::server::ServerArgs;
 

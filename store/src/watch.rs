@@ -21,6 +21,16 @@ use crate::record::{LogRecord, transition};
 use crate::selector::Selector;
 use crate::store::{Store, StoreError};
 
+/// How a registered watch begins: what it selects, its initial state (a snapshot, or the change
+/// log from `from`), the compaction point it was registered at, and who is watching.
+struct WatchStart {
+    selector: Selector,
+    snapshot: Option<Vec<Arc<Resource>>>,
+    from: u64,
+    compact: u64,
+    identity: Option<pasa_proto::store::v1::SubscriberIdentity>,
+}
+
 /// Events per message, and a soft byte budget per message (gRPC's default limit is 4 MiB).
 const MAX_EVENTS_PER_MESSAGE: usize = 500;
 const MAX_BYTES_PER_MESSAGE: usize = 1 << 20;
@@ -262,26 +272,33 @@ impl Store {
         );
         let identity = create.identity;
         let _counted = StreamCount::new(&self.metrics().watch_streams);
-        self.run_watch(
-            handle, selector, snapshot, from, compact, identity, requests, &out,
-        )
-        .instrument(span)
-        .await;
+        let start = WatchStart {
+            selector,
+            snapshot,
+            from,
+            compact,
+            identity,
+        };
+        self.run_watch(handle, start, requests, &out)
+            .instrument(span)
+            .await;
         self.hub().end(key, None);
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn run_watch(
         &self,
         mut handle: WatcherHandle,
-        selector: Selector,
-        snapshot: Option<Vec<Arc<Resource>>>,
-        from: u64,
-        compact: u64,
-        identity: Option<pasa_proto::store::v1::SubscriberIdentity>,
+        start: WatchStart,
         mut requests: impl Stream<Item = Result<WatchRequest, Status>> + Unpin,
         out: &Out,
     ) {
+        let WatchStart {
+            selector,
+            snapshot,
+            from,
+            compact,
+            identity,
+        } = start;
         let head = handle.revision;
         // Initial state: a snapshot at `head`, or the log from `from` to `head`.
         match snapshot {

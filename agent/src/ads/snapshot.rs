@@ -466,6 +466,9 @@ mod tests {
             &generated.clusters["a"]
         ));
         assert_eq!(Resource::pack(&a).version, generated.clusters["a"].version);
-        assert_eq!(first, Snapshot::from_resources(&generated.to_resources()));
+        assert_eq!(
+            first,
+            Snapshot::from_resources(&generated.to_resources().unwrap())
+        );
     }
 }

@@ -44,7 +44,9 @@ fn web(addresses: &[&str]) -> pasa_proto::store::v1::Resource {
 
 fn translate(proxy: Proxy, resources: Vec<pasa_proto::store::v1::Resource>) -> Resources {
     let cache = Cache::from_resources(resources, 10);
-    Translator::new(proxy).update(&cache, Generator::Envoy)
+    Translator::new(proxy)
+        .update(&cache, Generator::Envoy)
+        .expect("decodes what it encoded")
 }
 
 fn http_options(cluster: &Cluster) -> HttpProtocolOptions {
@@ -227,7 +229,9 @@ fn connection_managers_carry_istiods_filters_and_grpc_clients_no_cors() {
         ]
     );
     let cache = Cache::from_resources(vec![web(&["10.96.0.1"])], 10);
-    let grpc = Translator::new(sidecar("10.0.0.9")).update(&cache, Generator::Grpc);
+    let grpc = Translator::new(sidecar("10.0.0.9"))
+        .update(&cache, Generator::Grpc)
+        .expect("decodes what it encoded");
     let listener = &grpc.listeners["web.default.svc.cluster.local:8080"];
     let filters: Vec<String> = super::tests::hcm_of(listener)
         .http_filters

@@ -162,7 +162,9 @@ mod tests {
         let tls_of = |generator| {
             let mut t = Translator::new(crate::testing::sidecar("10.0.0.9"));
             let cache = Cache::from_resources(vec![service.clone(), rule.clone()], 10);
-            let out = t.update(&cache, generator);
+            let out = t
+                .update(&cache, generator)
+                .expect("decodes what it encoded");
             let socket = out.clusters["outbound|9080||reviews.default.svc.cluster.local"]
                 .transport_socket
                 .clone()

@@ -246,12 +246,16 @@ fn incremental_translation_equals_translation_from_scratch() {
             }
         }
         for ((name, proxy, generator), t) in proxies.iter().zip(&mut translators) {
-            let incremental = t.update(&cache, *generator);
+            let incremental = t
+                .update(&cache, *generator)
+                .expect("decodes what it encoded");
             let rebuilt = t.rebuilt();
             if !rebuilt.listeners {
                 reused += 1;
             }
-            let scratch = Translator::new(proxy.clone()).update(&cache, *generator);
+            let scratch = Translator::new(proxy.clone())
+                .update(&cache, *generator)
+                .expect("decodes what it encoded");
             let differences = [
                 (
                     "clusters",

@@ -130,10 +130,12 @@ fn vhost<'a>(
 #[test]
 fn sidecar_gets_istiod_names_subsets_and_weighted_routes() {
     let mut t = Translator::new(proxy("10.0.0.9"));
-    let out = t.update(
-        &cache(vec![reviews_service(), reviews_rule(2), reviews_split()]),
-        Generator::Envoy,
-    );
+    let out = t
+        .update(
+            &cache(vec![reviews_service(), reviews_rule(2), reviews_split()]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     let names: Vec<&str> = out.clusters.keys().map(String::as_str).collect();
     for expected in [
         "BlackHoleCluster",
@@ -244,7 +246,9 @@ fn sidecar_gets_istiod_names_subsets_and_weighted_routes() {
 #[test]
 fn service_without_virtual_service_gets_the_default_route() {
     let mut t = Translator::new(proxy("10.0.0.9"));
-    let out = t.update(&cache(vec![reviews_service()]), Generator::Envoy);
+    let out = t
+        .update(&cache(vec![reviews_service()]), Generator::Envoy)
+        .expect("decodes what it encoded");
     let vh = vhost(&out.routes["9080"], &format!("{REVIEWS}:9080"));
     assert_eq!(vh.routes.len(), 1);
     assert_eq!(vh.routes[0].name, "default");
@@ -259,10 +263,12 @@ fn service_without_virtual_service_gets_the_default_route() {
 #[test]
 fn grpc_clients_get_api_listeners_named_host_port() {
     let mut t = Translator::new(proxy("10.0.0.9"));
-    let out = t.update(
-        &cache(vec![reviews_service(), reviews_rule(2), reviews_split()]),
-        Generator::Grpc,
-    );
+    let out = t
+        .update(
+            &cache(vec![reviews_service(), reviews_rule(2), reviews_split()]),
+            Generator::Grpc,
+        )
+        .expect("decodes what it encoded");
     let name = format!("{REVIEWS}:9080");
     let listener = &out.listeners[&name];
     assert!(listener.address.is_none());
@@ -306,20 +312,24 @@ fn a_destination_rule_change_rebuilds_only_its_host() {
         4,
     );
     let mut t = Translator::new(proxy("10.0.0.9"));
-    let before = t.update(
-        &cache(vec![reviews_service(), reviews_rule(2), ratings.clone()]),
-        Generator::Envoy,
-    );
+    let before = t
+        .update(
+            &cache(vec![reviews_service(), reviews_rule(2), ratings.clone()]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     assert_eq!(t.rebuilt().services, 2);
     let mut rule = reviews_rule(7);
     rule.spec_json =
         json!({"host": "reviews", "trafficPolicy": {"loadBalancer": {"simple": "ROUND_ROBIN"}},
         "subsets": [{"name": "v1", "labels": {"version": "v1"}}]})
         .to_string();
-    let after = t.update(
-        &cache(vec![reviews_service(), rule, ratings]),
-        Generator::Envoy,
-    );
+    let after = t
+        .update(
+            &cache(vec![reviews_service(), rule, ratings]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     assert_eq!(t.rebuilt().services, 1);
     assert_eq!(before.routes, after.routes);
     assert!(
@@ -350,25 +360,29 @@ fn an_endpoint_change_rebuilds_its_service_and_not_the_listeners() {
     };
     let mut t = Translator::new(proxy("10.0.0.9"));
     let split = reviews_split();
-    let before = t.update(
-        &cache(vec![
-            endpoints(1, "10.0.0.2"),
-            reviews_rule(2),
-            split.clone(),
-        ]),
-        Generator::Envoy,
-    );
+    let before = t
+        .update(
+            &cache(vec![
+                endpoints(1, "10.0.0.2"),
+                reviews_rule(2),
+                split.clone(),
+            ]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     assert!(t.rebuilt().listeners);
 
     // Another pod of the service: its clusters and load assignments, nothing else.
-    let after = t.update(
-        &cache(vec![
-            endpoints(5, "10.0.0.7"),
-            reviews_rule(2),
-            split.clone(),
-        ]),
-        Generator::Envoy,
-    );
+    let after = t
+        .update(
+            &cache(vec![
+                endpoints(5, "10.0.0.7"),
+                reviews_rule(2),
+                split.clone(),
+            ]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     let rebuilt = t.rebuilt();
     assert_eq!(rebuilt.services, 1);
     assert!(!rebuilt.listeners, "listeners kept");
@@ -393,10 +407,12 @@ fn an_endpoint_change_rebuilds_its_service_and_not_the_listeners() {
     assert_ne!(before.endpoints, after.endpoints);
 
     // The proxy's own address joins the service: its inbound listener changes.
-    let own = t.update(
-        &cache(vec![endpoints(6, "10.0.0.9"), reviews_rule(2), split]),
-        Generator::Envoy,
-    );
+    let own = t
+        .update(
+            &cache(vec![endpoints(6, "10.0.0.9"), reviews_rule(2), split]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     assert!(
         t.rebuilt().listeners,
         "the inbound side follows the proxy's own endpoints"
@@ -419,7 +435,9 @@ fn tcp_services_get_a_listener_on_their_virtual_ip() {
         1,
     );
     let mut t = Translator::new(proxy("10.0.0.9"));
-    let out = t.update(&cache(vec![db]), Generator::Envoy);
+    let out = t
+        .update(&cache(vec![db]), Generator::Envoy)
+        .expect("decodes what it encoded");
     let l = &out.listeners["192.168.7.7_5432"];
     let f = &l.filter_chains[0].filters[0];
     let Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) =
@@ -439,7 +457,9 @@ fn tcp_services_get_a_listener_on_their_virtual_ip() {
 #[test]
 fn workload_of_a_service_gets_inbound_clusters_and_chains() {
     let mut t = Translator::new(proxy("10.0.0.2"));
-    let out = t.update(&cache(vec![reviews_service()]), Generator::Envoy);
+    let out = t
+        .update(&cache(vec![reviews_service()]), Generator::Envoy)
+        .expect("decodes what it encoded");
     assert!(out.clusters.contains_key("inbound|9080||"));
     let inbound = &out.listeners["virtualInbound"];
     assert!(
@@ -449,7 +469,9 @@ fn workload_of_a_service_gets_inbound_clusters_and_chains() {
             .any(|c| c.name == "0.0.0.0_9080")
     );
     let mut other = Translator::new(proxy("10.0.0.9"));
-    let out = other.update(&cache(vec![reviews_service()]), Generator::Envoy);
+    let out = other
+        .update(&cache(vec![reviews_service()]), Generator::Envoy)
+        .expect("decodes what it encoded");
     assert!(!out.clusters.contains_key("inbound|9080||"));
 }
 
@@ -471,10 +493,12 @@ fn sidecar_egress_and_export_to_narrow_what_is_seen() {
         3,
     );
     let mut t = Translator::new(proxy("10.0.0.9"));
-    let out = t.update(
-        &cache(vec![reviews_service(), other_ns.clone(), private.clone()]),
-        Generator::Envoy,
-    );
+    let out = t
+        .update(
+            &cache(vec![reviews_service(), other_ns.clone(), private.clone()]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     assert!(
         out.clusters
             .contains_key("outbound|8080||cart.shop.svc.cluster.local")
@@ -493,7 +517,9 @@ fn sidecar_egress_and_export_to_narrow_what_is_seen() {
         4,
     );
     let resources = vec![reviews_service(), other_ns, private, sidecar];
-    let out = t.update(&cache(resources.clone()), Generator::Envoy);
+    let out = t
+        .update(&cache(resources.clone()), Generator::Envoy)
+        .expect("decodes what it encoded");
     assert!(
         !out.clusters
             .contains_key("outbound|8080||cart.shop.svc.cluster.local")
@@ -541,15 +567,19 @@ fn destination_rule_in_the_proxy_namespace_wins_over_the_root_namespace() {
     );
     let mut t = Translator::new(proxy("10.0.0.9"));
     let name = format!("outbound|9080||{REVIEWS}");
-    let out = t.update(
-        &cache(vec![reviews_service(), root.clone()]),
-        Generator::Envoy,
-    );
+    let out = t
+        .update(
+            &cache(vec![reviews_service(), root.clone()]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     assert_eq!(out.clusters[&name].lb_policy, LbPolicy::Random as i32);
-    let out = t.update(
-        &cache(vec![reviews_service(), root, local]),
-        Generator::Envoy,
-    );
+    let out = t
+        .update(
+            &cache(vec![reviews_service(), root, local]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     assert_eq!(out.clusters[&name].lb_policy, LbPolicy::RoundRobin as i32);
 }
 
@@ -566,14 +596,16 @@ fn services_known_by_cidr_share_the_wildcard_listener_by_prefix() {
         )
     };
     let mut t = Translator::new(proxy("10.0.0.9"));
-    let out = t.update(
-        &cache(vec![
-            se("a", "a.example", "10.1.0.0/16", 1),
-            se("b", "b.example", "10.1.2.3/16", 2),
-            se("c", "c.example", "10.1.2.0/24", 3),
-        ]),
-        Generator::Envoy,
-    );
+    let out = t
+        .update(
+            &cache(vec![
+                se("a", "a.example", "10.1.0.0/16", 1),
+                se("b", "b.example", "10.1.2.3/16", 2),
+                se("c", "c.example", "10.1.2.0/24", 3),
+            ]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     let listener = &out.listeners["0.0.0.0_9999"];
     let prefixes: Vec<(String, u32)> = listener
         .filter_chains
@@ -605,7 +637,9 @@ fn consistent_hash_sets_ring_hash_and_the_route_hash_policy() {
         2,
     );
     let mut t = Translator::new(proxy("10.0.0.9"));
-    let out = t.update(&cache(vec![reviews_service(), rule]), Generator::Envoy);
+    let out = t
+        .update(&cache(vec![reviews_service(), rule]), Generator::Envoy)
+        .expect("decodes what it encoded");
     let c = &out.clusters[&format!("outbound|9080||{REVIEWS}")];
     assert_eq!(c.lb_policy, LbPolicy::RingHash as i32);
     let vh = vhost(&out.routes["9080"], &format!("{REVIEWS}:9080"));
@@ -627,7 +661,9 @@ fn consistent_hash_sets_ring_hash_and_the_route_hash_policy() {
             "consistentHash": {"httpHeaderName": "x-user"}}}}),
         2,
     );
-    let out = t.update(&cache(vec![reviews_service(), rule, vs]), Generator::Envoy);
+    let out = t
+        .update(&cache(vec![reviews_service(), rule, vs]), Generator::Envoy)
+        .expect("decodes what it encoded");
     let vh = vhost(&out.routes["9080"], &format!("{REVIEWS}:9080"));
     let policy = &route_action(&vh.routes[0]).hash_policy;
     assert_eq!(policy.len(), 1);
@@ -658,7 +694,9 @@ fn tls_routes_pick_destinations_by_sni() {
         2,
     );
     let mut t = Translator::new(proxy("10.0.0.9"));
-    let out = t.update(&cache(vec![se, vs]), Generator::Envoy);
+    let out = t
+        .update(&cache(vec![se, vs]), Generator::Envoy)
+        .expect("decodes what it encoded");
     let l = &out.listeners["240.0.0.9_443"];
     assert_eq!(
         l.listener_filters[0].name,
@@ -729,27 +767,33 @@ fn peer_authentication_shapes_inbound_chains_per_port() {
     p.labels.insert("app".into(), "reviews".into());
     // Mesh-wide STRICT: the HTTP port accepts Istio mTLS only.
     let mut t = Translator::new(p.clone());
-    let out = t.update(
-        &cache(vec![reviews_service(), mesh_strict.clone()]),
-        Generator::Envoy,
-    );
+    let out = t
+        .update(
+            &cache(vec![reviews_service(), mesh_strict.clone()]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     assert_eq!(
         inbound_chains_for(&out, 9080),
         [("tls".into(), vec![], true)]
     );
     // The workload's port-level DISABLE wins for its port: plaintext only.
     let mut t = Translator::new(p);
-    let out = t.update(
-        &cache(vec![reviews_service(), mesh_strict, port_disabled]),
-        Generator::Envoy,
-    );
+    let out = t
+        .update(
+            &cache(vec![reviews_service(), mesh_strict, port_disabled]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     assert_eq!(
         inbound_chains_for(&out, 9080),
         [("raw_buffer".into(), vec![], false)]
     );
     // Without any policy the port is PERMISSIVE: mTLS by ALPN, or plaintext.
     let mut t = Translator::new(proxy("10.0.0.2"));
-    let out = t.update(&cache(vec![reviews_service()]), Generator::Envoy);
+    let out = t
+        .update(&cache(vec![reviews_service()]), Generator::Envoy)
+        .expect("decodes what it encoded");
     let chains = inbound_chains_for(&out, 9080);
     assert_eq!(chains.len(), 2);
     assert!(chains[0].2 && chains[0].1.contains(&"istio-http/1.1".to_string()));
@@ -761,7 +805,9 @@ fn allow_any_dynamic_dns_sends_unknown_plaintext_http_to_the_forward_proxy() {
     let mut p = proxy("10.0.0.9");
     p.mesh.outbound_policy = crate::mesh::OutboundPolicy::AllowAnyDynamicDns;
     let mut t = Translator::new(p);
-    let out = t.update(&cache(vec![reviews_service()]), Generator::Envoy);
+    let out = t
+        .update(&cache(vec![reviews_service()]), Generator::Envoy)
+        .expect("decodes what it encoded");
     assert!(out.clusters.contains_key("AllowAnyDynamicDNSCluster"));
     let vo = &out.listeners["virtualOutbound"];
     let names: Vec<&str> = vo.filter_chains.iter().map(|c| c.name.as_str()).collect();
@@ -810,13 +856,15 @@ fn legacy_allocator_gives_a_host_the_same_address_across_service_entries() {
     p.dns_auto_allocate = true;
     p.flags.ip_autoallocate = false;
     let mut t = Translator::new(p);
-    let out = t.update(
-        &cache(vec![
-            se("http", 80, "HTTP", 1),
-            se("https", 443, "HTTPS", 2),
-        ]),
-        Generator::Envoy,
-    );
+    let out = t
+        .update(
+            &cache(vec![
+                se("http", 80, "HTTP", 1),
+                se("https", 443, "HTTPS", 2),
+            ]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     // Both entries' ports are served; the TLS one on the allocated address.
     assert!(out.listeners.contains_key("240.240.91.120_443"));
     assert!(out.listeners.contains_key("0.0.0.0_80"));
@@ -847,10 +895,12 @@ fn a_router_serves_its_gateways_http_servers_and_the_bound_routes() {
     router.namespace = "istio-system".into();
     router.labels = [("istio".to_string(), "ingressgateway".to_string())].into();
     let mut t = Translator::new(router);
-    let out = t.update(
-        &cache(vec![reviews_service(), gateway, vs]),
-        Generator::Envoy,
-    );
+    let out = t
+        .update(
+            &cache(vec![reviews_service(), gateway, vs]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
     let names: Vec<&str> = out.listeners.keys().map(String::as_str).collect();
     assert_eq!(names, ["0.0.0.0_8080"], "no sidecar listeners on a router");
     assert_eq!(rds_name(&out.listeners["0.0.0.0_8080"]), "http.8080");

@@ -1,5 +1,8 @@
 //! The behaviour every backend must have. A backend's test calls [`run`] with a function that
 //! opens the same database again each time it is called (after the previous handle is dropped).
+//! Test support: a failure is a panic naming what failed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 

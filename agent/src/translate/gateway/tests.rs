@@ -23,7 +23,9 @@ fn router() -> Proxy {
 }
 
 fn translate(resources: Vec<Resource>) -> Resources {
-    Translator::new(router()).update(&Cache::from_resources(resources, 100), Generator::Envoy)
+    Translator::new(router())
+        .update(&Cache::from_resources(resources, 100), Generator::Envoy)
+        .expect("decodes what it encoded")
 }
 
 /// A Gateway selecting the router.
