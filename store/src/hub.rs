@@ -5,7 +5,8 @@
 //! watchers registering or changing their subscription. Events reach each watcher's bounded
 //! queue in revision order under that lock, so a subscription change is diffed against exactly
 //! the state the watcher has been told about. A watcher whose queue is full is cut off, never
-//! buffered without bound.
+//! buffered without bound. A panic under the lock leaves the hub untrusted: the store rebuilds
+//! it from the backend and cuts every watch off with a notice to resume (see `store.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -517,10 +518,15 @@ impl Hub {
     /// later end at once.
     pub fn shutdown(&mut self) {
         self.closed = true;
+        self.reset(CutOffReason::Shutdown);
+    }
+
+    /// Ends every watch with `reason`, telling each stream.
+    pub fn reset(&mut self, reason: CutOffReason) {
         for id in 0..self.watchers.len() as u32 {
             if self.watchers[id as usize].is_some() {
-                self.metrics.cut_off(CutOffReason::Shutdown);
-                self.end_slot(id, Some(CutOffReason::Shutdown));
+                self.metrics.cut_off(reason);
+                self.end_slot(id, Some(reason));
             }
         }
     }

@@ -30,6 +30,8 @@ pub enum CutOffReason {
     SlowConsumer,
     Compacted,
     Shutdown,
+    /// The store rebuilt its in-memory state after a panic held it.
+    Reset,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::backend::{Backend, BackendError};
 use crate::hub::Hub;
 use crate::index::extract::index_keys;
+use crate::metrics::CutOffReason;
 use crate::metrics::Metrics;
 use crate::record::{
     self, CorruptRecord, LOG_END, LogRecord, META_COMPACT, META_REVISION, OBJECT_END,
@@ -93,7 +94,7 @@ struct Inner {
     backend: Arc<dyn Backend>,
     /// Shared with the writer thread, which holds no handle on the store itself, so dropping the
     /// last `Store` stops the writer.
-    hub: Arc<Mutex<Hub>>,
+    hub: Arc<SharedHub>,
     config: StoreConfig,
     metrics: Metrics,
     writer: Mutex<Option<mpsc::Sender<Command>>>,
@@ -150,26 +151,8 @@ impl Store {
         config: StoreConfig,
         metrics: Metrics,
     ) -> Result<Store, StoreError> {
-        let mut hub = Hub::new(metrics.clone());
-        let read_u64 = |key: &[u8]| -> Result<u64, StoreError> {
-            Ok(match backend.get(key)? {
-                Some(v) => record::decode_u64(key, &v)?,
-                None => 0,
-            })
-        };
-        let revision = read_u64(META_REVISION)?;
-        let compact_revision = read_u64(META_COMPACT)?;
-        let mut start = OBJECT_PREFIX.to_vec();
-        loop {
-            let page = backend.scan(&start, OBJECT_END, 10_000)?;
-            let Some((last, _)) = page.last() else { break };
-            start = last.clone();
-            start.push(0);
-            for (k, v) in page {
-                hub.load(record::decode_resource(&k, &v)?);
-            }
-        }
-        hub.set_revisions(revision, compact_revision);
+        let hub = load_hub(backend.as_ref(), metrics.clone())?;
+        let (revision, compact_revision) = (hub.revision(), hub.compact_revision());
         tracing::info!(
             backend = backend.name(),
             revision,
@@ -181,8 +164,12 @@ impl Store {
         let proxies = ProxyTable::new(config.proxy_status_expiry, metrics.clone());
         let inner = Arc::new(Inner {
             proxies,
-            backend,
-            hub: Arc::new(Mutex::new(hub)),
+            backend: Arc::clone(&backend),
+            hub: Arc::new(SharedHub {
+                hub: Mutex::new(hub),
+                backend,
+                metrics: metrics.clone(),
+            }),
             config,
             metrics,
             writer: Mutex::new(Some(tx)),
@@ -202,8 +189,8 @@ impl Store {
             .spawn(move || {
                 writer.run(
                     rx,
-                    |records| lock(&hub).commit(records),
-                    |compact| lock(&hub).set_compact_revision(compact),
+                    |records| hub.on_writer(|hub| hub.commit(records)),
+                    |compact| hub.on_writer(|hub| hub.set_compact_revision(compact)),
                 )
             })
             .map_err(|e| BackendError::Engine {
@@ -216,7 +203,7 @@ impl Store {
     }
 
     pub(crate) fn hub(&self) -> MutexGuard<'_, Hub> {
-        lock(&self.inner.hub)
+        self.inner.hub.lock()
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -492,6 +479,87 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Every object of the backend in a new hub, at the backend's revisions.
+fn load_hub(backend: &dyn Backend, metrics: Metrics) -> Result<Hub, StoreError> {
+    let mut hub = Hub::new(metrics);
+    let read_u64 = |key: &[u8]| -> Result<u64, StoreError> {
+        Ok(match backend.get(key)? {
+            Some(v) => record::decode_u64(key, &v)?,
+            None => 0,
+        })
+    };
+    let revision = read_u64(META_REVISION)?;
+    let compact_revision = read_u64(META_COMPACT)?;
+    let mut start = OBJECT_PREFIX.to_vec();
+    loop {
+        let page = backend.scan(&start, OBJECT_END, 10_000)?;
+        let Some((last, _)) = page.last() else { break };
+        start = last.clone();
+        start.push(0);
+        for (k, v) in page {
+            hub.load(record::decode_resource(&k, &v)?);
+        }
+    }
+    hub.set_revisions(revision, compact_revision);
+    Ok(hub)
+}
+
+/// The hub behind its lock, with what rebuilding it takes.
+struct SharedHub {
+    hub: Mutex<Hub>,
+    backend: Arc<dyn Backend>,
+    metrics: Metrics,
+}
+
+impl SharedHub {
+    /// Runs `f` on the hub for the writer thread, which must outlive a panic in it: the commit
+    /// is durable by then, so the hub is rebuilt from the backend at once (see [`Self::lock`])
+    /// and holds it.
+    fn on_writer(&self, f: impl FnOnce(&mut Hub)) {
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut self.lock())));
+        if done.is_err() {
+            drop(self.lock());
+        }
+    }
+
+    /// The hub, locked. A panic while the lock was held may have left the hub's indexes half
+    /// updated (an object indexed but not fanned out, a watcher's rules half removed): the hub
+    /// is then not trusted but rebuilt from the backend, the durable truth, and every watch on
+    /// the old one is cut off with a notice to resume, so its client watches again on the
+    /// rebuilt state and loses nothing. Logged and counted
+    /// (`pasa_store_watchers_cut_off_total{reason="Reset"}`). If the backend cannot be read,
+    /// the hub stops taking watches until the store restarts.
+    fn lock(&self) -> MutexGuard<'_, Hub> {
+        let poisoned = match self.hub.lock() {
+            Ok(hub) => return hub,
+            Err(poisoned) => poisoned,
+        };
+        let mut hub = poisoned.into_inner();
+        self.hub.clear_poison();
+        let watchers = hub.watcher_count();
+        hub.reset(CutOffReason::Reset);
+        match load_hub(self.backend.as_ref(), self.metrics.clone()) {
+            Ok(fresh) => {
+                tracing::error!(
+                    watchers,
+                    revision = fresh.revision(),
+                    objects = fresh.object_count(),
+                    "a panic held the store's in-memory state: rebuilt it from the backend; \
+                     every watch was cut off and resumes on the rebuilt state"
+                );
+                *hub = fresh;
+            }
+            Err(e) => {
+                tracing::error!(watchers, error = %e,
+                    "a panic held the store's in-memory state and the backend cannot be read to \
+                     rebuild it: the store takes no more watches; restart it");
+                hub.shutdown();
+            }
+        }
+        hub
+    }
+}
+
 /// Parses and checks every document, outside the writer.
 fn prepare(documents: Vec<ApplyDocument>, domain: &str) -> (Vec<Prepared>, Vec<DocumentError>) {
     let mut prepared = Vec::new();
@@ -572,4 +640,88 @@ fn prepare(documents: Vec<ApplyDocument>, domain: &str) -> (Vec<Prepared>, Vec<D
         });
     }
     (prepared, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use pasa_proto::store::v1::ApplyDocument;
+
+    use super::*;
+    use crate::backend::memory::FakeMemoryBackend;
+    use crate::selector::Selector;
+
+    fn vs(name: &str) -> ApplyDocument {
+        ApplyDocument {
+            json: serde_json::json!({
+                "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+                "metadata": {"name": name, "namespace": "app"},
+                "spec": {"hosts": [format!("{name}.example.com")]}
+            })
+            .to_string(),
+            expected_mod_revision: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panic_under_the_hub_lock_rebuilds_the_hub_and_cuts_every_watch_off() {
+        let metrics = Metrics::new();
+        let store = Store::open(
+            Arc::new(FakeMemoryBackend::default()),
+            StoreConfig::default(),
+            metrics.clone(),
+        )
+        .unwrap();
+        store.apply(vec![vs("a"), vs("b")], false).await.unwrap();
+        let before = store.hub().register(Selector::everything(), 16);
+        assert_eq!(store.hub().watcher_count(), 1);
+
+        // A panic while the lock is held, as a bug in an index update would.
+        let shared = Arc::clone(&store.inner.hub);
+        let panicked = std::thread::spawn(move || {
+            let _held = shared.hub.lock();
+            panic!("a bug under the hub lock");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(store.inner.hub.hub.is_poisoned());
+
+        // The next lock rebuilds: the watch is told to resume, the state is the backend's.
+        let revision = {
+            let hub = store.hub();
+            assert!(!store.inner.hub.hub.is_poisoned());
+            assert_eq!(before.state.cut_reason(), Some(CutOffReason::Reset));
+            assert_eq!(hub.watcher_count(), 0);
+            assert_eq!(hub.object_count(), 2);
+            hub.revision()
+        };
+        assert_eq!(
+            metrics
+                .watchers_cut_off
+                .get_or_create(&crate::metrics::ReasonLabels {
+                    reason: CutOffReason::Reset
+                })
+                .get(),
+            1
+        );
+
+        // And the store goes on: writes reach the rebuilt hub and new watches see everything.
+        store.apply(vec![vs("c")], false).await.unwrap();
+        {
+            let hub = store.hub();
+            assert_eq!(hub.object_count(), 3);
+            assert_eq!(hub.revision(), revision + 1);
+            assert_eq!(hub.select(&Selector::everything()).len(), 3);
+        }
+
+        // A panic in what the writer runs on the hub: caught, the hub rebuilt at once, and the
+        // writer goes on.
+        let watching = store.hub().register(Selector::everything(), 16);
+        store.inner.hub.on_writer(|_| panic!("a bug in a commit"));
+        assert!(!store.inner.hub.hub.is_poisoned());
+        assert_eq!(watching.state.cut_reason(), Some(CutOffReason::Reset));
+        store.apply(vec![vs("d")], false).await.unwrap();
+        assert_eq!(store.hub().object_count(), 4);
+    }
 }

@@ -198,6 +198,15 @@ impl Store {
                 "the store is shutting down".to_string(),
             ),
             CutOffReason::Compacted => (CancelReason::Compacted, String::new()),
+            // To the client, as a restart of the store: resume, on the rebuilt state.
+            CutOffReason::Reset => (
+                CancelReason::Shutdown,
+                format!(
+                    "the store rebuilt its watch state after an internal error; resume from \
+                     revision {}",
+                    sent_through + 1
+                ),
+            ),
         };
         tracing::info!(watcher = handle.key.id, ?reason, "watch cut off");
         drop(std::mem::replace(&mut handle.rx, mpsc::channel(1).1));
