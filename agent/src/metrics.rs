@@ -47,6 +47,7 @@ pub struct ReasonLabels {
 pub struct Metrics {
     pub push_to_ack: Family<TypeLabels, Histogram>,
     pub translation: Histogram,
+    pub translations_over_budget: Counter,
     pub resources: Family<ResourceLabels, Gauge>,
     pub nacks: Family<TypeLabels, Counter>,
     pub connections: Gauge,
@@ -65,6 +66,7 @@ impl Default for Metrics {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 16))
             }),
             translation: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
+            translations_over_budget: Counter::default(),
             resources: Family::default(),
             nacks: Family::default(),
             connections: Gauge::default(),
@@ -92,6 +94,12 @@ impl Metrics {
             "translation_seconds",
             "Time to translate the cache into the resources of one generator",
             self.translation.clone(),
+        );
+        r.register(
+            "translations_over_budget",
+            "Translations that took longer than --translation-budget (clients kept the previous \
+             config meanwhile)",
+            self.translations_over_budget.clone(),
         );
         r.register(
             "resources",

@@ -76,6 +76,11 @@ pub struct AgentArgs {
     pub envoy_run: EnvoyRunArgs,
     #[command(flatten)]
     pub envoy: crate::bootstrap::EnvoyArgs,
+    /// How long one translation may take before it is logged and counted
+    /// (`pasa_agent_translations_over_budget_total`). Translation runs on its own thread: while
+    /// it runs, clients keep the last config published and the agent keeps serving.
+    #[arg(long, env = "PASA_TRANSLATION_BUDGET", default_value = "5s", value_parser = pasa_proto::duration::parse)]
+    pub translation_budget: Duration,
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
@@ -375,6 +380,8 @@ pub async fn run(
         metrics: Some(Arc::clone(&metrics)),
     };
     let follow_task = tokio::spawn(follow(config, cache, cache_tx, link_tx, stop_rx));
+    let (jobs, translation_task) =
+        Translations::start(serving, args.translation_budget, scope_tx, applied_tx);
 
     tokio::pin!(shutdown);
     loop {
@@ -392,19 +399,12 @@ pub async fn run(
                 }
                 let following = !is_degraded(&link.borrow());
                 // The scope follows what translation just read (no second parse of the cache).
-                let next =
-                    serving.translate(&cache, &wanted.borrow_and_update(), received, following);
-                scope_tx.send_if_modified(|current| {
-                    let changed = *current != next;
-                    if changed {
-                        *current = next;
-                    }
-                    changed
-                });
-                applied_tx.send_if_modified(|applied| {
-                    let changed = *applied != cache.revision();
-                    *applied = cache.revision();
-                    changed
+                jobs.ask(Job {
+                    cache: Arc::clone(&cache),
+                    wanted: wanted.borrow_and_update().clone(),
+                    received,
+                    following,
+                    follows_scope: true,
                 });
                 complete = Some(cache);
             }
@@ -415,7 +415,13 @@ pub async fn run(
                 let wanted = wanted.borrow_and_update().clone();
                 if let Some(cache) = &complete {
                     let following = !is_degraded(&link.borrow());
-                    serving.translate(cache, &wanted, Instant::now(), following);
+                    jobs.ask(Job {
+                        cache: Arc::clone(cache),
+                        wanted,
+                        received: Instant::now(),
+                        following,
+                        follows_scope: false,
+                    });
                 }
             }
             changed = link.changed() => {
@@ -424,8 +430,14 @@ pub async fn run(
                     metrics.degraded.set(i64::from(degraded));
                     // The widened scope will not come while the store is away: serve what is
                     // known rather than nothing new.
-                    if degraded && serving.held > 0 && let Some(cache) = &complete {
-                        serving.translate(cache, &wanted.borrow(), Instant::now(), false);
+                    if degraded && let Some(cache) = &complete {
+                        jobs.ask(Job {
+                            cache: Arc::clone(cache),
+                            wanted: wanted.borrow().clone(),
+                            received: Instant::now(),
+                            following: false,
+                            follows_scope: false,
+                        });
                     }
                 }
             }
@@ -442,12 +454,16 @@ pub async fn run(
         };
     }
     tracing::info!("shutting down: closing ADS streams, stopping the store watch");
+    drop(jobs);
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(DRAIN_DEADLINE, async {
         for task in [credential_task, ca_task].into_iter().flatten() {
             if let Err(e) = task.await {
                 tracing::warn!(error = %e, "credential task failed");
             }
+        }
+        if let Err(e) = translation_task.await {
+            tracing::warn!(error = %e, "translation task failed");
         }
         (
             ads_task.await,
@@ -473,6 +489,81 @@ pub async fn run(
     }
     tracing::info!("stopped");
     envoy_result
+}
+
+/// A translation the agent's loop asks for.
+#[derive(Clone)]
+struct Job {
+    cache: Arc<Cache>,
+    wanted: std::collections::BTreeSet<Generator>,
+    /// When the change reached the agent.
+    received: Instant,
+    /// Whether the store is followed (see [`Serving::translate`]).
+    following: bool,
+    /// Whether the subscription the translation's scope needs goes to the store watch, and the
+    /// cache's revision becomes the one applied (a change of the cache; not a new generator
+    /// wanted, nor the store going away).
+    follows_scope: bool,
+}
+
+/// Translation on its own thread, off the async runtime: while a large scope translates, the
+/// agent keeps serving ADS (the last config published), its admin endpoint and the store
+/// watch. Asks coalesce: a translation in progress finishes, then the newest ask is taken and
+/// the ones in between are skipped. A translation past its budget is logged and counted.
+struct Translations {
+    jobs: watch::Sender<Option<Job>>,
+}
+
+impl Translations {
+    fn start(
+        mut serving: Serving,
+        budget: Duration,
+        scope_tx: watch::Sender<pasa_proto::store::v1::Subscription>,
+        applied_tx: watch::Sender<u64>,
+    ) -> (Translations, tokio::task::JoinHandle<()>) {
+        let (jobs, mut asked) = watch::channel(None::<Job>);
+        let runtime = tokio::runtime::Handle::current();
+        let task = tokio::task::spawn_blocking(move || {
+            while runtime.block_on(asked.changed()).is_ok() {
+                let Some(job) = asked.borrow_and_update().clone() else {
+                    continue;
+                };
+                let started = Instant::now();
+                let needs = serving.translate(&job.cache, &job.wanted, job.received, job.following);
+                let took = started.elapsed();
+                if took > budget {
+                    serving.metrics.translations_over_budget.inc();
+                    tracing::warn!(
+                        took_ms = took.as_millis() as u64,
+                        budget_ms = budget.as_millis() as u64,
+                        revision = job.cache.revision(),
+                        "translation took longer than its budget; clients kept the previous \
+                         config until it was done"
+                    );
+                }
+                if job.follows_scope {
+                    scope_tx.send_if_modified(|current| {
+                        let changed = *current != needs;
+                        if changed {
+                            *current = needs;
+                        }
+                        changed
+                    });
+                    applied_tx.send_if_modified(|applied| {
+                        let changed = *applied != job.cache.revision();
+                        *applied = job.cache.revision();
+                        changed
+                    });
+                }
+            }
+        });
+        (Translations { jobs }, task)
+    }
+
+    /// Asks for a translation; it replaces one asked for and not started yet.
+    fn ask(&self, job: Job) {
+        self.jobs.send_replace(Some(job));
+    }
 }
 
 /// Translation and publishing, for each generator the clients want.

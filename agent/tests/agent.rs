@@ -157,3 +157,40 @@ fn a_bad_node_id_is_a_usage_error() {
         "a missing --node-id is a usage error"
     );
 }
+
+/// Translation runs under a budget: past it, the translation is counted (and logged) and its
+/// result still served once done; the agent answers meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_translation_past_its_budget_is_counted_and_still_served() {
+    let data = tempfile::tempdir().unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let store = StoreServer::start(data.path(), 0).await;
+    store.apply_rule("cart", "cart").await;
+    // A budget no translation meets.
+    let agent = Agent::start_with(
+        common::agent::NODE_ID,
+        store.addr,
+        run.path(),
+        cache.path(),
+        &["--translation-budget", "0s"],
+    );
+    agent
+        .until("/sync_status", "Synced and translated", |_, b| {
+            store_state(b) == "Synced" && json(b)["revision"].as_u64().unwrap_or(0) > 0
+        })
+        .await;
+    let metrics = agent
+        .until("/metrics", "a translation over budget counted", |_, m| {
+            m.lines().any(|l| {
+                l.strip_prefix("pasa_agent_translations_over_budget_total ")
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .is_some_and(|v| v >= 1.0)
+            })
+        })
+        .await;
+    assert!(
+        metrics.contains("pasa_agent_resources{type=\"CDS\",generator=\"envoy\"}"),
+        "the translation is served all the same:\n{metrics}"
+    );
+}
