@@ -27,6 +27,7 @@ use pasa_proto::store::v1::{
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
 
 use crate::cache::Cache;
 
@@ -42,6 +43,9 @@ pub struct FollowConfig {
     pub cache_dir: Option<PathBuf>,
     /// Where the reconnects are counted, if anywhere.
     pub metrics: Option<Arc<Metrics>>,
+    /// Told the revision of each cache written to `cache_dir` (saves run on a thread of their
+    /// own), if anyone listens.
+    pub saved: Option<watch::Sender<u64>>,
 }
 
 impl FollowConfig {
@@ -151,10 +155,12 @@ pub async fn follow(
     let mut in_force = InForce::default();
     let mut subscription = config.subscription.clone();
     // Outlives each watch stream, so what a stream left unsaved is saved when it ends.
-    let mut saver = Saver::new(config.cache_dir.clone());
+    let mut saver = Saver::new(config.cache_dir.clone(), config.saved.clone());
+    // Each watch stream runs in a span of its own (`store_watch`, with its attempt number).
+    let mut attempt: u64 = 0;
     loop {
         if *stop.borrow() {
-            return;
+            break;
         }
         let current = subscription.borrow_and_update().clone();
         if !in_force.resumable_with(&current) {
@@ -167,14 +173,20 @@ pub async fn follow(
             in_force: &mut in_force,
             saver: &mut saver,
         };
+        attempt += 1;
+        let span = tracing::info_span!("store_watch", server = %config.server, attempt,
+            from = cache.revision(), relist);
+        let watching = stream
+            .watch(current, &mut cache, relist, &published, &link, &mut backoff)
+            .instrument(span);
         let ended = tokio::select! {
             _ = stop.wait_for(|s| *s) => None,
-            ended = stream.watch(current, &mut cache, relist, &published, &link, &mut backoff) => Some(ended),
+            ended = watching => Some(ended),
         };
         // Live changes not yet on disk are saved now (the agent may be about to stop or restart
         // while the store is away).
         saver.flush(&cache);
-        let Some(ended) = ended else { return };
+        let Some(ended) = ended else { break };
         match ended {
             Ended::Relist => {
                 config.reconnects(Disconnect::Compacted);
@@ -187,12 +199,13 @@ pub async fn follow(
                 link.send_replace(Link::Degraded(why));
                 let wait = backoff.failed();
                 tokio::select! {
-                    _ = stop.wait_for(|s| *s) => return,
+                    _ = stop.wait_for(|s| *s) => break,
                     () = tokio::time::sleep(wait) => {}
                 }
             }
         }
     }
+    saver.finish().await;
 }
 
 /// One watch stream.
@@ -370,23 +383,57 @@ const SAVE_EVERY: Duration = Duration::from_secs(1);
 /// [`SAVE_EVERY`] after they arrive and whenever a watch stream ends, so a restart while the
 /// store is away serves what was last seen, not what the last snapshot held.
 struct Saver {
-    dir: Option<PathBuf>,
     dirty: bool,
     last: tokio::time::Instant,
+    /// The newest cache to save, and the thread saving it; none without a directory.
+    writer: Option<(watch::Sender<Option<Cache>>, tokio::task::JoinHandle<()>)>,
 }
 
 impl Saver {
-    fn new(dir: Option<PathBuf>) -> Saver {
+    /// Saves go to a thread of their own (a save writes and fsyncs the whole cache, which must
+    /// not hold a runtime thread); saves asked for while one runs coalesce to the newest, and
+    /// they are written in order.
+    fn new(dir: Option<PathBuf>, saved: Option<watch::Sender<u64>>) -> Saver {
+        let writer = dir.map(|dir| {
+            let (tx, mut rx) = watch::channel(None::<Cache>);
+            let runtime = tokio::runtime::Handle::current();
+            let task = tokio::task::spawn_blocking(move || {
+                while runtime.block_on(rx.changed()).is_ok() {
+                    let Some(cache) = rx.borrow_and_update().clone() else {
+                        continue;
+                    };
+                    match cache.save(&dir) {
+                        Ok(()) => {
+                            if let Some(saved) = &saved {
+                                saved.send_replace(cache.revision());
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "cache not saved"),
+                    }
+                }
+            });
+            (tx, task)
+        });
         Saver {
-            dir,
             dirty: false,
             last: tokio::time::Instant::now(),
+            writer,
+        }
+    }
+
+    /// Waits for the saves asked for to be written.
+    async fn finish(self) {
+        if let Some((tx, task)) = self.writer {
+            drop(tx);
+            if let Err(e) = task.await {
+                tracing::warn!(error = %e, "the cache saver failed");
+            }
         }
     }
 
     /// A live change arrived: save it when the next save is due.
     fn changed(&mut self) {
-        self.dirty = self.dir.is_some();
+        self.dirty = self.writer.is_some();
     }
 
     /// Resolves when a pending change may be saved.
@@ -404,10 +451,9 @@ impl Saver {
     fn save(&mut self, cache: &Cache) {
         self.dirty = false;
         self.last = tokio::time::Instant::now();
-        if let Some(dir) = &self.dir
-            && let Err(e) = cache.save(dir)
-        {
-            tracing::warn!(error = %e, "cache not saved");
+        if let Some((tx, _)) = &self.writer {
+            // O(1): the cache's maps are persistent.
+            tx.send_replace(Some(cache.clone()));
         }
     }
 }

@@ -23,6 +23,7 @@ use pasa_proto::store::v1::{
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
 
 use crate::ads::{self, ConnectionStatus, TypeStatus};
 use crate::follow::{Link, store_backoff};
@@ -279,10 +280,23 @@ pub async fn report(
     let mut coalescer = Coalescer::new(args.status_interval, args.status_heartbeat);
     let mut backoff = store_backoff();
     let mut degraded_since = degraded_now(&sources.link.borrow(), None);
+    // Each report stream runs in a span of its own (`status_report`, with its attempt number).
+    let mut attempt: u64 = 0;
     loop {
+        attempt += 1;
+        let span = tracing::info_span!("status_report", server = %server, attempt);
+        let reporting = stream(
+            &server,
+            &reporter,
+            &mut coalescer,
+            &mut sources,
+            &mut degraded_since,
+            &mut backoff,
+        )
+        .instrument(span);
         let ended = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            why = stream(&server, &reporter, &mut coalescer, &mut sources, &mut degraded_since, &mut backoff) => why,
+            why = reporting => why,
         };
         tracing::debug!(reason = %ended, "status reports to the store ended; reconnecting");
         coalescer.reset();

@@ -378,6 +378,7 @@ pub async fn run(
         },
         cache_dir: args.cache_dir.clone(),
         metrics: Some(Arc::clone(&metrics)),
+        saved: None,
     };
     let follow_task = tokio::spawn(follow(config, cache, cache_tx, link_tx, stop_rx));
     let (jobs, translation_task) =

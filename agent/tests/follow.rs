@@ -71,6 +71,7 @@ async fn follows_resumes_and_saves() {
     let port = server.addr.port();
     apply(&server, "cart", "cart").await;
 
+    let (saved_tx, mut saved) = watch::channel(0);
     let config = FollowConfig {
         server: server.addr.to_string(),
         subscription: watch::channel(shop()).1,
@@ -80,6 +81,7 @@ async fn follows_resumes_and_saves() {
         },
         cache_dir: Some(cache_dir.path().to_path_buf()),
         metrics: None,
+        saved: Some(saved_tx),
     };
     let (published, mut caches) = watch::channel(Arc::new(Cache::default()));
     let (link_tx, mut link) = watch::channel(Link::default());
@@ -92,8 +94,9 @@ async fn follows_resumes_and_saves() {
         c.get(&key("cart")).is_some()
     })
     .await;
-    let saved = Cache::load(cache_dir.path()).unwrap().expect("saved cache");
-    assert_eq!(saved.revision(), c.revision());
+    until(&mut saved, "the snapshot saved", |r| *r == c.revision()).await;
+    let on_disk = Cache::load(cache_dir.path()).unwrap().expect("saved cache");
+    assert_eq!(on_disk.revision(), c.revision());
 
     // A live change arrives.
     apply(&server, "checkout", "checkout").await;
@@ -117,8 +120,12 @@ async fn follows_resumes_and_saves() {
     until(&mut link, "synced again", |l| *l == Link::Synced).await;
     assert_eq!(caches.borrow().len(), 3);
 
+    // Stopped: the newest cache is on disk when the follower returns.
     stop_tx.send_replace(true);
     tokio::time::timeout(WAIT, follower).await.unwrap().unwrap();
+    let on_disk = Cache::load(cache_dir.path()).unwrap().expect("saved cache");
+    assert_eq!(on_disk.revision(), caches.borrow().revision());
+    assert_eq!(on_disk.len(), 3);
     server.stop().await;
 }
 
@@ -140,6 +147,7 @@ async fn a_changed_subscription_adds_and_removes_objects() {
         },
         cache_dir: None,
         metrics: None,
+        saved: None,
     };
     let (published, mut caches) = watch::channel(Arc::new(Cache::default()));
     let (link_tx, mut link) = watch::channel(Link::default());
