@@ -30,6 +30,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
 use crate::cache::Cache;
+use crate::worker::{self, Asks};
 
 /// What to follow, and where.
 #[derive(Debug, Clone)]
@@ -386,7 +387,7 @@ struct Saver {
     dirty: bool,
     last: tokio::time::Instant,
     /// The newest cache to save, and the thread saving it; none without a directory.
-    writer: Option<(watch::Sender<Option<Cache>>, tokio::task::JoinHandle<()>)>,
+    writer: Option<(Asks<Cache>, tokio::task::JoinHandle<()>)>,
 }
 
 impl Saver {
@@ -395,24 +396,14 @@ impl Saver {
     /// they are written in order.
     fn new(dir: Option<PathBuf>, saved: Option<watch::Sender<u64>>) -> Saver {
         let writer = dir.map(|dir| {
-            let (tx, mut rx) = watch::channel(None::<Cache>);
-            let runtime = tokio::runtime::Handle::current();
-            let task = tokio::task::spawn_blocking(move || {
-                while runtime.block_on(rx.changed()).is_ok() {
-                    let Some(cache) = rx.borrow_and_update().clone() else {
-                        continue;
-                    };
-                    match cache.save(&dir) {
-                        Ok(()) => {
-                            if let Some(saved) = &saved {
-                                saved.send_replace(cache.revision());
-                            }
-                        }
-                        Err(e) => tracing::warn!(error = %e, "cache not saved"),
+            worker::spawn(move |cache: Cache| match cache.save(&dir) {
+                Ok(()) => {
+                    if let Some(saved) = &saved {
+                        saved.send_replace(cache.revision());
                     }
                 }
-            });
-            (tx, task)
+                Err(e) => tracing::warn!(error = %e, "cache not saved"),
+            })
         });
         Saver {
             dirty: false,
@@ -423,8 +414,8 @@ impl Saver {
 
     /// Waits for the saves asked for to be written.
     async fn finish(self) {
-        if let Some((tx, task)) = self.writer {
-            drop(tx);
+        if let Some((asks, task)) = self.writer {
+            drop(asks);
             if let Err(e) = task.await {
                 tracing::warn!(error = %e, "the cache saver failed");
             }
@@ -451,9 +442,9 @@ impl Saver {
     fn save(&mut self, cache: &Cache) {
         self.dirty = false;
         self.last = tokio::time::Instant::now();
-        if let Some((tx, _)) = &self.writer {
+        if let Some((asks, _)) = &self.writer {
             // O(1): the cache's maps are persistent.
-            tx.send_replace(Some(cache.clone()));
+            asks.ask(cache.clone());
         }
     }
 }

@@ -32,6 +32,7 @@ pub mod run;
 pub mod simulate;
 pub mod subscription;
 pub mod translate;
+mod worker;
 
 #[cfg(test)]
 mod testing;

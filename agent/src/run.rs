@@ -35,6 +35,7 @@ use crate::resource::Generated;
 use crate::resource::TypeKind;
 use crate::subscription;
 use crate::translate::Translator;
+use crate::worker::{self, Asks};
 
 /// How long the ADS streams, the store watch and admin requests get to finish after a signal.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
@@ -512,7 +513,7 @@ struct Job {
 /// watch. Asks coalesce: a translation in progress finishes, then the newest ask is taken and
 /// the ones in between are skipped. A translation past its budget is logged and counted.
 struct Translations {
-    jobs: watch::Sender<Option<Job>>,
+    asks: Asks<Job>,
 }
 
 impl Translations {
@@ -522,48 +523,41 @@ impl Translations {
         scope_tx: watch::Sender<pasa_proto::store::v1::Subscription>,
         applied_tx: watch::Sender<u64>,
     ) -> (Translations, tokio::task::JoinHandle<()>) {
-        let (jobs, mut asked) = watch::channel(None::<Job>);
-        let runtime = tokio::runtime::Handle::current();
-        let task = tokio::task::spawn_blocking(move || {
-            while runtime.block_on(asked.changed()).is_ok() {
-                let Some(job) = asked.borrow_and_update().clone() else {
-                    continue;
-                };
-                let started = Instant::now();
-                let needs = serving.translate(&job.cache, &job.wanted, job.received, job.following);
-                let took = started.elapsed();
-                if took > budget {
-                    serving.metrics.translations_over_budget.inc();
-                    tracing::warn!(
-                        took_ms = took.as_millis() as u64,
-                        budget_ms = budget.as_millis() as u64,
-                        revision = job.cache.revision(),
-                        "translation took longer than its budget; clients kept the previous \
-                         config until it was done"
-                    );
-                }
-                if job.follows_scope {
-                    scope_tx.send_if_modified(|current| {
-                        let changed = *current != needs;
-                        if changed {
-                            *current = needs;
-                        }
-                        changed
-                    });
-                    applied_tx.send_if_modified(|applied| {
-                        let changed = *applied != job.cache.revision();
-                        *applied = job.cache.revision();
-                        changed
-                    });
-                }
+        let (asks, task) = worker::spawn(move |job: Job| {
+            let started = Instant::now();
+            let needs = serving.translate(&job.cache, &job.wanted, job.received, job.following);
+            let took = started.elapsed();
+            if took > budget {
+                serving.metrics.translations_over_budget.inc();
+                tracing::warn!(
+                    took_ms = took.as_millis() as u64,
+                    budget_ms = budget.as_millis() as u64,
+                    revision = job.cache.revision(),
+                    "translation took longer than its budget; clients kept the previous \
+                     config until it was done"
+                );
+            }
+            if job.follows_scope {
+                scope_tx.send_if_modified(|current| {
+                    let changed = *current != needs;
+                    if changed {
+                        *current = needs;
+                    }
+                    changed
+                });
+                applied_tx.send_if_modified(|applied| {
+                    let changed = *applied != job.cache.revision();
+                    *applied = job.cache.revision();
+                    changed
+                });
             }
         });
-        (Translations { jobs }, task)
+        (Translations { asks }, task)
     }
 
     /// Asks for a translation; it replaces one asked for and not started yet.
     fn ask(&self, job: Job) {
-        self.jobs.send_replace(Some(job));
+        self.asks.ask(job);
     }
 }
 
