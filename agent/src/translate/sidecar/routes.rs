@@ -108,8 +108,9 @@ struct ServiceHost {
     /// `<host>:<port>`.
     name: String,
     domains: Vec<String>,
-    /// Each domain in lower case (domains are unique without regard to case).
-    lower: Vec<String>,
+    /// Each domain in lower case (domains are unique without regard to case); `None` when they
+    /// all are already (the common case: no second copy is kept).
+    lower: Option<Vec<String>>,
     /// Whether each domain is also a short form of one of the names (see [`route::alt_hosts`]).
     short: Vec<bool>,
     /// [`identity`] of the name and all the domains.
@@ -129,10 +130,19 @@ impl ServiceHost {
             service: Arc::clone(service),
             identity: identity(&name, &domains),
             name,
-            lower: domains.iter().map(|d| d.to_lowercase()).collect(),
+            lower: Some(domains.iter().map(|d| d.to_lowercase()).collect::<Vec<_>>())
+                .filter(|lower| *lower != domains),
             short: domains.iter().map(|d| alt.contains(d)).collect(),
             domains,
             aliases,
+        }
+    }
+
+    /// Domain `i` in lower case.
+    fn lower_case(&self, i: usize) -> &str {
+        match &self.lower {
+            Some(lower) => &lower[i],
+            None => &self.domains[i],
         }
     }
 
@@ -425,7 +435,7 @@ fn port_virtual_hosts<'v>(
             let mut kept: Option<Vec<String>> = None;
             for (i, domain) in planned.domains.iter().enumerate() {
                 let keep = !(planned.short[i] && is_fqdn(domain))
-                    && domains_taken.insert(planned.lower[i].as_str());
+                    && domains_taken.insert(planned.lower_case(i));
                 match (&mut kept, keep) {
                     (Some(kept), true) => kept.push(domain.clone()),
                     (None, false) => kept = Some(planned.domains[..i].to_vec()),
