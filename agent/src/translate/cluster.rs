@@ -139,7 +139,7 @@ pub(super) fn service_clusters(
         dr.map(|dr| metadata::config_metadata(pasa_proto::Kind::DestinationRule, &dr.meta));
     let mut target = Target {
         service,
-        identities: service.identities(),
+        identities: std::cell::OnceCell::new(),
         mutual: MutualContexts::default(),
         generator,
     };
@@ -167,13 +167,17 @@ pub(super) fn service_clusters(
 /// The service whose clusters are built, with what its clusters share.
 struct Target<'s> {
     service: &'s Service,
-    /// Its workloads' SPIFFE IDs.
-    identities: Vec<String>,
+    /// Its workloads' SPIFFE IDs, worked out once if a cluster pins them.
+    identities: std::cell::OnceCell<Vec<String>>,
     mutual: MutualContexts,
     generator: Generator,
 }
 
 impl Target<'_> {
+    fn identities(&self) -> &[String] {
+        self.identities.get_or_init(|| self.service.identities())
+    }
+
     fn outbound(
         &mut self,
         name: &str,
@@ -243,7 +247,7 @@ impl Target<'_> {
         if let Some(tls) = &policy.tls {
             cluster.transport_socket = match generator {
                 Generator::Envoy => self.upstream_tls(tls, port.number, subset),
-                Generator::Grpc => super::grpc::upstream_tls(tls.mode, &self.identities),
+                Generator::Grpc => super::grpc::upstream_tls(tls.mode, self.identities()),
             };
         }
         // HTTP/2 and gRPC ports speak HTTP/2 upstream.
@@ -272,7 +276,10 @@ impl Target<'_> {
             TransportSocketMatch {
                 name: "tlsMode-istio".into(),
                 r#match: Some(metadata::single("tlsMode", "istio")),
-                transport_socket: Some(self.mutual.socket(&self.identities, sni)),
+                transport_socket: Some(self.mutual.socket(
+                    self.identities.get_or_init(|| self.service.identities()),
+                    sni,
+                )),
             },
             TransportSocketMatch {
                 name: "tlsMode-disabled".into(),
@@ -302,7 +309,7 @@ impl Target<'_> {
             ClientTlsMode::Disable => return None,
             ClientTlsMode::IstioMutual => {
                 let sans = if tls.subject_alt_names.is_empty() {
-                    &self.identities
+                    self.identities.get_or_init(|| self.service.identities())
                 } else {
                     &tls.subject_alt_names
                 };
