@@ -383,7 +383,7 @@ pub async fn run(
     };
     let follow_task = tokio::spawn(follow(config, cache, cache_tx, link_tx, stop_rx));
     let (jobs, translation_task) =
-        Translations::start(serving, args.translation_budget, scope_tx, applied_tx);
+        start_translations(serving, args.translation_budget, scope_tx, applied_tx);
 
     tokio::pin!(shutdown);
     loop {
@@ -508,57 +508,46 @@ struct Job {
     follows_scope: bool,
 }
 
-/// Translation on its own thread, off the async runtime: while a large scope translates, the
-/// agent keeps serving ADS (the last config published), its admin endpoint and the store
-/// watch. Asks coalesce: a translation in progress finishes, then the newest ask is taken and
-/// the ones in between are skipped. A translation past its budget is logged and counted.
-struct Translations {
-    asks: Asks<Job>,
-}
-
-impl Translations {
-    fn start(
-        mut serving: Serving,
-        budget: Duration,
-        scope_tx: watch::Sender<pasa_proto::store::v1::Subscription>,
-        applied_tx: watch::Sender<u64>,
-    ) -> (Translations, tokio::task::JoinHandle<()>) {
-        let (asks, task) = worker::spawn(move |job: Job| {
-            let started = Instant::now();
-            let needs = serving.translate(&job.cache, &job.wanted, job.received, job.following);
-            let took = started.elapsed();
-            if took > budget {
-                serving.metrics.translations_over_budget.inc();
-                tracing::warn!(
-                    took_ms = took.as_millis() as u64,
-                    budget_ms = budget.as_millis() as u64,
-                    revision = job.cache.revision(),
-                    "translation took longer than its budget; clients kept the previous \
-                     config until it was done"
-                );
-            }
-            if job.follows_scope {
-                scope_tx.send_if_modified(|current| {
-                    let changed = *current != needs;
-                    if changed {
-                        *current = needs;
-                    }
-                    changed
-                });
-                applied_tx.send_if_modified(|applied| {
-                    let changed = *applied != job.cache.revision();
-                    *applied = job.cache.revision();
-                    changed
-                });
-            }
-        });
-        (Translations { asks }, task)
-    }
-
-    /// Asks for a translation; it replaces one asked for and not started yet.
-    fn ask(&self, job: Job) {
-        self.asks.ask(job);
-    }
+/// Starts translation on its own thread, off the async runtime: while a large scope
+/// translates, the agent keeps serving ADS (the last config published), its admin endpoint and
+/// the store watch. Asks coalesce: a translation in progress finishes, then the newest ask is
+/// taken and the ones in between are skipped. A translation past `budget` is logged and
+/// counted.
+fn start_translations(
+    mut serving: Serving,
+    budget: Duration,
+    scope_tx: watch::Sender<pasa_proto::store::v1::Subscription>,
+    applied_tx: watch::Sender<u64>,
+) -> (Asks<Job>, tokio::task::JoinHandle<()>) {
+    worker::spawn(move |job: Job| {
+        let started = Instant::now();
+        let needs = serving.translate(&job.cache, &job.wanted, job.received, job.following);
+        let took = started.elapsed();
+        if took > budget {
+            serving.metrics.translations_over_budget.inc();
+            tracing::warn!(
+                took_ms = took.as_millis() as u64,
+                budget_ms = budget.as_millis() as u64,
+                revision = job.cache.revision(),
+                "translation took longer than its budget; clients kept the previous config \
+                 until it was done"
+            );
+        }
+        if job.follows_scope {
+            scope_tx.send_if_modified(|current| {
+                let changed = *current != needs;
+                if changed {
+                    *current = needs;
+                }
+                changed
+            });
+            applied_tx.send_if_modified(|applied| {
+                let changed = *applied != job.cache.revision();
+                *applied = job.cache.revision();
+                changed
+            });
+        }
+    })
 }
 
 /// Translation and publishing, for each generator the clients want.

@@ -159,7 +159,7 @@ fn a_bad_node_id_is_a_usage_error() {
 }
 
 /// Translation runs under a budget: past it, the translation is counted (and logged) and its
-/// result still served once done; the agent answers meanwhile.
+/// result still served once done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_translation_past_its_budget_is_counted_and_still_served() {
     let data = tempfile::tempdir().unwrap();
