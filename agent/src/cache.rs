@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
-use pasa_proto::store::v1::{Event, EventType, ListResponse, Resource, Subscription};
+use pasa_proto::store::v1::{ListResponse, Resource, Subscription};
+use pasa_proto::watch::{Action, Change as StoreChange};
 use prost::Message;
 
 /// Kind, namespace and name of a cached resource.
@@ -49,10 +50,6 @@ impl Change {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error("store event without a resource (type {0:?}): the store and agent disagree on the API")]
-    NoResource(i32),
-    #[error("store event of unknown type {0}: the store is newer than this agent")]
-    UnknownType(i32),
     #[error("cannot write the cache file {path}: {source}")]
     Write {
         path: PathBuf,
@@ -172,33 +169,40 @@ impl Cache {
     }
 
     /// The store said SYNCED for `subscription`: its whole answer is in the cache.
-    pub fn set_answered(&mut self, subscription: Subscription) {
-        self.answered = Some(Arc::new(subscription));
+    pub fn set_answered(&mut self, subscription: Arc<Subscription>) {
+        self.answered = Some(subscription);
     }
 
-    /// Applies one watch event.
-    pub fn apply(&mut self, event: &Event) -> Result<Change, CacheError> {
-        let resource = event
-            .resource
-            .as_ref()
-            .ok_or(CacheError::NoResource(event.r#type))?;
-        let key = Key::of(resource);
-        let change = match EventType::try_from(event.r#type) {
-            Ok(EventType::Added | EventType::Modified) => {
+    /// Objects a snapshot listed at `revision`.
+    pub fn listed(&mut self, objects: impl IntoIterator<Item = Resource>, revision: u64) {
+        for resource in objects {
+            let key = Key::of(&resource);
+            if let Some(seen) = &mut self.relisting {
+                seen.insert(key.clone());
+            }
+            self.objects.insert(key, Arc::new(resource));
+        }
+        self.revision = self.revision.max(revision);
+    }
+
+    /// Applies one change from the store.
+    pub fn apply(&mut self, change: StoreChange) -> Change {
+        let key = Key::of(&change.resource);
+        let applied = match change.action {
+            Action::Added | Action::Modified => {
                 if let Some(seen) = &mut self.relisting {
                     seen.insert(key.clone());
                 }
-                self.objects.insert(key.clone(), Arc::new(resource.clone()));
+                self.objects.insert(key.clone(), Arc::new(change.resource));
                 Change::Upserted(key)
             }
-            Ok(EventType::Deleted) => {
+            Action::Deleted => {
                 self.objects.remove(&key);
                 Change::Removed(key)
             }
-            _ => return Err(CacheError::UnknownType(event.r#type)),
         };
-        self.revision = self.revision.max(event.revision);
-        Ok(change)
+        self.revision = self.revision.max(change.revision);
+        applied
     }
 
     /// The stream is complete up to `revision`. Ends a snapshot: what it did not repeat is
@@ -282,11 +286,11 @@ mod tests {
         }
     }
 
-    fn event(t: EventType, revision: u64, r: Resource) -> Event {
-        Event {
-            r#type: t as i32,
+    fn change(action: Action, revision: u64, resource: Resource) -> StoreChange {
+        StoreChange {
+            action,
             revision,
-            resource: Some(r),
+            resource,
         }
     }
 
@@ -295,50 +299,36 @@ mod tests {
         let mut c = Cache::default();
         let vs = resource("VirtualService", "a", "{}");
         assert_eq!(
-            c.apply(&event(EventType::Added, 3, vs.clone())).unwrap(),
+            c.apply(change(Action::Added, 3, vs.clone())),
             Change::Upserted(Key::of(&vs))
         );
-        c.apply(&event(
-            EventType::Modified,
+        c.apply(change(
+            Action::Modified,
             5,
             resource("VirtualService", "a", "{\"x\":1}"),
-        ))
-        .unwrap();
+        ));
         assert_eq!(c.get(&Key::of(&vs)).unwrap().spec_json, "{\"x\":1}");
         assert_eq!(c.revision(), 5);
         assert_eq!(
-            c.apply(&event(EventType::Deleted, 6, vs.clone())).unwrap(),
+            c.apply(change(Action::Deleted, 6, vs.clone())),
             Change::Removed(Key::of(&vs))
         );
         assert!(c.is_empty());
-        assert!(c.apply(&Event::default()).is_err());
-        let mut unknown = event(EventType::Added, 7, vs);
-        unknown.r#type = 42;
-        assert!(matches!(
-            c.apply(&unknown),
-            Err(CacheError::UnknownType(42))
-        ));
     }
 
     #[test]
     fn a_relist_drops_what_it_does_not_repeat() {
         let mut c = Cache::default();
         for name in ["a", "b"] {
-            c.apply(&event(
-                EventType::Added,
+            c.apply(change(
+                Action::Added,
                 1,
                 resource("DestinationRule", name, "{}"),
-            ))
-            .unwrap();
+            ));
         }
         c.synced(2);
         c.begin_snapshot();
-        c.apply(&event(
-            EventType::Added,
-            9,
-            resource("DestinationRule", "b", "{}"),
-        ))
-        .unwrap();
+        c.listed([resource("DestinationRule", "b", "{}")], 9);
         let removed = c.synced(9);
         assert_eq!(
             removed,
@@ -357,12 +347,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(Cache::load(dir.path()).unwrap().is_none());
         let mut c = Cache::default();
-        c.apply(&event(
-            EventType::Added,
+        c.apply(change(
+            Action::Added,
             4,
             resource("Gateway", "gw", "{\"servers\":[]}"),
-        ))
-        .unwrap();
+        ));
         c.progress(8);
         c.save(dir.path()).unwrap();
         assert!(!dir.path().join("snapshot.pb.tmp").exists());

@@ -2,7 +2,8 @@
 //! publishing it after every change. The stream resumes from the last revision after a cut-off or
 //! a lost connection, relists when the store has compacted that revision away, and saves the cache
 //! to the cache dir each time it is complete (SYNCED), so a restarted agent can serve while the
-//! store is away.
+//! store is away. The wire protocol is `pasa_proto::watch`'s; this module decides what to do
+//! with what it says.
 //!
 //! **Changing the subscription.** The subscription comes from a watch channel. When it changes
 //! while a stream is open, a `WatchUpdate` goes out on that stream; the store answers with ADDED
@@ -21,12 +22,9 @@ use std::time::Duration;
 use pasa_proto::client::Backoff;
 
 use crate::metrics::{Metrics, ReasonLabels};
-use pasa_proto::store::v1::{
-    CancelReason, SubscriberIdentity, Subscription, WatchCreate, WatchRequest, WatchUpdate,
-    watch_request, watch_response,
-};
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use pasa_proto::store::v1::{SubscriberIdentity, Subscription};
+use pasa_proto::watch::{Watch, WatchError, WatchEvent, WatchStart};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::cache::Cache;
@@ -50,12 +48,12 @@ pub struct FollowConfig {
 }
 
 impl FollowConfig {
-    fn reconnects(&self, reason: Disconnect) {
+    fn reconnects(&self, reason: &WatchError) {
         if let Some(metrics) = &self.metrics {
             metrics
                 .store_reconnects
                 .get_or_create(&ReasonLabels {
-                    reason: reason.name(),
+                    reason: reason.label(),
                 })
                 .inc();
         }
@@ -99,46 +97,6 @@ impl InForce {
     /// Whether a watch with `next` may resume from the cache's revision (rather than relist).
     fn resumable_with(&self, next: &Subscription) -> bool {
         !self.updated && self.subscription.as_ref().is_none_or(|s| s == next)
-    }
-}
-
-/// Why one watch stream ended.
-enum Ended {
-    /// Watch again from the cache's revision (slow consumer, store shutdown, lost connection),
-    /// with the reason for status pages.
-    Resume(Disconnect, String),
-    /// The revision is gone from the change log: watch again with a snapshot.
-    Relist,
-}
-
-/// Why the store watch ended (`pasa_agent_store_reconnects_total{reason}`).
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum Disconnect {
-    /// The store could not be reached (or `--server` is not an address).
-    Unreachable,
-    /// The store refused the watch.
-    Refused,
-    /// The stream closed, or a request on it could not be sent.
-    Closed,
-    /// The stream failed with an error.
-    Failed,
-    /// The store cut the watch off: the agent fell behind, or the store is shutting down.
-    CutOff,
-    /// The agent's revision was compacted away: it lists everything again.
-    Compacted,
-}
-
-impl Disconnect {
-    /// The metric label.
-    pub fn name(self) -> &'static str {
-        match self {
-            Disconnect::Unreachable => "unreachable",
-            Disconnect::Refused => "refused",
-            Disconnect::Closed => "closed",
-            Disconnect::Failed => "failed",
-            Disconnect::CutOff => "cut_off",
-            Disconnect::Compacted => "compacted",
-        }
     }
 }
 
@@ -188,22 +146,18 @@ pub async fn follow(
         // while the store is away).
         saver.flush(&cache);
         let Some(ended) = ended else { break };
-        match ended {
-            Ended::Relist => {
-                config.reconnects(Disconnect::Compacted);
-                relist = true;
-            }
-            Ended::Resume(reason, why) => {
-                config.reconnects(reason);
-                relist = cache.revision() == 0 || cache.snapshot_pending();
-                tracing::warn!(reason = %why, revision = cache.revision(), "store watch ended; resuming");
-                link.send_replace(Link::Degraded(why));
-                let wait = backoff.failed();
-                tokio::select! {
-                    _ = stop.wait_for(|s| *s) => break,
-                    () = tokio::time::sleep(wait) => {}
-                }
-            }
+        config.reconnects(&ended);
+        if let WatchError::Compacted { .. } = ended {
+            relist = true;
+            continue;
+        }
+        relist = cache.revision() == 0 || cache.snapshot_pending();
+        tracing::warn!(reason = %ended, revision = cache.revision(), "store watch ended; resuming");
+        link.send_replace(Link::Degraded(ended.to_string()));
+        let wait = backoff.failed();
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            () = tokio::time::sleep(wait) => {}
         }
     }
     saver.finish().await;
@@ -218,6 +172,7 @@ struct Stream<'a> {
 }
 
 impl Stream<'_> {
+    /// Watches until the stream ends, and says how it did.
     async fn watch(
         self,
         current: Subscription,
@@ -226,67 +181,30 @@ impl Stream<'_> {
         published: &watch::Sender<Arc<Cache>>,
         link: &watch::Sender<Link>,
         backoff: &mut Backoff,
-    ) -> Ended {
+    ) -> WatchError {
         let Stream {
             config,
             subscription,
             in_force,
             saver,
         } = self;
-        let endpoint = match pasa_proto::client::endpoint(&config.server) {
-            Ok(e) => e,
-            Err(e) => return Ended::Resume(Disconnect::Unreachable, format!("--server {e}")),
+        let start = WatchStart {
+            subscription: current.clone(),
+            from_revision: if relist { 0 } else { cache.revision() + 1 },
+            identity: Some(config.identity.clone()),
         };
-        let channel = match endpoint.connect().await {
-            Ok(c) => c,
-            Err(e) => {
-                return Ended::Resume(
-                    Disconnect::Unreachable,
-                    format!("cannot reach the store at {}: {e}", config.server),
-                );
-            }
-        };
-        let mut client = pasa_proto::client::store_client(channel);
-        let from_revision = if relist { 0 } else { cache.revision() + 1 };
-        let (tx, rx) = mpsc::channel(1);
-        let create = WatchRequest {
-            request: Some(watch_request::Request::Create(WatchCreate {
-                subscription: Some(current.clone()),
-                from_revision,
-                identity: Some(config.identity.clone()),
-            })),
-        };
-        if tx.send(create).await.is_err() {
-            return Ended::Resume(
-                Disconnect::Closed,
-                "the watch request could not be sent".into(),
-            );
-        }
-        let mut stream = match client.watch(ReceiverStream::new(rx)).await {
-            Ok(response) => response.into_inner(),
-            Err(status) => {
-                return Ended::Resume(
-                    Disconnect::Refused,
-                    format!("watch refused: {}", status.message()),
-                );
-            }
+        let mut stream = match Watch::connect(&config.server, start).await {
+            Ok(stream) => stream,
+            Err(e) => return e,
         };
         *in_force = InForce {
             subscription: Some(current),
             updated: false,
         };
-        if relist {
-            cache.begin_snapshot();
-        }
-        // The subscriptions sent whose SYNCED has not come yet, oldest first.
-        let mut awaiting = std::collections::VecDeque::from([in_force.subscription.clone()]);
         let mut updates_open = true;
-        // An update waiting for room on the request channel (the store reads updates only once
-        // its snapshot is out, so sending must never block reading).
-        let mut pending: Option<Subscription> = None;
-        loop {
-            let message = tokio::select! {
-                message = stream.message() => message,
+        let ended = loop {
+            let event = tokio::select! {
+                event = stream.next() => event,
                 changed = subscription.changed(), if updates_open => {
                     if changed.is_err() {
                         // Nobody changes the subscription any more; keep the current one.
@@ -294,9 +212,9 @@ impl Stream<'_> {
                         continue;
                     }
                     let next = subscription.borrow_and_update().clone();
-                    let latest = pending.as_ref().or(in_force.subscription.as_ref());
-                    if latest != Some(&next) {
-                        pending = Some(next);
+                    if *stream.subscription() != next {
+                        tracing::info!(rules = next.rules.len(), "updating the watch's subscription");
+                        stream.update(next);
                     }
                     continue;
                 }
@@ -304,76 +222,50 @@ impl Stream<'_> {
                     saver.save(cache);
                     continue;
                 }
-                permit = tx.reserve(), if pending.is_some() => {
-                    let (Ok(permit), Some(next)) = (permit, pending.take()) else {
-                        return Ended::Resume(
-                            Disconnect::Closed,
-                            "the subscription update could not be sent".into(),
-                        );
-                    };
-                    tracing::info!(rules = next.rules.len(), "updating the watch's subscription");
-                    permit.send(WatchRequest {
-                        request: Some(watch_request::Request::Update(WatchUpdate {
-                            subscription: Some(next.clone()),
-                        })),
-                    });
-                    in_force.subscription = Some(next.clone());
-                    in_force.updated = true;
-                    awaiting.push_back(Some(next));
-                    continue;
-                }
             };
-            let message = match message {
-                Ok(Some(m)) => m,
-                Ok(None) => {
-                    return Ended::Resume(Disconnect::Closed, "the store closed the watch".into());
-                }
-                Err(status) => {
-                    return Ended::Resume(
-                        Disconnect::Failed,
-                        format!("watch failed: {}", status.message()),
-                    );
-                }
+            let event = match event {
+                Ok(event) => event,
+                Err(ended) => break ended,
             };
-            match message.response {
-                Some(watch_response::Response::Events(batch)) => {
-                    for event in &batch.events {
-                        if let Err(e) = cache.apply(event) {
-                            tracing::warn!(error = %e, "store event skipped");
-                        }
+            match event {
+                WatchEvent::Init => cache.begin_snapshot(),
+                WatchEvent::InitApply { revision, objects } => {
+                    cache.listed(objects, revision);
+                    published.send_replace(Arc::new(cache.clone()));
+                }
+                WatchEvent::Changes(changes) => {
+                    for change in changes {
+                        cache.apply(change);
                     }
                     published.send_replace(Arc::new(cache.clone()));
                     if !cache.snapshot_pending() {
                         saver.changed();
                     }
                 }
-                Some(watch_response::Response::Synced(s)) => {
-                    cache.synced(s.revision);
-                    if let Some(Some(answered)) = awaiting.pop_front() {
-                        cache.set_answered(answered);
-                    }
-                    if awaiting.is_empty() {
-                        in_force.updated = false;
-                    }
+                WatchEvent::InitDone {
+                    revision,
+                    subscription,
+                }
+                | WatchEvent::Synced {
+                    revision,
+                    subscription,
+                } => {
+                    cache.synced(revision);
+                    cache.set_answered(subscription);
                     // Saved before anyone hears it is complete.
                     saver.save(cache);
                     published.send_replace(Arc::new(cache.clone()));
                     link.send_replace(Link::Synced);
                     backoff.reset();
                 }
-                Some(watch_response::Response::Progress(p)) => cache.progress(p.revision),
-                Some(watch_response::Response::Cancelled(c)) => {
-                    return match CancelReason::try_from(c.reason) {
-                        Ok(CancelReason::Compacted) => Ended::Relist,
-                        _ => Ended::Resume(
-                            Disconnect::CutOff,
-                            format!("the store ended the watch: {}", c.message),
-                        ),
-                    };
-                }
-                None => {}
+                WatchEvent::Progress { revision } => cache.progress(revision),
             }
-        }
+        };
+        *in_force = InForce {
+            subscription: Some(stream.subscription().clone()),
+            updated: stream.updating(),
+        };
+        ended
     }
 }
 

@@ -36,7 +36,7 @@ pub struct ResourceLabels {
     pub generator: Generator,
 }
 
-/// Why something ended, by the name of its reason (the follower's `Disconnect`).
+/// Why something ended, by the name of its reason (the store watch's `WatchError::label`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: &'static str,

@@ -16,7 +16,8 @@ use pasa_agent::cache::{Cache, Key};
 use pasa_agent::identity::IdentityArgs;
 use pasa_agent::model::proxy::{Generator, Proxy};
 use pasa_agent::translate::Translator;
-use pasa_proto::store::v1::{Event, EventType, Resource};
+use pasa_proto::store::v1::Resource;
+use pasa_proto::watch::{self, Action};
 use serde_json::{Value, json};
 
 use crate::stats::{peak_rss_mib, percentile, round2};
@@ -262,11 +263,11 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
             if let Some(existing) = cache.get(&Key::of(&modified)) {
                 modified.create_revision = existing.create_revision;
             }
-            cache.apply(&Event {
-                r#type: EventType::Modified as i32,
-                resource: Some(modified),
+            cache.apply(watch::Change {
+                action: Action::Modified,
+                resource: modified,
                 revision: rev,
-            })?;
+            });
             let started = Instant::now();
             let resources = translator.generate(&cache, generator);
             let _snapshot = Snapshot::from_generated(&resources);

@@ -17,6 +17,7 @@ pub mod process;
 pub mod service_endpoints;
 pub mod sync_state;
 pub mod visibility;
+pub mod watch;
 
 /// The store API, generated from `proto/pasa/store/v1/store.proto`.
 pub mod store {

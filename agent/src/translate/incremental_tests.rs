@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use pasa_proto::store::v1::{Event, EventType, Resource};
+use pasa_proto::store::v1::Resource;
+use pasa_proto::watch::{Action, Change};
 use serde_json::{Value, json};
 
 use super::*;
@@ -172,22 +173,20 @@ fn put(
     let first = *created.entry(id).or_insert(revision);
     let mut r = resource(kind, &ns, &name, spec, revision);
     r.create_revision = first;
-    let r#type = if first == revision {
-        EventType::Added
+    let action = if first == revision {
+        Action::Added
     } else {
-        EventType::Modified
+        Action::Modified
     };
-    event(cache, r#type, r, revision);
+    event(cache, action, r, revision);
 }
 
-fn event(cache: &mut Cache, r#type: EventType, resource: Resource, revision: u64) {
-    cache
-        .apply(&Event {
-            r#type: r#type as i32,
-            resource: Some(resource),
-            revision,
-        })
-        .expect("a well-formed event");
+fn event(cache: &mut Cache, action: Action, resource: Resource, revision: u64) {
+    cache.apply(Change {
+        action,
+        resource,
+        revision,
+    });
 }
 
 /// The names whose resources differ between two maps.
@@ -241,7 +240,7 @@ fn incremental_translation_equals_translation_from_scratch() {
                 if let Some(id) = key {
                     created.remove(&id);
                     let r = resource(&id.0, &id.1, &id.2, json!({}), revision);
-                    event(&mut cache, EventType::Deleted, r, revision);
+                    event(&mut cache, Action::Deleted, r, revision);
                 }
             }
         }

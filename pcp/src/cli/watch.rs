@@ -2,12 +2,9 @@
 
 use std::io::Write;
 
-use futures::StreamExt;
 use pasa_proto::Kind;
-use pasa_proto::store::v1::{
-    CancelReason, EventType, Rule, SubscriberIdentity, Subscription, WatchCreate, WatchRequest,
-    watch_request, watch_response,
-};
+use pasa_proto::store::v1::{CancelReason, Resource, Rule, SubscriberIdentity, Subscription};
+use pasa_proto::watch::{Action, Watch, WatchError, WatchEvent, WatchStart};
 use serde_json::json;
 
 use super::{CmdResult, Reported, connect, status_error};
@@ -31,15 +28,6 @@ pub struct WatchArgs {
     pub from_revision: u64,
 }
 
-fn event_type(t: i32) -> &'static str {
-    match EventType::try_from(t) {
-        Ok(EventType::Added) => "ADDED",
-        Ok(EventType::Modified) => "MODIFIED",
-        Ok(EventType::Deleted) => "DELETED",
-        _ => "UNKNOWN",
-    }
-}
-
 pub async fn run(server: &str, args: WatchArgs) -> CmdResult {
     let kinds = args
         .kinds
@@ -59,8 +47,8 @@ pub async fn run(server: &str, args: WatchArgs) -> CmdResult {
         hosts: args.hosts,
         gateways: args.gateways,
     };
-    let create = WatchCreate {
-        subscription: Some(Subscription { rules: vec![rule] }),
+    let start = WatchStart {
+        subscription: Subscription { rules: vec![rule] },
         from_revision: args.from_revision,
         identity: Some(SubscriberIdentity {
             node_id: String::new(),
@@ -68,64 +56,75 @@ pub async fn run(server: &str, args: WatchArgs) -> CmdResult {
         }),
     };
     let mut client = connect(server).await?;
-    // Keep the request stream open: closing it is how a client says it is gone.
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    tx.send(WatchRequest {
-        request: Some(watch_request::Request::Create(create)),
-    })
-    .await
-    .map_err(|_| anyhow::anyhow!("watch request could not be queued"))?;
-    let mut stream = client
-        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .map_err(status_error)?
-        .into_inner();
+    let mut stream = match Watch::open(&mut client, start).await {
+        Ok(stream) => stream,
+        Err(WatchError::Refused(status)) => return Err(status_error(status)),
+        Err(e) => return Err(e.into()),
+    };
     let mut stdout = std::io::stdout().lock();
-    while let Some(msg) = stream.next().await {
-        let msg = msg.map_err(status_error)?;
-        let lines = match msg.response {
-            Some(watch_response::Response::Events(batch)) => batch
-                .events
+    let ended = loop {
+        let lines = match stream.next().await {
+            Err(ended) => break ended,
+            Ok(WatchEvent::Init) => vec![],
+            Ok(WatchEvent::InitApply { revision, objects }) => objects
                 .iter()
-                .map(|e| {
-                    let r = e.resource.clone().unwrap_or_default();
-                    json!({"type": event_type(e.r#type), "revision": e.revision,
-                           "kind": r.kind, "namespace": r.namespace, "name": r.name})
-                })
+                .map(|r| object_line(Action::Added, revision, r))
                 .collect(),
-            Some(watch_response::Response::Synced(s)) => {
-                vec![json!({"type": "SYNCED", "revision": s.revision})]
+            Ok(WatchEvent::Changes(changes)) => changes
+                .iter()
+                .map(|c| object_line(c.action, c.revision, &c.resource))
+                .collect(),
+            Ok(WatchEvent::InitDone { revision, .. } | WatchEvent::Synced { revision, .. }) => {
+                vec![json!({"type": "SYNCED", "revision": revision})]
             }
-            Some(watch_response::Response::Progress(p)) => {
-                vec![json!({"type": "PROGRESS", "revision": p.revision})]
+            Ok(WatchEvent::Progress { revision }) => {
+                vec![json!({"type": "PROGRESS", "revision": revision})]
             }
-            Some(watch_response::Response::Cancelled(c)) => {
-                let reason = CancelReason::try_from(c.reason)
-                    .map(|r| {
-                        r.as_str_name()
-                            .trim_start_matches("CANCEL_REASON_")
-                            .to_string()
-                    })
-                    .unwrap_or_else(|_| "UNKNOWN".into());
-                writeln!(
-                    stdout,
-                    "{}",
-                    json!({"type": "CANCELLED", "reason": reason,
-                           "resume_revision": c.resume_revision,
-                           "compact_revision": c.compact_revision})
-                )?;
-                stdout.flush()?;
-                eprintln!("error: watch ended by the store: {}", c.message);
-                return Err(Reported.into());
-            }
-            None => vec![],
         };
         for line in lines {
             writeln!(stdout, "{line}")?;
         }
         stdout.flush()?;
+    };
+    match &ended {
+        WatchError::CutOff {
+            reason,
+            resume_revision,
+            ..
+        } => cancelled_line(&mut stdout, *reason, *resume_revision, 0)?,
+        WatchError::Compacted {
+            compact_revision, ..
+        } => cancelled_line(&mut stdout, CancelReason::Compacted, 0, *compact_revision)?,
+        _ => {}
     }
-    drop(tx);
-    eprintln!("error: the store closed the watch");
-    Err(Reported.into())
+    match ended {
+        WatchError::Failed(status) | WatchError::Refused(status) => Err(status_error(status)),
+        ended => {
+            eprintln!("error: {ended}");
+            Err(Reported.into())
+        }
+    }
+}
+
+fn object_line(action: Action, revision: u64, r: &Resource) -> serde_json::Value {
+    json!({"type": action.as_str(), "revision": revision,
+           "kind": r.kind, "namespace": r.namespace, "name": r.name})
+}
+
+/// The line saying the store ended the watch, and where to resume.
+fn cancelled_line(
+    out: &mut impl Write,
+    reason: CancelReason,
+    resume_revision: u64,
+    compact_revision: u64,
+) -> std::io::Result<()> {
+    let reason = reason.as_str_name().trim_start_matches("CANCEL_REASON_");
+    writeln!(
+        out,
+        "{}",
+        json!({"type": "CANCELLED", "reason": reason,
+               "resume_revision": resume_revision,
+               "compact_revision": compact_revision})
+    )?;
+    out.flush()
 }
