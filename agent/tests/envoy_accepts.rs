@@ -275,8 +275,9 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
     // productpage sidecar, the ingress gateway and an egress gateway.
     if let Some(dir) = samples::corpus() {
         let samples_dir = dir.join("samples");
-        let mut platform = samples::yaml_docs(&samples_dir.join("bookinfo/platform/bookinfo.yaml"));
-        platform.extend(samples::yaml_docs(
+        let mut platform =
+            pasa_testing::yaml_docs(&samples_dir.join("bookinfo/platform/bookinfo.yaml"));
+        platform.extend(pasa_testing::yaml_docs(
             &samples_dir.join("bookinfo/networking/destination-rule-all.yaml"),
         ));
         let proxies = [
@@ -293,7 +294,7 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
         let tally = tallies.entry("samples".into()).or_default();
         for file in samples::files(&samples_dir) {
             let mut docs = platform.clone();
-            docs.extend(samples::yaml_docs(&file));
+            docs.extend(pasa_testing::yaml_docs(&file));
             let cache = Cache::from_resources(samples::to_store(&docs), 100);
             for (role, proxy) in &proxies {
                 let judge = judge_for(proxy, &sidecars, &routers);
@@ -314,7 +315,7 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
     let tally = tallies.entry("examples/envoy".into()).or_default();
     let mut docs = Vec::new();
     for file in samples::files(&examples) {
-        docs.extend(samples::yaml_docs(&file));
+        docs.extend(pasa_testing::yaml_docs(&file));
     }
     assert!(!docs.is_empty(), "{} holds no example", examples.display());
     let cache = Cache::from_resources(samples::to_store(&docs), 100);

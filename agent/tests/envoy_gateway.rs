@@ -428,7 +428,7 @@ async fn proxy_status_until(
         let answer = pasa_proto::client::list_proxy_status(&mut client, Default::default())
             .await
             .expect("ListProxyStatus");
-        let table = pasa_pcp::cli::proxy_status::table(&answer);
+        let table = pasactl::cli::proxy_status::table(&answer);
         if ok(&table) {
             return (table, answer);
         }
@@ -467,7 +467,7 @@ async fn nack(store: &StoreServer, envoy: &Envoy, protocol: &str) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
-    let page = pasa_pcp::cli::proxy_status::detail(entry, &answer, now);
+    let page = pasactl::cli::proxy_status::detail(entry, &answer, now);
     assert!(
         page.lines()
             .any(|l| l.starts_with("LAST NACK   RDS rejected version") && l.contains("regex")),

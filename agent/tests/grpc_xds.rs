@@ -54,19 +54,9 @@ fn python_ready() -> bool {
     ok
 }
 
-/// `pasactl`, built beside the agent by `cargo test --workspace`, or built now.
+/// `pasactl` (built beside the agent by `cargo test --workspace`).
 fn pasactl() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_pasa-agent")).with_file_name("pasactl");
-    if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "pasa-pcp", "--bin", "pasactl"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo build runs");
-        assert!(status.success(), "building pasactl failed");
-    }
-    path
+    pasa_testing::workspace_binary("pasactl", "pasactl")
 }
 
 fn apply(server: std::net::SocketAddr, dir: &Path, name: &str, yaml: &str) {

@@ -16,9 +16,9 @@ use common::store::StoreServer;
 use common::{CDS, FakeSotwClient, LDS};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use pasa_agent::resource::TypeKind;
-use pasa_pcp::cli::proxy_status::{detail, table};
 use pasa_proto::store::v1::{ListProxyStatusRequest, ListProxyStatusResponse};
 use pasa_store::StoreConfig;
+use pasactl::cli::proxy_status::{detail, table};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 

@@ -12,7 +12,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::corpus::{self, Case, check, istiod_like};
 use pasa_agent::cache::Cache;
@@ -101,16 +101,6 @@ fn checks(case: &Case) -> usize {
     case.calls.as_ref().map_or(0, Vec::len) + usize::from(case.inbound_clusters.is_some())
 }
 
-fn case_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    files
-}
-
 fn file_name(path: &Path) -> String {
     path.file_name()
         .unwrap_or_default()
@@ -167,7 +157,7 @@ fn istio_traffic_simulation_corpus() {
         eprintln!("SKIPPED: traffic simulation conformance corpus not found");
         return;
     };
-    let files = case_files(&dir);
+    let files = pasa_testing::yaml_files(&dir);
     assert!(!files.is_empty(), "{} holds no case file", dir.display());
     // Problems with the corpus or its conversion: these fail the test.
     let mut broken = Vec::new();

@@ -12,7 +12,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::samples::{self, corpus, to_store, yaml_docs};
+use common::samples::{self, corpus, to_store};
+use pasa_testing::yaml_docs;
 
 use envoy_types::pb::google::protobuf::Any;
 use pasa_agent::cache::Cache;
@@ -31,7 +32,7 @@ fn proxy_with_labels(node_id: &str, labels: &str) -> Proxy {
 
 /// A resource as protobuf JSON with `Any` resolved (pasactl's Envoy descriptors).
 fn to_json(any: &Any) -> Value {
-    pasa_pcp::envoy_json::to_json("", any).unwrap_or_else(|e| panic!("{e}"))
+    pasactl::envoy_json::to_json("", any).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// All generated resources as JSON, by type and name.

@@ -1,15 +1,10 @@
-//! PCP, PASA's control plane: Istio-parity validation, the write path into the store (embedded
-//! or remote), the admission webhook, and `pasactl`.
+//! PCP, PASA's control plane server: the store API with every write admitted first (embedded
+//! store or remote), and the admission webhook. What admission checks is `pasa-validation`'s;
+//! the command line is `pasactl`'s own crate.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod admission;
-pub mod analysis;
-pub mod cli;
-pub mod envoy_json;
-pub mod manifest;
 pub mod metrics;
 pub mod server;
-pub mod validation;
 pub mod webhook;
 pub mod write;

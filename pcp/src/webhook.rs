@@ -20,9 +20,9 @@ use pasa_proto::object::identity_of;
 use pasa_proto::store::v1::{ApplyDocument, ApplyRequest, DeleteRequest, ObjectRef};
 use serde_json::Value;
 
-use crate::admission::problem_text;
 use crate::metrics::{Answer, Metrics, Origin, WebhookLabels, WriteLabels, WriteResult};
 use crate::write::WriteService;
+use pasa_validation::admission::problem_text;
 use review::{AdmissionRequest, Verdict};
 
 /// The API group whose resources the webhook validates.

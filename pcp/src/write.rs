@@ -22,9 +22,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::admission::{self, Checked};
-use crate::analysis;
 use crate::metrics::{Metrics, Origin};
+use pasa_validation::admission::{self, Checked};
+use pasa_validation::analysis;
 
 /// Where writes go once admitted.
 #[derive(Clone)]

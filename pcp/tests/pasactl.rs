@@ -97,7 +97,7 @@ fn pasactl_end_to_end() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"));
 
     // A reader that goes away (`| head`) ends pasactl quietly, not with a panic.
-    let mut piped = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+    let mut piped = Command::new(common::pasactl())
         .args(["--server", &pcp.addr, "get", "vs", "-A", "-o", "yaml"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -130,7 +130,7 @@ fn pasactl_end_to_end() {
     );
 
     // watch by host: snapshot, SYNCED, then the change.
-    let mut watch = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+    let mut watch = Command::new(common::pasactl())
         .args([
             "--server",
             &pcp.addr,
@@ -191,7 +191,7 @@ fn pasactl_end_to_end() {
     assert!(status.contains("TOTAL             7"), "{status}");
 
     // apply from standard input, with -n for documents that name no namespace.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+    let mut child = Command::new(common::pasactl())
         .args(["--server", &pcp.addr, "apply", "-n", "edge", "-f", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -218,7 +218,7 @@ fn pasactl_end_to_end() {
     );
 
     // Replay the change log from a revision: every change since, then SYNCED.
-    let mut replay = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+    let mut replay = Command::new(common::pasactl())
         .args([
             "--server",
             &pcp.addr,
@@ -266,7 +266,7 @@ fn pasactl_end_to_end() {
 
 #[test]
 fn unreachable_server_is_explained() {
-    let out = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+    let out = Command::new(common::pasactl())
         .args(["--server", "127.0.0.1:1", "status"])
         .output()
         .unwrap();
@@ -282,7 +282,7 @@ fn unreachable_server_is_explained() {
 #[test]
 fn validate_offline() {
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_pasactl"))
+        Command::new(common::pasactl())
             // No server runs at this address: validate must not need one.
             .args(["--server", "127.0.0.1:1", "validate"])
             .args(args)

@@ -14,7 +14,7 @@ use common::{Pcp, WAIT, line_channel};
 use serde_json::json;
 
 async fn pasactl(args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_pasactl"))
+    tokio::process::Command::new(common::pasactl())
         .args(["x", "simulate"])
         .args(args)
         .env_remove("PASA_AGENT_ADMIN")
@@ -62,7 +62,7 @@ async fn simulate_against_a_fake_agent() {
     );
 
     // -o json: the outcome as the agent gave it; the agent also comes from the environment.
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_pasactl"))
+    let out = tokio::process::Command::new(common::pasactl())
         .args(["x", "simulate", "--port", "9080", "-o", "json"])
         .args(["--generator", "grpc"])
         .env("PASA_AGENT_ADMIN", format!("http://{agent}"))
@@ -175,14 +175,7 @@ impl RealAgent {
 
 #[test]
 fn simulate_against_a_real_agent() {
-    let agent_binary = Path::new(env!("CARGO_BIN_EXE_pasactl")).with_file_name("pasa-agent");
-    if !agent_binary.exists() {
-        eprintln!(
-            "skipped: no pasa-agent binary at {} (cargo test --workspace builds it)",
-            agent_binary.display()
-        );
-        return;
-    }
+    let agent_binary = pasa_testing::workspace_binary("pasa-agent", "pasa-agent");
     let data = tempfile::tempdir().unwrap();
     let pcp = Pcp::start(data.path());
     let dir = tempfile::tempdir().unwrap();
@@ -199,7 +192,7 @@ fn simulate_against_a_real_agent() {
     let agent = RealAgent::start(&agent_binary, &pcp.addr, dir.path());
 
     let simulate = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_pasactl"))
+        Command::new(common::pasactl())
             .args(["x", "simulate", "--agent", &agent.admin])
             .args(extra)
             .output()

@@ -109,7 +109,7 @@ impl Drop for InProcessAgent {
 }
 
 fn pasactl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pasactl"))
+    Command::new(common::pasactl())
         .args(args)
         .env_remove("PASA_AGENT_ADMIN")
         .output()

@@ -9,6 +9,7 @@ use pasa_proto::store::v1::{
     CancelReason, DeleteRequest, ListRequest, ObjectRef, Rule, Subscription, watch_response,
 };
 use pasa_store::StoreConfig;
+use pasa_testing::yaml_docs;
 use serde_json::json;
 
 fn host_rule(host: &str) -> Rule {

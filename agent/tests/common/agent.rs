@@ -1,11 +1,10 @@
 //! The real `pasa-agent` binary, started on a socket in a temporary directory, and a small HTTP
 //! client for its admin endpoint.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -129,19 +128,7 @@ impl Drop for Agent {
     }
 }
 
-/// Lines of a reader, as they come, on a channel.
-pub fn line_channel(reader: impl BufRead + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in reader.lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
+pub use pasa_testing::line_channel;
 
 /// A minimal HTTP/1.1 GET: status code and body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {

@@ -19,14 +19,9 @@ use pasa_proto::{Kind, Object};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The conformance folder: `PASA_CONFORMANCE_DIR`, else `shared/conformance` beside the project.
-/// `None` when it has no `simulation` folder.
+/// The corpus's `simulation` folder, if it is there.
 pub fn simulation_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("PASA_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"))
-        .join("simulation");
-    dir.is_dir().then_some(dir)
+    pasa_testing::conformance_dir("simulation").map(|dir| dir.join("simulation"))
 }
 
 /// One case: a proxy, the configuration it sees, and either calls or a route table to check.

@@ -10,25 +10,7 @@ use serde_json::{Value, json};
 
 /// The conformance folder, when it has `samples/`; says loudly that it skipped otherwise.
 pub fn corpus() -> Option<PathBuf> {
-    let dir = std::env::var_os("PASA_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"));
-    if dir.join("samples").is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIPPED: the conformance corpus is not at {} (set PASA_CONFORMANCE_DIR)",
-            dir.display()
-        );
-        None
-    }
-}
-
-pub fn yaml_docs(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    docs.into_iter().filter(|d| !d.is_null()).collect()
+    pasa_testing::conformance_dir("samples")
 }
 
 /// Istio resources and Kubernetes Services (with Deployments as endpoints) as store resources.

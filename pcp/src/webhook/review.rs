@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::admission::{Checked, problem_text};
+use pasa_validation::admission::{Checked, problem_text};
 
 /// The group, version and kind of the object under review.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]

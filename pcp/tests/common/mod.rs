@@ -4,11 +4,10 @@
 
 pub mod fake_agent;
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -80,7 +79,7 @@ impl Pcp {
     }
 
     pub fn ctl(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_pasactl"))
+        Command::new(pasactl())
             .arg("--server")
             .arg(&self.addr)
             .args(args)
@@ -131,16 +130,9 @@ impl Drop for Pcp {
     }
 }
 
-/// Lines of a reader, as they come, on a channel.
-pub fn line_channel(reader: impl BufRead + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in reader.lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
+pub use pasa_testing::line_channel;
+
+/// The `pasactl` binary (built by `cargo test --workspace`).
+pub fn pasactl() -> PathBuf {
+    pasa_testing::workspace_binary("pasactl", "pasactl")
 }

@@ -248,27 +248,9 @@ pub fn set(items: &[&str]) -> BTreeSet<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
-/// The conformance corpus: `PASA_CONFORMANCE_DIR`, or `../shared/conformance` beside the project.
+/// The conformance corpus, when it has `samples/`; says loudly that it skipped otherwise.
 pub fn conformance_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("PASA_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"));
-    if dir.join("samples").is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "\n*** SKIPPED: the conformance corpus is not at {} (set PASA_CONFORMANCE_DIR) ***\n",
-            dir.display()
-        );
-        None
-    }
-}
-
-/// Every document of a YAML file.
-pub fn yaml_docs(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("yaml");
-    docs.into_iter().filter(|d| !d.is_null()).collect()
+    pasa_testing::conformance_dir("samples")
 }
 
 /// The Kubernetes Services of a platform manifest as the store's ServiceEndpoints.

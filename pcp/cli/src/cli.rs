@@ -168,7 +168,7 @@ pub fn status_error(status: tonic::Status) -> anyhow::Error {
 
 /// One problem of a batch as pasactl prints it: where (file, document, object), which field, what.
 pub fn problem_line(
-    sources: &[crate::manifest::Source],
+    sources: &[pasa_validation::manifest::Source],
     index: u32,
     reference: Option<&pasa_proto::store::v1::ObjectRef>,
     field: &str,
@@ -184,7 +184,7 @@ pub fn problem_line(
         .unwrap_or_default();
     format!(
         "{source}{what}: {}",
-        crate::admission::problem_text(field, message)
+        pasa_validation::admission::problem_text(field, message)
     )
 }
 

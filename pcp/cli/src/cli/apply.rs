@@ -3,7 +3,7 @@
 use pasa_proto::store::v1::{ApplyDocument, ApplyOutcome, ApplyRequest, ApplyResponse};
 
 use super::{CmdResult, FileArgs, Reported, connect, object_name, out, problem_line, status_error};
-use crate::manifest::{self, Source};
+use pasa_validation::manifest::{self, Source};
 
 #[derive(clap::Args, Debug)]
 pub struct ApplyArgs {

@@ -1,8 +1,8 @@
 //! `pasactl validate -f FILE|DIR|-`: the same checks as the write path, offline (no server).
 
 use super::{CmdResult, FileArgs, Reported, problem_line};
-use crate::admission;
-use crate::manifest::{self, Source};
+use pasa_validation::admission;
+use pasa_validation::manifest::{self, Source};
 
 #[derive(clap::Args, Debug)]
 pub struct ValidateArgs {

@@ -5,7 +5,7 @@ use pasa_proto::object::identity_of;
 use pasa_proto::store::v1::{DeleteRequest, ObjectRef};
 
 use super::{CmdResult, FileArgs, Reported, connect, object_name, out, status_error};
-use crate::manifest;
+use pasa_validation::manifest;
 
 #[derive(clap::Args, Debug)]
 pub struct DeleteArgs {

@@ -3,5 +3,5 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 fn main() -> std::process::ExitCode {
-    pasa_pcp::cli::main()
+    pasactl::cli::main()
 }

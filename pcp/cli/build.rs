@@ -51,7 +51,7 @@ type BoxError = Box<dyn std::error::Error>;
 
 fn main() -> Result<(), BoxError> {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=../Cargo.lock");
+    println!("cargo:rerun-if-changed=../../Cargo.lock");
     println!("cargo:rerun-if-env-changed=PASA_ENVOY_PROTO_DIR");
     let root = envoy_proto_dir()?;
     let includes: Vec<PathBuf> = INCLUDES.iter().map(|d| root.join(d)).collect();
@@ -138,7 +138,7 @@ fn from_cargo_metadata() -> Result<PathBuf, BoxError> {
 /// `$CARGO_HOME/registry/src/*/envoy-types-<version from Cargo.lock>/proto`.
 fn from_registry() -> Result<PathBuf, BoxError> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    let lock = std::fs::read_to_string(manifest_dir.join("../Cargo.lock"))?;
+    let lock = std::fs::read_to_string(manifest_dir.join("../../Cargo.lock"))?;
     let version = lock
         .split("[[package]]")
         .find(|p| p.contains("name = \"envoy-types\""))

@@ -12,9 +12,9 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use pasa_pcp::manifest;
-use pasa_pcp::validation::{self, Report};
 use pasa_proto::Object;
+use pasa_validation::manifest;
+use pasa_validation::validation::{self, Report};
 use serde_json::Value;
 
 /// Table cases not run, by file and `source.line`, each with the reason.
@@ -52,10 +52,7 @@ fn unsupported_kind(kind: &str) -> bool {
 }
 
 fn conformance_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("PASA_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"));
-    dir.join("validation").is_dir().then_some(dir)
+    pasa_testing::conformance_dir("validation")
 }
 
 fn check(doc: &Value) -> Result<Report, String> {
@@ -111,16 +108,6 @@ impl Tally {
     }
 }
 
-fn yaml_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    files
-}
-
 fn load(file: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     let mut docs = Vec::new();
@@ -158,7 +145,7 @@ fn istio_validation_corpus() {
 
     // valid/: every supported file accepted.
     let mut valid = Tally::default();
-    for file in yaml_files(&dir.join("validation/valid")) {
+    for file in pasa_testing::yaml_files(&dir.join("validation/valid")) {
         for doc in load(&file) {
             let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
             if unsupported_kind(kind) {
@@ -186,7 +173,7 @@ fn istio_validation_corpus() {
 
     // crds/: `_err` documents rejected, the rest accepted.
     let mut crds_total = Tally::default();
-    for file in yaml_files(&dir.join("validation/crds")) {
+    for file in pasa_testing::yaml_files(&dir.join("validation/crds")) {
         let mut t = Tally::default();
         let file_name = name_of(&file);
         for (i, mut doc) in load(&file).into_iter().enumerate() {
@@ -224,7 +211,7 @@ fn istio_validation_corpus() {
 
     // tables/: verdicts per case.
     let mut tables_total = Tally::default();
-    for file in yaml_files(&dir.join("validation/tables")) {
+    for file in pasa_testing::yaml_files(&dir.join("validation/tables")) {
         let file_name = name_of(&file);
         let mut t = Tally::default();
         let cases = load(&file);

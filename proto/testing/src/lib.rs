@@ -1,0 +1,92 @@
+//! Test support the project's crates share (dev-dependency only; nothing here runs in
+//! production): finding another package's binary in the workspace's target directory, and
+//! reading the lines a started process prints, with a deadline.
+//!
+//! It depends on no project crate, so every crate's tests may use it without a cycle.
+
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+/// The binary `name` of workspace package `package`, beside the running test's own target
+/// directory (`cargo test --workspace` and `cargo build --workspace` put every binary there).
+/// Panics with what to run when it is not built: a test cannot build it itself, as the running
+/// `cargo test` holds the build directory.
+pub fn workspace_binary(name: &str, package: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("the test's own path: {e}"));
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let profile = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap_or_else(|| panic!("{} is not in a target directory", exe.display()));
+    let path = profile.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is not built: run `cargo build -p {package} --bin {name}` (or `cargo test --workspace`, which builds every binary)",
+        path.display()
+    );
+    path
+}
+
+/// The lines of `reader`, as they come, on a channel (read on a thread of their own, so a test
+/// can wait for one with `recv_timeout`).
+pub fn line_channel(reader: impl BufRead + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The conformance corpus (Istio's own test data, kept beside the project): `PASA_CONFORMANCE_DIR`,
+/// else `../shared/conformance` beside the workspace, when it holds `folder`. Otherwise says
+/// loudly that the caller's cases are skipped and returns `None` — or, with
+/// `PASA_CONFORMANCE_REQUIRED` set (CI sets it), fails the test.
+pub fn conformance_dir(folder: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("PASA_CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("../shared/conformance"));
+    if dir.join(folder).is_dir() {
+        return Some(dir);
+    }
+    let missing = format!(
+        "the conformance corpus has no {folder}/ at {} (set PASA_CONFORMANCE_DIR)",
+        dir.display()
+    );
+    assert!(
+        std::env::var_os("PASA_CONFORMANCE_REQUIRED").is_none(),
+        "{missing}, and PASA_CONFORMANCE_REQUIRED is set"
+    );
+    eprintln!("\n*** SKIPPED: {missing}; no case of it ran ***\n");
+    None
+}
+
+/// The workspace's root folder (this crate sits two levels below it).
+pub fn workspace_root() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Every document of a YAML file (empty ones left out); panics naming the file when it is not
+/// YAML.
+pub fn yaml_docs(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// The `.yaml` files of one folder, in name order (a corpus test walks its folders at run time).
+pub fn yaml_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+}

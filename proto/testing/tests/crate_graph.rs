@@ -1,0 +1,128 @@
+//! The workspace's crates depend on each other one way, test code included, and the two that run
+//! beside every proxy or on every laptop link no storage engine: the agent (in every pod) and
+//! `pasactl`. Read from `cargo metadata`, so a new dependency that breaks a rule fails here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Workspace package → (dependency, kind) for its workspace dependencies and storage engines.
+fn graph() -> BTreeMap<String, Vec<(String, String)>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    let packages = metadata["packages"].as_array().expect("packages");
+    let names: BTreeSet<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
+    packages
+        .iter()
+        .map(|p| {
+            let name = p["name"].as_str().unwrap_or_default().to_string();
+            let deps = p["dependencies"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|d| {
+                    let dep = d["name"].as_str()?;
+                    let kind = d["kind"].as_str().unwrap_or("normal");
+                    (names.contains(dep) || ENGINES.contains(&dep))
+                        .then(|| (dep.to_string(), kind.to_string()))
+                })
+                .collect();
+            (name, deps)
+        })
+        .collect()
+}
+
+const ENGINES: &[&str] = &["sled", "tikv-client"];
+
+/// What `package` links through normal dependencies (its own crates and engines).
+fn linked(graph: &BTreeMap<String, Vec<(String, String)>>, package: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![package.to_string()];
+    while let Some(p) = todo.pop() {
+        for (dep, kind) in graph.get(&p).into_iter().flatten() {
+            if kind == "normal" && seen.insert(dep.clone()) {
+                todo.push(dep.clone());
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn the_agent_and_pasactl_link_no_storage_engine() {
+    let graph = graph();
+    for package in ["pasa-agent", "pasactl", "pasa-validation", "pasa-proto"] {
+        assert!(
+            graph.contains_key(package),
+            "{package} is a workspace crate"
+        );
+        let linked = linked(&graph, package);
+        for banned in ["pasa-store", "sled", "tikv-client"] {
+            assert!(
+                !linked.contains(banned),
+                "{package} links {banned} (it links {linked:?})"
+            );
+        }
+        println!("{package} links {linked:?}");
+    }
+}
+
+#[test]
+fn crates_depend_on_each_other_one_way_test_code_included() {
+    let graph = graph();
+    // Every kind of dependency counts (normal, dev, build); a crate's dev-dependency on itself
+    // (to turn on its own test features) is not a cycle.
+    let edges: BTreeMap<&str, BTreeSet<&str>> = graph
+        .iter()
+        .map(|(p, deps)| {
+            let to = deps
+                .iter()
+                .map(|(d, _)| d.as_str())
+                .filter(|d| d != p && graph.contains_key(*d))
+                .collect();
+            (p.as_str(), to)
+        })
+        .collect();
+    // Depth-first search for a back edge, reporting the cycle it closes.
+    fn visit<'a>(
+        node: &'a str,
+        edges: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+        path: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) {
+        if done.contains(node) {
+            return;
+        }
+        if let Some(at) = path.iter().position(|p| *p == node) {
+            panic!("dependency cycle: {} → {node}", path[at..].join(" → "));
+        }
+        path.push(node);
+        for next in edges.get(node).into_iter().flatten() {
+            visit(next, edges, path, done);
+        }
+        path.pop();
+        done.insert(node);
+    }
+    let mut done = BTreeSet::new();
+    for node in edges.keys() {
+        visit(node, &edges, &mut Vec::new(), &mut done);
+    }
+    println!("{} workspace crates, no cycle: {edges:?}", edges.len());
+}
