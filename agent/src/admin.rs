@@ -82,9 +82,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/simulate", get(simulate::get).post(simulate::post))
         .with_state(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    pasa_runtime::admin::serve(listener, app, shutdown).await
 }
 
 /// Whether the connected clients hold their configuration; the reason when not.
@@ -320,22 +318,7 @@ fn json_response(body: &Value) -> Response {
 }
 
 async fn metrics(State(state): State<AdminState>) -> Response {
-    let mut body = String::new();
-    match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
-        Ok(()) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            body,
-        )
-            .into_response(),
-        Err(_) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "failed to encode metrics\n",
-        )
-            .into_response(),
-    }
+    pasa_runtime::admin::metrics(&state.registry)
 }
 
 #[cfg(test)]

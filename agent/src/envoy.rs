@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use pasa_proto::client::Backoff;
+use pasa_runtime::backoff::Backoff;
 
 use crate::bootstrap::AdminAddress;
 

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pasa_proto::client::Backoff;
+use pasa_runtime::backoff::Backoff;
 
 use crate::metrics::{Metrics, ReasonLabels};
 use pasa_proto::store::v1::{SubscriberIdentity, Subscription};

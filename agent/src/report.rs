@@ -29,7 +29,7 @@ use crate::ads::{self, ConnectionStatus, TypeStatus};
 use crate::follow::{Link, store_backoff};
 use crate::identity::Identity;
 use crate::resource::TypeKind;
-use pasa_proto::client::Backoff;
+use pasa_runtime::backoff::Backoff;
 
 /// The command-line options of status reporting.
 #[derive(clap::Args, Debug, Clone)]
@@ -336,18 +336,13 @@ async fn stream(
     degraded_since: &mut Option<SystemTime>,
     backoff: &mut Backoff,
 ) -> String {
-    let endpoint = match pasa_proto::client::endpoint(server) {
-        Ok(e) => e,
-        Err(e) => return format!("--server {e}"),
-    };
-    let channel = match endpoint.connect().await {
-        Ok(c) => c,
-        Err(e) => return format!("cannot reach the store at {server}: {e}"),
+    let mut client = match pasa_proto::client::connect(server).await {
+        Ok(client) => client,
+        Err(e) => return e.to_string(),
     };
     // Recovered only once the stream has lasted: a store that accepts and then fails is not
     // retried every 100 ms.
     backoff.up();
-    let mut client = pasa_proto::client::store_client(channel);
     let (tx, rx) = mpsc::channel(1);
     let call = client.report_status(ReceiverStream::new(rx));
     tokio::pin!(call);

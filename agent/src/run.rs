@@ -36,9 +36,7 @@ use crate::resource::TypeKind;
 use crate::subscription;
 use crate::translate::Translator;
 use crate::worker::{self, Asks};
-
-/// How long the ADS streams, the store watch and admin requests get to finish after a signal.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+use pasa_runtime::drain::stopped;
 
 /// The exit code of a usage error (as clap uses for its own).
 const USAGE: u8 = 2;
@@ -184,8 +182,8 @@ pub async fn main() -> ExitCode {
             return ExitCode::from(USAGE);
         }
     };
-    init_tracing(args.log_json);
-    match run(args, identity, pasa_proto::process::shutdown_signal()).await {
+    pasa_runtime::logs::init(args.log_json);
+    match run(args, identity, pasa_runtime::signal::shutdown()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "pasa-agent stopped");
@@ -458,25 +456,28 @@ pub async fn run(
     tracing::info!("shutting down: closing ADS streams, stopping the store watch");
     drop(jobs);
     let _ = stop_tx.send(true);
-    let drained = tokio::time::timeout(DRAIN_DEADLINE, async {
-        for task in [credential_task, ca_task].into_iter().flatten() {
-            if let Err(e) = task.await {
-                tracing::warn!(error = %e, "credential task failed");
+    let drained = pasa_runtime::drain::within_deadline(
+        "ADS streams, the store watch or admin requests",
+        async {
+            for task in [credential_task, ca_task].into_iter().flatten() {
+                if let Err(e) = task.await {
+                    tracing::warn!(error = %e, "credential task failed");
+                }
             }
-        }
-        if let Err(e) = translation_task.await {
-            tracing::warn!(error = %e, "translation task failed");
-        }
-        (
-            ads_task.await,
-            admin_task.await,
-            follow_task.await,
-            report_task.await,
-        )
-    })
+            if let Err(e) = translation_task.await {
+                tracing::warn!(error = %e, "translation task failed");
+            }
+            (
+                ads_task.await,
+                admin_task.await,
+                follow_task.await,
+                report_task.await,
+            )
+        },
+    )
     .await;
     match drained {
-        Ok((ads, admin, follow, report)) => {
+        Some((ads, admin, follow, report)) => {
             report.context("status report task")?;
             ads.context("ADS server task")?.context("ADS server")?;
             admin
@@ -484,10 +485,7 @@ pub async fn run(
                 .context("admin server")?;
             follow.context("store watch task")?;
         }
-        Err(_) => {
-            tracing::warn!("still draining after the deadline; exiting");
-            remove_socket(&args.uds);
-        }
+        None => remove_socket(&args.uds),
     }
     tracing::info!("stopped");
     envoy_result
@@ -683,25 +681,6 @@ fn load_saved(dir: Option<&Path>) -> Option<Cache> {
 fn remove_socket(path: &Path) {
     if let Err(e) = std::fs::remove_file(path) {
         tracing::debug!(path = %path.display(), error = %e, "socket file not removed");
-    }
-}
-
-/// Resolves once `stop` turns true (or its sender is gone).
-async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
-/// Sets up `tracing` from `RUST_LOG` (default `info`), as text or JSON lines on stderr.
-fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }
 

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use pasa_proto::process::shutdown_signal;
-use pasa_store::server::{Listeners, StoreArgs, init_tracing, stopped};
+use pasa_runtime::drain::stopped;
+use pasa_runtime::signal::shutdown;
+use pasa_store::server::{Listeners, StoreArgs};
 use pasa_store::service::StoreService;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -56,13 +57,13 @@ impl PcpArgs {
     /// ADDR` once the API is up, and before it, with a webhook,
     /// `pasa-pcp webhook serving https://ADDR/validate` (plus the CA path when generated).
     pub async fn run(self) -> anyhow::Result<()> {
-        init_tracing(self.embedded.log_json);
+        pasa_runtime::logs::init(self.embedded.log_json);
         let metrics = Arc::new(Metrics::default());
         // Shutdown in order: the signal stops the webhook first (so nothing it admits is lost),
         // then the API and the store.
         let (stop_tx, stop_rx) = watch::channel(false);
         let signal_tx = stop_tx.clone();
-        let signal = shutdown_signal();
+        let signal = shutdown();
         tokio::spawn(async move {
             signal.await;
             let _ = signal_tx.send(true);
@@ -71,7 +72,7 @@ impl PcpArgs {
         let (upstream, store) = if self.store.is_empty() {
             let store = self.embedded.open(pasa_store::metrics::Metrics::new())?;
             (
-                Upstream::Embedded(StoreService::new(store.clone())),
+                Upstream::embedded(StoreService::new(store.clone())),
                 Some(store),
             )
         } else {

@@ -131,7 +131,8 @@ impl Webhook {
             }],
             dry_run: false,
         };
-        let failure = match self.service.upstream().apply(request).await {
+        let answer = self.service.upstream().client().apply(request).await;
+        let failure = match answer.map(tonic::Response::into_inner) {
             Ok(response) if response.errors.is_empty() => None,
             Ok(response) => Some(
                 response
@@ -166,7 +167,8 @@ impl Webhook {
             expected_mod_revision: None,
             ignore_not_found: true,
         };
-        let failure = match self.service.upstream().delete(request).await {
+        let answer = self.service.upstream().client().delete(request).await;
+        let failure = match answer.map(tonic::Response::into_inner) {
             Ok(response) if response.errors.is_empty() => None,
             Ok(response) => Some(
                 response

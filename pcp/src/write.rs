@@ -1,6 +1,7 @@
 //! The API PCP serves: the store API, with every write admitted first (structure, Istio
 //! validation, cross-resource warnings). The store behind it is embedded (sled, in-process) or
-//! remote (`--store ADDR[,ADDR…]`); reads and watches pass through unchanged.
+//! remote (`--store ADDR[,ADDR…]`), behind one client either way ([`Upstream`]); reads and
+//! watches pass through unchanged.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,18 +22,35 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
+use tower::ServiceExt;
+use tower::util::BoxCloneSyncService;
 
 use crate::metrics::{Metrics, Origin};
 use pasa_validation::admission::{self, Checked};
 use pasa_validation::analysis;
 
-/// Where writes go once admitted.
+/// The gRPC transport to the store: the network (`Channel`) for a remote store, or the embedded
+/// store's own server called in-process. Either way one client type speaks to it, so the API
+/// PCP serves is written once (each RPC forwards through [`Upstream::client`]); the in-process
+/// path costs an encode and decode per message, nothing else.
+pub type Transport = BoxCloneSyncService<
+    http::Request<tonic::body::Body>,
+    http::Response<tonic::body::Body>,
+    TransportError,
+>;
+
+/// A failure of the network transport (the in-process one cannot fail). A type of its own, not
+/// a boxed error: futures holding a `Box<dyn Error>` error type trip the compiler's `Send`
+/// inference in tonic's generated code.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct TransportError(#[from] tonic::transport::Error);
+
+/// Where writes go once admitted: the store in this process, or store servers reached over
+/// gRPC (one, or replicas sharing one backend).
 #[derive(Clone)]
-pub enum Upstream {
-    /// The store in this process.
-    Embedded(StoreService),
-    /// Store servers reached over gRPC: one, or replicas sharing one backend.
-    Remote(StoreClient<Channel>),
+pub struct Upstream {
+    client: StoreClient<Transport>,
 }
 
 /// How long analysis may wait for the store: it only adds warnings, and the webhook must answer
@@ -40,6 +58,15 @@ pub enum Upstream {
 const ANALYSIS_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Upstream {
+    /// The store in this process.
+    pub fn embedded(service: StoreService) -> Upstream {
+        let server = ServiceExt::<http::Request<tonic::body::Body>>::map_err(
+            service.into_server(),
+            |never: std::convert::Infallible| -> TransportError { match never {} },
+        );
+        Upstream::over(BoxCloneSyncService::new(server))
+    }
+
     /// Connects to the store servers at `addresses` and checks they can serve together: several
     /// addresses must be replicas of one shared backend, since servers with their own embedded
     /// (sled) database hold different data.
@@ -74,32 +101,20 @@ impl Upstream {
             }
             endpoints.push(endpoint);
         }
-        let channel = Channel::balance_list(endpoints.into_iter());
-        Ok(Upstream::Remote(pasa_proto::client::store_client(channel)))
+        let channel = Channel::balance_list(endpoints.into_iter()).map_err(TransportError);
+        Ok(Upstream::over(BoxCloneSyncService::new(channel)))
     }
 
-    pub async fn apply(&self, req: ApplyRequest) -> Result<ApplyResponse, Status> {
-        match self {
-            Upstream::Embedded(s) => s.apply(Request::new(req)).await,
-            Upstream::Remote(c) => c.clone().apply(req).await,
-        }
-        .map(Response::into_inner)
+    fn over(transport: Transport) -> Upstream {
+        let client = StoreClient::new(transport)
+            .max_decoding_message_size(pasa_proto::client::MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(pasa_proto::client::MAX_MESSAGE_SIZE);
+        Upstream { client }
     }
 
-    pub async fn delete(&self, req: DeleteRequest) -> Result<DeleteResponse, Status> {
-        match self {
-            Upstream::Embedded(s) => s.delete(Request::new(req)).await,
-            Upstream::Remote(c) => c.clone().delete(req).await,
-        }
-        .map(Response::into_inner)
-    }
-
-    pub async fn list(&self, req: ListRequest) -> Result<ListResponse, Status> {
-        match self {
-            Upstream::Embedded(s) => s.list(Request::new(req)).await,
-            Upstream::Remote(c) => c.clone().list(req).await,
-        }
-        .map(Response::into_inner)
+    /// A client of the store (cheap: clones share the transport).
+    pub fn client(&self) -> StoreClient<Transport> {
+        self.client.clone()
     }
 }
 
@@ -176,9 +191,11 @@ impl WriteService {
                 documents: req.documents,
                 dry_run: true,
             };
+            let mut store = self.upstream.client();
             if let Ok(Ok(store)) =
-                tokio::time::timeout(ANALYSIS_TIMEOUT, self.upstream.apply(dry_run)).await
+                tokio::time::timeout(ANALYSIS_TIMEOUT, store.apply(dry_run)).await
             {
+                let store = store.into_inner();
                 let named: std::collections::HashSet<u32> =
                     errors.iter().map(|e| e.index).collect();
                 errors.extend(
@@ -195,7 +212,7 @@ impl WriteService {
                 ..Default::default()
             });
         }
-        let mut response = self.upstream.apply(req).await?;
+        let mut response = self.upstream.client().apply(req).await?.into_inner();
         response.warnings.extend(checked.warnings);
         Ok(response)
     }
@@ -211,9 +228,11 @@ impl WriteService {
             selector: Some(selector),
             revision: 0,
         };
-        let list = tokio::time::timeout(ANALYSIS_TIMEOUT, self.upstream.list(request)).await;
+        let mut store = self.upstream.client();
+        let list = tokio::time::timeout(ANALYSIS_TIMEOUT, store.list(request)).await;
         match list {
             Ok(Ok(list)) => list
+                .into_inner()
                 .resources
                 .iter()
                 .filter_map(|r| {
@@ -235,11 +254,11 @@ impl WriteService {
         }
     }
 
-    /// Forwards a remote store's watch stream until it ends or this process shuts down; then the
+    /// Forwards the store's watch stream until it ends or this process shuts down; then the
     /// client hears `CANCELLED{SHUTDOWN}` with the revision to resume from, as from a store.
     fn forward_watch(&self, mut upstream: Streaming<WatchResponse>) -> WatchStream {
         let (tx, rx) = mpsc::channel(8);
-        let stopping = pasa_store::server::stopped(self.stop.clone());
+        let stopping = pasa_runtime::drain::stopped(self.stop.clone());
         tokio::spawn(async move {
             tokio::pin!(stopping);
             let mut through = 0u64;
@@ -289,6 +308,8 @@ fn revision_of(m: &WatchResponse) -> u64 {
     }
 }
 
+/// Every RPC but `Apply` passes through to the store; watches and status reports end when PCP
+/// shuts down.
 #[tonic::async_trait]
 impl StoreApi for WriteService {
     async fn apply(
@@ -304,24 +325,15 @@ impl StoreApi for WriteService {
         &self,
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteResponse>, Status> {
-        self.upstream
-            .delete(request.into_inner())
-            .await
-            .map(Response::new)
+        self.upstream.client().delete(request.into_inner()).await
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        match &self.upstream {
-            Upstream::Embedded(s) => s.get(request).await,
-            Upstream::Remote(c) => c.clone().get(request.into_inner()).await,
-        }
+        self.upstream.client().get(request.into_inner()).await
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        self.upstream
-            .list(request.into_inner())
-            .await
-            .map(Response::new)
+        self.upstream.client().list(request.into_inner()).await
     }
 
     type WatchStream = WatchStream;
@@ -331,48 +343,32 @@ impl StoreApi for WriteService {
         &self,
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        match &self.upstream {
-            Upstream::Embedded(s) => {
-                let response = s.watch(request).await?;
-                Ok(Response::new(response.into_inner()))
-            }
-            Upstream::Remote(c) => {
-                // The client's requests flow to the store until the client stops or errs.
-                let requests = request.into_inner().map_while(Result::ok);
-                let response = c.clone().watch(requests).await?;
-                Ok(Response::new(self.forward_watch(response.into_inner())))
-            }
-        }
+        // The client's requests flow to the store until the client stops or errs.
+        let requests = request.into_inner().map_while(Result::ok);
+        let response = self.upstream.client().watch(requests).await?;
+        Ok(Response::new(self.forward_watch(response.into_inner())))
     }
 
     async fn status(
         &self,
         request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
-        match &self.upstream {
-            Upstream::Embedded(s) => s.status(request).await,
-            Upstream::Remote(c) => c.clone().status(request.into_inner()).await,
-        }
+        self.upstream.client().status(request.into_inner()).await
     }
 
     async fn report_status(
         &self,
         request: Request<Streaming<ReportStatusRequest>>,
     ) -> Result<Response<ReportStatusResponse>, Status> {
-        match &self.upstream {
-            Upstream::Embedded(s) => s.report_status(request).await,
-            Upstream::Remote(c) => {
-                // The agent's reports flow to the store until the agent stops or PCP does; the
-                // store then sees the stream end and shows the proxy as lost contact.
-                let reports = request.into_inner().map_while(Result::ok);
-                let mut client = c.clone();
-                tokio::select! {
-                    () = pasa_store::server::stopped(self.stop.clone()) => {
-                        Ok(Response::new(ReportStatusResponse {}))
-                    }
-                    answer = client.report_status(reports) => answer,
-                }
+        // The agent's reports flow to the store until the agent stops or PCP does; the store
+        // then sees the stream end and shows the proxy as lost contact.
+        let reports = request.into_inner().map_while(Result::ok);
+        let mut client = self.upstream.client();
+        tokio::select! {
+            () = pasa_runtime::drain::stopped(self.stop.clone()) => {
+                Ok(Response::new(ReportStatusResponse {}))
             }
+            answer = client.report_status(reports) => answer,
         }
     }
 
@@ -380,16 +376,12 @@ impl StoreApi for WriteService {
         &self,
         request: Request<ListProxyStatusRequest>,
     ) -> Result<Response<ProxyStatusStream>, Status> {
-        match &self.upstream {
-            Upstream::Embedded(s) => s.list_proxy_status(request).await,
-            Upstream::Remote(c) => {
-                let pages = c
-                    .clone()
-                    .list_proxy_status(request.into_inner())
-                    .await?
-                    .into_inner();
-                Ok(Response::new(Box::pin(pages) as ProxyStatusStream))
-            }
-        }
+        let pages = self
+            .upstream
+            .client()
+            .list_proxy_status(request.into_inner())
+            .await?
+            .into_inner();
+        Ok(Response::new(Box::pin(pages) as ProxyStatusStream))
     }
 }

@@ -273,7 +273,7 @@ fn unreachable_server_is_explained() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("cannot reach the PASA store at 127.0.0.1:1"),
+        err.contains("cannot reach the store at 127.0.0.1:1"),
         "{err}"
     );
     assert!(err.contains("is pasa-pcp running?"), "{err}");

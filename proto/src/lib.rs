@@ -13,7 +13,6 @@ pub mod istio;
 pub mod kind;
 pub mod node;
 pub mod object;
-pub mod process;
 pub mod service_endpoints;
 pub mod sync_state;
 pub mod visibility;

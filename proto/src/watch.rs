@@ -173,11 +173,10 @@ enum Snapshot {
 impl Watch {
     /// Connects to the store at `address` (`host:port` or a URL) and opens a watch.
     pub async fn connect(address: &str, start: WatchStart) -> Result<Watch, WatchError> {
-        let endpoint = crate::client::endpoint(address).map_err(WatchError::Unreachable)?;
-        let channel = endpoint.connect().await.map_err(|e| {
-            WatchError::Unreachable(format!("cannot reach the store at {address}: {e}"))
-        })?;
-        Watch::open(&mut crate::client::store_client(channel), start).await
+        let mut client = crate::client::connect(address)
+            .await
+            .map_err(|e| WatchError::Unreachable(e.to_string()))?;
+        Watch::open(&mut client, start).await
     }
 
     /// Opens a watch with `client`.

@@ -4,7 +4,6 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod access;
-pub mod admin;
 pub mod backend;
 pub mod hub;
 pub mod index;

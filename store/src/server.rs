@@ -10,16 +10,14 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use crate::admin::{self, Readiness};
 use crate::backend::sled::SledBackend;
 use crate::metrics::Metrics;
 use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
+use pasa_runtime::admin::{self, Readiness};
+use pasa_runtime::drain::{self, stopped};
 
 use crate::service::StoreService;
 use crate::store::{Store, StoreConfig};
-
-/// How long in-flight requests get to finish after a shutdown signal.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Options of an embedded (sled) store.
 #[derive(clap::Args, Debug, Clone)]
@@ -86,14 +84,14 @@ pub struct ServerArgs {
 impl ServerArgs {
     /// Sets up logging, opens the embedded store and serves it until Ctrl-C or SIGTERM.
     pub async fn run(self, name: &str) -> anyhow::Result<()> {
-        init_tracing(self.store.log_json);
+        pasa_runtime::logs::init(self.store.log_json);
         let store = self.store.open(Metrics::new())?;
         serve(
             name,
             store,
             self.listen,
             self.admin,
-            pasa_proto::process::shutdown_signal(),
+            pasa_runtime::signal::shutdown(),
         )
         .await
     }
@@ -104,26 +102,6 @@ pub fn parse_ready_line(line: &str) -> Option<(SocketAddr, SocketAddr)> {
     let (_, rest) = line.split_once(" serving pasa.store.v1 on ")?;
     let (grpc, admin) = rest.split_once(", admin on ")?;
     Some((grpc.trim().parse().ok()?, admin.trim().parse().ok()?))
-}
-
-/// Sets up `tracing` from `RUST_LOG` (default `info`), as text or JSON lines on stderr.
-pub fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
-/// Resolves once `stop` turns true (or its sender is gone): the shared stop signal of a server's
-/// parts.
-pub async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// Both listeners of a store server, bound and not yet serving.
@@ -183,8 +161,7 @@ impl Listeners {
         let (stop_tx, stop_rx) = watch::channel(false);
         let admin_server = admin::serve(
             admin_listener,
-            registry,
-            ready.clone(),
+            admin::router(Arc::new(registry), ready.clone()),
             stopped(stop_rx.clone()),
         );
         let background = store.as_ref().map(Store::spawn_background);
@@ -212,14 +189,13 @@ impl Listeners {
                 .await
                 .context("store shutdown")?;
         }
-        match tokio::time::timeout(DRAIN_DEADLINE, async { (grpc.await, admin.await) }).await {
-            Ok((grpc, admin)) => {
-                grpc.context("gRPC server task")?.context("gRPC server")?;
-                admin
-                    .context("admin server task")?
-                    .context("admin server")?;
-            }
-            Err(_) => tracing::warn!("requests still running after the drain deadline; exiting"),
+        if let Some((grpc, admin)) =
+            drain::within_deadline("requests", async { (grpc.await, admin.await) }).await
+        {
+            grpc.context("gRPC server task")?.context("gRPC server")?;
+            admin
+                .context("admin server task")?
+                .context("admin server")?;
         }
         tracing::info!("stopped");
         Ok(())

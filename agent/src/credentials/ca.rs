@@ -28,9 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
-use pasa_proto::client::Backoff;
 use pasa_proto::istio_ca::IstioCertificateRequest;
 use pasa_proto::istio_ca::istio_certificate_service_client::IstioCertificateServiceClient;
+use pasa_runtime::backoff::Backoff;
 use tokio::sync::watch;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
@@ -338,7 +338,7 @@ fn validity(pem: &str) -> Result<(SystemTime, SystemTime), String> {
 
 /// A jitter of -0.01..=0.01 (Istio's ratio jitter), to spread a fleet's renewals.
 fn jitter() -> f64 {
-    (pasa_proto::client::random_fraction() * 2.0 - 1.0) / 100.0
+    (pasa_runtime::backoff::random_fraction() * 2.0 - 1.0) / 100.0
 }
 
 /// Keeps `issued` holding a valid certificate from the CA until `stop` turns true: the first

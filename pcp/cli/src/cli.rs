@@ -151,14 +151,12 @@ pub fn out(text: &str) -> std::io::Result<()> {
 
 /// Connects to the store, with a message that says what to check when it is not there.
 pub async fn connect(server: &str) -> anyhow::Result<StoreClient<Channel>> {
-    let endpoint =
-        pasa_proto::client::endpoint(server).map_err(|e| anyhow::anyhow!("--server {e}"))?;
-    let channel = endpoint.connect().await.map_err(|e| {
-        anyhow::anyhow!(
-            "cannot reach the PASA store at {server}: {e} (is pasa-pcp running? set --server or PASA_SERVER)"
-        )
-    })?;
-    Ok(pasa_proto::client::store_client(channel))
+    pasa_proto::client::connect(server)
+        .await
+        .map_err(|e| match e {
+            pasa_proto::client::ConnectError::Address(e) => anyhow::anyhow!("--server {e}"),
+            e => anyhow::anyhow!("{e} (is pasa-pcp running? set --server or PASA_SERVER)"),
+        })
 }
 
 /// A gRPC error as a user reads it.

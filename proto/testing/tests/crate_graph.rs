@@ -1,6 +1,6 @@
 //! The workspace's crates depend on each other one way, test code included, and the two that run
 //! beside every proxy or on every laptop link no storage engine: the agent (in every pod) and
-//! `pasactl`. Read from `cargo metadata`, so a new dependency that breaks a rule fails here.
+//! `pasactl`, nor what they stand on. Read from `cargo metadata`, so a new dependency that breaks a rule fails here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -68,7 +68,13 @@ fn linked(graph: &BTreeMap<String, Vec<(String, String)>>, package: &str) -> BTr
 #[test]
 fn the_agent_and_pasactl_link_no_storage_engine() {
     let graph = graph();
-    for package in ["pasa-agent", "pasactl", "pasa-validation", "pasa-proto"] {
+    for package in [
+        "pasa-agent",
+        "pasactl",
+        "pasa-validation",
+        "pasa-proto",
+        "pasa-runtime",
+    ] {
         assert!(
             graph.contains_key(package),
             "{package} is a workspace crate"

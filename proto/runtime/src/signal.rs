@@ -1,9 +1,9 @@
-//! What every PASA process does alike at run time: how it hears that it must stop.
+//! How a process hears that it must stop.
 
 /// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is called, not when it
 /// is first polled, so a signal that comes right after the ready line is not lost (it would
 /// otherwise end the process with the default action).
-pub fn shutdown_signal() -> impl Future<Output = ()> {
+pub fn shutdown() -> impl Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let listen = |kind: SignalKind, name: &'static str| {
         let stream = signal(kind);

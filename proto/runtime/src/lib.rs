@@ -1,0 +1,13 @@
+//! What every PASA process (store, control plane, agent) does alike at run time, in one place:
+//! hearing that it must stop ([`signal`]), telling its parts to stop and giving them a deadline
+//! ([`drain`]), logging ([`logs`]), the admin endpoint's `/metrics`, `/healthz` and `/readyz`
+//! ([`admin`]), and waiting before trying again ([`backoff`]). It links no storage engine: the
+//! agent, in every pod, stands on it too.
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod admin;
+pub mod backoff;
+pub mod drain;
+pub mod logs;
+pub mod signal;
