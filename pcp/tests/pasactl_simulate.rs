@@ -131,15 +131,8 @@ async fn simulate_against_a_fake_agent() {
 
 /// A `pasa-agent` started from the target directory, killed when dropped.
 struct RealAgent {
-    child: std::process::Child,
+    _process: pasa_testing::Process,
     admin: String,
-}
-
-impl Drop for RealAgent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl RealAgent {
@@ -165,7 +158,7 @@ impl RealAgent {
             };
             if let Some((_, admin)) = line.rsplit_once(", admin on http://") {
                 return RealAgent {
-                    child,
+                    _process: pasa_testing::Process::new("pasa-agent", child),
                     admin: admin.trim().to_string(),
                 };
             }

@@ -4,7 +4,7 @@
 use std::io::BufReader;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,7 +16,7 @@ pub const NODE_ID: &str = "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local";
 
 /// A running `pasa-agent`, killed when dropped.
 pub struct Agent {
-    child: Child,
+    process: pasa_testing::Process,
     pub uds: PathBuf,
     pub admin: SocketAddr,
 }
@@ -67,7 +67,11 @@ impl Agent {
             };
             if let Some((path, admin)) = pasa_agent::run::parse_ready_line(&line) {
                 assert_eq!(path, uds);
-                return Agent { child, uds, admin };
+                return Agent {
+                    process: pasa_testing::Process::new("pasa-agent", child),
+                    uds,
+                    admin,
+                };
             }
         }
     }
@@ -106,25 +110,8 @@ impl Agent {
     }
 
     /// SIGTERM, then the exit status must be a success.
-    pub fn terminate(mut self) {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-        let exit = self.child.wait().expect("wait");
-        assert!(
-            exit.success(),
-            "pasa-agent exits cleanly on SIGTERM: {exit:?}"
-        );
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn terminate(self) {
+        self.process.terminate();
     }
 }
 

@@ -7,7 +7,7 @@ pub mod fake_agent;
 use std::io::BufReader;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 pub const WAIT: Duration = Duration::from_secs(20);
@@ -18,7 +18,7 @@ pub fn examples() -> PathBuf {
 
 /// A running `pasa-pcp`, killed when dropped.
 pub struct Pcp {
-    child: Child,
+    process: pasa_testing::Process,
     /// gRPC address.
     pub addr: String,
     /// Admin address (/metrics, /healthz, /readyz).
@@ -68,7 +68,7 @@ impl Pcp {
             ready_lines.push(line.clone());
             if let Some((addr, admin)) = pasa_store::server::parse_ready_line(&line) {
                 return Pcp {
-                    child,
+                    process: pasa_testing::Process::new("pasa-pcp", child),
                     addr: addr.to_string(),
                     admin,
                     webhook,
@@ -108,25 +108,9 @@ impl Pcp {
         text
     }
 
-    pub fn terminate(mut self) {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-        let exit = self.child.wait().expect("wait");
-        assert!(
-            exit.success(),
-            "pasa-pcp exits cleanly on SIGTERM: {exit:?}"
-        );
-    }
-}
-
-impl Drop for Pcp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// SIGTERM, then the exit status must be a success.
+    pub fn terminate(self) {
+        self.process.terminate();
     }
 }
 

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 
 /// The binary `name` of workspace package `package`, beside the running test's own target
-/// directory (`cargo test --workspace` and `cargo build --workspace` put every binary there).
+/// directory (`cargo build --workspace` puts every binary there; `cargo test --workspace`
+/// those of every package with integration tests — each package with a binary has some).
 /// Panics with what to run when it is not built: a test cannot build it itself, as the running
 /// `cargo test` holds the build directory.
 pub fn workspace_binary(name: &str, package: &str) -> PathBuf {
@@ -89,4 +90,47 @@ pub fn yaml_files(dir: &std::path::Path) -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
+}
+
+/// A process a test started: killed (and reaped) when dropped, so a failing test leaves
+/// nothing running; [`Process::terminate`] stops it as its supervisor would and checks it
+/// exited cleanly.
+pub struct Process {
+    child: std::process::Child,
+    name: String,
+}
+
+impl Process {
+    pub fn new(name: &str, child: std::process::Child) -> Process {
+        Process {
+            child,
+            name: name.to_string(),
+        }
+    }
+
+    /// SIGTERM, then the exit status must be a success.
+    pub fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap_or_else(|e| panic!("kill -TERM {pid}: {e}"));
+        assert!(sent.success(), "kill -TERM {pid} failed");
+        let exit = self
+            .child
+            .wait()
+            .unwrap_or_else(|e| panic!("waiting for {}: {e}", self.name));
+        assert!(
+            exit.success(),
+            "{} exits cleanly on SIGTERM: {exit:?}",
+            self.name
+        );
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

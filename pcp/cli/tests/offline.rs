@@ -1,0 +1,89 @@
+//! `pasactl` on its own, with no server: validating files offline, and the error when the
+//! server is unreachable. (Its commands against a real control plane and agents are tested
+//! beside those, in pcp's tests.)
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn examples() -> PathBuf {
+    pasa_testing::workspace_root().join("examples")
+}
+
+#[test]
+fn unreachable_server_is_explained() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+        .args(["--server", "127.0.0.1:1", "status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot reach the store at 127.0.0.1:1"),
+        "{err}"
+    );
+    assert!(err.contains("is pasa-pcp running?"), "{err}");
+}
+
+#[test]
+fn validate_offline() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_pasactl"))
+            // No server runs at this address: validate must not need one.
+            .args(["--server", "127.0.0.1:1", "validate"])
+            .args(args)
+            .output()
+            .expect("run pasactl")
+    };
+    let shop = examples().join("shop");
+    let out = run(&["-f", shop.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("8 document(s) valid"));
+
+    let broken = examples().join("broken.yaml");
+    let out = run(&["-f", broken.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        "error: ",
+        "broken.yaml document 0 (virtualservice/shop/Not_A_DNS_Name): metadata.name:",
+        "broken.yaml document 2 (destinationrule/shop/cart): apiVersion:",
+        "broken.yaml document 3 (virtualservice/shop/split): spec.http[0].route[1].weight:",
+        "broken.yaml document 4 (destinationrule/shop/cart-pool): spec.trafficPolicy.loadBalancer.simple:",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
+    }
+    assert!(
+        !err.contains("document 1 "),
+        "the good document has no problem: {err}"
+    );
+    assert!(
+        !err.contains("route[0].weight"),
+        "weights are relative; 110 is fine: {err}"
+    );
+    assert!(err.contains("error(s)"), "{err}");
+
+    // Warnings alone do not fail validation.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("vs.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: ns}\n\
+         spec: {hosts: [r], http: [{route: [{destination: {host: r, subset: v1}}]}]}\n",
+    )
+    .unwrap();
+    let out = run(&["-f", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: ") && err.contains("spec.http[0].route[0].destination.subset"),
+        "{err}"
+    );
+}
