@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use pasa_proto::Kind;
 use pasa_proto::istio::virtual_service::VirtualService;
 use pasa_proto::node::ProxyType;
 use pasa_proto::store::v1::{Rule, Subscription};
@@ -56,7 +57,7 @@ pub fn subscription_in<'a>(
         return router_subscription(proxy, registry);
     }
     let mut rules = vec![Rule {
-        kinds: vec!["Sidecar".into()],
+        kinds: kinds(&[Kind::Sidecar]),
         namespaces: dedup(vec![
             proxy.config_namespace.clone(),
             proxy.mesh.root_namespace.clone(),
@@ -70,11 +71,11 @@ pub fn subscription_in<'a>(
     }
     // The proxy's own services, endpoints and workload entries (inbound side).
     rules.push(Rule {
-        kinds: vec![
-            "ServiceEndpoints".into(),
-            "ServiceEntry".into(),
-            "WorkloadEntry".into(),
-        ],
+        kinds: kinds(&[
+            Kind::ServiceEndpoints,
+            Kind::ServiceEntry,
+            Kind::WorkloadEntry,
+        ]),
         namespaces: vec![proxy.namespace.clone()],
         ..Default::default()
     });
@@ -106,14 +107,14 @@ pub fn subscription_in<'a>(
     }
     if !destinations.is_empty() {
         rules.push(Rule {
-            kinds: vec!["ServiceEndpoints".into(), "ServiceEntry".into()],
+            kinds: kinds(&[Kind::ServiceEndpoints, Kind::ServiceEntry]),
             hosts: destinations.iter().cloned().collect(),
             ..Default::default()
         });
         dr_hosts.extend(destinations);
     }
     rules.push(Rule {
-        kinds: vec!["DestinationRule".into()],
+        kinds: kinds(&[Kind::DestinationRule]),
         hosts: dr_hosts.into_iter().collect(),
         ..Default::default()
     });
@@ -125,7 +126,7 @@ pub fn subscription_in<'a>(
         .collect();
     if !selector_namespaces.is_empty() {
         rules.push(Rule {
-            kinds: vec!["WorkloadEntry".into()],
+            kinds: kinds(&[Kind::WorkloadEntry]),
             namespaces: selector_namespaces.into_iter().collect(),
             ..Default::default()
         });
@@ -147,7 +148,7 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
     let own_kinds = || vec!["ServiceEndpoints".to_string(), "ServiceEntry".to_string()];
     let mut rules = vec![
         Rule {
-            kinds: vec!["Gateway".into()],
+            kinds: kinds(&[Kind::Gateway]),
             ..Default::default()
         },
         Rule {
@@ -172,7 +173,7 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
         return Subscription { rules };
     }
     rules.push(Rule {
-        kinds: vec!["VirtualService".into()],
+        kinds: kinds(&[Kind::VirtualService]),
         gateways: selected.iter().cloned().collect(),
         ..Default::default()
     });
@@ -230,6 +231,11 @@ fn dedup(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v.dedup();
     v
+}
+
+/// The `kinds` of a subscription rule, as the wire names them.
+fn kinds(kinds: &[Kind]) -> Vec<String> {
+    kinds.iter().map(|k| k.as_str().to_string()).collect()
 }
 
 #[cfg(test)]

@@ -13,6 +13,10 @@ use serde::Deserialize;
 
 use super::registry::{Config, selects};
 
+/// The kind name of a PeerAuthentication (`security.istio.io`); not yet a `pasa_proto::Kind`,
+/// which gains the security kinds with their validation.
+pub const PEER_AUTHENTICATION: &str = "PeerAuthentication";
+
 /// The `spec` of a PeerAuthentication.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, rename_all = "camelCase")]

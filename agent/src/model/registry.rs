@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use pasa_proto::Kind;
 use pasa_proto::host;
 use pasa_proto::istio::common::Protocol;
 use pasa_proto::istio::destination_rule::DestinationRule;
@@ -210,11 +211,10 @@ impl Registry {
         };
         let mut sources = BTreeSet::new();
         for key in &changed {
-            match key.kind.as_str() {
-                "ServiceEntry" | "ServiceEndpoints" => {
-                    sources.insert(key.clone());
-                }
-                _ => {}
+            if let Some(Kind::ServiceEntry | Kind::ServiceEndpoints) =
+                Kind::from_kind_field(&key.kind)
+            {
+                sources.insert(key.clone());
             }
             match cache.get(key) {
                 Some(resource) => {
@@ -233,7 +233,10 @@ impl Registry {
         }
         // The ServiceEntries of a changed WorkloadEntry's namespace that select workloads may
         // select it.
-        for key in changed.iter().filter(|k| k.kind == "WorkloadEntry") {
+        for key in changed
+            .iter()
+            .filter(|k| k.kind == Kind::WorkloadEntry.as_str())
+        {
             sources.extend(self.selecting_entries(&key.namespace));
         }
         self.seen = Some(cache.clone());
@@ -246,13 +249,13 @@ impl Registry {
     /// The ServiceEntries of `namespace` with a workload selector.
     fn selecting_entries(&self, namespace: &str) -> Vec<Key> {
         let from = Key {
-            kind: "ServiceEntry".into(),
+            kind: Kind::ServiceEntry.as_str().into(),
             namespace: namespace.into(),
             name: String::new(),
         };
         self.entries
             .range(from..)
-            .take_while(|(k, _)| k.kind == "ServiceEntry" && k.namespace == namespace)
+            .take_while(|(k, _)| k.kind == Kind::ServiceEntry.as_str() && k.namespace == namespace)
             .filter(|(_, e)| {
                 matches!(&e.parsed, Parsed::ServiceEntry(se) if se.spec.workload_selector.is_some())
             })
@@ -383,7 +386,7 @@ impl Registry {
                 created: se.meta.created,
                 revision,
                 source: Key {
-                    kind: "ServiceEntry".into(),
+                    kind: Kind::ServiceEntry.as_str().into(),
                     namespace: se.meta.namespace.clone(),
                     name: se.meta.name.clone(),
                 },
@@ -560,7 +563,7 @@ fn from_kubernetes(sep: &Config<ServiceEndpoints>, domain_suffix: &str) -> Servi
         created: sep.meta.created,
         revision: sep.meta.revision,
         source: Key {
-            kind: "ServiceEndpoints".into(),
+            kind: Kind::ServiceEndpoints.as_str().into(),
             namespace: sep.meta.namespace.clone(),
             name: sep.meta.name.clone(),
         },
@@ -608,16 +611,19 @@ fn parse(resource: &Resource) -> Parsed {
             }
         }
     }
-    let parsed = match resource.kind.as_str() {
-        "VirtualService" => typed(resource).map(Parsed::VirtualService),
-        "DestinationRule" => typed(resource).map(Parsed::DestinationRule),
-        "ServiceEntry" => typed(resource).map(Parsed::ServiceEntry),
-        "ServiceEndpoints" => typed(resource).map(Parsed::ServiceEndpoints),
-        "Sidecar" => typed(resource).map(Parsed::Sidecar),
-        "Gateway" => typed(resource).map(Parsed::Gateway),
-        "WorkloadEntry" => typed(resource).map(Parsed::WorkloadEntry),
-        "PeerAuthentication" => plain(resource).map(Parsed::PeerAuthentication),
-        _ => None,
+    let parsed = match Kind::from_kind_field(&resource.kind) {
+        Some(Kind::VirtualService) => typed(resource).map(Parsed::VirtualService),
+        Some(Kind::DestinationRule) => typed(resource).map(Parsed::DestinationRule),
+        Some(Kind::ServiceEntry) => typed(resource).map(Parsed::ServiceEntry),
+        Some(Kind::ServiceEndpoints) => typed(resource).map(Parsed::ServiceEndpoints),
+        Some(Kind::Sidecar) => typed(resource).map(Parsed::Sidecar),
+        Some(Kind::Gateway) => typed(resource).map(Parsed::Gateway),
+        Some(Kind::WorkloadEntry) => typed(resource).map(Parsed::WorkloadEntry),
+        // Not a kind the store keeps yet (the security kinds come with their validation).
+        None if resource.kind == super::authn::PEER_AUTHENTICATION => {
+            plain(resource).map(Parsed::PeerAuthentication)
+        }
+        None => None,
     };
     parsed.unwrap_or(Parsed::Ignored)
 }
