@@ -176,13 +176,17 @@ impl Cache {
     /// Objects a snapshot listed at `revision`.
     pub fn listed(&mut self, objects: impl IntoIterator<Item = Resource>, revision: u64) {
         for resource in objects {
-            let key = Key::of(&resource);
-            if let Some(seen) = &mut self.relisting {
-                seen.insert(key.clone());
-            }
-            self.objects.insert(key, Arc::new(resource));
+            self.upsert(Key::of(&resource), resource);
         }
         self.revision = self.revision.max(revision);
+    }
+
+    /// Stores `resource` (noting it as repeated while a snapshot arrives).
+    fn upsert(&mut self, key: Key, resource: Resource) {
+        if let Some(seen) = &mut self.relisting {
+            seen.insert(key.clone());
+        }
+        self.objects.insert(key, Arc::new(resource));
     }
 
     /// Applies one change from the store.
@@ -190,10 +194,7 @@ impl Cache {
         let key = Key::of(&change.resource);
         let applied = match change.action {
             Action::Added | Action::Modified => {
-                if let Some(seen) = &mut self.relisting {
-                    seen.insert(key.clone());
-                }
-                self.objects.insert(key.clone(), Arc::new(change.resource));
+                self.upsert(key.clone(), change.resource);
                 Change::Upserted(key)
             }
             Action::Deleted => {

@@ -22,6 +22,7 @@ use std::time::Duration;
 use pasa_runtime::backoff::Backoff;
 
 use crate::metrics::{Metrics, ReasonLabels};
+use pasa_proto::client::ConnectError;
 use pasa_proto::store::v1::{SubscriberIdentity, Subscription};
 use pasa_proto::watch::{Watch, WatchError, WatchEvent, WatchStart};
 use tokio::sync::watch;
@@ -73,6 +74,14 @@ pub enum Link {
     Degraded(String),
 }
 
+/// Why the store at `--server` cannot be reached, for status pages and logs.
+pub(crate) fn server_problem(e: &ConnectError) -> String {
+    match e {
+        ConnectError::Address(e) => format!("--server {e}"),
+        e => e.to_string(),
+    }
+}
+
 /// The store watch's waits after a failure: 100 ms doubling to 5 s, jittered; a complete answer
 /// (`SYNCED`) starts over.
 pub(crate) fn store_backoff() -> Backoff {
@@ -88,8 +97,8 @@ pub(crate) fn store_backoff() -> Backoff {
 struct InForce {
     /// The subscription of the last stream (with its updates); `None` before the first.
     subscription: Option<Subscription>,
-    /// An update was sent on the last stream and its SYNCED has not come, so the cache may hold
-    /// only part of its answer.
+    /// An update was asked for on the last stream (sent or still queued) and its SYNCED has not
+    /// come, so the cache may hold only part of its answer.
     updated: bool,
 }
 
@@ -152,8 +161,12 @@ pub async fn follow(
             continue;
         }
         relist = cache.revision() == 0 || cache.snapshot_pending();
-        tracing::warn!(reason = %ended, revision = cache.revision(), "store watch ended; resuming");
-        link.send_replace(Link::Degraded(ended.to_string()));
+        let why = match &ended {
+            WatchError::Unreachable(e) => server_problem(e),
+            ended => ended.to_string(),
+        };
+        tracing::warn!(reason = %why, revision = cache.revision(), "store watch ended; resuming");
+        link.send_replace(Link::Degraded(why));
         let wait = backoff.failed();
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break,

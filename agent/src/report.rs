@@ -338,7 +338,7 @@ async fn stream(
 ) -> String {
     let mut client = match pasa_proto::client::connect(server).await {
         Ok(client) => client,
-        Err(e) => return e.to_string(),
+        Err(e) => return crate::follow::server_problem(&e),
     };
     // Recovered only once the stream has lasted: a store that accepts and then fails is not
     // retried every 100 ms.

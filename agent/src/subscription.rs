@@ -80,11 +80,11 @@ pub fn subscription_in<'a>(
         ..Default::default()
     });
     let service_kinds = || {
-        vec![
-            "ServiceEndpoints".to_string(),
-            "ServiceEntry".to_string(),
-            "VirtualService".to_string(),
-        ]
+        kinds(&[
+            Kind::ServiceEndpoints,
+            Kind::ServiceEntry,
+            Kind::VirtualService,
+        ])
     };
     for egress in &scope.egress {
         rules.push(Rule {
@@ -145,14 +145,14 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
     use crate::model::gateway;
     use pasa_proto::istio::gateway::TlsMode;
 
-    let own_kinds = || vec!["ServiceEndpoints".to_string(), "ServiceEntry".to_string()];
+    const OWN_KINDS: [Kind; 2] = [Kind::ServiceEndpoints, Kind::ServiceEntry];
     let mut rules = vec![
         Rule {
             kinds: kinds(&[Kind::Gateway]),
             ..Default::default()
         },
         Rule {
-            kinds: [own_kinds(), vec!["WorkloadEntry".to_string()]].concat(),
+            kinds: kinds(&[OWN_KINDS.as_slice(), &[Kind::WorkloadEntry]].concat()),
             namespaces: vec![proxy.namespace.clone()],
             ..Default::default()
         },
@@ -160,7 +160,7 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
     for g in registry.gateways() {
         if let Some(list) = g.meta.annotations.get(gateway::GATEWAY_SERVICE_ANNOTATION) {
             rules.push(Rule {
-                kinds: own_kinds(),
+                kinds: kinds(&OWN_KINDS),
                 namespaces: vec![g.meta.namespace.clone()],
                 hosts: dedup(list.split(',').map(|h| h.trim().to_string()).collect()),
                 ..Default::default()
@@ -209,7 +209,7 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
     if !destinations.is_empty() {
         let hosts: Vec<String> = destinations.into_iter().collect();
         rules.push(Rule {
-            kinds: [own_kinds(), vec!["DestinationRule".to_string()]].concat(),
+            kinds: kinds(&[OWN_KINDS.as_slice(), &[Kind::DestinationRule]].concat()),
             hosts,
             ..Default::default()
         });

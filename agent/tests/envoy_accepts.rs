@@ -237,13 +237,7 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
 
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
     // The simulation corpus: every case, for its own proxy.
-    let mut files: Vec<_> = std::fs::read_dir(&simulation)
-        .expect("simulation folder")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    for path in files {
+    for path in pasa_testing::yaml_files(&simulation) {
         let file = path
             .file_name()
             .unwrap_or_default()

@@ -78,11 +78,14 @@ impl PcpArgs {
         } else {
             (Upstream::remote(&self.store).await?, None)
         };
+        // Turns true when the API itself starts stopping (after the webhook drained): the
+        // watches and status reports it forwards end then, not at the signal.
+        let (api_stopping, api_stopping_rx) = watch::channel(false);
         let service = WriteService::new(
             upstream,
             metrics.clone(),
             &self.embedded.domain_suffix,
-            stop_rx.clone(),
+            api_stopping_rx,
         );
         let listeners = Listeners::bind(self.listen, self.admin).await?;
         let mut registry = Registry::default();
@@ -99,7 +102,9 @@ impl PcpArgs {
         let result_slot = webhook_result.clone();
         let api_stop = async move {
             let Some(mut task) = webhook_task else {
-                return stopped(stop_rx).await;
+                stopped(stop_rx).await;
+                let _ = api_stopping.send(true);
+                return;
             };
             let outcome = tokio::select! {
                 _ = stopped(stop_rx) => task.await,
@@ -114,6 +119,7 @@ impl PcpArgs {
                 Ok(Err(e)) => Err(anyhow::anyhow!("webhook server: {e}")),
                 Err(e) => Err(anyhow::anyhow!("webhook task: {e}")),
             };
+            let _ = api_stopping.send(true);
             if let Ok(mut slot) = result_slot.lock() {
                 *slot = outcome;
             }

@@ -4,6 +4,7 @@
 //! watches pass through unchanged.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use pasa_proto::Object;
@@ -13,7 +14,7 @@ use pasa_proto::store::v1::{
     ApplyRequest, ApplyResponse, CancelReason, Cancelled, DeleteRequest, DeleteResponse,
     GetRequest, GetResponse, ListProxyStatusRequest, ListRequest, ListResponse,
     ReportStatusRequest, ReportStatusResponse, StatusRequest, StatusResponse, WatchRequest,
-    WatchResponse, watch_response,
+    WatchResponse, watch_request, watch_response,
 };
 use pasa_store::service::{ProxyStatusStream, StoreService, WatchStream};
 use serde_json::Value;
@@ -106,10 +107,9 @@ impl Upstream {
     }
 
     fn over(transport: Transport) -> Upstream {
-        let client = StoreClient::new(transport)
-            .max_decoding_message_size(pasa_proto::client::MAX_MESSAGE_SIZE)
-            .max_encoding_message_size(pasa_proto::client::MAX_MESSAGE_SIZE);
-        Upstream { client }
+        Upstream {
+            client: pasa_proto::client::store_client(transport),
+        }
     }
 
     /// A client of the store (cheap: clones share the transport).
@@ -125,7 +125,8 @@ pub struct WriteService {
     metrics: Arc<Metrics>,
     /// The cluster domain short host names resolve in (`--domain-suffix`).
     domain_suffix: Arc<str>,
-    /// Turns true when the process is shutting down: forwarded watches end then.
+    /// Turns true when the API stops (after the webhook drained): forwarded watches and status
+    /// reports end then.
     stop: watch::Receiver<bool>,
 }
 
@@ -254,31 +255,48 @@ impl WriteService {
         }
     }
 
-    /// Forwards the store's watch stream until it ends or this process shuts down; then the
-    /// client hears `CANCELLED{SHUTDOWN}` with the revision to resume from, as from a store.
-    fn forward_watch(&self, mut upstream: Streaming<WatchResponse>) -> WatchStream {
+    /// Forwards the store's watch stream until it ends, its client goes, or the API stops; then
+    /// the client hears `CANCELLED{SHUTDOWN}` with the revision to resume from, as from a store:
+    /// 0 (list again) while a snapshot is still arriving, else the revision after the last one
+    /// forwarded (or the one the watch asked for, when nothing was).
+    fn forward_watch(
+        &self,
+        from_revision: Arc<AtomicU64>,
+        mut upstream: Streaming<WatchResponse>,
+    ) -> WatchStream {
         let (tx, rx) = mpsc::channel(8);
         let stopping = pasa_runtime::drain::stopped(self.stop.clone());
         tokio::spawn(async move {
             tokio::pin!(stopping);
             let mut through = 0u64;
+            let mut synced = false;
             loop {
                 tokio::select! {
                     _ = &mut stopping => {
+                        let from = from_revision.load(Ordering::Relaxed);
+                        let resume_revision = match (from, synced, through) {
+                            // A snapshot not yet complete: only a new one loses nothing.
+                            (0, false, _) => 0,
+                            (from, _, 0) => from,
+                            (_, _, through) => through + 1,
+                        };
                         let notice = WatchResponse {
                             response: Some(watch_response::Response::Cancelled(Cancelled {
                                 reason: CancelReason::Shutdown as i32,
                                 message: "pasa-pcp is shutting down; watch again from resume_revision".into(),
-                                resume_revision: if through == 0 { 0 } else { through + 1 },
+                                resume_revision,
                                 compact_revision: 0,
                             })),
                         };
                         let _ = tx.send(Ok(notice)).await;
                         break;
                     }
+                    // The client is gone: so is the store's watch, once `upstream` drops.
+                    () = tx.closed() => break,
                     message = upstream.message() => match message {
                         Ok(Some(m)) => {
                             through = through.max(revision_of(&m));
+                            synced |= matches!(m.response, Some(watch_response::Response::Synced(_)));
                             if tx.send(Ok(m)).await.is_err() {
                                 break;
                             }
@@ -343,10 +361,20 @@ impl StoreApi for WriteService {
         &self,
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        // The client's requests flow to the store until the client stops or errs.
-        let requests = request.into_inner().map_while(Result::ok);
+        // The client's requests flow to the store until the client stops or errs; the revision
+        // the watch starts from is noted for the shutdown notice.
+        let from_revision = Arc::new(AtomicU64::new(0));
+        let noted = Arc::clone(&from_revision);
+        let requests = request.into_inner().map_while(Result::ok).map(move |r| {
+            if let Some(watch_request::Request::Create(create)) = &r.request {
+                noted.store(create.from_revision, Ordering::Relaxed);
+            }
+            r
+        });
         let response = self.upstream.client().watch(requests).await?;
-        Ok(Response::new(self.forward_watch(response.into_inner())))
+        Ok(Response::new(
+            self.forward_watch(from_revision, response.into_inner()),
+        ))
     }
 
     async fn status(

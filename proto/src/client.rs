@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use tonic::codegen::{Body, Bytes, StdError};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::store::v1::store_client::StoreClient;
@@ -27,9 +28,16 @@ pub fn endpoint(address: &str) -> Result<Endpoint, String> {
         .map_err(|e| format!("{address:?} is not a valid address: {e}"))
 }
 
-/// A store client over `channel` with the project's message limits.
-pub fn store_client(channel: Channel) -> StoreClient<Channel> {
-    StoreClient::new(channel)
+/// A store client over `transport` (a `Channel`, or an in-process server) with the project's
+/// message limits.
+pub fn store_client<T>(transport: T) -> StoreClient<T>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<StdError>,
+    T::ResponseBody: Body<Data = Bytes> + Send + 'static,
+    <T::ResponseBody as Body>::Error: Into<StdError> + Send,
+{
+    StoreClient::new(transport)
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE)
 }

@@ -100,15 +100,16 @@ impl Action {
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
     /// The address is not one, or nothing answered there.
-    #[error("{0}")]
-    Unreachable(String),
-    /// The store refused the watch (a bad subscription, or one the caller may not make).
+    #[error(transparent)]
+    Unreachable(#[from] crate::client::ConnectError),
+    /// The store refused the watch before answering anything: a bad subscription, or one the
+    /// caller may not make.
     #[error("watch refused: {}", .0.message())]
     Refused(Status),
     /// The store closed the stream, or a request on it could not be sent.
     #[error("the store closed the watch")]
     Closed,
-    /// The stream failed.
+    /// The stream failed after it had started.
     #[error("watch failed: {}", .0.message())]
     Failed(Status),
     /// The store ended the watch: the watcher fell behind (`SLOW_CONSUMER`), the store is
@@ -152,6 +153,8 @@ pub struct Watch {
     awaiting: VecDeque<Arc<Subscription>>,
     /// The first SYNCED (answering the subscription the stream was opened with) has come.
     opened: bool,
+    /// The store has answered something: an error before that is a refusal.
+    answered: bool,
     /// An update not sent yet.
     queued: Option<Subscription>,
     /// The newest subscription, sent or queued.
@@ -173,9 +176,7 @@ enum Snapshot {
 impl Watch {
     /// Connects to the store at `address` (`host:port` or a URL) and opens a watch.
     pub async fn connect(address: &str, start: WatchStart) -> Result<Watch, WatchError> {
-        let mut client = crate::client::connect(address)
-            .await
-            .map_err(|e| WatchError::Unreachable(e.to_string()))?;
+        let mut client = crate::client::connect(address).await?;
         Watch::open(&mut client, start).await
     }
 
@@ -212,6 +213,7 @@ impl Watch {
             responses,
             awaiting: VecDeque::from([subscription.clone()]),
             opened: false,
+            answered: false,
             queued: None,
             latest: subscription,
             snapshot: if from_revision == 0 {
@@ -275,8 +277,12 @@ impl Watch {
             let response = match message {
                 Ok(Some(m)) => m.response,
                 Ok(None) => return Err(WatchError::Closed),
+                // The store checks the subscription once the call is open, so its refusal
+                // comes as the stream's first answer.
+                Err(status) if !self.answered => return Err(WatchError::Refused(status)),
                 Err(status) => return Err(WatchError::Failed(status)),
             };
+            self.answered = true;
             if let Some(event) = self.read(response)? {
                 return Ok(event);
             }

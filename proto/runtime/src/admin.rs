@@ -1,6 +1,6 @@
 //! The admin endpoint's common part: `/metrics` (Prometheus text from a registry), `/healthz`
-//! and `/readyz`. Each process adds its own routes (the agent's `/config_dump`, …) to
-//! [`router`]'s.
+//! and `/readyz`. The store and PCP serve [`router`] as it is; the agent serves routes of its
+//! own (readiness from its xDS clients, `/config_dump`, …) with the same [`metrics`] encoder.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,7 @@
 //! Test support the project's crates share (dev-dependency only; nothing here runs in
-//! production): finding another package's binary in the workspace's target directory, and
-//! reading the lines a started process prints, with a deadline.
+//! production): finding another package's binary in the workspace's target directory, the
+//! processes a test starts ([`Process`]) and the lines they print, and the conformance corpus
+//! beside the project (its folders and YAML files).
 //!
 //! It depends on no project crate, so every crate's tests may use it without a cycle.
 
