@@ -85,6 +85,7 @@ pub type CmdResult = Result<(), anyhow::Error>;
 /// Entry point of the `pasactl` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    pasa_runtime::logs::init_cli();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
