@@ -59,8 +59,9 @@ pub(crate) struct View<'a> {
     virtual_services: Vec<Arc<Config<VirtualService>>>,
     /// The hosts of each of `virtual_services`, resolved (as written, and in lower case).
     vs_hosts: Vec<VsHosts>,
-    /// Visible DestinationRules, by host.
-    destination_rules: DestinationRules,
+    /// Visible DestinationRules, by host (kept across updates while no DestinationRule and
+    /// no part of the scope it depends on changed).
+    destination_rules: Arc<DestinationRules>,
     /// The VirtualService for each exact host (the oldest that names it).
     vs_by_host: BTreeMap<String, usize>,
     /// Wildcard hosts of VirtualServices, with the VirtualService's position.
@@ -79,8 +80,49 @@ struct VsHosts {
     lower: Vec<String>,
 }
 
+/// The DestinationRule index of the last update, and what it was built from. The index reads
+/// only the registry's DestinationRules and the proxy's namespaces (fixed for a translator).
+#[derive(Debug, Default)]
+struct DestinationRuleMemo {
+    /// Every DestinationRule of the registry then, in its order (held, so that none of their
+    /// allocations can be reused by a new one that would compare equal by address).
+    rules: Vec<Arc<Config<DestinationRule>>>,
+    index: Option<Arc<DestinationRules>>,
+}
+
+impl DestinationRuleMemo {
+    /// The index for `scope`: the last one while the registry holds the same DestinationRules
+    /// (the same `Arc`s, in the same order), else a new one.
+    fn index(
+        &mut self,
+        proxy: &Proxy,
+        registry: &Registry,
+        scope: &SidecarScope,
+    ) -> Arc<DestinationRules> {
+        let mut now = registry.destination_rules();
+        let same = self
+            .rules
+            .iter()
+            .all(|then| now.next().is_some_and(|r| Arc::ptr_eq(r, then)))
+            && now.next().is_none();
+        match &self.index {
+            Some(index) if same => Arc::clone(index),
+            _ => {
+                self.rules = registry.destination_rules().cloned().collect();
+                let index = Arc::new(scope.destination_rules(proxy, registry));
+                self.index = Some(Arc::clone(&index));
+                index
+            }
+        }
+    }
+}
+
 impl<'a> View<'a> {
-    fn new(proxy: &'a Proxy, registry: &'a Registry) -> View<'a> {
+    fn new(
+        proxy: &'a Proxy,
+        registry: &'a Registry,
+        destination_rules: &mut DestinationRuleMemo,
+    ) -> View<'a> {
         let scope = SidecarScope::of(proxy, registry);
         let services: BTreeMap<String, Arc<Service>> = scope
             .services(registry)
@@ -110,7 +152,7 @@ impl<'a> View<'a> {
         }
         // The most specific wildcard first (longest), then the oldest.
         vs_wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
-        let destination_rules = scope.destination_rules(proxy, registry);
+        let destination_rules = destination_rules.index(proxy, registry, &scope);
         let mut aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for s in services.values() {
             if let Some(target) = s.external_name.as_ref().filter(|_| s.kubernetes) {
@@ -388,6 +430,7 @@ pub struct Translator {
     rebuilt: Rebuilt,
     /// The store subscription the last update's view of the config calls for.
     subscription: pasa_proto::store::v1::Subscription,
+    destination_rules: DestinationRuleMemo,
 }
 
 impl Translator {
@@ -399,6 +442,7 @@ impl Translator {
             shapes: Shapes::default(),
             rebuilt: Rebuilt::default(),
             subscription: Default::default(),
+            destination_rules: DestinationRuleMemo::default(),
         }
     }
 
@@ -437,9 +481,10 @@ impl Translator {
             shapes,
             rebuilt,
             subscription,
+            destination_rules,
         } = self;
         registry.update(cache, &proxy.mesh.domain_suffix);
-        let view = View::new(proxy, registry);
+        let view = View::new(proxy, registry, destination_rules);
         *subscription = crate::subscription::subscription_in(
             proxy,
             registry,
