@@ -202,17 +202,13 @@ impl Stream<'_> {
             saver,
         } = self;
         let start = WatchStart {
-            subscription: current.clone(),
+            subscription: current,
             from_revision: if relist { 0 } else { cache.revision() + 1 },
             identity: Some(config.identity.clone()),
         };
         let mut stream = match Watch::connect(&config.server, start).await {
             Ok(stream) => stream,
             Err(e) => return e,
-        };
-        *in_force = InForce {
-            subscription: Some(current),
-            updated: false,
         };
         let mut updates_open = true;
         let ended = loop {
@@ -225,9 +221,9 @@ impl Stream<'_> {
                         continue;
                     }
                     let next = subscription.borrow_and_update().clone();
-                    if *stream.subscription() != next {
-                        tracing::info!(rules = next.rules.len(), "updating the watch's subscription");
-                        stream.update(next);
+                    let rules = next.rules.len();
+                    if stream.update(next) {
+                        tracing::info!(rules, "updating the watch's subscription");
                     }
                     continue;
                 }

@@ -155,8 +155,8 @@ pub struct Watch {
     opened: bool,
     /// The store has answered something: an error before that is a refusal.
     answered: bool,
-    /// An update not sent yet.
-    queued: Option<Subscription>,
+    /// `latest` is an update not sent yet.
+    queued: bool,
     /// The newest subscription, sent or queued.
     latest: Arc<Subscription>,
     snapshot: Snapshot,
@@ -214,7 +214,7 @@ impl Watch {
             awaiting: VecDeque::from([subscription.clone()]),
             opened: false,
             answered: false,
-            queued: None,
+            queued: false,
             latest: subscription,
             snapshot: if from_revision == 0 {
                 Snapshot::Announce
@@ -224,14 +224,15 @@ impl Watch {
         })
     }
 
-    /// Asks for `subscription` from now on (see the module doc); nothing happens if it is the
-    /// newest already.
-    pub fn update(&mut self, subscription: Subscription) {
+    /// Asks for `subscription` from now on (see the module doc); nothing happens, and `false`
+    /// says so, if it is the newest already.
+    pub fn update(&mut self, subscription: Subscription) -> bool {
         if *self.latest == subscription {
-            return;
+            return false;
         }
-        self.latest = Arc::new(subscription.clone());
-        self.queued = Some(subscription);
+        self.latest = Arc::new(subscription);
+        self.queued = true;
+        true
     }
 
     /// The newest subscription asked for (sent or not).
@@ -247,7 +248,7 @@ impl Watch {
             .awaiting
             .len()
             .saturating_sub(usize::from(!self.opened));
-        self.queued.is_some() || unanswered_updates > 0
+        self.queued || unanswered_updates > 0
     }
 
     /// The next event; an error ends the stream. Cancel-safe: a `next` dropped in a `select!`
@@ -260,17 +261,17 @@ impl Watch {
         loop {
             let message = tokio::select! {
                 message = self.responses.message() => message,
-                permit = self.requests.reserve(), if self.queued.is_some() => {
-                    let (Ok(permit), Some(next)) = (permit, self.queued.take()) else {
+                permit = self.requests.reserve(), if self.queued => {
+                    let Ok(permit) = permit else {
                         return Err(WatchError::Closed);
                     };
-                    let next = Arc::new(next);
+                    self.queued = false;
                     permit.send(WatchRequest {
                         request: Some(watch_request::Request::Update(WatchUpdate {
-                            subscription: Some((*next).clone()),
+                            subscription: Some((*self.latest).clone()),
                         })),
                     });
-                    self.awaiting.push_back(next);
+                    self.awaiting.push_back(Arc::clone(&self.latest));
                     continue;
                 }
             };

@@ -106,7 +106,7 @@ async fn snapshot_changes_and_subscription_updates_read_as_typed_events() {
 
     // A wider subscription: the bank's object arrives, then SYNCED for that subscription.
     let both = namespaces(&["shop", "bank"]);
-    watch.update(both.clone());
+    assert!(watch.update(both.clone()));
     assert!(watch.updating());
     assert_eq!(watch.subscription(), &both);
     assert_eq!(names(&event(&mut watch).await), ["ADDED bank/pay"]);
@@ -129,7 +129,7 @@ async fn snapshot_changes_and_subscription_updates_read_as_typed_events() {
         other => panic!("expected SYNCED, got {other:?}"),
     }
     // The same subscription again is not an update.
-    watch.update(namespaces(&["bank"]));
+    assert!(!watch.update(namespaces(&["bank"])));
     assert!(!watch.updating());
 
     client
