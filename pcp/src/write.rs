@@ -4,7 +4,6 @@
 //! watches pass through unchanged.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use pasa_proto::Object;
@@ -261,7 +260,7 @@ impl WriteService {
     /// forwarded (or the one the watch asked for, when nothing was).
     fn forward_watch(
         &self,
-        from_revision: Arc<AtomicU64>,
+        from_revision: u64,
         mut upstream: Streaming<WatchResponse>,
     ) -> WatchStream {
         let (tx, rx) = mpsc::channel(8);
@@ -273,8 +272,7 @@ impl WriteService {
             loop {
                 tokio::select! {
                     _ = &mut stopping => {
-                        let from = from_revision.load(Ordering::Relaxed);
-                        let resume_revision = match (from, synced, through) {
+                        let resume_revision = match (from_revision, synced, through) {
                             // A snapshot not yet complete: only a new one loses nothing.
                             (0, false, _) => 0,
                             (from, _, 0) => from,
@@ -361,16 +359,16 @@ impl StoreApi for WriteService {
         &self,
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        // The client's requests flow to the store until the client stops or errs; the revision
-        // the watch starts from is noted for the shutdown notice.
-        let from_revision = Arc::new(AtomicU64::new(0));
-        let noted = Arc::clone(&from_revision);
-        let requests = request.into_inner().map_while(Result::ok).map(move |r| {
-            if let Some(watch_request::Request::Create(create)) = &r.request {
-                noted.store(create.from_revision, Ordering::Relaxed);
-            }
-            r
-        });
+        // The first request (the create; the store checks that it is) says where the watch
+        // starts, for the shutdown notice; it and the rest flow to the store until the client
+        // stops or errs.
+        let mut incoming = request.into_inner();
+        let first = incoming.message().await?;
+        let from_revision = match first.as_ref().and_then(|r| r.request.as_ref()) {
+            Some(watch_request::Request::Create(create)) => create.from_revision,
+            _ => 0,
+        };
+        let requests = tokio_stream::iter(first).chain(incoming.map_while(Result::ok));
         let response = self.upstream.client().watch(requests).await?;
         Ok(Response::new(
             self.forward_watch(from_revision, response.into_inner()),
