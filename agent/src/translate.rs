@@ -15,6 +15,8 @@ pub mod sds;
 mod sidecar;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -54,16 +56,18 @@ pub(crate) struct View<'a> {
     registry: &'a Registry,
     scope: SidecarScope,
     /// Visible services by host.
-    services: BTreeMap<String, Arc<Service>>,
+    services: VisibleServices,
     /// Visible VirtualServices for sidecars, oldest first.
     virtual_services: Vec<Arc<Config<VirtualService>>>,
     /// The hosts of each of `virtual_services`, resolved (as written, and in lower case).
-    vs_hosts: Vec<VsHosts>,
+    vs_hosts: Vec<Arc<VsHosts>>,
     /// Visible DestinationRules, by host (kept across updates while no DestinationRule and
     /// no part of the scope it depends on changed).
     destination_rules: Arc<DestinationRules>,
+    /// Where the index differs from the last update's, if it does.
+    rules_changed: Option<RulesChanged>,
     /// The VirtualService for each exact host (the oldest that names it).
-    vs_by_host: BTreeMap<String, usize>,
+    vs_by_host: FxHashMap<String, usize>,
     /// Wildcard hosts of VirtualServices, with the VirtualService's position.
     vs_wildcards: Vec<(String, usize)>,
     /// Kubernetes `ExternalName` services by the host they alias.
@@ -73,11 +77,91 @@ pub(crate) struct View<'a> {
     auto_addresses: BTreeMap<(String, String), String>,
 }
 
+/// The services a proxy sees: in host order, and by host.
+struct VisibleServices {
+    sorted: Vec<Arc<Service>>,
+    by_host: FxHashMap<String, usize>,
+}
+
+impl VisibleServices {
+    /// From services in host order, one per host (as the registry holds them).
+    fn new(sorted: Vec<Arc<Service>>) -> Self {
+        let mut by_host = FxHashMap::with_capacity_and_hasher(sorted.len(), Default::default());
+        for (i, s) in sorted.iter().enumerate() {
+            by_host.insert(s.hostname.clone(), i);
+        }
+        debug_assert!(sorted.is_sorted_by(|a, b| a.hostname < b.hostname));
+        VisibleServices { sorted, by_host }
+    }
+
+    fn get(&self, host: &str) -> Option<&Arc<Service>> {
+        self.by_host.get(host).map(|&i| &self.sorted[i])
+    }
+
+    fn contains_key(&self, host: &str) -> bool {
+        self.by_host.contains_key(host)
+    }
+
+    fn len(&self) -> usize {
+        self.sorted.len()
+    }
+
+    /// In host order.
+    fn values(&self) -> std::slice::Iter<'_, Arc<Service>> {
+        self.sorted.iter()
+    }
+
+    /// In host order, with their hosts.
+    fn iter(&self) -> impl Iterator<Item = (&String, &Arc<Service>)> {
+        self.sorted.iter().map(|s| (&s.hostname, s))
+    }
+
+    /// The position of `host`'s service in host order.
+    fn position(&self, host: &str) -> Option<usize> {
+        self.by_host.get(host).copied()
+    }
+
+    /// The service at `position` in host order.
+    fn at(&self, position: usize) -> &Arc<Service> {
+        &self.sorted[position]
+    }
+}
+
 /// A VirtualService's hosts, resolved as istiod resolves them.
+#[derive(Debug)]
 struct VsHosts {
     resolved: Vec<String>,
     /// The same, in lower case (as virtual host domains are compared).
     lower: Vec<String>,
+    /// A fingerprint of `resolved`.
+    fingerprint: u64,
+}
+
+impl VsHosts {
+    fn of(proxy: &Proxy, vs: &Config<VirtualService>) -> Self {
+        let resolved: Vec<String> = vs
+            .spec
+            .hosts
+            .iter()
+            .map(|h| proxy.resolve_host(h, &vs.meta.namespace))
+            .collect();
+        let lower = resolved.iter().map(|h| h.to_lowercase()).collect();
+        let fingerprint = fingerprint(|h| resolved.hash(h));
+        VsHosts {
+            resolved,
+            lower,
+            fingerprint,
+        }
+    }
+}
+
+/// What a view keeps from one update to the next (its proxy is fixed for a translator).
+#[derive(Debug, Default)]
+struct ViewMemo {
+    destination_rules: DestinationRuleMemo,
+    /// The resolved hosts of each visible VirtualService, by its address (each entry holds the
+    /// VirtualService, so the address is not reused while it is here).
+    virtual_service_hosts: FxHashMap<usize, (Arc<Config<VirtualService>>, Arc<VsHosts>)>,
 }
 
 /// The DestinationRule index of the last update, and what it was built from. The index reads
@@ -85,74 +169,118 @@ struct VsHosts {
 #[derive(Debug, Default)]
 struct DestinationRuleMemo {
     /// Every DestinationRule of the registry then, in its order (held, so that none of their
-    /// allocations can be reused by a new one that would compare equal by address).
-    rules: Vec<Arc<Config<DestinationRule>>>,
+    /// allocations can be reused by a new one that would compare equal by address), with its
+    /// host as the proxy resolves it.
+    rules: Vec<(Arc<Config<DestinationRule>>, String)>,
     index: Option<Arc<DestinationRules>>,
+}
+
+/// The hosts whose DestinationRule may differ from the last update's.
+#[derive(Debug)]
+enum RulesChanged {
+    /// Only these (exact hosts).
+    Hosts(FxHashSet<String>),
+    /// Any: a wildcard rule came or went, or there was no index before.
+    All,
 }
 
 impl DestinationRuleMemo {
     /// The index for `scope`: the last one while the registry holds the same DestinationRules
-    /// (the same `Arc`s, in the same order), else a new one.
+    /// (the same `Arc`s, in the same order), else a new one, with the hosts the difference
+    /// touches.
     fn index(
         &mut self,
         proxy: &Proxy,
         registry: &Registry,
         scope: &SidecarScope,
-    ) -> Arc<DestinationRules> {
+    ) -> (Arc<DestinationRules>, Option<RulesChanged>) {
         let mut now = registry.destination_rules();
         let same = self
             .rules
             .iter()
-            .all(|then| now.next().is_some_and(|r| Arc::ptr_eq(r, then)))
+            .all(|(then, _)| now.next().is_some_and(|r| Arc::ptr_eq(r, then)))
             && now.next().is_none();
-        match &self.index {
-            Some(index) if same => Arc::clone(index),
-            _ => {
-                self.rules = registry.destination_rules().cloned().collect();
-                let index = Arc::new(scope.destination_rules(proxy, registry));
-                self.index = Some(Arc::clone(&index));
-                index
-            }
+        if let (Some(index), true) = (&self.index, same) {
+            return (Arc::clone(index), None);
         }
+        let mut then: FxHashMap<usize, (Arc<Config<DestinationRule>>, String)> = self
+            .rules
+            .drain(..)
+            .map(|(dr, host)| (Arc::as_ptr(&dr) as usize, (dr, host)))
+            .collect();
+        let mut changed = FxHashSet::default();
+        let mut wildcard = false;
+        let mut touched = |host: &str| {
+            wildcard |= host.starts_with('*');
+            changed.insert(host.to_string());
+        };
+        for dr in registry.destination_rules() {
+            let host = match then.remove(&(Arc::as_ptr(dr) as usize)) {
+                Some((_, host)) => host,
+                None => {
+                    let host = proxy.resolve_host(&dr.spec.host, &dr.meta.namespace);
+                    touched(&host);
+                    host
+                }
+            };
+            self.rules.push((Arc::clone(dr), host));
+        }
+        // The rules gone.
+        for (_, host) in then.values() {
+            touched(host);
+        }
+        let hosts: FxHashMap<usize, &str> = self
+            .rules
+            .iter()
+            .map(|(dr, host)| (Arc::as_ptr(dr) as usize, host.as_str()))
+            .collect();
+        let index = Arc::new(scope.destination_rules(registry, |dr| {
+            match hosts.get(&(Arc::as_ptr(dr) as usize)) {
+                Some(host) => host.to_string(),
+                None => proxy.resolve_host(&dr.spec.host, &dr.meta.namespace),
+            }
+        }));
+        let first = self.index.is_none();
+        self.index = Some(Arc::clone(&index));
+        let changed = if first || wildcard {
+            RulesChanged::All
+        } else {
+            RulesChanged::Hosts(changed)
+        };
+        (index, Some(changed))
     }
 }
 
 impl<'a> View<'a> {
-    fn new(
-        proxy: &'a Proxy,
-        registry: &'a Registry,
-        destination_rules: &mut DestinationRuleMemo,
-    ) -> View<'a> {
+    fn new(proxy: &'a Proxy, registry: &'a Registry, memo: &mut ViewMemo) -> View<'a> {
         let scope = SidecarScope::of(proxy, registry);
-        let services: BTreeMap<String, Arc<Service>> = scope
-            .services(registry)
-            .into_iter()
-            .map(|s| (s.hostname.clone(), s))
-            .collect();
+        let services = VisibleServices::new(scope.services(registry));
         let virtual_services = scope.virtual_services(registry);
-        let mut vs_by_host = BTreeMap::new();
+        let mut vs_by_host = FxHashMap::default();
         let mut vs_wildcards = Vec::new();
         let mut vs_hosts = Vec::with_capacity(virtual_services.len());
+        let mut known = std::mem::take(&mut memo.virtual_service_hosts);
         for (i, vs) in virtual_services.iter().enumerate() {
-            let resolved: Vec<String> = vs
-                .spec
-                .hosts
-                .iter()
-                .map(|h| proxy.resolve_host(h, &vs.meta.namespace))
-                .collect();
-            for host in &resolved {
+            let id = Arc::as_ptr(vs) as usize;
+            let hosts = match known.remove(&id) {
+                Some((_, hosts)) => hosts,
+                None => Arc::new(VsHosts::of(proxy, vs)),
+            };
+            for host in &hosts.resolved {
                 if host.starts_with('*') {
                     vs_wildcards.push((host.clone(), i));
                 } else {
                     vs_by_host.entry(host.clone()).or_insert(i);
                 }
             }
-            let lower = resolved.iter().map(|h| h.to_lowercase()).collect();
-            vs_hosts.push(VsHosts { resolved, lower });
+            memo.virtual_service_hosts
+                .insert(id, (Arc::clone(vs), Arc::clone(&hosts)));
+            vs_hosts.push(hosts);
         }
         // The most specific wildcard first (longest), then the oldest.
         vs_wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
-        let destination_rules = destination_rules.index(proxy, registry, &scope);
+        let (destination_rules, rules_changed) =
+            memo.destination_rules.index(proxy, registry, &scope);
         let mut aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for s in services.values() {
             if let Some(target) = s.external_name.as_ref().filter(|_| s.kubernetes) {
@@ -173,6 +301,7 @@ impl<'a> View<'a> {
             proxy,
             registry,
             destination_rules,
+            rules_changed,
             scope,
             services,
             virtual_services,
@@ -372,13 +501,13 @@ struct ListenerOutput {
 #[derive(Debug, Default)]
 struct Outputs {
     /// By service host.
-    hosts: HashMap<String, HostOutput>,
+    hosts: FxHashMap<String, HostOutput>,
     /// The union of the services' clusters and load assignments.
     host_clusters: ResourceMap,
     host_endpoints: ResourceMap,
     listeners: Option<ListenerOutput>,
     /// A fingerprint of what each of a sidecar's route configurations was built from, by name.
-    routes: HashMap<String, u64>,
+    routes: FxHashMap<String, u64>,
     route_map: ResourceMap,
     /// What building them again reuses.
     reuse: sidecar::Reuse,
@@ -397,6 +526,8 @@ pub struct Rebuilt {
     pub listeners: bool,
     /// Route configurations built again.
     pub routes: usize,
+    /// Virtual hosts of those encoded again (the others are copied from the last encoding).
+    pub virtual_hosts: usize,
 }
 
 /// Generates resources for one proxy and keeps them current as the cache changes.
@@ -413,7 +544,8 @@ pub struct Rebuilt {
 ///   each);
 /// - a sidecar's route configuration of a port, when a service of that port, a VirtualService
 ///   that may route it, or a destination of one (its shape and DestinationRule, which decide
-///   cluster names and hash policies) changed.
+///   cluster names and hash policies) changed; and within it, only the virtual hosts whose
+///   routes or names changed are encoded again (see `sidecar::routes`).
 ///
 /// Routers and proxyless gRPC clients build listeners and routes together: a router's SNI-DNAT
 /// clusters follow DestinationRule subsets and endpoints, so its listeners are rebuilt on any
@@ -430,7 +562,7 @@ pub struct Translator {
     rebuilt: Rebuilt,
     /// The store subscription the last update's view of the config calls for.
     subscription: pasa_proto::store::v1::Subscription,
-    destination_rules: DestinationRuleMemo,
+    view: ViewMemo,
 }
 
 impl Translator {
@@ -442,7 +574,7 @@ impl Translator {
             shapes: Shapes::default(),
             rebuilt: Rebuilt::default(),
             subscription: Default::default(),
-            destination_rules: DestinationRuleMemo::default(),
+            view: ViewMemo::default(),
         }
     }
 
@@ -481,10 +613,10 @@ impl Translator {
             shapes,
             rebuilt,
             subscription,
-            destination_rules,
+            view: view_memo,
         } = self;
         registry.update(cache, &proxy.mesh.domain_suffix);
-        let view = View::new(proxy, registry, destination_rules);
+        let view = View::new(proxy, registry, view_memo);
         *subscription = crate::subscription::subscription_in(
             proxy,
             registry,
@@ -492,7 +624,7 @@ impl Translator {
             &view.virtual_services,
             view.services.values(),
         );
-        shapes.begin(proxy);
+        shapes.begin(proxy, &view);
         let out = outputs.entry(generator).or_default();
         let mut counts = Rebuilt::default();
         out.update_hosts(&view, generator, shapes, &mut counts);
@@ -517,7 +649,7 @@ impl Outputs {
     ) {
         let kind = view.proxy.kind;
         for service in view.services.values() {
-            let rule = view.destination_rules.for_service(service);
+            let rule = shapes.followed(view, service).rule.clone();
             let old = self.hosts.get(&service.hostname);
             if old.is_some_and(|o| o.built_from(service, rule.as_ref())) {
                 continue;
@@ -561,10 +693,14 @@ impl Outputs {
             lay(&mut self.host_endpoints, &output.assignments);
             self.hosts.insert(service.hostname.clone(), output);
         }
+        // Every visible service has its entry now: any more are of services no longer visible.
+        if self.hosts.len() == view.services.len() {
+            return;
+        }
         let gone: Vec<String> = self
             .hosts
             .keys()
-            .filter(|h| !view.services.contains_key(*h))
+            .filter(|h| !view.services.contains_key(h))
             .cloned()
             .collect();
         for host in gone {
@@ -635,7 +771,7 @@ impl Outputs {
                 continue;
             }
             counts.routes += 1;
-            match sidecar::route_config(view, name, &mut self.reuse, shapes) {
+            match sidecar::route_config(view, name, &mut self.reuse, shapes, counts) {
                 Some(rc) => self.route_map.insert(name.clone(), rc),
                 None => self.route_map.remove(name),
             };
@@ -749,7 +885,7 @@ fn config_identity(meta: &registry::Meta, h: &mut impl Hasher) {
 /// update for the route configurations.
 #[derive(Default)]
 struct PortIndex {
-    ports: HashMap<u32, (Vec<Arc<Service>>, bool)>,
+    ports: FxHashMap<u32, (Vec<Arc<Service>>, bool)>,
 }
 
 /// What the route configuration `name` of a sidecar reads: the services of its port (their
@@ -809,20 +945,33 @@ fn virtual_service_inputs(
     shapes: &mut Shapes,
 ) -> u64 {
     let id = Arc::as_ptr(vs) as usize;
-    if let Some(inputs) = shapes.update_memo.virtual_services.get(&id) {
-        return *inputs;
+    if let Some(known) = shapes.follow.virtual_services.get(&id)
+        && known.is_current(view)
+    {
+        return known.inputs;
     }
     let mut h = std::collections::hash_map::DefaultHasher::new();
     config_identity(&vs.meta, &mut h);
+    let mut destinations = Vec::new();
     for host in vs.spec.destination_hosts() {
         let host = view.proxy.resolve_host(host, &vs.meta.namespace);
-        match view.services.get(&host) {
+        let service = view.services.get(&host);
+        match service {
             Some(service) => follow_service(view, service, shapes, &mut h),
             None => host.hash(&mut h),
         }
+        let seen = service.map_or(0, |s| Arc::as_ptr(s) as usize);
+        destinations.push((host, seen));
     }
     let inputs = h.finish();
-    shapes.update_memo.virtual_services.insert(id, inputs);
+    shapes.follow.virtual_services.insert(
+        id,
+        VirtualServiceInputs {
+            virtual_service: Arc::clone(vs),
+            destinations,
+            inputs,
+        },
+    );
     inputs
 }
 
@@ -833,20 +982,7 @@ fn follow_service(
     shapes: &mut Shapes,
     h: &mut impl Hasher,
 ) {
-    let id = Arc::as_ptr(service) as usize;
-    let followed = match shapes.update_memo.services.get(&id) {
-        Some(followed) => *followed,
-        None => {
-            let rule = view
-                .destination_rules
-                .for_service(service)
-                .map(|dr| shapes.rule(&dr));
-            let followed = fingerprint(|h| (shapes.of(service).shape, rule).hash(h));
-            shapes.update_memo.services.insert(id, followed);
-            followed
-        }
-    };
-    followed.hash(h);
+    shapes.followed(view, service).followed.hash(h);
 }
 
 /// Fingerprints of services, computed once per service allocation: the registry rebuilds a
@@ -855,21 +991,52 @@ fn follow_service(
 struct Shapes {
     /// By the service's address; the entry holds the service, so the address is not reused
     /// while it is here.
-    memo: HashMap<usize, (Arc<Service>, ShapeOf)>,
+    memo: FxHashMap<usize, (Arc<Service>, ShapeOf)>,
     /// What route configurations read of a DestinationRule (see [`hash::rule_fingerprint`]),
     /// likewise by address.
-    rules: HashMap<usize, (Arc<Config<DestinationRule>>, u64)>,
+    rules: FxHashMap<usize, (Arc<Config<DestinationRule>>, u64)>,
     proxy_ips: Vec<String>,
-    /// What holds for one update only (it reads the update's view).
-    update_memo: UpdateMemo,
+    /// What also depends on the view's DestinationRule index.
+    follow: FollowMemo,
 }
 
-/// Fingerprints that depend on the update's view, by address of what the view holds (alive for
-/// the whole update): a service as routes follow it, a VirtualService's inputs.
+/// What is worked out with the view's DestinationRule index, kept across updates but where the
+/// index changed (see [`RulesChanged`]): each service's DestinationRule and how routes follow
+/// it, and each VirtualService's inputs, by address.
 #[derive(Debug, Default)]
-struct UpdateMemo {
-    services: HashMap<usize, u64>,
-    virtual_services: HashMap<usize, u64>,
+struct FollowMemo {
+    services: FxHashMap<usize, Followed>,
+    virtual_services: FxHashMap<usize, VirtualServiceInputs>,
+}
+
+/// Of a service that [`Shapes::memo`] holds (so its address is not reused while this is here).
+#[derive(Debug)]
+struct Followed {
+    /// The DestinationRule that applies to it.
+    rule: Option<Arc<Config<DestinationRule>>>,
+    /// Its shape and what hash policies read of its rule.
+    followed: u64,
+}
+
+#[derive(Debug)]
+struct VirtualServiceInputs {
+    virtual_service: Arc<Config<VirtualService>>,
+    /// Each destination host, resolved, with the address of the visible service it named then
+    /// (0 for none).
+    destinations: Vec<(String, usize)>,
+    inputs: u64,
+}
+
+impl VirtualServiceInputs {
+    /// Whether its destinations still name the same services (the index being the same).
+    fn is_current(&self, view: &View<'_>) -> bool {
+        self.destinations.iter().all(|(host, seen)| {
+            view.services
+                .get(host)
+                .map_or(0, |s| Arc::as_ptr(s) as usize)
+                == *seen
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -881,9 +1048,25 @@ struct ShapeOf {
 }
 
 impl Shapes {
-    fn begin(&mut self, proxy: &Proxy) {
-        self.update_memo.services.clear();
-        self.update_memo.virtual_services.clear();
+    fn begin(&mut self, proxy: &Proxy, view: &View<'_>) {
+        let follow = &mut self.follow;
+        match &view.rules_changed {
+            None => {}
+            Some(RulesChanged::All) => {
+                follow.services.clear();
+                follow.virtual_services.clear();
+            }
+            Some(RulesChanged::Hosts(hosts)) => {
+                let memo = &self.memo;
+                follow.services.retain(|id, _| {
+                    memo.get(id)
+                        .is_some_and(|(service, _)| !hosts.contains(&service.hostname))
+                });
+                follow
+                    .virtual_services
+                    .retain(|_, v| !v.destinations.iter().any(|(host, _)| hosts.contains(host)));
+            }
+        }
         if self.proxy_ips.is_empty() {
             self.proxy_ips = proxy.ips.iter().map(IpAddr::to_string).collect();
         }
@@ -901,6 +1084,19 @@ impl Shapes {
             .1
     }
 
+    /// The DestinationRule that applies to `service`, and how routes follow the service.
+    fn followed(&mut self, view: &View<'_>, service: &Arc<Service>) -> &Followed {
+        let id = Arc::as_ptr(service) as usize;
+        if !self.follow.services.contains_key(&id) {
+            let rule = view.destination_rules.for_service(service);
+            let rule_fingerprint = rule.as_ref().map(|dr| self.rule(dr));
+            let shape = self.of(service).shape;
+            let followed = fingerprint(|h| (shape, rule_fingerprint).hash(h));
+            self.follow.services.insert(id, Followed { rule, followed });
+        }
+        &self.follow.services[&id]
+    }
+
     fn rule(&mut self, dr: &Arc<Config<DestinationRule>>) -> u64 {
         self.rules
             .entry(Arc::as_ptr(dr) as usize)
@@ -914,11 +1110,16 @@ impl Shapes {
             .1
     }
 
-    /// Forgets the services and rules nobody else holds any more.
+    /// Forgets the services, rules and VirtualServices nobody else holds any more.
     fn end(&mut self) {
         self.memo
             .retain(|_, (service, _)| Arc::strong_count(service) > 1);
         self.rules.retain(|_, (dr, _)| Arc::strong_count(dr) > 1);
+        let memo = &self.memo;
+        self.follow.services.retain(|id, _| memo.contains_key(id));
+        self.follow
+            .virtual_services
+            .retain(|_, v| Arc::strong_count(&v.virtual_service) > 1);
     }
 }
 

@@ -7,7 +7,7 @@
 //! egress host `namespace/host` of that Sidecar. Without a Sidecar the egress hosts are `*/*`:
 //! everything exported to the namespace.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use pasa_proto::host;
@@ -212,10 +212,15 @@ impl SidecarScope {
         list
     }
 
-    /// The DestinationRules exported to this proxy's namespace, indexed by host.
-    pub fn destination_rules(&self, proxy: &Proxy, registry: &Registry) -> DestinationRules {
+    /// The DestinationRules exported to this proxy's namespace, indexed by host; `resolved`
+    /// gives each rule's host as the proxy resolves it (see [`Proxy::resolve_host`]).
+    pub fn destination_rules(
+        &self,
+        registry: &Registry,
+        mut resolved: impl FnMut(&Arc<Config<DestinationRule>>) -> String,
+    ) -> DestinationRules {
         let mut index = DestinationRules {
-            exact: HashMap::new(),
+            exact: FxHashMap::default(),
             wildcards: Vec::new(),
             config_namespace: self.config_namespace.clone(),
             root_namespace: self.root_namespace.clone(),
@@ -225,7 +230,7 @@ impl SidecarScope {
             if !exported_to(&dr.spec.export_to, ns, &self.config_namespace) {
                 continue;
             }
-            let host = proxy.resolve_host(&dr.spec.host, ns);
+            let host = resolved(dr);
             if host.starts_with('*') {
                 index.wildcards.push((host, Arc::clone(dr)));
             } else {
@@ -239,7 +244,7 @@ impl SidecarScope {
 /// The DestinationRules a proxy sees, by the host they apply to.
 #[derive(Debug, Clone, Default)]
 pub struct DestinationRules {
-    exact: HashMap<String, Vec<Arc<Config<DestinationRule>>>>,
+    exact: FxHashMap<String, Vec<Arc<Config<DestinationRule>>>>,
     wildcards: Vec<(String, Arc<Config<DestinationRule>>)>,
     config_namespace: String,
     root_namespace: String,

@@ -344,6 +344,109 @@ fn a_destination_rule_change_rebuilds_only_its_host() {
 }
 
 #[test]
+fn a_virtual_service_change_encodes_only_its_virtual_hosts() {
+    let service = |i: usize| {
+        resource(
+            "ServiceEndpoints",
+            "default",
+            &format!("svc-{i}"),
+            json!({"addresses": [format!("10.96.1.{i}")], "ports": [{"name": "http", "port": 9080}],
+                   "endpoints": [{"address": format!("10.0.1.{i}")}]}),
+            1 + i as u64,
+        )
+    };
+    let split = |revision: u64, v1: u32, hosts: Value| Resource {
+        create_revision: 20,
+        ..resource(
+            "VirtualService",
+            "default",
+            "svc-0",
+            json!({"hosts": hosts, "http": [{"route": [
+                {"destination": {"host": "svc-0", "port": {"number": 9080}}, "weight": v1},
+                {"destination": {"host": "svc-1", "port": {"number": 9080}}, "weight": 100 - v1}]}]}),
+            revision,
+        )
+    };
+    let rule = |revision: u64, lb: Value| Resource {
+        create_revision: 30,
+        ..resource(
+            "DestinationRule",
+            "default",
+            "svc-3",
+            json!({"host": "svc-3", "trafficPolicy": {"loadBalancer": lb}}),
+            revision,
+        )
+    };
+    let services: Vec<Resource> = (0..8).map(service).collect();
+    let with = |extra: Vec<Resource>| {
+        let mut all = services.clone();
+        all.extend(extra);
+        cache(all)
+    };
+    let round_robin = json!({"simple": "ROUND_ROBIN"});
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let first = t
+        .update(
+            &with(vec![
+                split(20, 80, json!(["svc-0"])),
+                rule(30, round_robin.clone()),
+            ]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
+    assert_eq!(t.rebuilt().virtual_hosts, 8, "one per service, built once");
+
+    // New weights: the route configuration of its port, and in it only its virtual host.
+    let weights = with(vec![
+        split(40, 50, json!(["svc-0"])),
+        rule(30, round_robin.clone()),
+    ]);
+    let reweighted = t.update(&weights, Generator::Envoy).expect("decodes");
+    let rebuilt = t.rebuilt();
+    assert_eq!(
+        (rebuilt.routes, rebuilt.virtual_hosts),
+        (1, 1),
+        "{rebuilt:?}"
+    );
+    assert_ne!(first.routes["9080"], reweighted.routes["9080"]);
+    let scratch = |c: &Cache| {
+        Translator::new(proxy("10.0.0.9"))
+            .update(c, Generator::Envoy)
+            .expect("decodes")
+    };
+    assert_eq!(reweighted.routes, scratch(&weights).routes);
+
+    // Another host: the virtual hosts are planned again, and the one whose domains it takes
+    // is encoded again with its own (the unchanged ones are copied).
+    let hosts = with(vec![
+        split(41, 50, json!(["svc-0", "svc-2"])),
+        rule(30, round_robin),
+    ]);
+    let rehosted = t.update(&hosts, Generator::Envoy).expect("decodes");
+    let rebuilt = t.rebuilt();
+    assert_eq!(rehosted.routes, scratch(&hosts).routes);
+    assert_eq!(rebuilt.routes, 1);
+    assert!(
+        (1..=2).contains(&rebuilt.virtual_hosts),
+        "svc-2 joins svc-0's virtual host: {rebuilt:?}"
+    );
+
+    // A hash policy on a service without a VirtualService: its default route only.
+    let hashed = with(vec![
+        split(41, 50, json!(["svc-0", "svc-2"])),
+        rule(50, json!({"consistentHash": {"httpHeaderName": "x-user"}})),
+    ]);
+    let out = t.update(&hashed, Generator::Envoy).expect("decodes");
+    let rebuilt = t.rebuilt();
+    assert_eq!(out.routes, scratch(&hashed).routes);
+    assert_eq!(
+        (rebuilt.routes, rebuilt.virtual_hosts),
+        (1, 1),
+        "{rebuilt:?}"
+    );
+}
+
+#[test]
 fn an_endpoint_change_rebuilds_its_service_and_not_the_listeners() {
     // One object, modified: created at revision 1, modified at `revision`.
     let endpoints = |revision: u64, extra: &str| Resource {

@@ -13,7 +13,7 @@
 //! `<host>:<port>`: only its own virtual host, matching any domain.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -21,26 +21,28 @@ use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, Virtu
 use envoy_types::pb::google::protobuf::BoolValue;
 use pasa_proto::istio::virtual_service::VirtualService;
 use prost::Message;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::super::{Shapes, View, follow_service, names, route, virtual_service_inputs};
+use super::super::{Rebuilt, Shapes, View, follow_service, names, route, virtual_service_inputs};
 use super::catch_all;
 use crate::model::registry::{Config, Resolution, Service};
 use crate::resource::Resource;
 
 /// What a sidecar's route configurations reuse from one build to the next: the routes of each
-/// VirtualService for a port, each service's virtual host before de-duplication, and each route
-/// configuration's encoded virtual hosts. A VirtualService change then builds that
-/// VirtualService's routes and encodes its virtual hosts; the rest of the configuration is
-/// copied from the previous encoding.
+/// VirtualService for a port, each service's virtual host before de-duplication, each route
+/// configuration's plan (see [`Plan`]) and encoded virtual hosts. A VirtualService change that
+/// leaves its hosts alone then builds that VirtualService's routes and encodes its virtual
+/// hosts; the rest of the configuration is copied from the previous encoding.
 #[derive(Debug, Default)]
 pub(in crate::translate) struct Reuse {
     routes: RouteMemo,
     /// By port, then by service host.
-    hosts: HashMap<u32, HashMap<String, ServiceHost>>,
+    hosts: FxHashMap<u32, FxHashMap<String, ServiceHost>>,
     /// By route configuration name, then by a fingerprint of the virtual host's name, domains
     /// and routes.
-    encoded: HashMap<String, HashMap<u64, Arc<Vec<u8>>>>,
+    encoded: FxHashMap<String, FxHashMap<u64, Arc<Vec<u8>>>>,
+    /// By route configuration name.
+    plans: FxHashMap<String, Plan>,
 }
 
 impl Reuse {
@@ -48,14 +50,13 @@ impl Reuse {
     /// and services no longer visible.
     pub(in crate::translate) fn retain(&mut self, view: &View<'_>, names: &BTreeSet<String>) {
         self.encoded.retain(|name, _| names.contains(name));
-        let visible: FxHashSet<(&str, &str)> = view
+        self.plans.retain(|name, _| names.contains(name));
+        let visible: FxHashSet<usize> = view
             .virtual_services
             .iter()
-            .map(|vs| (vs.meta.namespace.as_str(), vs.meta.name.as_str()))
+            .map(|vs| Arc::as_ptr(vs) as usize)
             .collect();
-        self.routes
-            .0
-            .retain(|(ns, name, _), _| visible.contains(&(ns.as_str(), name.as_str())));
+        self.routes.0.retain(|(vs, _), _| visible.contains(vs));
         // Entries of services no longer visible, swept once there are more entries than
         // visible services (so the sweep is rare, and what it leaves is bounded).
         for hosts in self.hosts.values_mut() {
@@ -66,10 +67,19 @@ impl Reuse {
     }
 }
 
-/// The routes of each VirtualService for a port: by VirtualService (namespace, name) and port,
-/// with the fingerprint of what they read.
+/// The routes of each VirtualService for a port: by the VirtualService's address and the port,
+/// with the fingerprint of what they read. An entry holds its VirtualService, so the address is
+/// not reused while it is here; a changed VirtualService is a new allocation, hence a new entry
+/// (the old one goes when it is no longer visible).
 #[derive(Debug, Default)]
-struct RouteMemo(HashMap<(String, String, u32), BuiltRoutes>);
+struct RouteMemo(FxHashMap<(usize, u32), MemoRoutes>);
+
+/// A VirtualService, and its routes for a port.
+#[derive(Debug)]
+struct MemoRoutes {
+    virtual_service: Arc<Config<VirtualService>>,
+    routes: BuiltRoutes,
+}
 
 impl RouteMemo {
     /// The routes of `vs` for `port`, built again only when what they read changed.
@@ -81,9 +91,14 @@ impl RouteMemo {
         shapes: &mut Shapes,
     ) -> BuiltRoutes {
         let inputs = virtual_service_inputs(view, vs, shapes);
-        let key = (vs.meta.namespace.clone(), vs.meta.name.clone(), port);
+        let key = (Arc::as_ptr(vs) as usize, port);
         match self.0.get(&key) {
-            Some((seen, routes)) if *seen == inputs => (inputs, Arc::clone(routes)),
+            Some(MemoRoutes {
+                virtual_service,
+                routes: (seen, routes),
+            }) if *seen == inputs && Arc::ptr_eq(virtual_service, vs) => {
+                (inputs, Arc::clone(routes))
+            }
             _ => {
                 let routes = Arc::new(route::virtual_service_routes(
                     vs,
@@ -91,7 +106,11 @@ impl RouteMemo {
                     pasa_proto::gateway::MESH,
                     view,
                 ));
-                self.0.insert(key, (inputs, Arc::clone(&routes)));
+                let memo = MemoRoutes {
+                    virtual_service: Arc::clone(vs),
+                    routes: (inputs, Arc::clone(&routes)),
+                };
+                self.0.insert(key, memo);
                 (inputs, routes)
             }
         }
@@ -159,12 +178,60 @@ impl ServiceHost {
 /// Routes as built, with the fingerprint of what they read.
 type BuiltRoutes = (u64, Arc<Vec<Route>>);
 
+/// The virtual hosts of a route configuration as last planned (in order), with a fingerprint of
+/// what planning read: the hosts of each visible VirtualService, in order, and whether it has
+/// routes for the port; the visible services (by allocation). While these are the same, so is
+/// the plan, and the positions it holds: a change that leaves them alone (a VirtualService's
+/// routes, a DestinationRule's hash policy) builds only the virtual hosts it changed.
+#[derive(Debug)]
+struct Plan {
+    inputs: u64,
+    hosts: Vec<PlannedHost>,
+}
+
+/// A virtual host as planned, by positions in the view.
+#[derive(Debug)]
+struct PlannedHost {
+    names: Names,
+    /// [`identity`] of its name and domains.
+    identity: u64,
+    routes: Source,
+}
+
+/// A planned virtual host's name and domains.
+#[derive(Debug)]
+enum Names {
+    /// Those of the [`ServiceHost`] of the visible service at this position.
+    Service(usize),
+    /// Its own: a VirtualService host that names no service, or a service's name with some
+    /// of its domains left out (taken by an earlier virtual host).
+    Own { name: String, domains: Vec<String> },
+}
+
+/// Where a planned virtual host's routes come from.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// The routes of the visible VirtualService at this position.
+    VirtualService(usize),
+    /// The default route of the visible service at this position.
+    Default(usize),
+}
+
+/// A planned virtual host's routes, for this update.
+enum Routes<'v> {
+    /// A VirtualService's, with the fingerprint of what they read.
+    VirtualService(u64, Arc<Vec<Route>>),
+    /// The default route of a service without a VirtualService.
+    Default(&'v Arc<Service>),
+}
+
 /// The route configuration named `name` (`"80"` or `"host:81"`), encoded.
 pub(in crate::translate) fn route_config(
     view: &View<'_>,
     name: &str,
     reuse: &mut Reuse,
     shapes: &mut Shapes,
+    counts: &mut Rebuilt,
 ) -> Option<Arc<Resource>> {
     let (sniffed, port) = match name.rsplit_once(':') {
         Some((host, port)) => (Some(host), port.parse::<u32>().ok()?),
@@ -174,8 +241,9 @@ pub(in crate::translate) fn route_config(
         routes,
         hosts,
         encoded: encodings,
+        plans,
     } = reuse;
-    let mut planned = port_virtual_hosts(view, port, routes, hosts, shapes);
+    let port_hosts = hosts.entry(port).or_default();
     let config = RouteConfiguration {
         name: name.to_string(),
         validate_clusters: Some(BoolValue { value: false }),
@@ -184,9 +252,18 @@ pub(in crate::translate) fn route_config(
     };
     if let Some(host) = sniffed {
         // Only its own virtual host, matching any domain: built as a message.
-        planned.retain(|vh| vh.domains.iter().any(|d| d == host || d == name));
-        let mut vhosts: Vec<VirtualHost> =
-            planned.into_iter().map(|p| p.build(view, port)).collect();
+        let planned = port_virtual_hosts(view, port, routes, port_hosts, shapes);
+        let mut vhosts: Vec<VirtualHost> = planned
+            .iter()
+            .filter(|vh| {
+                let (_, domains) = vh.names(view, port_hosts);
+                domains.iter().any(|d| d == host || d == name)
+            })
+            .map(|vh| {
+                let source = vh.source(view, port, routes, shapes);
+                vh.build(view, port, port_hosts, source)
+            })
+            .collect();
         if let [only] = vhosts.as_mut_slice() {
             only.domains = vec!["*".into()];
         }
@@ -196,20 +273,33 @@ pub(in crate::translate) fn route_config(
             ..config
         }));
     }
-    planned.sort_by(|a, b| a.name.cmp(&b.name));
+    let inputs = plan_inputs(view, port, routes, shapes);
+    let plan = match plans.remove(name) {
+        Some(plan) if plan.inputs == inputs => plan,
+        _ => Plan {
+            inputs,
+            hosts: port_virtual_hosts(view, port, routes, port_hosts, shapes),
+        },
+    };
+    let port_hosts = &*port_hosts;
     let previous = encodings.remove(name).unwrap_or_default();
-    let mut kept = HashMap::with_capacity(planned.len());
-    let mut encoded = Vec::with_capacity(planned.len() + 1);
-    for vh in planned {
-        let key = vh.fingerprint(view, port, shapes);
+    let mut kept = FxHashMap::with_capacity_and_hasher(plan.hosts.len(), Default::default());
+    let mut encoded = Vec::with_capacity(plan.hosts.len() + 1);
+    for vh in &plan.hosts {
+        let source = vh.source(view, port, routes, shapes);
+        let key = vh.fingerprint(view, port, &source, shapes);
         let bytes = match previous.get(&key) {
             Some(bytes) => Arc::clone(bytes),
-            None => Arc::new(vh.build(view, port).encode_to_vec()),
+            None => {
+                counts.virtual_hosts += 1;
+                Arc::new(vh.build(view, port, port_hosts, source).encode_to_vec())
+            }
         };
         kept.insert(key, Arc::clone(&bytes));
         encoded.push(bytes);
     }
     encodings.insert(name.to_string(), kept);
+    plans.insert(name.to_string(), plan);
     encoded.push(Arc::new(
         catch_all(view.scope.outbound_policy).encode_to_vec(),
     ));
@@ -241,30 +331,12 @@ fn assemble(config: RouteConfiguration, virtual_hosts: &[Arc<Vec<u8>>]) -> Arc<R
     Resource::from_encoded::<RouteConfiguration>(buf)
 }
 
-/// A group of names sharing routes.
+/// A group of names sharing routes: services (by position) and hosts naming no service
+/// (resolved, in lower case).
 struct Wrapper<'v> {
-    services: Vec<&'v Arc<Service>>,
-    /// Hosts naming no service (resolved, in lower case).
+    services: Vec<usize>,
     hosts: Vec<&'v str>,
-    routes: Routes<'v>,
-}
-
-/// Where a virtual host's routes come from.
-#[derive(Clone)]
-enum Routes<'v> {
-    /// A VirtualService's, with the fingerprint of what they read.
-    VirtualService(u64, Arc<Vec<Route>>),
-    /// The default route of a service without a VirtualService.
-    Default(&'v Arc<Service>),
-}
-
-/// A virtual host as planned: built (and encoded) only when no earlier build has it.
-struct Planned<'v> {
-    name: Cow<'v, str>,
-    domains: Cow<'v, [String]>,
-    /// [`identity`] of `name` and `domains`.
-    identity: u64,
-    routes: Routes<'v>,
+    routes: Source,
 }
 
 /// A fingerprint of a virtual host's name and domains.
@@ -274,20 +346,63 @@ fn identity(name: &str, domains: &[String]) -> u64 {
     h.finish()
 }
 
-impl Planned<'_> {
-    fn build(self, view: &View<'_>, port: u32) -> VirtualHost {
-        let routes = match self.routes {
+impl PlannedHost {
+    fn names<'h>(
+        &'h self,
+        view: &View<'_>,
+        port_hosts: &'h FxHashMap<String, ServiceHost>,
+    ) -> (&'h str, &'h [String]) {
+        match &self.names {
+            Names::Own { name, domains } => (name, domains),
+            Names::Service(i) => {
+                let host = &port_hosts[view.services.at(*i).hostname.as_str()];
+                (&host.name, &host.domains)
+            }
+        }
+    }
+
+    fn source<'v>(
+        &self,
+        view: &'v View<'_>,
+        port: u32,
+        routes: &mut RouteMemo,
+        shapes: &mut Shapes,
+    ) -> Routes<'v> {
+        match self.routes {
+            Source::VirtualService(i) => {
+                let (inputs, routes) = routes.get(view, &view.virtual_services[i], port, shapes);
+                Routes::VirtualService(inputs, routes)
+            }
+            Source::Default(i) => Routes::Default(view.services.at(i)),
+        }
+    }
+
+    fn build(
+        &self,
+        view: &View<'_>,
+        port: u32,
+        port_hosts: &FxHashMap<String, ServiceHost>,
+        source: Routes<'_>,
+    ) -> VirtualHost {
+        let routes = match source {
             Routes::VirtualService(_, routes) => routes.as_ref().clone(),
             Routes::Default(service) => vec![view.default_route(service, port)],
         };
-        route::virtual_host(self.name.into_owned(), self.domains.into_owned(), routes)
+        let (name, domains) = self.names(view, port_hosts);
+        route::virtual_host(name.to_string(), domains.to_vec(), routes)
     }
 
     /// What the virtual host is built from.
-    fn fingerprint(&self, view: &View<'_>, port: u32, shapes: &mut Shapes) -> u64 {
+    fn fingerprint(
+        &self,
+        view: &View<'_>,
+        port: u32,
+        source: &Routes<'_>,
+        shapes: &mut Shapes,
+    ) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (self.identity, port).hash(&mut h);
-        match &self.routes {
+        match source {
             Routes::VirtualService(inputs, _) => (0u8, inputs).hash(&mut h),
             Routes::Default(service) => {
                 1u8.hash(&mut h);
@@ -304,83 +419,115 @@ fn http_or_sniffed(service: &Service, port: u32) -> bool {
         .is_some_and(|p| p.protocol.is_none() || p.is_http())
 }
 
-/// The virtual hosts of `port` (without the catch-all), in build order.
-fn port_virtual_hosts<'v>(
-    view: &'v View<'_>,
+/// Whether the VirtualService at position `i` makes virtual hosts on `port`: its hosts select
+/// a service of the port (any, on port 80), and it has routes for the port.
+fn makes_virtual_hosts(
+    view: &View<'_>,
+    i: usize,
     port: u32,
     routes: &mut RouteMemo,
-    hosts: &'v mut HashMap<u32, HashMap<String, ServiceHost>>,
     shapes: &mut Shapes,
-) -> Vec<Planned<'v>> {
-    let on_port = |host: &str| view.services.get(host).filter(|s| s.port(port).is_some());
-    let services = || view.services.iter().filter(|(_, s)| s.port(port).is_some());
+) -> Option<BuiltRoutes> {
+    if port != 80 && !selects_a_service(&view.vs_hosts[i].lower, view, port) {
+        return None;
+    }
+    let built = routes.get(view, &view.virtual_services[i], port, shapes);
+    (!built.1.is_empty()).then_some(built)
+}
+
+/// What planning the virtual hosts of `port` reads (see [`Plan`]).
+fn plan_inputs(view: &View<'_>, port: u32, routes: &mut RouteMemo, shapes: &mut Shapes) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    port.hash(&mut h);
+    for i in 0..view.virtual_services.len() {
+        let makes = makes_virtual_hosts(view, i, port, routes, shapes).is_some();
+        (view.vs_hosts[i].fingerprint, makes).hash(&mut h);
+    }
+    for service in view.services.values() {
+        (Arc::as_ptr(service) as usize).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// The virtual hosts of `port` (without the catch-all), sorted by name.
+fn port_virtual_hosts(
+    view: &View<'_>,
+    port: u32,
+    routes: &mut RouteMemo,
+    port_hosts: &mut FxHashMap<String, ServiceHost>,
+    shapes: &mut Shapes,
+) -> Vec<PlannedHost> {
+    let on_port = |host: &str| {
+        view.services
+            .position(host)
+            .filter(|&p| view.services.at(p).port(port).is_some())
+    };
+    let services = || {
+        view.services
+            .values()
+            .enumerate()
+            .filter(|(_, s)| s.port(port).is_some())
+    };
     let mut wrappers: Vec<Wrapper<'_>> = Vec::new();
     for (i, vs) in view.virtual_services.iter().enumerate() {
+        if makes_virtual_hosts(view, i, port, routes, shapes).is_none() {
+            continue;
+        }
         let vs_hosts = &view.vs_hosts[i].lower;
-        if port != 80 && !selects_a_service(vs_hosts, view, port) {
-            continue;
-        }
-        let (inputs, routes) = routes.get(view, vs, port, shapes);
-        if routes.is_empty() {
-            continue;
-        }
         let mut other_hosts = Vec::new();
-        let mut claimed: Vec<&Arc<Service>> = Vec::new();
+        let mut claimed: Vec<usize> = Vec::new();
         for host in vs_hosts.iter().filter(|h| !h.starts_with('*')) {
             match on_port(host) {
-                Some(s) => claimed.push(s),
+                Some(p) => claimed.push(p),
                 None => other_hosts.push(host.as_str()),
             }
         }
         for host in vs_hosts.iter().filter(|h| h.starts_with('*')) {
             let mut found = false;
-            for (name, s) in services() {
-                if !pasa_proto::host::matches(host, name) {
+            for (p, s) in services() {
+                if !pasa_proto::host::matches(host, &s.hostname) {
                     continue;
                 }
                 found = true;
                 if view
-                    .virtual_service_for(name)
+                    .virtual_service_for(&s.hostname)
                     .is_some_and(|owner| Arc::ptr_eq(owner, vs))
                 {
-                    claimed.push(s);
+                    claimed.push(p);
                 }
             }
             if !found {
                 other_hosts.push(host.as_str());
             }
         }
-        claimed.retain(|s| http_or_sniffed(s, port));
+        claimed.retain(|&p| http_or_sniffed(view.services.at(p), port));
         if claimed.is_empty() && port != 80 {
             continue;
         }
         wrappers.push(Wrapper {
             services: claimed,
             hosts: other_hosts,
-            routes: Routes::VirtualService(inputs, routes),
+            routes: Source::VirtualService(i),
         });
     }
-    let with_vs: FxHashSet<&str> = wrappers
+    let with_vs: FxHashSet<usize> = wrappers
         .iter()
-        .flat_map(|w| w.services.iter().map(|s| s.hostname.as_str()))
+        .flat_map(|w| w.services.iter().copied())
         .collect();
-    for (name, service) in services() {
-        if with_vs.contains(name.as_str())
-            || view.is_alias(service)
-            || !http_or_sniffed(service, port)
-        {
+    for (p, service) in services() {
+        if with_vs.contains(&p) || view.is_alias(service) || !http_or_sniffed(service, port) {
             continue;
         }
         wrappers.push(Wrapper {
-            services: vec![service],
+            services: vec![p],
             hosts: Vec::new(),
-            routes: Routes::Default(service),
+            routes: Source::Default(p),
         });
     }
 
     // Each service's name and domains, from the last build where still current.
-    let port_hosts = hosts.entry(port).or_default();
-    for service in wrappers.iter().flat_map(|w| w.services.iter()) {
+    for &p in wrappers.iter().flat_map(|w| w.services.iter()) {
+        let service = view.services.at(p);
         match port_hosts.get_mut(service.hostname.as_str()) {
             Some(known) if known.is_current(view, service) => {}
             Some(known) => *known = ServiceHost::of(view, service, port),
@@ -397,7 +544,8 @@ fn port_virtual_hosts<'v>(
     // A short form is left out where it is the name of a service here (with or without port).
     let fqdns: FxHashSet<&str> = wrappers
         .iter()
-        .flat_map(|w| w.services.iter().map(|s| s.hostname.as_str()))
+        .flat_map(|w| w.services.iter())
+        .map(|&p| view.services.at(p).hostname.as_str())
         .collect();
     let port_suffix = format!(":{port}");
     let is_fqdn = |d: &str| {
@@ -410,22 +558,25 @@ fn port_virtual_hosts<'v>(
         FxHashSet::with_capacity_and_hasher(services_planned, Default::default());
     let mut domains_taken: FxHashSet<&str> =
         FxHashSet::with_capacity_and_hasher(services_planned * 6, Default::default());
-    let mut out = Vec::new();
+    // With each its name, to sort by.
+    let mut out: Vec<(Cow<'_, str>, PlannedHost)> = Vec::new();
     for w in wrappers {
         for host in &w.hosts {
             let name = names::host_port(host, port);
             if names_taken.insert(Cow::Owned(name.clone())) && domains_taken.insert(host) {
                 let domains = vec![host.to_string()];
-                out.push(Planned {
-                    identity: identity(&name, &domains),
-                    name: Cow::Owned(name),
-                    domains: Cow::Owned(domains),
-                    routes: w.routes.clone(),
-                });
+                out.push((
+                    Cow::Owned(name.clone()),
+                    PlannedHost {
+                        identity: identity(&name, &domains),
+                        names: Names::Own { name, domains },
+                        routes: w.routes,
+                    },
+                ));
             }
         }
-        for service in &w.services {
-            let Some(planned) = port_hosts.get(service.hostname.as_str()) else {
+        for &p in &w.services {
+            let Some(planned) = port_hosts.get(view.services.at(p).hostname.as_str()) else {
                 continue;
             };
             if !names_taken.insert(Cow::Borrowed(planned.name.as_str())) {
@@ -442,24 +593,30 @@ fn port_virtual_hosts<'v>(
                     _ => {}
                 }
             }
-            let (domains, identity) = match kept {
-                None => (Cow::Borrowed(planned.domains.as_slice()), planned.identity),
+            let (names, identity) = match kept {
+                None => (Names::Service(p), planned.identity),
+                Some(kept) if kept.is_empty() => continue,
                 Some(kept) => {
                     let id = identity(&planned.name, &kept);
-                    (Cow::Owned(kept), id)
+                    let names = Names::Own {
+                        name: planned.name.clone(),
+                        domains: kept,
+                    };
+                    (names, id)
                 }
             };
-            if !domains.is_empty() {
-                out.push(Planned {
-                    name: Cow::Borrowed(planned.name.as_str()),
-                    domains,
+            out.push((
+                Cow::Borrowed(planned.name.as_str()),
+                PlannedHost {
+                    names,
                     identity,
-                    routes: w.routes.clone(),
-                });
-            }
+                    routes: w.routes,
+                },
+            ));
         }
     }
-    out
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.into_iter().map(|(_, planned)| planned).collect()
 }
 
 /// Whether some VirtualService host names (or covers) a service of the port, or a wildcard
