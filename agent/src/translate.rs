@@ -526,7 +526,8 @@ pub struct Rebuilt {
     pub listeners: bool,
     /// Route configurations built again.
     pub routes: usize,
-    /// Virtual hosts of those encoded again (the others are copied from the last encoding).
+    /// Virtual hosts of those encoded again (the others are copied from the last encoding; a
+    /// sniffed service's own `<host>:<port>` configuration is built whole and not counted).
     pub virtual_hosts: usize,
 }
 
@@ -631,7 +632,7 @@ impl Translator {
         let inputs = GlobalInputs::of(&view, cache, generator, shapes);
         out.update_listeners(&view, generator, inputs.listeners, &mut counts);
         out.update_routes(&view, inputs.routes, shapes, &mut counts);
-        shapes.end();
+        shapes.end(&view);
         *rebuilt = counts;
         out.generated()
     }
@@ -676,11 +677,10 @@ impl Outputs {
                         .clusters
                         .push((cluster.name.clone(), Resource::pack(&cluster)));
                 }
-                if let Some(a) = assignment {
+                if let Some(encoded) = assignment {
                     counts.assignments += 1;
-                    output
-                        .assignments
-                        .push((a.0.cluster_name.clone(), Resource::pack(&a.0)));
+                    let a = Resource::from_encoded::<ClusterLoadAssignment>(encoded);
+                    output.assignments.push((cluster.name.clone(), a));
                 }
             }
             if let Some(kept) = kept_clusters {
@@ -946,6 +946,7 @@ fn virtual_service_inputs(
 ) -> u64 {
     let id = Arc::as_ptr(vs) as usize;
     if let Some(known) = shapes.follow.virtual_services.get(&id)
+        && Arc::ptr_eq(&known.virtual_service, vs)
         && known.is_current(view)
     {
         return known.inputs;
@@ -960,8 +961,7 @@ fn virtual_service_inputs(
             Some(service) => follow_service(view, service, shapes, &mut h),
             None => host.hash(&mut h),
         }
-        let seen = service.map_or(0, |s| Arc::as_ptr(s) as usize);
-        destinations.push((host, seen));
+        destinations.push((host, service.cloned()));
     }
     let inputs = h.finish();
     shapes.follow.virtual_services.insert(
@@ -982,7 +982,7 @@ fn follow_service(
     shapes: &mut Shapes,
     h: &mut impl Hasher,
 ) {
-    shapes.followed(view, service).followed.hash(h);
+    shapes.followed(view, service).route_fingerprint.hash(h);
 }
 
 /// Fingerprints of services, computed once per service allocation: the registry rebuilds a
@@ -1000,9 +1000,9 @@ struct Shapes {
     follow: FollowMemo,
 }
 
-/// What is worked out with the view's DestinationRule index, kept across updates but where the
-/// index changed (see [`RulesChanged`]): each service's DestinationRule and how routes follow
-/// it, and each VirtualService's inputs, by address.
+/// What is worked out with the view's DestinationRule index, kept across updates except where
+/// the index changed (see [`RulesChanged`]): each service's DestinationRule and how routes
+/// follow it, and each visible VirtualService's inputs, by address.
 #[derive(Debug, Default)]
 struct FollowMemo {
     services: FxHashMap<usize, Followed>,
@@ -1015,27 +1015,29 @@ struct Followed {
     /// The DestinationRule that applies to it.
     rule: Option<Arc<Config<DestinationRule>>>,
     /// Its shape and what hash policies read of its rule.
-    followed: u64,
+    route_fingerprint: u64,
 }
 
 #[derive(Debug)]
 struct VirtualServiceInputs {
     virtual_service: Arc<Config<VirtualService>>,
-    /// Each destination host, resolved, with the address of the visible service it named then
-    /// (0 for none).
-    destinations: Vec<(String, usize)>,
+    /// Each destination host, resolved, with the visible service it named then (held, so that
+    /// a later service cannot be taken for it).
+    destinations: Vec<(String, Option<Arc<Service>>)>,
     inputs: u64,
 }
 
 impl VirtualServiceInputs {
-    /// Whether its destinations still name the same services (the index being the same).
+    /// Whether its destinations still name the same services: then its inputs hold, as long as
+    /// what the rules changed was forgotten first ([`Shapes::begin`]).
     fn is_current(&self, view: &View<'_>) -> bool {
-        self.destinations.iter().all(|(host, seen)| {
-            view.services
-                .get(host)
-                .map_or(0, |s| Arc::as_ptr(s) as usize)
-                == *seen
-        })
+        self.destinations
+            .iter()
+            .all(|(host, seen)| match (view.services.get(host), seen) {
+                (Some(now), Some(then)) => Arc::ptr_eq(now, then),
+                (None, None) => true,
+                _ => false,
+            })
     }
 }
 
@@ -1091,8 +1093,12 @@ impl Shapes {
             let rule = view.destination_rules.for_service(service);
             let rule_fingerprint = rule.as_ref().map(|dr| self.rule(dr));
             let shape = self.of(service).shape;
-            let followed = fingerprint(|h| (shape, rule_fingerprint).hash(h));
-            self.follow.services.insert(id, Followed { rule, followed });
+            let route_fingerprint = fingerprint(|h| (shape, rule_fingerprint).hash(h));
+            let followed = Followed {
+                rule,
+                route_fingerprint,
+            };
+            self.follow.services.insert(id, followed);
         }
         &self.follow.services[&id]
     }
@@ -1110,16 +1116,24 @@ impl Shapes {
             .1
     }
 
-    /// Forgets the services, rules and VirtualServices nobody else holds any more.
-    fn end(&mut self) {
+    /// Forgets the services and rules nobody else holds any more, and the VirtualServices
+    /// `view` does not see.
+    fn end(&mut self, view: &View<'_>) {
         self.memo
             .retain(|_, (service, _)| Arc::strong_count(service) > 1);
         self.rules.retain(|_, (dr, _)| Arc::strong_count(dr) > 1);
         let memo = &self.memo;
         self.follow.services.retain(|id, _| memo.contains_key(id));
-        self.follow
-            .virtual_services
-            .retain(|_, v| Arc::strong_count(&v.virtual_service) > 1);
+        if self.follow.virtual_services.len() > view.virtual_services.len() {
+            let visible: FxHashSet<usize> = view
+                .virtual_services
+                .iter()
+                .map(|vs| Arc::as_ptr(vs) as usize)
+                .collect();
+            self.follow
+                .virtual_services
+                .retain(|id, _| visible.contains(id));
+        }
     }
 }
 

@@ -122,7 +122,7 @@ pub(super) fn service_clusters(
     dr: Option<&Config<DestinationRule>>,
     generator: Generator,
     proxy: ProxyType,
-    out: &mut Vec<(Cluster, Option<endpoint::Assignment>)>,
+    out: &mut Vec<(Cluster, Option<Vec<u8>>)>,
 ) {
     let as_eds;
     let service = if proxy == ProxyType::Router && service.resolution == Resolution::Passthrough {
@@ -144,6 +144,12 @@ pub(super) fn service_clusters(
         generator,
     };
     for port in &service.ports {
+        let endpoints = match service.resolution {
+            Resolution::ClientSideLb | Resolution::Dns | Resolution::DnsRoundRobin => {
+                Some(endpoint::PortEndpoints::new(service, port))
+            }
+            Resolution::Passthrough | Resolution::DynamicDns => None,
+        };
         let mut subsets: Vec<Option<&str>> = vec![None];
         if let Some(dr) = dr {
             subsets.extend(dr.spec.subsets.iter().map(|s| Some(s.name.as_str())));
@@ -156,8 +162,13 @@ pub(super) fn service_clusters(
             let name =
                 names::outbound_cluster(port.number, subset.unwrap_or(""), &service.hostname);
             let policy = Policy::of(dr.map(|d| &d.spec), subset, port.number);
-            let (mut cluster, assignment) =
-                target.outbound(&name, port, subset.unwrap_or(""), &policy, labels.as_ref());
+            let (mut cluster, assignment) = target.outbound(
+                &name,
+                port,
+                subset.unwrap_or(""),
+                &policy,
+                endpoints.as_ref().map(|e| (e, labels.as_ref())),
+            );
             cluster.metadata = shaped_by.clone();
             out.push((cluster, assignment));
         }
@@ -184,8 +195,11 @@ impl Target<'_> {
         port: &ServicePort,
         subset: &str,
         policy: &Policy,
-        subset_labels: Option<&std::collections::BTreeMap<String, String>>,
-    ) -> (Cluster, Option<endpoint::Assignment>) {
+        endpoints: Option<(
+            &endpoint::PortEndpoints<'_>,
+            Option<&std::collections::BTreeMap<String, String>>,
+        )>,
+    ) -> (Cluster, Option<Vec<u8>>) {
         let service = self.service;
         let generator = self.generator;
         let mut cluster = Cluster {
@@ -202,12 +216,7 @@ impl Target<'_> {
                     eds_config: Some(ads()),
                     service_name: name.to_string(),
                 });
-                assignment = Some(endpoint::Assignment::new(
-                    name,
-                    service,
-                    port,
-                    subset_labels,
-                ));
+                assignment = endpoints.map(|(e, labels)| e.assignment(name, labels));
             }
             Resolution::Dns | Resolution::DnsRoundRobin => {
                 let kind = if service.resolution == Resolution::Dns {
@@ -216,10 +225,8 @@ impl Target<'_> {
                     DiscoveryType::LogicalDns
                 };
                 cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
-                cluster.load_assignment = Some(
-                    endpoint::Assignment::new(name, service, port, subset_labels)
-                        .dns(service, port),
-                );
+                cluster.load_assignment =
+                    endpoints.map(|(e, labels)| e.dns(name, labels, service, port));
             }
             Resolution::Passthrough | Resolution::DynamicDns => {
                 cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(

@@ -12,91 +12,161 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 };
 use envoy_types::pb::google::protobuf::UInt32Value;
 
+use prost::Message;
+
 use super::metadata;
 use crate::model::registry::{Instance, Service, ServicePort, selects};
 
-/// A load assignment being built for one cluster.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Assignment(pub ClusterLoadAssignment);
+/// The endpoints of one service port, each built and encoded once as an `LbEndpoint`: the load
+/// assignments of the port's clusters (the default one and one per subset) are assembled from
+/// those encodings, so a subset costs a filter and a copy, not a second build.
+#[derive(Debug)]
+pub(super) struct PortEndpoints<'s> {
+    endpoints: Vec<EncodedEndpoint<'s>>,
+}
 
-impl Assignment {
-    /// The endpoints of `service` on `port` that carry `subset` labels.
-    pub(super) fn new(
+/// An endpoint serving the port, with its encoded `LbEndpoint` and its weight.
+#[derive(Debug)]
+struct EncodedEndpoint<'s> {
+    instance: &'s Instance,
+    encoded: Vec<u8>,
+    weight: u32,
+}
+
+impl<'s> PortEndpoints<'s> {
+    /// The endpoints of `service` that serve `port`.
+    pub(super) fn new(service: &'s Service, port: &ServicePort) -> Self {
+        PortEndpoints::of(
+            service
+                .endpoints
+                .iter()
+                .filter_map(|e| Some((e, e.ports.get(&port.number).copied()?))),
+        )
+    }
+
+    /// Endpoints with the port each is reached on.
+    fn of(endpoints: impl Iterator<Item = (&'s Instance, u32)>) -> Self {
+        let endpoints = endpoints
+            .map(|(e, target)| {
+                let lb = lb_endpoint(e, target);
+                let weight = lb.load_balancing_weight.as_ref().map_or(1, |w| w.value);
+                EncodedEndpoint {
+                    instance: e,
+                    encoded: lb.encode_to_vec(),
+                    weight,
+                }
+            })
+            .collect();
+        PortEndpoints { endpoints }
+    }
+
+    /// The load assignment of `cluster`: the endpoints that carry the `subset` labels, grouped
+    /// by locality, each locality weighted by the sum of its endpoints' weights; encoded, the
+    /// same bytes as encoding the message.
+    pub(super) fn assignment(
+        &self,
         cluster: &str,
-        service: &Service,
-        port: &ServicePort,
         subset: Option<&BTreeMap<String, String>>,
-    ) -> Assignment {
-        let chosen = service
+    ) -> Vec<u8> {
+        use prost::encoding::{WireType, encode_key, encode_varint};
+        let mut by_locality: BTreeMap<&str, Vec<&EncodedEndpoint>> = BTreeMap::new();
+        for e in self
             .endpoints
             .iter()
-            .filter(|e| subset.is_none_or(|labels| selects(labels, &e.labels)))
-            .filter_map(|e| {
-                let target = e.ports.get(&port.number).copied()?;
-                Some((e, target))
-            });
-        Assignment(group(cluster, chosen))
+            .filter(|e| subset.is_none_or(|labels| selects(labels, &e.instance.labels)))
+        {
+            by_locality
+                .entry(e.instance.locality.as_str())
+                .or_default()
+                .push(e);
+        }
+        // Fields in the order a message encoding writes them: ClusterLoadAssignment's
+        // cluster_name (1) and endpoints (2); LocalityLbEndpoints' locality (1), lb_endpoints
+        // (2) and load_balancing_weight (3).
+        let mut out = Vec::new();
+        ClusterLoadAssignment {
+            cluster_name: cluster.to_string(),
+            ..Default::default()
+        }
+        .encode_raw(&mut out);
+        let mut group = Vec::new();
+        for (locality, entries) in by_locality {
+            group.clear();
+            LocalityLbEndpoints {
+                locality: Some(parse_locality(locality)),
+                ..Default::default()
+            }
+            .encode_raw(&mut group);
+            for e in &entries {
+                encode_key(2, WireType::LengthDelimited, &mut group);
+                encode_varint(e.encoded.len() as u64, &mut group);
+                group.extend_from_slice(&e.encoded);
+            }
+            LocalityLbEndpoints {
+                load_balancing_weight: Some(UInt32Value {
+                    value: entries.iter().map(|e| e.weight).sum(),
+                }),
+                ..Default::default()
+            }
+            .encode_raw(&mut group);
+            encode_key(2, WireType::LengthDelimited, &mut out);
+            encode_varint(group.len() as u64, &mut out);
+            out.extend_from_slice(&group);
+        }
+        out
+    }
+
+    /// The same, as a message (for a cluster that carries it inline).
+    pub(super) fn message(
+        &self,
+        cluster: &str,
+        subset: Option<&BTreeMap<String, String>>,
+    ) -> ClusterLoadAssignment {
+        // Decoding what was just encoded from messages cannot fail.
+        ClusterLoadAssignment::decode(self.assignment(cluster, subset).as_slice())
+            .unwrap_or_default()
     }
 
     /// For DNS clusters: the endpoints as host names to resolve, or the service host itself when
     /// it lists none.
-    pub(super) fn dns(self, service: &Service, port: &ServicePort) -> ClusterLoadAssignment {
-        if !self.0.endpoints.is_empty() {
-            return self.0;
+    pub(super) fn dns(
+        &self,
+        cluster: &str,
+        subset: Option<&BTreeMap<String, String>>,
+        service: &Service,
+        port: &ServicePort,
+    ) -> ClusterLoadAssignment {
+        let assignment = self.message(cluster, subset);
+        if !assignment.endpoints.is_empty() {
+            return assignment;
         }
         let host = service
             .external_name
             .clone()
             .unwrap_or_else(|| service.hostname.clone());
-        single(&self.0.cluster_name, &host, port.number)
+        single(cluster, &host, port.number)
     }
 }
 
-fn group<'a>(
-    cluster: &str,
-    endpoints: impl Iterator<Item = (&'a Instance, u32)>,
-) -> ClusterLoadAssignment {
-    let mut by_locality: BTreeMap<&str, Vec<LbEndpoint>> = BTreeMap::new();
-    for (instance, port) in endpoints {
-        by_locality
-            .entry(instance.locality.as_str())
-            .or_default()
-            .push(LbEndpoint {
-                host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
-                    address: Some(socket_address(&instance.address, port)),
-                    ..Default::default()
-                })),
-                load_balancing_weight: Some(UInt32Value {
-                    value: instance.weight.max(1),
-                }),
-                // A workload with a sidecar takes Istio mTLS: auto mTLS picks the cluster's
-                // `tlsMode-istio` transport socket for it.
-                metadata: (instance
-                    .labels
-                    .get(metadata::TLS_MODE_LABEL)
-                    .map(String::as_str)
-                    == Some("istio"))
-                .then(|| metadata::one_field(metadata::TRANSPORT_SOCKET_MATCH, "tlsMode", "istio")),
-                ..Default::default()
-            });
-    }
-    ClusterLoadAssignment {
-        cluster_name: cluster.to_string(),
-        endpoints: by_locality
-            .into_iter()
-            .map(|(locality, lb_endpoints)| {
-                let weight: u32 = lb_endpoints
-                    .iter()
-                    .map(|e| e.load_balancing_weight.as_ref().map_or(1, |w| w.value))
-                    .sum();
-                LocalityLbEndpoints {
-                    locality: Some(parse_locality(locality)),
-                    lb_endpoints,
-                    load_balancing_weight: Some(UInt32Value { value: weight }),
-                    ..Default::default()
-                }
-            })
-            .collect(),
+/// An endpoint as Envoy's `LbEndpoint`: its address on `port`, its weight, and whether it takes
+/// Istio mutual TLS.
+fn lb_endpoint(instance: &Instance, port: u32) -> LbEndpoint {
+    LbEndpoint {
+        host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
+            address: Some(socket_address(&instance.address, port)),
+            ..Default::default()
+        })),
+        load_balancing_weight: Some(UInt32Value {
+            value: instance.weight.max(1),
+        }),
+        // A workload with a sidecar takes Istio mTLS: auto mTLS picks the cluster's
+        // `tlsMode-istio` transport socket for it.
+        metadata: (instance
+            .labels
+            .get(metadata::TLS_MODE_LABEL)
+            .map(String::as_str)
+            == Some("istio"))
+        .then(|| metadata::one_field(metadata::TRANSPORT_SOCKET_MATCH, "tlsMode", "istio")),
         ..Default::default()
     }
 }
@@ -112,7 +182,7 @@ pub(super) fn single(cluster: &str, address: &str, port: u32) -> ClusterLoadAssi
         network: String::new(),
         service_account: String::new(),
     };
-    group(cluster, std::iter::once((&instance, port)))
+    PortEndpoints::of(std::iter::once((&instance, port))).message(cluster, None)
 }
 
 fn parse_locality(text: &str) -> Locality {
@@ -142,5 +212,77 @@ pub(super) fn socket_address(address: &str, port: u32) -> Address {
             port_specifier: Some(PortSpecifier::PortValue(port)),
             ..Default::default()
         })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(address: &str, locality: &str, version: &str, weight: u32) -> Instance {
+        Instance {
+            address: address.into(),
+            ports: [(80, 8080)].into_iter().collect(),
+            labels: [
+                ("version".to_string(), version.to_string()),
+                (metadata::TLS_MODE_LABEL.to_string(), "istio".to_string()),
+            ]
+            .into_iter()
+            .collect(),
+            locality: locality.into(),
+            weight,
+            network: String::new(),
+            service_account: String::new(),
+        }
+    }
+
+    /// The message an assignment encodes, written out by hand.
+    fn expected(cluster: &str, groups: &[(&str, &[&Instance])]) -> ClusterLoadAssignment {
+        ClusterLoadAssignment {
+            cluster_name: cluster.into(),
+            endpoints: groups
+                .iter()
+                .map(|(locality, instances)| LocalityLbEndpoints {
+                    locality: Some(parse_locality(locality)),
+                    lb_endpoints: instances.iter().map(|i| lb_endpoint(i, 8080)).collect(),
+                    load_balancing_weight: Some(UInt32Value {
+                        value: instances.iter().map(|i| i.weight.max(1)).sum(),
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn assembled_assignments_are_the_bytes_of_the_message() {
+        let a = instance("10.0.0.1", "us/east-a", "v1", 1);
+        let b = instance("10.0.0.2", "us/east-b", "v2", 3);
+        let c = instance("10.0.0.3", "us/east-a", "v2", 0);
+        let endpoints = PortEndpoints::of([&a, &b, &c].into_iter().map(|i| (i, 8080)));
+        let all = expected(
+            "outbound|80||r",
+            &[("us/east-a", &[&a, &c]), ("us/east-b", &[&b])],
+        );
+        assert_eq!(
+            endpoints.assignment("outbound|80||r", None),
+            all.encode_to_vec()
+        );
+        let v2: BTreeMap<String, String> = [("version".to_string(), "v2".to_string())].into();
+        let subset = expected(
+            "outbound|80|v2|r",
+            &[("us/east-a", &[&c]), ("us/east-b", &[&b])],
+        );
+        assert_eq!(
+            endpoints.assignment("outbound|80|v2|r", Some(&v2)),
+            subset.encode_to_vec()
+        );
+        assert_eq!(endpoints.message("outbound|80|v2|r", Some(&v2)), subset);
+        let none: BTreeMap<String, String> = [("version".to_string(), "v9".to_string())].into();
+        assert_eq!(
+            endpoints.message("outbound|80|v9|r", Some(&none)),
+            expected("outbound|80|v9|r", &[])
+        );
     }
 }

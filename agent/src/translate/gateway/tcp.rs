@@ -11,6 +11,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use pasa_proto::istio::common::Protocol;
 use pasa_proto::istio::gateway::TlsMode;
 use pasa_proto::istio::virtual_service::VirtualService;
+use prost::Message;
 
 use super::super::{Generator, View, cluster, filters, names};
 use super::{Chain, bound_virtual_services, http};
@@ -232,7 +233,9 @@ pub(super) fn sni_dnat_clusters(
             if let Some(la) = c.load_assignment.as_mut() {
                 la.cluster_name = name.clone();
             }
-            if let Some(mut a) = assignment.map(|a| a.0) {
+            if let Some(mut a) = assignment
+                .and_then(|encoded| ClusterLoadAssignment::decode(encoded.as_slice()).ok())
+            {
                 a.cluster_name = name.clone();
                 endpoints.insert(name.clone(), a);
             }

@@ -178,15 +178,29 @@ impl ServiceHost {
 /// Routes as built, with the fingerprint of what they read.
 type BuiltRoutes = (u64, Arc<Vec<Route>>);
 
-/// The virtual hosts of a route configuration as last planned (in order), with a fingerprint of
-/// what planning read: the hosts of each visible VirtualService, in order, and whether it has
-/// routes for the port; the visible services (by allocation). While these are the same, so is
-/// the plan, and the positions it holds: a change that leaves them alone (a VirtualService's
-/// routes, a DestinationRule's hash policy) builds only the virtual hosts it changed.
+/// The virtual hosts of a route configuration as last planned (in order), with what planning
+/// read: a fingerprint of the hosts of each visible VirtualService, in order, and whether it
+/// makes virtual hosts on the port (see [`makes_virtual_hosts`]); the visible services (held,
+/// compared by allocation). While these are the same, so is the plan, and the positions it
+/// holds: a change that leaves them alone (a VirtualService's routes, a DestinationRule's hash
+/// policy) builds only the virtual hosts it changed.
 #[derive(Debug)]
 struct Plan {
-    inputs: u64,
+    virtual_services: u64,
+    services: Vec<Arc<Service>>,
     hosts: Vec<PlannedHost>,
+}
+
+impl Plan {
+    fn holds(&self, view: &View<'_>, virtual_services: u64) -> bool {
+        self.virtual_services == virtual_services
+            && self.services.len() == view.services.len()
+            && self
+                .services
+                .iter()
+                .zip(view.services.values())
+                .all(|(then, now)| Arc::ptr_eq(then, now))
+    }
 }
 
 /// A virtual host as planned, by positions in the view.
@@ -273,11 +287,12 @@ pub(in crate::translate) fn route_config(
             ..config
         }));
     }
-    let inputs = plan_inputs(view, port, routes, shapes);
+    let virtual_services = planned_virtual_services(view, port, routes, shapes);
     let plan = match plans.remove(name) {
-        Some(plan) if plan.inputs == inputs => plan,
+        Some(plan) if plan.holds(view, virtual_services) => plan,
         _ => Plan {
-            inputs,
+            virtual_services,
+            services: view.services.values().cloned().collect(),
             hosts: port_virtual_hosts(view, port, routes, port_hosts, shapes),
         },
     };
@@ -435,16 +450,18 @@ fn makes_virtual_hosts(
     (!built.1.is_empty()).then_some(built)
 }
 
-/// What planning the virtual hosts of `port` reads (see [`Plan`]).
-fn plan_inputs(view: &View<'_>, port: u32, routes: &mut RouteMemo, shapes: &mut Shapes) -> u64 {
+/// What planning the virtual hosts of `port` reads of the VirtualServices (see [`Plan`]).
+fn planned_virtual_services(
+    view: &View<'_>,
+    port: u32,
+    routes: &mut RouteMemo,
+    shapes: &mut Shapes,
+) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     port.hash(&mut h);
     for i in 0..view.virtual_services.len() {
         let makes = makes_virtual_hosts(view, i, port, routes, shapes).is_some();
         (view.vs_hosts[i].fingerprint, makes).hash(&mut h);
-    }
-    for service in view.services.values() {
-        (Arc::as_ptr(service) as usize).hash(&mut h);
     }
     h.finish()
 }
