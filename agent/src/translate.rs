@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -961,7 +961,7 @@ fn virtual_service_inputs(
             Some(service) => follow_service(view, service, shapes, &mut h),
             None => host.hash(&mut h),
         }
-        destinations.push((host, service.cloned()));
+        destinations.push((host, service.map(Arc::downgrade)));
     }
     let inputs = h.finish();
     shapes.follow.virtual_services.insert(
@@ -1021,9 +1021,9 @@ struct Followed {
 #[derive(Debug)]
 struct VirtualServiceInputs {
     virtual_service: Arc<Config<VirtualService>>,
-    /// Each destination host, resolved, with the visible service it named then (held, so that
-    /// a later service cannot be taken for it).
-    destinations: Vec<(String, Option<Arc<Service>>)>,
+    /// Each destination host, resolved, with the visible service it named then (its allocation
+    /// kept by the `Weak`, so that a later service cannot be taken for it).
+    destinations: Vec<(String, Option<Weak<Service>>)>,
     inputs: u64,
 }
 
@@ -1034,7 +1034,7 @@ impl VirtualServiceInputs {
         self.destinations
             .iter()
             .all(|(host, seen)| match (view.services.get(host), seen) {
-                (Some(now), Some(then)) => Arc::ptr_eq(now, then),
+                (Some(now), Some(then)) => std::ptr::eq(Arc::as_ptr(now), then.as_ptr()),
                 (None, None) => true,
                 _ => false,
             })

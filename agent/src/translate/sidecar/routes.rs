@@ -15,7 +15,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
 use envoy_types::pb::google::protobuf::BoolValue;
@@ -180,14 +180,15 @@ type BuiltRoutes = (u64, Arc<Vec<Route>>);
 
 /// The virtual hosts of a route configuration as last planned (in order), with what planning
 /// read: a fingerprint of the hosts of each visible VirtualService, in order, and whether it
-/// makes virtual hosts on the port (see [`makes_virtual_hosts`]); the visible services (held,
-/// compared by allocation). While these are the same, so is the plan, and the positions it
+/// makes virtual hosts on the port (see [`makes_virtual_hosts`]); the visible services (compared
+/// by allocation; a `Weak` keeps the allocation, so its address is not reused, and frees the
+/// service). While these are the same, so is the plan, and the positions it
 /// holds: a change that leaves them alone (a VirtualService's routes, a DestinationRule's hash
 /// policy) builds only the virtual hosts it changed.
 #[derive(Debug)]
 struct Plan {
     virtual_services: u64,
-    services: Vec<Arc<Service>>,
+    services: Vec<Weak<Service>>,
     hosts: Vec<PlannedHost>,
 }
 
@@ -199,7 +200,7 @@ impl Plan {
                 .services
                 .iter()
                 .zip(view.services.values())
-                .all(|(then, now)| Arc::ptr_eq(then, now))
+                .all(|(then, now)| std::ptr::eq(then.as_ptr(), Arc::as_ptr(now)))
     }
 }
 
@@ -292,7 +293,7 @@ pub(in crate::translate) fn route_config(
         Some(plan) if plan.holds(view, virtual_services) => plan,
         _ => Plan {
             virtual_services,
-            services: view.services.values().cloned().collect(),
+            services: view.services.values().map(Arc::downgrade).collect(),
             hosts: port_virtual_hosts(view, port, routes, port_hosts, shapes),
         },
     };
