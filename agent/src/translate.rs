@@ -15,10 +15,10 @@ pub mod sds;
 mod sidecar;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-
-use rustc_hash::{FxHashMap, FxHashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Weak};
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
@@ -229,17 +229,9 @@ impl DestinationRuleMemo {
         for (_, host) in then.values() {
             touched(host);
         }
-        let hosts: FxHashMap<usize, &str> = self
-            .rules
-            .iter()
-            .map(|(dr, host)| (Arc::as_ptr(dr) as usize, host.as_str()))
-            .collect();
-        let index = Arc::new(scope.destination_rules(registry, |dr| {
-            match hosts.get(&(Arc::as_ptr(dr) as usize)) {
-                Some(host) => host.to_string(),
-                None => proxy.resolve_host(&dr.spec.host, &dr.meta.namespace),
-            }
-        }));
+        let index = Arc::new(
+            scope.destination_rules(self.rules.iter().map(|(dr, host)| (dr, host.as_str()))),
+        );
         let first = self.index.is_none();
         self.index = Some(Arc::clone(&index));
         let changed = if first || wildcard {
@@ -946,7 +938,6 @@ fn virtual_service_inputs(
 ) -> u64 {
     let id = Arc::as_ptr(vs) as usize;
     if let Some(known) = shapes.follow.virtual_services.get(&id)
-        && Arc::ptr_eq(&known.virtual_service, vs)
         && known.is_current(view)
     {
         return known.inputs;
@@ -967,7 +958,7 @@ fn virtual_service_inputs(
     shapes.follow.virtual_services.insert(
         id,
         VirtualServiceInputs {
-            virtual_service: Arc::clone(vs),
+            _virtual_service: Arc::clone(vs),
             destinations,
             inputs,
         },
@@ -1020,7 +1011,8 @@ struct Followed {
 
 #[derive(Debug)]
 struct VirtualServiceInputs {
-    virtual_service: Arc<Config<VirtualService>>,
+    /// Held, so that its address (the key) is not reused while the entry is here.
+    _virtual_service: Arc<Config<VirtualService>>,
     /// Each destination host, resolved, with the visible service it named then (its allocation
     /// kept by the `Weak`, so that a later service cannot be taken for it).
     destinations: Vec<(String, Option<Weak<Service>>)>,

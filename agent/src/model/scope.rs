@@ -212,12 +212,12 @@ impl SidecarScope {
         list
     }
 
-    /// The DestinationRules exported to this proxy's namespace, indexed by host; `resolved`
-    /// gives each rule's host as the proxy resolves it (see [`Proxy::resolve_host`]).
-    pub fn destination_rules(
+    /// The DestinationRules exported to this proxy's namespace, indexed by host: `rules` are
+    /// the registry's, each with its host as the proxy resolves it (see
+    /// [`Proxy::resolve_host`]).
+    pub fn destination_rules<'r>(
         &self,
-        registry: &Registry,
-        mut resolved: impl FnMut(&Arc<Config<DestinationRule>>) -> String,
+        rules: impl Iterator<Item = (&'r Arc<Config<DestinationRule>>, &'r str)>,
     ) -> DestinationRules {
         let mut index = DestinationRules {
             exact: FxHashMap::default(),
@@ -225,12 +225,12 @@ impl SidecarScope {
             config_namespace: self.config_namespace.clone(),
             root_namespace: self.root_namespace.clone(),
         };
-        for dr in registry.destination_rules() {
+        for (dr, host) in rules {
             let ns = &dr.meta.namespace;
             if !exported_to(&dr.spec.export_to, ns, &self.config_namespace) {
                 continue;
             }
-            let host = resolved(dr);
+            let host = host.to_string();
             if host.starts_with('*') {
                 index.wildcards.push((host, Arc::clone(dr)));
             } else {

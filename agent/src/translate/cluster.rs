@@ -144,12 +144,8 @@ pub(super) fn service_clusters(
         generator,
     };
     for port in &service.ports {
-        let endpoints = match service.resolution {
-            Resolution::ClientSideLb | Resolution::Dns | Resolution::DnsRoundRobin => {
-                Some(endpoint::PortEndpoints::new(service, port))
-            }
-            Resolution::Passthrough | Resolution::DynamicDns => None,
-        };
+        // Built by the first cluster of the port that reads endpoints, shared by the others.
+        let endpoints = std::cell::OnceCell::new();
         let mut subsets: Vec<Option<&str>> = vec![None];
         if let Some(dr) = dr {
             subsets.extend(dr.spec.subsets.iter().map(|s| Some(s.name.as_str())));
@@ -167,7 +163,7 @@ pub(super) fn service_clusters(
                 port,
                 subset.unwrap_or(""),
                 &policy,
-                endpoints.as_ref().map(|e| (e, labels.as_ref())),
+                (&endpoints, labels.as_ref()),
             );
             cluster.metadata = shaped_by.clone();
             out.push((cluster, assignment));
@@ -184,7 +180,7 @@ struct Target<'s> {
     generator: Generator,
 }
 
-impl Target<'_> {
+impl<'s> Target<'s> {
     fn identities(&self) -> &[String] {
         self.identities.get_or_init(|| self.service.identities())
     }
@@ -195,12 +191,13 @@ impl Target<'_> {
         port: &ServicePort,
         subset: &str,
         policy: &Policy,
-        endpoints: Option<(
-            &endpoint::PortEndpoints<'_>,
+        (endpoints, labels): (
+            &std::cell::OnceCell<endpoint::PortEndpoints<'s>>,
             Option<&std::collections::BTreeMap<String, String>>,
-        )>,
+        ),
     ) -> (Cluster, Option<Vec<u8>>) {
         let service = self.service;
+        let endpoints = || endpoints.get_or_init(|| endpoint::PortEndpoints::new(service, port));
         let generator = self.generator;
         let mut cluster = Cluster {
             name: name.to_string(),
@@ -216,7 +213,7 @@ impl Target<'_> {
                     eds_config: Some(ads()),
                     service_name: name.to_string(),
                 });
-                assignment = endpoints.map(|(e, labels)| e.assignment(name, labels));
+                assignment = Some(endpoints().assignment(name, labels));
             }
             Resolution::Dns | Resolution::DnsRoundRobin => {
                 let kind = if service.resolution == Resolution::Dns {
@@ -225,8 +222,7 @@ impl Target<'_> {
                     DiscoveryType::LogicalDns
                 };
                 cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
-                cluster.load_assignment =
-                    endpoints.map(|(e, labels)| e.dns(name, labels, service, port));
+                cluster.load_assignment = Some(endpoints().dns(name, labels, service, port));
             }
             Resolution::Passthrough | Resolution::DynamicDns => {
                 cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(

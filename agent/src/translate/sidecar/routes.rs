@@ -74,10 +74,11 @@ impl Reuse {
 #[derive(Debug, Default)]
 struct RouteMemo(FxHashMap<(usize, u32), MemoRoutes>);
 
-/// A VirtualService, and its routes for a port.
+/// A VirtualService's routes for a port.
 #[derive(Debug)]
 struct MemoRoutes {
-    virtual_service: Arc<Config<VirtualService>>,
+    /// Held, so that its address (the key) is not reused while the entry is here.
+    _virtual_service: Arc<Config<VirtualService>>,
     routes: BuiltRoutes,
 }
 
@@ -94,11 +95,9 @@ impl RouteMemo {
         let key = (Arc::as_ptr(vs) as usize, port);
         match self.0.get(&key) {
             Some(MemoRoutes {
-                virtual_service,
                 routes: (seen, routes),
-            }) if *seen == inputs && Arc::ptr_eq(virtual_service, vs) => {
-                (inputs, Arc::clone(routes))
-            }
+                ..
+            }) if *seen == inputs => (inputs, Arc::clone(routes)),
             _ => {
                 let routes = Arc::new(route::virtual_service_routes(
                     vs,
@@ -107,7 +106,7 @@ impl RouteMemo {
                     view,
                 ));
                 let memo = MemoRoutes {
-                    virtual_service: Arc::clone(vs),
+                    _virtual_service: Arc::clone(vs),
                     routes: (inputs, Arc::clone(&routes)),
                 };
                 self.0.insert(key, memo);
@@ -182,9 +181,9 @@ type BuiltRoutes = (u64, Arc<Vec<Route>>);
 /// read: a fingerprint of the hosts of each visible VirtualService, in order, and whether it
 /// makes virtual hosts on the port (see [`makes_virtual_hosts`]); the visible services (compared
 /// by allocation; a `Weak` keeps the allocation, so its address is not reused, and frees the
-/// service). While these are the same, so is the plan, and the positions it
-/// holds: a change that leaves them alone (a VirtualService's routes, a DestinationRule's hash
-/// policy) builds only the virtual hosts it changed.
+/// service). While these are the same, so is the plan, and the positions it holds: a change
+/// that leaves them alone (a VirtualService's routes, a DestinationRule's hash policy) builds
+/// only the virtual hosts it changed.
 #[derive(Debug)]
 struct Plan {
     virtual_services: u64,
@@ -443,12 +442,12 @@ fn makes_virtual_hosts(
     port: u32,
     routes: &mut RouteMemo,
     shapes: &mut Shapes,
-) -> Option<BuiltRoutes> {
-    if port != 80 && !selects_a_service(&view.vs_hosts[i].lower, view, port) {
-        return None;
-    }
-    let built = routes.get(view, &view.virtual_services[i], port, shapes);
-    (!built.1.is_empty()).then_some(built)
+) -> bool {
+    (port == 80 || selects_a_service(&view.vs_hosts[i].lower, view, port))
+        && !routes
+            .get(view, &view.virtual_services[i], port, shapes)
+            .1
+            .is_empty()
 }
 
 /// What planning the virtual hosts of `port` reads of the VirtualServices (see [`Plan`]).
@@ -461,7 +460,7 @@ fn planned_virtual_services(
     let mut h = std::collections::hash_map::DefaultHasher::new();
     port.hash(&mut h);
     for i in 0..view.virtual_services.len() {
-        let makes = makes_virtual_hosts(view, i, port, routes, shapes).is_some();
+        let makes = makes_virtual_hosts(view, i, port, routes, shapes);
         (view.vs_hosts[i].fingerprint, makes).hash(&mut h);
     }
     h.finish()
@@ -488,7 +487,7 @@ fn port_virtual_hosts(
     };
     let mut wrappers: Vec<Wrapper<'_>> = Vec::new();
     for (i, vs) in view.virtual_services.iter().enumerate() {
-        if makes_virtual_hosts(view, i, port, routes, shapes).is_none() {
+        if !makes_virtual_hosts(view, i, port, routes, shapes) {
             continue;
         }
         let vs_hosts = &view.vs_hosts[i].lower;
