@@ -662,17 +662,21 @@ impl Outputs {
                 clusters: Vec::with_capacity(built.len()),
                 assignments: Vec::with_capacity(built.len()),
             };
-            for (cluster, assignment) in built {
-                if kept_clusters.is_none() {
-                    counts.clusters += 1;
-                    output
-                        .clusters
-                        .push((cluster.name.clone(), Resource::pack(&cluster)));
-                }
+            for cluster::BuiltCluster {
+                name,
+                encoded,
+                assignment,
+            } in built
+            {
                 if let Some(encoded) = assignment {
                     counts.assignments += 1;
                     let a = Resource::from_encoded::<ClusterLoadAssignment>(encoded);
-                    output.assignments.push((cluster.name.clone(), a));
+                    output.assignments.push((name.clone(), a));
+                }
+                if kept_clusters.is_none() {
+                    counts.clusters += 1;
+                    let c = Resource::from_encoded::<Cluster>(encoded);
+                    output.clusters.push((name, c));
                 }
             }
             if let Some(kept) = kept_clusters {

@@ -25,3 +25,19 @@ pub(super) fn duration(d: &pasa_proto::istio::common::Duration) -> Duration {
         nanos: d.nanos,
     }
 }
+
+/// Appends a string field as a message encoding writes it (an empty string is not written), for
+/// encodings assembled from pieces.
+pub(super) fn string_field(tag: u32, value: &str, out: &mut Vec<u8>) {
+    if !value.is_empty() {
+        length_delimited(tag, value.len(), out);
+        out.extend_from_slice(value.as_bytes());
+    }
+}
+
+/// Appends the key and length of a length-delimited field whose `len` bytes follow.
+pub(super) fn length_delimited(tag: u32, len: usize, out: &mut Vec<u8>) {
+    use prost::encoding::{WireType, encode_key, encode_varint};
+    encode_key(tag, WireType::LengthDelimited, out);
+    encode_varint(len as u64, out);
+}

@@ -6,7 +6,7 @@
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbConfig, LbPolicy, RingHashLbConfig,
-    ring_hash_lb_config::HashFunction,
+    TransportSocketMatch, ring_hash_lb_config::HashFunction,
 };
 use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, Cluster, OutlierDetection};
 use envoy_types::pb::envoy::config::core::v3::{
@@ -31,7 +31,7 @@ use pasa_proto::istio::common::Protocol;
 
 use pasa_proto::node::ProxyType;
 
-use super::builders::{ads, duration};
+use super::builders::{ads, duration, length_delimited, string_field};
 use super::endpoint;
 use super::metadata;
 use super::{Generator, names, sds};
@@ -113,16 +113,30 @@ impl Policy {
     }
 }
 
+/// One cluster of a service as built: its name, its encoding and, for an EDS cluster, its
+/// encoded load assignment.
+pub(super) struct BuiltCluster {
+    pub name: String,
+    pub encoded: Vec<u8>,
+    pub assignment: Option<Vec<u8>>,
+}
+
 /// Clusters (and, for EDS clusters, their load assignments) of one service: per port the default
 /// cluster and one per subset of its DestinationRule. A router cannot forward to the original
 /// destination (it is itself the destination of its clients' connections), so it reaches a
 /// headless service's endpoints by EDS, as istiod builds it.
+///
+/// The clusters of a port differ in a few fields of their own (name, EDS service name, inline
+/// endpoints, the SNI of their transport sockets); the rest follows from the port and the traffic
+/// policy, and subsets without a policy of their own share the default cluster's. So each cluster
+/// is encoded as its own fields followed by the shared fields, encoded once per port and policy:
+/// a protobuf parser merges the two (they set disjoint fields) into the message built whole.
 pub(super) fn service_clusters(
     service: &Service,
     dr: Option<&Config<DestinationRule>>,
     generator: Generator,
     proxy: ProxyType,
-    out: &mut Vec<(Cluster, Option<Vec<u8>>)>,
+    out: &mut Vec<BuiltCluster>,
 ) {
     let as_eds;
     let service = if proxy == ProxyType::Router && service.resolution == Resolution::Passthrough {
@@ -146,6 +160,7 @@ pub(super) fn service_clusters(
     for port in &service.ports {
         // Built by the first cluster of the port that reads endpoints, shared by the others.
         let endpoints = std::cell::OnceCell::new();
+        let mut shared: Vec<(Policy, Shared)> = Vec::new();
         let mut subsets: Vec<Option<&str>> = vec![None];
         if let Some(dr) = dr {
             subsets.extend(dr.spec.subsets.iter().map(|s| Some(s.name.as_str())));
@@ -153,22 +168,57 @@ pub(super) fn service_clusters(
         for subset in subsets {
             let labels = subset.and_then(|name| {
                 dr.and_then(|d| d.spec.subsets.iter().find(|s| s.name == name))
-                    .map(|s| s.labels.clone())
+                    .map(|s| &s.labels)
             });
             let name =
                 names::outbound_cluster(port.number, subset.unwrap_or(""), &service.hostname);
             let policy = Policy::of(dr.map(|d| &d.spec), subset, port.number);
-            let (mut cluster, assignment) = target.outbound(
-                &name,
-                port,
-                subset.unwrap_or(""),
-                &policy,
-                (&endpoints, labels.as_ref()),
+            let at = match shared.iter().position(|(p, _)| *p == policy) {
+                Some(at) => at,
+                None => {
+                    let part = target.shared(port, &policy, shaped_by.as_ref());
+                    shared.push((policy, part));
+                    shared.len() - 1
+                }
+            };
+            let (policy, part) = &shared[at];
+            let (encoded, assignment) = target.own(
+                Own {
+                    name: &name,
+                    port,
+                    subset: subset.unwrap_or(""),
+                    policy,
+                    shared: part,
+                },
+                (&endpoints, labels),
             );
-            cluster.metadata = shaped_by.clone();
-            out.push((cluster, assignment));
+            out.push(BuiltCluster {
+                name,
+                encoded,
+                assignment,
+            });
         }
     }
+}
+
+/// The fields the clusters of one port and traffic policy share, encoded, and what that decides
+/// for each cluster's own fields.
+struct Shared {
+    encoded: Vec<u8>,
+    /// Endpoints by EDS (a passthrough load balancer turns an EDS cluster into an original
+    /// destination one).
+    eds: bool,
+    /// Istio's auto mTLS: transport socket matches by the endpoint's `tlsMode`.
+    auto_mtls: bool,
+}
+
+/// What one cluster sets for itself.
+struct Own<'a> {
+    name: &'a str,
+    port: &'a ServicePort,
+    subset: &'a str,
+    policy: &'a Policy,
+    shared: &'a Shared,
 }
 
 /// The service whose clusters are built, with what its clusters share.
@@ -185,73 +235,36 @@ impl<'s> Target<'s> {
         self.identities.get_or_init(|| self.service.identities())
     }
 
-    fn outbound(
-        &mut self,
-        name: &str,
+    /// The fields every cluster of `port` under `policy` has: discovery type, timeouts, load
+    /// balancer, circuit breakers, outlier detection, upstream HTTP options, metadata.
+    fn shared(
+        &self,
         port: &ServicePort,
-        subset: &str,
         policy: &Policy,
-        (endpoints, labels): (
-            &std::cell::OnceCell<endpoint::PortEndpoints<'s>>,
-            Option<&std::collections::BTreeMap<String, String>>,
-        ),
-    ) -> (Cluster, Option<Vec<u8>>) {
+        metadata: Option<&envoy_types::pb::envoy::config::core::v3::Metadata>,
+    ) -> Shared {
         let service = self.service;
-        let endpoints = || endpoints.get_or_init(|| endpoint::PortEndpoints::new(service, port));
-        let generator = self.generator;
         let mut cluster = Cluster {
-            name: name.to_string(),
             connect_timeout: Some(CONNECT_TIMEOUT),
+            metadata: metadata.cloned(),
             ..Default::default()
         };
-        let mut assignment = None;
-        match service.resolution {
-            Resolution::ClientSideLb => {
-                cluster.cluster_discovery_type =
-                    Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
-                cluster.eds_cluster_config = Some(EdsClusterConfig {
-                    eds_config: Some(ads()),
-                    service_name: name.to_string(),
-                });
-                assignment = Some(endpoints().assignment(name, labels));
-            }
-            Resolution::Dns | Resolution::DnsRoundRobin => {
-                let kind = if service.resolution == Resolution::Dns {
-                    DiscoveryType::StrictDns
-                } else {
-                    DiscoveryType::LogicalDns
-                };
-                cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
-                cluster.load_assignment = Some(endpoints().dns(name, labels, service, port));
-            }
+        let kind = match service.resolution {
+            Resolution::ClientSideLb => DiscoveryType::Eds,
+            Resolution::Dns => DiscoveryType::StrictDns,
+            Resolution::DnsRoundRobin => DiscoveryType::LogicalDns,
             Resolution::Passthrough | Resolution::DynamicDns => {
-                cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
-                    DiscoveryType::OriginalDst as i32,
-                ));
                 cluster.lb_policy = LbPolicy::ClusterProvided as i32;
+                DiscoveryType::OriginalDst
             }
-        }
-        if service.resolution != Resolution::Passthrough
-            && service.resolution != Resolution::DynamicDns
-        {
-            apply_load_balancer(&mut cluster, policy.load_balancer.as_ref(), generator);
+        };
+        cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
+        if kind != DiscoveryType::OriginalDst {
+            apply_load_balancer(&mut cluster, policy.load_balancer.as_ref(), self.generator);
         }
         let common = apply_connection_pool(&mut cluster, policy.connection_pool.as_ref());
         if let Some(od) = &policy.outlier_detection {
             cluster.outlier_detection = Some(outlier_detection(od));
-        }
-        if policy.tls.is_none()
-            && generator == Generator::Envoy
-            && !service.external
-            && service.resolution == Resolution::ClientSideLb
-        {
-            cluster.transport_socket_matches = self.auto_mtls(port.number, subset);
-        }
-        if let Some(tls) = &policy.tls {
-            cluster.transport_socket = match generator {
-                Generator::Envoy => self.upstream_tls(tls, port.number, subset),
-                Generator::Grpc => super::grpc::upstream_tls(tls.mode, self.identities()),
-            };
         }
         // HTTP/2 and gRPC ports speak HTTP/2 upstream.
         let http2 = port.is_http() && port.protocol != Some(Protocol::Http);
@@ -261,38 +274,90 @@ impl<'s> Target<'s> {
                 pack_any(upstream_http_options(common, http2)),
             );
         }
-        (cluster, assignment)
+        Shared {
+            eds: cluster.cluster_discovery_type
+                == Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+            auto_mtls: policy.tls.is_none()
+                && self.generator == Generator::Envoy
+                && !service.external
+                && service.resolution == Resolution::ClientSideLb,
+            encoded: prost::Message::encode_to_vec(&cluster),
+        }
     }
 
-    /// Istio's auto mTLS for a cluster without TLS settings: endpoints whose workload has a
-    /// sidecar (`tlsMode: istio` endpoint metadata) are reached over ISTIO_MUTUAL, the others in
-    /// plaintext.
-    fn auto_mtls(
+    /// One cluster's own fields, encoded and followed by the shared ones; and its load
+    /// assignment, for a service whose endpoints Envoy learns by EDS.
+    fn own(
         &mut self,
-        port: u32,
-        subset: &str,
-    ) -> Vec<envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch> {
-        use envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch;
-        use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
+        own: Own<'_>,
+        (endpoints, labels): (
+            &std::cell::OnceCell<endpoint::PortEndpoints<'s>>,
+            Option<&std::collections::BTreeMap<String, String>>,
+        ),
+    ) -> (Vec<u8>, Option<Vec<u8>>) {
+        let Own {
+            name,
+            port,
+            subset,
+            policy,
+            shared,
+        } = own;
+        let service = self.service;
+        let endpoints = || endpoints.get_or_init(|| endpoint::PortEndpoints::new(service, port));
+        let mut cluster = Cluster {
+            name: name.to_string(),
+            ..Default::default()
+        };
+        let mut assignment = None;
+        match service.resolution {
+            Resolution::ClientSideLb => {
+                if shared.eds {
+                    cluster.eds_cluster_config = Some(EdsClusterConfig {
+                        eds_config: Some(ads()),
+                        service_name: name.to_string(),
+                    });
+                }
+                assignment = Some(endpoints().assignment(name, labels));
+            }
+            Resolution::Dns | Resolution::DnsRoundRobin => {
+                cluster.load_assignment = Some(endpoints().dns(name, labels, service, port));
+            }
+            Resolution::Passthrough | Resolution::DynamicDns => {}
+        }
+        // The transport sockets, encoded (the ISTIO_MUTUAL ones are assembled from pieces).
+        let socket = policy.tls.as_ref().and_then(|tls| match self.generator {
+            Generator::Envoy => self.upstream_tls(tls, port.number, subset),
+            Generator::Grpc => super::grpc::upstream_tls(tls.mode, self.identities())
+                .map(|s| prost::Message::encode_to_vec(&s)),
+        });
+        let matches = shared
+            .auto_mtls
+            .then(|| self.mutual_socket(port.number, subset));
+        let mut encoded = Vec::with_capacity(
+            prost::Message::encoded_len(&cluster)
+                + socket.as_ref().map_or(0, |s| s.len() + 4)
+                + matches
+                    .as_ref()
+                    .map_or(0, |s| s.len() + 8 + TLS_DISABLED.len())
+                + shared.encoded.len(),
+        );
+        prost::Message::encode_raw(&cluster, &mut encoded);
+        if let Some(socket) = socket {
+            length_delimited(TRANSPORT_SOCKET, socket.len(), &mut encoded);
+            encoded.extend_from_slice(&socket);
+        }
+        if let Some(socket) = matches {
+            auto_mtls(&socket, &mut encoded);
+        }
+        encoded.extend_from_slice(&shared.encoded);
+        (encoded, assignment)
+    }
+
+    /// The ISTIO_MUTUAL transport socket of auto mTLS: pinned to the service's identities.
+    fn mutual_socket(&mut self, port: u32, subset: &str) -> Vec<u8> {
         let sni = names::istio_mutual_sni(port, subset, &self.service.hostname);
-        vec![
-            TransportSocketMatch {
-                name: "tlsMode-istio".into(),
-                r#match: Some(metadata::single("tlsMode", "istio")),
-                transport_socket: Some(self.mutual.socket(
-                    self.identities.get_or_init(|| self.service.identities()),
-                    sni,
-                )),
-            },
-            TransportSocketMatch {
-                name: "tlsMode-disabled".into(),
-                r#match: Some(Default::default()),
-                transport_socket: Some(TransportSocket {
-                    name: "envoy.transport_sockets.raw_buffer".into(),
-                    config_type: Some(ConfigType::TypedConfig(pack_any(RawBuffer::default()))),
-                }),
-            },
-        ]
+        let sans = self.identities.get_or_init(|| self.service.identities());
+        self.mutual.socket(sans, &sni)
     }
 
     /// Client TLS of a DestinationRule as Envoy's upstream TLS transport socket. ISTIO_MUTUAL
@@ -304,7 +369,7 @@ impl<'s> Target<'s> {
         tls: &ClientTlsSettings,
         port: u32,
         subset: &str,
-    ) -> Option<TransportSocket> {
+    ) -> Option<Vec<u8>> {
         let hostname = &self.service.hostname;
         let mut common = CommonTlsContext::default();
         let sni;
@@ -317,7 +382,7 @@ impl<'s> Target<'s> {
                     &tls.subject_alt_names
                 };
                 let sni = names::istio_mutual_sni(port, subset, hostname);
-                return Some(self.mutual.socket(sans, sni));
+                return Some(self.mutual.socket(sans, &sni));
             }
             _ => {
                 if !tls.credential_name.is_empty() {
@@ -361,10 +426,67 @@ impl<'s> Target<'s> {
             sni,
             ..Default::default()
         };
-        Some(TransportSocket {
-            name: "envoy.transport_sockets.tls".into(),
+        Some(prost::Message::encode_to_vec(&TransportSocket {
+            name: TLS_SOCKET.into(),
             config_type: Some(ConfigType::TypedConfig(pack_any(context))),
-        })
+        }))
+    }
+}
+
+/// `Cluster.transport_socket` and `Cluster.transport_socket_matches`, for clusters assembled from
+/// encoded pieces.
+const TRANSPORT_SOCKET: u32 = 24;
+const TRANSPORT_SOCKET_MATCHES: u32 = 43;
+/// `TransportSocketMatch.transport_socket`.
+const MATCH_SOCKET: u32 = 3;
+
+const TLS_SOCKET: &str = "envoy.transport_sockets.tls";
+
+/// Istio's auto mTLS for a cluster without TLS settings: endpoints whose workload has a sidecar
+/// (`tlsMode: istio` endpoint metadata) are reached over ISTIO_MUTUAL (`socket`, encoded), the
+/// others in plaintext. Appends the cluster's `transport_socket_matches`.
+fn auto_mtls(socket: &[u8], out: &mut Vec<u8>) {
+    use prost::encoding::{encoded_len_varint, key_len};
+    let head = &*TLS_ISTIO_HEAD;
+    let len = head.len() + key_len(MATCH_SOCKET) + encoded_len_varint(socket.len() as u64);
+    length_delimited(TRANSPORT_SOCKET_MATCHES, len + socket.len(), out);
+    out.extend_from_slice(head);
+    length_delimited(MATCH_SOCKET, socket.len(), out);
+    out.extend_from_slice(socket);
+    out.extend_from_slice(&TLS_DISABLED);
+}
+
+/// The `tlsMode-istio` match without its transport socket, encoded.
+static TLS_ISTIO_HEAD: std::sync::LazyLock<Vec<u8>> =
+    std::sync::LazyLock::new(|| prost::Message::encode_to_vec(&tls_istio(None)));
+
+/// The `tlsMode-disabled` match, encoded as a field of a cluster.
+static TLS_DISABLED: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+    prost::Message::encode_to_vec(&Cluster {
+        transport_socket_matches: vec![tls_disabled()],
+        ..Default::default()
+    })
+});
+
+/// Auto mTLS's match for endpoints of workloads with a sidecar.
+fn tls_istio(socket: Option<TransportSocket>) -> TransportSocketMatch {
+    TransportSocketMatch {
+        name: "tlsMode-istio".into(),
+        r#match: Some(metadata::single("tlsMode", "istio")),
+        transport_socket: socket,
+    }
+}
+
+/// Auto mTLS's match for the other endpoints: plaintext.
+fn tls_disabled() -> TransportSocketMatch {
+    use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
+    TransportSocketMatch {
+        name: "tlsMode-disabled".into(),
+        r#match: Some(Default::default()),
+        transport_socket: Some(TransportSocket {
+            name: "envoy.transport_sockets.raw_buffer".into(),
+            config_type: Some(ConfigType::TypedConfig(pack_any(RawBuffer::default()))),
+        }),
     }
 }
 
@@ -378,7 +500,10 @@ struct MutualContexts {
 }
 
 impl MutualContexts {
-    fn socket(&mut self, sans: &[String], sni: String) -> TransportSocket {
+    /// The ISTIO_MUTUAL transport socket pinned to `sans`, with `sni`: an encoded
+    /// `TransportSocket` (name, then an `Any` of the `UpstreamTlsContext`).
+    fn socket(&mut self, sans: &[String], sni: &str) -> Vec<u8> {
+        use prost::encoding::{encoded_len_varint, key_len};
         let at = match self.encoded.iter().position(|(s, _)| s == sans) {
             Some(at) => at,
             None => {
@@ -391,23 +516,47 @@ impl MutualContexts {
                 self.encoded.len() - 1
             }
         };
-        let mut value = self.encoded[at].1.clone();
-        // `sni` is field 2 of UpstreamTlsContext, after the common context (field 1); an
-        // empty string is not encoded.
-        if !sni.is_empty() {
-            prost::encoding::string::encode(2, &sni, &mut value);
-        }
-        TransportSocket {
-            name: "envoy.transport_sockets.tls".into(),
-            config_type: Some(ConfigType::TypedConfig(
-                envoy_types::pb::google::protobuf::Any {
-                    type_url: <UpstreamTlsContext as prost::Name>::type_url(),
-                    value,
-                },
-            )),
-        }
+        let context = &self.encoded[at].1;
+        let (name, type_url) = &*SOCKET_HEAD;
+        // Any.value: the context, then `sni` (UpstreamTlsContext field 2, after the common
+        // context, field 1).
+        let sni_len = if sni.is_empty() {
+            0
+        } else {
+            key_len(2) + encoded_len_varint(sni.len() as u64) + sni.len()
+        };
+        let value = context.len() + sni_len;
+        let any = type_url.len() + key_len(2) + encoded_len_varint(value as u64) + value;
+        let mut out =
+            Vec::with_capacity(name.len() + key_len(3) + encoded_len_varint(any as u64) + any);
+        out.extend_from_slice(name);
+        // TransportSocket.typed_config (3), an Any: type_url (1), value (2).
+        length_delimited(3, any, &mut out);
+        out.extend_from_slice(type_url);
+        length_delimited(2, value, &mut out);
+        out.extend_from_slice(context);
+        string_field(2, sni, &mut out);
+        out
     }
 }
+
+/// The encoded name field of a TLS transport socket, and the encoded type URL field of an `Any`
+/// holding an `UpstreamTlsContext`.
+static SOCKET_HEAD: std::sync::LazyLock<(Vec<u8>, Vec<u8>)> = std::sync::LazyLock::new(|| {
+    use envoy_types::pb::google::protobuf::Any;
+    let name = TransportSocket {
+        name: TLS_SOCKET.into(),
+        config_type: None,
+    };
+    let type_url = Any {
+        type_url: <UpstreamTlsContext as prost::Name>::type_url(),
+        value: Vec::new(),
+    };
+    (
+        prost::Message::encode_to_vec(&name),
+        prost::Message::encode_to_vec(&type_url),
+    )
+});
 
 /// The common TLS context of ISTIO_MUTUAL: the workload certificate, and the mesh root with the
 /// peer pinned to `sans`.
@@ -474,10 +623,10 @@ fn apply_load_balancer(
                     Some(SimpleLb::Random) => LbPolicy::Random,
                     Some(SimpleLb::RoundRobin) => LbPolicy::RoundRobin,
                     Some(SimpleLb::Passthrough) => {
+                        // The cluster's own fields follow: no EDS config.
                         cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
                             DiscoveryType::OriginalDst as i32,
                         ));
-                        cluster.eds_cluster_config = None;
                         LbPolicy::ClusterProvided
                     }
                     Some(SimpleLb::LeastConn | SimpleLb::LeastRequest) => LbPolicy::LeastRequest,
@@ -696,20 +845,60 @@ pub(super) fn inbound(port: u32, endpoint: Option<(String, u32)>) -> Cluster {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_istio_mutual_socket_is_the_encoding_of_the_whole_context() {
-        let sans = vec!["spiffe://cluster.local/ns/a/sa/b".to_string()];
-        let mut contexts = MutualContexts::default();
-        for sni in ["outbound_.80_.v1_.a.svc.cluster.local", "outbound_.81_._.a"] {
-            let socket = contexts.socket(&sans, sni.into());
-            let whole = pack_any(UpstreamTlsContext {
-                common_tls_context: Some(istio_mutual_common(&sans)),
+    /// The ISTIO_MUTUAL transport socket as a message, built whole.
+    fn whole_socket(sans: &[String], sni: &str) -> TransportSocket {
+        TransportSocket {
+            name: TLS_SOCKET.into(),
+            config_type: Some(ConfigType::TypedConfig(pack_any(UpstreamTlsContext {
+                common_tls_context: Some(istio_mutual_common(sans)),
                 sni: sni.into(),
                 ..Default::default()
-            });
-            assert_eq!(socket.config_type, Some(ConfigType::TypedConfig(whole)));
+            }))),
         }
-        // Encoded once for both.
+    }
+
+    #[test]
+    fn an_istio_mutual_socket_is_the_encoding_of_the_whole_socket() {
+        let sans = vec!["spiffe://cluster.local/ns/a/sa/b".to_string()];
+        let mut contexts = MutualContexts::default();
+        for sni in [
+            "outbound_.80_.v1_.a.svc.cluster.local",
+            "outbound_.81_._.a",
+            "",
+        ] {
+            let socket = contexts.socket(&sans, sni);
+            assert_eq!(
+                socket,
+                prost::Message::encode_to_vec(&whole_socket(&sans, sni))
+            );
+        }
+        // The context is encoded once for all.
         assert_eq!(contexts.encoded.len(), 1);
+    }
+
+    #[test]
+    fn assembled_auto_mtls_matches_are_the_bytes_of_the_messages() {
+        let sans = vec!["spiffe://cluster.local/ns/a/sa/b".to_string()];
+        let sni = "outbound_.80_.v1_.a.svc.cluster.local";
+        let socket = MutualContexts::default().socket(&sans, sni);
+        let mut assembled = Vec::new();
+        auto_mtls(&socket, &mut assembled);
+        let whole = Cluster {
+            transport_socket_matches: vec![
+                tls_istio(Some(whole_socket(&sans, sni))),
+                tls_disabled(),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(assembled, prost::Message::encode_to_vec(&whole));
+        // And as a cluster's transport socket.
+        let mut field = Vec::new();
+        length_delimited(TRANSPORT_SOCKET, socket.len(), &mut field);
+        field.extend_from_slice(&socket);
+        let whole = Cluster {
+            transport_socket: Some(whole_socket(&sans, sni)),
+            ..Default::default()
+        };
+        assert_eq!(field, prost::Message::encode_to_vec(&whole));
     }
 }

@@ -14,14 +14,24 @@ use envoy_types::pb::google::protobuf::UInt32Value;
 
 use prost::Message;
 
+use super::builders::{length_delimited, string_field};
 use super::metadata;
 use crate::model::registry::{Instance, Service, ServicePort, selects};
 
-/// The endpoints of one service port, each built and encoded once as an `LbEndpoint`: the load
-/// assignments of the port's clusters (the default one and one per subset) are assembled from
-/// those encodings, so a subset costs a filter and a copy, not a second build.
+/// The endpoints of one service port, each built and encoded once as an `LbEndpoint` and grouped
+/// by locality: the load assignments of the port's clusters (the default one and one per subset)
+/// are assembled from those encodings, so a subset costs a filter and a copy, not a second build.
 #[derive(Debug)]
 pub(super) struct PortEndpoints<'s> {
+    /// In locality order, each locality once.
+    localities: Vec<LocalityEndpoints<'s>>,
+}
+
+/// The endpoints of one locality, in the order the service lists them.
+#[derive(Debug)]
+struct LocalityEndpoints<'s> {
+    /// `LocalityLbEndpoints.locality`, encoded as a field.
+    locality: Vec<u8>,
     endpoints: Vec<EncodedEndpoint<'s>>,
 }
 
@@ -46,7 +56,7 @@ impl<'s> PortEndpoints<'s> {
 
     /// Endpoints with the port each is reached on.
     fn of(endpoints: impl Iterator<Item = (&'s Instance, u32)>) -> Self {
-        let endpoints = endpoints
+        let mut endpoints: Vec<EncodedEndpoint> = endpoints
             .map(|(e, target)| {
                 let lb = lb_endpoint(e, target);
                 let weight = lb.load_balancing_weight.as_ref().map_or(1, |w| w.value);
@@ -57,7 +67,25 @@ impl<'s> PortEndpoints<'s> {
                 }
             })
             .collect();
-        PortEndpoints { endpoints }
+        // Stable: within a locality, the service's order.
+        endpoints.sort_by(|a, b| a.instance.locality.cmp(&b.instance.locality));
+        let mut localities: Vec<LocalityEndpoints> = Vec::new();
+        for e in endpoints {
+            match localities.last_mut() {
+                Some(l) if l.endpoints[0].instance.locality == e.instance.locality => {
+                    l.endpoints.push(e)
+                }
+                _ => localities.push(LocalityEndpoints {
+                    locality: LocalityLbEndpoints {
+                        locality: Some(parse_locality(&e.instance.locality)),
+                        ..Default::default()
+                    }
+                    .encode_to_vec(),
+                    endpoints: vec![e],
+                }),
+            }
+        }
+        PortEndpoints { localities }
     }
 
     /// The load assignment of `cluster`: the endpoints that carry the `subset` labels, grouped
@@ -68,50 +96,51 @@ impl<'s> PortEndpoints<'s> {
         cluster: &str,
         subset: Option<&BTreeMap<String, String>>,
     ) -> Vec<u8> {
-        use prost::encoding::{WireType, encode_key, encode_varint};
-        let mut by_locality: BTreeMap<&str, Vec<&EncodedEndpoint>> = BTreeMap::new();
-        for e in self
-            .endpoints
-            .iter()
-            .filter(|e| subset.is_none_or(|labels| selects(labels, &e.instance.labels)))
-        {
-            by_locality
-                .entry(e.instance.locality.as_str())
-                .or_default()
-                .push(e);
-        }
+        use prost::encoding::{encoded_len_varint, key_len};
         // Fields in the order a message encoding writes them: ClusterLoadAssignment's
         // cluster_name (1) and endpoints (2); LocalityLbEndpoints' locality (1), lb_endpoints
         // (2) and load_balancing_weight (3).
-        let mut out = Vec::new();
-        ClusterLoadAssignment {
-            cluster_name: cluster.to_string(),
-            ..Default::default()
-        }
-        .encode_raw(&mut out);
-        let mut group = Vec::new();
-        for (locality, entries) in by_locality {
-            group.clear();
-            LocalityLbEndpoints {
-                locality: Some(parse_locality(locality)),
-                ..Default::default()
+        let mut out = Vec::with_capacity(
+            cluster.len()
+                + 8
+                + self
+                    .localities
+                    .iter()
+                    .flat_map(|l| &l.endpoints)
+                    .map(|e| e.encoded.len() + 16)
+                    .sum::<usize>(),
+        );
+        string_field(1, cluster, &mut out);
+        let mut selected: Vec<&EncodedEndpoint> = Vec::new();
+        for locality in &self.localities {
+            selected.clear();
+            selected.extend(
+                locality
+                    .endpoints
+                    .iter()
+                    .filter(|e| subset.is_none_or(|labels| selects(labels, &e.instance.labels))),
+            );
+            if selected.is_empty() {
+                continue;
             }
-            .encode_raw(&mut group);
-            for e in &entries {
-                encode_key(2, WireType::LengthDelimited, &mut group);
-                encode_varint(e.encoded.len() as u64, &mut group);
-                group.extend_from_slice(&e.encoded);
+            let weight = UInt32Value {
+                value: selected.iter().map(|e| e.weight).sum(),
+            };
+            let len = locality.locality.len()
+                + selected
+                    .iter()
+                    .map(|e| {
+                        key_len(2) + encoded_len_varint(e.encoded.len() as u64) + e.encoded.len()
+                    })
+                    .sum::<usize>()
+                + prost::encoding::message::encoded_len(3, &weight);
+            length_delimited(2, len, &mut out);
+            out.extend_from_slice(&locality.locality);
+            for e in &selected {
+                length_delimited(2, e.encoded.len(), &mut out);
+                out.extend_from_slice(&e.encoded);
             }
-            LocalityLbEndpoints {
-                load_balancing_weight: Some(UInt32Value {
-                    value: entries.iter().map(|e| e.weight).sum(),
-                }),
-                ..Default::default()
-            }
-            .encode_raw(&mut group);
-            encode_key(2, WireType::LengthDelimited, &mut out);
-            encode_varint(group.len() as u64, &mut out);
-            out.extend_from_slice(&group);
+            prost::encoding::message::encode(3, &weight, &mut out);
         }
         out
     }

@@ -1019,3 +1019,74 @@ fn a_router_serves_its_gateways_http_servers_and_the_bound_routes() {
             .contains_key(&format!("outbound|9080||{REVIEWS}"))
     );
 }
+
+#[test]
+fn subset_clusters_share_their_port_policy_and_differ_where_their_own_policy_does() {
+    use envoy_types::pb::envoy::config::core::v3::TransportSocket;
+    use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
+    fn sni(socket: Option<&TransportSocket>) -> String {
+        let Some(ConfigType::TypedConfig(any)) = socket.and_then(|s| s.config_type.as_ref()) else {
+            panic!("no typed transport socket in {socket:?}");
+        };
+        UpstreamTlsContext::decode(any.value.as_slice())
+            .expect("an upstream TLS context")
+            .sni
+    }
+    let mut rule = reviews_rule(2);
+    rule.spec_json = json!({"host": "reviews",
+    "trafficPolicy": {"loadBalancer": {"simple": "ROUND_ROBIN"},
+                      "outlierDetection": {"consecutive5xxErrors": 7, "interval": "5s"}},
+    "subsets": [
+        {"name": "v1", "labels": {"version": "v1"}},
+        {"name": "v2", "labels": {"version": "v2"},
+         "trafficPolicy": {"loadBalancer": {"simple": "RANDOM"}, "tls": {"mode": "ISTIO_MUTUAL"}}},
+        {"name": "v3", "labels": {"version": "v3"}}
+    ]})
+    .to_string();
+    let out = Translator::new(proxy("10.0.0.9"))
+        .update(&cache(vec![reviews_service(), rule]), Generator::Envoy)
+        .expect("decodes what it encoded");
+    let cluster = |subset: &str| &out.clusters[&format!("outbound|9080|{subset}|{REVIEWS}")];
+    let default = cluster("");
+    for subset in ["v1", "v3"] {
+        let c = cluster(subset);
+        let name = format!("outbound|9080|{subset}|{REVIEWS}");
+        assert_eq!(c.name, name);
+        assert_eq!(c.eds_cluster_config.as_ref().unwrap().service_name, name);
+        // What the port and the rule's policy decide is the default cluster's.
+        assert_eq!(c.lb_policy, LbPolicy::RoundRobin as i32);
+        assert_eq!(c.outlier_detection, default.outlier_detection);
+        assert_eq!(c.circuit_breakers, default.circuit_breakers);
+        assert_eq!(c.metadata, default.metadata);
+        assert_eq!(c.connect_timeout, default.connect_timeout);
+        assert_eq!(c.cluster_discovery_type, default.cluster_discovery_type);
+        // Auto mTLS, with the subset's own SNI.
+        assert_eq!(c.transport_socket_matches.len(), 2);
+        assert_eq!(
+            sni(c.transport_socket_matches[0].transport_socket.as_ref()),
+            format!("outbound_.9080_.{subset}_.{REVIEWS}")
+        );
+        assert_eq!(c.transport_socket, None);
+    }
+    assert_eq!(
+        sni(default.transport_socket_matches[0]
+            .transport_socket
+            .as_ref()),
+        format!("outbound_.9080_._.{REVIEWS}")
+    );
+    // v2's own policy: its load balancer and its TLS, the rule's outlier detection.
+    let v2 = cluster("v2");
+    assert_eq!(v2.lb_policy, LbPolicy::Random as i32);
+    assert_eq!(v2.outlier_detection, default.outlier_detection);
+    assert!(v2.outlier_detection.is_some());
+    assert!(v2.transport_socket_matches.is_empty());
+    assert_eq!(
+        sni(v2.transport_socket.as_ref()),
+        format!("outbound_.9080_.v2_.{REVIEWS}")
+    );
+    assert_eq!(
+        v2.eds_cluster_config.as_ref().unwrap().service_name,
+        v2.name
+    );
+}

@@ -221,10 +221,17 @@ pub(super) fn sni_dnat_clusters(
             pasa_proto::node::ProxyType::Router,
             &mut built,
         );
-        for (mut c, assignment) in built {
-            let Some(name) = dnat_name(&c.name) else {
+        for cluster::BuiltCluster {
+            name,
+            encoded,
+            assignment,
+        } in built
+        {
+            let Some(name) = dnat_name(&name) else {
                 continue;
             };
+            // Decoding what was just encoded from a message cannot fail.
+            let mut c = Cluster::decode(encoded.as_slice()).unwrap_or_default();
             c.name = name.clone();
             c.transport_socket = None;
             if let Some(eds) = c.eds_cluster_config.as_mut() {
