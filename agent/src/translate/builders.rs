@@ -41,3 +41,8 @@ pub(super) fn length_delimited(tag: u32, len: usize, out: &mut Vec<u8>) {
     encode_key(tag, WireType::LengthDelimited, out);
     encode_varint(len as u64, out);
 }
+
+/// The encoded length of a length-delimited field of `len` bytes: key, length and the bytes.
+pub(super) fn field_len(tag: u32, len: usize) -> usize {
+    prost::encoding::key_len(tag) + prost::encoding::encoded_len_varint(len as u64) + len
+}

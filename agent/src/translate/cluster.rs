@@ -31,7 +31,7 @@ use pasa_proto::istio::common::Protocol;
 
 use pasa_proto::node::ProxyType;
 
-use super::builders::{ads, duration, length_delimited, string_field};
+use super::builders::{ads, duration, field_len, length_delimited, string_field};
 use super::endpoint;
 use super::metadata;
 use super::{Generator, names, sds};
@@ -333,14 +333,14 @@ impl<'s> Target<'s> {
         let matches = shared
             .auto_mtls
             .then(|| self.mutual_socket(port.number, subset));
-        let mut encoded = Vec::with_capacity(
-            prost::Message::encoded_len(&cluster)
-                + socket.as_ref().map_or(0, |s| s.len() + 4)
-                + matches
-                    .as_ref()
-                    .map_or(0, |s| s.len() + 8 + TLS_DISABLED.len())
-                + shared.encoded.len(),
-        );
+        // Sized exactly: the encoding is kept as long as it is served.
+        let total = prost::Message::encoded_len(&cluster)
+            + socket
+                .as_ref()
+                .map_or(0, |s| field_len(TRANSPORT_SOCKET, s.len()))
+            + matches.as_ref().map_or(0, |s| auto_mtls_len(s.len()))
+            + shared.encoded.len();
+        let mut encoded = Vec::with_capacity(total);
         prost::Message::encode_raw(&cluster, &mut encoded);
         if let Some(socket) = socket {
             length_delimited(TRANSPORT_SOCKET, socket.len(), &mut encoded);
@@ -350,6 +350,7 @@ impl<'s> Target<'s> {
             auto_mtls(&socket, &mut encoded);
         }
         encoded.extend_from_slice(&shared.encoded);
+        debug_assert_eq!(encoded.len(), total);
         (encoded, assignment)
     }
 
@@ -446,14 +447,24 @@ const TLS_SOCKET: &str = "envoy.transport_sockets.tls";
 /// (`tlsMode: istio` endpoint metadata) are reached over ISTIO_MUTUAL (`socket`, encoded), the
 /// others in plaintext. Appends the cluster's `transport_socket_matches`.
 fn auto_mtls(socket: &[u8], out: &mut Vec<u8>) {
-    use prost::encoding::{encoded_len_varint, key_len};
     let head = &*TLS_ISTIO_HEAD;
-    let len = head.len() + key_len(MATCH_SOCKET) + encoded_len_varint(socket.len() as u64);
-    length_delimited(TRANSPORT_SOCKET_MATCHES, len + socket.len(), out);
+    length_delimited(
+        TRANSPORT_SOCKET_MATCHES,
+        head.len() + field_len(MATCH_SOCKET, socket.len()),
+        out,
+    );
     out.extend_from_slice(head);
     length_delimited(MATCH_SOCKET, socket.len(), out);
     out.extend_from_slice(socket);
     out.extend_from_slice(&TLS_DISABLED);
+}
+
+/// The length of what [`auto_mtls`] appends for a socket of `socket` bytes.
+fn auto_mtls_len(socket: usize) -> usize {
+    field_len(
+        TRANSPORT_SOCKET_MATCHES,
+        TLS_ISTIO_HEAD.len() + field_len(MATCH_SOCKET, socket),
+    ) + TLS_DISABLED.len()
 }
 
 /// The `tlsMode-istio` match without its transport socket, encoded.
@@ -503,7 +514,6 @@ impl MutualContexts {
     /// The ISTIO_MUTUAL transport socket pinned to `sans`, with `sni`: an encoded
     /// `TransportSocket` (name, then an `Any` of the `UpstreamTlsContext`).
     fn socket(&mut self, sans: &[String], sni: &str) -> Vec<u8> {
-        use prost::encoding::{encoded_len_varint, key_len};
         let at = match self.encoded.iter().position(|(s, _)| s == sans) {
             Some(at) => at,
             None => {
@@ -523,12 +533,11 @@ impl MutualContexts {
         let sni_len = if sni.is_empty() {
             0
         } else {
-            key_len(2) + encoded_len_varint(sni.len() as u64) + sni.len()
+            field_len(2, sni.len())
         };
         let value = context.len() + sni_len;
-        let any = type_url.len() + key_len(2) + encoded_len_varint(value as u64) + value;
-        let mut out =
-            Vec::with_capacity(name.len() + key_len(3) + encoded_len_varint(any as u64) + any);
+        let any = type_url.len() + field_len(2, value);
+        let mut out = Vec::with_capacity(name.len() + field_len(3, any));
         out.extend_from_slice(name);
         // TransportSocket.typed_config (3), an Any: type_url (1), value (2).
         length_delimited(3, any, &mut out);

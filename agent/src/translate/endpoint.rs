@@ -14,7 +14,7 @@ use envoy_types::pb::google::protobuf::UInt32Value;
 
 use prost::Message;
 
-use super::builders::{length_delimited, string_field};
+use super::builders::{field_len, length_delimited, string_field};
 use super::metadata;
 use crate::model::registry::{Instance, Service, ServicePort, selects};
 
@@ -96,52 +96,54 @@ impl<'s> PortEndpoints<'s> {
         cluster: &str,
         subset: Option<&BTreeMap<String, String>>,
     ) -> Vec<u8> {
-        use prost::encoding::{encoded_len_varint, key_len};
-        // Fields in the order a message encoding writes them: ClusterLoadAssignment's
-        // cluster_name (1) and endpoints (2); LocalityLbEndpoints' locality (1), lb_endpoints
-        // (2) and load_balancing_weight (3).
-        let mut out = Vec::with_capacity(
-            cluster.len()
-                + 8
-                + self
-                    .localities
-                    .iter()
-                    .flat_map(|l| &l.endpoints)
-                    .map(|e| e.encoded.len() + 16)
-                    .sum::<usize>(),
-        );
-        string_field(1, cluster, &mut out);
+        // The selected endpoints of each locality that has any, with the locality's length and
+        // weight; then the encoding, sized exactly (it is kept as long as it is served).
         let mut selected: Vec<&EncodedEndpoint> = Vec::new();
+        let mut groups: Vec<(&LocalityEndpoints, usize, UInt32Value, usize)> = Vec::new();
         for locality in &self.localities {
-            selected.clear();
+            let from = selected.len();
             selected.extend(
                 locality
                     .endpoints
                     .iter()
                     .filter(|e| subset.is_none_or(|labels| selects(labels, &e.instance.labels))),
             );
-            if selected.is_empty() {
+            let chosen = &selected[from..];
+            if chosen.is_empty() {
                 continue;
             }
             let weight = UInt32Value {
-                value: selected.iter().map(|e| e.weight).sum(),
+                value: chosen.iter().map(|e| e.weight).sum(),
             };
             let len = locality.locality.len()
-                + selected
+                + chosen
                     .iter()
-                    .map(|e| {
-                        key_len(2) + encoded_len_varint(e.encoded.len() as u64) + e.encoded.len()
-                    })
+                    .map(|e| field_len(2, e.encoded.len()))
                     .sum::<usize>()
                 + prost::encoding::message::encoded_len(3, &weight);
-            length_delimited(2, len, &mut out);
+            groups.push((locality, from, weight, len));
+        }
+        let total = if cluster.is_empty() {
+            0
+        } else {
+            field_len(1, cluster.len())
+        } + groups.iter().map(|g| field_len(2, g.3)).sum::<usize>();
+        // Fields in the order a message encoding writes them: ClusterLoadAssignment's
+        // cluster_name (1) and endpoints (2); LocalityLbEndpoints' locality (1), lb_endpoints
+        // (2) and load_balancing_weight (3).
+        let mut out = Vec::with_capacity(total);
+        string_field(1, cluster, &mut out);
+        for (at, (locality, from, weight, len)) in groups.iter().enumerate() {
+            let to = groups.get(at + 1).map_or(selected.len(), |next| next.1);
+            length_delimited(2, *len, &mut out);
             out.extend_from_slice(&locality.locality);
-            for e in &selected {
+            for e in &selected[*from..to] {
                 length_delimited(2, e.encoded.len(), &mut out);
                 out.extend_from_slice(&e.encoded);
             }
-            prost::encoding::message::encode(3, &weight, &mut out);
+            prost::encoding::message::encode(3, weight, &mut out);
         }
+        debug_assert_eq!(out.len(), total);
         out
     }
 
