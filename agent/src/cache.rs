@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
+use pasa_proto::Kind;
 use pasa_proto::store::v1::{ListResponse, Resource, Subscription};
 use pasa_proto::watch::{Action, Change as StoreChange};
 use prost::Message;
@@ -18,18 +19,30 @@ use prost::Message;
 /// Kind, namespace and name of a cached resource.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key {
-    pub kind: String,
+    pub kind: Kind,
     pub namespace: String,
     pub name: String,
 }
 
 impl Key {
-    pub fn of(r: &Resource) -> Key {
-        Key {
-            kind: r.kind.clone(),
+    /// The key of `r`; `None` for a kind this agent does not know (a store newer than the
+    /// agent), which the cache then does not keep.
+    pub fn of(r: &Resource) -> Option<Key> {
+        let Some(kind) = Kind::from_kind_field(&r.kind) else {
+            tracing::warn!(kind = %r.kind, namespace = %r.namespace, name = %r.name,
+                "resource ignored: its kind is unknown to this agent (is the store newer?)");
+            return None;
+        };
+        Some(Key {
+            kind,
             namespace: r.namespace.clone(),
             name: r.name.clone(),
-        }
+        })
+    }
+
+    /// `r` with its key, if its kind is known.
+    fn keyed(r: Resource) -> Option<(Key, Arc<Resource>)> {
+        Some((Key::of(&r)?, Arc::new(r)))
     }
 }
 
@@ -111,10 +124,7 @@ impl Cache {
     /// A cache holding `resources` at `revision` (for tools and tests that build one directly).
     pub fn from_resources(resources: impl IntoIterator<Item = Resource>, revision: u64) -> Cache {
         Cache {
-            objects: resources
-                .into_iter()
-                .map(|r| (Key::of(&r), Arc::new(r)))
-                .collect(),
+            objects: resources.into_iter().filter_map(Key::keyed).collect(),
             revision,
             relisting: None,
             answered: None,
@@ -137,7 +147,7 @@ impl Cache {
     }
 
     /// Every cached resource of a kind, in namespace and name order.
-    pub fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Arc<Resource>> + 'a {
+    pub fn of_kind(&self, kind: Kind) -> impl Iterator<Item = &Arc<Resource>> + '_ {
         self.objects
             .iter()
             .filter(move |(k, _)| k.kind == kind)
@@ -176,7 +186,9 @@ impl Cache {
     /// Objects a snapshot listed at `revision`.
     pub fn listed(&mut self, objects: impl IntoIterator<Item = Resource>, revision: u64) {
         for resource in objects {
-            self.upsert(Key::of(&resource), resource);
+            if let Some(key) = Key::of(&resource) {
+                self.upsert(key, resource);
+            }
         }
         self.revision = self.revision.max(revision);
     }
@@ -189,10 +201,11 @@ impl Cache {
         self.objects.insert(key, Arc::new(resource));
     }
 
-    /// Applies one change from the store.
-    pub fn apply(&mut self, change: StoreChange) -> Change {
-        let key = Key::of(&change.resource);
-        let applied = match change.action {
+    /// Applies one change from the store (`None`: of a kind this agent does not know).
+    pub fn apply(&mut self, change: StoreChange) -> Option<Change> {
+        self.revision = self.revision.max(change.revision);
+        let key = Key::of(&change.resource)?;
+        Some(match change.action {
             Action::Added | Action::Modified => {
                 self.upsert(key.clone(), change.resource);
                 Change::Upserted(key)
@@ -201,9 +214,7 @@ impl Cache {
                 self.objects.remove(&key);
                 Change::Removed(key)
             }
-        };
-        self.revision = self.revision.max(change.revision);
-        applied
+        })
     }
 
     /// The stream is complete up to `revision`. Ends a snapshot: what it did not repeat is
@@ -264,7 +275,7 @@ impl Cache {
             objects: snapshot
                 .resources
                 .into_iter()
-                .map(|r| (Key::of(&r), Arc::new(r)))
+                .filter_map(Key::keyed)
                 .collect(),
             revision: snapshot.revision,
             relisting: None,
@@ -299,22 +310,30 @@ mod tests {
     fn events_add_change_and_remove() {
         let mut c = Cache::default();
         let vs = resource("VirtualService", "a", "{}");
+        let key = Key::of(&vs).unwrap();
         assert_eq!(
             c.apply(change(Action::Added, 3, vs.clone())),
-            Change::Upserted(Key::of(&vs))
+            Some(Change::Upserted(key.clone()))
         );
         c.apply(change(
             Action::Modified,
             5,
             resource("VirtualService", "a", "{\"x\":1}"),
         ));
-        assert_eq!(c.get(&Key::of(&vs)).unwrap().spec_json, "{\"x\":1}");
+        assert_eq!(c.get(&key).unwrap().spec_json, "{\"x\":1}");
         assert_eq!(c.revision(), 5);
         assert_eq!(
             c.apply(change(Action::Deleted, 6, vs.clone())),
-            Change::Removed(Key::of(&vs))
+            Some(Change::Removed(key))
         );
         assert!(c.is_empty());
+        // A kind this agent does not know is not kept; its revision still counts.
+        assert_eq!(
+            c.apply(change(Action::Added, 7, resource("HTTPRoute", "a", "{}"))),
+            None
+        );
+        assert!(c.is_empty());
+        assert_eq!(c.revision(), 7);
     }
 
     #[test]
@@ -333,13 +352,11 @@ mod tests {
         let removed = c.synced(9);
         assert_eq!(
             removed,
-            [Change::Removed(Key::of(&resource(
-                "DestinationRule",
-                "a",
-                ""
-            )))]
+            [Change::Removed(
+                Key::of(&resource("DestinationRule", "a", "")).unwrap()
+            )]
         );
-        assert_eq!(c.of_kind("DestinationRule").count(), 1);
+        assert_eq!(c.of_kind(Kind::DestinationRule).count(), 1);
         assert!(c.synced(10).is_empty(), "only a snapshot removes");
     }
 
@@ -360,7 +377,7 @@ mod tests {
         assert_eq!(back.revision(), 8);
         assert_eq!(back.len(), 1);
         assert_eq!(
-            back.get(&Key::of(&resource("Gateway", "gw", "")))
+            back.get(&Key::of(&resource("Gateway", "gw", "")).unwrap())
                 .unwrap()
                 .spec_json,
             "{\"servers\":[]}"

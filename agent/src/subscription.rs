@@ -1,8 +1,8 @@
 //! The store subscription a proxy needs: exactly what its scope (see [`crate::model::scope`])
 //! reads.
 //!
-//! For a sidecar it is derived from the scope, iteratively: Sidecars of the proxy's and the root
-//! namespace first; then the egress hosts; then the destinations the visible VirtualServices
+//! For a sidecar it is derived from the scope, iteratively: Sidecars and PeerAuthentications of the
+//! proxy's and the root namespace first; then the egress hosts; then the destinations the visible VirtualServices
 //! route to, so their clusters can be built. A router (gateway) instead follows every Gateway,
 //! its own services, the VirtualServices bound to the Gateways that apply to it, and their
 //! destinations. Each store change that alters the view alters the subscription, and the store
@@ -56,10 +56,13 @@ pub fn subscription_in<'a>(
     if proxy.kind == ProxyType::Router {
         return router_subscription(proxy, registry);
     }
+    // Sidecars apply from the proxy's config namespace, PeerAuthentications from its workload
+    // namespace (the same, but for a proxy told otherwise); both also from the root namespace.
     let mut rules = vec![Rule {
-        kinds: kinds(&[Kind::Sidecar]),
+        kinds: kinds(&[Kind::Sidecar, Kind::PeerAuthentication]),
         namespaces: dedup(vec![
             proxy.config_namespace.clone(),
+            proxy.namespace.clone(),
             proxy.mesh.root_namespace.clone(),
         ]),
         ..Default::default()

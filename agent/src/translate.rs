@@ -39,6 +39,7 @@ pub(crate) struct Built {
 
 use std::net::IpAddr;
 
+use pasa_proto::Kind;
 use pasa_proto::node::ProxyType;
 
 use crate::cache::Cache;
@@ -838,14 +839,16 @@ impl GlobalInputs {
         let mut listeners = std::collections::hash_map::DefaultHasher::new();
         let mut routes = std::collections::hash_map::DefaultHasher::new();
         for (key, resource) in cache.iter() {
-            let (for_listeners, for_routes) = match key.kind.as_str() {
+            let (for_listeners, for_routes) = match key.kind {
                 _ if router => (true, false),
                 // Followed through the services.
-                "ServiceEndpoints" => (false, false),
-                "ServiceEntry" | "WorkloadEntry" => (true, false),
+                Kind::ServiceEndpoints => (false, false),
+                Kind::ServiceEntry | Kind::WorkloadEntry => (true, false),
                 // Followed per route configuration (and below, for TCP and TLS routes).
-                "DestinationRule" | "VirtualService" => (grpc, false),
-                _ => (true, true),
+                Kind::DestinationRule | Kind::VirtualService => (grpc, false),
+                // The inbound side's modes.
+                Kind::PeerAuthentication => (true, false),
+                Kind::Sidecar | Kind::Gateway => (true, true),
             };
             if for_listeners {
                 key.hash(&mut listeners);

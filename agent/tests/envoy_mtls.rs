@@ -8,7 +8,11 @@
 //!   (both Envoys count the handshake) and reaches the server's app through its PERMISSIVE
 //!   inbound listener;
 //! - `ISTIO_MUTUAL` set by a DestinationRule pins the server to its service's SPIFFE identity:
-//!   one naming another identity makes the same request fail, the service's own works.
+//!   one naming another identity makes the same request fail, the service's own works;
+//! - PeerAuthentication, through the store: a plaintext request from outside the mesh (the
+//!   client pod's traffic that its sidecar does not capture) reaches the server under the default
+//!   PERMISSIVE mode, is refused once the namespace's policy is STRICT while mesh traffic still
+//!   flows, and reaches it again when a workload policy sets the port PERMISSIVE.
 //!
 //! Needs what `envoy_sidecar.rs` needs; says loudly when it skipped.
 
@@ -189,6 +193,9 @@ async fn mutual_tls_between_two_sidecars() {
 
         let plain = request(&client.netns, &url, &host);
         assert_eq!(plain.status, 200, "{protocol}: {plain:?}");
+
+        peer_authentication(&store, &client.netns, protocol).await;
+
         for (who, envoy) in [("client", &client), ("server", &server)] {
             let rejected = envoy.rejected().await;
             assert!(
@@ -201,4 +208,71 @@ async fn mutual_tls_between_two_sidecars() {
     client_agent.terminate();
     server_agent.terminate();
     store.stop().await;
+}
+
+/// A namespace's PeerAuthentication named `default`, in `mode`.
+fn namespace_policy(mode: &str) -> Value {
+    json!({"apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
+           "metadata": {"name": "default", "namespace": "shop"},
+           "spec": {"mtls": {"mode": mode}}})
+}
+
+/// The inbound modes PeerAuthentication sets, seen by plaintext from outside the mesh (run as the
+/// proxy's group, the client pod's request skips its sidecar) and by mesh traffic. Leaves the
+/// namespace PERMISSIVE and no workload policy.
+async fn peer_authentication(store: &StoreServer, client: &Netns, protocol: &str) {
+    let direct = "http://10.10.0.2:8000/hello";
+    let bypass = ["--gid", "1337"];
+    let a = until(client, direct, &bypass, "plaintext under PERMISSIVE", |a| {
+        a.status == 200
+    });
+    assert_eq!(
+        a.backend.as_deref(),
+        Some("server-app"),
+        "{protocol}: {a:?}"
+    );
+    assert!(
+        !a.echoed.contains_key("x-forwarded-client-cert"),
+        "{protocol}: plaintext carries no client certificate: {a:?}"
+    );
+
+    store.apply(&[namespace_policy("STRICT")]).await;
+    let a = until(
+        client,
+        direct,
+        &bypass,
+        "plaintext refused under STRICT",
+        |a| a.status == 0,
+    );
+    println!("{protocol}: STRICT refuses plaintext: {:?}", a.error);
+    let mesh = request(
+        client,
+        &format!("http://{SERVER_VIP}/hello"),
+        &["--host", "server.shop.svc.cluster.local"],
+    );
+    assert_eq!(
+        mesh.status, 200,
+        "{protocol}: mesh traffic under STRICT: {mesh:?}"
+    );
+
+    // A workload policy opens its port again; its unset mode inherits STRICT elsewhere.
+    store
+        .apply(&[
+            json!({"apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
+            "metadata": {"name": "server", "namespace": "shop"},
+            "spec": {"selector": {"matchLabels": {"app": "server"}},
+                     "portLevelMtls": {"8000": {"mode": "PERMISSIVE"}}}}),
+        ])
+        .await;
+    let a = until(client, direct, &bypass, "the port PERMISSIVE again", |a| {
+        a.status == 200
+    });
+    assert_eq!(
+        a.backend.as_deref(),
+        Some("server-app"),
+        "{protocol}: {a:?}"
+    );
+    store.delete("PeerAuthentication", "shop", "server").await;
+    store.apply(&[namespace_policy("PERMISSIVE")]).await;
+    println!("{protocol}: PeerAuthentication sets the inbound modes, per namespace and per port");
 }

@@ -57,7 +57,7 @@ fn names(cache: &Cache) -> Vec<String> {
 
 fn key(name: &str) -> Key {
     Key {
-        kind: "DestinationRule".into(),
+        kind: pasa_proto::Kind::DestinationRule,
         namespace: "shop".into(),
         name: name.into(),
     }

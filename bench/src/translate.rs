@@ -261,7 +261,7 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
             let rev = next();
             let mut modified = change(i, rev);
             // As the store writes a modification: the object keeps its creation revision.
-            if let Some(existing) = cache.get(&Key::of(&modified)) {
+            if let Some(existing) = Key::of(&modified).and_then(|key| cache.get(&key)) {
                 modified.create_revision = existing.create_revision;
             }
             cache.apply(watch::Change {

@@ -25,9 +25,6 @@ use crate::write::WriteService;
 use pasa_validation::admission::problem_text;
 use review::{AdmissionRequest, Verdict};
 
-/// The API group whose resources the webhook validates.
-pub const GROUP: &str = "networking.istio.io";
-
 /// Largest review accepted: an object and its old version, each up to etcd's ~1.5 MiB.
 const MAX_BODY: usize = 8 << 20;
 
@@ -201,29 +198,30 @@ impl Webhook {
     }
 }
 
-/// The PASA kind a reviewed group/version/kind is, or why the webhook refuses it.
+/// The PASA kind a reviewed group/version/kind is, or why the webhook refuses it. The webhook
+/// reviews the Istio kinds the store keeps (not the store's own kind, which is no Kubernetes
+/// resource).
 fn handled_kind(gvk: &review::GroupVersionKind) -> Result<Kind, String> {
-    if gvk.group != GROUP {
-        return Err(format!(
-            "unrecognized type {}/{}, Kind={}: this webhook validates {GROUP} resources only; \
-             check the rules of the ValidatingWebhookConfiguration",
-            gvk.group, gvk.version, gvk.kind
-        ));
-    }
-    match Kind::from_kind_field(&gvk.kind) {
-        Some(kind) if kind.group() == GROUP => Ok(kind),
-        _ => Err(format!(
-            "unrecognized type {GROUP}/{}, Kind={}: PASA handles {}",
-            gvk.version,
-            gvk.kind,
-            Kind::ALL
-                .iter()
-                .filter(|k| k.group() == GROUP)
-                .map(|k| k.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
-    }
+    let reviewed = |k: &Kind| *k != Kind::ServiceEndpoints;
+    Kind::ALL
+        .into_iter()
+        .filter(reviewed)
+        .find(|k| k.group() == gvk.group && k.as_str() == gvk.kind)
+        .ok_or_else(|| {
+            format!(
+                "unrecognized type {}/{}, Kind={}: this webhook validates {}; check the rules of \
+                 the ValidatingWebhookConfiguration",
+                gvk.group,
+                gvk.version,
+                gvk.kind,
+                Kind::ALL
+                    .iter()
+                    .filter(|k| reviewed(k))
+                    .map(|k| format!("{}.{}", k.as_str(), k.group()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
 }
 
 fn is_json(headers: &HeaderMap) -> bool {

@@ -172,6 +172,17 @@ async fn webhook_over_verified_https() {
         "{r}"
     );
 
+    // A security kind is reviewed like the networking ones: the field at fault is named.
+    let r = client
+        .review(fixture("create-peerauthentication-invalid-v1.json"))
+        .await;
+    assert_eq!(r["response"]["allowed"], false, "{r}");
+    let message = r["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.portLevelMtls") && message.contains("cannot have port level mTLS"),
+        "{message}"
+    );
+
     // A dry run is validated and allowed, but not written.
     let r = client
         .review(fixture("create-gateway-dry-run-v1.json"))
@@ -213,9 +224,9 @@ async fn webhook_over_verified_https() {
     let metrics = pcp.metrics();
     for line in [
         "pasa_pcp_webhook_requests_total{answer=\"Allowed\"} 3",
-        "pasa_pcp_webhook_requests_total{answer=\"Denied\"} 3",
+        "pasa_pcp_webhook_requests_total{answer=\"Denied\"} 4",
         "pasa_pcp_webhook_requests_total{answer=\"BadRequest\"} 3",
-        "pasa_pcp_documents_total{origin=\"Webhook\",verdict=\"Rejected\"} 1",
+        "pasa_pcp_documents_total{origin=\"Webhook\",verdict=\"Rejected\"} 2",
         "pasa_pcp_writes_on_admit_total{result=\"Written\"} 2",
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");

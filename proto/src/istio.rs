@@ -1,5 +1,5 @@
-//! Typed models of Istio's networking resources (`networking.istio.io`), read from the protobuf JSON
-//! form the CRDs use.
+//! Typed models of Istio's resources (`networking.istio.io`, and `security.istio.io` as far as the
+//! store keeps it), read from the protobuf JSON form the CRDs use.
 //!
 //! One model serves all three API versions: v1alpha3, v1beta1 and v1 share one schema. Parsing is
 //! strict, as istiod's webhook is: an unknown field, a value of the wrong type or two members of one
@@ -9,6 +9,7 @@
 pub mod common;
 pub mod destination_rule;
 pub mod gateway;
+pub mod peer_authentication;
 pub mod service_entry;
 pub mod sidecar;
 pub mod virtual_service;

@@ -5,10 +5,13 @@ use std::str::FromStr;
 
 /// Group of the Istio networking kinds.
 pub const ISTIO_NETWORKING_GROUP: &str = "networking.istio.io";
+/// Group of the Istio security kinds.
+pub const ISTIO_SECURITY_GROUP: &str = "security.istio.io";
 /// Group of PASA's own kinds.
 pub const PASA_GROUP: &str = "pasa.io";
 
 const ISTIO_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha3"];
+const ISTIO_SECURITY_VERSIONS: &[&str] = &["v1", "v1beta1"];
 const PASA_VERSIONS: &[&str] = &["v1alpha1"];
 
 /// A kind of resource the store keeps.
@@ -22,10 +25,12 @@ pub enum Kind {
     WorkloadEntry,
     /// A Kubernetes Service with its endpoints (from EndpointSlices or WorkloadEntries).
     ServiceEndpoints,
+    /// `security.istio.io`: the mutual TLS a workload's inbound side accepts.
+    PeerAuthentication,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::ServiceEntry,
@@ -33,6 +38,7 @@ impl Kind {
         Kind::Sidecar,
         Kind::WorkloadEntry,
         Kind::ServiceEndpoints,
+        Kind::PeerAuthentication,
     ];
 
     /// The `kind` field as written in a manifest.
@@ -45,12 +51,14 @@ impl Kind {
             Kind::Sidecar => "Sidecar",
             Kind::WorkloadEntry => "WorkloadEntry",
             Kind::ServiceEndpoints => "ServiceEndpoints",
+            Kind::PeerAuthentication => "PeerAuthentication",
         }
     }
 
     pub fn group(self) -> &'static str {
         match self {
             Kind::ServiceEndpoints => PASA_GROUP,
+            Kind::PeerAuthentication => ISTIO_SECURITY_GROUP,
             _ => ISTIO_NETWORKING_GROUP,
         }
     }
@@ -59,6 +67,7 @@ impl Kind {
     pub fn versions(self) -> &'static [&'static str] {
         match self {
             Kind::ServiceEndpoints => PASA_VERSIONS,
+            Kind::PeerAuthentication => ISTIO_SECURITY_VERSIONS,
             _ => ISTIO_VERSIONS,
         }
     }
@@ -73,6 +82,7 @@ impl Kind {
             Kind::Sidecar => "sidecars",
             Kind::WorkloadEntry => "workloadentries",
             Kind::ServiceEndpoints => "serviceendpoints",
+            Kind::PeerAuthentication => "peerauthentications",
         }
     }
 
@@ -86,6 +96,7 @@ impl Kind {
             Kind::Sidecar => &[],
             Kind::WorkloadEntry => &["we"],
             Kind::ServiceEndpoints => &["sep"],
+            Kind::PeerAuthentication => &["pa"],
         }
     }
 
@@ -176,6 +187,11 @@ mod tests {
             ("sidecar", Kind::Sidecar),
             ("we", Kind::WorkloadEntry),
             ("sep", Kind::ServiceEndpoints),
+            ("pa", Kind::PeerAuthentication),
+            (
+                "peerauthentications.security.istio.io",
+                Kind::PeerAuthentication,
+            ),
         ] {
             assert_eq!(input.parse::<Kind>(), Ok(kind), "{input}");
         }
@@ -192,5 +208,7 @@ mod tests {
         assert!(!Kind::Gateway.accepts_api_version("gateway.networking.k8s.io/v1"));
         assert!(Kind::ServiceEndpoints.accepts_api_version("pasa.io/v1alpha1"));
         assert!(!Kind::ServiceEndpoints.accepts_api_version("networking.istio.io/v1"));
+        assert!(Kind::PeerAuthentication.accepts_api_version("security.istio.io/v1beta1"));
+        assert!(!Kind::PeerAuthentication.accepts_api_version("networking.istio.io/v1"));
     }
 }

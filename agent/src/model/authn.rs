@@ -9,45 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use pasa_proto::istio::peer_authentication::{PeerAuthentication, PeerMode};
 
 use super::registry::{Config, selects};
-
-/// The kind name of a PeerAuthentication (`security.istio.io`); not yet a `pasa_proto::Kind`,
-/// which gains the security kinds with their validation.
-pub const PEER_AUTHENTICATION: &str = "PeerAuthentication";
-
-/// The `spec` of a PeerAuthentication.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct PeerAuthentication {
-    pub selector: Option<WorkloadSelector>,
-    pub mtls: Option<MutualTls>,
-    pub port_level_mtls: BTreeMap<u32, MutualTls>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct WorkloadSelector {
-    pub match_labels: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default)]
-pub struct MutualTls {
-    pub mode: PeerMode,
-}
-
-/// A mode as written; `UNSET` inherits.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum PeerMode {
-    #[default]
-    Unset,
-    Disable,
-    Permissive,
-    Strict,
-}
 
 /// The effective mutual TLS mode of a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,14 +24,13 @@ pub enum MtlsMode {
     Strict,
 }
 
-impl PeerMode {
-    fn effective(self) -> Option<MtlsMode> {
-        match self {
-            PeerMode::Unset => None,
-            PeerMode::Disable => Some(MtlsMode::Disable),
-            PeerMode::Permissive => Some(MtlsMode::Permissive),
-            PeerMode::Strict => Some(MtlsMode::Strict),
-        }
+/// A mode as written, as it applies; `None` inherits.
+fn effective(mode: PeerMode) -> Option<MtlsMode> {
+    match mode {
+        PeerMode::Unset => None,
+        PeerMode::Disable => Some(MtlsMode::Disable),
+        PeerMode::Permissive => Some(MtlsMode::Permissive),
+        PeerMode::Strict => Some(MtlsMode::Strict),
     }
 }
 
@@ -111,7 +74,7 @@ impl MergedPolicy {
                 .spec
                 .selector
                 .as_ref()
-                .filter(|s| !s.match_labels.is_empty());
+                .filter(|_| p.spec.selects_workloads());
             let slot = match selector {
                 None if p.meta.namespace == root_namespace => Some(&mut mesh),
                 None if p.meta.namespace == namespace => Some(&mut ns),
@@ -132,14 +95,14 @@ impl MergedPolicy {
         }
         let mut out = MergedPolicy::default();
         for level in [mesh, ns, workload].into_iter().flatten() {
-            if let Some(mode) = level.spec.mtls.as_ref().and_then(|m| m.mode.effective()) {
+            if let Some(mode) = level.spec.mtls.as_ref().and_then(|m| effective(m.mode)) {
                 out.mode = mode;
             }
         }
         if let Some(w) = workload {
-            for (port, m) in &w.spec.port_level_mtls {
+            for (port, mode) in w.spec.port_modes() {
                 out.per_port
-                    .insert(*port, m.mode.effective().unwrap_or(out.mode));
+                    .insert(port, effective(mode).unwrap_or(out.mode));
             }
         }
         out

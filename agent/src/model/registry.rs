@@ -21,8 +21,8 @@ use pasa_proto::service_endpoints::ServiceEndpoints;
 use pasa_proto::store::v1::Resource;
 use serde::de::DeserializeOwned;
 
-use super::authn::PeerAuthentication;
 use crate::cache::{Cache, Change, Key};
+use pasa_proto::istio::peer_authentication::PeerAuthentication;
 
 /// Name, namespace and the store's bookkeeping of a parsed resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,9 +211,7 @@ impl Registry {
         };
         let mut sources = BTreeSet::new();
         for key in &changed {
-            if let Some(Kind::ServiceEntry | Kind::ServiceEndpoints) =
-                Kind::from_kind_field(&key.kind)
-            {
+            if let Kind::ServiceEntry | Kind::ServiceEndpoints = key.kind {
                 sources.insert(key.clone());
             }
             match cache.get(key) {
@@ -233,10 +231,7 @@ impl Registry {
         }
         // The ServiceEntries of a changed WorkloadEntry's namespace that select workloads may
         // select it.
-        for key in changed
-            .iter()
-            .filter(|k| k.kind == Kind::WorkloadEntry.as_str())
-        {
+        for key in changed.iter().filter(|k| k.kind == Kind::WorkloadEntry) {
             sources.extend(self.selecting_entries(&key.namespace));
         }
         self.seen = Some(cache.clone());
@@ -249,13 +244,13 @@ impl Registry {
     /// The ServiceEntries of `namespace` with a workload selector.
     fn selecting_entries(&self, namespace: &str) -> Vec<Key> {
         let from = Key {
-            kind: Kind::ServiceEntry.as_str().into(),
+            kind: Kind::ServiceEntry,
             namespace: namespace.into(),
             name: String::new(),
         };
         self.entries
             .range(from..)
-            .take_while(|(k, _)| k.kind == Kind::ServiceEntry.as_str() && k.namespace == namespace)
+            .take_while(|(k, _)| k.kind == Kind::ServiceEntry && k.namespace == namespace)
             .filter(|(_, e)| {
                 matches!(&e.parsed, Parsed::ServiceEntry(se) if se.spec.workload_selector.is_some())
             })
@@ -386,7 +381,7 @@ impl Registry {
                 created: se.meta.created,
                 revision,
                 source: Key {
-                    kind: Kind::ServiceEntry.as_str().into(),
+                    kind: Kind::ServiceEntry,
                     namespace: se.meta.namespace.clone(),
                     name: se.meta.name.clone(),
                 },
@@ -563,7 +558,7 @@ fn from_kubernetes(sep: &Config<ServiceEndpoints>, domain_suffix: &str) -> Servi
         created: sep.meta.created,
         revision: sep.meta.revision,
         source: Key {
-            kind: Kind::ServiceEndpoints.as_str().into(),
+            kind: Kind::ServiceEndpoints,
             namespace: sep.meta.namespace.clone(),
             name: sep.meta.name.clone(),
         },
@@ -578,21 +573,6 @@ fn meta_of(resource: &Resource) -> Meta {
         annotations: resource.annotations.clone().into_iter().collect(),
         created: resource.create_revision,
         revision: resource.mod_revision,
-    }
-}
-
-/// A kind the store keeps without a model of its own: its spec read directly.
-fn plain<T: DeserializeOwned>(resource: &Resource) -> Option<Arc<Config<T>>> {
-    match serde_json::from_str::<T>(&resource.spec_json) {
-        Ok(spec) => Some(Arc::new(Config {
-            meta: meta_of(resource),
-            spec,
-        })),
-        Err(e) => {
-            tracing::warn!(kind = %resource.kind, namespace = %resource.namespace,
-                name = %resource.name, error = %e, "resource ignored: its spec does not parse");
-            None
-        }
     }
 }
 
@@ -619,10 +599,7 @@ fn parse(resource: &Resource) -> Parsed {
         Some(Kind::Sidecar) => typed(resource).map(Parsed::Sidecar),
         Some(Kind::Gateway) => typed(resource).map(Parsed::Gateway),
         Some(Kind::WorkloadEntry) => typed(resource).map(Parsed::WorkloadEntry),
-        // Not a kind the store keeps yet (the security kinds come with their validation).
-        None if resource.kind == super::authn::PEER_AUTHENTICATION => {
-            plain(resource).map(Parsed::PeerAuthentication)
-        }
+        Some(Kind::PeerAuthentication) => typed(resource).map(Parsed::PeerAuthentication),
         None => None,
     };
     parsed.unwrap_or(Parsed::Ignored)

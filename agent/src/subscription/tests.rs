@@ -1,4 +1,5 @@
-//! The router's scope: what it subscribes to follows the Gateways that apply to it.
+//! What a proxy subscribes to: a router follows the Gateways that apply to it; a sidecar its
+//! namespace's and the root's policies.
 
 use std::collections::BTreeMap;
 
@@ -129,4 +130,22 @@ fn a_gateway_selecting_other_routers_brings_nothing_but_gateways_and_own_service
     let rules = subscription_for(vec![other]);
     assert_eq!(rules.len(), 2, "{rules:?}");
     assert!(rule_with(&rules, "Gateway", |r| r.namespaces.is_empty()));
+}
+
+#[test]
+fn a_sidecar_subscribes_to_the_peer_authentications_of_its_namespace_and_the_root() {
+    let proxy = crate::testing::sidecar("10.0.0.9");
+    let rules = subscription(&proxy, &Cache::default()).rules;
+    let namespaces = |kind: &str| -> Vec<String> {
+        rules
+            .iter()
+            .filter(|r| r.kinds.iter().any(|k| k == kind))
+            .flat_map(|r| r.namespaces.clone())
+            .collect()
+    };
+    assert_eq!(
+        namespaces("PeerAuthentication"),
+        ["default", "istio-system"]
+    );
+    assert!(rule_with(&rules, "Sidecar", |r| !r.namespaces.is_empty()));
 }

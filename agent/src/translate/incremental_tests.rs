@@ -1,5 +1,6 @@
 //! Incremental translation against translation from scratch: after every change of a random
-//! sequence (services, endpoints, DestinationRules, VirtualServices, Sidecars, deletions), what a
+//! sequence (services, endpoints, DestinationRules, VirtualServices, Sidecars,
+//! PeerAuthentications, deletions), what a
 //! long-lived translator serves equals what a new translator builds from the same cache, for a
 //! sidecar (Envoy and gRPC generators) and a router. The fingerprints that decide what is reused
 //! are conservative guesses at what each output reads; this is what checks them.
@@ -144,6 +145,28 @@ fn variant(slot: &str, i: usize, rng: &mut Rng) -> Option<(String, String, Value
                    "ports": [{"number": 443, "name": "tls", "protocol": "TLS"}],
                    "resolution": *rng.pick(&["DNS", "NONE"]), "location": "MESH_EXTERNAL"}),
         )),
+        "PeerAuthentication" => {
+            let mode = *rng.pick(&["STRICT", "PERMISSIVE", "DISABLE", "UNSET"]);
+            match rng.below(4) {
+                0 => None,
+                // The namespace's policy.
+                1 => Some((ns, "default".into(), json!({"mtls": {"mode": mode}}))),
+                // The mesh's.
+                2 => Some((
+                    "istio-system".into(),
+                    "default".into(),
+                    json!({"mtls": {"mode": mode}}),
+                )),
+                // A workload policy with a port of its own.
+                _ => Some((
+                    ns,
+                    "workload".into(),
+                    json!({"selector": {"matchLabels": {"app": "proxy"}},
+                           "mtls": {"mode": mode},
+                           "portLevelMtls": {"80": {"mode": *rng.pick(&["STRICT", "DISABLE"])}}}),
+                )),
+            }
+        }
         _ => None,
     }
 }
@@ -158,6 +181,7 @@ const SLOTS: &[&str] = &[
     "Sidecar",
     "Gateway",
     "ServiceEntry",
+    "PeerAuthentication",
 ];
 
 /// Writes one object into the cache as the store's watch would deliver it (a modification keeps
@@ -215,9 +239,12 @@ fn incremental_translation_equals_translation_from_scratch() {
             }
         }
     }
+    // Labelled, so that a workload PeerAuthentication selects it.
+    let mut labelled = sidecar(PROXY_IP);
+    labelled.labels = [("app".to_string(), "proxy".to_string())].into();
     let proxies = [
-        ("sidecar", sidecar(PROXY_IP), Generator::Envoy),
-        ("grpc", sidecar(PROXY_IP), Generator::Grpc),
+        ("sidecar", labelled.clone(), Generator::Envoy),
+        ("grpc", labelled, Generator::Grpc),
         ("router", router("10.0.0.50"), Generator::Envoy),
     ];
     let mut translators: Vec<Translator> = proxies
@@ -235,7 +262,12 @@ fn incremental_translation_equals_translation_from_scratch() {
                 // Delete whatever this slot holds.
                 let key = created
                     .keys()
-                    .find(|(k, _, n)| k == kind && (n == &format!("svc-{i}") || kind == "Sidecar"))
+                    .find(|(k, _, n)| {
+                        k == kind
+                            && (n == &format!("svc-{i}")
+                                || kind == "Sidecar"
+                                || kind == "PeerAuthentication")
+                    })
                     .cloned();
                 if let Some(id) = key {
                     created.remove(&id);

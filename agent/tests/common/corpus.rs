@@ -169,7 +169,7 @@ pub fn load(path: &Path) -> Result<Vec<Case>, String> {
 
 /// Kinds of `config` that the store does not model yet but a translator may read: kept as
 /// resources with their spec, without structural checks.
-const UNMODELLED_CONFIG_KINDS: &[&str] = &["PeerAuthentication", "HTTPRoute"];
+const UNMODELLED_CONFIG_KINDS: &[&str] = &["HTTPRoute"];
 
 /// The store resources of a case: its Istio `config` and its Kubernetes `kube` (Services with
 /// their endpoints, as `ServiceEndpoints`). Revisions follow document order, except that objects

@@ -3,15 +3,17 @@ with each answer's status, the backend that answered (from its JSON body), the t
 the response headers the test asks about. Runs inside the test's network namespace.
 
     http_client.py URL COUNT [--host HOST] [--header K:V]... [--sni NAME --ca FILE]
-                   [--timeout SECONDS]
+                   [--timeout SECONDS] [--gid GID]
 
 With `--sni` the connection is TLS to the URL's address with that server name, verified
-against `--ca`.
+against `--ca`. With `--gid` the client runs as that group: as the proxy's group, its traffic
+is not captured by the pod's sidecar (a workload without a sidecar, as the server sees it).
 """
 
 import argparse
 import http.client
 import json
+import os
 import ssl
 import time
 import urllib.parse
@@ -24,7 +26,11 @@ parser.add_argument("--header", action="append", default=[])
 parser.add_argument("--sni")
 parser.add_argument("--ca")
 parser.add_argument("--timeout", type=float, default=10.0)
+parser.add_argument("--gid", type=int)
 args = parser.parse_args()
+if args.gid is not None:
+    os.setgroups([])
+    os.setgid(args.gid)
 url = urllib.parse.urlsplit(args.url)
 headers = dict(h.split(":", 1) for h in args.header)
 if args.host:

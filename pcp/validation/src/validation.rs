@@ -1,4 +1,4 @@
-//! Istio-parity validation of networking resources: what istiod's webhook rejects, PCP rejects,
+//! Istio-parity validation of networking and security resources: what istiod's webhook rejects, PCP rejects,
 //! with the field path and the rule; what it warns about, PCP warns about.
 //!
 //! [`validate`] checks one object on its own (the webhook's and `pasactl validate`'s job). Checks
@@ -8,6 +8,7 @@
 pub mod common;
 pub mod destination_rule;
 pub mod gateway;
+pub mod peer_authentication;
 pub mod service_entry;
 pub mod sidecar;
 pub mod virtual_service;
@@ -130,6 +131,7 @@ pub fn validate(obj: &Object) -> Report {
         Kind::Gateway => gateway::validate(obj, &mut report),
         Kind::Sidecar => sidecar::validate(obj, &mut report),
         Kind::WorkloadEntry => workload_entry::validate(obj, &mut report),
+        Kind::PeerAuthentication => peer_authentication::validate(obj, &mut report),
         // The store's own kind: its structure is checked by the store.
         Kind::ServiceEndpoints => {}
     }

@@ -65,7 +65,8 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
         Kind::ServiceEndpoints => {
             hosts.push(service_fqdn(&obj.name, ns, domain_suffix));
         }
-        Kind::Sidecar | Kind::WorkloadEntry => {}
+        // Namespace-scoped: found by their namespace.
+        Kind::Sidecar | Kind::WorkloadEntry | Kind::PeerAuthentication => {}
     }
     hosts.sort();
     hosts.dedup();

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use pasa_proto::Object;
 use pasa_proto::istio::common::{Duration, Protocol};
+use pasa_proto::istio::destination_rule::WorkloadSelector;
 
 use super::{Path, Report};
 
@@ -324,6 +325,16 @@ pub fn validate_selector_labels(at: &Path, labels: &BTreeMap<String, String>, re
     if labels.is_empty() {
         report.warn(at, "workload selector specified without labels");
     }
+}
+
+/// A policy's workload selector (`istio.type.v1beta1.WorkloadSelector`: DestinationRule and the
+/// security kinds): `matchLabels` by the shared selector rules, with the CRD's limits.
+pub fn validate_policy_selector(at: &Path, selector: &WorkloadSelector, report: &mut Report) {
+    /// The CRD's cap on the selector's labels.
+    const MAX_LABELS: usize = 4096;
+    let at = at.field("matchLabels");
+    validate_selector_labels(&at, &selector.match_labels, report);
+    validate_selector_label_limits(&at, &selector.match_labels, MAX_LABELS, report);
 }
 
 /// The CRD's limits on a workload selector: at most `max_labels` labels (256 for Sidecar and

@@ -12,20 +12,18 @@ use pasa_proto::istio::common::Duration;
 use pasa_proto::istio::destination_rule::{
     ClientTlsSettings, ConnectionPoolSettings, DestinationRule, H2UpgradePolicy, HttpSettings,
     LoadBalancerSettings, OutlierDetection, PortTrafficPolicy, ProxyProtocol, RetryBudget, Subset,
-    TcpSettings, TrafficPolicy, TunnelSettings, WorkloadSelector,
+    TcpSettings, TrafficPolicy, TunnelSettings,
 };
 
 use super::common::{
     ExportToRules, is_dns1123_label, validate_duration, validate_export_to, validate_fqdn,
-    validate_ip_address, validate_labels, validate_port, validate_selector_label_limits,
-    validate_selector_labels, validate_wildcard_domain,
+    validate_ip_address, validate_labels, validate_policy_selector, validate_port,
+    validate_wildcard_domain,
 };
 use super::{Path, Report, parse};
 
 /// The CRD's cap on `portLevelSettings` entries.
 const MAX_PORT_LEVEL_SETTINGS: usize = 4096;
-/// The CRD's cap on workload selector labels.
-const MAX_SELECTOR_LABELS: usize = 4096;
 
 /// Checks one DestinationRule.
 pub fn validate(obj: &Object, report: &mut Report) {
@@ -63,7 +61,7 @@ pub fn validate(obj: &Object, report: &mut Report) {
         report,
     );
     if let Some(selector) = &rule.workload_selector {
-        validate_workload_selector(&spec.field("workloadSelector"), selector, report);
+        validate_policy_selector(&spec.field("workloadSelector"), selector, report);
     }
 }
 
@@ -81,13 +79,6 @@ fn validate_subset(at: &Path, ns: &str, subset: &Subset, report: &mut Report) {
     if let Some(policy) = &subset.traffic_policy {
         validate_traffic_policy(&at.field("trafficPolicy"), ns, policy, report);
     }
-}
-
-/// `matchLabels`: the shared selector rules, plus the CRD's limits.
-fn validate_workload_selector(at: &Path, selector: &WorkloadSelector, report: &mut Report) {
-    let at = at.field("matchLabels");
-    validate_selector_labels(&at, &selector.match_labels, report);
-    validate_selector_label_limits(&at, &selector.match_labels, MAX_SELECTOR_LABELS, report);
 }
 
 /// A traffic policy of the rule or of a subset; `ns` is the rule's namespace.
