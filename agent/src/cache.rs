@@ -29,8 +29,7 @@ impl Key {
     /// agent), which the cache then does not keep.
     pub fn of(r: &Resource) -> Option<Key> {
         let Some(kind) = Kind::from_kind_field(&r.kind) else {
-            tracing::warn!(kind = %r.kind, namespace = %r.namespace, name = %r.name,
-                "resource ignored: its kind is unknown to this agent (is the store newer?)");
+            warn_unknown_kind(r);
             return None;
         };
         Some(Key {
@@ -43,6 +42,20 @@ impl Key {
     /// `r` with its key, if its kind is known.
     fn keyed(r: Resource) -> Option<(Key, Arc<Resource>)> {
         Some((Key::of(&r)?, Arc::new(r)))
+    }
+}
+
+/// Says once per kind that resources of a kind this agent does not know are ignored.
+fn warn_unknown_kind(r: &Resource) {
+    static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let first = WARNED
+        .lock()
+        .map(|mut warned| warned.insert(r.kind.clone()))
+        .unwrap_or(false);
+    if first {
+        tracing::warn!(kind = %r.kind, namespace = %r.namespace, name = %r.name,
+            "resources of this kind are ignored: it is unknown to this agent (is the store newer?)");
     }
 }
 
@@ -85,6 +98,10 @@ pub enum CacheError {
 
 /// The file in `--cache-dir` holding the last good snapshot.
 pub const CACHE_FILE: &str = "snapshot.pb";
+/// Beside it, the subscription the snapshot answers in full: a watch resumes from the saved
+/// revision only when it asks for the same (else the store would replay changes, but never send
+/// objects that were there before and only now match). Without it the agent relists.
+pub const SUBSCRIPTION_FILE: &str = "subscription.pb";
 
 /// Raw resources by key, and the store revision they are current at.
 ///
@@ -250,15 +267,28 @@ impl Cache {
             source,
         };
         std::fs::create_dir_all(dir).map_err(write_err)?;
+        // The subscription goes first and comes back last: a snapshot never sits beside a
+        // subscription it does not answer, even if the agent stops half-way.
+        let subscription = dir.join(SUBSCRIPTION_FILE);
+        match std::fs::remove_file(&subscription) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(CacheError::Write {
+                    path: subscription,
+                    source: e,
+                });
+            }
+            _ => {}
+        }
         let snapshot = ListResponse {
             resources: self.objects.values().map(|r| (**r).clone()).collect(),
             revision: self.revision,
         };
-        let mut file = std::fs::File::create(&tmp).map_err(write_err)?;
-        file.write_all(&snapshot.encode_to_vec())
-            .and_then(|()| file.sync_all())
-            .map_err(write_err)?;
-        std::fs::rename(&tmp, &path).map_err(write_err)
+        write_atomically(&path, &tmp, &snapshot.encode_to_vec())?;
+        if let Some(answered) = &self.answered {
+            let tmp = dir.join(format!("{SUBSCRIPTION_FILE}.tmp"));
+            write_atomically(&subscription, &tmp, &answered.encode_to_vec())?;
+        }
+        Ok(())
     }
 
     /// Reads the cache saved in `dir`; `None` when there is none.
@@ -271,6 +301,11 @@ impl Cache {
         };
         let snapshot = ListResponse::decode(bytes.as_slice())
             .map_err(|source| CacheError::Decode { path, source })?;
+        // A missing or unreadable subscription only costs a relist.
+        let answered = std::fs::read(dir.join(SUBSCRIPTION_FILE))
+            .ok()
+            .and_then(|bytes| Subscription::decode(bytes.as_slice()).ok())
+            .map(Arc::new);
         Ok(Some(Cache {
             objects: snapshot
                 .resources
@@ -279,9 +314,22 @@ impl Cache {
                 .collect(),
             revision: snapshot.revision,
             relisting: None,
-            answered: None,
+            answered,
         }))
     }
+}
+
+/// Writes `bytes` to `path` through `tmp`, synced, so a reader finds the old file or the new.
+fn write_atomically(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<(), CacheError> {
+    let write_err = |source| CacheError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::File::create(tmp).map_err(write_err)?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(write_err)?;
+    std::fs::rename(tmp, path).map_err(write_err)
 }
 
 #[cfg(test)]
@@ -381,6 +429,29 @@ mod tests {
                 .unwrap()
                 .spec_json,
             "{\"servers\":[]}"
+        );
+
+        // Saved with the subscription it answers, which comes back with it; a save without
+        // one leaves none behind.
+        assert!(back.answered().is_none());
+        let subscription = Subscription {
+            rules: vec![pasa_proto::store::v1::Rule {
+                kinds: vec!["Gateway".into()],
+                ..Default::default()
+            }],
+        };
+        c.set_answered(Arc::new(subscription.clone()));
+        c.save(dir.path()).unwrap();
+        let back = Cache::load(dir.path()).unwrap().unwrap();
+        assert_eq!(back.answered(), Some(&subscription));
+        Cache::default().save(dir.path()).unwrap();
+        assert!(!dir.path().join(SUBSCRIPTION_FILE).exists());
+        assert!(
+            Cache::load(dir.path())
+                .unwrap()
+                .unwrap()
+                .answered()
+                .is_none()
         );
 
         std::fs::write(dir.path().join(CACHE_FILE), b"\xff\xff\xff").unwrap();

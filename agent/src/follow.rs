@@ -95,7 +95,8 @@ pub(crate) fn store_backoff() -> Backoff {
 /// The subscription the cache's contents answer to.
 #[derive(Default)]
 struct InForce {
-    /// The subscription of the last stream (with its updates); `None` before the first.
+    /// The subscription of the last stream (with its updates); before the first, the one a
+    /// loaded cache was saved with (`None`: unknown, so the first watch relists).
     subscription: Option<Subscription>,
     /// An update was asked for on the last stream (sent or still queued) and its SYNCED has not
     /// come, so the cache may hold only part of its answer.
@@ -103,9 +104,10 @@ struct InForce {
 }
 
 impl InForce {
-    /// Whether a watch with `next` may resume from the cache's revision (rather than relist).
+    /// Whether a watch with `next` may resume from the cache's revision (rather than relist):
+    /// only when the cache answers exactly `next` in full.
     fn resumable_with(&self, next: &Subscription) -> bool {
-        !self.updated && self.subscription.as_ref().is_none_or(|s| s == next)
+        !self.updated && self.subscription.as_ref().is_some_and(|s| s == next)
     }
 }
 
@@ -120,7 +122,11 @@ pub async fn follow(
 ) {
     let mut backoff = store_backoff();
     let mut relist = cache.revision() == 0;
-    let mut in_force = InForce::default();
+    // A cache loaded from disk answers the subscription saved with it, if any.
+    let mut in_force = InForce {
+        subscription: cache.answered().cloned(),
+        updated: false,
+    };
     let mut subscription = config.subscription.clone();
     // Outlives each watch stream, so what a stream left unsaved is saved when it ends.
     let mut saver = Saver::new(config.cache_dir.clone(), config.saved.clone());

@@ -233,7 +233,9 @@ pub(super) fn sni_dnat_clusters(
             // Decoding what was just encoded from a message cannot fail.
             let mut c = Cluster::decode(encoded.as_slice()).unwrap_or_default();
             c.name = name.clone();
+            // No upstream TLS of the router's own, auto mTLS included.
             c.transport_socket = None;
+            c.transport_socket_matches.clear();
             if let Some(eds) = c.eds_cluster_config.as_mut() {
                 eds.service_name = name.clone();
             }

@@ -237,9 +237,13 @@ fn auto_passthrough_routes_sni_dnat_names_to_clusters_of_that_name() {
     assert_eq!(out.endpoints[subset].cluster_name, subset);
     assert_eq!(out.endpoints[subset].endpoints.len(), 1);
     // Both services' hosts are covered by the server's wildcard.
+    let no_rule = &out.clusters["outbound_.9090_._.elsewhere-only.default.svc.cluster.local"];
+    // Without a DestinationRule a mesh cluster takes auto mTLS; an SNI-DNAT one does not (the
+    // client's mTLS passes through).
     assert!(
-        out.clusters
-            .contains_key("outbound_.9090_._.elsewhere-only.default.svc.cluster.local")
+        no_rule.transport_socket_matches.is_empty() && no_rule.transport_socket.is_none(),
+        "{:?}",
+        no_rule.transport_socket_matches
     );
 }
 
