@@ -101,8 +101,20 @@ pub fn subscription_in<'a>(
             ..Default::default()
         });
     }
-    // DestinationRules apply by host from any namespace (proxy's, service's, root).
-    let mut dr_hosts: BTreeSet<String> = scope.egress.iter().map(|e| e.host.clone()).collect();
+    // DestinationRules apply by host from any namespace (proxy's, service's, root): those of
+    // the visible services, and of the hosts egress names or matches by a pattern. Egress to
+    // every host of one namespace (`./*`, `istio-system/*`) asks for the DestinationRules of
+    // that namespace's services, which are among the visible ones, not for every rule of the
+    // mesh (a service appearing there shows up through the rules above, and then its
+    // DestinationRules are asked for).
+    let services: Vec<&Arc<Service>> = services.collect();
+    let mut dr_hosts: BTreeSet<String> = scope
+        .egress
+        .iter()
+        .filter(|e| e.host != "*" || e.namespace == "*")
+        .map(|e| e.host.clone())
+        .collect();
+    dr_hosts.extend(services.iter().map(|s| s.hostname.clone()));
     // Destinations of visible VirtualServices, so their clusters can be built.
     let mut destinations = BTreeSet::new();
     for vs in virtual_services {
@@ -123,6 +135,7 @@ pub fn subscription_in<'a>(
     });
     // Endpoints of visible ServiceEntries that select WorkloadEntries.
     let selector_namespaces: BTreeSet<String> = services
+        .iter()
         .filter(|s| !s.kubernetes)
         .map(|s| s.namespace.clone())
         .filter(|ns| ns != &proxy.namespace)

@@ -4,8 +4,10 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod agent;
+mod embedded;
 mod fixture;
 mod matching;
+mod seed;
 mod stats;
 mod status;
 mod translate;
@@ -36,6 +38,9 @@ enum Command {
     Status(status::StatusArgs),
     /// What the agent costs beside a real Envoy it runs: memory and CPU, idle and under changes.
     Agent(agent::AgentArgs),
+    /// The seed's scenario: a whole mesh of services and pods on the store, every pod
+    /// subscribed, then a batch of DestinationRule updates.
+    Seed(seed::SeedArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -45,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         Command::Translate(args) => translate::run(&args)?,
         Command::Status(args) => status::run(&args)?,
         Command::Agent(args) => agent::run(&args)?,
+        Command::Seed(args) => seed::run(&args)?,
     };
     println!("{summary}");
     Ok(())

@@ -8,9 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail, ensure};
 use pasa_proto::store::v1::{ApplyDocument, ApplyOutcome};
-use pasa_store::backend::sled::SledBackend;
-use pasa_store::metrics::Metrics;
-use pasa_store::{Store, StoreConfig};
+use pasa_store::Store;
 use serde_json::{Value, json};
 
 use crate::stats::{peak_rss_mib, percentile, round2};
@@ -80,32 +78,9 @@ pub fn run(args: &WriteArgs) -> anyhow::Result<Value> {
 }
 
 async fn run_async(args: &WriteArgs) -> anyhow::Result<Value> {
-    // Kept alive until the end: dropping it removes the directory.
-    let mut _temp = None;
-    let dir = match &args.data_dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            dir.clone()
-        }
-        None => {
-            let temp = tempfile::Builder::new()
-                .prefix("pasa-bench-")
-                .tempdir()
-                .context("cannot create a temporary directory")?;
-            let path = temp.path().to_path_buf();
-            _temp = Some(temp);
-            path
-        }
-    };
-    let backend = SledBackend::open(&dir)
-        .with_context(|| format!("cannot open a sled database in {}", dir.display()))?;
-    let config = StoreConfig {
-        max_batch: StoreConfig::default().max_batch.max(args.batch),
-        ..StoreConfig::default()
-    };
-    let store =
-        Store::open(Arc::new(backend), config, Metrics::new()).context("cannot open the store")?;
+    // Kept until the end: dropping it removes a temporary database.
+    let embedded = crate::embedded::open(args.data_dir.as_deref(), "pasa-bench-", args.batch)?;
+    let (store, dir) = (embedded.store.clone(), embedded.dir.clone());
     let start_revision = store.revision();
 
     let generating = Instant::now();

@@ -149,3 +149,52 @@ fn a_sidecar_subscribes_to_the_peer_authentications_of_its_namespace_and_the_roo
     );
     assert!(rule_with(&rules, "Sidecar", |r| !r.namespaces.is_empty()));
 }
+
+#[test]
+fn egress_to_a_whole_namespace_asks_for_the_destination_rules_of_its_services_only() {
+    let proxy = crate::testing::sidecar("10.0.0.9");
+    let service = |ns: &str, name: &str| {
+        resource(
+            "ServiceEndpoints",
+            ns,
+            name,
+            json!({"addresses": ["10.96.0.1"], "ports": [{"name": "http", "port": 80}]}),
+            1,
+        )
+    };
+    let cache = Cache::from_resources(
+        vec![
+            resource(
+                "Sidecar",
+                "default",
+                "default",
+                json!({"egress": [{"hosts": ["./*", "istio-system/*", "shop/cart.shop.svc.cluster.local"]}]}),
+                1,
+            ),
+            service("default", "web"),
+            service("istio-system", "istiod"),
+            service("elsewhere", "db"),
+        ],
+        10,
+    );
+    let rules = subscription(&proxy, &cache).rules;
+    let dr: Vec<&Rule> = rules
+        .iter()
+        .filter(|r| r.kinds.iter().any(|k| k == "DestinationRule"))
+        .collect();
+    assert_eq!(dr.len(), 1, "{rules:?}");
+    let hosts: Vec<&str> = dr[0].hosts.iter().map(String::as_str).collect();
+    // Not every rule of the mesh: the namespaces' services, and the host egress names.
+    assert!(!hosts.contains(&"*"), "{hosts:?}");
+    for host in [
+        "web.default.svc.cluster.local",
+        "istiod.istio-system.svc.cluster.local",
+        "cart.shop.svc.cluster.local",
+    ] {
+        assert!(hosts.contains(&host), "{host} missing from {hosts:?}");
+    }
+    assert!(
+        !hosts.contains(&"db.elsewhere.svc.cluster.local"),
+        "{hosts:?}"
+    );
+}

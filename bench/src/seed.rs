@@ -1,0 +1,554 @@
+//! `seed`: the scenario PASA's claim rests on, end to end on the real store (sled, opened in
+//! this process): a generated mesh of services and pods (see [`mesh`]) is loaded, every pod's
+//! proxy subscribes with the subscription its agent derives from the real scope code, and then
+//! one batch updates hundreds of DestinationRules.
+//!
+//! The subscribers are in-process watch streams: each runs the store's own watch code
+//! ([`Store::serve_watch`], what the gRPC service runs per stream) and reads its messages, so the
+//! store treats each as it treats an agent; what they skip is HTTP/2 and protobuf encoding. Each
+//! subscriber's delivery is checked against a brute-force oracle (its selector evaluated on
+//! every changed object), so wrong and missed wake-ups are counted, not assumed.
+//!
+//! Scenarios so far:
+//! - **S1**: load everything; every subscription gets its initial snapshot (wall time, peak RSS
+//!   of this process, which is the store and the subscribers' readers);
+//! - **S2**: one batch updating `--batch` DestinationRules: time from the apply to each affected
+//!   subscriber having its events (p50, p99, max), events delivered, wrong and missed wake-ups.
+
+pub mod mesh;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use pasa_agent::cache::Cache;
+use pasa_agent::identity::IdentityArgs;
+use pasa_agent::model::proxy::Proxy;
+use pasa_agent::model::registry::Registry;
+use pasa_proto::store::v1::{
+    ApplyDocument, SubscriberIdentity, Subscription, WatchCreate, WatchRequest, WatchResponse,
+    watch_response,
+};
+use pasa_store::index::ObjectKeys;
+use pasa_store::selector::Selector;
+use pasa_store::Store;
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, mpsc, watch};
+
+use crate::stats::{peak_rss_mib, percentile, round2};
+use mesh::{Mesh, Shape};
+
+/// Documents per apply while loading.
+const LOAD_BATCH: usize = 500;
+/// Messages a subscriber's stream may hold before its reader takes them.
+const STREAM_BUFFER: usize = 4;
+/// How long the scenarios wait for every subscriber before reporting who is missing.
+const DEADLINE: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SeedArgs {
+    /// Services of the mesh.
+    #[arg(long, default_value_t = 2000)]
+    pub services: usize,
+    /// Pods (each a subscriber).
+    #[arg(long, default_value_t = 100_000)]
+    pub pods: usize,
+    /// VirtualServices per service (1 to 3).
+    #[arg(long, default_value_t = 3)]
+    pub virtual_services: usize,
+    /// DestinationRules the S2 batch updates.
+    #[arg(long, default_value_t = 500)]
+    pub batch: usize,
+    /// Seed of the generated mesh.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Subscribers receiving their initial snapshot at the same time, at most (as many agents
+    /// connecting at once).
+    #[arg(long, default_value_t = 2048)]
+    pub connecting: usize,
+    /// Database directory [default: a fresh temporary directory, removed afterwards].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Writes every figure, with the machine, the commit and the parameters, to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// What one subscriber saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Objects of its initial snapshot.
+    snapshot: usize,
+    /// When its snapshot was complete.
+    synced: Option<Instant>,
+    /// Events after the snapshot: (revision, kind/namespace/name, when).
+    events: Vec<(u64, String, Instant)>,
+}
+
+/// One subscriber: its subscription, and the reader of its stream.
+struct Subscriber {
+    subscription: Arc<Subscription>,
+    reader: tokio::task::JoinHandle<Seen>,
+}
+
+/// What the readers count together, for the scenarios to wait on.
+#[derive(Default)]
+struct Progress {
+    /// Subscribers whose snapshot is complete.
+    synced: AtomicUsize,
+    /// Objects received after the snapshots.
+    events: AtomicUsize,
+    /// Readers whose stream ended before they were stopped.
+    broken: AtomicUsize,
+}
+
+/// Waits until `done` holds, checking every few milliseconds, for at most [`DEADLINE`].
+async fn wait_for(what: &str, done: impl Fn() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + DEADLINE;
+    while !done() {
+        ensure!(
+            Instant::now() < deadline,
+            "{what}: not done after {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+pub fn run(args: &SeedArgs) -> anyhow::Result<Value> {
+    ensure!(args.services > 0, "--services must be at least 1");
+    ensure!(
+        args.pods >= args.services,
+        "--pods must be at least --services"
+    );
+    ensure!(
+        (1..=3).contains(&args.virtual_services),
+        "--virtual-services is 1, 2 or 3"
+    );
+    ensure!(args.batch > 0, "--batch must be at least 1");
+    ensure!(args.connecting > 0, "--connecting must be at least 1");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the Tokio runtime")?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
+    let generating = Instant::now();
+    let mesh = Mesh::generate(Shape {
+        services: args.services,
+        pods: args.pods,
+        virtual_services: args.virtual_services,
+        seed: args.seed,
+    });
+    println!(
+        "generated {} services, {} pods, {} objects in {:.1}s",
+        mesh.workloads.len(),
+        mesh.pods().count(),
+        mesh.objects.len(),
+        generating.elapsed().as_secs_f64()
+    );
+
+    // Kept until the end: dropping it removes a temporary database.
+    let embedded = crate::embedded::open(args.data_dir.as_deref(), "pasa-bench-seed-", args.batch)?;
+    let store = embedded.store.clone();
+
+    // S1: load, derive every pod's subscription, and subscribe.
+    let s1 = Instant::now();
+    for chunk in mesh.objects.chunks(LOAD_BATCH) {
+        let documents = chunk.iter().map(manifest).collect::<Vec<_>>();
+        let reply = store.apply(documents, false).await?;
+        ensure!(
+            reply.errors.is_empty(),
+            "the store refused generated objects: {:?}",
+            reply.errors
+        );
+    }
+    let loaded = s1.elapsed();
+    println!(
+        "S1: {} objects loaded at revision {} in {:.1}s",
+        mesh.objects.len(),
+        store.revision(),
+        loaded.as_secs_f64()
+    );
+    let subscriptions = derive_subscriptions(&store, &mesh).await?;
+    let derived = s1.elapsed() - loaded;
+    println!(
+        "S1: {} subscriptions derived by the agent's scope code in {:.1}s",
+        subscriptions.len(),
+        derived.as_secs_f64()
+    );
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let connecting = Arc::new(Semaphore::new(args.connecting));
+    let progress = Arc::new(Progress::default());
+    let subscribing = Instant::now();
+    let mut subscribers = Vec::with_capacity(args.pods);
+    for (w, pod) in mesh.pods() {
+        let subscription = Arc::clone(&subscriptions[&w.app]);
+        let reader = subscribe(
+            &store,
+            pod.node_id(&w.namespace),
+            Arc::clone(&subscription),
+            (Arc::clone(&connecting), Arc::clone(&progress)),
+            stop_rx.clone(),
+        );
+        subscribers.push(Subscriber {
+            subscription,
+            reader,
+        });
+    }
+    let count = subscribers.len();
+    wait_for("S1: every snapshot", || {
+        progress.synced.load(Ordering::Relaxed) + progress.broken.load(Ordering::Relaxed) >= count
+    })
+    .await?;
+    ensure!(
+        progress.broken.load(Ordering::Relaxed) == 0,
+        "S1: {} watches ended before their snapshot",
+        progress.broken.load(Ordering::Relaxed)
+    );
+    let snapshots = subscribing.elapsed();
+    let s1_total = s1.elapsed();
+    let s1_rss = peak_rss_mib();
+    println!(
+        "S1: {} subscribers have their snapshot {:.1}s after subscribing; {:.1}s in all; peak RSS {}",
+        subscribers.len(),
+        snapshots.as_secs_f64(),
+        s1_total.as_secs_f64(),
+        s1_rss.map_or("unknown".into(), |m| format!("{m:.0} MiB"))
+    );
+
+    // S2: one batch of DestinationRule updates.
+    let changed: Vec<&mesh::Workload> = mesh.workloads.iter().take(args.batch).collect();
+    let documents: Vec<ApplyDocument> = changed
+        .iter()
+        .map(|w| {
+            manifest_of(
+                "networking.istio.io/v1",
+                "DestinationRule",
+                &w.namespace,
+                &w.app,
+                mesh::owner_rule_spec(w, json!({"simple": "ROUND_ROBIN"})),
+            )
+        })
+        .collect();
+    let before = store.revision();
+    let committed = Instant::now();
+    let reply = store.apply(documents, false).await?;
+    let applied = committed.elapsed();
+    ensure!(
+        reply.errors.is_empty(),
+        "S2 batch refused: {:?}",
+        reply.errors
+    );
+    // One batch, one commit: each document has its revision, in order.
+    let batch = before + 1..=reply.revision;
+    // The oracle: which subscribers the changed rules concern, by evaluating each selector.
+    let keys: Vec<(String, ObjectKeys)> = changed
+        .iter()
+        .filter_map(|w| {
+            let (resource, _) = store.get(&pasa_store::record::ObjectKey {
+                kind: pasa_proto::Kind::DestinationRule,
+                namespace: w.namespace.clone(),
+                name: w.app.clone(),
+            });
+            let resource = resource?;
+            Some((object_id(&resource), ObjectKeys::of(&resource)?))
+        })
+        .collect();
+    ensure!(
+        keys.len() == changed.len(),
+        "S2: changed rules not found back"
+    );
+    let mut selectors: BTreeMap<*const Subscription, Selector> = BTreeMap::new();
+    for s in &subscribers {
+        if let std::collections::btree_map::Entry::Vacant(slot) =
+            selectors.entry(Arc::as_ptr(&s.subscription))
+        {
+            slot.insert(Selector::from_pb(&s.subscription).context("a derived subscription")?);
+        }
+    }
+    let expected_of = |s: &Subscriber| -> BTreeSet<String> {
+        let selector = &selectors[&Arc::as_ptr(&s.subscription)];
+        keys.iter()
+            .filter(|(_, k)| selector.matches(k))
+            .map(|(id, _)| id.clone())
+            .collect()
+    };
+    // Wait until every affected subscriber has what it expects, then stop them all. (A wrong
+    // wake-up counts as an event too: what arrives wrongly is found below, per subscriber.)
+    let mut affected = 0;
+    let mut expected_events = 0;
+    for s in &subscribers {
+        let n = expected_of(s).len();
+        affected += usize::from(n > 0);
+        expected_events += n;
+    }
+    wait_for("S2: every affected subscriber's events", || {
+        progress.events.load(Ordering::Relaxed) >= expected_events
+    })
+    .await?;
+    stop_tx.send_replace(true);
+    let mut latencies = Vec::new();
+    let (mut delivered, mut wrong, mut missed, mut snapshot_objects) = (0u64, 0u64, 0u64, 0u64);
+    for s in subscribers {
+        let expected = expected_of(&s);
+        let seen = s.reader.await.context("a subscriber's reader failed")?;
+        snapshot_objects += seen.snapshot as u64;
+        let got: BTreeSet<String> = seen
+            .events
+            .iter()
+            .filter(|(r, _, _)| batch.contains(r))
+            .map(|(_, id, _)| id.clone())
+            .collect();
+        delivered += got.len() as u64;
+        wrong += got.difference(&expected).count() as u64;
+        missed += expected.difference(&got).count() as u64;
+        if let Some(last) = seen
+            .events
+            .iter()
+            .filter(|(r, _, _)| batch.contains(r))
+            .map(|(_, _, at)| *at)
+            .max()
+        {
+            latencies.push(last.duration_since(committed).as_secs_f64() * 1e3);
+        }
+    }
+    let p50 = percentile(&latencies, 50.0);
+    let p99 = percentile(&latencies, 99.0);
+    let max = percentile(&latencies, 100.0);
+    println!(
+        "S2: {} DestinationRules in one batch (applied in {:.0} ms): {affected} subscribers \
+         affected, {delivered} events delivered; to the last subscriber p50 {p50:.0} ms, p99 \
+         {p99:.0} ms, max {max:.0} ms; {wrong} wrong, {missed} missed",
+        changed.len(),
+        applied.as_secs_f64() * 1e3,
+    );
+
+    store.shutdown();
+    let summary = json!({
+        "mode": "seed",
+        "parameters": {"services": args.services, "pods": args.pods,
+                       "virtual_services": args.virtual_services, "batch": args.batch,
+                       "seed": args.seed, "connecting": args.connecting},
+        "machine": machine(),
+        "commit": option_env!("PASA_COMMIT").unwrap_or("unknown"),
+        "mesh": {"services": mesh.workloads.len(), "pods": mesh.pods().count(),
+                 "objects": mesh.objects.len(),
+                 "distinct_subscriptions": subscriptions.len()},
+        "s1": {"load_s": round2(loaded.as_secs_f64()),
+               "derive_s": round2(derived.as_secs_f64()),
+               "snapshots_s": round2(snapshots.as_secs_f64()),
+               "total_s": round2(s1_total.as_secs_f64()),
+               "snapshot_objects": snapshot_objects,
+               "peak_rss_mib": s1_rss.map(round2),
+               "goal": {"total_s": 60, "peak_rss_mib": 2048}},
+        "s2": {"changed": changed.len(), "apply_ms": round2(applied.as_secs_f64() * 1e3),
+               "affected": affected, "delivered": delivered,
+               "last_subscriber_ms": {"p50": round2(p50), "p99": round2(p99), "max": round2(max)},
+               "wrong": wrong, "missed": missed,
+               "goal": {"max_ms": 2000, "wrong": 0, "missed": 0}},
+    });
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&summary)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(summary)
+}
+
+/// `kind/namespace/name`.
+fn object_id(r: &pasa_proto::store::v1::Resource) -> String {
+    format!("{}/{}/{}", r.kind, r.namespace, r.name)
+}
+
+fn manifest(r: &pasa_proto::store::v1::Resource) -> ApplyDocument {
+    let spec: Value = serde_json::from_str(&r.spec_json).unwrap_or(Value::Null);
+    manifest_of(&r.api_version, &r.kind, &r.namespace, &r.name, spec)
+}
+
+fn manifest_of(
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    spec: Value,
+) -> ApplyDocument {
+    ApplyDocument {
+        json: json!({"apiVersion": api_version, "kind": kind,
+                     "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+        .to_string(),
+        expected_mod_revision: None,
+    }
+}
+
+/// Each workload's subscription, as its pods' agents derive it: the stored objects parsed into
+/// the agent's registry, and the scope of the workload's first pod (its pods share their labels
+/// but for the version, which no Sidecar here selects on).
+async fn derive_subscriptions(
+    store: &Store,
+    mesh: &Mesh,
+) -> anyhow::Result<BTreeMap<String, Arc<Subscription>>> {
+    let everything = Selector {
+        rules: vec![pasa_store::selector::Rule::default()],
+    };
+    let (listed, revision) = store
+        .list(&everything, 0)
+        .await
+        .context("cannot list the loaded objects")?;
+    let cache = Cache::from_resources(listed.iter().map(|r| (**r).clone()), revision);
+    let mut registry = Registry::default();
+    registry.update(&cache, "cluster.local");
+    let mut out = BTreeMap::new();
+    for w in &mesh.workloads {
+        let Some(pod) = w.pods.first() else { continue };
+        let identity = IdentityArgs {
+            node_id: pod.node_id(&w.namespace),
+            labels: format!("app={},version={}", w.app, pod.version),
+            service_account: w.app.clone(),
+            cluster_id: "Kubernetes".into(),
+            ..Default::default()
+        }
+        .resolve()?;
+        let proxy = Proxy::from_identity(&identity, Default::default());
+        let subscription = pasa_agent::subscription::subscription_of(&proxy, &registry);
+        out.insert(w.app.clone(), Arc::new(subscription));
+    }
+    Ok(out)
+}
+
+/// Opens one in-process watch of `subscription` for `node` from revision 0 and reads it: the
+/// snapshot (holding a `connecting` permit until it is complete), then events until `stop`.
+fn subscribe(
+    store: &Store,
+    node: String,
+    subscription: Arc<Subscription>,
+    (connecting, progress): (Arc<Semaphore>, Arc<Progress>),
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Seen> {
+    let store = store.clone();
+    tokio::spawn(async move {
+        let mut seen = Seen::default();
+        let Ok(permit) = connecting.acquire_owned().await else {
+            return seen;
+        };
+        let (out_tx, mut out) = mpsc::channel(STREAM_BUFFER);
+        // Held until the reader stops: the watch ends when its request stream does.
+        let (requests_tx, requests) = mpsc::channel::<Result<WatchRequest, tonic::Status>>(1);
+        let create = WatchCreate {
+            subscription: Some((*subscription).clone()),
+            from_revision: 0,
+            identity: Some(SubscriberIdentity {
+                node_id: node,
+                ..Default::default()
+            }),
+        };
+        let serving = tokio::spawn(async move {
+            store
+                .serve_watch(
+                    create,
+                    tokio_stream::wrappers::ReceiverStream::new(requests),
+                    out_tx,
+                )
+                .await
+        });
+        let mut permit = Some(permit);
+        loop {
+            let message = tokio::select! {
+                m = out.recv() => m,
+                _ = stop.wait_for(|s| *s) => break,
+            };
+            let Some(Ok(WatchResponse {
+                response: Some(response),
+            })) = message
+            else {
+                progress.broken.fetch_add(1, Ordering::Relaxed);
+                break;
+            };
+            match response {
+                watch_response::Response::Events(batch) => {
+                    let at = Instant::now();
+                    for e in batch.events {
+                        let Some(r) = e.resource else { continue };
+                        if seen.synced.is_none() {
+                            seen.snapshot += 1;
+                        } else {
+                            seen.events.push((e.revision, object_id(&r), at));
+                            progress.events.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                watch_response::Response::Synced(_) if seen.synced.is_none() => {
+                    seen.synced = Some(Instant::now());
+                    permit.take();
+                    progress.synced.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+        }
+        drop(requests_tx);
+        drop(out);
+        let _ = serving.await;
+        seen
+    })
+}
+
+/// The machine the figures come from.
+fn machine() -> Value {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let memory_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse::<f64>().ok())
+        })
+        .map(|kib| round2(kib / (1024.0 * 1024.0)));
+    json!({"cores": cores, "memory_gib": memory_gib})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The smoke run: the report's shape, and the oracle's verdict (not timings).
+    #[test]
+    fn a_small_seed_run_delivers_every_change_to_exactly_its_subscribers() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("seed.json");
+        let args = SeedArgs {
+            services: 100,
+            pods: 2000,
+            virtual_services: 3,
+            batch: 10,
+            seed: 1,
+            connecting: 256,
+            data_dir: Some(dir.path().join("db")),
+            json: Some(report.clone()),
+        };
+        let summary = run(&args).expect("the seed runs");
+        let written: Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert_eq!(written, summary);
+        assert_eq!(summary["mesh"]["pods"], 2000);
+        assert!(summary["s1"]["snapshot_objects"].as_u64().unwrap() > 2000);
+        for figure in ["load_s", "snapshots_s", "total_s"] {
+            assert!(summary["s1"][figure].is_number(), "s1.{figure}");
+        }
+        let s2 = &summary["s2"];
+        assert_eq!(s2["changed"], 10);
+        assert_eq!(s2["wrong"], 0, "{s2}");
+        assert_eq!(s2["missed"], 0, "{s2}");
+        let affected = s2["affected"].as_u64().unwrap();
+        assert!(affected > 0 && affected < 2000, "{s2}");
+        assert!(s2["delivered"].as_u64().unwrap() >= affected);
+        for p in ["p50", "p99", "max"] {
+            assert!(s2["last_subscriber_ms"][p].is_number(), "{s2}");
+        }
+        assert!(summary["machine"]["cores"].as_u64().unwrap() >= 1);
+    }
+}
