@@ -24,7 +24,9 @@ use crate::store::{Store, StoreError};
 /// How a registered watch begins: what it selects, its initial state (a snapshot, or the change
 /// log from `from`), the compaction point it was registered at, and who is watching.
 struct WatchStart {
-    selector: Selector,
+    /// For a replay of the change log (a watch resuming from a revision): what it selects. A
+    /// watch that starts with a snapshot keeps no copy (the hub has its own).
+    replay: Option<Selector>,
     snapshot: Option<Vec<Arc<Resource>>>,
     from: u64,
     compact: u64,
@@ -221,8 +223,15 @@ impl Store {
         requests: impl Stream<Item = Result<WatchRequest, Status>> + Unpin,
         out: Out,
     ) {
-        let selector = match selector_of(create.subscription.as_ref()).and_then(|sel| {
-            access::authorize(create.identity.as_ref(), &sel)
+        let WatchCreate {
+            subscription,
+            from_revision: from,
+            identity,
+        } = create;
+        // Only the selector is kept: the subscription as sent is dropped now, not when the
+        // stream ends (100k streams each holding theirs add up).
+        let selector = match selector_of(subscription.as_ref()).and_then(|sel| {
+            access::authorize(identity.as_ref(), &sel)
                 .map_err(|e| Status::permission_denied(e.to_string()))?;
             Ok(sel)
         }) {
@@ -232,17 +241,20 @@ impl Store {
                 return;
             }
         };
-        let node = create
-            .identity
+        drop(subscription);
+        let node = identity
             .as_ref()
             .map(|i| i.node_id.clone())
             .unwrap_or_default();
-        let span = tracing::info_span!("watch", node = %node, from = create.from_revision);
-        let from = create.from_revision;
+        let span = tracing::info_span!("watch", node = %node, from = from);
         enum Start {
             Future(u64),
             Compacted(u64),
-            Ready(WatcherHandle, Option<Vec<Arc<Resource>>>, u64),
+            Ready(
+                WatcherHandle,
+                (Option<Vec<Arc<Resource>>>, Option<Selector>),
+                u64,
+            ),
         }
         let start = {
             let mut hub = self.hub();
@@ -253,12 +265,13 @@ impl Store {
                 Start::Compacted(compact)
             } else {
                 let snapshot = (from == 0).then(|| hub.select(&selector));
-                let handle = hub.register(selector.clone(), self.config().watch_queue);
-                Start::Ready(handle, snapshot, compact)
+                let replay = snapshot.is_none().then(|| selector.clone());
+                let handle = hub.register(selector, self.config().watch_queue);
+                Start::Ready(handle, (snapshot, replay), compact)
             }
         };
-        let (handle, snapshot, compact) = match start {
-            Start::Ready(handle, snapshot, compact) => (handle, snapshot, compact),
+        let (handle, (snapshot, replay), compact) = match start {
+            Start::Ready(handle, initial, compact) => (handle, initial, compact),
             Start::Future(current) => {
                 let err = StoreError::FutureRevision {
                     requested: from,
@@ -279,10 +292,9 @@ impl Store {
             revision = handle.revision,
             "watch registered"
         );
-        let identity = create.identity;
         let _counted = StreamCount::new(&self.metrics().watch_streams);
         let start = WatchStart {
-            selector,
+            replay,
             snapshot,
             from,
             compact,
@@ -302,7 +314,7 @@ impl Store {
         out: &Out,
     ) {
         let WatchStart {
-            selector,
+            replay,
             snapshot,
             from,
             compact,
@@ -310,8 +322,8 @@ impl Store {
         } = start;
         let head = handle.revision;
         // Initial state: a snapshot at `head`, or the log from `from` to `head`.
-        match snapshot {
-            Some(objects) => {
+        match (snapshot, replay) {
+            (Some(objects), _) => {
                 let events = objects.into_iter().map(|r| Event {
                     r#type: EventType::Added as i32,
                     revision: head,
@@ -322,7 +334,7 @@ impl Store {
                 }
             }
             // The change log from `from` to `head`, a page at a time so memory stays bounded.
-            None => {
+            (None, Some(selector)) => {
                 let mut next = from;
                 while next <= head {
                     let to = head.min(next + REPLAY_PAGE - 1);
@@ -355,6 +367,8 @@ impl Store {
                     next = to + 1;
                 }
             }
+            // A watch from revision 0 always has its snapshot.
+            (None, None) => {}
         }
         let synced = WatchResponse {
             response: Some(watch_response::Response::Synced(Synced { revision: head })),
