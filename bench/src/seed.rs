@@ -242,6 +242,51 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
             )
         })
         .collect();
+    // The oracle, worked out before the batch so that it takes nothing from the delivery: which
+    // subscribers the changed rules concern, by evaluating each distinct selector on each rule.
+    // The update keeps each rule's host, so its keys are the same before and after.
+    let keys_of = |store: &Store| -> Vec<(String, ObjectKeys)> {
+        changed
+            .iter()
+            .filter_map(|w| {
+                let (resource, _) = store.get(&pasa_store::record::ObjectKey {
+                    kind: pasa_proto::Kind::DestinationRule,
+                    namespace: w.namespace.clone(),
+                    name: w.app.clone(),
+                });
+                let resource = resource?;
+                Some((object_id(&resource), ObjectKeys::of(&resource)?))
+            })
+            .collect()
+    };
+    let keys = keys_of(&store);
+    ensure!(
+        keys.len() == changed.len(),
+        "S2: the rules to change are not stored"
+    );
+    let mut expected: BTreeMap<*const Subscription, Arc<BTreeSet<String>>> = BTreeMap::new();
+    for s in &subscribers {
+        if let std::collections::btree_map::Entry::Vacant(slot) =
+            expected.entry(Arc::as_ptr(&s.subscription))
+        {
+            let selector = Selector::from_pb(&s.subscription).context("a derived subscription")?;
+            slot.insert(Arc::new(
+                keys.iter()
+                    .filter(|(_, k)| selector.matches(k))
+                    .map(|(id, _)| id.clone())
+                    .collect(),
+            ));
+        }
+    }
+    let expected_of = |s: &Subscriber| Arc::clone(&expected[&Arc::as_ptr(&s.subscription)]);
+    let mut affected = 0;
+    let mut expected_events = 0;
+    for s in &subscribers {
+        let n = expected_of(s).len();
+        affected += usize::from(n > 0);
+        expected_events += n;
+    }
+
     let before = store.revision();
     let committed = Instant::now();
     let reply = store.apply(documents, false).await?;
@@ -253,51 +298,16 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     );
     // One batch, one commit: each document has its revision, in order.
     let batch = before + 1..=reply.revision;
-    // The oracle: which subscribers the changed rules concern, by evaluating each selector.
-    let keys: Vec<(String, ObjectKeys)> = changed
-        .iter()
-        .filter_map(|w| {
-            let (resource, _) = store.get(&pasa_store::record::ObjectKey {
-                kind: pasa_proto::Kind::DestinationRule,
-                namespace: w.namespace.clone(),
-                name: w.app.clone(),
-            });
-            let resource = resource?;
-            Some((object_id(&resource), ObjectKeys::of(&resource)?))
-        })
-        .collect();
-    ensure!(
-        keys.len() == changed.len(),
-        "S2: changed rules not found back"
-    );
-    let mut selectors: BTreeMap<*const Subscription, Selector> = BTreeMap::new();
-    for s in &subscribers {
-        if let std::collections::btree_map::Entry::Vacant(slot) =
-            selectors.entry(Arc::as_ptr(&s.subscription))
-        {
-            slot.insert(Selector::from_pb(&s.subscription).context("a derived subscription")?);
-        }
-    }
-    let expected_of = |s: &Subscriber| -> BTreeSet<String> {
-        let selector = &selectors[&Arc::as_ptr(&s.subscription)];
-        keys.iter()
-            .filter(|(_, k)| selector.matches(k))
-            .map(|(id, _)| id.clone())
-            .collect()
-    };
     // Wait until every affected subscriber has what it expects, then stop them all. (A wrong
     // wake-up counts as an event too: what arrives wrongly is found below, per subscriber.)
-    let mut affected = 0;
-    let mut expected_events = 0;
-    for s in &subscribers {
-        let n = expected_of(s).len();
-        affected += usize::from(n > 0);
-        expected_events += n;
-    }
     wait_for("S2: every affected subscriber's events", || {
         progress.events.load(Ordering::Relaxed) >= expected_events
     })
     .await?;
+    ensure!(
+        keys_of(&store) == keys,
+        "S2: the update changed the rules' index keys, so the oracle is stale"
+    );
     stop_tx.send_replace(true);
     let mut latencies = Vec::new();
     let (mut delivered, mut wrong, mut missed, mut snapshot_objects) = (0u64, 0u64, 0u64, 0u64);
@@ -312,7 +322,7 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
             .map(|(_, id, _)| id.clone())
             .collect();
         delivered += got.len() as u64;
-        wrong += got.difference(&expected).count() as u64;
+        wrong += got.difference(expected.as_ref()).count() as u64;
         missed += expected.difference(&got).count() as u64;
         if let Some(last) = seen
             .events

@@ -8,7 +8,7 @@
 //! buffered without bound. A panic under the lock leaves the hub untrusted: the store rebuilds
 //! it from the backend and cuts every watch off with a notice to resume (see `store.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -94,7 +94,8 @@ struct Entry {
 
 struct Watcher {
     generation: u64,
-    selector: Selector,
+    /// Shared with every watcher of the same subscription (see [`Hub::intern`]).
+    selector: Arc<Selector>,
     rule_ids: Vec<u32>,
     tx: mpsc::Sender<HubMsg>,
     state: Arc<WatcherState>,
@@ -120,6 +121,9 @@ pub struct Hub {
     closed: bool,
     /// Objects per kind, in `Kind::ALL` order.
     kind_counts: [u64; Kind::ALL.len()],
+    /// Every watcher's selector, once per distinct one: the pods of one workload subscribe
+    /// alike, and at 100k watchers a copy each is most of the hub's memory.
+    selectors: HashSet<Arc<Selector>>,
     metrics: Metrics,
 }
 
@@ -145,6 +149,7 @@ impl Hub {
             next_generation: 0,
             closed: false,
             kind_counts: [0; Kind::ALL.len()],
+            selectors: HashSet::new(),
             metrics,
         }
     }
@@ -417,6 +422,7 @@ impl Hub {
             }
         };
         let rule_ids = self.add_rules(id, &selector);
+        let selector = self.intern(selector);
         self.watchers[id as usize] = Some(Watcher {
             generation,
             selector,
@@ -450,7 +456,7 @@ impl Hub {
     /// subscriber knows the answer is complete. Returns false if the watcher is gone (cut off or
     /// unregistered).
     pub fn update_subscription(&mut self, key: WatcherKey, selector: Selector) -> bool {
-        let Some(w) = self.take_watcher(key) else {
+        let Some(mut w) = self.take_watcher(key) else {
             return false;
         };
         let before = self.object_index.select(&w.selector);
@@ -470,11 +476,10 @@ impl Hub {
         }
         self.remove_rules(&w.selector, &w.rule_ids);
         let rule_ids = self.add_rules(key.id, &selector);
-        self.watchers[key.id as usize] = Some(Watcher {
-            selector,
-            rule_ids,
-            ..w
-        });
+        let selector = self.intern(selector);
+        let old = std::mem::replace(&mut w.selector, selector);
+        self.forget(old);
+        self.watchers[key.id as usize] = Some(Watcher { rule_ids, ..w });
         if !events.is_empty() {
             self.deliver(key.id, HubMsg::Events(events));
         }
@@ -502,6 +507,25 @@ impl Hub {
         self.metrics.subscriptions.set(self.watcher_count as i64);
         if let Some(reason) = reason {
             w.state.cut(reason);
+        }
+        self.forget(w.selector);
+    }
+
+    /// The shared copy of `selector`: the one another watcher already has, or a new one.
+    fn intern(&mut self, selector: Selector) -> Arc<Selector> {
+        if let Some(shared) = self.selectors.get(&selector) {
+            return Arc::clone(shared);
+        }
+        let shared = Arc::new(selector);
+        self.selectors.insert(Arc::clone(&shared));
+        shared
+    }
+
+    /// A watcher lets go of its selector: the hub's copy goes with the last watcher holding it.
+    fn forget(&mut self, selector: Arc<Selector>) {
+        // The set's reference and this one.
+        if Arc::strong_count(&selector) == 2 {
+            self.selectors.remove(&*selector);
         }
     }
 
@@ -535,6 +559,28 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watchers_of_one_subscription_share_its_selector_until_the_last_leaves() {
+        let mut hub = Hub::new(Metrics::new());
+        let a = hub.register(Selector::everything(), 4);
+        let b = hub.register(Selector::everything(), 4);
+        let c = hub.register(Selector::default(), 4);
+        assert_eq!(hub.selectors.len(), 2);
+        let shared = |hub: &Hub, k: WatcherKey| {
+            Arc::as_ptr(&hub.watchers[k.id as usize].as_ref().unwrap().selector)
+        };
+        assert_eq!(shared(&hub, a.key), shared(&hub, b.key));
+        // Moving to another subscription lets go of the old one only when nobody holds it.
+        assert!(hub.update_subscription(c.key, Selector::everything()));
+        assert_eq!(hub.selectors.len(), 1);
+        hub.end(a.key, None);
+        assert_eq!(hub.selectors.len(), 1);
+        hub.end(b.key, None);
+        hub.end(c.key, None);
+        assert!(hub.selectors.is_empty());
+        assert_eq!(hub.watcher_count(), 0);
+    }
 
     #[test]
     fn a_subscription_change_is_answered_then_marked_synced() {

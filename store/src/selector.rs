@@ -9,7 +9,7 @@ use pasa_proto::store::v1 as pb;
 
 use crate::index::ObjectKeys;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Rule {
     pub kinds: Vec<Kind>,
     pub namespaces: Vec<String>,
@@ -22,7 +22,7 @@ pub const MAX_RULES: usize = 1_000;
 /// Values one dimension of a rule may list.
 pub const MAX_VALUES: usize = 10_000;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Selector {
     pub rules: Vec<Rule>,
 }
