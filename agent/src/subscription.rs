@@ -102,19 +102,29 @@ pub fn subscription_in<'a>(
         });
     }
     // DestinationRules apply by host from any namespace (proxy's, service's, root): those of
-    // the visible services, and of the hosts egress names or matches by a pattern. Egress to
-    // every host of one namespace (`./*`, `istio-system/*`) asks for the DestinationRules of
-    // that namespace's services, which are among the visible ones, not for every rule of the
-    // mesh (a service appearing there shows up through the rules above, and then its
-    // DestinationRules are asked for).
+    // the hosts egress names or matches by a pattern. Egress to every host of one namespace
+    // (`./*`, `istio-system/*`) asks for the DestinationRules of that namespace's visible
+    // services, not for every rule of the mesh (a service appearing there shows up through the
+    // rules above, and then its DestinationRules are asked for).
     let services: Vec<&Arc<Service>> = services.collect();
+    let whole: BTreeSet<&str> = scope
+        .egress
+        .iter()
+        .filter(|e| e.host == "*" && e.namespace != "*")
+        .map(|e| e.namespace.as_str())
+        .collect();
     let mut dr_hosts: BTreeSet<String> = scope
         .egress
         .iter()
         .filter(|e| e.host != "*" || e.namespace == "*")
         .map(|e| e.host.clone())
         .collect();
-    dr_hosts.extend(services.iter().map(|s| s.hostname.clone()));
+    dr_hosts.extend(
+        services
+            .iter()
+            .filter(|s| whole.contains(s.namespace.as_str()))
+            .map(|s| s.hostname.clone()),
+    );
     // Destinations of visible VirtualServices, so their clusters can be built.
     let mut destinations = BTreeSet::new();
     for vs in virtual_services {

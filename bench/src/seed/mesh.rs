@@ -5,7 +5,8 @@
 //! others, a few hot services are called by many) written as one Sidecar per workload whose
 //! egress hosts are what it calls, as a large mesh must.
 //!
-//! Per service: one `ServiceEndpoints` (its pods), two DestinationRules (the owner's, and a
+//! The root namespace holds the mesh's own services (istiod, the ingress gateway) beside the
+//! ingress Gateway. Per service: one `ServiceEndpoints` (its pods), two DestinationRules (the owner's, and a
 //! consumer's override exported to the consumer's namespace only) and up to three
 //! VirtualServices (the mesh route, the ingress route, and a consumer's override exported to the
 //! consumer's namespace only), as the article the seed comes from counts them (about three and
@@ -172,6 +173,7 @@ impl Mesh {
         }
 
         let mut objects = vec![ingress_gateway()];
+        objects.extend(mesh_services());
         for (i, w) in workloads.iter().enumerate() {
             objects.push(service_endpoints(i, w, &mut rng));
             objects.push(owner_rule(w, &mut rng));
@@ -203,6 +205,38 @@ impl Mesh {
             .iter()
             .flat_map(|w| w.pods.iter().map(move |p| (w, p)))
     }
+}
+
+/// The mesh's own services in its root namespace, which every Sidecar's `istio-system/*` egress
+/// makes visible: istiod and the ingress gateway (their pods are not the seed's subscribers).
+fn mesh_services() -> Vec<Resource> {
+    let service = |name: &str, ports: Value, labels: Value, base: usize| {
+        let endpoints: Vec<Value> = (0..2)
+            .map(|k| json!({"address": address(64, base + k), "labels": labels}))
+            .collect();
+        object(
+            Kind::ServiceEndpoints,
+            ISTIO_SYSTEM,
+            name,
+            json!({"addresses": [address(95, base)], "ports": ports, "endpoints": endpoints}),
+        )
+    };
+    vec![
+        service(
+            "istiod",
+            json!([{"name": "grpc-xds", "port": 15012}, {"name": "https-webhook", "port": 443,
+                    "targetPort": 15017}]),
+            json!({"app": "istiod"}),
+            0,
+        ),
+        service(
+            "istio-ingressgateway",
+            json!([{"name": "http2", "port": 80, "targetPort": 8080},
+                   {"name": "https", "port": 443, "targetPort": 8443}]),
+            json!({"istio": "ingressgateway"}),
+            2,
+        ),
+    ]
 }
 
 /// The ingress gateway every service's ingress route binds to.
@@ -372,7 +406,8 @@ mod tests {
                 .filter(|o| o.kind == kind.as_str())
                 .count()
         };
-        assert_eq!(count(Kind::ServiceEndpoints), 60);
+        // The services and the mesh's own two.
+        assert_eq!(count(Kind::ServiceEndpoints), 62);
         assert_eq!(count(Kind::DestinationRule), 120);
         assert_eq!(count(Kind::VirtualService), 180);
         assert_eq!(count(Kind::Sidecar), 60);
