@@ -138,7 +138,7 @@ pub async fn follow(
         }
         let current = subscription.borrow_and_update().clone();
         if !in_force.resumable_with(&current) {
-            tracing::info!("the subscription changed since the cache was complete; relisting");
+            tracing::info!("the cache does not answer the current subscription in full; relisting");
             relist = true;
         }
         let stream = Stream {
