@@ -12,6 +12,7 @@ use pasa_store::{Store, StoreConfig};
 pub struct Embedded {
     pub store: Store,
     pub dir: PathBuf,
+    max_batch: usize,
     /// The temporary directory the database is in, when none was given: removed when dropped.
     _temp: Option<tempfile::TempDir>,
 }
@@ -33,17 +34,41 @@ pub fn open(data_dir: Option<&Path>, prefix: &str, max_batch: usize) -> anyhow::
             (temp.path().to_path_buf(), Some(temp))
         }
     };
-    let backend = SledBackend::open(&dir)
+    Ok(Embedded {
+        store: open_at(&dir, max_batch)?,
+        dir,
+        max_batch,
+        _temp: temp,
+    })
+}
+
+fn open_at(dir: &Path, max_batch: usize) -> anyhow::Result<Store> {
+    let backend = SledBackend::open(dir)
         .with_context(|| format!("cannot open a sled database in {}", dir.display()))?;
     let config = StoreConfig {
         max_batch: StoreConfig::default().max_batch.max(max_batch),
         ..StoreConfig::default()
     };
-    let store =
-        Store::open(Arc::new(backend), config, Metrics::new()).context("cannot open the store")?;
-    Ok(Embedded {
-        store,
-        dir,
-        _temp: temp,
-    })
+    Store::open(Arc::new(backend), config, Metrics::new()).context("cannot open the store")
+}
+
+impl Embedded {
+    /// Opens the store again on the same database, as a restarted store process does (it
+    /// rebuilds its indexes from the backend). The store must be shut down and every other
+    /// holder of it gone: the database has one opener at a time.
+    pub fn reopen(self) -> anyhow::Result<Embedded> {
+        let Embedded {
+            store,
+            dir,
+            max_batch,
+            _temp,
+        } = self;
+        drop(store);
+        Ok(Embedded {
+            store: open_at(&dir, max_batch)?,
+            dir,
+            max_batch,
+            _temp,
+        })
+    }
 }

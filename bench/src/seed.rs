@@ -15,7 +15,10 @@
 //! - **S2**: one batch updating `--batch` DestinationRules: time from the apply to each affected
 //!   subscriber having its events (p50, p99, max), events delivered, wrong and missed wake-ups;
 //! - **S5**: one change every sidecar must see (the mesh-wide PeerAuthentication set STRICT): the
-//!   same figures, with every subscriber affected.
+//!   same figures, with every subscriber affected;
+//! - **S6**: the store restarts (shut down, reopened on its database, its indexes rebuilt) and
+//!   every subscriber resumes from the revision it was told: time to converge, and peak RSS
+//!   against the steady RSS before.
 
 pub mod mesh;
 
@@ -40,7 +43,7 @@ use pasa_store::selector::Selector;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use crate::stats::{peak_rss_mib, percentile, round2};
+use crate::stats::{peak_rss_mib, percentile, reset_peak_rss, round2, rss_mib};
 use mesh::{Mesh, Shape};
 
 /// Documents per apply while loading.
@@ -106,8 +109,12 @@ struct Progress {
     synced: AtomicUsize,
     /// Objects received after the snapshots.
     events: AtomicUsize,
-    /// Readers whose stream ended before they were stopped.
+    /// Readers whose stream ended before they were stopped (other than by a store restart).
     broken: AtomicUsize,
+    /// Watches ended by a store shutdown, their stream task done.
+    cut: AtomicUsize,
+    /// Watches resumed on the next store, synced.
+    resumed: AtomicUsize,
 }
 
 /// Waits until `done` holds, checking every few milliseconds, for at most [`DEADLINE`].
@@ -159,7 +166,8 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     );
 
     // Kept until the end: dropping it removes a temporary database.
-    let embedded = crate::embedded::open(args.data_dir.as_deref(), "pasa-bench-seed-", args.batch)?;
+    let mut embedded =
+        crate::embedded::open(args.data_dir.as_deref(), "pasa-bench-seed-", args.batch)?;
     let store = embedded.store.clone();
     ensure!(
         store.revision() == 0,
@@ -200,6 +208,8 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
         derived.as_secs_f64() * 1e3 / subscriptions.len().max(1) as f64
     );
     let (stop_tx, stop_rx) = watch::channel(false);
+    // Where subscribers find the store; emptied while it restarts (S6).
+    let (stores_tx, stores_rx) = watch::channel(Some(store.clone()));
     let connecting = Arc::new(Semaphore::new(args.connecting));
     let progress = Arc::new(Progress::default());
     let subscribing = Instant::now();
@@ -207,7 +217,7 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     for (w, pod) in mesh.pods() {
         let subscription = Arc::clone(&subscriptions[&w.app]);
         let reader = subscribe(
-            &store,
+            stores_rx.clone(),
             pod.node_id(&w.namespace),
             Arc::clone(&subscription),
             (Arc::clone(&connecting), Arc::clone(&progress)),
@@ -276,6 +286,42 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
         (vec![strict], EventType::Added),
     )
     .await?;
+
+    // S6: the store restarts; every subscriber resumes from the revision it was told.
+    let steady_rss = rss_mib();
+    stores_tx.send_replace(None);
+    store.shutdown();
+    let count = subscribers.len();
+    wait_for("S6: every watch ended by the shutdown", || {
+        progress.cut.load(Ordering::Relaxed) + progress.broken.load(Ordering::Relaxed) >= count
+    })
+    .await?;
+    drop(store);
+    let peak_resettable = reset_peak_rss();
+    let restarting = Instant::now();
+    embedded = embedded.reopen()?;
+    let store = embedded.store.clone();
+    let reopened = restarting.elapsed();
+    stores_tx.send_replace(Some(store.clone()));
+    wait_for("S6: every subscriber resumed", || {
+        progress.resumed.load(Ordering::Relaxed) + progress.broken.load(Ordering::Relaxed) >= count
+    })
+    .await?;
+    let converged = restarting.elapsed();
+    let s6_peak = peak_resettable.then(peak_rss_mib).flatten();
+    let s6_ratio = match (s6_peak, steady_rss) {
+        (Some(peak), Some(steady)) if steady > 0.0 => Some(round2(peak / steady)),
+        _ => None,
+    };
+    let resumed = progress.resumed.load(Ordering::Relaxed);
+    println!(
+        "S6: the store restarted (reopened in {:.1}s); {resumed} of {count} subscribers resumed \
+         {:.1}s after the restart began; peak RSS {} against {} steady",
+        reopened.as_secs_f64(),
+        converged.as_secs_f64(),
+        s6_peak.map_or("unknown".into(), |m| format!("{m:.0} MiB")),
+        steady_rss.map_or("unknown".into(), |m| format!("{m:.0} MiB")),
+    );
     stop_tx.send_replace(true);
 
     let mut tallies = [Tally::default(), Tally::default()];
@@ -316,6 +362,12 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
                "goal": {"total_s": 60, "peak_rss_mib": 2048}},
         "s2": with_goal(s2_figures, json!({"max_ms": 2000, "wrong": 0, "missed": 0})),
         "s5": with_goal(s5_figures, json!({"max_ms": 10_000, "wrong": 0, "missed": 0})),
+        "s6": {"reopen_s": round2(reopened.as_secs_f64()),
+               "converge_s": round2(converged.as_secs_f64()),
+               "resumed": resumed, "subscribers": count,
+               "peak_rss_mib": s6_peak.map(round2), "steady_rss_mib": steady_rss.map(round2),
+               "peak_over_steady": s6_ratio,
+               "goal": {"converge_s": 60, "peak_over_steady": 1.5}},
     });
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&summary)?)
@@ -549,85 +601,145 @@ async fn derive_subscriptions(
     Ok(out)
 }
 
-/// Opens one in-process watch of `subscription` for `node` from revision 0 and reads it: the
-/// snapshot (holding a `connecting` permit until it is complete), then events until `stop`.
+/// How a subscriber ended one watch stream.
+enum Ended {
+    /// Told to stop.
+    Stopped,
+    /// The store shut down: watch the next one from this revision.
+    Resume(u64),
+    /// Anything else: the subscriber is lost.
+    Broken,
+}
+
+/// One subscriber, as an agent follows the store: a watch of `subscription` for `node` from
+/// revision 0 (its snapshot holding a `connecting` permit until it is complete), then events
+/// until `stop`; when the store shuts down, it waits for the next store in `stores` and resumes
+/// from the revision it was told (holding a permit again until that watch is synced).
 fn subscribe(
-    store: &Store,
+    mut stores: watch::Receiver<Option<Store>>,
     node: String,
     subscription: Arc<Subscription>,
     (connecting, progress): (Arc<Semaphore>, Arc<Progress>),
     mut stop: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<Seen> {
-    let store = store.clone();
     tokio::spawn(async move {
         let mut seen = Seen::default();
-        let Ok(permit) = connecting.acquire_owned().await else {
-            return seen;
-        };
-        let (out_tx, mut out) = mpsc::channel(STREAM_BUFFER);
-        // Held until the reader stops: the watch ends when its request stream does.
-        let (requests_tx, requests) = mpsc::channel::<Result<WatchRequest, tonic::Status>>(1);
-        let create = WatchCreate {
-            subscription: Some((*subscription).clone()),
-            from_revision: 0,
-            identity: Some(SubscriberIdentity {
-                node_id: node,
-                ..Default::default()
-            }),
-        };
-        let serving = tokio::spawn(async move {
-            store
-                .serve_watch(
-                    create,
-                    tokio_stream::wrappers::ReceiverStream::new(requests),
-                    out_tx,
-                )
-                .await
-        });
-        let mut permit = Some(permit);
+        let mut from = 0;
         loop {
-            let message = tokio::select! {
-                m = out.recv() => m,
+            let store = tokio::select! {
+                s = stores.wait_for(Option::is_some) => match s {
+                    Ok(s) => s.clone(),
+                    Err(_) => break,
+                },
                 _ = stop.wait_for(|s| *s) => break,
             };
-            let Some(Ok(WatchResponse {
-                response: Some(response),
-            })) = message
-            else {
-                progress.broken.fetch_add(1, Ordering::Relaxed);
-                break;
-            };
-            match response {
-                watch_response::Response::Events(batch) => {
-                    let at = Instant::now();
-                    for e in batch.events {
-                        let Some(r) = e.resource else { continue };
-                        if seen.synced.is_none() {
-                            seen.snapshot += 1;
-                        } else {
-                            seen.events.push((e.revision, object_id(&r), e.r#type, at));
-                            progress.events.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
+            let Some(store) = store else { break };
+            let ended = watch_once(
+                store,
+                (&node, &subscription, from),
+                (&connecting, &progress),
+                &mut stop,
+                &mut seen,
+            )
+            .await;
+            match ended {
+                Ended::Stopped => break,
+                Ended::Resume(revision) => {
+                    from = revision;
+                    progress.cut.fetch_add(1, Ordering::Relaxed);
+                    // The next store, not this one again.
+                    let _ = stores.wait_for(Option::is_none).await;
                 }
-                watch_response::Response::Synced(_) if seen.synced.is_none() => {
-                    seen.synced = Some(Instant::now());
-                    permit.take();
-                    progress.synced.fetch_add(1, Ordering::Relaxed);
-                }
-                // The store ended the watch (a cut-off, a shutdown): this subscriber is lost.
-                watch_response::Response::Cancelled(_) => {
+                Ended::Broken => {
                     progress.broken.fetch_add(1, Ordering::Relaxed);
                     break;
                 }
-                _ => {}
             }
         }
-        drop(requests_tx);
-        drop(out);
-        let _ = serving.await;
         seen
     })
+}
+
+/// One watch stream of a subscriber (see [`subscribe`]), until it ends.
+async fn watch_once(
+    store: Store,
+    (node, subscription, from): (&str, &Subscription, u64),
+    (connecting, progress): (&Semaphore, &Progress),
+    stop: &mut watch::Receiver<bool>,
+    seen: &mut Seen,
+) -> Ended {
+    let Ok(permit) = connecting.acquire().await else {
+        return Ended::Broken;
+    };
+    let (out_tx, mut out) = mpsc::channel(STREAM_BUFFER);
+    // Held until the stream ends: the watch ends when its request stream does.
+    let (requests_tx, requests) = mpsc::channel::<Result<WatchRequest, tonic::Status>>(1);
+    let create = WatchCreate {
+        subscription: Some(subscription.clone()),
+        from_revision: from,
+        identity: Some(SubscriberIdentity {
+            node_id: node.to_string(),
+            ..Default::default()
+        }),
+    };
+    let serving = tokio::spawn(async move {
+        store
+            .serve_watch(
+                create,
+                tokio_stream::wrappers::ReceiverStream::new(requests),
+                out_tx,
+            )
+            .await
+    });
+    let mut permit = Some(permit);
+    let ended = loop {
+        let message = tokio::select! {
+            m = out.recv() => m,
+            _ = stop.wait_for(|s| *s) => break Ended::Stopped,
+        };
+        let Some(Ok(WatchResponse {
+            response: Some(response),
+        })) = message
+        else {
+            break Ended::Broken;
+        };
+        match response {
+            watch_response::Response::Events(batch) => {
+                let at = Instant::now();
+                for e in batch.events {
+                    let Some(r) = e.resource else { continue };
+                    if seen.synced.is_none() {
+                        seen.snapshot += 1;
+                    } else {
+                        seen.events.push((e.revision, object_id(&r), e.r#type, at));
+                        progress.events.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            watch_response::Response::Synced(_) if permit.is_some() => {
+                permit.take();
+                if seen.synced.is_none() {
+                    seen.synced = Some(Instant::now());
+                    progress.synced.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    progress.resumed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            watch_response::Response::Cancelled(c)
+                if c.reason == pasa_proto::store::v1::CancelReason::Shutdown as i32 =>
+            {
+                break Ended::Resume(c.resume_revision);
+            }
+            // Any other end (a cut-off): this subscriber is lost.
+            watch_response::Response::Cancelled(_) => break Ended::Broken,
+            _ => {}
+        }
+    };
+    drop(permit);
+    drop(requests_tx);
+    drop(out);
+    let _ = serving.await;
+    ended
 }
 
 /// The machine the figures come from.
@@ -695,6 +807,13 @@ mod tests {
         let s5 = &summary["s5"];
         assert_eq!(s5["affected"], 2000, "{s5}");
         assert_eq!(s5["delivered"], 2000, "{s5}");
+        // After the store's restart every subscriber resumed.
+        let s6 = &summary["s6"];
+        assert_eq!(s6["resumed"], 2000, "{s6}");
+        assert!(
+            s6["converge_s"].is_number() && s6["reopen_s"].is_number(),
+            "{s6}"
+        );
         assert!(summary["machine"]["cores"].as_u64().unwrap() >= 1);
     }
 }

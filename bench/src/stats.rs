@@ -23,6 +23,12 @@ pub fn peak_rss_mib() -> Option<f64> {
     parse_vm_hwm(&status)
 }
 
+/// Starts the peak resident set size over from the current one (Linux: `clear_refs` 5), so
+/// that a later phase's peak can be read on its own; `false` when the platform cannot.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 /// Resident set size of this process now, in MiB (`VmRSS`), if the platform reports it.
 pub fn rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
