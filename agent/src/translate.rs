@@ -656,7 +656,14 @@ impl Outputs {
                 })
                 .map(|o| o.clusters.clone());
             let mut built = Vec::new();
-            cluster::service_clusters(service, rule.as_deref(), generator, kind, &mut built);
+            // Kept clusters are not built again: only their load assignments.
+            cluster::service_clusters(
+                service,
+                rule.as_deref(),
+                generator,
+                kind,
+                (kept_clusters.is_none(), &mut built),
+            );
             let mut output = HostOutput {
                 service: Arc::clone(service),
                 rule,
@@ -674,7 +681,7 @@ impl Outputs {
                     let a = Resource::from_encoded::<ClusterLoadAssignment>(encoded);
                     output.assignments.push((name.clone(), a));
                 }
-                if kept_clusters.is_none() {
+                if let Some(encoded) = encoded {
                     counts.clusters += 1;
                     let c = Resource::from_encoded::<Cluster>(encoded);
                     output.clusters.push((name, c));

@@ -117,7 +117,8 @@ impl Policy {
 /// encoded load assignment.
 pub(super) struct BuiltCluster {
     pub name: String,
-    pub encoded: Vec<u8>,
+    /// `None` when only the load assignments were asked for.
+    pub encoded: Option<Vec<u8>>,
     pub assignment: Option<Vec<u8>>,
 }
 
@@ -136,7 +137,7 @@ pub(super) fn service_clusters(
     dr: Option<&Config<DestinationRule>>,
     generator: Generator,
     proxy: ProxyType,
-    out: &mut Vec<BuiltCluster>,
+    (clusters, out): (bool, &mut Vec<BuiltCluster>),
 ) {
     let as_eds;
     let service = if proxy == ProxyType::Router && service.resolution == Resolution::Passthrough {
@@ -172,6 +173,19 @@ pub(super) fn service_clusters(
             });
             let name =
                 names::outbound_cluster(port.number, subset.unwrap_or(""), &service.hostname);
+            let assignment = (service.resolution == Resolution::ClientSideLb).then(|| {
+                endpoints
+                    .get_or_init(|| endpoint::PortEndpoints::new(service, port))
+                    .assignment(&name, labels)
+            });
+            if !clusters {
+                out.push(BuiltCluster {
+                    name,
+                    encoded: None,
+                    assignment,
+                });
+                continue;
+            }
             let policy = Policy::of(dr.map(|d| &d.spec), subset, port.number);
             let at = match shared.iter().position(|(p, _)| *p == policy) {
                 Some(at) => at,
@@ -182,7 +196,7 @@ pub(super) fn service_clusters(
                 }
             };
             let (policy, part) = &shared[at];
-            let (encoded, assignment) = target.own(
+            let encoded = target.own(
                 Own {
                     name: &name,
                     port,
@@ -194,7 +208,7 @@ pub(super) fn service_clusters(
             );
             out.push(BuiltCluster {
                 name,
-                encoded,
+                encoded: Some(encoded),
                 assignment,
             });
         }
@@ -285,8 +299,7 @@ impl<'s> Target<'s> {
         }
     }
 
-    /// One cluster's own fields, encoded and followed by the shared ones; and its load
-    /// assignment, for a service whose endpoints Envoy learns by EDS.
+    /// One cluster's own fields, encoded and followed by the shared ones.
     fn own(
         &mut self,
         own: Own<'_>,
@@ -294,7 +307,7 @@ impl<'s> Target<'s> {
             &std::cell::OnceCell<endpoint::PortEndpoints<'s>>,
             Option<&std::collections::BTreeMap<String, String>>,
         ),
-    ) -> (Vec<u8>, Option<Vec<u8>>) {
+    ) -> Vec<u8> {
         let Own {
             name,
             port,
@@ -308,7 +321,6 @@ impl<'s> Target<'s> {
             name: name.to_string(),
             ..Default::default()
         };
-        let mut assignment = None;
         match service.resolution {
             Resolution::ClientSideLb => {
                 if shared.eds {
@@ -317,7 +329,6 @@ impl<'s> Target<'s> {
                         service_name: name.to_string(),
                     });
                 }
-                assignment = Some(endpoints().assignment(name, labels));
             }
             Resolution::Dns | Resolution::DnsRoundRobin => {
                 cluster.load_assignment = Some(endpoints().dns(name, labels, service, port));
@@ -351,7 +362,7 @@ impl<'s> Target<'s> {
         }
         encoded.extend_from_slice(&shared.encoded);
         debug_assert_eq!(encoded.len(), total);
-        (encoded, assignment)
+        encoded
     }
 
     /// The ISTIO_MUTUAL transport socket of auto mTLS: pinned to the service's identities.

@@ -219,7 +219,7 @@ pub(super) fn sni_dnat_clusters(
             dr.as_deref(),
             Generator::Envoy,
             pasa_proto::node::ProxyType::Router,
-            &mut built,
+            (true, &mut built),
         );
         for cluster::BuiltCluster {
             name,
@@ -227,7 +227,7 @@ pub(super) fn sni_dnat_clusters(
             assignment,
         } in built
         {
-            let Some(name) = dnat_name(&name) else {
+            let (Some(name), Some(encoded)) = (dnat_name(&name), encoded) else {
                 continue;
             };
             // Decoding what was just encoded from a message cannot fail.
