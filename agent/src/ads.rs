@@ -49,7 +49,7 @@ use crate::resource::{ResourceMap, TYPE_COUNT, TypeKind};
 use crate::resource::{digest, digest_resources};
 pub use authority::{Fronted, front, pump as front_pump};
 pub use server::{AdsService, ServeError, bind_unix, serve_unix};
-pub use snapshot::{Snapshot, SnapshotError, SnapshotPublisher, Snapshots};
+pub use snapshot::{Origin, Snapshot, SnapshotError, SnapshotPublisher, Snapshots};
 pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, TypeStatus};
 
 /// Responses queued per connection before the connection task waits for the client to read.

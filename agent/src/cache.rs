@@ -7,8 +7,10 @@
 //! gone, and reported as removed so translation can drop it.
 
 use std::io::Write;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use imbl::{OrdMap, OrdSet};
 use pasa_proto::Kind;
@@ -118,7 +120,14 @@ pub struct Cache {
     /// The subscription whose whole answer the cache holds (the store said SYNCED for it);
     /// `None` for a cache loaded from disk or built directly.
     answered: Option<Arc<Subscription>>,
+    /// Commit times of the latest live changes, by revision (at most [`COMMITS_KEPT`]): what
+    /// pushes are timed from (`pasa_agent_propagation_seconds`). Not saved.
+    commits: OrdMap<u64, SystemTime>,
 }
+
+/// How many changes' commit times the cache keeps: more changes than this folded into one
+/// translation time it from the oldest kept.
+const COMMITS_KEPT: usize = 256;
 
 impl Cache {
     /// The store revision everything in the cache is current at.
@@ -145,6 +154,7 @@ impl Cache {
             revision,
             relisting: None,
             answered: None,
+            commits: OrdMap::new(),
         }
     }
 
@@ -222,6 +232,14 @@ impl Cache {
     pub fn apply(&mut self, change: StoreChange) -> Option<Change> {
         self.revision = self.revision.max(change.revision);
         let key = Key::of(&change.resource)?;
+        if let Some(committed) = change.committed {
+            self.commits.insert(change.revision, committed);
+            if self.commits.len() > COMMITS_KEPT
+                && let Some(&(oldest, _)) = self.commits.get_min()
+            {
+                self.commits.remove(&oldest);
+            }
+        }
         Some(match change.action {
             Action::Added | Action::Modified => {
                 self.upsert(key.clone(), change.resource);
@@ -232,6 +250,15 @@ impl Cache {
                 Change::Removed(key)
             }
         })
+    }
+
+    /// When the store committed the first change after `revision` that the cache holds (see
+    /// [`Change::committed`](StoreChange::committed)); `None` when none carried a commit time.
+    pub fn first_commit_after(&self, revision: u64) -> Option<SystemTime> {
+        self.commits
+            .range((Bound::Excluded(revision), Bound::Unbounded))
+            .next()
+            .map(|(_, &committed)| committed)
     }
 
     /// The stream is complete up to `revision`. Ends a snapshot: what it did not repeat is
@@ -315,6 +342,7 @@ impl Cache {
             revision: snapshot.revision,
             relisting: None,
             answered,
+            commits: OrdMap::new(),
         }))
     }
 }
@@ -351,7 +379,30 @@ mod tests {
             action,
             revision,
             resource,
+            committed: None,
         }
+    }
+
+    #[test]
+    fn the_first_commit_after_a_revision_is_kept_for_the_latest_changes() {
+        let mut c = Cache::default();
+        let at = |s: u64| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s);
+        for rev in 1..=(COMMITS_KEPT as u64 + 10) {
+            c.apply(StoreChange {
+                committed: Some(at(1000 + rev)),
+                ..change(Action::Added, rev, resource("Sidecar", "s", "{}"))
+            });
+        }
+        // An answer to a subscription change carries no commit time.
+        c.apply(change(Action::Added, 300, resource("Sidecar", "t", "{}")));
+        assert_eq!(c.first_commit_after(250), Some(at(1251)));
+        assert_eq!(
+            c.first_commit_after(266),
+            None,
+            "nothing committed after it"
+        );
+        // The oldest beyond the bound are dropped: the oldest kept stands in for them.
+        assert_eq!(c.first_commit_after(0), Some(at(1011)));
     }
 
     #[test]

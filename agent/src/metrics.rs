@@ -1,7 +1,7 @@
 //! The agent's Prometheus metrics (served on the admin endpoint's `/metrics`).
 
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::SystemTime;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -10,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::ads::Origin;
 use crate::model::proxy::Generator;
 use crate::resource::TypeKind;
 
@@ -46,6 +47,7 @@ pub struct ReasonLabels {
 #[derive(Debug)]
 pub struct Metrics {
     pub push_to_ack: Family<TypeLabels, Histogram>,
+    pub propagation: Family<TypeLabels, Histogram>,
     pub translation: Histogram,
     pub translations_over_budget: Counter,
     pub resources: Family<ResourceLabels, Gauge>,
@@ -64,6 +66,9 @@ impl Default for Metrics {
         Metrics {
             push_to_ack: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
+            propagation: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 16))
             }),
             translation: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
             translations_over_budget: Counter::default(),
@@ -89,6 +94,12 @@ impl Metrics {
             "From a store change reaching the agent to the client's ACK of the resources \
              generated from it, per xDS type",
             self.push_to_ack.clone(),
+        );
+        r.register(
+            "propagation_seconds",
+            "From the store's commit of a change to the client's ACK of the push it caused, per \
+             xDS type (the store's clock against the agent's: keep them synchronised)",
+            self.propagation.clone(),
         );
         r.register(
             "translation_seconds",
@@ -150,11 +161,21 @@ impl Metrics {
         );
     }
 
-    /// A client ACKed a push of `kind` generated from configuration that arrived at `origin`.
-    pub fn acked(&self, kind: TypeKind, origin: Instant) {
+    /// A client ACKed a push of `kind` generated from configuration that came from `origin`.
+    pub fn acked(&self, kind: TypeKind, origin: Origin) {
+        let labels = TypeLabels { r#type: kind };
         self.push_to_ack
-            .get_or_create(&TypeLabels { r#type: kind })
-            .observe(origin.elapsed().as_secs_f64());
+            .get_or_create(&labels)
+            .observe(origin.received.elapsed().as_secs_f64());
+        if let Some(committed) = origin.committed {
+            // A store clock ahead of the agent's counts as no delay rather than a negative one.
+            let since = SystemTime::now()
+                .duration_since(committed)
+                .unwrap_or_default();
+            self.propagation
+                .get_or_create(&labels)
+                .observe(since.as_secs_f64());
+        }
     }
 
     /// A client NACKed a response of `kind`.
@@ -172,7 +193,9 @@ mod tests {
         let metrics = Metrics::default();
         let mut registry = Registry::default();
         metrics.register(&mut registry);
-        metrics.acked(TypeKind::Cluster, Instant::now());
+        let committed = SystemTime::now() - std::time::Duration::from_millis(20);
+        metrics.acked(TypeKind::Cluster, Origin::now(Some(committed)));
+        metrics.acked(TypeKind::Listener, Origin::now(None));
         metrics.nacked(TypeKind::Route);
         metrics
             .resources
@@ -185,6 +208,8 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for needle in [
             "pasa_agent_xds_push_to_ack_seconds_count{type=\"CDS\"} 1",
+            "pasa_agent_xds_push_to_ack_seconds_count{type=\"LDS\"} 1",
+            "pasa_agent_propagation_seconds_count{type=\"CDS\"} 1",
             "pasa_agent_xds_nacks_total{type=\"RDS\"} 1",
             "pasa_agent_resources{type=\"LDS\",generator=\"grpc\"} 3",
             "pasa_agent_translation_seconds",
@@ -194,5 +219,14 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle} missing in\n{text}");
         }
+        // Timed from the commit, not from the ACK's own origin; nothing without a commit.
+        assert!(
+            text.contains("pasa_agent_propagation_seconds_bucket{le=\"0.016\",type=\"CDS\"} 0"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("propagation_seconds_count{type=\"LDS\"}"),
+            "{text}"
+        );
     }
 }

@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
-use crate::ads::{AdsService, Snapshot, SnapshotPublisher, StatusRegistry};
+use crate::ads::{AdsService, Origin, Snapshot, SnapshotPublisher, StatusRegistry};
 use crate::cache::Cache;
 use crate::credentials::ca::CaClient;
 use crate::credentials::{CredentialArgs, CredentialWatch};
@@ -618,7 +618,15 @@ impl Serving {
         self.held = 0;
         for (generator, resources) in generated {
             self.count(generator, &resources);
-            let snapshot = Snapshot::from_generated(&resources).with_origin(received);
+            let committed = cache.first_commit_after(
+                self.translated
+                    .get(&generator)
+                    .map_or(0, |previous| previous.revision()),
+            );
+            let snapshot = Snapshot::from_generated(&resources).with_origin(Origin {
+                received,
+                committed,
+            });
             self.publisher.publish(generator, snapshot);
             self.translated.insert(generator, Arc::clone(cache));
             tracing::debug!(

@@ -502,7 +502,7 @@ async fn a_pushed_change_is_timed_until_its_ack_and_nacks_are_counted() {
     let mut c = synced_sotw(&h).await;
     let mut next = base();
     next.insert(CDS, "c1", "2", cluster("c1")).unwrap();
-    h.publish(next.clone().with_origin(std::time::Instant::now()));
+    h.publish(next.clone().with_origin(pasa_agent::ads::Origin::now(None)));
     let r = c.recv().await;
     c.ack(&r, &[]).await;
     // c1 changed: Envoy rebuilds the cluster and it warms until its endpoints come again.
@@ -514,7 +514,7 @@ async fn a_pushed_change_is_timed_until_its_ack_and_nacks_are_counted() {
         .wait_for(|all| all[0].types[&CDS].acked_version.as_deref() == Some(&r.version_info))
         .await;
     next.insert(CDS, "c2", "2", cluster("c2")).unwrap();
-    h.publish(next.with_origin(std::time::Instant::now()));
+    h.publish(next.with_origin(pasa_agent::ads::Origin::now(None)));
     let r = c.recv().await;
     c.nack(&r, "", &[]).await;
     h.status

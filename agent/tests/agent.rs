@@ -194,3 +194,70 @@ async fn a_translation_past_its_budget_is_counted_and_still_served() {
         "the translation is served all the same:\n{metrics}"
     );
 }
+
+/// A store change is timed from the store's commit to the client's ACK of the push it caused
+/// (`pasa_agent_propagation_seconds`, per type); the first snapshot, no commit, is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_is_timed_from_its_commit_to_the_clients_ack() {
+    let data = tempfile::tempdir().unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let store = StoreServer::start(data.path(), 0).await;
+    store
+        .apply(&[serde_json::json!({
+            "apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+            "metadata": {"name": "cart", "namespace": "shop"},
+            "spec": {"addresses": ["10.96.0.7"], "ports": [{"name": "http", "port": 80}],
+                     "endpoints": [{"address": "10.10.0.7"}]}
+        })])
+        .await;
+    let agent = Agent::start(store.addr, run.path(), cache.path());
+    let cart = "outbound|80||cart.shop.svc.cluster.local";
+    let mut client = FakeSotwClient::connect(&agent.uds, node()).await;
+    client.request(CDS, &[], "", "").await;
+    let first = client.recv().await;
+    assert!(
+        names(&first).iter().any(|n| n == cart),
+        "{:?}",
+        names(&first)
+    );
+    client.ack(&first, &[]).await;
+    agent
+        .until("/sync_status", "the first CDS ACKed", |_, b| {
+            json(b)["connections"][0]["types"]["CDS"]["state"] == "SYNCED"
+        })
+        .await;
+    let (_, metrics) = agent.get("/metrics").await;
+    assert!(
+        !metrics.contains("pasa_agent_propagation_seconds_count"),
+        "the snapshot is no commit:\n{metrics}"
+    );
+
+    // A DestinationRule changes cart's cluster: one commit, one CDS push, one observation.
+    store
+        .apply(&[serde_json::json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+            "metadata": {"name": "cart", "namespace": "shop"},
+            "spec": {"host": "cart.shop.svc.cluster.local",
+                     "trafficPolicy": {"connectionPool": {"tcp": {"maxConnections": 7}}}}
+        })])
+        .await;
+    let pushed = client.recv().await;
+    assert_eq!(kind_of(&pushed.type_url), CDS);
+    assert_ne!(pushed.version_info, first.version_info);
+    client.ack(&pushed, &[]).await;
+    let metrics = agent
+        .until("/metrics", "the change's propagation observed", |_, m| {
+            m.contains("pasa_agent_propagation_seconds_count{type=\"CDS\"} 1")
+        })
+        .await;
+    let sum: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("pasa_agent_propagation_seconds_sum{type=\"CDS\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a sum");
+    assert!(
+        sum > 0.0 && sum < 60.0,
+        "from the commit, not the epoch: {sum}"
+    );
+}

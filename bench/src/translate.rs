@@ -268,6 +268,7 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
                 action: Action::Modified,
                 resource: modified,
                 revision: rev,
+                committed: None,
             });
             let started = Instant::now();
             let resources = translator.generate(&cache, generator);

@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -76,6 +77,9 @@ pub struct Change {
     pub revision: u64,
     /// The object after the change; for [`Action::Deleted`], its last state.
     pub resource: Resource,
+    /// When the store committed the change, by the store's clock; `None` for the answer to a
+    /// subscription update (no commit) and from a store that does not say.
+    pub committed: Option<SystemTime>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +98,12 @@ impl Action {
             Action::Deleted => "DELETED",
         }
     }
+}
+
+/// The commit time an event carries (nanoseconds since the Unix epoch; 0 when none).
+fn commit_time(unix_nanos: i64) -> Option<SystemTime> {
+    let nanos = u64::try_from(unix_nanos).ok().filter(|&n| n > 0)?;
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_nanos(nanos))
 }
 
 /// How a watch stream ended (it always ends with one).
@@ -328,6 +338,7 @@ impl Watch {
                         Some(Change {
                             action,
                             revision: e.revision,
+                            committed: commit_time(e.commit_time_unix_nanos),
                             resource: e.resource?,
                         })
                     })

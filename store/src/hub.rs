@@ -38,6 +38,9 @@ pub struct HubEvent {
     pub r#type: EventType,
     pub revision: u64,
     pub resource: Arc<Resource>,
+    /// The commit time of the change (nanoseconds since the Unix epoch); 0 in the answer to a
+    /// subscription change.
+    pub committed: i64,
 }
 
 /// What a watcher's queue carries.
@@ -271,6 +274,7 @@ impl Hub {
         let mut outbox: HashMap<u32, Vec<HubEvent>> = HashMap::new();
         for record in records {
             let revision = record.revision;
+            let committed = record.commit_time_unix_nanos;
             let new_keys = record.after().and_then(ObjectKeys::of);
             let old_keys = record.before().and_then(ObjectKeys::of);
             let Some(resource) = record.resource.map(Arc::new) else {
@@ -296,6 +300,7 @@ impl Hub {
                     r#type,
                     revision,
                     resource: Arc::clone(&resource),
+                    committed,
                 });
             }
             match new_keys {
@@ -471,6 +476,7 @@ impl Hub {
                     r#type,
                     revision: self.revision,
                     resource,
+                    committed: 0,
                 });
             }
         }
@@ -626,6 +632,7 @@ mod tests {
                     ..Default::default()
                 }),
                 prev: None,
+                commit_time_unix_nanos: 0,
             })
             .collect();
         hub.commit(records);

@@ -89,6 +89,10 @@ pub struct LogRecord {
     /// Before the change, for a modification (its index keys are the old keys).
     #[prost(message, optional, tag = "4")]
     pub prev: Option<Resource>,
+    /// When the write was committed, nanoseconds since the Unix epoch (0 in records written
+    /// before the field existed).
+    #[prost(int64, tag = "5")]
+    pub commit_time_unix_nanos: i64,
 }
 
 impl LogRecord {
@@ -124,6 +128,13 @@ pub fn transition(matches_after: bool, matches_before: bool) -> Option<EventType
         (false, true) => Some(EventType::Deleted),
         (false, false) => None,
     }
+}
+
+/// Now, in nanoseconds since the Unix epoch: the commit time of a write.
+pub fn now_unix_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 pub fn log_key(revision: u64) -> Vec<u8> {

@@ -159,6 +159,7 @@ fn to_event(e: HubEvent) -> Event {
         r#type: e.r#type as i32,
         revision: e.revision,
         resource: Some(Arc::unwrap_or_clone(e.resource)),
+        commit_time_unix_nanos: e.committed,
     }
 }
 
@@ -328,6 +329,7 @@ impl Store {
                     r#type: EventType::Added as i32,
                     revision: head,
                     resource: Some(Arc::unwrap_or_clone(r)),
+                    commit_time_unix_nanos: 0,
                 });
                 if send_events(out, events, self, None).await != Sent::Ok {
                     return;
@@ -359,6 +361,7 @@ impl Store {
                             r#type: t as i32,
                             revision: rec.revision,
                             resource: rec.resource,
+                            commit_time_unix_nanos: rec.commit_time_unix_nanos,
                         })
                     });
                     if send_events(out, events, self, None).await != Sent::Ok {

@@ -182,6 +182,7 @@ proptest! {
                         revision: m.revision,
                         resource: Some(res),
                         prev,
+                        commit_time_unix_nanos: 0,
                     };
                     m.drain();
                     m.hub.commit(vec![rec]);
@@ -211,6 +212,7 @@ proptest! {
                         revision: m.revision,
                         resource: Some(res),
                         prev: None,
+                        commit_time_unix_nanos: 0,
                     }]);
                 }
                 Op::Watch(sel) => {

@@ -6,6 +6,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use common::*;
 use pasa_proto::store::v1::{CancelReason, Rule, Subscription};
@@ -60,6 +61,13 @@ fn names(event: &WatchEvent) -> Vec<String> {
     }
 }
 
+fn commit_times(event: &WatchEvent) -> Vec<Option<SystemTime>> {
+    match event {
+        WatchEvent::Changes(changes) => changes.iter().map(|c| c.committed).collect(),
+        other => panic!("expected changes, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_changes_and_subscription_updates_read_as_typed_events() {
     let dir = tempfile::tempdir().unwrap();
@@ -96,20 +104,31 @@ async fn snapshot_changes_and_subscription_updates_read_as_typed_events() {
         }
     );
 
-    // Live changes keep their action.
+    // Live changes keep their action, and carry when the store committed them.
+    let before = SystemTime::now();
     apply_ok(
         &mut client,
         vec![vs("shop", "cart", "cart2.shop.svc.cluster.local")],
     )
     .await;
-    assert_eq!(names(&event(&mut watch).await), ["MODIFIED shop/cart"]);
+    let after = SystemTime::now();
+    let modified = event(&mut watch).await;
+    assert_eq!(names(&modified), ["MODIFIED shop/cart"]);
+    let committed = commit_times(&modified)[0].expect("a live change has its commit time");
+    assert!(before <= committed && committed <= after);
 
     // A wider subscription: the bank's object arrives, then SYNCED for that subscription.
     let both = namespaces(&["shop", "bank"]);
     assert!(watch.update(both.clone()));
     assert!(watch.updating());
     assert_eq!(watch.subscription(), &both);
-    assert_eq!(names(&event(&mut watch).await), ["ADDED bank/pay"]);
+    let answer = event(&mut watch).await;
+    assert_eq!(names(&answer), ["ADDED bank/pay"]);
+    assert_eq!(
+        commit_times(&answer),
+        [None],
+        "an update's answer is no commit"
+    );
     assert!(watch.updating(), "sent, but its answer is not complete yet");
     match event(&mut watch).await {
         WatchEvent::Synced { subscription, .. } => assert_eq!(*subscription, both),
@@ -163,7 +182,14 @@ async fn snapshot_changes_and_subscription_updates_read_as_typed_events() {
     )
     .await
     .expect("resume");
-    assert_eq!(names(&event(&mut resumed).await), ["DELETED bank/pay"]);
+    let replayed = event(&mut resumed).await;
+    assert_eq!(names(&replayed), ["DELETED bank/pay"]);
+    assert_eq!(
+        commit_times(&replayed),
+        [changes[0].committed],
+        "a replay keeps the commit time from the change log"
+    );
+    assert!(changes[0].committed.is_some());
     assert!(matches!(
         event(&mut resumed).await,
         WatchEvent::Synced { revision, .. } if revision == last

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -12,7 +11,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
-use super::snapshot::{Resource, Snapshot};
+use super::snapshot::{Origin, Resource, Snapshot};
 use super::status::Nack;
 use super::stream::{Closed, Connection, StreamHandler, drive};
 use super::{Subscription, TYPE_COUNT, TypeKind, deliver, digest};
@@ -27,7 +26,7 @@ struct TypeState {
     known: BTreeMap<String, String>,
     /// Responses not yet ACKed or NACKed: nonce → system version, and for a push of a new
     /// snapshot when its configuration reached the agent.
-    pending: BTreeMap<String, (String, Option<Instant>)>,
+    pending: BTreeMap<String, (String, Option<Origin>)>,
 }
 
 /// What one type needs sent.
@@ -236,7 +235,7 @@ impl Stream {
         &mut self,
         kind: TypeKind,
         diff: Diff,
-        origin: Option<Instant>,
+        origin: Option<Origin>,
     ) -> Result<(), Closed> {
         self.next_nonce += 1;
         let nonce = format!("{:016x}", self.next_nonce);

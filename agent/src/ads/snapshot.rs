@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::google::protobuf::Any;
@@ -41,14 +41,53 @@ pub enum SnapshotError {
     },
 }
 
+/// Where the configuration behind a snapshot came from: its pushes are timed from here to the
+/// client's ACK (`pasa_agent_xds_push_to_ack_seconds` from `received`,
+/// `pasa_agent_propagation_seconds` from `committed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// When the change reached the agent.
+    pub received: Instant,
+    /// When the store committed the earliest change the snapshot is the first to serve (the
+    /// store's clock); `None` when no store commit is behind it (a snapshot after a relist, new
+    /// secrets).
+    pub committed: Option<SystemTime>,
+}
+
+impl Origin {
+    /// A change that reached the agent just now and was committed at `committed`.
+    pub fn now(committed: Option<SystemTime>) -> Origin {
+        Origin {
+            received: Instant::now(),
+            committed,
+        }
+    }
+
+    /// The origin of a push that also carries what `earlier` (not yet ACKed) carried: the
+    /// earlier of each time, so a change superseded before its ACK is timed to the ACK of the
+    /// push that replaced it.
+    pub fn merge(self, earlier: Option<Origin>) -> Origin {
+        let Some(earlier) = earlier else {
+            return self;
+        };
+        Origin {
+            received: self.received.min(earlier.received),
+            committed: match (self.committed, earlier.committed) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+}
+
 /// Everything the agent serves to the clients of one generator at one moment: per type, resource
 /// name → resource.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     types: [ResourceMap; TYPE_COUNT],
-    /// When the configuration this snapshot was generated from reached the agent; pushes of it
-    /// are timed from here to the client's ACK. Not part of equality.
-    origin: Option<Instant>,
+    /// Where the configuration this snapshot was generated from came from. Not part of
+    /// equality.
+    origin: Option<Origin>,
 }
 
 impl PartialEq for Snapshot {
@@ -110,15 +149,14 @@ impl Snapshot {
             .collect()
     }
 
-    /// Marks when the configuration behind this snapshot reached the agent (see
-    /// `pasa_agent_xds_push_to_ack_seconds`).
-    pub fn with_origin(mut self, origin: Instant) -> Self {
+    /// Marks where the configuration behind this snapshot came from (see [`Origin`]).
+    pub fn with_origin(mut self, origin: Origin) -> Self {
         self.origin = Some(origin);
         self
     }
 
-    /// When the configuration behind this snapshot reached the agent, if known.
-    pub fn origin(&self) -> Option<Instant> {
+    /// Where the configuration behind this snapshot came from, if known.
+    pub fn origin(&self) -> Option<Origin> {
         self.origin
     }
 
@@ -249,7 +287,7 @@ impl SnapshotPublisher {
                 (name.clone(), resource)
             })
             .collect();
-        let now = Instant::now();
+        let now = Origin::now(None);
         self.tx.send_if_modified(|current| {
             if *current.secrets == encoded {
                 return false;

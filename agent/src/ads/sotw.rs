@@ -3,14 +3,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
-use super::snapshot::{ResourceMap, Snapshot};
+use super::snapshot::{Origin, ResourceMap, Snapshot};
 use super::status::Nack;
 use super::stream::{Closed, Connection, StreamHandler, drive};
 use super::{Subscription, TYPE_COUNT, TypeKind, deliver, digest_resources};
@@ -25,7 +24,7 @@ struct Sent {
     resources: ResourceMap,
     /// For a push of a new snapshot: when its configuration reached the agent, until the ACK
     /// is timed.
-    origin: Option<Instant>,
+    origin: Option<Origin>,
 }
 
 #[derive(Default)]
@@ -219,7 +218,7 @@ impl Stream {
         &mut self,
         kind: TypeKind,
         resources: ResourceMap,
-        origin: Option<Instant>,
+        origin: Option<Origin>,
     ) -> Result<(), Closed> {
         self.next_nonce += 1;
         let nonce = format!("{:016x}", self.next_nonce);
@@ -236,6 +235,15 @@ impl Stream {
             return Err(Closed);
         }
         self.conn.status.update(kind, |s| s.sent(&version, &nonce));
+        // A push not ACKed yet is superseded: this one's ACK times both.
+        let unacked = self.types[kind.index()]
+            .sent
+            .as_ref()
+            .and_then(|sent| sent.origin);
+        let origin = match origin {
+            Some(origin) => Some(origin.merge(unacked)),
+            None => unacked,
+        };
         self.types[kind.index()].sent = Some(Sent {
             version,
             nonce,

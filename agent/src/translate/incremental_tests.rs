@@ -210,6 +210,7 @@ fn event(cache: &mut Cache, action: Action, resource: Resource, revision: u64) {
         action,
         resource,
         revision,
+        committed: None,
     });
 }
 

@@ -216,6 +216,7 @@ impl Writer {
         }
         let mut batch = self.batch();
         let mut revision = self.revision;
+        let committed = record::now_unix_nanos();
         let mut results = Vec::new();
         let mut errors = Vec::new();
         let mut new_records = Vec::new();
@@ -265,6 +266,7 @@ impl Writer {
                 revision,
                 resource: Some(resource),
                 prev,
+                commit_time_unix_nanos: committed,
             };
             batch.put(record::log_key(revision), rec.encode_to_vec());
             new_records.push(rec);
@@ -304,6 +306,7 @@ impl Writer {
         }
         let mut batch = self.batch();
         let mut revision = self.revision;
+        let committed = record::now_unix_nanos();
         let mut deleted = Vec::new();
         let mut errors = Vec::new();
         let mut new_records = Vec::new();
@@ -338,6 +341,7 @@ impl Writer {
                 revision,
                 resource: Some(resource),
                 prev: None,
+                commit_time_unix_nanos: committed,
             };
             batch.put(record::log_key(revision), rec.encode_to_vec());
             new_records.push(rec);
