@@ -1,7 +1,7 @@
 //! The agent's Prometheus metrics (served on the admin endpoint's `/metrics`).
 
 use std::fmt::Write as _;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -10,7 +10,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::ads::Origin;
 use crate::model::proxy::Generator;
 use crate::resource::TypeKind;
 
@@ -161,13 +160,14 @@ impl Metrics {
         );
     }
 
-    /// A client ACKed a push of `kind` generated from configuration that came from `origin`.
-    pub fn acked(&self, kind: TypeKind, origin: Origin) {
+    /// A client ACKed a push of `kind` generated from configuration that reached the agent at
+    /// `received`, from store changes the earliest of which was committed at `committed`.
+    pub fn acked(&self, kind: TypeKind, received: Instant, committed: Option<SystemTime>) {
         let labels = TypeLabels { r#type: kind };
         self.push_to_ack
             .get_or_create(&labels)
-            .observe(origin.received.elapsed().as_secs_f64());
-        if let Some(committed) = origin.committed {
+            .observe(received.elapsed().as_secs_f64());
+        if let Some(committed) = committed {
             // A store clock ahead of the agent's counts as no delay rather than a negative one.
             let since = SystemTime::now()
                 .duration_since(committed)
@@ -194,8 +194,8 @@ mod tests {
         let mut registry = Registry::default();
         metrics.register(&mut registry);
         let committed = SystemTime::now() - std::time::Duration::from_millis(20);
-        metrics.acked(TypeKind::Cluster, Origin::now(Some(committed)));
-        metrics.acked(TypeKind::Listener, Origin::now(None));
+        metrics.acked(TypeKind::Cluster, Instant::now(), Some(committed));
+        metrics.acked(TypeKind::Listener, Instant::now(), None);
         metrics.nacked(TypeKind::Route);
         metrics
             .resources

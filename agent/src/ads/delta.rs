@@ -102,7 +102,9 @@ impl StreamHandler for Stream {
                     } else {
                         tracing::debug!(%kind, %version, "ACK");
                         if let Some(origin) = origin {
-                            self.conn.metrics.acked(kind, origin);
+                            self.conn
+                                .metrics
+                                .acked(kind, origin.received, origin.committed);
                         }
                         self.conn.status.update(kind, |s| s.acked(&version, &nonce));
                     }

@@ -105,7 +105,9 @@ impl StreamHandler for Stream {
                 tracing::debug!(%kind, version = %sent.version, "ACK");
                 state.rejected = None;
                 if let Some(origin) = sent.origin.take() {
-                    self.conn.metrics.acked(kind, origin);
+                    self.conn
+                        .metrics
+                        .acked(kind, origin.received, origin.committed);
                 }
                 let (version, nonce) = (sent.version.clone(), sent.nonce.clone());
                 self.conn.status.update(kind, |s| s.acked(&version, &nonce));
