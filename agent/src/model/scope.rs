@@ -58,6 +58,8 @@ pub struct SidecarScope {
     pub outbound_policy: OutboundPolicy,
     config_namespace: String,
     root_namespace: String,
+    /// The mesh's DNS suffix, to resolve short hosts as istiod does before matching them.
+    domain_suffix: String,
 }
 
 impl SidecarScope {
@@ -128,6 +130,7 @@ impl SidecarScope {
             outbound_policy,
             config_namespace: ns.clone(),
             root_namespace: root.clone(),
+            domain_suffix: proxy.mesh.config_domain_suffix.clone(),
         }
     }
 
@@ -200,11 +203,16 @@ impl SidecarScope {
                     &vs.spec.export_to,
                     &vs.meta.namespace,
                     &self.config_namespace,
-                ) && vs
-                    .spec
-                    .hosts
-                    .iter()
-                    .any(|h| self.in_egress(&vs.meta.namespace, h))
+                ) && vs.spec.hosts.iter().any(|h| {
+                    // Short names resolve in the VirtualService's namespace first, as istiod
+                    // resolves them before it matches egress hosts.
+                    let host = pasa_proto::host::resolve_short_name(
+                        h,
+                        &vs.meta.namespace,
+                        &self.domain_suffix,
+                    );
+                    self.in_egress(&vs.meta.namespace, &host)
+                })
             })
             .cloned()
             .collect();

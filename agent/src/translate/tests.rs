@@ -652,6 +652,34 @@ fn sidecar_egress_and_export_to_narrow_what_is_seen() {
     );
 }
 
+/// A Sidecar naming its egress by FQDN still sees a VirtualService written with the short name
+/// (istiod resolves VirtualService hosts in their namespace before matching egress hosts).
+#[test]
+fn egress_by_fqdn_sees_a_virtual_service_written_with_the_short_name() {
+    let sidecar = resource(
+        "Sidecar",
+        "default",
+        "default",
+        json!({"egress": [{"hosts": [format!("default/{REVIEWS}")]}]}),
+        4,
+    );
+    let mut t = Translator::new(proxy("10.0.0.9"));
+    let out = t
+        .update(
+            &cache(vec![
+                reviews_service(),
+                reviews_rule(2),
+                reviews_split(),
+                sidecar,
+            ]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
+    let host = vhost(&out.routes["9080"], &format!("{REVIEWS}:9080"));
+    assert_eq!(host.routes.len(), 1);
+    assert_eq!(host.routes[0].name, "split", "the VirtualService applies");
+}
+
 #[test]
 fn destination_rule_in_the_proxy_namespace_wins_over_the_root_namespace() {
     let root = resource(
