@@ -14,18 +14,24 @@
 //!   of this process, which is the store and the subscribers' readers);
 //! - **S2**: one batch updating `--batch` DestinationRules: time from the apply to each affected
 //!   subscriber having its events (p50, p99, max), events delivered, wrong and missed wake-ups;
+//! - **S3**: endpoint churn, then a burst of endpoint changes: commit → subscriber latency per
+//!   delivered event (see [`churn`]);
 //! - **S5**: one change every sidecar must see (the mesh-wide PeerAuthentication set STRICT): the
 //!   same figures, with every subscriber affected;
 //! - **S6**: the store restarts (shut down, reopened on its database, its indexes rebuilt) and
 //!   every subscriber resumes from the revision it was told: time to converge, and peak RSS
 //!   against the steady RSS before.
 
+mod agents;
+mod churn;
 pub mod mesh;
+mod subscribers;
+mod xds_client;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -33,18 +39,16 @@ use pasa_agent::cache::Cache;
 use pasa_agent::identity::IdentityArgs;
 use pasa_agent::model::proxy::Proxy;
 use pasa_agent::model::registry::Registry;
-use pasa_proto::store::v1::{
-    ApplyDocument, EventType, SubscriberIdentity, Subscription, WatchCreate, WatchRequest,
-    WatchResponse, watch_response,
-};
+use pasa_proto::store::v1::{ApplyDocument, EventType, Subscription};
 use pasa_store::Store;
 use pasa_store::index::ObjectKeys;
 use pasa_store::selector::Selector;
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, watch};
 
 use crate::stats::{peak_rss_mib, percentile, reset_peak_rss, round2, rss_mib};
 use mesh::{Mesh, Shape};
+use subscribers::{Progress, Seen, Subscriber, subscribe};
 
 /// Documents per apply while loading.
 const LOAD_BATCH: usize = 500;
@@ -73,6 +77,21 @@ pub struct SeedArgs {
     /// Seed of the generated mesh.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// S3: endpoint changes per second while churning.
+    #[arg(long, default_value_t = 40)]
+    pub churn_rate: u32,
+    /// S3: seconds of churn.
+    #[arg(long, default_value_t = 30)]
+    pub churn_secs: u64,
+    /// S3: endpoint changes written at once after the churn.
+    #[arg(long, default_value_t = 1000)]
+    pub burst: usize,
+    /// S4: real `pasa-agent` processes, each with an ADS client (0 skips S4).
+    #[arg(long, default_value_t = 1000)]
+    pub agents: usize,
+    /// The agent binary for S4 [default: pasa-agent beside pasa-bench].
+    #[arg(long)]
+    pub agent_binary: Option<PathBuf>,
     /// Subscribers receiving their initial snapshot at the same time, at most (as many agents
     /// connecting at once).
     #[arg(long, default_value_t = 2048)]
@@ -83,38 +102,6 @@ pub struct SeedArgs {
     /// Writes every figure, with the machine, the commit and the parameters, to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-}
-
-/// What one subscriber saw.
-#[derive(Debug, Default)]
-struct Seen {
-    /// Objects of its initial snapshot.
-    snapshot: usize,
-    /// When its snapshot was complete.
-    synced: Option<Instant>,
-    /// Events after the snapshot: (revision, kind/namespace/name, event type, when).
-    events: Vec<(u64, String, i32, Instant)>,
-}
-
-/// One subscriber: its subscription, and the reader of its stream.
-struct Subscriber {
-    subscription: Arc<Subscription>,
-    reader: tokio::task::JoinHandle<Seen>,
-}
-
-/// What the readers count together, for the scenarios to wait on.
-#[derive(Default)]
-struct Progress {
-    /// Subscribers whose snapshot is complete.
-    synced: AtomicUsize,
-    /// Objects received after the snapshots.
-    events: AtomicUsize,
-    /// Readers whose stream ended before they were stopped (other than by a store restart).
-    broken: AtomicUsize,
-    /// Watches ended by a store shutdown, their stream task done.
-    cut: AtomicUsize,
-    /// Watches resumed on the next store, synced.
-    resumed: AtomicUsize,
 }
 
 /// Waits until `done` holds, checking every few milliseconds, for at most [`DEADLINE`].
@@ -287,6 +274,24 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     )
     .await?;
 
+    // S3: endpoint churn, then a burst.
+    let churn_shape = churn::ChurnShape {
+        rate: args.churn_rate,
+        secs: args.churn_secs,
+        burst: args.burst,
+        seed: args.seed,
+    };
+    let s3 = churn::run(&store, &mesh, &subscribers, &progress, churn_shape).await?;
+
+    // S4: one VirtualService change with real agents serving ADS clients.
+    let s4 = if args.agents > 0 {
+        let binary = agents::agent_binary(args.agent_binary.as_deref())?;
+        agents::run(&store, &mesh, args.agents, &binary).await?
+    } else {
+        println!("S4: skipped (--agents 0)");
+        Value::Null
+    };
+
     // S6: the store restarts; every subscriber resumes from the revision it was told.
     let steady_rss = rss_mib();
     stores_tx.send_replace(None);
@@ -325,6 +330,7 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     stop_tx.send_replace(true);
 
     let mut tallies = [Tally::default(), Tally::default()];
+    let mut t3 = churn::ChurnTally::default();
     let mut snapshot_objects = 0u64;
     for s in subscribers {
         let seen = s.reader.await.context("a subscriber's reader failed")?;
@@ -332,7 +338,9 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
         for (tally, b) in tallies.iter_mut().zip([&s2, &s5]) {
             tally.add(b, &s.subscription, &seen);
         }
+        t3.add(&s3, &s.subscription, &seen);
     }
+    let s3_figures = t3.report(&s3, churn_shape);
     let [t2, t5] = tallies;
     let s2_figures = t2.report(
         "S2",
@@ -346,7 +354,9 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
         "mode": "seed",
         "parameters": {"services": args.services, "pods": args.pods,
                        "virtual_services": args.virtual_services, "batch": args.batch,
-                       "seed": args.seed, "connecting": args.connecting},
+                       "seed": args.seed, "connecting": args.connecting,
+                       "churn_rate": args.churn_rate, "churn_secs": args.churn_secs,
+                       "burst": args.burst, "agents": args.agents},
         "machine": machine(),
         "commit": option_env!("PASA_COMMIT").unwrap_or("unknown"),
         "mesh": {"services": mesh.workloads.len(), "pods": mesh.pods().count(),
@@ -361,6 +371,8 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
                "peak_rss_mib": s1_rss.map(round2),
                "goal": {"total_s": 60, "peak_rss_mib": 2048}},
         "s2": with_goal(s2_figures, json!({"max_ms": 2000, "wrong": 0, "missed": 0})),
+        "s3": s3_figures,
+        "s4": s4,
         "s5": with_goal(s5_figures, json!({"max_ms": 10_000, "wrong": 0, "missed": 0})),
         "s6": {"reopen_s": round2(reopened.as_secs_f64()),
                "converge_s": round2(converged.as_secs_f64()),
@@ -387,7 +399,7 @@ struct Batch {
     committed: Instant,
     applied: Duration,
     revisions: std::ops::RangeInclusive<u64>,
-    expected: BTreeMap<*const Subscription, Arc<BTreeSet<String>>>,
+    expected: BTreeMap<*const Subscription, Arc<BTreeSet<u64>>>,
 }
 
 /// Writes `documents` in one batch and waits until every subscriber the oracle names has its
@@ -399,20 +411,11 @@ async fn batch(
     progress: &Progress,
     (documents, event_type): (Vec<ApplyDocument>, EventType),
 ) -> anyhow::Result<Batch> {
-    let mut keys = Vec::with_capacity(documents.len());
-    for d in &documents {
-        let doc: Value = serde_json::from_str(&d.json)?;
-        let obj = pasa_proto::Object::from_json(&doc, "default")
-            .map_err(|e| anyhow::anyhow!("a generated document: {e:?}"))?;
-        let mut resource = obj.to_resource();
-        resource.index = Some(
-            pasa_store::index::extract::index_keys(&obj, "cluster.local")
-                .map_err(|e| anyhow::anyhow!("a generated document's keys: {e:?}"))?,
-        );
-        let id = object_id(&resource);
-        keys.push((id, ObjectKeys::of(&resource).context("index keys")?));
-    }
-    let mut expected: BTreeMap<*const Subscription, Arc<BTreeSet<String>>> = BTreeMap::new();
+    let keys = documents
+        .iter()
+        .map(keys_of)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut expected: BTreeMap<*const Subscription, Arc<BTreeSet<u64>>> = BTreeMap::new();
     for s in subscribers {
         if let std::collections::btree_map::Entry::Vacant(slot) =
             expected.entry(Arc::as_ptr(&s.subscription))
@@ -421,7 +424,7 @@ async fn batch(
             slot.insert(Arc::new(
                 keys.iter()
                     .filter(|(_, k)| selector.matches(k))
-                    .map(|(id, _)| id.clone())
+                    .map(|(id, _)| *id)
                     .collect(),
             ));
         }
@@ -471,6 +474,20 @@ async fn batch(
     })
 }
 
+/// The id and the index keys of the object a document writes, worked out as the store does.
+fn keys_of(d: &ApplyDocument) -> anyhow::Result<(u64, ObjectKeys)> {
+    let doc: Value = serde_json::from_str(&d.json)?;
+    let obj = pasa_proto::Object::from_json(&doc, "default")
+        .map_err(|e| anyhow::anyhow!("a generated document: {e:?}"))?;
+    let mut resource = obj.to_resource();
+    resource.index = Some(
+        pasa_store::index::extract::index_keys(&obj, "cluster.local")
+            .map_err(|e| anyhow::anyhow!("a generated document's keys: {e:?}"))?,
+    );
+    let id = object_id(&resource);
+    Ok((id, ObjectKeys::of(&resource).context("index keys")?))
+}
+
 /// What the subscribers received of one batch, against the oracle.
 #[derive(Default)]
 struct Tally {
@@ -492,19 +509,19 @@ impl Tally {
         let of_batch = || {
             seen.events
                 .iter()
-                .filter(|(r, _, _, _)| b.revisions.contains(r))
+                .filter(|e| b.revisions.contains(&e.revision))
         };
-        let got: BTreeSet<String> = of_batch().map(|(_, id, _, _)| id.clone()).collect();
+        let got: BTreeSet<u64> = of_batch().map(|e| e.id).collect();
         let delivered = of_batch().count() as u64;
         self.affected += u64::from(!expected.is_empty());
         self.delivered += delivered;
         self.duplicates += delivered - got.len() as u64;
         self.wrong_type += of_batch()
-            .filter(|(_, _, t, _)| *t != b.event_type as i32)
+            .filter(|e| e.r#type != b.event_type as i32)
             .count() as u64;
         self.wrong += got.difference(expected.as_ref()).count() as u64;
         self.missed += expected.difference(&got).count() as u64;
-        if let Some(last) = of_batch().map(|(_, _, _, at)| *at).max() {
+        if let Some(last) = of_batch().map(|e| e.at).max() {
             self.latencies
                 .push(last.duration_since(b.committed).as_secs_f64() * 1e3);
         }
@@ -541,9 +558,17 @@ fn with_goal(mut figures: Value, goal: Value) -> Value {
     figures
 }
 
-/// `kind/namespace/name`.
-fn object_id(r: &pasa_proto::store::v1::Resource) -> String {
-    format!("{}/{}/{}", r.kind, r.namespace, r.name)
+/// An object's identity (kind, namespace and name), hashed: what the subscribers keep of each
+/// event, so that millions of events cost no allocation each (FNV-1a 64: among the mesh's
+/// fifteen thousand objects a collision has a chance of about 1e-11).
+fn object_id(r: &pasa_proto::store::v1::Resource) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [&r.kind, &r.namespace, &r.name] {
+        for b in part.bytes().chain([0]) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }
 
 fn manifest(r: &pasa_proto::store::v1::Resource) -> ApplyDocument {
@@ -601,147 +626,6 @@ async fn derive_subscriptions(
     Ok(out)
 }
 
-/// How a subscriber ended one watch stream.
-enum Ended {
-    /// Told to stop.
-    Stopped,
-    /// The store shut down: watch the next one from this revision.
-    Resume(u64),
-    /// Anything else: the subscriber is lost.
-    Broken,
-}
-
-/// One subscriber, as an agent follows the store: a watch of `subscription` for `node` from
-/// revision 0 (its snapshot holding a `connecting` permit until it is complete), then events
-/// until `stop`; when the store shuts down, it waits for the next store in `stores` and resumes
-/// from the revision it was told (holding a permit again until that watch is synced).
-fn subscribe(
-    mut stores: watch::Receiver<Option<Store>>,
-    node: String,
-    subscription: Arc<Subscription>,
-    (connecting, progress): (Arc<Semaphore>, Arc<Progress>),
-    mut stop: watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<Seen> {
-    tokio::spawn(async move {
-        let mut seen = Seen::default();
-        let mut from = 0;
-        loop {
-            let store = tokio::select! {
-                s = stores.wait_for(Option::is_some) => match s {
-                    Ok(s) => s.clone(),
-                    Err(_) => break,
-                },
-                _ = stop.wait_for(|s| *s) => break,
-            };
-            let Some(store) = store else { break };
-            let ended = watch_once(
-                store,
-                (&node, &subscription, from),
-                (&connecting, &progress),
-                &mut stop,
-                &mut seen,
-            )
-            .await;
-            match ended {
-                Ended::Stopped => break,
-                Ended::Resume(revision) => {
-                    from = revision;
-                    progress.cut.fetch_add(1, Ordering::Relaxed);
-                    // The next store, not this one again.
-                    let _ = stores.wait_for(Option::is_none).await;
-                }
-                Ended::Broken => {
-                    progress.broken.fetch_add(1, Ordering::Relaxed);
-                    break;
-                }
-            }
-        }
-        seen
-    })
-}
-
-/// One watch stream of a subscriber (see [`subscribe`]), until it ends.
-async fn watch_once(
-    store: Store,
-    (node, subscription, from): (&str, &Subscription, u64),
-    (connecting, progress): (&Semaphore, &Progress),
-    stop: &mut watch::Receiver<bool>,
-    seen: &mut Seen,
-) -> Ended {
-    let Ok(permit) = connecting.acquire().await else {
-        return Ended::Broken;
-    };
-    let (out_tx, mut out) = mpsc::channel(STREAM_BUFFER);
-    // Held until the stream ends: the watch ends when its request stream does.
-    let (requests_tx, requests) = mpsc::channel::<Result<WatchRequest, tonic::Status>>(1);
-    let create = WatchCreate {
-        subscription: Some(subscription.clone()),
-        from_revision: from,
-        identity: Some(SubscriberIdentity {
-            node_id: node.to_string(),
-            ..Default::default()
-        }),
-    };
-    let serving = tokio::spawn(async move {
-        store
-            .serve_watch(
-                create,
-                tokio_stream::wrappers::ReceiverStream::new(requests),
-                out_tx,
-            )
-            .await
-    });
-    let mut permit = Some(permit);
-    let ended = loop {
-        let message = tokio::select! {
-            m = out.recv() => m,
-            _ = stop.wait_for(|s| *s) => break Ended::Stopped,
-        };
-        let Some(Ok(WatchResponse {
-            response: Some(response),
-        })) = message
-        else {
-            break Ended::Broken;
-        };
-        match response {
-            watch_response::Response::Events(batch) => {
-                let at = Instant::now();
-                for e in batch.events {
-                    let Some(r) = e.resource else { continue };
-                    if seen.synced.is_none() {
-                        seen.snapshot += 1;
-                    } else {
-                        seen.events.push((e.revision, object_id(&r), e.r#type, at));
-                        progress.events.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            watch_response::Response::Synced(_) if permit.is_some() => {
-                permit.take();
-                if seen.synced.is_none() {
-                    seen.synced = Some(Instant::now());
-                    progress.synced.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    progress.resumed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            watch_response::Response::Cancelled(c)
-                if c.reason == pasa_proto::store::v1::CancelReason::Shutdown as i32 =>
-            {
-                break Ended::Resume(c.resume_revision);
-            }
-            // Any other end (a cut-off): this subscriber is lost.
-            watch_response::Response::Cancelled(_) => break Ended::Broken,
-            _ => {}
-        }
-    };
-    drop(permit);
-    drop(requests_tx);
-    drop(out);
-    let _ = serving.await;
-    ended
-}
-
 /// The machine the figures come from.
 fn machine() -> Value {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -766,12 +650,31 @@ mod tests {
     fn a_small_seed_run_delivers_every_change_to_exactly_its_subscribers() {
         let dir = tempfile::tempdir().unwrap();
         let report = dir.path().join("seed.json");
+        // S4 runs real agents: the workspace's pasa-agent binary (built by `cargo test
+        // --workspace`).
+        let agents = match agents::agent_binary(None) {
+            Ok(_) => 4,
+            Err(e) => {
+                assert!(
+                    std::env::var_os("PASA_E2E_REQUIRED").is_none(),
+                    "S4 needs the agent binary: {e} (PASA_E2E_REQUIRED is set)"
+                );
+                eprintln!("SKIPPED S4 of the seed smoke run: {e}");
+                println!("SKIPPED S4 of the seed smoke run: {e}");
+                0
+            }
+        };
         let args = SeedArgs {
             services: 100,
             pods: 2000,
             virtual_services: 3,
             batch: 10,
             seed: 1,
+            churn_rate: 40,
+            churn_secs: 1,
+            burst: 50,
+            agents,
+            agent_binary: None,
             connecting: 256,
             data_dir: Some(dir.path().join("db")),
             json: Some(report.clone()),
@@ -802,6 +705,37 @@ mod tests {
         assert!(s2["delivered"].as_u64().unwrap() >= affected);
         for p in ["p50", "p99", "max"] {
             assert!(s2["last_subscriber_ms"][p].is_number(), "{s2}");
+        }
+        // Every endpoint change reaches exactly its subscribers, each timed from its commit.
+        let s3 = &summary["s3"];
+        assert_eq!(s3["changes"], 90, "{s3}");
+        for figure in [
+            "wrong",
+            "missed",
+            "duplicates",
+            "wrong_type",
+            "without_commit_time",
+            "watches_ended",
+        ] {
+            assert_eq!(s3[figure], 0, "s3.{figure}: {s3}");
+        }
+        assert!(s3["delivered"].as_u64().unwrap() >= 90, "{s3}");
+        for phase in ["churn", "burst"] {
+            let lat = &s3["commit_to_subscriber_ms"][phase];
+            assert!(lat["events"].as_u64().unwrap() > 0, "{s3}");
+            assert!(
+                lat["p99"].as_f64().unwrap() >= lat["p50"].as_f64().unwrap(),
+                "{s3}"
+            );
+        }
+        if agents > 0 {
+            // Every real agent's client holds the new route, and each agent timed it.
+            let s4 = &summary["s4"];
+            assert_eq!(s4["write_to_client_ms"]["clients"], agents, "{s4}");
+            let buckets = s4["propagation_metric_ms"]["buckets"].as_array().unwrap();
+            let observed = buckets.last().and_then(|b| b[1].as_u64()).unwrap_or(0);
+            assert!(observed >= agents as u64, "{s4}");
+            assert!(s4["agent_rss_mib"]["mean"].as_f64().unwrap() > 0.0, "{s4}");
         }
         // The mesh-wide policy reaches every sidecar, once.
         let s5 = &summary["s5"];

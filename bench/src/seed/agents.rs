@@ -1,0 +1,446 @@
+//! S4: real agents. `--agents` pods that call the hottest service each get a real `pasa-agent`
+//! process following the seed's store over loopback gRPC (the store's own server, in this
+//! process), and an ADS client on the agent's socket that asks as Envoy asks (see
+//! [`xds_client`](super::xds_client)). Once every client holds the hot service's route, one
+//! VirtualService change moves its canary weight; each client is timed from just before the
+//! write to holding the new weight, and every agent's own `pasa_agent_propagation_seconds`
+//! (commit → the client's ACK) is read from its `/metrics`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use envoy_types::pb::envoy::config::core::v3::Node;
+use pasa_store::Store;
+use serde_json::{Value, json};
+
+use super::manifest;
+use super::mesh::{Mesh, Pod, Workload};
+use super::xds_client::{self, RouteState, Watched};
+use crate::stats::{percentile, round2};
+
+/// How long an agent and its client may take to hold the first route, and then the new one.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// The `pasa-agent` binary: `--agent-binary`, else beside this program (or one directory up,
+/// as tests run from `deps/`).
+pub fn agent_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(path) = given {
+        ensure!(path.is_file(), "no agent at {}", path.display());
+        return Ok(path.to_path_buf());
+    }
+    let exe = std::env::current_exe()?;
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|d| d.join("pasa-agent"))
+        .find(|p| p.is_file())
+        .with_context(|| {
+            format!(
+                "no pasa-agent beside {} (cargo build --release -p pasa-agent, or pass \
+                 --agent-binary)",
+                exe.display()
+            )
+        })
+}
+
+/// One running agent and what its client holds.
+struct Running {
+    child: Child,
+    admin: SocketAddr,
+    log: PathBuf,
+    state: Arc<Mutex<RouteState>>,
+}
+
+/// The agents of S4; stopped (SIGTERM, then SIGKILL for stragglers) when dropped.
+pub struct Fleet {
+    agents: Vec<Running>,
+    clients: Vec<tokio::task::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for c in &self.clients {
+            c.abort();
+        }
+        for a in &self.agents {
+            let _ = Command::new("kill")
+                .args(["-TERM", &a.child.id().to_string()])
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for a in &mut self.agents {
+            while Instant::now() < deadline && matches!(a.child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if matches!(a.child.try_wait(), Ok(None)) {
+                let _ = a.child.kill();
+            }
+            let _ = a.child.wait();
+        }
+    }
+}
+
+/// Loopback ports nobody listens on, one per agent, for their admin endpoints.
+fn free_ports(n: usize) -> anyhow::Result<Vec<SocketAddr>> {
+    let held = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .context("cannot find free loopback ports for the agents")?;
+    held.iter()
+        .map(|l| l.local_addr().context("a free port"))
+        .collect()
+}
+
+/// The pods S4 runs agents for: those of workloads calling `hot`, in the mesh's order.
+fn pods_calling(mesh: &Mesh, hot: usize, n: usize) -> Vec<(&Workload, &Pod)> {
+    mesh.pods()
+        .filter(|(w, _)| w.calls.binary_search(&hot).is_ok())
+        .take(n)
+        .collect()
+}
+
+/// S4's figures.
+pub async fn run(store: &Store, mesh: &Mesh, count: usize, binary: &Path) -> anyhow::Result<Value> {
+    let hot = 0;
+    let target = &mesh.workloads[hot];
+    let pods = pods_calling(mesh, hot, count);
+    ensure!(
+        pods.len() == count,
+        "S4: only {} pods call {}; fewer --agents",
+        pods.len(),
+        target.host
+    );
+    let bound = pasa_store::server::bind(
+        store.clone(),
+        "127.0.0.1:0".parse()?,
+        "127.0.0.1:0".parse()?,
+    )
+    .await?;
+    let server_addr = bound.grpc_addr().to_string();
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(bound.run("pasa-bench-store", async move {
+        let _ = server_stopped.await;
+    }));
+    let result = measure(mesh, &pods, target, &server_addr, binary).await;
+    let _ = stop_server.send(());
+    server.await.context("the store server task")??;
+    result
+}
+
+async fn measure(
+    mesh: &Mesh,
+    pods: &[(&Workload, &Pod)],
+    target: &Workload,
+    server: &str,
+    binary: &Path,
+) -> anyhow::Result<Value> {
+    let route = mesh
+        .objects
+        .iter()
+        .find(|r| {
+            r.kind == "VirtualService" && r.namespace == target.namespace && r.name == target.app
+        })
+        .context("the hot service's mesh route")?;
+    let mut spec: Value = serde_json::from_str(&route.spec_json)?;
+    let old = spec["http"][1]["route"][1]["weight"]
+        .as_u64()
+        .context("the canary weight")? as u32;
+    let new = if old <= 50 { old + 30 } else { old - 30 };
+    let watched = Watched {
+        host: target.host.clone(),
+        subset: "v2".into(),
+    };
+
+    let dir = tempfile::Builder::new()
+        .prefix("pasa-bench-agents-")
+        .tempdir()?;
+    let root = dir.path().to_path_buf();
+    let ports = free_ports(pods.len())?;
+    let starting = Instant::now();
+    let mut fleet = Fleet {
+        agents: Vec::with_capacity(pods.len()),
+        clients: Vec::with_capacity(pods.len()),
+        _dir: dir,
+    };
+    for (i, ((w, pod), admin)) in pods.iter().zip(ports).enumerate() {
+        let home = root.join(format!("a{i}"));
+        std::fs::create_dir_all(&home)?;
+        let uds = home.join("xds.sock");
+        let node_id = pod.node_id(&w.namespace);
+        let log_path = home.join("agent.log");
+        let log = std::fs::File::create(&log_path)?;
+        let child = Command::new(binary)
+            .args(["--server", server, "--node-id", &node_id])
+            .args([
+                "--labels",
+                &format!("app={},version={}", w.app, pod.version),
+            ])
+            .args(["--service-account", &w.app])
+            .arg("--uds")
+            .arg(&uds)
+            .args(["--admin", &admin.to_string()])
+            .env(
+                "RUST_LOG",
+                std::env::var("PASA_BENCH_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let state = Arc::new(Mutex::new(RouteState::default()));
+        let node = Node {
+            id: node_id,
+            ..Default::default()
+        };
+        fleet.clients.push(tokio::spawn(xds_client::run(
+            uds,
+            node,
+            watched.clone(),
+            Arc::clone(&state),
+            PATIENCE,
+        )));
+        fleet.agents.push(Running {
+            child,
+            admin,
+            log: log_path,
+            state,
+        });
+    }
+    let holding = |weight: u32| {
+        fleet
+            .agents
+            .iter()
+            .filter(|a| a.state.lock().is_ok_and(|s| s.weight == Some(weight)))
+            .count()
+    };
+    wait_until("S4: every client holds the hot route", &fleet, || {
+        holding(old) == fleet.agents.len()
+    })
+    .await?;
+    let ready_s = starting.elapsed().as_secs_f64();
+    let rss: Vec<f64> = fleet
+        .agents
+        .iter()
+        .filter_map(|a| rss_mib(a.child.id()))
+        .collect();
+    println!(
+        "S4: {} real agents started, each with an ADS client holding {}'s route, in {ready_s:.1}s; \
+         agent RSS mean {:.1} MiB, max {:.1} MiB",
+        fleet.agents.len(),
+        target.host,
+        mean(&rss),
+        percentile(&rss, 100.0)
+    );
+
+    // The change: the canary weight moves.
+    spec["http"][1]["route"][0]["weight"] = json!(100 - new);
+    spec["http"][1]["route"][1]["weight"] = json!(new);
+    let mut changed = (*route).clone();
+    changed.spec_json = spec.to_string();
+    let mut client =
+        pasa_proto::store::v1::store_client::StoreClient::connect(format!("http://{server}"))
+            .await?;
+    let written = Instant::now();
+    let reply = client
+        .apply(pasa_proto::store::v1::ApplyRequest {
+            documents: vec![manifest(&changed)],
+            dry_run: false,
+        })
+        .await?
+        .into_inner();
+    ensure!(
+        reply.errors.is_empty(),
+        "S4: the change was refused: {:?}",
+        reply.errors
+    );
+    wait_until("S4: every client holds the new route", &fleet, || {
+        holding(new) == fleet.agents.len()
+    })
+    .await?;
+    let latencies: Vec<f64> = fleet
+        .agents
+        .iter()
+        .filter_map(|a| a.state.lock().ok()?.held_since(new))
+        .map(|at| at.duration_since(written).as_secs_f64() * 1e3)
+        .collect();
+    // Each agent's own figure: from the commit to its client's ACK of the RDS push.
+    let mut buckets: Vec<(f64, u64)> = Vec::new();
+    let mut observed = 0u64;
+    for a in &fleet.agents {
+        let text = scrape(a.admin).await?;
+        for (le, n) in histogram(&text, "pasa_agent_propagation_seconds", "RDS") {
+            match buckets.iter_mut().find(|(b, _)| *b == le) {
+                Some(slot) => slot.1 += n,
+                None => buckets.push((le, n)),
+            }
+        }
+        observed += 1;
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (metric_p50, metric_p99) = (
+        bucket_quantile(&buckets, 0.50),
+        bucket_quantile(&buckets, 0.99),
+    );
+    let rss_after: Vec<f64> = fleet
+        .agents
+        .iter()
+        .filter_map(|a| rss_mib(a.child.id()))
+        .collect();
+    let (p50, p99, max) = (
+        percentile(&latencies, 50.0),
+        percentile(&latencies, 99.0),
+        percentile(&latencies, 100.0),
+    );
+    println!(
+        "S4: one VirtualService change ({}: canary {old} → {new}): write → every client holds the \
+         new route p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms; the agents' \
+         pasa_agent_propagation_seconds{{type=\"RDS\"}} p50 ≤ {} ms, p99 ≤ {} ms ({} agents \
+         read)",
+        target.app,
+        fmt_ms(metric_p50),
+        fmt_ms(metric_p99),
+        observed
+    );
+    drop(fleet);
+    Ok(json!({
+        "agents": pods.len(), "ready_s": round2(ready_s),
+        "changed": format!("VirtualService {}/{}", target.namespace, target.app),
+        "write_to_client_ms": {"p50": round2(p50), "p99": round2(p99), "max": round2(max),
+                               "clients": latencies.len()},
+        "propagation_metric_ms": {"p50_at_most": metric_p50.map(|s| round2(s * 1e3)),
+                                  "p99_at_most": metric_p99.map(|s| round2(s * 1e3)),
+                                  "buckets": buckets.iter().map(|(le, n)| json!([le, n]))
+                                      .collect::<Vec<_>>()},
+        "agent_rss_mib": {"mean": round2(mean(&rss)), "max": round2(percentile(&rss, 100.0)),
+                          "mean_after_change": round2(mean(&rss_after))},
+        "goal": {"p99_ms": 50},
+    }))
+}
+
+fn fmt_ms(seconds: Option<f64>) -> String {
+    seconds.map_or("unknown".into(), |s| format!("{:.0}", s * 1e3))
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        0.0
+    } else {
+        xs.iter().sum::<f64>() / xs.len() as f64
+    }
+}
+
+/// Waits until `done`, for at most [`PATIENCE`]; an agent that exited, or a client whose
+/// stream ended, fails the wait at once with what it said.
+async fn wait_until(what: &str, fleet: &Fleet, done: impl Fn() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        for (i, a) in fleet.agents.iter().enumerate() {
+            if let Some(ended) = a.state.lock().ok().and_then(|s| s.ended.clone()) {
+                anyhow::bail!("{what}: the client of agent {i} stopped: {ended}");
+            }
+        }
+        if Instant::now() >= deadline {
+            let lagging = fleet
+                .agents
+                .iter()
+                .position(|a| {
+                    !a.state
+                        .lock()
+                        .is_ok_and(|s| s.ended.is_none() && s.weight.is_some())
+                })
+                .unwrap_or(0);
+            let a = &fleet.agents[lagging];
+            let state = a.state.lock().map(|s| format!("{s:?}")).unwrap_or_default();
+            let log = std::fs::read_to_string(&a.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            anyhow::bail!(
+                "{what}: not done after {PATIENCE:?}; agent {lagging}'s client: {state}; its \
+                 log ends:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}
+
+/// Resident memory of a process, in MiB.
+pub fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kib| kib / 1024.0)
+}
+
+/// An agent's `/metrics`.
+pub async fn scrape(admin: SocketAddr) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(admin).await?;
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).await?;
+    Ok(raw)
+}
+
+/// The cumulative buckets `(le, count)` of histogram `name` for xDS type `kind`.
+pub fn histogram(text: &str, name: &str, kind: &str) -> Vec<(f64, u64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    let label = format!("type=\"{kind}\"}}");
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(&prefix)?;
+            let (le, rest) = rest.split_once('"')?;
+            let (labels, value) = rest.split_once(' ')?;
+            if !labels.ends_with(&label) {
+                return None;
+            }
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The upper bound of the bucket holding quantile `q` of cumulative buckets; `None` without
+/// observations.
+pub fn bucket_quantile(buckets: &[(f64, u64)], q: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total == 0 {
+        return None;
+    }
+    let rank = (q * total as f64).ceil() as u64;
+    buckets.iter().find(|(_, n)| *n >= rank).map(|(le, _)| *le)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_histogram_is_read_per_type_and_its_quantiles_are_bucket_bounds() {
+        let text = "\
+pasa_agent_propagation_seconds_bucket{le=\"0.001\",type=\"RDS\"} 0
+pasa_agent_propagation_seconds_bucket{le=\"0.002\",type=\"RDS\"} 90
+pasa_agent_propagation_seconds_bucket{le=\"0.004\",type=\"RDS\"} 100
+pasa_agent_propagation_seconds_bucket{le=\"+Inf\",type=\"RDS\"} 100
+pasa_agent_propagation_seconds_bucket{le=\"0.001\",type=\"CDS\"} 7
+";
+        let b = histogram(text, "pasa_agent_propagation_seconds", "RDS");
+        assert_eq!(b.len(), 4);
+        assert_eq!(bucket_quantile(&b, 0.5), Some(0.002));
+        assert_eq!(bucket_quantile(&b, 0.99), Some(0.004));
+        assert_eq!(bucket_quantile(&[], 0.5), None);
+    }
+}

@@ -1,0 +1,318 @@
+//! S3: endpoint churn. Pods come and go as in a rolling deployment: at `--churn-rate` changes a
+//! second for `--churn-secs`, one service's `ServiceEndpoints` is rewritten with one pod's
+//! address changed (each change its own write, as the Kubernetes syncer writes them), then
+//! `--burst` such changes are written at once. Each delivered event is timed from the store's
+//! commit (the time it carries) to the subscriber reading it, and checked against the oracle:
+//! the change's object matched against every distinct subscription beforehand.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use pasa_proto::store::v1::{ApplyDocument, EventType, Subscription};
+use pasa_store::Store;
+use pasa_store::selector::Selector;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+use super::mesh::Mesh;
+use super::subscribers::{Progress, Seen, Subscriber};
+use super::{DEADLINE, QUIET, keys_of, manifest};
+use crate::stats::{percentile, round2};
+
+/// How S3 runs.
+#[derive(Debug, Clone, Copy)]
+pub struct ChurnShape {
+    pub rate: u32,
+    pub secs: u64,
+    pub burst: usize,
+    pub seed: u64,
+}
+
+/// Which phase a change was written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Steady,
+    Burst,
+}
+
+/// What S3 wrote: per revision, the change's service and phase; per service, which distinct
+/// subscriptions should hear of it.
+pub struct Churn {
+    changes: BTreeMap<u64, (usize, Phase)>,
+    expected: HashMap<usize, HashMap<*const Subscription, bool>>,
+    /// Per distinct subscription, the revisions it should hear of.
+    due: HashMap<*const Subscription, Vec<u64>>,
+    steady_s: f64,
+    burst_apply_ms: f64,
+    broken: usize,
+}
+
+/// The changes to write: (service index, its ServiceEndpoints with one pod's address changed),
+/// each change building on the service's previous one.
+fn plan(mesh: &Mesh, count: usize, seed: u64) -> anyhow::Result<Vec<(usize, ApplyDocument)>> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x005e_edc4_u64);
+    let mut specs: HashMap<usize, Value> = HashMap::new();
+    let endpoints: BTreeMap<String, &pasa_proto::store::v1::Resource> = mesh
+        .objects
+        .iter()
+        .filter(|r| r.kind == "ServiceEndpoints")
+        .map(|r| (format!("{}/{}", r.namespace, r.name), r))
+        .collect();
+    let mut out = Vec::with_capacity(count);
+    for n in 0..count {
+        let i = rng.random_range(0..mesh.workloads.len());
+        let w = &mesh.workloads[i];
+        let base = endpoints
+            .get(&format!("{}/{}", w.namespace, w.app))
+            .with_context(|| format!("no ServiceEndpoints for {}", w.host))?;
+        let spec = match specs.entry(i) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(serde_json::from_str(&base.spec_json)?)
+            }
+        };
+        let pods = spec["endpoints"].as_array_mut().context("endpoints")?;
+        let k = rng.random_range(0..pods.len());
+        // A pod replaced: a fresh address no other pod has.
+        pods[k]["address"] = json!(format!("10.250.{}.{}", n / 250, n % 250 + 1));
+        let mut resource = (*base).clone();
+        resource.spec_json = spec.to_string();
+        out.push((i, manifest(&resource)));
+    }
+    Ok(out)
+}
+
+/// Writes the churn, then the burst, and waits until every expected event is in (or nothing
+/// more arrives for [`QUIET`]).
+pub async fn run(
+    store: &Store,
+    mesh: &Mesh,
+    subscribers: &[Subscriber],
+    progress: &Progress,
+    shape: ChurnShape,
+) -> anyhow::Result<Churn> {
+    let steady = shape.rate as usize * shape.secs as usize;
+    let planned = plan(mesh, steady + shape.burst, shape.seed)?;
+    // The oracle, per service changed: its object's keys against each distinct subscription.
+    let mut distinct: BTreeMap<*const Subscription, Selector> = BTreeMap::new();
+    for s in subscribers {
+        if let std::collections::btree_map::Entry::Vacant(slot) =
+            distinct.entry(Arc::as_ptr(&s.subscription))
+        {
+            slot.insert(Selector::from_pb(&s.subscription).context("a derived subscription")?);
+        }
+    }
+    let mut expected: HashMap<usize, HashMap<*const Subscription, bool>> = HashMap::new();
+    for (i, doc) in &planned {
+        if expected.contains_key(i) {
+            continue;
+        }
+        let (_, keys) = keys_of(doc)?;
+        let matches = distinct
+            .iter()
+            .map(|(&ptr, selector)| (ptr, selector.matches(&keys)))
+            .collect();
+        expected.insert(*i, matches);
+    }
+    let fan_out = |i: usize| -> usize {
+        subscribers
+            .iter()
+            .filter(|s| expected[&i][&Arc::as_ptr(&s.subscription)])
+            .count()
+    };
+    let mut per_service: HashMap<usize, usize> = HashMap::new();
+    let mut expected_events = 0usize;
+    for (i, _) in &planned {
+        let n = *per_service.entry(*i).or_insert_with(|| fan_out(*i));
+        expected_events += n;
+    }
+
+    let baseline = progress.events.load(Ordering::Relaxed);
+    let broken = progress.broken.load(Ordering::Relaxed);
+    let mut planned = planned.into_iter();
+    let write = |(i, doc): (usize, ApplyDocument), phase: Phase| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let reply = store.apply(vec![doc], false).await?;
+            ensure!(reply.errors.is_empty(), "churn refused: {:?}", reply.errors);
+            anyhow::Ok((reply.revision, (i, phase)))
+        })
+    };
+    // Steady churn: one write per tick, each on its own so a slow one does not hold the rate.
+    let started = Instant::now();
+    let mut writes = Vec::with_capacity(steady + shape.burst);
+    if steady > 0 {
+        let mut ticks =
+            tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(shape.rate.max(1))));
+        for change in planned.by_ref().take(steady) {
+            ticks.tick().await;
+            writes.push(write(change, Phase::Steady));
+        }
+    }
+    let mut changes = BTreeMap::new();
+    for w in writes.drain(..) {
+        let (revision, change) = w.await.context("a churn write")??;
+        changes.insert(revision, change);
+    }
+    let steady_s = started.elapsed().as_secs_f64();
+    // The burst: every change at once.
+    let bursting = Instant::now();
+    writes.extend(planned.map(|change| write(change, Phase::Burst)));
+    for w in writes {
+        let (revision, change) = w.await.context("a burst write")??;
+        changes.insert(revision, change);
+    }
+    let burst_apply_ms = bursting.elapsed().as_secs_f64() * 1e3;
+
+    let deadline = Instant::now() + DEADLINE;
+    let (mut last_count, mut last_change) = (baseline, Instant::now());
+    loop {
+        let now = progress.events.load(Ordering::Relaxed);
+        if now >= baseline + expected_events {
+            break;
+        }
+        if now != last_count {
+            (last_count, last_change) = (now, Instant::now());
+        } else if last_change.elapsed() >= QUIET {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "churn still arriving after {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut due: HashMap<*const Subscription, Vec<u64>> = HashMap::new();
+    for &ptr in distinct.keys() {
+        let revisions = changes
+            .iter()
+            .filter(|(_, (service, _))| expected[service][&ptr])
+            .map(|(&revision, _)| revision)
+            .collect();
+        due.insert(ptr, revisions);
+    }
+    Ok(Churn {
+        changes,
+        expected,
+        due,
+        steady_s,
+        burst_apply_ms,
+        broken: progress.broken.load(Ordering::Relaxed) - broken,
+    })
+}
+
+/// What the subscribers received of the churn, against the oracle.
+#[derive(Default)]
+pub struct ChurnTally {
+    /// Commit → subscriber, in ms, per delivered event, by phase.
+    steady: Vec<f64>,
+    burst: Vec<f64>,
+    /// Per change: commit → the last subscriber to read it, in ms.
+    last: HashMap<u64, f64>,
+    delivered: u64,
+    wrong: u64,
+    missed: u64,
+    duplicates: u64,
+    wrong_type: u64,
+    no_commit_time: u64,
+}
+
+impl ChurnTally {
+    pub fn add(&mut self, churn: &Churn, subscription: &Arc<Subscription>, seen: &Seen) {
+        let ptr = Arc::as_ptr(subscription);
+        let mut got: HashMap<u64, u32> = HashMap::new();
+        for e in &seen.events {
+            let Some(&(service, phase)) = churn.changes.get(&e.revision) else {
+                continue;
+            };
+            self.delivered += 1;
+            *got.entry(e.revision).or_default() += 1;
+            if !churn.expected[&service][&ptr] {
+                self.wrong += 1;
+            }
+            if e.r#type != EventType::Modified as i32 {
+                self.wrong_type += 1;
+            }
+            let Some(lag) = e.lag_ms.map(f64::from) else {
+                self.no_commit_time += 1;
+                continue;
+            };
+            match phase {
+                Phase::Steady => self.steady.push(lag),
+                Phase::Burst => self.burst.push(lag),
+            }
+            let last = self.last.entry(e.revision).or_default();
+            *last = last.max(lag);
+        }
+        self.duplicates += got
+            .values()
+            .map(|&n| u64::from(n.saturating_sub(1)))
+            .sum::<u64>();
+        self.missed += churn.due[&ptr]
+            .iter()
+            .filter(|revision| !got.contains_key(revision))
+            .count() as u64;
+    }
+
+    /// Prints S3's lines and returns its figures.
+    pub fn report(&self, churn: &Churn, shape: ChurnShape) -> Value {
+        let figures = |samples: &[f64]| {
+            json!({"p50": round2(percentile(samples, 50.0)),
+                   "p99": round2(percentile(samples, 99.0)),
+                   "max": round2(percentile(samples, 100.0)),
+                   "events": samples.len()})
+        };
+        let phase = |p: Phase| -> Vec<f64> {
+            churn
+                .changes
+                .iter()
+                .filter(|(_, (_, ph))| *ph == p)
+                .filter_map(|(revision, _)| self.last.get(revision).copied())
+                .collect()
+        };
+        let (steady, burst) = (figures(&self.steady), figures(&self.burst));
+        let (steady_last, burst_last) = (
+            figures(&phase(Phase::Steady)),
+            figures(&phase(Phase::Burst)),
+        );
+        let changes = churn.changes.len();
+        println!(
+            "S3: {changes} endpoint changes ({} at {}/s over {:.1}s, then {} at once, written in \
+             {:.0} ms): {} events delivered; commit → subscriber p50 {} ms, p99 {} ms while \
+             churning, p50 {} ms, p99 {} ms in the burst; to the last subscriber of a change p99 \
+             {} ms and {} ms; {} wrong, {} missed, {} duplicated, {} of the wrong type, {} without \
+             a commit time, {} watches ended",
+            changes - shape.burst.min(changes),
+            shape.rate,
+            churn.steady_s,
+            shape.burst,
+            churn.burst_apply_ms,
+            self.delivered,
+            steady["p50"],
+            steady["p99"],
+            burst["p50"],
+            burst["p99"],
+            steady_last["p99"],
+            burst_last["p99"],
+            self.wrong,
+            self.missed,
+            self.duplicates,
+            self.wrong_type,
+            self.no_commit_time,
+            churn.broken
+        );
+        json!({"changes": changes, "rate_per_s": shape.rate, "churn_s": round2(churn.steady_s),
+               "burst": shape.burst, "burst_apply_ms": round2(churn.burst_apply_ms),
+               "delivered": self.delivered,
+               "commit_to_subscriber_ms": {"churn": steady, "burst": burst},
+               "commit_to_last_subscriber_ms": {"churn": steady_last, "burst": burst_last},
+               "wrong": self.wrong, "missed": self.missed, "duplicates": self.duplicates,
+               "wrong_type": self.wrong_type, "without_commit_time": self.no_commit_time,
+               "watches_ended": churn.broken,
+               "goal": {"commit_to_subscriber_p99_ms": 100, "wrong": 0, "missed": 0}})
+    }
+}
