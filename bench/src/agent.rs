@@ -85,7 +85,7 @@ async fn apply(store: &str, docs: Vec<Value>) -> anyhow::Result<()> {
 }
 
 /// CPU time (user + system) and resident memory of `pid`, from `/proc`.
-fn usage(pid: u32, ticks_per_sec: f64) -> anyhow::Result<(f64, f64, f64)> {
+pub(crate) fn usage(pid: u32, ticks_per_sec: f64) -> anyhow::Result<(f64, f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name (which may hold spaces) start at state (field 3).
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
@@ -117,7 +117,7 @@ fn usage(pid: u32, ticks_per_sec: f64) -> anyhow::Result<(f64, f64, f64)> {
     Ok((ticks / ticks_per_sec, kib("VmRSS:"), kib("VmHWM:")))
 }
 
-fn clock_ticks() -> f64 {
+pub(crate) fn clock_ticks() -> f64 {
     Command::new("getconf")
         .arg("CLK_TCK")
         .output()

@@ -23,8 +23,10 @@
 //!   against the steady RSS before.
 
 mod agents;
+mod baselines;
 mod churn;
 pub mod mesh;
+mod single;
 mod subscribers;
 mod xds_client;
 
@@ -89,6 +91,9 @@ pub struct SeedArgs {
     /// S4: real `pasa-agent` processes, each with an ADS client (0 skips S4).
     #[arg(long, default_value_t = 1000)]
     pub agents: usize,
+    /// A1: seconds the real agent is watched idle.
+    #[arg(long, default_value_t = 10)]
+    pub idle_secs: u64,
     /// The agent binary for S4 [default: pasa-agent beside pasa-bench].
     #[arg(long)]
     pub agent_binary: Option<PathBuf>,
@@ -255,9 +260,10 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
         &store,
         &subscribers,
         &progress,
-        (rules, EventType::Modified),
+        (rules.clone(), EventType::Modified),
     )
     .await?;
+    let baseline_a = baselines::brute_force(&store, &rules)?;
     // S5: one change every sidecar must see: the mesh's mutual TLS turned STRICT.
     let strict = manifest_of(
         "security.istio.io/v1",
@@ -283,14 +289,27 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     };
     let s3 = churn::run(&store, &mesh, &subscribers, &progress, churn_shape).await?;
 
-    // S4: one VirtualService change with real agents serving ADS clients.
-    let s4 = if args.agents > 0 {
+    // S4 and A1: real agents, on the store's own gRPC server.
+    let (s4, a1) = if args.agents > 0 {
         let binary = agents::agent_binary(args.agent_binary.as_deref())?;
-        agents::run(&store, &mesh, args.agents, &binary).await?
+        let served = agents::Served::start(&store).await?;
+        let s4 = agents::run(&mesh, args.agents, &binary, &served.addr).await;
+        let a1 = match &s4 {
+            Ok(_) => {
+                let idle = Duration::from_secs(args.idle_secs);
+                single::run(&store, &mesh, &subscriptions, &binary, &served.addr, idle)
+                    .await
+                    .map(Some)
+            }
+            Err(_) => Ok(None),
+        };
+        served.stop().await?;
+        (s4?, a1?)
     } else {
-        println!("S4: skipped (--agents 0)");
-        Value::Null
+        println!("S4, A1: skipped (--agents 0)");
+        (Value::Null, None)
     };
+    let (a1, a1_translation) = a1.unzip();
 
     // S6: the store restarts; every subscriber resumes from the revision it was told.
     let steady_rss = rss_mib();
@@ -349,6 +368,32 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     );
     let s5_figures = t5.report("S5", &s5, "the mesh-wide PeerAuthentication set STRICT");
 
+    // PASA's push completion for S2, composed: the store's delivery to the last subscriber
+    // (measured) + that agent's translation of a DestinationRule change (A1's p99, measured on
+    // the widest scope; every agent translates on its own pod, in parallel).
+    let dr_change_ms = a1_translation
+        .as_ref()
+        .map(|t| percentile(&t.change_ms["destination_rule"], 99.0));
+    let s2_max = s2_figures["last_subscriber_ms"]["max"]
+        .as_f64()
+        .unwrap_or(0.0);
+    let composed = json!({"store_to_last_subscriber_ms": s2_max,
+                          "translation_of_the_change_ms": dr_change_ms.map(round2),
+                          "push_completion_ms": round2(s2_max + dr_change_ms.unwrap_or(0.0)),
+                          "method": "measured store delivery + measured translation (A1 p99)"});
+    println!(
+        "S2: push completion, composed: {s2_max:.0} ms to the last subscriber + {} ms to translate the change = {:.0} ms",
+        dr_change_ms.map_or("unknown".into(), |m| format!("{m:.2}")),
+        s2_max + dr_change_ms.unwrap_or(0.0)
+    );
+    let affected = s2_figures["affected"].as_u64().unwrap_or(0);
+    let baseline_b = baselines::central_push(
+        &store,
+        &mesh,
+        &subscriptions,
+        (affected, s2_max + dr_change_ms.unwrap_or(0.0), args.seed),
+    )
+    .await?;
     store.shutdown();
     let summary = json!({
         "mode": "seed",
@@ -356,7 +401,8 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
                        "virtual_services": args.virtual_services, "batch": args.batch,
                        "seed": args.seed, "connecting": args.connecting,
                        "churn_rate": args.churn_rate, "churn_secs": args.churn_secs,
-                       "burst": args.burst, "agents": args.agents},
+                       "burst": args.burst, "agents": args.agents,
+                       "idle_secs": args.idle_secs},
         "machine": machine(),
         "commit": option_env!("PASA_COMMIT").unwrap_or("unknown"),
         "mesh": {"services": mesh.workloads.len(), "pods": mesh.pods().count(),
@@ -371,8 +417,12 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
                "peak_rss_mib": s1_rss.map(round2),
                "goal": {"total_s": 60, "peak_rss_mib": 2048}},
         "s2": with_goal(s2_figures, json!({"max_ms": 2000, "wrong": 0, "missed": 0})),
+        "s2_push_completion": composed,
         "s3": s3_figures,
         "s4": s4,
+        "a1": a1,
+        "baselines": {"brute_force": baseline_a, "central_push": baseline_b,
+                      "quoted": baselines::quoted()},
         "s5": with_goal(s5_figures, json!({"max_ms": 10_000, "wrong": 0, "missed": 0})),
         "s6": {"reopen_s": round2(reopened.as_secs_f64()),
                "converge_s": round2(converged.as_secs_f64()),
@@ -591,6 +641,19 @@ fn manifest_of(
     }
 }
 
+/// The proxy of `pod` as its agent sees itself (node ID, labels, service account).
+fn proxy_of(w: &mesh::Workload, pod: &mesh::Pod) -> anyhow::Result<Proxy> {
+    let identity = IdentityArgs {
+        node_id: pod.node_id(&w.namespace),
+        labels: format!("app={},version={}", w.app, pod.version),
+        service_account: w.app.clone(),
+        cluster_id: "Kubernetes".into(),
+        ..Default::default()
+    }
+    .resolve()?;
+    Ok(Proxy::from_identity(&identity, Default::default()))
+}
+
 /// Each workload's subscription, as its pods' agents derive it: the stored objects parsed into
 /// the agent's registry, and the scope of the workload's first pod (its pods share their labels
 /// but for the version, which no Sidecar here selects on).
@@ -611,15 +674,7 @@ async fn derive_subscriptions(
     let mut out = BTreeMap::new();
     for w in &mesh.workloads {
         let Some(pod) = w.pods.first() else { continue };
-        let identity = IdentityArgs {
-            node_id: pod.node_id(&w.namespace),
-            labels: format!("app={},version={}", w.app, pod.version),
-            service_account: w.app.clone(),
-            cluster_id: "Kubernetes".into(),
-            ..Default::default()
-        }
-        .resolve()?;
-        let proxy = Proxy::from_identity(&identity, Default::default());
+        let proxy = proxy_of(w, pod)?;
         let subscription = pasa_agent::subscription::subscription_of(&proxy, &registry);
         out.insert(w.app.clone(), Arc::new(subscription));
     }
@@ -675,6 +730,7 @@ mod tests {
             burst: 50,
             agents,
             agent_binary: None,
+            idle_secs: 1,
             connecting: 256,
             data_dir: Some(dir.path().join("db")),
             json: Some(report.clone()),
@@ -736,7 +792,30 @@ mod tests {
             let observed = buckets.last().and_then(|b| b[1].as_u64()).unwrap_or(0);
             assert!(observed >= agents as u64, "{s4}");
             assert!(s4["agent_rss_mib"]["mean"].as_f64().unwrap() > 0.0, "{s4}");
+            // A1: the widest scope, translated here and served by a real agent.
+            let a1 = &summary["a1"];
+            assert!(a1["services"].as_u64().unwrap() > 10, "{a1}");
+            for kind in ["destination_rule", "virtual_service", "endpoints"] {
+                assert!(a1["change_ms"][kind]["p99"].is_number(), "{a1}");
+            }
+            assert!(
+                a1["process"]["rss_idle_mib"].as_f64().unwrap() > 0.0,
+                "{a1}"
+            );
+            assert_eq!(a1["process"]["changes"], 30, "{a1}");
+            assert!(a1["process"]["mean_translation_ms"].is_number(), "{a1}");
+            assert!(summary["s2_push_completion"]["push_completion_ms"].is_number());
         }
+        // The baselines: the index agrees with brute force; the central push is estimated.
+        let baselines = &summary["baselines"];
+        assert_eq!(baselines["brute_force"]["objects"], 10, "{baselines}");
+        let push = &baselines["central_push"];
+        assert!(push["sampled_proxies"].as_u64().unwrap() > 0, "{push}");
+        assert!(push["cpu_s"].as_f64().unwrap() > 0.0, "{push}");
+        assert_eq!(
+            baselines["quoted"]["article_2000_services_100k_pods_500_drs"]["istiod"]["push_completion_s"],
+            120
+        );
         // The mesh-wide policy reaches every sidecar, once.
         let s5 = &summary["s5"];
         assert_eq!(s5["affected"], 2000, "{s5}");

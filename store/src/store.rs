@@ -206,6 +206,12 @@ impl Store {
         self.inner.hub.lock()
     }
 
+    /// Runs `f` on the hub (the watchers and their rule index), holding it meanwhile: for
+    /// benchmarks and diagnostics that compare the index with brute force on live watchers.
+    pub fn with_hub<R>(&self, f: impl FnOnce(&Hub) -> R) -> R {
+        f(&self.hub())
+    }
+
     pub fn config(&self) -> &StoreConfig {
         &self.inner.config
     }

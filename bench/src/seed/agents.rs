@@ -62,6 +62,65 @@ pub struct Fleet {
     _dir: tempfile::TempDir,
 }
 
+impl Fleet {
+    /// Starts a real agent for each of `pods`, and beside each an ADS client watching
+    /// `watched`.
+    pub fn launch(
+        binary: &Path,
+        server: &str,
+        pods: &[(&Workload, &Pod)],
+        watched: &Watched,
+    ) -> anyhow::Result<Fleet> {
+        let dir = tempfile::Builder::new()
+            .prefix("pasa-bench-agents-")
+            .tempdir()?;
+        let root = dir.path().to_path_buf();
+        let ports = free_ports(pods.len())?;
+        let mut fleet = Fleet {
+            agents: Vec::with_capacity(pods.len()),
+            clients: Vec::with_capacity(pods.len()),
+            _dir: dir,
+        };
+        for (i, ((w, pod), admin)) in pods.iter().zip(ports).enumerate() {
+            let home = root.join(format!("a{i}"));
+            std::fs::create_dir_all(&home)?;
+            let uds = home.join("xds.sock");
+            let node_id = pod.node_id(&w.namespace);
+            let log_path = home.join("agent.log");
+            let child = spawn_agent(binary, server, (w, pod), (&uds, admin), &log_path)?;
+            let state = Arc::new(Mutex::new(RouteState::default()));
+            let node = Node {
+                id: node_id,
+                ..Default::default()
+            };
+            fleet.clients.push(tokio::spawn(xds_client::run(
+                uds,
+                node,
+                watched.clone(),
+                Arc::clone(&state),
+                PATIENCE,
+            )));
+            fleet.agents.push(Running {
+                child,
+                admin,
+                log: log_path,
+                state,
+            });
+        }
+        Ok(fleet)
+    }
+
+    /// The agents' process ids and admin addresses.
+    pub fn agents(&self) -> impl Iterator<Item = (u32, SocketAddr)> + '_ {
+        self.agents.iter().map(|a| (a.child.id(), a.admin))
+    }
+
+    /// What the client of agent `i` holds.
+    pub fn state(&self, i: usize) -> Option<std::sync::MutexGuard<'_, RouteState>> {
+        self.agents.get(i)?.state.lock().ok()
+    }
+}
+
 impl Drop for Fleet {
     fn drop(&mut self) {
         for c in &self.clients {
@@ -85,8 +144,39 @@ impl Drop for Fleet {
     }
 }
 
+/// Starts a real agent for `pod`, following `server`, serving ADS on `uds` and its admin
+/// endpoint on `admin`, logging to `log`.
+pub fn spawn_agent(
+    binary: &Path,
+    server: &str,
+    (w, pod): (&Workload, &Pod),
+    (uds, admin): (&Path, SocketAddr),
+    log: &Path,
+) -> anyhow::Result<Child> {
+    let log = std::fs::File::create(log)?;
+    Command::new(binary)
+        .args(["--server", server, "--node-id", &pod.node_id(&w.namespace)])
+        .args([
+            "--labels",
+            &format!("app={},version={}", w.app, pod.version),
+        ])
+        .args(["--service-account", &w.app])
+        .arg("--uds")
+        .arg(uds)
+        .args(["--admin", &admin.to_string()])
+        .env(
+            "RUST_LOG",
+            std::env::var("PASA_BENCH_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))
+}
+
 /// Loopback ports nobody listens on, one per agent, for their admin endpoints.
-fn free_ports(n: usize) -> anyhow::Result<Vec<SocketAddr>> {
+pub fn free_ports(n: usize) -> anyhow::Result<Vec<SocketAddr>> {
     let held = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()
@@ -104,8 +194,38 @@ fn pods_calling(mesh: &Mesh, hot: usize, n: usize) -> Vec<(&Workload, &Pod)> {
         .collect()
 }
 
+/// The store's own gRPC server on a loopback port, in this process, for the real agents.
+pub struct Served {
+    pub addr: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Served {
+    pub async fn start(store: &Store) -> anyhow::Result<Served> {
+        let bound = pasa_store::server::bind(
+            store.clone(),
+            "127.0.0.1:0".parse()?,
+            "127.0.0.1:0".parse()?,
+        )
+        .await?;
+        let addr = bound.grpc_addr().to_string();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(bound.run("pasa-bench-store", async move {
+            let _ = stopped.await;
+        }));
+        Ok(Served { addr, stop, task })
+    }
+
+    /// Stops the server; its hold on the store ends with it.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.task.await.context("the store server task")?
+    }
+}
+
 /// S4's figures.
-pub async fn run(store: &Store, mesh: &Mesh, count: usize, binary: &Path) -> anyhow::Result<Value> {
+pub async fn run(mesh: &Mesh, count: usize, binary: &Path, server: &str) -> anyhow::Result<Value> {
     let hot = 0;
     let target = &mesh.workloads[hot];
     let pods = pods_calling(mesh, hot, count);
@@ -115,21 +235,7 @@ pub async fn run(store: &Store, mesh: &Mesh, count: usize, binary: &Path) -> any
         pods.len(),
         target.host
     );
-    let bound = pasa_store::server::bind(
-        store.clone(),
-        "127.0.0.1:0".parse()?,
-        "127.0.0.1:0".parse()?,
-    )
-    .await?;
-    let server_addr = bound.grpc_addr().to_string();
-    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(bound.run("pasa-bench-store", async move {
-        let _ = server_stopped.await;
-    }));
-    let result = measure(mesh, &pods, target, &server_addr, binary).await;
-    let _ = stop_server.send(());
-    server.await.context("the store server task")??;
-    result
+    measure(mesh, &pods, target, server, binary).await
 }
 
 async fn measure(
@@ -156,62 +262,8 @@ async fn measure(
         subset: "v2".into(),
     };
 
-    let dir = tempfile::Builder::new()
-        .prefix("pasa-bench-agents-")
-        .tempdir()?;
-    let root = dir.path().to_path_buf();
-    let ports = free_ports(pods.len())?;
     let starting = Instant::now();
-    let mut fleet = Fleet {
-        agents: Vec::with_capacity(pods.len()),
-        clients: Vec::with_capacity(pods.len()),
-        _dir: dir,
-    };
-    for (i, ((w, pod), admin)) in pods.iter().zip(ports).enumerate() {
-        let home = root.join(format!("a{i}"));
-        std::fs::create_dir_all(&home)?;
-        let uds = home.join("xds.sock");
-        let node_id = pod.node_id(&w.namespace);
-        let log_path = home.join("agent.log");
-        let log = std::fs::File::create(&log_path)?;
-        let child = Command::new(binary)
-            .args(["--server", server, "--node-id", &node_id])
-            .args([
-                "--labels",
-                &format!("app={},version={}", w.app, pod.version),
-            ])
-            .args(["--service-account", &w.app])
-            .arg("--uds")
-            .arg(&uds)
-            .args(["--admin", &admin.to_string()])
-            .env(
-                "RUST_LOG",
-                std::env::var("PASA_BENCH_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let state = Arc::new(Mutex::new(RouteState::default()));
-        let node = Node {
-            id: node_id,
-            ..Default::default()
-        };
-        fleet.clients.push(tokio::spawn(xds_client::run(
-            uds,
-            node,
-            watched.clone(),
-            Arc::clone(&state),
-            PATIENCE,
-        )));
-        fleet.agents.push(Running {
-            child,
-            admin,
-            log: log_path,
-            state,
-        });
-    }
+    let fleet = Fleet::launch(binary, server, pods, &watched)?;
     let holding = |weight: u32| {
         fleet
             .agents
@@ -337,7 +389,7 @@ fn mean(xs: &[f64]) -> f64 {
 
 /// Waits until `done`, for at most [`PATIENCE`]; an agent that exited, or a client whose
 /// stream ended, fails the wait at once with what it said.
-async fn wait_until(what: &str, fleet: &Fleet, done: impl Fn() -> bool) -> anyhow::Result<()> {
+pub async fn wait_until(what: &str, fleet: &Fleet, done: impl Fn() -> bool) -> anyhow::Result<()> {
     let deadline = Instant::now() + PATIENCE;
     while !done() {
         for (i, a) in fleet.agents.iter().enumerate() {

@@ -2,7 +2,8 @@
 //! its pods as endpoints (version labels, localities, a service account, Istio's `tlsMode`
 //! label), DestinationRules with subsets and traffic policies, VirtualServices with header
 //! matches, weighted subsets and retries, and a dependency graph (each workload calls 5–30
-//! others, a few hot services are called by many) written as one Sidecar per workload whose
+//! others, a few hot services are called by many, one service in 500 is an aggregator calling
+//! 200) written as one Sidecar per workload whose
 //! egress hosts are what it calls, as a large mesh must.
 //!
 //! The root namespace holds the mesh's own services (istiod, the ingress gateway) beside the
@@ -29,6 +30,10 @@ const SERVICES_PER_NAMESPACE: usize = 20;
 const CALLS: (usize, usize) = (5, 30);
 /// One service in this many is hot: half of all workloads call each hot service.
 const HOT_EVERY: usize = 100;
+/// One service in this many is an aggregator (an API front end) calling
+/// [`AGGREGATOR_CALLS`] others: the widest sidecar scope of the mesh, the one A1 measures.
+const AGGREGATOR_EVERY: usize = 500;
+const AGGREGATOR_CALLS: usize = 200;
 /// Regions and zones per region of the pods' localities.
 const REGIONS: usize = 3;
 const ZONES: usize = 3;
@@ -158,11 +163,14 @@ impl Mesh {
                     calls.insert(h);
                 }
             }
-            let wanted = rng
-                .random_range(CALLS.0..=CALLS.1)
-                .min(services.saturating_sub(1));
+            let wanted = if i % AGGREGATOR_EVERY == AGGREGATOR_EVERY / 2 {
+                AGGREGATOR_CALLS
+            } else {
+                rng.random_range(CALLS.0..=CALLS.1)
+            }
+            .min(services.saturating_sub(1));
             let mut bound = 0;
-            while calls.len() < wanted && bound < 10 * CALLS.1 {
+            while calls.len() < wanted && bound < 10 * wanted.max(CALLS.1) {
                 let j = rng.random_range(0..services);
                 if j != i {
                     calls.insert(j);

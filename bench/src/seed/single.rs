@@ -1,0 +1,307 @@
+//! A1: one agent, the one with the widest scope in the mesh (an aggregator calling about 200
+//! services). Two measurements on the same scope:
+//! - **translation**, by the agent's own translator in this process on exactly the objects the
+//!   store sends that agent (its subscription's list): a full translation from scratch, then one
+//!   DestinationRule, VirtualService or endpoint change at a time (p50/p99, encoded as served);
+//! - **the real process**: `pasa-agent` for that pod on the store's gRPC server, with an ADS
+//!   client asking as Envoy asks: its RSS and CPU idle and while changes are written, and the
+//!   mean of its own `pasa_agent_translation_seconds`.
+//!
+//! The central-push baseline reuses the translation figures (see [`central_push`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use pasa_agent::ads::Snapshot;
+use pasa_agent::cache::{Cache, Key};
+use pasa_agent::model::proxy::{Generator, Proxy};
+use pasa_agent::translate::Translator;
+use pasa_proto::store::v1::{Resource, Subscription};
+use pasa_proto::watch::{Action, Change};
+use pasa_store::Store;
+use pasa_store::selector::Selector;
+use serde_json::{Value, json};
+
+use super::agents::{self, Fleet};
+use super::mesh::{Mesh, Workload};
+use super::xds_client::Watched;
+use super::{manifest, proxy_of};
+use crate::stats::{percentile, round2};
+
+/// Full translations from scratch timed.
+const FULL_RUNS: usize = 20;
+/// Changes of each kind timed in process.
+const CHANGES: usize = 50;
+/// Changes of each kind written to the real agent.
+const LIVE_CHANGES: usize = 10;
+/// Between two changes written to the real agent.
+const LIVE_INTERVAL: Duration = Duration::from_millis(200);
+
+/// The kinds of change A1 times.
+const KINDS: [&str; 3] = ["destination_rule", "virtual_service", "endpoints"];
+
+/// The workload A1 measures: the one calling the most services.
+pub fn widest(mesh: &Mesh) -> &Workload {
+    mesh.workloads
+        .iter()
+        .max_by_key(|w| (w.calls.len(), std::cmp::Reverse(w.app.clone())))
+        .unwrap_or(&mesh.workloads[0])
+}
+
+/// One change of `kind` to service `j`'s object in `cache`, the `n`-th of its kind.
+fn changed(cache: &Cache, mesh: &Mesh, kind: &str, j: usize, n: usize) -> anyhow::Result<Resource> {
+    let w = &mesh.workloads[j];
+    let object_kind = match kind {
+        "destination_rule" => pasa_proto::Kind::DestinationRule,
+        "virtual_service" => pasa_proto::Kind::VirtualService,
+        _ => pasa_proto::Kind::ServiceEndpoints,
+    };
+    let key = Key {
+        kind: object_kind,
+        namespace: w.namespace.clone(),
+        name: w.app.clone(),
+    };
+    let current = cache
+        .get(&key)
+        .with_context(|| format!("{key:?} is not in the agent's scope"))?;
+    let mut spec: Value = serde_json::from_str(&current.spec_json)?;
+    match kind {
+        "destination_rule" => {
+            spec["trafficPolicy"]["connectionPool"]["tcp"]["maxConnections"] = json!(1001 + n);
+        }
+        "virtual_service" => {
+            let canary = 1 + n % 49;
+            spec["http"][1]["route"][0]["weight"] = json!(100 - canary);
+            spec["http"][1]["route"][1]["weight"] = json!(canary);
+        }
+        _ => {
+            spec["endpoints"][0]["address"] = json!(format!("10.251.{}.{}", n / 250, n % 250 + 1));
+        }
+    }
+    let mut resource = (**current).clone();
+    resource.spec_json = spec.to_string();
+    Ok(resource)
+}
+
+/// Translation figures of one proxy's scope: what A1 reports and the central-push baseline
+/// extrapolates from.
+pub struct Translation {
+    pub services: usize,
+    pub objects: usize,
+    pub full_ms: Vec<f64>,
+    pub change_ms: BTreeMap<&'static str, Vec<f64>>,
+    /// Encoded size of one full set of the proxy's xDS resources.
+    pub encoded_bytes: usize,
+}
+
+/// The cache `proxy`'s agent holds: what the store lists for its subscription.
+pub async fn scope_cache(store: &Store, subscription: &Subscription) -> anyhow::Result<Cache> {
+    let selector = Selector::from_pb(subscription).context("a derived subscription")?;
+    let (listed, revision) = store.list(&selector, 0).await?;
+    Ok(Cache::from_resources(
+        listed.iter().map(|r| (**r).clone()),
+        revision,
+    ))
+}
+
+/// Times full translations (and, with `changes`, one change at a time) of `proxy`'s `cache`.
+pub fn translate(
+    proxy: &Proxy,
+    mut cache: Cache,
+    mesh: &Mesh,
+    calls: &[usize],
+    (full_runs, changes): (usize, usize),
+) -> anyhow::Result<Translation> {
+    let services = cache.of_kind(pasa_proto::Kind::ServiceEndpoints).count();
+    let objects = cache.len();
+    let mut full_ms = Vec::with_capacity(full_runs);
+    let mut translator = Translator::new(proxy.clone());
+    let mut encoded_bytes = 0;
+    for _ in 0..full_runs.max(1) {
+        translator = Translator::new(proxy.clone());
+        let started = Instant::now();
+        let resources = translator.generate(&cache, Generator::Envoy);
+        let snapshot = Snapshot::from_generated(&resources);
+        full_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        encoded_bytes = pasa_agent::resource::TypeKind::PUSH_ORDER
+            .iter()
+            .flat_map(|&k| snapshot.resources(k).values())
+            .map(|r| r.body.value.len())
+            .sum();
+    }
+    let mut change_ms = BTreeMap::new();
+    let mut revision = cache.revision();
+    for kind in KINDS {
+        let mut samples = Vec::with_capacity(changes);
+        for n in 0..changes {
+            let j = calls[n % calls.len()];
+            let resource = changed(&cache, mesh, kind, j, n)?;
+            revision += 1;
+            cache.apply(Change {
+                action: Action::Modified,
+                revision,
+                resource,
+                committed: None,
+            });
+            let started = Instant::now();
+            let resources = translator.generate(&cache, Generator::Envoy);
+            let _snapshot = Snapshot::from_generated(&resources);
+            samples.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+        change_ms.insert(kind, samples);
+    }
+    Ok(Translation {
+        services,
+        objects,
+        full_ms,
+        change_ms,
+        encoded_bytes,
+    })
+}
+
+fn quantiles(samples: &[f64]) -> Value {
+    json!({"p50": round2(percentile(samples, 50.0)), "p99": round2(percentile(samples, 99.0))})
+}
+
+pub async fn run(
+    store: &Store,
+    mesh: &Mesh,
+    subscriptions: &BTreeMap<String, Arc<Subscription>>,
+    binary: &std::path::Path,
+    server: &str,
+    idle: Duration,
+) -> anyhow::Result<(Value, Translation)> {
+    let w = widest(mesh);
+    let pod = w.pods.first().context("a pod of the widest workload")?;
+    let proxy = proxy_of(w, pod)?;
+    let subscription = subscriptions
+        .get(&w.app)
+        .with_context(|| format!("no subscription for {}", w.app))?;
+    let cache = scope_cache(store, subscription).await?;
+    let t = translate(&proxy, cache.clone(), mesh, &w.calls, (FULL_RUNS, CHANGES))?;
+    println!(
+        "A1: {} ({} services, {} objects in its scope): full translation p50 {:.1} ms, p99 {:.1} \
+         ms; one change p99: DestinationRule {:.2} ms, VirtualService {:.2} ms, endpoints {:.2} \
+         ms (this process, the agent's translator, encoded)",
+        w.app,
+        t.services,
+        t.objects,
+        percentile(&t.full_ms, 50.0),
+        percentile(&t.full_ms, 99.0),
+        percentile(&t.change_ms["destination_rule"], 99.0),
+        percentile(&t.change_ms["virtual_service"], 99.0),
+        percentile(&t.change_ms["endpoints"], 99.0),
+    );
+
+    // The real process.
+    let watched_service = &mesh.workloads[*w.calls.first().context("the aggregator's calls")?];
+    let watched = Watched {
+        host: watched_service.host.clone(),
+        subset: "v2".into(),
+    };
+    let fleet = Fleet::launch(binary, server, &[(w, pod)], &watched)?;
+    agents::wait_until("A1: the agent's client holds its routes", &fleet, || {
+        fleet.state(0).is_some_and(|s| s.weight.is_some())
+    })
+    .await?;
+    let (pid, admin) = fleet.agents().next().context("the agent")?;
+    let ticks = crate::agent::clock_ticks();
+    let (cpu0, _, _) = crate::agent::usage(pid, ticks)?;
+    let idling = Instant::now();
+    tokio::time::sleep(idle).await;
+    let (cpu1, rss_idle, _) = crate::agent::usage(pid, ticks)?;
+    let idle_cpu = (cpu1 - cpu0) / idling.elapsed().as_secs_f64() * 100.0;
+    let mut client =
+        pasa_proto::store::v1::store_client::StoreClient::connect(format!("http://{server}"))
+            .await?;
+    let busy = Instant::now();
+    let mut live = cache;
+    let mut written = 0;
+    for n in 0..LIVE_CHANGES {
+        for kind in KINDS {
+            let j = w.calls[(n * 7 + 3) % w.calls.len()];
+            let resource = changed(&live, mesh, kind, j, CHANGES + n)?;
+            let reply = client
+                .apply(pasa_proto::store::v1::ApplyRequest {
+                    documents: vec![manifest(&resource)],
+                    dry_run: false,
+                })
+                .await?
+                .into_inner();
+            ensure!(
+                reply.errors.is_empty(),
+                "A1: a change was refused: {:?}",
+                reply.errors
+            );
+            live.apply(Change {
+                action: Action::Modified,
+                revision: reply.revision,
+                resource,
+                committed: None,
+            });
+            written += 1;
+            tokio::time::sleep(LIVE_INTERVAL).await;
+        }
+    }
+    let (cpu2, rss_after, rss_peak) = crate::agent::usage(pid, ticks)?;
+    let busy_s = busy.elapsed().as_secs_f64();
+    let change_cpu = (cpu2 - cpu1) / busy_s * 100.0;
+    let cpu_per_change_ms = (cpu2 - cpu1) / f64::from(written) * 1e3;
+    let metrics = agents::scrape(admin).await?;
+    let sample = |name: &str| {
+        metrics.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    let translations = sample("pasa_agent_translation_seconds_count").unwrap_or(0.0);
+    let mean_translation_ms = sample("pasa_agent_translation_seconds_sum")
+        .filter(|_| translations > 0.0)
+        .map(|s| s / translations * 1e3);
+    let propagation: BTreeMap<&str, Value> = ["CDS", "EDS", "RDS"]
+        .into_iter()
+        .map(|kind| {
+            let b = agents::histogram(&metrics, "pasa_agent_propagation_seconds", kind);
+            let at_most = |q| agents::bucket_quantile(&b, q).map(|s| round2(s * 1e3));
+            (
+                kind,
+                json!({"p50_at_most_ms": at_most(0.5), "p99_at_most_ms": at_most(0.99),
+                          "observed": b.last().map_or(0, |x| x.1)}),
+            )
+        })
+        .collect();
+    drop(fleet);
+    println!(
+        "A1: the real agent: RSS {rss_idle:.1} MiB idle, {rss_after:.1} MiB after {written} changes \
+         (peak {rss_peak:.1} MiB); CPU {idle_cpu:.2}% idle over {:.0} s, {change_cpu:.2}% while \
+         changes came every {} ms ({cpu_per_change_ms:.1} ms of CPU per change); its mean \
+         translation {} ms over {translations} translations",
+        idle.as_secs_f64(),
+        LIVE_INTERVAL.as_millis(),
+        mean_translation_ms.map_or("unknown".into(), |m| format!("{m:.2}")),
+    );
+    let figures = json!({
+        "workload": w.app, "services": t.services, "objects": t.objects,
+        "full_ms": quantiles(&t.full_ms),
+        "change_ms": t.change_ms.iter().map(|(k, v)| (k.to_string(), quantiles(v)))
+            .collect::<serde_json::Map<_, _>>(),
+        "encoded_kib": round2(t.encoded_bytes as f64 / 1024.0),
+        "process": {
+            "rss_idle_mib": round2(rss_idle), "rss_after_changes_mib": round2(rss_after),
+            "rss_peak_mib": round2(rss_peak), "cpu_idle_percent": round2(idle_cpu),
+            "idle_s": idle.as_secs_f64(), "changes": written,
+            "cpu_during_changes_percent": round2(change_cpu),
+            "cpu_ms_per_change": round2(cpu_per_change_ms),
+            "mean_translation_ms": mean_translation_ms.map(round2),
+            "translations": translations,
+            "propagation": propagation,
+        },
+        "goal": {"full_ms": 30, "change_ms": 2, "rss_mib": 30, "idle_cpu_percent": 0},
+    });
+    Ok((figures, t))
+}
