@@ -59,12 +59,24 @@ pub enum HubMsg {
 #[derive(Default, Debug)]
 pub struct WatcherState {
     cut: Mutex<Option<CutOffReason>>,
+    /// When the hub ended the watch with nothing left in its queue: the hub's revision then
+    /// (0 otherwise). A stream that had sent everything it took from the queue has sent
+    /// everything matching up to here, so a client resumes after it, not after its last event
+    /// (which may be long ago: a store restart would replay the whole log since to every quiet
+    /// watcher).
+    caught_up: std::sync::atomic::AtomicU64,
     pub notify: Notify,
 }
 
 impl WatcherState {
     pub fn cut_reason(&self) -> Option<CutOffReason> {
         *self.cut.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The revision the hub had when it ended this watch with an empty queue; 0 when the queue
+    /// still held messages (or the watch was not ended).
+    pub fn caught_up(&self) -> u64 {
+        self.caught_up.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn cut(&self, reason: CutOffReason) {
@@ -512,6 +524,11 @@ impl Hub {
         self.watcher_count -= 1;
         self.metrics.subscriptions.set(self.watcher_count as i64);
         if let Some(reason) = reason {
+            if w.tx.capacity() == w.tx.max_capacity() {
+                w.state
+                    .caught_up
+                    .store(self.revision, std::sync::atomic::Ordering::Release);
+            }
             w.state.cut(reason);
         }
         self.forget(w.selector);

@@ -386,7 +386,10 @@ impl Store {
                 biased;
                 _ = handle.state.notify.notified() => {
                     if handle.state.cut_reason().is_some() {
-                        self.end_cut_off(&mut handle, out, sent_through).await;
+                        // Between messages: everything taken from the queue was sent, so if the
+                        // queue was empty when the hub cut, everything up to its revision was.
+                        let through = sent_through.max(handle.state.caught_up());
+                        self.end_cut_off(&mut handle, out, through).await;
                         return;
                     }
                 }

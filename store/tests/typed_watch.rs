@@ -195,7 +195,16 @@ async fn snapshot_changes_and_subscription_updates_read_as_typed_events() {
         WatchEvent::Synced { revision, .. } if revision == last
     ));
 
-    // The store shutting down ends the stream with where to resume.
+    // A change the watch does not select, then the store shutting down: the stream ends with
+    // where to resume, after that change (the watch had everything up to it), not after its own
+    // last event, so a quiet watcher replays nothing.
+    let quiet = apply_ok(
+        &mut client,
+        vec![vs("shop", "other", "other.shop.svc.cluster.local")],
+    )
+    .await
+    .revision;
+    assert!(quiet > last);
     server.stop().await;
     match next(&mut resumed).await {
         Err(WatchError::CutOff {
@@ -204,7 +213,7 @@ async fn snapshot_changes_and_subscription_updates_read_as_typed_events() {
             ..
         }) => {
             assert_eq!(reason, CancelReason::Shutdown);
-            assert_eq!(resume_revision, last + 1);
+            assert_eq!(resume_revision, quiet + 1);
         }
         other => panic!("expected a cut-off, got {other:?}"),
     }
