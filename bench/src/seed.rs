@@ -26,6 +26,7 @@ mod agents;
 mod baselines;
 mod churn;
 pub mod mesh;
+mod report;
 mod single;
 mod subscribers;
 mod xds_client;
@@ -48,7 +49,7 @@ use pasa_store::selector::Selector;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
-use crate::stats::{peak_rss_mib, percentile, reset_peak_rss, round2, rss_mib};
+use crate::stats::{cdf, peak_rss_mib, percentile, reset_peak_rss, round2, rss_mib};
 use mesh::{Mesh, Shape};
 use subscribers::{Progress, Seen, Subscriber, subscribe};
 
@@ -104,21 +105,44 @@ pub struct SeedArgs {
     /// Database directory [default: a fresh temporary directory, removed afterwards].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Writes the report as a self-contained page with charts to this file.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
     /// Writes every figure, with the machine, the commit and the parameters, to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
 
-/// Waits until `done` holds, checking every few milliseconds, for at most [`DEADLINE`].
-async fn wait_for(what: &str, done: impl Fn() -> bool) -> anyhow::Result<()> {
+/// A progress bar on stderr for a long phase; indicatif hides it when stderr is not a terminal.
+pub(crate) fn bar(what: &str, total: usize) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total as u64);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{msg:40} {wide_bar} {pos}/{len} {elapsed}")
+    {
+        bar.set_style(style);
+    }
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// Waits until `count` reaches `total`, checking every few milliseconds with a progress bar,
+/// for at most [`DEADLINE`].
+async fn wait_for(what: &str, total: usize, count: impl Fn() -> usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + DEADLINE;
-    while !done() {
+    let progress = bar(what, total);
+    loop {
+        let done = count();
+        progress.set_position(done.min(total) as u64);
+        if done >= total {
+            break;
+        }
         ensure!(
             Instant::now() < deadline,
             "{what}: not done after {DEADLINE:?}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    progress.finish_and_clear();
     Ok(())
 }
 
@@ -221,8 +245,8 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
         });
     }
     let count = subscribers.len();
-    wait_for("S1: every snapshot", || {
-        progress.synced.load(Ordering::Relaxed) + progress.broken.load(Ordering::Relaxed) >= count
+    wait_for("S1: every snapshot", count, || {
+        progress.synced.load(Ordering::Relaxed) + progress.broken.load(Ordering::Relaxed)
     })
     .await?;
     ensure!(
@@ -316,8 +340,8 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     stores_tx.send_replace(None);
     store.shutdown();
     let count = subscribers.len();
-    wait_for("S6: every watch ended by the shutdown", || {
-        progress.cut.load(Ordering::Relaxed) + progress.broken.load(Ordering::Relaxed) >= count
+    wait_for("S6: every watch ended by the shutdown", count, || {
+        progress.cut.load(Ordering::Relaxed) + progress.broken.load(Ordering::Relaxed)
     })
     .await?;
     drop(store);
@@ -327,8 +351,8 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     let store = embedded.store.clone();
     let reopened = restarting.elapsed();
     stores_tx.send_replace(Some(store.clone()));
-    wait_for("S6: every subscriber resumed", || {
-        progress.resumed.load(Ordering::Relaxed) + progress.broken.load(Ordering::Relaxed) >= count
+    wait_for("S6: every subscriber resumed", count, || {
+        progress.resumed.load(Ordering::Relaxed) + progress.broken.load(Ordering::Relaxed)
     })
     .await?;
     let converged = restarting.elapsed();
@@ -431,6 +455,10 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
                "peak_over_steady": s6_ratio,
                "goal": {"converge_s": 60, "peak_over_steady": 1.5}},
     });
+    if let Some(path) = &args.html {
+        std::fs::write(path, report::html(&summary))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&summary)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -599,7 +627,8 @@ impl Tally {
                "affected": self.affected, "delivered": self.delivered,
                "last_subscriber_ms": {"p50": round2(p50), "p99": round2(p99), "max": round2(max)},
                "wrong": self.wrong, "missed": self.missed, "duplicates": self.duplicates,
-               "wrong_type": self.wrong_type, "watches_ended": b.broken})
+               "wrong_type": self.wrong_type, "watches_ended": b.broken,
+               "cdf_ms": cdf(&self.latencies)})
     }
 }
 
@@ -734,6 +763,7 @@ mod tests {
             connecting: 256,
             data_dir: Some(dir.path().join("db")),
             json: Some(report.clone()),
+            html: Some(dir.path().join("seed.html")),
         };
         let summary = run(&args).expect("the seed runs");
         let written: Value =
@@ -828,5 +858,11 @@ mod tests {
             "{s6}"
         );
         assert!(summary["machine"]["cores"].as_u64().unwrap() >= 1);
+        assert_eq!(s2["cdf_ms"].as_array().map(Vec::len), Some(101), "{s2}");
+        let page = std::fs::read_to_string(dir.path().join("seed.html")).unwrap();
+        assert!(
+            page.contains("<svg") && page.contains("S3"),
+            "the page draws the run"
+        );
     }
 }

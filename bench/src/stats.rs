@@ -11,6 +11,22 @@ pub fn percentile(samples: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The distribution of `samples` as its 101 percentiles (p0 to p100, nearest rank), rounded:
+/// what the reports draw; empty for no samples.
+pub fn cdf(samples: &[f64]) -> Vec<f64> {
+    if samples.is_empty() {
+        return Vec::new();
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    (0..=100)
+        .map(|p| {
+            let rank = ((f64::from(p) / 100.0) * sorted.len() as f64).ceil() as usize;
+            round2(sorted[rank.clamp(1, sorted.len()) - 1])
+        })
+        .collect()
+}
+
 /// Rounds to two decimals, for reporting.
 pub fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use super::manifest;
 use super::mesh::{Mesh, Pod, Workload};
 use super::xds_client::{self, RouteState, Watched};
-use crate::stats::{percentile, round2};
+use crate::stats::{cdf, percentile, round2};
 
 /// How long an agent and its client may take to hold the first route, and then the new one.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -228,6 +228,20 @@ impl Served {
 pub async fn run(mesh: &Mesh, count: usize, binary: &Path, server: &str) -> anyhow::Result<Value> {
     let hot = 0;
     let target = &mesh.workloads[hot];
+    // Each agent is a process of its own: run as many as this machine's memory holds.
+    let fits = mem_available_mib().map_or(count, |mib| {
+        ((mib - HEADROOM_MIB).max(0.0) / AGENT_BUDGET_MIB) as usize
+    });
+    let requested = count;
+    let count = if fits < count {
+        println!(
+            "S4: {count} agents asked for, but only {fits} fit in the memory available (about \
+             {AGENT_BUDGET_MIB} MiB each, {HEADROOM_MIB} MiB kept free): running {fits}"
+        );
+        fits.max(1)
+    } else {
+        count
+    };
     let pods = pods_calling(mesh, hot, count);
     ensure!(
         pods.len() == count,
@@ -235,7 +249,25 @@ pub async fn run(mesh: &Mesh, count: usize, binary: &Path, server: &str) -> anyh
         pods.len(),
         target.host
     );
-    measure(mesh, &pods, target, server, binary).await
+    let mut figures = measure(mesh, &pods, target, server, binary).await?;
+    figures["agents_requested"] = json!(requested);
+    Ok(figures)
+}
+
+/// What one agent of S4 costs the machine: its resident memory (about 18 MiB, of which the
+/// binary's shared text is half) and its kernel and socket buffers, on both ends.
+const AGENT_BUDGET_MIB: f64 = 22.0;
+/// Memory S4 leaves free for the store, its subscribers and the system.
+const HEADROOM_MIB: f64 = 2048.0;
+
+/// `MemAvailable` of `/proc/meminfo`, in MiB.
+fn mem_available_mib() -> Option<f64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kib| kib / 1024.0)
 }
 
 async fn measure(
@@ -271,10 +303,14 @@ async fn measure(
             .filter(|a| a.state.lock().is_ok_and(|s| s.weight == Some(weight)))
             .count()
     };
+    let ready = crate::seed::bar("S4: agents' clients holding the route", fleet.agents.len());
     wait_until("S4: every client holds the hot route", &fleet, || {
-        holding(old) == fleet.agents.len()
+        let n = holding(old);
+        ready.set_position(n as u64);
+        n == fleet.agents.len()
     })
     .await?;
+    ready.finish_and_clear();
     let ready_s = starting.elapsed().as_secs_f64();
     let rss: Vec<f64> = fleet
         .agents
@@ -325,7 +361,18 @@ async fn measure(
     let mut buckets: Vec<(f64, u64)> = Vec::new();
     let mut observed = 0u64;
     for a in &fleet.agents {
-        let text = scrape(a.admin).await?;
+        // The client holds the route before it ACKs it: wait (bounded) for the agent to have
+        // timed that ACK.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut text = scrape(a.admin).await?;
+        while histogram(&text, "pasa_agent_propagation_seconds", "RDS")
+            .last()
+            .is_none_or(|b| b.1 == 0)
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            text = scrape(a.admin).await?;
+        }
         for (le, n) in histogram(&text, "pasa_agent_propagation_seconds", "RDS") {
             match buckets.iter_mut().find(|(b, _)| *b == le) {
                 Some(slot) => slot.1 += n,
@@ -364,7 +411,7 @@ async fn measure(
         "agents": pods.len(), "ready_s": round2(ready_s),
         "changed": format!("VirtualService {}/{}", target.namespace, target.app),
         "write_to_client_ms": {"p50": round2(p50), "p99": round2(p99), "max": round2(max),
-                               "clients": latencies.len()},
+                               "clients": latencies.len(), "cdf": cdf(&latencies)},
         "propagation_metric_ms": {"p50_at_most": metric_p50.map(|s| round2(s * 1e3)),
                                   "p99_at_most": metric_p99.map(|s| round2(s * 1e3)),
                                   "buckets": buckets.iter().map(|(le, n)| json!([le, n]))

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::mesh::Mesh;
 use super::subscribers::{Progress, Seen, Subscriber};
 use super::{DEADLINE, QUIET, keys_of, manifest};
-use crate::stats::{percentile, round2};
+use crate::stats::{cdf, percentile, round2};
 
 /// How S3 runs.
 #[derive(Debug, Clone, Copy)]
@@ -148,10 +148,13 @@ pub async fn run(
     if steady > 0 {
         let mut ticks =
             tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(shape.rate.max(1))));
+        let churning = crate::seed::bar("S3: endpoint churn", steady);
         for change in planned.by_ref().take(steady) {
             ticks.tick().await;
             writes.push(write(change, Phase::Steady));
+            churning.inc(1);
         }
+        churning.finish_and_clear();
     }
     let mut changes = BTreeMap::new();
     for w in writes.drain(..) {
@@ -264,7 +267,7 @@ impl ChurnTally {
             json!({"p50": round2(percentile(samples, 50.0)),
                    "p99": round2(percentile(samples, 99.0)),
                    "max": round2(percentile(samples, 100.0)),
-                   "events": samples.len()})
+                   "events": samples.len(), "cdf": cdf(samples)})
         };
         let phase = |p: Phase| -> Vec<f64> {
             churn
