@@ -22,7 +22,18 @@ use crate::model::registry::{Config, Registry, Service};
 use crate::model::scope::SidecarScope;
 
 /// The store subscription `proxy` needs, given what it has seen so far (see the module doc).
+///
+/// A sidecar that has seen nothing yet (an empty cache, no answered subscription) asks first
+/// only for what decides its scope: the Sidecars and PeerAuthentications of its namespaces.
+/// Without them it could not tell "no Sidecar" (Istio's default: see everything) from "not
+/// fetched yet", and would list the whole store at every start (at 100k pods, megabytes per
+/// agent, for a scope it narrows a moment later). The answer then widens the subscription.
 pub fn subscription(proxy: &Proxy, cache: &Cache) -> Subscription {
+    if proxy.kind != ProxyType::Router && cache.is_empty() && cache.answered().is_none() {
+        return Subscription {
+            rules: vec![scope_rule(proxy)],
+        };
+    }
     let mut registry = Registry::default();
     registry.update(cache, &proxy.mesh.domain_suffix);
     subscription_of(proxy, &registry)
@@ -56,17 +67,7 @@ pub fn subscription_in<'a>(
     if proxy.kind == ProxyType::Router {
         return router_subscription(proxy, registry);
     }
-    // Sidecars apply from the proxy's config namespace, PeerAuthentications from its workload
-    // namespace (the same, but for a proxy told otherwise); both also from the root namespace.
-    let mut rules = vec![Rule {
-        kinds: kinds(&[Kind::Sidecar, Kind::PeerAuthentication]),
-        namespaces: dedup(vec![
-            proxy.config_namespace.clone(),
-            proxy.namespace.clone(),
-            proxy.mesh.root_namespace.clone(),
-        ]),
-        ..Default::default()
-    }];
+    let mut rules = vec![scope_rule(proxy)];
     if scope.sees_everything() {
         // Istio's default: everything exported to the namespace (filtered here, not in the store).
         rules.push(Rule::default());
@@ -158,6 +159,21 @@ pub fn subscription_in<'a>(
         });
     }
     Subscription { rules }
+}
+
+/// What decides a sidecar's scope: Sidecars apply from the proxy's config namespace,
+/// PeerAuthentications from its workload namespace (the same, but for a proxy told otherwise);
+/// both also from the root namespace.
+fn scope_rule(proxy: &Proxy) -> Rule {
+    Rule {
+        kinds: kinds(&[Kind::Sidecar, Kind::PeerAuthentication]),
+        namespaces: dedup(vec![
+            proxy.config_namespace.clone(),
+            proxy.namespace.clone(),
+            proxy.mesh.root_namespace.clone(),
+        ]),
+        ..Default::default()
+    }
 }
 
 /// A router's scope, derived as istiod scopes a gateway: every Gateway (few, and selector matching

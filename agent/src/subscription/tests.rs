@@ -150,6 +150,27 @@ fn a_sidecar_subscribes_to_the_peer_authentications_of_its_namespace_and_the_roo
     assert!(rule_with(&rules, "Sidecar", |r| !r.namespaces.is_empty()));
 }
 
+/// A sidecar that has seen nothing asks only for what decides its scope; once the store has
+/// answered that (here: no Sidecar, Istio's default), it asks for what that scope sees.
+#[test]
+fn a_fresh_sidecar_asks_for_its_scope_first_then_for_what_it_sees() {
+    let proxy = crate::testing::sidecar("10.0.0.9");
+    let fresh = subscription(&proxy, &Cache::default()).rules;
+    assert_eq!(fresh.len(), 1, "{fresh:?}");
+    assert_eq!(fresh[0].kinds, ["Sidecar", "PeerAuthentication"]);
+    let mut answered = Cache::default();
+    answered.set_answered(std::sync::Arc::new(Subscription {
+        rules: fresh.clone(),
+    }));
+    let widened = subscription(&proxy, &answered).rules;
+    assert!(
+        widened.iter().any(|r| *r == Rule::default()),
+        "no Sidecar: everything exported to the namespace: {widened:?}"
+    );
+    // A router's rules come from the Gateways it sees, not from Sidecars.
+    assert!(subscription(&router(), &Cache::default()).rules.len() > 1);
+}
+
 #[test]
 fn egress_to_a_whole_namespace_asks_for_the_destination_rules_of_its_services_only() {
     let proxy = crate::testing::sidecar("10.0.0.9");
