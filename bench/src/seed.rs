@@ -185,6 +185,8 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     let mut embedded =
         crate::embedded::open(args.data_dir.as_deref(), "pasa-bench-seed-", args.batch)?;
     let store = embedded.store.clone();
+    // As a deployed store: progress markers to quiet watchers, expiry of vanished proxies.
+    let background = store.spawn_background();
     ensure!(
         store.revision() == 0,
         "{}: the store there is not empty (revision {}); the scenarios measure writes that \
@@ -338,6 +340,8 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     // S6: the store restarts; every subscriber resumes from the revision it was told.
     let steady_rss = rss_mib();
     stores_tx.send_replace(None);
+    background.abort();
+    let _ = background.await;
     store.shutdown();
     let count = subscribers.len();
     wait_for("S6: every watch ended by the shutdown", count, || {
@@ -349,6 +353,7 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     let restarting = Instant::now();
     embedded = embedded.reopen()?;
     let store = embedded.store.clone();
+    let background = store.spawn_background();
     let reopened = restarting.elapsed();
     stores_tx.send_replace(Some(store.clone()));
     wait_for("S6: every subscriber resumed", count, || {
@@ -401,23 +406,29 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     let s2_max = s2_figures["last_subscriber_ms"]["max"]
         .as_f64()
         .unwrap_or(0.0);
+    let completion = dr_change_ms.map(|t| s2_max + t);
     let composed = json!({"store_to_last_subscriber_ms": s2_max,
                           "translation_of_the_change_ms": dr_change_ms.map(round2),
-                          "push_completion_ms": round2(s2_max + dr_change_ms.unwrap_or(0.0)),
-                          "method": "measured store delivery + measured translation (A1 p99)"});
-    println!(
-        "S2: push completion, composed: {s2_max:.0} ms to the last subscriber + {} ms to translate the change = {:.0} ms",
-        dr_change_ms.map_or("unknown".into(), |m| format!("{m:.2}")),
-        s2_max + dr_change_ms.unwrap_or(0.0)
-    );
+                          "push_completion_ms": completion.map(round2),
+                          "method": "composed: measured store delivery to the last subscriber + \
+                                     measured translation of the change (A1 p99); the ADS push \
+                                     and the proxy's ACK come on top (S4 measures those)"});
+    if let (Some(t), Some(total)) = (dr_change_ms, completion) {
+        println!(
+            "S2: push completion, composed: {s2_max:.0} ms to the last subscriber + {t:.2} ms to \
+             translate the change = {total:.0} ms"
+        );
+    }
     let affected = s2_figures["affected"].as_u64().unwrap_or(0);
     let baseline_b = baselines::central_push(
         &store,
         &mesh,
         &subscriptions,
-        (affected, s2_max + dr_change_ms.unwrap_or(0.0), args.seed),
+        (affected, completion, args.seed),
     )
     .await?;
+    background.abort();
+    let _ = background.await;
     store.shutdown();
     let summary = json!({
         "mode": "seed",
@@ -832,9 +843,14 @@ mod tests {
                 a1["process"]["rss_idle_mib"].as_f64().unwrap() > 0.0,
                 "{a1}"
             );
-            assert_eq!(a1["process"]["changes"], 30, "{a1}");
             assert!(a1["process"]["mean_translation_ms"].is_number(), "{a1}");
-            assert!(summary["s2_push_completion"]["push_completion_ms"].is_number());
+            assert!(
+                summary["s2_push_completion"]["push_completion_ms"]
+                    .as_f64()
+                    .unwrap()
+                    > s2["last_subscriber_ms"]["max"].as_f64().unwrap(),
+                "composed from the delivery and A1's translation"
+            );
         }
         // The baselines: the index agrees with brute force; the central push is estimated.
         let baselines = &summary["baselines"];

@@ -59,11 +59,11 @@ pub enum HubMsg {
 #[derive(Default, Debug)]
 pub struct WatcherState {
     cut: Mutex<Option<CutOffReason>>,
-    /// When the hub ended the watch with nothing left in its queue: the hub's revision then
-    /// (0 otherwise). A stream that had sent everything it took from the queue has sent
-    /// everything matching up to here, so a client resumes after it, not after its last event
-    /// (which may be long ago: a store restart would replay the whole log since to every quiet
-    /// watcher).
+    /// When the hub shut the watch down with nothing left in its queue: the hub's revision
+    /// then (0 otherwise). A stream that had sent everything it took from the queue has sent
+    /// everything matching up to here, so a client resumes after it rather than after its last
+    /// event or progress marker (a store restart would otherwise replay up to a progress
+    /// interval of the log, or more, to every quiet watcher).
     caught_up: std::sync::atomic::AtomicU64,
     pub notify: Notify,
 }
@@ -524,7 +524,9 @@ impl Hub {
         self.watcher_count -= 1;
         self.metrics.subscriptions.set(self.watcher_count as i64);
         if let Some(reason) = reason {
-            if w.tx.capacity() == w.tx.max_capacity() {
+            // Only at shutdown, when no commit is half done: a reset follows a commit that
+            // failed midway, whose revision is counted but whose events were never queued.
+            if reason == CutOffReason::Shutdown && w.tx.capacity() == w.tx.max_capacity() {
                 w.state
                     .caught_up
                     .store(self.revision, std::sync::atomic::Ordering::Release);
@@ -630,6 +632,40 @@ mod tests {
         assert_eq!(b.state.cut_reason(), None);
         hub.end(b.key, None);
         assert_eq!(hub.watcher_count(), 0);
+    }
+
+    #[test]
+    fn a_shutdown_says_how_far_a_watcher_with_an_empty_queue_is_caught_up() {
+        let record = |rev: u64| LogRecord {
+            r#type: EventType::Added as i32,
+            revision: rev,
+            resource: Some(Resource {
+                api_version: "networking.istio.io/v1".into(),
+                kind: "Sidecar".into(),
+                namespace: "ns".into(),
+                name: format!("s{rev}"),
+                ..Default::default()
+            }),
+            prev: None,
+            commit_time_unix_nanos: 0,
+        };
+        let mut hub = Hub::new(Metrics::new());
+        let busy = hub.register(Selector::everything(), 4);
+        let quiet = hub.register(Selector::default(), 4);
+        hub.commit(vec![record(1), record(2)]);
+        hub.shutdown();
+        assert_eq!(
+            busy.state.caught_up(),
+            0,
+            "its queue still holds revision 1 and 2"
+        );
+        assert_eq!(quiet.state.caught_up(), 2);
+        // A reset follows a failed commit: nobody is taken as caught up.
+        let mut hub = Hub::new(Metrics::new());
+        let quiet = hub.register(Selector::default(), 4);
+        hub.commit(vec![record(1)]);
+        hub.reset(CutOffReason::Reset);
+        assert_eq!(quiet.state.caught_up(), 0);
     }
 
     #[test]

@@ -202,22 +202,28 @@ pub struct Served {
 }
 
 impl Served {
+    /// Serves the store API over `store` without taking its lifecycle: stopping the server
+    /// leaves the store running (the seed shuts it down itself, in S6).
     pub async fn start(store: &Store) -> anyhow::Result<Served> {
-        let bound = pasa_store::server::bind(
-            store.clone(),
-            "127.0.0.1:0".parse()?,
-            "127.0.0.1:0".parse()?,
-        )
-        .await?;
-        let addr = bound.grpc_addr().to_string();
+        let listeners =
+            pasa_store::server::Listeners::bind("127.0.0.1:0".parse()?, "127.0.0.1:0".parse()?)
+                .await?;
+        let addr = listeners.grpc_addr.to_string();
+        let service = pasa_store::service::StoreService::new(store.clone()).into_server();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(bound.run("pasa-bench-store", async move {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(listeners.serve(
+            "pasa-bench-store",
+            service,
+            None,
+            Default::default(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         Ok(Served { addr, stop, task })
     }
 
-    /// Stops the server; its hold on the store ends with it.
+    /// Stops the server (the store goes on).
     pub async fn stop(self) -> anyhow::Result<()> {
         let _ = self.stop.send(());
         self.task.await.context("the store server task")?
@@ -238,7 +244,11 @@ pub async fn run(mesh: &Mesh, count: usize, binary: &Path, server: &str) -> anyh
             "S4: {count} agents asked for, but only {fits} fit in the memory available (about \
              {AGENT_BUDGET_MIB} MiB each, {HEADROOM_MIB} MiB kept free): running {fits}"
         );
-        fits.max(1)
+        ensure!(
+            fits > 0,
+            "S4: not even one agent fits in the memory available"
+        );
+        fits
     } else {
         count
     };
@@ -334,6 +344,15 @@ async fn measure(
     let mut client =
         pasa_proto::store::v1::store_client::StoreClient::connect(format!("http://{server}"))
             .await?;
+    // Each agent's RDS propagation count before the change: the change's are the ones after.
+    let mut before = Vec::with_capacity(fleet.agents.len());
+    for a in &fleet.agents {
+        before.push(histogram(
+            &scrape(a.admin).await?,
+            "pasa_agent_propagation_seconds",
+            "RDS",
+        ));
+    }
     let written = Instant::now();
     let reply = client
         .apply(pasa_proto::store::v1::ApplyRequest {
@@ -357,29 +376,37 @@ async fn measure(
         .filter_map(|a| a.state.lock().ok()?.held_since(new))
         .map(|at| at.duration_since(written).as_secs_f64() * 1e3)
         .collect();
-    // Each agent's own figure: from the commit to its client's ACK of the RDS push.
+    // Each agent's own figure: from the commit to its client's ACK of the RDS push. The client
+    // holds the route before it ACKs it, so wait (once, bounded) for the agents to time it.
     let mut buckets: Vec<(f64, u64)> = Vec::new();
     let mut observed = 0u64;
-    for a in &fleet.agents {
-        // The client holds the route before it ACKs it: wait (bounded) for the agent to have
-        // timed that ACK.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut text = scrape(a.admin).await?;
-        while histogram(&text, "pasa_agent_propagation_seconds", "RDS")
-            .last()
-            .is_none_or(|b| b.1 == 0)
-            && Instant::now() < deadline
-        {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for (a, earlier) in fleet.agents.iter().zip(&before) {
+        let change = loop {
+            let now = histogram(
+                &scrape(a.admin).await?,
+                "pasa_agent_propagation_seconds",
+                "RDS",
+            );
+            let change: Vec<(f64, u64)> = now
+                .iter()
+                .map(|&(le, n)| {
+                    let was = earlier.iter().find(|b| b.0 == le).map_or(0, |b| b.1);
+                    (le, n.saturating_sub(was))
+                })
+                .collect();
+            if change.last().is_some_and(|b| b.1 > 0) || Instant::now() >= deadline {
+                break change;
+            }
             tokio::time::sleep(Duration::from_millis(5)).await;
-            text = scrape(a.admin).await?;
-        }
-        for (le, n) in histogram(&text, "pasa_agent_propagation_seconds", "RDS") {
+        };
+        observed += u64::from(change.last().is_some_and(|b| b.1 > 0));
+        for (le, n) in change {
             match buckets.iter_mut().find(|(b, _)| *b == le) {
                 Some(slot) => slot.1 += n,
                 None => buckets.push((le, n)),
             }
         }
-        observed += 1;
     }
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (metric_p50, metric_p99) = (
@@ -414,7 +441,10 @@ async fn measure(
                                "clients": latencies.len(), "cdf": cdf(&latencies)},
         "propagation_metric_ms": {"p50_at_most": metric_p50.map(|s| round2(s * 1e3)),
                                   "p99_at_most": metric_p99.map(|s| round2(s * 1e3)),
-                                  "buckets": buckets.iter().map(|(le, n)| json!([le, n]))
+                                  "agents_observed": observed,
+                                  "buckets": buckets.iter()
+                                      .map(|(le, n)| if le.is_finite() { json!([le, n]) }
+                                                     else { json!(["+Inf", n]) })
                                       .collect::<Vec<_>>()},
         "agent_rss_mib": {"mean": round2(mean(&rss)), "max": round2(percentile(&rss, 100.0)),
                           "mean_after_change": round2(mean(&rss_after))},
@@ -482,12 +512,17 @@ pub fn rss_mib(pid: u32) -> Option<f64> {
 /// An agent's `/metrics`.
 pub async fn scrape(admin: SocketAddr) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(admin).await?;
-    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
-        .await?;
-    let mut raw = String::new();
-    conn.read_to_string(&mut raw).await?;
-    Ok(raw)
+    let get = async {
+        let mut conn = tokio::net::TcpStream::connect(admin).await?;
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut raw = String::new();
+        conn.read_to_string(&mut raw).await?;
+        anyhow::Ok(raw)
+    };
+    tokio::time::timeout(Duration::from_secs(10), get)
+        .await
+        .with_context(|| format!("the agent's /metrics on {admin} did not answer in 10 s"))?
 }
 
 /// The cumulative buckets `(le, count)` of histogram `name` for xDS type `kind`.
@@ -520,7 +555,11 @@ pub fn bucket_quantile(buckets: &[(f64, u64)], q: f64) -> Option<f64> {
         return None;
     }
     let rank = (q * total as f64).ceil() as u64;
-    buckets.iter().find(|(_, n)| *n >= rank).map(|(le, _)| *le)
+    buckets
+        .iter()
+        .find(|(_, n)| *n >= rank)
+        .map(|(le, _)| *le)
+        .filter(|le| le.is_finite())
 }
 
 #[cfg(test)]

@@ -96,6 +96,12 @@ pub async fn run(
     shape: ChurnShape,
 ) -> anyhow::Result<Churn> {
     let steady = shape.rate as usize * shape.secs as usize;
+    // Fresh addresses come from 10.250.0.1–10.250.255.250.
+    ensure!(
+        steady + shape.burst <= 256 * 250,
+        "S3: at most {} endpoint changes (--churn-rate × --churn-secs + --burst)",
+        256 * 250
+    );
     let planned = plan(mesh, steady + shape.burst, shape.seed)?;
     // The oracle, per service changed: its object's keys against each distinct subscription.
     let mut distinct: BTreeMap<*const Subscription, Selector> = BTreeMap::new();

@@ -161,6 +161,26 @@ pub fn translate(
     })
 }
 
+/// The count and sum of an agent's `pasa_agent_translation_seconds`.
+fn translation_totals(metrics: &str) -> (f64, f64) {
+    let sample = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    };
+    (
+        sample("pasa_agent_translation_seconds_count"),
+        sample("pasa_agent_translation_seconds_sum"),
+    )
+}
+
 fn quantiles(samples: &[f64]) -> Value {
     json!({"p50": round2(percentile(samples, 50.0)), "p99": round2(percentile(samples, 99.0))})
 }
@@ -216,6 +236,7 @@ pub async fn run(
     let mut client =
         pasa_proto::store::v1::store_client::StoreClient::connect(format!("http://{server}"))
             .await?;
+    let translations_before = translation_totals(&agents::scrape(admin).await?);
     let busy = Instant::now();
     let mut live = cache;
     let mut written = 0;
@@ -248,21 +269,14 @@ pub async fn run(
     let (cpu2, rss_after, rss_peak) = crate::agent::usage(pid, ticks)?;
     let busy_s = busy.elapsed().as_secs_f64();
     let change_cpu = (cpu2 - cpu1) / busy_s * 100.0;
-    let cpu_per_change_ms = (cpu2 - cpu1) / f64::from(written) * 1e3;
+    // What the changes cost over what idling would have cost in the same time.
+    let idle_share = (cpu1 - cpu0) / idling.elapsed().as_secs_f64() * busy_s;
+    let cpu_per_change_ms = ((cpu2 - cpu1) - idle_share).max(0.0) / f64::from(written) * 1e3;
     let metrics = agents::scrape(admin).await?;
-    let sample = |name: &str| {
-        metrics.lines().find_map(|l| {
-            l.strip_prefix(name)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-    };
-    let translations = sample("pasa_agent_translation_seconds_count").unwrap_or(0.0);
-    let mean_translation_ms = sample("pasa_agent_translation_seconds_sum")
-        .filter(|_| translations > 0.0)
-        .map(|s| s / translations * 1e3);
+    let (count_after, sum_after) = translation_totals(&metrics);
+    let translations = count_after - translations_before.0;
+    let mean_translation_ms =
+        (translations > 0.0).then(|| (sum_after - translations_before.1) / translations * 1e3);
     let propagation: BTreeMap<&str, Value> = ["CDS", "EDS", "RDS"]
         .into_iter()
         .map(|kind| {
@@ -280,7 +294,7 @@ pub async fn run(
         "A1: the real agent: RSS {rss_idle:.1} MiB idle, {rss_after:.1} MiB after {written} changes \
          (peak {rss_peak:.1} MiB); CPU {idle_cpu:.2}% idle over {:.0} s, {change_cpu:.2}% while \
          changes came every {} ms ({cpu_per_change_ms:.1} ms of CPU per change); its mean \
-         translation {} ms over {translations} translations",
+         translation while they came {} ms over {translations} translations",
         idle.as_secs_f64(),
         LIVE_INTERVAL.as_millis(),
         mean_translation_ms.map_or("unknown".into(), |m| format!("{m:.2}")),
@@ -301,7 +315,7 @@ pub async fn run(
             "translations": translations,
             "propagation": propagation,
         },
-        "goal": {"full_ms": 30, "change_ms": 2, "rss_mib": 30, "idle_cpu_percent": 0},
+        "goal": {"full_ms": 30, "change_ms": 2, "rss_mib": 30, "idle_cpu_percent": 0.5},
     });
     Ok((figures, t))
 }
