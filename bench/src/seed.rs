@@ -9,18 +9,22 @@
 //! subscriber's delivery is checked against a brute-force oracle (its selector evaluated on
 //! every changed object), so wrong and missed wake-ups are counted, not assumed.
 //!
-//! Scenarios so far:
+//! Scenarios:
 //! - **S1**: load everything; every subscription gets its initial snapshot (wall time, peak RSS
 //!   of this process, which is the store and the subscribers' readers);
 //! - **S2**: one batch updating `--batch` DestinationRules: time from the apply to each affected
 //!   subscriber having its events (p50, p99, max), events delivered, wrong and missed wake-ups;
 //! - **S3**: endpoint churn, then a burst of endpoint changes: commit → subscriber latency per
 //!   delivered event (see [`churn`]);
+//! - **S4**: one VirtualService change with real `pasa-agent` processes on the store's gRPC
+//!   server, each serving an ADS client (see [`agents`]);
 //! - **S5**: one change every sidecar must see (the mesh-wide PeerAuthentication set STRICT): the
 //!   same figures, with every subscriber affected;
 //! - **S6**: the store restarts (shut down, reopened on its database, its indexes rebuilt) and
 //!   every subscriber resumes from the revision it was told: time to converge, and peak RSS
-//!   against the steady RSS before.
+//!   against the steady RSS before;
+//! - **A1**: one real agent with the widest scope (see [`single`]);
+//! - the baselines (see [`baselines`]) and the HTML report (see [`report`]).
 
 mod agents;
 mod baselines;
