@@ -157,19 +157,30 @@ impl Drop for Running {
     }
 }
 
+/// The `pasa-agent` binary: `--agent-binary`, else beside this program (or one directory up,
+/// as tests run from `deps/`).
+pub(crate) fn agent_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(path) = given {
+        ensure!(path.is_file(), "no agent at {}", path.display());
+        return Ok(path.to_path_buf());
+    }
+    let exe = std::env::current_exe()?;
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|d| d.join("pasa-agent"))
+        .find(|p| p.is_file())
+        .with_context(|| {
+            format!(
+                "no pasa-agent beside {} (cargo build --release -p pasa-agent, or pass \
+                 --agent or --agent-binary)",
+                exe.display()
+            )
+        })
+}
+
 fn start(args: &AgentArgs, store: &str) -> anyhow::Result<(Running, String)> {
-    let agent_binary = match &args.agent {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .map(|d| d.join("pasa-agent"))
-            .context("where pasa-bench is")?,
-    };
-    ensure!(
-        agent_binary.is_file(),
-        "no agent at {} (build it, or pass --agent)",
-        agent_binary.display()
-    );
+    let agent_binary = agent_binary(args.agent.as_deref())?;
     let dir = tempfile::tempdir()?;
     let certs = dir.path().join("certs");
     std::fs::create_dir_all(&certs)?;

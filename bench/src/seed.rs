@@ -321,7 +321,7 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
 
     // S4 and A1: real agents, on the store's own gRPC server.
     let (s4, a1) = if args.agents > 0 {
-        let binary = agents::agent_binary(args.agent_binary.as_deref())?;
+        let binary = crate::agent::agent_binary(args.agent_binary.as_deref())?;
         let served = agents::Served::start(&store).await?;
         let s4 = agents::run(&mesh, args.agents, &binary, &served.addr).await;
         let a1 = match &s4 {
@@ -728,15 +728,7 @@ async fn derive_subscriptions(
 /// The machine the figures come from.
 fn machine() -> Value {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let memory_gib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kib| kib.parse::<f64>().ok())
-        })
-        .map(|kib| round2(kib / (1024.0 * 1024.0)));
+    let memory_gib = crate::stats::meminfo_mib("MemTotal:").map(|mib| round2(mib / 1024.0));
     json!({"cores": cores, "memory_gib": memory_gib})
 }
 
@@ -751,7 +743,7 @@ mod tests {
         let report = dir.path().join("seed.json");
         // S4 runs real agents: the workspace's pasa-agent binary (built by `cargo test
         // --workspace`).
-        let agents = match agents::agent_binary(None) {
+        let agents = match crate::agent::agent_binary(None) {
             Ok(_) => 4,
             Err(e) => {
                 assert!(

@@ -55,7 +55,29 @@ fn parse_vm_hwm(status: &str) -> Option<f64> {
     parse_kib(status, "VmHWM:")
 }
 
-fn parse_kib(status: &str, field: &str) -> Option<f64> {
+/// Resident set size of process `pid` now, in MiB (`VmRSS`).
+pub fn rss_mib_of(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_kib(&status, "VmRSS:")
+}
+
+/// A field of `/proc/meminfo` (`MemTotal:`, `MemAvailable:`), in MiB.
+pub fn meminfo_mib(field: &str) -> Option<f64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_kib(&meminfo, field)
+}
+
+/// The mean of `samples`; 0 for none.
+pub fn mean(samples: &[f64]) -> f64 {
+    if samples.is_empty() {
+        0.0
+    } else {
+        samples.iter().sum::<f64>() / samples.len() as f64
+    }
+}
+
+/// A `/proc` field counted in kB (`VmRSS:   1234 kB`), in MiB.
+pub(crate) fn parse_kib(status: &str, field: &str) -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: f64 = line
         .trim_start_matches(field)

@@ -20,32 +20,10 @@ use serde_json::{Value, json};
 use super::manifest;
 use super::mesh::{Mesh, Pod, Workload};
 use super::xds_client::{self, RouteState, Watched};
-use crate::stats::{cdf, percentile, round2};
+use crate::stats::{cdf, mean, percentile, round2, rss_mib_of};
 
 /// How long an agent and its client may take to hold the first route, and then the new one.
 const PATIENCE: Duration = Duration::from_secs(120);
-
-/// The `pasa-agent` binary: `--agent-binary`, else beside this program (or one directory up,
-/// as tests run from `deps/`).
-pub fn agent_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
-    if let Some(path) = given {
-        ensure!(path.is_file(), "no agent at {}", path.display());
-        return Ok(path.to_path_buf());
-    }
-    let exe = std::env::current_exe()?;
-    exe.ancestors()
-        .skip(1)
-        .take(2)
-        .map(|d| d.join("pasa-agent"))
-        .find(|p| p.is_file())
-        .with_context(|| {
-            format!(
-                "no pasa-agent beside {} (cargo build --release -p pasa-agent, or pass \
-                 --agent-binary)",
-                exe.display()
-            )
-        })
-}
 
 /// One running agent and what its client holds.
 struct Running {
@@ -235,7 +213,7 @@ pub async fn run(mesh: &Mesh, count: usize, binary: &Path, server: &str) -> anyh
     let hot = 0;
     let target = &mesh.workloads[hot];
     // Each agent is a process of its own: run as many as this machine's memory holds.
-    let fits = mem_available_mib().map_or(count, |mib| {
+    let fits = crate::stats::meminfo_mib("MemAvailable:").map_or(count, |mib| {
         ((mib - HEADROOM_MIB).max(0.0) / AGENT_BUDGET_MIB) as usize
     });
     let requested = count;
@@ -270,16 +248,6 @@ pub async fn run(mesh: &Mesh, count: usize, binary: &Path, server: &str) -> anyh
 const AGENT_BUDGET_MIB: f64 = 12.0;
 /// Memory S4 leaves free for the store, its subscribers and the system.
 const HEADROOM_MIB: f64 = 2048.0;
-
-/// `MemAvailable` of `/proc/meminfo`, in MiB.
-fn mem_available_mib() -> Option<f64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kib| kib / 1024.0)
-}
 
 async fn measure(
     mesh: &Mesh,
@@ -326,7 +294,7 @@ async fn measure(
     let rss: Vec<f64> = fleet
         .agents
         .iter()
-        .filter_map(|a| rss_mib(a.child.id()))
+        .filter_map(|a| rss_mib_of(a.child.id()))
         .collect();
     println!(
         "S4: {} real agents started, each with an ADS client holding {}'s route, in {ready_s:.1}s; \
@@ -417,7 +385,7 @@ async fn measure(
     let rss_after: Vec<f64> = fleet
         .agents
         .iter()
-        .filter_map(|a| rss_mib(a.child.id()))
+        .filter_map(|a| rss_mib_of(a.child.id()))
         .collect();
     let (p50, p99, max) = (
         percentile(&latencies, 50.0),
@@ -457,14 +425,6 @@ fn fmt_ms(seconds: Option<f64>) -> String {
     seconds.map_or("unknown".into(), |s| format!("{:.0}", s * 1e3))
 }
 
-fn mean(xs: &[f64]) -> f64 {
-    if xs.is_empty() {
-        0.0
-    } else {
-        xs.iter().sum::<f64>() / xs.len() as f64
-    }
-}
-
 /// Waits until `done`, for at most [`PATIENCE`]; an agent that exited, or a client whose
 /// stream ended, fails the wait at once with what it said.
 pub async fn wait_until(what: &str, fleet: &Fleet, done: impl Fn() -> bool) -> anyhow::Result<()> {
@@ -498,16 +458,6 @@ pub async fn wait_until(what: &str, fleet: &Fleet, done: impl Fn() -> bool) -> a
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     Ok(())
-}
-
-/// Resident memory of a process, in MiB.
-pub fn rss_mib(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kib| kib / 1024.0)
 }
 
 /// An agent's `/metrics`.

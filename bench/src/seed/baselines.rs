@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use super::mesh::Mesh;
 use super::single::{scope_cache, translate};
 use super::{keys_of, proxy_of};
-use crate::stats::{percentile, round2};
+use crate::stats::{mean, percentile, round2};
 
 /// Objects of the batch matched both ways, at most.
 const MATCH_SAMPLE: usize = 50;
@@ -96,7 +96,6 @@ pub async fn central_push(
         ms.push(percentile(&t.full_ms, 50.0));
         bytes.push(t.encoded_bytes as f64);
     }
-    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let cpu_s = mean(&ms) * affected as f64 / 1e3;
     let wall_s = cpu_s / cores;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use pasa_proto::store::v1::{
     SubscriberIdentity, Subscription, WatchCreate, WatchRequest, WatchResponse, watch_response,
@@ -13,12 +13,6 @@ use pasa_store::Store;
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::{STREAM_BUFFER, object_id};
-
-/// Nanoseconds since the Unix epoch, as store events carry commit times.
-pub fn unix_nanos(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
 
 /// What one subscriber saw.
 #[derive(Debug, Default)]
@@ -171,7 +165,7 @@ async fn watch_once(
         match response {
             watch_response::Response::Events(batch) => {
                 let at = Instant::now();
-                let now = unix_nanos(SystemTime::now());
+                let now = pasa_store::record::now_unix_nanos();
                 for e in batch.events {
                     let Some(r) = e.resource else { continue };
                     if seen.synced.is_none() {
