@@ -634,9 +634,9 @@ mod tests {
         assert_eq!(hub.watcher_count(), 0);
     }
 
-    #[test]
-    fn a_shutdown_says_how_far_a_watcher_with_an_empty_queue_is_caught_up() {
-        let record = |rev: u64| LogRecord {
+    /// The log record of Sidecar `ns/s<rev>` created at revision `rev`.
+    fn sidecar_added(rev: u64) -> LogRecord {
+        LogRecord {
             r#type: EventType::Added as i32,
             revision: rev,
             resource: Some(Resource {
@@ -648,11 +648,15 @@ mod tests {
             }),
             prev: None,
             commit_time_unix_nanos: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn a_shutdown_says_how_far_a_watcher_with_an_empty_queue_is_caught_up() {
         let mut hub = Hub::new(Metrics::new());
         let busy = hub.register(Selector::everything(), 4);
         let quiet = hub.register(Selector::default(), 4);
-        hub.commit(vec![record(1), record(2)]);
+        hub.commit(vec![sidecar_added(1), sidecar_added(2)]);
         hub.shutdown();
         assert_eq!(
             busy.state.caught_up(),
@@ -663,7 +667,7 @@ mod tests {
         // A reset follows a failed commit: nobody is taken as caught up.
         let mut hub = Hub::new(Metrics::new());
         let quiet = hub.register(Selector::default(), 4);
-        hub.commit(vec![record(1)]);
+        hub.commit(vec![sidecar_added(1)]);
         hub.reset(CutOffReason::Reset);
         assert_eq!(quiet.state.caught_up(), 0);
     }
@@ -673,21 +677,7 @@ mod tests {
         let mut hub = Hub::new(Metrics::new());
         let mut small = hub.register(Selector::everything(), 2);
         let mut roomy = hub.register(Selector::everything(), 16);
-        let records: Vec<LogRecord> = (1..=1000u64)
-            .map(|rev| LogRecord {
-                r#type: EventType::Added as i32,
-                revision: rev,
-                resource: Some(Resource {
-                    api_version: "networking.istio.io/v1".into(),
-                    kind: "Sidecar".into(),
-                    namespace: "ns".into(),
-                    name: format!("s{rev}"),
-                    ..Default::default()
-                }),
-                prev: None,
-                commit_time_unix_nanos: 0,
-            })
-            .collect();
+        let records: Vec<LogRecord> = (1..=1000u64).map(sidecar_added).collect();
         hub.commit(records);
         let drain = |h: &mut WatcherHandle| {
             let mut revisions = Vec::new();
