@@ -508,20 +508,18 @@ async fn batch(
         .iter()
         .map(keys_of)
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut expected: BTreeMap<*const Subscription, Arc<BTreeSet<u64>>> = BTreeMap::new();
-    for s in subscribers {
-        if let std::collections::btree_map::Entry::Vacant(slot) =
-            expected.entry(Arc::as_ptr(&s.subscription))
-        {
-            let selector = Selector::from_pb(&s.subscription).context("a derived subscription")?;
-            slot.insert(Arc::new(
-                keys.iter()
+    let expected: BTreeMap<*const Subscription, Arc<BTreeSet<u64>>> =
+        distinct_selectors(subscribers)?
+            .into_iter()
+            .map(|(ptr, selector)| {
+                let ids = keys
+                    .iter()
                     .filter(|(_, k)| selector.matches(k))
                     .map(|(id, _)| *id)
-                    .collect(),
-            ));
-        }
-    }
+                    .collect();
+                (ptr, Arc::new(ids))
+            })
+            .collect();
     let expected_events: usize = subscribers
         .iter()
         .map(|s| expected[&Arc::as_ptr(&s.subscription)].len())
@@ -534,27 +532,7 @@ async fn batch(
     let reply = store.apply(documents, false).await?;
     let applied = committed.elapsed();
     ensure!(reply.errors.is_empty(), "batch refused: {:?}", reply.errors);
-    // Until every expected event is in, or nothing more arrives (what is missing then is
-    // counted). A wrong wake-up or a duplicate counts as an event too: what arrives wrongly is
-    // found per subscriber.
-    let deadline = Instant::now() + DEADLINE;
-    let (mut last_count, mut last_change) = (baseline, Instant::now());
-    loop {
-        let now = progress.events.load(Ordering::Relaxed);
-        if now >= baseline + expected_events {
-            break;
-        }
-        if now != last_count {
-            (last_count, last_change) = (now, Instant::now());
-        } else if last_change.elapsed() >= QUIET {
-            break;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "a batch still arriving after {DEADLINE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_delivered("a batch", progress, baseline, expected_events).await?;
     Ok(Batch {
         changed,
         event_type,
@@ -565,6 +543,51 @@ async fn batch(
         revisions: before + 1..=reply.revision,
         expected,
     })
+}
+
+/// Waits until `expected` events have arrived since the count was `baseline`, or nothing more
+/// arrives for [`QUIET`] (what is missing then is counted as missed). A wrong wake-up or a
+/// duplicate counts as an event too: what arrives wrongly is found per subscriber.
+async fn until_delivered(
+    what: &str,
+    progress: &Progress,
+    baseline: usize,
+    expected: usize,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + DEADLINE;
+    let (mut last_count, mut last_change) = (baseline, Instant::now());
+    loop {
+        let now = progress.events.load(Ordering::Relaxed);
+        if now >= baseline + expected {
+            return Ok(());
+        }
+        if now != last_count {
+            (last_count, last_change) = (now, Instant::now());
+        } else if last_change.elapsed() >= QUIET {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{what} still arriving after {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The selector of each distinct subscription of `subscribers` (the pods of a workload share
+/// theirs), by the subscription's address.
+fn distinct_selectors(
+    subscribers: &[Subscriber],
+) -> anyhow::Result<BTreeMap<*const Subscription, Selector>> {
+    let mut distinct = BTreeMap::new();
+    for s in subscribers {
+        if let std::collections::btree_map::Entry::Vacant(slot) =
+            distinct.entry(Arc::as_ptr(&s.subscription))
+        {
+            slot.insert(Selector::from_pb(&s.subscription).context("a derived subscription")?);
+        }
+    }
+    Ok(distinct)
 }
 
 /// The id and the index keys of the object a document writes, worked out as the store does.

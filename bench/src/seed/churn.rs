@@ -13,14 +13,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use pasa_proto::store::v1::{ApplyDocument, EventType, Subscription};
 use pasa_store::Store;
-use pasa_store::selector::Selector;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 use super::mesh::Mesh;
 use super::subscribers::{Progress, Seen, Subscriber};
-use super::{DEADLINE, QUIET, keys_of, manifest};
+use super::{distinct_selectors, keys_of, manifest, until_delivered};
 use crate::stats::{cdf, percentile, round2};
 
 /// How S3 runs.
@@ -104,14 +103,7 @@ pub async fn run(
     );
     let planned = plan(mesh, steady + shape.burst, shape.seed)?;
     // The oracle, per service changed: its object's keys against each distinct subscription.
-    let mut distinct: BTreeMap<*const Subscription, Selector> = BTreeMap::new();
-    for s in subscribers {
-        if let std::collections::btree_map::Entry::Vacant(slot) =
-            distinct.entry(Arc::as_ptr(&s.subscription))
-        {
-            slot.insert(Selector::from_pb(&s.subscription).context("a derived subscription")?);
-        }
-    }
+    let distinct = distinct_selectors(subscribers)?;
     let mut expected: HashMap<usize, HashMap<*const Subscription, bool>> = HashMap::new();
     for (i, doc) in &planned {
         if expected.contains_key(i) {
@@ -177,24 +169,7 @@ pub async fn run(
     }
     let burst_apply_ms = bursting.elapsed().as_secs_f64() * 1e3;
 
-    let deadline = Instant::now() + DEADLINE;
-    let (mut last_count, mut last_change) = (baseline, Instant::now());
-    loop {
-        let now = progress.events.load(Ordering::Relaxed);
-        if now >= baseline + expected_events {
-            break;
-        }
-        if now != last_count {
-            (last_count, last_change) = (now, Instant::now());
-        } else if last_change.elapsed() >= QUIET {
-            break;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "churn still arriving after {DEADLINE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_delivered("churn", progress, baseline, expected_events).await?;
     let mut due: HashMap<*const Subscription, Vec<u64>> = HashMap::new();
     for &ptr in distinct.keys() {
         let revisions = changes
