@@ -62,26 +62,38 @@ fn document(r: &Resource) -> Value {
 async fn apply(store: &str, docs: Vec<Value>) -> anyhow::Result<()> {
     let mut client = StoreClient::connect(format!("http://{store}")).await?;
     for chunk in docs.chunks(500) {
-        let answer = client
-            .apply(ApplyRequest {
-                documents: chunk
-                    .iter()
-                    .map(|d| ApplyDocument {
-                        json: d.to_string(),
-                        expected_mod_revision: None,
-                    })
-                    .collect(),
-                dry_run: false,
+        let documents = chunk
+            .iter()
+            .map(|d| ApplyDocument {
+                json: d.to_string(),
+                expected_mod_revision: None,
             })
-            .await?
-            .into_inner();
-        ensure!(
-            answer.errors.is_empty(),
-            "the store refused the fixture: {:?}",
-            answer.errors
-        );
+            .collect();
+        apply_documents(&mut client, documents, "the fixture").await?;
     }
     Ok(())
+}
+
+/// Writes `documents` in one Apply through the store's gRPC API and returns the revision; a
+/// refused document is an error naming `what` was written.
+pub(crate) async fn apply_documents(
+    client: &mut StoreClient<tonic::transport::Channel>,
+    documents: Vec<ApplyDocument>,
+    what: &str,
+) -> anyhow::Result<u64> {
+    let answer = client
+        .apply(ApplyRequest {
+            documents,
+            dry_run: false,
+        })
+        .await?
+        .into_inner();
+    ensure!(
+        answer.errors.is_empty(),
+        "the store refused {what}: {:?}",
+        answer.errors
+    );
+    Ok(answer.revision)
 }
 
 /// CPU time (user + system) and resident memory of `pid`, from `/proc`.

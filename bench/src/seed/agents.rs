@@ -323,18 +323,7 @@ async fn measure(
         ));
     }
     let written = Instant::now();
-    let reply = client
-        .apply(pasa_proto::store::v1::ApplyRequest {
-            documents: vec![manifest(&changed)],
-            dry_run: false,
-        })
-        .await?
-        .into_inner();
-    ensure!(
-        reply.errors.is_empty(),
-        "S4: the change was refused: {:?}",
-        reply.errors
-    );
+    crate::agent::apply_documents(&mut client, vec![manifest(&changed)], "S4's change").await?;
     wait_until("S4: every client holds the new route", &fleet, || {
         holding(new) == fleet.agents.len()
     })

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, ensure};
+use anyhow::Context;
 use pasa_agent::ads::Snapshot;
 use pasa_agent::cache::{Cache, Key};
 use pasa_agent::model::proxy::{Generator, Proxy};
@@ -244,21 +244,15 @@ pub async fn run(
         for kind in KINDS {
             let j = w.calls[(n * 7 + 3) % w.calls.len()];
             let resource = changed(&live, mesh, kind, j, CHANGES + n)?;
-            let reply = client
-                .apply(pasa_proto::store::v1::ApplyRequest {
-                    documents: vec![manifest(&resource)],
-                    dry_run: false,
-                })
-                .await?
-                .into_inner();
-            ensure!(
-                reply.errors.is_empty(),
-                "A1: a change was refused: {:?}",
-                reply.errors
-            );
+            let revision = crate::agent::apply_documents(
+                &mut client,
+                vec![manifest(&resource)],
+                "A1's change",
+            )
+            .await?;
             live.apply(Change {
                 action: Action::Modified,
-                revision: reply.revision,
+                revision,
                 resource,
                 committed: None,
             });
