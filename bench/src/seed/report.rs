@@ -22,168 +22,145 @@ fn num(v: &Value) -> Option<f64> {
     v.as_f64()
 }
 
-/// One row of the goals table: scenario, what, measured, goal, unit, and whether it is met
-/// (lower is better).
-struct Goal {
-    id: &'static str,
-    what: &'static str,
-    measured: Option<f64>,
-    goal: f64,
-    unit: &'static str,
-}
-
-fn goals(s: &Value) -> Vec<Goal> {
-    let g = |id, what, measured: &Value, goal, unit| Goal {
-        id,
-        what,
-        measured: num(measured),
-        goal,
-        unit,
-    };
-    vec![
-        g(
-            "S1",
-            "load + every snapshot",
-            &s["s1"]["total_s"],
-            60.0,
-            "s",
-        ),
-        g(
-            "S1",
-            "store peak RSS",
-            &s["s1"]["peak_rss_mib"],
-            2048.0,
-            "MiB",
-        ),
-        g(
-            "S2",
-            "the DestinationRule batch: to the last subscriber",
-            &s["s2"]["last_subscriber_ms"]["max"],
-            2000.0,
-            "ms",
-        ),
-        g(
-            "S2",
-            "wrong + missed wake-ups",
-            &match (s["s2"]["wrong"].as_f64(), s["s2"]["missed"].as_f64()) {
-                (Some(w), Some(m)) => Value::from(w + m),
-                _ => Value::Null,
-            },
-            0.0,
-            "",
-        ),
-        g(
-            "S3",
-            "churn: commit → subscriber p99",
-            &s["s3"]["commit_to_subscriber_ms"]["churn"]["p99"],
-            100.0,
-            "ms",
-        ),
-        g(
-            "S3",
-            "burst: commit → subscriber p99",
-            &s["s3"]["commit_to_subscriber_ms"]["burst"]["p99"],
-            100.0,
-            "ms",
-        ),
-        g(
-            "S4",
-            "VS change: write → client holds it, p99",
-            &s["s4"]["write_to_client_ms"]["p99"],
-            50.0,
-            "ms",
-        ),
-        g(
-            "S5",
-            "mesh-wide change: to all",
-            &s["s5"]["last_subscriber_ms"]["max"],
-            10_000.0,
-            "ms",
-        ),
-        g(
-            "S6",
-            "restart: all resumed",
-            &s["s6"]["converge_s"],
-            60.0,
-            "s",
-        ),
-        g(
-            "S6",
-            "peak RSS over steady",
-            &s["s6"]["peak_over_steady"],
-            1.5,
-            "×",
-        ),
-        g(
-            "A1",
-            "full translation p99",
-            &s["a1"]["full_ms"]["p99"],
-            30.0,
-            "ms",
-        ),
-        g(
-            "A1",
-            "DR change p99",
-            &s["a1"]["change_ms"]["destination_rule"]["p99"],
-            2.0,
-            "ms",
-        ),
-        g(
-            "A1",
-            "VS change p99",
-            &s["a1"]["change_ms"]["virtual_service"]["p99"],
-            2.0,
-            "ms",
-        ),
-        g(
-            "A1",
-            "endpoint change p99",
-            &s["a1"]["change_ms"]["endpoints"]["p99"],
-            2.0,
-            "ms",
-        ),
-        g(
-            "A1",
-            "agent RSS",
-            &s["a1"]["process"]["rss_peak_mib"],
-            30.0,
-            "MiB",
-        ),
-        g(
-            "A1",
-            "agent idle CPU",
-            &s["a1"]["process"]["cpu_idle_percent"],
-            0.5,
-            "%",
-        ),
-    ]
-}
+/// The goals table, row by row: scenario, what, where the measured figure is in the summary
+/// (several are summed), where its goal is, and the unit. Lower is better everywhere.
+const GOALS: [(&str, &str, &[&str], &str, &str); 16] = [
+    (
+        "S1",
+        "load + every snapshot",
+        &["/s1/total_s"],
+        "/s1/goal/total_s",
+        "s",
+    ),
+    (
+        "S1",
+        "store peak RSS",
+        &["/s1/peak_rss_mib"],
+        "/s1/goal/peak_rss_mib",
+        "MiB",
+    ),
+    (
+        "S2",
+        "the DestinationRule batch: to the last subscriber",
+        &["/s2/last_subscriber_ms/max"],
+        "/s2/goal/max_ms",
+        "ms",
+    ),
+    (
+        "S2",
+        "wrong + missed wake-ups",
+        &["/s2/wrong", "/s2/missed"],
+        "/s2/goal/wrong",
+        "",
+    ),
+    (
+        "S3",
+        "churn: commit → subscriber p99",
+        &["/s3/commit_to_subscriber_ms/churn/p99"],
+        "/s3/goal/commit_to_subscriber_p99_ms",
+        "ms",
+    ),
+    (
+        "S3",
+        "burst: commit → subscriber p99",
+        &["/s3/commit_to_subscriber_ms/burst/p99"],
+        "/s3/goal/commit_to_subscriber_p99_ms",
+        "ms",
+    ),
+    (
+        "S4",
+        "VS change: write → client holds it, p99",
+        &["/s4/write_to_client_ms/p99"],
+        "/s4/goal/p99_ms",
+        "ms",
+    ),
+    (
+        "S5",
+        "mesh-wide change: to all",
+        &["/s5/last_subscriber_ms/max"],
+        "/s5/goal/max_ms",
+        "ms",
+    ),
+    (
+        "S6",
+        "restart: all resumed",
+        &["/s6/converge_s"],
+        "/s6/goal/converge_s",
+        "s",
+    ),
+    (
+        "S6",
+        "peak RSS over steady",
+        &["/s6/peak_over_steady"],
+        "/s6/goal/peak_over_steady",
+        "×",
+    ),
+    (
+        "A1",
+        "full translation p99",
+        &["/a1/full_ms/p99"],
+        "/a1/goal/full_ms",
+        "ms",
+    ),
+    (
+        "A1",
+        "DR change p99",
+        &["/a1/change_ms/destination_rule/p99"],
+        "/a1/goal/change_ms",
+        "ms",
+    ),
+    (
+        "A1",
+        "VS change p99",
+        &["/a1/change_ms/virtual_service/p99"],
+        "/a1/goal/change_ms",
+        "ms",
+    ),
+    (
+        "A1",
+        "endpoint change p99",
+        &["/a1/change_ms/endpoints/p99"],
+        "/a1/goal/change_ms",
+        "ms",
+    ),
+    (
+        "A1",
+        "agent RSS",
+        &["/a1/process/rss_peak_mib"],
+        "/a1/goal/rss_mib",
+        "MiB",
+    ),
+    (
+        "A1",
+        "agent idle CPU",
+        &["/a1/process/cpu_idle_percent"],
+        "/a1/goal/idle_cpu_percent",
+        "%",
+    ),
+];
 
 fn goals_table(out: &mut String, s: &Value) {
     out.push_str("<table><tr><th>id</th><th>what</th><th>measured</th><th>goal</th><th></th></tr>");
-    for g in goals(s) {
-        let (value, verdict) = match g.measured {
-            Some(m) => {
-                let met = m <= g.goal;
-                (
-                    format!("{m:.2} {}", g.unit),
-                    if met {
-                        "<td class=ok>met</td>"
-                    } else {
-                        "<td class=no>missed</td>"
-                    },
-                )
-            }
-            None => ("not run".into(), "<td></td>"),
+    for (id, what, measured, goal, unit) in GOALS {
+        let measured: Option<f64> = measured.iter().map(|p| s.pointer(p).and_then(num)).sum();
+        let goal = s.pointer(goal).and_then(num);
+        let (value, verdict) = match (measured, goal) {
+            (Some(m), Some(g)) => (
+                format!("{m:.2} {unit}"),
+                if m <= g {
+                    "<td class=ok>met</td>"
+                } else {
+                    "<td class=no>missed</td>"
+                },
+            ),
+            _ => ("not run".into(), "<td></td>"),
         };
+        let goal = goal.map_or("?".into(), |g| format!("≤ {g} {unit}"));
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>≤ {} {}</td>{verdict}</tr>",
-            g.id,
-            esc(g.what),
+            "<tr><td>{id}</td><td>{}</td><td>{}</td><td>{goal}</td>{verdict}</tr>",
+            esc(what),
             esc(&value),
-            g.goal,
-            g.unit
         );
     }
     out.push_str("</table>");
@@ -487,7 +464,8 @@ mod tests {
             "parameters": {"services": 20, "pods": 200, "seed": 1},
             "commit": "<abc>", "machine": {"cores": 2, "memory_gib": 8},
             "s1": {"total_s": 3.0, "peak_rss_mib": 100.0},
-            "s2": {"last_subscriber_ms": {"max": 3000.0}, "wrong": 0, "missed": 0, "cdf_ms": cdf},
+            "s2": {"last_subscriber_ms": {"max": 3000.0}, "wrong": 0, "missed": 0, "cdf_ms": cdf,
+                   "goal": {"max_ms": 2000, "wrong": 0, "missed": 0}},
             "baselines": {"brute_force": {"index_ms": 1.0, "brute_force_ms": 50.0}},
         });
         let page = html(&summary);
