@@ -83,7 +83,7 @@ pub fn service_targets(proxy: &Proxy, registry: &Registry) -> Vec<ServiceTarget>
             .iter()
             .filter(|e| ips.contains(&e.address))
         {
-            for (port, target) in &endpoint.ports {
+            for (port, target) in endpoint.ports.iter() {
                 let t = ServiceTarget {
                     hostname: service.hostname.clone(),
                     namespace: service.namespace.clone(),

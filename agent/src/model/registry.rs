@@ -5,7 +5,7 @@
 //! A resource that does not parse is left out and logged with the field at fault; the store
 //! validated it, so this only happens when the agent is older than the config.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use pasa_proto::Kind;
@@ -83,14 +83,21 @@ impl ServicePort {
     }
 }
 
+/// An endpoint's labels. The endpoints of one workload version carry the same ones, so a
+/// service's endpoints share one copy of each distinct set (see [`Shared`]).
+pub type Labels = Arc<BTreeMap<String, String>>;
+
+/// Where an endpoint receives, by service port number; shared like [`Labels`].
+pub type EndpointPorts = Arc<BTreeMap<u32, u32>>;
+
 /// One endpoint of a service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instance {
     /// An IP, a DNS name (DNS resolution) or `unix://path`.
     pub address: String,
     /// Where the endpoint receives, by service port number.
-    pub ports: BTreeMap<u32, u32>,
-    pub labels: BTreeMap<String, String>,
+    pub ports: EndpointPorts,
+    pub labels: Labels,
     /// `region/zone/subzone`.
     pub locality: String,
     /// Load-balancing weight (at least 1).
@@ -188,7 +195,9 @@ enum Parsed {
     VirtualService(Arc<Config<VirtualService>>),
     DestinationRule(Arc<Config<DestinationRule>>),
     ServiceEntry(Arc<Config<ServiceEntry>>),
-    ServiceEndpoints(Arc<Config<ServiceEndpoints>>),
+    /// Built into its service as it is parsed: the parsed spec is not kept (a large service's
+    /// endpoints would be held twice).
+    ServiceEndpoints(Arc<Service>),
     Sidecar(Arc<Config<Sidecar>>),
     Gateway(Arc<Config<Gateway>>),
     WorkloadEntry(Arc<Config<WorkloadEntry>>),
@@ -220,7 +229,7 @@ impl Registry {
                         key.clone(),
                         Entry {
                             source: Arc::clone(resource),
-                            parsed: parse(resource),
+                            parsed: parse(resource, domain_suffix),
                         },
                     );
                 }
@@ -236,7 +245,7 @@ impl Registry {
         }
         self.seen = Some(cache.clone());
         if !sources.is_empty() {
-            self.rebuild_sources(&sources, domain_suffix);
+            self.rebuild_sources(&sources);
         }
         changed
     }
@@ -259,7 +268,7 @@ impl Registry {
     }
 
     /// Builds again the services `sources` declare, and the host lists they are in.
-    fn rebuild_sources(&mut self, sources: &BTreeSet<Key>, domain_suffix: &str) {
+    fn rebuild_sources(&mut self, sources: &BTreeSet<Key>) {
         let mut hosts = BTreeSet::new();
         for key in sources {
             if let Some(old) = self.by_source.remove(key) {
@@ -270,9 +279,13 @@ impl Registry {
                     hosts.insert(s.hostname.clone());
                 }
             }
-            let built = match self.entries.get(key).map(|e| &e.parsed) {
-                Some(Parsed::ServiceEntry(se)) => self.services_of_entry(se),
-                Some(Parsed::ServiceEndpoints(sep)) => vec![from_kubernetes(sep, domain_suffix)],
+            let built: Vec<Arc<Service>> = match self.entries.get(key).map(|e| &e.parsed) {
+                Some(Parsed::ServiceEntry(se)) => self
+                    .services_of_entry(se)
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect(),
+                Some(Parsed::ServiceEndpoints(service)) => vec![Arc::clone(service)],
                 _ => continue,
             };
             for s in &built {
@@ -282,8 +295,7 @@ impl Registry {
                     .insert(key.clone());
                 hosts.insert(s.hostname.clone());
             }
-            self.by_source
-                .insert(key.clone(), built.into_iter().map(Arc::new).collect());
+            self.by_source.insert(key.clone(), built);
         }
         for host in hosts {
             let mut list: Vec<Arc<Service>> = Vec::new();
@@ -338,33 +350,34 @@ impl Registry {
                 .collect(),
             None => spec.endpoints.iter().collect(),
         };
-        let endpoints: Vec<Instance> = workloads
-            .iter()
-            .map(|w| Instance {
-                address: w.address.clone(),
-                ports: spec
-                    .ports
-                    .iter()
-                    .map(|p| {
-                        let target =
-                            w.ports
-                                .get(&p.name)
-                                .copied()
-                                .unwrap_or(if p.target_port != 0 {
-                                    p.target_port
-                                } else {
-                                    p.number
-                                });
-                        (p.number, target)
-                    })
-                    .collect(),
-                labels: w.labels.clone(),
-                locality: w.locality.clone(),
-                weight: w.weight.max(1),
-                network: w.network.clone(),
-                service_account: w.service_account.clone(),
-            })
-            .collect();
+        let mut shared = Shared::default();
+        let endpoints: Vec<Instance> =
+            workloads
+                .iter()
+                .map(|w| Instance {
+                    address: w.address.clone(),
+                    ports: shared.ports(
+                        spec.ports
+                            .iter()
+                            .map(|p| {
+                                let target = w.ports.get(&p.name).copied().unwrap_or(
+                                    if p.target_port != 0 {
+                                        p.target_port
+                                    } else {
+                                        p.number
+                                    },
+                                );
+                                (p.number, target)
+                            })
+                            .collect(),
+                    ),
+                    labels: shared.labels(w.labels.clone()),
+                    locality: w.locality.clone(),
+                    weight: w.weight.max(1),
+                    network: w.network.clone(),
+                    service_account: w.service_account.clone(),
+                })
+                .collect();
         spec.hosts
             .iter()
             .map(|hostname| Service {
@@ -501,10 +514,17 @@ pub fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, St
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
-fn from_kubernetes(sep: &Config<ServiceEndpoints>, domain_suffix: &str) -> Service {
-    let spec = &sep.spec;
-    let ports: Vec<ServicePort> = spec
-        .ports
+/// The service of a ServiceEndpoints, built from its parsed spec (taken, not copied).
+fn from_kubernetes(meta: Meta, spec: ServiceEndpoints, domain_suffix: &str) -> Service {
+    let ServiceEndpoints {
+        addresses,
+        ports: kube_ports,
+        endpoints,
+        external_name,
+        export_to,
+        selector: _,
+    } = spec;
+    let ports: Vec<ServicePort> = kube_ports
         .iter()
         .map(|p| ServicePort {
             name: p.name.clone(),
@@ -512,29 +532,28 @@ fn from_kubernetes(sep: &Config<ServiceEndpoints>, domain_suffix: &str) -> Servi
             protocol: p.application_protocol(),
         })
         .collect();
-    let endpoints = spec
-        .endpoints
-        .iter()
+    let mut shared = Shared::default();
+    let endpoints = endpoints
+        .into_iter()
         .map(|e| Instance {
-            address: e.address.clone(),
-            ports: spec
-                .ports
-                .iter()
-                .filter_map(|p| p.endpoint_port(e).map(|target| (p.port, target)))
-                .collect(),
-            labels: e.labels.clone(),
-            locality: e.locality.clone(),
+            ports: shared.ports(
+                kube_ports
+                    .iter()
+                    .filter_map(|p| p.endpoint_port(&e).map(|target| (p.port, target)))
+                    .collect(),
+            ),
+            address: e.address,
+            labels: shared.labels(e.labels),
+            locality: e.locality,
             weight: e.weight.max(1),
-            network: e.network.clone(),
-            service_account: e.service_account.clone(),
+            network: e.network,
+            service_account: e.service_account,
         })
         .collect();
-    let external_name = (!spec.external_name.is_empty()).then(|| spec.external_name.clone());
-    let addresses: Vec<String> = spec
-        .addresses
-        .iter()
+    let external_name = (!external_name.is_empty()).then_some(external_name);
+    let addresses: Vec<String> = addresses
+        .into_iter()
         .filter(|a| !a.eq_ignore_ascii_case("none"))
-        .cloned()
         .collect();
     let resolution = if external_name.is_some() {
         Resolution::DnsRoundRobin
@@ -545,24 +564,50 @@ fn from_kubernetes(sep: &Config<ServiceEndpoints>, domain_suffix: &str) -> Servi
         Resolution::ClientSideLb
     };
     Service {
-        hostname: host::service_fqdn(&sep.meta.name, &sep.meta.namespace, domain_suffix),
-        namespace: sep.meta.namespace.clone(),
+        hostname: host::service_fqdn(&meta.name, &meta.namespace, domain_suffix),
         addresses,
         ports,
         resolution,
         external: external_name.is_some(),
-        export_to: spec.export_to.clone(),
+        export_to,
         endpoints,
         kubernetes: true,
         external_name,
-        created: sep.meta.created,
-        revision: sep.meta.revision,
+        created: meta.created,
+        revision: meta.revision,
         source: Key {
             kind: Kind::ServiceEndpoints,
-            namespace: sep.meta.namespace.clone(),
-            name: sep.meta.name.clone(),
+            namespace: meta.namespace.clone(),
+            name: meta.name,
         },
+        namespace: meta.namespace,
     }
+}
+
+/// One copy of each distinct label set (and port map) among the endpoints of a service.
+#[derive(Default)]
+struct Shared {
+    labels: HashSet<Labels>,
+    ports: HashSet<EndpointPorts>,
+}
+
+impl Shared {
+    fn labels(&mut self, labels: BTreeMap<String, String>) -> Labels {
+        intern(&mut self.labels, labels)
+    }
+
+    fn ports(&mut self, ports: BTreeMap<u32, u32>) -> EndpointPorts {
+        intern(&mut self.ports, ports)
+    }
+}
+
+fn intern<T: Eq + std::hash::Hash>(seen: &mut HashSet<Arc<T>>, value: T) -> Arc<T> {
+    if let Some(known) = seen.get(&value) {
+        return Arc::clone(known);
+    }
+    let shared = Arc::new(value);
+    seen.insert(Arc::clone(&shared));
+    shared
 }
 
 fn meta_of(resource: &Resource) -> Meta {
@@ -576,13 +621,13 @@ fn meta_of(resource: &Resource) -> Meta {
     }
 }
 
-fn parse(resource: &Resource) -> Parsed {
-    fn typed<T: DeserializeOwned>(resource: &Resource) -> Option<Arc<Config<T>>> {
+fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
+    fn typed<T: DeserializeOwned>(resource: &Resource) -> Option<Config<T>> {
         match pasa_proto::istio::parse_spec_json::<T>(&resource.spec_json) {
-            Ok(spec) => Some(Arc::new(Config {
+            Ok(spec) => Some(Config {
                 meta: meta_of(resource),
                 spec,
-            })),
+            }),
             Err(e) => {
                 tracing::warn!(kind = %resource.kind, namespace = %resource.namespace,
                     name = %resource.name, field = %e.field, error = %e.message,
@@ -592,15 +637,69 @@ fn parse(resource: &Resource) -> Parsed {
         }
     }
     let parsed = match Kind::from_kind_field(&resource.kind) {
-        Some(Kind::VirtualService) => typed(resource).map(Parsed::VirtualService),
-        Some(Kind::DestinationRule) => typed(resource).map(Parsed::DestinationRule),
-        Some(Kind::ServiceEntry) => typed(resource).map(Parsed::ServiceEntry),
-        Some(Kind::ServiceEndpoints) => typed(resource).map(Parsed::ServiceEndpoints),
-        Some(Kind::Sidecar) => typed(resource).map(Parsed::Sidecar),
-        Some(Kind::Gateway) => typed(resource).map(Parsed::Gateway),
-        Some(Kind::WorkloadEntry) => typed(resource).map(Parsed::WorkloadEntry),
-        Some(Kind::PeerAuthentication) => typed(resource).map(Parsed::PeerAuthentication),
+        Some(Kind::VirtualService) => typed(resource).map(|c| Parsed::VirtualService(Arc::new(c))),
+        Some(Kind::DestinationRule) => {
+            typed(resource).map(|c| Parsed::DestinationRule(Arc::new(c)))
+        }
+        Some(Kind::ServiceEntry) => typed(resource).map(|c| Parsed::ServiceEntry(Arc::new(c))),
+        Some(Kind::ServiceEndpoints) => typed(resource).map(|c| {
+            Parsed::ServiceEndpoints(Arc::new(from_kubernetes(c.meta, c.spec, domain_suffix)))
+        }),
+        Some(Kind::Sidecar) => typed(resource).map(|c| Parsed::Sidecar(Arc::new(c))),
+        Some(Kind::Gateway) => typed(resource).map(|c| Parsed::Gateway(Arc::new(c))),
+        Some(Kind::WorkloadEntry) => typed(resource).map(|c| Parsed::WorkloadEntry(Arc::new(c))),
+        Some(Kind::PeerAuthentication) => {
+            typed(resource).map(|c| Parsed::PeerAuthentication(Arc::new(c)))
+        }
         None => None,
     };
     parsed.unwrap_or(Parsed::Ignored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoints_resource(spec: serde_json::Value) -> Resource {
+        Resource {
+            kind: "ServiceEndpoints".into(),
+            namespace: "default".into(),
+            name: "reviews".into(),
+            spec_json: spec.to_string(),
+            create_revision: 1,
+            mod_revision: 1,
+            ..Default::default()
+        }
+    }
+
+    /// The endpoints of one workload version share one copy of their labels and ports; the
+    /// parsed spec is not kept beside the service built from it.
+    #[test]
+    fn endpoints_share_their_label_sets_and_port_maps() {
+        let resource = endpoints_resource(serde_json::json!({
+            "addresses": ["10.96.0.12"],
+            "ports": [{"name": "http", "port": 9080}],
+            "endpoints": [
+                {"address": "10.0.0.1", "labels": {"app": "reviews", "version": "v1"}},
+                {"address": "10.0.0.2", "labels": {"app": "reviews", "version": "v1"}},
+                {"address": "10.0.0.3", "labels": {"app": "reviews", "version": "v2"}},
+            ]
+        }));
+        let Parsed::ServiceEndpoints(service) = parse(&resource, "cluster.local") else {
+            panic!("a ServiceEndpoints parses into its service");
+        };
+        let [a, b, c] = &service.endpoints[..] else {
+            panic!("three endpoints: {:?}", service.endpoints);
+        };
+        assert_eq!(service.hostname, "reviews.default.svc.cluster.local");
+        assert!(Arc::ptr_eq(&a.labels, &b.labels));
+        assert!(!Arc::ptr_eq(&a.labels, &c.labels));
+        assert_eq!(c.labels["version"], "v2");
+        assert!(Arc::ptr_eq(&a.ports, &c.ports));
+        assert_eq!(a.ports[&9080], 9080);
+        assert_eq!(
+            (a.address.as_str(), b.address.as_str()),
+            ("10.0.0.1", "10.0.0.2")
+        );
+    }
 }

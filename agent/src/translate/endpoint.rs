@@ -206,8 +206,8 @@ fn lb_endpoint(instance: &Instance, port: u32) -> LbEndpoint {
 pub(super) fn single(cluster: &str, address: &str, port: u32) -> ClusterLoadAssignment {
     let instance = Instance {
         address: address.to_string(),
-        ports: BTreeMap::new(),
-        labels: BTreeMap::new(),
+        ports: Default::default(),
+        labels: Default::default(),
         locality: String::new(),
         weight: 1,
         network: String::new(),
@@ -253,13 +253,14 @@ mod tests {
     fn instance(address: &str, locality: &str, version: &str, weight: u32) -> Instance {
         Instance {
             address: address.into(),
-            ports: [(80, 8080)].into_iter().collect(),
-            labels: [
-                ("version".to_string(), version.to_string()),
-                (metadata::TLS_MODE_LABEL.to_string(), "istio".to_string()),
-            ]
-            .into_iter()
-            .collect(),
+            ports: std::sync::Arc::new([(80, 8080)].into()),
+            labels: std::sync::Arc::new(
+                [
+                    ("version".to_string(), version.to_string()),
+                    (metadata::TLS_MODE_LABEL.to_string(), "istio".to_string()),
+                ]
+                .into(),
+            ),
             locality: locality.into(),
             weight,
             network: String::new(),
