@@ -8,7 +8,9 @@
 //! buffered without bound. A panic under the lock leaves the hub untrusted: the store rebuilds
 //! it from the backend and cuts every watch off with a notice to resume (see `store.rs`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use pasa_runtime::interned::Interned;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -138,7 +140,7 @@ pub struct Hub {
     kind_counts: [u64; Kind::ALL.len()],
     /// Every watcher's selector, once per distinct one: the pods of one workload subscribe
     /// alike, and at 100k watchers a copy each is most of the hub's memory.
-    selectors: HashSet<Arc<Selector>>,
+    selectors: Interned<Selector>,
     metrics: Metrics,
 }
 
@@ -164,7 +166,7 @@ impl Hub {
             next_generation: 0,
             closed: false,
             kind_counts: [0; Kind::ALL.len()],
-            selectors: HashSet::new(),
+            selectors: Interned::default(),
             metrics,
         }
     }
@@ -538,20 +540,12 @@ impl Hub {
 
     /// The shared copy of `selector`: the one another watcher already has, or a new one.
     fn intern(&mut self, selector: Selector) -> Arc<Selector> {
-        if let Some(shared) = self.selectors.get(&selector) {
-            return Arc::clone(shared);
-        }
-        let shared = Arc::new(selector);
-        self.selectors.insert(Arc::clone(&shared));
-        shared
+        self.selectors.intern(selector)
     }
 
     /// A watcher lets go of its selector: the hub's copy goes with the last watcher holding it.
     fn forget(&mut self, selector: Arc<Selector>) {
-        // The set's reference and this one.
-        if Arc::strong_count(&selector) == 2 {
-            self.selectors.remove(&*selector);
-        }
+        self.selectors.release(selector);
     }
 
     /// Queues a progress marker for every watcher with room for it.

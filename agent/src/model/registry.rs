@@ -5,7 +5,7 @@
 //! A resource that does not parse is left out and logged with the field at fault; the store
 //! validated it, so this only happens when the agent is older than the config.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use pasa_proto::Kind;
@@ -19,6 +19,7 @@ use pasa_proto::istio::virtual_service::VirtualService;
 use pasa_proto::istio::workload_entry::WorkloadEntry;
 use pasa_proto::service_endpoints::ServiceEndpoints;
 use pasa_proto::store::v1::Resource;
+use pasa_runtime::interned::Interned;
 use serde::de::DeserializeOwned;
 
 use crate::cache::{Cache, Change, Key};
@@ -84,7 +85,7 @@ impl ServicePort {
 }
 
 /// An endpoint's labels. The endpoints of one workload version carry the same ones, so a
-/// service's endpoints share one copy of each distinct set (see [`Shared`]).
+/// service's endpoints share one copy of each distinct set.
 pub type Labels = Arc<BTreeMap<String, String>>;
 
 /// Where an endpoint receives, by service port number; shared like [`Labels`].
@@ -587,27 +588,18 @@ fn from_kubernetes(meta: Meta, spec: ServiceEndpoints, domain_suffix: &str) -> S
 /// One copy of each distinct label set (and port map) among the endpoints of a service.
 #[derive(Default)]
 struct Shared {
-    labels: HashSet<Labels>,
-    ports: HashSet<EndpointPorts>,
+    labels: Interned<BTreeMap<String, String>>,
+    ports: Interned<BTreeMap<u32, u32>>,
 }
 
 impl Shared {
     fn labels(&mut self, labels: BTreeMap<String, String>) -> Labels {
-        intern(&mut self.labels, labels)
+        self.labels.intern(labels)
     }
 
     fn ports(&mut self, ports: BTreeMap<u32, u32>) -> EndpointPorts {
-        intern(&mut self.ports, ports)
+        self.ports.intern(ports)
     }
-}
-
-fn intern<T: Eq + std::hash::Hash>(seen: &mut HashSet<Arc<T>>, value: T) -> Arc<T> {
-    if let Some(known) = seen.get(&value) {
-        return Arc::clone(known);
-    }
-    let shared = Arc::new(value);
-    seen.insert(Arc::clone(&shared));
-    shared
 }
 
 fn meta_of(resource: &Resource) -> Meta {

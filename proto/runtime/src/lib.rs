@@ -1,7 +1,8 @@
 //! What every PASA process (store, control plane, agent) does alike at run time, in one place:
 //! hearing that it must stop ([`signal`]), telling its parts to stop and giving them a deadline
 //! ([`drain`]), logging ([`logs`]), the admin endpoint's `/metrics`, `/healthz` and `/readyz`
-//! ([`admin`]), and waiting before trying again ([`backoff`]). It links no storage engine: the
+//! ([`admin`]), waiting before trying again ([`backoff`]), and sharing one copy of equal values
+//! ([`interned`]). It links no storage engine: the
 //! agent, in every pod, stands on it too.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -9,5 +10,6 @@
 pub mod admin;
 pub mod backoff;
 pub mod drain;
+pub mod interned;
 pub mod logs;
 pub mod signal;
