@@ -13,6 +13,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Written by hand, with a shared resource (see `src/event.rs`).
+        .extern_path(".pasa.store.v1.Event", "crate::event::Event")
         .compile_fds(fds)?;
     Ok(())
 }

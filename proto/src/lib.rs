@@ -7,6 +7,7 @@
 pub mod client;
 pub mod config_path;
 pub mod duration;
+pub mod event;
 pub mod gateway;
 pub mod host;
 pub mod istio;
@@ -23,6 +24,7 @@ pub mod store {
     pub mod v1 {
         #![allow(clippy::all, missing_docs)]
         tonic::include_proto!("pasa.store.v1");
+        pub use crate::event::Event;
     }
 }
 

@@ -311,7 +311,7 @@ impl Watch {
                 let objects: Vec<Resource> = batch
                     .events
                     .into_iter()
-                    .filter_map(|e| e.resource)
+                    .filter_map(|e| e.resource.map(Arc::unwrap_or_clone))
                     .collect();
                 if objects.is_empty() {
                     return Ok(None);
@@ -339,7 +339,7 @@ impl Watch {
                             action,
                             revision: e.revision,
                             committed: commit_time(e.commit_time_unix_nanos),
-                            resource: e.resource?,
+                            resource: Arc::unwrap_or_clone(e.resource?),
                         })
                     })
                     .collect();

@@ -40,6 +40,8 @@ pub struct HubEvent {
     pub r#type: EventType,
     pub revision: u64,
     pub resource: Arc<Resource>,
+    /// The resource's encoded size, worked out once for every watcher.
+    pub size: usize,
     /// The commit time of the change (nanoseconds since the Unix epoch); 0 in the answer to a
     /// subscription change.
     pub committed: i64,
@@ -294,6 +296,7 @@ impl Hub {
             let Some(resource) = record.resource.map(Arc::new) else {
                 continue;
             };
+            let size = prost::Message::encoded_len(resource.as_ref());
             let started = Instant::now();
             let now = new_keys
                 .as_ref()
@@ -314,6 +317,7 @@ impl Hub {
                     r#type,
                     revision,
                     resource: Arc::clone(&resource),
+                    size,
                     committed,
                 });
             }
@@ -489,6 +493,7 @@ impl Hub {
                 events.push(HubEvent {
                     r#type,
                     revision: self.revision,
+                    size: prost::Message::encoded_len(resource.as_ref()),
                     resource,
                     committed: 0,
                 });

@@ -2,6 +2,7 @@
 //! the change log from the requested revision), `SYNCED`, then live events, progress markers and
 //! subscription changes until the client leaves or the hub cuts the stream off.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
@@ -9,6 +10,8 @@ use pasa_proto::store::v1::{
     CancelReason, Cancelled, Event, EventBatch, EventType, Progress, Resource, Synced, WatchCreate,
     WatchRequest, WatchResponse, watch_request, watch_response,
 };
+use prost::Message;
+use tokio::sync::futures::Notified;
 use tokio::sync::mpsc;
 use tonic::Status;
 use tracing::Instrument;
@@ -94,42 +97,71 @@ enum Sent {
     CutOff,
 }
 
-/// Sends `msg`. On the live stream (`cut` given) it gives way when the hub cuts the watcher off:
-/// a client that stopped reading must not park the stream's task (and what it holds) until it
-/// disconnects. The initial snapshot or replay waits on the client.
-async fn send(out: &Out, msg: WatchResponse, cut: Option<&WatcherState>) -> Sent {
-    let outcome = |sent: Result<(), _>| if sent.is_ok() { Sent::Ok } else { Sent::Gone };
-    let Some(state) = cut else {
-        return outcome(out.send(Ok(msg)).await);
-    };
-    let sending = out.send(Ok(msg));
-    tokio::pin!(sending);
-    loop {
-        tokio::select! {
-            sent = &mut sending => return outcome(sent),
-            _ = state.notify.notified() => {
-                if state.cut_reason().is_some() {
-                    return Sent::CutOff;
-                }
+/// The hub's cut-off signal as a live stream waits on it: one registration with the watcher's
+/// `Notify` for the stream's life, renewed only when it fires. (A fresh `notified()` for every
+/// message costs two locks of the `Notify` per message, and messages are what the store sends
+/// most of.)
+struct CutSignal<'a> {
+    state: &'a WatcherState,
+    notified: Pin<Box<Notified<'a>>>,
+}
+
+impl<'a> CutSignal<'a> {
+    fn new(state: &'a WatcherState) -> CutSignal<'a> {
+        CutSignal {
+            state,
+            notified: Box::pin(state.notify.notified()),
+        }
+    }
+
+    /// Resolves once the hub has cut the watcher off. Cancel-safe: dropping the future keeps
+    /// the registration.
+    async fn cut_off(&mut self) {
+        loop {
+            self.notified.as_mut().await;
+            self.notified.set(self.state.notify.notified());
+            if self.state.cut_reason().is_some() {
+                return;
             }
         }
     }
 }
 
-/// Sends events in messages of bounded size (see [`send`] for `cut`).
+/// Sends `msg`. On the live stream (`cut` given) it gives way when the hub cuts the watcher off:
+/// a client that stopped reading must not park the stream's task (and what it holds) until it
+/// disconnects. The initial snapshot or replay waits on the client.
+async fn send(out: &Out, msg: WatchResponse, cut: Option<&mut CutSignal<'_>>) -> Sent {
+    let outcome = |sent: Result<(), _>| if sent.is_ok() { Sent::Ok } else { Sent::Gone };
+    let Some(cut) = cut else {
+        return outcome(out.send(Ok(msg)).await);
+    };
+    // Most messages find room at once.
+    let msg = match out.try_send(Ok(msg)) {
+        Ok(()) => return Sent::Ok,
+        Err(mpsc::error::TrySendError::Closed(_)) => return Sent::Gone,
+        Err(mpsc::error::TrySendError::Full(msg)) => msg,
+    };
+    tokio::select! {
+        sent = out.send(msg) => outcome(sent),
+        _ = cut.cut_off() => Sent::CutOff,
+    }
+}
+
+/// Sends events in messages of bounded size (see [`send`] for `cut`); each event comes with the
+/// encoded size of its resource.
 async fn send_events(
     out: &Out,
-    events: impl IntoIterator<Item = Event>,
+    events: impl IntoIterator<Item = (Event, usize)>,
     store: &Store,
-    cut: Option<&WatcherState>,
+    mut cut: Option<&mut CutSignal<'_>>,
 ) -> Sent {
     let mut batch = Vec::new();
     let mut bytes = 0;
-    for ev in events {
-        bytes += ev.resource.as_ref().map_or(0, prost::Message::encoded_len);
+    for (ev, size) in events {
+        bytes += size;
         batch.push(ev);
         if batch.len() >= MAX_EVENTS_PER_MESSAGE || bytes >= MAX_BYTES_PER_MESSAGE {
-            let sent = flush(out, std::mem::take(&mut batch), store, cut).await;
+            let sent = flush(out, std::mem::take(&mut batch), store, cut.as_deref_mut()).await;
             if sent != Sent::Ok {
                 return sent;
             }
@@ -142,7 +174,12 @@ async fn send_events(
     flush(out, batch, store, cut).await
 }
 
-async fn flush(out: &Out, events: Vec<Event>, store: &Store, cut: Option<&WatcherState>) -> Sent {
+async fn flush(
+    out: &Out,
+    events: Vec<Event>,
+    store: &Store,
+    cut: Option<&mut CutSignal<'_>>,
+) -> Sent {
     let n = events.len() as u64;
     let msg = WatchResponse {
         response: Some(watch_response::Response::Events(EventBatch { events })),
@@ -154,13 +191,33 @@ async fn flush(out: &Out, events: Vec<Event>, store: &Store, cut: Option<&Watche
     sent
 }
 
-fn to_event(e: HubEvent) -> Event {
-    Event {
+/// A queued event as sent, with its resource's encoded size. The resource is shared with every
+/// other watcher the change concerns, not copied.
+fn to_event(e: HubEvent) -> (Event, usize) {
+    let event = Event {
         r#type: e.r#type as i32,
         revision: e.revision,
-        resource: Some(Arc::unwrap_or_clone(e.resource)),
+        resource: Some(e.resource),
         commit_time_unix_nanos: e.committed,
-    }
+    };
+    (event, e.size)
+}
+
+/// An event of the initial snapshot or of a replay, with its resource's encoded size.
+fn sized(
+    r#type: EventType,
+    revision: u64,
+    resource: Arc<Resource>,
+    committed: i64,
+) -> (Event, usize) {
+    let size = resource.encoded_len();
+    let event = Event {
+        r#type: r#type as i32,
+        revision,
+        resource: Some(resource),
+        commit_time_unix_nanos: committed,
+    };
+    (event, size)
 }
 
 impl Store {
@@ -325,12 +382,9 @@ impl Store {
         // Initial state: a snapshot at `head`, or the log from `from` to `head`.
         match (snapshot, replay) {
             (Some(objects), _) => {
-                let events = objects.into_iter().map(|r| Event {
-                    r#type: EventType::Added as i32,
-                    revision: head,
-                    resource: Some(Arc::unwrap_or_clone(r)),
-                    commit_time_unix_nanos: 0,
-                });
+                let events = objects
+                    .into_iter()
+                    .map(|r| sized(EventType::Added, head, r, 0));
                 if send_events(out, events, self, None).await != Sent::Ok {
                     return;
                 }
@@ -357,12 +411,8 @@ impl Store {
                     };
                     let events = records.into_iter().filter_map(|rec| {
                         let t = event_for(&selector, &rec)?;
-                        Some(Event {
-                            r#type: t as i32,
-                            revision: rec.revision,
-                            resource: rec.resource,
-                            commit_time_unix_nanos: rec.commit_time_unix_nanos,
-                        })
+                        let resource = Arc::new(rec.resource?);
+                        Some(sized(t, rec.revision, resource, rec.commit_time_unix_nanos))
                     });
                     if send_events(out, events, self, None).await != Sent::Ok {
                         return;
@@ -381,36 +431,38 @@ impl Store {
         }
         let mut sent_through = head;
         let mut requests_open = true;
+        let state = Arc::clone(&handle.state);
+        let mut cut = CutSignal::new(&state);
+        let closed = out.closed();
+        tokio::pin!(closed);
         loop {
             tokio::select! {
                 biased;
-                _ = handle.state.notify.notified() => {
-                    if handle.state.cut_reason().is_some() {
-                        // Between messages: everything taken from the queue was sent, so if the
-                        // queue was empty when the hub cut, everything up to its revision was.
-                        let through = sent_through.max(handle.state.caught_up());
-                        self.end_cut_off(&mut handle, out, through).await;
-                        return;
-                    }
+                _ = cut.cut_off() => {
+                    // Between messages: everything taken from the queue was sent, so if the
+                    // queue was empty when the hub cut, everything up to its revision was.
+                    let through = sent_through.max(handle.state.caught_up());
+                    self.end_cut_off(&mut handle, out, through).await;
+                    return;
                 }
                 msg = handle.rx.recv() => {
                     let (sent, revision) = match msg {
                         Some(HubMsg::Events(events)) => {
                             let last = events.iter().map(|e| e.revision).max().unwrap_or(sent_through);
                             let events = events.into_iter().map(to_event);
-                            (send_events(out, events, self, Some(&handle.state)).await, last)
+                            (send_events(out, events, self, Some(&mut cut)).await, last)
                         }
                         Some(HubMsg::Progress(revision)) => {
                             let progress = WatchResponse {
                                 response: Some(watch_response::Response::Progress(Progress { revision })),
                             };
-                            (send(out, progress, Some(&handle.state)).await, revision)
+                            (send(out, progress, Some(&mut cut)).await, revision)
                         }
                         Some(HubMsg::Synced(revision)) => {
                             let synced = WatchResponse {
                                 response: Some(watch_response::Response::Synced(Synced { revision })),
                             };
-                            (send(out, synced, Some(&handle.state)).await, revision)
+                            (send(out, synced, Some(&mut cut)).await, revision)
                         }
                         // The hub dropped the queue: the cut-off notice is pending, if there is one.
                         None if handle.state.cut_reason().is_some() => continue,
@@ -425,7 +477,7 @@ impl Store {
                         }
                     }
                 }
-                _ = out.closed() => return,
+                _ = &mut closed => return,
                 req = requests.next(), if requests_open => match req {
                     Some(Ok(WatchRequest { request: Some(watch_request::Request::Update(update)) })) => {
                         let checked = selector_of(update.subscription.as_ref()).and_then(|sel| {

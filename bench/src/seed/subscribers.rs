@@ -151,10 +151,14 @@ async fn watch_once(
             .await
     });
     let mut permit = Some(permit);
+    // One registration with the stop signal for the whole stream, not one per message: all the
+    // subscribers share it, and the harness must not cost the store's delivery its cores.
+    let stopped = stop.wait_for(|s| *s);
+    tokio::pin!(stopped);
     let ended = loop {
         let message = tokio::select! {
             m = out.recv() => m,
-            _ = stop.wait_for(|s| *s) => break Ended::Stopped,
+            _ = &mut stopped => break Ended::Stopped,
         };
         let Some(Ok(WatchResponse {
             response: Some(response),
