@@ -9,14 +9,14 @@
 //! it from the backend and cuts every watch off with a notice to resume (see `store.rs`).
 
 use std::collections::HashMap;
-
-use pasa_runtime::interned::Interned;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use pasa_proto::Kind;
 use pasa_proto::store::v1::{EventType, Resource};
+use pasa_runtime::interned::Interned;
 use roaring::RoaringBitmap;
+use rustc_hash::FxHashMap;
 use tokio::sync::{Notify, mpsc};
 
 use crate::index::{ObjectIndex, ObjectKeys, RuleIndex};
@@ -287,7 +287,8 @@ impl Hub {
     /// Applies committed log records (in revision order) and queues their events for every
     /// watcher they concern.
     pub fn commit(&mut self, records: Vec<LogRecord>) {
-        let mut outbox: HashMap<u32, Vec<HubEvent>> = HashMap::new();
+        // Per watcher, its events of this commit (one lookup per event delivered).
+        let mut outbox: FxHashMap<u32, Vec<HubEvent>> = FxHashMap::default();
         for record in records {
             let revision = record.revision;
             let committed = record.commit_time_unix_nanos;
@@ -302,17 +303,17 @@ impl Hub {
                 .as_ref()
                 .map(|k| self.subscribers_of(k))
                 .unwrap_or_default();
-            let before = old_keys
-                .as_ref()
-                .map(|k| self.subscribers_of(k))
-                .unwrap_or_default();
+            // Most changes keep their keys (an endpoint moves, a rule's policy changes): then
+            // the same watchers had it before, and it is matched once.
+            let unmoved = old_keys.is_some() && old_keys == new_keys;
+            let before = match &old_keys {
+                Some(k) if !unmoved => self.subscribers_of(k),
+                _ => RoaringBitmap::new(),
+            };
             self.metrics
                 .match_duration
                 .observe(started.elapsed().as_secs_f64());
-            for w in &now | &before {
-                let Some(r#type) = transition(now.contains(w), before.contains(w)) else {
-                    continue;
-                };
+            let mut queue = |w: u32, r#type: EventType| {
                 outbox.entry(w).or_default().push(HubEvent {
                     r#type,
                     revision,
@@ -320,6 +321,15 @@ impl Hub {
                     size,
                     committed,
                 });
+            };
+            if unmoved {
+                now.iter().for_each(|w| queue(w, EventType::Modified));
+            } else {
+                for w in &now | &before {
+                    if let Some(r#type) = transition(now.contains(w), before.contains(w)) {
+                        queue(w, r#type);
+                    }
+                }
             }
             match new_keys {
                 Some(keys) => self.put_object(resource, keys),

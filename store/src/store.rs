@@ -730,4 +730,55 @@ mod tests {
         store.apply(vec![vs("d")], false).await.unwrap();
         assert_eq!(store.hub().object_count(), 4);
     }
+
+    /// A stream that fell behind sends what queued up for it in one message, not one per commit,
+    /// in revision order.
+    #[tokio::test]
+    async fn a_stream_that_fell_behind_catches_up_in_one_message() {
+        use pasa_proto::store::v1::{Rule, Subscription, WatchCreate, watch_response};
+        let store = Store::open(
+            Arc::new(FakeMemoryBackend::default()),
+            StoreConfig::default(),
+            Metrics::new(),
+        )
+        .unwrap();
+        let (out_tx, mut out) = tokio::sync::mpsc::channel(1);
+        let (_requests_tx, requests) = tokio::sync::mpsc::channel(1);
+        let create = WatchCreate {
+            subscription: Some(Subscription {
+                rules: vec![Rule::default()],
+            }),
+            ..Default::default()
+        };
+        let serving = store.clone();
+        tokio::spawn(async move {
+            let requests = tokio_stream::wrappers::ReceiverStream::new(requests);
+            serving.serve_watch(create, requests, out_tx).await
+        });
+        let synced = out.recv().await.unwrap().unwrap();
+        assert!(matches!(
+            synced.response,
+            Some(watch_response::Response::Synced(_))
+        ));
+        // Five commits while this (single-threaded) runtime is blocked, so the stream task
+        // cannot take them one by one.
+        let writing = store.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            for name in ["a", "b", "c", "d", "e"] {
+                rt.block_on(writing.apply(vec![vs(name)], false)).unwrap();
+            }
+        })
+        .join()
+        .unwrap();
+        let Some(watch_response::Response::Events(batch)) =
+            out.recv().await.unwrap().unwrap().response
+        else {
+            panic!("expected events");
+        };
+        let revisions: Vec<u64> = batch.events.iter().map(|e| e.revision).collect();
+        assert_eq!(revisions, [1, 2, 3, 4, 5]);
+    }
 }

@@ -147,31 +147,71 @@ async fn send(out: &Out, msg: WatchResponse, cut: Option<&mut CutSignal<'_>>) ->
     }
 }
 
-/// Sends events in messages of bounded size (see [`send`] for `cut`); each event comes with the
-/// encoded size of its resource.
+/// Sends events (in revision order) in messages of bounded size (see [`send`] for `cut`); each
+/// event comes with the encoded size of its resource. Returns how it went and the highest
+/// revision whose events were all sent (0 if none was), which is where a watch cut off midway
+/// resumes after.
 async fn send_events(
     out: &Out,
     events: impl IntoIterator<Item = (Event, usize)>,
     store: &Store,
     mut cut: Option<&mut CutSignal<'_>>,
-) -> Sent {
-    let mut batch = Vec::new();
-    let mut bytes = 0;
-    for (ev, size) in events {
+) -> (Sent, u64) {
+    let mut events = events.into_iter().peekable();
+    let (mut batch, mut bytes, mut through) = (Vec::new(), 0, 0);
+    while let Some((ev, size)) = events.next() {
+        let revision = ev.revision;
         bytes += size;
         batch.push(ev);
-        if batch.len() >= MAX_EVENTS_PER_MESSAGE || bytes >= MAX_BYTES_PER_MESSAGE {
-            let sent = flush(out, std::mem::take(&mut batch), store, cut.as_deref_mut()).await;
-            if sent != Sent::Ok {
-                return sent;
-            }
-            bytes = 0;
+        let next = events.peek().map(|(next, _)| next.revision);
+        if next.is_some() && batch.len() < MAX_EVENTS_PER_MESSAGE && bytes < MAX_BYTES_PER_MESSAGE {
+            continue;
         }
+        let sent = flush(out, std::mem::take(&mut batch), store, cut.as_deref_mut()).await;
+        if sent != Sent::Ok {
+            return (sent, through);
+        }
+        // One revision's events may straddle two messages.
+        let complete = if next == Some(revision) {
+            revision.saturating_sub(1)
+        } else {
+            revision
+        };
+        through = through.max(complete);
+        bytes = 0;
     }
-    if batch.is_empty() {
-        return Sent::Ok;
+    (Sent::Ok, through)
+}
+
+/// Sends one message of the watcher's queue. Returns how it went and the revision the stream
+/// has sent everything up to (see [`send_events`]), 0 when that did not move.
+async fn send_queued(
+    out: &Out,
+    msg: HubMsg,
+    store: &Store,
+    cut: &mut CutSignal<'_>,
+) -> (Sent, u64) {
+    let (response, revision) = match msg {
+        HubMsg::Events(events) => {
+            let events = events.into_iter().map(to_event);
+            return send_events(out, events, store, Some(cut)).await;
+        }
+        HubMsg::Progress(revision) => (
+            watch_response::Response::Progress(Progress { revision }),
+            revision,
+        ),
+        HubMsg::Synced(revision) => (
+            watch_response::Response::Synced(Synced { revision }),
+            revision,
+        ),
+    };
+    let msg = WatchResponse {
+        response: Some(response),
+    };
+    match send(out, msg, Some(cut)).await {
+        Sent::Ok => (Sent::Ok, revision),
+        other => (other, 0),
     }
-    flush(out, batch, store, cut).await
 }
 
 async fn flush(
@@ -385,7 +425,7 @@ impl Store {
                 let events = objects
                     .into_iter()
                     .map(|r| sized(EventType::Added, head, r, 0));
-                if send_events(out, events, self, None).await != Sent::Ok {
+                if send_events(out, events, self, None).await.0 != Sent::Ok {
                     return;
                 }
             }
@@ -414,7 +454,7 @@ impl Store {
                         let resource = Arc::new(rec.resource?);
                         Some(sized(t, rec.revision, resource, rec.commit_time_unix_nanos))
                     });
-                    if send_events(out, events, self, None).await != Sent::Ok {
+                    if send_events(out, events, self, None).await.0 != Sent::Ok {
                         return;
                     }
                     next = to + 1;
@@ -446,34 +486,43 @@ impl Store {
                     return;
                 }
                 msg = handle.rx.recv() => {
-                    let (sent, revision) = match msg {
-                        Some(HubMsg::Events(events)) => {
-                            let last = events.iter().map(|e| e.revision).max().unwrap_or(sent_through);
-                            let events = events.into_iter().map(to_event);
-                            (send_events(out, events, self, Some(&mut cut)).await, last)
-                        }
-                        Some(HubMsg::Progress(revision)) => {
-                            let progress = WatchResponse {
-                                response: Some(watch_response::Response::Progress(Progress { revision })),
-                            };
-                            (send(out, progress, Some(&mut cut)).await, revision)
-                        }
-                        Some(HubMsg::Synced(revision)) => {
-                            let synced = WatchResponse {
-                                response: Some(watch_response::Response::Synced(Synced { revision })),
-                            };
-                            (send(out, synced, Some(&mut cut)).await, revision)
-                        }
+                    let Some(mut msg) = msg else {
                         // The hub dropped the queue: the cut-off notice is pending, if there is one.
-                        None if handle.state.cut_reason().is_some() => continue,
-                        None => return,
+                        if handle.state.cut_reason().is_some() {
+                            continue;
+                        }
+                        return;
                     };
-                    match sent {
-                        Sent::Ok => sent_through = sent_through.max(revision),
-                        Sent::Gone => return,
-                        Sent::CutOff => {
-                            self.end_cut_off(&mut handle, out, sent_through).await;
-                            return;
+                    loop {
+                        // What is queued behind these events goes out with them: the hub
+                        // queues a message per commit, and a stream that fell behind catches
+                        // up in fewer, fuller messages.
+                        let mut held = None;
+                        if let HubMsg::Events(events) = &mut msg {
+                            while events.len() < MAX_EVENTS_PER_MESSAGE {
+                                match handle.rx.try_recv() {
+                                    Ok(HubMsg::Events(more)) => events.extend(more),
+                                    Ok(other) => {
+                                        held = Some(other);
+                                        break;
+                                    }
+                                    Err(_) => break,
+                                }
+                            }
+                        }
+                        let (sent, through) = send_queued(out, msg, self, &mut cut).await;
+                        sent_through = sent_through.max(through);
+                        match sent {
+                            Sent::Ok => {}
+                            Sent::Gone => return,
+                            Sent::CutOff => {
+                                self.end_cut_off(&mut handle, out, sent_through).await;
+                                return;
+                            }
+                        }
+                        match held {
+                            Some(next) => msg = next,
+                            None => break,
                         }
                     }
                 }
