@@ -96,37 +96,49 @@ pub(crate) async fn apply_documents(
     Ok(answer.revision)
 }
 
-/// CPU time (user + system) and resident memory of `pid`, from `/proc`.
-pub(crate) fn usage(pid: u32, ticks_per_sec: f64) -> anyhow::Result<(f64, f64, f64)> {
+/// What a process has used so far, from `/proc`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Usage {
+    /// CPU time, user + system, in seconds.
+    pub cpu_s: f64,
+    /// Resident memory, in MiB: all of it, its high-water mark, and the two parts of it, the
+    /// process's own (anonymous: heap, stacks) and the files it maps (its binary's text, which
+    /// every process of that binary shares).
+    pub rss: f64,
+    pub peak: f64,
+    pub anon: f64,
+    pub file: f64,
+}
+
+/// What `pid` has used so far.
+pub(crate) fn usage(pid: u32, ticks_per_sec: f64) -> anyhow::Result<Usage> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name (which may hold spaces) start at state (field 3).
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields
-        .get(11)
-        .and_then(|u| u.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        + fields
-            .get(12)
-            .and_then(|s| s.parse::<f64>().ok())
-            .unwrap_or(0.0);
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let ticks = field(11) + field(12);
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib = |field: &str| {
+    let mib = |name: &str| {
         status
             .lines()
-            .find(|l| l.starts_with(field))
-            .and_then(|l| {
-                l.trim_start_matches(field)
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            })
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
             .unwrap_or(0.0)
             / 1024.0
     };
-    Ok((ticks / ticks_per_sec, kib("VmRSS:"), kib("VmHWM:")))
+    Ok(Usage {
+        cpu_s: ticks / ticks_per_sec,
+        rss: mib("VmRSS:"),
+        peak: mib("VmHWM:"),
+        anon: mib("RssAnon:"),
+        file: mib("RssFile:"),
+    })
 }
 
 pub(crate) fn clock_ticks() -> f64 {
@@ -363,10 +375,14 @@ async fn measure(args: &AgentArgs) -> anyhow::Result<Value> {
     let agent_pid = running.agent.id();
     let envoy_pid = running.netns.as_deref().and_then(netns_pid);
 
-    let (cpu0, _, _) = usage(agent_pid, ticks)?;
+    let cpu0 = usage(agent_pid, ticks)?.cpu_s;
     let idle = Instant::now();
     tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
-    let (cpu1, rss_idle, _) = usage(agent_pid, ticks)?;
+    let Usage {
+        cpu_s: cpu1,
+        rss: rss_idle,
+        ..
+    } = usage(agent_pid, ticks)?;
     let idle_cpu = (cpu1 - cpu0) / idle.elapsed().as_secs_f64() * 100.0;
     println!(
         "idle: agent RSS {:.1} MiB, CPU {:.2}% over {} s",
@@ -383,7 +399,12 @@ async fn measure(args: &AgentArgs) -> anyhow::Result<Value> {
         .await?;
         tokio::time::sleep(Duration::from_millis(args.change_interval_ms)).await;
     }
-    let (cpu2, rss_after, hwm) = usage(agent_pid, ticks)?;
+    let Usage {
+        cpu_s: cpu2,
+        rss: rss_after,
+        peak: hwm,
+        ..
+    } = usage(agent_pid, ticks)?;
     let change_cpu = (cpu2 - cpu1) / busy.elapsed().as_secs_f64() * 100.0;
     let cpu_per_change_ms = (cpu2 - cpu1) / args.changes.max(1) as f64 * 1000.0;
     println!(
@@ -392,7 +413,7 @@ async fn measure(args: &AgentArgs) -> anyhow::Result<Value> {
     );
     let envoy_rss = envoy_pid
         .and_then(|pid| usage(pid, ticks).ok())
-        .map(|(_, rss, _)| round2(rss));
+        .map(|u| round2(u.rss));
     if let Some(rss) = envoy_rss {
         println!("Envoy beside it: RSS {rss:.1} MiB");
     }

@@ -313,14 +313,10 @@ async fn measure(
     let mut client =
         pasa_proto::store::v1::store_client::StoreClient::connect(format!("http://{server}"))
             .await?;
-    // Each agent's RDS propagation count before the change: the change's are the ones after.
+    // Each agent's RDS histograms before the change: the change's are the ones after.
     let mut before = Vec::with_capacity(fleet.agents.len());
     for a in &fleet.agents {
-        before.push(histogram(
-            &scrape(a.admin).await?,
-            "pasa_agent_propagation_seconds",
-            "RDS",
-        ));
+        before.push(AgentTimes::read(&scrape(a.admin).await?));
     }
     let written = Instant::now();
     crate::agent::apply_documents(&mut client, vec![manifest(&changed)], "S4's change").await?;
@@ -334,43 +330,32 @@ async fn measure(
         .filter_map(|a| a.state.lock().ok()?.held_since(new))
         .map(|at| at.duration_since(written).as_secs_f64() * 1e3)
         .collect();
-    // Each agent's own figure: from the commit to its client's ACK of the RDS push. The client
-    // holds the route before it ACKs it, so wait (once, bounded) for the agents to time it.
-    let mut buckets: Vec<(f64, u64)> = Vec::new();
+    // Each agent's own figures for the change: from the commit to its client's ACK of the RDS
+    // push, and the agent's share of it, from the event's arrival to that ACK. The client holds
+    // the route before it ACKs it, so wait (once, bounded) for the agents to time it.
+    let mut times = AgentTimes::default();
     let mut observed = 0u64;
     let deadline = Instant::now() + Duration::from_secs(10);
     for (a, earlier) in fleet.agents.iter().zip(&before) {
         let change = loop {
-            let now = histogram(
-                &scrape(a.admin).await?,
-                "pasa_agent_propagation_seconds",
-                "RDS",
-            );
-            let change: Vec<(f64, u64)> = now
-                .iter()
-                .map(|&(le, n)| {
-                    let was = earlier.iter().find(|b| b.0 == le).map_or(0, |b| b.1);
-                    (le, n.saturating_sub(was))
-                })
-                .collect();
-            if change.last().is_some_and(|b| b.1 > 0) || Instant::now() >= deadline {
+            let change = AgentTimes::read(&scrape(a.admin).await?).since(earlier);
+            if change.observed() || Instant::now() >= deadline {
                 break change;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
-        observed += u64::from(change.last().is_some_and(|b| b.1 > 0));
-        for (le, n) in change {
-            match buckets.iter_mut().find(|(b, _)| *b == le) {
-                Some(slot) => slot.1 += n,
-                None => buckets.push((le, n)),
-            }
-        }
+        observed += u64::from(change.observed());
+        times.add(&change);
     }
-    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (metric_p50, metric_p99) = (
-        bucket_quantile(&buckets, 0.50),
-        bucket_quantile(&buckets, 0.99),
+        bucket_quantile(&times.propagation, 0.50),
+        bucket_quantile(&times.propagation, 0.99),
     );
+    let (agent_p50, agent_p99) = (
+        bucket_quantile(&times.push_to_ack, 0.50),
+        bucket_quantile(&times.push_to_ack, 0.99),
+    );
+    let buckets = times.propagation;
     let rss_after: Vec<f64> = fleet
         .agents
         .iter()
@@ -384,11 +369,14 @@ async fn measure(
     println!(
         "S4: one VirtualService change ({}: canary {old} → {new}): write → every client holds the \
          new route p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms; the agents' \
-         pasa_agent_propagation_seconds{{type=\"RDS\"}} p50 ≤ {} ms, p99 ≤ {} ms ({} agents \
-         read)",
+         pasa_agent_propagation_seconds{{type=\"RDS\"}} p50 ≤ {} ms, p99 ≤ {} ms, of which \
+         the agent's own share (pasa_agent_xds_push_to_ack_seconds: the event's arrival → the \
+         client's ACK) p50 ≤ {} ms, p99 ≤ {} ms ({} agents read)",
         target.app,
         fmt_ms(metric_p50),
         fmt_ms(metric_p99),
+        fmt_ms(agent_p50),
+        fmt_ms(agent_p99),
         observed
     );
     drop(fleet);
@@ -404,10 +392,65 @@ async fn measure(
                                       .map(|(le, n)| if le.is_finite() { json!([le, n]) }
                                                      else { json!(["+Inf", n]) })
                                       .collect::<Vec<_>>()},
+        "push_to_ack_metric_ms": {"p50_at_most": agent_p50.map(|s| round2(s * 1e3)),
+                                  "p99_at_most": agent_p99.map(|s| round2(s * 1e3))},
         "agent_rss_mib": {"mean": round2(mean(&rss)), "max": round2(percentile(&rss, 100.0)),
                           "mean_after_change": round2(mean(&rss_after))},
         "goal": {"p99_ms": 50},
     }))
+}
+
+/// An agent's RDS timing histograms (cumulative buckets), as read from its `/metrics` or as the
+/// difference of two reads, or summed over agents.
+#[derive(Debug, Default)]
+struct AgentTimes {
+    /// `pasa_agent_propagation_seconds`: the store's commit → the client's ACK.
+    propagation: Vec<(f64, u64)>,
+    /// `pasa_agent_xds_push_to_ack_seconds`: the event reaching the agent → the client's ACK.
+    push_to_ack: Vec<(f64, u64)>,
+}
+
+impl AgentTimes {
+    fn read(metrics: &str) -> AgentTimes {
+        AgentTimes {
+            propagation: histogram(metrics, "pasa_agent_propagation_seconds", "RDS"),
+            push_to_ack: histogram(metrics, "pasa_agent_xds_push_to_ack_seconds", "RDS"),
+        }
+    }
+
+    /// What was observed since `earlier`.
+    fn since(&self, earlier: &AgentTimes) -> AgentTimes {
+        let delta = |now: &[(f64, u64)], was: &[(f64, u64)]| {
+            now.iter()
+                .map(|&(le, n)| {
+                    let was = was.iter().find(|b| b.0 == le).map_or(0, |b| b.1);
+                    (le, n.saturating_sub(was))
+                })
+                .collect()
+        };
+        AgentTimes {
+            propagation: delta(&self.propagation, &earlier.propagation),
+            push_to_ack: delta(&self.push_to_ack, &earlier.push_to_ack),
+        }
+    }
+
+    fn observed(&self) -> bool {
+        self.propagation.last().is_some_and(|b| b.1 > 0)
+    }
+
+    fn add(&mut self, other: &AgentTimes) {
+        let sum = |into: &mut Vec<(f64, u64)>, from: &[(f64, u64)]| {
+            for &(le, n) in from {
+                match into.iter_mut().find(|(b, _)| *b == le) {
+                    Some(slot) => slot.1 += n,
+                    None => into.push((le, n)),
+                }
+            }
+            into.sort_by(|a, b| a.0.total_cmp(&b.0));
+        };
+        sum(&mut self.propagation, &other.propagation);
+        sum(&mut self.push_to_ack, &other.push_to_ack);
+    }
 }
 
 fn fmt_ms(seconds: Option<f64>) -> String {
