@@ -36,9 +36,12 @@ struct WatchStart {
     identity: Option<pasa_proto::store::v1::SubscriberIdentity>,
 }
 
-/// Events per message, and a soft byte budget per message (gRPC's default limit is 4 MiB).
+/// Events per message, and a soft byte budget per message (gRPC's default limit is 4 MiB; an
+/// object larger than the budget goes alone). A client's decode buffer keeps the capacity of the
+/// largest message it was sent, for as long as its watch lives, and every agent has one: at
+/// 1 MiB that was about 2 MiB of each agent's memory.
 const MAX_EVENTS_PER_MESSAGE: usize = 500;
-const MAX_BYTES_PER_MESSAGE: usize = 1 << 20;
+const MAX_BYTES_PER_MESSAGE: usize = 256 << 10;
 /// Change-log records read per step of a replay.
 const REPLAY_PAGE: u64 = 1024;
 
