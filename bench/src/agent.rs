@@ -141,6 +141,12 @@ pub(crate) fn usage(pid: u32, ticks_per_sec: f64) -> anyhow::Result<Usage> {
     })
 }
 
+/// The `MALLOC_ARENA_MAX` an agent runs with: as deployed (`deploy/README.md`), one arena,
+/// unless this process's environment sets it.
+pub(crate) fn malloc_arena_max() -> String {
+    std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "1".into())
+}
+
 pub(crate) fn clock_ticks() -> f64 {
     Command::new("getconf")
         .arg("CLK_TCK")
@@ -284,6 +290,7 @@ fn start(args: &AgentArgs, store: &str) -> anyhow::Result<(Running, String)> {
             dir.path().join("envoy-admin.sock").display()
         ))
         .env("RUST_LOG", "warn")
+        .env("MALLOC_ARENA_MAX", malloc_arena_max())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

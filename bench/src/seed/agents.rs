@@ -123,7 +123,7 @@ impl Drop for Fleet {
 }
 
 /// Starts a real agent for `pod`, following `server`, serving ADS on `uds` and its admin
-/// endpoint on `admin`, logging to `log`.
+/// endpoint on `admin`, logging to `log`, with malloc set as deployed.
 pub fn spawn_agent(
     binary: &Path,
     server: &str,
@@ -146,6 +146,7 @@ pub fn spawn_agent(
             "RUST_LOG",
             std::env::var("PASA_BENCH_AGENT_LOG").unwrap_or_else(|_| "warn".into()),
         )
+        .env("MALLOC_ARENA_MAX", crate::agent::malloc_arena_max())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
