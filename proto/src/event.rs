@@ -28,8 +28,9 @@ pub struct Event {
 }
 
 impl Event {
-    /// The event's type; [`EventType::Unspecified`] for a value this build does not know.
-    pub fn event_type(&self) -> EventType {
+    /// The event's type; [`EventType::Unspecified`] for a value this build does not know (the
+    /// accessor prost generates for an enum field).
+    pub fn r#type(&self) -> EventType {
         EventType::try_from(self.r#type).unwrap_or(EventType::Unspecified)
     }
 }
@@ -167,7 +168,9 @@ mod tests {
             let bytes = generated.encode_to_vec();
             assert_eq!(ours.encode_to_vec(), bytes);
             assert_eq!(ours.encoded_len(), bytes.len());
-            assert_eq!(Event::decode(bytes.as_slice()).unwrap(), ours);
+            let decoded = Event::decode(bytes.as_slice()).unwrap();
+            assert_eq!(decoded.r#type() as i32, generated.r#type);
+            assert_eq!(decoded, ours);
         }
     }
 
