@@ -30,8 +30,11 @@ pub const MAX_EVENTS_PER_MESSAGE: usize = 256;
 
 /// The order of every list the store returns: kind, namespace, name.
 pub fn sort_resources(resources: &mut [Arc<Resource>]) {
-    resources
-        .sort_by(|a, b| (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name)));
+    resources.sort_by(|a, b| list_order(a).cmp(&list_order(b)));
+}
+
+fn list_order(r: &Resource) -> (&str, &str, &str) {
+    (&r.kind, &r.namespace, &r.name)
 }
 
 /// One event as queued for a watcher; the resource is shared by every watcher that gets it.
@@ -108,6 +111,8 @@ pub struct WatcherHandle {
 
 struct Entry {
     resource: Arc<Resource>,
+    /// Its encoded size, worked out once as it is stored (every event of it carries it).
+    size: usize,
     keys: ObjectKeys,
 }
 
@@ -231,20 +236,27 @@ impl Hub {
 
     /// Objects the selector matches, ordered by kind, namespace and name.
     pub fn select(&self, selector: &Selector) -> Vec<Arc<Resource>> {
-        self.resources(&self.object_index.select(selector))
+        let ids = self.object_index.select(selector);
+        let entries = self.entries(&ids);
+        entries.map(|e| Arc::clone(&e.resource)).collect()
     }
 
-    fn resources(&self, ids: &RoaringBitmap) -> Vec<Arc<Resource>> {
-        let mut out: Vec<Arc<Resource>> = ids
-            .iter()
-            .filter_map(|id| self.entry(id).map(|e| Arc::clone(&e.resource)))
-            .collect();
-        out.sort_by(|a, b| (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name)));
-        out
+    /// [`Hub::select`], each object with its encoded size.
+    pub fn select_sized(&self, selector: &Selector) -> Vec<(Arc<Resource>, usize)> {
+        let ids = self.object_index.select(selector);
+        let entries = self.entries(&ids);
+        entries.map(|e| (Arc::clone(&e.resource), e.size)).collect()
+    }
+
+    /// The entries of `ids`, ordered by kind, namespace and name.
+    fn entries(&self, ids: &RoaringBitmap) -> impl Iterator<Item = &Entry> {
+        let mut out: Vec<&Entry> = ids.iter().filter_map(|id| self.entry(id)).collect();
+        out.sort_by(|a, b| list_order(&a.resource).cmp(&list_order(&b.resource)));
+        out.into_iter()
     }
 
     /// Adds or replaces an object without telling anyone (start-up load and commits).
-    fn put_object(&mut self, resource: Arc<Resource>, keys: ObjectKeys) {
+    fn put_object(&mut self, resource: Arc<Resource>, size: usize, keys: ObjectKeys) {
         let Some(key) = ObjectKey::of(&resource) else {
             tracing::warn!(kind = %resource.kind, "ignoring a stored object of unknown kind");
             return;
@@ -259,7 +271,11 @@ impl Hub {
         };
         self.object_index.insert(id, &keys);
         self.kind_counts[kind_slot(keys.kind)] += 1;
-        self.objects[id as usize] = Some(Entry { resource, keys });
+        self.objects[id as usize] = Some(Entry {
+            resource,
+            size,
+            keys,
+        });
         self.by_key.insert(key, id);
     }
 
@@ -277,7 +293,10 @@ impl Hub {
     /// Loads a stored object at start-up.
     pub fn load(&mut self, resource: Resource) {
         match ObjectKeys::of(&resource) {
-            Some(keys) => self.put_object(Arc::new(resource), keys),
+            Some(keys) => {
+                let size = prost::Message::encoded_len(&resource);
+                self.put_object(Arc::new(resource), size, keys)
+            }
             None => {
                 tracing::warn!(kind = %resource.kind, "ignoring a stored object of unknown kind")
             }
@@ -332,7 +351,7 @@ impl Hub {
                 }
             }
             match new_keys {
-                Some(keys) => self.put_object(resource, keys),
+                Some(keys) => self.put_object(resource, size, keys),
                 None => {
                     if let Some(key) = ObjectKey::of(&resource) {
                         self.remove_object(&key);
@@ -499,12 +518,12 @@ impl Hub {
             (&now - &before, EventType::Added),
             (&before - &now, EventType::Deleted),
         ] {
-            for resource in self.resources(&ids) {
+            for entry in self.entries(&ids) {
                 events.push(HubEvent {
                     r#type,
                     revision: self.revision,
-                    size: prost::Message::encoded_len(resource.as_ref()),
-                    resource,
+                    resource: Arc::clone(&entry.resource),
+                    size: entry.size,
                     committed: 0,
                 });
             }

@@ -24,13 +24,16 @@ use crate::record::{LogRecord, transition};
 use crate::selector::Selector;
 use crate::store::{Store, StoreError};
 
+/// A stored object with its encoded size, as the hub keeps it.
+type SizedResource = (Arc<Resource>, usize);
+
 /// How a registered watch begins: what it selects, its initial state (a snapshot, or the change
 /// log from `from`), the compaction point it was registered at, and who is watching.
 struct WatchStart {
     /// For a replay of the change log (a watch resuming from a revision): what it selects. A
     /// watch that starts with a snapshot keeps no copy (the hub has its own).
     replay: Option<Selector>,
-    snapshot: Option<Vec<Arc<Resource>>>,
+    snapshot: Option<Vec<SizedResource>>,
     from: u64,
     compact: u64,
     identity: Option<pasa_proto::store::v1::SubscriberIdentity>,
@@ -234,33 +237,20 @@ async fn flush(
     sent
 }
 
-/// A queued event as sent, with its resource's encoded size. The resource is shared with every
-/// other watcher the change concerns, not copied.
-fn to_event(e: HubEvent) -> (Event, usize) {
-    let event = Event {
-        r#type: e.r#type as i32,
-        revision: e.revision,
-        resource: Some(e.resource),
-        commit_time_unix_nanos: e.committed,
-    };
-    (event, e.size)
-}
-
-/// An event of the initial snapshot or of a replay, with its resource's encoded size.
-fn sized(
-    r#type: EventType,
-    revision: u64,
-    resource: Arc<Resource>,
-    committed: i64,
-) -> (Event, usize) {
-    let size = resource.encoded_len();
-    let event = Event {
+/// An event as sent. The resource is shared (with the hub, and with every other watcher a
+/// change concerns), not copied.
+fn event(r#type: EventType, revision: u64, resource: Arc<Resource>, committed: i64) -> Event {
+    Event {
         r#type: r#type as i32,
         revision,
         resource: Some(resource),
         commit_time_unix_nanos: committed,
-    };
-    (event, size)
+    }
+}
+
+/// A queued event as sent, with its resource's encoded size.
+fn to_event(e: HubEvent) -> (Event, usize) {
+    (event(e.r#type, e.revision, e.resource, e.committed), e.size)
 }
 
 impl Store {
@@ -353,7 +343,7 @@ impl Store {
             Compacted(u64),
             Ready(
                 WatcherHandle,
-                (Option<Vec<Arc<Resource>>>, Option<Selector>),
+                (Option<Vec<SizedResource>>, Option<Selector>),
                 u64,
             ),
         }
@@ -365,7 +355,7 @@ impl Store {
             } else if from != 0 && from <= compact {
                 Start::Compacted(compact)
             } else {
-                let snapshot = (from == 0).then(|| hub.select(&selector));
+                let snapshot = (from == 0).then(|| hub.select_sized(&selector));
                 let replay = snapshot.is_none().then(|| selector.clone());
                 let handle = hub.register(selector, self.config().watch_queue);
                 Start::Ready(handle, (snapshot, replay), compact)
@@ -427,7 +417,7 @@ impl Store {
             (Some(objects), _) => {
                 let events = objects
                     .into_iter()
-                    .map(|r| sized(EventType::Added, head, r, 0));
+                    .map(|(r, size)| (event(EventType::Added, head, r, 0), size));
                 if send_events(out, events, self, None).await.0 != Sent::Ok {
                     return;
                 }
@@ -454,8 +444,15 @@ impl Store {
                     };
                     let events = records.into_iter().filter_map(|rec| {
                         let t = event_for(&selector, &rec)?;
-                        let resource = Arc::new(rec.resource?);
-                        Some(sized(t, rec.revision, resource, rec.commit_time_unix_nanos))
+                        let resource = rec.resource?;
+                        let size = resource.encoded_len();
+                        let event = event(
+                            t,
+                            rec.revision,
+                            Arc::new(resource),
+                            rec.commit_time_unix_nanos,
+                        );
+                        Some((event, size))
                     });
                     if send_events(out, events, self, None).await.0 != Sent::Ok {
                         return;
