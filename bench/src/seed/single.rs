@@ -304,9 +304,9 @@ pub async fn run(
     drop(fleet);
     println!(
         "A1: the real agent: RSS {rss_idle:.1} MiB idle ({:.1} MiB its own, {:.1} MiB of mapped \
-         files, mostly its binary's text, which the agents of a node share in the page cache), {rss_after:.1} MiB after \
-         {written} changes (peak {rss_peak:.1} MiB); CPU {idle_cpu:.2}% idle over {:.0} s, {change_cpu:.2}% while \
-         changes came every {} ms ({cpu_per_change_ms:.1} ms of CPU per change); its mean \
+         files, mostly its binary's text, which the agents of a node share in the page cache), \
+         {rss_after:.1} MiB after {written} changes (peak {rss_peak:.1} MiB); CPU \
+         {idle_cpu:.2}% idle over {:.0} s, {change_cpu:.2}% while changes came every {} ms ({cpu_per_change_ms:.1} ms of CPU per change); its mean \
          translation while they came {} ms over {translations} translations",
         idle_usage.anon,
         idle_usage.file,
