@@ -5,11 +5,9 @@
 use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::{
-    Address, Locality, SocketAddress, address, socket_address::PortSpecifier,
+    Address, Locality, Metadata, SocketAddress, address, socket_address::PortSpecifier,
 };
-use envoy_types::pb::envoy::config::endpoint::v3::{
-    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
-};
+use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LocalityLbEndpoints};
 use envoy_types::pb::google::protobuf::UInt32Value;
 
 use prost::Message;
@@ -57,14 +55,10 @@ impl<'s> PortEndpoints<'s> {
     /// Endpoints with the port each is reached on.
     fn of(endpoints: impl Iterator<Item = (&'s Instance, u32)>) -> Self {
         let mut endpoints: Vec<EncodedEndpoint> = endpoints
-            .map(|(e, target)| {
-                let lb = lb_endpoint(e, target);
-                let weight = lb.load_balancing_weight.as_ref().map_or(1, |w| w.value);
-                EncodedEndpoint {
-                    instance: e,
-                    encoded: lb.encode_to_vec(),
-                    weight,
-                }
+            .map(|(e, target)| EncodedEndpoint {
+                instance: e,
+                encoded: encoded_lb_endpoint(e, target),
+                weight: e.weight.max(1),
             })
             .collect();
         // Stable: within a locality, the service's order.
@@ -179,27 +173,87 @@ impl<'s> PortEndpoints<'s> {
     }
 }
 
-/// An endpoint as Envoy's `LbEndpoint`: its address on `port`, its weight, and whether it takes
-/// Istio mutual TLS.
-fn lb_endpoint(instance: &Instance, port: u32) -> LbEndpoint {
-    LbEndpoint {
-        host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
-            address: Some(socket_address(&instance.address, port)),
-            ..Default::default()
-        })),
-        load_balancing_weight: Some(UInt32Value {
-            value: instance.weight.max(1),
-        }),
-        // A workload with a sidecar takes Istio mTLS: auto mTLS picks the cluster's
-        // `tlsMode-istio` transport socket for it.
-        metadata: (instance
-            .labels
-            .get(metadata::TLS_MODE_LABEL)
-            .map(String::as_str)
-            == Some("istio"))
-        .then(|| metadata::one_field(metadata::TRANSPORT_SOCKET_MATCH, "tlsMode", "istio")),
-        ..Default::default()
+/// An endpoint as Envoy's `LbEndpoint` (its address on `port`, its weight, and whether it takes
+/// Istio mutual TLS), written directly: the same bytes as encoding the message, without
+/// building it (an endpoint-heavy scope has tens of thousands, and the message's strings and
+/// metadata map are most of the work of encoding one).
+fn encoded_lb_endpoint(instance: &Instance, port: u32) -> Vec<u8> {
+    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+    // Endpoint.address (1) → Address: pipe (2) { path (1) } or socket_address (1) { address (2),
+    // port_value (3) }.
+    let (address_tag, address_len) = match instance.address.strip_prefix("unix://") {
+        Some(path) => (
+            2,
+            if path.is_empty() {
+                0
+            } else {
+                field_len(1, path.len())
+            },
+        ),
+        None => (
+            1,
+            if instance.address.is_empty() {
+                0
+            } else {
+                field_len(2, instance.address.len())
+            } + key_len(3)
+                + encoded_len_varint(u64::from(port)),
+        ),
+    };
+    let address_field = field_len(address_tag, address_len);
+    let endpoint_len = field_len(1, address_field);
+    let weight = u64::from(instance.weight.max(1));
+    let weight_len = key_len(1) + encoded_len_varint(weight);
+    let tls = istio_mtls_metadata(instance);
+    let total = tls.map_or(0, <[u8]>::len) + field_len(4, weight_len) + field_len(1, endpoint_len);
+    // LbEndpoint's fields in the order its message encoding writes them, by tag: the
+    // host_identifier oneof's endpoint (1), metadata (3), load_balancing_weight (4).
+    let mut out = Vec::with_capacity(total);
+    length_delimited(1, endpoint_len, &mut out);
+    length_delimited(1, address_field, &mut out);
+    length_delimited(address_tag, address_len, &mut out);
+    match instance.address.strip_prefix("unix://") {
+        Some(path) => string_field(1, path, &mut out),
+        None => {
+            string_field(2, &instance.address, &mut out);
+            encode_key(3, WireType::Varint, &mut out);
+            encode_varint(u64::from(port), &mut out);
+        }
     }
+    if let Some(tls) = tls {
+        out.extend_from_slice(tls);
+    }
+    length_delimited(4, weight_len, &mut out);
+    encode_key(1, WireType::Varint, &mut out);
+    encode_varint(weight, &mut out);
+    debug_assert_eq!(out.len(), total);
+    out
+}
+
+/// `LbEndpoint.metadata` (3) encoded, for an endpoint that takes Istio mutual TLS (its workload
+/// has a sidecar): the same for every such endpoint, so encoded once.
+fn istio_mtls_metadata(instance: &Instance) -> Option<&'static [u8]> {
+    static ENCODED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let istio = instance
+        .labels
+        .get(metadata::TLS_MODE_LABEL)
+        .map(String::as_str)
+        == Some("istio");
+    istio.then(|| {
+        ENCODED
+            .get_or_init(|| {
+                let mut out = Vec::new();
+                prost::encoding::message::encode(3, &istio_mtls(), &mut out);
+                out
+            })
+            .as_slice()
+    })
+}
+
+/// The transport socket match of an endpoint that takes Istio mutual TLS: auto mTLS picks the
+/// cluster's `tlsMode-istio` transport socket for it.
+fn istio_mtls() -> Metadata {
+    metadata::one_field(metadata::TRANSPORT_SOCKET_MATCH, "tlsMode", "istio")
 }
 
 /// A one-endpoint assignment.
@@ -248,6 +302,10 @@ pub(super) fn socket_address(address: &str, port: u32) -> Address {
 
 #[cfg(test)]
 mod tests {
+    use envoy_types::pb::envoy::config::endpoint::v3::{
+        Endpoint, LbEndpoint, lb_endpoint::HostIdentifier,
+    };
+
     use super::*;
 
     fn instance(address: &str, locality: &str, version: &str, weight: u32) -> Instance {
@@ -265,6 +323,29 @@ mod tests {
             weight,
             network: String::new(),
             service_account: String::new(),
+        }
+    }
+
+    /// An endpoint as Envoy's `LbEndpoint`, built as a message: its address on `port`, its
+    /// weight, and whether it takes Istio mutual TLS (what [`encoded_lb_endpoint`] writes).
+    fn lb_endpoint(instance: &Instance, port: u32) -> LbEndpoint {
+        LbEndpoint {
+            host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
+                address: Some(socket_address(&instance.address, port)),
+                ..Default::default()
+            })),
+            load_balancing_weight: Some(UInt32Value {
+                value: instance.weight.max(1),
+            }),
+            // A workload with a sidecar takes Istio mTLS: auto mTLS picks the cluster's
+            // `tlsMode-istio` transport socket for it.
+            metadata: (instance
+                .labels
+                .get(metadata::TLS_MODE_LABEL)
+                .map(String::as_str)
+                == Some("istio"))
+            .then(|| metadata::one_field(metadata::TRANSPORT_SOCKET_MATCH, "tlsMode", "istio")),
+            ..Default::default()
         }
     }
 
@@ -316,5 +397,29 @@ mod tests {
             endpoints.message("outbound|80|v9|r", Some(&none)),
             expected("outbound|80|v9|r", &[])
         );
+    }
+
+    #[test]
+    fn endpoints_written_directly_are_the_bytes_of_the_message() {
+        let tls = |mode: &str| [(metadata::TLS_MODE_LABEL.to_string(), mode.to_string())];
+        let cases = [
+            ("10.0.0.1", 8080, 1, tls("istio").to_vec()),
+            ("10.0.0.1", 0, 0, vec![]),
+            ("2001:db8::1", 65535, 300, tls("disabled").to_vec()),
+            ("backend.example.com", 443, 7, tls("istio").to_vec()),
+            ("unix:///var/run/app.sock", 0, 1, tls("istio").to_vec()),
+            ("unix://", 80, 1, vec![]),
+            ("", 80, 200_000, vec![]),
+        ];
+        for (address, port, weight, labels) in cases {
+            let mut instance = instance(address, "", "v1", weight);
+            instance.labels = std::sync::Arc::new(labels.into_iter().collect());
+            assert_eq!(
+                encoded_lb_endpoint(&instance, port),
+                lb_endpoint(&instance, port).encode_to_vec(),
+                "{address}:{port} weight {weight} labels {:?}",
+                instance.labels
+            );
+        }
     }
 }
