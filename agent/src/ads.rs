@@ -55,6 +55,35 @@ pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, Ty
 /// Responses queued per connection before the connection task waits for the client to read.
 const RESPONSE_BUFFER: usize = 16;
 
+/// The most resource bytes one response carries when its resources may be sent in parts: a
+/// response of the whole EDS of an endpoint-heavy scope is megabytes, and the connection's
+/// encode buffer keeps the capacity of the largest response for as long as the client stays
+/// connected (in every pod). A resource larger than this goes alone in its part.
+pub const PART_BYTES: usize = 256 * 1024;
+
+/// `items` in order, in consecutive parts of at most `limit` bytes by `size` (a larger item alone
+/// in its part); at least one part, empty when there is nothing.
+fn parts<T>(
+    items: impl IntoIterator<Item = T>,
+    size: impl Fn(&T) -> usize,
+    limit: usize,
+) -> Vec<Vec<T>> {
+    let mut parts = Vec::new();
+    let mut part = Vec::new();
+    let mut filled = 0;
+    for item in items {
+        let bytes = size(&item);
+        if !part.is_empty() && filled + bytes > limit {
+            parts.push(std::mem::take(&mut part));
+            filled = 0;
+        }
+        filled += bytes;
+        part.push(item);
+    }
+    parts.push(part);
+    parts
+}
+
 /// How long a connection waits for a client that does not read before cutting it off. The client
 /// reconnects and, declaring what it holds, gets only what it lacks.
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -114,6 +143,17 @@ async fn deliver<T>(out: &mpsc::Sender<Result<T, tonic::Status>>, response: T) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parts_hold_at_most_the_limit_and_keep_the_order() {
+        let split = |sizes: &[usize]| parts(sizes.iter().copied(), |s| *s, 10);
+        assert_eq!(split(&[]), vec![Vec::<usize>::new()]);
+        assert_eq!(
+            split(&[4, 4, 4, 15, 1, 9, 1]),
+            vec![vec![4, 4], vec![4], vec![15], vec![1, 9], vec![1]]
+        );
+        assert_eq!(split(&[10, 10]), vec![vec![10], vec![10]]);
+    }
 
     #[test]
     fn type_urls_round_trip_and_unknown_is_refused() {

@@ -180,6 +180,14 @@ impl TypeKind {
         self != TypeKind::Listener
     }
 
+    /// Whether a state-of-the-world response of this type may carry only some of the resources
+    /// subscribed to, the others kept as the client holds them: every type but LDS and CDS,
+    /// whose every response is the whole set (xDS protocol, "Grouping resources into
+    /// responses"). So a large one can be sent in parts.
+    pub(crate) fn sotw_in_parts(self) -> bool {
+        !matches!(self, TypeKind::Cluster | TypeKind::Listener)
+    }
+
     /// Whether an empty first request means "everything" (legacy wildcard, CDS and LDS only).
     pub(crate) fn legacy_wildcard(self) -> bool {
         matches!(self, TypeKind::Cluster | TypeKind::Listener)

@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use pasa_agent::ads::{Protocol, ServeError, SyncState, bind_unix};
 use pasa_agent::model::proxy::Generator;
 
@@ -576,5 +577,196 @@ async fn sotw_unsubscribing_from_every_name_gets_no_response_and_is_in_sync() {
     h.publish(next);
     let r = c.recv().await;
     assert_eq!(kind_of(&r.type_url), LDS);
+    h.stop().await;
+}
+
+/// Ten clusters whose load assignments are about 100 KiB each: a push of their EDS is larger
+/// than one part.
+fn large() -> (pasa_agent::ads::Snapshot, Vec<String>) {
+    let mut s = pasa_agent::ads::Snapshot::new();
+    let names: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+    for name in &names {
+        s.insert(CDS, name, "1", cluster(name)).unwrap();
+        s.insert(EDS, name, "1", padded_endpoints(name, 100 * 1024, 'a'))
+            .unwrap();
+    }
+    (s, names)
+}
+
+/// A load assignment of `cluster` carrying about `bytes` bytes (a long locality sub-zone).
+fn padded_endpoints(
+    cluster: &str,
+    bytes: usize,
+    fill: char,
+) -> envoy_types::pb::google::protobuf::Any {
+    use envoy_types::pb::envoy::config::core::v3::Locality;
+    use envoy_types::pb::envoy::config::endpoint::v3::{
+        ClusterLoadAssignment, LocalityLbEndpoints,
+    };
+    envoy_types::util::pack_any(ClusterLoadAssignment {
+        cluster_name: cluster.into(),
+        endpoints: vec![LocalityLbEndpoints {
+            locality: Some(Locality {
+                sub_zone: std::iter::repeat_n(fill, bytes).collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+/// Receives the EDS responses of one push in parts, until the union holds `names`.
+async fn sotw_parts(c: &mut FakeSotwClient, all: &[String]) -> Vec<DiscoveryResponse> {
+    let mut parts = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < all.len() {
+        let r = c.recv().await;
+        assert_eq!(kind_of(&r.type_url), EDS);
+        let bytes: usize = r.resources.iter().map(|a| a.value.len()).sum();
+        assert!(
+            bytes <= pasa_agent::ads::PART_BYTES,
+            "a part of {bytes} bytes"
+        );
+        for name in names(&r) {
+            assert!(seen.insert(name.clone()), "{name} twice in one push");
+        }
+        parts.push(r);
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), all);
+    parts
+}
+
+#[tokio::test]
+async fn sotw_a_large_push_goes_in_parts_answered_by_its_last() {
+    let (s, all) = large();
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    let h = Harness::start(s.clone());
+    let mut c = h.sotw().await;
+    c.request(EDS, &refs, "", "").await;
+    let parts = sotw_parts(&mut c, &all).await;
+    assert_eq!(parts.len(), 5, "two resources of 100 KiB per part");
+    let last = parts.last().unwrap();
+    let versions: std::collections::BTreeSet<&str> =
+        parts.iter().map(|p| p.version_info.as_str()).collect();
+    assert_eq!(
+        versions.len(),
+        5,
+        "only the last part carries the push's version"
+    );
+    // Earlier parts answered: not in sync until the last is.
+    for part in &parts[..4] {
+        c.ack(part, &refs).await;
+    }
+    c.ack(last, &refs).await;
+    let status = h
+        .status
+        .wait_for(|all| all[0].state(EDS) == SyncState::Synced)
+        .await;
+    assert_eq!(
+        status[0].types[&EDS].acked_version.as_deref(),
+        Some(last.version_info.as_str())
+    );
+
+    // A change: the whole set again, in parts; a NACK of the second part is the push's NACK,
+    // though the last part is ACKed.
+    let mut next = s.clone();
+    next.insert(EDS, "c3", "2", padded_endpoints("c3", 100 * 1024, 'b'))
+        .unwrap();
+    h.publish(next.clone());
+    let parts = sotw_parts(&mut c, &all).await;
+    c.ack(&parts[0], &refs).await;
+    c.nack(&parts[1], &last.version_info, &refs).await;
+    for part in &parts[2..] {
+        c.ack(part, &refs).await;
+    }
+    let status = h
+        .status
+        .wait_for(|all| all[0].types[&EDS].last_nack.is_some())
+        .await;
+    let eds = &status[0].types[&EDS];
+    assert_eq!(eds.state(), SyncState::Stale);
+    assert_eq!(
+        eds.acked_version.as_deref(),
+        Some(last.version_info.as_str())
+    );
+    let nack = eds.last_nack.as_ref().unwrap();
+    assert_eq!(nack.version, parts.last().unwrap().version_info);
+    assert!(nack.error.contains("fake client rejects"), "{nack:?}");
+    drop(c);
+    h.status.wait_for(|all| all.is_empty()).await;
+
+    // A client cut off after an earlier part declares that part's version: it gets the whole
+    // set again. One that had the last part declares the push's version and gets nothing.
+    let mut again = h.sotw().await;
+    again.request(EDS, &refs, &parts[2].version_info, "").await;
+    let resent = sotw_parts(&mut again, &all).await;
+    assert_eq!(
+        resent.last().unwrap().version_info,
+        parts.last().unwrap().version_info
+    );
+    drop(again);
+    h.status.wait_for(|all| all.is_empty()).await;
+    let mut holder = h.sotw().await;
+    holder
+        .request(EDS, &refs, &parts.last().unwrap().version_info, "")
+        .await;
+    holder.request(LDS, &[], "", "").await;
+    let r = holder.recv().await;
+    assert_eq!(kind_of(&r.type_url), LDS, "EDS was current on the client");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn delta_a_large_push_goes_in_parts() {
+    let (s, all) = large();
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    let h = Harness::start(s.clone());
+    let mut c = h.delta().await;
+    c.subscribe(EDS, &refs, &[]).await;
+    let mut seen = Vec::new();
+    while seen.len() < all.len() {
+        let r = c.recv().await;
+        let bytes: usize = r
+            .resources
+            .iter()
+            .map(|w| w.resource.as_ref().map_or(0, |a| a.value.len()))
+            .sum();
+        assert!(
+            bytes <= pasa_agent::ads::PART_BYTES,
+            "a part of {bytes} bytes"
+        );
+        seen.extend(delta_names(&r).into_iter().map(|(name, _)| name));
+        c.ack(&r).await;
+    }
+    seen.sort();
+    assert_eq!(seen, all);
+
+    // c0 goes, the nine others change: the updates in parts, then the removal (removals of
+    // endpoints wait until the clusters are replaced).
+    let mut next = pasa_agent::ads::Snapshot::new();
+    for name in &all[1..] {
+        next.insert(CDS, name, "1", cluster(name)).unwrap();
+        next.insert(EDS, name, "2", padded_endpoints(name, 100 * 1024, 'b'))
+            .unwrap();
+    }
+    h.publish(next);
+    let mut updated = Vec::new();
+    for _ in 0..5 {
+        let r = c.recv().await;
+        assert_eq!(kind_of(&r.type_url), EDS);
+        assert!(
+            r.removed_resources.is_empty(),
+            "removals come after updates"
+        );
+        updated.extend(delta_names(&r));
+    }
+    updated.sort();
+    let expected: Vec<(String, String)> =
+        all[1..].iter().map(|n| (n.clone(), "2".into())).collect();
+    assert_eq!(updated, expected);
+    let r = c.recv().await;
+    assert!(r.resources.is_empty());
+    assert_eq!(r.removed_resources, ["c0"]);
     h.stop().await;
 }

@@ -342,6 +342,43 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
         .await;
     }
 
+    // An endpoint-heavy scope: its EDS is larger than one response part, so it goes to Envoy in
+    // parts, and Envoy must hold every endpoint of every cluster after them.
+    let tally = tallies.entry("endpoint-heavy scope".into()).or_default();
+    let (docs, per_cluster) = endpoint_heavy();
+    let cache = Cache::from_resources(samples::to_store(&docs), 100);
+    let generated = Translator::new(proxy(WEB, "app=web,version=v1"))
+        .update(&cache, Generator::Envoy)
+        .expect("decodes what it encoded");
+    let eds: usize = Snapshot::from_resources(&generated)
+        .resources(TypeKind::Endpoint)
+        .values()
+        .map(|r| r.body.value.len())
+        .sum();
+    assert!(
+        eds > 2 * pasa_agent::ads::PART_BYTES,
+        "the scope's EDS ({eds} bytes) spans several parts"
+    );
+    record(tally, "endpoint-heavy scope", &sidecars, &generated).await;
+    for (protocol, envoy) in [("SotW", &sidecars.sotw), ("Delta", &sidecars.delta)] {
+        // Envoy may still be taking the last parts in when the server's status settles.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let mut held = held_endpoints(envoy, &per_cluster).await;
+        while held != per_cluster && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            held = held_endpoints(envoy, &per_cluster).await;
+        }
+        assert_eq!(
+            held, per_cluster,
+            "the sidecar Envoy over {protocol} holds every endpoint of the endpoint-heavy scope"
+        );
+        println!(
+            "endpoint-heavy scope: {eds} bytes of EDS; the Envoy over {protocol} holds all {} endpoints of its {} clusters",
+            held.values().sum::<usize>(),
+            held.len()
+        );
+    }
+
     let mut failures = 0;
     for (file, tally) in &tallies {
         println!(
@@ -388,4 +425,63 @@ fn write_workload_certificate(dir: &Path, spiffe: &str) {
     std::fs::write(dir.join(CERT_CHAIN), cert.pem()).expect("write");
     std::fs::write(dir.join(KEY), key.serialize_pem()).expect("write");
     std::fs::write(dir.join(ROOT_CERT), cert.pem()).expect("write");
+}
+
+/// Services of 400 endpoints each in a namespace of their own, enough for an EDS of several
+/// response parts; with the endpoint count of each service's default cluster.
+fn endpoint_heavy() -> (Vec<serde_json::Value>, BTreeMap<String, usize>) {
+    const SERVICES: usize = 20;
+    const ENDPOINTS: usize = 400;
+    let mut docs = Vec::new();
+    let mut per_cluster = BTreeMap::new();
+    for i in 0..SERVICES {
+        let name = format!("heavy-{i}");
+        let endpoints: Vec<serde_json::Value> = (0..ENDPOINTS)
+            .map(|e| {
+                serde_json::json!({
+                    "address": format!("10.{}.{}.{}", 100 + i, e / 250, e % 250 + 1),
+                    "labels": {"app": name, "version": format!("v{}", e % 3 + 1),
+                               "security.istio.io/tlsMode": "istio"},
+                    "locality": format!("region-{}/zone-{}", e % 3, e % 2),
+                    "serviceAccount": name,
+                })
+            })
+            .collect();
+        docs.push(serde_json::json!({
+            "apiVersion": "pasa.io/v1alpha1",
+            "kind": "ServiceEndpoints",
+            "metadata": {"name": name, "namespace": "heavy"},
+            "spec": {
+                "addresses": [format!("10.97.0.{}", i + 1)],
+                "ports": [{"name": "http", "port": 8080}],
+                "endpoints": endpoints,
+            },
+        }));
+        per_cluster.insert(
+            format!("outbound|8080||{name}.heavy.svc.cluster.local"),
+            ENDPOINTS,
+        );
+    }
+    (docs, per_cluster)
+}
+
+/// How many hosts Envoy's `/clusters` lists for each of `clusters`.
+async fn held_endpoints(
+    envoy: &Envoy,
+    clusters: &BTreeMap<String, usize>,
+) -> BTreeMap<String, usize> {
+    let (status, text) = envoy.get("/clusters").await;
+    assert_eq!(status, 200, "Envoy's /clusters: {text}");
+    let mut held: BTreeMap<String, usize> = clusters.keys().map(|c| (c.clone(), 0)).collect();
+    for line in text.lines() {
+        // `<cluster>::<host>:<port>::health_flags::<flags>`, once per host.
+        let mut fields = line.split("::");
+        if let (Some(cluster), Some(_host), Some("health_flags")) =
+            (fields.next(), fields.next(), fields.next())
+            && let Some(count) = held.get_mut(cluster)
+        {
+            *count += 1;
+        }
+    }
+    held
 }

@@ -1,5 +1,7 @@
 //! `DeltaAggregatedResources`: incremental. Responses carry only changed resources and the names of
-//! removed ones; the server tracks which version of each resource the client holds.
+//! removed ones; the server tracks which version of each resource the client holds. A larger push
+//! than [`PART_BYTES`](super::PART_BYTES) goes in parts, each a delta of its own (the removals in
+//! the last); the last part's ACK times the push.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use tonic::{Status, Streaming};
 use super::snapshot::{Origin, Resource, Snapshot};
 use super::status::Nack;
 use super::stream::{Closed, Connection, StreamHandler, drive};
-use super::{Subscription, TYPE_COUNT, TypeKind, deliver, digest};
+use super::{PART_BYTES, Subscription, TYPE_COUNT, TypeKind, deliver, digest, parts};
 
 type Out = mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>;
 
@@ -239,13 +241,37 @@ impl Stream {
         diff: Diff,
         origin: Option<Origin>,
     ) -> Result<(), Closed> {
+        let parts = parts(diff.updated, |(_, r)| r.body.value.len(), PART_BYTES);
+        let count = parts.len();
+        let mut removed = diff.removed;
+        for (at, part) in parts.into_iter().enumerate() {
+            let last = at + 1 == count;
+            let removed = if last {
+                std::mem::take(&mut removed)
+            } else {
+                Vec::new()
+            };
+            self.send_part(kind, part, removed, origin.filter(|_| last))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// One response: `updated` and `removed`, the client's holdings updated with them.
+    async fn send_part(
+        &mut self,
+        kind: TypeKind,
+        updated: Vec<(String, Arc<Resource>)>,
+        removed: Vec<String>,
+        origin: Option<Origin>,
+    ) -> Result<(), Closed> {
         self.next_nonce += 1;
         let nonce = format!("{:016x}", self.next_nonce);
         let state = &mut self.types[kind.index()];
-        for (name, resource) in &diff.updated {
+        for (name, resource) in &updated {
             state.known.insert(name.clone(), resource.version.clone());
         }
-        for name in &diff.removed {
+        for name in &removed {
             state.known.remove(name);
         }
         let version = digest(state.known.iter().map(|(n, v)| (n.as_str(), v.as_str())));
@@ -257,18 +283,17 @@ impl Stream {
             .insert(nonce.clone(), (version.clone(), origin));
         let response = DeltaDiscoveryResponse {
             system_version_info: version.clone(),
-            resources: diff
-                .updated
-                .iter()
+            resources: updated
+                .into_iter()
                 .map(|(name, r)| WireResource {
-                    name: name.clone(),
                     version: r.version.clone(),
                     resource: Some(r.body.clone()),
+                    name,
                     ..Default::default()
                 })
                 .collect(),
             type_url: kind.type_url().to_owned(),
-            removed_resources: diff.removed,
+            removed_resources: removed,
             nonce: nonce.clone(),
             ..Default::default()
         };

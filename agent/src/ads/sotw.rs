@@ -1,5 +1,11 @@
-//! `StreamAggregatedResources`: state of the world. Every response of a type carries the whole set
-//! the client subscribed to; a resource missing from it is removed on the client.
+//! `StreamAggregatedResources`: state of the world. Every response of LDS and CDS carries the whole
+//! set the client subscribed to; a resource missing from it is removed on the client. A push of
+//! the other types (EDS, RDS, SDS) carries the whole set too, in parts of at most
+//! [`PART_BYTES`](super::PART_BYTES) when it is larger: each part is a response of its own,
+//! whose resources the client takes without dropping the others. Only the last part carries the
+//! push's version (a client cut off midway declares an earlier part's version, and is sent the
+//! whole set again), and the last part's ACK or NACK answers the push (a NACK of an earlier part
+//! is kept until then).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -12,15 +18,19 @@ use tonic::{Status, Streaming};
 use super::snapshot::{Origin, ResourceMap, Snapshot};
 use super::status::Nack;
 use super::stream::{Closed, Connection, StreamHandler, drive};
-use super::{Subscription, TYPE_COUNT, TypeKind, deliver, digest_resources};
+use super::{PART_BYTES, Subscription, TYPE_COUNT, TypeKind, deliver, digest_resources, parts};
 
 type Out = mpsc::Sender<Result<DiscoveryResponse, Status>>;
 
 /// What one type's last response carried.
 struct Sent {
     version: String,
-    /// Empty when the client already held `version` on reconnect.
+    /// The last part's. Empty when the client already held `version` on reconnect.
     nonce: String,
+    /// The earlier parts' nonces, when the push went in parts.
+    earlier_parts: Vec<String>,
+    /// The error of an earlier part's NACK, until the last part is answered.
+    part_rejected: Option<String>,
     resources: ResourceMap,
     /// For a push of a new snapshot: when its configuration reached the agent, until the ACK
     /// is timed.
@@ -76,28 +86,37 @@ impl StreamHandler for Stream {
         // A stale nonce answers a response the client has since been sent a newer one of: its
         // ACK or NACK means nothing, but a change of names it carries still counts (Envoy
         // unsubscribes from the endpoints of removed clusters on whatever nonce it last saw).
-        let answered = if request.response_nonce.is_empty() {
-            None
-        } else {
-            let current = state
-                .sent
-                .as_mut()
-                .filter(|s| s.nonce == request.response_nonce);
-            if current.is_none() {
-                tracing::debug!(%kind, nonce = %request.response_nonce, "stale nonce: only a change of names is taken");
+        let answered = match state.sent.as_mut() {
+            _ if request.response_nonce.is_empty() => None,
+            Some(sent) if sent.nonce == request.response_nonce => Some(sent),
+            Some(sent) if sent.earlier_parts.contains(&request.response_nonce) => {
+                if let Some(error) = &request.error_detail {
+                    tracing::warn!(%kind, version = %sent.version, nonce = %request.response_nonce, error = %error.message, "NACK of a part");
+                    sent.part_rejected
+                        .get_or_insert_with(|| error.message.clone());
+                }
+                None
             }
-            current
+            _ => {
+                tracing::debug!(%kind, nonce = %request.response_nonce, "stale nonce: only a change of names is taken");
+                None
+            }
         };
         if let Some(sent) = answered {
-            if let Some(error) = &request.error_detail {
-                tracing::warn!(%kind, version = %sent.version, error = %error.message, "NACK");
+            let error = request
+                .error_detail
+                .as_ref()
+                .map(|e| e.message.clone())
+                .or_else(|| sent.part_rejected.take());
+            if let Some(error) = error {
+                tracing::warn!(%kind, version = %sent.version, error = %error, "NACK");
                 state.rejected = Some(sent.version.clone());
                 sent.origin = None;
                 self.conn.metrics.nacked(kind);
                 let nack = Nack {
                     version: sent.version.clone(),
                     nonce: sent.nonce.clone(),
-                    error: error.message.clone(),
+                    error,
                     at: std::time::SystemTime::now(),
                 };
                 self.conn.status.update(kind, |s| s.nacked(nack));
@@ -202,6 +221,8 @@ impl Stream {
         self.types[kind.index()].sent = Some(Sent {
             version,
             nonce: String::new(),
+            earlier_parts: Vec::new(),
+            part_rejected: None,
             resources,
             origin: None,
         });
@@ -222,20 +243,36 @@ impl Stream {
         resources: ResourceMap,
         origin: Option<Origin>,
     ) -> Result<(), Closed> {
-        self.next_nonce += 1;
-        let nonce = format!("{:016x}", self.next_nonce);
         let version = digest_resources(&resources);
-        let response = DiscoveryResponse {
-            version_info: version.clone(),
-            resources: resources.values().map(|r| r.body.clone()).collect(),
-            type_url: kind.type_url().to_owned(),
-            nonce: nonce.clone(),
-            ..Default::default()
+        let parts = if kind.sotw_in_parts() {
+            parts(resources.values(), |r| r.body.value.len(), PART_BYTES)
+        } else {
+            vec![resources.values().collect()]
         };
-        tracing::debug!(%kind, %version, %nonce, count = resources.len(), "push");
-        if !deliver(&self.out, response).await {
-            return Err(Closed);
+        let count = parts.len();
+        let mut nonces = Vec::with_capacity(count);
+        for (at, part) in parts.into_iter().enumerate() {
+            self.next_nonce += 1;
+            let nonce = format!("{:016x}", self.next_nonce);
+            let part_version = if at + 1 == count {
+                version.clone()
+            } else {
+                format!("{version}/part-{}-of-{count}", at + 1)
+            };
+            let response = DiscoveryResponse {
+                version_info: part_version,
+                resources: part.iter().map(|r| r.body.clone()).collect(),
+                type_url: kind.type_url().to_owned(),
+                nonce: nonce.clone(),
+                ..Default::default()
+            };
+            tracing::debug!(%kind, %version, %nonce, count = part.len(), part = at + 1, of = count, "push");
+            if !deliver(&self.out, response).await {
+                return Err(Closed);
+            }
+            nonces.push(nonce);
         }
+        let nonce = nonces.pop().unwrap_or_default();
         self.conn.status.update(kind, |s| s.sent(&version, &nonce));
         // A push not ACKed yet is superseded: this one's ACK times both.
         let unacked = self.types[kind.index()]
@@ -249,6 +286,8 @@ impl Stream {
         self.types[kind.index()].sent = Some(Sent {
             version,
             nonce,
+            earlier_parts: nonces,
+            part_rejected: None,
             resources,
             origin,
         });

@@ -163,12 +163,12 @@ async fn follow(
                 last_eds = Some(response);
             }
             RDS => {
-                let weight = weight_of(&response, watched);
-                if let Ok(mut s) = state.lock() {
-                    s.weight = weight;
-                    if let Some(w) = weight
-                        && s.held_since(w).is_none()
-                    {
+                // A large RDS push comes in parts: one without the watched route leaves it.
+                if let Some(w) = weight_of(&response, watched)
+                    && let Ok(mut s) = state.lock()
+                {
+                    s.weight = Some(w);
+                    if s.held_since(w).is_none() {
                         s.since.push((w, Instant::now()));
                     }
                 }
