@@ -203,6 +203,38 @@ pub(super) fn default_route(cluster: &str) -> Route {
     }
 }
 
+/// `routes` encoded as a virtual host's `routes` field (3): each route's key, length and
+/// encoding, one after the other.
+pub(super) fn encoded_routes(routes: &[Route]) -> Vec<u8> {
+    let len = routes
+        .iter()
+        .map(|r| prost::encoding::message::encoded_len(3, r))
+        .sum();
+    let mut out = Vec::with_capacity(len);
+    for route in routes {
+        prost::encoding::message::encode(3, route, &mut out);
+    }
+    out
+}
+
+/// [`virtual_host`] encoded from its routes' encoding ([`encoded_routes`]): the same bytes as
+/// encoding the message, in its field order (name and domains, the routes, then the rest),
+/// without building or copying the routes again.
+pub(super) fn encoded_virtual_host(name: &str, domains: &[String], routes: &[u8]) -> Vec<u8> {
+    use prost::Message;
+    let head = VirtualHost {
+        name: name.to_string(),
+        domains: domains.to_vec(),
+        ..Default::default()
+    };
+    let rest = virtual_host(String::new(), Vec::new(), Vec::new());
+    let mut out = Vec::with_capacity(head.encoded_len() + routes.len() + rest.encoded_len());
+    head.encode_raw(&mut out);
+    out.extend_from_slice(routes);
+    rest.encode_raw(&mut out);
+    out
+}
+
 /// A virtual host named `name` for `domains` with `routes`.
 pub(super) fn virtual_host(name: String, domains: Vec<String>, routes: Vec<Route>) -> VirtualHost {
     VirtualHost {

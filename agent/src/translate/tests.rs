@@ -1118,3 +1118,27 @@ fn subset_clusters_share_their_port_policy_and_differ_where_their_own_policy_doe
         v2.name
     );
 }
+
+#[test]
+fn virtual_hosts_encoded_around_their_routes_are_the_bytes_of_the_message() {
+    let weighted = Route {
+        name: "split".into(),
+        action: Some(Action::Route(RouteAction {
+            cluster_specifier: Some(ClusterSpecifier::Cluster("outbound|80|v2|a".into())),
+            ..Default::default()
+        })),
+        ..route::default_route("outbound|80||a")
+    };
+    let domains = vec!["a.ns.svc.cluster.local".to_string(), "a".to_string()];
+    for routes in [
+        vec![],
+        vec![route::default_route("outbound|80||a")],
+        vec![weighted, route::default_route("outbound|80||a")],
+    ] {
+        assert_eq!(
+            route::encoded_virtual_host("a:80", &domains, &route::encoded_routes(&routes)),
+            route::virtual_host("a:80".into(), domains.clone(), routes.clone()).encode_to_vec(),
+            "{routes:?}"
+        );
+    }
+}

@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Weak};
 
-use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::google::protobuf::BoolValue;
 use pasa_proto::istio::virtual_service::VirtualService;
 use prost::Message;
@@ -99,12 +99,12 @@ impl RouteMemo {
                 ..
             }) if *seen == inputs => (inputs, Arc::clone(routes)),
             _ => {
-                let routes = Arc::new(route::virtual_service_routes(
+                let routes = Arc::new(route::encoded_routes(&route::virtual_service_routes(
                     vs,
                     port,
                     pasa_proto::gateway::MESH,
                     view,
-                ));
+                )));
                 let memo = MemoRoutes {
                     _virtual_service: Arc::clone(vs),
                     routes: (inputs, Arc::clone(&routes)),
@@ -175,7 +175,12 @@ impl ServiceHost {
 }
 
 /// Routes as built, with the fingerprint of what they read.
-type BuiltRoutes = (u64, Arc<Vec<Route>>);
+///
+/// They are kept encoded ([`route::encoded_routes`], empty when there are none): a scope's routes
+/// are kept for as long as their VirtualServices do not change, and the encoding is a fraction
+/// of the messages (each holds every optional field inline). A virtual host is encoded around
+/// them without building them again.
+type BuiltRoutes = (u64, Arc<Vec<u8>>);
 
 /// The virtual hosts of a route configuration as last planned (in order), with what planning
 /// read: a fingerprint of the hosts of each visible VirtualService, in order, and whether it
@@ -234,7 +239,7 @@ enum Source {
 /// A planned virtual host's routes, for this update.
 enum Routes<'v> {
     /// A VirtualService's, with the fingerprint of what they read.
-    VirtualService(u64, Arc<Vec<Route>>),
+    VirtualService(u64, Arc<Vec<u8>>),
     /// The default route of a service without a VirtualService.
     Default(&'v Arc<Service>),
 }
@@ -275,7 +280,9 @@ pub(in crate::translate) fn route_config(
             })
             .map(|vh| {
                 let source = vh.source(view, port, routes, shapes);
-                vh.build(view, port, port_hosts, source)
+                // Decoding what was just encoded from messages cannot fail.
+                VirtualHost::decode(vh.build(view, port, port_hosts, source).as_slice())
+                    .unwrap_or_default()
             })
             .collect();
         if let [only] = vhosts.as_mut_slice() {
@@ -307,7 +314,7 @@ pub(in crate::translate) fn route_config(
             Some(bytes) => Arc::clone(bytes),
             None => {
                 counts.virtual_hosts += 1;
-                Arc::new(vh.build(view, port, port_hosts, source).encode_to_vec())
+                Arc::new(vh.build(view, port, port_hosts, source))
             }
         };
         kept.insert(key, Arc::clone(&bytes));
@@ -392,19 +399,24 @@ impl PlannedHost {
         }
     }
 
+    /// The virtual host, encoded.
     fn build(
         &self,
         view: &View<'_>,
         port: u32,
         port_hosts: &FxHashMap<String, ServiceHost>,
         source: Routes<'_>,
-    ) -> VirtualHost {
-        let routes = match source {
-            Routes::VirtualService(_, routes) => routes.as_ref().clone(),
-            Routes::Default(service) => vec![view.default_route(service, port)],
+    ) -> Vec<u8> {
+        let default;
+        let routes = match &source {
+            Routes::VirtualService(_, routes) => routes.as_slice(),
+            Routes::Default(service) => {
+                default = route::encoded_routes(&[view.default_route(service, port)]);
+                default.as_slice()
+            }
         };
         let (name, domains) = self.names(view, port_hosts);
-        route::virtual_host(name.to_string(), domains.to_vec(), routes)
+        route::encoded_virtual_host(name, domains, routes)
     }
 
     /// What the virtual host is built from.
