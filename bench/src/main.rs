@@ -41,6 +41,9 @@ enum Command {
     /// The seed's scenario: a whole mesh of services and pods on the store, every pod
     /// subscribed, then a batch of DestinationRule updates.
     Seed(seed::SeedArgs),
+    /// One agent's translations timed in a process of its own (what `seed` runs for A1).
+    #[command(hide = true)]
+    TranslateScope(seed::single::ScopeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,6 +54,7 @@ fn main() -> anyhow::Result<()> {
         Command::Status(args) => status::run(&args)?,
         Command::Agent(args) => agent::run(&args)?,
         Command::Seed(args) => seed::run(&args)?,
+        Command::TranslateScope(args) => seed::single::translate_scope(&args)?,
     };
     println!("{summary}");
     Ok(())

@@ -31,7 +31,7 @@ mod baselines;
 mod churn;
 pub mod mesh;
 mod report;
-mod single;
+pub mod single;
 mod subscribers;
 mod xds_client;
 
@@ -708,16 +708,20 @@ fn manifest_of(
     }
 }
 
-/// The proxy of `pod` as its agent sees itself (node ID, labels, service account).
-fn proxy_of(w: &mesh::Workload, pod: &mesh::Pod) -> anyhow::Result<Proxy> {
-    let identity = IdentityArgs {
+/// The identity options `pod`'s agent runs with (node ID, labels, service account).
+fn identity_of(w: &mesh::Workload, pod: &mesh::Pod) -> IdentityArgs {
+    IdentityArgs {
         node_id: pod.node_id(&w.namespace),
         labels: format!("app={},version={}", w.app, pod.version),
         service_account: w.app.clone(),
         cluster_id: "Kubernetes".into(),
         ..Default::default()
     }
-    .resolve()?;
+}
+
+/// The proxy of `pod` as its agent sees itself.
+fn proxy_of(w: &mesh::Workload, pod: &mesh::Pod) -> anyhow::Result<Proxy> {
+    let identity = identity_of(w, pod).resolve()?;
     Ok(Proxy::from_identity(&identity, Default::default()))
 }
 

@@ -1,7 +1,9 @@
 //! A1: one agent, the one with the widest scope in the mesh (an aggregator calling about 200
 //! services). Two measurements on the same scope:
-//! - **translation**, by the agent's own translator in this process on exactly the objects the
-//!   store sends that agent (its subscription's list): a full translation from scratch, then one
+//! - **translation**, by the agent's own translator on exactly the objects the store sends that
+//!   agent (its subscription's list), in a process of its own as an agent translates (this
+//!   program's hidden `translate-scope`; a test harness, which cannot run it, translates in its
+//!   own process and the report says so): a full translation from scratch, then one
 //!   DestinationRule, VirtualService or endpoint change at a time (p50/p99, encoded as served);
 //! - **the real process**: `pasa-agent` for that pod on the store's gRPC server, with an ADS
 //!   client asking as Envoy asks: its RSS and CPU idle and while changes are written, and the
@@ -16,18 +18,21 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use pasa_agent::ads::Snapshot;
 use pasa_agent::cache::{Cache, Key};
+use pasa_agent::identity::IdentityArgs;
 use pasa_agent::model::proxy::{Generator, Proxy};
 use pasa_agent::translate::Translator;
-use pasa_proto::store::v1::{Resource, Subscription};
+use pasa_proto::Kind;
+use pasa_proto::store::v1::{ListResponse, Resource, Subscription};
 use pasa_proto::watch::{Action, Change};
 use pasa_store::Store;
 use pasa_store::selector::Selector;
+use prost::Message;
 use serde_json::{Value, json};
 
 use super::agents::{self, Fleet};
 use super::mesh::{Mesh, Workload};
 use super::xds_client::Watched;
-use super::{manifest, proxy_of};
+use super::{identity_of, manifest, proxy_of};
 use crate::stats::{percentile, round2};
 
 /// Full translations from scratch timed.
@@ -91,9 +96,43 @@ pub struct Translation {
     pub services: usize,
     pub objects: usize,
     pub full_ms: Vec<f64>,
-    pub change_ms: BTreeMap<&'static str, Vec<f64>>,
+    pub change_ms: BTreeMap<String, Vec<f64>>,
     /// Encoded size of one full set of the proxy's xDS resources.
     pub encoded_bytes: usize,
+}
+
+impl Translation {
+    fn to_json(&self) -> Value {
+        json!({"services": self.services, "objects": self.objects, "full_ms": self.full_ms,
+               "change_ms": self.change_ms, "encoded_bytes": self.encoded_bytes})
+    }
+
+    fn from_json(value: &Value) -> anyhow::Result<Translation> {
+        let count = |field: &str| {
+            value[field]
+                .as_u64()
+                .map(|n| n as usize)
+                .with_context(|| format!("{field} is not a count"))
+        };
+        let samples = |v: &Value| -> Vec<f64> {
+            v.as_array()
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default()
+        };
+        let change_ms = value["change_ms"]
+            .as_object()
+            .context("change_ms is not an object")?
+            .iter()
+            .map(|(kind, v)| (kind.clone(), samples(v)))
+            .collect();
+        Ok(Translation {
+            services: count("services")?,
+            objects: count("objects")?,
+            full_ms: samples(&value["full_ms"]),
+            change_ms,
+            encoded_bytes: count("encoded_bytes")?,
+        })
+    }
 }
 
 /// The cache `proxy`'s agent holds: what the store lists for its subscription.
@@ -106,31 +145,141 @@ pub async fn scope_cache(store: &Store, subscription: &Subscription) -> anyhow::
     ))
 }
 
-/// Times full translations (and, with `changes`, one change at a time) of `proxy`'s `cache`.
-/// They run on a thread of their own, which gets an allocator arena of its own: the arenas of
-/// this process's runtime hold the heap of 100k subscribers, and an agent's process does not.
+/// The changes A1 times, `changes` of each kind in turn: the `n`-th changes the object of
+/// service `calls[n % calls.len()]`, on top of the changes before it.
+fn planned_changes(
+    cache: &Cache,
+    mesh: &Mesh,
+    calls: &[usize],
+    changes: usize,
+) -> anyhow::Result<Vec<Resource>> {
+    let mut cache = cache.clone();
+    let mut revision = cache.revision();
+    let mut planned = Vec::with_capacity(changes * KINDS.len());
+    for kind in KINDS {
+        for n in 0..changes {
+            let resource = changed(&cache, mesh, kind, calls[n % calls.len()], n)?;
+            revision += 1;
+            cache.apply(Change {
+                action: Action::Modified,
+                revision,
+                resource: resource.clone(),
+                committed: None,
+            });
+            planned.push(resource);
+        }
+    }
+    Ok(planned)
+}
+
+/// Which of [`KINDS`] a planned change is.
+fn kind_of_change(resource: &Resource) -> &'static str {
+    match Kind::from_kind_field(&resource.kind) {
+        Some(Kind::DestinationRule) => "destination_rule",
+        Some(Kind::VirtualService) => "virtual_service",
+        _ => "endpoints",
+    }
+}
+
+/// Times full translations (and, with `changes`, one change at a time) of `proxy`'s `cache`,
+/// in this process (the central-push baseline: one process translating for many proxies). On a
+/// thread of its own, which gets an allocator arena of its own.
 pub fn translate(
     proxy: &Proxy,
     cache: Cache,
     mesh: &Mesh,
     calls: &[usize],
-    runs: (usize, usize),
+    (full_runs, changes): (usize, usize),
 ) -> anyhow::Result<Translation> {
+    let planned = planned_changes(&cache, mesh, calls, changes)?;
     std::thread::scope(|s| {
-        s.spawn(|| translate_here(proxy, cache, mesh, calls, runs))
+        s.spawn(|| Ok(translate_here(proxy, cache, &planned, full_runs)))
             .join()
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the translation panicked")))
     })
 }
 
+/// Times `proxy`'s translations as its agent would: in a process of its own (this program's
+/// hidden `translate-scope`), with the allocator settings an agent runs with. A process holding
+/// 100k subscribers' heap is not what an agent's translator runs in: its first translation
+/// there is several times slower than in an agent.
+fn translate_apart(
+    program: &std::path::Path,
+    identity: &IdentityArgs,
+    cache: &Cache,
+    planned: &[Resource],
+    full_runs: usize,
+) -> anyhow::Result<Translation> {
+    let dir = tempfile::tempdir()?;
+    cache.save(dir.path())?;
+    let changes = ListResponse {
+        resources: planned.to_vec(),
+        revision: cache.revision(),
+    };
+    std::fs::write(dir.path().join(CHANGES_FILE), changes.encode_to_vec())?;
+    let output = std::process::Command::new(program)
+        .arg("translate-scope")
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--full-runs", &full_runs.to_string()])
+        .args(["--node-id", &identity.node_id])
+        .args(["--labels", &identity.labels])
+        .args(["--service-account", &identity.service_account])
+        .args(["--cluster-id", &identity.cluster_id])
+        .env("MALLOC_ARENA_MAX", crate::agent::malloc_arena_max())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("cannot start the translation process")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "the translation process failed: {}",
+        output.status
+    );
+    let value: Value = serde_json::from_slice(&output.stdout)
+        .context("the translation process did not answer in JSON")?;
+    Translation::from_json(&value)
+}
+
+/// This program, when it is `pasa-bench` (not a test harness, which cannot run
+/// `translate-scope`).
+fn this_program() -> Option<std::path::PathBuf> {
+    std::env::current_exe()
+        .ok()
+        .filter(|exe| exe.file_stem().is_some_and(|stem| stem == "pasa-bench"))
+}
+
+/// Beside the saved cache: the changes to time, in order.
+const CHANGES_FILE: &str = "changes.pb";
+
+/// Times one agent's translations in a process of its own: what `pasa-bench seed` runs for A1.
+#[derive(clap::Args)]
+pub struct ScopeArgs {
+    /// Where the scope's cache and the changes to time were saved.
+    #[arg(long)]
+    dir: std::path::PathBuf,
+    /// Translations from scratch timed.
+    #[arg(long, default_value_t = FULL_RUNS)]
+    full_runs: usize,
+    #[command(flatten)]
+    identity: IdentityArgs,
+}
+
+/// `pasa-bench translate-scope`: the figures, as JSON.
+pub fn translate_scope(args: &ScopeArgs) -> anyhow::Result<Value> {
+    let cache = Cache::load(&args.dir)?
+        .with_context(|| format!("no saved cache in {}", args.dir.display()))?;
+    let changes = ListResponse::decode(std::fs::read(args.dir.join(CHANGES_FILE))?.as_slice())?;
+    let proxy = Proxy::from_identity(&args.identity.resolve()?, Default::default());
+    Ok(translate_here(&proxy, cache, &changes.resources, args.full_runs).to_json())
+}
+
 fn translate_here(
     proxy: &Proxy,
     mut cache: Cache,
-    mesh: &Mesh,
-    calls: &[usize],
-    (full_runs, changes): (usize, usize),
-) -> anyhow::Result<Translation> {
-    let services = cache.of_kind(pasa_proto::Kind::ServiceEndpoints).count();
+    planned: &[Resource],
+    full_runs: usize,
+) -> Translation {
+    let services = cache.of_kind(Kind::ServiceEndpoints).count();
     let objects = cache.len();
     let mut full_ms = Vec::with_capacity(full_runs);
     let mut translator = Translator::new(proxy.clone());
@@ -147,34 +296,30 @@ fn translate_here(
             .map(|r| r.body.value.len())
             .sum();
     }
-    let mut change_ms = BTreeMap::new();
-    let mut revision = cache.revision();
-    for kind in KINDS {
-        let mut samples = Vec::with_capacity(changes);
-        for n in 0..changes {
-            let j = calls[n % calls.len()];
-            let resource = changed(&cache, mesh, kind, j, n)?;
-            revision += 1;
-            cache.apply(Change {
-                action: Action::Modified,
-                revision,
-                resource,
-                committed: None,
-            });
-            let started = Instant::now();
-            let resources = translator.generate(&cache, Generator::Envoy);
-            let _snapshot = Snapshot::from_generated(&resources);
-            samples.push(started.elapsed().as_secs_f64() * 1e3);
-        }
-        change_ms.insert(kind, samples);
+    let mut change_ms: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (revision, resource) in (cache.revision() + 1..).zip(planned) {
+        let kind = kind_of_change(resource);
+        cache.apply(Change {
+            action: Action::Modified,
+            revision,
+            resource: resource.clone(),
+            committed: None,
+        });
+        let started = Instant::now();
+        let resources = translator.generate(&cache, Generator::Envoy);
+        let _snapshot = Snapshot::from_generated(&resources);
+        change_ms
+            .entry(kind.to_string())
+            .or_default()
+            .push(started.elapsed().as_secs_f64() * 1e3);
     }
-    Ok(Translation {
+    Translation {
         services,
         objects,
         full_ms,
         change_ms,
         encoded_bytes,
-    })
+    }
 }
 
 /// The count and sum of an agent's `pasa_agent_translation_seconds`.
@@ -211,16 +356,32 @@ pub async fn run(
 ) -> anyhow::Result<(Value, Translation)> {
     let w = widest(mesh);
     let pod = w.pods.first().context("a pod of the widest workload")?;
-    let proxy = proxy_of(w, pod)?;
     let subscription = subscriptions
         .get(&w.app)
         .with_context(|| format!("no subscription for {}", w.app))?;
     let cache = scope_cache(store, subscription).await?;
-    let t = translate(&proxy, cache.clone(), mesh, &w.calls, (FULL_RUNS, CHANGES))?;
+    let (t, apart) = match this_program() {
+        Some(program) => {
+            let planned = planned_changes(&cache, mesh, &w.calls, CHANGES)?;
+            let identity = identity_of(w, pod);
+            let t = translate_apart(&program, &identity, &cache, &planned, FULL_RUNS)?;
+            (t, true)
+        }
+        None => {
+            let proxy = proxy_of(w, pod)?;
+            let t = translate(&proxy, cache.clone(), mesh, &w.calls, (FULL_RUNS, CHANGES))?;
+            (t, false)
+        }
+    };
+    let measured_in = if apart {
+        "a process of its own, as an agent"
+    } else {
+        "the bench's own process"
+    };
     println!(
         "A1: {} ({} services, {} objects in its scope): full translation p50 {:.1} ms, p99 {:.1} \
          ms of {} (the first, cold, {:.1} ms); one change p99: DestinationRule {:.2} ms, \
-         VirtualService {:.2} ms, endpoints {:.2} ms (this process, the agent's translator, \
+         VirtualService {:.2} ms, endpoints {:.2} ms (the agent's translator in {measured_in}, \
          encoded)",
         w.app,
         t.services,
@@ -328,6 +489,7 @@ pub async fn run(
             "p50": round2(percentile(&t.full_ms, 50.0)),
             "p99": round2(percentile(&t.full_ms, 99.0)),
             "first": t.full_ms.first().copied().map(round2),
+            "measured_in": measured_in,
         },
         "change_ms": t.change_ms.iter().map(|(k, v)| (k.to_string(), quantiles(v)))
             .collect::<serde_json::Map<_, _>>(),
@@ -349,4 +511,82 @@ pub async fn run(
         "goal": {"full_ms": 30, "change_ms": 2, "rss_mib": 30, "idle_cpu_percent": 0.5},
     });
     Ok((figures, t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(kind: &str, name: &str, spec: Value, revision: u64) -> Resource {
+        Resource {
+            api_version: "networking.istio.io/v1".into(),
+            kind: kind.into(),
+            namespace: "default".into(),
+            name: name.into(),
+            spec_json: spec.to_string(),
+            create_revision: revision,
+            mod_revision: revision,
+            version: 1,
+            ..Default::default()
+        }
+    }
+
+    /// What `seed` hands the translation process (the saved scope, the changes, the proxy's
+    /// identity) comes back as the figures of that scope, through their JSON.
+    #[test]
+    fn the_translation_process_times_the_saved_scope_and_its_changes() {
+        let endpoints = |address: &str| {
+            json!({"addresses": ["10.96.0.10"], "ports": [{"name": "http", "port": 80}],
+                   "endpoints": [{"address": address, "labels": {"app": "reviews"},
+                                  "ports": {"http": 9080}}]})
+        };
+        let rule = |max: u32| {
+            json!({"host": "reviews.default.svc.cluster.local",
+                   "trafficPolicy": {"connectionPool": {"tcp": {"maxConnections": max}}}})
+        };
+        let cache = Cache::from_resources(
+            [
+                resource("ServiceEndpoints", "reviews", endpoints("10.1.0.1"), 1),
+                resource("DestinationRule", "reviews", rule(10), 2),
+            ],
+            2,
+        );
+        let planned = vec![
+            resource("DestinationRule", "reviews", rule(11), 3),
+            resource("ServiceEndpoints", "reviews", endpoints("10.1.0.2"), 4),
+            resource("DestinationRule", "reviews", rule(12), 5),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        cache.save(dir.path()).unwrap();
+        let changes = ListResponse {
+            resources: planned,
+            revision: 2,
+        };
+        std::fs::write(dir.path().join(CHANGES_FILE), changes.encode_to_vec()).unwrap();
+        let args = ScopeArgs {
+            dir: dir.path().to_path_buf(),
+            full_runs: 3,
+            identity: IdentityArgs {
+                node_id: "sidecar~10.1.0.9~client.default~default.svc.cluster.local".into(),
+                labels: "app=client".into(),
+                service_account: "client".into(),
+                cluster_id: "Kubernetes".into(),
+                ..Default::default()
+            },
+        };
+        let t = Translation::from_json(&translate_scope(&args).unwrap()).unwrap();
+        assert_eq!((t.services, t.objects, t.full_ms.len()), (1, 2, 3));
+        assert_eq!(t.change_ms["destination_rule"].len(), 2);
+        assert_eq!(t.change_ms["endpoints"].len(), 1);
+        assert!(!t.change_ms.contains_key("virtual_service"));
+        assert!(t.encoded_bytes > 0);
+
+        let empty = tempfile::tempdir().unwrap();
+        let missing = ScopeArgs {
+            dir: empty.path().to_path_buf(),
+            ..args
+        };
+        let err = translate_scope(&missing).unwrap_err().to_string();
+        assert!(err.contains("no saved cache"), "{err}");
+    }
 }
