@@ -16,16 +16,22 @@
 //!     locality: us-east1/us-east1-b
 //! ```
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::istio::common::Protocol;
 
-/// A Kubernetes Service and its endpoints.
+/// A Kubernetes Service and its endpoints: owned ([`Endpoint`]), or, where a large service is
+/// read often (the agent), borrowed from the JSON it is read from ([`EndpointView`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ServiceEndpoints {
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    bound(deserialize = "E: Deserialize<'de>")
+)]
+pub struct ServiceEndpoints<E = Endpoint> {
     /// The service's virtual IPs (`clusterIPs`); empty for a headless service.
     #[serde(default)]
     pub addresses: Vec<String>,
@@ -36,7 +42,7 @@ pub struct ServiceEndpoints {
     pub selector: BTreeMap<String, String>,
     /// Ready endpoints.
     #[serde(default)]
-    pub endpoints: Vec<Endpoint>,
+    pub endpoints: Vec<E>,
     /// For `type: ExternalName`: the DNS name the service stands for.
     #[serde(default)]
     pub external_name: String,
@@ -96,6 +102,59 @@ pub struct Endpoint {
     pub service_account: String,
 }
 
+/// An [`Endpoint`] read without copying its strings out of the JSON (unless they hold escapes):
+/// the same fields under the same rules, which a test holds equal.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EndpointView<'a> {
+    #[serde(borrow)]
+    pub address: Cow<'a, str>,
+    #[serde(default, borrow)]
+    pub labels: BTreeMap<Cow<'a, str>, Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub ports: BTreeMap<Cow<'a, str>, u32>,
+    #[serde(default, borrow)]
+    pub locality: Cow<'a, str>,
+    #[serde(default)]
+    pub weight: u32,
+    #[serde(default, borrow)]
+    pub network: Cow<'a, str>,
+    #[serde(default, borrow)]
+    pub service_account: Cow<'a, str>,
+}
+
+impl From<Endpoint> for EndpointView<'static> {
+    fn from(e: Endpoint) -> Self {
+        EndpointView {
+            address: e.address.into(),
+            labels: e
+                .labels
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            ports: e.ports.into_iter().map(|(k, v)| (k.into(), v)).collect(),
+            locality: e.locality.into(),
+            weight: e.weight,
+            network: e.network.into(),
+            service_account: e.service_account.into(),
+        }
+    }
+}
+
+impl<E> ServiceEndpoints<E> {
+    /// The same service with each endpoint turned by `f`.
+    pub fn map_endpoints<F>(self, f: impl FnMut(E) -> F) -> ServiceEndpoints<F> {
+        ServiceEndpoints {
+            addresses: self.addresses,
+            ports: self.ports,
+            selector: self.selector,
+            endpoints: self.endpoints.into_iter().map(f).collect(),
+            external_name: self.external_name,
+            export_to: self.export_to,
+        }
+    }
+}
+
 impl KubePort {
     /// The application protocol as istiod infers it for a Kubernetes port: `appProtocol`, else the
     /// port name's prefix before `-`, else unknown (`None`, which Istio detects by sniffing).
@@ -122,11 +181,17 @@ impl KubePort {
 
     /// The port an endpoint receives on for this service port.
     pub fn endpoint_port(&self, endpoint: &Endpoint) -> Option<u32> {
+        self.endpoint_port_by(|name| endpoint.ports.get(name).copied())
+    }
+
+    /// The port an endpoint receives on for this service port, given its container port of a
+    /// name (`named`).
+    pub fn endpoint_port_by(&self, named: impl FnOnce(&str) -> Option<u32>) -> Option<u32> {
         match &self.target_port {
             None => Some(self.port),
             Some(TargetPort::Number(0)) => Some(self.port),
             Some(TargetPort::Number(n)) => Some(*n),
-            Some(TargetPort::Name(name)) => endpoint.ports.get(name).copied(),
+            Some(TargetPort::Name(name)) => named(name),
         }
     }
 }
@@ -175,5 +240,40 @@ mod tests {
         )
         .unwrap();
         assert_eq!(spec.ports[1].target_port, Some(TargetPort::Number(9000)));
+    }
+
+    /// The borrowed endpoint reads what the owned one reads, and refuses what it refuses.
+    #[test]
+    fn an_endpoint_view_reads_as_the_endpoint_does() {
+        let documents = [
+            r#"{"address":"10.1.0.7","labels":{"app":"reviews","version":"v1"},"ports":{"web":8080},
+                "locality":"us-east1/us-east1-b","weight":3,"network":"n1","serviceAccount":"reviews"}"#,
+            r#"{"address":"10.1.0.8"}"#,
+            // Escapes cannot be borrowed: those strings are copied.
+            r#"{"address":"10.1.0.9","labels":{"a\"b":"c\u0041"},"serviceAccount":"sa\/x"}"#,
+        ];
+        for doc in documents {
+            let owned: Endpoint = serde_json::from_str(doc).unwrap();
+            let view: EndpointView = serde_json::from_str(doc).unwrap();
+            assert_eq!(view, EndpointView::from(owned), "{doc}");
+        }
+        let view: EndpointView = serde_json::from_str(documents[0]).unwrap();
+        assert!(matches!(view.address, Cow::Borrowed(_)));
+        let refused = [
+            r#"{"address":"10.1.0.7","zone":"x"}"#,
+            r#"{"labels":{"app":"x"}}"#,
+            r#"{"address":"10.1.0.7","weight":-1}"#,
+        ];
+        for doc in refused {
+            assert!(serde_json::from_str::<Endpoint>(doc).is_err(), "{doc}");
+            assert!(serde_json::from_str::<EndpointView>(doc).is_err(), "{doc}");
+        }
+        let spec: ServiceEndpoints<EndpointView> = serde_json::from_str(
+            r#"{"ports":[{"name":"http","port":80,"targetPort":"web"}],"endpoints":[{"address":"10.1.0.7","ports":{"web":8080}}]}"#,
+        )
+        .unwrap();
+        let target =
+            spec.ports[0].endpoint_port_by(|name| spec.endpoints[0].ports.get(name).copied());
+        assert_eq!(target, Some(8080));
     }
 }

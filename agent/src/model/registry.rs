@@ -6,6 +6,7 @@
 //! validated it, so this only happens when the agent is older than the config.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::Hash;
 use std::sync::Arc;
 
 use pasa_proto::Kind;
@@ -17,9 +18,10 @@ use pasa_proto::istio::service_entry::{Location, Resolution as SeResolution, Ser
 use pasa_proto::istio::sidecar::Sidecar;
 use pasa_proto::istio::virtual_service::VirtualService;
 use pasa_proto::istio::workload_entry::WorkloadEntry;
-use pasa_proto::service_endpoints::ServiceEndpoints;
+use pasa_proto::service_endpoints::{EndpointView, ServiceEndpoints};
 use pasa_proto::store::v1::Resource;
 use pasa_runtime::interned::Interned;
+use rustc_hash::FxBuildHasher;
 use serde::de::DeserializeOwned;
 
 use crate::cache::{Cache, Change, Key};
@@ -99,12 +101,13 @@ pub struct Instance {
     /// Where the endpoint receives, by service port number.
     pub ports: EndpointPorts,
     pub labels: Labels,
-    /// `region/zone/subzone`.
-    pub locality: String,
+    /// `region/zone/subzone`. This and the strings below are shared by the endpoints of a
+    /// service that have the same.
+    pub locality: Arc<str>,
     /// Load-balancing weight (at least 1).
     pub weight: u32,
-    pub network: String,
-    pub service_account: String,
+    pub network: Arc<str>,
+    pub service_account: Arc<str>,
 }
 
 /// A service of the registry: one host of a ServiceEntry, or a Kubernetes Service.
@@ -144,18 +147,19 @@ impl Service {
     /// or the identity an endpoint states), sorted, each once: who a client may accept as the
     /// service.
     pub fn identities(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self
+        let accounts: BTreeSet<&str> = self
             .endpoints
             .iter()
-            .filter(|e| !e.service_account.is_empty())
-            .map(|e| {
-                if e.service_account.starts_with("spiffe://") {
-                    e.service_account.clone()
+            .map(|e| &*e.service_account)
+            .filter(|sa| !sa.is_empty())
+            .collect();
+        let mut ids: Vec<String> = accounts
+            .into_iter()
+            .map(|sa| {
+                if sa.starts_with("spiffe://") {
+                    sa.to_string()
                 } else {
-                    format!(
-                        "spiffe://cluster.local/ns/{}/sa/{}",
-                        self.namespace, e.service_account
-                    )
+                    format!("spiffe://cluster.local/ns/{}/sa/{sa}", self.namespace)
                 }
             })
             .collect();
@@ -352,33 +356,29 @@ impl Registry {
             None => spec.endpoints.iter().collect(),
         };
         let mut shared = Shared::default();
-        let endpoints: Vec<Instance> =
-            workloads
-                .iter()
-                .map(|w| Instance {
-                    address: w.address.clone(),
-                    ports: shared.ports(
-                        spec.ports
-                            .iter()
-                            .map(|p| {
-                                let target = w.ports.get(&p.name).copied().unwrap_or(
-                                    if p.target_port != 0 {
-                                        p.target_port
-                                    } else {
-                                        p.number
-                                    },
-                                );
-                                (p.number, target)
-                            })
-                            .collect(),
-                    ),
-                    labels: shared.labels(w.labels.clone()),
-                    locality: w.locality.clone(),
-                    weight: w.weight.max(1),
-                    network: w.network.clone(),
-                    service_account: w.service_account.clone(),
-                })
-                .collect();
+        let endpoints: Vec<Instance> = workloads
+            .iter()
+            .map(|w| Instance {
+                address: w.address.clone(),
+                ports: shared.ports(spec.ports.iter().map(|p| {
+                    let target = w
+                        .ports
+                        .get(&p.name)
+                        .copied()
+                        .unwrap_or(if p.target_port != 0 {
+                            p.target_port
+                        } else {
+                            p.number
+                        });
+                    (p.number, target)
+                })),
+                labels: shared.labels(&w.labels),
+                locality: shared.string(&w.locality),
+                weight: w.weight.max(1),
+                network: shared.string(&w.network),
+                service_account: shared.string(&w.service_account),
+            })
+            .collect();
         spec.hosts
             .iter()
             .map(|hostname| Service {
@@ -515,8 +515,13 @@ pub fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, St
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
-/// The service of a ServiceEndpoints, built from its parsed spec (taken, not copied).
-fn from_kubernetes(meta: Meta, spec: ServiceEndpoints, domain_suffix: &str) -> Service {
+/// The service of a ServiceEndpoints, built from its spec as read (its strings still in the
+/// JSON): an endpoint's strings are copied once, and what endpoints have alike only once.
+fn from_kubernetes(
+    meta: Meta,
+    spec: ServiceEndpoints<EndpointView<'_>>,
+    domain_suffix: &str,
+) -> Service {
     let ServiceEndpoints {
         addresses,
         ports: kube_ports,
@@ -535,20 +540,18 @@ fn from_kubernetes(meta: Meta, spec: ServiceEndpoints, domain_suffix: &str) -> S
         .collect();
     let mut shared = Shared::default();
     let endpoints = endpoints
-        .into_iter()
+        .iter()
         .map(|e| Instance {
-            ports: shared.ports(
-                kube_ports
-                    .iter()
-                    .filter_map(|p| p.endpoint_port(&e).map(|target| (p.port, target)))
-                    .collect(),
-            ),
-            address: e.address,
-            labels: shared.labels(e.labels),
-            locality: e.locality,
+            ports: shared.ports(kube_ports.iter().filter_map(|p| {
+                let target = p.endpoint_port_by(|name| e.ports.get(name).copied())?;
+                Some((p.port, target))
+            })),
+            address: e.address.to_string(),
+            labels: shared.labels(&e.labels),
+            locality: shared.string(&e.locality),
             weight: e.weight.max(1),
-            network: e.network,
-            service_account: e.service_account,
+            network: shared.string(&e.network),
+            service_account: shared.string(&e.service_account),
         })
         .collect();
     let external_name = (!external_name.is_empty()).then_some(external_name);
@@ -585,20 +588,68 @@ fn from_kubernetes(meta: Meta, spec: ServiceEndpoints, domain_suffix: &str) -> S
     }
 }
 
-/// One copy of each distinct label set (and port map) among the endpoints of a service.
+/// One copy of each distinct label set, port map and string among the endpoints of a service,
+/// each made only when it is first met.
 #[derive(Default)]
 struct Shared {
-    labels: Interned<BTreeMap<String, String>>,
-    ports: Interned<BTreeMap<u32, u32>>,
+    labels: Interned<BTreeMap<String, String>, FxBuildHasher>,
+    ports: Interned<BTreeMap<u32, u32>, FxBuildHasher>,
+    strings: Interned<str, FxBuildHasher>,
+    /// An endpoint's ports while they are looked up.
+    scratch: Vec<(u32, u32)>,
 }
 
 impl Shared {
-    fn labels(&mut self, labels: BTreeMap<String, String>) -> Labels {
-        self.labels.intern(labels)
+    /// `labels`, of `String`s or of strings still in the JSON (which hash alike).
+    fn labels<K, V>(&mut self, labels: &BTreeMap<K, V>) -> Labels
+    where
+        K: AsRef<str> + Hash,
+        V: AsRef<str> + Hash,
+    {
+        self.labels
+            .intern_like(
+                labels,
+                |held, key| {
+                    held.len() == key.len()
+                        && held
+                            .iter()
+                            .zip(key)
+                            .all(|(a, b)| a.0 == b.0.as_ref() && a.1 == b.1.as_ref())
+                },
+                |key| {
+                    let owned = key
+                        .iter()
+                        .map(|(k, v)| (k.as_ref().to_string(), v.as_ref().to_string()));
+                    Some(Arc::new(owned.collect()))
+                },
+            )
+            .unwrap_or_default()
     }
 
-    fn ports(&mut self, ports: BTreeMap<u32, u32>) -> EndpointPorts {
-        self.ports.intern(ports)
+    /// The map of `(service port, endpoint port)` pairs; of a port given twice, the last counts.
+    fn ports(&mut self, pairs: impl IntoIterator<Item = (u32, u32)>) -> EndpointPorts {
+        let Shared { ports, scratch, .. } = self;
+        scratch.clear();
+        scratch.extend(pairs);
+        // Sorted and each port once, the last of it kept: laid out as the map is.
+        scratch.reverse();
+        scratch.sort_by_key(|p| p.0);
+        scratch.dedup_by_key(|p| p.0);
+        ports
+            .intern_like(
+                &scratch[..],
+                |held, key| {
+                    held.len() == key.len() && held.iter().zip(key).all(|(a, b)| (*a.0, *a.1) == *b)
+                },
+                |key| Some(Arc::new(key.iter().copied().collect())),
+            )
+            .unwrap_or_default()
+    }
+
+    fn string(&mut self, s: &str) -> Arc<str> {
+        self.strings
+            .intern_like(s, |held, key| held == key, |key| Some(Arc::from(key)))
+            .unwrap_or_else(|| Arc::from(s))
     }
 }
 
@@ -634,9 +685,21 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
             typed(resource).map(|c| Parsed::DestinationRule(Arc::new(c)))
         }
         Some(Kind::ServiceEntry) => typed(resource).map(|c| Parsed::ServiceEntry(Arc::new(c))),
-        Some(Kind::ServiceEndpoints) => typed(resource).map(|c| {
-            Parsed::ServiceEndpoints(Arc::new(from_kubernetes(c.meta, c.spec, domain_suffix)))
-        }),
+        Some(Kind::ServiceEndpoints) => {
+            // Read in place (its endpoints' strings borrowed from the JSON); a spec that does
+            // not read so is read again as owned, which names the field at fault.
+            let service = match serde_json::from_str(&resource.spec_json) {
+                Ok(spec) => Some(from_kubernetes(meta_of(resource), spec, domain_suffix)),
+                Err(_) => typed::<ServiceEndpoints>(resource).map(|c| {
+                    from_kubernetes(
+                        c.meta,
+                        c.spec.map_endpoints(EndpointView::from),
+                        domain_suffix,
+                    )
+                }),
+            };
+            service.map(|s| Parsed::ServiceEndpoints(Arc::new(s)))
+        }
         Some(Kind::Sidecar) => typed(resource).map(|c| Parsed::Sidecar(Arc::new(c))),
         Some(Kind::Gateway) => typed(resource).map(|c| Parsed::Gateway(Arc::new(c))),
         Some(Kind::WorkloadEntry) => typed(resource).map(|c| Parsed::WorkloadEntry(Arc::new(c))),

@@ -262,10 +262,10 @@ pub(super) fn single(cluster: &str, address: &str, port: u32) -> ClusterLoadAssi
         address: address.to_string(),
         ports: Default::default(),
         labels: Default::default(),
-        locality: String::new(),
+        locality: "".into(),
         weight: 1,
-        network: String::new(),
-        service_account: String::new(),
+        network: "".into(),
+        service_account: "".into(),
     };
     PortEndpoints::of(std::iter::once((&instance, port))).message(cluster, None)
 }
@@ -321,8 +321,8 @@ mod tests {
             ),
             locality: locality.into(),
             weight,
-            network: String::new(),
-            service_account: String::new(),
+            network: "".into(),
+            service_account: "".into(),
         }
     }
 
