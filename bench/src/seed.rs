@@ -99,6 +99,10 @@ pub struct SeedArgs {
     /// A1: seconds the real agent is watched idle.
     #[arg(long, default_value_t = 10)]
     pub idle_secs: u64,
+    /// A1: keeps the agent's saved scope and the changes it times in this directory, to
+    /// translate again by hand (`translate-scope`) or to start an agent on (`--cache-dir`).
+    #[arg(long)]
+    pub keep_scope: Option<PathBuf>,
     /// The agent binary for S4 [default: pasa-agent beside pasa-bench].
     #[arg(long)]
     pub agent_binary: Option<PathBuf>,
@@ -327,9 +331,18 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
         let a1 = match &s4 {
             Ok(_) => {
                 let idle = Duration::from_secs(args.idle_secs);
-                single::run(&store, &mesh, &subscriptions, &binary, &served.addr, idle)
-                    .await
-                    .map(Some)
+                let keep = args.keep_scope.as_deref();
+                single::run(
+                    &store,
+                    &mesh,
+                    &subscriptions,
+                    &binary,
+                    &served.addr,
+                    idle,
+                    keep,
+                )
+                .await
+                .map(Some)
             }
             Err(_) => Ok(None),
         };
@@ -793,6 +806,7 @@ mod tests {
             burst: 50,
             agents,
             agent_binary: None,
+            keep_scope: None,
             idle_secs: 1,
             connecting: 256,
             data_dir: Some(dir.path().join("db")),

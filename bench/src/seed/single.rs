@@ -209,18 +209,38 @@ fn translate_apart(
     cache: &Cache,
     planned: &[Resource],
     full_runs: usize,
+    keep: Option<&std::path::Path>,
 ) -> anyhow::Result<Translation> {
-    let dir = tempfile::tempdir()?;
-    cache.save(dir.path())?;
+    let temporary;
+    let dir = match keep {
+        Some(dir) => dir,
+        None => {
+            temporary = tempfile::tempdir()?;
+            temporary.path()
+        }
+    };
+    cache.save(dir)?;
     let changes = ListResponse {
         resources: planned.to_vec(),
         revision: cache.revision(),
     };
-    std::fs::write(dir.path().join(CHANGES_FILE), changes.encode_to_vec())?;
+    std::fs::write(dir.join(CHANGES_FILE), changes.encode_to_vec())?;
+    if keep.is_some() {
+        println!(
+            "A1: its scope and changes are kept in {} (an agent's --cache-dir as well): pasa-bench \
+             translate-scope --dir {0} --node-id '{}' --labels {} --service-account {} \
+             --cluster-id {}",
+            dir.display(),
+            identity.node_id,
+            identity.labels,
+            identity.service_account,
+            identity.cluster_id
+        );
+    }
     let output = std::process::Command::new(program)
         .arg("translate-scope")
         .arg("--dir")
-        .arg(dir.path())
+        .arg(dir)
         .args(["--full-runs", &full_runs.to_string()])
         .args(["--node-id", &identity.node_id])
         .args(["--labels", &identity.labels])
@@ -353,6 +373,7 @@ pub async fn run(
     binary: &std::path::Path,
     server: &str,
     idle: Duration,
+    keep: Option<&std::path::Path>,
 ) -> anyhow::Result<(Value, Translation)> {
     let w = widest(mesh);
     let pod = w.pods.first().context("a pod of the widest workload")?;
@@ -364,7 +385,7 @@ pub async fn run(
         Some(program) => {
             let planned = planned_changes(&cache, mesh, &w.calls, CHANGES)?;
             let identity = identity_of(w, pod);
-            let t = translate_apart(&program, &identity, &cache, &planned, FULL_RUNS)?;
+            let t = translate_apart(&program, &identity, &cache, &planned, FULL_RUNS, keep)?;
             (t, true)
         }
         None => {
