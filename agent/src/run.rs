@@ -260,6 +260,12 @@ pub async fn run(
     };
     let mut wanted = publisher.wanted();
     let mut complete: Option<Arc<Cache>> = None;
+    // Translations and pushes come in bursts of transient messages: once one is over, the
+    // memory they freed goes back to the system instead of staying resident in every pod.
+    let trimming = tokio::spawn(pasa_runtime::memory::release_after_bursts(
+        publisher.subscribe(),
+        RELEASE_AFTER_QUIET,
+    ));
     if let Some(cache) = &saved {
         let cache = Arc::new(cache.clone());
         serving.translate(&cache, &wanted.borrow_and_update(), Instant::now(), false);
@@ -455,6 +461,7 @@ pub async fn run(
     }
     tracing::info!("shutting down: closing ADS streams, stopping the store watch");
     drop(jobs);
+    trimming.abort();
     let _ = stop_tx.send(true);
     let drained = pasa_runtime::drain::within_deadline(
         "ADS streams, the store watch or admin requests",
@@ -562,6 +569,9 @@ struct Serving {
 /// How many translations in a row may wait for a widened scope before one is served anyway (a
 /// scope that keeps widening must not starve clients of every change).
 const MAX_HELD: u32 = 8;
+
+/// How long nothing new is served before the memory a burst freed is returned to the system.
+const RELEASE_AFTER_QUIET: Duration = Duration::from_secs(1);
 
 impl Serving {
     /// Translates `cache` for each generator in `wanted` not yet translated from it, and

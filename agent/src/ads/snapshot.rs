@@ -321,7 +321,8 @@ impl SnapshotPublisher {
         self.wanted.subscribe()
     }
 
-    pub(super) fn subscribe(&self) -> watch::Receiver<Arc<Snapshots>> {
+    /// Every change of what is served (the memory trim waits for a quiet moment on it).
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Arc<Snapshots>> {
         self.tx.subscribe()
     }
 

@@ -1,8 +1,8 @@
 //! What every PASA process (store, control plane, agent) does alike at run time, in one place:
 //! hearing that it must stop ([`signal`]), telling its parts to stop and giving them a deadline
 //! ([`drain`]), logging ([`logs`]), the admin endpoint's `/metrics`, `/healthz` and `/readyz`
-//! ([`admin`]), waiting before trying again ([`backoff`]), and sharing one copy of equal values
-//! ([`interned`]). It links no storage engine: the
+//! ([`admin`]), waiting before trying again ([`backoff`]), sharing one copy of equal values
+//! ([`interned`]), and giving the system back the memory the allocator holds free ([`memory`]). It links no storage engine: the
 //! agent, in every pod, stands on it too.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -12,4 +12,5 @@ pub mod backoff;
 pub mod drain;
 pub mod interned;
 pub mod logs;
+pub mod memory;
 pub mod signal;
