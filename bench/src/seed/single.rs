@@ -43,6 +43,9 @@ const CHANGES: usize = 50;
 const LIVE_CHANGES: usize = 10;
 /// Between two changes written to the real agent.
 const LIVE_INTERVAL: Duration = Duration::from_millis(200);
+/// After the last change, until the real agent's RSS is read again: past the second of quiet
+/// after which it returns the memory a burst freed.
+const SETTLE: Duration = Duration::from_secs(2);
 
 /// The kinds of change A1 times.
 const KINDS: [&str; 3] = ["destination_rule", "virtual_service", "endpoints"];
@@ -489,16 +492,22 @@ pub async fn run(
             )
         })
         .collect();
+    // Once the changes are over and the agent has returned what they freed (it does after 1 s
+    // with nothing new to serve).
+    tokio::time::sleep(SETTLE).await;
+    let rss_settled = crate::agent::usage(pid, ticks)?.rss;
     drop(fleet);
     println!(
         "A1: the real agent: RSS {rss_idle:.1} MiB idle ({:.1} MiB its own, {:.1} MiB of mapped \
          files, mostly its binary's text, which the agents of a node share in the page cache), \
-         {rss_after:.1} MiB after {written} changes (peak {rss_peak:.1} MiB); CPU \
+         {rss_after:.1} MiB right after {written} changes, {rss_settled:.1} MiB {} s later (peak \
+         {rss_peak:.1} MiB); CPU \
          {idle_cpu:.2}% idle over {:.0} s, {change_cpu:.2}% while changes came every {} ms ({cpu_per_change_ms:.1} ms of CPU per change); its mean \
          translation while they came {} ms over {translations} translations; when it started, \
          {startup_translation_ms:.1} ms in {} translations as its snapshot came in",
         idle_usage.anon,
         idle_usage.file,
+        SETTLE.as_secs(),
         idle.as_secs_f64(),
         LIVE_INTERVAL.as_millis(),
         mean_translation_ms.map_or("unknown".into(), |m| format!("{m:.2}")),
@@ -517,6 +526,7 @@ pub async fn run(
         "encoded_kib": round2(t.encoded_bytes as f64 / 1024.0),
         "process": {
             "rss_idle_mib": round2(rss_idle), "rss_after_changes_mib": round2(rss_after),
+            "rss_settled_mib": round2(rss_settled),
             "rss_idle_anon_mib": round2(idle_usage.anon),
             "rss_idle_file_mib": round2(idle_usage.file),
             "rss_peak_mib": round2(rss_peak), "cpu_idle_percent": round2(idle_cpu),
