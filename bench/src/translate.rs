@@ -54,7 +54,8 @@ pub struct TranslateArgs {
 
 const NAMESPACES: usize = 20;
 
-fn resource(kind: &str, ns: &str, name: &str, spec: Value, revision: u64) -> Resource {
+/// A resource as the store keeps it, written at `revision`.
+pub(crate) fn resource(kind: &str, ns: &str, name: &str, spec: Value, revision: u64) -> Resource {
     Resource {
         api_version: "networking.istio.io/v1".into(),
         kind: kind.into(),

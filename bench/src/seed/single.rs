@@ -549,17 +549,7 @@ mod tests {
     use super::*;
 
     fn resource(kind: &str, name: &str, spec: Value, revision: u64) -> Resource {
-        Resource {
-            api_version: "networking.istio.io/v1".into(),
-            kind: kind.into(),
-            namespace: "default".into(),
-            name: name.into(),
-            spec_json: spec.to_string(),
-            create_revision: revision,
-            mod_revision: revision,
-            version: 1,
-            ..Default::default()
-        }
+        crate::translate::resource(kind, "default", name, spec, revision)
     }
 
     /// What `seed` hands the translation process (the saved scope, the changes, the proxy's
