@@ -29,14 +29,10 @@ impl<T: Eq + Hash, S: BuildHasher> Interned<T, S> {
     /// The shared copy of `value`: the one handed out before, or a new one.
     pub fn intern(&mut self, value: T) -> Arc<T> {
         let hash = self.hasher.hash_one(&value);
-        let held = self.values.entry(hash).or_default();
-        if let Some(shared) = held.iter().find(|held| ***held == value) {
-            return Arc::clone(shared);
+        match self.find(hash, |held| *held == value) {
+            Some(shared) => shared,
+            None => self.insert(hash, Arc::new(value)),
         }
-        let shared = Arc::new(value);
-        held.push(Arc::clone(&shared));
-        self.len += 1;
-        shared
     }
 }
 
@@ -53,14 +49,26 @@ impl<T: Eq + Hash + ?Sized, S: BuildHasher> Interned<T, S> {
         make: impl FnOnce(&Q) -> Option<Arc<T>>,
     ) -> Option<Arc<T>> {
         let hash = self.hasher.hash_one(key);
-        let held = self.values.entry(hash).or_default();
-        if let Some(shared) = held.iter().find(|held| same(held, key)) {
-            return Some(Arc::clone(shared));
+        if let Some(shared) = self.find(hash, |held| same(held, key)) {
+            return Some(shared);
         }
-        let shared = make(key)?;
-        held.push(Arc::clone(&shared));
+        Some(self.insert(hash, make(key)?))
+    }
+
+    /// The held value of `hash` that `same` picks.
+    fn find(&self, hash: u64, same: impl Fn(&T) -> bool) -> Option<Arc<T>> {
+        let held = self.values.get(&hash)?;
+        held.iter().find(|held| same(held)).cloned()
+    }
+
+    /// Holds `shared`, a value of `hash` not held yet.
+    fn insert(&mut self, hash: u64, shared: Arc<T>) -> Arc<T> {
+        self.values
+            .entry(hash)
+            .or_default()
+            .push(Arc::clone(&shared));
         self.len += 1;
-        Some(shared)
+        shared
     }
 
     /// A holder lets go of its copy: the set's goes with the last holder.

@@ -2,8 +2,8 @@
 //! hearing that it must stop ([`signal`]), telling its parts to stop and giving them a deadline
 //! ([`drain`]), logging ([`logs`]), the admin endpoint's `/metrics`, `/healthz` and `/readyz`
 //! ([`admin`]), waiting before trying again ([`backoff`]), sharing one copy of equal values
-//! ([`interned`]), and giving the system back the memory the allocator holds free ([`memory`]). It links no storage engine: the
-//! agent, in every pod, stands on it too.
+//! ([`interned`]), and giving the system back the memory the allocator holds free
+//! ([`memory`]). It links no storage engine: the agent, in every pod, stands on it too.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
