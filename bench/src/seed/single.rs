@@ -61,13 +61,8 @@ pub fn widest(mesh: &Mesh) -> &Workload {
 /// One change of `kind` to service `j`'s object in `cache`, the `n`-th of its kind.
 fn changed(cache: &Cache, mesh: &Mesh, kind: &str, j: usize, n: usize) -> anyhow::Result<Resource> {
     let w = &mesh.workloads[j];
-    let object_kind = match kind {
-        "destination_rule" => pasa_proto::Kind::DestinationRule,
-        "virtual_service" => pasa_proto::Kind::VirtualService,
-        _ => pasa_proto::Kind::ServiceEndpoints,
-    };
     let key = Key {
-        kind: object_kind,
+        kind: object_kind(kind),
         namespace: w.namespace.clone(),
         name: w.app.clone(),
     };
@@ -175,13 +170,22 @@ fn planned_changes(
     Ok(planned)
 }
 
+/// The kind of object a change of one of [`KINDS`] changes.
+fn object_kind(kind: &str) -> Kind {
+    match kind {
+        "destination_rule" => Kind::DestinationRule,
+        "virtual_service" => Kind::VirtualService,
+        _ => Kind::ServiceEndpoints,
+    }
+}
+
 /// Which of [`KINDS`] a planned change is.
 fn kind_of_change(resource: &Resource) -> &'static str {
-    match Kind::from_kind_field(&resource.kind) {
-        Some(Kind::DestinationRule) => "destination_rule",
-        Some(Kind::VirtualService) => "virtual_service",
-        _ => "endpoints",
-    }
+    let changed = Kind::from_kind_field(&resource.kind);
+    KINDS
+        .into_iter()
+        .find(|&kind| changed == Some(object_kind(kind)))
+        .unwrap_or("endpoints")
 }
 
 /// Times full translations (and, with `changes`, one change at a time) of `proxy`'s `cache`,
