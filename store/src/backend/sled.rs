@@ -2,10 +2,18 @@
 
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::{Backend, BackendError, KeyValue, Op, WriteBatch};
 
 const ENGINE: &str = "sled";
+
+/// How long opening waits for the database's file lock. sled's background threads hold the lock
+/// for a moment after the last handle in this process is dropped (and a store that is restarting
+/// may still be exiting), so a lock held briefly is waited for; one held longer is another
+/// process's, and opening fails naming the lock.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+const LOCK_RETRY: Duration = Duration::from_millis(20);
 
 pub struct SledBackend {
     db: sled::Db,
@@ -24,16 +32,30 @@ fn engine_error(action: &'static str) -> impl FnOnce(sled::Error) -> BackendErro
 impl SledBackend {
     /// Opens (or creates) the database in `dir`.
     pub fn open(dir: &Path) -> Result<Self, BackendError> {
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(dir)
-            .mode(sled::Mode::HighThroughput)
-            .open()
-            .map_err(engine_error("open its database"))?;
+            .mode(sled::Mode::HighThroughput);
+        let deadline = Instant::now() + LOCK_WAIT;
+        let db = loop {
+            match config.open() {
+                Err(e) if lock_held(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(LOCK_RETRY)
+                }
+                other => break other.map_err(engine_error("open its database"))?,
+            }
+        };
         Ok(SledBackend {
             db,
             write_lock: Mutex::new(()),
         })
     }
+}
+
+/// Whether opening failed because another handle holds the database's file lock (sled reports it
+/// as an I/O error of kind `Other` whose text says so).
+fn lock_held(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.kind() == std::io::ErrorKind::Other
+        && io.to_string().contains("could not acquire lock"))
 }
 
 impl Backend for SledBackend {
@@ -104,5 +126,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
         conformance::run(|| SledBackend::open(&path).unwrap());
+    }
+
+    #[test]
+    fn a_database_held_open_elsewhere_is_refused_naming_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let _held = SledBackend::open(&path).unwrap();
+        let started = Instant::now();
+        let err = match SledBackend::open(&path) {
+            Err(e) => format!("{e}: {}", std::error::Error::source(&e).expect("a cause")),
+            Ok(_) => panic!("a second open of a held database succeeded"),
+        };
+        assert!(err.contains("could not acquire lock"), "{err}");
+        assert!(started.elapsed() >= LOCK_WAIT, "gave up before waiting");
     }
 }
