@@ -110,6 +110,14 @@ pub(crate) struct Usage {
     pub file: f64,
 }
 
+/// Starts `pid`'s resident high-water mark (`VmHWM`, [`Usage::peak`]) again from its current RSS,
+/// so that the next reading is the peak of what happened in between, not of the process's life
+/// (Linux's `clear_refs` with 5).
+pub(crate) fn reset_peak(pid: u32) -> anyhow::Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .with_context(|| format!("cannot reset the peak RSS of process {pid}"))
+}
+
 /// What `pid` has used so far.
 pub(crate) fn usage(pid: u32, ticks_per_sec: f64) -> anyhow::Result<Usage> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;

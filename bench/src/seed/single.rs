@@ -43,7 +43,7 @@ const CHANGES: usize = 50;
 const LIVE_CHANGES: usize = 10;
 /// Between two changes written to the real agent.
 const LIVE_INTERVAL: Duration = Duration::from_millis(200);
-/// After the last change, until the real agent's RSS is read again: past the second of quiet
+/// After the last change, until the real agent's RSS is read again: well past the quiet
 /// after which it returns the memory a burst freed.
 const SETTLE: Duration = Duration::from_secs(2);
 
@@ -449,6 +449,9 @@ pub async fn run(
     let translations_before = translation_totals(&agents::scrape(admin).await?);
     // (The snapshot comes in several watch messages, so in several translations.)
     let startup_translation_ms = translations_before.1 * 1e3;
+    // Its peak so far is its start's; from here on, the changes'.
+    let rss_peak_start = idle_usage.peak;
+    crate::agent::reset_peak(pid)?;
     let busy = Instant::now();
     let mut live = cache;
     let mut written = 0;
@@ -473,7 +476,7 @@ pub async fn run(
         }
     }
     let after = crate::agent::usage(pid, ticks)?;
-    let (cpu2, rss_after, rss_peak) = (after.cpu_s, after.rss, after.peak);
+    let (cpu2, rss_after) = (after.cpu_s, after.rss);
     let busy_s = busy.elapsed().as_secs_f64();
     let change_cpu = (cpu2 - cpu1) / busy_s * 100.0;
     // What the changes cost over what idling would have cost in the same time.
@@ -496,16 +499,17 @@ pub async fn run(
             )
         })
         .collect();
-    // Once the changes are over and the agent has returned what they freed (it does after 1 s
+    // Once the changes are over and the agent has returned what they freed (it does after 100 ms
     // with nothing new to serve).
     tokio::time::sleep(SETTLE).await;
-    let rss_settled = crate::agent::usage(pid, ticks)?.rss;
+    let settled = crate::agent::usage(pid, ticks)?;
+    let (rss_settled, rss_peak_changes) = (settled.rss, settled.peak);
     drop(fleet);
     println!(
         "A1: the real agent: RSS {rss_idle:.1} MiB idle ({:.1} MiB its own, {:.1} MiB of mapped \
          files, mostly its binary's text, which the agents of a node share in the page cache), \
-         {rss_after:.1} MiB right after {written} changes, {rss_settled:.1} MiB {} s later (peak \
-         {rss_peak:.1} MiB); CPU \
+         {rss_after:.1} MiB right after {written} changes, {rss_settled:.1} MiB {} s later; peak \
+         {rss_peak_start:.1} MiB while it started, {rss_peak_changes:.1} MiB from the changes on; CPU \
          {idle_cpu:.2}% idle over {:.0} s, {change_cpu:.2}% while changes came every {} ms ({cpu_per_change_ms:.1} ms of CPU per change); its mean \
          translation while they came {} ms over {translations} translations; when it started, \
          {startup_translation_ms:.1} ms in {} translations as its snapshot came in",
@@ -533,7 +537,9 @@ pub async fn run(
             "rss_settled_mib": round2(rss_settled),
             "rss_idle_anon_mib": round2(idle_usage.anon),
             "rss_idle_file_mib": round2(idle_usage.file),
-            "rss_peak_mib": round2(rss_peak), "cpu_idle_percent": round2(idle_cpu),
+            "rss_peak_start_mib": round2(rss_peak_start),
+            "rss_peak_changes_mib": round2(rss_peak_changes),
+            "cpu_idle_percent": round2(idle_cpu),
             "idle_s": idle.as_secs_f64(), "changes": written,
             "cpu_during_changes_percent": round2(change_cpu),
             "cpu_ms_per_change": round2(cpu_per_change_ms),
