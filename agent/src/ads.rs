@@ -38,6 +38,20 @@ mod snapshot;
 mod sotw;
 mod status;
 mod stream;
+mod wire;
+
+/// The server side of Envoy's ADS and SDS services, generated (`build.rs`) with the agent's own
+/// responses ([`wire`]).
+mod service {
+    pub mod discovery {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("envoy.service.discovery.v3");
+    }
+    pub mod secret {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("envoy.service.secret.v3");
+    }
+}
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -53,9 +67,10 @@ pub use snapshot::{Origin, Snapshot, SnapshotError, SnapshotPublisher, Snapshots
 pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, TypeStatus};
 
 /// Responses queued per connection before the connection task waits for the client to read.
-/// Each holds a copy of what it carries (up to [`PART_BYTES`] of EDS, the whole CDS), so few are
-/// queued: a push in parts is copied a part or two at a time, not all at once (the seed's widest
-/// agent peaked at 35.3 MiB with 2, 36.3 with 16).
+/// A response shares the snapshot's resources ([`wire`]), but each one encoded is a copy of what
+/// it carries (up to [`PART_BYTES`] of EDS, the whole CDS), so few are queued ahead: a push in
+/// parts is encoded a part or two at a time, not all at once (the seed's widest agent peaked at
+/// 35.3 MiB with 2, 36.3 with 16, when responses still copied their resources).
 const RESPONSE_BUFFER: usize = 2;
 
 /// The most resource bytes one response carries when its resources may be sent in parts: a

@@ -32,7 +32,7 @@ const TRANSLATE_LAYERS: &[&[&str]] = &[
 
 /// The same inside `ads`.
 const ADS_LAYERS: &[&[&str]] = &[
-    &["status", "snapshot"],
+    &["status", "snapshot", "wire"],
     &["stream"],
     &["sotw", "delta", "authority"],
     &["server"],

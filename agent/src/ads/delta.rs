@@ -7,15 +7,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource as WireResource,
-};
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
 use super::snapshot::{Origin, Resource, Snapshot};
 use super::status::Nack;
 use super::stream::{Closed, Connection, StreamHandler, drive};
+use super::wire::DeltaDiscoveryResponse;
 use super::{PART_BYTES, Subscription, TYPE_COUNT, TypeKind, deliver, digest, parts};
 
 type Out = mpsc::Sender<Result<DeltaDiscoveryResponse, Status>>;
@@ -283,19 +282,10 @@ impl Stream {
             .insert(nonce.clone(), (version.clone(), origin));
         let response = DeltaDiscoveryResponse {
             system_version_info: version.clone(),
-            resources: updated
-                .into_iter()
-                .map(|(name, r)| WireResource {
-                    version: r.version.clone(),
-                    resource: Some(r.body.clone()),
-                    name,
-                    ..Default::default()
-                })
-                .collect(),
+            resources: updated,
             type_url: kind.type_url().to_owned(),
             removed_resources: removed,
             nonce: nonce.clone(),
-            ..Default::default()
         };
         tracing::debug!(
             %kind, %version, %nonce,

@@ -8,15 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-};
-use envoy_types::pb::envoy::service::secret::v3::secret_discovery_service_server::{
-    SecretDiscoveryService, SecretDiscoveryServiceServer,
-};
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
@@ -24,9 +16,16 @@ use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
+use super::service::discovery::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use super::service::secret::secret_discovery_service_server::{
+    SecretDiscoveryService, SecretDiscoveryServiceServer,
+};
 use super::snapshot::{SnapshotPublisher, Snapshots};
 use super::status::{Protocol, StatusRegistry};
 use super::stream::Connection;
+use super::wire::{DeltaDiscoveryResponse, DiscoveryResponse};
 use super::{RESPONSE_BUFFER, authority, delta, sotw};
 use crate::metrics::Metrics;
 use crate::model::proxy::Generator;

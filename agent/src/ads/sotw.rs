@@ -11,13 +11,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 
 use super::snapshot::{Origin, ResourceMap, Snapshot};
 use super::status::Nack;
 use super::stream::{Closed, Connection, StreamHandler, drive};
+use super::wire::DiscoveryResponse;
 use super::{PART_BYTES, Subscription, TYPE_COUNT, TypeKind, deliver, digest_resources, parts};
 
 type Out = mpsc::Sender<Result<DiscoveryResponse, Status>>;
@@ -261,12 +262,11 @@ impl Stream {
             };
             let response = DiscoveryResponse {
                 version_info: part_version,
-                resources: part.iter().map(|r| r.body.clone()).collect(),
+                resources: part.into_iter().map(Arc::clone).collect(),
                 type_url: kind.type_url().to_owned(),
                 nonce: nonce.clone(),
-                ..Default::default()
             };
-            tracing::debug!(%kind, %version, %nonce, count = part.len(), part = at + 1, of = count, "push");
+            tracing::debug!(%kind, %version, %nonce, count = response.resources.len(), part = at + 1, of = count, "push");
             if !deliver(&self.out, response).await {
                 return Err(Closed);
             }
