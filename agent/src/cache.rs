@@ -306,16 +306,31 @@ impl Cache {
             }
             _ => {}
         }
-        let snapshot = ListResponse {
-            resources: self.objects.values().map(|r| (**r).clone()).collect(),
-            revision: self.revision,
-        };
-        write_atomically(&path, &tmp, &snapshot.encode_to_vec())?;
+        write_atomically(&path, &tmp, |file| self.encode_snapshot(file))?;
         if let Some(answered) = &self.answered {
             let tmp = dir.join(format!("{SUBSCRIPTION_FILE}.tmp"));
-            write_atomically(&subscription, &tmp, &answered.encode_to_vec())?;
+            write_atomically(&subscription, &tmp, |file| {
+                file.write_all(&answered.encode_to_vec())
+            })?;
         }
         Ok(())
+    }
+
+    /// Writes the cache as a `ListResponse` one resource at a time, so a save never holds a
+    /// second copy of the whole cache (the scope's endpoints are most of it): the resources'
+    /// field (1) once per resource, then the revision (2), as prost would encode the message.
+    fn encode_snapshot(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let mut buf = Vec::new();
+        for resource in self.objects.values() {
+            buf.clear();
+            prost::encoding::message::encode(1, &**resource, &mut buf);
+            out.write_all(&buf)?;
+        }
+        buf.clear();
+        if self.revision != 0 {
+            prost::encoding::uint64::encode(2, &self.revision, &mut buf);
+        }
+        out.write_all(&buf)
     }
 
     /// Reads the cache saved in `dir`; `None` when there is none.
@@ -348,14 +363,20 @@ impl Cache {
 }
 
 /// Writes `bytes` to `path` through `tmp`, synced, so a reader finds the old file or the new.
-fn write_atomically(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<(), CacheError> {
+fn write_atomically(
+    path: &Path,
+    tmp: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> Result<(), CacheError> {
     let write_err = |source| CacheError::Write {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = std::fs::File::create(tmp).map_err(write_err)?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
+    let file = std::fs::File::create(tmp).map_err(write_err)?;
+    let mut out = std::io::BufWriter::new(file);
+    write(&mut out)
+        .and_then(|()| out.into_inner().map_err(|e| e.into_error()))
+        .and_then(|file| file.sync_all())
         .map_err(write_err)?;
     std::fs::rename(tmp, path).map_err(write_err)
 }
@@ -508,5 +529,28 @@ mod tests {
         std::fs::write(dir.path().join(CACHE_FILE), b"\xff\xff\xff").unwrap();
         let e = Cache::load(dir.path()).unwrap_err();
         assert!(e.to_string().contains("delete it"), "{e}");
+    }
+
+    #[test]
+    fn a_save_is_the_list_response_prost_would_encode() {
+        let mut c = Cache::default();
+        for (revision, name) in [(3, "b"), (5, "a")] {
+            c.apply(change(
+                Action::Added,
+                revision,
+                resource("Gateway", name, "{\"servers\":[]}"),
+            ));
+        }
+        c.progress(9);
+        let mut streamed = Vec::new();
+        c.encode_snapshot(&mut streamed).unwrap();
+        let whole = ListResponse {
+            resources: c.objects.values().map(|r| (**r).clone()).collect(),
+            revision: 9,
+        };
+        assert_eq!(streamed, whole.encode_to_vec());
+        let mut empty = Vec::new();
+        Cache::default().encode_snapshot(&mut empty).unwrap();
+        assert_eq!(empty, ListResponse::default().encode_to_vec());
     }
 }

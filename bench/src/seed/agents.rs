@@ -33,6 +33,15 @@ struct Running {
     state: Arc<Mutex<RouteState>>,
 }
 
+/// Whether the agents save their cache (`--cache-dir`), as injected agents do: A1 measures the
+/// agent as deployed; S4's thousand agents on two cores leave it off, so the disk is not part of
+/// the one change's latency.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Cache {
+    Off,
+    PerAgent,
+}
+
 /// The agents of S4; stopped (SIGTERM, then SIGKILL for stragglers) when dropped.
 pub struct Fleet {
     agents: Vec<Running>,
@@ -48,6 +57,7 @@ impl Fleet {
         server: &str,
         pods: &[(&Workload, &Pod)],
         watched: &Watched,
+        cache: Cache,
     ) -> anyhow::Result<Fleet> {
         let dir = tempfile::Builder::new()
             .prefix("pasa-bench-agents-")
@@ -65,7 +75,14 @@ impl Fleet {
             let uds = home.join("xds.sock");
             let node_id = pod.node_id(&w.namespace);
             let log_path = home.join("agent.log");
-            let child = spawn_agent(binary, server, (w, pod), (&uds, admin), &log_path)?;
+            let cache_dir = (cache == Cache::PerAgent).then(|| home.join("cache"));
+            let child = spawn_agent(
+                binary,
+                server,
+                (w, pod),
+                (&uds, admin, cache_dir.as_deref()),
+                &log_path,
+            )?;
             let state = Arc::new(Mutex::new(RouteState::default()));
             let node = Node {
                 id: node_id,
@@ -123,16 +140,21 @@ impl Drop for Fleet {
 }
 
 /// Starts a real agent for `pod`, following `server`, serving ADS on `uds` and its admin
-/// endpoint on `admin`, logging to `log`, with malloc set as deployed.
+/// endpoint on `admin`, saving its cache in `cache_dir` if given, logging to `log`, with malloc
+/// set as deployed.
 pub fn spawn_agent(
     binary: &Path,
     server: &str,
     (w, pod): (&Workload, &Pod),
-    (uds, admin): (&Path, SocketAddr),
+    (uds, admin, cache_dir): (&Path, SocketAddr, Option<&Path>),
     log: &Path,
 ) -> anyhow::Result<Child> {
     let log = std::fs::File::create(log)?;
-    Command::new(binary)
+    let mut command = Command::new(binary);
+    if let Some(dir) = cache_dir {
+        command.arg("--cache-dir").arg(dir);
+    }
+    command
         .args(["--server", server, "--node-id", &pod.node_id(&w.namespace)])
         .args([
             "--labels",
@@ -275,7 +297,7 @@ async fn measure(
     };
 
     let starting = Instant::now();
-    let fleet = Fleet::launch(binary, server, pods, &watched)?;
+    let fleet = Fleet::launch(binary, server, pods, &watched, Cache::Off)?;
     let holding = |weight: u32| {
         fleet
             .agents

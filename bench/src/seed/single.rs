@@ -6,7 +6,7 @@
 //!   own process and the report says so): a full translation from scratch, then one
 //!   DestinationRule, VirtualService or endpoint change at a time (p50/p99, encoded as served);
 //! - **the real process**: `pasa-agent` for that pod on the store's gRPC server, with an ADS
-//!   client asking as Envoy asks: its RSS and CPU idle and while changes are written, and the
+//!   client asking as Envoy asks, saving its cache as an injected agent does: its RSS and CPU idle and while changes are written, and the
 //!   mean of its own `pasa_agent_translation_seconds`.
 //!
 //! The central-push baseline reuses the translation figures (see [`central_push`]).
@@ -429,7 +429,13 @@ pub async fn run(
         host: watched_service.host.clone(),
         subset: "v2".into(),
     };
-    let fleet = Fleet::launch(binary, server, &[(w, pod)], &watched)?;
+    let fleet = Fleet::launch(
+        binary,
+        server,
+        &[(w, pod)],
+        &watched,
+        agents::Cache::PerAgent,
+    )?;
     agents::wait_until("A1: the agent's client holds its routes", &fleet, || {
         fleet.state(0).is_some_and(|s| s.weight.is_some())
     })
