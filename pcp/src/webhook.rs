@@ -3,6 +3,7 @@
 //! PCP answers as istiod would: allowed, or denied with every error by field path; warnings
 //! either way. With `--write-on-admit`, what is admitted is also written to the store.
 
+pub mod inject;
 pub mod review;
 pub mod tls;
 
