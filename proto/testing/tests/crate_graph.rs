@@ -91,6 +91,21 @@ fn the_agent_and_pasactl_link_no_storage_engine() {
 }
 
 #[test]
+fn only_pcp_links_the_kubernetes_client() {
+    let graph = graph();
+    for package in ["pasa-agent", "pasactl", "pasa-store", "pasa-validation"] {
+        let linked = linked(&graph, package);
+        for banned in ["kube", "k8s-openapi", "pasa-kube"] {
+            assert!(
+                !linked.contains(banned),
+                "{package} links {banned}: the Kubernetes client belongs to pasa-kube, which only \
+                 PCP uses"
+            );
+        }
+    }
+}
+
+#[test]
 fn crates_depend_on_each_other_one_way_test_code_included() {
     let graph = graph();
     // Every kind of dependency counts (normal, dev, build); a crate's dev-dependency on itself

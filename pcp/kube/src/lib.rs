@@ -1,0 +1,2 @@
+//! PASA's link to Kubernetes.
+pub mod namespaces;
