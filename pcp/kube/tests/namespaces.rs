@@ -27,6 +27,14 @@ async fn until(namespaces: &Namespaces, what: &str, done: impl Fn(&Namespaces) -
     );
 }
 
+/// Waits (at most 10 s) for the follower's first complete list.
+async fn first_list(namespaces: &Namespaces) {
+    tokio::time::timeout(Duration::from_secs(10), namespaces.ready())
+        .await
+        .expect("the first list in time")
+        .unwrap();
+}
+
 fn client(fake: &FakeApiServer) -> kube::Client {
     let config = kube::Config::new(format!("http://{}", fake.addr).parse().unwrap());
     kube::Client::try_from(config).unwrap()
@@ -45,10 +53,7 @@ async fn namespaces_are_listed_then_followed() {
     fake.put("default", &[]);
     fake.put("bookinfo", &[("pasa.io/injection", "enabled")]);
     let namespaces = Namespaces::follow(client(&fake));
-    tokio::time::timeout(Duration::from_secs(10), namespaces.ready())
-        .await
-        .expect("the first list in time")
-        .unwrap();
+    first_list(&namespaces).await;
     assert_eq!(namespaces.names(), ["bookinfo", "default"]);
     assert_eq!(
         namespaces.labels("bookinfo"),
@@ -88,10 +93,7 @@ async fn a_compacted_version_is_listed_again() {
     fake.put("default", &[]);
     fake.put("gone-while-away", &[]);
     let namespaces = Namespaces::follow(client(&fake));
-    tokio::time::timeout(Duration::from_secs(10), namespaces.ready())
-        .await
-        .expect("the first list in time")
-        .unwrap();
+    first_list(&namespaces).await;
     assert_eq!(namespaces.names(), ["default", "gone-while-away"]);
 
     // The watch ends and the history it would resume from is compacted: 410 Gone, then a list.
