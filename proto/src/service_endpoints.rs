@@ -15,6 +15,25 @@
 //!     labels: {app: reviews, version: v1}
 //!     locality: us-east1/us-east1-b
 //! ```
+//!
+//! A large Service's endpoints may also come in parts, one object per Kubernetes EndpointSlice
+//! (at most 100 endpoints each), so that one pod's change rewrites its slice, not the whole
+//! service. A part names its service in `spec.service` and carries only endpoints, with the port
+//! each serves per service port name (`endpointPorts`, as an EndpointSlice lists them); the
+//! service object carries the rest. Agents merge the parts into the service: its endpoints are
+//! the service object's own, then each part's in name order. The Kubernetes syncer names a part
+//! `<slice name>.endpointslice`, a name no Service can have (Service names have no dots).
+//!
+//! ```yaml
+//! apiVersion: pasa.io/v1alpha1
+//! kind: ServiceEndpoints
+//! metadata: {name: reviews-7xk2p.endpointslice, namespace: default}
+//! spec:
+//!   service: reviews
+//!   endpointPorts: {http: 9080}
+//!   endpoints:
+//!   - {address: 10.42.0.8, labels: {app: reviews, version: v2}}
+//! ```
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -49,6 +68,13 @@ pub struct ServiceEndpoints<E = Endpoint> {
     /// Namespaces the service is visible to (the `networking.istio.io/exportTo` annotation).
     #[serde(default)]
     pub export_to: Vec<String>,
+    /// Set on a part of a service's endpoints: the Service (of this namespace) they belong to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub service: String,
+    /// On a part: the port its endpoints receive on, by service port name (an EndpointSlice's
+    /// `ports`); a service port not listed is resolved by its `targetPort` as usual.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub endpoint_ports: BTreeMap<String, u32>,
 }
 
 /// A Service port.
@@ -151,9 +177,30 @@ impl<E> ServiceEndpoints<E> {
             endpoints: self.endpoints.into_iter().map(f).collect(),
             external_name: self.external_name,
             export_to: self.export_to,
+            service: self.service,
+            endpoint_ports: self.endpoint_ports,
         }
     }
+
+    /// The name of the Service this object holds endpoints of: `spec.service` for a part, else
+    /// the object's own name.
+    pub fn service_name<'a>(&'a self, object_name: &'a str) -> &'a str {
+        if self.service.is_empty() {
+            object_name
+        } else {
+            &self.service
+        }
+    }
+
+    /// Whether this is a part of a service's endpoints (see the module's documentation).
+    pub fn is_part(&self) -> bool {
+        !self.service.is_empty()
+    }
 }
+
+/// The suffix of the name the Kubernetes syncer gives the part of a service's endpoints that
+/// an EndpointSlice holds.
+pub const SLICE_NAME_SUFFIX: &str = ".endpointslice";
 
 impl KubePort {
     /// The application protocol as istiod infers it for a Kubernetes port: `appProtocol`, else the

@@ -1,6 +1,7 @@
 //! The cache's raw resources, parsed into the typed Istio models once per change, and the service
 //! registry built from them: one [`Service`] per host of every ServiceEntry and per
-//! ServiceEndpoints (a Kubernetes Service), with its endpoints.
+//! ServiceEndpoints (a Kubernetes Service), with its endpoints — its own and those of the parts
+//! (EndpointSlices) that name it.
 //!
 //! A resource that does not parse is left out and logged with the field at fault; the store
 //! validated it, so this only happens when the agent is older than the config.
@@ -18,7 +19,7 @@ use pasa_proto::istio::service_entry::{Location, Resolution as SeResolution, Ser
 use pasa_proto::istio::sidecar::Sidecar;
 use pasa_proto::istio::virtual_service::VirtualService;
 use pasa_proto::istio::workload_entry::WorkloadEntry;
-use pasa_proto::service_endpoints::{EndpointView, ServiceEndpoints};
+use pasa_proto::service_endpoints::{EndpointView, KubePort, ServiceEndpoints};
 use pasa_proto::store::v1::Resource;
 use pasa_runtime::interned::Interned;
 use rustc_hash::FxBuildHasher;
@@ -185,6 +186,8 @@ pub struct Registry {
     by_source: BTreeMap<Key, Vec<Arc<Service>>>,
     /// The sources declaring each host.
     host_sources: BTreeMap<String, BTreeSet<Key>>,
+    /// The parts of each Kubernetes Service's endpoints, by the service's key.
+    parts: BTreeMap<Key, BTreeSet<Key>>,
     /// Services by host, the oldest first.
     services: BTreeMap<String, Vec<Arc<Service>>>,
 }
@@ -201,8 +204,11 @@ enum Parsed {
     DestinationRule(Arc<Config<DestinationRule>>),
     ServiceEntry(Arc<Config<ServiceEntry>>),
     /// Built into its service as it is parsed: the parsed spec is not kept (a large service's
-    /// endpoints would be held twice).
-    ServiceEndpoints(Arc<Service>),
+    /// endpoints would be held twice), only its ports as written, which resolve the ports of
+    /// the endpoints its parts hold.
+    ServiceEndpoints(Arc<Service>, Arc<[KubePort]>),
+    /// A part of a Kubernetes Service's endpoints (`spec.service` set): merged into the service.
+    EndpointsPart(Arc<Part>),
     Sidecar(Arc<Config<Sidecar>>),
     Gateway(Arc<Config<Gateway>>),
     WorkloadEntry(Arc<Config<WorkloadEntry>>),
@@ -228,19 +234,39 @@ impl Registry {
             if let Kind::ServiceEntry | Kind::ServiceEndpoints = key.kind {
                 sources.insert(key.clone());
             }
-            match cache.get(key) {
-                Some(resource) => {
-                    self.entries.insert(
-                        key.clone(),
-                        Entry {
-                            source: Arc::clone(resource),
-                            parsed: parse(resource, domain_suffix),
-                        },
-                    );
+            let old = match cache.get(key) {
+                Some(resource) => self.entries.insert(
+                    key.clone(),
+                    Entry {
+                        source: Arc::clone(resource),
+                        parsed: parse(resource, domain_suffix),
+                    },
+                ),
+                None => self.entries.remove(key),
+            };
+            // A part changed: its service (the one it named before, and the one it names now)
+            // is built again.
+            if let Some(Entry {
+                parsed: Parsed::EndpointsPart(part),
+                ..
+            }) = &old
+            {
+                let service = part.service_key(&key.namespace);
+                if let Some(parts) = self.parts.get_mut(&service) {
+                    parts.remove(key);
+                    if parts.is_empty() {
+                        self.parts.remove(&service);
+                    }
                 }
-                None => {
-                    self.entries.remove(key);
-                }
+                sources.insert(service);
+            }
+            if let Some(Parsed::EndpointsPart(part)) = self.entries.get(key).map(|e| &e.parsed) {
+                let service = part.service_key(&key.namespace);
+                self.parts
+                    .entry(service.clone())
+                    .or_default()
+                    .insert(key.clone());
+                sources.insert(service);
             }
         }
         // The ServiceEntries of a changed WorkloadEntry's namespace that select workloads may
@@ -290,7 +316,19 @@ impl Registry {
                     .into_iter()
                     .map(Arc::new)
                     .collect(),
-                Some(Parsed::ServiceEndpoints(service)) => vec![Arc::clone(service)],
+                Some(Parsed::ServiceEndpoints(service, ports)) => match self.parts.get(key) {
+                    None => vec![Arc::clone(service)],
+                    Some(parts) => {
+                        let parts = parts.iter().filter_map(|k| match self.entries.get(k) {
+                            Some(Entry {
+                                parsed: Parsed::EndpointsPart(part),
+                                ..
+                            }) => Some(&**part),
+                            _ => None,
+                        });
+                        vec![Arc::new(merge_parts(service, ports, parts))]
+                    }
+                },
                 _ => continue,
             };
             for s in &built {
@@ -515,13 +553,91 @@ pub fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, St
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
+/// A part of a Kubernetes Service's endpoints (one EndpointSlice), parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// The name of the service (of the part's namespace).
+    service: String,
+    /// The port the endpoints receive on, by service port name.
+    endpoint_ports: BTreeMap<String, u32>,
+    /// The endpoints, their `ports` left empty: they depend on the service's ports.
+    endpoints: Vec<Instance>,
+    /// Each endpoint's container ports by name (for named `targetPort`s), where it has any.
+    named_ports: Vec<BTreeMap<String, u32>>,
+    revision: u64,
+}
+
+impl Part {
+    fn service_key(&self, namespace: &str) -> Key {
+        Key {
+            kind: Kind::ServiceEndpoints,
+            namespace: namespace.to_string(),
+            name: self.service.clone(),
+        }
+    }
+}
+
+/// The service with the endpoints of its parts after its own, each part's endpoints reached on
+/// the ports the part lists for the service's ports (or by `targetPort`, for a port it does not
+/// list).
+fn merge_parts<'p>(
+    service: &Service,
+    kube_ports: &[KubePort],
+    parts: impl Iterator<Item = &'p Part>,
+) -> Service {
+    let mut merged = service.clone();
+    let mut shared = Shared::default();
+    for part in parts {
+        merged.revision = merged.revision.max(part.revision);
+        for (i, endpoint) in part.endpoints.iter().enumerate() {
+            let named = part.named_ports.get(i);
+            let ports = shared.ports(kube_ports.iter().filter_map(|p| {
+                let target = match part.endpoint_ports.get(&p.name) {
+                    Some(listed) => *listed,
+                    None => p.endpoint_port_by(|name| named?.get(name).copied())?,
+                };
+                Some((p.port, target))
+            }));
+            merged.endpoints.push(Instance {
+                ports,
+                ..endpoint.clone()
+            });
+        }
+    }
+    merged
+}
+
+/// A part of a service's endpoints, built from its spec as read.
+fn part_from_kubernetes(meta: &Meta, spec: ServiceEndpoints<EndpointView<'_>>) -> Part {
+    let mut shared = Shared::default();
+    let has_named = spec.endpoints.iter().any(|e| !e.ports.is_empty());
+    let named_ports = if has_named {
+        let owned = |e: &EndpointView| e.ports.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        spec.endpoints.iter().map(owned).collect()
+    } else {
+        Vec::new()
+    };
+    let endpoints = spec
+        .endpoints
+        .iter()
+        .map(|e| shared.instance(e, EndpointPorts::default()))
+        .collect();
+    Part {
+        service: spec.service,
+        endpoint_ports: spec.endpoint_ports,
+        endpoints,
+        named_ports,
+        revision: meta.revision,
+    }
+}
+
 /// The service of a ServiceEndpoints, built from its spec as read (its strings still in the
 /// JSON): an endpoint's strings are copied once, and what endpoints have alike only once.
 fn from_kubernetes(
     meta: Meta,
     spec: ServiceEndpoints<EndpointView<'_>>,
     domain_suffix: &str,
-) -> Service {
+) -> (Service, Arc<[KubePort]>) {
     let ServiceEndpoints {
         addresses,
         ports: kube_ports,
@@ -529,6 +645,8 @@ fn from_kubernetes(
         external_name,
         export_to,
         selector: _,
+        service: _,
+        endpoint_ports: _,
     } = spec;
     let ports: Vec<ServicePort> = kube_ports
         .iter()
@@ -541,17 +659,12 @@ fn from_kubernetes(
     let mut shared = Shared::default();
     let endpoints = endpoints
         .iter()
-        .map(|e| Instance {
-            ports: shared.ports(kube_ports.iter().filter_map(|p| {
+        .map(|e| {
+            let ports = shared.ports(kube_ports.iter().filter_map(|p| {
                 let target = p.endpoint_port_by(|name| e.ports.get(name).copied())?;
                 Some((p.port, target))
-            })),
-            address: e.address.to_string(),
-            labels: shared.labels(&e.labels),
-            locality: shared.string(&e.locality),
-            weight: e.weight.max(1),
-            network: shared.string(&e.network),
-            service_account: shared.string(&e.service_account),
+            }));
+            shared.instance(e, ports)
         })
         .collect();
     let external_name = (!external_name.is_empty()).then_some(external_name);
@@ -567,7 +680,7 @@ fn from_kubernetes(
     } else {
         Resolution::ClientSideLb
     };
-    Service {
+    let service = Service {
         hostname: host::service_fqdn(&meta.name, &meta.namespace, domain_suffix),
         addresses,
         ports,
@@ -585,7 +698,8 @@ fn from_kubernetes(
             name: meta.name,
         },
         namespace: meta.namespace,
-    }
+    };
+    (service, kube_ports.into())
 }
 
 /// One copy of each distinct label set, port map and string among the endpoints of a service,
@@ -600,6 +714,19 @@ struct Shared {
 }
 
 impl Shared {
+    /// An endpoint as read, reached on `ports`.
+    fn instance(&mut self, e: &EndpointView<'_>, ports: EndpointPorts) -> Instance {
+        Instance {
+            ports,
+            address: e.address.to_string(),
+            labels: self.labels(&e.labels),
+            locality: self.string(&e.locality),
+            weight: e.weight.max(1),
+            network: self.string(&e.network),
+            service_account: self.string(&e.service_account),
+        }
+    }
+
     /// `labels`, of `String`s or of strings still in the JSON (which hash alike).
     fn labels<K, V>(&mut self, labels: &BTreeMap<K, V>) -> Labels
     where
@@ -688,17 +815,19 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
         Some(Kind::ServiceEndpoints) => {
             // Read in place (its endpoints' strings borrowed from the JSON); a spec that does
             // not read so is read again as owned, which names the field at fault.
-            let service = match serde_json::from_str(&resource.spec_json) {
-                Ok(spec) => Some(from_kubernetes(meta_of(resource), spec, domain_suffix)),
-                Err(_) => typed::<ServiceEndpoints>(resource).map(|c| {
-                    from_kubernetes(
-                        c.meta,
-                        c.spec.map_endpoints(EndpointView::from),
-                        domain_suffix,
-                    )
-                }),
+            let read = |meta: Meta, spec: ServiceEndpoints<EndpointView<'_>>| {
+                if spec.is_part() {
+                    Parsed::EndpointsPart(Arc::new(part_from_kubernetes(&meta, spec)))
+                } else {
+                    let (service, ports) = from_kubernetes(meta, spec, domain_suffix);
+                    Parsed::ServiceEndpoints(Arc::new(service), ports)
+                }
             };
-            service.map(|s| Parsed::ServiceEndpoints(Arc::new(s)))
+            match serde_json::from_str(&resource.spec_json) {
+                Ok(spec) => Some(read(meta_of(resource), spec)),
+                Err(_) => typed::<ServiceEndpoints>(resource)
+                    .map(|c| read(c.meta, c.spec.map_endpoints(EndpointView::from))),
+            }
         }
         Some(Kind::Sidecar) => typed(resource).map(|c| Parsed::Sidecar(Arc::new(c))),
         Some(Kind::Gateway) => typed(resource).map(|c| Parsed::Gateway(Arc::new(c))),
@@ -740,7 +869,7 @@ mod tests {
                 {"address": "10.0.0.3", "labels": {"app": "reviews", "version": "v2"}},
             ]
         }));
-        let Parsed::ServiceEndpoints(service) = parse(&resource, "cluster.local") else {
+        let Parsed::ServiceEndpoints(service, _) = parse(&resource, "cluster.local") else {
             panic!("a ServiceEndpoints parses into its service");
         };
         let [a, b, c] = &service.endpoints[..] else {
@@ -756,5 +885,116 @@ mod tests {
             (a.address.as_str(), b.address.as_str()),
             ("10.0.0.1", "10.0.0.2")
         );
+    }
+
+    fn apply(cache: &mut Cache, action: pasa_proto::watch::Action, r: Resource) {
+        let revision = r.mod_revision;
+        cache.apply(pasa_proto::watch::Change {
+            action,
+            resource: r,
+            revision,
+            committed: None,
+        });
+    }
+
+    fn put(cache: &mut Cache, name: &str, spec: serde_json::Value, revision: u64) {
+        let r = crate::testing::resource("ServiceEndpoints", "default", name, spec, revision);
+        apply(cache, pasa_proto::watch::Action::Added, r);
+    }
+
+    fn reviews(registry: &Registry) -> Option<Arc<Service>> {
+        let host = "reviews.default.svc.cluster.local";
+        registry
+            .services()
+            .get(host)
+            .map(|list| Arc::clone(&list[0]))
+    }
+
+    /// A service whose endpoints come in parts (EndpointSlices) is the service one object listing
+    /// the same endpoints in the same order makes; parts that come before their service, change,
+    /// move to another service or go are followed.
+    #[test]
+    fn parts_of_a_services_endpoints_are_merged_into_it() {
+        let ports = serde_json::json!([
+            {"name": "http", "port": 9080, "targetPort": "web"},
+            {"name": "tcp", "port": 9090, "targetPort": 19090},
+        ]);
+        let a = serde_json::json!({"address": "10.0.0.1", "labels": {"version": "v1"},
+            "locality": "r/z", "serviceAccount": "reviews", "ports": {"web": 8080}});
+        let b = serde_json::json!({"address": "10.0.0.2", "labels": {"version": "v2"},
+            "ports": {"web": 8080}});
+        let c = serde_json::json!({"address": "10.0.0.3", "labels": {"version": "v2"},
+            "ports": {"web": 8080}});
+        let mut whole = Cache::default();
+        put(
+            &mut whole,
+            "reviews",
+            serde_json::json!({"addresses": ["10.96.0.12"], "ports": ports,
+                "endpoints": [a.clone(), b.clone(), c.clone()]}),
+            1,
+        );
+        let mut one = Registry::default();
+        one.update(&whole, "cluster.local");
+        let expected = reviews(&one).expect("the service");
+
+        let mut split = Cache::default();
+        // A part first: nothing until its service comes.
+        put(
+            &mut split,
+            "reviews-b.endpointslice",
+            serde_json::json!({"service": "reviews", "endpointPorts": {"http": 8080},
+                "endpoints": [b, c]}),
+            2,
+        );
+        let mut parts = Registry::default();
+        parts.update(&split, "cluster.local");
+        assert!(reviews(&parts).is_none());
+        put(
+            &mut split,
+            "reviews",
+            serde_json::json!({"addresses": ["10.96.0.12"], "ports": ports, "endpoints": [a]}),
+            3,
+        );
+        parts.update(&split, "cluster.local");
+        let merged = reviews(&parts).expect("the merged service");
+        assert_eq!(merged.endpoints, expected.endpoints);
+        assert_eq!(merged.endpoints[2].ports[&9080], 8080);
+        assert_eq!(merged.endpoints[2].ports[&9090], 19090);
+        assert_eq!(merged.revision, 3);
+
+        // The part changes: one endpoint goes.
+        put(
+            &mut split,
+            "reviews-b.endpointslice",
+            serde_json::json!({"service": "reviews", "endpointPorts": {"http": 8080},
+                "endpoints": [{"address": "10.0.0.2", "labels": {"version": "v2"}}]}),
+            4,
+        );
+        parts.update(&split, "cluster.local");
+        let merged = reviews(&parts).unwrap();
+        let addresses: Vec<&str> = merged.endpoints.iter().map(|e| &*e.address).collect();
+        assert_eq!(addresses, ["10.0.0.1", "10.0.0.2"]);
+        assert_eq!(merged.revision, 4);
+
+        // It moves to another service, then goes.
+        put(
+            &mut split,
+            "reviews-b.endpointslice",
+            serde_json::json!({"service": "ratings", "endpoints": [{"address": "10.0.0.2"}]}),
+            5,
+        );
+        parts.update(&split, "cluster.local");
+        assert_eq!(reviews(&parts).unwrap().endpoints.len(), 1);
+        let gone = crate::testing::resource(
+            "ServiceEndpoints",
+            "default",
+            "reviews-b.endpointslice",
+            serde_json::json!({}),
+            6,
+        );
+        apply(&mut split, pasa_proto::watch::Action::Deleted, gone);
+        parts.update(&split, "cluster.local");
+        assert_eq!(reviews(&parts).unwrap().endpoints.len(), 1);
+        assert!(parts.parts.is_empty());
     }
 }

@@ -1,5 +1,5 @@
 //! Incremental translation against translation from scratch: after every change of a random
-//! sequence (services, endpoints, DestinationRules, VirtualServices, Sidecars,
+//! sequence (services, endpoints whole and in parts, DestinationRules, VirtualServices, Sidecars,
 //! PeerAuthentications, deletions), what a
 //! long-lived translator serves equals what a new translator builds from the same cache, for a
 //! sidecar (Envoy and gRPC generators) and a router. The fingerprints that decide what is reused
@@ -72,6 +72,23 @@ fn variant(slot: &str, i: usize, rng: &mut Rng) -> Option<(String, String, Value
                 ns,
                 name,
                 json!({"addresses": addresses, "ports": ports, "endpoints": endpoints}),
+            ))
+        }
+        // A part of the service's endpoints (an EndpointSlice), on the port it lists.
+        "ServiceEndpointsPart" => {
+            if rng.below(4) == 0 {
+                return None;
+            }
+            let mut endpoints = vec![json!({"address": format!("10.2.{i}.1"),
+                "labels": {"version": *rng.pick(&["v1", "v2"])}, "serviceAccount": "a"})];
+            if rng.below(2) == 0 {
+                endpoints.push(json!({"address": format!("10.2.{i}.2"), "locality": "r/z2"}));
+            }
+            Some((
+                ns,
+                format!("{name}-a.endpointslice"),
+                json!({"service": name, "endpointPorts": {"http": *rng.pick(&[80, 8080])},
+                       "endpoints": endpoints}),
             ))
         }
         "DestinationRule" => {
@@ -174,6 +191,7 @@ fn variant(slot: &str, i: usize, rng: &mut Rng) -> Option<(String, String, Value
 const SLOTS: &[&str] = &[
     "ServiceEndpoints",
     "ServiceEndpoints",
+    "ServiceEndpointsPart",
     "DestinationRule",
     "DestinationRule",
     "VirtualService",
@@ -254,10 +272,11 @@ fn incremental_translation_equals_translation_from_scratch() {
         .collect();
     let mut reused = 0;
     for step in 0..300 {
-        let kind = *rng.pick(SLOTS);
+        let slot = *rng.pick(SLOTS);
+        let kind = slot.strip_suffix("Part").unwrap_or(slot);
         let i = rng.below(SERVICES);
         revision += 1;
-        match variant(kind, i, &mut rng) {
+        match variant(slot, i, &mut rng) {
             Some(change) => put(&mut cache, kind, change, &mut created, revision),
             None => {
                 // Delete whatever this slot holds.
@@ -265,7 +284,8 @@ fn incremental_translation_equals_translation_from_scratch() {
                     .keys()
                     .find(|(k, _, n)| {
                         k == kind
-                            && (n == &format!("svc-{i}")
+                            && (n == &format!("svc-{i}") && slot == kind
+                                || n == &format!("svc-{i}-a.endpointslice") && slot != kind
                                 || kind == "Sidecar"
                                 || kind == "PeerAuthentication")
                     })
@@ -306,7 +326,7 @@ fn incremental_translation_equals_translation_from_scratch() {
             for (what, names) in differences {
                 assert!(
                     names.is_empty(),
-                    "step {step} ({kind} svc-{i}), {name}: the incremental {what} {names:?} differ \
+                    "step {step} ({slot} svc-{i}), {name}: the incremental {what} {names:?} differ \
                      from a translation from scratch (rebuilt: {rebuilt:?})"
                 );
             }

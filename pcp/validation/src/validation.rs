@@ -9,6 +9,7 @@ pub mod common;
 pub mod destination_rule;
 pub mod gateway;
 pub mod peer_authentication;
+pub mod service_endpoints;
 pub mod service_entry;
 pub mod sidecar;
 pub mod virtual_service;
@@ -132,8 +133,7 @@ pub fn validate(obj: &Object) -> Report {
         Kind::Sidecar => sidecar::validate(obj, &mut report),
         Kind::WorkloadEntry => workload_entry::validate(obj, &mut report),
         Kind::PeerAuthentication => peer_authentication::validate(obj, &mut report),
-        // The store's own kind: its structure is checked by the store.
-        Kind::ServiceEndpoints => {}
+        Kind::ServiceEndpoints => service_endpoints::validate(obj, &mut report),
     }
     report
 }

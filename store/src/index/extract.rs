@@ -2,7 +2,7 @@
 //! VirtualService `spec.hosts` (short names resolved) and `spec.gateways` (`mesh` when absent),
 //! DestinationRule `spec.host`, ServiceEntry `spec.hosts` (kept as written), Gateway server hosts
 //! (the `namespace/` prefix dropped) and the Gateway itself as `namespace/name`, and the FQDN of a
-//! ServiceEndpoints' service.
+//! ServiceEndpoints' service (for a part of a service's endpoints, the service it names).
 
 use pasa_proto::Kind;
 use pasa_proto::gateway::{MESH, resolve_gateway_name};
@@ -62,9 +62,15 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
                 }
             }
         }
-        Kind::ServiceEndpoints => {
-            hosts.push(service_fqdn(&obj.name, ns, domain_suffix));
-        }
+        // The service's host; a part of its endpoints is found by the service it names.
+        Kind::ServiceEndpoints => match spec.get("service") {
+            None | Some(Value::Null) => hosts.push(service_fqdn(&obj.name, ns, domain_suffix)),
+            Some(Value::String(s)) if s.is_empty() => {
+                hosts.push(service_fqdn(&obj.name, ns, domain_suffix))
+            }
+            Some(Value::String(s)) => hosts.push(service_fqdn(s, ns, domain_suffix)),
+            Some(_) => errors.push(field_error("spec.service", "must be a string")),
+        },
         // Namespace-scoped: found by their namespace.
         Kind::Sidecar | Kind::WorkloadEntry | Kind::PeerAuthentication => {}
     }
@@ -198,6 +204,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(sep.hosts, ["reviews.bookinfo.svc.cluster.local"]);
+        let part = keys_of(
+            json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+            "metadata": {"name": "reviews-x7k2p.endpointslice", "namespace": "bookinfo"},
+            "spec": {"service": "reviews"}}),
+        )
+        .unwrap();
+        assert_eq!(part.hosts, ["reviews.bookinfo.svc.cluster.local"]);
         let sidecar = keys_of(
             json!({"apiVersion": "networking.istio.io/v1", "kind": "Sidecar",
             "metadata": {"name": "default"}, "spec": {"egress": [{"hosts": ["./*"]}]}}),
@@ -213,5 +226,11 @@ mod tests {
         .unwrap_err();
         let fields: Vec<_> = errors.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(fields, ["spec.hosts[1]", "spec.hosts[2]", "spec.gateways"]);
+        let errors = keys_of(
+            json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+            "metadata": {"name": "r.endpointslice"}, "spec": {"service": 7}}),
+        )
+        .unwrap_err();
+        assert_eq!(errors[0].field, "spec.service");
     }
 }
