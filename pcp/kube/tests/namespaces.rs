@@ -35,11 +35,6 @@ async fn first_list(namespaces: &Namespaces) {
         .unwrap();
 }
 
-fn client(fake: &FakeApiServer) -> kube::Client {
-    let config = kube::Config::new(format!("http://{}", fake.addr).parse().unwrap());
-    kube::Client::try_from(config).unwrap()
-}
-
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
@@ -50,9 +45,9 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 #[tokio::test]
 async fn namespaces_are_listed_then_followed() {
     let fake = FakeApiServer::start().await;
-    fake.put("default", &[]);
-    fake.put("bookinfo", &[("pasa.io/injection", "enabled")]);
-    let namespaces = Namespaces::follow(client(&fake));
+    fake.put_namespace("default", &[]);
+    fake.put_namespace("bookinfo", &[("pasa.io/injection", "enabled")]);
+    let namespaces = Namespaces::follow(fake.client());
     first_list(&namespaces).await;
     assert_eq!(namespaces.names(), ["bookinfo", "default"]);
     assert_eq!(
@@ -61,9 +56,9 @@ async fn namespaces_are_listed_then_followed() {
     );
     assert_eq!(namespaces.labels("nowhere"), None);
 
-    fake.put("default", &[("pasa.io/injection", "enabled")]);
-    fake.put("shop", &[]);
-    fake.delete("bookinfo");
+    fake.put_namespace("default", &[("pasa.io/injection", "enabled")]);
+    fake.put_namespace("shop", &[]);
+    fake.delete_namespace("bookinfo");
     until(
         &namespaces,
         "default is labelled, shop added, bookinfo gone",
@@ -78,7 +73,7 @@ async fn namespaces_are_listed_then_followed() {
     // A watch cut short resumes from its version: no second list.
     let watches = fake.watches();
     fake.cut_watches();
-    fake.put("late", &[]);
+    fake.put_namespace("late", &[]);
     until(&namespaces, "late is seen after the cut", |n| {
         n.labels("late").is_some()
     })
@@ -90,15 +85,15 @@ async fn namespaces_are_listed_then_followed() {
 #[tokio::test]
 async fn a_compacted_version_is_listed_again() {
     let fake = FakeApiServer::start().await;
-    fake.put("default", &[]);
-    fake.put("gone-while-away", &[]);
-    let namespaces = Namespaces::follow(client(&fake));
+    fake.put_namespace("default", &[]);
+    fake.put_namespace("gone-while-away", &[]);
+    let namespaces = Namespaces::follow(fake.client());
     first_list(&namespaces).await;
     assert_eq!(namespaces.names(), ["default", "gone-while-away"]);
 
     // The watch ends and the history it would resume from is compacted: 410 Gone, then a list.
-    fake.delete("gone-while-away");
-    fake.put("new", &[]);
+    fake.delete_namespace("gone-while-away");
+    fake.put_namespace("new", &[]);
     fake.compact();
     fake.cut_watches();
     until(&namespaces, "the relist shows the deletion", |n| {

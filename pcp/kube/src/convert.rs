@@ -1,0 +1,480 @@
+//! Kubernetes objects as the store keeps them: a Service becomes the `ServiceEndpoints` object of
+//! its name (addresses, ports, selector, `ExternalName`, `exportTo`), and each of its
+//! EndpointSlices a part of its endpoints (`<slice>.endpointslice`, see
+//! `pasa_proto::service_endpoints`), its ready endpoints with what istiod reads of their pods
+//! (labels, service account, network) and nodes (locality). Everything written carries the label
+//! `pasa.io/cluster: <cluster ID>`: what the syncer of that cluster owns.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use pasa_proto::Kind;
+use pasa_proto::service_endpoints::SLICE_NAME_SUFFIX;
+use serde_json::{Map, Value, json};
+
+/// The label on every object a cluster's syncer writes: its cluster ID.
+pub const CLUSTER_LABEL: &str = "pasa.io/cluster";
+/// The Service annotation istiod reads for a service's visibility.
+pub const EXPORT_TO_ANNOTATION: &str = "networking.istio.io/exportTo";
+/// The label EndpointSlices name their Service by.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// A pod's locality, `region.zone.subzone`, overriding its node's (istiod reads it too).
+pub const LOCALITY_LABEL: &str = "istio-locality";
+/// A pod's network, for multi-network meshes.
+pub const NETWORK_LABEL: &str = "topology.istio.io/network";
+pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+pub const SUBZONE_LABEL: &str = "topology.istio.io/subzone";
+
+/// Where an object lives in the store.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StoreKey {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl StoreKey {
+    /// The ServiceEndpoints object of the Service `name`.
+    pub fn service(namespace: &str, name: &str) -> StoreKey {
+        StoreKey {
+            kind: Kind::ServiceEndpoints,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The part of a service's endpoints the EndpointSlice `slice` holds.
+    pub fn slice(namespace: &str, slice: &str) -> StoreKey {
+        StoreKey {
+            kind: Kind::ServiceEndpoints,
+            namespace: namespace.to_string(),
+            name: format!("{slice}{SLICE_NAME_SUFFIX}"),
+        }
+    }
+
+    /// The EndpointSlice a key of [`StoreKey::slice`] stands for.
+    pub fn slice_name(&self) -> Option<&str> {
+        self.name.strip_suffix(SLICE_NAME_SUFFIX)
+    }
+}
+
+impl std::fmt::Display for StoreKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.kind.as_str(), self.namespace, self.name)
+    }
+}
+
+/// What the conversion of an EndpointSlice reads of the cluster's pods and nodes.
+pub trait Workloads {
+    fn pod(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Pod>>;
+    fn node(&self, name: &str) -> Option<std::sync::Arc<Node>>;
+}
+
+/// A store document: apiVersion, kind, metadata and spec.
+fn document(key: &StoreKey, labels: BTreeMap<String, String>, spec: Map<String, Value>) -> Value {
+    json!({
+        "apiVersion": format!("{}/{}", key.kind.group(), key.kind.versions()[0]),
+        "kind": key.kind.as_str(),
+        "metadata": {"name": key.name, "namespace": key.namespace, "labels": labels},
+        "spec": spec,
+    })
+}
+
+fn owned_labels(
+    labels: Option<&BTreeMap<String, String>>,
+    cluster: &str,
+) -> BTreeMap<String, String> {
+    let mut labels = labels.cloned().unwrap_or_default();
+    labels.insert(CLUSTER_LABEL.to_string(), cluster.to_string());
+    labels
+}
+
+/// The ServiceEndpoints object of a Service: everything but its endpoints, which its
+/// EndpointSlices hold.
+pub fn service(svc: &Service, cluster: &str) -> Option<(StoreKey, Value)> {
+    let namespace = svc.metadata.namespace.as_deref()?;
+    let name = svc.metadata.name.as_deref()?;
+    let key = StoreKey::service(namespace, name);
+    let spec = svc.spec.as_ref();
+    let mut out = Map::new();
+    let mut addresses: Vec<&str> = spec
+        .and_then(|s| s.cluster_ips.as_ref())
+        .map(|ips| ips.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    if addresses.is_empty()
+        && let Some(ip) = spec.and_then(|s| s.cluster_ip.as_deref())
+    {
+        addresses.push(ip);
+    }
+    addresses.retain(|a| !a.is_empty() && !a.eq_ignore_ascii_case("none"));
+    if !addresses.is_empty() {
+        out.insert("addresses".into(), json!(addresses));
+    }
+    let ports: Vec<Value> = spec
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let mut port = Map::new();
+            if let Some(name) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                port.insert("name".into(), json!(name));
+            }
+            port.insert("port".into(), json!(p.port));
+            if let Some(protocol) = p.protocol.as_deref().filter(|p| *p != "TCP") {
+                port.insert("protocol".into(), json!(protocol));
+            }
+            match &p.target_port {
+                Some(IntOrString::Int(n)) if *n != p.port => {
+                    port.insert("targetPort".into(), json!(n));
+                }
+                Some(IntOrString::String(name)) => {
+                    port.insert("targetPort".into(), json!(name));
+                }
+                _ => {}
+            }
+            if let Some(app) = p.app_protocol.as_deref() {
+                port.insert("appProtocol".into(), json!(app));
+            }
+            Value::Object(port)
+        })
+        .collect();
+    if !ports.is_empty() {
+        out.insert("ports".into(), Value::Array(ports));
+    }
+    if let Some(selector) = spec
+        .and_then(|s| s.selector.as_ref())
+        .filter(|s| !s.is_empty())
+    {
+        out.insert("selector".into(), json!(selector));
+    }
+    if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName")
+        && let Some(target) = spec.and_then(|s| s.external_name.as_deref())
+    {
+        out.insert("externalName".into(), json!(target));
+    }
+    if let Some(export_to) = svc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(EXPORT_TO_ANNOTATION))
+    {
+        let list: Vec<&str> = export_to
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if !list.is_empty() {
+            out.insert("exportTo".into(), json!(list));
+        }
+    }
+    let labels = owned_labels(svc.metadata.labels.as_ref(), cluster);
+    Some((key.clone(), document(&key, labels, out)))
+}
+
+/// The part of its service's endpoints an EndpointSlice holds: its ready IP endpoints (an
+/// endpoint whose readiness is unknown counts as ready, as Kubernetes says), each with its pod's
+/// labels, service account and network and its locality, and the port each service port is
+/// reached on. `None` for a slice of no Service or of FQDN addresses (istiod ignores those).
+pub fn slice(
+    eps: &EndpointSlice,
+    cluster: &str,
+    workloads: &impl Workloads,
+) -> Option<(StoreKey, Value)> {
+    let namespace = eps.metadata.namespace.as_deref()?;
+    let name = eps.metadata.name.as_deref()?;
+    let service = eps.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+    if eps.address_type == "FQDN" {
+        return None;
+    }
+    let key = StoreKey::slice(namespace, name);
+    let mut out = Map::new();
+    out.insert("service".into(), json!(service));
+    let ports: BTreeMap<&str, i32> = eps
+        .ports
+        .iter()
+        .flatten()
+        .filter_map(|p| Some((p.name.as_deref().unwrap_or(""), p.port?)))
+        .collect();
+    if !ports.is_empty() {
+        out.insert("endpointPorts".into(), json!(ports));
+    }
+    let mut endpoints = Vec::new();
+    for e in &eps.endpoints {
+        let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+        let Some(address) = e.addresses.first() else {
+            continue;
+        };
+        if !ready {
+            continue;
+        }
+        let pod = e
+            .target_ref
+            .as_ref()
+            .filter(|r| r.kind.as_deref() == Some("Pod"))
+            .and_then(|r| {
+                let ns = r.namespace.as_deref().unwrap_or(namespace);
+                workloads.pod(ns, r.name.as_deref()?)
+            });
+        let mut endpoint = Map::new();
+        endpoint.insert("address".into(), json!(address));
+        let pod_labels = pod.as_ref().and_then(|p| p.metadata.labels.as_ref());
+        if let Some(labels) = pod_labels.filter(|l| !l.is_empty()) {
+            endpoint.insert("labels".into(), json!(labels));
+        }
+        let node_name = e
+            .node_name
+            .as_deref()
+            .or_else(|| pod.as_ref()?.spec.as_ref()?.node_name.as_deref());
+        let locality = locality(pod_labels, node_name.and_then(|n| workloads.node(n)));
+        if !locality.is_empty() {
+            endpoint.insert("locality".into(), json!(locality));
+        }
+        if let Some(network) = pod_labels.and_then(|l| l.get(NETWORK_LABEL)) {
+            endpoint.insert("network".into(), json!(network));
+        }
+        if let Some(pod) = &pod {
+            let account = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.as_deref())
+                .unwrap_or("default");
+            endpoint.insert("serviceAccount".into(), json!(account));
+        }
+        endpoints.push(Value::Object(endpoint));
+    }
+    if !endpoints.is_empty() {
+        out.insert("endpoints".into(), Value::Array(endpoints));
+    }
+    Some((
+        key.clone(),
+        document(&key, owned_labels(None, cluster), out),
+    ))
+}
+
+/// `region/zone/subzone`: the pod's `istio-locality` label (dots for slashes), else its node's
+/// topology labels; empty when neither says.
+fn locality(
+    pod_labels: Option<&BTreeMap<String, String>>,
+    node: Option<std::sync::Arc<Node>>,
+) -> String {
+    if let Some(l) = pod_labels.and_then(|l| l.get(LOCALITY_LABEL)) {
+        return l.replace('.', "/");
+    }
+    let Some(labels) = node.as_ref().and_then(|n| n.metadata.labels.as_ref()) else {
+        return String::new();
+    };
+    let get = |k: &str| labels.get(k).map(String::as_str).unwrap_or("");
+    let parts = [get(REGION_LABEL), get(ZONE_LABEL), get(SUBZONE_LABEL)];
+    let used = parts
+        .iter()
+        .rposition(|p| !p.is_empty())
+        .map_or(0, |i| i + 1);
+    parts[..used].join("/")
+}
+
+/// The pods an EndpointSlice's endpoints point at (namespace, name), and the nodes they run on:
+/// what, changed, changes the slice's part.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SliceReferences {
+    pub pods: Vec<(String, String)>,
+    pub nodes: Vec<String>,
+}
+
+/// What an EndpointSlice's part reads besides the slice.
+pub fn slice_references(eps: &EndpointSlice) -> SliceReferences {
+    let namespace = eps.metadata.namespace.as_deref().unwrap_or_default();
+    let mut pods = Vec::new();
+    let mut nodes = Vec::new();
+    for e in &eps.endpoints {
+        if let Some(r) = e
+            .target_ref
+            .as_ref()
+            .filter(|r| r.kind.as_deref() == Some("Pod"))
+            && let Some(name) = &r.name
+        {
+            pods.push((
+                r.namespace.clone().unwrap_or(namespace.to_string()),
+                name.clone(),
+            ));
+        }
+        if let Some(node) = &e.node_name {
+            nodes.push(node.clone());
+        }
+    }
+    pods.sort();
+    pods.dedup();
+    nodes.sort();
+    nodes.dedup();
+    SliceReferences { pods, nodes }
+}
+
+/// The parts of a stored document a syncer compares with what it would write: kind, name,
+/// labels, annotations and spec (the store's bookkeeping and a missing map versus an empty one
+/// do not count).
+pub fn comparable(doc: &Value) -> Value {
+    let metadata = &doc["metadata"];
+    let map = |v: &Value| match v {
+        Value::Object(m) if !m.is_empty() => v.clone(),
+        _ => json!({}),
+    };
+    json!({
+        "kind": doc["kind"],
+        "namespace": metadata["namespace"],
+        "name": metadata["name"],
+        "labels": map(&metadata["labels"]),
+        "annotations": map(&metadata["annotations"]),
+        "spec": map(&doc["spec"]),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    struct Cluster {
+        pods: BTreeMap<(String, String), Arc<Pod>>,
+        nodes: BTreeMap<String, Arc<Node>>,
+    }
+
+    impl Workloads for Cluster {
+        fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+            self.pods.get(&(namespace.into(), name.into())).cloned()
+        }
+        fn node(&self, name: &str) -> Option<Arc<Node>> {
+            self.nodes.get(name).cloned()
+        }
+    }
+
+    fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_service_becomes_its_service_endpoints_object() {
+        let svc: Service = from(json!({
+            "metadata": {"name": "reviews", "namespace": "bookinfo", "labels": {"app": "reviews"},
+                         "annotations": {"networking.istio.io/exportTo": ".,istio-system"}},
+            "spec": {"clusterIP": "10.96.0.12", "clusterIPs": ["10.96.0.12", "fd00::12"],
+                     "selector": {"app": "reviews"},
+                     "ports": [{"name": "http", "port": 9080, "targetPort": 9080, "protocol": "TCP"},
+                               {"name": "grpc-x", "port": 7070, "targetPort": "grpc", "appProtocol": "grpc"},
+                               {"name": "dns", "port": 53, "protocol": "UDP"}]},
+        }));
+        let (key, doc) = service(&svc, "Kubernetes").unwrap();
+        assert_eq!(key.to_string(), "ServiceEndpoints/bookinfo/reviews");
+        assert_eq!(
+            doc,
+            json!({
+                "apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+                "metadata": {"name": "reviews", "namespace": "bookinfo",
+                             "labels": {"app": "reviews", "pasa.io/cluster": "Kubernetes"}},
+                "spec": {
+                    "addresses": ["10.96.0.12", "fd00::12"],
+                    "ports": [{"name": "http", "port": 9080},
+                              {"name": "grpc-x", "port": 7070, "targetPort": "grpc", "appProtocol": "grpc"},
+                              {"name": "dns", "port": 53, "protocol": "UDP"}],
+                    "selector": {"app": "reviews"},
+                    "exportTo": [".", "istio-system"],
+                },
+            })
+        );
+        let headless: Service = from(json!({
+            "metadata": {"name": "db", "namespace": "a"},
+            "spec": {"clusterIP": "None", "type": "ClusterIP"},
+        }));
+        assert_eq!(service(&headless, "c").unwrap().1["spec"], json!({}));
+        let external: Service = from(json!({
+            "metadata": {"name": "ext", "namespace": "a"},
+            "spec": {"type": "ExternalName", "externalName": "api.example.com"},
+        }));
+        assert_eq!(
+            service(&external, "c").unwrap().1["spec"],
+            json!({"externalName": "api.example.com"})
+        );
+    }
+
+    #[test]
+    fn a_slice_becomes_a_part_with_what_its_pods_and_nodes_say() {
+        let pod: Pod = from(json!({
+            "metadata": {"name": "reviews-v2-abc", "namespace": "bookinfo",
+                         "labels": {"app": "reviews", "version": "v2"}},
+            "spec": {"serviceAccountName": "bookinfo-reviews", "nodeName": "n1", "containers": []},
+        }));
+        let node: Node = from(json!({
+            "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/region": "us-east1",
+                                                  "topology.kubernetes.io/zone": "us-east1-b"}},
+        }));
+        let cluster = Cluster {
+            pods: [(("bookinfo".into(), "reviews-v2-abc".into()), Arc::new(pod))].into(),
+            nodes: [("n1".into(), Arc::new(node))].into(),
+        };
+        let eps: EndpointSlice = from(json!({
+            "metadata": {"name": "reviews-x7k2p", "namespace": "bookinfo",
+                         "labels": {"kubernetes.io/service-name": "reviews"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 9080, "protocol": "TCP"}],
+            "endpoints": [
+                {"addresses": ["10.42.0.8"], "conditions": {"ready": true}, "nodeName": "n1",
+                 "targetRef": {"kind": "Pod", "name": "reviews-v2-abc", "namespace": "bookinfo"}},
+                {"addresses": ["10.42.0.9"], "conditions": {"ready": false}},
+                {"addresses": ["10.42.0.10"]},
+            ],
+        }));
+        let (key, doc) = slice(&eps, "Kubernetes", &cluster).unwrap();
+        assert_eq!(key.name, "reviews-x7k2p.endpointslice");
+        assert_eq!(key.slice_name(), Some("reviews-x7k2p"));
+        assert_eq!(
+            doc["spec"],
+            json!({
+                "service": "reviews",
+                "endpointPorts": {"http": 9080},
+                "endpoints": [
+                    {"address": "10.42.0.8", "labels": {"app": "reviews", "version": "v2"},
+                     "locality": "us-east1/us-east1-b", "serviceAccount": "bookinfo-reviews"},
+                    {"address": "10.42.0.10"},
+                ],
+            })
+        );
+        assert_eq!(
+            doc["metadata"]["labels"],
+            json!({"pasa.io/cluster": "Kubernetes"})
+        );
+        assert_eq!(
+            slice_references(&eps),
+            SliceReferences {
+                pods: vec![("bookinfo".into(), "reviews-v2-abc".into())],
+                nodes: vec!["n1".into()]
+            }
+        );
+        let mut fqdn = eps.clone();
+        fqdn.address_type = "FQDN".into();
+        assert!(slice(&fqdn, "c", &cluster).is_none());
+    }
+
+    #[test]
+    fn locality_from_the_pod_label_then_the_node() {
+        let labels: BTreeMap<String, String> = [(LOCALITY_LABEL.into(), "r1.z1.s1".into())].into();
+        assert_eq!(locality(Some(&labels), None), "r1/z1/s1");
+        let node: Node = from(json!({"metadata": {"name": "n", "labels": {REGION_LABEL: "r"}}}));
+        assert_eq!(locality(None, Some(Arc::new(node))), "r");
+        assert_eq!(locality(None, None), "");
+    }
+
+    #[test]
+    fn comparison_ignores_bookkeeping_and_empty_maps() {
+        let written = json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+            "metadata": {"name": "a", "namespace": "n", "labels": {"x": "y"}}, "spec": {}});
+        let stored = json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+            "metadata": {"name": "a", "namespace": "n", "labels": {"x": "y"}, "annotations": {},
+                         "resourceVersion": "7"}});
+        assert_eq!(comparable(&written), comparable(&stored));
+        let changed = json!({"kind": "ServiceEndpoints",
+            "metadata": {"name": "a", "namespace": "n", "labels": {"x": "z"}}, "spec": {}});
+        assert_ne!(comparable(&written), comparable(&changed));
+    }
+}

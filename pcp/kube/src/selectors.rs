@@ -1,0 +1,122 @@
+//! Mesh `discoverySelectors`: which namespaces the syncer reads, as istiod decides it. The
+//! selectors are Kubernetes label selectors, OR-ed: a namespace matching any is read; no
+//! selectors reads every namespace. Within one selector, `matchLabels` and every
+//! `matchExpressions` entry must all hold.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+/// The namespaces a mesh discovers.
+#[derive(Debug, Clone, Default)]
+pub struct DiscoverySelectors(Vec<LabelSelector>);
+
+impl DiscoverySelectors {
+    /// Checks every selector's operators first: an unknown one is an error naming it.
+    pub fn new(selectors: Vec<LabelSelector>) -> anyhow::Result<DiscoverySelectors> {
+        for (i, s) in selectors.iter().enumerate() {
+            for (j, r) in s.match_expressions.iter().flatten().enumerate() {
+                match r.operator.as_str() {
+                    "In" | "NotIn" if r.values.as_ref().is_none_or(Vec::is_empty) => {
+                        anyhow::bail!(
+                            "discoverySelectors[{i}].matchExpressions[{j}].values: {} needs values",
+                            r.operator
+                        )
+                    }
+                    "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+                    other => anyhow::bail!(
+                        "discoverySelectors[{i}].matchExpressions[{j}].operator: {other:?} is not \
+                         one of In, NotIn, Exists, DoesNotExist"
+                    ),
+                }
+            }
+        }
+        Ok(DiscoverySelectors(selectors))
+    }
+
+    /// Every namespace.
+    pub fn all() -> DiscoverySelectors {
+        DiscoverySelectors::default()
+    }
+
+    /// Whether a namespace with these labels is read.
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.is_empty() || self.0.iter().any(|s| matches(s, labels))
+    }
+}
+
+fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_label = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    by_label
+        && selector
+            .match_expressions
+            .iter()
+            .flatten()
+            .all(|r| requirement(r, labels))
+}
+
+fn requirement(r: &LabelSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let value = labels.get(&r.key);
+    let listed = |v: &String| r.values.iter().flatten().any(|x| x == v);
+    match r.operator.as_str() {
+        "In" => value.is_some_and(listed),
+        "NotIn" => !value.is_some_and(listed),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn selector(doc: serde_json::Value) -> LabelSelector {
+        serde_json::from_value(doc).unwrap()
+    }
+
+    #[test]
+    fn selectors_are_ored_and_their_terms_anded() {
+        let s = DiscoverySelectors::new(vec![
+            selector(serde_json::json!({"matchLabels": {"env": "prod"},
+                "matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "b"]}]})),
+            selector(serde_json::json!({"matchExpressions": [
+                {"key": "mesh", "operator": "Exists"},
+                {"key": "legacy", "operator": "DoesNotExist"},
+                {"key": "tier", "operator": "NotIn", "values": ["batch"]}]})),
+        ])
+        .unwrap();
+        assert!(s.selects(&labels(&[("env", "prod"), ("team", "a")])));
+        assert!(!s.selects(&labels(&[("env", "prod"), ("team", "c")])));
+        assert!(!s.selects(&labels(&[("env", "prod")])));
+        assert!(s.selects(&labels(&[("mesh", "")])));
+        assert!(!s.selects(&labels(&[("mesh", ""), ("legacy", "1")])));
+        assert!(!s.selects(&labels(&[("mesh", ""), ("tier", "batch")])));
+        assert!(DiscoverySelectors::all().selects(&labels(&[])));
+    }
+
+    #[test]
+    fn bad_operators_are_named() {
+        let bad =
+            selector(serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Has"}]}));
+        let e = DiscoverySelectors::new(vec![bad]).unwrap_err().to_string();
+        assert!(
+            e.contains("discoverySelectors[0].matchExpressions[0].operator"),
+            "{e}"
+        );
+        let empty =
+            selector(serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In"}]}));
+        assert!(DiscoverySelectors::new(vec![empty]).is_err());
+    }
+}

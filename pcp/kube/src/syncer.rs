@@ -1,0 +1,637 @@
+//! The Kubernetes syncer: follows a cluster's Services, EndpointSlices, Pods, Nodes and
+//! Namespaces with kube's watchers (each into a reflector), and keeps the store's copy equal to
+//! what they say, through a [`Target`] (PCP's validating write path).
+//!
+//! - Work follows what changed: a Service rewrites its `ServiceEndpoints` object, an
+//!   EndpointSlice its part, a pod or node the parts of the slices that point at it (an index
+//!   kept from the slices), a namespace whose discovery selection flips everything in it. What it
+//!   would write is compared with what it wrote (or found stored) first: unchanged objects are
+//!   not written, so a restart with nothing changed in the cluster writes nothing.
+//! - At start, and after any watcher listed again (a watch from a compacted version, 410 Gone),
+//!   everything is compared: objects the syncer owns (labelled `pasa.io/cluster: <ID>`) that the
+//!   cluster no longer has, deleted while PCP was down or while a watch was away, are deleted.
+//! - A write the store refuses (an object Kubernetes accepted but istiod would not) is logged
+//!   and counted, and what was stored before stays; a store that cannot be reached is retried
+//!   with backoff.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::convert::{self, SliceReferences, StoreKey, Workloads};
+use crate::metrics::SyncMetrics;
+use crate::selectors::DiscoverySelectors;
+
+/// Why a write did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The store (or validation before it) refused the object: writing it again will not help
+    /// until it changes.
+    #[error("{0}")]
+    Refused(String),
+    /// The store could not be reached or failed: worth retrying.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Where the syncer writes: the store, behind PCP's validating write path.
+pub trait Target: Send + Sync + 'static {
+    /// Every stored object labelled `pasa.io/cluster: <cluster>` (what this cluster's syncer
+    /// wrote before), as documents.
+    fn owned(&self, cluster: &str) -> impl Future<Output = Result<Vec<Value>, WriteError>> + Send;
+    /// Creates or replaces the object `doc` (apiVersion, kind, metadata, spec).
+    fn apply(&self, doc: Value) -> impl Future<Output = Result<(), WriteError>> + Send;
+    /// Deletes an object; one already gone is not an error.
+    fn delete(&self, key: &StoreKey) -> impl Future<Output = Result<(), WriteError>> + Send;
+}
+
+/// What a syncer reads of its cluster.
+#[derive(Debug, Clone)]
+pub struct SyncConfig {
+    /// The cluster's ID (istiod's `CLUSTER_ID`, `Kubernetes` by default): the value of the
+    /// `pasa.io/cluster` label on what the syncer writes. A second cluster is a second syncer
+    /// with an ID of its own.
+    pub cluster_id: String,
+    /// The mesh's `discoverySelectors`.
+    pub discovery: DiscoverySelectors,
+}
+
+/// What a syncer has done, for readiness and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncStatus {
+    /// The first complete comparison of cluster and store is done.
+    pub synced: bool,
+    /// Objects written (created or changed).
+    pub applied: u64,
+    /// Objects deleted.
+    pub deleted: u64,
+    /// Writes the store refused.
+    pub refused: u64,
+    /// Complete comparisons (at start, and after a watcher listed again).
+    pub full_passes: u64,
+    /// Watch events handled.
+    pub events: u64,
+}
+
+/// A running syncer; stops when dropped.
+pub struct Syncer {
+    status: watch::Receiver<SyncStatus>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Syncer {
+    /// Starts following the cluster `client` reaches.
+    pub fn start<T: Target>(
+        client: Client,
+        config: SyncConfig,
+        target: T,
+        metrics: Arc<SyncMetrics>,
+    ) -> Syncer {
+        let (status_tx, status) = watch::channel(SyncStatus::default());
+        let task = tokio::spawn(run(client, config, target, metrics, status_tx));
+        Syncer { status, task }
+    }
+
+    /// Follows the syncer's progress.
+    pub fn status(&self) -> watch::Receiver<SyncStatus> {
+        self.status.clone()
+    }
+}
+
+/// One watch event, of any followed resource (boxed: the objects differ much in size).
+enum Change {
+    Service(Box<watcher::Event<Service>>),
+    Slice(Box<watcher::Event<EndpointSlice>>),
+    Pod(Box<watcher::Event<Pod>>),
+    Node(Box<watcher::Event<Node>>),
+    Namespace(Box<watcher::Event<Namespace>>),
+}
+
+/// The followed resources, for readiness.
+const RESOURCES: [&str; 5] = ["services", "endpointslices", "pods", "nodes", "namespaces"];
+
+/// A watcher of `K` into a reflector: events come out after the store has them. Objects are
+/// trimmed by `trim` first (a pod's containers and status are not read, and at 100,000 pods
+/// they would be most of the memory).
+fn follow<K>(
+    api: Api<K>,
+    trim: fn(&mut K),
+    resource: &'static str,
+    metrics: Arc<SyncMetrics>,
+) -> (
+    Store<K>,
+    impl Stream<Item = watcher::Event<K>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, watcher::Config::default())
+        .modify(move |k: &mut K| {
+            k.meta_mut().managed_fields = None;
+            trim(k);
+        })
+        .default_backoff()
+        .reflect(writer)
+        .filter_map(move |event| {
+            let metrics = metrics.clone();
+            async move {
+                match event {
+                    Ok(e) => {
+                        if matches!(e, watcher::Event::Init) {
+                            metrics.listed(resource);
+                        }
+                        Some(e)
+                    }
+                    // The watcher retries with backoff; a refused watch is worth hearing of.
+                    Err(e) => {
+                        metrics.watch_failed(resource);
+                        tracing::warn!(resource, error = %e, "watching the cluster");
+                        None
+                    }
+                }
+            }
+        });
+    (store, events)
+}
+
+fn trim_pod(pod: &mut Pod) {
+    pod.metadata.annotations = None;
+    pod.metadata.owner_references = None;
+    pod.status = None;
+    if let Some(spec) = &mut pod.spec {
+        *spec = k8s_openapi::api::core::v1::PodSpec {
+            service_account_name: spec.service_account_name.take(),
+            node_name: spec.node_name.take(),
+            ..Default::default()
+        };
+    }
+}
+
+fn trim_node(node: &mut Node) {
+    node.metadata.annotations = None;
+    node.spec = None;
+    node.status = None;
+}
+
+fn trim_nothing<K>(_: &mut K) {}
+
+/// The reflectors' stores, read by the conversion.
+struct Stores {
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    namespaces: Store<Namespace>,
+}
+
+impl Workloads for Stores {
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.pods.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&ObjectRef::new(name))
+    }
+}
+
+/// A namespaced object: (namespace, name).
+type Id = (String, String);
+
+/// Which slices point at each pod and node: what a pod's or node's change rewrites.
+#[derive(Default)]
+struct References {
+    /// A slice's pods and nodes, by the slice.
+    of_slice: HashMap<Id, SliceReferences>,
+    by_pod: HashMap<Id, BTreeSet<Id>>,
+    by_node: HashMap<String, BTreeSet<Id>>,
+}
+
+impl References {
+    fn set(&mut self, slice: Id, refs: SliceReferences) {
+        self.remove(&slice);
+        for pod in &refs.pods {
+            self.by_pod
+                .entry(pod.clone())
+                .or_default()
+                .insert(slice.clone());
+        }
+        for node in &refs.nodes {
+            self.by_node
+                .entry(node.clone())
+                .or_default()
+                .insert(slice.clone());
+        }
+        self.of_slice.insert(slice, refs);
+    }
+
+    fn remove(&mut self, slice: &Id) {
+        let Some(SliceReferences { pods, nodes }) = self.of_slice.remove(slice) else {
+            return;
+        };
+        for pod in pods {
+            if let Some(set) = self.by_pod.get_mut(&pod) {
+                set.remove(slice);
+                if set.is_empty() {
+                    self.by_pod.remove(&pod);
+                }
+            }
+        }
+        for node in nodes {
+            if let Some(set) = self.by_node.get_mut(&node) {
+                set.remove(slice);
+                if set.is_empty() {
+                    self.by_node.remove(&node);
+                }
+            }
+        }
+    }
+}
+
+fn slice_id(eps: &EndpointSlice) -> Id {
+    (eps.namespace().unwrap_or_default(), eps.name_any())
+}
+
+/// The syncer's state between events.
+struct Syncing<T> {
+    config: SyncConfig,
+    target: T,
+    stores: Stores,
+    refs: References,
+    /// What the store holds of what this syncer owns, as compared ([`convert::comparable`]).
+    written: BTreeMap<StoreKey, Value>,
+    /// Keys to compare again.
+    dirty: BTreeSet<StoreKey>,
+    /// Compare everything at the next pass.
+    full: bool,
+    /// Whether each namespace is read (discovery selectors), as last decided.
+    selected: HashMap<String, bool>,
+    /// Keys whose write failed for want of a store, retried after `backoff`.
+    retry: BTreeSet<StoreKey>,
+    backoff: Duration,
+    status: watch::Sender<SyncStatus>,
+    metrics: Arc<SyncMetrics>,
+}
+
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+async fn run<T: Target>(
+    client: Client,
+    config: SyncConfig,
+    target: T,
+    metrics: Arc<SyncMetrics>,
+    status: watch::Sender<SyncStatus>,
+) {
+    // What this cluster's syncer owns in the store, from before: the start of the comparison.
+    let mut backoff = RETRY_FIRST;
+    let owned = loop {
+        match target.owned(&config.cluster_id).await {
+            Ok(docs) => break docs,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "cannot read what the syncer wrote before");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RETRY_MAX);
+            }
+        }
+    };
+    let written: BTreeMap<StoreKey, Value> = owned
+        .iter()
+        .filter_map(|doc| Some((key_of(doc)?, convert::comparable(doc))))
+        .collect();
+    tracing::info!(cluster = %config.cluster_id, owned = written.len(), "Kubernetes syncer starting");
+
+    let (services, service_events) = follow(
+        Api::<Service>::all(client.clone()),
+        trim_nothing,
+        "services",
+        metrics.clone(),
+    );
+    let (slices, slice_events) = follow(
+        Api::<EndpointSlice>::all(client.clone()),
+        trim_nothing,
+        "endpointslices",
+        metrics.clone(),
+    );
+    let (pods, pod_events) = follow(
+        Api::<Pod>::all(client.clone()),
+        trim_pod,
+        "pods",
+        metrics.clone(),
+    );
+    let (nodes, node_events) = follow(
+        Api::<Node>::all(client.clone()),
+        trim_node,
+        "nodes",
+        metrics.clone(),
+    );
+    let (namespaces, namespace_events) = follow(
+        Api::<Namespace>::all(client),
+        trim_nothing,
+        "namespaces",
+        metrics.clone(),
+    );
+    let events = futures::stream::select_all([
+        service_events.map(|e| Change::Service(Box::new(e))).boxed(),
+        slice_events.map(|e| Change::Slice(Box::new(e))).boxed(),
+        pod_events.map(|e| Change::Pod(Box::new(e))).boxed(),
+        node_events.map(|e| Change::Node(Box::new(e))).boxed(),
+        namespace_events
+            .map(|e| Change::Namespace(Box::new(e)))
+            .boxed(),
+    ]);
+    let mut sync = Syncing {
+        config,
+        target,
+        stores: Stores {
+            services,
+            slices,
+            pods,
+            nodes,
+            namespaces,
+        },
+        refs: References::default(),
+        written,
+        dirty: BTreeSet::new(),
+        full: true,
+        selected: HashMap::new(),
+        retry: BTreeSet::new(),
+        backoff: RETRY_FIRST,
+        status,
+        metrics,
+    };
+    let mut listed: BTreeSet<&'static str> = BTreeSet::new();
+    let mut batches = std::pin::pin!(events.ready_chunks(1024));
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    loop {
+        let retry_due = async move {
+            match retry_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            batch = batches.next() => {
+                let Some(batch) = batch else { return };
+                let handled = batch.len() as u64;
+                for change in batch {
+                    if let Some(done) = sync.handle(change) {
+                        listed.insert(done);
+                    }
+                }
+                sync.status.send_modify(|s| s.events += handled);
+            }
+            () = retry_due => {
+                retry_at = None;
+                let retry = std::mem::take(&mut sync.retry);
+                sync.dirty.extend(retry);
+            }
+        }
+        // Nothing is compared until every resource has been listed once: a pass before the
+        // pods are in would write endpoints without their labels.
+        if listed.len() < RESOURCES.len() {
+            continue;
+        }
+        sync.pass().await;
+        if sync.retry.is_empty() {
+            sync.backoff = RETRY_FIRST;
+        } else if retry_at.is_none() {
+            retry_at = Some(tokio::time::Instant::now() + sync.backoff);
+            sync.backoff = (sync.backoff * 2).min(RETRY_MAX);
+        }
+    }
+}
+
+/// The store key of a document the store holds.
+fn key_of(doc: &Value) -> Option<StoreKey> {
+    let kind = pasa_proto::Kind::from_kind_field(doc["kind"].as_str()?)?;
+    Some(StoreKey {
+        kind,
+        namespace: doc["metadata"]["namespace"].as_str()?.to_string(),
+        name: doc["metadata"]["name"].as_str()?.to_string(),
+    })
+}
+
+impl<T: Target> Syncing<T> {
+    /// Notes what an event makes dirty; returns the resource a list of which completed.
+    fn handle(&mut self, change: Change) -> Option<&'static str> {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        // A list replaced what the watch said: deletions in between were not seen as events,
+        // so everything is compared (`listed`).
+        match change {
+            Change::Service(e) => match *e {
+                Apply(svc) | Delete(svc) => {
+                    let ns = svc.namespace().unwrap_or_default();
+                    self.dirty.insert(StoreKey::service(&ns, &svc.name_any()));
+                }
+                InitDone => return self.listed("services"),
+                Init | InitApply(_) => {}
+            },
+            Change::Slice(e) => match *e {
+                Apply(eps) | InitApply(eps) => {
+                    let id = slice_id(&eps);
+                    self.refs.set(id.clone(), convert::slice_references(&eps));
+                    self.dirty.insert(StoreKey::slice(&id.0, &id.1));
+                }
+                Delete(eps) => {
+                    let id = slice_id(&eps);
+                    self.refs.remove(&id);
+                    self.dirty.insert(StoreKey::slice(&id.0, &id.1));
+                }
+                Init => self.refs = References::default(),
+                InitDone => return self.listed("endpointslices"),
+            },
+            Change::Pod(e) => match *e {
+                Apply(pod) | Delete(pod) => {
+                    let id = (pod.namespace().unwrap_or_default(), pod.name_any());
+                    let slices = self.refs.by_pod.get(&id).into_iter().flatten();
+                    self.dirty
+                        .extend(slices.map(|(ns, slice)| StoreKey::slice(ns, slice)));
+                }
+                InitDone => return self.listed("pods"),
+                Init | InitApply(_) => {}
+            },
+            Change::Node(e) => match *e {
+                Apply(node) | Delete(node) => {
+                    let name = node.name_any();
+                    let slices = self.refs.by_node.get(&name).into_iter().flatten();
+                    self.dirty
+                        .extend(slices.map(|(ns, slice)| StoreKey::slice(ns, slice)));
+                }
+                InitDone => return self.listed("nodes"),
+                Init | InitApply(_) => {}
+            },
+            Change::Namespace(e) => match *e {
+                Apply(ns) | Delete(ns) => {
+                    let name = ns.name_any();
+                    let now = self.selects(&name);
+                    if self.selected.insert(name.clone(), now) != Some(now) {
+                        self.dirty_namespace(&name);
+                    }
+                }
+                InitDone => {
+                    self.selected.clear();
+                    return self.listed("namespaces");
+                }
+                Init | InitApply(_) => {}
+            },
+        }
+        None
+    }
+
+    fn listed(&mut self, resource: &'static str) -> Option<&'static str> {
+        self.full = true;
+        Some(resource)
+    }
+
+    /// Whether the namespace `name` is read, by the discovery selectors.
+    fn selects(&self, name: &str) -> bool {
+        let ns = self.stores.namespaces.get(&ObjectRef::new(name));
+        match ns {
+            Some(ns) => self
+                .config
+                .discovery
+                .selects(ns.metadata.labels.as_ref().unwrap_or(&BTreeMap::new())),
+            None => false,
+        }
+    }
+
+    fn dirty_namespace(&mut self, namespace: &str) {
+        let in_ns = |ns: Option<&String>| ns.map(String::as_str) == Some(namespace);
+        for svc in self.stores.services.state() {
+            if in_ns(svc.metadata.namespace.as_ref()) {
+                self.dirty
+                    .insert(StoreKey::service(namespace, &svc.name_any()));
+            }
+        }
+        for eps in self.stores.slices.state() {
+            if in_ns(eps.metadata.namespace.as_ref()) {
+                self.dirty
+                    .insert(StoreKey::slice(namespace, &eps.name_any()));
+            }
+        }
+        let written = self.written.keys().filter(|k| k.namespace == namespace);
+        self.dirty.extend(written.cloned());
+    }
+
+    /// What the store should hold under `key`: `None` for nothing.
+    fn desired(&self, key: &StoreKey) -> Option<Value> {
+        let selected = self
+            .selected
+            .get(&key.namespace)
+            .copied()
+            .unwrap_or_else(|| self.selects(&key.namespace));
+        if !selected {
+            return None;
+        }
+        let cluster = &self.config.cluster_id;
+        match key.slice_name() {
+            Some(slice) => {
+                let eps = self
+                    .stores
+                    .slices
+                    .get(&ObjectRef::new(slice).within(&key.namespace))?;
+                convert::slice(&eps, cluster, &self.stores).map(|(_, doc)| doc)
+            }
+            None => {
+                let svc = self
+                    .stores
+                    .services
+                    .get(&ObjectRef::new(&key.name).within(&key.namespace))?;
+                convert::service(&svc, cluster).map(|(_, doc)| doc)
+            }
+        }
+    }
+
+    /// Compares the dirty keys (every key, after a list) and writes the differences.
+    async fn pass(&mut self) {
+        if self.dirty.is_empty() && !self.full {
+            return;
+        }
+        let full = std::mem::take(&mut self.full);
+        let mut keys = std::mem::take(&mut self.dirty);
+        if full {
+            let ns = |o: &Option<String>| o.clone().unwrap_or_default();
+            keys.extend(
+                self.stores
+                    .services
+                    .state()
+                    .iter()
+                    .map(|s| StoreKey::service(&ns(&s.metadata.namespace), &s.name_any())),
+            );
+            keys.extend(
+                self.stores
+                    .slices
+                    .state()
+                    .iter()
+                    .map(|s| StoreKey::slice(&ns(&s.metadata.namespace), &s.name_any())),
+            );
+            keys.extend(self.written.keys().cloned());
+        }
+        let (mut applied, mut deleted, mut refused) = (0, 0, 0);
+        for key in keys {
+            let desired = self.desired(&key);
+            let compared = desired.as_ref().map(convert::comparable);
+            if compared.as_ref() == self.written.get(&key) {
+                continue;
+            }
+            let outcome = match desired {
+                Some(doc) => self.target.apply(doc).await.map(|()| true),
+                None => self.target.delete(&key).await.map(|()| false),
+            };
+            match outcome {
+                Ok(true) => {
+                    applied += 1;
+                    self.metrics.wrote("applied");
+                    self.written.insert(key, compared.unwrap_or_default());
+                }
+                Ok(false) => {
+                    deleted += 1;
+                    self.metrics.wrote("deleted");
+                    self.written.remove(&key);
+                }
+                Err(WriteError::Refused(message)) => {
+                    refused += 1;
+                    self.metrics.wrote("refused");
+                    tracing::warn!(object = %key, error = %message,
+                        "the store refused what the cluster holds; what was stored before stays");
+                }
+                Err(WriteError::Unavailable(message)) => {
+                    self.metrics.wrote("failed");
+                    tracing::warn!(object = %key, error = %message, "cannot write; retrying");
+                    self.retry.insert(key);
+                }
+            }
+        }
+        self.status.send_modify(|s| {
+            s.applied += applied;
+            s.deleted += deleted;
+            s.refused += refused;
+            if full {
+                s.full_passes += 1;
+                s.synced = true;
+            }
+        });
+    }
+}

@@ -1,0 +1,419 @@
+//! The Kubernetes syncer against a **fake** Kubernetes API server (tests/common), driven by the
+//! real `kube` client, writing into a **fake** store (an in-memory map standing for PCP's
+//! write path, which pcp's own tests put behind it): Services, EndpointSlices, pods and nodes
+//! reach the store and follow changes; a restart with nothing changed writes nothing; what was
+//! deleted while the syncer was away is deleted; a compacted watch lists again and sees
+//! deletions; discovery selectors limit the namespaces read; a refused write keeps what was
+//! stored.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::fake_apiserver::FakeApiServer;
+use pasa_kube::convert::StoreKey;
+use pasa_kube::metrics::SyncMetrics;
+use pasa_kube::selectors::DiscoverySelectors;
+use pasa_kube::syncer::{SyncConfig, SyncStatus, Syncer, Target, WriteError};
+use serde_json::{Value, json};
+
+/// A **fake** store: documents by key, with the writes counted.
+#[derive(Clone, Default)]
+struct FakeStore {
+    inner: Arc<Mutex<Stored>>,
+}
+
+#[derive(Default)]
+struct Stored {
+    docs: BTreeMap<StoreKey, Value>,
+    applies: usize,
+    deletes: usize,
+    /// Names whose writes are refused, as validation would.
+    refuse: BTreeSet<String>,
+}
+
+fn key(doc: &Value) -> StoreKey {
+    StoreKey {
+        kind: pasa_proto::Kind::from_kind_field(doc["kind"].as_str().unwrap()).unwrap(),
+        namespace: doc["metadata"]["namespace"].as_str().unwrap().into(),
+        name: doc["metadata"]["name"].as_str().unwrap().into(),
+    }
+}
+
+impl Target for FakeStore {
+    async fn owned(&self, cluster: &str) -> Result<Vec<Value>, WriteError> {
+        let s = self.inner.lock().unwrap();
+        let label = |d: &Value| d["metadata"]["labels"]["pasa.io/cluster"] == json!(cluster);
+        Ok(s.docs.values().filter(|d| label(d)).cloned().collect())
+    }
+
+    async fn apply(&self, doc: Value) -> Result<(), WriteError> {
+        let mut s = self.inner.lock().unwrap();
+        let k = key(&doc);
+        if s.refuse.contains(&k.name) {
+            return Err(WriteError::Refused(format!(
+                "{k}: spec.ports[0].port: refused"
+            )));
+        }
+        s.applies += 1;
+        s.docs.insert(k, doc);
+        Ok(())
+    }
+
+    async fn delete(&self, key: &StoreKey) -> Result<(), WriteError> {
+        let mut s = self.inner.lock().unwrap();
+        s.deletes += 1;
+        s.docs.remove(key);
+        Ok(())
+    }
+}
+
+impl FakeStore {
+    fn spec(&self, namespace: &str, name: &str) -> Option<Value> {
+        let s = self.inner.lock().unwrap();
+        s.docs
+            .get(&StoreKey::service(namespace, name))
+            .map(|d| d["spec"].clone())
+    }
+
+    fn names(&self) -> Vec<String> {
+        let s = self.inner.lock().unwrap();
+        s.docs
+            .keys()
+            .map(|k| format!("{}/{}", k.namespace, k.name))
+            .collect()
+    }
+
+    fn writes(&self) -> (usize, usize) {
+        let s = self.inner.lock().unwrap();
+        (s.applies, s.deletes)
+    }
+}
+
+fn start(fake: &FakeApiServer, store: &FakeStore, discovery: DiscoverySelectors) -> Syncer {
+    let config = SyncConfig {
+        cluster_id: "Kubernetes".into(),
+        discovery,
+    };
+    Syncer::start(
+        fake.client(),
+        config,
+        store.clone(),
+        Arc::new(SyncMetrics::default()),
+    )
+}
+
+/// Waits (at most 10 s, woken by each step of the syncer) until `done` holds.
+async fn until(syncer: &Syncer, what: &str, done: impl Fn(&SyncStatus) -> bool) -> SyncStatus {
+    let mut status = syncer.status();
+    let waited = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let now = status.borrow_and_update().clone();
+            if done(&now) {
+                return now;
+            }
+            status.changed().await.expect("the syncer stopped");
+        }
+    })
+    .await;
+    match waited {
+        Ok(s) => s,
+        Err(_) => panic!(
+            "timed out waiting until {what}; status {:?}",
+            syncer.status().borrow()
+        ),
+    }
+}
+
+fn service(ns: &str, name: &str, port: u16) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"clusterIP": format!("10.96.0.{port}"), "selector": {"app": name},
+                 "ports": [{"name": "http", "port": port, "targetPort": 9080, "protocol": "TCP"}]},
+    })
+}
+
+fn slice(ns: &str, name: &str, service: &str, pods: &[(&str, &str)]) -> Value {
+    let endpoints: Vec<Value> = pods
+        .iter()
+        .map(|(pod, ip)| {
+            json!({"addresses": [ip], "conditions": {"ready": true}, "nodeName": "node-1",
+                   "targetRef": {"kind": "Pod", "name": pod, "namespace": ns}})
+        })
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": ns,
+                     "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 9080, "protocol": "TCP"}],
+        "endpoints": endpoints,
+    })
+}
+
+fn pod(ns: &str, name: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels,
+                     "annotations": {"kubectl.kubernetes.io/restartedAt": "now"}},
+        "spec": {"serviceAccountName": "bookinfo-reviews", "nodeName": "node-1",
+                 "containers": [{"name": "reviews", "image": "reviews:1"}]},
+        "status": {"podIP": "10.42.0.7", "phase": "Running"},
+    })
+}
+
+fn node(zone: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/region": "us-east1",
+                                                   "topology.kubernetes.io/zone": zone}},
+    })
+}
+
+/// A small cluster: namespace bookinfo with reviews (one slice, one pod) and ratings.
+fn bookinfo(fake: &FakeApiServer) {
+    fake.put_namespace("bookinfo", &[]);
+    fake.put(node("us-east1-b"));
+    fake.put(pod(
+        "bookinfo",
+        "reviews-v1",
+        json!({"app": "reviews", "version": "v1"}),
+    ));
+    fake.put(service("bookinfo", "reviews", 9080));
+    fake.put(slice(
+        "bookinfo",
+        "reviews-a",
+        "reviews",
+        &[("reviews-v1", "10.42.0.7")],
+    ));
+    fake.put(service("bookinfo", "ratings", 9081));
+}
+
+#[tokio::test]
+async fn services_endpoints_pods_and_nodes_reach_the_store_and_follow_changes() {
+    let fake = FakeApiServer::start().await;
+    bookinfo(&fake);
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    until(&syncer, "the first pass", |s| s.synced).await;
+    assert_eq!(
+        store.names(),
+        [
+            "bookinfo/ratings",
+            "bookinfo/reviews",
+            "bookinfo/reviews-a.endpointslice"
+        ]
+    );
+    assert_eq!(
+        store.spec("bookinfo", "reviews-a.endpointslice").unwrap(),
+        json!({
+            "service": "reviews",
+            "endpointPorts": {"http": 9080},
+            "endpoints": [{"address": "10.42.0.7", "labels": {"app": "reviews", "version": "v1"},
+                           "locality": "us-east1/us-east1-b", "serviceAccount": "bookinfo-reviews"}],
+        })
+    );
+    assert_eq!(
+        store.spec("bookinfo", "reviews").unwrap()["ports"],
+        json!([{"name": "http", "port": 9080}])
+    );
+
+    // A pod's labels change: its slice's part is written again.
+    fake.put(pod(
+        "bookinfo",
+        "reviews-v1",
+        json!({"app": "reviews", "version": "v2"}),
+    ));
+    until(&syncer, "the pod's new labels", |_| {
+        store.spec("bookinfo", "reviews-a.endpointslice").unwrap()["endpoints"][0]["labels"]["version"]
+            == "v2"
+    })
+    .await;
+    // Its node moves zone: the locality follows.
+    fake.put(node("us-east1-c"));
+    until(&syncer, "the node's new zone", |_| {
+        store.spec("bookinfo", "reviews-a.endpointslice").unwrap()["endpoints"][0]["locality"]
+            == "us-east1/us-east1-c"
+    })
+    .await;
+    // A pod change that the store does not keep (its status) writes nothing.
+    let writes = store.writes();
+    let mut restarted = pod(
+        "bookinfo",
+        "reviews-v1",
+        json!({"app": "reviews", "version": "v2"}),
+    );
+    restarted["status"]["phase"] = json!("Succeeded");
+    fake.put(restarted);
+    fake.put(service("bookinfo", "details", 9082));
+    until(&syncer, "details", |_| {
+        store.spec("bookinfo", "details").is_some()
+    })
+    .await;
+    assert_eq!(
+        store.writes(),
+        (writes.0 + 1, writes.1),
+        "only details was written"
+    );
+
+    // A second slice, then the first goes; then a service goes.
+    fake.put(slice(
+        "bookinfo",
+        "reviews-b",
+        "reviews",
+        &[("reviews-v3", "10.42.0.9")],
+    ));
+    fake.delete(
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        "bookinfo",
+        "reviews-a",
+    );
+    fake.delete("v1", "Service", "bookinfo", "ratings");
+    until(&syncer, "the slice and service deletions", |_| {
+        store.names()
+            == [
+                "bookinfo/details",
+                "bookinfo/reviews",
+                "bookinfo/reviews-b.endpointslice",
+            ]
+    })
+    .await;
+    // A pod the slice names but the cluster does not have: the endpoint without its labels.
+    assert_eq!(
+        store.spec("bookinfo", "reviews-b.endpointslice").unwrap()["endpoints"],
+        json!([{"address": "10.42.0.9", "locality": "us-east1/us-east1-c"}])
+    );
+    fake.put(pod(
+        "bookinfo",
+        "reviews-v3",
+        json!({"app": "reviews", "version": "v3"}),
+    ));
+    until(&syncer, "the late pod's labels", |_| {
+        store.spec("bookinfo", "reviews-b.endpointslice").unwrap()["endpoints"][0]["labels"]["version"]
+            == "v3"
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_restart_writes_nothing_and_deletions_while_away_are_reconciled() {
+    let fake = FakeApiServer::start().await;
+    bookinfo(&fake);
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    until(&syncer, "the first pass", |s| s.synced).await;
+    assert_eq!(store.writes(), (3, 0));
+    drop(syncer);
+
+    // Nothing changed: the second syncer compares and writes nothing.
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    let status = until(&syncer, "the first pass after a restart", |s| s.synced).await;
+    assert_eq!((status.applied, status.deleted), (0, 0));
+    assert_eq!(store.writes(), (3, 0));
+    drop(syncer);
+
+    // While away: a service and a slice are deleted, another service changes. An object of
+    // another cluster's syncer is not touched.
+    fake.delete("v1", "Service", "bookinfo", "ratings");
+    fake.delete(
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        "bookinfo",
+        "reviews-a",
+    );
+    fake.put(service("bookinfo", "reviews", 9090));
+    let other = json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+        "metadata": {"name": "remote", "namespace": "bookinfo",
+                     "labels": {"pasa.io/cluster": "west"}}, "spec": {}});
+    store.apply(other).await.unwrap();
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    let status = until(&syncer, "the first pass after changes", |s| s.synced).await;
+    assert_eq!((status.applied, status.deleted), (1, 2));
+    assert_eq!(store.names(), ["bookinfo/remote", "bookinfo/reviews"]);
+    assert_eq!(
+        store.spec("bookinfo", "reviews").unwrap()["ports"][0]["port"],
+        9090
+    );
+}
+
+#[tokio::test]
+async fn a_watch_from_a_compacted_version_lists_again_and_sees_deletions() {
+    let fake = FakeApiServer::start().await;
+    bookinfo(&fake);
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    until(&syncer, "the first pass", |s| s.synced).await;
+    let lists = fake.lists_of("services");
+
+    // A cut watch resumes: no list, and the change comes through.
+    fake.cut_watches();
+    fake.put(service("bookinfo", "details", 9082));
+    until(&syncer, "details", |_| {
+        store.spec("bookinfo", "details").is_some()
+    })
+    .await;
+    assert_eq!(fake.lists_of("services"), lists, "resumed without a list");
+
+    // Compacted away: 410 Gone, a list, and the deletion made meanwhile is found by comparing.
+    fake.delete("v1", "Service", "bookinfo", "ratings");
+    fake.compact();
+    fake.cut_watches();
+    until(&syncer, "the deletion seen through a list", |_| {
+        store.spec("bookinfo", "ratings").is_none()
+    })
+    .await;
+    assert!(fake.lists_of("services") > lists, "listed again");
+    assert!(syncer.status().borrow().full_passes >= 2);
+}
+
+#[tokio::test]
+async fn discovery_selectors_limit_the_namespaces_read() {
+    let fake = FakeApiServer::start().await;
+    fake.put_namespace("shop", &[("istio-discovery", "enabled")]);
+    fake.put_namespace("legacy", &[]);
+    fake.put(service("shop", "cart", 8080));
+    fake.put(service("legacy", "billing", 8081));
+    let selectors = DiscoverySelectors::new(vec![
+        serde_json::from_value(json!({"matchLabels": {"istio-discovery": "enabled"}})).unwrap(),
+    ])
+    .unwrap();
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, selectors);
+    until(&syncer, "the first pass", |s| s.synced).await;
+    assert_eq!(store.names(), ["shop/cart"]);
+
+    // legacy is selected, shop is not any more.
+    fake.put_namespace("legacy", &[("istio-discovery", "enabled")]);
+    fake.put_namespace("shop", &[]);
+    until(&syncer, "legacy in, shop out", |_| {
+        store.names() == ["legacy/billing"]
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_refused_write_keeps_what_was_stored() {
+    let fake = FakeApiServer::start().await;
+    bookinfo(&fake);
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    until(&syncer, "the first pass", |s| s.synced).await;
+    store.inner.lock().unwrap().refuse.insert("ratings".into());
+    fake.put(service("bookinfo", "ratings", 9999));
+    fake.put(service("bookinfo", "details", 9082));
+    let status = until(&syncer, "the refusal", |s| s.refused == 1).await;
+    assert_eq!(status.refused, 1);
+    until(&syncer, "details", |_| {
+        store.spec("bookinfo", "details").is_some()
+    })
+    .await;
+    assert_eq!(
+        store.spec("bookinfo", "ratings").unwrap()["ports"][0]["port"],
+        9081,
+        "the stored object stays"
+    );
+}
