@@ -1,6 +1,7 @@
 //! PASA's link to Kubernetes: the syncer that keeps the store's copy of a cluster's services and
 //! endpoints (and the namespaces the injecting webhook reads) equal to the cluster's.
 pub mod convert;
+pub mod lease;
 pub mod metrics;
 pub mod namespaces;
 pub mod selectors;

@@ -354,9 +354,13 @@ async fn serve(
             }
         }
         (Method::POST, None) | (Method::PUT, Some(_)) => {
-            let Ok(object) = serde_json::from_slice::<Value>(&body) else {
+            let Ok(mut object) = serde_json::from_slice::<Value>(&body) else {
                 return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
             };
+            // The namespace is the path's, as the API server has it.
+            if let Some(ns) = &target.namespace {
+                object["metadata"]["namespace"] = json!(ns);
+            }
             let key = key_of(&object);
             let mut h = shared.history.lock().unwrap();
             let existing = h.objects.get(&key).cloned();
