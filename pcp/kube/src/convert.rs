@@ -1,4 +1,5 @@
-//! Kubernetes objects as the store keeps them: a Service becomes the `ServiceEndpoints` object of
+//! Kubernetes objects as the store keeps them: Istio config as it is (name, labels,
+//! annotations, spec), a Service becomes the `ServiceEndpoints` object of
 //! its name (addresses, ports, selector, `ExternalName`, `exportTo`), and each of its
 //! EndpointSlices a part of its endpoints (`<slice>.endpointslice`, see
 //! `pasa_proto::service_endpoints`), its ready endpoints with what istiod reads of their pods
@@ -10,6 +11,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::DynamicObject;
 use pasa_proto::Kind;
 use pasa_proto::service_endpoints::SLICE_NAME_SUFFIX;
 use serde_json::{Map, Value, json};
@@ -90,6 +92,22 @@ fn owned_labels(
     let mut labels = labels.cloned().unwrap_or_default();
     labels.insert(CLUSTER_LABEL.to_string(), cluster.to_string());
     labels
+}
+
+/// An Istio config object as the store keeps it: its name, labels, annotations and spec, at
+/// the version it was read.
+pub fn config(key: &StoreKey, api_version: &str, obj: &DynamicObject, cluster: &str) -> Value {
+    let mut doc = json!({
+        "apiVersion": api_version,
+        "kind": key.kind.as_str(),
+        "metadata": {"name": key.name, "namespace": key.namespace,
+                     "labels": owned_labels(obj.metadata.labels.as_ref(), cluster)},
+        "spec": obj.data.get("spec").cloned().unwrap_or_else(|| json!({})),
+    });
+    if let Some(annotations) = obj.metadata.annotations.as_ref().filter(|a| !a.is_empty()) {
+        doc["metadata"]["annotations"] = json!(annotations);
+    }
+    doc
 }
 
 /// The ServiceEndpoints object of a Service: everything but its endpoints, which its

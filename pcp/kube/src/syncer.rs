@@ -1,7 +1,12 @@
-//! The Kubernetes syncer: follows a cluster's Services, EndpointSlices, Pods, Nodes and
-//! Namespaces with kube's watchers (each into a reflector), and keeps the store's copy equal to
-//! what they say, through a [`Target`] (PCP's validating write path).
+//! The Kubernetes syncer: follows a cluster's Istio config (every kind the store keeps),
+//! Services, EndpointSlices, Pods, Nodes and Namespaces with kube's watchers (each into a
+//! reflector), and keeps the store's copy equal to what they say, through a [`Target`] (PCP's
+//! validating write path).
 //!
+//! - Istio kinds are read at the newest version the cluster serves of those the store accepts
+//!   (`v1`, else `v1beta1`, else `v1alpha3`: the API server converts between served versions,
+//!   so every object is seen whichever version it was written at). A kind whose CRD is not
+//!   installed is not followed (until PCP restarts).
 //! - Work follows what changed: a Service rewrites its `ServiceEndpoints` object, an
 //!   EndpointSlice its part, a pod or node the parts of the slices that point at it (an index
 //!   kept from the slices), a namespace whose discovery selection flips everything in it. What it
@@ -21,9 +26,11 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use pasa_proto::Kind;
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -115,6 +122,7 @@ impl Syncer {
 
 /// One watch event, of any followed resource (boxed: the objects differ much in size).
 enum Change {
+    Config(Kind, Box<watcher::Event<DynamicObject>>),
     Service(Box<watcher::Event<Service>>),
     Slice(Box<watcher::Event<EndpointSlice>>),
     Pod(Box<watcher::Event<Pod>>),
@@ -122,7 +130,7 @@ enum Change {
     Namespace(Box<watcher::Event<Namespace>>),
 }
 
-/// The followed resources, for readiness.
+/// The followed Kubernetes resources (besides Istio's kinds), for readiness.
 const RESOURCES: [&str; 5] = ["services", "endpointslices", "pods", "nodes", "namespaces"];
 
 /// A watcher of `K` into a reflector: events come out after the store has them. Objects are
@@ -147,7 +155,22 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let events = watcher(api, watcher::Config::default())
+    (store, follow_into(api, writer, trim, resource, metrics))
+}
+
+/// [`follow`] into a given reflector (of a kind known at run time).
+fn follow_into<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    trim: fn(&mut K),
+    resource: &'static str,
+    metrics: Arc<SyncMetrics>,
+) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
+    watcher(api, watcher::Config::default())
         .modify(move |k: &mut K| {
             k.meta_mut().managed_fields = None;
             trim(k);
@@ -172,8 +195,45 @@ where
                     }
                 }
             }
-        });
-    (store, events)
+        })
+}
+
+/// Config objects lose what the store does not keep: their status, and the copy of the whole
+/// object `kubectl apply` leaves in an annotation.
+fn trim_config(obj: &mut DynamicObject) {
+    if let Some(a) = &mut obj.metadata.annotations {
+        a.remove(LAST_APPLIED);
+    }
+    if let Some(data) = obj.data.as_object_mut() {
+        data.retain(|k, _| k == "spec");
+    }
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The version of `kind` to read: the newest of those the store accepts that the cluster
+/// serves; `None` when it serves none (the CRD is not installed).
+async fn served_version(client: &Client, kind: Kind) -> Option<ApiResource> {
+    for version in kind.versions() {
+        let gvk = GroupVersionKind::gvk(kind.group(), version, kind.as_str());
+        let resource = ApiResource::from_gvk_with_plural(&gvk, kind.plural());
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => return Some(resource),
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            // Not known yet (the API server is away, or RBAC refuses): the watcher retries.
+            Err(e) => {
+                tracing::warn!(kind = kind.as_str(), error = %e,
+                    "cannot tell which version the cluster serves");
+                return Some(resource);
+            }
+        }
+    }
+    tracing::info!(
+        kind = kind.as_str(),
+        "not served by this cluster (no CRD): not followed"
+    );
+    None
 }
 
 fn trim_pod(pod: &mut Pod) {
@@ -199,6 +259,8 @@ fn trim_nothing<K>(_: &mut K) {}
 
 /// The reflectors' stores, read by the conversion.
 struct Stores {
+    /// Istio's kinds the cluster serves, with the version read.
+    configs: BTreeMap<Kind, (ApiResource, Store<DynamicObject>)>,
     services: Store<Service>,
     slices: Store<EndpointSlice>,
     pods: Store<Pod>,
@@ -347,24 +409,47 @@ async fn run<T: Target>(
         metrics.clone(),
     );
     let (namespaces, namespace_events) = follow(
-        Api::<Namespace>::all(client),
+        Api::<Namespace>::all(client.clone()),
         trim_nothing,
         "namespaces",
         metrics.clone(),
     );
-    let events = futures::stream::select_all([
-        service_events.map(|e| Change::Service(Box::new(e))).boxed(),
-        slice_events.map(|e| Change::Slice(Box::new(e))).boxed(),
-        pod_events.map(|e| Change::Pod(Box::new(e))).boxed(),
-        node_events.map(|e| Change::Node(Box::new(e))).boxed(),
-        namespace_events
-            .map(|e| Change::Namespace(Box::new(e)))
-            .boxed(),
-    ]);
+    let mut configs = BTreeMap::new();
+    let mut config_events = Vec::new();
+    for kind in Kind::ALL {
+        if kind == Kind::ServiceEndpoints {
+            continue;
+        }
+        let Some(resource) = served_version(&client, kind).await else {
+            continue;
+        };
+        let writer = reflector::store::Writer::new(resource.clone());
+        configs.insert(kind, (resource.clone(), writer.as_reader()));
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let events = follow_into(api, writer, trim_config, kind.plural(), metrics.clone());
+        config_events.push(
+            events
+                .map(move |e| Change::Config(kind, Box::new(e)))
+                .boxed(),
+        );
+    }
+    let resources = RESOURCES.len() + configs.len();
+    let events = futures::stream::select_all(
+        config_events.into_iter().chain([
+            service_events.map(|e| Change::Service(Box::new(e))).boxed(),
+            slice_events.map(|e| Change::Slice(Box::new(e))).boxed(),
+            pod_events.map(|e| Change::Pod(Box::new(e))).boxed(),
+            node_events.map(|e| Change::Node(Box::new(e))).boxed(),
+            namespace_events
+                .map(|e| Change::Namespace(Box::new(e)))
+                .boxed(),
+        ]),
+    );
     let mut sync = Syncing {
         config,
         target,
         stores: Stores {
+            configs,
             services,
             slices,
             pods,
@@ -410,7 +495,7 @@ async fn run<T: Target>(
         }
         // Nothing is compared until every resource has been listed once: a pass before the
         // pods are in would write endpoints without their labels.
-        if listed.len() < RESOURCES.len() {
+        if listed.len() < resources {
             continue;
         }
         sync.pass().await;
@@ -440,6 +525,17 @@ impl<T: Target> Syncing<T> {
         // A list replaced what the watch said: deletions in between were not seen as events,
         // so everything is compared (`listed`).
         match change {
+            Change::Config(kind, e) => match *e {
+                Apply(obj) | Delete(obj) => {
+                    self.dirty.insert(StoreKey {
+                        kind,
+                        namespace: obj.namespace().unwrap_or_default(),
+                        name: obj.name_any(),
+                    });
+                }
+                InitDone => return self.listed(kind.plural()),
+                Init | InitApply(_) => {}
+            },
             Change::Service(e) => match *e {
                 Apply(svc) | Delete(svc) => {
                     let ns = svc.namespace().unwrap_or_default();
@@ -546,6 +642,12 @@ impl<T: Target> Syncing<T> {
             return None;
         }
         let cluster = &self.config.cluster_id;
+        if key.kind != Kind::ServiceEndpoints {
+            let (resource, store) = self.stores.configs.get(&key.kind)?;
+            let at = ObjectRef::new_with(&key.name, resource.clone()).within(&key.namespace);
+            let obj = store.get(&at)?;
+            return Some(convert::config(key, &resource.api_version, &obj, cluster));
+        }
         match key.slice_name() {
             Some(slice) => {
                 let eps = self
@@ -587,6 +689,13 @@ impl<T: Target> Syncing<T> {
                     .iter()
                     .map(|s| StoreKey::slice(&ns(&s.metadata.namespace), &s.name_any())),
             );
+            for (kind, (_, store)) in &self.stores.configs {
+                keys.extend(store.state().iter().map(|o| StoreKey {
+                    kind: *kind,
+                    namespace: o.namespace().unwrap_or_default(),
+                    name: o.name_any(),
+                }));
+            }
             keys.extend(self.written.keys().cloned());
         }
         let (mut applied, mut deleted, mut refused) = (0, 0, 0);

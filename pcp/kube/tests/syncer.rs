@@ -417,3 +417,77 @@ async fn a_refused_write_keeps_what_was_stored() {
         "the stored object stays"
     );
 }
+
+#[tokio::test]
+async fn istio_config_is_read_at_the_newest_served_version() {
+    let fake = FakeApiServer::start().await;
+    fake.put_namespace("bookinfo", &[]);
+    // Sidecars only at v1beta1; no PeerAuthentication CRD at all.
+    fake.unserve("networking.istio.io/v1", "Sidecar");
+    for version in ["v1", "v1beta1"] {
+        fake.unserve(
+            &format!("security.istio.io/{version}"),
+            "PeerAuthentication",
+        );
+    }
+    let vs = |weight: u32| {
+        json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+            "metadata": {"name": "reviews", "namespace": "bookinfo", "labels": {"team": "a"},
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{…}",
+                                         "owner": "team-a"}},
+            "spec": {"hosts": ["reviews"], "http": [{"route": [
+                {"destination": {"host": "reviews", "subset": "v1"}, "weight": weight},
+                {"destination": {"host": "reviews", "subset": "v2"}, "weight": 100 - weight}]}]},
+            "status": {"validationMessages": []},
+        })
+    };
+    fake.put(vs(90));
+    fake.put(json!({
+        "apiVersion": "networking.istio.io/v1beta1", "kind": "Sidecar",
+        "metadata": {"name": "default", "namespace": "bookinfo"},
+        "spec": {"egress": [{"hosts": ["./*"]}]},
+    }));
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    until(&syncer, "the first pass", |s| s.synced).await;
+    let doc = |kind: pasa_proto::Kind, name: &str| {
+        let key = StoreKey {
+            kind,
+            namespace: "bookinfo".into(),
+            name: name.into(),
+        };
+        store.inner.lock().unwrap().docs.get(&key).cloned()
+    };
+    assert_eq!(
+        doc(pasa_proto::Kind::VirtualService, "reviews").unwrap(),
+        json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+            "metadata": {"name": "reviews", "namespace": "bookinfo",
+                         "labels": {"team": "a", "pasa.io/cluster": "Kubernetes"},
+                         "annotations": {"owner": "team-a"}},
+            "spec": vs(90)["spec"],
+        })
+    );
+    assert_eq!(
+        doc(pasa_proto::Kind::Sidecar, "default").unwrap()["apiVersion"],
+        "networking.istio.io/v1beta1"
+    );
+
+    fake.put(vs(50));
+    until(&syncer, "the new weights", |_| {
+        doc(pasa_proto::Kind::VirtualService, "reviews")
+            .is_some_and(|d| d["spec"]["http"][0]["route"][0]["weight"] == 50)
+    })
+    .await;
+    fake.delete(
+        "networking.istio.io/v1",
+        "VirtualService",
+        "bookinfo",
+        "reviews",
+    );
+    until(&syncer, "the deletion", |_| {
+        doc(pasa_proto::Kind::VirtualService, "reviews").is_none()
+    })
+    .await;
+}

@@ -38,14 +38,22 @@ fn collection_of(api_version: &str, kind: &str) -> (Collection, bool) {
         format!("api/{api_version}")
     };
     let plural = match kind {
-        "EndpointSlice" => "endpointslices".to_string(),
-        "DestinationRule" | "ServiceEntry" | "WorkloadEntry" => format!("{}s", kind.to_lowercase()),
-        "Sidecar" | "Gateway" | "VirtualService" | "PeerAuthentication" => {
-            format!("{}s", kind.to_lowercase())
-        }
-        "Namespace" | "Node" | "Pod" | "Service" | "Lease" => format!("{}s", kind.to_lowercase()),
+        "EndpointSlice" => "endpointslices",
+        "Namespace" => "namespaces",
+        "Node" => "nodes",
+        "Pod" => "pods",
+        "Service" => "services",
+        "Lease" => "leases",
+        "VirtualService" => "virtualservices",
+        "DestinationRule" => "destinationrules",
+        "ServiceEntry" => "serviceentries",
+        "WorkloadEntry" => "workloadentries",
+        "Sidecar" => "sidecars",
+        "Gateway" => "gateways",
+        "PeerAuthentication" => "peerauthentications",
         other => panic!("the fake API server does not serve {other}"),
-    };
+    }
+    .to_string();
     let namespaced = !matches!(kind, "Namespace" | "Node");
     (Collection { prefix, plural }, namespaced)
 }
@@ -85,6 +93,8 @@ struct Shared {
     cuts: watch::Sender<u64>,
     lists: Mutex<BTreeMap<String, usize>>,
     watches: AtomicUsize,
+    /// Collections answered 404, as for a CRD (or version) not installed.
+    unserved: Mutex<Vec<Collection>>,
 }
 
 pub struct FakeApiServer {
@@ -124,6 +134,7 @@ impl FakeApiServer {
             cuts: watch::channel(0).0,
             lists: Mutex::new(BTreeMap::new()),
             watches: AtomicUsize::new(0),
+            unserved: Mutex::new(Vec::new()),
         });
         let app = Router::new().fallback(serve).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -178,6 +189,13 @@ impl FakeApiServer {
         h.objects
             .get(&(collection, namespace.to_string(), name.to_string()))
             .cloned()
+    }
+
+    /// Answers 404 for the collection of `kind` at `api_version` from now on, as an API server
+    /// without that CRD (or that version of it) does.
+    pub fn unserve(&self, api_version: &str, kind: &str) {
+        let (collection, _) = collection_of(api_version, kind);
+        self.shared.unserved.lock().unwrap().push(collection);
     }
 
     /// Forgets the history: a watch from any earlier version now gets 410 Gone.
@@ -332,6 +350,10 @@ async fn serve(
             format!("no route {}", uri.path()),
         );
     };
+    if shared.unserved.lock().unwrap().contains(&target.collection) {
+        let message = format!("{} is not served", uri.path());
+        return status(StatusCode::NOT_FOUND, "NotFound", message);
+    }
     match (method, &target.name) {
         (Method::GET, None) if query.get("watch").map(String::as_str) == Some("true") => {
             watch_collection(shared, target, &query)
