@@ -1,9 +1,10 @@
 //! PCP, PASA's control plane server: the store API with every write admitted first (embedded
-//! store or remote), and the admission webhook. What admission checks is `pasa-validation`'s;
-//! the command line is `pasactl`'s own crate.
+//! store or remote), the admission webhook, and the Kubernetes syncer. What admission checks
+//! is `pasa-validation`'s; the command line is `pasactl`'s own crate.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod kubernetes;
 pub mod metrics;
 pub mod server;
 pub mod webhook;

@@ -14,6 +14,8 @@ use pasa_validation::admission::Checked;
 pub enum Origin {
     Grpc,
     Webhook,
+    /// The Kubernetes syncer.
+    Kubernetes,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]

@@ -13,6 +13,7 @@ use pasa_store::service::StoreService;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use crate::kubernetes::KubeArgs;
 use crate::metrics::Metrics;
 use crate::webhook::{self, Webhook, tls};
 use crate::write::{Upstream, WriteService};
@@ -50,6 +51,8 @@ pub struct PcpArgs {
     /// Also write objects the webhook admits into the store (and delete what it sees deleted).
     #[arg(long, requires = "webhook_listen")]
     pub write_on_admit: bool,
+    #[command(flatten)]
+    pub kube: KubeArgs,
 }
 
 impl PcpArgs {
@@ -90,6 +93,17 @@ impl PcpArgs {
         let listeners = Listeners::bind(self.listen, self.admin).await?;
         let mut registry = Registry::default();
         metrics.register(&mut registry);
+        let sync_task = if self.kube.enabled() {
+            let sync_metrics = Arc::new(pasa_kube::metrics::SyncMetrics::default());
+            sync_metrics.register(&mut registry);
+            Some(
+                self.kube
+                    .start(service.clone(), sync_metrics, stop_rx.clone())
+                    .await?,
+            )
+        } else {
+            None
+        };
 
         let webhook_task = match self.webhook_listen {
             None => None,
@@ -101,8 +115,15 @@ impl PcpArgs {
         let webhook_result = Arc::new(std::sync::Mutex::new(Ok(())));
         let result_slot = webhook_result.clone();
         let api_stop = async move {
+            // The syncer stops writing (and gives its Lease up) before the API stops.
+            let sync_stopped = async move {
+                if let Some(task) = sync_task {
+                    let _ = task.await;
+                }
+            };
             let Some(mut task) = webhook_task else {
                 stopped(stop_rx).await;
+                sync_stopped.await;
                 let _ = api_stopping.send(true);
                 return;
             };
@@ -119,6 +140,7 @@ impl PcpArgs {
                 Ok(Err(e)) => Err(anyhow::anyhow!("webhook server: {e}")),
                 Err(e) => Err(anyhow::anyhow!("webhook task: {e}")),
             };
+            sync_stopped.await;
             let _ = api_stopping.send(true);
             if let Ok(mut slot) = result_slot.lock() {
                 *slot = outcome;

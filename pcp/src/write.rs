@@ -174,7 +174,11 @@ impl WriteService {
 
     /// Admits a batch and, when every document is valid, writes it as one atomic store batch.
     /// Warnings come back either way.
-    pub async fn admit_and_apply(&self, req: ApplyRequest) -> Result<ApplyResponse, Status> {
+    pub async fn admit_and_apply(
+        &self,
+        req: ApplyRequest,
+        origin: Origin,
+    ) -> Result<ApplyResponse, Status> {
         let docs: Vec<Result<Value, String>> = req
             .documents
             .iter()
@@ -182,7 +186,7 @@ impl WriteService {
                 serde_json::from_str::<Value>(&d.json).map_err(|e| format!("not valid JSON: {e}"))
             })
             .collect();
-        let checked = self.admit(&docs, "default", Origin::Grpc).await;
+        let checked = self.admit(&docs, "default", origin).await;
         if !checked.is_admitted() {
             // What the store itself would refuse in the other documents (the same object twice in
             // the batch), so that one answer names every bad document.
@@ -332,7 +336,7 @@ impl StoreApi for WriteService {
         &self,
         request: Request<ApplyRequest>,
     ) -> Result<Response<ApplyResponse>, Status> {
-        self.admit_and_apply(request.into_inner())
+        self.admit_and_apply(request.into_inner(), Origin::Grpc)
             .await
             .map(Response::new)
     }

@@ -1,8 +1,11 @@
 //! PASA's link to Kubernetes: the syncer that keeps the store's copy of a cluster's services and
 //! endpoints (and the namespaces the injecting webhook reads) equal to the cluster's.
+pub mod connect;
 pub mod convert;
 pub mod lease;
 pub mod metrics;
 pub mod namespaces;
 pub mod selectors;
 pub mod syncer;
+
+pub use kube::Client;

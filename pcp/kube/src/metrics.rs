@@ -1,6 +1,6 @@
 //! The syncer's Prometheus metrics: store writes by result, lists (a watcher that lists again
 //! after its start was cut off or compacted away), watch failures, and whether the syncer holds
-//! the lease.
+//! the lease and has compared the whole cluster once.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -25,6 +25,7 @@ pub struct SyncMetrics {
     pub lists: Family<ResourceLabels, Counter>,
     pub watch_failures: Family<ResourceLabels, Counter>,
     pub leader: Gauge,
+    pub synced: Gauge,
 }
 
 impl SyncMetrics {
@@ -49,6 +50,12 @@ impl SyncMetrics {
             "pasa_kube_leader",
             "1 while this replica holds the syncer's lease and syncs, else 0",
             self.leader.clone(),
+        );
+        registry.register(
+            "pasa_kube_synced",
+            "1 once the syncer has compared the whole cluster with the store (after it starts \
+             leading), else 0",
+            self.synced.clone(),
         );
     }
 

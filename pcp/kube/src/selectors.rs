@@ -34,6 +34,19 @@ impl DiscoverySelectors {
         Ok(DiscoverySelectors(selectors))
     }
 
+    /// The `discoverySelectors` of an Istio mesh config document (the `mesh` key of istiod's
+    /// `istio` ConfigMap); every namespace when it has none.
+    pub fn from_mesh_config(mesh: &serde_json::Value) -> anyhow::Result<DiscoverySelectors> {
+        match mesh.get("discoverySelectors") {
+            None | Some(serde_json::Value::Null) => Ok(DiscoverySelectors::all()),
+            Some(list) => {
+                let selectors: Vec<LabelSelector> = serde_json::from_value(list.clone())
+                    .map_err(|e| anyhow::anyhow!("discoverySelectors: {e}"))?;
+                DiscoverySelectors::new(selectors)
+            }
+        }
+    }
+
     /// Every namespace.
     pub fn all() -> DiscoverySelectors {
         DiscoverySelectors::default()
@@ -104,6 +117,22 @@ mod tests {
         assert!(!s.selects(&labels(&[("mesh", ""), ("legacy", "1")])));
         assert!(!s.selects(&labels(&[("mesh", ""), ("tier", "batch")])));
         assert!(DiscoverySelectors::all().selects(&labels(&[])));
+    }
+
+    #[test]
+    fn read_from_a_mesh_config() {
+        let mesh = serde_json::json!({"rootNamespace": "istio-system",
+            "discoverySelectors": [{"matchLabels": {"env": "prod"}}]});
+        let s = DiscoverySelectors::from_mesh_config(&mesh).unwrap();
+        assert!(s.selects(&labels(&[("env", "prod")])));
+        assert!(!s.selects(&labels(&[])));
+        let none = DiscoverySelectors::from_mesh_config(&serde_json::json!({})).unwrap();
+        assert!(none.selects(&labels(&[])));
+        let bad = serde_json::json!({"discoverySelectors": [{"matchLabels": "env"}]});
+        let e = DiscoverySelectors::from_mesh_config(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("discoverySelectors:"), "{e}");
     }
 
     #[test]

@@ -733,6 +733,9 @@ impl<T: Target> Syncing<T> {
                 }
             }
         }
+        if full {
+            self.metrics.synced.set(1);
+        }
         self.status.send_modify(|s| {
             s.applied += applied;
             s.deleted += deleted;

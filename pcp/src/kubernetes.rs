@@ -1,0 +1,225 @@
+//! PCP in a Kubernetes cluster: the syncer (`pasa-kube`) writing what the API server stored
+//! into the store through PCP's own validating write path, run by the one replica that holds
+//! the syncer's Lease (the others stand by and take over).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pasa_kube::convert::{CLUSTER_LABEL, StoreKey};
+use pasa_kube::lease::{Elector, LeaseTiming};
+use pasa_kube::metrics::SyncMetrics;
+use pasa_kube::selectors::DiscoverySelectors;
+use pasa_kube::syncer::{SyncConfig, Syncer, Target, WriteError};
+use pasa_proto::store::v1::{
+    ApplyDocument, ApplyRequest, DeleteRequest, ListRequest, ObjectRef, Rule, Subscription,
+};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::metrics::Origin;
+use crate::write::WriteService;
+
+/// How PCP reaches a Kubernetes cluster to sync it. Without `--kubeconfig` or `--in-cluster`
+/// nothing is synced.
+#[derive(clap::Args, Debug, Clone)]
+pub struct KubeArgs {
+    /// Sync the cluster of this kubeconfig file's current context (Istio config, Services,
+    /// EndpointSlices, Pods, Nodes, Namespaces) into the store.
+    #[arg(long, env = "PASA_KUBECONFIG", conflicts_with = "in_cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Sync the cluster PCP runs in, with its pod's service account.
+    #[arg(long)]
+    pub in_cluster: bool,
+    /// The cluster's ID (istiod's CLUSTER_ID): the `pasa.io/cluster` label on what the syncer
+    /// writes, which is how it knows what it owns.
+    #[arg(long, env = "PASA_CLUSTER_ID", default_value = "Kubernetes")]
+    pub cluster_id: String,
+    /// Istio's mesh config (YAML, the `mesh` key of the `istio` ConfigMap): its
+    /// `discoverySelectors` limit the namespaces synced, as istiod's do.
+    #[arg(long, env = "PASA_MESH_CONFIG")]
+    pub mesh_config: Option<PathBuf>,
+    /// Namespace of the Lease the PCP replicas elect the syncing one by.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "pasa-system")]
+    pub lease_namespace: String,
+    /// Name of that Lease.
+    #[arg(long, default_value = "pasa-pcp-syncer")]
+    pub lease_name: String,
+    /// This replica's name in the Lease (default: the host name and process ID).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+impl KubeArgs {
+    pub fn enabled(&self) -> bool {
+        self.kubeconfig.is_some() || self.in_cluster
+    }
+
+    /// Connects to the cluster and starts competing for the Lease; the replica holding it
+    /// syncs until `stop` turns true (then it stops syncing and gives the Lease up).
+    pub async fn start(
+        &self,
+        service: WriteService,
+        metrics: Arc<SyncMetrics>,
+        stop: watch::Receiver<bool>,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+        let discovery = match &self.mesh_config {
+            None => DiscoverySelectors::all(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?;
+                let mesh: Value = serde_saphyr::from_str(&text)
+                    .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?;
+                DiscoverySelectors::from_mesh_config(&mesh)
+                    .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?
+            }
+        };
+        let (client, source) = match &self.kubeconfig {
+            Some(path) => (
+                pasa_kube::connect::with_kubeconfig(path).await?,
+                format!("kubeconfig {}", path.display()),
+            ),
+            None => (pasa_kube::connect::in_cluster()?, "in-cluster".to_string()),
+        };
+        let identity = self.identity.clone().unwrap_or_else(default_identity);
+        let config = SyncConfig {
+            cluster_id: self.cluster_id.clone(),
+            discovery,
+        };
+        let candidate = Elector::new(
+            client.clone(),
+            &self.lease_namespace,
+            &self.lease_name,
+            &identity,
+            LeaseTiming::default(),
+        )
+        .start();
+        println!(
+            "pasa-pcp syncing Kubernetes cluster {} ({source}) when holding lease {}/{} as {identity}",
+            self.cluster_id, self.lease_namespace, self.lease_name
+        );
+        Ok(tokio::spawn(async move {
+            let mut leading = candidate.leading();
+            let mut stopping = std::pin::pin!(pasa_runtime::drain::stopped(stop));
+            let mut syncer: Option<Syncer> = None;
+            loop {
+                tokio::select! {
+                    () = &mut stopping => break,
+                    changed = leading.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let lead = *leading.borrow_and_update();
+                        metrics.leader.set(i64::from(lead));
+                        syncer = match (lead, syncer.take()) {
+                            (true, None) => {
+                                tracing::info!(cluster = %config.cluster_id, "leading: syncing the cluster");
+                                Some(Syncer::start(client.clone(), config.clone(), service.clone(), metrics.clone()))
+                            }
+                            (false, Some(_)) => {
+                                metrics.synced.set(0);
+                                tracing::info!(cluster = %config.cluster_id, "no longer leading: sync stopped");
+                                None
+                            }
+                            (_, running) => running,
+                        };
+                    }
+                }
+            }
+            drop(syncer);
+            metrics.leader.set(0);
+            metrics.synced.set(0);
+            // Give the Lease up, so that a standby takes over at once; bounded, as shutdown is.
+            let _ = tokio::time::timeout(Duration::from_secs(5), candidate.resign()).await;
+        }))
+    }
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "pasa-pcp".to_string());
+    format!("{host}_{}", std::process::id())
+}
+
+/// The syncer writes through the same admission as every other write (counted with origin
+/// `Kubernetes`): an object the API server stored but istiod's validation refuses is not
+/// written, and what was stored before stays.
+impl Target for WriteService {
+    async fn owned(&self, cluster: &str) -> Result<Vec<Value>, WriteError> {
+        let request = ListRequest {
+            selector: Some(Subscription {
+                rules: vec![Rule::default()],
+            }),
+            revision: 0,
+        };
+        let list = self
+            .upstream()
+            .client()
+            .list(request)
+            .await
+            .map_err(|s| WriteError::Unavailable(s.message().to_string()))?
+            .into_inner();
+        Ok(list
+            .resources
+            .iter()
+            .filter(|r| r.labels.get(CLUSTER_LABEL).map(String::as_str) == Some(cluster))
+            .map(pasa_proto::object::manifest)
+            .collect())
+    }
+
+    async fn apply(&self, doc: Value) -> Result<(), WriteError> {
+        let request = ApplyRequest {
+            documents: vec![ApplyDocument {
+                json: doc.to_string(),
+                expected_mod_revision: None,
+            }],
+            dry_run: false,
+        };
+        match self.admit_and_apply(request, Origin::Kubernetes).await {
+            Ok(response) if response.errors.is_empty() => Ok(()),
+            Ok(response) => {
+                let errors: Vec<String> = response
+                    .errors
+                    .iter()
+                    .map(|e| format!("{}: {}", e.field, e.message))
+                    .collect();
+                Err(WriteError::Refused(errors.join("; ")))
+            }
+            Err(status) => Err(refused_or_unavailable(&status)),
+        }
+    }
+
+    async fn delete(&self, key: &StoreKey) -> Result<(), WriteError> {
+        let request = DeleteRequest {
+            refs: vec![ObjectRef {
+                kind: key.kind.as_str().to_string(),
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+            }],
+            expected_mod_revision: None,
+            ignore_not_found: true,
+        };
+        let response = self
+            .upstream()
+            .client()
+            .delete(request)
+            .await
+            .map_err(|s| refused_or_unavailable(&s))?
+            .into_inner();
+        match response.errors.first() {
+            None => Ok(()),
+            Some(e) => Err(WriteError::Refused(format!("{}: {}", e.field, e.message))),
+        }
+    }
+}
+
+fn refused_or_unavailable(status: &tonic::Status) -> WriteError {
+    use tonic::Code;
+    match status.code() {
+        Code::InvalidArgument | Code::FailedPrecondition | Code::PermissionDenied => {
+            WriteError::Refused(status.message().to_string())
+        }
+        _ => WriteError::Unavailable(status.message().to_string()),
+    }
+}
