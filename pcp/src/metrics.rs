@@ -1,5 +1,5 @@
-//! PCP's Prometheus metrics: admission outcomes by origin, webhook requests and latency, and
-//! writes made on admission.
+//! PCP's Prometheus metrics: admission outcomes by origin (gRPC, webhook, Kubernetes syncer),
+//! webhook requests and latency. The syncer's own are `pasa_kube`'s.
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -44,22 +44,10 @@ pub struct WebhookLabels {
     pub answer: Answer,
 }
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum WriteResult {
-    Written,
-    Failed,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WriteLabels {
-    pub result: WriteResult,
-}
-
 pub struct Metrics {
     pub documents: Family<AdmissionLabels, Counter>,
     pub webhook_requests: Family<WebhookLabels, Counter>,
     pub webhook_duration: Histogram,
-    pub writes_on_admit: Family<WriteLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -68,7 +56,6 @@ impl Default for Metrics {
             documents: Family::default(),
             webhook_requests: Family::default(),
             webhook_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
-            writes_on_admit: Family::default(),
         }
     }
 }
@@ -89,11 +76,6 @@ impl Metrics {
             "pasa_pcp_webhook_duration_seconds",
             "Time to answer an AdmissionReview",
             self.webhook_duration.clone(),
-        );
-        registry.register(
-            "pasa_pcp_writes_on_admit",
-            "Store writes made for admitted objects (--write-on-admit), by result",
-            self.writes_on_admit.clone(),
         );
     }
 

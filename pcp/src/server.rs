@@ -48,9 +48,6 @@ pub struct PcpArgs {
     /// PEM private key of the webhook certificate.
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// Also write objects the webhook admits into the store (and delete what it sees deleted).
-    #[arg(long, requires = "webhook_listen")]
-    pub write_on_admit: bool,
     #[command(flatten)]
     pub kube: KubeArgs,
 }
@@ -178,11 +175,7 @@ impl PcpArgs {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("binding the webhook listener on {addr}"))?;
         let bound = listener.local_addr()?;
-        let hook = Arc::new(Webhook::new(
-            service.clone(),
-            metrics.clone(),
-            self.write_on_admit,
-        ));
+        let hook = Arc::new(Webhook::new(service.clone(), metrics.clone()));
         let ca = cert
             .generated_ca
             .as_ref()
@@ -191,7 +184,7 @@ impl PcpArgs {
         let task =
             tokio::spawn(async move { webhook::serve(listener, &cert, hook, shutdown).await });
         println!("pasa-pcp webhook serving https://{bound}/validate{ca}");
-        tracing::info!(webhook = %bound, write_on_admit = self.write_on_admit, "webhook serving");
+        tracing::info!(webhook = %bound, "webhook serving");
         Ok(task)
     }
 }

@@ -1,7 +1,9 @@
 //! The validating admission webhook: Kubernetes sends an `AdmissionReview` (v1 or v1beta1) to
 //! `POST /validate` over HTTPS for each CREATE or UPDATE of a `networking.istio.io` resource, and
 //! PCP answers as istiod would: allowed, or denied with every error by field path; warnings
-//! either way. With `--write-on-admit`, what is admitted is also written to the store.
+//! either way. It has no side effects (`sideEffects: None`): what the API server then stores
+//! reaches the store through the Kubernetes syncer, not through the webhook, so an object
+//! another webhook or the API server refuses after this one allowed it is never written.
 
 pub mod inject;
 pub mod review;
@@ -17,13 +19,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
 use pasa_proto::Kind;
-use pasa_proto::object::identity_of;
-use pasa_proto::store::v1::{ApplyDocument, ApplyRequest, DeleteRequest, ObjectRef};
 use serde_json::Value;
 
-use crate::metrics::{Answer, Metrics, Origin, WebhookLabels, WriteLabels, WriteResult};
+use crate::metrics::{Answer, Metrics, Origin, WebhookLabels};
 use crate::write::WriteService;
-use pasa_validation::admission::problem_text;
 use review::{AdmissionRequest, Verdict};
 
 /// Largest review accepted: an object and its old version, each up to etcd's ~1.5 MiB.
@@ -36,16 +35,11 @@ const DRAIN: Duration = Duration::from_secs(10);
 pub struct Webhook {
     service: WriteService,
     metrics: Arc<Metrics>,
-    write_on_admit: bool,
 }
 
 impl Webhook {
-    pub fn new(service: WriteService, metrics: Arc<Metrics>, write_on_admit: bool) -> Self {
-        Webhook {
-            service,
-            metrics,
-            write_on_admit,
-        }
+    pub fn new(service: WriteService, metrics: Arc<Metrics>) -> Self {
+        Webhook { service, metrics }
     }
 
     /// Decides one admission request.
@@ -59,20 +53,9 @@ impl Webhook {
             message,
             warnings: Vec::new(),
         };
-        let writes = self.write_on_admit && req.dry_run != Some(true);
         let kind = handled_kind(&req.kind);
         match req.operation.as_str() {
             "CREATE" | "UPDATE" => {}
-            "DELETE" => {
-                let mut verdict = allowed;
-                if writes
-                    && kind.is_ok()
-                    && let Some(warning) = self.delete_from_store(req).await
-                {
-                    verdict.warnings.push(warning);
-                }
-                return verdict;
-            }
             _ => return allowed,
         }
         if let Err(why) = kind {
@@ -85,117 +68,7 @@ impl Webhook {
             .service
             .admit(&[Ok(object.clone())], &req.namespace, Origin::Webhook)
             .await;
-        let mut verdict = review::verdict(&checked);
-        if !verdict.allowed {
-            return verdict;
-        }
-        let create = req.operation == "CREATE";
-        if writes && let Some(warning) = self.write_to_store(object, &req.namespace, create).await {
-            verdict.warnings.push(warning);
-        }
-        verdict
-    }
-
-    fn count_write(&self, result: WriteResult) {
-        self.metrics
-            .writes_on_admit
-            .get_or_create(&WriteLabels { result })
-            .inc();
-    }
-
-    /// Writes an admitted object, before the API server has stored it: best effort. A failure
-    /// is a warning, not a denial (the API server stays the source of truth; reconciling the store
-    /// with it is the Kubernetes syncer's job, a later part of PCP). A CREATE only creates: it
-    /// never overwrites an object the store already has.
-    async fn write_to_store(
-        &self,
-        object: &Value,
-        namespace: &str,
-        create: bool,
-    ) -> Option<String> {
-        let mut doc = object.clone();
-        if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut)
-            && meta
-                .get("namespace")
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-        {
-            meta.insert("namespace".into(), namespace.into());
-        }
-        let request = ApplyRequest {
-            documents: vec![ApplyDocument {
-                json: doc.to_string(),
-                expected_mod_revision: create.then_some(0),
-            }],
-            dry_run: false,
-        };
-        let answer = self.service.upstream().client().apply(request).await;
-        let failure = match answer.map(tonic::Response::into_inner) {
-            Ok(response) if response.errors.is_empty() => None,
-            Ok(response) => Some(
-                response
-                    .errors
-                    .iter()
-                    .map(|e| problem_text(&e.field, &e.message))
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            ),
-            Err(status) => Some(status.message().to_string()),
-        };
-        self.finish_write(failure)
-    }
-
-    async fn delete_from_store(&self, req: &AdmissionRequest) -> Option<String> {
-        let id = req
-            .old_object
-            .as_ref()
-            .map(|o| identity_of(o, &req.namespace))
-            .unwrap_or_default();
-        let name = if id.name.is_empty() {
-            req.name.clone()
-        } else {
-            id.name
-        };
-        let request = DeleteRequest {
-            refs: vec![ObjectRef {
-                kind: req.kind.kind.clone(),
-                namespace: req.namespace.clone(),
-                name,
-            }],
-            expected_mod_revision: None,
-            ignore_not_found: true,
-        };
-        let answer = self.service.upstream().client().delete(request).await;
-        let failure = match answer.map(tonic::Response::into_inner) {
-            Ok(response) if response.errors.is_empty() => None,
-            Ok(response) => Some(
-                response
-                    .errors
-                    .iter()
-                    .map(|e| e.message.clone())
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            ),
-            Err(status) => Some(status.message().to_string()),
-        };
-        self.finish_write(failure)
-    }
-
-    fn finish_write(&self, failure: Option<String>) -> Option<String> {
-        match failure {
-            None => {
-                self.count_write(WriteResult::Written);
-                None
-            }
-            Some(why) => {
-                self.count_write(WriteResult::Failed);
-                tracing::warn!(error = %why, "admitted change not written to the store");
-                Some(format!(
-                    "admitted, but the PASA store was not updated: {why}; apply the object again \
-                     (pasactl apply) once the store is reachable"
-                ))
-            }
-        }
+        review::verdict(&checked)
     }
 }
 

@@ -1,7 +1,8 @@
 //! The admission webhook of a real `pasa-pcp`, over real HTTPS on loopback, with a client that
 //! verifies the server certificate: AdmissionReview v1 and v1beta1 documents (fixtures written
-//! from the Kubernetes API reference), CREATE / UPDATE / DELETE, unknown kinds, dry runs,
-//! `--write-on-admit`, and the HTTP-level errors.
+//! from the Kubernetes API reference), CREATE / UPDATE / DELETE, unknown kinds, dry runs, no
+//! side effects (nothing reviewed is written: the syncer writes what the API server stored), and
+//! the HTTP-level errors.
 
 mod common;
 
@@ -18,10 +19,14 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 
-fn fixture(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+fn fixture_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/admission")
-        .join(name);
+        .join(name)
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = fixture_path(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -103,10 +108,7 @@ fn ca_of(data: &Path) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_over_verified_https() {
     let data = tempfile::tempdir().unwrap();
-    let pcp = Pcp::start_with(
-        data.path(),
-        &["--webhook-listen", "127.0.0.1:0", "--write-on-admit"],
-    );
+    let pcp = Pcp::start_with(data.path(), &["--webhook-listen", "127.0.0.1:0"]);
     let addr = pcp.webhook.expect("webhook ready line");
     assert!(
         pcp.ready_lines[0].contains("development CA certificate in"),
@@ -130,7 +132,7 @@ async fn webhook_over_verified_https() {
         "{refused:?}"
     );
 
-    // CREATE, v1: allowed, answered in v1 with the request's uid, written to the store.
+    // CREATE, v1: allowed, answered in v1 with the request's uid; not written (no side effects).
     let r = client
         .review(fixture("create-virtualservice-v1.json"))
         .await;
@@ -138,9 +140,8 @@ async fn webhook_over_verified_https() {
     assert_eq!(r["kind"], "AdmissionReview");
     assert_eq!(r["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
     assert_eq!(r["response"]["allowed"], true, "{r}");
-    let got = pcp.ok(&["get", "vs", "reviews", "-n", "bookinfo", "-o", "json"]);
-    let stored: Value = serde_json::from_str(&got).unwrap();
-    assert_eq!(stored["spec"]["http"][0]["route"][1]["weight"], 20);
+    let out = pcp.ctl(&["get", "vs", "reviews", "-n", "bookinfo"]);
+    assert!(!out.status.success(), "the webhook writes nothing");
     // Routes to subsets no DestinationRule defines: warned, like istioctl analyze.
     let warnings = r["response"]["warnings"].to_string();
     assert!(warnings.contains("subset"), "{r}");
@@ -191,13 +192,18 @@ async fn webhook_over_verified_https() {
     let out = pcp.ctl(&["get", "gw", "bookinfo-gateway", "-n", "bookinfo"]);
     assert!(!out.status.success(), "a dry run is not written");
 
-    // DELETE is allowed, and with --write-on-admit removes the object from the store.
+    // DELETE is allowed; what is stored stays until the syncer sees the deletion.
+    pcp.ok(&[
+        "apply",
+        "-f",
+        fixture_path("stored-virtualservice.yaml").to_str().unwrap(),
+    ]);
     let r = client
         .review(fixture("delete-virtualservice-v1.json"))
         .await;
     assert_eq!(r["response"]["allowed"], true, "{r}");
     let out = pcp.ctl(&["get", "vs", "reviews", "-n", "bookinfo"]);
-    assert!(!out.status.success(), "deleted from the store");
+    assert!(out.status.success(), "the webhook deletes nothing");
 
     // HTTP-level errors.
     let body = fixture("create-virtualservice-v1.json");
@@ -227,7 +233,6 @@ async fn webhook_over_verified_https() {
         "pasa_pcp_webhook_requests_total{answer=\"Denied\"} 4",
         "pasa_pcp_webhook_requests_total{answer=\"BadRequest\"} 3",
         "pasa_pcp_documents_total{origin=\"Webhook\",verdict=\"Rejected\"} 2",
-        "pasa_pcp_writes_on_admit_total{result=\"Written\"} 2",
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }
@@ -267,10 +272,7 @@ async fn webhook_with_a_given_certificate_and_no_store_writes() {
         .await;
     assert_eq!(r["response"]["allowed"], true, "{r}");
     let out = pcp.ctl(&["get", "vs", "reviews", "-n", "bookinfo"]);
-    assert!(
-        !out.status.success(),
-        "without --write-on-admit nothing is written"
-    );
+    assert!(!out.status.success(), "the webhook writes nothing");
 }
 
 #[test]

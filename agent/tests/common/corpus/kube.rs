@@ -299,6 +299,7 @@ fn document(svc: &Service, backends: &[Backend], pods: &[Pod]) -> Value {
             String::new()
         },
         export_to,
+        ..Default::default()
     };
     json!({
         "apiVersion": "pasa.io/v1alpha1",
