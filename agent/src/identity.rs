@@ -32,6 +32,10 @@ pub struct IdentityArgs {
     /// The pod's labels, `k=v,k2=v2` (select Sidecars and Gateways).
     #[arg(long, env = "PASA_LABELS", default_value = "")]
     pub labels: String,
+    /// The pod's labels as Kubernetes' downward API writes them into a file (one `key="value"`
+    /// line each), read at start; replaces --labels. The injected agent reads them so.
+    #[arg(long, env = "PASA_LABELS_FILE")]
+    pub labels_file: Option<std::path::PathBuf>,
     /// The pod's service account.
     #[arg(long, env = "SERVICE_ACCOUNT", default_value = "default")]
     pub service_account: String,
@@ -102,6 +106,39 @@ pub enum IdentityError {
     Label { entry: String },
     #[error("--locality: {0:?} has more than region/zone/subzone")]
     Locality(String),
+    #[error("--labels-file {path}: {message}")]
+    LabelsFile { path: String, message: String },
+}
+
+/// Reads a downward API labels file: `key="value"` lines, the value quoted as Go quotes strings
+/// (label values never need more than `\"` and `\\`).
+pub fn parse_downward_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut labels = BTreeMap::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let bad = || format!("line {}: {line:?} is not key=\"value\"", i + 1);
+        let (key, quoted) = line.split_once('=').ok_or_else(bad)?;
+        let inner = quoted
+            .strip_prefix('"')
+            .and_then(|q| q.strip_suffix('"'))
+            .ok_or_else(bad)?;
+        let mut value = String::with_capacity(inner.len());
+        let mut chars = inner.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => value.push(chars.next().ok_or_else(bad)?),
+                c => value.push(c),
+            }
+        }
+        if key.is_empty() {
+            return Err(bad());
+        }
+        labels.insert(key.to_string(), value);
+    }
+    Ok(labels)
 }
 
 /// Reads `k=v,k2=v2`; an empty string is no labels.
@@ -169,7 +206,17 @@ impl IdentityArgs {
         Ok(Identity {
             pod_name,
             namespace,
-            labels: parse_labels(&self.labels)?,
+            labels: match &self.labels_file {
+                None => parse_labels(&self.labels)?,
+                Some(path) => {
+                    let error = |message: String| IdentityError::LabelsFile {
+                        path: path.display().to_string(),
+                        message,
+                    };
+                    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+                    parse_downward_labels(&text).map_err(error)?
+                }
+            },
             service_account: self.service_account.clone(),
             cluster_id: self.cluster_id.clone(),
             network: self.network.clone(),
@@ -242,5 +289,12 @@ mod tests {
         assert!(parse_labels("=x").is_err());
         assert!(parse_locality("a/b/c/d").is_err());
         assert!(parse_labels("").unwrap().is_empty());
+        let file = "app=\"reviews\"\npod-template-hash=\"7f9c\"\nodd=\"a\\\"b\"\n";
+        let labels = parse_downward_labels(file).unwrap();
+        assert_eq!(labels["app"], "reviews");
+        assert_eq!(labels["pod-template-hash"], "7f9c");
+        assert_eq!(labels["odd"], "a\"b");
+        let e = parse_downward_labels("app=reviews\n").unwrap_err();
+        assert!(e.contains("line 1"), "{e}");
     }
 }

@@ -54,6 +54,12 @@ pub struct AgentArgs {
     /// The Unix socket the ADS server listens on.
     #[arg(long, env = "PASA_UDS", default_value = "/var/run/pasa/xds.sock")]
     pub uds: PathBuf,
+    /// Also serve ADS (plaintext gRPC) on this loopback TCP address: where Istio's pilot-agent
+    /// forwards its Envoy's xDS when its `discoveryAddress` names it (the injection next to
+    /// `istio-proxy` uses 127.0.0.1:15011). Loopback only: the pod's other containers reach it,
+    /// nothing outside the pod does.
+    #[arg(long, env = "PASA_XDS_LISTEN", value_parser = loopback_address)]
+    pub xds_listen: Option<SocketAddr>,
     /// Where the last complete copy of the proxy's configuration is kept, so a restarted agent
     /// can serve while the store is away. Nothing is kept when not set.
     #[arg(long, env = "PASA_CACHE_DIR")]
@@ -292,10 +298,27 @@ pub async fn run(
     let service = AdsService::new(&publisher, status.clone()).with_metrics(Arc::clone(&metrics));
     let uds = args.uds.clone();
     let ads_stop = stopped(stop_rx.clone());
-    let ads_task =
-        tokio::spawn(
-            async move { crate::ads::serve_unix(listener, &uds, service, ads_stop).await },
-        );
+    let tcp_listener = match args.xds_listen {
+        None => None,
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the ADS listener on {addr} (--xds-listen)"))?,
+        ),
+    };
+    let tcp_service = service.clone();
+    let tcp_stop = stopped(stop_rx.clone());
+    let ads_task = tokio::spawn(async move {
+        let unix = crate::ads::serve_unix(listener, &uds, service, ads_stop);
+        match tcp_listener {
+            None => unix.await,
+            Some(tcp) => {
+                let (unix, tcp) =
+                    tokio::join!(unix, crate::ads::serve_tcp(tcp, tcp_service, tcp_stop));
+                unix.and(tcp)
+            }
+        }
+    });
     let mut registry = Registry::default();
     metrics.register(&mut registry);
     let report_sources = Sources {
@@ -703,6 +726,19 @@ fn remove_socket(path: &Path) {
     if let Err(e) = std::fs::remove_file(path) {
         tracing::debug!(path = %path.display(), error = %e, "socket file not removed");
     }
+}
+
+/// `--xds-listen`: an `ip:port` on a loopback address.
+fn loopback_address(value: &str) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = value
+        .parse()
+        .map_err(|e| format!("{value:?} is not an ip:port address: {e}"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "{addr} is not a loopback address: ADS without TLS is served inside the pod only"
+        ));
+    }
+    Ok(addr)
 }
 
 #[cfg(test)]

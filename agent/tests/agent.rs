@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::agent::Agent;
+use common::agent::{Agent, NODE_ID};
 use common::store::StoreServer;
 use common::*;
 use serde_json::Value;
@@ -134,6 +134,46 @@ async fn serves_reports_and_survives_the_store_going_away() {
         .await;
     agent.terminate();
     store.stop().await;
+}
+
+/// Next to Istio's injection, pilot-agent forwards its Envoy's xDS to the agent over loopback
+/// TCP (Delta, plaintext): the same ADS is served there as on the Unix socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ads_is_also_served_on_a_loopback_tcp_address() {
+    let data = tempfile::tempdir().unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let store = StoreServer::start(data.path(), 0).await;
+    store.apply_rule("cart", "cart").await;
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let agent = Agent::start_in(
+        NODE_ID,
+        store.addr,
+        run.path(),
+        &["--xds-listen", listen.as_str()],
+    );
+    let mut client = FakeDeltaClient::connect_tcp(listen.parse().unwrap(), node()).await;
+    client.subscribe(CDS, &["*"], &[]).await;
+    let r = client.recv().await;
+    assert_eq!(kind_of(&r.type_url), CDS);
+    assert!(!r.resources.is_empty(), "clusters served over TCP");
+    drop(client);
+    agent.terminate();
+
+    // Anything but loopback is refused: this ADS has no TLS.
+    let out = Command::new(env!("CARGO_BIN_EXE_pasa-agent"))
+        .args(["--node-id", NODE_ID, "--xds-listen", "0.0.0.0:15011"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a loopback address"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn store_addr(port: u16) -> std::net::SocketAddr {

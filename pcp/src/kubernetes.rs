@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pasa_kube::Client;
 use pasa_kube::convert::{CLUSTER_LABEL, StoreKey};
 use pasa_kube::lease::{Elector, LeaseTiming};
 use pasa_kube::metrics::SyncMetrics;
@@ -55,10 +56,22 @@ impl KubeArgs {
         self.kubeconfig.is_some() || self.in_cluster
     }
 
-    /// Connects to the cluster and starts competing for the Lease; the replica holding it
-    /// syncs until `stop` turns true (then it stops syncing and gives the Lease up).
-    pub async fn start(
+    /// A client of the cluster, and how it was reached (for the ready line).
+    pub async fn client(&self) -> anyhow::Result<(Client, String)> {
+        Ok(match &self.kubeconfig {
+            Some(path) => (
+                pasa_kube::connect::with_kubeconfig(path).await?,
+                format!("kubeconfig {}", path.display()),
+            ),
+            None => (pasa_kube::connect::in_cluster()?, "in-cluster".to_string()),
+        })
+    }
+
+    /// Starts competing for the Lease; the replica holding it syncs the cluster `client`
+    /// reaches until `stop` turns true (then it stops syncing and gives the Lease up).
+    pub fn start(
         &self,
+        (client, source): (Client, String),
         service: WriteService,
         metrics: Arc<SyncMetrics>,
         stop: watch::Receiver<bool>,
@@ -73,13 +86,6 @@ impl KubeArgs {
                 DiscoverySelectors::from_mesh_config(&mesh)
                     .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?
             }
-        };
-        let (client, source) = match &self.kubeconfig {
-            Some(path) => (
-                pasa_kube::connect::with_kubeconfig(path).await?,
-                format!("kubeconfig {}", path.display()),
-            ),
-            None => (pasa_kube::connect::in_cluster()?, "in-cluster".to_string()),
         };
         let identity = self.identity.clone().unwrap_or_else(default_identity);
         let config = SyncConfig {

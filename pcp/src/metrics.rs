@@ -44,10 +44,20 @@ pub struct WebhookLabels {
     pub answer: Answer,
 }
 
+/// What the injecting webhook did with a pod: `injected_next_to_istio`, `injected_standalone`,
+/// or why it left the pod as it was (`not_selected`, `opted_out`, `already_injected`,
+/// `host_network`, `system_namespace`, `bad_annotation`, `cannot_inject`,
+/// `not_a_pod_creation`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InjectionLabels {
+    pub result: &'static str,
+}
+
 pub struct Metrics {
     pub documents: Family<AdmissionLabels, Counter>,
     pub webhook_requests: Family<WebhookLabels, Counter>,
     pub webhook_duration: Histogram,
+    pub injections: Family<InjectionLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -56,6 +66,7 @@ impl Default for Metrics {
             documents: Family::default(),
             webhook_requests: Family::default(),
             webhook_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            injections: Family::default(),
         }
     }
 }
@@ -76,6 +87,11 @@ impl Metrics {
             "pasa_pcp_webhook_duration_seconds",
             "Time to answer an AdmissionReview",
             self.webhook_duration.clone(),
+        );
+        registry.register(
+            "pasa_pcp_injections",
+            "Pods the injecting webhook reviewed, by what it did",
+            self.injections.clone(),
         );
     }
 

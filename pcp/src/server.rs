@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::kubernetes::KubeArgs;
 use crate::metrics::Metrics;
+use crate::webhook::inject::{InjectArgs, Injector};
 use crate::webhook::{self, Webhook, tls};
 use crate::write::{Upstream, WriteService};
 
@@ -50,6 +51,8 @@ pub struct PcpArgs {
     pub tls_key: Option<PathBuf>,
     #[command(flatten)]
     pub kube: KubeArgs,
+    #[command(flatten)]
+    pub inject: InjectArgs,
 }
 
 impl PcpArgs {
@@ -90,23 +93,39 @@ impl PcpArgs {
         let listeners = Listeners::bind(self.listen, self.admin).await?;
         let mut registry = Registry::default();
         metrics.register(&mut registry);
-        let sync_task = if self.kube.enabled() {
-            let sync_metrics = Arc::new(pasa_kube::metrics::SyncMetrics::default());
-            sync_metrics.register(&mut registry);
-            Some(
-                self.kube
-                    .start(service.clone(), sync_metrics, stop_rx.clone())
-                    .await?,
-            )
+        let cluster = if self.kube.enabled() {
+            Some(self.kube.client().await?)
         } else {
             None
         };
+        let sync_task = match &cluster {
+            Some(cluster) => {
+                let sync_metrics = Arc::new(pasa_kube::metrics::SyncMetrics::default());
+                sync_metrics.register(&mut registry);
+                Some(self.kube.start(
+                    cluster.clone(),
+                    service.clone(),
+                    sync_metrics,
+                    stop_rx.clone(),
+                )?)
+            }
+            None => None,
+        };
+        // The injecting webhook reads namespaces' labels from the cluster when PCP has one.
+        let namespaces = cluster
+            .as_ref()
+            .filter(|_| self.webhook_listen.is_some())
+            .map(|(client, _)| pasa_kube::namespaces::Namespaces::follow(client.clone()));
 
         let webhook_task = match self.webhook_listen {
             None => None,
-            Some(addr) => {
-                Some(self.start_webhook(addr, &service, &metrics, stopped(stop_rx.clone()))?)
-            }
+            Some(addr) => Some(self.start_webhook(
+                addr,
+                &service,
+                &metrics,
+                namespaces,
+                stopped(stop_rx.clone()),
+            )?),
         };
         // The API stops once the webhook has drained, or at once if the webhook fails.
         let webhook_result = Arc::new(std::sync::Mutex::new(Ok(())));
@@ -159,6 +178,7 @@ impl PcpArgs {
         addr: SocketAddr,
         service: &WriteService,
         metrics: &Arc<Metrics>,
+        namespaces: Option<pasa_kube::namespaces::Namespaces>,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
         let cert = match (&self.tls_cert, &self.tls_key) {
@@ -175,7 +195,13 @@ impl PcpArgs {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("binding the webhook listener on {addr}"))?;
         let bound = listener.local_addr()?;
-        let hook = Arc::new(Webhook::new(service.clone(), metrics.clone()));
+        let injector = Injector::new(
+            self.inject
+                .config(&self.kube.cluster_id, &self.embedded.domain_suffix),
+            self.inject.never_namespaces(&self.kube.lease_namespace),
+            namespaces,
+        );
+        let hook = Arc::new(Webhook::new(service.clone(), metrics.clone(), injector));
         let ca = cert
             .generated_ca
             .as_ref()
@@ -183,7 +209,7 @@ impl PcpArgs {
             .unwrap_or_default();
         let task =
             tokio::spawn(async move { webhook::serve(listener, &cert, hook, shutdown).await });
-        println!("pasa-pcp webhook serving https://{bound}/validate{ca}");
+        println!("pasa-pcp webhook serving https://{bound}/validate and /inject{ca}");
         tracing::info!(webhook = %bound, "webhook serving");
         Ok(task)
     }

@@ -21,8 +21,9 @@ use bytes::Bytes;
 use pasa_proto::Kind;
 use serde_json::Value;
 
-use crate::metrics::{Answer, Metrics, Origin, WebhookLabels};
+use crate::metrics::{Answer, InjectionLabels, Metrics, Origin, WebhookLabels};
 use crate::write::WriteService;
+use inject::Injector;
 use review::{AdmissionRequest, Verdict};
 
 /// Largest review accepted: an object and its old version, each up to etcd's ~1.5 MiB.
@@ -35,11 +36,16 @@ const DRAIN: Duration = Duration::from_secs(10);
 pub struct Webhook {
     service: WriteService,
     metrics: Arc<Metrics>,
+    injector: Injector,
 }
 
 impl Webhook {
-    pub fn new(service: WriteService, metrics: Arc<Metrics>) -> Self {
-        Webhook { service, metrics }
+    pub fn new(service: WriteService, metrics: Arc<Metrics>, injector: Injector) -> Self {
+        Webhook {
+            service,
+            metrics,
+            injector,
+        }
     }
 
     /// Decides one admission request.
@@ -51,7 +57,7 @@ impl Webhook {
         let deny = |message: String| Verdict {
             allowed: false,
             message,
-            warnings: Vec::new(),
+            ..Default::default()
         };
         let kind = handled_kind(&req.kind);
         match req.operation.as_str() {
@@ -124,6 +130,34 @@ fn reply_identity(body: &[u8]) -> (String, String) {
 }
 
 async fn validate(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&hook, &headers, &body, async |request| {
+        hook.review(request).await
+    })
+    .await
+}
+
+async fn inject(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&hook, &headers, &body, async |request| {
+        let answer = hook.injector.review(request);
+        hook.metrics
+            .injections
+            .get_or_create(&InjectionLabels {
+                result: answer.result,
+            })
+            .inc();
+        answer.verdict
+    })
+    .await
+}
+
+/// Reads an AdmissionReview, has `decide` judge its request, and answers in the review's API
+/// version; HTTP-level problems (content type, empty body) are answered before any review.
+async fn answer(
+    hook: &Webhook,
+    headers: &HeaderMap,
+    body: &[u8],
+    decide: impl AsyncFnOnce(&AdmissionRequest) -> Verdict,
+) -> Response {
     let started = Instant::now();
     let count = |answer: Answer| {
         hook.metrics
@@ -131,7 +165,7 @@ async fn validate(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: By
             .get_or_create(&WebhookLabels { answer })
             .inc();
     };
-    if !is_json(&headers) {
+    if !is_json(headers) {
         count(Answer::BadRequest);
         return (
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -147,17 +181,17 @@ async fn validate(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: By
         )
             .into_response();
     }
-    let (version, uid, verdict) = match review::parse(&body) {
+    let (version, uid, verdict) = match review::parse(body) {
         Ok((version, request)) => {
-            let verdict = hook.review(&request).await;
+            let verdict = decide(&request).await;
             (version, request.uid, verdict)
         }
         Err(why) => {
-            let (version, uid) = reply_identity(&body);
+            let (version, uid) = reply_identity(body);
             let verdict = Verdict {
                 allowed: false,
                 message: why,
-                warnings: Vec::new(),
+                ..Default::default()
             };
             (version, uid, verdict)
         }
@@ -181,6 +215,7 @@ async fn validate(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: By
 pub fn router(hook: Arc<Webhook>) -> Router {
     Router::new()
         .route("/validate", post(validate))
+        .route("/inject", post(inject))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(hook)
 }

@@ -57,6 +57,15 @@ impl Client {
         content_type: Option<&str>,
         body: Vec<u8>,
     ) -> Result<(StatusCode, Vec<u8>), String> {
+        self.post_to("/validate", content_type, body).await
+    }
+
+    async fn post_to(
+        &self,
+        path: &str,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<(StatusCode, Vec<u8>), String> {
         let tcp = tokio::net::TcpStream::connect(self.addr)
             .await
             .map_err(|e| e.to_string())?;
@@ -70,7 +79,7 @@ impl Client {
             .await
             .map_err(|e| e.to_string())?;
         tokio::spawn(conn);
-        let mut request = hyper::Request::post("/validate").header("host", "localhost");
+        let mut request = hyper::Request::post(path).header("host", "localhost");
         if let Some(ct) = content_type {
             request = request.header("content-type", ct);
         }
@@ -92,8 +101,12 @@ impl Client {
 
     /// Posts an AdmissionReview and returns the review it answers with.
     async fn review(&self, body: Vec<u8>) -> Value {
+        self.review_at("/validate", body).await
+    }
+
+    async fn review_at(&self, path: &str, body: Vec<u8>) -> Value {
         let (status, body) = self
-            .post(Some("application/json"), body)
+            .post_to(path, Some("application/json"), body)
             .await
             .expect("request");
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
@@ -226,13 +239,53 @@ async fn webhook_over_verified_https() {
         "{r}"
     );
 
+    // /inject: a pod opted in gets a JSON Patch; one that is not is allowed untouched.
+    let pod_review = |annotations: Value| {
+        serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "pod-1", "operation": "CREATE", "namespace": "bookinfo",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "object": {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"generateName": "reviews-v1-", "annotations": annotations},
+                    "spec": {"containers": [{"name": "reviews", "image": "reviews"}]}}},
+        }))
+        .unwrap()
+    };
+    let r = client
+        .review_at(
+            "/inject",
+            pod_review(serde_json::json!({"pasa.io/enabled": "true"})),
+        )
+        .await;
+    assert_eq!(r["response"]["uid"], "pod-1");
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    assert_eq!(r["response"]["patchType"], "JSONPatch", "{r}");
+    let patch = {
+        use base64::Engine;
+        let text = base64::engine::general_purpose::STANDARD
+            .decode(r["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        serde_json::from_slice::<Value>(&text).unwrap()
+    };
+    assert!(
+        patch.to_string().contains("\"name\":\"pasa-agent\""),
+        "{patch}"
+    );
+    let r = client
+        .review_at("/inject", pod_review(serde_json::json!({})))
+        .await;
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    assert!(r["response"].get("patch").is_none(), "{r}");
+
     // What the webhook did is on the admin endpoint.
     let metrics = pcp.metrics();
     for line in [
-        "pasa_pcp_webhook_requests_total{answer=\"Allowed\"} 3",
+        "pasa_pcp_webhook_requests_total{answer=\"Allowed\"} 5",
         "pasa_pcp_webhook_requests_total{answer=\"Denied\"} 4",
         "pasa_pcp_webhook_requests_total{answer=\"BadRequest\"} 3",
         "pasa_pcp_documents_total{origin=\"Webhook\",verdict=\"Rejected\"} 2",
+        "pasa_pcp_injections_total{result=\"injected_standalone\"} 1",
+        "pasa_pcp_injections_total{result=\"not_selected\"} 1",
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }

@@ -223,14 +223,36 @@ pub fn bind_unix(path: &Path) -> Result<UnixListener, ServeError> {
     })
 }
 
-/// Serves `service` on `listener` (see [`bind_unix`]) until `shutdown` resolves; then ends every
-/// open stream, waits for the connections to finish and removes the socket file `path`.
-pub async fn serve_unix(
-    listener: UnixListener,
-    path: &Path,
+/// Serves `service` on a loopback TCP listener (plaintext gRPC) until `shutdown` resolves: for
+/// a pilot-agent that forwards its Envoy's xDS here (`discoveryAddress`), as the sidecar
+/// injected next to Istio's does. Go's gRPC sends a host name as `:authority`, so no front is
+/// needed.
+pub async fn serve_tcp(
+    listener: tokio::net::TcpListener,
     service: AdsService,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    serve_incoming(incoming, service, shutdown)
+        .await
+        .map_err(ServeError::from)
+}
+
+/// Serves `service` on the connections of `incoming` until `shutdown` resolves; then ends every
+/// open stream and waits (at most [`CLOSE_GRACE`]) for the connections to finish.
+async fn serve_incoming<IO>(
+    incoming: impl tokio_stream::Stream<Item = io::Result<IO>>,
+    service: AdsService,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error>
+where
+    IO: tonic::transport::server::Connected
+        + tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + Send
+        + Unpin
+        + 'static,
+{
     let closing = Arc::clone(&service.closing);
     let (signalled_tx, signalled) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
@@ -242,14 +264,11 @@ pub async fn serve_unix(
     let serve = tonic::transport::Server::builder()
         .add_service(AggregatedDiscoveryServiceServer::new(service.clone()))
         .add_service(SecretDiscoveryServiceServer::new(service))
-        .serve_with_incoming_shutdown(
-            UnixListenerStream::new(listener).map(|conn| conn.map(authority::front)),
-            signal,
-        );
+        .serve_with_incoming_shutdown(incoming, signal);
     tokio::pin!(serve);
     // Envoy keeps its connection open after its streams end (it would reconnect to a new
     // server on it); graceful shutdown would wait for it until the drain deadline.
-    let result = tokio::select! {
+    tokio::select! {
         result = &mut serve => result,
         () = async {
             if signalled.await.is_ok() {
@@ -261,7 +280,19 @@ pub async fn serve_unix(
             tracing::debug!("clients kept their connections open after their streams ended; closing them");
             Ok(())
         }
-    };
+    }
+}
+
+/// Serves `service` on `listener` (see [`bind_unix`]) until `shutdown` resolves; then ends every
+/// open stream, waits for the connections to finish and removes the socket file `path`.
+pub async fn serve_unix(
+    listener: UnixListener,
+    path: &Path,
+    service: AdsService,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let incoming = UnixListenerStream::new(listener).map(|conn| conn.map(authority::front));
+    let result = serve_incoming(incoming, service, shutdown).await;
     if let Err(err) = std::fs::remove_file(path) {
         tracing::debug!(path = %path.display(), error = %err, "socket file not removed");
     }

@@ -274,7 +274,22 @@ pub struct FakeDeltaClient {
 impl FakeDeltaClient {
     /// Opens a Delta stream on the socket at `path`; the first request carries `node`.
     pub async fn connect(path: &Path, node: Node) -> FakeDeltaClient {
-        let mut client = AggregatedDiscoveryServiceClient::new(channel(path).await);
+        FakeDeltaClient::connect_on(channel(path).await, node).await
+    }
+
+    /// Opens a Delta stream over TCP to `addr`, as Istio's pilot-agent does (plaintext when its
+    /// `controlPlaneAuthPolicy` is NONE).
+    pub async fn connect_tcp(addr: std::net::SocketAddr, node: Node) -> FakeDeltaClient {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        FakeDeltaClient::connect_on(channel, node).await
+    }
+
+    async fn connect_on(channel: Channel, node: Node) -> FakeDeltaClient {
+        let mut client = AggregatedDiscoveryServiceClient::new(channel);
         let (tx, rx) = mpsc::channel(16);
         let responses = client
             .delta_aggregated_resources(ReceiverStream::new(rx))

@@ -12,11 +12,144 @@
 //! The namespace's labels are not in the admission request, and a webhook configuration's
 //! `objectSelector` can select on labels only, never on annotations: the API server therefore
 //! sends every pod outside the system namespaces, and the caller of [`Selection::decide`] passes
-//! the namespace's labels in, from the namespaces PCP follows in Kubernetes.
+//! the namespace's labels in, from the namespaces PCP follows in Kubernetes (without a cluster
+//! to follow, `--kubeconfig` or `--in-cluster`, only the pod's annotation can opt it in).
+//!
+//! What an injected pod gets is [`sidecar`]'s.
+
+pub mod sidecar;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use pasa_kube::namespaces::Namespaces;
 use serde_json::Value;
+
+use super::review::{AdmissionRequest, Verdict};
+use sidecar::InjectConfig;
+
+/// The injecting webhook's options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct InjectArgs {
+    /// The image of the injected `pasa-agent` container.
+    #[arg(long, env = "PASA_INJECT_IMAGE", default_value = concat!("pasa-agent:", env!("CARGO_PKG_VERSION")))]
+    pub inject_image: String,
+    /// The address injected agents follow the store at (PCP's Service).
+    #[arg(
+        long,
+        env = "PASA_INJECT_STORE",
+        default_value = "pasa-pcp.pasa-system.svc:7400"
+    )]
+    pub inject_store: String,
+    /// istiod's CA (`CA_ADDR`): where injected pods get their certificates.
+    #[arg(
+        long,
+        env = "PASA_INJECT_CA_ADDRESS",
+        default_value = "istiod.istio-system.svc:15012"
+    )]
+    pub inject_ca_address: String,
+    /// The image with Istio's `istio-iptables` (Istio's proxy image), run as the standalone
+    /// mode's traffic-capture init container.
+    #[arg(
+        long,
+        env = "PASA_INJECT_IPTABLES_IMAGE",
+        default_value = "docker.io/istio/proxyv2:1.30.0"
+    )]
+    pub inject_iptables_image: String,
+    /// The mesh's trust domain.
+    #[arg(long, env = "PASA_TRUST_DOMAIN", default_value = "cluster.local")]
+    pub trust_domain: String,
+    /// Namespaces never injected besides Kubernetes' own and PCP's (comma-separated): the
+    /// control planes' (istiod's).
+    #[arg(long, value_delimiter = ',', default_value = "istio-system")]
+    pub inject_never: Vec<String>,
+}
+
+impl InjectArgs {
+    pub fn config(&self, cluster_id: &str, domain_suffix: &str) -> InjectConfig {
+        InjectConfig {
+            image: self.inject_image.clone(),
+            store: self.inject_store.clone(),
+            ca_address: self.inject_ca_address.clone(),
+            iptables_image: self.inject_iptables_image.clone(),
+            cluster_id: cluster_id.to_string(),
+            trust_domain: self.trust_domain.clone(),
+            domain_suffix: domain_suffix.to_string(),
+        }
+    }
+
+    /// The namespaces never injected: `--inject-never` and PCP's own.
+    pub fn never_namespaces(&self, own: &str) -> Selection {
+        Selection::new(self.inject_never.iter().cloned().chain([own.to_string()]))
+    }
+}
+
+/// The injecting webhook: decides, then patches.
+pub struct Injector {
+    config: InjectConfig,
+    selection: Selection,
+    namespaces: Option<Namespaces>,
+}
+
+/// What the webhook answers for one pod, and the metric's `result`.
+pub struct Answer {
+    pub verdict: Verdict,
+    pub result: &'static str,
+}
+
+impl Injector {
+    pub fn new(config: InjectConfig, selection: Selection, namespaces: Option<Namespaces>) -> Self {
+        Injector {
+            config,
+            selection,
+            namespaces,
+        }
+    }
+
+    /// Answers one admission request: always allowed (a pod PASA cannot take stays with
+    /// istiod, with a warning saying why), with the patch when the pod is injected.
+    pub fn review(&self, req: &AdmissionRequest) -> Answer {
+        let allow = |result, warnings: Vec<String>| Answer {
+            verdict: Verdict {
+                allowed: true,
+                warnings,
+                ..Default::default()
+            },
+            result,
+        };
+        if req.kind.kind != "Pod" || req.operation != "CREATE" {
+            return allow("not_a_pod_creation", Vec::new());
+        }
+        let Some(pod) = &req.object else {
+            return allow("not_a_pod_creation", Vec::new());
+        };
+        let labels = self
+            .namespaces
+            .as_ref()
+            .and_then(|n| n.labels(&req.namespace))
+            .unwrap_or_default();
+        match self.selection.decide(pod, &req.namespace, &labels) {
+            Decision::Skip(skip) => allow(skip.reason(), skip.warning().into_iter().collect()),
+            Decision::Inject => match sidecar::inject(pod, &self.config) {
+                Ok(injection) => Answer {
+                    verdict: Verdict {
+                        allowed: true,
+                        warnings: injection.warnings,
+                        patch: Some(Value::Array(injection.patch)),
+                        ..Default::default()
+                    },
+                    result: match injection.mode {
+                        sidecar::Mode::NextToIstio => "injected_next_to_istio",
+                        sidecar::Mode::Standalone => "injected_standalone",
+                    },
+                },
+                Err(why) => allow(
+                    "cannot_inject",
+                    vec![format!("not moved to PASA (it stays with istiod): {why}")],
+                ),
+            },
+        }
+    }
+}
 
 /// The pod annotation that opts a pod in or out.
 pub const ENABLED_ANNOTATION: &str = "pasa.io/enabled";

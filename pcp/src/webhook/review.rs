@@ -83,6 +83,8 @@ pub struct Verdict {
     /// Why it was denied (shown by kubectl after "denied the request: ").
     pub message: String,
     pub warnings: Vec<String>,
+    /// A JSON Patch (RFC 6902) to apply to the object: the mutating webhook's change.
+    pub patch: Option<Value>,
 }
 
 /// The verdict on an object admission checked: denied with every error, warnings either way.
@@ -97,6 +99,7 @@ pub fn verdict(checked: &Checked) -> Verdict {
             allowed: true,
             message: String::new(),
             warnings,
+            patch: None,
         };
     }
     let errors: Vec<String> = checked
@@ -108,6 +111,7 @@ pub fn verdict(checked: &Checked) -> Verdict {
         allowed: false,
         message: format!("configuration is invalid: {}", errors.join("; ")),
         warnings,
+        patch: None,
     }
 }
 
@@ -129,6 +133,11 @@ struct ResponseBody<'a> {
     status: Option<Status<'a>>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     warnings: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    /// The JSON Patch, base64 of its JSON text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -155,6 +164,11 @@ pub fn response(api_version: &str, uid: &str, verdict: &Verdict) -> Value {
             allowed: verdict.allowed,
             status,
             warnings: &verdict.warnings,
+            patch_type: verdict.patch.as_ref().map(|_| "JSONPatch"),
+            patch: verdict.patch.as_ref().map(|p| {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD.encode(p.to_string())
+            }),
         },
     };
     serde_json::to_value(review).unwrap_or(Value::Null)
@@ -204,6 +218,7 @@ mod tests {
             allowed: false,
             message: "bad".into(),
             warnings: vec!["careful".into()],
+            patch: None,
         };
         let r = response("admission.k8s.io/v1beta1", "u", &denied);
         assert_eq!(r["apiVersion"], "admission.k8s.io/v1beta1");

@@ -1,0 +1,473 @@
+//! What the injecting webhook adds to a pod it moves to PASA, as a JSON Patch (RFC 6902) on the
+//! pod of the admission request. Two modes:
+//!
+//! - **next to Istio** (the pod has Istio's `istio-proxy`): pilot-agent keeps everything it does
+//!   (certificates over SDS, Envoy's lifecycle, the probes Istio rewrote, traffic capture); only
+//!   its Envoy's xDS source moves. The pod's `proxy.istio.io/config` annotation, which
+//!   pilot-agent reads at start from its downward API file and which wins over the mesh's and
+//!   the injector's settings, gets `discoveryAddress: 127.0.0.1:15011` and
+//!   `controlPlaneAuthPolicy: NONE` (plaintext on loopback, inside the pod): pilot-agent's xDS
+//!   proxy then forwards Envoy's ADS to the `pasa-agent` container listening there. The CA
+//!   address follows the discovery address when `CA_ADDR` is not set, so `istio-proxy` gets
+//!   `CA_ADDR` (istiod's) if it lacks it: certificates keep coming from istiod. `pasa-agent` is a
+//!   native sidecar placed just before `istio-proxy` among the init containers (or first, when
+//!   `istio-proxy` is an ordinary container), so it runs before Envoy waits for its config.
+//! - **standalone** (no `istio-proxy`): `pasa-agent` runs Envoy itself (`--envoy`), gets the
+//!   workload certificate from istiod's CA with the pod's `istio-ca` token, and `pasa-init`
+//!   (Istio's own `istio-iptables`, from its proxy image) captures the pod's traffic to Envoy's
+//!   ports as Istio's init container does. The pod is labelled and annotated
+//!   `sidecar.istio.io/inject: "false"` so that Istio's injector, if it runs later, leaves it.
+//!
+//! Both: identity from the downward API (pod name, namespace, IP, service account; the labels
+//! as a file), an `emptyDir` in memory for the agent's sockets and one for its cache, resources
+//! from `pasa.io/proxy{CPU,Memory,CPULimit,MemoryLimit}` (like Istio's `sidecar.istio.io/…`:
+//! when any is set, only those set are used) or the mode's defaults, and the status annotation
+//! `pasa.io/status` that makes a second injection change nothing.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value, json};
+
+use super::STATUS_ANNOTATION;
+
+pub const AGENT_CONTAINER: &str = "pasa-agent";
+pub const INIT_CONTAINER: &str = "pasa-init";
+pub const ISTIO_PROXY: &str = "istio-proxy";
+/// The pod annotation that picks the mode: `istio` or `standalone` (default: `istio` when the
+/// pod has an `istio-proxy` container).
+pub const MODE_ANNOTATION: &str = "pasa.io/mode";
+/// The ProxyConfig pilot-agent reads from its pod.
+pub const PROXY_CONFIG_ANNOTATION: &str = "proxy.istio.io/config";
+/// Istio's own opt-out, set on standalone pods.
+pub const ISTIO_INJECT: &str = "sidecar.istio.io/inject";
+/// Where the agent serves ADS to pilot-agent, inside the pod.
+pub const XDS_ADDRESS: &str = "127.0.0.1:15011";
+/// The user Istio's capture leaves alone (Envoy's and its agent's own traffic).
+const PROXY_UID: u32 = 1337;
+
+const RUN_VOLUME: &str = "pasa-run";
+const CACHE_VOLUME: &str = "pasa-cache";
+const PODINFO_VOLUME: &str = "pasa-podinfo";
+const TOKEN_VOLUME: &str = "pasa-istio-token";
+const ROOT_CERT_VOLUME: &str = "pasa-istiod-ca-cert";
+
+/// The resource annotations: (annotation, which part of `resources`).
+const RESOURCE_ANNOTATIONS: [(&str, &str, &str); 4] = [
+    ("pasa.io/proxyCPU", "requests", "cpu"),
+    ("pasa.io/proxyMemory", "requests", "memory"),
+    ("pasa.io/proxyCPULimit", "limits", "cpu"),
+    ("pasa.io/proxyMemoryLimit", "limits", "memory"),
+];
+
+/// How pods are injected: the agent's image, where agents find the store, istiod's CA.
+#[derive(Debug, Clone)]
+pub struct InjectConfig {
+    /// The `pasa-agent` image (it carries Envoy for the standalone mode).
+    pub image: String,
+    /// The store (or PCP) address agents follow.
+    pub store: String,
+    /// istiod's CA, `host:port`.
+    pub ca_address: String,
+    /// The image with Istio's `istio-iptables` (Istio's proxy image), for the standalone mode.
+    pub iptables_image: String,
+    /// The cluster's ID (`ISTIO_META_CLUSTER_ID`).
+    pub cluster_id: String,
+    pub trust_domain: String,
+    pub domain_suffix: String,
+}
+
+impl Default for InjectConfig {
+    fn default() -> Self {
+        InjectConfig {
+            image: format!("pasa-agent:{}", env!("CARGO_PKG_VERSION")),
+            store: "pasa-pcp.pasa-system.svc:7400".into(),
+            ca_address: "istiod.istio-system.svc:15012".into(),
+            iptables_image: "docker.io/istio/proxyv2:1.30.0".into(),
+            cluster_id: "Kubernetes".into(),
+            trust_domain: "cluster.local".into(),
+            domain_suffix: "cluster.local".into(),
+        }
+    }
+}
+
+/// How a pod is moved to PASA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    NextToIstio,
+    Standalone,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::NextToIstio => "istio",
+            Mode::Standalone => "standalone",
+        }
+    }
+}
+
+/// The patch for one pod, and what the answer should warn about.
+#[derive(Debug, Clone)]
+pub struct Injection {
+    pub mode: Mode,
+    /// RFC 6902 operations, in order.
+    pub patch: Vec<Value>,
+    pub warnings: Vec<String>,
+}
+
+/// Where a container of the pod is: `containers` or `initContainers`, and its index.
+fn find_container(pod: &Value, name: &str) -> Option<(&'static str, usize)> {
+    ["initContainers", "containers"]
+        .into_iter()
+        .find_map(|list| {
+            let items = pod.pointer(&format!("/spec/{list}"))?.as_array()?;
+            let i = items.iter().position(|c| c["name"] == name)?;
+            Some((list, i))
+        })
+}
+
+/// The patch that moves `pod` (in `namespace`) to PASA; an error says why it cannot be, and
+/// the pod is then left as it is.
+pub fn inject(pod: &Value, config: &InjectConfig) -> Result<Injection, String> {
+    let annotations = pod
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object);
+    let annotation = |key: &str| annotations.and_then(|a| a.get(key)).and_then(Value::as_str);
+    let istio_proxy = find_container(pod, ISTIO_PROXY);
+    let mut warnings = Vec::new();
+    let mode = match annotation(MODE_ANNOTATION) {
+        Some("istio") => Mode::NextToIstio,
+        Some("standalone") => Mode::Standalone,
+        other => {
+            if let Some(value) = other {
+                warnings.push(format!(
+                    "metadata.annotations[{MODE_ANNOTATION}]: {value:?} is neither \"istio\" nor \
+                     \"standalone\"; chosen by the pod's containers"
+                ));
+            }
+            if istio_proxy.is_some() {
+                Mode::NextToIstio
+            } else {
+                Mode::Standalone
+            }
+        }
+    };
+    if mode == Mode::NextToIstio && istio_proxy.is_none() {
+        return Err(format!(
+            "{MODE_ANNOTATION}: istio needs the pod's {ISTIO_PROXY} container, which Istio's \
+             injector adds, and it has not: is Istio injection on for this pod, and does PASA's \
+             webhook configuration run after Istio's (its name sorts after it; \
+             reinvocationPolicy: IfNeeded)?"
+        ));
+    }
+    if mode == Mode::Standalone && istio_proxy.is_some() {
+        return Err(format!(
+            "{MODE_ANNOTATION}: standalone, but the pod already has Istio's {ISTIO_PROXY}: two \
+             proxies cannot both capture its traffic (use the istio mode, or opt the pod out of \
+             Istio's injection with the label {ISTIO_INJECT}=false)"
+        ));
+    }
+    let mut patch = Patch::new(pod);
+    let (resources, resource_warnings) = resources(annotation, mode);
+    warnings.extend(resource_warnings);
+
+    let mut init_containers = Vec::new();
+    let mut volumes = vec![RUN_VOLUME, CACHE_VOLUME, PODINFO_VOLUME];
+    match mode {
+        Mode::NextToIstio => {
+            let merged = proxy_config(annotation(PROXY_CONFIG_ANNOTATION))?;
+            patch.annotate(PROXY_CONFIG_ANNOTATION, &merged);
+            let (list, index) = istio_proxy.unwrap_or(("containers", 0));
+            let has_ca = pod
+                .pointer(&format!("/spec/{list}/{index}/env"))
+                .and_then(Value::as_array)
+                .is_some_and(|env| env.iter().any(|e| e["name"] == "CA_ADDR"));
+            if !has_ca {
+                patch.append(
+                    &format!("/spec/{list}/{index}/env"),
+                    json!({"name": "CA_ADDR", "value": config.ca_address}),
+                );
+            }
+            // Just before istio-proxy when it is a native sidecar; first otherwise.
+            let at = if list == "initContainers" { index } else { 0 };
+            patch.insert(
+                "/spec/initContainers",
+                at,
+                agent_container(config, mode, resources),
+            );
+            init_containers.push(AGENT_CONTAINER);
+        }
+        Mode::Standalone => {
+            patch.annotate(ISTIO_INJECT, "false");
+            patch.label(ISTIO_INJECT, "false");
+            patch.insert("/spec/initContainers", 0, init_container(config));
+            patch.insert(
+                "/spec/initContainers",
+                1,
+                agent_container(config, mode, resources),
+            );
+            init_containers.extend([INIT_CONTAINER, AGENT_CONTAINER]);
+            volumes.extend([TOKEN_VOLUME, ROOT_CERT_VOLUME]);
+        }
+    }
+    let existing: BTreeSet<&str> = pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    for name in &volumes {
+        if existing.contains(name) {
+            return Err(format!(
+                "spec.volumes: the pod already has a volume named {name:?}, which PASA's \
+                 injection adds"
+            ));
+        }
+        patch.append("/spec/volumes", volume(name));
+    }
+    let status = json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "mode": mode.as_str(),
+        "initContainers": init_containers,
+        "volumes": volumes,
+    });
+    patch.annotate(STATUS_ANNOTATION, &status.to_string());
+    Ok(Injection {
+        mode,
+        patch: patch.ops,
+        warnings,
+    })
+}
+
+/// The pod's `proxy.istio.io/config` (JSON or YAML) with the discovery address pointing at the
+/// agent, as JSON.
+fn proxy_config(existing: Option<&str>) -> Result<String, String> {
+    let mut config = match existing.map(str::trim).filter(|s| !s.is_empty()) {
+        None => Map::new(),
+        Some(text) => match serde_saphyr::from_str::<Value>(text) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) | Err(_) => {
+                return Err(format!(
+                    "metadata.annotations[{PROXY_CONFIG_ANNOTATION}]: not a ProxyConfig object \
+                     (JSON or YAML), so PASA cannot point its discoveryAddress at the agent"
+                ));
+            }
+        },
+    };
+    config.insert("discoveryAddress".into(), json!(XDS_ADDRESS));
+    config.insert("controlPlaneAuthPolicy".into(), json!("NONE"));
+    Ok(Value::Object(config).to_string())
+}
+
+/// The agent's resources: the annotated ones when any is set (each checked), else the mode's
+/// defaults (the agent alone next to Istio; agent and Envoy standalone, Istio's own defaults).
+fn resources<'a>(annotation: impl Fn(&str) -> Option<&'a str>, mode: Mode) -> (Value, Vec<String>) {
+    let mut warnings = Vec::new();
+    let mut any_set = false;
+    let mut annotated = Map::new();
+    for (key, part, resource) in RESOURCE_ANNOTATIONS {
+        let Some(value) = annotation(key) else {
+            continue;
+        };
+        any_set = true;
+        if !is_quantity(value) {
+            warnings.push(format!(
+                "metadata.annotations[{key}]: {value:?} is not a Kubernetes quantity; ignored"
+            ));
+            continue;
+        }
+        annotated.entry(part).or_insert_with(|| json!({}))[resource] = json!(value);
+    }
+    if any_set {
+        return (Value::Object(annotated), warnings);
+    }
+    let defaults = match mode {
+        Mode::NextToIstio => {
+            json!({"requests": {"cpu": "10m", "memory": "40Mi"}, "limits": {"memory": "128Mi"}})
+        }
+        Mode::Standalone => json!({"requests": {"cpu": "100m", "memory": "128Mi"},
+                                   "limits": {"cpu": "2000m", "memory": "1Gi"}}),
+    };
+    (defaults, warnings)
+}
+
+/// A Kubernetes resource quantity: a decimal number with an optional suffix.
+fn is_quantity(value: &str) -> bool {
+    const SUFFIXES: [&str; 13] = [
+        "", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi",
+    ];
+    let digits_end = value
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(value.len());
+    let (number, suffix) = value.split_at(digits_end);
+    !number.is_empty()
+        && number.parse::<f64>().is_ok()
+        && (SUFFIXES.contains(&suffix)
+            || suffix.starts_with(['e', 'E']) && suffix[1..].parse::<i32>().is_ok())
+}
+
+/// The agent's container: a native sidecar (an init container that keeps running).
+fn agent_container(config: &InjectConfig, mode: Mode, resources: Value) -> Value {
+    let field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    let value = |name: &str, value: &str| json!({"name": name, "value": value});
+    let mut env = vec![
+        field("POD_NAME", "metadata.name"),
+        field("POD_NAMESPACE", "metadata.namespace"),
+        field("INSTANCE_IP", "status.podIP"),
+        field("SERVICE_ACCOUNT", "spec.serviceAccountName"),
+        // Kubernetes expands $(VAR) from the variables above.
+        value(
+            "PASA_NODE_ID",
+            &format!(
+                "sidecar~$(INSTANCE_IP)~$(POD_NAME).$(POD_NAMESPACE)~$(POD_NAMESPACE).svc.{}",
+                config.domain_suffix
+            ),
+        ),
+        value("PASA_SERVER", &config.store),
+        value("PASA_LABELS_FILE", "/etc/pasa/podinfo/labels"),
+        value("PASA_UDS", "/var/run/pasa/xds.sock"),
+        value("PASA_CACHE_DIR", "/var/lib/pasa/cache"),
+        value("PASA_DOMAIN_SUFFIX", &config.domain_suffix),
+        value("ISTIO_META_CLUSTER_ID", &config.cluster_id),
+        value("TRUST_DOMAIN", &config.trust_domain),
+    ];
+    let mut mounts = vec![
+        json!({"name": RUN_VOLUME, "mountPath": "/var/run/pasa"}),
+        json!({"name": CACHE_VOLUME, "mountPath": "/var/lib/pasa"}),
+        json!({"name": PODINFO_VOLUME, "mountPath": "/etc/pasa/podinfo", "readOnly": true}),
+    ];
+    let mut container = json!({
+        "name": AGENT_CONTAINER,
+        "image": config.image,
+        "imagePullPolicy": "IfNotPresent",
+        "restartPolicy": "Always",
+        "resources": resources,
+        "securityContext": {
+            "runAsUser": PROXY_UID,
+            "runAsGroup": PROXY_UID,
+            "runAsNonRoot": true,
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    });
+    match mode {
+        Mode::NextToIstio => {
+            env.push(value("PASA_XDS_LISTEN", XDS_ADDRESS));
+        }
+        Mode::Standalone => {
+            env.push(value("PASA_ENVOY_BINARY", "/usr/local/bin/envoy"));
+            env.push(value("CA_ADDR", &config.ca_address));
+            mounts.push(json!({"name": TOKEN_VOLUME, "mountPath": "/var/run/secrets/tokens", "readOnly": true}));
+            mounts.push(json!({"name": ROOT_CERT_VOLUME, "mountPath": "/var/run/secrets/istio", "readOnly": true}));
+            container["ports"] = json!([
+                {"name": "http-envoy-prom", "containerPort": 15090, "protocol": "TCP"},
+                {"name": "status-port", "containerPort": 15021, "protocol": "TCP"},
+            ]);
+            // Envoy's readiness: the app containers start once Envoy has its config.
+            let ready = json!({"httpGet": {"path": "/healthz/ready", "port": 15021}});
+            let mut startup = ready.clone();
+            startup["periodSeconds"] = json!(1);
+            startup["failureThreshold"] = json!(600);
+            container["startupProbe"] = startup;
+            container["readinessProbe"] = ready;
+        }
+    }
+    container["env"] = Value::Array(env);
+    container["volumeMounts"] = Value::Array(mounts);
+    container
+}
+
+/// Traffic capture for the standalone mode: Istio's `istio-iptables`, redirecting the pod's
+/// inbound and outbound TCP to Envoy (15006, 15001), sparing the proxy's own user and Envoy's
+/// own ports, as Istio's `istio-init` does.
+fn init_container(config: &InjectConfig) -> Value {
+    json!({
+        "name": INIT_CONTAINER,
+        "image": config.iptables_image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["istio-iptables", "-p", "15001", "-z", "15006", "-u", PROXY_UID.to_string(),
+                 "-m", "REDIRECT", "-i", "*", "-x", "", "-b", "*", "-d", "15090,15021,15020"],
+        "resources": {"requests": {"cpu": "10m", "memory": "10Mi"}, "limits": {"cpu": "100m", "memory": "50Mi"}},
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "runAsNonRoot": false,
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": false,
+            "capabilities": {"add": ["NET_ADMIN", "NET_RAW"], "drop": ["ALL"]},
+        },
+    })
+}
+
+fn volume(name: &str) -> Value {
+    match name {
+        RUN_VOLUME => json!({"name": name, "emptyDir": {"medium": "Memory"}}),
+        CACHE_VOLUME => json!({"name": name, "emptyDir": {}}),
+        PODINFO_VOLUME => json!({"name": name, "downwardAPI": {"items": [
+            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+            {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}},
+        ]}}),
+        TOKEN_VOLUME => json!({"name": name, "projected": {"sources": [
+            {"serviceAccountToken": {"audience": "istio-ca", "expirationSeconds": 43200, "path": "istio-token"}},
+        ]}}),
+        ROOT_CERT_VOLUME => json!({"name": name, "configMap": {"name": "istio-ca-root-cert"}}),
+        other => json!({"name": other, "emptyDir": {}}),
+    }
+}
+
+/// RFC 6902 operations built against the original pod: a list or map the pod lacks is added
+/// once, before the first operation that needs it.
+struct Patch<'a> {
+    pod: &'a Value,
+    ops: Vec<Value>,
+    created: BTreeSet<String>,
+}
+
+impl<'a> Patch<'a> {
+    fn new(pod: &'a Value) -> Self {
+        Patch {
+            pod,
+            ops: Vec::new(),
+            created: BTreeSet::new(),
+        }
+    }
+
+    /// Makes sure `path` exists, as `empty` when the pod lacks it.
+    fn ensure(&mut self, path: &str, empty: Value) {
+        if self.pod.pointer(path).is_some_and(|v| !v.is_null()) || self.created.contains(path) {
+            return;
+        }
+        self.ops
+            .push(json!({"op": "add", "path": path, "value": empty}));
+        self.created.insert(path.to_string());
+    }
+
+    fn append(&mut self, list: &str, value: Value) {
+        self.ensure(list, json!([]));
+        self.ops
+            .push(json!({"op": "add", "path": format!("{list}/-"), "value": value}));
+    }
+
+    fn insert(&mut self, list: &str, index: usize, value: Value) {
+        self.ensure(list, json!([]));
+        self.ops
+            .push(json!({"op": "add", "path": format!("{list}/{index}"), "value": value}));
+    }
+
+    fn annotate(&mut self, key: &str, value: &str) {
+        self.set("/metadata/annotations", key, value);
+    }
+
+    fn label(&mut self, key: &str, value: &str) {
+        self.set("/metadata/labels", key, value);
+    }
+
+    fn set(&mut self, map: &str, key: &str, value: &str) {
+        self.ensure(map, json!({}));
+        let escaped = key.replace('~', "~0").replace('/', "~1");
+        self.ops
+            .push(json!({"op": "add", "path": format!("{map}/{escaped}"), "value": value}));
+    }
+}

@@ -1,0 +1,388 @@
+//! The injecting webhook's patches applied (RFC 6902, the `json-patch` crate) to real pod
+//! manifests: the Bookinfo Deployments of the conformance corpus' samples, each as its pod
+//! template makes a pod, as they are (standalone mode) and as Istio's injector leaves them (an
+//! `istio-proxy` native sidecar after `istio-init`: next to Istio). The patched pods are checked
+//! semantically; a second injection changes nothing.
+
+use std::collections::BTreeMap;
+
+use pasa_pcp::webhook::inject::sidecar::{
+    AGENT_CONTAINER, INIT_CONTAINER, InjectConfig, XDS_ADDRESS,
+};
+use pasa_pcp::webhook::inject::{Injector, STATUS_ANNOTATION, Selection};
+use pasa_pcp::webhook::review::AdmissionRequest;
+use serde_json::{Value, json};
+
+/// The pods Bookinfo's Deployments make, opted in by annotation, in namespace `bookinfo`.
+fn bookinfo_pods() -> Vec<(String, Value)> {
+    let Some(dir) = pasa_testing::conformance_dir("samples") else {
+        return Vec::new();
+    };
+    let docs = pasa_testing::yaml_docs(&dir.join("samples/bookinfo/platform/bookinfo.yaml"));
+    let pods: Vec<(String, Value)> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .map(|d| {
+            let name = d["metadata"]["name"].as_str().unwrap().to_string();
+            let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": d["spec"]["template"]["metadata"].clone(),
+                "spec": d["spec"]["template"]["spec"].clone()});
+            pod["metadata"]["generateName"] = json!(format!("{name}-"));
+            pod["metadata"]["annotations"] = json!({"pasa.io/enabled": "true"});
+            (name, pod)
+        })
+        .collect();
+    assert_eq!(pods.len(), 6, "Bookinfo has six Deployments");
+    pods
+}
+
+/// `pod` as Istio's injector leaves it: `istio-init`, then `istio-proxy` as a native sidecar,
+/// its status annotation and a ProxyConfig annotation of the user's.
+fn istio_injected(mut pod: Value) -> Value {
+    pod["metadata"]["annotations"]["sidecar.istio.io/status"] =
+        json!(r#"{"initContainers":["istio-init","istio-proxy"],"volumes":["istio-envoy"]}"#);
+    pod["metadata"]["annotations"]["proxy.istio.io/config"] =
+        json!("holdApplicationUntilProxyStarts: true\n");
+    pod["spec"]["initContainers"] = json!([
+        {"name": "istio-init", "image": "docker.io/istio/proxyv2:1.30.0", "args": ["istio-iptables"]},
+        {"name": "istio-proxy", "image": "docker.io/istio/proxyv2:1.30.0", "restartPolicy": "Always",
+         "args": ["proxy", "sidecar"],
+         "env": [{"name": "PILOT_CERT_PROVIDER", "value": "istiod"}],
+         "startupProbe": {"httpGet": {"path": "/healthz/ready", "port": 15021}}},
+    ]);
+    let mut volumes = pod["spec"]["volumes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    volumes.push(json!({"name": "istio-envoy", "emptyDir": {"medium": "Memory"}}));
+    pod["spec"]["volumes"] = Value::Array(volumes);
+    pod
+}
+
+fn injector() -> Injector {
+    Injector::new(
+        InjectConfig::default(),
+        Selection::new(["istio-system", "pasa-system"]),
+        None,
+    )
+}
+
+fn request(pod: &Value) -> AdmissionRequest {
+    AdmissionRequest {
+        uid: "u".into(),
+        kind: pasa_pcp::webhook::review::GroupVersionKind {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Pod".into(),
+        },
+        namespace: "bookinfo".into(),
+        operation: "CREATE".into(),
+        object: Some(pod.clone()),
+        ..Default::default()
+    }
+}
+
+/// Injects `pod`: the patched pod and the metric result.
+fn inject(injector: &Injector, pod: &Value) -> (Value, &'static str, Vec<String>) {
+    let answer = injector.review(&request(pod));
+    assert!(answer.verdict.allowed);
+    let mut patched = pod.clone();
+    if let Some(ops) = &answer.verdict.patch {
+        let patch: json_patch::Patch = serde_json::from_value(ops.clone()).unwrap();
+        json_patch::patch(&mut patched, &patch)
+            .unwrap_or_else(|e| panic!("the patch applies: {e}\n{ops:#}"));
+    }
+    (patched, answer.result, answer.verdict.warnings)
+}
+
+fn names(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect()
+}
+
+fn env(container: &Value) -> BTreeMap<&str, &Value> {
+    container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| (e["name"].as_str().unwrap(), e))
+        .collect()
+}
+
+fn container<'a>(pod: &'a Value, list: &str, name: &str) -> &'a Value {
+    pod["spec"][list]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {list}"))
+}
+
+/// What both modes give every pod: the pod's own containers untouched, every mount naming a
+/// volume of the pod, identity from the downward API, and the status annotation.
+fn check_common(original: &Value, pod: &Value, what: &str) {
+    assert_eq!(
+        pod["spec"]["containers"], original["spec"]["containers"],
+        "{what}: the app's containers are untouched"
+    );
+    let volumes = names(&pod["spec"]["volumes"]);
+    for list in ["initContainers", "containers"] {
+        for c in pod["spec"][list].as_array().into_iter().flatten() {
+            for m in c["volumeMounts"].as_array().into_iter().flatten() {
+                let name = m["name"].as_str().unwrap();
+                assert!(
+                    volumes.contains(&name),
+                    "{what}: mount {name} has no volume"
+                );
+            }
+        }
+    }
+    let agent = container(pod, "initContainers", AGENT_CONTAINER);
+    assert_eq!(agent["restartPolicy"], "Always", "{what}: a native sidecar");
+    assert_eq!(agent["securityContext"]["runAsUser"], 1337);
+    let env = env(agent);
+    for (name, path) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+        ("INSTANCE_IP", "status.podIP"),
+        ("SERVICE_ACCOUNT", "spec.serviceAccountName"),
+    ] {
+        assert_eq!(
+            env[name]["valueFrom"]["fieldRef"]["fieldPath"], path,
+            "{what}: {name}"
+        );
+    }
+    assert_eq!(
+        env["PASA_NODE_ID"]["value"],
+        "sidecar~$(INSTANCE_IP)~$(POD_NAME).$(POD_NAMESPACE)~$(POD_NAMESPACE).svc.cluster.local"
+    );
+    assert_eq!(env["PASA_LABELS_FILE"]["value"], "/etc/pasa/podinfo/labels");
+    let podinfo = pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "pasa-podinfo")
+        .unwrap();
+    assert_eq!(
+        podinfo["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"],
+        "metadata.labels"
+    );
+    let status: Value = serde_json::from_str(
+        pod["metadata"]["annotations"][STATUS_ANNOTATION]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        status["initContainers"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(AGENT_CONTAINER))
+    );
+}
+
+#[test]
+fn bookinfo_pods_next_to_istio() {
+    let injector = injector();
+    for (name, pod) in bookinfo_pods() {
+        let pod = istio_injected(pod);
+        let (patched, result, warnings) = inject(&injector, &pod);
+        assert_eq!(result, "injected_next_to_istio", "{name}");
+        assert!(warnings.is_empty(), "{name}: {warnings:?}");
+        check_common(&pod, &patched, &name);
+        // The agent runs just before istio-proxy, after istio-init.
+        assert_eq!(
+            names(&patched["spec"]["initContainers"]),
+            ["istio-init", AGENT_CONTAINER, "istio-proxy"],
+            "{name}"
+        );
+        let agent = container(&patched, "initContainers", AGENT_CONTAINER);
+        assert_eq!(env(agent)["PASA_XDS_LISTEN"]["value"], XDS_ADDRESS);
+        assert!(
+            !env(agent).contains_key("CA_ADDR"),
+            "pilot-agent keeps the certificates"
+        );
+        // pilot-agent's xDS goes to the agent; certificates still from istiod; the user's
+        // ProxyConfig kept.
+        let config: Value = serde_json::from_str(
+            patched["metadata"]["annotations"]["proxy.istio.io/config"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            config,
+            json!({"holdApplicationUntilProxyStarts": true, "discoveryAddress": XDS_ADDRESS,
+                   "controlPlaneAuthPolicy": "NONE"})
+        );
+        let proxy = container(&patched, "initContainers", "istio-proxy");
+        assert_eq!(
+            env(proxy)["CA_ADDR"]["value"],
+            "istiod.istio-system.svc:15012"
+        );
+        assert_eq!(env(proxy)["PILOT_CERT_PROVIDER"]["value"], "istiod");
+        // The pod's and Istio's volumes stay; PASA's are added after them.
+        let mut expected = names(&pod["spec"]["volumes"]);
+        expected.extend(["pasa-run", "pasa-cache", "pasa-podinfo"]);
+        assert_eq!(names(&patched["spec"]["volumes"]), expected, "{name}");
+        assert_eq!(
+            agent["resources"],
+            json!({"requests": {"cpu": "10m", "memory": "40Mi"}, "limits": {"memory": "128Mi"}})
+        );
+
+        // Injecting twice changes nothing.
+        let (again, result, _) = inject(&injector, &patched);
+        assert_eq!(result, "already_injected");
+        assert_eq!(again, patched);
+    }
+}
+
+#[test]
+fn bookinfo_pods_standalone() {
+    let injector = injector();
+    for (name, pod) in bookinfo_pods() {
+        let (patched, result, _) = inject(&injector, &pod);
+        assert_eq!(result, "injected_standalone", "{name}");
+        check_common(&pod, &patched, &name);
+        assert_eq!(
+            names(&patched["spec"]["initContainers"]),
+            [INIT_CONTAINER, AGENT_CONTAINER],
+            "{name}"
+        );
+        let init = container(&patched, "initContainers", INIT_CONTAINER);
+        assert_eq!(
+            init["securityContext"]["capabilities"]["add"],
+            json!(["NET_ADMIN", "NET_RAW"])
+        );
+        let agent = container(&patched, "initContainers", AGENT_CONTAINER);
+        let env = env(agent);
+        assert_eq!(env["PASA_ENVOY_BINARY"]["value"], "/usr/local/bin/envoy");
+        assert_eq!(env["CA_ADDR"]["value"], "istiod.istio-system.svc:15012");
+        assert_eq!(agent["startupProbe"]["httpGet"]["port"], 15021);
+        // Istio's injector, should it run later, leaves the pod alone.
+        assert_eq!(
+            patched["metadata"]["labels"]["sidecar.istio.io/inject"],
+            "false"
+        );
+        assert_eq!(
+            patched["metadata"]["annotations"]["sidecar.istio.io/inject"],
+            "false"
+        );
+        // The CA client's token and root, where the agent looks by default.
+        let volumes = &patched["spec"]["volumes"];
+        let token = volumes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "pasa-istio-token")
+            .unwrap();
+        assert_eq!(
+            token["projected"]["sources"][0]["serviceAccountToken"]["audience"],
+            "istio-ca"
+        );
+        let mounts: Vec<&str> = agent["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["mountPath"].as_str().unwrap())
+            .collect();
+        assert!(mounts.contains(&"/var/run/secrets/tokens"));
+        assert!(mounts.contains(&"/var/run/secrets/istio"));
+
+        let (again, result, _) = inject(&injector, &patched);
+        assert_eq!(result, "already_injected");
+        assert_eq!(again, patched);
+    }
+}
+
+#[test]
+fn resources_come_from_annotations() {
+    let injector = injector();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {"pasa.io/enabled": "true",
+            "pasa.io/proxyCPU": "50m", "pasa.io/proxyMemoryLimit": "256Mi",
+            "pasa.io/proxyMemory": "lots"}},
+        "spec": {"containers": [{"name": "app", "image": "app"}]}});
+    let (patched, _, warnings) = inject(&injector, &pod);
+    let agent = container(&patched, "initContainers", AGENT_CONTAINER);
+    assert_eq!(
+        agent["resources"],
+        json!({"requests": {"cpu": "50m"}, "limits": {"memory": "256Mi"}})
+    );
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].contains("pasa.io/proxyMemory"), "{warnings:?}");
+}
+
+#[test]
+fn pods_pasa_cannot_take_stay_with_istiod_with_a_warning() {
+    let injector = injector();
+    // The istio mode asked for, but Istio's injector has not run.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {"pasa.io/enabled": "true", "pasa.io/mode": "istio"}},
+        "spec": {"containers": [{"name": "app", "image": "app"}]}});
+    let (patched, result, warnings) = inject(&injector, &pod);
+    assert_eq!((result, &patched), ("cannot_inject", &pod));
+    assert!(warnings[0].contains("istio-proxy"), "{warnings:?}");
+    // A ProxyConfig annotation that is not an object.
+    let mut with_istio = istio_injected(pod);
+    with_istio["metadata"]["annotations"]["proxy.istio.io/config"] = json!("[1, 2]");
+    let (_, result, warnings) = inject(&injector, &with_istio);
+    assert_eq!(result, "cannot_inject");
+    assert!(
+        warnings[0].contains("proxy.istio.io/config"),
+        "{warnings:?}"
+    );
+    // Not a pod, or not a creation: allowed untouched.
+    let mut update = request(&with_istio);
+    update.operation = "UPDATE".into();
+    let answer = injector.review(&update);
+    assert!(answer.verdict.allowed && answer.verdict.patch.is_none());
+}
+
+/// Every injected Bookinfo pod, in both modes, is a valid Pod for Kubernetes 1.37
+/// (`kubernetes-validate --strict`: unknown fields are errors), as the deploy/ manifests are.
+#[test]
+fn injected_pods_match_the_kubernetes_schema() {
+    const FIX: &str = "python3 -m pip install -r deploy/requirements.txt";
+    if let Err(e) = std::process::Command::new("kubernetes-validate")
+        .arg("--version")
+        .output()
+    {
+        assert!(
+            std::env::var_os("PASA_E2E_REQUIRED").is_none(),
+            "kubernetes-validate is not installed ({e}); run `{FIX}`"
+        );
+        eprintln!("SKIPPED: injected pods not validated: kubernetes-validate ({e}); run `{FIX}`");
+        return;
+    }
+    let injector = injector();
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (name, pod) in bookinfo_pods() {
+        for (mode, pod) in [("istio", istio_injected(pod.clone())), ("standalone", pod)] {
+            let (mut patched, _, _) = inject(&injector, &pod);
+            patched["metadata"]["name"] = json!(format!("{name}-x"));
+            let file = dir.path().join(format!("{name}-{mode}.json"));
+            std::fs::write(&file, patched.to_string()).unwrap();
+            files.push(file);
+        }
+    }
+    let out = std::process::Command::new("kubernetes-validate")
+        .args(["--strict", "--quiet", "--kubernetes-version", "1.37.0"])
+        .args(&files)
+        .output()
+        .expect("running kubernetes-validate");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && !said.contains("Couldn't find schema"),
+        "injected pods are not valid Pods:\n{said}"
+    );
+    println!("{} injected Bookinfo pods valid", files.len());
+}
