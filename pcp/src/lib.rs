@@ -4,6 +4,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod debug;
 pub mod kubernetes;
 pub mod metrics;
 pub mod server;

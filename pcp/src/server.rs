@@ -90,7 +90,13 @@ impl PcpArgs {
             &self.embedded.domain_suffix,
             api_stopping_rx,
         );
-        let listeners = Listeners::bind(self.listen, self.admin).await?;
+        // istiod's debug pages, from the proxy status agents report.
+        let listeners = Listeners::bind(self.listen, self.admin)
+            .await?
+            .with_admin_routes(crate::debug::routes(
+                service.upstream().clone(),
+                &self.kube.cluster_id,
+            ));
         let mut registry = Registry::default();
         metrics.register(&mut registry);
         let cluster = if self.kube.enabled() {

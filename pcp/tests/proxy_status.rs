@@ -1,7 +1,8 @@
 //! The real `pasactl proxy-status` against a real `pasa-pcp`, fed by a fake agent reporter (a
 //! gRPC client sending the reports an agent would): the table, the detail page with the NACK, JSON
-//! output, an unknown proxy (exit 1), and `--proxy-status-expiry`. The same command over real
-//! agents is tested in the agent's `proxy_status` test.
+//! output, an unknown proxy (exit 1), `--proxy-status-expiry`, and istiod's `/debug/syncz` on
+//! PCP's admin endpoint. The same command over real agents is tested in the agent's
+//! `proxy_status` test.
 
 mod common;
 
@@ -79,6 +80,29 @@ fn status(pod: &str, ns: &str, proxy_type: ProxyType, lds: Option<TypeSyncStatus
         }),
         ..Default::default()
     }
+}
+
+/// GET `path` on PCP's admin endpoint: status and body.
+fn http_get(pcp: &Pcp, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(pcp.admin).unwrap();
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).unwrap();
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -183,6 +207,43 @@ async fn pasactl_proxy_status_lists_details_and_expires() {
         json["xds"]["LDS"]["last_nack"]["error"],
         "Error adding/updating listener(s) 0.0.0.0_80: duplicate listener"
     );
+
+    // istiod's /debug/syncz, as Kiali and scripts read it, from the same reports.
+    let syncz = http_get(&pcp, "/debug/syncz");
+    assert_eq!(syncz.0, 200, "{}", syncz.1);
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&syncz.1).unwrap();
+    assert_eq!(entries.len(), 2, "{}", syncz.1);
+    // Field for field as istiod writes an entry (its JSON names; empty fields left out).
+    assert_eq!(
+        entries[0],
+        serde_json::json!({
+            "cluster_id": "Kubernetes", "proxy": "ingress-1.istio-system", "proxy_type": "router",
+            "proxy_version": "0.1.0", "istio_version": "0.1.0",
+            "cluster_sent": "c1", "cluster_acked": "c1",
+            "listener_sent": "l1", "listener_acked": "l1",
+            "endpoint_sent": "e1", "endpoint_acked": "e1",
+        })
+    );
+    // What Kiali makes of each pair (its rule: nothing sent is NOT_SENT, equal is Synced, no
+    // acknowledgement Stale (Never Acknowledged), else Stale).
+    let kiali = |e: &serde_json::Value, t: &str| {
+        let field = |k: &str| e[format!("{t}_{k}")].as_str().unwrap_or("").to_string();
+        match (field("sent"), field("acked")) {
+            (s, _) if s.is_empty() => "NOT_SENT",
+            (s, a) if s == a => "Synced",
+            (_, a) if a.is_empty() => "Stale (Never Acknowledged)",
+            _ => "Stale",
+        }
+    };
+    let web_entry = &entries[1];
+    assert_eq!(web_entry["proxy"], "web-1.shop");
+    assert_eq!(
+        ["cluster", "listener", "endpoint", "route"].map(|t| kiali(web_entry, t)),
+        ["Synced", "Stale", "Synced", "NOT_SENT"]
+    );
+    let shop_only = http_get(&pcp, "/debug/syncz?namespace=shop").1;
+    let shop_only: Vec<serde_json::Value> = serde_json::from_str(&shop_only).unwrap();
+    assert_eq!(shop_only.len(), 1);
 
     // An unknown proxy is an error, exit 1.
     let out = pcp.ctl(&["proxy-status", "nope.shop"]);

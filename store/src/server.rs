@@ -116,9 +116,17 @@ pub struct Listeners {
     admin: tokio::net::TcpListener,
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// Routes the admin endpoint serves besides /metrics, /healthz and /readyz.
+    admin_routes: Option<axum::Router>,
 }
 
 impl Listeners {
+    /// Adds routes to the admin endpoint (PCP's istiod-compatible debug pages).
+    pub fn with_admin_routes(mut self, routes: axum::Router) -> Listeners {
+        self.admin_routes = Some(routes);
+        self
+    }
+
     /// Binds the gRPC and admin listeners (port 0 picks a free port).
     pub async fn bind(listen: SocketAddr, admin: SocketAddr) -> anyhow::Result<Listeners> {
         let grpc = tokio::net::TcpListener::bind(listen)
@@ -132,6 +140,7 @@ impl Listeners {
             admin_addr: admin_listener.local_addr()?,
             grpc,
             admin: admin_listener,
+            admin_routes: None,
         })
     }
 
@@ -153,17 +162,18 @@ impl Listeners {
             admin: admin_listener,
             grpc_addr,
             admin_addr,
+            admin_routes,
         } = self;
         if let Some(store) = &store {
             store.metrics().register(&mut registry);
         }
         let ready = Readiness::default();
         let (stop_tx, stop_rx) = watch::channel(false);
-        let admin_server = admin::serve(
-            admin_listener,
-            admin::router(Arc::new(registry), ready.clone()),
-            stopped(stop_rx.clone()),
-        );
+        let mut router = admin::router(Arc::new(registry), ready.clone());
+        if let Some(routes) = admin_routes {
+            router = router.merge(routes);
+        }
+        let admin_server = admin::serve(admin_listener, router, stopped(stop_rx.clone()));
         let background = store.as_ref().map(Store::spawn_background);
         let grpc = tonic::transport::Server::builder()
             .add_service(service)
