@@ -60,6 +60,15 @@ pub struct AgentArgs {
     /// nothing outside the pod does.
     #[arg(long, env = "PASA_XDS_LISTEN", value_parser = loopback_address)]
     pub xds_listen: Option<SocketAddr>,
+    /// Where kubelet probes the app through the agent: `/app-health/<container>/<kind>` runs the
+    /// app's original probe given in --app-probers (the standalone injection uses 0.0.0.0:15020,
+    /// a port Istio's capture leaves alone).
+    #[arg(long, env = "PASA_STATUS_LISTEN")]
+    pub status_listen: Option<SocketAddr>,
+    /// The app's original probes, a JSON map from `/app-health/<container>/<kind>` to the probe
+    /// (`httpGet` or `tcpSocket`, `timeoutSeconds`), as the injector writes it.
+    #[arg(long, env = "PASA_APP_PROBERS", requires = "status_listen")]
+    pub app_probers: Option<String>,
     /// Where the last complete copy of the proxy's configuration is kept, so a restarted agent
     /// can serve while the store is away. Nothing is kept when not set.
     #[arg(long, env = "PASA_CACHE_DIR")]
@@ -361,6 +370,26 @@ pub async fn run(
         admin_state,
         stopped(stop_rx.clone()),
     ));
+    // The app's probes, run against the pod's own address.
+    // Ends with the others at the stop signal.
+    let _status_task = match args.status_listen {
+        None => None,
+        Some(addr) => {
+            let probers = crate::probes::AppProbers::parse(
+                args.app_probers.as_deref().unwrap_or("{}"),
+                identity.node.ip,
+            )
+            .map_err(anyhow::Error::msg)?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the status listener on {addr}"))?;
+            Some(tokio::spawn(pasa_runtime::admin::serve(
+                listener,
+                probers.router(),
+                stopped(stop_rx.clone()),
+            )))
+        }
+    };
     // Envoy as the agent's child, once the socket and the admin endpoint it needs are up.
     let (envoy_stop_tx, envoy_stop) = watch::channel(false);
     let envoy_task = match &args.envoy_run.binary {

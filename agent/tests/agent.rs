@@ -176,6 +176,46 @@ async fn ads_is_also_served_on_a_loopback_tcp_address() {
     );
 }
 
+/// Standalone-injected, kubelet probes the app through the agent's status listener: the
+/// original probes (here a TCP probe of the store's port, open, and of a closed one) run
+/// against the pod's address from the node ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn app_probes_are_answered_on_the_status_listener() {
+    let data = tempfile::tempdir().unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let store = StoreServer::start(data.path(), 0).await;
+    let free = || {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let (status_port, closed) = (free(), free());
+    let probers = serde_json::json!({
+        "/app-health/app/livez": {"tcpSocket": {"port": store.addr.port()}},
+        "/app-health/app/readyz": {"tcpSocket": {"port": closed}},
+    })
+    .to_string();
+    let status = format!("127.0.0.1:{status_port}");
+    let agent = Agent::start_in(
+        "sidecar~127.0.0.1~app.default~default.svc.cluster.local",
+        store.addr,
+        run.path(),
+        &[
+            "--status-listen",
+            status.as_str(),
+            "--app-probers",
+            probers.as_str(),
+        ],
+    );
+    let addr: std::net::SocketAddr = status.parse().unwrap();
+    let get = |path: &'static str| common::agent::http_get(addr, path);
+    assert_eq!(get("/app-health/app/livez").await.0, 200);
+    let (code, why) = get("/app-health/app/readyz").await;
+    assert_eq!(code, 503, "{why}");
+    assert!(why.contains(&format!("port {closed}")), "{why}");
+    assert_eq!(get("/app-health/other/livez").await.0, 404);
+    agent.terminate();
+}
+
 fn store_addr(port: u16) -> std::net::SocketAddr {
     std::net::SocketAddr::from(([127, 0, 0, 1], port))
 }

@@ -386,3 +386,91 @@ fn injected_pods_match_the_kubernetes_schema() {
     );
     println!("{} injected Bookinfo pods valid", files.len());
 }
+
+/// Standalone, kubelet's probes of the app go to the agent's status port, the originals to the
+/// agent, in the form the agent reads (checked with its own parser, then run against an app).
+#[tokio::test]
+async fn app_probes_move_to_the_agent_in_standalone_mode() {
+    // The app: answers 200 on every path.
+    let app = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let app_port = app.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut conn, _)) = app.accept().await {
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf).await;
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+    "metadata": {"name": "web", "annotations": {"pasa.io/enabled": "true"}},
+    "spec": {"containers": [
+        {"name": "web", "image": "web", "ports": [{"name": "http", "containerPort": app_port}],
+         "readinessProbe": {"httpGet": {"path": "/ready", "port": "http",
+             "httpHeaders": [{"name": "X-Probe", "value": "1"}]}, "periodSeconds": 3, "timeoutSeconds": 2},
+         "livenessProbe": {"tcpSocket": {"port": app_port}, "failureThreshold": 5},
+         "startupProbe": {"httpGet": {"path": "/", "port": 8443, "scheme": "HTTPS"}}},
+        {"name": "side", "image": "side",
+         "livenessProbe": {"exec": {"command": ["true"]}},
+         "readinessProbe": {"grpc": {"port": 9000}}},
+    ]}});
+    let (patched, result, warnings) = inject(&injector(), &pod);
+    assert_eq!(result, "injected_standalone");
+    let web = &patched["spec"]["containers"][0];
+    assert_eq!(
+        web["readinessProbe"],
+        json!({"httpGet": {"path": "/app-health/web/readyz", "port": 15020, "scheme": "HTTP"},
+               "periodSeconds": 3, "timeoutSeconds": 2})
+    );
+    assert_eq!(
+        web["livenessProbe"],
+        json!({"httpGet": {"path": "/app-health/web/livez", "port": 15020, "scheme": "HTTP"},
+               "failureThreshold": 5})
+    );
+    // Left to kubelet, with a word: HTTPS and gRPC; exec needs nothing.
+    assert_eq!(
+        web["startupProbe"],
+        pod["spec"]["containers"][0]["startupProbe"]
+    );
+    assert_eq!(
+        patched["spec"]["containers"][1],
+        pod["spec"]["containers"][1]
+    );
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].contains("HTTPS") && warnings[1].contains("gRPC"),
+        "{warnings:?}"
+    );
+
+    let agent = container(&patched, "initContainers", AGENT_CONTAINER);
+    let env = env(agent);
+    assert_eq!(env["PASA_STATUS_LISTEN"]["value"], "0.0.0.0:15020");
+    let probers = env["PASA_APP_PROBERS"]["value"].as_str().unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(probers).unwrap(),
+        json!({
+            "/app-health/web/readyz": {"httpGet": {"path": "/ready", "port": app_port,
+                "httpHeaders": [{"name": "X-Probe", "value": "1"}]}, "timeoutSeconds": 2},
+            "/app-health/web/livez": {"tcpSocket": {"port": app_port}},
+        })
+    );
+    // The agent reads them, and runs them against the app.
+    let agent_probers =
+        pasa_agent::probes::AppProbers::parse(probers, "127.0.0.1".parse().unwrap()).unwrap();
+    assert_eq!(
+        agent_probers.run("/app-health/web/readyz").await,
+        Some(Ok(()))
+    );
+    assert_eq!(
+        agent_probers.run("/app-health/web/livez").await,
+        Some(Ok(()))
+    );
+
+    // Opted out: the probes stay.
+    let mut kept = pod.clone();
+    kept["metadata"]["annotations"]["pasa.io/rewriteAppProbers"] = json!("false");
+    let (patched, _, _) = inject(&injector(), &kept);
+    assert_eq!(patched["spec"]["containers"], kept["spec"]["containers"]);
+}

@@ -42,6 +42,11 @@ pub const PROXY_CONFIG_ANNOTATION: &str = "proxy.istio.io/config";
 pub const ISTIO_INJECT: &str = "sidecar.istio.io/inject";
 /// Where the agent serves ADS to pilot-agent, inside the pod.
 pub const XDS_ADDRESS: &str = "127.0.0.1:15011";
+/// Where kubelet probes the app through the agent (standalone): the port Istio's pilot-agent
+/// uses, which the capture leaves alone.
+pub const STATUS_PORT: u16 = 15020;
+/// `"false"` keeps the app's probes as they are (Istio's `sidecar.istio.io/rewriteAppHTTPProbers`).
+pub const REWRITE_PROBES_ANNOTATION: &str = "pasa.io/rewriteAppProbers";
 /// The user Istio's capture leaves alone (Envoy's and its agent's own traffic).
 const PROXY_UID: u32 = 1337;
 
@@ -200,12 +205,18 @@ pub fn inject(pod: &Value, config: &InjectConfig) -> Result<Injection, String> {
         Mode::Standalone => {
             patch.annotate(ISTIO_INJECT, "false");
             patch.label(ISTIO_INJECT, "false");
+            let probers = if annotation(REWRITE_PROBES_ANNOTATION) == Some("false") {
+                Map::new()
+            } else {
+                rewrite_probes(pod, &mut patch, &mut warnings)
+            };
+            let mut agent = agent_container(config, mode, resources);
+            if let Some(env) = agent["env"].as_array_mut() {
+                env.push(json!({"name": "PASA_APP_PROBERS",
+                                "value": Value::Object(probers).to_string()}));
+            }
             patch.insert("/spec/initContainers", 0, init_container(config));
-            patch.insert(
-                "/spec/initContainers",
-                1,
-                agent_container(config, mode, resources),
-            );
+            patch.insert("/spec/initContainers", 1, agent);
             init_containers.extend([INIT_CONTAINER, AGENT_CONTAINER]);
             volumes.extend([TOKEN_VOLUME, ROOT_CERT_VOLUME]);
         }
@@ -358,6 +369,12 @@ fn agent_container(config: &InjectConfig, mode: Mode, resources: Value) -> Value
         }
         Mode::Standalone => {
             env.push(value("PASA_ENVOY_BINARY", "/usr/local/bin/envoy"));
+            env.push(value(
+                "PASA_STATUS_LISTEN",
+                &format!("0.0.0.0:{STATUS_PORT}"),
+            ));
+            // The admin endpoint stays on loopback, off the status port.
+            env.push(value("PASA_ADMIN", "127.0.0.1:15030"));
             env.push(value("CA_ADDR", &config.ca_address));
             mounts.push(json!({"name": TOKEN_VOLUME, "mountPath": "/var/run/secrets/tokens", "readOnly": true}));
             mounts.push(json!({"name": ROOT_CERT_VOLUME, "mountPath": "/var/run/secrets/istio", "readOnly": true}));
@@ -377,6 +394,94 @@ fn agent_container(config: &InjectConfig, mode: Mode, resources: Value) -> Value
     container["env"] = Value::Array(env);
     container["volumeMounts"] = Value::Array(mounts);
     container
+}
+
+/// Kubelet's HTTP and TCP probes of the app's containers, moved to the agent's status port
+/// (`/app-health/<container>/livez|readyz|startupz`, timing kept); returns the originals, by
+/// path, for the agent. Probes it cannot run (HTTPS, gRPC, a port name no container port has)
+/// stay as they are, with a warning; `exec` probes run in the container and need nothing.
+fn rewrite_probes(
+    pod: &Value,
+    patch: &mut Patch,
+    warnings: &mut Vec<String>,
+) -> Map<String, Value> {
+    let mut probers = Map::new();
+    let containers = pod.pointer("/spec/containers").and_then(Value::as_array);
+    for (i, c) in containers.into_iter().flatten().enumerate() {
+        let name = c["name"].as_str().unwrap_or_default();
+        for (field, kind) in [
+            ("livenessProbe", "livez"),
+            ("readinessProbe", "readyz"),
+            ("startupProbe", "startupz"),
+        ] {
+            let Some(probe) = c.get(field).filter(|p| p.is_object()) else {
+                continue;
+            };
+            let at = format!("spec.containers[{i}].{field}");
+            let port = |p: &Value| -> Option<u64> {
+                match p {
+                    Value::Number(n) => n.as_u64(),
+                    Value::String(port_name) => c["ports"]
+                        .as_array()?
+                        .iter()
+                        .find(|cp| cp["name"] == *port_name)?["containerPort"]
+                        .as_u64(),
+                    _ => None,
+                }
+            };
+            let original = if let Some(http) = probe.get("httpGet") {
+                let scheme = http["scheme"].as_str().unwrap_or("HTTP");
+                if !scheme.eq_ignore_ascii_case("http") {
+                    warnings.push(format!("{at}: an {scheme} probe is not rewritten"));
+                    continue;
+                }
+                let Some(number) = port(&http["port"]) else {
+                    warnings.push(format!(
+                        "{at}: port {} is not one of the container's; not rewritten",
+                        http["port"]
+                    ));
+                    continue;
+                };
+                let mut get = json!({"path": http["path"].as_str().unwrap_or("/"), "port": number});
+                if let Some(headers) = http.get("httpHeaders") {
+                    get["httpHeaders"] = headers.clone();
+                }
+                json!({"httpGet": get})
+            } else if let Some(tcp) = probe.get("tcpSocket") {
+                let Some(number) = port(&tcp["port"]) else {
+                    warnings.push(format!(
+                        "{at}: port {} is not one of the container's; not rewritten",
+                        tcp["port"]
+                    ));
+                    continue;
+                };
+                json!({"tcpSocket": {"port": number}})
+            } else {
+                if probe.get("grpc").is_some() {
+                    warnings.push(format!("{at}: a gRPC probe is not rewritten"));
+                }
+                continue;
+            };
+            let path = format!("/app-health/{name}/{kind}");
+            let mut original = original;
+            if let Some(timeout) = probe.get("timeoutSeconds") {
+                original["timeoutSeconds"] = timeout.clone();
+            }
+            probers.insert(path.clone(), original);
+            let mut rewritten = probe.clone();
+            if let Some(map) = rewritten.as_object_mut() {
+                map.remove("httpGet");
+                map.remove("tcpSocket");
+                map.insert(
+                    "httpGet".into(),
+                    json!({"path": path, "port": STATUS_PORT, "scheme": "HTTP"}),
+                );
+            }
+            patch.ops.push(json!({"op": "replace",
+                "path": format!("/spec/containers/{i}/{field}"), "value": rewritten}));
+        }
+    }
+    probers
 }
 
 /// Traffic capture for the standalone mode: Istio's `istio-iptables`, redirecting the pod's
