@@ -169,7 +169,7 @@ async fn http_probe(addr: SocketAddr, http: &HttpGet) -> Result<(), String> {
         .await
         .map_err(|e| format!("port {}: {e}", http.port))?;
     // The status line is all that is judged.
-    let mut head = vec![0u8; 64];
+    let mut head = [0u8; 64];
     let mut read = 0;
     while read < 12 {
         let n = conn
