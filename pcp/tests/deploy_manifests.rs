@@ -110,3 +110,108 @@ fn every_deploy_manifest_matches_the_kubernetes_schemas() {
     );
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// The names `pasa_…` in `text`.
+fn metric_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("pasa_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// The Grafana dashboard and the alert rules use only metrics the components export (those
+/// deploy/README.md's table documents; a histogram's `_bucket`, `_sum`, `_count` series count as
+/// the histogram), every panel queries something, and every alert has a severity and a summary.
+#[test]
+fn the_dashboard_and_alerts_use_exported_metrics() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let readme = std::fs::read_to_string(deploy.join("README.md")).unwrap();
+    let documented: std::collections::BTreeSet<String> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `pasa_"))
+        .flat_map(|l| metric_names(l.split(" | ").next().unwrap_or_default()))
+        .collect();
+    assert!(documented.len() > 20, "{documented:?}");
+    let known = |name: &str| {
+        documented.contains(name)
+            || ["_bucket", "_sum", "_count"]
+                .iter()
+                .any(|s| name.strip_suffix(s).is_some_and(|b| documented.contains(b)))
+    };
+
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy.join("monitoring/pasa-dashboard.json")).unwrap(),
+    )
+    .expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut ids = std::collections::BTreeSet::new();
+    let mut queries = 0;
+    for panel in panels {
+        assert!(
+            ids.insert(panel["id"].as_u64().unwrap()),
+            "duplicate id in {panel}"
+        );
+        assert!(panel["gridPos"].is_object(), "{panel}");
+        if panel["type"] == "row" {
+            continue;
+        }
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{}", panel["title"]);
+        for t in targets {
+            let expr = t["expr"].as_str().unwrap();
+            let names = metric_names(expr);
+            assert!(!names.is_empty(), "{}: {expr}", panel["title"]);
+            for name in names {
+                assert!(
+                    known(&name),
+                    "{}: {name} is not an exported metric",
+                    panel["title"]
+                );
+            }
+            queries += 1;
+        }
+    }
+
+    let config: serde_json::Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(deploy.join("monitoring/prometheus-rules.yaml")).unwrap(),
+    )
+    .unwrap();
+    let rules_text = config["data"]["pasa.rules.yaml"]
+        .as_str()
+        .expect("the rule file");
+    let rules: serde_json::Value = serde_saphyr::from_str(rules_text).unwrap();
+    let mut alerts = 0;
+    for group in rules["groups"].as_array().expect("groups") {
+        for rule in group["rules"].as_array().expect("rules") {
+            let name = rule["alert"].as_str().expect("alert");
+            let expr = rule["expr"].as_str().expect("expr");
+            assert!(
+                matches!(
+                    rule["labels"]["severity"].as_str(),
+                    Some("warning" | "critical")
+                ),
+                "{name}: severity"
+            );
+            assert!(
+                rule["annotations"]["summary"].is_string(),
+                "{name}: summary"
+            );
+            for metric in metric_names(expr) {
+                assert!(known(&metric), "{name}: {metric} is not an exported metric");
+            }
+            alerts += 1;
+        }
+    }
+    println!(
+        "dashboard: {} panels, {queries} queries; {alerts} alerts; all on the {} documented metrics",
+        panels.len(),
+        documented.len()
+    );
+}
