@@ -9,6 +9,17 @@
 //!   synced, no acknowledgement stale, nothing sent not sent. istiod puts response nonces there,
 //!   PASA's agents the response versions; both change with every push and match once it is
 //!   acknowledged, which is all a reader compares. Empty fields are left out, as istiod does.
+//! - over xDS on PCP's gRPC port, the form `istioctl proxy-status` asks for
+//!   (`istioctl proxy-status --xds-address <pcp>:7400 --plaintext`): a `DiscoveryRequest` of
+//!   type `istio.io/debug/syncz` is answered with one `envoy.service.status.v3.ClientConfig` per
+//!   proxy — node ID `pod.namespace`, node metadata `CLUSTER_ID`, `NAMESPACE`, `ISTIO_VERSION`,
+//!   and per xDS type its `config_status` (SYNCED, STALE, NOT_SENT) — and the response's control
+//!   plane identifier names this PCP, as istiod names itself. Other debug types (the per-proxy
+//!   `istio.io/debug/config_dump` of istioctl's diff mode) are refused with a message saying
+//!   where PASA shows the same (`pasactl proxy-config`).
+//!
+//! Like PCP's store API, these answer whoever reaches the port: PASA does not yet authenticate
+//! its API's callers.
 
 use std::collections::BTreeMap;
 
@@ -20,7 +31,34 @@ use axum::routing::get;
 use pasa_proto::store::v1::{ListProxyStatusRequest, ProxyStatusEntry, ProxyType, TypeSyncStatus};
 use serde::Serialize;
 
+use std::pin::Pin;
+
+use envoy_types::pb::envoy::config::core::v3::{ControlPlane, Node};
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use envoy_types::pb::envoy::service::status::v3::client_config::GenericXdsConfig;
+use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
+use envoy_types::pb::google::protobuf::{Any, Struct, Value as PbValue, value::Kind as PbKind};
+use pasa_proto::store::v1::SyncState;
+use prost::Message;
+use tokio_stream::Stream;
+
 use crate::write::Upstream;
+
+/// The debug type `istioctl proxy-status` asks for.
+pub const SYNCZ_TYPE: &str = "istio.io/debug/syncz";
+const CLIENT_CONFIG_TYPE: &str = "type.googleapis.com/envoy.service.status.v3.ClientConfig";
+/// The xDS types PASA's agents report, in the order istioctl shows them.
+const XDS_TYPES: [&str; 4] = [
+    "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+    "type.googleapis.com/envoy.config.listener.v3.Listener",
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+    "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+];
 
 /// One proxy in istiod's `/debug/syncz` format.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -107,36 +145,209 @@ async fn syncz(
     State(debug): State<Debug>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let request = ListProxyStatusRequest {
-        name: String::new(),
-        namespace: query.get("namespace").cloned().unwrap_or_default(),
-    };
-    let mut pages = match debug.upstream.client().list_proxy_status(request).await {
-        Ok(pages) => pages.into_inner(),
+    let namespace = query.get("namespace").cloned().unwrap_or_default();
+    let entries = match proxy_statuses(&debug.upstream, &namespace).await {
+        Ok(entries) => entries,
         Err(status) => {
             let message = format!("the store does not answer: {}\n", status.message());
             return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
         }
     };
-    let mut out = Vec::new();
-    loop {
-        match pages.message().await {
-            Ok(Some(page)) => out.extend(
-                page.proxies
-                    .iter()
-                    .filter_map(|e| sync_status(e, &debug.cluster_id)),
-            ),
-            Ok(None) => break,
-            Err(status) => {
-                let message = format!("the store does not answer: {}\n", status.message());
-                return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
-            }
-        }
-    }
+    let mut out: Vec<SyncStatus> = entries
+        .iter()
+        .filter_map(|e| sync_status(e, &debug.cluster_id))
+        .collect();
     out.sort_by(|a, b| a.proxy_id.cmp(&b.proxy_id));
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         serde_json::to_string_pretty(&out).unwrap_or_else(|_| "[]".into()),
     )
         .into_response()
+}
+
+/// Every proxy's status, page by page from the store, filtered by namespace when given.
+async fn proxy_statuses(
+    upstream: &Upstream,
+    namespace: &str,
+) -> Result<Vec<ProxyStatusEntry>, tonic::Status> {
+    let request = ListProxyStatusRequest {
+        name: String::new(),
+        namespace: namespace.to_string(),
+    };
+    let mut pages = upstream
+        .client()
+        .list_proxy_status(request)
+        .await?
+        .into_inner();
+    let mut entries = Vec::new();
+    while let Some(page) = pages.message().await? {
+        entries.extend(page.proxies);
+    }
+    Ok(entries)
+}
+
+/// A proxy as `istioctl proxy-status` reads one: an Envoy `ClientConfig`.
+pub fn client_config(entry: &ProxyStatusEntry, cluster_id: &str) -> Option<ClientConfig> {
+    let status = entry.status.as_ref()?;
+    let text = |s: &str| PbValue {
+        kind: Some(PbKind::StringValue(s.to_string())),
+    };
+    let metadata = Struct {
+        fields: [
+            ("CLUSTER_ID".to_string(), text(cluster_id)),
+            ("NAMESPACE".to_string(), text(&status.namespace)),
+            ("ISTIO_VERSION".to_string(), text(&status.agent_version)),
+        ]
+        .into_iter()
+        .collect(),
+    };
+    let xds = status.xds.clone().unwrap_or_default();
+    let generic_xds_configs = XDS_TYPES
+        .iter()
+        .zip([&xds.cds, &xds.lds, &xds.eds, &xds.rds])
+        .filter_map(|(type_url, t)| {
+            let t = t.as_ref()?;
+            let config_status = match t.state() {
+                SyncState::Synced => ConfigStatus::Synced,
+                SyncState::Stale => ConfigStatus::Stale,
+                SyncState::NotSent => ConfigStatus::NotSent,
+                SyncState::Unspecified => return None,
+            };
+            Some(GenericXdsConfig {
+                type_url: type_url.to_string(),
+                version_info: t.version_sent.clone(),
+                config_status: config_status as i32,
+                ..Default::default()
+            })
+        })
+        .collect();
+    Some(ClientConfig {
+        node: Some(Node {
+            id: format!("{}.{}", status.pod_name, status.namespace),
+            metadata: Some(metadata),
+            ..Default::default()
+        }),
+        generic_xds_configs,
+        ..Default::default()
+    })
+}
+
+/// istiod's debug types over ADS, answered by PCP.
+#[derive(Clone)]
+pub struct DebugXds {
+    upstream: Upstream,
+    cluster_id: String,
+    /// This PCP's name in the answers' control plane identifier.
+    id: String,
+}
+
+impl DebugXds {
+    pub fn new(upstream: Upstream, cluster_id: &str, id: &str) -> Self {
+        DebugXds {
+            upstream,
+            cluster_id: cluster_id.to_string(),
+            id: id.to_string(),
+        }
+    }
+
+    /// As a gRPC service beside the store API.
+    pub fn into_server(self) -> AggregatedDiscoveryServiceServer<DebugXds> {
+        AggregatedDiscoveryServiceServer::new(self)
+    }
+
+    /// The answer to one request.
+    pub async fn answer(
+        &self,
+        request: &DiscoveryRequest,
+        nonce: u64,
+    ) -> Result<DiscoveryResponse, tonic::Status> {
+        if request.type_url != SYNCZ_TYPE {
+            return Err(tonic::Status::unimplemented(format!(
+                "{}: PCP answers only {SYNCZ_TYPE} over xDS; a proxy's configuration is at its \
+                 Envoy's admin (istioctl proxy-config) and its agent's (pasactl proxy-config)",
+                request.type_url
+            )));
+        }
+        let entries = proxy_statuses(&self.upstream, "").await?;
+        let mut configs: Vec<ClientConfig> = entries
+            .iter()
+            .filter_map(|e| client_config(e, &self.cluster_id))
+            .collect();
+        configs.sort_by(|a, b| {
+            let id = |c: &ClientConfig| c.node.as_ref().map(|n| n.id.clone()).unwrap_or_default();
+            id(a).cmp(&id(b))
+        });
+        let identifier = serde_json::json!({
+            "Component": "pasa-pcp",
+            "ID": self.id,
+            "Info": {"version": env!("CARGO_PKG_VERSION")},
+        });
+        Ok(DiscoveryResponse {
+            type_url: SYNCZ_TYPE.to_string(),
+            nonce: nonce.to_string(),
+            resources: configs
+                .iter()
+                .map(|c| Any {
+                    type_url: CLIENT_CONFIG_TYPE.to_string(),
+                    value: c.encode_to_vec(),
+                })
+                .collect(),
+            control_plane: Some(ControlPlane {
+                identifier: identifier.to_string(),
+            }),
+            ..Default::default()
+        })
+    }
+}
+
+type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for DebugXds {
+    type StreamAggregatedResourcesStream = ResponseStream<DiscoveryResponse>;
+    type DeltaAggregatedResourcesStream = ResponseStream<DeltaDiscoveryResponse>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: tonic::Request<tonic::Streaming<DiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::StreamAggregatedResourcesStream>, tonic::Status> {
+        let mut requests = request.into_inner();
+        let this = self.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut nonce = 0u64;
+            loop {
+                let request = match requests.message().await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => return,
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                };
+                // An ACK or NACK of an answer asks for nothing new.
+                if !request.response_nonce.is_empty() {
+                    continue;
+                }
+                nonce += 1;
+                let answer = this.answer(&request, nonce).await;
+                let failed = answer.is_err();
+                if tx.send(answer).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        Ok(tonic::Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        _request: tonic::Request<tonic::Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::DeltaAggregatedResourcesStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented(format!(
+            "PCP answers istiod's debug types ({SYNCZ_TYPE}) over state-of-the-world ADS only"
+        )))
+    }
 }

@@ -141,7 +141,8 @@ impl KubeArgs {
     }
 }
 
-fn default_identity() -> String {
+/// This replica's name: the host name and process ID.
+pub fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "pasa-pcp".to_string());

@@ -96,7 +96,19 @@ impl PcpArgs {
             .with_admin_routes(crate::debug::routes(
                 service.upstream().clone(),
                 &self.kube.cluster_id,
-            ));
+            ))
+            .with_grpc_services({
+                let debug = crate::debug::DebugXds::new(
+                    service.upstream().clone(),
+                    &self.kube.cluster_id,
+                    &self
+                        .kube
+                        .identity
+                        .clone()
+                        .unwrap_or_else(crate::kubernetes::default_identity),
+                );
+                move |routes| routes.add_service(debug.into_server())
+            });
         let mut registry = Registry::default();
         metrics.register(&mut registry);
         let cluster = if self.kube.enabled() {

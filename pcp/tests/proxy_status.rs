@@ -82,6 +82,106 @@ fn status(pod: &str, ns: &str, proxy_type: ProxyType, lds: Option<TypeSyncStatus
     }
 }
 
+/// Asks PCP for `istio.io/debug/syncz` over ADS, as `istioctl proxy-status --xds-address`
+/// does (node metadata `GENERATOR=event`), and renders each `ClientConfig` as istioctl's table
+/// row: proxy, cluster, control plane ID (from the response's identifier), version, and each
+/// type's status. An unknown debug type is refused, naming where PASA shows it.
+async fn istioctl_rows(server: &str) -> Vec<String> {
+    use envoy_types::pb::envoy::config::core::v3::Node;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    use envoy_types::pb::envoy::service::status::v3::{ClientConfig, ConfigStatus};
+    use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+    use prost::Message;
+
+    let channel = pasa_proto::client::endpoint(server)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = AggregatedDiscoveryServiceClient::new(channel);
+    let node = Node {
+        id: "istioctl~0.0.0.0~istioctl.istio-system~istio-system.svc.cluster.local".into(),
+        metadata: Some(Struct {
+            fields: [(
+                "GENERATOR".to_string(),
+                Value {
+                    kind: Some(Kind::StringValue("event".into())),
+                },
+            )]
+            .into_iter()
+            .collect(),
+        }),
+        ..Default::default()
+    };
+    let ask = |type_url: &str| DiscoveryRequest {
+        node: Some(node.clone()),
+        type_url: type_url.into(),
+        ..Default::default()
+    };
+    let mut answers = client
+        .stream_aggregated_resources(tokio_stream::iter([ask("istio.io/debug/syncz")]))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = answers.message().await.unwrap().expect("an answer");
+    let control_plane: serde_json::Value =
+        serde_json::from_str(&response.control_plane.unwrap().identifier).unwrap();
+    let short = |t: &str| match t.rsplit('.').next().unwrap_or_default() {
+        "Cluster" => "CDS",
+        "Listener" => "LDS",
+        "ClusterLoadAssignment" => "EDS",
+        "RouteConfiguration" => "RDS",
+        other => panic!("unexpected type {other}"),
+    };
+    let rows = response
+        .resources
+        .iter()
+        .map(|any| {
+            assert_eq!(
+                any.type_url,
+                "type.googleapis.com/envoy.service.status.v3.ClientConfig"
+            );
+            let config = ClientConfig::decode(any.value.as_slice()).unwrap();
+            let node = config.node.unwrap();
+            let meta = |k: &str| match &node.metadata.as_ref().unwrap().fields[k].kind {
+                Some(Kind::StringValue(v)) => v.clone(),
+                other => panic!("{k}: {other:?}"),
+            };
+            let types: Vec<String> = config
+                .generic_xds_configs
+                .iter()
+                .map(|c| {
+                    let status = ConfigStatus::try_from(c.config_status).unwrap();
+                    format!("{}={}", short(&c.type_url), status.as_str_name())
+                })
+                .collect();
+            format!(
+                "{} {} {} {} {}",
+                node.id,
+                meta("CLUSTER_ID"),
+                control_plane["ID"].as_str().unwrap(),
+                meta("ISTIO_VERSION"),
+                types.join(" ")
+            )
+        })
+        .collect();
+    let refused = client
+        .stream_aggregated_resources(tokio_stream::iter([ask("istio.io/debug/config_dump")]))
+        .await
+        .unwrap()
+        .into_inner()
+        .message()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unimplemented);
+    assert!(
+        refused.message().contains("pasactl proxy-config"),
+        "{refused}"
+    );
+    rows
+}
+
 /// GET `path` on PCP's admin endpoint: status and body.
 fn http_get(pcp: &Pcp, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
@@ -126,7 +226,14 @@ fn until(pcp: &Pcp, args: &[&str], ok: impl Fn(&str) -> bool) -> String {
 async fn pasactl_proxy_status_lists_details_and_expires() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
-    let pcp = Pcp::start_args(&["--data-dir", data, "--proxy-status-expiry", "1s"]);
+    let pcp = Pcp::start_args(&[
+        "--data-dir",
+        data,
+        "--proxy-status-expiry",
+        "1s",
+        "--identity",
+        "pcp-test",
+    ]);
 
     let gateway = FakeAgentReporter::start(
         &pcp.addr,
@@ -244,6 +351,16 @@ async fn pasactl_proxy_status_lists_details_and_expires() {
     let shop_only = http_get(&pcp, "/debug/syncz?namespace=shop").1;
     let shop_only: Vec<serde_json::Value> = serde_json::from_str(&shop_only).unwrap();
     assert_eq!(shop_only.len(), 1);
+
+    // The xDS form `istioctl proxy-status` asks for, read as istioctl reads it.
+    let rows = istioctl_rows(&pcp.addr).await;
+    assert_eq!(
+        rows,
+        [
+            "ingress-1.istio-system Kubernetes pcp-test 0.1.0 CDS=SYNCED LDS=SYNCED EDS=SYNCED RDS=NOT_SENT",
+            "web-1.shop Kubernetes pcp-test 0.1.0 CDS=SYNCED LDS=STALE EDS=SYNCED RDS=NOT_SENT",
+        ]
+    );
 
     // An unknown proxy is an error, exit 1.
     let out = pcp.ctl(&["proxy-status", "nope.shop"]);

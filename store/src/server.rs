@@ -111,6 +111,9 @@ pub struct Bound {
 }
 
 /// A bound gRPC listener and admin listener.
+/// Adds gRPC services to the server's routes.
+pub type AddServices = Box<dyn FnOnce(tonic::service::Routes) -> tonic::service::Routes + Send>;
+
 pub struct Listeners {
     grpc: tokio::net::TcpListener,
     admin: tokio::net::TcpListener,
@@ -118,9 +121,21 @@ pub struct Listeners {
     pub admin_addr: SocketAddr,
     /// Routes the admin endpoint serves besides /metrics, /healthz and /readyz.
     admin_routes: Option<axum::Router>,
+    /// Adds the gRPC services served beside the store API.
+    grpc_routes: Option<AddServices>,
 }
 
 impl Listeners {
+    /// Serves more gRPC services beside the store API (PCP's answers to istiod's debug
+    /// types): `add` adds them to the routes.
+    pub fn with_grpc_services(
+        mut self,
+        add: impl FnOnce(tonic::service::Routes) -> tonic::service::Routes + Send + 'static,
+    ) -> Listeners {
+        self.grpc_routes = Some(Box::new(add));
+        self
+    }
+
     /// Adds routes to the admin endpoint (PCP's istiod-compatible debug pages).
     pub fn with_admin_routes(mut self, routes: axum::Router) -> Listeners {
         self.admin_routes = Some(routes);
@@ -141,6 +156,7 @@ impl Listeners {
             grpc,
             admin: admin_listener,
             admin_routes: None,
+            grpc_routes: None,
         })
     }
 
@@ -163,6 +179,7 @@ impl Listeners {
             grpc_addr,
             admin_addr,
             admin_routes,
+            grpc_routes,
         } = self;
         if let Some(store) = &store {
             store.metrics().register(&mut registry);
@@ -175,8 +192,12 @@ impl Listeners {
         }
         let admin_server = admin::serve(admin_listener, router, stopped(stop_rx.clone()));
         let background = store.as_ref().map(Store::spawn_background);
+        let mut routes = tonic::service::Routes::new(service);
+        if let Some(add) = grpc_routes {
+            routes = add(routes);
+        }
         let grpc = tonic::transport::Server::builder()
-            .add_service(service)
+            .add_routes(routes)
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
                 stopped(stop_rx),
