@@ -491,3 +491,89 @@ async fn istio_config_is_read_at_the_newest_served_version() {
     })
     .await;
 }
+
+/// Every Istio kind the store keeps goes the whole way: added, changed, deleted.
+#[tokio::test]
+async fn every_istio_kind_is_added_changed_and_deleted() {
+    use pasa_proto::Kind;
+    let fake = FakeApiServer::start().await;
+    fake.put_namespace("bookinfo", &[]);
+    let objects = |generation: u32| {
+        vec![
+            (
+                Kind::VirtualService,
+                json!({"hosts": ["reviews"], "http": [{"timeout": format!("{generation}s"), "route": [{"destination": {"host": "reviews"}}]}]}),
+            ),
+            (
+                Kind::DestinationRule,
+                json!({"host": "reviews", "trafficPolicy": {"connectionPool": {"tcp": {"maxConnections": generation}}}}),
+            ),
+            (
+                Kind::ServiceEntry,
+                json!({"hosts": ["api.example.com"], "ports": [{"number": 443 + generation, "name": "tls", "protocol": "TLS"}], "resolution": "DNS"}),
+            ),
+            (
+                Kind::Gateway,
+                json!({"selector": {"istio": "ingressgateway"}, "servers": [{"port": {"number": 80 + generation, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]}),
+            ),
+            (
+                Kind::Sidecar,
+                json!({"egress": [{"hosts": [format!("./svc-{generation}")]}]}),
+            ),
+            (
+                Kind::WorkloadEntry,
+                json!({"address": format!("10.0.0.{generation}")}),
+            ),
+            (
+                Kind::PeerAuthentication,
+                json!({"mtls": {"mode": if generation == 1 { "STRICT" } else { "PERMISSIVE" }}}),
+            ),
+        ]
+    };
+    let put = |generation: u32| {
+        for (kind, spec) in objects(generation) {
+            fake.put(json!({
+                "apiVersion": format!("{}/{}", kind.group(), kind.versions()[0]),
+                "kind": kind.as_str(),
+                "metadata": {"name": "one", "namespace": "bookinfo"},
+                "spec": spec,
+            }));
+        }
+    };
+    put(1);
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    until(&syncer, "the first pass", |s| s.synced).await;
+    let spec = |kind: Kind| {
+        let key = StoreKey {
+            kind,
+            namespace: "bookinfo".into(),
+            name: "one".into(),
+        };
+        store
+            .inner
+            .lock()
+            .unwrap()
+            .docs
+            .get(&key)
+            .map(|d| d["spec"].clone())
+    };
+    for (kind, want) in objects(1) {
+        assert_eq!(spec(kind), Some(want), "{kind:?} added");
+    }
+    put(2);
+    until(&syncer, "every kind changed", |_| {
+        objects(2)
+            .into_iter()
+            .all(|(kind, want)| spec(kind) == Some(want))
+    })
+    .await;
+    for (kind, _) in objects(2) {
+        let api_version = format!("{}/{}", kind.group(), kind.versions()[0]);
+        fake.delete(&api_version, kind.as_str(), "bookinfo", "one");
+    }
+    until(&syncer, "every kind deleted", |_| {
+        objects(2).into_iter().all(|(kind, _)| spec(kind).is_none())
+    })
+    .await;
+}
