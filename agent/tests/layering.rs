@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// Layers, lowest first; a module may use modules of its own layer only when listed before it
 /// in the same layer (so for the layers of `translate` and `ads` below).
 const LAYERS: &[&[&str]] = &[
-    &["resource", "mesh", "identity", "cache", "worker"],
+    &["resource", "mesh", "identity", "cache", "worker", "probes"],
     &["model"],
     &["subscription", "translate", "simulate"],
     &["metrics"],
