@@ -13,7 +13,8 @@
 //!   (`istioctl proxy-status --xds-address <pcp>:7400 --plaintext`): a `DiscoveryRequest` of
 //!   type `istio.io/debug/syncz` is answered with one `envoy.service.status.v3.ClientConfig` per
 //!   proxy — node ID `pod.namespace`, node metadata `CLUSTER_ID`, `NAMESPACE`, `ISTIO_VERSION`,
-//!   and per xDS type its `config_status` (SYNCED, STALE, NOT_SENT) — and the response's control
+//!   and per xDS type the proxy asked for its `config_status` (SYNCED or STALE) — and the
+//!   response's control
 //!   plane identifier names this PCP, as istiod names itself. Other debug types (the per-proxy
 //!   `istio.io/debug/config_dump` of istioctl's diff mode) are refused with a message saying
 //!   where PASA shows the same (`pasactl proxy-config`).
@@ -207,11 +208,12 @@ pub fn client_config(entry: &ProxyStatusEntry, cluster_id: &str) -> Option<Clien
         .zip([&xds.cds, &xds.lds, &xds.eds, &xds.rds])
         .filter_map(|(type_url, t)| {
             let t = t.as_ref()?;
+            // A type the proxy never asked for is left out, as istiod lists only the types a
+            // proxy watches (istioctl shows it as IGNORED, not subscribed).
             let config_status = match t.state() {
                 SyncState::Synced => ConfigStatus::Synced,
                 SyncState::Stale => ConfigStatus::Stale,
-                SyncState::NotSent => ConfigStatus::NotSent,
-                SyncState::Unspecified => return None,
+                SyncState::NotSent | SyncState::Unspecified => return None,
             };
             Some(GenericXdsConfig {
                 type_url: type_url.to_string(),
@@ -325,8 +327,10 @@ impl AggregatedDiscoveryService for DebugXds {
                         return;
                     }
                 };
-                // An ACK or NACK of an answer asks for nothing new.
-                if !request.response_nonce.is_empty() {
+                // The ACK of an answer (by a client that acknowledges debug types) asks for
+                // nothing new. istioctl's client acknowledges none, and puts a nonce of its own
+                // on every request it sends: a request is an ACK only when it names ours.
+                if nonce > 0 && request.response_nonce == nonce.to_string() {
                     continue;
                 }
                 nonce += 1;
