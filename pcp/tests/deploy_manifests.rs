@@ -42,6 +42,47 @@ fn kustomized(file: &Path) -> Vec<String> {
     listed
 }
 
+/// Custom resources the Kubernetes schemas do not cover, each with why it is in deploy/: their
+/// files get a structural check instead.
+const CUSTOM_RESOURCES: &[(&str, &str, &str)] = &[
+    (
+        "cert-manager.io/v1",
+        "Issuer",
+        "cert-manager makes the webhook certificate (optional)",
+    ),
+    (
+        "cert-manager.io/v1",
+        "Certificate",
+        "cert-manager makes the webhook certificate (optional)",
+    ),
+];
+
+/// A listed custom resource with a name, a namespace and a spec; else why not.
+fn custom_resource(file: &Path) -> Result<String, String> {
+    let doc: serde_json::Value = serde_saphyr::from_str(&std::fs::read_to_string(file).unwrap())
+        .map_err(|e| e.to_string())?;
+    let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+    let kind = doc["kind"].as_str().unwrap_or_default();
+    let Some((_, _, why)) = CUSTOM_RESOURCES
+        .iter()
+        .find(|(v, k, _)| *v == api_version && *k == kind)
+    else {
+        return Err(format!(
+            "{api_version} {kind}: a kind Kubernetes has no schema for, and not a listed custom \
+             resource"
+        ));
+    };
+    for field in ["name", "namespace"] {
+        if doc["metadata"][field].as_str().is_none_or(str::is_empty) {
+            return Err(format!("{kind}: metadata.{field} is required"));
+        }
+    }
+    if !doc["spec"].is_object() {
+        return Err(format!("{kind}: spec must be a mapping"));
+    }
+    Ok(format!("{kind}, {why}"))
+}
+
 #[test]
 fn every_deploy_manifest_matches_the_kubernetes_schemas() {
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
@@ -90,12 +131,16 @@ fn every_deploy_manifest_matches_the_kubernetes_schemas() {
             continue;
         }
         // kubernetes-validate passes a kind it has no schema for with a warning: a misspelt
-        // kind or group would slip through.
+        // kind or group would slip through. Only the custom resources listed are let through,
+        // with their structure checked.
         if said.contains("Couldn't find schema") {
-            println!("{shown}: INVALID");
-            failed.push(format!(
-                "{shown}: a kind Kubernetes has no schema for:\n{said}"
-            ));
+            match custom_resource(file) {
+                Ok(kind) => println!("{shown}: valid ({kind}: structure checked)"),
+                Err(why) => {
+                    println!("{shown}: INVALID");
+                    failed.push(format!("{shown}: {why}\n{said}"));
+                }
+            }
         } else if out.status.success() {
             println!("{shown}: valid");
         } else {
