@@ -6,6 +6,7 @@
 mod agent;
 mod embedded;
 mod fixture;
+mod kube_sync;
 mod matching;
 mod seed;
 mod stats;
@@ -41,6 +42,8 @@ enum Command {
     /// The seed's scenario: a whole mesh of services and pods on the store, every pod
     /// subscribed, then a batch of DestinationRule updates.
     Seed(seed::SeedArgs),
+    /// The Kubernetes syncer at mesh scale: a fake API server's cluster into the real store.
+    KubeSync(kube_sync::KubeSyncArgs),
     /// One agent's translations timed in a process of its own (what `seed` runs for A1).
     #[command(hide = true)]
     TranslateScope(seed::single::ScopeArgs),
@@ -54,6 +57,7 @@ fn main() -> anyhow::Result<()> {
         Command::Status(args) => status::run(&args)?,
         Command::Agent(args) => agent::run(&args)?,
         Command::Seed(args) => seed::run(&args)?,
+        Command::KubeSync(args) => kube_sync::run(&args)?,
         Command::TranslateScope(args) => seed::single::translate_scope(&args)?,
     };
     println!("{summary}");

@@ -1,20 +1,16 @@
-//! `pasa-pcp --kubeconfig` against a **fake** Kubernetes API server (pasa-kube's test fake, run
-//! in this process), end to end: the real binary leads its Lease, syncs Services,
+//! `pasa-pcp --kubeconfig` against a **fake** Kubernetes API server (pasa-kube's, run in this
+//! process), end to end: the real binary leads its Lease, syncs Services,
 //! EndpointSlices, pods and Istio config into its embedded store through its validating write
 //! path (an object istiod would refuse is refused and counted), restarts without writing
 //! anything, and deletes what was deleted while it was down.
 
 mod common;
 
-#[path = "../kube/tests/common/fake_apiserver.rs"]
-#[allow(dead_code)]
-mod fake_apiserver;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::Pcp;
-use fake_apiserver::FakeApiServer;
+use pasa_kube::fake_apiserver::FakeApiServer;
 use serde_json::{Value, json};
 
 /// A kubeconfig whose current context is the fake.

@@ -2,6 +2,8 @@
 //! endpoints (and the namespaces the injecting webhook reads) equal to the cluster's.
 pub mod connect;
 pub mod convert;
+#[cfg(feature = "fake-apiserver")]
+pub mod fake_apiserver;
 pub mod lease;
 pub mod metrics;
 pub mod namespaces;

@@ -1,13 +1,11 @@
-//! Leader election on a Lease of the **fake** Kubernetes API server (tests/common), with the
+//! Leader election on a Lease of the **fake** Kubernetes API server (`pasa_kube::fake_apiserver`), with the
 //! real `kube` client: one candidate leads, another stands by; a resigning leader hands over at
 //! once; a leader that stops renewing (a crashed replica) is replaced once its lease expires;
 //! candidates starting together end with exactly one leader.
 
-mod common;
-
 use std::time::Duration;
 
-use common::fake_apiserver::FakeApiServer;
+use pasa_kube::fake_apiserver::FakeApiServer;
 use pasa_kube::lease::{Candidate, Elector, LeaseTiming};
 use tokio::sync::watch;
 

@@ -1,14 +1,12 @@
-//! The namespace follower against a **fake** Kubernetes API server (tests/common), driven by the
+//! The namespace follower against a **fake** Kubernetes API server (`pasa_kube::fake_apiserver`), driven by the
 //! real `kube` client: the first list, then additions, label changes and deletions; a watch cut
 //! short resumes without listing again; a watch from a compacted version (410 Gone) lists again,
 //! and a deletion made meanwhile is seen.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::fake_apiserver::FakeApiServer;
+use pasa_kube::fake_apiserver::FakeApiServer;
 use pasa_kube::namespaces::Namespaces;
 
 /// Waits (at most 10 s, woken by each applied event) until `done` holds.

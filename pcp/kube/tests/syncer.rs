@@ -1,4 +1,4 @@
-//! The Kubernetes syncer against a **fake** Kubernetes API server (tests/common), driven by the
+//! The Kubernetes syncer against a **fake** Kubernetes API server (`pasa_kube::fake_apiserver`), driven by the
 //! real `kube` client, writing into a **fake** store (an in-memory map standing for PCP's
 //! write path, which pcp's own tests put behind it): Services, EndpointSlices, pods and nodes
 //! reach the store and follow changes; a restart with nothing changed writes nothing; what was
@@ -6,14 +6,12 @@
 //! deletions; discovery selectors limit the namespaces read; a refused write keeps what was
 //! stored.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::fake_apiserver::FakeApiServer;
 use pasa_kube::convert::StoreKey;
+use pasa_kube::fake_apiserver::FakeApiServer;
 use pasa_kube::metrics::SyncMetrics;
 use pasa_kube::selectors::DiscoverySelectors;
 use pasa_kube::syncer::{SyncConfig, SyncStatus, Syncer, Target, WriteError};

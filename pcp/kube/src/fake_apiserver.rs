@@ -1,4 +1,5 @@
-//! A **fake** Kubernetes API server, for tests only: plain HTTP on loopback, the resources the
+//! A **fake** Kubernetes API server, for tests and `pasa-bench` only (feature
+//! `fake-apiserver`, never in PASA's binaries): plain HTTP on loopback, the resources the
 //! tests name (namespaces, services, pods, nodes, EndpointSlices, leases, Istio kinds), list and
 //! watch as the real one answers them: one resource version counter for everything (as etcd
 //! has), a list carries the collection's `resourceVersion`; a watch from a resource version
