@@ -22,7 +22,7 @@ use pasa_proto::store::v1::{ApplyDocument, DeleteRequest, ObjectRef};
 use pasa_store::Store;
 use serde_json::{Value, json};
 
-use crate::stats::{peak_rss_mib, percentile, round2};
+use crate::stats::{peak_rss_mib, percentile, reset_peak_rss, round2, rss_mib};
 
 const NAMESPACES: usize = 50;
 const NODES: usize = 20;
@@ -237,6 +237,11 @@ async fn run_async(args: &KubeSyncArgs) -> anyhow::Result<Value> {
         cluster_id: "Kubernetes".into(),
         discovery: DiscoverySelectors::all(),
     };
+    // The process before the syncer starts: the fake's cluster and the empty store. What the
+    // sync adds on top is the syncer's (its reflectors, its written copy), the store's, and the
+    // fake's list answers while they are sent.
+    let rss_before = rss_mib().unwrap_or(0.0);
+    let peak_resettable = reset_peak_rss();
     let started = Instant::now();
     let syncer = Syncer::start(
         fake.client(),
@@ -254,10 +259,16 @@ async fn run_async(args: &KubeSyncArgs) -> anyhow::Result<Value> {
         (c.applies, c.bytes)
     };
     let rss_synced = peak_rss_mib().unwrap_or(0.0);
+    let rss_settled = rss_mib().unwrap_or(0.0);
     println!(
-        "kube-sync: first sync {sync_s:.1}s: {applied} objects written ({} refused), {:.1} MiB; process peak RSS {rss_synced:.0} MiB (the fake API server's copy of the cluster included)",
+        "kube-sync: first sync {sync_s:.1}s: {applied} objects written ({} refused), {:.1} MiB; RSS {rss_before:.0} MiB before (the fake's cluster), peak {rss_synced:.0} MiB{} during the sync, {rss_settled:.0} MiB after it",
         first.refused,
-        bytes as f64 / (1 << 20) as f64
+        bytes as f64 / (1 << 20) as f64,
+        if peak_resettable {
+            ""
+        } else {
+            " (peak of the whole run)"
+        }
     );
 
     // One pod's labels at a time: the API server's event → the durable write of its slice's part.
@@ -368,7 +379,9 @@ async fn run_async(args: &KubeSyncArgs) -> anyhow::Result<Value> {
                        "slices": slices, "changes": latencies.len()},
         "first_sync": {"seconds": round2(sync_s), "objects_written": applied,
                        "mib_written": round2(bytes as f64 / (1 << 20) as f64),
-                       "refused": first.refused, "peak_rss_mib": round2(rss_synced)},
+                       "refused": first.refused,
+                       "rss_mib": {"before": round2(rss_before), "peak": round2(rss_synced),
+                                   "after": round2(rss_settled)}},
         "pod_change": {"event_to_write_ms": {"p50": round2(percentile(&latencies, 50.0)),
                                             "p99": round2(percentile(&latencies, 99.0))},
                        "kib_written": round2(mean(&written) / 1024.0),
