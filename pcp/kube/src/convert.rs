@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::DynamicObject;
@@ -66,6 +67,50 @@ impl StoreKey {
 impl std::fmt::Display for StoreKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}/{}", self.kind.as_str(), self.namespace, self.name)
+    }
+}
+
+/// A Pod as the syncer reads it: its metadata, service account and node, nothing else. Read
+/// into this shape straight from the API server's JSON, so the containers and status of
+/// 100,000 pods are never held (the full `Pod` type costs kilobytes a pod even trimmed).
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
+pub struct Pod {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: PodSpec,
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+}
+
+impl kube::Resource for Pod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "pods".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }
 
@@ -245,7 +290,7 @@ pub fn slice(
         let node_name = e
             .node_name
             .as_deref()
-            .or_else(|| pod.as_ref()?.spec.as_ref()?.node_name.as_deref());
+            .or_else(|| pod.as_ref()?.spec.node_name.as_deref());
         let locality = locality(pod_labels, node_name.and_then(|n| workloads.node(n)));
         if !locality.is_empty() {
             endpoint.insert("locality".into(), json!(locality));
@@ -254,11 +299,7 @@ pub fn slice(
             endpoint.insert("network".into(), json!(network));
         }
         if let Some(pod) = &pod {
-            let account = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.service_account_name.as_deref())
-                .unwrap_or("default");
+            let account = pod.spec.service_account_name.as_deref().unwrap_or("default");
             endpoint.insert("serviceAccount".into(), json!(account));
         }
         endpoints.push(Value::Object(endpoint));

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -34,7 +34,7 @@ use pasa_proto::Kind;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::convert::{self, SliceReferences, StoreKey, Workloads};
+use crate::convert::{self, Pod, SliceReferences, StoreKey, Workloads};
 use crate::metrics::SyncMetrics;
 use crate::selectors::DiscoverySelectors;
 
@@ -239,14 +239,6 @@ async fn served_version(client: &Client, kind: Kind) -> Option<ApiResource> {
 fn trim_pod(pod: &mut Pod) {
     pod.metadata.annotations = None;
     pod.metadata.owner_references = None;
-    pod.status = None;
-    if let Some(spec) = &mut pod.spec {
-        *spec = k8s_openapi::api::core::v1::PodSpec {
-            service_account_name: spec.service_account_name.take(),
-            node_name: spec.node_name.take(),
-            ..Default::default()
-        };
-    }
 }
 
 fn trim_node(node: &mut Node) {
