@@ -18,7 +18,7 @@ use pasa_kube::fake_apiserver::FakeApiServer;
 use pasa_kube::metrics::SyncMetrics;
 use pasa_kube::selectors::DiscoverySelectors;
 use pasa_kube::syncer::{SyncConfig, SyncStatus, Syncer, Target, WriteError};
-use pasa_proto::store::v1::{ApplyDocument, DeleteRequest, ObjectRef};
+use pasa_proto::store::v1::ApplyDocument;
 use pasa_store::Store;
 use serde_json::{Value, json};
 
@@ -109,15 +109,7 @@ impl Target for CountingStore {
     }
 
     async fn delete(&self, key: &StoreKey) -> Result<(), WriteError> {
-        let request = DeleteRequest {
-            refs: vec![ObjectRef {
-                kind: key.kind.as_str().to_string(),
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-            }],
-            expected_mod_revision: None,
-            ignore_not_found: true,
-        };
+        let request = key.delete_request();
         self.store
             .delete(request)
             .await

@@ -12,9 +12,7 @@ use pasa_kube::lease::{Elector, LeaseTiming};
 use pasa_kube::metrics::SyncMetrics;
 use pasa_kube::selectors::DiscoverySelectors;
 use pasa_kube::syncer::{SyncConfig, Syncer, Target, WriteError};
-use pasa_proto::store::v1::{
-    ApplyDocument, ApplyRequest, DeleteRequest, ListRequest, ObjectRef, Rule, Subscription,
-};
+use pasa_proto::store::v1::{ApplyDocument, ApplyRequest, ListRequest, Rule, Subscription};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -198,15 +196,7 @@ impl Target for WriteService {
     }
 
     async fn delete(&self, key: &StoreKey) -> Result<(), WriteError> {
-        let request = DeleteRequest {
-            refs: vec![ObjectRef {
-                kind: key.kind.as_str().to_string(),
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-            }],
-            expected_mod_revision: None,
-            ignore_not_found: true,
-        };
+        let request = key.delete_request();
         let response = self
             .upstream()
             .client()

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::DynamicObject;
 use pasa_proto::Kind;
@@ -55,6 +55,19 @@ impl StoreKey {
             kind: Kind::ServiceEndpoints,
             namespace: namespace.to_string(),
             name: format!("{slice}{SLICE_NAME_SUFFIX}"),
+        }
+    }
+
+    /// The store's request to delete this object (one already gone is not an error).
+    pub fn delete_request(&self) -> pasa_proto::store::v1::DeleteRequest {
+        pasa_proto::store::v1::DeleteRequest {
+            refs: vec![pasa_proto::store::v1::ObjectRef {
+                kind: self.kind.as_str().to_string(),
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+            }],
+            expected_mod_revision: None,
+            ignore_not_found: true,
         }
     }
 
@@ -299,7 +312,11 @@ pub fn slice(
             endpoint.insert("network".into(), json!(network));
         }
         if let Some(pod) = &pod {
-            let account = pod.spec.service_account_name.as_deref().unwrap_or("default");
+            let account = pod
+                .spec
+                .service_account_name
+                .as_deref()
+                .unwrap_or("default");
             endpoint.insert("serviceAccount".into(), json!(account));
         }
         endpoints.push(Value::Object(endpoint));
