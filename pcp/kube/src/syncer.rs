@@ -37,6 +37,7 @@ use tokio::sync::watch;
 use crate::convert::{self, Pod, SliceReferences, StoreKey, Workloads};
 use crate::metrics::SyncMetrics;
 use crate::selectors::DiscoverySelectors;
+use pasa_runtime::backoff::Backoff;
 
 /// Why a write did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -343,7 +344,7 @@ struct Syncing<T> {
     selected: HashMap<String, bool>,
     /// Keys whose write failed for want of a store, retried after `backoff`.
     retry: BTreeSet<StoreKey>,
-    backoff: Duration,
+    backoff: Backoff,
     status: watch::Sender<SyncStatus>,
     metrics: Arc<SyncMetrics>,
 }
@@ -359,17 +360,19 @@ async fn run<T: Target>(
     status: watch::Sender<SyncStatus>,
 ) {
     // What this cluster's syncer owns in the store, from before: the start of the comparison.
-    let mut backoff = RETRY_FIRST;
+    let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX, Duration::ZERO);
     let owned = loop {
         match target.owned(&config.cluster_id).await {
             Ok(docs) => break docs,
             Err(e) => {
-                tracing::warn!(error = %e, retry_in = ?backoff, "cannot read what the syncer wrote before");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(RETRY_MAX);
+                let wait = backoff.failed();
+                tracing::warn!(error = %e, retry_in = ?wait, "cannot read what the syncer wrote before");
+                tokio::time::sleep(wait).await;
             }
         }
     };
+    // The same backoff then spaces retries of writes the store could not take.
+    backoff.reset();
     let written: BTreeMap<StoreKey, Value> = owned
         .iter()
         .filter_map(|doc| Some((key_of(doc)?, convert::comparable(doc))))
@@ -454,7 +457,7 @@ async fn run<T: Target>(
         full: true,
         selected: HashMap::new(),
         retry: BTreeSet::new(),
-        backoff: RETRY_FIRST,
+        backoff,
         status,
         metrics,
     };
@@ -492,10 +495,9 @@ async fn run<T: Target>(
         }
         sync.pass().await;
         if sync.retry.is_empty() {
-            sync.backoff = RETRY_FIRST;
+            sync.backoff.reset();
         } else if retry_at.is_none() {
-            retry_at = Some(tokio::time::Instant::now() + sync.backoff);
-            sync.backoff = (sync.backoff * 2).min(RETRY_MAX);
+            retry_at = Some(tokio::time::Instant::now() + sync.backoff.failed());
         }
     }
 }
