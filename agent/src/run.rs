@@ -239,6 +239,17 @@ pub async fn run(
     identity: Identity,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    // The app's probes are read before anything is bound: a bad map stops the agent at once.
+    let probers = match args.status_listen {
+        None => None,
+        Some(_) => Some(
+            crate::probes::AppProbers::parse(
+                args.app_probers.as_deref().unwrap_or("{}"),
+                identity.node.ip,
+            )
+            .map_err(anyhow::Error::msg)?,
+        ),
+    };
     let proxy = Proxy::from_identity(&identity, args.mesh.settings());
     let metrics = Arc::new(Metrics::default());
     let publisher = Arc::new(SnapshotPublisher::new());
@@ -370,16 +381,10 @@ pub async fn run(
         admin_state,
         stopped(stop_rx.clone()),
     ));
-    // The app's probes, run against the pod's own address.
-    // Ends with the others at the stop signal.
-    let _status_task = match args.status_listen {
-        None => None,
-        Some(addr) => {
-            let probers = crate::probes::AppProbers::parse(
-                args.app_probers.as_deref().unwrap_or("{}"),
-                identity.node.ip,
-            )
-            .map_err(anyhow::Error::msg)?;
+    // The app's probes, run against the pod's own address; ends with the others at the stop
+    // signal.
+    let _status_task = match (args.status_listen, probers) {
+        (Some(addr), Some(probers)) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding the status listener on {addr}"))?;
@@ -389,6 +394,7 @@ pub async fn run(
                 stopped(stop_rx.clone()),
             )))
         }
+        _ => None,
     };
     // Envoy as the agent's child, once the socket and the admin endpoint it needs are up.
     let (envoy_stop_tx, envoy_stop) = watch::channel(false);
