@@ -9,6 +9,7 @@ pub mod conformance;
 #[cfg(any(test, feature = "testing"))]
 pub mod memory;
 pub mod sled;
+pub mod tikv;
 
 /// A key and its value.
 pub type KeyValue = (Vec<u8>, Vec<u8>);
@@ -65,10 +66,34 @@ pub enum BackendError {
     },
 }
 
+/// A lock on one key of a shared backend, taken by [`Backend::lock`].
+pub trait Locked: Send {
+    /// The key's newest committed value when the lock was taken.
+    fn value(&self) -> Option<&[u8]>;
+
+    /// Applies the batch atomically and releases the lock. Its expectations may name only the
+    /// locked key, and are checked against [`Locked::value`]. Dropping the lock instead writes
+    /// nothing and releases it.
+    fn write(self: Box<Self>, batch: WriteBatch) -> Result<(), BackendError>;
+}
+
 /// An ordered key-value engine.
 pub trait Backend: Send + Sync + 'static {
     /// Short engine name, for status and metrics.
     fn name(&self) -> &'static str;
+
+    /// Whether other processes (store replicas) may write to the same data, so the store must
+    /// follow the change log for writes it did not make.
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// On a shared backend, locks `key` until the returned lock writes or is dropped: other
+    /// writers that lock it wait, so a writer can read and plan without another committing in
+    /// between. `None` where the engine has a single writer anyway.
+    fn lock(&self, _key: &[u8]) -> Result<Option<Box<dyn Locked>>, BackendError> {
+        Ok(None)
+    }
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError>;
 

@@ -5,7 +5,8 @@
 use clap::Parser;
 use pasa_store::server::ServerArgs;
 
-/// The PASA store (UCS) on its embedded sled backend.
+/// The PASA store (UCS): on embedded sled by default, or on TiKV, where several replicas share
+/// one cluster.
 #[derive(Parser, Debug)]
 #[command(name = "pasa-store", version)]
 struct Args {

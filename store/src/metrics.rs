@@ -92,6 +92,7 @@ pub struct Metrics {
     pub write_duration: Family<OpLabels, Histogram>,
     pub match_duration: Histogram,
     pub written_resources: Counter,
+    pub write_conflicts: Counter,
     pub proxies: Family<ProxyStateLabels, Gauge>,
     pub proxy_reports: Counter,
 }
@@ -111,6 +112,7 @@ impl Metrics {
             }),
             match_duration: Histogram::new(exponential_buckets(0.000_001, 2.0, 18)),
             written_resources: Counter::default(),
+            write_conflicts: Counter::default(),
             proxies: Family::default(),
             proxy_reports: Counter::default(),
         }
@@ -160,6 +162,11 @@ impl Metrics {
             "written_resources",
             "Resources created, changed or deleted",
             self.written_resources.clone(),
+        );
+        r.register(
+            "write_conflicts",
+            "Writes planned again because another store replica wrote first (shared backends only)",
+            self.write_conflicts.clone(),
         );
         r.register(
             "proxies",

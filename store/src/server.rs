@@ -10,7 +10,9 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use crate::backend::Backend;
 use crate::backend::sled::SledBackend;
+use crate::backend::tikv::{DEFAULT_KEY_PREFIX, TikvBackend};
 use crate::metrics::Metrics;
 use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
 use pasa_runtime::admin::{self, Readiness};
@@ -19,12 +21,34 @@ use pasa_runtime::drain::{self, stopped};
 use crate::service::StoreService;
 use crate::store::{Store, StoreConfig};
 
-/// Options of an embedded (sled) store.
+/// The storage engine under a store.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// Embedded, on this machine's disk (`--data-dir`).
+    Sled,
+    /// A TiKV cluster, reached through PD (`--pd`); several store replicas may share it.
+    Tikv,
+}
+
+/// Options of a store: its engine and its tunables.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StoreArgs {
-    /// Directory of the embedded sled database.
+    /// Storage engine.
+    #[arg(long, env = "PASA_BACKEND", value_enum, default_value = "sled")]
+    pub backend: BackendKind,
+    /// Directory of the embedded sled database (`--backend sled`).
     #[arg(long, env = "PASA_DATA_DIR", default_value = "./pasa-data")]
     pub data_dir: PathBuf,
+    /// PD endpoints of the TiKV cluster (`--backend tikv`), comma-separated host:port.
+    #[arg(long, env = "PASA_PD", value_delimiter = ',')]
+    pub pd: Vec<String>,
+    /// Prefix of every key this store keeps in TiKV, so that clusters can be shared.
+    #[arg(long, env = "PASA_KEY_PREFIX", default_value = DEFAULT_KEY_PREFIX)]
+    pub key_prefix: String,
+    /// How long connecting to PD, and any one TiKV call, may take before it fails
+    /// (`500ms`, `5s`).
+    #[arg(long, default_value = "5s", value_parser = pasa_proto::duration::parse)]
+    pub tikv_timeout: Duration,
     /// Kubernetes cluster domain, for resolving short host names.
     #[arg(long, default_value = pasa_proto::host::DEFAULT_DOMAIN_SUFFIX)]
     pub domain_suffix: String,
@@ -58,14 +82,42 @@ impl StoreArgs {
         }
     }
 
-    /// Opens the sled store in `data_dir`.
+    /// Opens the store on the chosen engine.
     pub fn open(&self, metrics: Metrics) -> anyhow::Result<Store> {
-        std::fs::create_dir_all(&self.data_dir)
-            .with_context(|| format!("creating data directory {}", self.data_dir.display()))?;
-        let backend = SledBackend::open(&self.data_dir)
-            .with_context(|| format!("opening the store in {}", self.data_dir.display()))?;
-        Store::open(Arc::new(backend), self.config(), metrics).context("loading the store")
+        let backend: Arc<dyn Backend> = match self.backend {
+            BackendKind::Sled => {
+                std::fs::create_dir_all(&self.data_dir).with_context(|| {
+                    format!("creating data directory {}", self.data_dir.display())
+                })?;
+                Arc::new(
+                    SledBackend::open(&self.data_dir).with_context(|| {
+                        format!("opening the store in {}", self.data_dir.display())
+                    })?,
+                )
+            }
+            BackendKind::Tikv => {
+                if self.pd.is_empty() {
+                    anyhow::bail!("--backend tikv needs --pd HOST:PORT[,HOST:PORT…]");
+                }
+                let backend = TikvBackend::connect(&self.pd, &self.key_prefix, self.tikv_timeout)
+                    .map_err(|e| anyhow::anyhow!("{e}: {}", error_chain(&e)))?;
+                tracing::info!(pd = %self.pd.join(","), prefix = %self.key_prefix, "connected to TiKV");
+                Arc::new(backend)
+            }
+        };
+        Store::open(backend, self.config(), metrics).context("loading the store")
     }
+}
+
+/// The causes under an error, joined, for one readable line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        parts.push(c.to_string());
+        cause = c.source();
+    }
+    parts.join(": ")
 }
 
 /// Everything a store server process takes on its command line.

@@ -46,6 +46,7 @@ impl From<StoreError> for Status {
             StoreError::FutureRevision { .. } => Status::out_of_range(msg),
             StoreError::BatchTooLarge { .. } => Status::invalid_argument(msg),
             StoreError::ShuttingDown => Status::unavailable(msg),
+            StoreError::Contended { .. } => Status::aborted(msg),
             StoreError::Backend(crate::backend::BackendError::Conflict { .. }) => {
                 Status::aborted(msg)
             }

@@ -26,7 +26,7 @@ use crate::record::{
 };
 use crate::selector::Selector;
 use crate::status::ProxyTable;
-use writer::{Command, Writer};
+use writer::{Command, Outlet, Writer};
 
 /// Change-log records read per step of a historical list.
 const LIST_PAGE: u64 = 1024;
@@ -49,6 +49,8 @@ pub struct StoreConfig {
     /// How long the notice to a watcher that was cut off may wait for it to read, before its
     /// stream ends without it.
     pub watch_notice_wait: Duration,
+    /// On a shared backend, how often the revision counter is read for other replicas' writes.
+    pub tail_interval: Duration,
 }
 
 impl Default for StoreConfig {
@@ -61,6 +63,7 @@ impl Default for StoreConfig {
             max_batch: 10_000,
             proxy_status_expiry: Duration::from_secs(300),
             watch_notice_wait: Duration::from_secs(10),
+            tail_interval: Duration::from_millis(20),
         }
     }
 }
@@ -82,6 +85,10 @@ pub enum StoreError {
     FutureRevision { requested: u64, current: u64 },
     #[error("batch of {size} documents is larger than the limit of {limit}: split it")]
     BatchTooLarge { size: usize, limit: usize },
+    #[error(
+        "other store replicas kept writing first ({attempts} attempts, last on key {key}): nothing was written; retry"
+    )]
+    Contended { attempts: u32, key: String },
     #[error("the store is shutting down")]
     ShuttingDown,
     #[error(
@@ -182,24 +189,60 @@ impl Store {
             inner.config.log_retention,
             inner.metrics.clone(),
         );
+        let shared = inner.backend.shared();
         let store = Store { inner };
         let hub = Arc::clone(&store.inner.hub);
         let handle = std::thread::Builder::new()
             .name("pasa-store-writer".into())
-            .spawn(move || {
-                writer.run(
-                    rx,
-                    |records| hub.on_writer(|hub| hub.commit(records)),
-                    |compact| hub.on_writer(|hub| hub.set_compact_revision(compact)),
-                )
-            })
+            .spawn(move || writer.run(rx, hub.as_ref()))
             .map_err(|e| BackendError::Engine {
                 engine: "store",
                 action: "start its writer thread",
                 source: Box::new(e),
             })?;
         *lock(&store.inner.writer_thread) = Some(handle);
+        if shared {
+            store.start_tailer()?;
+        }
         Ok(store)
+    }
+
+    /// On a shared backend, watches the revision counter for other replicas' writes and has
+    /// the writer catch up when it moves. One point read per [`StoreConfig::tail_interval`]
+    /// (TiKV has no change feed that tikv-client exposes); the thread ends with the store.
+    fn start_tailer(&self) -> Result<(), StoreError> {
+        let weak = Arc::downgrade(&self.inner);
+        let interval = self.inner.config.tail_interval;
+        std::thread::Builder::new()
+            .name("pasa-store-tailer".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(interval);
+                    let Some(inner) = weak.upgrade() else { return };
+                    let Some(tx) = lock(&inner.writer).clone() else {
+                        return;
+                    };
+                    let seen = inner.hub.lock().revision();
+                    let head = match inner.backend.get(META_REVISION) {
+                        Ok(Some(v)) => record::decode_u64(META_REVISION, &v).unwrap_or(0),
+                        Ok(None) => 0,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot read the store's revision");
+                            continue;
+                        }
+                    };
+                    // A full queue means the writer is busy and will catch up anyway.
+                    if head > seen {
+                        let _ = tx.try_send(Command::CatchUp);
+                    }
+                }
+            })
+            .map_err(|e| BackendError::Engine {
+                engine: "store",
+                action: "start its tailer thread",
+                source: Box::new(e),
+            })?;
+        Ok(())
     }
 
     pub(crate) fn hub(&self) -> MutexGuard<'_, Hub> {
@@ -515,6 +558,27 @@ struct SharedHub {
     hub: Mutex<Hub>,
     backend: Arc<dyn Backend>,
     metrics: Metrics,
+}
+
+impl Outlet for SharedHub {
+    fn publish(&self, records: Vec<LogRecord>) {
+        if !records.is_empty() {
+            self.on_writer(|hub| hub.commit(records));
+        }
+    }
+
+    fn compacted(&self, compact_revision: u64) {
+        self.on_writer(|hub| hub.set_compact_revision(compact_revision));
+    }
+
+    fn reload(&self) -> Result<(u64, u64), StoreError> {
+        let fresh = load_hub(self.backend.as_ref(), self.metrics.clone())?;
+        let revisions = (fresh.revision(), fresh.compact_revision());
+        let mut hub = self.lock();
+        hub.reset(CutOffReason::Reset);
+        *hub = fresh;
+        Ok(revisions)
+    }
 }
 
 impl SharedHub {

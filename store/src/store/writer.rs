@@ -1,8 +1,17 @@
 //! The single writer: plans each command against the stored state, commits it as one atomic
 //! batch with the revision counter, flushes a group of commands with one sync, then publishes.
+//!
+//! On a shared backend (TiKV with several store replicas) other replicas write too. Every batch
+//! expects the revision counter this writer last saw, so a write in between makes the commit a
+//! conflict; the writer then catches up — reads the other writes from the change log and
+//! publishes them first, in revision order — and plans the command again, with a jittered,
+//! bounded backoff. Catching up is also how an idle replica hears of other replicas' writes
+//! ([`Command::CatchUp`], sent by the store's tailer).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use pasa_runtime::backoff::Backoff;
 
 use pasa_proto::store::v1::{
     ApplyOutcome, ApplyResponse, ApplyResult, DeleteResponse, DocumentError, ErrorCode, EventType,
@@ -11,8 +20,8 @@ use pasa_proto::store::v1::{
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Prepared, StoreError, doc_error};
-use crate::backend::{Backend, WriteBatch};
+use super::{Prepared, StoreError, doc_error, read_log_blocking};
+use crate::backend::{Backend, BackendError, Locked, WriteBatch};
 use crate::metrics::{Metrics, OpLabels, WriteOp};
 use crate::record::{self, LogRecord, META_COMPACT, META_REVISION, ObjectKey};
 
@@ -20,6 +29,23 @@ use crate::record::{self, LogRecord, META_COMPACT, META_REVISION, ObjectKey};
 const GROUP: usize = 64;
 /// Log entries removed per compaction batch.
 const COMPACT_CHUNK: u64 = 4096;
+/// How many times a command is planned again after other replicas' writes got in first.
+/// Waits stay short: the other writer is usually done within one TiKV round trip, and a long
+/// sleep only lets a busy competitor win again.
+pub(crate) const CONFLICT_ATTEMPTS: u32 = 16;
+const CONFLICT_FIRST_WAIT: Duration = Duration::from_millis(1);
+const CONFLICT_MAX_WAIT: Duration = Duration::from_millis(50);
+
+/// Where the writer's results go: the in-memory state that watchers are served from.
+pub(crate) trait Outlet {
+    /// Records that are durable, in revision order.
+    fn publish(&self, records: Vec<LogRecord>);
+    /// The change log now starts after `compact_revision`.
+    fn compacted(&self, compact_revision: u64);
+    /// The change log no longer holds what this replica missed: rebuild the in-memory state
+    /// from the backend (cutting every watch off) and return its revision and compact revision.
+    fn reload(&self) -> Result<(u64, u64), StoreError>;
+}
 
 pub(crate) enum Command {
     Apply {
@@ -33,6 +59,8 @@ pub(crate) enum Command {
         ignore_not_found: bool,
         reply: oneshot::Sender<Result<DeleteResponse, StoreError>>,
     },
+    /// Another replica may have written: read the change log up to the backend's revision.
+    CatchUp,
 }
 
 /// A command's answer, held until the group is durable.
@@ -79,6 +107,9 @@ pub(crate) struct Writer {
     retention: u64,
     metrics: Metrics,
     failed: bool,
+    shared: bool,
+    /// The revision counter's lock on a shared backend, held while a command is planned.
+    locked: Option<Box<dyn Locked>>,
 }
 
 impl Writer {
@@ -90,23 +121,20 @@ impl Writer {
         metrics: Metrics,
     ) -> Writer {
         Writer {
-            backend,
             revision,
             compact_revision,
             retention: retention.max(1),
             metrics,
             failed: false,
+            shared: backend.shared(),
+            locked: None,
+            backend,
         }
     }
 
-    /// Runs until every sender is gone. `publish` gets the records of each durable group, and
-    /// `compacted` the new compact revision after each compaction.
-    pub fn run(
-        mut self,
-        mut rx: mpsc::Receiver<Command>,
-        publish: impl Fn(Vec<LogRecord>),
-        compacted: impl Fn(u64),
-    ) {
+    /// Runs until every sender is gone, handing each durable group's records, and each new
+    /// compact revision, to `outlet`.
+    pub fn run(mut self, mut rx: mpsc::Receiver<Command>, outlet: &dyn Outlet) {
         while let Some(first) = rx.blocking_recv() {
             let mut group = vec![first];
             while group.len() < GROUP {
@@ -119,6 +147,7 @@ impl Writer {
             let mut done = Vec::with_capacity(group.len());
             let mut records = Vec::new();
             let mut ops = Vec::new();
+            let compact_before = self.compact_revision;
             for cmd in group {
                 match cmd {
                     Command::Apply {
@@ -126,7 +155,9 @@ impl Writer {
                         dry_run,
                         reply,
                     } => {
-                        let result = self.apply(docs, dry_run, &mut records);
+                        let result = self.retrying(outlet, &mut records, |w, records| {
+                            w.apply(&docs, dry_run, records)
+                        });
                         ops.push(WriteOp::Apply);
                         done.push(Done::Apply(reply, result));
                     }
@@ -136,14 +167,16 @@ impl Writer {
                         ignore_not_found,
                         reply,
                     } => {
-                        let result = self.delete(
-                            keys,
-                            expected_mod_revision,
-                            ignore_not_found,
-                            &mut records,
-                        );
+                        let result = self.retrying(outlet, &mut records, |w, records| {
+                            w.delete(&keys, expected_mod_revision, ignore_not_found, records)
+                        });
                         ops.push(WriteOp::Delete);
                         done.push(Done::Delete(reply, result));
+                    }
+                    Command::CatchUp => {
+                        if let Err(e) = self.catch_up(outlet, &mut records) {
+                            tracing::warn!(error = %e, "could not read other replicas' writes; will retry");
+                        }
                     }
                 }
             }
@@ -155,7 +188,10 @@ impl Writer {
                     continue;
                 }
                 self.metrics.written_resources.inc_by(records.len() as u64);
-                publish(records);
+                outlet.publish(records);
+            }
+            if self.compact_revision != compact_before {
+                outlet.compacted(self.compact_revision);
             }
             let elapsed = started.elapsed().as_secs_f64();
             for op in ops {
@@ -166,11 +202,119 @@ impl Writer {
             }
             done.into_iter().for_each(Done::send);
             if !self.failed && self.compact() {
-                compacted(self.compact_revision);
+                outlet.compacted(self.compact_revision);
             }
         }
         if let Err(e) = self.backend.sync() {
             tracing::error!(error = %e, "final flush failed");
+        }
+    }
+
+    /// Runs `plan` (which plans and commits one command); when the commit conflicts with
+    /// another replica's write, catches up and plans it again, up to [`CONFLICT_ATTEMPTS`].
+    fn retrying<T>(
+        &mut self,
+        outlet: &dyn Outlet,
+        records: &mut Vec<LogRecord>,
+        mut plan: impl FnMut(&mut Self, &mut Vec<LogRecord>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut backoff = Backoff::new(CONFLICT_FIRST_WAIT, CONFLICT_MAX_WAIT, Duration::ZERO);
+        let mut attempt = 1;
+        loop {
+            let planned = self
+                .lock_revision(outlet, records)
+                .and_then(|()| plan(self, records));
+            // Released (written nothing) unless the plan committed through it.
+            self.locked = None;
+            match planned {
+                Err(StoreError::Backend(BackendError::Conflict { key })) if self.shared => {
+                    self.metrics.write_conflicts.inc();
+                    if attempt >= CONFLICT_ATTEMPTS {
+                        return Err(StoreError::Contended {
+                            attempts: attempt,
+                            key,
+                        });
+                    }
+                    self.catch_up(outlet, records)?;
+                    std::thread::sleep(backoff.failed());
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// On a shared backend, locks the revision counter (other replicas' writers wait) and
+    /// catches up with what they committed before it.
+    fn lock_revision(
+        &mut self,
+        outlet: &dyn Outlet,
+        records: &mut Vec<LogRecord>,
+    ) -> Result<(), StoreError> {
+        if !self.shared {
+            return Ok(());
+        }
+        let Some(locked) = self.backend.lock(META_REVISION)? else {
+            return Ok(());
+        };
+        let head = match locked.value() {
+            Some(v) => record::decode_u64(META_REVISION, v)?,
+            None => 0,
+        };
+        if head != self.revision {
+            self.catch_up(outlet, records)?;
+        }
+        self.locked = Some(locked);
+        Ok(())
+    }
+
+    /// Reads what other replicas committed since this writer's revision into `records`, in
+    /// revision order, and follows their compaction.
+    fn catch_up(
+        &mut self,
+        outlet: &dyn Outlet,
+        records: &mut Vec<LogRecord>,
+    ) -> Result<(), StoreError> {
+        let stored = |key: &[u8]| -> Result<u64, StoreError> {
+            Ok(match self.backend.get(key)? {
+                Some(v) => record::decode_u64(key, &v)?,
+                None => 0,
+            })
+        };
+        let head = stored(META_REVISION)?;
+        let compact = stored(META_COMPACT)?;
+        if compact > self.compact_revision {
+            self.compact_revision = compact;
+        }
+        if head <= self.revision {
+            return Ok(());
+        }
+        match read_log_blocking(self.backend.as_ref(), self.revision + 1, head) {
+            Ok(missed) => {
+                tracing::debug!(
+                    from = self.revision + 1,
+                    to = head,
+                    "caught up with other replicas' writes"
+                );
+                records.extend(missed);
+                self.revision = head;
+                Ok(())
+            }
+            Err(StoreError::Compacted { .. }) => {
+                // Publish what is already read first, so the rebuilt state is not overwritten.
+                outlet.publish(std::mem::take(records));
+                let (revision, compact_revision) = outlet.reload()?;
+                tracing::error!(
+                    missed_from = self.revision + 1,
+                    revision,
+                    "this replica fell behind the change log's compaction: rebuilt its state \
+                     from the backend; every watch was cut off and resumes on the rebuilt state"
+                );
+                self.revision = revision;
+                self.compact_revision = compact_revision;
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -199,7 +343,10 @@ impl Writer {
         records: &mut Vec<LogRecord>,
     ) -> Result<(), StoreError> {
         batch.put(META_REVISION, record::encode_u64(revision));
-        self.backend.write(batch)?;
+        match self.locked.take() {
+            Some(locked) => locked.write(batch)?,
+            None => self.backend.write(batch)?,
+        }
         self.revision = revision;
         records.extend(new_records);
         Ok(())
@@ -207,7 +354,7 @@ impl Writer {
 
     fn apply(
         &mut self,
-        docs: Vec<Prepared>,
+        docs: &[Prepared],
         dry_run: bool,
         records: &mut Vec<LogRecord>,
     ) -> Result<ApplyResponse, StoreError> {
@@ -231,7 +378,7 @@ impl Writer {
                 errors.push(err);
                 continue;
             }
-            let mut resource = doc.resource;
+            let mut resource = doc.resource.clone();
             let (outcome, prev) = match current {
                 None => {
                     revision += 1;
@@ -296,7 +443,7 @@ impl Writer {
 
     fn delete(
         &mut self,
-        keys: Vec<ObjectKey>,
+        keys: &[ObjectKey],
         expected_mod_revision: Option<u64>,
         ignore_not_found: bool,
         records: &mut Vec<LogRecord>,
@@ -311,13 +458,13 @@ impl Writer {
         let mut errors = Vec::new();
         let mut new_records = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        for (i, key) in keys.into_iter().enumerate() {
+        for (i, key) in keys.iter().enumerate() {
             if !seen.insert(key.clone()) {
                 continue;
             }
-            let current = self.current(&key)?;
+            let current = self.current(key)?;
             if let Some(err) =
-                check_expected(i as u32, &key, expected_mod_revision, current.as_ref())
+                check_expected(i as u32, key, expected_mod_revision, current.as_ref())
             {
                 errors.push(err);
                 continue;
@@ -379,13 +526,30 @@ impl Writer {
         while self.compact_revision < target {
             let upto = (self.compact_revision + COMPACT_CHUNK).min(target);
             let mut batch = WriteBatch::default();
+            // Replicas compact the same log: the one that finds the counter moved stands back.
+            batch.expect(
+                META_COMPACT,
+                (self.compact_revision > 0).then(|| record::encode_u64(self.compact_revision)),
+            );
             for rev in self.compact_revision + 1..=upto {
                 batch.delete(record::log_key(rev));
             }
             batch.put(META_COMPACT, record::encode_u64(upto));
-            if let Err(e) = self.backend.write(batch) {
-                tracing::warn!(error = %e, "change-log compaction failed; will retry");
-                break;
+            match self.backend.write(batch) {
+                Ok(()) => {}
+                Err(BackendError::Conflict { .. }) => {
+                    // Another replica compacted; follow its counter.
+                    if let Ok(Some(v)) = self.backend.get(META_COMPACT)
+                        && let Ok(compact) = record::decode_u64(META_COMPACT, &v)
+                    {
+                        self.compact_revision = self.compact_revision.max(compact);
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "change-log compaction failed; will retry");
+                    break;
+                }
             }
             self.compact_revision = upto;
         }

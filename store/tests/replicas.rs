@@ -1,0 +1,327 @@
+//! Several `pasa-store` processes on one TiKV — here the in-process fake of PD and TiKV (a fake:
+//! see `pasa_tikv::fake`), reached through tikv-client's real transaction path. Each replica
+//! follows the others' writes through the change log; watchers on every replica see every write
+//! once, in revision order; writers through several replicas leave no gap; a replica killed with
+//! SIGKILL loses nothing its watchers cannot resume on another.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::process::Stdio;
+use std::time::Instant;
+
+use common::{WAIT, Watch};
+use pasa_proto::store::v1::store_client::StoreClient;
+use pasa_proto::store::v1::{
+    ApplyRequest, Event, ListRequest, Rule, Subscription, WatchCreate, WatchRequest, watch_request,
+    watch_response,
+};
+use pasa_tikv::fake::FakeTikv;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tonic::transport::Channel;
+
+/// Writes refused as contended, across the tests of this file.
+static CONTENDED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+struct Replica {
+    child: Child,
+    addr: String,
+}
+
+impl Replica {
+    /// Starts `pasa-store --backend tikv` and waits for its ready line.
+    async fn start(pd: &str) -> Replica {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-store"))
+            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(["--backend", "tikv", "--pd", pd, "--key-prefix", "replicas/"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start pasa-store");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(WAIT, lines.next_line())
+            .await
+            .expect("ready line in time")
+            .expect("read stdout")
+            .expect("a ready line");
+        let (addr, _) = pasa_store::server::parse_ready_line(&line)
+            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
+        Replica {
+            child,
+            addr: addr.to_string(),
+        }
+    }
+
+    async fn client(&self) -> StoreClient<Channel> {
+        StoreClient::connect(format!("http://{}", self.addr))
+            .await
+            .expect("connect")
+    }
+}
+
+fn dr(name: &str, counter: u64) -> serde_json::Value {
+    json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+           "metadata": {"name": name, "namespace": "replicas",
+                        "annotations": {"counter": counter.to_string()}},
+           "spec": {"host": format!("{name}.replicas.svc.cluster.local")}})
+}
+
+/// Applies; returns (name, revision) of each object written.
+async fn write(
+    client: &mut StoreClient<Channel>,
+    docs: &[serde_json::Value],
+) -> Vec<(String, u64)> {
+    let r = client
+        .apply(ApplyRequest {
+            documents: docs.iter().map(common::doc).collect(),
+            dry_run: false,
+        })
+        .await
+        .expect("apply")
+        .into_inner();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    r.results
+        .into_iter()
+        .map(|res| (res.r#ref.unwrap_or_default().name, res.revision))
+        .collect()
+}
+
+/// Reads events until revision `head` has been delivered.
+async fn events_until(w: &mut Watch, head: u64) -> Vec<Event> {
+    let mut events = Vec::new();
+    while w.last_revision < head {
+        if let Some(watch_response::Response::Events(b)) = w.next().await.response {
+            events.extend(b.events);
+        }
+    }
+    events
+}
+
+fn everything() -> Subscription {
+    Subscription {
+        rules: vec![Rule::default()],
+    }
+}
+
+fn revisions(events: &[Event]) -> Vec<u64> {
+    events.iter().map(|e| e.revision).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_through_one_replica_reaches_watchers_on_every_replica_once_in_order() {
+    let fake = FakeTikv::start((Ipv4Addr::LOCALHOST, 0).into()).unwrap();
+    let a = Replica::start(&fake.pd_address()).await;
+    let b = Replica::start(&fake.pd_address()).await;
+    let mut on_a = Watch::open_raw(&mut a.client().await, everything(), 0).await;
+    let mut on_b = Watch::open_raw(&mut b.client().await, everything(), 0).await;
+    on_a.until_synced().await;
+    on_b.until_synced().await;
+
+    // How long an idle replica takes to notice another's commit: one write, timed.
+    let mut writer = a.client().await;
+    let started = Instant::now();
+    let head = write(&mut writer, &[dr("first", 0)]).await[0].1;
+    let first_on_b = events_until(&mut on_b, head).await;
+    assert_eq!(revisions(&first_on_b), [head]);
+    println!(
+        "replicas: a write through A reached a watcher on idle B after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(revisions(&events_until(&mut on_a, head).await), [head]);
+
+    for n in 1..=60 {
+        let docs: Vec<_> = (0..1 + n % 3)
+            .map(|i| dr(&format!("obj-{}", (n * 5 + i) % 17), n))
+            .collect();
+        write(&mut writer, &docs).await;
+    }
+    let head = writer
+        .list(ListRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .revision;
+    let from_a = events_until(&mut on_a, head).await;
+    let from_b = events_until(&mut on_b, head).await;
+    let expected: Vec<u64> = (2..=head).collect();
+    assert_eq!(
+        revisions(&from_a),
+        expected,
+        "A: every revision once, in order"
+    );
+    assert_eq!(
+        revisions(&from_b),
+        expected,
+        "B: every revision once, in order"
+    );
+    let names = |events: &[Event]| -> Vec<(String, i32)> {
+        events
+            .iter()
+            .map(|e| (e.resource.as_ref().unwrap().name.clone(), e.r#type))
+            .collect()
+    };
+    assert_eq!(
+        names(&from_a),
+        names(&from_b),
+        "both replicas tell the same story"
+    );
+    // Both answer reads at the same head.
+    let listed_b = b
+        .client()
+        .await
+        .list(ListRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed_b.revision, head);
+    println!("replicas: {head} revisions delivered once, in order, on both replicas");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_through_two_replicas_leave_no_gap_and_lose_nothing() {
+    let fake = FakeTikv::start((Ipv4Addr::LOCALHOST, 0).into()).unwrap();
+    let a = Replica::start(&fake.pd_address()).await;
+    let b = Replica::start(&fake.pd_address()).await;
+    let mut writers = Vec::new();
+    for (replica, tag) in [(&a, "a"), (&b, "b")] {
+        let mut client = replica.client().await;
+        let tag = tag.to_string();
+        writers.push(tokio::spawn(async move {
+            let mut acked = BTreeMap::new();
+            for n in 1..=80u64 {
+                // Names shared between the writers, so they also change each other's objects.
+                let docs = vec![
+                    dr(&format!("shared-{}", n % 13), n),
+                    dr(&format!("{tag}-{n}"), n),
+                ];
+                for (name, revision) in write(&mut client, &docs).await {
+                    acked.insert(name, revision);
+                }
+            }
+            acked
+        }));
+    }
+    let mut acked: BTreeMap<String, u64> = BTreeMap::new();
+    for w in writers {
+        for (name, revision) in w.await.unwrap() {
+            let e = acked.entry(name).or_default();
+            *e = (*e).max(revision);
+        }
+    }
+    let head = acked.values().copied().max().unwrap();
+    for replica in [&a, &b] {
+        let mut client = replica.client().await;
+        // A replica answers from what it has followed so far: read its log until the last
+        // acknowledged write, then its list.
+        let mut w = Watch::open_raw(&mut client, everything(), 1).await;
+        let events = events_until(&mut w, head).await;
+        assert_eq!(
+            revisions(&events),
+            (1..=head).collect::<Vec<_>>(),
+            "no gap in the change log"
+        );
+        let listed = client
+            .list(ListRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let stored: BTreeMap<String, u64> = listed
+            .resources
+            .iter()
+            .map(|r| (r.name.clone(), r.mod_revision))
+            .collect();
+        for (name, revision) in &acked {
+            let at = stored.get(name).unwrap_or_else(|| {
+                let logged: Vec<_> = events
+                    .iter()
+                    .filter(|e| e.revision + 2 >= *revision && e.revision <= revision + 2)
+                    .map(|e| (e.revision, e.resource.as_ref().map(|r| r.name.clone())))
+                    .collect();
+                panic!("acknowledged {name} (revision {revision}) is missing; the log around it: {logged:?}")
+            });
+            assert!(
+                at >= revision,
+                "{name}: acknowledged at {revision}, stored at {at}"
+            );
+        }
+        println!(
+            "replicas: concurrent writers through two replicas, head {head}, {} objects, no gap; \
+             {} writes refused as contended and sent again",
+            stored.len(),
+            CONTENDED.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+    assert_eq!(fake.locked_keys(), 0, "no transaction left unfinished");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_of_a_replica_killed_with_sigkill_resume_on_another_losing_nothing() {
+    let fake = FakeTikv::start((Ipv4Addr::LOCALHOST, 0).into()).unwrap();
+    let mut a = Replica::start(&fake.pd_address()).await;
+    let b = Replica::start(&fake.pd_address()).await;
+
+    // A watcher on A, reading raw so the stream's end is seen.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(WatchRequest {
+        request: Some(watch_request::Request::Create(WatchCreate {
+            subscription: Some(everything()),
+            from_revision: 1,
+            identity: None,
+        })),
+    })
+    .await
+    .unwrap();
+    let mut stream = a
+        .client()
+        .await
+        .watch(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // A writer through B throughout; A is killed once the watcher has seen some of it.
+    let mut writer = b.client().await;
+    let writing = tokio::spawn(async move {
+        let mut last = 0;
+        for n in 1..=150u64 {
+            last = write(&mut writer, &[dr(&format!("obj-{}", n % 23), n)]).await[0].1;
+        }
+        last
+    });
+    let mut seen: Vec<u64> = Vec::new();
+    let mut killed = false;
+    // The stream ends (or errs) when A dies.
+    while let Ok(Some(msg)) = tokio::time::timeout(WAIT, stream.message())
+        .await
+        .expect("a message in time")
+    {
+        if let Some(watch_response::Response::Events(batch)) = msg.response {
+            seen.extend(batch.events.iter().map(|e| e.revision));
+        }
+        if !killed && seen.len() >= 40 {
+            a.child.start_kill().expect("SIGKILL");
+            killed = true;
+        }
+    }
+    assert!(killed, "the stream ended before the kill");
+    let _ = a.child.wait().await;
+    let resume_from = seen.last().copied().unwrap_or(0) + 1;
+    let head = writing.await.unwrap();
+    let mut on_b = Watch::open_raw(&mut b.client().await, everything(), resume_from).await;
+    let rest = events_until(&mut on_b, head).await;
+    seen.extend(revisions(&rest));
+    assert_eq!(
+        seen,
+        (1..=head).collect::<Vec<_>>(),
+        "every revision once, across the kill"
+    );
+    println!(
+        "replicas: watcher killed on A after {} revisions, resumed on B from {resume_from}, {head} in all",
+        resume_from - 1
+    );
+}
