@@ -22,7 +22,7 @@ use std::time::Duration;
 use pasa_runtime::backoff::Backoff;
 
 use crate::metrics::{Metrics, ReasonLabels};
-use pasa_proto::client::ConnectError;
+use pasa_proto::client::{ConnectError, Servers};
 use pasa_proto::store::v1::{SubscriberIdentity, Subscription};
 use pasa_proto::watch::{Watch, WatchError, WatchEvent, WatchStart};
 use tokio::sync::watch;
@@ -34,8 +34,8 @@ use crate::worker::{self, Asks};
 /// What to follow, and where.
 #[derive(Debug, Clone)]
 pub struct FollowConfig {
-    /// The store (or PCP) address, `host:port` or a URL.
-    pub server: String,
+    /// The store replicas (or PCPs) to follow, one at a time (see [`Servers`]).
+    pub servers: Servers,
     /// The subscription; a new value is applied to the open stream (see the module doc).
     pub subscription: watch::Receiver<Subscription>,
     pub identity: SubscriberIdentity,
@@ -148,7 +148,7 @@ pub async fn follow(
             saver: &mut saver,
         };
         attempt += 1;
-        let span = tracing::info_span!("store_watch", server = %config.server, attempt,
+        let span = tracing::info_span!("store_watch", server = %config.servers.current(), attempt,
             from = cache.revision(), relist);
         let watching = stream
             .watch(current, &mut cache, relist, &published, &link, &mut backoff)
@@ -167,6 +167,13 @@ pub async fn follow(
             continue;
         }
         relist = cache.revision() == 0 || cache.snapshot_pending();
+        // An unreachable replica: the next attempt goes to the next one, and resumes there
+        // from the cache's revision (replicas share one revision sequence).
+        if let WatchError::Unreachable(ConnectError::Unreachable { address, .. }) = &ended
+            && config.servers.failed(address)
+        {
+            tracing::info!(unreachable = %address, next = %config.servers.current(), "moving to the next store server");
+        }
         let why = match &ended {
             WatchError::Unreachable(e) => server_problem(e),
             ended => ended.to_string(),
@@ -212,7 +219,7 @@ impl Stream<'_> {
             from_revision: if relist { 0 } else { cache.revision() + 1 },
             identity: Some(config.identity.clone()),
         };
-        let mut stream = match Watch::connect(&config.server, start).await {
+        let mut stream = match Watch::connect(config.servers.current(), start).await {
             Ok(stream) => stream,
             Err(e) => return e,
         };

@@ -269,9 +269,9 @@ pub struct Sources {
     pub applied: watch::Receiver<u64>,
 }
 
-/// Reports to the store at `server` until `stop` turns true.
+/// Reports to the store servers (one at a time) until `stop` turns true.
 pub async fn report(
-    server: String,
+    servers: pasa_proto::client::Servers,
     reporter: Reporter,
     args: ReportArgs,
     mut sources: Sources,
@@ -284,9 +284,9 @@ pub async fn report(
     let mut attempt: u64 = 0;
     loop {
         attempt += 1;
-        let span = tracing::info_span!("status_report", server = %server, attempt);
+        let span = tracing::info_span!("status_report", server = %servers.current(), attempt);
         let reporting = stream(
-            &server,
+            &servers,
             &reporter,
             &mut coalescer,
             &mut sources,
@@ -329,16 +329,20 @@ fn degraded_now(link: &Link, before: Option<SystemTime>) -> Option<SystemTime> {
 
 /// One report stream; returns why it ended.
 async fn stream(
-    server: &str,
+    servers: &pasa_proto::client::Servers,
     reporter: &Reporter,
     coalescer: &mut Coalescer,
     sources: &mut Sources,
     degraded_since: &mut Option<SystemTime>,
     backoff: &mut Backoff,
 ) -> String {
-    let mut client = match pasa_proto::client::connect(server).await {
+    let server = servers.current().to_string();
+    let mut client = match pasa_proto::client::connect(&server).await {
         Ok(client) => client,
-        Err(e) => return crate::follow::server_problem(&e),
+        Err(e) => {
+            servers.failed(&server);
+            return crate::follow::server_problem(&e);
+        }
     };
     // Recovered only once the stream has lasted: a store that accepts and then fails is not
     // retried every 100 ms.

@@ -48,7 +48,8 @@ const USAGE: u8 = 2;
 pub struct AgentArgs {
     #[command(subcommand)]
     pub command: Option<AgentCommand>,
-    /// The store (or PCP) to follow, `host:port` or a URL.
+    /// The store (or PCP) to follow, `host:port` or a URL; several, comma-separated, are
+    /// replicas of one store, used one at a time (the next when one cannot be reached).
     #[arg(long, env = "PASA_SERVER", default_value = "127.0.0.1:7400")]
     pub server: String,
     /// The Unix socket the ADS server listens on.
@@ -239,7 +240,10 @@ pub async fn run(
     identity: Identity,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    // The app's probes are read before anything is bound: a bad map stops the agent at once.
+    // The store servers and the app's probes are read before anything is bound: a bad value
+    // stops the agent at once.
+    let servers = pasa_proto::client::Servers::parse(&args.server)
+        .map_err(|e| anyhow::anyhow!("--server {e}"))?;
     let probers = match args.status_listen {
         None => None,
         Some(_) => Some(
@@ -348,7 +352,7 @@ pub async fn run(
     };
     let reporter = Reporter::new(&identity, admin_addr, args.report.status_heartbeat);
     let report_task = tokio::spawn(report::report(
-        args.server.clone(),
+        servers.clone(),
         reporter,
         args.report.clone(),
         report_sources,
@@ -433,7 +437,7 @@ pub async fn run(
     let (scope_tx, scope_rx) = watch::channel(subscription::subscription(&proxy, &cache));
     let (cache_tx, mut caches) = watch::channel(Arc::new(cache.clone()));
     let config = FollowConfig {
-        server: args.server.clone(),
+        servers: servers.clone(),
         subscription: scope_rx,
         identity: SubscriberIdentity {
             node_id: identity.node.to_string(),

@@ -1,6 +1,6 @@
 //! The agent following a real store server on loopback: the initial snapshot, live changes, the
 //! cache saved when complete, degraded while the store is away, and resuming from the last
-//! revision when it is back.
+//! revision when it is back, on the same server or on another replica of the store.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,7 +73,7 @@ async fn follows_resumes_and_saves() {
 
     let (saved_tx, mut saved) = watch::channel(0);
     let config = FollowConfig {
-        server: server.addr.to_string(),
+        servers: pasa_proto::client::Servers::parse(&server.addr.to_string()).unwrap(),
         subscription: watch::channel(shop()).1,
         identity: SubscriberIdentity {
             node_id: "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local".into(),
@@ -139,7 +139,7 @@ async fn a_changed_subscription_adds_and_removes_objects() {
 
     let (scope, subscription) = watch::channel(shop());
     let config = FollowConfig {
-        server: server.addr.to_string(),
+        servers: pasa_proto::client::Servers::parse(&server.addr.to_string()).unwrap(),
         subscription,
         identity: SubscriberIdentity {
             node_id: "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local".into(),
@@ -199,4 +199,44 @@ async fn a_changed_subscription_adds_and_removes_objects() {
     stop_tx.send_replace(true);
     tokio::time::timeout(WAIT, follower).await.unwrap().unwrap();
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moves_to_another_store_replica_and_resumes_there() {
+    let fake = pasa_tikv::fake::FakeTikv::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    let a = StoreServer::start_on_tikv(&fake.pd_address()).await;
+    let b = StoreServer::start_on_tikv(&fake.pd_address()).await;
+    apply(&a, "cart", "cart").await;
+    let config = FollowConfig {
+        servers: pasa_proto::client::Servers::parse(&format!("{},{}", a.addr, b.addr)).unwrap(),
+        subscription: watch::channel(shop()).1,
+        identity: SubscriberIdentity {
+            node_id: "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local".into(),
+            ..Default::default()
+        },
+        cache_dir: None,
+        metrics: None,
+        saved: None,
+    };
+    let (published, mut caches) = watch::channel(Arc::new(Cache::default()));
+    let (link_tx, mut link) = watch::channel(Link::default());
+    let (stop_tx, stop) = watch::channel(false);
+    let follower = tokio::spawn(follow(config, Cache::default(), published, link_tx, stop));
+    until(&mut link, "synced on A", |l| *l == Link::Synced).await;
+    let before = until(&mut caches, "cart", |c| c.get(&key("cart")).is_some()).await;
+
+    // A stops; what is written through B arrives, on top of the cache kept from A.
+    a.stop().await;
+    until(&mut link, "degraded", |l| matches!(l, Link::Degraded(_))).await;
+    apply(&b, "checkout", "checkout").await;
+    let after = until(&mut caches, "checkout, through B", |c| {
+        c.get(&key("checkout")).is_some()
+    })
+    .await;
+    until(&mut link, "synced on B", |l| *l == Link::Synced).await;
+    assert_eq!(names(&after), ["cart", "checkout"]);
+    assert!(after.revision() > before.revision());
+    stop_tx.send_replace(true);
+    tokio::time::timeout(WAIT, follower).await.unwrap().unwrap();
+    b.stop().await;
 }

@@ -5,6 +5,7 @@
 
 mod agent;
 mod embedded;
+mod fake_tikv;
 mod fixture;
 mod kube_sync;
 mod matching;
@@ -44,6 +45,9 @@ enum Command {
     Seed(seed::SeedArgs),
     /// The Kubernetes syncer at mesh scale: a fake API server's cluster into the real store.
     KubeSync(kube_sync::KubeSyncArgs),
+    /// A fake of PD and TiKV, in memory, for trying store replicas by hand (prints its PD
+    /// address; stops on Ctrl-C).
+    FakeTikv(fake_tikv::FakeTikvArgs),
     /// One agent's translations timed in a process of its own (what `seed` runs for A1).
     #[command(hide = true)]
     TranslateScope(seed::single::ScopeArgs),
@@ -58,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         Command::Agent(args) => agent::run(&args)?,
         Command::Seed(args) => seed::run(&args)?,
         Command::KubeSync(args) => kube_sync::run(&args)?,
+        Command::FakeTikv(args) => fake_tikv::run(&args)?,
         Command::TranslateScope(args) => seed::single::translate_scope(&args)?,
     };
     println!("{summary}");

@@ -153,6 +153,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<Value> {
             .map(|s| format!("{}.{}", s.pod_name, s.namespace))
             .unwrap_or_default(),
         namespace: String::new(),
+        local_only: true,
     });
     let list_one = started.elapsed();
     ensure!(one.len() == 1, "one agent by name");

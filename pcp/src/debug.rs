@@ -174,10 +174,13 @@ async fn proxy_statuses(
     let request = ListProxyStatusRequest {
         name: String::new(),
         namespace: namespace.to_string(),
+        local_only: false,
     };
     let mut pages = upstream
-        .client()
-        .list_proxy_status(request)
+        .call(|mut store| {
+            let request = request.clone();
+            async move { store.list_proxy_status(request).await }
+        })
         .await?
         .into_inner();
     let mut entries = Vec::new();

@@ -160,8 +160,10 @@ impl Target for WriteService {
         };
         let list = self
             .upstream()
-            .client()
-            .list(request)
+            .call(|mut store| {
+                let request = request.clone();
+                async move { store.list(request).await }
+            })
             .await
             .map_err(|s| WriteError::Unavailable(s.message().to_string()))?
             .into_inner();
@@ -199,8 +201,10 @@ impl Target for WriteService {
         let request = key.delete_request();
         let response = self
             .upstream()
-            .client()
-            .delete(request)
+            .call(|mut store| {
+                let request = request.clone();
+                async move { store.delete(request).await }
+            })
             .await
             .map_err(|s| refused_or_unavailable(&s))?
             .into_inner();

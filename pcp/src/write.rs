@@ -20,7 +20,6 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
@@ -47,10 +46,19 @@ pub type Transport = BoxCloneSyncService<
 pub struct TransportError(#[from] tonic::transport::Error);
 
 /// Where writes go once admitted: the store in this process, or store servers reached over
-/// gRPC (one, or replicas sharing one backend).
+/// gRPC (one, or replicas sharing one backend). With several replicas, every call goes to one of
+/// them, in the order given, and moves to the next when it cannot be reached: one replica does
+/// the writing at a time, so replicas do not contend for the store's revision.
 #[derive(Clone)]
 pub struct Upstream {
-    client: StoreClient<Transport>,
+    replicas: Arc<Replicas>,
+}
+
+struct Replicas {
+    clients: Vec<StoreClient<Transport>>,
+    addresses: Vec<String>,
+    /// Index of the replica in use.
+    current: std::sync::atomic::AtomicUsize,
 }
 
 /// How long analysis may wait for the store: it only adds warnings, and the webhook must answer
@@ -64,17 +72,20 @@ impl Upstream {
             service.into_server(),
             |never: std::convert::Infallible| -> TransportError { match never {} },
         );
-        Upstream::over(BoxCloneSyncService::new(server))
+        Upstream::over(
+            vec![BoxCloneSyncService::new(server)],
+            vec!["embedded".into()],
+        )
     }
 
     /// Connects to the store servers at `addresses` and checks they can serve together: several
     /// addresses must be replicas of one shared backend, since servers with their own embedded
-    /// (sled) database hold different data.
+    /// (sled) database hold different data. Each must answer at start.
     pub async fn remote(addresses: &[String]) -> anyhow::Result<Upstream> {
         if addresses.is_empty() {
             anyhow::bail!("--store needs at least one address");
         }
-        let mut endpoints = Vec::new();
+        let mut transports = Vec::new();
         for addr in addresses {
             let endpoint =
                 pasa_proto::client::endpoint(addr).map_err(|e| anyhow::anyhow!("--store {e}"))?;
@@ -82,7 +93,7 @@ impl Upstream {
                 .connect()
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot reach the store at {addr} (--store): {e}"))?;
-            let status = pasa_proto::client::store_client(channel)
+            let status = pasa_proto::client::store_client(channel.clone())
                 .status(StatusRequest {})
                 .await
                 .map_err(|e| {
@@ -99,21 +110,89 @@ impl Upstream {
                      replicas that share one backend"
                 );
             }
-            endpoints.push(endpoint);
+            let channel = tower::ServiceExt::map_err(channel, TransportError);
+            transports.push(BoxCloneSyncService::new(channel));
         }
-        let channel = Channel::balance_list(endpoints.into_iter()).map_err(TransportError);
-        Ok(Upstream::over(BoxCloneSyncService::new(channel)))
+        Ok(Upstream::over(transports, addresses.to_vec()))
     }
 
-    fn over(transport: Transport) -> Upstream {
+    fn over(transports: Vec<Transport>, addresses: Vec<String>) -> Upstream {
         Upstream {
-            client: pasa_proto::client::store_client(transport),
+            replicas: Arc::new(Replicas {
+                clients: transports
+                    .into_iter()
+                    .map(pasa_proto::client::store_client)
+                    .collect(),
+                addresses,
+                current: std::sync::atomic::AtomicUsize::new(0),
+            }),
         }
     }
 
-    /// A client of the store (cheap: clones share the transport).
+    fn current(&self) -> usize {
+        self.replicas
+            .current
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A client of the store replica in use (cheap: clones share the transport). For a call
+    /// that can be repeated, prefer [`Upstream::call`], which moves to another replica.
     pub fn client(&self) -> StoreClient<Transport> {
-        self.client.clone()
+        self.replicas.clients[self.current()].clone()
+    }
+
+    /// Runs `rpc` on the replica in use; when that replica cannot be reached (`Unavailable`),
+    /// moves to the next one and runs it there, once per replica. A call whose answer was lost
+    /// with its connection may so run twice: store writes set content, so the second finds it
+    /// unchanged.
+    pub async fn call<T, Fut>(
+        &self,
+        rpc: impl Fn(StoreClient<Transport>) -> Fut,
+    ) -> Result<T, Status>
+    where
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let replicas = self.replicas.clients.len();
+        let mut attempt = 1;
+        loop {
+            let index = self.current();
+            match rpc(self.replicas.clients[index].clone()).await {
+                Err(status) if status.code() == tonic::Code::Unavailable && attempt < replicas => {
+                    self.failed(index, &status);
+                    attempt += 1;
+                }
+                Err(status) if status.code() == tonic::Code::Unavailable => {
+                    self.failed(index, &status);
+                    return Err(status);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The replica at `index` could not be reached: the next one takes over (unless another
+    /// call already moved on).
+    pub fn failed(&self, index: usize, status: &Status) {
+        let replicas = &self.replicas;
+        let next = (index + 1) % replicas.clients.len();
+        if next != index
+            && replicas
+                .current
+                .compare_exchange(
+                    index,
+                    next,
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            tracing::warn!(
+                unreachable = %replicas.addresses[index],
+                now = %replicas.addresses[next],
+                error = %status.message(),
+                "store replica unreachable; moving to the next (--store)"
+            );
+        }
     }
 }
 
@@ -195,10 +274,11 @@ impl WriteService {
                 documents: req.documents,
                 dry_run: true,
             };
-            let mut store = self.upstream.client();
-            if let Ok(Ok(store)) =
-                tokio::time::timeout(ANALYSIS_TIMEOUT, store.apply(dry_run)).await
-            {
+            let answer = self.upstream.call(|mut store| {
+                let dry_run = dry_run.clone();
+                async move { store.apply(dry_run).await }
+            });
+            if let Ok(Ok(store)) = tokio::time::timeout(ANALYSIS_TIMEOUT, answer).await {
                 let store = store.into_inner();
                 let named: std::collections::HashSet<u32> =
                     errors.iter().map(|e| e.index).collect();
@@ -216,7 +296,14 @@ impl WriteService {
                 ..Default::default()
             });
         }
-        let mut response = self.upstream.client().apply(req).await?.into_inner();
+        let mut response = self
+            .upstream
+            .call(|mut store| {
+                let req = req.clone();
+                async move { store.apply(req).await }
+            })
+            .await?
+            .into_inner();
         response.warnings.extend(checked.warnings);
         Ok(response)
     }
@@ -232,8 +319,11 @@ impl WriteService {
             selector: Some(selector),
             revision: 0,
         };
-        let mut store = self.upstream.client();
-        let list = tokio::time::timeout(ANALYSIS_TIMEOUT, store.list(request)).await;
+        let answer = self.upstream.call(|mut store| {
+            let request = request.clone();
+            async move { store.list(request).await }
+        });
+        let list = tokio::time::timeout(ANALYSIS_TIMEOUT, answer).await;
         match list {
             Ok(Ok(list)) => list
                 .into_inner()
@@ -345,15 +435,33 @@ impl StoreApi for WriteService {
         &self,
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteResponse>, Status> {
-        self.upstream.client().delete(request.into_inner()).await
+        let request = request.into_inner();
+        self.upstream
+            .call(|mut store| {
+                let request = request.clone();
+                async move { store.delete(request).await }
+            })
+            .await
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        self.upstream.client().get(request.into_inner()).await
+        let request = request.into_inner();
+        self.upstream
+            .call(|mut store| {
+                let request = request.clone();
+                async move { store.get(request).await }
+            })
+            .await
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        self.upstream.client().list(request.into_inner()).await
+        let request = request.into_inner();
+        self.upstream
+            .call(|mut store| {
+                let request = request.clone();
+                async move { store.list(request).await }
+            })
+            .await
     }
 
     type WatchStream = WatchStream;
@@ -373,17 +481,28 @@ impl StoreApi for WriteService {
             _ => 0,
         };
         let requests = tokio_stream::iter(first).chain(incoming.map_while(Result::ok));
-        let response = self.upstream.client().watch(requests).await?;
+        // A stream cannot be sent twice: an unreachable replica fails this watch (the agent
+        // resumes), and the next one goes to another replica.
+        let index = self.upstream.current();
+        let response = self
+            .upstream
+            .client()
+            .watch(requests)
+            .await
+            .inspect_err(|s| {
+                if s.code() == tonic::Code::Unavailable {
+                    self.upstream.failed(index, s);
+                }
+            })?;
         Ok(Response::new(
             self.forward_watch(from_revision, response.into_inner()),
         ))
     }
 
-    async fn status(
-        &self,
-        request: Request<StatusRequest>,
-    ) -> Result<Response<StatusResponse>, Status> {
-        self.upstream.client().status(request.into_inner()).await
+    async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        self.upstream
+            .call(|mut store| async move { store.status(StatusRequest {}).await })
+            .await
     }
 
     async fn report_status(
@@ -393,12 +512,17 @@ impl StoreApi for WriteService {
         // The agent's reports flow to the store until the agent stops or PCP does; the store
         // then sees the stream end and shows the proxy as lost contact.
         let reports = request.into_inner().map_while(Result::ok);
+        let index = self.upstream.current();
         let mut client = self.upstream.client();
         tokio::select! {
             () = pasa_runtime::drain::stopped(self.stop.clone()) => {
                 Ok(Response::new(ReportStatusResponse {}))
             }
-            answer = client.report_status(reports) => answer,
+            answer = client.report_status(reports) => answer.inspect_err(|s| {
+                if s.code() == tonic::Code::Unavailable {
+                    self.upstream.failed(index, s);
+                }
+            }),
         }
     }
 
@@ -406,10 +530,13 @@ impl StoreApi for WriteService {
         &self,
         request: Request<ListProxyStatusRequest>,
     ) -> Result<Response<ProxyStatusStream>, Status> {
+        let request = request.into_inner();
         let pages = self
             .upstream
-            .client()
-            .list_proxy_status(request.into_inner())
+            .call(|mut store| {
+                let request = request.clone();
+                async move { store.list_proxy_status(request).await }
+            })
             .await?
             .into_inner();
         Ok(Response::new(Box::pin(pages) as ProxyStatusStream))

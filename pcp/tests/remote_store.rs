@@ -145,3 +145,79 @@ async fn pcp_fronts_a_remote_store() {
     let _ = stop.send(());
     server.await.unwrap().unwrap();
 }
+
+/// A store replica on the fake PD/TiKV (a fake: see `pasa_tikv::fake`), served in this process.
+async fn replica(
+    pd: &str,
+) -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let backend = pasa_store::backend::tikv::TikvBackend::connect(
+        &[pd.to_string()],
+        "pcp-replicas/",
+        std::time::Duration::from_secs(5),
+    )
+    .expect("connect to the fake PD");
+    let store = Store::open(Arc::new(backend), StoreConfig::default(), Metrics::new()).unwrap();
+    let bound = pasa_store::server::bind(
+        store,
+        "127.0.0.1:0".parse().unwrap(),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let addr = bound.grpc_addr().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(bound.run("replica", async move {
+        let _ = stopped.await;
+    }));
+    (addr, stop, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pcp_writes_through_another_store_replica_when_one_is_gone() {
+    let fake = pasa_tikv::fake::FakeTikv::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    let (a, stop_a, server_a) = replica(&fake.pd_address()).await;
+    let (b, stop_b, server_b) = replica(&fake.pd_address()).await;
+    let pcp = Pcp::start_args(&["--store", &format!("{a},{b}")]);
+    let shop = examples().join("shop");
+    let (pcp, out) = tokio::task::spawn_blocking(move || {
+        let out = pcp.ok(&["apply", "-f", shop.to_str().unwrap()]);
+        (pcp, out)
+    })
+    .await
+    .unwrap();
+    assert!(out.contains("virtualservice/shop/cart created"), "{out}");
+
+    // A goes away; every write after it goes through B.
+    let _ = stop_a.send(());
+    server_a.await.unwrap().unwrap();
+    let v2_only = examples().join("shop-v2-only.yaml");
+    let (pcp, out) = tokio::task::spawn_blocking(move || {
+        let out = pcp.ok(&["apply", "-f", v2_only.to_str().unwrap()]);
+        (pcp, out)
+    })
+    .await
+    .unwrap();
+    assert!(out.contains("configured"), "{out}");
+    let mut direct = StoreClient::connect(format!("http://{b}")).await.unwrap();
+    let listed = direct
+        .list(ListRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        listed
+            .resources
+            .iter()
+            .any(|r| r.kind == "VirtualService" && r.version == 2),
+        "the write after A stopped is in B"
+    );
+    tokio::task::spawn_blocking(move || pcp.terminate())
+        .await
+        .unwrap();
+    let _ = stop_b.send(());
+    server_b.await.unwrap().unwrap();
+}

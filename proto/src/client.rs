@@ -56,6 +56,65 @@ pub async fn connect(address: &str) -> Result<StoreClient<Channel>, ConnectError
     Ok(store_client(channel))
 }
 
+/// The store servers a client may use, as `--server A[,B…]` lists them: replicas of one store
+/// (or PCPs in front of it). A client uses one at a time and moves to the next when it cannot
+/// reach it; clones share the position, so the calls of one process move together.
+#[derive(Debug, Clone)]
+pub struct Servers {
+    addresses: std::sync::Arc<[String]>,
+    current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Servers {
+    /// Reads a comma-separated list; each must be an address ([`endpoint`]).
+    pub fn parse(list: &str) -> Result<Servers, String> {
+        let addresses: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(str::to_string)
+            .collect();
+        if addresses.is_empty() {
+            return Err(format!("{list:?} names no server"));
+        }
+        for a in &addresses {
+            endpoint(a)?;
+        }
+        Ok(Servers {
+            addresses: addresses.into(),
+            current: Default::default(),
+        })
+    }
+
+    /// The address in use.
+    pub fn current(&self) -> &str {
+        let i = self.current.load(std::sync::atomic::Ordering::Relaxed);
+        &self.addresses[i % self.addresses.len()]
+    }
+
+    /// `address` could not be reached: the next one is used from now on (unless another caller
+    /// moved on already). Returns whether there is another to move to.
+    pub fn failed(&self, address: &str) -> bool {
+        let n = self.addresses.len();
+        let i = self.current.load(std::sync::atomic::Ordering::Relaxed);
+        if n > 1 && self.addresses[i % n] == address {
+            let _ = self.current.compare_exchange(
+                i,
+                (i + 1) % n,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        n > 1
+    }
+}
+
+impl std::fmt::Display for Servers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.addresses.join(","))
+    }
+}
+
 /// Why [`connect`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -104,5 +163,23 @@ mod tests {
                 .unwrap_err()
                 .contains("not an address")
         );
+    }
+
+    #[test]
+    fn servers_move_on_from_one_that_failed_and_come_round_again() {
+        let servers = Servers::parse("127.0.0.1:7400, 127.0.0.1:7410").unwrap();
+        let shared = servers.clone();
+        assert_eq!(servers.current(), "127.0.0.1:7400");
+        assert!(servers.failed("127.0.0.1:7400"));
+        assert_eq!(shared.current(), "127.0.0.1:7410", "clones move together");
+        // A stale report about the one no longer in use changes nothing.
+        servers.failed("127.0.0.1:7400");
+        assert_eq!(servers.current(), "127.0.0.1:7410");
+        servers.failed("127.0.0.1:7410");
+        assert_eq!(servers.current(), "127.0.0.1:7400");
+        let one = Servers::parse("127.0.0.1:7400").unwrap();
+        assert!(!one.failed("127.0.0.1:7400"));
+        assert!(Servers::parse(" , ").is_err());
+        assert!(Servers::parse("127.0.0.1:7400,not an address").is_err());
     }
 }

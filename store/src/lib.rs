@@ -8,6 +8,7 @@ pub mod backend;
 pub mod hub;
 pub mod index;
 pub mod metrics;
+pub mod peers;
 pub mod record;
 pub mod selector;
 pub mod server;

@@ -49,6 +49,11 @@ pub struct StoreArgs {
     /// (`500ms`, `5s`).
     #[arg(long, default_value = "5s", value_parser = pasa_proto::duration::parse)]
     pub tikv_timeout: Duration,
+    /// `host:port` other replicas of a shared (TiKV) store reach this server's API on, so that
+    /// `proxy-status` asked of one answers for all (in Kubernetes: `$(POD_IP):7400`). Default:
+    /// the gRPC listen address.
+    #[arg(long, env = "PASA_ADVERTISE")]
+    pub advertise: Option<String>,
     /// Kubernetes cluster domain, for resolving short host names.
     #[arg(long, default_value = pasa_proto::host::DEFAULT_DOMAIN_SUFFIX)]
     pub domain_suffix: String,
@@ -105,7 +110,11 @@ impl StoreArgs {
                 Arc::new(backend)
             }
         };
-        Store::open(backend, self.config(), metrics).context("loading the store")
+        let store = Store::open(backend, self.config(), metrics).context("loading the store")?;
+        if let Some(address) = &self.advertise {
+            store.advertise(address.clone());
+        }
+        Ok(store)
     }
 }
 
@@ -235,6 +244,15 @@ impl Listeners {
         } = self;
         if let Some(store) = &store {
             store.metrics().register(&mut registry);
+            if store.shared() && store.advertised().is_none() {
+                if grpc_addr.ip().is_unspecified() {
+                    tracing::warn!(listen = %grpc_addr, "the store is shared, but listens on every \
+                        address and has no --advertise: other replicas cannot ask it for \
+                        proxy status");
+                } else {
+                    store.advertise(grpc_addr.to_string());
+                }
+            }
         }
         let ready = Readiness::default();
         let (stop_tx, stop_rx) = watch::channel(false);

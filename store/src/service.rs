@@ -15,6 +15,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::record::ObjectKey;
+
+/// How long a replica waits for another's proxy status.
+const PEER_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 use crate::selector::Selector;
 use crate::status::StatusError;
 use crate::store::{Store, StoreError};
@@ -28,6 +31,45 @@ pub struct StoreService {
 impl StoreService {
     pub fn new(store: Store) -> Self {
         StoreService { store }
+    }
+
+    /// What the other replicas of a shared store know of their agents' proxies, asked of all of
+    /// them at once; a replica that does not answer within [`PEER_WAIT`] is left out.
+    async fn peers_proxies(
+        &self,
+        request: &ListProxyStatusRequest,
+    ) -> Vec<pasa_proto::store::v1::ProxyStatusEntry> {
+        let (_, peers) = self.store.peers().await;
+        let asks = peers.into_iter().map(|peer| {
+            let request = ListProxyStatusRequest {
+                local_only: true,
+                ..request.clone()
+            };
+            async move {
+                let asked = tokio::time::timeout(PEER_WAIT, async {
+                    let mut client = pasa_proto::client::connect(&peer)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    pasa_proto::client::list_proxy_status(&mut client, request)
+                        .await
+                        .map_err(|s| s.message().to_string())
+                })
+                .await
+                .unwrap_or_else(|_| Err(format!("no answer within {PEER_WAIT:?}")));
+                match asked {
+                    Ok(answer) => answer.proxies,
+                    Err(e) => {
+                        tracing::warn!(replica = %peer, error = %e, "a store replica did not say which proxies report to it");
+                        Vec::new()
+                    }
+                }
+            }
+        });
+        futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// The tonic server for this service, with generous message limits for big batches.
@@ -221,7 +263,12 @@ impl StoreApi for StoreService {
         let table = self.store.proxies();
         let revision = self.store.revision();
         let expiry_ms = u64::try_from(table.expiry().as_millis()).unwrap_or(u64::MAX);
-        let mut proxies = table.list(request.get_ref()).into_iter().peekable();
+        let request = request.into_inner();
+        let mut proxies = table.list(&request);
+        if !request.local_only && self.store.shared() {
+            proxies = crate::peers::merge(proxies, self.peers_proxies(&request).await);
+        }
+        let mut proxies = proxies.into_iter().peekable();
         let mut pages = Vec::new();
         // At least one page, so an empty answer still says the revision and expiry.
         while pages.is_empty() || proxies.peek().is_some() {

@@ -14,8 +14,9 @@
 //! **Bounded.** Each entry keeps at most [`MAX_CONNECTIONS`] connections and generators, and
 //! texts (NACK errors, reasons, names) are cut at [`MAX_TEXT`] bytes.
 //!
-//! **Replicas.** Each store server knows only the agents reporting to it. With several servers
-//! in front of one shared backend, ask each of them (`pasactl --server A proxy-status`, then B).
+//! **Replicas.** Each store server knows only the agents reporting to it. On a shared backend
+//! the replicas find each other through it ([`crate::peers`]), and a listing asked of one
+//! gathers the others' (`local_only` asks for one server's own).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -275,14 +276,7 @@ impl ProxyTable {
             })
             .collect();
         drop(table);
-        proxies.sort_by(|a, b| {
-            let key = |e: &ProxyStatusEntry| {
-                e.status
-                    .as_ref()
-                    .map(|s| (s.namespace.clone(), s.pod_name.clone(), s.node_id.clone()))
-            };
-            key(a).cmp(&key(b))
-        });
+        sort(&mut proxies);
         proxies
     }
 
@@ -294,6 +288,18 @@ impl ProxyTable {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Orders entries by namespace, then pod name, then node ID, as listings show them.
+pub fn sort(entries: &mut [ProxyStatusEntry]) {
+    entries.sort_by(|a, b| {
+        let key = |e: &ProxyStatusEntry| {
+            e.status
+                .as_ref()
+                .map(|s| (s.namespace.clone(), s.pod_name.clone(), s.node_id.clone()))
+        };
+        key(a).cmp(&key(b))
+    });
 }
 
 /// Whether `name` names the proxy: its node ID, its pod name, or `pod.namespace`.

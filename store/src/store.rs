@@ -108,6 +108,8 @@ struct Inner {
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// What agents report of their proxies; in memory only.
     proxies: ProxyTable,
+    /// Where other replicas of a shared backend reach this one (see [`crate::peers`]).
+    advertised: Mutex<Option<String>>,
 }
 
 /// A handle on an open store; clones share it.
@@ -181,6 +183,7 @@ impl Store {
             metrics,
             writer: Mutex::new(Some(tx)),
             writer_thread: Mutex::new(None),
+            advertised: Mutex::new(None),
         });
         let writer = Writer::new(
             Arc::clone(&inner.backend),
@@ -272,6 +275,44 @@ impl Store {
         &self.inner.proxies
     }
 
+    /// Whether other store replicas share this store's backend.
+    pub fn shared(&self) -> bool {
+        self.inner.backend.shared()
+    }
+
+    /// On a shared backend, the address other replicas reach this one's API on; announced by
+    /// [`Store::spawn_background`] (see [`crate::peers`]).
+    pub fn advertise(&self, address: String) {
+        *lock(&self.inner.advertised) = Some(address);
+    }
+
+    /// The address set by [`Store::advertise`].
+    pub fn advertised(&self) -> Option<String> {
+        lock(&self.inner.advertised).clone()
+    }
+
+    /// This replica's advertised address and the other live replicas' (shared backends only).
+    pub async fn peers(&self) -> (Option<String>, Vec<String>) {
+        let me = lock(&self.inner.advertised).clone();
+        if !self.shared() {
+            return (me, Vec::new());
+        }
+        let backend = Arc::clone(&self.inner.backend);
+        let mine = me.clone().unwrap_or_default();
+        let others =
+            tokio::task::spawn_blocking(move || crate::peers::others(backend.as_ref(), &mine))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+        match others {
+            Ok(others) => (me, others),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the other store replicas");
+                (me, Vec::new())
+            }
+        }
+    }
+
     /// Starts the periodic progress markers and the expiry of vanished proxies; needs a Tokio
     /// runtime.
     pub fn spawn_background(&self) -> tokio::task::JoinHandle<()> {
@@ -282,15 +323,34 @@ impl Store {
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(period);
             let mut sweeper = tokio::time::interval(sweep_period);
+            let mut announcer = tokio::time::interval(crate::peers::HEARTBEAT);
             ticker.tick().await;
             sweeper.tick().await;
             loop {
                 tokio::select! {
                     _ = ticker.tick() => store.hub().progress(),
                     _ = sweeper.tick() => store.proxies().sweep(),
+                    _ = announcer.tick() => store.announce().await,
                 }
             }
         })
+    }
+
+    /// Renews this replica's announcement on a shared backend.
+    async fn announce(&self) {
+        let Some(me) = lock(&self.inner.advertised).clone() else {
+            return;
+        };
+        if !self.shared() {
+            return;
+        }
+        let backend = Arc::clone(&self.inner.backend);
+        let announced =
+            tokio::task::spawn_blocking(move || crate::peers::announce(backend.as_ref(), &me))
+                .await;
+        if let Ok(Err(e)) = announced {
+            tracing::warn!(error = %e, "cannot announce this store replica");
+        }
     }
 
     async fn submit<T>(
@@ -470,6 +530,12 @@ impl Store {
     /// Stops the writer after the writes already queued, flushes, and ends every watch.
     pub fn shutdown(&self) {
         self.inner.proxies.close();
+        if self.shared()
+            && let Some(me) = lock(&self.inner.advertised).take()
+            && let Err(e) = crate::peers::withdraw(self.inner.backend.as_ref(), &me)
+        {
+            tracing::warn!(error = %e, "cannot withdraw this store replica's announcement");
+        }
         lock(&self.inner.writer).take();
         if let Some(handle) = lock(&self.inner.writer_thread).take()
             && handle.join().is_err()

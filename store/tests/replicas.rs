@@ -325,3 +325,90 @@ async fn watchers_of_a_replica_killed_with_sigkill_resume_on_another_losing_noth
         resume_from - 1
     );
 }
+
+/// Opens a report stream to `replica` for one proxy, as an agent does; the stream stays open
+/// while the returned sender lives.
+async fn report(
+    replica: &Replica,
+    node: &str,
+    pod: &str,
+) -> tokio::sync::mpsc::Sender<pasa_proto::store::v1::ReportStatusRequest> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(pasa_proto::store::v1::ReportStatusRequest {
+        status: Some(pasa_proto::store::v1::ProxyStatus {
+            node_id: node.into(),
+            pod_name: pod.into(),
+            namespace: "replicas".into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .unwrap();
+    let mut client = replica.client().await;
+    tokio::spawn(async move {
+        let _ = client
+            .report_status(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await;
+    });
+    tx
+}
+
+async fn proxies(replica: &Replica, local_only: bool) -> Vec<String> {
+    let mut client = replica.client().await;
+    let answer = pasa_proto::client::list_proxy_status(
+        &mut client,
+        pasa_proto::store::v1::ListProxyStatusRequest {
+            local_only,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    answer
+        .proxies
+        .iter()
+        .filter_map(|p| p.status.as_ref().map(|s| s.pod_name.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_status_asked_of_one_replica_answers_for_every_replica() {
+    let fake = FakeTikv::start((Ipv4Addr::LOCALHOST, 0).into()).unwrap();
+    let a = Replica::start(&fake.pd_address()).await;
+    let b = Replica::start(&fake.pd_address()).await;
+    let _cart = report(
+        &a,
+        "sidecar~10.0.0.1~cart-1.replicas~replicas.svc.cluster.local",
+        "cart-1",
+    )
+    .await;
+    let _shop = report(
+        &b,
+        "sidecar~10.0.0.2~shop-1.replicas~replicas.svc.cluster.local",
+        "shop-1",
+    )
+    .await;
+    // Replicas announce themselves as they start; wait (bounded) until each knows the other.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (on_a, on_b) = (proxies(&a, false).await, proxies(&b, false).await);
+        if on_a == ["cart-1", "shop-1"] && on_b == on_a {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "A lists {on_a:?}, B lists {on_b:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        proxies(&a, true).await,
+        ["cart-1"],
+        "local_only: A's own agents"
+    );
+    assert_eq!(
+        proxies(&b, true).await,
+        ["shop-1"],
+        "local_only: B's own agents"
+    );
+}

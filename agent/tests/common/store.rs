@@ -26,7 +26,27 @@ impl StoreServer {
     /// [`StoreServer::start`] with `config`.
     pub async fn start_with(dir: &Path, port: u16, config: StoreConfig) -> StoreServer {
         let backend = SledBackend::open(dir).expect("open sled");
-        let store = Store::open(Arc::new(backend), config, Metrics::new()).unwrap();
+        StoreServer::serve(Arc::new(backend), port, config).await
+    }
+
+    /// A store replica on the TiKV whose PD is at `pd` (in tests, the fake: see
+    /// `pasa_tikv::fake`).
+    pub async fn start_on_tikv(pd: &str) -> StoreServer {
+        let backend = pasa_store::backend::tikv::TikvBackend::connect(
+            &[pd.to_string()],
+            "agent-tests/",
+            std::time::Duration::from_secs(5),
+        )
+        .expect("connect to PD");
+        StoreServer::serve(Arc::new(backend), 0, StoreConfig::default()).await
+    }
+
+    async fn serve(
+        backend: Arc<dyn pasa_store::backend::Backend>,
+        port: u16,
+        config: StoreConfig,
+    ) -> StoreServer {
+        let store = Store::open(backend, config, Metrics::new()).unwrap();
         let listen = format!("127.0.0.1:{port}").parse().unwrap();
         let bound = pasa_store::server::bind(store, listen, "127.0.0.1:0".parse().unwrap())
             .await

@@ -73,10 +73,20 @@ pub enum Mutation {
 
 pub struct Tikv {
     client: Arc<TransactionClient>,
-    runtime: tokio::runtime::Runtime,
+    /// Always `Some` until dropped; shut down without waiting, since the last handle may be
+    /// dropped inside another runtime (where a blocking shutdown panics).
+    runtime: Option<tokio::runtime::Runtime>,
     prefix: Arc<[u8]>,
     pd: String,
     timeout: Duration,
+}
+
+impl Drop for Tikv {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl std::fmt::Debug for Tikv {
@@ -153,24 +163,37 @@ impl Tikv {
             )
             .await
         });
-        let client = match futures::executor::block_on(connecting) {
-            Ok(Ok(Ok(client))) => client,
-            Ok(Ok(Err(e))) => return Err(unavailable(e.to_string())),
-            Ok(Err(_)) => {
-                return Err(unavailable(format!(
-                    "no answer within {} s",
-                    timeout.as_secs_f64()
-                )));
+        let connected = match futures::executor::block_on(connecting) {
+            Ok(Ok(Ok(client))) => Ok(client),
+            Ok(Ok(Err(e))) => Err(unavailable(e.to_string())),
+            Ok(Err(_)) => Err(unavailable(format!(
+                "no answer within {} s",
+                timeout.as_secs_f64()
+            ))),
+            Err(e) => Err(unavailable(e.to_string())),
+        };
+        let client = match connected {
+            Ok(client) => client,
+            Err(e) => {
+                // Callers may be async tasks: shut down without blocking.
+                runtime.shutdown_background();
+                return Err(e);
             }
-            Err(e) => return Err(unavailable(e.to_string())),
         };
         Ok(Tikv {
             client: Arc::new(client),
-            runtime,
+            runtime: Some(runtime),
             prefix: prefix.into(),
             pd: pd_text,
             timeout,
         })
+    }
+
+    fn handle(&self) -> tokio::runtime::Handle {
+        match &self.runtime {
+            Some(runtime) => runtime.handle().clone(),
+            None => unreachable!("the runtime is only taken when the client is dropped"),
+        }
     }
 
     /// The PD addresses, as given.
@@ -186,7 +209,7 @@ impl Tikv {
     ) -> Result<T, TikvError> {
         let timeout = self.timeout;
         let handle = self
-            .runtime
+            .handle()
             .spawn(async move { tokio::time::timeout(timeout, work).await });
         match futures::executor::block_on(handle) {
             Ok(Ok(result)) => result,
@@ -301,7 +324,7 @@ impl Tikv {
             txn: Some(txn),
             key: key.to_vec(),
             value,
-            runtime: self.runtime.handle().clone(),
+            runtime: self.handle(),
         })
     }
 

@@ -112,3 +112,16 @@ fn a_locked_key_holds_off_a_second_locker_until_the_first_commits() {
     let again = kv.lock(b"rev").unwrap();
     kv.commit_locked(again, vec![]).unwrap();
 }
+
+#[tokio::test]
+async fn connecting_and_dropping_inside_an_async_task_does_not_panic() {
+    let free = std::net::TcpListener::bind(loopback())
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    assert!(Tikv::connect(&[free.to_string()], b"", Duration::from_secs(1)).is_err());
+    let fake = FakeTikv::start(loopback()).unwrap();
+    let kv = Tikv::connect(&[fake.pd_address()], b"", Duration::from_secs(5)).unwrap();
+    kv.write(vec![], vec![put("k", "v")]).unwrap();
+    drop(kv);
+}

@@ -52,6 +52,7 @@ pub async fn list(
     let request = ListProxyStatusRequest {
         name: name.to_owned(),
         namespace: namespace.to_owned(),
+        local_only: false,
     };
     pasa_proto::client::list_proxy_status(&mut client, request)
         .await
