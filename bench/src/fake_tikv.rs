@@ -33,7 +33,7 @@ pub fn run(args: &FakeTikvArgs) -> anyhow::Result<Value> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(pasa_runtime::signal::shutdown());
+    runtime.block_on(async { pasa_runtime::signal::shutdown().await });
     let locked = fake.locked_keys();
     drop(fake);
     Ok(json!({"fake_tikv": {"stopped": true, "locked_keys_left": locked}}))

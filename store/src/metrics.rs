@@ -30,7 +30,8 @@ pub enum CutOffReason {
     SlowConsumer,
     Compacted,
     Shutdown,
-    /// The store rebuilt its in-memory state after a panic held it.
+    /// The store rebuilt its in-memory state: after a panic held it, or (a replica on a shared
+    /// backend) after it fell behind the change log's compaction.
     Reset,
 }
 

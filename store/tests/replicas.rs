@@ -412,3 +412,69 @@ async fn proxy_status_asked_of_one_replica_answers_for_every_replica() {
         "local_only: B's own agents"
     );
 }
+
+/// A replica on the fake, in this process.
+fn replica_in_process(pd: &str, config: pasa_store::StoreConfig) -> pasa_store::Store {
+    let backend = pasa_store::backend::tikv::TikvBackend::connect(
+        &[pd.to_string()],
+        "compaction/",
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap();
+    pasa_store::Store::open(
+        std::sync::Arc::new(backend),
+        config,
+        pasa_store::metrics::Metrics::new(),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_fell_behind_the_compacted_log_rebuilds_from_the_backend() {
+    let fake = FakeTikv::start((Ipv4Addr::LOCALHOST, 0).into()).unwrap();
+    let config = pasa_store::StoreConfig {
+        log_retention: 4,
+        ..Default::default()
+    };
+    let a = replica_in_process(&fake.pd_address(), config.clone());
+    // B does not follow on its own for the length of the test: it hears of A's writes only
+    // when it writes itself, long after A compacted them away.
+    let b = replica_in_process(
+        &fake.pd_address(),
+        pasa_store::StoreConfig {
+            tail_interval: std::time::Duration::from_secs(3600),
+            ..config
+        },
+    );
+    for n in 0..30 {
+        a.apply(vec![common::doc(&dr(&format!("obj-{}", n % 7), n))], false)
+            .await
+            .unwrap();
+    }
+    let compacted = a.status().compact_revision;
+    assert!(compacted > 0, "A compacted its log");
+    assert_eq!(b.revision(), 0, "B has not followed");
+    let selector = pasa_store::selector::Selector::everything();
+    let names = |objects: &[std::sync::Arc<pasa_proto::store::v1::Resource>]| -> Vec<String> {
+        objects.iter().map(|r| r.name.clone()).collect()
+    };
+    let (before, _) = a.list(&selector, 0).await.unwrap();
+
+    let written = b
+        .apply(vec![common::doc(&dr("from-b", 0))], false)
+        .await
+        .unwrap();
+    assert!(written.errors.is_empty(), "{:?}", written.errors);
+    assert_eq!(written.revision, 31, "B wrote after everything A wrote");
+    let (on_b, head) = b.list(&selector, 0).await.unwrap();
+    assert_eq!(head, 31);
+    let mut expected = names(&before);
+    expected.push("from-b".into());
+    expected.sort();
+    let mut got = names(&on_b);
+    got.sort();
+    assert_eq!(got, expected, "B holds A's objects and its own");
+    assert!(b.status().compact_revision >= compacted);
+    a.shutdown();
+    b.shutdown();
+}

@@ -3,10 +3,11 @@
 use tracing_subscriber::EnvFilter;
 
 /// Sets up `tracing` for a server process (once, at start): `info` unless `RUST_LOG` says
-/// otherwise, as text or JSON lines.
+/// otherwise, as text or JSON lines. tikv-client tells of every connection it opens at `info`:
+/// only its warnings are kept by default.
 pub fn init(json: bool) {
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter("info"))
+        .with_env_filter(filter("info,tikv_client=warn"))
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();

@@ -105,6 +105,16 @@ fn with_prefix(prefix: &[u8], key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// tikv-client's message for an error, without the source location some of its errors start
+/// with (`[path/to/file.rs:209]: `), which means nothing to an operator.
+fn message(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    match text.strip_prefix('[').and_then(|rest| rest.split_once("]: ")) {
+        Some((location, rest)) if location.contains(".rs:") => rest.to_string(),
+        _ => text,
+    }
+}
+
 fn printable(key: &[u8]) -> String {
     String::from_utf8_lossy(key).into_owned()
 }
@@ -165,12 +175,12 @@ impl Tikv {
         });
         let connected = match futures::executor::block_on(connecting) {
             Ok(Ok(Ok(client))) => Ok(client),
-            Ok(Ok(Err(e))) => Err(unavailable(e.to_string())),
+            Ok(Ok(Err(e))) => Err(unavailable(message(&e))),
             Ok(Err(_)) => Err(unavailable(format!(
                 "no answer within {} s",
                 timeout.as_secs_f64()
             ))),
-            Err(e) => Err(unavailable(e.to_string())),
+            Err(e) => Err(unavailable(message(&e))),
         };
         let client = match connected {
             Ok(client) => client,
@@ -217,7 +227,7 @@ impl Tikv {
                 action,
                 format!("no answer within {} s", timeout.as_secs_f64()),
             )),
-            Err(e) => Err(self.failed(action, e.to_string())),
+            Err(e) => Err(self.failed(action, message(&e))),
         }
     }
 
@@ -237,7 +247,7 @@ impl Tikv {
             let failed = |e: tikv_client::Error| TikvError::Failed {
                 pd: pd.clone(),
                 action: "read",
-                message: e.to_string(),
+                message: message(&e),
             };
             let ts = client.current_timestamp().await.map_err(failed)?;
             let mut snapshot = client.snapshot(ts, TransactionOptions::new_optimistic());
@@ -259,7 +269,7 @@ impl Tikv {
             let failed = |e: tikv_client::Error| TikvError::Failed {
                 pd: pd.clone(),
                 action: "scan",
-                message: e.to_string(),
+                message: message(&e),
             };
             let ts = client.current_timestamp().await.map_err(failed)?;
             let mut snapshot = client.snapshot(ts, TransactionOptions::new_optimistic());
@@ -293,7 +303,7 @@ impl Tikv {
                         TikvError::Failed {
                             pd,
                             action,
-                            message: e.to_string(),
+                            message: message(&e),
                         }
                     }
                 }
@@ -345,7 +355,7 @@ impl Tikv {
                 move |e: tikv_client::Error| TikvError::Failed {
                     pd,
                     action,
-                    message: e.to_string(),
+                    message: message(&e),
                 }
             };
             for m in mutations {
@@ -386,7 +396,7 @@ impl Tikv {
                 move |e: tikv_client::Error| TikvError::Failed {
                     pd,
                     action,
-                    message: e.to_string(),
+                    message: message(&e),
                 }
             };
             let options = TransactionOptions::new_optimistic()
