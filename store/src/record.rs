@@ -6,9 +6,13 @@
 //! | `l/<revision: u64 big-endian>` | the change-log entry of that revision ([`LogRecord`]) |
 //! | `m/revision` | the store revision (u64 big-endian) |
 //! | `m/compact` | the compact revision: log entries at or below it are gone |
+//! | `r/<host:port>` | on a shared backend, a replica's announcement (see [`crate::peers`]) |
+//!
+//! On TiKV every key is under the store's `--key-prefix` (default `pasa/`), so one cluster can
+//! hold several stores (and other users' data).
 //!
 //! The resource, its index keys, its log entry and the revision counter of one write are always
-//! written in one atomic batch, so they never disagree.
+//! written in one atomic batch (on TiKV, one transaction), so they never disagree.
 
 use pasa_proto::Kind;
 use pasa_proto::store::v1::{EventType, ObjectRef, Resource};

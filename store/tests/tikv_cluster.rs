@@ -57,7 +57,10 @@ async fn two_replicas_on_a_real_cluster_follow_each_other() {
     // Each follows the other's writes within moments.
     let deadline = std::time::Instant::now() + common::WAIT;
     while a.revision() < 20 || b.revision() < 20 {
-        assert!(std::time::Instant::now() < deadline, "replicas did not converge");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replicas did not converge"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (on_a, _) = a.list(&Selector::everything(), 0).await.unwrap();

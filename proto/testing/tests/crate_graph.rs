@@ -91,6 +91,24 @@ fn the_agent_and_pasactl_link_no_storage_engine() {
 }
 
 #[test]
+fn only_pasa_tikv_depends_on_tikv_client() {
+    // tikv-client brings an older gRPC stack: one crate holds it, behind a byte-string API.
+    let graph = graph();
+    for (package, deps) in &graph {
+        if package != "pasa-tikv" {
+            assert!(
+                !deps.iter().any(|(dep, _)| dep == "tikv-client"),
+                "{package} depends on tikv-client directly; go through pasa-tikv"
+            );
+        }
+    }
+    assert!(
+        graph.contains_key("pasa-tikv"),
+        "pasa-tikv is a workspace crate"
+    );
+}
+
+#[test]
 fn only_pcp_links_the_kubernetes_client() {
     let graph = graph();
     for package in ["pasa-agent", "pasactl", "pasa-store", "pasa-validation"] {

@@ -109,7 +109,10 @@ fn with_prefix(prefix: &[u8], key: &[u8]) -> Vec<u8> {
 /// with (`[path/to/file.rs:209]: `), which means nothing to an operator.
 fn message(e: &dyn std::fmt::Display) -> String {
     let text = e.to_string();
-    match text.strip_prefix('[').and_then(|rest| rest.split_once("]: ")) {
+    match text
+        .strip_prefix('[')
+        .and_then(|rest| rest.split_once("]: "))
+    {
         Some((location, rest)) if location.contains(".rs:") => rest.to_string(),
         _ => text,
     }
