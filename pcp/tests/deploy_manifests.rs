@@ -55,6 +55,11 @@ const CUSTOM_RESOURCES: &[(&str, &str, &str)] = &[
         "Certificate",
         "cert-manager makes the webhook certificate (optional)",
     ),
+    (
+        "pingcap.com/v1alpha1",
+        "TidbCluster",
+        "the TiDB operator runs PD and TiKV for the distributed profile",
+    ),
 ];
 
 /// A listed custom resource with a name, a namespace and a spec; else why not.
@@ -259,4 +264,71 @@ fn the_dashboard_and_alerts_use_exported_metrics() {
         panels.len(),
         documented.len()
     );
+}
+
+/// The arguments of `container` in a workload manifest, with `$(VAR)` references to the pod's
+/// environment replaced by a sample value.
+fn container_args(doc: &serde_json::Value) -> Vec<(String, Vec<String>)> {
+    doc["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let image = c["image"].as_str().unwrap_or_default().to_string();
+            let args = c["args"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str())
+                .map(|a| a.replace("$(POD_IP)", "10.0.0.1"))
+                .collect();
+            (image, args)
+        })
+        .collect()
+}
+
+#[test]
+fn the_binaries_accept_the_arguments_the_manifests_give_them() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let binaries = [
+        ("pasa-pcp:", PathBuf::from(env!("CARGO_BIN_EXE_pasa-pcp"))),
+        (
+            "pasa-store:",
+            pasa_testing::workspace_binary("pasa-store", "pasa-store"),
+        ),
+    ];
+    let mut checked = 0;
+    for file in yaml_files(&deploy) {
+        let Ok(doc) =
+            serde_saphyr::from_str::<serde_json::Value>(&std::fs::read_to_string(&file).unwrap())
+        else {
+            continue;
+        };
+        if !matches!(doc["kind"].as_str(), Some("Deployment" | "StatefulSet")) {
+            continue;
+        }
+        for (image, args) in container_args(&doc) {
+            let Some((_, binary)) = binaries
+                .iter()
+                .find(|(prefix, _)| image.starts_with(prefix))
+            else {
+                continue;
+            };
+            // Parsed as the container would run them; `--help` then stops before anything starts.
+            let out = Command::new(binary)
+                .args(&args)
+                .arg("--help")
+                .output()
+                .expect("running the binary");
+            assert!(
+                out.status.success(),
+                "{}: {image} refuses its arguments {args:?}:\n{}",
+                file.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            checked += 1;
+        }
+    }
+    println!("deploy/: {checked} containers' arguments accepted");
+    assert!(checked >= 3, "the pcp and store workloads were found");
 }
