@@ -221,3 +221,25 @@ async fn pcp_writes_through_another_store_replica_when_one_is_gone() {
     let _ = stop_b.send(());
     server_b.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pcp_keeps_its_embedded_store_on_tikv() {
+    let fake = pasa_tikv::fake::FakeTikv::start("127.0.0.1:0".parse().unwrap()).unwrap();
+    let pd = fake.pd_address();
+    let out = tokio::task::spawn_blocking(move || {
+        let pcp = Pcp::start_args(&["--backend", "tikv", "--pd", &pd]);
+        let shop = examples().join("shop");
+        let applied = pcp.ok(&["apply", "-f", shop.to_str().unwrap()]);
+        let status = pcp.ok(&["status"]);
+        pcp.terminate();
+        (applied, status)
+    })
+    .await
+    .unwrap();
+    assert!(out.0.contains("virtualservice/shop/cart created"), "{}", out.0);
+    assert!(
+        out.1.lines().any(|l| l.starts_with("BACKEND") && l.ends_with("tikv")),
+        "{}",
+        out.1
+    );
+}

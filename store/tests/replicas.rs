@@ -478,3 +478,42 @@ async fn a_replica_that_fell_behind_the_compacted_log_rebuilds_from_the_backend(
     a.shutdown();
     b.shutdown();
 }
+
+#[test]
+fn an_unreachable_pd_stops_pasa_store_within_seconds_naming_it() {
+    let free = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let started = Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pasa-store"))
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--backend", "tikv", "--pd", &free, "--tikv-timeout", "2s"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
+    assert!(said.contains("PD") && said.contains(&free), "{said}");
+    assert!(!said.contains("panicked"), "{said}");
+    println!(
+        "replicas: unreachable PD refused in {took:?}: {}",
+        said.lines().last().unwrap_or("")
+    );
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pasa-store"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--backend",
+            "tikv",
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("--pd"), "{said}");
+}
