@@ -20,19 +20,7 @@ async fn pcp_fronts_a_remote_store() {
     // The store server, in this process.
     let dir = tempfile::tempdir().unwrap();
     let backend = SledBackend::open(dir.path()).expect("open sled");
-    let store = Store::open(Arc::new(backend), StoreConfig::default(), Metrics::new()).unwrap();
-    let bound = pasa_store::server::bind(
-        store,
-        "127.0.0.1:0".parse().unwrap(),
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .await
-    .unwrap();
-    let store_addr = bound.grpc_addr().to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(bound.run("remote-store", async move {
-        let _ = stopped.await;
-    }));
+    let (store_addr, stop, server) = serve(Arc::new(backend)).await;
 
     let pcp = Pcp::start_args(&["--store", &store_addr]);
 
@@ -146,7 +134,31 @@ async fn pcp_fronts_a_remote_store() {
     server.await.unwrap().unwrap();
 }
 
-/// A store replica on the fake PD/TiKV (a fake: see `pasa_tikv::fake`), served in this process.
+/// A store server on `backend`, in this process: its address, what stops it, and its task.
+async fn serve(
+    backend: Arc<dyn pasa_store::backend::Backend>,
+) -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let store = Store::open(backend, StoreConfig::default(), Metrics::new()).unwrap();
+    let bound = pasa_store::server::bind(
+        store,
+        "127.0.0.1:0".parse().unwrap(),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let addr = bound.grpc_addr().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(bound.run("store", async move {
+        let _ = stopped.await;
+    }));
+    (addr, stop, server)
+}
+
+/// A store replica on the fake PD/TiKV (a fake: see `pasa_tikv::fake`), in this process.
 async fn replica(
     pd: &str,
 ) -> (
@@ -160,20 +172,7 @@ async fn replica(
         std::time::Duration::from_secs(5),
     )
     .expect("connect to the fake PD");
-    let store = Store::open(Arc::new(backend), StoreConfig::default(), Metrics::new()).unwrap();
-    let bound = pasa_store::server::bind(
-        store,
-        "127.0.0.1:0".parse().unwrap(),
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .await
-    .unwrap();
-    let addr = bound.grpc_addr().to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(bound.run("replica", async move {
-        let _ = stopped.await;
-    }));
-    (addr, stop, server)
+    serve(Arc::new(backend)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,9 +235,15 @@ async fn pcp_keeps_its_embedded_store_on_tikv() {
     })
     .await
     .unwrap();
-    assert!(out.0.contains("virtualservice/shop/cart created"), "{}", out.0);
     assert!(
-        out.1.lines().any(|l| l.starts_with("BACKEND") && l.ends_with("tikv")),
+        out.0.contains("virtualservice/shop/cart created"),
+        "{}",
+        out.0
+    );
+    assert!(
+        out.1
+            .lines()
+            .any(|l| l.starts_with("BACKEND") && l.ends_with("tikv")),
         "{}",
         out.1
     );

@@ -4,44 +4,18 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Stdio;
 
-use common::{WAIT, Watch, apply};
+use common::{Watch, apply};
 use pasa_proto::store::v1::store_client::StoreClient;
 use pasa_proto::store::v1::{Rule, Subscription};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const ROUNDS: u64 = 5;
 
-/// Starts the server binary and waits for its ready line.
+/// Starts the server binary on `dir` and waits for its ready line.
 async fn start(dir: &std::path::Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-store"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(dir)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start pasa-store");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(WAIT, lines.next_line())
-        .await
-        .expect("ready line in time")
-        .expect("read stdout")
-        .expect("a ready line");
-    let (addr, _) = pasa_store::server::parse_ready_line(&line)
-        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
-    let addr = addr.to_string();
-    (child, addr)
+    common::start_process([std::ffi::OsStr::new("--data-dir"), dir.as_os_str()]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

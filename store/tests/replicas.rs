@@ -8,7 +8,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::process::Stdio;
 use std::time::Instant;
 
 use common::{WAIT, Watch};
@@ -19,8 +18,7 @@ use pasa_proto::store::v1::{
 };
 use pasa_tikv::fake::FakeTikv;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tonic::transport::Channel;
 
 /// Writes refused as contended, across the tests of this file.
@@ -34,27 +32,10 @@ struct Replica {
 impl Replica {
     /// Starts `pasa-store --backend tikv` and waits for its ready line.
     async fn start(pd: &str) -> Replica {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-store"))
-            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-            .args(["--backend", "tikv", "--pd", pd, "--key-prefix", "replicas/"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start pasa-store");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(WAIT, lines.next_line())
-            .await
-            .expect("ready line in time")
-            .expect("read stdout")
-            .expect("a ready line");
-        let (addr, _) = pasa_store::server::parse_ready_line(&line)
-            .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
-        Replica {
-            child,
-            addr: addr.to_string(),
-        }
+        let (child, addr) =
+            common::start_process(["--backend", "tikv", "--pd", pd, "--key-prefix", "replicas/"])
+                .await;
+        Replica { child, addr }
     }
 
     async fn client(&self) -> StoreClient<Channel> {

@@ -72,6 +72,34 @@ impl TestServer {
     }
 }
 
+/// Starts the `pasa-store` binary on free loopback ports with `args`, and waits for its ready
+/// line: the process (killed when dropped) and its gRPC address.
+pub async fn start_process<I, S>(args: I) -> (tokio::process::Child, String)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_pasa-store"))
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start pasa-store");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .expect("ready line in time")
+        .expect("read stdout")
+        .expect("a ready line");
+    let (addr, _) = pasa_store::server::parse_ready_line(&line)
+        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
+    (child, addr.to_string())
+}
+
 /// A watch stream with a fence rule (namespace `fence`) added to every subscription, so a test
 /// can prove that nothing else arrived: write a fence object and read up to it.
 pub struct Watch {

@@ -242,19 +242,22 @@ impl Tikv {
         }
     }
 
+    /// What the calls' errors are mapped with.
+    fn failure(&self) -> Failure {
+        Failure {
+            pd: self.pd.clone(),
+            prefix: Arc::clone(&self.prefix),
+        }
+    }
+
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, TikvError> {
         let client = Arc::clone(&self.client);
         let key = with_prefix(&self.prefix, key);
-        let pd = self.pd.clone();
+        let fail = self.failure();
         self.run("read", async move {
-            let failed = |e: tikv_client::Error| TikvError::Failed {
-                pd: pd.clone(),
-                action: "read",
-                message: message(&e),
-            };
-            let ts = client.current_timestamp().await.map_err(failed)?;
+            let ts = client.current_timestamp().await.map_err(fail.of("read"))?;
             let mut snapshot = client.snapshot(ts, TransactionOptions::new_optimistic());
-            snapshot.get(key).await.map_err(failed)
+            snapshot.get(key).await.map_err(fail.of("read"))
         })
     }
 
@@ -267,16 +270,11 @@ impl Tikv {
         let prefix = Arc::clone(&self.prefix);
         let range: BoundRange = (with_prefix(&prefix, start)..with_prefix(&prefix, end)).into();
         let limit = u32::try_from(limit).unwrap_or(u32::MAX);
-        let pd = self.pd.clone();
+        let fail = self.failure();
         self.run("scan", async move {
-            let failed = |e: tikv_client::Error| TikvError::Failed {
-                pd: pd.clone(),
-                action: "scan",
-                message: message(&e),
-            };
-            let ts = client.current_timestamp().await.map_err(failed)?;
+            let ts = client.current_timestamp().await.map_err(fail.of("scan"))?;
             let mut snapshot = client.snapshot(ts, TransactionOptions::new_optimistic());
-            let pairs = snapshot.scan(range, limit).await.map_err(failed)?;
+            let pairs = snapshot.scan(range, limit).await.map_err(fail.of("scan"))?;
             Ok(pairs
                 .map(|pair| {
                     let key: Vec<u8> = pair.key().clone().into();
@@ -293,31 +291,12 @@ impl Tikv {
     pub fn lock(&self, key: &[u8]) -> Result<Locked, TikvError> {
         let client = Arc::clone(&self.client);
         let prefixed = with_prefix(&self.prefix, key);
-        let pd = self.pd.clone();
-        let key_text = printable(key);
+        let fail = self.failure();
         let (txn, value) = self.run("lock a key", async move {
-            let failed = |action: &'static str| {
-                let pd = pd.clone();
-                let key = key_text.clone();
-                move |e: tikv_client::Error| {
-                    if is_conflict(&e) {
-                        TikvError::Conflict { key }
-                    } else {
-                        TikvError::Failed {
-                            pd,
-                            action,
-                            message: message(&e),
-                        }
-                    }
-                }
-            };
-            let options = TransactionOptions::new_pessimistic()
-                .drop_check(CheckLevel::Warn)
-                .heartbeat_option(HeartbeatOption::NoHeartbeat);
             let mut txn = client
-                .begin_with_options(options)
+                .begin_with_options(transaction_options(TransactionOptions::new_pessimistic()))
                 .await
-                .map_err(failed("begin a transaction"))?;
+                .map_err(fail.of("begin a transaction"))?;
             // A commit by the writer this one waited for lands after the lock's
             // `for_update_ts`: TiKV then refuses the lock as a conflict, and it is asked again
             // with a newer timestamp (as TiDB does), a bounded number of times.
@@ -328,7 +307,7 @@ impl Tikv {
                     Err(e) if is_write_conflict(&e) && attempt < LOCK_ATTEMPTS => attempt += 1,
                     Err(e) => {
                         let _ = txn.rollback().await;
-                        return Err(failed("lock a key")(e));
+                        return Err(fail.of("lock a key")(e));
                     }
                 }
             }
@@ -351,33 +330,13 @@ impl Tikv {
             return Err(self.failed("commit", "the lock was already released".into()));
         };
         let prefix = Arc::clone(&self.prefix);
-        let pd = self.pd.clone();
+        let fail = self.failure();
         self.run("commit", async move {
-            let failed = |action: &'static str| {
-                let pd = pd.clone();
-                move |e: tikv_client::Error| TikvError::Failed {
-                    pd,
-                    action,
-                    message: message(&e),
-                }
-            };
-            for m in mutations {
-                let buffered = match m {
-                    Mutation::Put(k, v) => txn.put(with_prefix(&prefix, &k), v).await,
-                    Mutation::Delete(k) => txn.delete(with_prefix(&prefix, &k)).await,
-                };
-                if let Err(e) = buffered {
-                    let _ = txn.rollback().await;
-                    return Err(failed("buffer a write")(e));
-                }
+            if let Err(e) = buffer(&mut txn, &prefix, mutations).await {
+                let _ = txn.rollback().await;
+                return Err(fail.of("buffer a write")(e));
             }
-            match txn.commit().await {
-                Ok(_) => Ok(()),
-                Err(e) if is_conflict(&e) => Err(TikvError::Conflict {
-                    key: conflict_key(&e, &prefix),
-                }),
-                Err(e) => Err(failed("commit")(e)),
-            }
+            txn.commit().await.map(drop).map_err(fail.of("commit"))
         })
     }
 
@@ -392,29 +351,18 @@ impl Tikv {
     ) -> Result<(), TikvError> {
         let client = Arc::clone(&self.client);
         let prefix = Arc::clone(&self.prefix);
-        let pd = self.pd.clone();
+        let fail = self.failure();
         self.run("write", async move {
-            let failed = |action: &'static str| {
-                let pd = pd.clone();
-                move |e: tikv_client::Error| TikvError::Failed {
-                    pd,
-                    action,
-                    message: message(&e),
-                }
-            };
-            let options = TransactionOptions::new_optimistic()
-                .drop_check(CheckLevel::Warn)
-                .heartbeat_option(HeartbeatOption::NoHeartbeat);
             let mut txn = client
-                .begin_with_options(options)
+                .begin_with_options(transaction_options(TransactionOptions::new_optimistic()))
                 .await
-                .map_err(failed("begin a transaction"))?;
+                .map_err(fail.of("begin a transaction"))?;
             let mut unwritten: Vec<Key> = Vec::new();
             for (key, want) in expect {
                 let have = txn
                     .get(with_prefix(&prefix, &key))
                     .await
-                    .map_err(failed("read"))?;
+                    .map_err(fail.of("read"))?;
                 if have != want {
                     let _ = txn.rollback().await;
                     return Err(TikvError::Conflict {
@@ -433,23 +381,61 @@ impl Tikv {
             if !unwritten.is_empty() {
                 txn.lock_keys(unwritten)
                     .await
-                    .map_err(failed("lock keys"))?;
+                    .map_err(fail.of("lock keys"))?;
             }
-            for m in mutations {
-                match m {
-                    Mutation::Put(k, v) => txn.put(with_prefix(&prefix, &k), v).await,
-                    Mutation::Delete(k) => txn.delete(with_prefix(&prefix, &k)).await,
-                }
-                .map_err(failed("buffer a write"))?;
-            }
-            match txn.commit().await {
-                Ok(_) => Ok(()),
-                Err(e) if is_conflict(&e) => Err(TikvError::Conflict {
-                    key: conflict_key(&e, &prefix),
-                }),
-                Err(e) => Err(failed("commit")(e)),
-            }
+            buffer(&mut txn, &prefix, mutations)
+                .await
+                .map_err(fail.of("buffer a write"))?;
+            txn.commit().await.map(drop).map_err(fail.of("commit"))
         })
+    }
+}
+
+/// The options every transaction here shares: short-lived, so no heartbeat; one dropped on an
+/// error path is rolled back by TiKV's lock expiry, so a warning rather than a panic.
+fn transaction_options(options: TransactionOptions) -> TransactionOptions {
+    options
+        .drop_check(CheckLevel::Warn)
+        .heartbeat_option(HeartbeatOption::NoHeartbeat)
+}
+
+/// Buffers the mutations in `txn`, in order.
+async fn buffer(
+    txn: &mut tikv_client::Transaction,
+    prefix: &[u8],
+    mutations: Vec<Mutation>,
+) -> Result<(), tikv_client::Error> {
+    for m in mutations {
+        match m {
+            Mutation::Put(k, v) => txn.put(with_prefix(prefix, &k), v).await?,
+            Mutation::Delete(k) => txn.delete(with_prefix(prefix, &k)).await?,
+        }
+    }
+    Ok(())
+}
+
+/// Maps tikv-client's errors: another transaction got there first → [`TikvError::Conflict`]
+/// (naming the key without the prefix); anything else → [`TikvError::Failed`].
+struct Failure {
+    pd: String,
+    prefix: Arc<[u8]>,
+}
+
+impl Failure {
+    fn of(&self, action: &'static str) -> impl FnOnce(tikv_client::Error) -> TikvError + '_ {
+        move |e| {
+            if is_conflict(&e) {
+                TikvError::Conflict {
+                    key: conflict_key(&e, &self.prefix),
+                }
+            } else {
+                TikvError::Failed {
+                    pd: self.pd.clone(),
+                    action,
+                    message: message(&e),
+                }
+            }
+        }
     }
 }
 

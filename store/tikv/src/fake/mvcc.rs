@@ -87,6 +87,27 @@ fn lock_info(key: &[u8], lock: &Lock) -> LockInfo {
     }
 }
 
+/// Transaction `start_ts` finds `key` written by another, committed at `commit_ts`.
+fn conflict(
+    start_ts: u64,
+    (write, commit_ts): (&Write, u64),
+    key: &[u8],
+    primary: &[u8],
+    reason: kvrpcpb::write_conflict::Reason,
+) -> KeyError {
+    KeyError {
+        conflict: Some(WriteConflict {
+            start_ts,
+            conflict_ts: write.start_ts,
+            conflict_commit_ts: commit_ts,
+            key: key.to_vec(),
+            primary: primary.to_vec(),
+            reason: reason as i32,
+        }),
+        ..Default::default()
+    }
+}
+
 fn abort(message: impl Into<String>) -> KeyError {
     KeyError {
         abort: message.into(),
@@ -234,17 +255,13 @@ impl Mvcc {
                         "transaction {start_ts} was rolled back before its prewrite arrived"
                     )));
                 } else if write.start_ts != start_ts {
-                    errors.push(KeyError {
-                        conflict: Some(WriteConflict {
-                            start_ts,
-                            conflict_ts: write.start_ts,
-                            conflict_commit_ts: commit_ts,
-                            key: m.key.clone(),
-                            primary: req.primary_lock.clone(),
-                            reason: kvrpcpb::write_conflict::Reason::Optimistic as i32,
-                        }),
-                        ..Default::default()
-                    });
+                    errors.push(conflict(
+                        start_ts,
+                        (write, commit_ts),
+                        &m.key,
+                        &req.primary_lock,
+                        kvrpcpb::write_conflict::Reason::Optimistic,
+                    ));
                 }
                 continue;
             }
@@ -297,17 +314,13 @@ impl Mvcc {
                 && commit_ts > req.for_update_ts
                 && write.start_ts != start_ts
             {
-                return Err(KeyError {
-                    conflict: Some(WriteConflict {
-                        start_ts,
-                        conflict_ts: write.start_ts,
-                        conflict_commit_ts: commit_ts,
-                        key: m.key.clone(),
-                        primary: req.primary_lock.clone(),
-                        reason: kvrpcpb::write_conflict::Reason::PessimisticRetry as i32,
-                    }),
-                    ..Default::default()
-                });
+                return Err(conflict(
+                    start_ts,
+                    (write, commit_ts),
+                    &m.key,
+                    &req.primary_lock,
+                    kvrpcpb::write_conflict::Reason::PessimisticRetry,
+                ));
             }
         }
         let mut values = Vec::new();
