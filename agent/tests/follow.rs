@@ -51,6 +51,21 @@ fn host(fqdn: &str) -> Subscription {
     }
 }
 
+/// Following `servers` with `subscription`, as cart-1 of shop, keeping nothing on disk.
+fn config(servers: &str, subscription: watch::Receiver<Subscription>) -> FollowConfig {
+    FollowConfig {
+        servers: pasa_proto::client::Servers::parse(servers).unwrap(),
+        subscription,
+        identity: SubscriberIdentity {
+            node_id: "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local".into(),
+            ..Default::default()
+        },
+        cache_dir: None,
+        metrics: None,
+        saved: None,
+    }
+}
+
 fn names(cache: &Cache) -> Vec<String> {
     cache.iter().map(|(k, _)| k.name.clone()).collect()
 }
@@ -138,17 +153,7 @@ async fn a_changed_subscription_adds_and_removes_objects() {
     apply(&server, "checkout", "checkout").await;
 
     let (scope, subscription) = watch::channel(shop());
-    let config = FollowConfig {
-        servers: pasa_proto::client::Servers::parse(&server.addr.to_string()).unwrap(),
-        subscription,
-        identity: SubscriberIdentity {
-            node_id: "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local".into(),
-            ..Default::default()
-        },
-        cache_dir: None,
-        metrics: None,
-        saved: None,
-    };
+    let config = config(&server.addr.to_string(), subscription);
     let (published, mut caches) = watch::channel(Arc::new(Cache::default()));
     let (link_tx, mut link) = watch::channel(Link::default());
     let (stop_tx, stop) = watch::channel(false);
@@ -207,17 +212,7 @@ async fn moves_to_another_store_replica_and_resumes_there() {
     let a = StoreServer::start_on_tikv(&fake.pd_address()).await;
     let b = StoreServer::start_on_tikv(&fake.pd_address()).await;
     apply(&a, "cart", "cart").await;
-    let config = FollowConfig {
-        servers: pasa_proto::client::Servers::parse(&format!("{},{}", a.addr, b.addr)).unwrap(),
-        subscription: watch::channel(shop()).1,
-        identity: SubscriberIdentity {
-            node_id: "sidecar~10.0.0.1~cart-1.shop~shop.svc.cluster.local".into(),
-            ..Default::default()
-        },
-        cache_dir: None,
-        metrics: None,
-        saved: None,
-    };
+    let config = config(&format!("{},{}", a.addr, b.addr), watch::channel(shop()).1);
     let (published, mut caches) = watch::channel(Arc::new(Cache::default()));
     let (link_tx, mut link) = watch::channel(Link::default());
     let (stop_tx, stop) = watch::channel(false);
