@@ -498,3 +498,94 @@ fn an_unreachable_pd_stops_pasa_store_within_seconds_naming_it() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && said.contains("--pd"), "{said}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_while_writing_leaves_locks_that_the_other_resolves() {
+    let fake = FakeTikv::start((Ipv4Addr::LOCALHOST, 0).into()).unwrap();
+    // A dead writer's locks expire after a second here, not tikv-client's 20 s.
+    fake.cap_lock_ttl(std::time::Duration::from_secs(1));
+    let mut a = Replica::start(&fake.pd_address()).await;
+    let b = Replica::start(&fake.pd_address()).await;
+
+    // Writes through A, without pause, until A dies; A is killed mid-stream.
+    let mut through_a = a.client().await;
+    let (acked_tx, mut acked_rx) = tokio::sync::mpsc::unbounded_channel();
+    let writing = tokio::spawn(async move {
+        for n in 1.. {
+            let docs = [
+                dr(&format!("obj-{}", n % 11), n),
+                dr(&format!("new-{n}"), n),
+            ];
+            let answer = through_a
+                .apply(ApplyRequest {
+                    documents: docs.iter().map(common::doc).collect(),
+                    dry_run: false,
+                })
+                .await;
+            match answer {
+                Ok(r) => {
+                    for res in r.into_inner().results {
+                        let _ = acked_tx.send((res.r#ref.unwrap_or_default().name, res.revision));
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    });
+    let mut acked: BTreeMap<String, u64> = BTreeMap::new();
+    while acked.len() < 20 {
+        let (name, revision) = acked_rx.recv().await.expect("writes through A");
+        acked.insert(name, revision);
+    }
+    // The kill lands while A holds locks: the fake shows them.
+    let deadline = Instant::now() + WAIT;
+    while fake.locked_keys() == 0 {
+        assert!(Instant::now() < deadline, "A never held a lock");
+        tokio::task::yield_now().await;
+    }
+    a.child.start_kill().expect("SIGKILL");
+    let _ = a.child.wait().await;
+    writing.await.unwrap();
+    while let Ok((name, revision)) = acked_rx.try_recv() {
+        acked.insert(name, revision);
+    }
+    let left = fake.locked_keys();
+
+    // B writes once A's locks expire, and holds every write A acknowledged, with no gap.
+    let started = Instant::now();
+    let head = write(&mut b.client().await, &[dr("after-a", 0)]).await[0].1;
+    let took = started.elapsed();
+    let mut w = Watch::open_raw(&mut b.client().await, everything(), 1).await;
+    let events = events_until(&mut w, head).await;
+    assert_eq!(
+        revisions(&events),
+        (1..=head).collect::<Vec<_>>(),
+        "no gap in the change log"
+    );
+    let listed = b
+        .client()
+        .await
+        .list(ListRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let stored: BTreeMap<String, u64> = listed
+        .resources
+        .iter()
+        .map(|r| (r.name.clone(), r.mod_revision))
+        .collect();
+    for (name, revision) in &acked {
+        let at = stored
+            .get(name)
+            .unwrap_or_else(|| panic!("acknowledged {name} is missing"));
+        assert!(
+            at >= revision,
+            "{name}: acknowledged at {revision}, stored at {at}"
+        );
+    }
+    println!(
+        "replicas: A killed while writing left {left} keys locked; B's next write took {took:?} \
+         (head {head}, {} acknowledged writes present)",
+        acked.len()
+    );
+}

@@ -34,12 +34,21 @@ const MEMBER_ID: u64 = 4;
 
 struct State {
     mvcc: Mutex<Mvcc>,
+    /// Longest lock TTL granted, in milliseconds (see [`FakeTikv::cap_lock_ttl`]).
+    max_lock_ttl_ms: std::sync::atomic::AtomicU64,
     /// Last timestamp handed out.
     tso: Mutex<u64>,
     address: String,
 }
 
 impl State {
+    fn lock_ttl(&self, asked: u64) -> u64 {
+        asked.min(
+            self.max_lock_ttl_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
     fn mvcc(&self) -> MutexGuard<'_, Mvcc> {
         self.mvcc.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -73,6 +82,7 @@ impl FakeTikv {
         let address = listener.local_addr()?;
         let state = Arc::new(State {
             mvcc: Mutex::new(Mvcc::default()),
+            max_lock_ttl_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
             tso: Mutex::new(0),
             address: address.to_string(),
         });
@@ -116,6 +126,16 @@ impl FakeTikv {
     /// The address PD (and TiKV) answer on, as `host:port`.
     pub fn pd_address(&self) -> String {
         self.address.to_string()
+    }
+
+    /// Grants locks at most `ttl`, whatever the client asks (tikv-client asks 20 s for a
+    /// pessimistic lock): so a test can see the locks of a writer that died expire and be
+    /// resolved without waiting that long.
+    pub fn cap_lock_ttl(&self, ttl: std::time::Duration) {
+        self.state.max_lock_ttl_ms.store(
+            u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Keys locked by transactions that have not finished (or whose writer died).
@@ -374,7 +394,8 @@ impl tikvpb::tikv_server::Tikv for Tikv {
         &self,
         request: Request<kvrpcpb::PrewriteRequest>,
     ) -> Result<Response<kvrpcpb::PrewriteResponse>, Status> {
-        let req = request.into_inner();
+        let mut req = request.into_inner();
+        req.lock_ttl = self.0.lock_ttl(req.lock_ttl);
         if req.try_one_pc || req.use_async_commit {
             return Err(Status::unimplemented(
                 "the fake TiKV does only two-phase commit",
@@ -391,7 +412,8 @@ impl tikvpb::tikv_server::Tikv for Tikv {
         &self,
         request: Request<kvrpcpb::PessimisticLockRequest>,
     ) -> Result<Response<kvrpcpb::PessimisticLockResponse>, Status> {
-        let req = request.into_inner();
+        let mut req = request.into_inner();
+        req.lock_ttl = self.0.lock_ttl(req.lock_ttl);
         let mut resp = kvrpcpb::PessimisticLockResponse::default();
         match self.0.mvcc().pessimistic_lock(&req) {
             Ok(values) => {
@@ -514,11 +536,11 @@ impl tikvpb::tikv_server::Tikv for Tikv {
     ) -> Result<Response<kvrpcpb::TxnHeartBeatResponse>, Status> {
         let req = request.into_inner();
         let mut resp = kvrpcpb::TxnHeartBeatResponse::default();
-        match self
-            .0
-            .mvcc()
-            .heart_beat(&req.primary_lock, req.start_version, req.advise_lock_ttl)
-        {
+        match self.0.mvcc().heart_beat(
+            &req.primary_lock,
+            req.start_version,
+            self.0.lock_ttl(req.advise_lock_ttl),
+        ) {
             Ok(ttl) => resp.lock_ttl = ttl,
             Err(e) => resp.error = key_error(e),
         }

@@ -125,3 +125,18 @@ async fn connecting_and_dropping_inside_an_async_task_does_not_panic() {
     kv.write(vec![], vec![put("k", "v")]).unwrap();
     drop(kv);
 }
+
+#[test]
+fn a_pd_that_accepts_but_never_answers_is_an_error_within_the_timeout() {
+    // The kernel accepts connections on a listener nobody serves: like a PD that hangs.
+    let silent = std::net::TcpListener::bind(loopback()).unwrap();
+    let address = silent.local_addr().unwrap().to_string();
+    let started = Instant::now();
+    let err =
+        Tikv::connect(std::slice::from_ref(&address), b"", Duration::from_secs(1)).unwrap_err();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let text = err.to_string();
+    assert!(text.contains(&address), "{text}");
+    drop(silent);
+}
