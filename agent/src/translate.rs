@@ -855,6 +855,8 @@ impl GlobalInputs {
                 Kind::DestinationRule | Kind::VirtualService => (grpc, false),
                 // The inbound side's modes.
                 Kind::PeerAuthentication => (true, false),
+                // Not translated yet: stored and validated, not enforced by the agent.
+                Kind::AuthorizationPolicy => (false, false),
                 Kind::Sidecar | Kind::Gateway => (true, true),
             };
             if for_listeners {

@@ -6,6 +6,7 @@
 //! `oneof` are errors that name the field path. Semantic rules (ranges, formats, combinations) are
 //! PCP's validation; translation in the agent reads the same models.
 
+pub mod authorization_policy;
 pub mod common;
 pub mod destination_rule;
 pub mod gateway;

@@ -27,10 +27,12 @@ pub enum Kind {
     ServiceEndpoints,
     /// `security.istio.io`: the mutual TLS a workload's inbound side accepts.
     PeerAuthentication,
+    /// `security.istio.io`: who may do what to a workload.
+    AuthorizationPolicy,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::ServiceEntry,
@@ -39,6 +41,7 @@ impl Kind {
         Kind::WorkloadEntry,
         Kind::ServiceEndpoints,
         Kind::PeerAuthentication,
+        Kind::AuthorizationPolicy,
     ];
 
     /// The `kind` field as written in a manifest.
@@ -52,13 +55,14 @@ impl Kind {
             Kind::WorkloadEntry => "WorkloadEntry",
             Kind::ServiceEndpoints => "ServiceEndpoints",
             Kind::PeerAuthentication => "PeerAuthentication",
+            Kind::AuthorizationPolicy => "AuthorizationPolicy",
         }
     }
 
     pub fn group(self) -> &'static str {
         match self {
             Kind::ServiceEndpoints => PASA_GROUP,
-            Kind::PeerAuthentication => ISTIO_SECURITY_GROUP,
+            Kind::PeerAuthentication | Kind::AuthorizationPolicy => ISTIO_SECURITY_GROUP,
             _ => ISTIO_NETWORKING_GROUP,
         }
     }
@@ -67,7 +71,7 @@ impl Kind {
     pub fn versions(self) -> &'static [&'static str] {
         match self {
             Kind::ServiceEndpoints => PASA_VERSIONS,
-            Kind::PeerAuthentication => ISTIO_SECURITY_VERSIONS,
+            Kind::PeerAuthentication | Kind::AuthorizationPolicy => ISTIO_SECURITY_VERSIONS,
             _ => ISTIO_VERSIONS,
         }
     }
@@ -83,6 +87,7 @@ impl Kind {
             Kind::WorkloadEntry => "workloadentries",
             Kind::ServiceEndpoints => "serviceendpoints",
             Kind::PeerAuthentication => "peerauthentications",
+            Kind::AuthorizationPolicy => "authorizationpolicies",
         }
     }
 
@@ -97,6 +102,7 @@ impl Kind {
             Kind::WorkloadEntry => &["we"],
             Kind::ServiceEndpoints => &["sep"],
             Kind::PeerAuthentication => &["pa"],
+            Kind::AuthorizationPolicy => &["ap"],
         }
     }
 
@@ -188,6 +194,11 @@ mod tests {
             ("we", Kind::WorkloadEntry),
             ("sep", Kind::ServiceEndpoints),
             ("pa", Kind::PeerAuthentication),
+            ("ap", Kind::AuthorizationPolicy),
+            (
+                "authorizationpolicies.security.istio.io",
+                Kind::AuthorizationPolicy,
+            ),
             (
                 "peerauthentications.security.istio.io",
                 Kind::PeerAuthentication,

@@ -835,7 +835,8 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
         Some(Kind::PeerAuthentication) => {
             typed(resource).map(|c| Parsed::PeerAuthentication(Arc::new(c)))
         }
-        None => None,
+        // Not translated yet: the agent does not enforce it (see the docs on security policy).
+        Some(Kind::AuthorizationPolicy) | None => None,
     };
     parsed.unwrap_or(Parsed::Ignored)
 }

@@ -52,6 +52,7 @@ fn collection_of(api_version: &str, kind: &str) -> (Collection, bool) {
         "Sidecar" => "sidecars",
         "Gateway" => "gateways",
         "PeerAuthentication" => "peerauthentications",
+        "AuthorizationPolicy" => "authorizationpolicies",
         other => panic!("the fake API server does not serve {other}"),
     }
     .to_string();

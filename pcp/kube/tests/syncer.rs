@@ -526,6 +526,10 @@ async fn every_istio_kind_is_added_changed_and_deleted() {
                 Kind::PeerAuthentication,
                 json!({"mtls": {"mode": if generation == 1 { "STRICT" } else { "PERMISSIVE" }}}),
             ),
+            (
+                Kind::AuthorizationPolicy,
+                json!({"action": "DENY", "rules": [{"to": [{"operation": {"ports": [(8000 + generation).to_string()]}}]}]}),
+            ),
         ]
     };
     let put = |generation: u32| {

@@ -5,6 +5,7 @@
 //! that need other resources (a subset no DestinationRule defines) are warnings from
 //! `crate::analysis`.
 
+pub mod authorization_policy;
 pub mod common;
 pub mod destination_rule;
 pub mod gateway;
@@ -133,6 +134,7 @@ pub fn validate(obj: &Object) -> Report {
         Kind::Sidecar => sidecar::validate(obj, &mut report),
         Kind::WorkloadEntry => workload_entry::validate(obj, &mut report),
         Kind::PeerAuthentication => peer_authentication::validate(obj, &mut report),
+        Kind::AuthorizationPolicy => authorization_policy::validate(obj, &mut report),
         Kind::ServiceEndpoints => service_endpoints::validate(obj, &mut report),
     }
     report

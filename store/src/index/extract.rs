@@ -72,7 +72,10 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
             Some(_) => errors.push(field_error("spec.service", "must be a string")),
         },
         // Namespace-scoped: found by their namespace.
-        Kind::Sidecar | Kind::WorkloadEntry | Kind::PeerAuthentication => {}
+        Kind::Sidecar
+        | Kind::WorkloadEntry
+        | Kind::PeerAuthentication
+        | Kind::AuthorizationPolicy => {}
     }
     hosts.sort();
     hosts.dedup();

@@ -454,10 +454,13 @@ pub fn validate_export_to(
     }
 }
 
-/// Annotations istiod refuses on networking objects.
+/// Annotations istiod refuses on networking objects (`istio.io/dry-run` is AuthorizationPolicy's
+/// alone, checked with it).
 pub fn validate_metadata(obj: &Object, report: &mut Report) {
     let at = Path::root("metadata").field("annotations");
-    if obj.annotations.contains_key("istio.io/dry-run") {
+    if obj.kind != pasa_proto::Kind::AuthorizationPolicy
+        && obj.annotations.contains_key("istio.io/dry-run")
+    {
         report.error(
             &at.key("istio.io/dry-run"),
             format!(

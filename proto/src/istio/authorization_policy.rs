@@ -1,0 +1,217 @@
+//! `AuthorizationPolicy` (`security.istio.io` v1 and v1beta1): who may do what to the workloads
+//! a policy applies to — the mesh (root namespace), a namespace, the workloads a selector picks,
+//! or the Services and gateways its `targetRefs` name. Fields that may be absent or null keep
+//! the difference: istiod's rules tell "no rules" from "one empty rule", and "no `from`" from an
+//! empty one.
+
+use serde::{Deserialize, Serialize};
+
+use super::destination_rule::WorkloadSelector;
+
+/// The `spec` of an AuthorizationPolicy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AuthorizationPolicy {
+    #[serde(default)]
+    pub selector: Option<WorkloadSelector>,
+    #[serde(default)]
+    pub target_ref: Option<PolicyTargetReference>,
+    #[serde(default)]
+    pub target_refs: Vec<PolicyTargetReference>,
+    /// Absent is not the same as empty: no rules never matches (an ALLOW policy then allows
+    /// nothing); a null entry is kept so that validation can name it.
+    #[serde(default)]
+    pub rules: Option<Vec<Option<Rule>>>,
+    #[serde(default)]
+    pub action: Action,
+    #[serde(default)]
+    pub provider: Option<ExtensionProvider>,
+}
+
+/// What a matching request gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Action {
+    #[default]
+    Allow,
+    Deny,
+    Audit,
+    Custom,
+}
+
+/// A Service, ServiceEntry or gateway the policy attaches to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyTargetReference {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+}
+
+/// The mesh's extension provider a CUSTOM policy delegates to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtensionProvider {
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A rule matches when one of its sources, one of its operations and all of its conditions do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    #[serde(default)]
+    pub from: Option<Vec<Option<From>>>,
+    #[serde(default)]
+    pub to: Option<Vec<Option<To>>>,
+    #[serde(default)]
+    pub when: Option<Vec<Option<Condition>>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct From {
+    #[serde(default)]
+    pub source: Option<Source>,
+}
+
+/// Who sends the request. Every list is absent or set (possibly empty), as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Source {
+    #[serde(default)]
+    pub principals: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_principals: Option<Vec<String>>,
+    #[serde(default)]
+    pub request_principals: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_request_principals: Option<Vec<String>>,
+    #[serde(default)]
+    pub namespaces: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_namespaces: Option<Vec<String>>,
+    #[serde(default)]
+    pub service_accounts: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_service_accounts: Option<Vec<String>>,
+    #[serde(default)]
+    pub trust_domains: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_trust_domains: Option<Vec<String>>,
+    #[serde(default)]
+    pub ip_blocks: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_ip_blocks: Option<Vec<String>>,
+    #[serde(default)]
+    pub remote_ip_blocks: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_remote_ip_blocks: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct To {
+    #[serde(default)]
+    pub operation: Option<Operation>,
+}
+
+/// What the request does.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Operation {
+    #[serde(default)]
+    pub hosts: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_hosts: Option<Vec<String>>,
+    #[serde(default)]
+    pub ports: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_ports: Option<Vec<String>>,
+    #[serde(default)]
+    pub methods: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_methods: Option<Vec<String>>,
+    #[serde(default)]
+    pub paths: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_paths: Option<Vec<String>>,
+}
+
+/// An extra condition on a request attribute.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(default)]
+    pub key: String,
+    #[serde(default)]
+    pub values: Option<Vec<String>>,
+    #[serde(default)]
+    pub not_values: Option<Vec<String>>,
+}
+
+impl Source {
+    /// Each list with its field name, in the order istiod checks them.
+    pub fn lists(&self) -> [(&'static str, Option<&Vec<String>>); 14] {
+        [
+            ("principals", self.principals.as_ref()),
+            ("notPrincipals", self.not_principals.as_ref()),
+            ("requestPrincipals", self.request_principals.as_ref()),
+            ("notRequestPrincipals", self.not_request_principals.as_ref()),
+            ("namespaces", self.namespaces.as_ref()),
+            ("notNamespaces", self.not_namespaces.as_ref()),
+            ("serviceAccounts", self.service_accounts.as_ref()),
+            ("notServiceAccounts", self.not_service_accounts.as_ref()),
+            ("trustDomains", self.trust_domains.as_ref()),
+            ("notTrustDomains", self.not_trust_domains.as_ref()),
+            ("ipBlocks", self.ip_blocks.as_ref()),
+            ("notIpBlocks", self.not_ip_blocks.as_ref()),
+            ("remoteIpBlocks", self.remote_ip_blocks.as_ref()),
+            ("notRemoteIpBlocks", self.not_remote_ip_blocks.as_ref()),
+        ]
+    }
+}
+
+impl Operation {
+    /// Each list with its field name.
+    pub fn lists(&self) -> [(&'static str, Option<&Vec<String>>); 8] {
+        [
+            ("hosts", self.hosts.as_ref()),
+            ("notHosts", self.not_hosts.as_ref()),
+            ("ports", self.ports.as_ref()),
+            ("notPorts", self.not_ports.as_ref()),
+            ("methods", self.methods.as_ref()),
+            ("notMethods", self.not_methods.as_ref()),
+            ("paths", self.paths.as_ref()),
+            ("notPaths", self.not_paths.as_ref()),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn absent_empty_and_null_stay_apart() {
+        let none: AuthorizationPolicy = crate::istio::parse_spec(&json!({})).unwrap();
+        assert_eq!(none.rules, None);
+        assert_eq!(none.action, Action::Allow);
+        let one_empty: AuthorizationPolicy =
+            crate::istio::parse_spec(&json!({"action": "DENY", "rules": [{}]})).unwrap();
+        assert_eq!(one_empty.rules, Some(vec![Some(Rule::default())]));
+        let null: AuthorizationPolicy =
+            crate::istio::parse_spec(&json!({"rules": [null]})).unwrap();
+        assert_eq!(null.rules, Some(vec![None]));
+        assert!(
+            crate::istio::parse_spec::<AuthorizationPolicy>(&json!({"action": "PERMIT"})).is_err()
+        );
+    }
+}
