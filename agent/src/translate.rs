@@ -856,7 +856,7 @@ impl GlobalInputs {
                 // The inbound side's modes.
                 Kind::PeerAuthentication => (true, false),
                 // Not translated yet: stored and validated, not enforced by the agent.
-                Kind::AuthorizationPolicy => (false, false),
+                Kind::AuthorizationPolicy | Kind::RequestAuthentication => (false, false),
                 Kind::Sidecar | Kind::Gateway => (true, true),
             };
             if for_listeners {

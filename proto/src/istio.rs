@@ -11,6 +11,7 @@ pub mod common;
 pub mod destination_rule;
 pub mod gateway;
 pub mod peer_authentication;
+pub mod request_authentication;
 pub mod service_entry;
 pub mod sidecar;
 pub mod virtual_service;

@@ -29,10 +29,12 @@ pub enum Kind {
     PeerAuthentication,
     /// `security.istio.io`: who may do what to a workload.
     AuthorizationPolicy,
+    /// `security.istio.io`: the JWTs a workload accepts.
+    RequestAuthentication,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::ServiceEntry,
@@ -42,6 +44,7 @@ impl Kind {
         Kind::ServiceEndpoints,
         Kind::PeerAuthentication,
         Kind::AuthorizationPolicy,
+        Kind::RequestAuthentication,
     ];
 
     /// The `kind` field as written in a manifest.
@@ -56,13 +59,16 @@ impl Kind {
             Kind::ServiceEndpoints => "ServiceEndpoints",
             Kind::PeerAuthentication => "PeerAuthentication",
             Kind::AuthorizationPolicy => "AuthorizationPolicy",
+            Kind::RequestAuthentication => "RequestAuthentication",
         }
     }
 
     pub fn group(self) -> &'static str {
         match self {
             Kind::ServiceEndpoints => PASA_GROUP,
-            Kind::PeerAuthentication | Kind::AuthorizationPolicy => ISTIO_SECURITY_GROUP,
+            Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
+                ISTIO_SECURITY_GROUP
+            }
             _ => ISTIO_NETWORKING_GROUP,
         }
     }
@@ -71,7 +77,9 @@ impl Kind {
     pub fn versions(self) -> &'static [&'static str] {
         match self {
             Kind::ServiceEndpoints => PASA_VERSIONS,
-            Kind::PeerAuthentication | Kind::AuthorizationPolicy => ISTIO_SECURITY_VERSIONS,
+            Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
+                ISTIO_SECURITY_VERSIONS
+            }
             _ => ISTIO_VERSIONS,
         }
     }
@@ -88,6 +96,7 @@ impl Kind {
             Kind::ServiceEndpoints => "serviceendpoints",
             Kind::PeerAuthentication => "peerauthentications",
             Kind::AuthorizationPolicy => "authorizationpolicies",
+            Kind::RequestAuthentication => "requestauthentications",
         }
     }
 
@@ -103,6 +112,7 @@ impl Kind {
             Kind::ServiceEndpoints => &["sep"],
             Kind::PeerAuthentication => &["pa"],
             Kind::AuthorizationPolicy => &["ap"],
+            Kind::RequestAuthentication => &["ra"],
         }
     }
 
@@ -195,6 +205,7 @@ mod tests {
             ("sep", Kind::ServiceEndpoints),
             ("pa", Kind::PeerAuthentication),
             ("ap", Kind::AuthorizationPolicy),
+            ("ra", Kind::RequestAuthentication),
             (
                 "authorizationpolicies.security.istio.io",
                 Kind::AuthorizationPolicy,

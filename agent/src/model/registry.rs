@@ -836,7 +836,7 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
             typed(resource).map(|c| Parsed::PeerAuthentication(Arc::new(c)))
         }
         // Not translated yet: the agent does not enforce it (see the docs on security policy).
-        Some(Kind::AuthorizationPolicy) | None => None,
+        Some(Kind::AuthorizationPolicy | Kind::RequestAuthentication) | None => None,
     };
     parsed.unwrap_or(Parsed::Ignored)
 }

@@ -53,6 +53,7 @@ fn collection_of(api_version: &str, kind: &str) -> (Collection, bool) {
         "Gateway" => "gateways",
         "PeerAuthentication" => "peerauthentications",
         "AuthorizationPolicy" => "authorizationpolicies",
+        "RequestAuthentication" => "requestauthentications",
         other => panic!("the fake API server does not serve {other}"),
     }
     .to_string();

@@ -527,6 +527,10 @@ async fn every_istio_kind_is_added_changed_and_deleted() {
                 json!({"mtls": {"mode": if generation == 1 { "STRICT" } else { "PERMISSIVE" }}}),
             ),
             (
+                Kind::RequestAuthentication,
+                json!({"jwtRules": [{"issuer": format!("issuer-{generation}.example.com")}]}),
+            ),
+            (
                 Kind::AuthorizationPolicy,
                 json!({"action": "DENY", "rules": [{"to": [{"operation": {"ports": [(8000 + generation).to_string()]}}]}]}),
             ),

@@ -10,6 +10,7 @@ pub mod common;
 pub mod destination_rule;
 pub mod gateway;
 pub mod peer_authentication;
+pub mod request_authentication;
 pub mod service_endpoints;
 pub mod service_entry;
 pub mod sidecar;
@@ -135,6 +136,7 @@ pub fn validate(obj: &Object) -> Report {
         Kind::WorkloadEntry => workload_entry::validate(obj, &mut report),
         Kind::PeerAuthentication => peer_authentication::validate(obj, &mut report),
         Kind::AuthorizationPolicy => authorization_policy::validate(obj, &mut report),
+        Kind::RequestAuthentication => request_authentication::validate(obj, &mut report),
         Kind::ServiceEndpoints => service_endpoints::validate(obj, &mut report),
     }
     report

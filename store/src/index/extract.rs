@@ -75,7 +75,8 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
         Kind::Sidecar
         | Kind::WorkloadEntry
         | Kind::PeerAuthentication
-        | Kind::AuthorizationPolicy => {}
+        | Kind::AuthorizationPolicy
+        | Kind::RequestAuthentication => {}
     }
     hosts.sort();
     hosts.dedup();
