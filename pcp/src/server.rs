@@ -218,7 +218,8 @@ impl PcpArgs {
                 .config(&self.kube.cluster_id, &self.embedded.domain_suffix),
             self.inject.never_namespaces(&self.kube.lease_namespace),
             namespaces,
-        );
+        )
+        .with_root_namespace(&self.inject.root_namespace);
         let hook = Arc::new(Webhook::new(service.clone(), metrics.clone(), injector));
         let ca = cert
             .generated_ca

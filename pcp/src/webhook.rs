@@ -29,6 +29,9 @@ use review::{AdmissionRequest, Verdict};
 /// Largest review accepted: an object and its old version, each up to etcd's ~1.5 MiB.
 const MAX_BODY: usize = 8 << 20;
 
+/// How long the injecting webhook waits for the store's answer on security policies.
+const POLICY_LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// How long open connections get after a shutdown signal.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -46,6 +49,57 @@ impl Webhook {
             metrics,
             injector,
         }
+    }
+
+    /// Why a pod the injector would move must stay with istiod: security policies apply to it
+    /// that PASA's agent does not enforce yet (see [`inject::UNENFORCED_KINDS`]), or the store
+    /// cannot say whether any do.
+    async fn keeps_with_istiod(&self, req: &AdmissionRequest) -> Option<String> {
+        let pod = req.object.as_ref()?;
+        let root = self.injector.root_namespace();
+        let request = pasa_proto::store::v1::ListRequest {
+            selector: Some(pasa_proto::store::v1::Subscription {
+                rules: vec![pasa_proto::store::v1::Rule {
+                    kinds: inject::UNENFORCED_KINDS
+                        .iter()
+                        .map(|k| k.as_str().to_string())
+                        .collect(),
+                    namespaces: vec![req.namespace.clone(), root.to_string()],
+                    ..Default::default()
+                }],
+            }),
+            revision: 0,
+        };
+        let listed = tokio::time::timeout(
+            POLICY_LOOKUP_TIMEOUT,
+            self.service.upstream().call(|mut store| {
+                let request = request.clone();
+                async move { store.list(request).await }
+            }),
+        )
+        .await;
+        let policies = match listed {
+            Ok(Ok(list)) => list.into_inner().resources,
+            Ok(Err(status)) => {
+                return Some(format!(
+                    "the store cannot say which security policies apply to it ({})",
+                    status.message()
+                ));
+            }
+            Err(_) => {
+                return Some(
+                    "the store did not say in time which security policies apply to it".into(),
+                );
+            }
+        };
+        let applying = inject::unenforced_policies(pod, &req.namespace, root, &policies);
+        (!applying.is_empty()).then(|| {
+            format!(
+                "{} applies to it, and PASA's agent does not enforce AuthorizationPolicy or \
+                 RequestAuthentication yet",
+                applying.join(", ")
+            )
+        })
     }
 
     /// Decides one admission request.
@@ -138,7 +192,19 @@ async fn validate(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: By
 
 async fn inject(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Bytes) -> Response {
     answer(&hook, &headers, &body, async |request| {
-        let answer = hook.injector.review(request);
+        let mut answer = hook.injector.review(request);
+        if answer.verdict.patch.is_some()
+            && let Some(why) = hook.keeps_with_istiod(request).await
+        {
+            answer = inject::Answer {
+                verdict: Verdict {
+                    allowed: true,
+                    warnings: vec![format!("not moved to PASA (it stays with istiod): {why}")],
+                    ..Default::default()
+                },
+                result: "unenforced_policy",
+            };
+        }
         hook.metrics
             .injections
             .get_or_create(&InjectionLabels {

@@ -277,14 +277,55 @@ async fn webhook_over_verified_https() {
     assert_eq!(r["response"]["allowed"], true, "{r}");
     assert!(r["response"].get("patch").is_none(), "{r}");
 
+    // An AuthorizationPolicy that selects the pod keeps it with istiod (the agent does not
+    // enforce it yet), with a warning naming it; one for other pods does not.
+    let policy = data.path().join("policy.yaml");
+    let policy_for = |app: &str| {
+        std::fs::write(
+            &policy,
+            format!(
+                "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata:\n  \
+                 name: only-{app}\n  namespace: bookinfo\nspec:\n  selector:\n    \
+                 matchLabels: {{app: {app}}}\n  rules:\n  - from:\n    - source:\n        \
+                 namespaces: [bookinfo]\n"
+            ),
+        )
+        .unwrap();
+        pcp.ok(&["apply", "-f", policy.to_str().unwrap()]);
+    };
+    let labelled_pod = serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "pod-2", "operation": "CREATE", "namespace": "bookinfo",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": "reviews-v1-", "labels": {"app": "reviews"},
+                             "annotations": {"pasa.io/enabled": "true"}},
+                "spec": {"containers": [{"name": "reviews", "image": "reviews"}]}}},
+    }))
+    .unwrap();
+    policy_for("ratings");
+    let r = client.review_at("/inject", labelled_pod.clone()).await;
+    assert_eq!(r["response"]["patchType"], "JSONPatch", "{r}");
+    policy_for("reviews");
+    let r = client.review_at("/inject", labelled_pod).await;
+    assert_eq!(r["response"]["allowed"], true, "{r}");
+    assert!(r["response"].get("patch").is_none(), "{r}");
+    let warnings = r["response"]["warnings"].to_string();
+    assert!(
+        warnings.contains("AuthorizationPolicy bookinfo/only-reviews")
+            && warnings.contains("stays with istiod"),
+        "{r}"
+    );
+
     // What the webhook did is on the admin endpoint.
     let metrics = pcp.metrics();
     for line in [
-        "pasa_pcp_webhook_requests_total{answer=\"Allowed\"} 5",
+        "pasa_pcp_webhook_requests_total{answer=\"Allowed\"} 7",
         "pasa_pcp_webhook_requests_total{answer=\"Denied\"} 4",
         "pasa_pcp_webhook_requests_total{answer=\"BadRequest\"} 3",
         "pasa_pcp_documents_total{origin=\"Webhook\",verdict=\"Rejected\"} 2",
-        "pasa_pcp_injections_total{result=\"injected_standalone\"} 1",
+        "pasa_pcp_injections_total{result=\"injected_standalone\"} 2",
+        "pasa_pcp_injections_total{result=\"unenforced_policy\"} 1",
         "pasa_pcp_injections_total{result=\"not_selected\"} 1",
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");

@@ -58,6 +58,13 @@ pub struct InjectArgs {
     /// The mesh's trust domain.
     #[arg(long, env = "PASA_TRUST_DOMAIN", default_value = "cluster.local")]
     pub trust_domain: String,
+    /// The mesh's root namespace: security policies there apply to the whole mesh.
+    #[arg(
+        long = "inject-root-namespace",
+        env = "PASA_ROOT_NAMESPACE",
+        default_value = "istio-system"
+    )]
+    pub root_namespace: String,
     /// Namespaces never injected besides Kubernetes' own and PCP's (comma-separated): the
     /// control planes' (istiod's).
     #[arg(long, value_delimiter = ',', default_value = "istio-system")]
@@ -88,6 +95,7 @@ pub struct Injector {
     config: InjectConfig,
     selection: Selection,
     namespaces: Option<Namespaces>,
+    root_namespace: String,
 }
 
 /// What the webhook answers for one pod, and the metric's `result`.
@@ -102,7 +110,19 @@ impl Injector {
             config,
             selection,
             namespaces,
+            root_namespace: "istio-system".into(),
         }
+    }
+
+    /// The mesh's root namespace (default `istio-system`), whose security policies apply to the
+    /// whole mesh.
+    pub fn with_root_namespace(mut self, namespace: &str) -> Self {
+        self.root_namespace = namespace.to_string();
+        self
+    }
+
+    pub fn root_namespace(&self) -> &str {
+        &self.root_namespace
     }
 
     /// Answers one admission request: always allowed (a pod PASA cannot take stays with
@@ -149,6 +169,53 @@ impl Injector {
             },
         }
     }
+}
+
+/// The security kinds PASA stores and validates but whose filters its agent does not build yet:
+/// a pod one of them applies to stays with istiod, so that moving to PASA never drops a policy.
+pub const UNENFORCED_KINDS: [pasa_proto::Kind; 2] = [
+    pasa_proto::Kind::AuthorizationPolicy,
+    pasa_proto::Kind::RequestAuthentication,
+];
+
+/// The policies among `policies` (of [`UNENFORCED_KINDS`], from the pod's namespace and the root
+/// namespace) that would apply to `pod`'s sidecar in `namespace`, as `Kind namespace/name`: a
+/// policy of the root namespace without selector (the mesh), one of the pod's namespace without
+/// selector (the namespace), or either with a selector the pod's labels match. Policies
+/// attached by `targetRef(s)` apply to Services' waypoints and gateways, not to sidecars. A
+/// policy that cannot be read counts as applying.
+pub fn unenforced_policies(
+    pod: &Value,
+    namespace: &str,
+    root_namespace: &str,
+    policies: &[pasa_proto::store::v1::Resource],
+) -> Vec<String> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    struct Attachment {
+        #[serde(default)]
+        selector: Option<pasa_proto::istio::destination_rule::WorkloadSelector>,
+        #[serde(default)]
+        target_ref: Option<Value>,
+        #[serde(default)]
+        target_refs: Vec<Value>,
+    }
+    let labels: BTreeMap<String, String> = pod
+        .pointer("/metadata/labels")
+        .and_then(|l| serde_json::from_value(l.clone()).ok())
+        .unwrap_or_default();
+    policies
+        .iter()
+        .filter(|p| p.namespace == namespace || p.namespace == root_namespace)
+        .filter(|p| match serde_json::from_str::<Attachment>(&p.spec_json) {
+            Err(_) => true,
+            Ok(a) if a.target_ref.is_some() || !a.target_refs.is_empty() => false,
+            Ok(a) => a
+                .selector
+                .is_none_or(|s| s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))),
+        })
+        .map(|p| format!("{} {}/{}", p.kind, p.namespace, p.name))
+        .collect()
 }
 
 /// The pod annotation that opts a pod in or out.
@@ -409,6 +476,61 @@ mod tests {
                 "case {i}: {annotations} hostNetwork={host_network} in {namespace}"
             );
         }
+    }
+
+    #[test]
+    fn policies_that_would_apply_keep_a_pod_with_istiod() {
+        use pasa_proto::store::v1::Resource;
+        let policy = |kind: &str, ns: &str, name: &str, spec: Value| Resource {
+            kind: kind.into(),
+            namespace: ns.into(),
+            name: name.into(),
+            spec_json: spec.to_string(),
+            ..Default::default()
+        };
+        let pod = json!({"metadata": {"labels": {"app": "reviews", "version": "v1"}}});
+        let policies = [
+            policy(
+                "AuthorizationPolicy",
+                "bookinfo",
+                "for-reviews",
+                json!({"selector": {"matchLabels": {"app": "reviews"}}, "rules": [{}]}),
+            ),
+            policy(
+                "AuthorizationPolicy",
+                "bookinfo",
+                "for-ratings",
+                json!({"selector": {"matchLabels": {"app": "ratings"}}}),
+            ),
+            policy(
+                "RequestAuthentication",
+                "bookinfo",
+                "namespace-wide",
+                json!({"jwtRules": [{"issuer": "a"}]}),
+            ),
+            policy(
+                "AuthorizationPolicy",
+                "bookinfo",
+                "on-a-service",
+                json!({"targetRefs": [{"kind": "Service", "name": "reviews"}]}),
+            ),
+            policy(
+                "AuthorizationPolicy",
+                "istio-system",
+                "mesh-wide",
+                json!({"action": "DENY"}),
+            ),
+            policy("AuthorizationPolicy", "other", "elsewhere", json!({})),
+        ];
+        assert_eq!(
+            unenforced_policies(&pod, "bookinfo", "istio-system", &policies),
+            [
+                "AuthorizationPolicy bookinfo/for-reviews",
+                "RequestAuthentication bookinfo/namespace-wide",
+                "AuthorizationPolicy istio-system/mesh-wide",
+            ]
+        );
+        assert!(unenforced_policies(&pod, "bookinfo", "istio-system", &policies[1..2]).is_empty());
     }
 
     #[test]
