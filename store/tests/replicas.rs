@@ -89,6 +89,34 @@ fn everything() -> Subscription {
     }
 }
 
+/// Every acknowledged write is in the list `client` gets, at its revision or later; returns how
+/// many objects the list holds.
+async fn assert_acknowledged_present(
+    client: &mut StoreClient<Channel>,
+    acked: &BTreeMap<String, u64>,
+) -> usize {
+    let listed = client
+        .list(ListRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let stored: BTreeMap<String, u64> = listed
+        .resources
+        .iter()
+        .map(|r| (r.name.clone(), r.mod_revision))
+        .collect();
+    for (name, revision) in acked {
+        let at = stored
+            .get(name)
+            .unwrap_or_else(|| panic!("acknowledged {name} is missing"));
+        assert!(
+            at >= revision,
+            "{name}: acknowledged at {revision}, stored at {at}"
+        );
+    }
+    stored.len()
+}
+
 fn revisions(events: &[Event]) -> Vec<u64> {
     events.iter().map(|e| e.revision).collect()
 }
@@ -206,34 +234,10 @@ async fn concurrent_writers_through_two_replicas_leave_no_gap_and_lose_nothing()
             (1..=head).collect::<Vec<_>>(),
             "no gap in the change log"
         );
-        let listed = client
-            .list(ListRequest::default())
-            .await
-            .unwrap()
-            .into_inner();
-        let stored: BTreeMap<String, u64> = listed
-            .resources
-            .iter()
-            .map(|r| (r.name.clone(), r.mod_revision))
-            .collect();
-        for (name, revision) in &acked {
-            let at = stored.get(name).unwrap_or_else(|| {
-                let logged: Vec<_> = events
-                    .iter()
-                    .filter(|e| e.revision + 2 >= *revision && e.revision <= revision + 2)
-                    .map(|e| (e.revision, e.resource.as_ref().map(|r| r.name.clone())))
-                    .collect();
-                panic!("acknowledged {name} (revision {revision}) is missing; the log around it: {logged:?}")
-            });
-            assert!(
-                at >= revision,
-                "{name}: acknowledged at {revision}, stored at {at}"
-            );
-        }
+        let objects = assert_acknowledged_present(&mut client, &acked).await;
         println!(
-            "replicas: concurrent writers through two replicas, head {head}, {} objects, no gap; \
-             {} writes refused as contended and sent again",
-            stored.len(),
+            "replicas: concurrent writers through two replicas, head {head}, {objects} objects, \
+             no gap; {} writes refused as contended and sent again",
             CONTENDED.load(std::sync::atomic::Ordering::Relaxed)
         );
     }
@@ -479,10 +483,11 @@ fn an_unreachable_pd_stops_pasa_store_within_seconds_naming_it() {
     assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
     assert!(said.contains("PD") && said.contains(&free), "{said}");
     assert!(!said.contains("panicked"), "{said}");
-    println!(
-        "replicas: unreachable PD refused in {took:?}: {}",
-        said.lines().last().unwrap_or("")
-    );
+    let error = said
+        .lines()
+        .find(|l| l.starts_with("Error:"))
+        .unwrap_or_default();
+    println!("replicas: unreachable PD refused in {took:?}: {error}");
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pasa-store"))
         .args([
@@ -562,27 +567,7 @@ async fn a_replica_killed_while_writing_leaves_locks_that_the_other_resolves() {
         (1..=head).collect::<Vec<_>>(),
         "no gap in the change log"
     );
-    let listed = b
-        .client()
-        .await
-        .list(ListRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    let stored: BTreeMap<String, u64> = listed
-        .resources
-        .iter()
-        .map(|r| (r.name.clone(), r.mod_revision))
-        .collect();
-    for (name, revision) in &acked {
-        let at = stored
-            .get(name)
-            .unwrap_or_else(|| panic!("acknowledged {name} is missing"));
-        assert!(
-            at >= revision,
-            "{name}: acknowledged at {revision}, stored at {at}"
-        );
-    }
+    assert_acknowledged_present(&mut b.client().await, &acked).await;
     println!(
         "replicas: A killed while writing left {left} keys locked; B's next write took {took:?} \
          (head {head}, {} acknowledged writes present)",

@@ -7,6 +7,7 @@ use pasa_proto::Object;
 use pasa_proto::istio::authorization_policy::{
     Action, AuthorizationPolicy, Operation, PolicyTargetReference, Rule, Source,
 };
+use pasa_proto::istio::destination_rule::WorkloadSelector;
 
 use super::common::validate_policy_selector;
 use super::{Path, Report, parse};
@@ -21,7 +22,13 @@ pub fn validate(obj: &Object, report: &mut Report) {
     };
     let spec = Path::spec();
     dry_run(obj, policy.action, report);
-    attachment(&policy, &spec, report);
+    attachment(
+        policy.selector.as_ref(),
+        policy.target_ref.as_ref(),
+        &policy.target_refs,
+        &spec,
+        report,
+    );
     let action = action_name(policy.action);
     if policy.action == Action::Custom {
         custom(&policy, &spec, report);
@@ -90,24 +97,31 @@ fn dry_run(obj: &Object, action: Action, report: &mut Report) {
     }
 }
 
-/// One of `selector`, `targetRef`, `targetRefs`, each well-formed.
-fn attachment(policy: &AuthorizationPolicy, spec: &Path, report: &mut Report) {
-    let set = usize::from(policy.selector.is_some())
-        + usize::from(policy.target_ref.is_some())
-        + usize::from(!policy.target_refs.is_empty());
+/// One of `selector`, `targetRef`, `targetRefs`, each well-formed: how a security policy
+/// (AuthorizationPolicy, RequestAuthentication) picks what it applies to.
+pub fn attachment(
+    selector: Option<&WorkloadSelector>,
+    target: Option<&PolicyTargetReference>,
+    targets: &[PolicyTargetReference],
+    spec: &Path,
+    report: &mut Report,
+) {
+    let set = usize::from(selector.is_some())
+        + usize::from(target.is_some())
+        + usize::from(!targets.is_empty());
     if set > 1 {
         report.error(
             spec,
             "only one of targetRefs or workloadSelector can be set",
         );
     }
-    if let Some(selector) = &policy.selector {
+    if let Some(selector) = selector {
         validate_policy_selector(&spec.field("selector"), selector, report);
     }
-    if let Some(target) = &policy.target_ref {
+    if let Some(target) = target {
         target_ref(target, &spec.field("targetRef"), report);
     }
-    for (i, target) in policy.target_refs.iter().enumerate() {
+    for (i, target) in targets.iter().enumerate() {
         target_ref(target, &spec.field("targetRefs").index(i), report);
     }
 }
@@ -121,7 +135,7 @@ const TARGET_KINDS: [(&str, &str); 4] = [
 ];
 
 /// A `targetRef`: named, in the policy's own namespace, of a kind a policy attaches to.
-pub fn target_ref(target: &PolicyTargetReference, at: &Path, report: &mut Report) {
+fn target_ref(target: &PolicyTargetReference, at: &Path, report: &mut Report) {
     if target.name.is_empty() {
         report.error(&at.field("name"), "targetRef name must be set");
     }

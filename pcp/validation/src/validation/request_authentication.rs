@@ -7,8 +7,8 @@ use pasa_proto::Object;
 use pasa_proto::istio::request_authentication::{JwtRule, RequestAuthentication};
 use serde_json::Value;
 
-use super::authorization_policy::target_ref;
-use super::common::{validate_duration, validate_policy_selector};
+use super::authorization_policy::attachment;
+use super::common::validate_duration;
 use super::{Path, Report, parse};
 
 /// Checks one RequestAuthentication.
@@ -17,24 +17,13 @@ pub fn validate(obj: &Object, report: &mut Report) {
         return;
     };
     let spec = Path::spec();
-    let set = usize::from(policy.selector.is_some())
-        + usize::from(policy.target_ref.is_some())
-        + usize::from(!policy.target_refs.is_empty());
-    if set > 1 {
-        report.error(
-            &spec,
-            "only one of targetRefs or workloadSelector can be set",
-        );
-    }
-    if let Some(selector) = &policy.selector {
-        validate_policy_selector(&spec.field("selector"), selector, report);
-    }
-    if let Some(target) = &policy.target_ref {
-        target_ref(target, &spec.field("targetRef"), report);
-    }
-    for (i, target) in policy.target_refs.iter().enumerate() {
-        target_ref(target, &spec.field("targetRefs").index(i), report);
-    }
+    attachment(
+        policy.selector.as_ref(),
+        policy.target_ref.as_ref(),
+        &policy.target_refs,
+        &spec,
+        report,
+    );
     for (i, rule) in policy.jwt_rules.iter().enumerate() {
         if let Some(rule) = rule {
             jwt_rule(rule, &spec.field("jwtRules").index(i), report);
