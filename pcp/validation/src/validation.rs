@@ -153,6 +153,20 @@ pub fn parse<T: DeserializeOwned>(obj: &Object, report: &mut Report) -> Option<T
     }
 }
 
+/// Validates a `security.istio.io/v1` object of `kind` with `spec`, named `bar/p`: for the
+/// security kinds' unit tests.
+#[cfg(test)]
+pub(crate) fn check_security(kind: &str, spec: serde_json::Value) -> Report {
+    let obj = Object::from_json(
+        &serde_json::json!({
+        "apiVersion": "security.istio.io/v1", "kind": kind,
+        "metadata": {"name": "p", "namespace": "bar"}, "spec": spec}),
+        "default",
+    )
+    .expect("a sound object");
+    validate(&obj)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

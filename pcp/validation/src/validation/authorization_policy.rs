@@ -632,17 +632,8 @@ fn validate_attribute(key: &str, values: &[String]) -> Result<(), String> {
 mod tests {
     use serde_json::json;
 
-    use crate::validation::validate;
-
     fn check(spec: serde_json::Value) -> crate::validation::Report {
-        let obj = pasa_proto::Object::from_json(
-            &json!({
-            "apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
-            "metadata": {"name": "p", "namespace": "bar"}, "spec": spec}),
-            "default",
-        )
-        .expect("a sound object");
-        validate(&obj)
+        crate::validation::check_security("AuthorizationPolicy", spec)
     }
 
     #[test]

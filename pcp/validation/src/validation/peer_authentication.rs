@@ -45,17 +45,8 @@ pub fn validate(obj: &Object, report: &mut Report) {
 mod tests {
     use serde_json::json;
 
-    use crate::validation::validate;
-
     fn check(spec: serde_json::Value) -> crate::validation::Report {
-        let obj = pasa_proto::Object::from_json(
-            &json!({
-            "apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
-            "metadata": {"name": "p", "namespace": "bar"}, "spec": spec}),
-            "default",
-        )
-        .expect("a sound object");
-        validate(&obj)
+        crate::validation::check_security("PeerAuthentication", spec)
     }
 
     #[test]
