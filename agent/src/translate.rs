@@ -1,6 +1,7 @@
 //! Translation: from the proxy and the raw Istio configuration in its scope to the xDS resources
 //! istiod would send it, with istiod's names (see the project's naming notes).
 
+pub mod authz;
 mod builders;
 mod cluster;
 mod endpoint;

@@ -1,0 +1,151 @@
+//! istiod's AuthorizationPolicy builder golden files (the conformance corpus,
+//! `translation/authz/`) through the agent's RBAC builder: for each case of `cases.yaml`, the
+//! policies in, the list of Envoy filters out, compared as data (protobuf JSON) with istiod's.
+//! Prints the pass count per folder; cases in [`SKIPS`] are not run, each with its reason.
+
+use pasa_agent::translate::authz::{self, AppliedPolicy, TrustDomains};
+use pasa_proto::istio::authorization_policy::AuthorizationPolicy;
+use serde_json::{Value, json};
+
+/// Cases not run, by name, with the reason.
+const SKIPS: &[(&str, &str)] = &[];
+
+/// Why a case is not run, if it is not.
+fn skipped(case: &Value) -> Option<String> {
+    let name = case["name"].as_str().unwrap_or_default();
+    if let Some((_, why)) = SKIPS.iter().find(|(n, _)| *n == name) {
+        return Some((*why).to_string());
+    }
+    if case["custom_builder"].as_bool() == Some(true) {
+        return Some(
+            "CUSTOM policies (ext_authz with the mesh's extension providers) are not built yet"
+                .into(),
+        );
+    }
+    None
+}
+
+struct Loaded {
+    namespace: String,
+    name: String,
+    dry_run: bool,
+    spec: AuthorizationPolicy,
+}
+
+fn policies(path: &std::path::Path) -> Vec<Loaded> {
+    pasa_testing::yaml_docs(path)
+        .into_iter()
+        .filter(|d| d.is_object())
+        .map(|d| Loaded {
+            namespace: d["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .into(),
+            name: d["metadata"]["name"].as_str().unwrap_or_default().into(),
+            dry_run: d["metadata"]["annotations"]["istio.io/dry-run"]
+                .as_str()
+                .is_some_and(|v| v.parse::<bool>().unwrap_or(false)),
+            spec: pasa_proto::istio::parse_spec(&d["spec"])
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        })
+        .collect()
+}
+
+fn filter_json(name: &str, any: &envoy_types::pb::google::protobuf::Any) -> Value {
+    let mut typed = pasactl::envoy_json::to_json(name, any).unwrap_or_else(|e| panic!("{e}"));
+    typed
+        .as_object_mut()
+        .expect("a message")
+        .insert("@type".into(), json!(any.type_url));
+    json!({"name": name, "typedConfig": typed})
+}
+
+#[test]
+fn istio_authz_builder_golden_files() {
+    let Some(dir) = pasa_testing::conformance_dir("translation/authz") else {
+        return;
+    };
+    let dir = dir.join("translation/authz");
+    let cases = &pasa_testing::yaml_docs(&dir.join("cases.yaml"))[0];
+    let mut failures = Vec::new();
+    for (kind, for_tcp) in [("http", false), ("tcp", true)] {
+        let (mut passed, mut failed, mut skipped_count) = (0, 0, 0);
+        for case in cases[kind].as_array().into_iter().flatten() {
+            let name = case["name"].as_str().unwrap_or_default();
+            if let Some(why) = skipped(case) {
+                skipped_count += 1;
+                println!("  skip {kind}/{name}: {why}");
+                continue;
+            }
+            let trust = match case["trust_domain"].as_str() {
+                Some(td) => {
+                    let mut all = vec![td.to_string()];
+                    all.extend(
+                        case["trust_domain_aliases"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string),
+                    );
+                    TrustDomains(all)
+                }
+                None => TrustDomains::default(),
+            };
+            let loaded = policies(&dir.join(case["input"].as_str().unwrap()));
+            let applied: Vec<AppliedPolicy<'_>> = loaded
+                .iter()
+                .map(|p| AppliedPolicy {
+                    namespace: &p.namespace,
+                    name: &p.name,
+                    dry_run: p.dry_run,
+                    spec: &p.spec,
+                })
+                .collect();
+            let got: Vec<Value> = if for_tcp {
+                authz::tcp_filters(&applied, &trust)
+                    .iter()
+                    .map(|f| match &f.config_type {
+                        Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) => filter_json(&f.name, any),
+                        _ => json!({"name": f.name}),
+                    })
+                    .collect()
+            } else {
+                authz::http_filters(&applied, &trust)
+                    .iter()
+                    .map(|f| match &f.config_type {
+                        Some(envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType::TypedConfig(any)) => filter_json(&f.name, any),
+                        _ => json!({"name": f.name}),
+                    })
+                    .collect()
+            };
+            let want: Vec<Value> = case["want"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|f| pasa_testing::yaml_docs(&dir.join(f.as_str().unwrap())).remove(0))
+                .collect();
+            if got == want {
+                passed += 1;
+            } else {
+                failed += 1;
+                failures.push(format!(
+                    "{kind}/{name}: got\n{}\nwant\n{}",
+                    serde_json::to_string_pretty(&got).unwrap(),
+                    serde_json::to_string_pretty(&want).unwrap()
+                ));
+            }
+        }
+        println!(
+            "translation/authz {kind}: {passed} passed, {failed} failed, {skipped_count} skipped"
+        );
+    }
+    for f in &failures {
+        println!("FAIL {f}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} case(s) failed; see FAIL lines",
+        failures.len()
+    );
+}
