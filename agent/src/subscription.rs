@@ -162,11 +162,15 @@ pub fn subscription_in<'a>(
 }
 
 /// What decides a sidecar's scope: Sidecars apply from the proxy's config namespace,
-/// PeerAuthentications from its workload namespace (the same, but for a proxy told otherwise);
-/// both also from the root namespace.
+/// PeerAuthentications and AuthorizationPolicies from its workload namespace (the same, but for
+/// a proxy told otherwise); all of them also from the root namespace.
 fn scope_rule(proxy: &Proxy) -> Rule {
     Rule {
-        kinds: kinds(&[Kind::Sidecar, Kind::PeerAuthentication]),
+        kinds: kinds(&[
+            Kind::Sidecar,
+            Kind::PeerAuthentication,
+            Kind::AuthorizationPolicy,
+        ]),
         namespaces: dedup(vec![
             proxy.config_namespace.clone(),
             proxy.namespace.clone(),

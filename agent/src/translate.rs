@@ -856,8 +856,10 @@ impl GlobalInputs {
                 Kind::DestinationRule | Kind::VirtualService => (grpc, false),
                 // The inbound side's modes.
                 Kind::PeerAuthentication => (true, false),
+                // The inbound side's RBAC filters.
+                Kind::AuthorizationPolicy => (!grpc, false),
                 // Not translated yet: stored and validated, not enforced by the agent.
-                Kind::AuthorizationPolicy | Kind::RequestAuthentication => (false, false),
+                Kind::RequestAuthentication => (false, false),
                 Kind::Sidecar | Kind::Gateway => (true, true),
             };
             if for_listeners {

@@ -12,7 +12,10 @@
 //! - PeerAuthentication, through the store: a plaintext request from outside the mesh (the
 //!   client pod's traffic that its sidecar does not capture) reaches the server under the default
 //!   PERMISSIVE mode, is refused once the namespace's policy is STRICT while mesh traffic still
-//!   flows, and reaches it again when a workload policy sets the port PERMISSIVE.
+//!   flows, and reaches it again when a workload policy sets the port PERMISSIVE;
+//! - AuthorizationPolicy, through the store: a DENY rule on a path answers 403 for that path
+//!   only; an ALLOW rule naming another principal refuses the client (403), one naming the
+//!   client's SPIFFE identity lets it through.
 //!
 //! Needs what `envoy_sidecar.rs` needs; says loudly when it skipped.
 
@@ -195,6 +198,7 @@ async fn mutual_tls_between_two_sidecars() {
         assert_eq!(plain.status, 200, "{protocol}: {plain:?}");
 
         peer_authentication(&store, &client.netns, protocol).await;
+        authorization_policy(&store, &client.netns, protocol).await;
 
         for (who, envoy) in [("client", &client), ("server", &server)] {
             let rejected = envoy.rejected().await;
@@ -275,4 +279,78 @@ async fn peer_authentication(store: &StoreServer, client: &Netns, protocol: &str
     store.delete("PeerAuthentication", "shop", "server").await;
     store.apply(&[namespace_policy("PERMISSIVE")]).await;
     println!("{protocol}: PeerAuthentication sets the inbound modes, per namespace and per port");
+}
+
+/// An AuthorizationPolicy of the server's workload.
+fn server_policy(name: &str, spec: Value) -> Value {
+    let mut spec = spec;
+    spec["selector"] = json!({"matchLabels": {"app": "server"}});
+    json!({"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+           "metadata": {"name": name, "namespace": "shop"}, "spec": spec})
+}
+
+/// The server's Envoy enforces its AuthorizationPolicies on mesh traffic from the client (over
+/// mTLS, so the client's SPIFFE identity is the principal). Leaves no policy behind.
+async fn authorization_policy(store: &StoreServer, client: &Netns, protocol: &str) {
+    let url = |path: &str| format!("http://{SERVER_VIP}{path}");
+    let host = ["--host", "server.shop.svc.cluster.local"];
+    store
+        .apply(&[server_policy(
+            "deny-admin",
+            json!({"action": "DENY", "rules": [{"to": [{"operation": {"paths": ["/admin"]}}]}]}),
+        )])
+        .await;
+    let a = until(client, &url("/admin"), &host, "DENY on /admin", |a| {
+        a.status == 403
+    });
+    assert!(
+        a.body.as_deref().is_some_and(|b| b.contains("RBAC")),
+        "{protocol}: {a:?}"
+    );
+    let other = request(client, &url("/hello"), &host);
+    assert_eq!(other.status, 200, "{protocol}: other paths pass: {other:?}");
+
+    let allow_only = |principal: &str| {
+        server_policy(
+            "allow-one",
+            json!({"rules": [{"from": [{"source": {"principals": [principal]}}]}]}),
+        )
+    };
+    store
+        .apply(&[allow_only("cluster.local/ns/shop/sa/someone-else")])
+        .await;
+    until(
+        client,
+        &url("/hello"),
+        &host,
+        "ALLOW for another principal",
+        |a| a.status == 403,
+    );
+    store
+        .apply(&[allow_only("cluster.local/ns/shop/sa/client")])
+        .await;
+    let a = until(client, &url("/hello"), &host, "ALLOW for the client", |a| {
+        a.status == 200
+    });
+    assert_eq!(
+        a.backend.as_deref(),
+        Some("server-app"),
+        "{protocol}: {a:?}"
+    );
+    let denied = request(client, &url("/admin"), &host);
+    assert_eq!(
+        denied.status, 403,
+        "{protocol}: DENY still applies: {denied:?}"
+    );
+
+    store
+        .delete("AuthorizationPolicy", "shop", "allow-one")
+        .await;
+    store
+        .delete("AuthorizationPolicy", "shop", "deny-admin")
+        .await;
+    until(client, &url("/admin"), &host, "no policy left", |a| {
+        a.status == 200
+    });
+    println!("{protocol}: AuthorizationPolicy DENY and ALLOW enforced by the server's Envoy");
 }

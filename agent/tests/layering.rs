@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
 /// The same inside `translate`: its builders, lowest first (the parent module, the translator,
 /// stands on all of them and they read its `View`).
 const TRANSLATE_LAYERS: &[&[&str]] = &[
-    &["builders", "metadata", "names", "sds"],
+    &["authz", "builders", "metadata", "names", "sds"],
     &["endpoint", "route"],
     &["filters", "hash"],
     &["grpc"],

@@ -52,8 +52,8 @@ impl Webhook {
     }
 
     /// Why a pod the injector would move must stay with istiod: security policies apply to it
-    /// that PASA's agent does not enforce yet (see [`inject::UNENFORCED_KINDS`]), or the store
-    /// cannot say whether any do.
+    /// that PASA's agent does not enforce yet (see [`inject::unenforced_policies`]), or the
+    /// store cannot say whether any do.
     async fn keeps_with_istiod(&self, req: &AdmissionRequest) -> Option<String> {
         let pod = req.object.as_ref()?;
         let root = self.injector.root_namespace();
@@ -95,8 +95,8 @@ impl Webhook {
         let applying = inject::unenforced_policies(pod, &req.namespace, root, &policies);
         (!applying.is_empty()).then(|| {
             format!(
-                "{} applies to it, and PASA's agent does not enforce AuthorizationPolicy or \
-                 RequestAuthentication yet",
+                "{} applies to it, and PASA's agent does not enforce RequestAuthentication \
+                 or CUSTOM AuthorizationPolicy yet",
                 applying.join(", ")
             )
         })

@@ -277,8 +277,8 @@ async fn webhook_over_verified_https() {
     assert_eq!(r["response"]["allowed"], true, "{r}");
     assert!(r["response"].get("patch").is_none(), "{r}");
 
-    // An AuthorizationPolicy that selects the pod keeps it with istiod (the agent does not
-    // enforce it yet), with a warning naming it; one for other pods does not.
+    // A CUSTOM AuthorizationPolicy that selects the pod keeps it with istiod (the agent does not
+    // enforce CUSTOM yet), with a warning naming it; one for other pods does not.
     let policy = data.path().join("policy.yaml");
     let policy_for = |app: &str| {
         std::fs::write(
@@ -286,8 +286,8 @@ async fn webhook_over_verified_https() {
             format!(
                 "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata:\n  \
                  name: only-{app}\n  namespace: bookinfo\nspec:\n  selector:\n    \
-                 matchLabels: {{app: {app}}}\n  rules:\n  - from:\n    - source:\n        \
-                 namespaces: [bookinfo]\n"
+                 matchLabels: {{app: {app}}}\n  action: CUSTOM\n  provider: {{name: opa}}\n  \
+                 rules:\n  - to:\n    - operation:\n        paths: [/admin]\n"
             ),
         )
         .unwrap();

@@ -26,6 +26,7 @@ use rustc_hash::FxBuildHasher;
 use serde::de::DeserializeOwned;
 
 use crate::cache::{Cache, Change, Key};
+use pasa_proto::istio::authorization_policy::AuthorizationPolicy;
 use pasa_proto::istio::peer_authentication::PeerAuthentication;
 
 /// Name, namespace and the store's bookkeeping of a parsed resource.
@@ -213,6 +214,7 @@ enum Parsed {
     Gateway(Arc<Config<Gateway>>),
     WorkloadEntry(Arc<Config<WorkloadEntry>>),
     PeerAuthentication(Arc<Config<PeerAuthentication>>),
+    AuthorizationPolicy(Arc<Config<AuthorizationPolicy>>),
     /// A kind translation does not read, or a spec that did not parse.
     Ignored,
 }
@@ -470,6 +472,32 @@ impl Registry {
     pub fn peer_authentications(&self) -> impl Iterator<Item = &Config<PeerAuthentication>> {
         self.entries.values().filter_map(|e| match &e.parsed {
             Parsed::PeerAuthentication(c) => Some(c.as_ref()),
+            _ => None,
+        })
+    }
+
+    /// The AuthorizationPolicies that apply to a sidecar of `namespace` with `labels`: those of
+    /// the root namespace (the mesh's, or with a selector the labels match, in any namespace)
+    /// and those of its own namespace (all of it, or selected). Policies attached by
+    /// `targetRef(s)` apply to waypoints and gateways, not to sidecars.
+    pub fn authorization_policies_for(
+        &self,
+        root_namespace: &str,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &Config<AuthorizationPolicy>> {
+        self.entries.values().filter_map(move |e| match &e.parsed {
+            Parsed::AuthorizationPolicy(c)
+                if (c.meta.namespace == root_namespace || c.meta.namespace == namespace)
+                    && c.spec.target_ref.is_none()
+                    && c.spec.target_refs.is_empty()
+                    && c.spec
+                        .selector
+                        .as_ref()
+                        .is_none_or(|s| selects(&s.match_labels, labels)) =>
+            {
+                Some(c.as_ref())
+            }
             _ => None,
         })
     }
@@ -835,8 +863,11 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
         Some(Kind::PeerAuthentication) => {
             typed(resource).map(|c| Parsed::PeerAuthentication(Arc::new(c)))
         }
-        // Not translated yet: the agent does not enforce it (see the docs on security policy).
-        Some(Kind::AuthorizationPolicy | Kind::RequestAuthentication) | None => None,
+        Some(Kind::AuthorizationPolicy) => {
+            typed(resource).map(|c| Parsed::AuthorizationPolicy(Arc::new(c)))
+        }
+        // Not translated yet: the injector keeps pods it applies to with istiod.
+        Some(Kind::RequestAuthentication) | None => None,
     };
     parsed.unwrap_or(Parsed::Ignored)
 }

@@ -157,7 +157,10 @@ fn a_fresh_sidecar_asks_for_its_scope_first_then_for_what_it_sees() {
     let proxy = crate::testing::sidecar("10.0.0.9");
     let fresh = subscription(&proxy, &Cache::default()).rules;
     assert_eq!(fresh.len(), 1, "{fresh:?}");
-    assert_eq!(fresh[0].kinds, ["Sidecar", "PeerAuthentication"]);
+    assert_eq!(
+        fresh[0].kinds,
+        ["Sidecar", "PeerAuthentication", "AuthorizationPolicy"]
+    );
     let mut answered = Cache::default();
     answered.set_answered(std::sync::Arc::new(Subscription {
         rules: fresh.clone(),

@@ -810,7 +810,10 @@ fn replace_aliases(principals: &[String], domains: &[String]) -> Vec<String> {
             for d in domains {
                 // A principal whose trust domain is a `*suffix` pattern the domain fits stays
                 // as written.
-                let replaced = if td.strip_prefix('*').is_some_and(|suffix| d.ends_with(suffix)) {
+                let replaced = if td
+                    .strip_prefix('*')
+                    .is_some_and(|suffix| d.ends_with(suffix))
+                {
                     p.clone()
                 } else {
                     format!("{d}/{}", parts[1..].join("/"))

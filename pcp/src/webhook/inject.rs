@@ -171,19 +171,21 @@ impl Injector {
     }
 }
 
-/// The security kinds PASA stores and validates but whose filters its agent does not build yet:
-/// a pod one of them applies to stays with istiod, so that moving to PASA never drops a policy.
+/// The security kinds of which PASA's agent does not enforce everything yet (RequestAuthentication;
+/// AuthorizationPolicy with action CUSTOM): a pod one of those applies to stays with istiod, so
+/// that moving to PASA never drops a policy.
 pub const UNENFORCED_KINDS: [pasa_proto::Kind; 2] = [
     pasa_proto::Kind::AuthorizationPolicy,
     pasa_proto::Kind::RequestAuthentication,
 ];
 
 /// The policies among `policies` (of [`UNENFORCED_KINDS`], from the pod's namespace and the root
-/// namespace) that would apply to `pod`'s sidecar in `namespace`, as `Kind namespace/name`: a
-/// policy of the root namespace without selector (the mesh), one of the pod's namespace without
-/// selector (the namespace), or either with a selector the pod's labels match. Policies
-/// attached by `targetRef(s)` apply to Services' waypoints and gateways, not to sidecars. A
-/// policy that cannot be read counts as applying.
+/// namespace) that the agent would not enforce but that would apply to `pod`'s sidecar in
+/// `namespace`, as `Kind namespace/name`: RequestAuthentications and CUSTOM
+/// AuthorizationPolicies of the root namespace without selector (the mesh), of the pod's
+/// namespace without selector (the namespace), or of either with a selector the pod's labels
+/// match. Policies attached by `targetRef(s)` apply to Services' waypoints and gateways, not to
+/// sidecars. A policy that cannot be read counts as applying.
 pub fn unenforced_policies(
     pod: &Value,
     namespace: &str,
@@ -199,6 +201,8 @@ pub fn unenforced_policies(
         target_ref: Option<Value>,
         #[serde(default)]
         target_refs: Vec<Value>,
+        #[serde(default)]
+        action: Option<String>,
     }
     let labels: BTreeMap<String, String> = pod
         .pointer("/metadata/labels")
@@ -210,6 +214,13 @@ pub fn unenforced_policies(
         .filter(|p| match serde_json::from_str::<Attachment>(&p.spec_json) {
             Err(_) => true,
             Ok(a) if a.target_ref.is_some() || !a.target_refs.is_empty() => false,
+            // ALLOW, DENY and AUDIT are enforced by the agent.
+            Ok(a)
+                if p.kind == pasa_proto::Kind::AuthorizationPolicy.as_str()
+                    && a.action.as_deref() != Some("CUSTOM") =>
+            {
+                false
+            }
             Ok(a) => a
                 .selector
                 .is_none_or(|s| s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))),
@@ -494,13 +505,14 @@ mod tests {
                 "AuthorizationPolicy",
                 "bookinfo",
                 "for-reviews",
-                json!({"selector": {"matchLabels": {"app": "reviews"}}, "rules": [{}]}),
+                json!({"selector": {"matchLabels": {"app": "reviews"}}, "action": "CUSTOM",
+                       "provider": {"name": "opa"}, "rules": [{}]}),
             ),
             policy(
                 "AuthorizationPolicy",
                 "bookinfo",
                 "for-ratings",
-                json!({"selector": {"matchLabels": {"app": "ratings"}}}),
+                json!({"selector": {"matchLabels": {"app": "ratings"}}, "action": "CUSTOM"}),
             ),
             policy(
                 "RequestAuthentication",
@@ -512,22 +524,34 @@ mod tests {
                 "AuthorizationPolicy",
                 "bookinfo",
                 "on-a-service",
-                json!({"targetRefs": [{"kind": "Service", "name": "reviews"}]}),
+                json!({"targetRefs": [{"kind": "Service", "name": "reviews"}], "action": "CUSTOM"}),
             ),
+            policy(
+                "RequestAuthentication",
+                "istio-system",
+                "mesh-wide",
+                json!({"jwtRules": [{"issuer": "a"}]}),
+            ),
+            // Enforced by the agent.
             policy(
                 "AuthorizationPolicy",
                 "istio-system",
-                "mesh-wide",
-                json!({"action": "DENY"}),
+                "enforced",
+                json!({"action": "DENY", "rules": [{}]}),
             ),
-            policy("AuthorizationPolicy", "other", "elsewhere", json!({})),
+            policy(
+                "AuthorizationPolicy",
+                "other",
+                "elsewhere",
+                json!({"action": "CUSTOM"}),
+            ),
         ];
         assert_eq!(
             unenforced_policies(&pod, "bookinfo", "istio-system", &policies),
             [
                 "AuthorizationPolicy bookinfo/for-reviews",
                 "RequestAuthentication bookinfo/namespace-wide",
-                "AuthorizationPolicy istio-system/mesh-wide",
+                "RequestAuthentication istio-system/mesh-wide",
             ]
         );
         assert!(unenforced_policies(&pod, "bookinfo", "istio-system", &policies[1..2]).is_empty());

@@ -39,6 +39,7 @@ use envoy_types::util::pack_any;
 use pasa_proto::istio::common::Protocol;
 use pasa_proto::istio::gateway::{ServerTlsSettings, TlsMode};
 
+use super::super::authz::{self, AppliedPolicy, TrustDomains};
 use super::super::cluster::{self};
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
@@ -165,6 +166,7 @@ fn match_options(mode: MtlsMode, kind: Kind) -> Vec<MatchOption> {
 
 /// Inbound clusters and `virtualInbound`.
 pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
+    let authz = Authz::for_proxy(view);
     let policy = MergedPolicy::compose(
         view.registry.peer_authentications(),
         &view.proxy.mesh.root_namespace,
@@ -189,7 +191,12 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
             passthrough: true,
         };
         let mode = policy.for_port(port);
-        chains.extend(port_chains(&cc, mode, &match_options(mode, Kind::Auto)));
+        chains.extend(port_chains(
+            &cc,
+            mode,
+            &match_options(mode, Kind::Auto),
+            &authz,
+        ));
     }
     for cc in &configs {
         let cluster_name = cc.cluster();
@@ -201,13 +208,13 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
         match &cc.tls {
             Some(tls) if mode == MtlsMode::Disable => {
                 let kind = kind_of(cc.protocol);
-                let mut chain = chain(cc, &opt(&[], "tls", kind, false), mode);
+                let mut chain = chain(cc, &opt(&[], "tls", kind, false), mode, &authz);
                 chain.transport_socket = Some(custom_tls(tls));
                 chains.push(chain);
             }
             _ => {
                 let options = match_options(mode, kind_of(cc.protocol));
-                chains.extend(port_chains(cc, mode, &options));
+                chains.extend(port_chains(cc, mode, &options, &authz));
             }
         }
     }
@@ -234,15 +241,65 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
     );
 }
 
-fn port_chains(cc: &ChainConfig, mode: MtlsMode, options: &[MatchOption]) -> Vec<FilterChain> {
-    options.iter().map(|o| chain(cc, o, mode)).collect()
+/// The RBAC filters of the AuthorizationPolicies that apply to the proxy, built once for all
+/// its inbound chains (CUSTOM policies are not built yet: the injector keeps their pods with
+/// istiod).
+struct Authz {
+    http: Vec<envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter>,
+    tcp: Vec<Filter>,
 }
 
-fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode) -> FilterChain {
+impl Authz {
+    fn for_proxy(view: &View<'_>) -> Authz {
+        let proxy = view.proxy;
+        let applied: Vec<AppliedPolicy<'_>> = view
+            .registry
+            .authorization_policies_for(&proxy.mesh.root_namespace, &proxy.namespace, &proxy.labels)
+            .map(|c| AppliedPolicy {
+                namespace: &c.meta.namespace,
+                name: &c.meta.name,
+                dry_run: c
+                    .meta
+                    .annotations
+                    .get("istio.io/dry-run")
+                    .is_some_and(|v| go_bool(v)),
+                spec: &c.spec,
+            })
+            .collect();
+        let trust = TrustDomains::default();
+        Authz {
+            http: authz::http_filters(&applied, &trust),
+            tcp: authz::tcp_filters(&applied, &trust),
+        }
+    }
+}
+
+/// A boolean as Go's `strconv.ParseBool` reads one (istiod reads `istio.io/dry-run` so).
+fn go_bool(v: &str) -> bool {
+    matches!(v, "1" | "t" | "T" | "TRUE" | "true" | "True")
+}
+
+fn port_chains(
+    cc: &ChainConfig,
+    mode: MtlsMode,
+    options: &[MatchOption],
+    authz: &Authz,
+) -> Vec<FilterChain> {
+    options.iter().map(|o| chain(cc, o, mode, authz)).collect()
+}
+
+fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode, authz: &Authz) -> FilterChain {
     let cluster_name = cc.cluster();
-    let filter = match o.kind {
-        Kind::Http => http_filter(cc, &cluster_name),
-        _ => filters::tcp_proxy(&cluster_name, &[(cluster_name.clone(), 100)]),
+    let filters = match o.kind {
+        Kind::Http => vec![http_filter(cc, &cluster_name, &authz.http)],
+        _ => {
+            let mut filters = authz.tcp.clone();
+            filters.push(filters::tcp_proxy(
+                &cluster_name,
+                &[(cluster_name.clone(), 100)],
+            ));
+            filters
+        }
     };
     FilterChain {
         name: cc.name(o.kind),
@@ -252,7 +309,7 @@ fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode) -> FilterChain {
             application_protocols: o.alpn.iter().map(|s| s.to_string()).collect(),
             ..Default::default()
         }),
-        filters: vec![filter],
+        filters,
         transport_socket: (o.tls && mode != MtlsMode::Disable)
             .then(|| istio_mutual_server(o.kind == Kind::Http)),
         ..Default::default()
@@ -261,7 +318,11 @@ fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode) -> FilterChain {
 
 /// The connection manager of an inbound HTTP chain: one virtual host, everything to the cluster,
 /// no retries (those are the caller's sidecar's business).
-fn http_filter(cc: &ChainConfig, cluster_name: &str) -> Filter {
+fn http_filter(
+    cc: &ChainConfig,
+    cluster_name: &str,
+    authz: &[envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter],
+) -> Filter {
     let mut route = route::default_route(cluster_name);
     if let Some(Action::Route(action)) = &mut route.action {
         action.retry_policy = None;
@@ -283,6 +344,8 @@ fn http_filter(cc: &ChainConfig, cluster_name: &str) -> Filter {
             ..Default::default()
         })),
     );
+    // Authorization first: a request it refuses goes no further.
+    hcm.http_filters.splice(0..0, authz.iter().cloned());
     // As istiod's inbound connection manager: the app learns its mTLS peer from
     // X-Forwarded-Client-Cert (the peer's subject, URI and DNS SANs appended).
     hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
