@@ -197,6 +197,15 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
             kinds: kinds(&[Kind::Gateway]),
             ..Default::default()
         },
+        // The AuthorizationPolicies that may apply to the router itself.
+        Rule {
+            kinds: kinds(&[Kind::AuthorizationPolicy]),
+            namespaces: dedup(vec![
+                proxy.namespace.clone(),
+                proxy.mesh.root_namespace.clone(),
+            ]),
+            ..Default::default()
+        },
         Rule {
             kinds: kinds(&[OWN_KINDS.as_slice(), &[Kind::WorkloadEntry]].concat()),
             namespaces: vec![proxy.namespace.clone()],

@@ -128,8 +128,11 @@ fn a_gateway_selecting_other_routers_brings_nothing_but_gateways_and_own_service
         {"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]})
     .to_string();
     let rules = subscription_for(vec![other]);
-    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert_eq!(rules.len(), 3, "{rules:?}");
     assert!(rule_with(&rules, "Gateway", |r| r.namespaces.is_empty()));
+    // The router's own AuthorizationPolicies: its namespace's (here the root namespace too).
+    assert!(rule_with(&rules, "AuthorizationPolicy", |r| r.namespaces
+        == ["istio-system"]));
 }
 
 #[test]
@@ -145,6 +148,10 @@ fn a_sidecar_subscribes_to_the_peer_authentications_of_its_namespace_and_the_roo
     };
     assert_eq!(
         namespaces("PeerAuthentication"),
+        ["default", "istio-system"]
+    );
+    assert_eq!(
+        namespaces("AuthorizationPolicy"),
         ["default", "istio-system"]
     );
     assert!(rule_with(&rules, "Sidecar", |r| !r.namespaces.is_empty()));

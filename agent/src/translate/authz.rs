@@ -39,6 +39,49 @@ const SHADOW_DENY_PREFIX: &str = "istio_dry_run_deny_";
 const TCP_STAT_PREFIX: &str = "tcp.";
 const DEFAULT_TRUST_DOMAIN: &str = "cluster.local";
 
+/// The RBAC filters of the AuthorizationPolicies that apply to a proxy (a sidecar's inbound
+/// side, a router's listeners), built once for all its chains. CUSTOM policies are not built
+/// yet: the injector keeps sidecars they apply to with istiod.
+pub(super) struct ProxyAuthz {
+    pub http: Vec<HttpFilter>,
+    pub tcp: Vec<NetworkFilter>,
+}
+
+impl ProxyAuthz {
+    pub(super) fn of(view: &super::View<'_>) -> ProxyAuthz {
+        let proxy = view.proxy;
+        let applied: Vec<AppliedPolicy<'_>> = view
+            .registry
+            .authorization_policies_for(&proxy.mesh.root_namespace, &proxy.namespace, &proxy.labels)
+            .map(|c| AppliedPolicy {
+                namespace: &c.meta.namespace,
+                name: &c.meta.name,
+                dry_run: c
+                    .meta
+                    .annotations
+                    .get("istio.io/dry-run")
+                    .is_some_and(|v| go_bool(v)),
+                spec: &c.spec,
+            })
+            .collect();
+        let trust = TrustDomains::default();
+        ProxyAuthz {
+            http: http_filters(&applied, &trust),
+            tcp: tcp_filters(&applied, &trust),
+        }
+    }
+
+    /// `filters` of a TCP chain, after the network RBAC filters.
+    pub(super) fn tcp_chain(&self, filters: Vec<NetworkFilter>) -> Vec<NetworkFilter> {
+        self.tcp.iter().cloned().chain(filters).collect()
+    }
+}
+
+/// A boolean as Go's `strconv.ParseBool` reads one (istiod reads `istio.io/dry-run` so).
+fn go_bool(v: &str) -> bool {
+    matches!(v, "1" | "t" | "T" | "TRUE" | "true" | "True")
+}
+
 /// One AuthorizationPolicy that applies to the proxy.
 #[derive(Debug, Clone, Copy)]
 pub struct AppliedPolicy<'a> {

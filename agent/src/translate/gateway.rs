@@ -111,6 +111,7 @@ struct Pending {
 
 /// Listeners, route configurations and SNI-DNAT clusters of a router.
 pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
+    let authz = super::authz::ProxyAuthz::of(view);
     let applying = merge::applying(view.proxy, view.registry);
     let merged = merge::merge(&applying);
     let mut pending: BTreeMap<String, Pending> = BTreeMap::new();
@@ -127,7 +128,7 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
         };
         let name = super::names::listener(&bind, sp.number);
         let chains = if sp.is_http() {
-            vec![http_chain(&servers.route_name, None, Vec::new())]
+            vec![http_chain(&servers.route_name, None, Vec::new(), &authz)]
         } else {
             servers
                 .servers
@@ -139,9 +140,16 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
                             &bound.route_name,
                             http::server_tls(&bound.server, true),
                             bound.sni_hosts(),
+                            &authz,
                         )]
                     } else {
                         tcp::chains(view, bound, sni_known.entry(sp.number).or_default())
+                            .into_iter()
+                            .map(|mut chain| {
+                                chain.filters = authz.tcp_chain(std::mem::take(&mut chain.filters));
+                                chain
+                            })
+                            .collect()
                     }
                 })
                 .collect()
@@ -192,8 +200,15 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
 /// address is the peer's (`use_remote_address`, no trusted X-Forwarded-For hops), and the
 /// X-Forwarded-Client-Cert header a client sent is replaced by the details of its own certificate
 /// (SANITIZE_SET with subject, certificate, URI and DNS SANs) when it presented one.
-fn http_chain(route_name: &str, tls: Option<TransportSocket>, sni_hosts: Vec<String>) -> Chain {
+fn http_chain(
+    route_name: &str,
+    tls: Option<TransportSocket>,
+    sni_hosts: Vec<String>,
+    authz: &super::authz::ProxyAuthz,
+) -> Chain {
     let mut hcm = filters::http_connection_manager(route_name, Routes::Rds(route_name.to_string()));
+    // Authorization first, as on a sidecar's inbound side.
+    hcm.http_filters.splice(0..0, authz.http.iter().cloned());
     hcm.use_remote_address = Some(BoolValue { value: true });
     hcm.forward_client_cert_details = ForwardClientCertDetails::SanitizeSet as i32;
     hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {

@@ -15,6 +15,7 @@ use pasa_proto::store::v1::Resource;
 use prost::Message;
 use serde_json::{Value, json};
 
+use super::authz::HTTP_RBAC;
 use super::*;
 use crate::testing::resource;
 
@@ -1141,4 +1142,86 @@ fn virtual_hosts_encoded_around_their_routes_are_the_bytes_of_the_message() {
             "{routes:?}"
         );
     }
+}
+
+/// The names of the HTTP filters of `listener`'s chain named `chain` (any chain when empty).
+fn http_filter_names(listener: &Listener, chain: &str) -> Vec<String> {
+    let mut one = listener.clone();
+    one.filter_chains
+        .retain(|c| chain.is_empty() || c.name == chain);
+    hcm_of(&one)
+        .http_filters
+        .iter()
+        .map(|f| f.name.clone())
+        .collect()
+}
+
+#[test]
+fn authorization_policies_put_rbac_first_on_the_inbound_side_and_on_routers() {
+    let deny = |ns: &str, name: &str, selector: Value, revision: u64| {
+        resource(
+            "AuthorizationPolicy",
+            ns,
+            name,
+            json!({"selector": {"matchLabels": selector}, "action": "DENY",
+                   "rules": [{"to": [{"operation": {"paths": ["/admin"]}}]}]}),
+            revision,
+        )
+    };
+    // A workload of reviews: its inbound HTTP chain gets the RBAC filter once a policy selects
+    // it, and not for a policy of other workloads.
+    let mut workload = proxy("10.0.0.2");
+    workload.labels = [("app".to_string(), "reviews".to_string())].into();
+    let mut t = Translator::new(workload);
+    let chain = "0.0.0.0_9080";
+    let out = t
+        .update(
+            &cache(vec![
+                reviews_service(),
+                deny("default", "other", json!({"app": "ratings"}), 5),
+            ]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
+    let names = http_filter_names(&out.listeners["virtualInbound"], chain);
+    assert!(!names.contains(&HTTP_RBAC.to_string()), "{names:?}");
+    let out = t
+        .update(
+            &cache(vec![
+                reviews_service(),
+                deny("default", "other", json!({"app": "ratings"}), 5),
+                deny("default", "reviews", json!({"app": "reviews"}), 6),
+            ]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
+    let names = http_filter_names(&out.listeners["virtualInbound"], chain);
+    assert_eq!(names[0], HTTP_RBAC, "{names:?}");
+
+    // A router selected by a policy of the root namespace.
+    let gateway = resource(
+        "Gateway",
+        "istio-system",
+        "gw",
+        json!({"selector": {"istio": "ingressgateway"}, "servers": [
+            {"port": {"number": 8080, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]}),
+        2,
+    );
+    let mut t = Translator::new(crate::testing::router("10.0.0.50"));
+    let out = t
+        .update(
+            &cache(vec![
+                gateway,
+                deny(
+                    "istio-system",
+                    "edge",
+                    json!({"istio": "ingressgateway"}),
+                    7,
+                ),
+            ]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
+    let names = http_filter_names(&out.listeners["0.0.0.0_8080"], "");
+    assert_eq!(names[0], HTTP_RBAC, "{names:?}");
 }

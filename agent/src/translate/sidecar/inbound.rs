@@ -39,7 +39,7 @@ use envoy_types::util::pack_any;
 use pasa_proto::istio::common::Protocol;
 use pasa_proto::istio::gateway::{ServerTlsSettings, TlsMode};
 
-use super::super::authz::{self, AppliedPolicy, TrustDomains};
+use super::super::authz::ProxyAuthz as Authz;
 use super::super::cluster::{self};
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
@@ -166,7 +166,7 @@ fn match_options(mode: MtlsMode, kind: Kind) -> Vec<MatchOption> {
 
 /// Inbound clusters and `virtualInbound`.
 pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
-    let authz = Authz::for_proxy(view);
+    let authz = Authz::of(view);
     let policy = MergedPolicy::compose(
         view.registry.peer_authentications(),
         &view.proxy.mesh.root_namespace,
@@ -241,44 +241,6 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
     );
 }
 
-/// The RBAC filters of the AuthorizationPolicies that apply to the proxy, built once for all
-/// its inbound chains (CUSTOM policies are not built yet: the injector keeps their pods with
-/// istiod).
-struct Authz {
-    http: Vec<envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter>,
-    tcp: Vec<Filter>,
-}
-
-impl Authz {
-    fn for_proxy(view: &View<'_>) -> Authz {
-        let proxy = view.proxy;
-        let applied: Vec<AppliedPolicy<'_>> = view
-            .registry
-            .authorization_policies_for(&proxy.mesh.root_namespace, &proxy.namespace, &proxy.labels)
-            .map(|c| AppliedPolicy {
-                namespace: &c.meta.namespace,
-                name: &c.meta.name,
-                dry_run: c
-                    .meta
-                    .annotations
-                    .get("istio.io/dry-run")
-                    .is_some_and(|v| go_bool(v)),
-                spec: &c.spec,
-            })
-            .collect();
-        let trust = TrustDomains::default();
-        Authz {
-            http: authz::http_filters(&applied, &trust),
-            tcp: authz::tcp_filters(&applied, &trust),
-        }
-    }
-}
-
-/// A boolean as Go's `strconv.ParseBool` reads one (istiod reads `istio.io/dry-run` so).
-fn go_bool(v: &str) -> bool {
-    matches!(v, "1" | "t" | "T" | "TRUE" | "true" | "True")
-}
-
 fn port_chains(
     cc: &ChainConfig,
     mode: MtlsMode,
@@ -292,14 +254,10 @@ fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode, authz: &Authz) -> Fi
     let cluster_name = cc.cluster();
     let filters = match o.kind {
         Kind::Http => vec![http_filter(cc, &cluster_name, &authz.http)],
-        _ => {
-            let mut filters = authz.tcp.clone();
-            filters.push(filters::tcp_proxy(
-                &cluster_name,
-                &[(cluster_name.clone(), 100)],
-            ));
-            filters
-        }
+        _ => authz.tcp_chain(vec![filters::tcp_proxy(
+            &cluster_name,
+            &[(cluster_name.clone(), 100)],
+        )]),
     };
     FilterChain {
         name: cc.name(o.kind),
