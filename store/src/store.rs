@@ -226,9 +226,8 @@ impl Store {
                         return;
                     };
                     let seen = inner.hub.lock().revision();
-                    let head = match inner.backend.get(META_REVISION) {
-                        Ok(Some(v)) => record::decode_u64(META_REVISION, &v).unwrap_or(0),
-                        Ok(None) => 0,
+                    let head = match stored_u64(inner.backend.as_ref(), META_REVISION) {
+                        Ok(head) => head,
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot read the store's revision");
                             continue;
@@ -559,13 +558,9 @@ pub(crate) fn read_log_blocking(
         return Ok(out);
     }
     let compacted = |backend: &dyn Backend| -> Result<StoreError, StoreError> {
-        let compact_revision = match backend.get(META_COMPACT)? {
-            Some(v) => record::decode_u64(META_COMPACT, &v)?,
-            None => 0,
-        };
         Ok(StoreError::Compacted {
             requested: from,
-            compact_revision,
+            compact_revision: stored_u64(backend, META_COMPACT)?,
         })
     };
     let mut next = from;
@@ -594,17 +589,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A counter the store keeps under `key` (the revision, the compact revision); 0 before the first.
+pub(crate) fn stored_u64(backend: &dyn Backend, key: &[u8]) -> Result<u64, StoreError> {
+    Ok(match backend.get(key)? {
+        Some(v) => record::decode_u64(key, &v)?,
+        None => 0,
+    })
+}
+
 /// Every object of the backend in a new hub, at the backend's revisions.
 fn load_hub(backend: &dyn Backend, metrics: Metrics) -> Result<Hub, StoreError> {
     let mut hub = Hub::new(metrics);
-    let read_u64 = |key: &[u8]| -> Result<u64, StoreError> {
-        Ok(match backend.get(key)? {
-            Some(v) => record::decode_u64(key, &v)?,
-            None => 0,
-        })
-    };
-    let revision = read_u64(META_REVISION)?;
-    let compact_revision = read_u64(META_COMPACT)?;
+    let revision = stored_u64(backend, META_REVISION)?;
+    let compact_revision = stored_u64(backend, META_COMPACT)?;
     let mut start = OBJECT_PREFIX.to_vec();
     loop {
         let page = backend.scan(&start, OBJECT_END, 10_000)?;

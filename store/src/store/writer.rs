@@ -20,7 +20,7 @@ use pasa_proto::store::v1::{
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Prepared, StoreError, doc_error, read_log_blocking};
+use super::{Prepared, StoreError, doc_error, read_log_blocking, stored_u64};
 use crate::backend::{Backend, BackendError, Locked, WriteBatch};
 use crate::metrics::{Metrics, OpLabels, WriteOp};
 use crate::record::{self, LogRecord, META_COMPACT, META_REVISION, ObjectKey};
@@ -262,7 +262,7 @@ impl Writer {
             None => 0,
         };
         if head != self.revision {
-            self.catch_up(outlet, records)?;
+            self.catch_up_to(head, outlet, records)?;
         }
         self.locked = Some(locked);
         Ok(())
@@ -275,14 +275,18 @@ impl Writer {
         outlet: &dyn Outlet,
         records: &mut Vec<LogRecord>,
     ) -> Result<(), StoreError> {
-        let stored = |key: &[u8]| -> Result<u64, StoreError> {
-            Ok(match self.backend.get(key)? {
-                Some(v) => record::decode_u64(key, &v)?,
-                None => 0,
-            })
-        };
-        let head = stored(META_REVISION)?;
-        let compact = stored(META_COMPACT)?;
+        let head = stored_u64(self.backend.as_ref(), META_REVISION)?;
+        self.catch_up_to(head, outlet, records)
+    }
+
+    /// [`Writer::catch_up`] to `head`, the backend's revision as already read (the lock's).
+    fn catch_up_to(
+        &mut self,
+        head: u64,
+        outlet: &dyn Outlet,
+        records: &mut Vec<LogRecord>,
+    ) -> Result<(), StoreError> {
+        let compact = stored_u64(self.backend.as_ref(), META_COMPACT)?;
         if compact > self.compact_revision {
             self.compact_revision = compact;
         }
@@ -539,9 +543,7 @@ impl Writer {
                 Ok(()) => {}
                 Err(BackendError::Conflict { .. }) => {
                     // Another replica compacted; follow its counter.
-                    if let Ok(Some(v)) = self.backend.get(META_COMPACT)
-                        && let Ok(compact) = record::decode_u64(META_COMPACT, &v)
-                    {
+                    if let Ok(compact) = stored_u64(self.backend.as_ref(), META_COMPACT) {
                         self.compact_revision = self.compact_revision.max(compact);
                     }
                     break;
