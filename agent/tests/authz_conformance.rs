@@ -4,7 +4,7 @@
 //! Prints the pass count per folder; cases in [`SKIPS`] are not run, each with its reason.
 
 use pasa_agent::translate::authz::{self, AppliedPolicy, TrustDomains};
-use pasa_proto::istio::authorization_policy::AuthorizationPolicy;
+use pasa_proto::istio::authorization_policy::{AuthorizationPolicy, DRY_RUN_ANNOTATION, go_bool};
 use serde_json::{Value, json};
 
 /// Cases not run, by name, with the reason.
@@ -42,9 +42,10 @@ fn policies(path: &std::path::Path) -> Vec<Loaded> {
                 .unwrap_or_default()
                 .into(),
             name: d["metadata"]["name"].as_str().unwrap_or_default().into(),
-            dry_run: d["metadata"]["annotations"]["istio.io/dry-run"]
+            dry_run: d["metadata"]["annotations"][DRY_RUN_ANNOTATION]
                 .as_str()
-                .is_some_and(|v| v.parse::<bool>().unwrap_or(false)),
+                .and_then(go_bool)
+                .unwrap_or(false),
             spec: pasa_proto::istio::parse_spec(&d["spec"])
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
         })

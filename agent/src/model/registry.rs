@@ -488,13 +488,14 @@ impl Registry {
     ) -> impl Iterator<Item = &Config<AuthorizationPolicy>> {
         self.entries.values().filter_map(move |e| match &e.parsed {
             Parsed::AuthorizationPolicy(c)
-                if (c.meta.namespace == root_namespace || c.meta.namespace == namespace)
-                    && c.spec.target_ref.is_none()
-                    && c.spec.target_refs.is_empty()
-                    && c.spec
-                        .selector
-                        .as_ref()
-                        .is_none_or(|s| selects(&s.match_labels, labels)) =>
+                if pasa_proto::istio::authorization_policy::applies_to_sidecar(
+                    &c.meta.namespace,
+                    c.spec.selector.as_ref(),
+                    c.spec.targeted(),
+                    root_namespace,
+                    namespace,
+                    labels,
+                ) =>
             {
                 Some(c.as_ref())
             }

@@ -28,7 +28,9 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 };
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
-use pasa_proto::istio::authorization_policy::{Action, AuthorizationPolicy, Rule};
+use pasa_proto::istio::authorization_policy::{
+    Action, AuthorizationPolicy, DRY_RUN_ANNOTATION, Rule, go_bool,
+};
 
 pub const HTTP_RBAC: &str = "envoy.filters.http.rbac";
 pub const NETWORK_RBAC: &str = "envoy.filters.network.rbac";
@@ -59,8 +61,8 @@ impl ProxyAuthz {
                 dry_run: c
                     .meta
                     .annotations
-                    .get("istio.io/dry-run")
-                    .is_some_and(|v| go_bool(v)),
+                    .get(DRY_RUN_ANNOTATION)
+                    .is_some_and(|v| go_bool(v) == Some(true)),
                 spec: &c.spec,
             })
             .collect();
@@ -75,11 +77,6 @@ impl ProxyAuthz {
     pub(super) fn tcp_chain(&self, filters: Vec<NetworkFilter>) -> Vec<NetworkFilter> {
         self.tcp.iter().cloned().chain(filters).collect()
     }
-}
-
-/// A boolean as Go's `strconv.ParseBool` reads one (istiod reads `istio.io/dry-run` so).
-fn go_bool(v: &str) -> bool {
-    matches!(v, "1" | "t" | "T" | "TRUE" | "true" | "True")
 }
 
 /// One AuthorizationPolicy that applies to the proxy.

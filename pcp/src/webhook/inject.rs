@@ -192,38 +192,44 @@ pub fn unenforced_policies(
     root_namespace: &str,
     policies: &[pasa_proto::store::v1::Resource],
 ) -> Vec<String> {
-    #[derive(serde::Deserialize, Default)]
-    #[serde(rename_all = "camelCase")]
-    struct Attachment {
-        #[serde(default)]
-        selector: Option<pasa_proto::istio::destination_rule::WorkloadSelector>,
-        #[serde(default)]
-        target_ref: Option<Value>,
-        #[serde(default)]
-        target_refs: Vec<Value>,
-        #[serde(default)]
-        action: Option<String>,
-    }
+    use pasa_proto::istio::authorization_policy::{
+        Action, AuthorizationPolicy, applies_to_sidecar,
+    };
+    use pasa_proto::istio::request_authentication::RequestAuthentication;
     let labels: BTreeMap<String, String> = pod
         .pointer("/metadata/labels")
         .and_then(|l| serde_json::from_value(l.clone()).ok())
         .unwrap_or_default();
+    let applies = |p: &pasa_proto::store::v1::Resource,
+                   selector: Option<&pasa_proto::istio::destination_rule::WorkloadSelector>,
+                   targeted: bool| {
+        applies_to_sidecar(
+            &p.namespace,
+            selector,
+            targeted,
+            root_namespace,
+            namespace,
+            &labels,
+        )
+    };
     policies
         .iter()
-        .filter(|p| p.namespace == namespace || p.namespace == root_namespace)
-        .filter(|p| match serde_json::from_str::<Attachment>(&p.spec_json) {
-            Err(_) => true,
-            Ok(a) if a.target_ref.is_some() || !a.target_refs.is_empty() => false,
-            // ALLOW, DENY and AUDIT are enforced by the agent.
-            Ok(a)
-                if p.kind == pasa_proto::Kind::AuthorizationPolicy.as_str()
-                    && a.action.as_deref() != Some("CUSTOM") =>
-            {
-                false
+        .filter(|p| {
+            if p.kind == pasa_proto::Kind::AuthorizationPolicy.as_str() {
+                match pasa_proto::istio::parse_spec_json::<AuthorizationPolicy>(&p.spec_json) {
+                    // ALLOW, DENY and AUDIT are enforced by the agent.
+                    Ok(ap) => {
+                        ap.action == Action::Custom
+                            && applies(p, ap.selector.as_ref(), ap.targeted())
+                    }
+                    Err(_) => applies(p, None, false),
+                }
+            } else {
+                match pasa_proto::istio::parse_spec_json::<RequestAuthentication>(&p.spec_json) {
+                    Ok(ra) => applies(p, ra.selector.as_ref(), ra.targeted()),
+                    Err(_) => applies(p, None, false),
+                }
             }
-            Ok(a) => a
-                .selector
-                .is_none_or(|s| s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))),
         })
         .map(|p| format!("{} {}/{}", p.kind, p.namespace, p.name))
         .collect()

@@ -4,9 +4,49 @@
 //! the difference: istiod's rules tell "no rules" from "one empty rule", and "no `from`" from an
 //! empty one.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::destination_rule::WorkloadSelector;
+
+/// The annotation that makes an ALLOW or DENY policy only log what it would do.
+pub const DRY_RUN_ANNOTATION: &str = "istio.io/dry-run";
+
+/// A boolean as Go's `strconv.ParseBool` reads one (istiod reads `istio.io/dry-run` so); `None`
+/// for anything else.
+pub fn go_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether a security policy (AuthorizationPolicy, RequestAuthentication) of
+/// `policy_namespace` applies to a sidecar of `namespace` with `labels`, as istiod decides: a
+/// policy of the root namespace applies mesh-wide (or, with a selector, to the workloads it
+/// picks in any namespace), one of the sidecar's namespace to all of it (or to those it picks).
+/// A policy attached by `targetRef(s)` applies to waypoints and gateways, not to sidecars.
+pub fn applies_to_sidecar(
+    policy_namespace: &str,
+    selector: Option<&WorkloadSelector>,
+    targeted: bool,
+    root_namespace: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    (policy_namespace == root_namespace || policy_namespace == namespace)
+        && !targeted
+        && selector.is_none_or(|s| s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
+}
+
+impl AuthorizationPolicy {
+    /// Whether the policy is attached by `targetRef` or `targetRefs`.
+    pub fn targeted(&self) -> bool {
+        self.target_ref.is_some() || !self.target_refs.is_empty()
+    }
+}
 
 /// The `spec` of an AuthorizationPolicy.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -198,6 +238,27 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_policy_applies_mesh_wide_namespace_wide_or_to_what_it_selects() {
+        let labels: BTreeMap<String, String> = [("app".into(), "reviews".into())].into();
+        let select = |app: &str| WorkloadSelector {
+            match_labels: [("app".into(), app.into())].into(),
+        };
+        let applies = |ns: &str, selector: Option<&WorkloadSelector>, targeted: bool| {
+            applies_to_sidecar(ns, selector, targeted, "istio-system", "shop", &labels)
+        };
+        assert!(applies("istio-system", None, false));
+        assert!(applies("shop", None, false));
+        assert!(applies("istio-system", Some(&select("reviews")), false));
+        assert!(applies("shop", Some(&select("reviews")), false));
+        assert!(!applies("shop", Some(&select("ratings")), false));
+        assert!(!applies("other", None, false));
+        assert!(!applies("shop", None, true));
+        assert_eq!(go_bool("T"), Some(true));
+        assert_eq!(go_bool("0"), Some(false));
+        assert_eq!(go_bool("yes"), None);
+    }
 
     #[test]
     fn absent_empty_and_null_stay_apart() {

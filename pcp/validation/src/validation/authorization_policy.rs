@@ -12,8 +12,7 @@ use pasa_proto::istio::destination_rule::WorkloadSelector;
 use super::common::validate_policy_selector;
 use super::{Path, Report, parse};
 
-/// The annotation that makes an ALLOW or DENY policy only log what it would do.
-pub const DRY_RUN: &str = "istio.io/dry-run";
+use pasa_proto::istio::authorization_policy::{DRY_RUN_ANNOTATION as DRY_RUN, go_bool};
 
 /// Checks one AuthorizationPolicy.
 pub fn validate(obj: &Object, report: &mut Report) {
@@ -71,10 +70,7 @@ fn dry_run(obj: &Object, action: Action, report: &mut Report) {
     let at = Path::root("metadata").field("annotations").key(DRY_RUN);
     match action {
         Action::Allow | Action::Deny => {
-            const BOOLS: [&str; 12] = [
-                "1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False",
-            ];
-            if !BOOLS.contains(&value.as_str()) {
+            if go_bool(value).is_none() {
                 report.error(
                     &at,
                     format!(

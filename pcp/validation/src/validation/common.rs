@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 
 use pasa_proto::Object;
+use pasa_proto::istio::authorization_policy::DRY_RUN_ANNOTATION;
 use pasa_proto::istio::common::{Duration, Protocol};
 use pasa_proto::istio::destination_rule::WorkloadSelector;
 
@@ -459,12 +460,12 @@ pub fn validate_export_to(
 pub fn validate_metadata(obj: &Object, report: &mut Report) {
     let at = Path::root("metadata").field("annotations");
     if obj.kind != pasa_proto::Kind::AuthorizationPolicy
-        && obj.annotations.contains_key("istio.io/dry-run")
+        && obj.annotations.contains_key(DRY_RUN_ANNOTATION)
     {
         report.error(
-            &at.key("istio.io/dry-run"),
+            &at.key(DRY_RUN_ANNOTATION),
             format!(
-                "{}/{} has unsupported annotation istio.io/dry-run, please remove the annotation",
+                "{}/{} has unsupported annotation {DRY_RUN_ANNOTATION}, please remove the annotation",
                 obj.namespace, obj.name
             ),
         );
