@@ -177,9 +177,8 @@ async fn proxy_statuses(
         local_only: false,
     };
     let mut pages = upstream
-        .call(|mut store| {
-            let request = request.clone();
-            async move { store.list_proxy_status(request).await }
+        .call(&request, |mut store, request| async move {
+            store.list_proxy_status(request).await
         })
         .await?
         .into_inner();

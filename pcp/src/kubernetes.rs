@@ -160,9 +160,8 @@ impl Target for WriteService {
         };
         let list = self
             .upstream()
-            .call(|mut store| {
-                let request = request.clone();
-                async move { store.list(request).await }
+            .call(&request, |mut store, request| async move {
+                store.list(request).await
             })
             .await
             .map_err(|s| WriteError::Unavailable(s.message().to_string()))?
@@ -201,9 +200,8 @@ impl Target for WriteService {
         let request = key.delete_request();
         let response = self
             .upstream()
-            .call(|mut store| {
-                let request = request.clone();
-                async move { store.delete(request).await }
+            .call(&request, |mut store, request| async move {
+                store.delete(request).await
             })
             .await
             .map_err(|s| refused_or_unavailable(&s))?

@@ -72,10 +72,11 @@ impl Webhook {
         };
         let listed = tokio::time::timeout(
             POLICY_LOOKUP_TIMEOUT,
-            self.service.upstream().call(|mut store| {
-                let request = request.clone();
-                async move { store.list(request).await }
-            }),
+            self.service
+                .upstream()
+                .call(&request, |mut store, request| async move {
+                    store.list(request).await
+                }),
         )
         .await;
         let policies = match listed {

@@ -141,13 +141,14 @@ impl Upstream {
         self.replicas.clients[self.current()].clone()
     }
 
-    /// Runs `rpc` on the replica in use; when that replica cannot be reached (`Unavailable`),
+    /// Runs `rpc` with (a copy of) `request` on the replica in use; when that replica cannot be reached (`Unavailable`),
     /// moves to the next one and runs it there, once per replica. A call whose answer was lost
     /// with its connection may so run twice: store writes set content, so the second finds it
     /// unchanged.
-    pub async fn call<T, Fut>(
+    pub async fn call<R: Clone, T, Fut>(
         &self,
-        rpc: impl Fn(StoreClient<Transport>) -> Fut,
+        request: &R,
+        rpc: impl Fn(StoreClient<Transport>, R) -> Fut,
     ) -> Result<T, Status>
     where
         Fut: Future<Output = Result<T, Status>>,
@@ -156,7 +157,7 @@ impl Upstream {
         let mut attempt = 1;
         loop {
             let index = self.current();
-            match rpc(self.replicas.clients[index].clone()).await {
+            match rpc(self.replicas.clients[index].clone(), request.clone()).await {
                 Err(status) if status.code() == tonic::Code::Unavailable && attempt < replicas => {
                     self.failed(index, &status);
                     attempt += 1;
@@ -274,10 +275,11 @@ impl WriteService {
                 documents: req.documents,
                 dry_run: true,
             };
-            let answer = self.upstream.call(|mut store| {
-                let dry_run = dry_run.clone();
-                async move { store.apply(dry_run).await }
-            });
+            let answer = self
+                .upstream
+                .call(&dry_run, |mut store, dry_run| async move {
+                    store.apply(dry_run).await
+                });
             if let Ok(Ok(store)) = tokio::time::timeout(ANALYSIS_TIMEOUT, answer).await {
                 let store = store.into_inner();
                 let named: std::collections::HashSet<u32> =
@@ -298,10 +300,7 @@ impl WriteService {
         }
         let mut response = self
             .upstream
-            .call(|mut store| {
-                let req = req.clone();
-                async move { store.apply(req).await }
-            })
+            .call(&req, |mut store, req| async move { store.apply(req).await })
             .await?
             .into_inner();
         response.warnings.extend(checked.warnings);
@@ -319,10 +318,11 @@ impl WriteService {
             selector: Some(selector),
             revision: 0,
         };
-        let answer = self.upstream.call(|mut store| {
-            let request = request.clone();
-            async move { store.list(request).await }
-        });
+        let answer = self
+            .upstream
+            .call(&request, |mut store, request| async move {
+                store.list(request).await
+            });
         let list = tokio::time::timeout(ANALYSIS_TIMEOUT, answer).await;
         match list {
             Ok(Ok(list)) => list
@@ -437,9 +437,8 @@ impl StoreApi for WriteService {
     ) -> Result<Response<DeleteResponse>, Status> {
         let request = request.into_inner();
         self.upstream
-            .call(|mut store| {
-                let request = request.clone();
-                async move { store.delete(request).await }
+            .call(&request, |mut store, request| async move {
+                store.delete(request).await
             })
             .await
     }
@@ -447,9 +446,8 @@ impl StoreApi for WriteService {
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
         let request = request.into_inner();
         self.upstream
-            .call(|mut store| {
-                let request = request.clone();
-                async move { store.get(request).await }
+            .call(&request, |mut store, request| async move {
+                store.get(request).await
             })
             .await
     }
@@ -457,9 +455,8 @@ impl StoreApi for WriteService {
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
         let request = request.into_inner();
         self.upstream
-            .call(|mut store| {
-                let request = request.clone();
-                async move { store.list(request).await }
+            .call(&request, |mut store, request| async move {
+                store.list(request).await
             })
             .await
     }
@@ -501,7 +498,9 @@ impl StoreApi for WriteService {
 
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         self.upstream
-            .call(|mut store| async move { store.status(StatusRequest {}).await })
+            .call(&StatusRequest {}, |mut store, request| async move {
+                store.status(request).await
+            })
             .await
     }
 
@@ -533,9 +532,8 @@ impl StoreApi for WriteService {
         let request = request.into_inner();
         let pages = self
             .upstream
-            .call(|mut store| {
-                let request = request.clone();
-                async move { store.list_proxy_status(request).await }
+            .call(&request, |mut store, request| async move {
+                store.list_proxy_status(request).await
             })
             .await?
             .into_inner();
