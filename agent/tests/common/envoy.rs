@@ -206,6 +206,10 @@ impl Envoy {
             .arg(&config)
             .args(["--log-level", "warning", "--use-dynamic-base-id"])
             .args(["--concurrency", "1", "--disable-hot-restart"])
+            // As pilot-agent (and the agent's own supervisor) run Envoy: connections of a filter
+            // chain that an update changed are closed at their next response, so the next
+            // request meets the new chain (Envoy's default drains them gradually over 10 min).
+            .args(["--drain-strategy", "immediate"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
