@@ -74,9 +74,66 @@ pub struct CredentialArgs {
     pub credential_poll: Duration,
     #[command(flatten)]
     pub ca: ca::CaArgs,
+    /// CA certificate (PEM) the store's (or PCP's) certificate must chain to: the agent then
+    /// reaches --server over mutual TLS, presenting its workload certificate (--cert-dir, or
+    /// the one Istio's CA issued), whose identity decides what the store lets it read.
+    #[arg(long, env = "PASA_STORE_CA")]
+    pub store_ca: Option<PathBuf>,
 }
 
 impl CredentialArgs {
+    /// The TLS towards the store when --store-ca is given: the workload certificate of
+    /// --cert-dir (read at each connection, so a rotated one is used), or else the latest one
+    /// `issued` by Istio's CA. Without a workload certificate, --store-ca is an error.
+    pub fn store_tls(
+        &self,
+        issued: Option<tokio::sync::watch::Receiver<BTreeMap<String, Secret>>>,
+    ) -> anyhow::Result<Option<pasa_proto::client::ClientTls>> {
+        let Some(store_ca) = &self.store_ca else {
+            return Ok(None);
+        };
+        if let Some(dir) = &self.cert_dir {
+            return pasa_proto::client::ClientTls::from_files(
+                store_ca,
+                &dir.join(workload::CERT_CHAIN),
+                &dir.join(workload::KEY),
+            )
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("--store-ca with --cert-dir: {e}"));
+        }
+        let Some(issued) = issued else {
+            anyhow::bail!(
+                "--store-ca needs the workload certificate to present: give --cert-dir or \
+                 --ca-address"
+            );
+        };
+        let ca = pasa_proto::client::read_pem(store_ca)
+            .map_err(|e| anyhow::anyhow!("--store-ca: {e}"))?;
+        Ok(Some(pasa_proto::client::ClientTls::new(
+            ca,
+            Arc::new(move || {
+                let secrets = issued.borrow();
+                let tls = secrets
+                    .get(crate::model::secrets::WORKLOAD_CERTIFICATE)
+                    .and_then(|secret| match &secret.r#type {
+                        Some(secret::Type::TlsCertificate(tls)) => Some(tls),
+                        _ => None,
+                    })
+                    .ok_or("no workload certificate from Istio's CA yet")?;
+                let bytes = |source: &Option<DataSource>| match source
+                    .as_ref()
+                    .and_then(|s| s.specifier.as_ref())
+                {
+                    Some(Specifier::InlineBytes(bytes)) => Some(bytes.clone()),
+                    _ => None,
+                };
+                bytes(&tls.certificate_chain)
+                    .zip(bytes(&tls.private_key))
+                    .ok_or_else(|| "the workload certificate is not inline".to_string())
+            }),
+        )))
+    }
+
     /// Whether the agent serves the workload certificate itself (from files or from the CA), so
     /// that Envoy's `sds-grpc` points at the agent's socket.
     pub fn serves_workload_certificate(&self) -> bool {

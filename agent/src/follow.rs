@@ -219,7 +219,11 @@ impl Stream<'_> {
             from_revision: if relist { 0 } else { cache.revision() + 1 },
             identity: Some(config.identity.clone()),
         };
-        let mut stream = match Watch::connect(config.servers.current(), start).await {
+        let mut client = match config.servers.connect(config.servers.current()).await {
+            Ok(client) => client,
+            Err(e) => return WatchError::Unreachable(e),
+        };
+        let mut stream = match Watch::open(&mut client, start).await {
             Ok(stream) => stream,
             Err(e) => return e,
         };

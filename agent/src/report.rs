@@ -337,7 +337,7 @@ async fn stream(
     backoff: &mut Backoff,
 ) -> String {
     let server = servers.current().to_string();
-    let mut client = match pasa_proto::client::connect(&server).await {
+    let mut client = match servers.connect(&server).await {
         Ok(client) => client,
         Err(e) => {
             servers.failed(&server);

@@ -270,6 +270,10 @@ pub async fn run(
     // A certificate from the CA comes later (Envoy waits for it: its listeners warm on it).
     let ca = CaClient::new(&args.credentials.ca, &identity)?;
     let (issued_tx, issued_rx) = watch::channel(BTreeMap::new());
+    let servers = servers.with_tls(
+        args.credentials
+            .store_tls(ca.is_some().then(|| issued_rx.clone()))?,
+    );
     let mut credentials = CredentialWatch::new(
         &args.credentials,
         ca.is_some().then_some(issued_rx),

@@ -69,8 +69,12 @@ pub fn subscription_in<'a>(
     }
     let mut rules = vec![scope_rule(proxy)];
     if scope.sees_everything() {
-        // Istio's default: everything exported to the namespace (filtered here, not in the store).
-        rules.push(Rule::default());
+        // Istio's default: everything exported to the namespace (filtered here, not in the
+        // store), but policies only of the proxy's own namespace and the root (the scope rule).
+        rules.push(Rule {
+            kinds: Kind::shared().map(|k| k.as_str().to_string()).collect(),
+            ..Default::default()
+        });
         return Subscription { rules };
     }
     // The proxy's own services, endpoints and workload entries (inbound side).

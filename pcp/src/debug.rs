@@ -243,6 +243,8 @@ pub struct DebugXds {
     cluster_id: String,
     /// This PCP's name in the answers' control plane identifier.
     id: String,
+    /// Who may ask (under mutual TLS: operators and the root namespace's workloads).
+    access: pasa_store::access::Access,
 }
 
 impl DebugXds {
@@ -251,7 +253,14 @@ impl DebugXds {
             upstream,
             cluster_id: cluster_id.to_string(),
             id: id.to_string(),
+            access: pasa_store::access::Access::plaintext(),
         }
+    }
+
+    /// Decides who may ask by `access`.
+    pub fn with_access(mut self, access: pasa_store::access::Access) -> Self {
+        self.access = access;
+        self
     }
 
     /// As a gRPC service beside the store API.
@@ -315,6 +324,8 @@ impl AggregatedDiscoveryService for DebugXds {
         &self,
         request: tonic::Request<tonic::Streaming<DiscoveryRequest>>,
     ) -> Result<tonic::Response<Self::StreamAggregatedResourcesStream>, tonic::Status> {
+        let caller = self.access.caller("DebugXds", &request)?;
+        self.access.debug(&caller)?;
         let mut requests = request.into_inner();
         let this = self.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(4);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use pasa_runtime::drain::stopped;
 use pasa_runtime::signal::shutdown;
+use pasa_store::access::TlsArgs;
 use pasa_store::server::{Listeners, StoreArgs};
 use pasa_store::service::StoreService;
 use prometheus_client::registry::Registry;
@@ -37,8 +38,21 @@ pub struct PcpArgs {
         conflicts_with = "data_dir"
     )]
     pub store: Vec<String>,
+    /// CA certificate (PEM) the remote store's certificate must chain to; with --store-cert and
+    /// --store-key, PCP reaches --store over mutual TLS.
+    #[arg(long, env = "PASA_STORE_CA", requires_all = ["store", "store_cert", "store_key"])]
+    pub store_ca: Option<PathBuf>,
+    /// PCP's own client certificate towards --store (PEM chain; its URI SAN must be one of the
+    /// store's --grpc-operator identities).
+    #[arg(long, env = "PASA_STORE_CERT", requires = "store_ca")]
+    pub store_cert: Option<PathBuf>,
+    /// The private key of --store-cert.
+    #[arg(long, env = "PASA_STORE_KEY", requires = "store_ca")]
+    pub store_key: Option<PathBuf>,
     #[command(flatten)]
     pub embedded: StoreArgs,
+    #[command(flatten)]
+    pub grpc_tls: TlsArgs,
     /// HTTPS address of the validating admission webhook (POST /validate); off when not set.
     #[arg(long, env = "PASA_WEBHOOK_LISTEN")]
     pub webhook_listen: Option<SocketAddr>,
@@ -72,14 +86,28 @@ impl PcpArgs {
             let _ = signal_tx.send(true);
         });
 
+        let (access, tls) = self.grpc_tls.load(&self.inject.root_namespace)?;
+        let store_tls = match (&self.store_ca, &self.store_cert, &self.store_key) {
+            (Some(ca), Some(cert), Some(key)) => Some(
+                pasa_proto::client::ClientTls::from_files(ca, cert, key)
+                    .map_err(|e| anyhow::anyhow!("--store-ca/--store-cert/--store-key: {e}"))?,
+            ),
+            _ => None,
+        };
         let (upstream, store) = if self.store.is_empty() {
             let store = self.embedded.open(pasa_store::metrics::Metrics::new())?;
-            (
-                Upstream::embedded(StoreService::new(store.clone())),
-                Some(store),
-            )
+            // PCP has checked each call already and relays whom for; replicas of a shared
+            // store are reached with PCP's own certificate.
+            let service = StoreService::new(store.clone()).with_access(
+                access.behind(),
+                tls.as_ref().map(pasa_store::access::ServerTls::client),
+            );
+            (Upstream::embedded(service), Some(store))
         } else {
-            (Upstream::remote(&self.store).await?, None)
+            (
+                Upstream::remote(&self.store, store_tls.as_ref()).await?,
+                None,
+            )
         };
         // Turns true when the API itself starts stopping (after the webhook drained): the
         // watches and status reports it forwards end then, not at the signal.
@@ -89,10 +117,12 @@ impl PcpArgs {
             metrics.clone(),
             &self.embedded.domain_suffix,
             api_stopping_rx,
-        );
+        )
+        .with_access(access.clone());
         // istiod's debug pages, from the proxy status agents report.
         let listeners = Listeners::bind(self.listen, self.admin)
             .await?
+            .secured(&access, tls)
             .with_admin_routes(crate::debug::routes(
                 service.upstream().clone(),
                 &self.kube.cluster_id,
@@ -106,7 +136,8 @@ impl PcpArgs {
                         .identity
                         .clone()
                         .unwrap_or_else(crate::kubernetes::default_identity),
-                );
+                )
+                .with_access(access.clone());
                 move |routes| routes.add_service(debug.into_server())
             });
         let mut registry = Registry::default();

@@ -15,6 +15,7 @@ use pasa_proto::store::v1::{
     ReportStatusRequest, ReportStatusResponse, StatusRequest, StatusResponse, WatchRequest,
     WatchResponse, watch_request, watch_response,
 };
+use pasa_store::access::{Access, on_behalf};
 use pasa_store::service::{ProxyStatusStream, StoreService, WatchStream};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
@@ -81,18 +82,22 @@ impl Upstream {
     /// Connects to the store servers at `addresses` and checks they can serve together: several
     /// addresses must be replicas of one shared backend, since servers with their own embedded
     /// (sled) database hold different data. Each must answer at start.
-    pub async fn remote(addresses: &[String]) -> anyhow::Result<Upstream> {
+    /// With `tls`, over mutual TLS.
+    pub async fn remote(
+        addresses: &[String],
+        tls: Option<&pasa_proto::client::ClientTls>,
+    ) -> anyhow::Result<Upstream> {
         if addresses.is_empty() {
             anyhow::bail!("--store needs at least one address");
         }
         let mut transports = Vec::new();
         for addr in addresses {
-            let endpoint =
-                pasa_proto::client::endpoint(addr).map_err(|e| anyhow::anyhow!("--store {e}"))?;
-            let channel = endpoint
-                .connect()
+            let channel = pasa_proto::client::channel(addr, tls)
                 .await
-                .map_err(|e| anyhow::anyhow!("cannot reach the store at {addr} (--store): {e}"))?;
+                .map_err(|e| match e {
+                    pasa_proto::client::ConnectError::Address(e) => anyhow::anyhow!("--store {e}"),
+                    e => anyhow::anyhow!("{e} (--store)"),
+                })?;
             let status = pasa_proto::client::store_client(channel.clone())
                 .status(StatusRequest {})
                 .await
@@ -207,6 +212,8 @@ pub struct WriteService {
     /// Turns true when the API stops (after the webhook drained): forwarded watches and status
     /// reports end then.
     stop: watch::Receiver<bool>,
+    /// Who may do what through this API; the store hears whom PCP relays each call for.
+    access: Access,
 }
 
 impl WriteService {
@@ -221,7 +228,14 @@ impl WriteService {
             metrics,
             domain_suffix: domain_suffix.into(),
             stop,
+            access: Access::plaintext(),
         }
+    }
+
+    /// Decides access by `access` (mutual TLS) instead of allowing every caller.
+    pub fn with_access(mut self, access: Access) -> Self {
+        self.access = access;
+        self
     }
 
     pub fn into_server(self) -> StoreServer<WriteService> {
@@ -426,6 +440,8 @@ impl StoreApi for WriteService {
         &self,
         request: Request<ApplyRequest>,
     ) -> Result<Response<ApplyResponse>, Status> {
+        let caller = self.access.caller("Apply", &request)?;
+        self.access.write("Apply", &caller)?;
         self.admit_and_apply(request.into_inner(), Origin::Grpc)
             .await
             .map(Response::new)
@@ -435,28 +451,34 @@ impl StoreApi for WriteService {
         &self,
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteResponse>, Status> {
+        let caller = self.access.caller("Delete", &request)?;
         let request = request.into_inner();
         self.upstream
-            .call(&request, |mut store, request| async move {
-                store.delete(request).await
+            .call(&request, |mut store, request| {
+                let request = on_behalf(&caller, request);
+                async move { store.delete(request).await }
             })
             .await
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        let caller = self.access.caller("Get", &request)?;
         let request = request.into_inner();
         self.upstream
-            .call(&request, |mut store, request| async move {
-                store.get(request).await
+            .call(&request, |mut store, request| {
+                let request = on_behalf(&caller, request);
+                async move { store.get(request).await }
             })
             .await
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        let caller = self.access.caller("List", &request)?;
         let request = request.into_inner();
         self.upstream
-            .call(&request, |mut store, request| async move {
-                store.list(request).await
+            .call(&request, |mut store, request| {
+                let request = on_behalf(&caller, request);
+                async move { store.list(request).await }
             })
             .await
     }
@@ -471,6 +493,7 @@ impl StoreApi for WriteService {
         // The first request (the create; the store checks that it is) says where the watch
         // starts, for the shutdown notice; it and the rest flow to the store until the client
         // stops or errs.
+        let caller = self.access.caller("Watch", &request)?;
         let mut incoming = request.into_inner();
         let first = incoming.message().await?;
         let from_revision = match first.as_ref().and_then(|r| r.request.as_ref()) {
@@ -484,7 +507,7 @@ impl StoreApi for WriteService {
         let response = self
             .upstream
             .client()
-            .watch(requests)
+            .watch(on_behalf(&caller, requests))
             .await
             .inspect_err(|s| {
                 if s.code() == tonic::Code::Unavailable {
@@ -496,7 +519,11 @@ impl StoreApi for WriteService {
         ))
     }
 
-    async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+    async fn status(
+        &self,
+        request: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
+        self.access.caller("Status", &request)?;
         self.upstream
             .call(&StatusRequest {}, |mut store, request| async move {
                 store.status(request).await
@@ -510,6 +537,7 @@ impl StoreApi for WriteService {
     ) -> Result<Response<ReportStatusResponse>, Status> {
         // The agent's reports flow to the store until the agent stops or PCP does; the store
         // then sees the stream end and shows the proxy as lost contact.
+        let caller = self.access.caller("ReportStatus", &request)?;
         let reports = request.into_inner().map_while(Result::ok);
         let index = self.upstream.current();
         let mut client = self.upstream.client();
@@ -517,7 +545,7 @@ impl StoreApi for WriteService {
             () = pasa_runtime::drain::stopped(self.stop.clone()) => {
                 Ok(Response::new(ReportStatusResponse {}))
             }
-            answer = client.report_status(reports) => answer.inspect_err(|s| {
+            answer = client.report_status(on_behalf(&caller, reports)) => answer.inspect_err(|s| {
                 if s.code() == tonic::Code::Unavailable {
                     self.upstream.failed(index, s);
                 }
@@ -529,11 +557,14 @@ impl StoreApi for WriteService {
         &self,
         request: Request<ListProxyStatusRequest>,
     ) -> Result<Response<ProxyStatusStream>, Status> {
+        let caller = self.access.caller("ListProxyStatus", &request)?;
+        self.access.list_proxies(&caller)?;
         let request = request.into_inner();
         let pages = self
             .upstream
-            .call(&request, |mut store, request| async move {
-                store.list_proxy_status(request).await
+            .call(&request, |mut store, request| {
+                let request = on_behalf(&caller, request);
+                async move { store.list_proxy_status(request).await }
             })
             .await?
             .into_inner();

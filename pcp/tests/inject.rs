@@ -60,8 +60,12 @@ fn istio_injected(mut pod: Value) -> Value {
 }
 
 fn injector() -> Injector {
+    injector_with(InjectConfig::default())
+}
+
+fn injector_with(config: InjectConfig) -> Injector {
     Injector::new(
-        InjectConfig::default(),
+        config,
         Selection::new(["istio-system", "pasa-system"]),
         None,
     )
@@ -240,6 +244,37 @@ fn bookinfo_pods_next_to_istio() {
     }
 }
 
+/// With `--inject-store-tls`, agents of both modes trust the mesh root for the store and present
+/// a certificate from istiod's CA: next to Istio, the agent asks for one of its own.
+#[test]
+fn agents_reach_the_store_over_mutual_tls_when_asked() {
+    let injector = injector_with(InjectConfig {
+        store_tls: true,
+        ..Default::default()
+    });
+    for (name, pod) in bookinfo_pods() {
+        for pod in [istio_injected(pod.clone()), pod] {
+            let (patched, _, _) = inject(&injector, &pod);
+            check_common(&pod, &patched, &name);
+            let agent = container(&patched, "initContainers", AGENT_CONTAINER);
+            let env = env(agent);
+            assert_eq!(
+                env["PASA_STORE_CA"]["value"],
+                "/var/run/secrets/istio/root-cert.pem"
+            );
+            assert_eq!(env["CA_ADDR"]["value"], "istiod.istio-system.svc:15012");
+            let mounts: Vec<&str> = agent["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|m| m["mountPath"].as_str())
+                .collect();
+            assert!(mounts.contains(&"/var/run/secrets/istio"), "{mounts:?}");
+            assert!(mounts.contains(&"/var/run/secrets/tokens"), "{mounts:?}");
+        }
+    }
+}
+
 #[test]
 fn bookinfo_pods_standalone() {
     let injector = injector();
@@ -358,16 +393,21 @@ fn injected_pods_match_the_kubernetes_schema() {
         eprintln!("SKIPPED: injected pods not validated: kubernetes-validate ({e}); run `{FIX}`");
         return;
     }
-    let injector = injector();
     let dir = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
-    for (name, pod) in bookinfo_pods() {
-        for (mode, pod) in [("istio", istio_injected(pod.clone())), ("standalone", pod)] {
-            let (mut patched, _, _) = inject(&injector, &pod);
-            patched["metadata"]["name"] = json!(format!("{name}-x"));
-            let file = dir.path().join(format!("{name}-{mode}.json"));
-            std::fs::write(&file, patched.to_string()).unwrap();
-            files.push(file);
+    for store_tls in [false, true] {
+        let injector = injector_with(InjectConfig {
+            store_tls,
+            ..Default::default()
+        });
+        for (name, pod) in bookinfo_pods() {
+            for (mode, pod) in [("istio", istio_injected(pod.clone())), ("standalone", pod)] {
+                let (mut patched, _, _) = inject(&injector, &pod);
+                patched["metadata"]["name"] = json!(format!("{name}-x"));
+                let file = dir.path().join(format!("{name}-{mode}-{store_tls}.json"));
+                std::fs::write(&file, patched.to_string()).unwrap();
+                files.push(file);
+            }
         }
     }
     let out = std::process::Command::new("kubernetes-validate")

@@ -1,10 +1,12 @@
 //! Reaching the store API: one place for how an address is read, the message limits both ends
 //! use, and the client built from them.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::codegen::{Body, Bytes, StdError};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::store::v1::store_client::StoreClient;
 use crate::store::v1::{ListProxyStatusRequest, ListProxyStatusResponse};
@@ -42,18 +44,101 @@ where
         .max_encoding_message_size(MAX_MESSAGE_SIZE)
 }
 
-/// Connects to the store at `address` (`host:port` or a URL). The error names the address and
-/// why, for the caller to prefix with the flag it came from.
+/// Connects to the store at `address` (`host:port` or a URL) in plaintext. The error names the
+/// address and why, for the caller to prefix with the flag it came from.
 pub async fn connect(address: &str) -> Result<StoreClient<Channel>, ConnectError> {
-    let endpoint = endpoint(address).map_err(ConnectError::Address)?;
-    let channel = endpoint
+    connect_with(address, None).await
+}
+
+/// Connects to the store at `address`, over mutual TLS when `tls` is given (a `host:port`
+/// address is then reached as `https://host:port`, and the store's certificate must name the
+/// host).
+pub async fn connect_with(
+    address: &str,
+    tls: Option<&ClientTls>,
+) -> Result<StoreClient<Channel>, ConnectError> {
+    channel(address, tls).await.map(store_client)
+}
+
+/// The connection [`connect_with`] makes, for callers that wrap it.
+pub async fn channel(address: &str, tls: Option<&ClientTls>) -> Result<Channel, ConnectError> {
+    let endpoint = match tls {
+        None => endpoint(address).map_err(ConnectError::Address)?,
+        Some(tls) => {
+            let url = if address.contains("://") {
+                address.replacen("http://", "https://", 1)
+            } else {
+                format!("https://{address}")
+            };
+            endpoint(&url)
+                .map_err(ConnectError::Address)?
+                .tls_config(tls.config()?)
+                .map_err(|e| ConnectError::Tls(format!("{address}: {e}")))?
+        }
+    };
+    endpoint
         .connect()
         .await
         .map_err(|source| ConnectError::Unreachable {
             address: address.to_string(),
             source,
-        })?;
-    Ok(store_client(channel))
+        })
+}
+
+/// Where a client's own certificate and key come from, read afresh at each connection so that
+/// a rotated certificate is used from the next one on.
+pub type IdentitySource =
+    Arc<dyn Fn() -> Result<(Vec<u8>, Vec<u8>), String> + Send + Sync + 'static>;
+
+/// Mutual TLS towards the store API: the CA the store's certificate must chain to, and the
+/// client's own certificate (PEM chain and key), whose URI SAN (a SPIFFE ID) is who the store
+/// thinks the client is.
+#[derive(Clone)]
+pub struct ClientTls {
+    ca: Vec<u8>,
+    identity: IdentitySource,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls").finish_non_exhaustive()
+    }
+}
+
+impl ClientTls {
+    /// With the CA read from `ca` now, and the certificate and key read from `cert` and `key` at
+    /// each connection. Errors name the file.
+    pub fn from_files(ca: &Path, cert: &Path, key: &Path) -> Result<ClientTls, String> {
+        let ca = read_pem(ca)?;
+        let (cert, key) = (cert.to_path_buf(), key.to_path_buf());
+        read_pem(&cert)?;
+        read_pem(&key)?;
+        Ok(ClientTls::new(
+            ca,
+            Arc::new(move || Ok((read_pem(&cert)?, read_pem(&key)?))),
+        ))
+    }
+
+    /// With the CA `ca` (PEM) and the certificate and key `identity` gives at each connection.
+    pub fn new(ca: Vec<u8>, identity: IdentitySource) -> ClientTls {
+        ClientTls { ca, identity }
+    }
+
+    fn config(&self) -> Result<ClientTlsConfig, ConnectError> {
+        let (cert, key) = (self.identity)().map_err(ConnectError::Tls)?;
+        Ok(ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.ca))
+            .identity(Identity::from_pem(cert, key)))
+    }
+}
+
+/// Reads a PEM file that must hold something; the error names the file.
+pub fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(format!("{} holds no PEM block", path.display()));
+    }
+    Ok(pem)
 }
 
 /// The store servers a client may use, as `--server A[,B…]` lists them: replicas of one store
@@ -63,6 +148,7 @@ pub async fn connect(address: &str) -> Result<StoreClient<Channel>, ConnectError
 pub struct Servers {
     addresses: std::sync::Arc<[String]>,
     current: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tls: Option<ClientTls>,
 }
 
 impl Servers {
@@ -83,7 +169,19 @@ impl Servers {
         Ok(Servers {
             addresses: addresses.into(),
             current: Default::default(),
+            tls: None,
         })
+    }
+
+    /// Reaches the servers over mutual TLS.
+    pub fn with_tls(mut self, tls: Option<ClientTls>) -> Servers {
+        self.tls = tls;
+        self
+    }
+
+    /// Connects to `address` (one of these servers), over TLS when configured.
+    pub async fn connect(&self, address: &str) -> Result<StoreClient<Channel>, ConnectError> {
+        connect_with(address, self.tls.as_ref()).await
     }
 
     /// The address in use.
@@ -121,6 +219,9 @@ pub enum ConnectError {
     /// The address is not one (the message names it).
     #[error("{0}")]
     Address(String),
+    /// The client's TLS settings cannot be used (no certificate yet, an unreadable file).
+    #[error("TLS towards the store: {0}")]
+    Tls(String),
     #[error("cannot reach the store at {address}: {source}")]
     Unreachable {
         address: String,

@@ -47,6 +47,24 @@ impl Kind {
         Kind::RequestAuthentication,
     ];
 
+    /// Kinds that concern only the workloads of their own namespace (those of the mesh's root
+    /// namespace: every workload), and that say who may do what: a proxy reads them of its own
+    /// namespace and the root namespace, and a store under mutual TLS lets a workload read no
+    /// others. PeerAuthentication is not one: a client's auto-mTLS follows the mode of the
+    /// namespace it calls, as istiod infers it.
+    pub const NAMESPACE_SCOPED: [Kind; 3] = [
+        Kind::Sidecar,
+        Kind::AuthorizationPolicy,
+        Kind::RequestAuthentication,
+    ];
+
+    /// Every kind but the [`Kind::NAMESPACE_SCOPED`] ones: what is shared across namespaces.
+    pub fn shared() -> impl Iterator<Item = Kind> {
+        Kind::ALL
+            .into_iter()
+            .filter(|k| !Kind::NAMESPACE_SCOPED.contains(k))
+    }
+
     /// The `kind` field as written in a manifest.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -15,6 +15,7 @@ pub mod kind;
 pub mod node;
 pub mod object;
 pub mod service_endpoints;
+pub mod spiffe;
 pub mod sync_state;
 pub mod visibility;
 pub mod watch;

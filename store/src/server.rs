@@ -10,6 +10,7 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use crate::access::{Access, ServerTls, TlsArgs};
 use crate::backend::Backend;
 use crate::backend::sled::SledBackend;
 use crate::backend::tikv::{DEFAULT_KEY_PREFIX, TikvBackend};
@@ -140,21 +141,25 @@ pub struct ServerArgs {
     pub admin: SocketAddr,
     #[command(flatten)]
     pub store: StoreArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// The mesh's root namespace: its policies apply to every workload, so every agent may
+    /// read them.
+    #[arg(long, env = "PASA_ROOT_NAMESPACE", default_value = "istio-system")]
+    pub root_namespace: String,
 }
 
 impl ServerArgs {
     /// Sets up logging, opens the embedded store and serves it until Ctrl-C or SIGTERM.
     pub async fn run(self, name: &str) -> anyhow::Result<()> {
         pasa_runtime::logs::init(self.store.log_json);
+        let (access, tls) = self.tls.load(&self.root_namespace)?;
         let store = self.store.open(Metrics::new())?;
-        serve(
-            name,
-            store,
-            self.listen,
-            self.admin,
-            pasa_runtime::signal::shutdown(),
-        )
-        .await
+        bind(store, self.listen, self.admin)
+            .await?
+            .secured(access, tls)
+            .run(name, pasa_runtime::signal::shutdown())
+            .await
     }
 }
 
@@ -169,6 +174,7 @@ pub fn parse_ready_line(line: &str) -> Option<(SocketAddr, SocketAddr)> {
 pub struct Bound {
     store: Store,
     listeners: Listeners,
+    access: Access,
 }
 
 /// A bound gRPC listener and admin listener.
@@ -184,6 +190,9 @@ pub struct Listeners {
     admin_routes: Option<axum::Router>,
     /// Adds the gRPC services served beside the store API.
     grpc_routes: Option<AddServices>,
+    /// Mutual TLS of the gRPC API, and the access rules whose metrics to export.
+    tls: Option<ServerTls>,
+    access: Option<Access>,
 }
 
 impl Listeners {
@@ -194,6 +203,13 @@ impl Listeners {
         add: impl FnOnce(tonic::service::Routes) -> tonic::service::Routes + Send + 'static,
     ) -> Listeners {
         self.grpc_routes = Some(Box::new(add));
+        self
+    }
+
+    /// Serves the gRPC API over mutual TLS when `tls` is given, and exports `access`'s metrics.
+    pub fn secured(mut self, access: &Access, tls: Option<ServerTls>) -> Listeners {
+        self.access = Some(access.clone());
+        self.tls = tls;
         self
     }
 
@@ -218,6 +234,8 @@ impl Listeners {
             admin: admin_listener,
             admin_routes: None,
             grpc_routes: None,
+            tls: None,
+            access: None,
         })
     }
 
@@ -241,7 +259,32 @@ impl Listeners {
             admin_addr,
             admin_routes,
             grpc_routes,
+            tls,
+            access,
         } = self;
+        if let Some(access) = &access {
+            access.register(&mut registry);
+        }
+        let mut builder = tonic::transport::Server::builder();
+        match &tls {
+            Some(tls) => {
+                builder = builder
+                    .tls_config(
+                        tonic::transport::ServerTlsConfig::new()
+                            .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key))
+                            .client_ca_root(tonic::transport::Certificate::from_pem(
+                                &tls.client_ca,
+                            )),
+                    )
+                    .context("the gRPC API's TLS settings")?;
+                tracing::info!(listen = %grpc_addr, "the gRPC API requires mutual TLS; access is decided by the client certificate's identity");
+            }
+            None => {
+                tracing::warn!(listen = %grpc_addr, "the gRPC API is PLAINTEXT: callers are not \
+                verified and may read and write everything; give --grpc-tls-cert, --grpc-tls-key \
+                and --grpc-client-ca to require mutual TLS")
+            }
+        }
         if let Some(store) = &store {
             store.metrics().register(&mut registry);
             if store.shared() && store.advertised().is_none() {
@@ -266,12 +309,10 @@ impl Listeners {
         if let Some(add) = grpc_routes {
             routes = add(routes);
         }
-        let grpc = tonic::transport::Server::builder()
-            .add_routes(routes)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
-                stopped(stop_rx),
-            );
+        let grpc = builder.add_routes(routes).serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+            stopped(stop_rx),
+        );
         let grpc = tokio::spawn(grpc);
         let admin = tokio::spawn(admin_server);
         ready.set(true);
@@ -308,6 +349,7 @@ pub async fn bind(store: Store, listen: SocketAddr, admin: SocketAddr) -> anyhow
     Ok(Bound {
         store,
         listeners: Listeners::bind(listen, admin).await?,
+        access: Access::plaintext(),
     })
 }
 
@@ -331,13 +373,24 @@ impl Bound {
         self.listeners.admin_addr
     }
 
+    /// Serves over mutual TLS when `tls` is given, deciding access by `access`.
+    pub fn secured(mut self, access: Access, tls: Option<ServerTls>) -> Bound {
+        self.listeners = self.listeners.secured(&access, tls);
+        self.access = access;
+        self
+    }
+
     /// Serves the store API over the store; see [`Listeners::serve`].
     pub async fn run(
         self,
         name: &str,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let service = StoreService::new(self.store.clone()).into_server();
+        // Replicas reach each other with the server's own certificate, an operator's.
+        let peer_tls = self.listeners.tls.as_ref().map(ServerTls::client);
+        let service = StoreService::new(self.store.clone())
+            .with_access(self.access.clone(), peer_tls)
+            .into_server();
         self.listeners
             .serve(
                 name,

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::access::Access;
 use crate::record::ObjectKey;
 
 /// How long a replica waits for another's proxy status.
@@ -26,11 +27,30 @@ use crate::store::{Store, StoreError};
 #[derive(Clone)]
 pub struct StoreService {
     store: Store,
+    access: Access,
+    /// How this server reaches the other replicas (over mutual TLS when it serves it).
+    peer_tls: Option<pasa_proto::client::ClientTls>,
 }
 
 impl StoreService {
+    /// The service in plaintext: callers are not verified (see [`Access`]).
     pub fn new(store: Store) -> Self {
-        StoreService { store }
+        StoreService {
+            store,
+            access: Access::plaintext(),
+            peer_tls: None,
+        }
+    }
+
+    /// The service deciding by `access`; `peer_tls` is how it reaches other replicas.
+    pub fn with_access(
+        mut self,
+        access: Access,
+        peer_tls: Option<pasa_proto::client::ClientTls>,
+    ) -> Self {
+        self.access = access;
+        self.peer_tls = peer_tls;
+        self
     }
 
     /// What the other replicas of a shared store know of their agents' proxies, asked of all of
@@ -41,13 +61,14 @@ impl StoreService {
     ) -> Vec<pasa_proto::store::v1::ProxyStatusEntry> {
         let (_, peers) = self.store.peers().await;
         let asks = peers.into_iter().map(|peer| {
+            let tls = self.peer_tls.clone();
             let request = ListProxyStatusRequest {
                 local_only: true,
                 ..request.clone()
             };
             async move {
                 let asked = tokio::time::timeout(PEER_WAIT, async {
-                    let mut client = pasa_proto::client::connect(&peer)
+                    let mut client = pasa_proto::client::connect_with(&peer, tls.as_ref())
                         .await
                         .map_err(|e| e.to_string())?;
                     pasa_proto::client::list_proxy_status(&mut client, request)
@@ -136,6 +157,8 @@ impl StoreApi for StoreService {
         &self,
         request: Request<ApplyRequest>,
     ) -> Result<Response<ApplyResponse>, Status> {
+        let caller = self.access.caller("Apply", &request)?;
+        self.access.write("Apply", &caller)?;
         let req = request.into_inner();
         Ok(Response::new(
             self.store.apply(req.documents, req.dry_run).await?,
@@ -146,13 +169,17 @@ impl StoreApi for StoreService {
         &self,
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteResponse>, Status> {
+        let caller = self.access.caller("Delete", &request)?;
+        self.access.write("Delete", &caller)?;
         Ok(Response::new(
             self.store.delete(request.into_inner()).await?,
         ))
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        let caller = self.access.caller("Get", &request)?;
         let key = object_key(request.get_ref().r#ref.as_ref())?;
+        self.access.get(&caller, &key)?;
         match self.store.get(&key) {
             (Some(resource), revision) => Ok(Response::new(GetResponse {
                 resource: Some((*resource).clone()),
@@ -163,12 +190,14 @@ impl StoreApi for StoreService {
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        let caller = self.access.caller("List", &request)?;
         let req = request.into_inner();
         let selector = match &req.selector {
             Some(sub) => Selector::from_pb(sub)
                 .map_err(|e| Status::invalid_argument(format!("selector.{e}")))?,
             None => Selector::everything(),
         };
+        self.access.read("List", &caller, &selector, "selector.")?;
         let (resources, revision) = self.store.list(&selector, req.revision).await?;
         Ok(Response::new(ListResponse {
             resources: resources
@@ -186,6 +215,7 @@ impl StoreApi for StoreService {
         &self,
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        let caller = self.access.caller("Watch", &request)?;
         let mut requests = request.into_inner();
         let create = match requests.next().await {
             Some(Ok(WatchRequest {
@@ -205,14 +235,21 @@ impl StoreApi for StoreService {
         };
         let (tx, rx) = mpsc::channel(8);
         let store = self.store.clone();
-        tokio::spawn(async move { store.serve_watch(create, requests, tx).await });
+        let access = self.access.clone();
+        tokio::spawn(async move {
+            store
+                .serve_watch(create, requests, tx, access, caller)
+                .await
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn status(
         &self,
-        _request: Request<StatusRequest>,
+        request: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
+        // Anyone verified may ask; an unknown identity is refused here too.
+        self.access.caller("Status", &request)?;
         let s = self.store.status();
         Ok(Response::new(StatusResponse {
             revision: s.revision,
@@ -235,6 +272,7 @@ impl StoreApi for StoreService {
         &self,
         request: Request<Streaming<ReportStatusRequest>>,
     ) -> Result<Response<ReportStatusResponse>, Status> {
+        let caller = self.access.caller("ReportStatus", &request)?;
         let mut reports = request.into_inner();
         let proxies = self.store.proxies();
         // Dropped when this call ends, however it ends: the proxy then shows as lost contact.
@@ -245,7 +283,12 @@ impl StoreApi for StoreService {
                 report = reports.message() => report,
             };
             match report {
-                Ok(Some(report)) => stream.report(report.status)?,
+                Ok(Some(report)) => {
+                    if let Some(status) = &report.status {
+                        self.access.report(&caller, status)?;
+                    }
+                    stream.report(report.status)?
+                }
                 Ok(None) => break,
                 Err(status) => {
                     tracing::debug!(error = %status, "a status report stream failed");
@@ -260,6 +303,8 @@ impl StoreApi for StoreService {
         &self,
         request: Request<ListProxyStatusRequest>,
     ) -> Result<Response<ProxyStatusStream>, Status> {
+        let caller = self.access.caller("ListProxyStatus", &request)?;
+        self.access.list_proxies(&caller)?;
         let table = self.store.proxies();
         let revision = self.store.revision();
         let expiry_ms = u64::try_from(table.expiry().as_millis()).unwrap_or(u64::MAX);

@@ -880,7 +880,15 @@ mod tests {
         let serving = store.clone();
         tokio::spawn(async move {
             let requests = tokio_stream::wrappers::ReceiverStream::new(requests);
-            serving.serve_watch(create, requests, out_tx).await
+            serving
+                .serve_watch(
+                    create,
+                    requests,
+                    out_tx,
+                    crate::access::Access::plaintext(),
+                    crate::access::Caller::Unverified,
+                )
+                .await
         });
         let synced = out.recv().await.unwrap().unwrap();
         assert!(matches!(

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 use tracing::Instrument;
 
-use crate::access;
+use crate::access::{Access, Caller};
 use crate::hub::{HubEvent, HubMsg, WatcherHandle, WatcherState};
 use crate::index::ObjectKeys;
 use crate::metrics::CutOffReason;
@@ -37,6 +37,9 @@ struct WatchStart {
     from: u64,
     compact: u64,
     identity: Option<pasa_proto::store::v1::SubscriberIdentity>,
+    /// Who watches, and the rules subscription updates are checked against.
+    access: Access,
+    caller: Caller,
 }
 
 /// Events per message, and a soft byte budget per message (gRPC's default limit is 4 MiB; an
@@ -313,6 +316,8 @@ impl Store {
         create: WatchCreate,
         requests: impl Stream<Item = Result<WatchRequest, Status>> + Unpin,
         out: Out,
+        access: Access,
+        caller: Caller,
     ) {
         let WatchCreate {
             subscription,
@@ -322,8 +327,7 @@ impl Store {
         // Only the selector is kept: the subscription as sent is dropped now, not when the
         // stream ends (100k streams each holding theirs add up).
         let selector = match selector_of(subscription.as_ref()).and_then(|sel| {
-            access::authorize(identity.as_ref(), &sel)
-                .map_err(|e| Status::permission_denied(e.to_string()))?;
+            access.watch(&caller, identity.as_ref(), &sel)?;
             Ok(sel)
         }) {
             Ok(sel) => sel,
@@ -390,6 +394,8 @@ impl Store {
             from,
             compact,
             identity,
+            access,
+            caller,
         };
         self.run_watch(handle, start, requests, &out)
             .instrument(span)
@@ -410,6 +416,8 @@ impl Store {
             from,
             compact,
             identity,
+            access,
+            caller,
         } = start;
         let head = handle.revision;
         // Initial state: a snapshot at `head`, or the log from `from` to `head`.
@@ -530,8 +538,7 @@ impl Store {
                 req = requests.next(), if requests_open => match req {
                     Some(Ok(WatchRequest { request: Some(watch_request::Request::Update(update)) })) => {
                         let checked = selector_of(update.subscription.as_ref()).and_then(|sel| {
-                            access::authorize(identity.as_ref(), &sel)
-                                .map_err(|e| Status::permission_denied(e.to_string()))?;
+                            access.watch(&caller, identity.as_ref(), &sel)?;
                             Ok(sel)
                         });
                         match checked {

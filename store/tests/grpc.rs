@@ -466,7 +466,7 @@ async fn idle_watchers_get_progress_and_metrics_show_the_store() {
         }
     }
 
-    let metrics = http_get(server.admin, "/metrics").await;
+    let metrics = common::http_get(server.admin, "/metrics").await;
     for line in [
         "pasa_store_revision 2",
         "pasa_store_objects{kind=\"Gateway\"} 1",
@@ -481,22 +481,15 @@ async fn idle_watchers_get_progress_and_metrics_show_the_store() {
     }
     assert!(metrics.contains("pasa_store_write_duration_seconds_count{op=\"Apply\"} 2"));
     assert!(metrics.contains("pasa_store_match_duration_seconds_count 2"));
-    assert!(http_get(server.admin, "/readyz").await.ends_with("ready\n"));
-    assert!(http_get(server.admin, "/healthz").await.ends_with("ok\n"));
+    assert!(
+        common::http_get(server.admin, "/readyz")
+            .await
+            .ends_with("ready\n")
+    );
+    assert!(
+        common::http_get(server.admin, "/healthz")
+            .await
+            .ends_with("ok\n")
+    );
     server.stop().await;
-}
-
-/// A plain HTTP/1.1 GET; returns the whole response.
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    out
 }

@@ -173,9 +173,22 @@ fn a_fresh_sidecar_asks_for_its_scope_first_then_for_what_it_sees() {
         rules: fresh.clone(),
     }));
     let widened = subscription(&proxy, &answered).rules;
+    let shared = Rule {
+        kinds: pasa_proto::Kind::shared()
+            .map(|k| k.as_str().to_string())
+            .collect(),
+        ..Default::default()
+    };
     assert!(
-        widened.iter().any(|r| *r == Rule::default()),
+        widened.contains(&shared),
         "no Sidecar: everything exported to the namespace: {widened:?}"
+    );
+    assert!(
+        !shared
+            .kinds
+            .iter()
+            .any(|k| k == "AuthorizationPolicy" || k == "Sidecar"),
+        "other namespaces' policies are not asked for: {shared:?}"
     );
     // A router's rules come from the Gateways it sees, not from Sidecars.
     assert!(subscription(&router(), &Cache::default()).rules.len() > 1);

@@ -41,16 +41,39 @@ impl StoreServer {
         StoreServer::serve(Arc::new(backend), 0, StoreConfig::default()).await
     }
 
+    /// A store on the database in `dir` serving mutual TLS as `tls` says.
+    pub async fn start_secured(dir: &Path, tls: &pasa_store::access::TlsArgs) -> StoreServer {
+        let backend = SledBackend::open(dir).expect("open sled");
+        let secured = tls.load("istio-system").expect("the TLS settings");
+        StoreServer::serve_secured(Arc::new(backend), 0, StoreConfig::default(), Some(secured))
+            .await
+    }
+
     async fn serve(
         backend: Arc<dyn pasa_store::backend::Backend>,
         port: u16,
         config: StoreConfig,
     ) -> StoreServer {
+        StoreServer::serve_secured(backend, port, config, None).await
+    }
+
+    async fn serve_secured(
+        backend: Arc<dyn pasa_store::backend::Backend>,
+        port: u16,
+        config: StoreConfig,
+        secured: Option<(
+            pasa_store::access::Access,
+            Option<pasa_store::access::ServerTls>,
+        )>,
+    ) -> StoreServer {
         let store = Store::open(backend, config, Metrics::new()).unwrap();
         let listen = format!("127.0.0.1:{port}").parse().unwrap();
-        let bound = pasa_store::server::bind(store, listen, "127.0.0.1:0".parse().unwrap())
+        let mut bound = pasa_store::server::bind(store, listen, "127.0.0.1:0".parse().unwrap())
             .await
             .expect("bind");
+        if let Some((access, tls)) = secured {
+            bound = bound.secured(access, tls);
+        }
         let addr = bound.grpc_addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(bound.run("test-store", async move {

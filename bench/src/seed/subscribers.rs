@@ -147,6 +147,8 @@ async fn watch_once(
                 create,
                 tokio_stream::wrappers::ReceiverStream::new(requests),
                 out_tx,
+                pasa_store::access::Access::plaintext(),
+                pasa_store::access::Caller::Unverified,
             )
             .await
     });

@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use pasa_proto::client::ClientTls;
 use pasa_proto::store::v1::store_client::StoreClient;
 use tonic::transport::Channel;
 
@@ -31,8 +32,49 @@ pub struct Cli {
         default_value = "127.0.0.1:7400"
     )]
     pub server: String,
+    /// CA certificate (PEM) the server's certificate must chain to; with --cert and --key,
+    /// pasactl speaks mutual TLS (to a server started with --grpc-tls-cert).
+    #[arg(long, global = true, env = "PASA_CA", requires_all = ["cert", "key"])]
+    pub ca: Option<std::path::PathBuf>,
+    /// pasactl's client certificate (PEM chain). Its URI SAN is who the server thinks you are:
+    /// writing needs one of the server's --grpc-operator identities.
+    #[arg(long, global = true, env = "PASA_CERT", requires = "ca")]
+    pub cert: Option<std::path::PathBuf>,
+    /// The private key of --cert.
+    #[arg(long, global = true, env = "PASA_KEY", requires = "ca")]
+    pub key: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The store API pasactl talks to: its address and, for mutual TLS, pasactl's certificate.
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub address: String,
+    pub tls: Option<ClientTls>,
+}
+
+impl std::fmt::Display for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.address)
+    }
+}
+
+impl Cli {
+    /// The server as the flags describe it; unreadable files are a usage error naming them.
+    fn target(&self) -> anyhow::Result<Server> {
+        let tls = match (&self.ca, &self.cert, &self.key) {
+            (Some(ca), Some(cert), Some(key)) => Some(
+                ClientTls::from_files(ca, cert, key)
+                    .map_err(|e| UsageError(format!("--ca/--cert/--key: {e}")))?,
+            ),
+            _ => None,
+        };
+        Ok(Server {
+            address: self.server.clone(),
+            tls,
+        })
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -121,14 +163,16 @@ impl std::fmt::Display for Reported {
 impl std::error::Error for Reported {}
 
 async fn run(cli: Cli) -> CmdResult {
+    // Read only by the commands that talk to a server.
+    let server = cli.target();
     match cli.command {
-        Command::Apply(args) => apply::run(&cli.server, args).await,
-        Command::Get(args) => get::run(&cli.server, args).await,
-        Command::Delete(args) => delete::run(&cli.server, args).await,
-        Command::Watch(args) => watch::run(&cli.server, args).await,
-        Command::Status => status::run(&cli.server).await,
-        Command::ProxyConfig(command) => proxy_config::run(&cli.server, command).await,
-        Command::ProxyStatus(args) => proxy_status::run(&cli.server, args).await,
+        Command::Apply(args) => apply::run(&server?, args).await,
+        Command::Get(args) => get::run(&server?, args).await,
+        Command::Delete(args) => delete::run(&server?, args).await,
+        Command::Watch(args) => watch::run(&server?, args).await,
+        Command::Status => status::run(&server?).await,
+        Command::ProxyConfig(command) => proxy_config::run(&server?, command).await,
+        Command::ProxyStatus(args) => proxy_status::run(&server?, args).await,
         Command::Validate(args) => validate::run(args),
         Command::X(command) => x::run(command).await,
     }
@@ -151,8 +195,8 @@ pub fn out(text: &str) -> std::io::Result<()> {
 }
 
 /// Connects to the store, with a message that says what to check when it is not there.
-pub async fn connect(server: &str) -> anyhow::Result<StoreClient<Channel>> {
-    pasa_proto::client::connect(server)
+pub async fn connect(server: &Server) -> anyhow::Result<StoreClient<Channel>> {
+    pasa_proto::client::connect_with(&server.address, server.tls.as_ref())
         .await
         .map_err(|e| match e {
             pasa_proto::client::ConnectError::Address(e) => anyhow::anyhow!("--server {e}"),

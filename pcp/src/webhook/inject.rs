@@ -47,6 +47,12 @@ pub struct InjectArgs {
         default_value = "istiod.istio-system.svc:15012"
     )]
     pub inject_ca_address: String,
+    /// Injected agents reach the store over mutual TLS (for a store or PCP started with
+    /// --grpc-tls-cert): they present a workload certificate from istiod's CA
+    /// (--inject-ca-address) and trust the mesh root (the `istio-ca-root-cert` ConfigMap), so
+    /// the store's certificate must chain to the mesh root.
+    #[arg(long, env = "PASA_INJECT_STORE_TLS")]
+    pub inject_store_tls: bool,
     /// The image with Istio's `istio-iptables` (Istio's proxy image), run as the standalone
     /// mode's traffic-capture init container.
     #[arg(
@@ -58,9 +64,11 @@ pub struct InjectArgs {
     /// The mesh's trust domain.
     #[arg(long, env = "PASA_TRUST_DOMAIN", default_value = "cluster.local")]
     pub trust_domain: String,
-    /// The mesh's root namespace: security policies there apply to the whole mesh.
+    /// The mesh's root namespace: security policies there apply to the whole mesh (for
+    /// injection, and for what the API lets each agent read).
     #[arg(
-        long = "inject-root-namespace",
+        long = "root-namespace",
+        alias = "inject-root-namespace",
         env = "PASA_ROOT_NAMESPACE",
         default_value = "istio-system"
     )]
@@ -81,6 +89,7 @@ impl InjectArgs {
             cluster_id: cluster_id.to_string(),
             trust_domain: self.trust_domain.clone(),
             domain_suffix: domain_suffix.to_string(),
+            store_tls: self.inject_store_tls,
         }
     }
 

@@ -1,9 +1,11 @@
 //! Test support the project's crates share (dev-dependency only; nothing here runs in
 //! production): finding another package's binary in the workspace's target directory, the
 //! processes a test starts ([`Process`]) and the lines they print, and the conformance corpus
-//! beside the project (its folders and YAML files).
+//! beside the project (its folders and YAML files), and a fake CA ([`pki`]).
 //!
 //! It depends on no project crate, so every crate's tests may use it without a cycle.
+
+pub mod pki;
 
 use std::io::BufRead;
 use std::path::PathBuf;

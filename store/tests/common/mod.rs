@@ -79,6 +79,16 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
+    let (child, addr, _) = start_process_with_admin(args).await;
+    (child, addr)
+}
+
+/// [`start_process`], also answering the admin address.
+pub async fn start_process_with_admin<I, S>(args: I) -> (tokio::process::Child, String, SocketAddr)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
     use tokio::io::AsyncBufReadExt;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_pasa-store"))
         .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
@@ -95,9 +105,24 @@ where
         .expect("ready line in time")
         .expect("read stdout")
         .expect("a ready line");
-    let (addr, _) = pasa_store::server::parse_ready_line(&line)
+    let (addr, admin) = pasa_store::server::parse_ready_line(&line)
         .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
-    (child, addr.to_string())
+    (child, addr.to_string(), admin)
+}
+
+/// A plain HTTP/1.1 GET; returns the whole response.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
 }
 
 /// A watch stream with a fence rule (namespace `fence`) added to every subscription, so a test

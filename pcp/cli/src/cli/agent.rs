@@ -48,7 +48,7 @@ pub fn agent_ref(arg: &str) -> Result<AgentRef<'_>, UsageError> {
 
 /// The admin address of the agent named on the command line: given as an address, or looked up
 /// by its proxy's name in what agents report to the store at `server` (`pasactl proxy-status`).
-pub async fn resolve_agent(server: &str, arg: &str) -> anyhow::Result<String> {
+pub async fn resolve_agent(server: &crate::cli::Server, arg: &str) -> anyhow::Result<String> {
     match agent_ref(arg)? {
         AgentRef::Address(address) => Ok(address.to_owned()),
         AgentRef::Proxy(name) => {

@@ -17,7 +17,7 @@ pub struct ApplyArgs {
     pub dry_run: bool,
 }
 
-pub async fn run(server: &str, args: ApplyArgs) -> CmdResult {
+pub async fn run(server: &crate::cli::Server, args: ApplyArgs) -> CmdResult {
     if args.files.files.is_empty() {
         anyhow::bail!("apply needs -f FILE, -f DIR or -f -");
     }

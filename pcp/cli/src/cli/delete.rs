@@ -23,7 +23,7 @@ pub struct DeleteArgs {
     pub ignore_not_found: bool,
 }
 
-pub async fn run(server: &str, args: DeleteArgs) -> CmdResult {
+pub async fn run(server: &crate::cli::Server, args: DeleteArgs) -> CmdResult {
     let refs: Vec<ObjectRef> = if !args.files.files.is_empty() {
         if args.kind.is_some() {
             anyhow::bail!("give either KIND NAME or -f FILE, not both");

@@ -31,7 +31,7 @@ pub struct GetArgs {
     pub output: Option<Output>,
 }
 
-pub async fn run(server: &str, args: GetArgs) -> CmdResult {
+pub async fn run(server: &crate::cli::Server, args: GetArgs) -> CmdResult {
     let kind: Kind = args.kind.parse()?;
     let mut client = connect(server).await?;
     let resources = match &args.name {

@@ -122,7 +122,7 @@ pub struct EndpointArgs {
     pub filter: endpoint::EndpointFilter,
 }
 
-pub async fn run(server: &str, command: ProxyConfigCommand) -> CmdResult {
+pub async fn run(server: &crate::cli::Server, command: ProxyConfigCommand) -> CmdResult {
     let target = match &command {
         ProxyConfigCommand::Cluster(a) => &a.target,
         ProxyConfigCommand::Listener(a) => &a.target,
@@ -176,7 +176,7 @@ pub async fn run(server: &str, command: ProxyConfigCommand) -> CmdResult {
 }
 
 /// Reads the agent's `/config_dump` and the resources of the generator asked for.
-async fn fetch(server: &str, target: &Target) -> anyhow::Result<Resources> {
+async fn fetch(server: &crate::cli::Server, target: &Target) -> anyhow::Result<Resources> {
     let given = target
         .agent
         .as_deref()

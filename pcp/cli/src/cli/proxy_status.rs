@@ -44,7 +44,7 @@ pub enum Output {
 /// What the store at `server` knows of the proxies named `name` (all if empty) in `namespace`
 /// (all if empty).
 pub async fn list(
-    server: &str,
+    server: &crate::cli::Server,
     name: &str,
     namespace: &str,
 ) -> anyhow::Result<ListProxyStatusResponse> {
@@ -64,7 +64,7 @@ pub async fn list(
 pub fn the_one<'a>(
     answer: &'a ListProxyStatusResponse,
     agent: &str,
-    server: &str,
+    server: &crate::cli::Server,
 ) -> anyhow::Result<&'a ProxyStatusEntry> {
     match answer.proxies.as_slice() {
         [one] => Ok(one),
@@ -86,7 +86,7 @@ pub fn the_one<'a>(
     }
 }
 
-pub async fn run(server: &str, args: ProxyStatusArgs) -> CmdResult {
+pub async fn run(server: &crate::cli::Server, args: ProxyStatusArgs) -> CmdResult {
     let answer = list(
         server,
         args.agent.as_deref().unwrap_or_default(),

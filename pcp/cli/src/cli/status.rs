@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::{CmdResult, connect, out, status_error};
 
-pub async fn run(server: &str) -> CmdResult {
+pub async fn run(server: &crate::cli::Server) -> CmdResult {
     let mut client = connect(server).await?;
     let s = client
         .status(StatusRequest {})

@@ -28,7 +28,7 @@ pub struct WatchArgs {
     pub from_revision: u64,
 }
 
-pub async fn run(server: &str, args: WatchArgs) -> CmdResult {
+pub async fn run(server: &crate::cli::Server, args: WatchArgs) -> CmdResult {
     let kinds = args
         .kinds
         .iter()

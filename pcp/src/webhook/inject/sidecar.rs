@@ -79,7 +79,13 @@ pub struct InjectConfig {
     pub cluster_id: String,
     pub trust_domain: String,
     pub domain_suffix: String,
+    /// Agents reach the store over mutual TLS, with a workload certificate from istiod's CA,
+    /// trusting the mesh root for the store's certificate.
+    pub store_tls: bool,
 }
+
+/// Where the mesh root (the `istio-ca-root-cert` ConfigMap) is mounted in the agent.
+const ROOT_CERT_DIR: &str = "/var/run/secrets/istio";
 
 impl Default for InjectConfig {
     fn default() -> Self {
@@ -91,6 +97,7 @@ impl Default for InjectConfig {
             cluster_id: "Kubernetes".into(),
             trust_domain: "cluster.local".into(),
             domain_suffix: "cluster.local".into(),
+            store_tls: false,
         }
     }
 }
@@ -220,6 +227,11 @@ pub fn inject(pod: &Value, config: &InjectConfig) -> Result<Injection, String> {
             init_containers.extend([INIT_CONTAINER, AGENT_CONTAINER]);
             volumes.extend([TOKEN_VOLUME, ROOT_CERT_VOLUME]);
         }
+    }
+    if config.store_tls && mode == Mode::NextToIstio {
+        // The agent asks istiod's CA for a certificate of its own (pilot-agent keeps the
+        // pod's in memory), to present to the store.
+        volumes.extend([TOKEN_VOLUME, ROOT_CERT_VOLUME]);
     }
     let existing: BTreeSet<&str> = pod
         .pointer("/spec/volumes")
@@ -363,9 +375,26 @@ fn agent_container(config: &InjectConfig, mode: Mode, resources: Value) -> Value
             "capabilities": {"drop": ["ALL"]},
         },
     });
+    let istiod_ca = |env: &mut Vec<Value>, mounts: &mut Vec<Value>| {
+        env.push(value("CA_ADDR", &config.ca_address));
+        mounts.push(
+            json!({"name": TOKEN_VOLUME, "mountPath": "/var/run/secrets/tokens", "readOnly": true}),
+        );
+        mounts
+            .push(json!({"name": ROOT_CERT_VOLUME, "mountPath": ROOT_CERT_DIR, "readOnly": true}));
+    };
+    if config.store_tls {
+        env.push(value(
+            "PASA_STORE_CA",
+            &format!("{ROOT_CERT_DIR}/root-cert.pem"),
+        ));
+    }
     match mode {
         Mode::NextToIstio => {
             env.push(value("PASA_XDS_LISTEN", XDS_ADDRESS));
+            if config.store_tls {
+                istiod_ca(&mut env, &mut mounts);
+            }
         }
         Mode::Standalone => {
             env.push(value("PASA_ENVOY_BINARY", "/usr/local/bin/envoy"));
@@ -375,9 +404,7 @@ fn agent_container(config: &InjectConfig, mode: Mode, resources: Value) -> Value
             ));
             // The admin endpoint stays on loopback, off the status port.
             env.push(value("PASA_ADMIN", "127.0.0.1:15030"));
-            env.push(value("CA_ADDR", &config.ca_address));
-            mounts.push(json!({"name": TOKEN_VOLUME, "mountPath": "/var/run/secrets/tokens", "readOnly": true}));
-            mounts.push(json!({"name": ROOT_CERT_VOLUME, "mountPath": "/var/run/secrets/istio", "readOnly": true}));
+            istiod_ca(&mut env, &mut mounts);
             container["ports"] = json!([
                 {"name": "http-envoy-prom", "containerPort": 15090, "protocol": "TCP"},
                 {"name": "status-port", "containerPort": 15021, "protocol": "TCP"},
