@@ -858,8 +858,14 @@ impl GlobalInputs {
                 Kind::PeerAuthentication => (true, false),
                 // The inbound side's RBAC filters.
                 Kind::AuthorizationPolicy => (!grpc, false),
-                // Not translated yet: stored and validated, not enforced by the agent.
-                Kind::RequestAuthentication => (false, false),
+                // Not translated yet: stored and validated, not applied by the agent.
+                Kind::RequestAuthentication
+                | Kind::EnvoyFilter
+                | Kind::ProxyConfig
+                | Kind::Telemetry
+                | Kind::WasmPlugin
+                | Kind::TrafficExtension
+                | Kind::WorkloadGroup => (false, false),
                 Kind::Sidecar | Kind::Gateway => (true, true),
             };
             if for_listeners {

@@ -7,12 +7,20 @@ use std::str::FromStr;
 pub const ISTIO_NETWORKING_GROUP: &str = "networking.istio.io";
 /// Group of the Istio security kinds.
 pub const ISTIO_SECURITY_GROUP: &str = "security.istio.io";
+/// Group of the Istio telemetry kinds.
+pub const ISTIO_TELEMETRY_GROUP: &str = "telemetry.istio.io";
+/// Group of the Istio extension kinds.
+pub const ISTIO_EXTENSIONS_GROUP: &str = "extensions.istio.io";
 /// Group of PASA's own kinds.
 pub const PASA_GROUP: &str = "pasa.io";
 
 const ISTIO_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha3"];
 const ISTIO_SECURITY_VERSIONS: &[&str] = &["v1", "v1beta1"];
 const PASA_VERSIONS: &[&str] = &["v1alpha1"];
+const ENVOY_FILTER_VERSIONS: &[&str] = &["v1alpha3"];
+const PROXY_CONFIG_VERSIONS: &[&str] = &["v1beta1"];
+const TELEMETRY_VERSIONS: &[&str] = &["v1", "v1alpha1"];
+const EXTENSIONS_VERSIONS: &[&str] = &["v1alpha1"];
 
 /// A kind of resource the store keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,10 +39,22 @@ pub enum Kind {
     AuthorizationPolicy,
     /// `security.istio.io`: the JWTs a workload accepts.
     RequestAuthentication,
+    /// `networking.istio.io`: patches to the Envoy config of the workloads it selects.
+    EnvoyFilter,
+    /// `networking.istio.io`: the template of the WorkloadEntries of auto-registered VMs.
+    WorkloadGroup,
+    /// `networking.istio.io`: proxy settings (concurrency, image) of the workloads it selects.
+    ProxyConfig,
+    /// `telemetry.istio.io`: access logs, tracing and metrics of the workloads it selects.
+    Telemetry,
+    /// `extensions.istio.io`: a Wasm plugin for the workloads it selects.
+    WasmPlugin,
+    /// `extensions.istio.io`: a Wasm or Lua extension for the workloads it selects.
+    TrafficExtension,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 16] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::ServiceEntry,
@@ -45,24 +65,42 @@ impl Kind {
         Kind::PeerAuthentication,
         Kind::AuthorizationPolicy,
         Kind::RequestAuthentication,
+        Kind::EnvoyFilter,
+        Kind::WorkloadGroup,
+        Kind::ProxyConfig,
+        Kind::Telemetry,
+        Kind::WasmPlugin,
+        Kind::TrafficExtension,
     ];
 
     /// Kinds that concern only the workloads of their own namespace (those of the mesh's root
-    /// namespace: every workload), and that say who may do what: a proxy reads them of its own
-    /// namespace and the root namespace, and a store under mutual TLS lets a workload read no
-    /// others. PeerAuthentication is not one: a client's auto-mTLS follows the mode of the
-    /// namespace it calls, as istiod infers it.
-    pub const NAMESPACE_SCOPED: [Kind; 3] = [
+    /// namespace: every workload): a proxy reads them of its own namespace and the root
+    /// namespace, and a store under mutual TLS lets a workload read no others. PeerAuthentication
+    /// is not one: a client's auto-mTLS follows the mode of the namespace it calls, as istiod
+    /// infers it.
+    pub const NAMESPACE_SCOPED: [Kind; 8] = [
         Kind::Sidecar,
         Kind::AuthorizationPolicy,
         Kind::RequestAuthentication,
+        Kind::EnvoyFilter,
+        Kind::ProxyConfig,
+        Kind::Telemetry,
+        Kind::WasmPlugin,
+        Kind::TrafficExtension,
     ];
 
-    /// Every kind but the [`Kind::NAMESPACE_SCOPED`] ones: what is shared across namespaces.
+    /// Whether proxies read this kind at all (WorkloadGroups are the control plane's: templates
+    /// of auto-registered WorkloadEntries).
+    pub fn configures_proxies(self) -> bool {
+        self != Kind::WorkloadGroup
+    }
+
+    /// The kinds proxies read that are shared across namespaces: every kind but the
+    /// [`Kind::NAMESPACE_SCOPED`] ones and those proxies do not read.
     pub fn shared() -> impl Iterator<Item = Kind> {
         Kind::ALL
             .into_iter()
-            .filter(|k| !Kind::NAMESPACE_SCOPED.contains(k))
+            .filter(|k| k.configures_proxies() && !Kind::NAMESPACE_SCOPED.contains(k))
     }
 
     /// The `kind` field as written in a manifest.
@@ -78,6 +116,12 @@ impl Kind {
             Kind::PeerAuthentication => "PeerAuthentication",
             Kind::AuthorizationPolicy => "AuthorizationPolicy",
             Kind::RequestAuthentication => "RequestAuthentication",
+            Kind::EnvoyFilter => "EnvoyFilter",
+            Kind::WorkloadGroup => "WorkloadGroup",
+            Kind::ProxyConfig => "ProxyConfig",
+            Kind::Telemetry => "Telemetry",
+            Kind::WasmPlugin => "WasmPlugin",
+            Kind::TrafficExtension => "TrafficExtension",
         }
     }
 
@@ -87,6 +131,8 @@ impl Kind {
             Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
                 ISTIO_SECURITY_GROUP
             }
+            Kind::Telemetry => ISTIO_TELEMETRY_GROUP,
+            Kind::WasmPlugin | Kind::TrafficExtension => ISTIO_EXTENSIONS_GROUP,
             _ => ISTIO_NETWORKING_GROUP,
         }
     }
@@ -98,6 +144,10 @@ impl Kind {
             Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
                 ISTIO_SECURITY_VERSIONS
             }
+            Kind::EnvoyFilter => ENVOY_FILTER_VERSIONS,
+            Kind::ProxyConfig => PROXY_CONFIG_VERSIONS,
+            Kind::Telemetry => TELEMETRY_VERSIONS,
+            Kind::WasmPlugin | Kind::TrafficExtension => EXTENSIONS_VERSIONS,
             _ => ISTIO_VERSIONS,
         }
     }
@@ -115,6 +165,12 @@ impl Kind {
             Kind::PeerAuthentication => "peerauthentications",
             Kind::AuthorizationPolicy => "authorizationpolicies",
             Kind::RequestAuthentication => "requestauthentications",
+            Kind::EnvoyFilter => "envoyfilters",
+            Kind::WorkloadGroup => "workloadgroups",
+            Kind::ProxyConfig => "proxyconfigs",
+            Kind::Telemetry => "telemetries",
+            Kind::WasmPlugin => "wasmplugins",
+            Kind::TrafficExtension => "trafficextensions",
         }
     }
 
@@ -131,6 +187,12 @@ impl Kind {
             Kind::PeerAuthentication => &["pa"],
             Kind::AuthorizationPolicy => &["ap"],
             Kind::RequestAuthentication => &["ra"],
+            Kind::EnvoyFilter => &[],
+            Kind::WorkloadGroup => &["wg"],
+            Kind::ProxyConfig => &[],
+            Kind::Telemetry => &[],
+            Kind::WasmPlugin => &[],
+            Kind::TrafficExtension => &[],
         }
     }
 

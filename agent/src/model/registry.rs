@@ -867,8 +867,17 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
         Some(Kind::AuthorizationPolicy) => {
             typed(resource).map(|c| Parsed::AuthorizationPolicy(Arc::new(c)))
         }
-        // Not translated yet: the injector keeps pods it applies to with istiod.
-        Some(Kind::RequestAuthentication) | None => None,
+        // Not translated yet: the injector keeps pods they apply to with istiod.
+        Some(
+            Kind::RequestAuthentication
+            | Kind::EnvoyFilter
+            | Kind::ProxyConfig
+            | Kind::Telemetry
+            | Kind::WasmPlugin
+            | Kind::TrafficExtension,
+        ) => None,
+        // The control plane's (auto-registration), not a proxy's.
+        Some(Kind::WorkloadGroup) | None => None,
     };
     parsed.unwrap_or(Parsed::Ignored)
 }

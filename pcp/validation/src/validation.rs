@@ -8,14 +8,20 @@
 pub mod authorization_policy;
 pub mod common;
 pub mod destination_rule;
+pub mod envoy_filter;
 pub mod gateway;
 pub mod peer_authentication;
+pub mod proxy_config;
 pub mod request_authentication;
 pub mod service_endpoints;
 pub mod service_entry;
 pub mod sidecar;
+pub mod telemetry;
+pub mod traffic_extension;
 pub mod virtual_service;
+pub mod wasm_plugin;
 pub mod workload_entry;
+pub mod workload_group;
 
 use std::fmt;
 
@@ -138,6 +144,12 @@ pub fn validate(obj: &Object) -> Report {
         Kind::AuthorizationPolicy => authorization_policy::validate(obj, &mut report),
         Kind::RequestAuthentication => request_authentication::validate(obj, &mut report),
         Kind::ServiceEndpoints => service_endpoints::validate(obj, &mut report),
+        Kind::EnvoyFilter => envoy_filter::validate(obj, &mut report),
+        Kind::WorkloadGroup => workload_group::validate(obj, &mut report),
+        Kind::ProxyConfig => proxy_config::validate(obj, &mut report),
+        Kind::Telemetry => telemetry::validate(obj, &mut report),
+        Kind::WasmPlugin => wasm_plugin::validate(obj, &mut report),
+        Kind::TrafficExtension => traffic_extension::validate(obj, &mut report),
     }
     report
 }

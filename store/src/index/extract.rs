@@ -76,7 +76,13 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
         | Kind::WorkloadEntry
         | Kind::PeerAuthentication
         | Kind::AuthorizationPolicy
-        | Kind::RequestAuthentication => {}
+        | Kind::RequestAuthentication
+        | Kind::EnvoyFilter
+        | Kind::WorkloadGroup
+        | Kind::ProxyConfig
+        | Kind::Telemetry
+        | Kind::WasmPlugin
+        | Kind::TrafficExtension => {}
     }
     hosts.sort();
     hosts.dedup();
