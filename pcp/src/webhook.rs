@@ -51,8 +51,8 @@ impl Webhook {
         }
     }
 
-    /// Why a pod the injector would move must stay with istiod: security policies apply to it
-    /// that PASA's agent does not enforce yet (see [`inject::unenforced_policies`]), or the
+    /// Why a pod the injector would move must stay with istiod: policies, patches or extensions
+    /// apply to it that PASA's agent does not apply yet (see [`inject::unenforced_policies`]), or the
     /// store cannot say whether any do.
     async fn keeps_with_istiod(&self, req: &AdmissionRequest) -> Option<String> {
         let pod = req.object.as_ref()?;
@@ -96,8 +96,9 @@ impl Webhook {
         let applying = inject::unenforced_policies(pod, &req.namespace, root, &policies);
         (!applying.is_empty()).then(|| {
             format!(
-                "{} applies to it, and PASA's agent does not enforce RequestAuthentication \
-                 or CUSTOM AuthorizationPolicy yet",
+                "{} applies to it, and PASA's agent does not apply RequestAuthentication, \
+                 CUSTOM AuthorizationPolicy, EnvoyFilter, Telemetry, WasmPlugin or \
+                 TrafficExtension yet",
                 applying.join(", ")
             )
         })

@@ -332,3 +332,46 @@ fn the_binaries_accept_the_arguments_the_manifests_give_them() {
     println!("deploy/: {checked} containers' arguments accepted");
     assert!(checked >= 3, "the pcp and store workloads were found");
 }
+
+/// The validating webhook is sent, and PCP's ClusterRole may read, every Istio kind the store
+/// keeps, at every version the store accepts.
+#[test]
+fn the_webhook_and_the_cluster_role_cover_every_istio_kind() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let read = |file: &str| -> serde_json::Value {
+        serde_saphyr::from_str(&std::fs::read_to_string(deploy.join(file)).unwrap()).unwrap()
+    };
+    let webhook = read("validating-webhook.yaml");
+    let role = read("base/clusterrole.yaml");
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    for kind in pasa_proto::Kind::ALL {
+        if kind.group() == pasa_proto::kind::PASA_GROUP {
+            continue;
+        }
+        let covers = |rules: &serde_json::Value, versions: bool| {
+            rules.as_array().into_iter().flatten().any(|r| {
+                strings(&r["apiGroups"]).contains(&kind.group().to_string())
+                    && strings(&r["resources"]).contains(&kind.plural().to_string())
+                    && (!versions
+                        || kind
+                            .versions()
+                            .iter()
+                            .all(|v| strings(&r["apiVersions"]).contains(&v.to_string())))
+            })
+        };
+        assert!(
+            covers(&webhook["webhooks"][0]["rules"], true),
+            "the validating webhook is not sent {kind} at every version"
+        );
+        assert!(
+            covers(&role["rules"], false),
+            "PCP's ClusterRole cannot read {kind}"
+        );
+    }
+}

@@ -1,5 +1,6 @@
-//! Typed models of Istio's resources (`networking.istio.io`, and `security.istio.io` as far as the
-//! store keeps it), read from the protobuf JSON form the CRDs use.
+//! Typed models of Istio's resources (`networking.istio.io`, `security.istio.io`,
+//! `telemetry.istio.io` and `extensions.istio.io` as far as the store keeps them), read from the
+//! protobuf JSON form the CRDs use.
 //!
 //! One model serves all three API versions: v1alpha3, v1beta1 and v1 share one schema. Parsing is
 //! strict, as istiod's webhook is: an unknown field, a value of the wrong type or two members of one
@@ -9,13 +10,17 @@
 pub mod authorization_policy;
 pub mod common;
 pub mod destination_rule;
+pub mod extensions;
 pub mod gateway;
 pub mod peer_authentication;
+pub mod proxy_config;
 pub mod request_authentication;
 pub mod service_entry;
 pub mod sidecar;
+pub mod telemetry;
 pub mod virtual_service;
 pub mod workload_entry;
+pub mod workload_group;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;

@@ -54,6 +54,12 @@ fn collection_of(api_version: &str, kind: &str) -> (Collection, bool) {
         "PeerAuthentication" => "peerauthentications",
         "AuthorizationPolicy" => "authorizationpolicies",
         "RequestAuthentication" => "requestauthentications",
+        "EnvoyFilter" => "envoyfilters",
+        "WorkloadGroup" => "workloadgroups",
+        "ProxyConfig" => "proxyconfigs",
+        "Telemetry" => "telemetries",
+        "WasmPlugin" => "wasmplugins",
+        "TrafficExtension" => "trafficextensions",
         other => panic!("the fake API server does not serve {other}"),
     }
     .to_string();

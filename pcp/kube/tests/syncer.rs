@@ -534,6 +534,28 @@ async fn every_istio_kind_is_added_changed_and_deleted() {
                 Kind::AuthorizationPolicy,
                 json!({"action": "DENY", "rules": [{"to": [{"operation": {"ports": [(8000 + generation).to_string()]}}]}]}),
             ),
+            (
+                Kind::EnvoyFilter,
+                json!({"configPatches": [{"applyTo": "HTTP_FILTER", "match": {"context": "SIDECAR_INBOUND"},
+                       "patch": {"operation": "INSERT_BEFORE", "value": {"name": format!("filter-{generation}")}}}]}),
+            ),
+            (
+                Kind::WorkloadGroup,
+                json!({"template": {"serviceAccount": format!("sa-{generation}")}}),
+            ),
+            (Kind::ProxyConfig, json!({"concurrency": generation})),
+            (
+                Kind::Telemetry,
+                json!({"tracing": [{"randomSamplingPercentage": f64::from(generation)}]}),
+            ),
+            (
+                Kind::WasmPlugin,
+                json!({"url": format!("oci://registry.example.com/plugin:{generation}")}),
+            ),
+            (
+                Kind::TrafficExtension,
+                json!({"lua": {"inlineCode": format!("-- {generation}")}}),
+            ),
         ]
     };
     let put = |generation: u32| {

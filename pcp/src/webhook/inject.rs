@@ -180,68 +180,135 @@ impl Injector {
     }
 }
 
-/// The security kinds of which PASA's agent does not enforce everything yet (RequestAuthentication;
-/// AuthorizationPolicy with action CUSTOM): a pod one of those applies to stays with istiod, so
-/// that moving to PASA never drops a policy.
-pub const UNENFORCED_KINDS: [pasa_proto::Kind; 2] = [
+/// The kinds of which PASA's agent does not apply everything yet (RequestAuthentication,
+/// AuthorizationPolicy with action CUSTOM, EnvoyFilter, Telemetry, WasmPlugin,
+/// TrafficExtension): a pod one of those applies to stays with istiod, so that moving to PASA
+/// never drops a policy, a patch or an extension.
+pub const UNENFORCED_KINDS: [pasa_proto::Kind; 6] = [
     pasa_proto::Kind::AuthorizationPolicy,
     pasa_proto::Kind::RequestAuthentication,
+    pasa_proto::Kind::EnvoyFilter,
+    pasa_proto::Kind::Telemetry,
+    pasa_proto::Kind::WasmPlugin,
+    pasa_proto::Kind::TrafficExtension,
 ];
 
-/// The policies among `policies` (of [`UNENFORCED_KINDS`], from the pod's namespace and the root
-/// namespace) that the agent would not enforce but that would apply to `pod`'s sidecar in
-/// `namespace`, as `Kind namespace/name`: RequestAuthentications and CUSTOM
-/// AuthorizationPolicies of the root namespace without selector (the mesh), of the pod's
-/// namespace without selector (the namespace), or of either with a selector the pod's labels
-/// match. Policies attached by `targetRef(s)` apply to Services' waypoints and gateways, not to
-/// sidecars. A policy that cannot be read counts as applying.
+/// The resources among `policies` (of [`UNENFORCED_KINDS`], from the pod's namespace and the
+/// root namespace) that the agent would not apply but that would apply to `pod`'s sidecar in
+/// `namespace`, as `Kind namespace/name`: those of the root namespace without selector (the
+/// mesh), of the pod's namespace without selector (the namespace), or of either with a selector
+/// the pod's labels match. Resources attached by `targetRef(s)` apply to Services' waypoints and
+/// gateways, not to sidecars; so do EnvoyFilters whose every patch is for gateways
+/// (`context: GATEWAY`). AuthorizationPolicies other than CUSTOM are enforced. A resource that
+/// cannot be read counts as applying.
 pub fn unenforced_policies(
     pod: &Value,
     namespace: &str,
     root_namespace: &str,
     policies: &[pasa_proto::store::v1::Resource],
 ) -> Vec<String> {
+    use pasa_proto::Kind;
     use pasa_proto::istio::authorization_policy::{
         Action, AuthorizationPolicy, applies_to_sidecar,
     };
+    use pasa_proto::istio::destination_rule::WorkloadSelector;
+    use pasa_proto::istio::extensions::{TrafficExtension, WasmPlugin};
+    use pasa_proto::istio::parse_spec_json;
     use pasa_proto::istio::request_authentication::RequestAuthentication;
+    use pasa_proto::istio::telemetry::Telemetry;
     let labels: BTreeMap<String, String> = pod
         .pointer("/metadata/labels")
         .and_then(|l| serde_json::from_value(l.clone()).ok())
         .unwrap_or_default();
-    let applies = |p: &pasa_proto::store::v1::Resource,
-                   selector: Option<&pasa_proto::istio::destination_rule::WorkloadSelector>,
-                   targeted: bool| {
-        applies_to_sidecar(
-            &p.namespace,
-            selector,
-            targeted,
-            root_namespace,
-            namespace,
-            &labels,
-        )
-    };
+    // How a resource picks workloads: its selector, whether it is attached by targetRef(s); None
+    // when it does not concern sidecars at all.
+    let attachment =
+        |p: &pasa_proto::store::v1::Resource| -> Option<(Option<WorkloadSelector>, bool)> {
+            let unreadable = Some((None, false));
+            match p.kind.parse::<Kind>() {
+                Ok(Kind::AuthorizationPolicy) => {
+                    match parse_spec_json::<AuthorizationPolicy>(&p.spec_json) {
+                        // ALLOW, DENY and AUDIT are enforced by the agent.
+                        Ok(ap) if ap.action != Action::Custom => None,
+                        Ok(ap) => Some((ap.selector.clone(), ap.targeted())),
+                        Err(_) => unreadable,
+                    }
+                }
+                Ok(Kind::RequestAuthentication) => {
+                    parse_spec_json::<RequestAuthentication>(&p.spec_json)
+                        .map_or(unreadable, |ra| Some((ra.selector.clone(), ra.targeted())))
+                }
+                Ok(Kind::Telemetry) => {
+                    parse_spec_json::<Telemetry>(&p.spec_json).map_or(unreadable, |t| {
+                        Some((
+                            t.selector,
+                            t.target_ref.is_some() || !t.target_refs.is_empty(),
+                        ))
+                    })
+                }
+                Ok(Kind::WasmPlugin) => {
+                    parse_spec_json::<WasmPlugin>(&p.spec_json).map_or(unreadable, |w| {
+                        Some((
+                            w.selector,
+                            w.target_ref.is_some() || !w.target_refs.is_empty(),
+                        ))
+                    })
+                }
+                Ok(Kind::TrafficExtension) => parse_spec_json::<TrafficExtension>(&p.spec_json)
+                    .map_or(unreadable, |t| {
+                        Some((t.selector, !t.target_refs.is_empty()))
+                    }),
+                Ok(Kind::EnvoyFilter) => envoy_filter_attachment(&p.spec_json),
+                _ => None,
+            }
+        };
     policies
         .iter()
         .filter(|p| {
-            if p.kind == pasa_proto::Kind::AuthorizationPolicy.as_str() {
-                match pasa_proto::istio::parse_spec_json::<AuthorizationPolicy>(&p.spec_json) {
-                    // ALLOW, DENY and AUDIT are enforced by the agent.
-                    Ok(ap) => {
-                        ap.action == Action::Custom
-                            && applies(p, ap.selector.as_ref(), ap.targeted())
-                    }
-                    Err(_) => applies(p, None, false),
-                }
-            } else {
-                match pasa_proto::istio::parse_spec_json::<RequestAuthentication>(&p.spec_json) {
-                    Ok(ra) => applies(p, ra.selector.as_ref(), ra.targeted()),
-                    Err(_) => applies(p, None, false),
-                }
-            }
+            attachment(p).is_some_and(|(selector, targeted)| {
+                applies_to_sidecar(
+                    &p.namespace,
+                    selector.as_ref(),
+                    targeted,
+                    root_namespace,
+                    namespace,
+                    &labels,
+                )
+            })
         })
         .map(|p| format!("{} {}/{}", p.kind, p.namespace, p.name))
         .collect()
+}
+
+/// How an EnvoyFilter picks workloads (`workloadSelector.labels`, `targetRefs`), or None when
+/// every patch is for gateways. Read from the JSON: only these fields matter here.
+fn envoy_filter_attachment(
+    spec_json: &str,
+) -> Option<(
+    Option<pasa_proto::istio::destination_rule::WorkloadSelector>,
+    bool,
+)> {
+    let Ok(spec) = serde_json::from_str::<Value>(spec_json) else {
+        return Some((None, false));
+    };
+    let patches = spec["configPatches"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if !patches.is_empty()
+        && patches
+            .iter()
+            .all(|p| p.pointer("/match/context").and_then(Value::as_str) == Some("GATEWAY"))
+    {
+        return None;
+    }
+    let selector = spec.get("workloadSelector").map(|s| {
+        pasa_proto::istio::destination_rule::WorkloadSelector {
+            match_labels: serde_json::from_value(s["labels"].clone()).unwrap_or_default(),
+        }
+    });
+    let targeted = spec["targetRefs"].as_array().is_some_and(|t| !t.is_empty());
+    Some((selector, targeted))
 }
 
 /// The pod annotation that opts a pod in or out.
@@ -560,6 +627,37 @@ mod tests {
                 "elsewhere",
                 json!({"action": "CUSTOM"}),
             ),
+            policy(
+                "EnvoyFilter",
+                "bookinfo",
+                "add-header",
+                json!({"workloadSelector": {"labels": {"app": "reviews"}},
+                       "configPatches": [{"applyTo": "HTTP_FILTER", "match": {"context": "SIDECAR_INBOUND"}}]}),
+            ),
+            policy(
+                "EnvoyFilter",
+                "istio-system",
+                "gateways-only",
+                json!({"configPatches": [{"applyTo": "LISTENER", "match": {"context": "GATEWAY"}}]}),
+            ),
+            policy(
+                "Telemetry",
+                "istio-system",
+                "mesh-default",
+                json!({"accessLogging": [{"providers": [{"name": "envoy"}]}]}),
+            ),
+            policy(
+                "WasmPlugin",
+                "bookinfo",
+                "for-ratings",
+                json!({"selector": {"matchLabels": {"app": "ratings"}}, "url": "oci://x/y"}),
+            ),
+            policy(
+                "TrafficExtension",
+                "bookinfo",
+                "lua",
+                json!({"lua": {"inlineCode": "x"}}),
+            ),
         ];
         assert_eq!(
             unenforced_policies(&pod, "bookinfo", "istio-system", &policies),
@@ -567,6 +665,9 @@ mod tests {
                 "AuthorizationPolicy bookinfo/for-reviews",
                 "RequestAuthentication bookinfo/namespace-wide",
                 "RequestAuthentication istio-system/mesh-wide",
+                "EnvoyFilter bookinfo/add-header",
+                "Telemetry istio-system/mesh-default",
+                "TrafficExtension bookinfo/lua",
             ]
         );
         assert!(unenforced_policies(&pod, "bookinfo", "istio-system", &policies[1..2]).is_empty());

@@ -5,11 +5,10 @@
 
 use pasa_proto::Object;
 use pasa_proto::istio::authorization_policy::{
-    Action, AuthorizationPolicy, Operation, PolicyTargetReference, Rule, Source,
+    Action, AuthorizationPolicy, Operation, Rule, Source,
 };
-use pasa_proto::istio::destination_rule::WorkloadSelector;
 
-use super::common::validate_policy_selector;
+use super::common::attachment;
 use super::{Path, Report, parse};
 
 use pasa_proto::istio::authorization_policy::{DRY_RUN_ANNOTATION as DRY_RUN, go_bool};
@@ -90,76 +89,6 @@ fn dry_run(obj: &Object, action: Action, report: &mut Report) {
                 obj.name
             ),
         ),
-    }
-}
-
-/// One of `selector`, `targetRef`, `targetRefs`, each well-formed: how a security policy
-/// (AuthorizationPolicy, RequestAuthentication) picks what it applies to.
-pub fn attachment(
-    selector: Option<&WorkloadSelector>,
-    target: Option<&PolicyTargetReference>,
-    targets: &[PolicyTargetReference],
-    spec: &Path,
-    report: &mut Report,
-) {
-    let set = usize::from(selector.is_some())
-        + usize::from(target.is_some())
-        + usize::from(!targets.is_empty());
-    if set > 1 {
-        report.error(
-            spec,
-            "only one of targetRefs or workloadSelector can be set",
-        );
-    }
-    if let Some(selector) = selector {
-        validate_policy_selector(&spec.field("selector"), selector, report);
-    }
-    if let Some(target) = target {
-        target_ref(target, &spec.field("targetRef"), report);
-    }
-    for (i, target) in targets.iter().enumerate() {
-        target_ref(target, &spec.field("targetRefs").index(i), report);
-    }
-}
-
-/// What a policy may attach to: (group, kind), the core group written `core` or empty.
-const TARGET_KINDS: [(&str, &str); 4] = [
-    ("core", "Service"),
-    ("networking.istio.io", "ServiceEntry"),
-    ("gateway.networking.k8s.io", "Gateway"),
-    ("gateway.networking.k8s.io", "GatewayClass"),
-];
-
-/// A `targetRef`: named, in the policy's own namespace, of a kind a policy attaches to.
-fn target_ref(target: &PolicyTargetReference, at: &Path, report: &mut Report) {
-    if target.name.is_empty() {
-        report.error(&at.field("name"), "targetRef name must be set");
-    }
-    if !target.namespace.is_empty() {
-        report.error(
-            &at.field("namespace"),
-            "targetRef namespace must not be set; cross namespace referencing is not supported",
-        );
-    }
-    let group = if target.group.is_empty() {
-        "core"
-    } else {
-        target.group.as_str()
-    };
-    if !TARGET_KINDS.contains(&(group, target.kind.as_str())) {
-        let allowed: Vec<String> = TARGET_KINDS
-            .iter()
-            .map(|(g, k)| format!("{g}/{k}"))
-            .collect();
-        report.error(
-            &at.field("kind"),
-            format!(
-                "targetRef must be to one of [{}] but was {}/{}",
-                allowed.join(", "),
-                target.group,
-                target.kind
-            ),
-        );
     }
 }
 

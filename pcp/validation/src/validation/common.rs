@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 
 use pasa_proto::Object;
-use pasa_proto::istio::authorization_policy::DRY_RUN_ANNOTATION;
+use pasa_proto::istio::authorization_policy::{DRY_RUN_ANNOTATION, PolicyTargetReference};
 use pasa_proto::istio::common::{Duration, Protocol};
 use pasa_proto::istio::destination_rule::WorkloadSelector;
 
@@ -490,6 +490,111 @@ pub fn validate_metadata(obj: &Object, report: &mut Report) {
                 format!("{annotation:?} annotation {why}"),
             );
         }
+    }
+}
+
+/// One of `selector`, `targetRef`, `targetRefs`, each well-formed: how a policy
+/// (AuthorizationPolicy, RequestAuthentication, Telemetry, WasmPlugin, TrafficExtension) picks
+/// what it applies to.
+pub fn attachment(
+    selector: Option<&WorkloadSelector>,
+    target: Option<&PolicyTargetReference>,
+    targets: &[PolicyTargetReference],
+    spec: &Path,
+    report: &mut Report,
+) {
+    let set = usize::from(selector.is_some())
+        + usize::from(target.is_some())
+        + usize::from(!targets.is_empty());
+    if set > 1 {
+        report.error(
+            spec,
+            "only one of targetRefs or workloadSelector can be set",
+        );
+    }
+    if let Some(selector) = selector {
+        validate_policy_selector(&spec.field("selector"), selector, report);
+    }
+    if let Some(target) = target {
+        target_ref(target, &spec.field("targetRef"), report);
+    }
+    /// The CRDs' cap on `targetRefs`.
+    const MAX_TARGET_REFS: usize = 16;
+    if targets.len() > MAX_TARGET_REFS {
+        report.error(
+            &spec.field("targetRefs"),
+            format!("at most {MAX_TARGET_REFS} targetRefs may be set"),
+        );
+    }
+    for (i, target) in targets.iter().enumerate() {
+        target_ref(target, &spec.field("targetRefs").index(i), report);
+    }
+}
+
+/// What a policy may attach to: (group, version, kind), the core group written `core` or empty.
+/// The version is not compared; messages name it as istiod does.
+const TARGET_KINDS: [(&str, &str, &str); 4] = [
+    ("core", "v1", "Service"),
+    ("networking.istio.io", "v1", "ServiceEntry"),
+    ("gateway.networking.k8s.io", "v1", "Gateway"),
+    ("gateway.networking.k8s.io", "v1", "GatewayClass"),
+];
+
+/// A `targetRef`: named, in the policy's own namespace, of a kind a policy attaches to.
+fn target_ref(target: &PolicyTargetReference, at: &Path, report: &mut Report) {
+    // The CRDs' caps.
+    for (field, value, max) in [
+        ("group", &target.group, 253),
+        ("kind", &target.kind, 63),
+        ("name", &target.name, 253),
+    ] {
+        if value.len() > max {
+            report.error(&at.field(field), format!("at most {max} characters"));
+        }
+    }
+    if target.name.is_empty() {
+        report.error(&at.field("name"), "targetRef name must be set");
+    }
+    if !target.namespace.is_empty() {
+        report.error(
+            &at.field("namespace"),
+            "targetRef namespace must not be set; cross namespace referencing is not supported",
+        );
+    }
+    let group = if target.group.is_empty() {
+        "core"
+    } else {
+        target.group.as_str()
+    };
+    if !TARGET_KINDS
+        .iter()
+        .any(|(g, _, k)| (*g, *k) == (group, target.kind.as_str()))
+    {
+        let allowed: Vec<String> = TARGET_KINDS
+            .iter()
+            .map(|(g, v, k)| format!("{g}/{v}/{k}"))
+            .collect();
+        report.error(
+            &at.field("kind"),
+            format!(
+                "targetRef must be to one of [{}] but was {}/{}",
+                allowed.join(" "),
+                target.group,
+                target.kind
+            ),
+        );
+    }
+}
+
+/// A string enum field the CRD limits to `allowed` (absent is fine).
+pub fn validate_enum(at: &Path, value: Option<&str>, allowed: &[&str], report: &mut Report) {
+    if let Some(value) = value
+        && !allowed.contains(&value)
+    {
+        report.error(
+            at,
+            format!("{value:?} is not one of {}", allowed.join(", ")),
+        );
     }
 }
 

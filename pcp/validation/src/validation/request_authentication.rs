@@ -7,7 +7,7 @@ use pasa_proto::Object;
 use pasa_proto::istio::request_authentication::{JwtRule, RequestAuthentication};
 use serde_json::Value;
 
-use super::authorization_policy::attachment;
+use super::common::attachment;
 use super::common::validate_duration;
 use super::{Path, Report, parse};
 

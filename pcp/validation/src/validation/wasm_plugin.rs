@@ -1,8 +1,238 @@
-//! Validation of `wasm_plugin` (in progress).
+//! Validation of `WasmPlugin`, following istiod's webhook and the CRD schema: what it attaches
+//! to, where the module is (URL scheme, SHA-256), its pull secret and name, the VM's environment,
+//! and the ports it matches. The module's checks are shared with TrafficExtension's `wasm`.
+
+use std::collections::HashSet;
 
 use pasa_proto::Object;
+use pasa_proto::istio::extensions::{TrafficSelector, VmConfig, WasmPlugin};
 
-use super::Report;
+use super::common::{attachment, validate_enum};
+use super::{Path, Report, parse};
 
-/// Checks one object.
-pub fn validate(_obj: &Object, _report: &mut Report) {}
+/// URL schemes a module may be fetched with (empty: a local path).
+const SCHEMES: [&str; 5] = ["", "file", "http", "https", "oci"];
+const PULL_POLICIES: [&str; 3] = ["UNSPECIFIED_POLICY", "IfNotPresent", "Always"];
+const FAIL_STRATEGIES: [&str; 3] = ["FAIL_CLOSE", "FAIL_OPEN", "FAIL_RELOAD"];
+const PLUGIN_TYPES: [&str; 3] = ["UNSPECIFIED_PLUGIN_TYPE", "HTTP", "NETWORK"];
+const TRAFFIC_MODES: [&str; 4] = ["UNDEFINED", "CLIENT", "SERVER", "CLIENT_AND_SERVER"];
+/// The CRD's caps.
+const MAX_ENV: usize = 256;
+const MAX_ENV_VALUE_LENGTH: usize = 2048;
+pub(crate) const MAX_PULL_SECRET_LENGTH: usize = 253;
+pub(crate) const MAX_PLUGIN_NAME_LENGTH: usize = 256;
+
+/// Checks one WasmPlugin.
+pub fn validate(obj: &Object, report: &mut Report) {
+    let Some(plugin) = parse::<WasmPlugin>(obj, report) else {
+        return;
+    };
+    let spec = Path::spec();
+    attachment(
+        plugin.selector.as_ref(),
+        plugin.target_ref.as_ref(),
+        &plugin.target_refs,
+        &spec,
+        report,
+    );
+    report.check(&spec.field("url"), validate_url(&plugin.url));
+    report.check(&spec.field("sha256"), validate_sha256(&plugin.sha256));
+    if plugin.image_pull_secret.len() > MAX_PULL_SECRET_LENGTH {
+        report.error(
+            &spec.field("imagePullSecret"),
+            "imagePullSecret field must be less than 253 characters long",
+        );
+    }
+    if plugin.plugin_name.len() > MAX_PLUGIN_NAME_LENGTH {
+        report.error(
+            &spec.field("pluginName"),
+            "pluginName field must be less than 255 characters long",
+        );
+    }
+    if let Some(vm) = &plugin.vm_config {
+        validate_vm_config(&spec.field("vmConfig"), vm, report);
+    }
+    validate_match(&spec, &plugin.match_, report);
+    validate_module_enums(
+        &spec,
+        plugin.image_pull_policy.as_deref(),
+        plugin.fail_strategy.as_deref(),
+        plugin.type_.as_deref(),
+        report,
+    );
+    validate_enum(
+        &spec.field("phase"),
+        plugin.phase.as_deref(),
+        &["UNSPECIFIED_PHASE", "AUTHN", "AUTHZ", "STATS"],
+        report,
+    );
+}
+
+/// The module's location: set, parseable, and by a scheme istiod fetches.
+pub(crate) fn validate_url(url: &str) -> Result<(), String> {
+    if url.is_empty() {
+        return Err("url field needs to be set".into());
+    }
+    if url.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(format!("failed to parse url: invalid character in {url:?}"));
+    }
+    // A reference without a scheme (`registry/plugin:tag`) is read as `http://` + it, as
+    // istiod reads it.
+    let scheme = match url.split_once(':') {
+        Some((scheme, rest)) if is_scheme(scheme) && rest.starts_with('/') => {
+            scheme.to_ascii_lowercase()
+        }
+        _ => String::new(),
+    };
+    if !SCHEMES.contains(&scheme.as_str()) {
+        return Err(format!("url contains unsupported scheme: {scheme}"));
+    }
+    Ok(())
+}
+
+fn is_scheme(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// A module's SHA-256, when given: 64 lower-case hex digits.
+pub(crate) fn validate_sha256(sha: &str) -> Result<(), String> {
+    if sha.is_empty() {
+        return Ok(());
+    }
+    if sha.len() != 64 {
+        return Err("sha256 field must be 64 characters long".into());
+    }
+    if !sha.bytes().all(|b| matches!(b, b'a'..=b'f' | b'0'..=b'9')) {
+        return Err("sha256 field must match [a-f0-9]{64} pattern".into());
+    }
+    Ok(())
+}
+
+/// The VM's environment: named, once each, a value only when inline.
+pub(crate) fn validate_vm_config(at: &Path, vm: &VmConfig, report: &mut Report) {
+    let at = at.field("env");
+    if vm.env.len() > MAX_ENV {
+        report.error(&at, format!("at most {MAX_ENV} variables"));
+    }
+    let mut names = HashSet::new();
+    for (i, env) in vm.env.iter().enumerate() {
+        let Some(env) = env else { continue };
+        let here = at.index(i);
+        if env.name.is_empty() {
+            report.error(&here.field("name"), "spec.vmConfig.env invalid");
+            continue;
+        }
+        if env.name.len() > MAX_PLUGIN_NAME_LENGTH {
+            report.error(
+                &here.field("name"),
+                "env.name field must be less than 255 characters long",
+            );
+        }
+        if !names.insert(env.name.as_str()) {
+            report.error(&here.field("name"), "duplicate env");
+        }
+        validate_enum(
+            &here.field("valueFrom"),
+            env.value_from.as_deref(),
+            &["INLINE", "HOST"],
+            report,
+        );
+        if env.value_from.as_deref().is_some_and(|v| v != "INLINE") && !env.value.is_empty() {
+            report.error(
+                &here.field("value"),
+                "value may only be set when valueFrom is INLINE",
+            );
+        }
+        if env.value.len() > MAX_ENV_VALUE_LENGTH {
+            report.error(
+                &here.field("value"),
+                format!("at most {MAX_ENV_VALUE_LENGTH} characters"),
+            );
+        }
+    }
+}
+
+/// The traffic an extension runs on: each selector and port given, ports in range.
+pub(crate) fn validate_match(
+    spec: &Path,
+    selectors: &[Option<TrafficSelector>],
+    report: &mut Report,
+) {
+    for (i, selector) in selectors.iter().enumerate() {
+        let here = spec.field("match").index(i);
+        let Some(selector) = selector else {
+            report.error(&here, format!("spec.Match[{i}] is nil"));
+            continue;
+        };
+        validate_enum(
+            &here.field("mode"),
+            selector.mode.as_deref(),
+            &TRAFFIC_MODES,
+            report,
+        );
+        for (j, port) in selector.ports.iter().enumerate() {
+            let there = here.field("ports").index(j);
+            match port {
+                None => report.error(&there, format!("spec.Match[{i}].Ports[{j}] is nil")),
+                Some(port) if port.number == 0 || port.number > 65535 => report.error(
+                    &there.field("number"),
+                    format!(
+                        "spec.Match[{i}].Ports[{j}] is out of range: {}",
+                        port.number
+                    ),
+                ),
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+/// The CRD's enums of a module.
+pub(crate) fn validate_module_enums(
+    at: &Path,
+    pull_policy: Option<&str>,
+    fail_strategy: Option<&str>,
+    plugin_type: Option<&str>,
+    report: &mut Report,
+) {
+    validate_enum(
+        &at.field("imagePullPolicy"),
+        pull_policy,
+        &PULL_POLICIES,
+        report,
+    );
+    validate_enum(
+        &at.field("failStrategy"),
+        fail_strategy,
+        &FAIL_STRATEGIES,
+        report,
+    );
+    validate_enum(&at.field("type"), plugin_type, &PLUGIN_TYPES, report);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_by_scheme() {
+        for ok in [
+            "oci://registry:5000/plugin:latest",
+            "https://example.com/p.wasm",
+            "file:///opt/p.wasm",
+            "registry.example.com/plugin:1.0",
+            "/opt/p.wasm",
+        ] {
+            assert_eq!(validate_url(ok), Ok(()), "{ok}");
+        }
+        assert!(
+            validate_url("ftp://example.com/p")
+                .unwrap_err()
+                .contains("unsupported scheme: ftp")
+        );
+        assert!(validate_url("http://exa mple.com").is_err());
+        assert!(validate_url("").unwrap_err().contains("needs to be set"));
+    }
+}
