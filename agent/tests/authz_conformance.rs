@@ -3,6 +3,7 @@
 //! policies in, the list of Envoy filters out, compared as data (protobuf JSON) with istiod's.
 //! Prints the pass count per folder; cases in [`SKIPS`] are not run, each with its reason.
 
+use pasa_agent::translate::authz::custom::{self, ExtAuthzProviders, KnownService};
 use pasa_agent::translate::authz::{self, AppliedPolicy, TrustDomains};
 use pasa_proto::istio::authorization_policy::{AuthorizationPolicy, DRY_RUN_ANNOTATION, go_bool};
 use serde_json::{Value, json};
@@ -13,16 +14,10 @@ const SKIPS: &[(&str, &str)] = &[];
 /// Why a case is not run, if it is not.
 fn skipped(case: &Value) -> Option<String> {
     let name = case["name"].as_str().unwrap_or_default();
-    if let Some((_, why)) = SKIPS.iter().find(|(n, _)| *n == name) {
-        return Some((*why).to_string());
-    }
-    if case["custom_builder"].as_bool() == Some(true) {
-        return Some(
-            "CUSTOM policies (ext_authz with the mesh's extension providers) are not built yet"
-                .into(),
-        );
-    }
-    None
+    SKIPS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, why)| (*why).to_string())
 }
 
 struct Loaded {
@@ -59,6 +54,30 @@ fn filter_json(name: &str, any: &envoy_types::pb::google::protobuf::Any) -> Valu
         .expect("a message")
         .insert("@type".into(), json!(any.type_url));
     json!({"name": name, "typedConfig": typed})
+}
+
+fn http_json(
+    filters: &[envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter],
+) -> Vec<Value> {
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType;
+    filters
+        .iter()
+        .map(|f| match &f.config_type {
+            Some(ConfigType::TypedConfig(any)) => filter_json(&f.name, any),
+            _ => json!({"name": f.name}),
+        })
+        .collect()
+}
+
+fn tcp_json(filters: &[envoy_types::pb::envoy::config::listener::v3::Filter]) -> Vec<Value> {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    filters
+        .iter()
+        .map(|f| match &f.config_type {
+            Some(ConfigType::TypedConfig(any)) => filter_json(&f.name, any),
+            _ => json!({"name": f.name}),
+        })
+        .collect()
 }
 
 #[test]
@@ -103,22 +122,32 @@ fn istio_authz_builder_golden_files() {
                     spec: &p.spec,
                 })
                 .collect();
-            let got: Vec<Value> = if for_tcp {
-                authz::tcp_filters(&applied, &trust)
-                    .iter()
-                    .map(|f| match &f.config_type {
-                        Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) => filter_json(&f.name, any),
-                        _ => json!({"name": f.name}),
+            // The CUSTOM builder: the named mesh config's providers, against the registry's
+            // services.
+            let custom = case["custom_builder"].as_bool() == Some(true);
+            let providers = if custom {
+                let mesh = &cases["mesh_configs"][case["mesh_config"].as_str().unwrap_or_default()]
+                    ["meshConfig"];
+                let mesh = serde_json::from_value(mesh.clone())
+                    .unwrap_or_else(|e| panic!("{name}: mesh config: {e}"));
+                let services: Vec<KnownService<'_>> = cases["defaults"]["services"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|s| KnownService {
+                        namespace: s["namespace"].as_str().unwrap_or_default(),
+                        hostname: s["hostname"].as_str().unwrap_or_default(),
                     })
-                    .collect()
+                    .collect();
+                ExtAuthzProviders::resolve(&mesh, &services)
             } else {
-                authz::http_filters(&applied, &trust)
-                    .iter()
-                    .map(|f| match &f.config_type {
-                        Some(envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType::TypedConfig(any)) => filter_json(&f.name, any),
-                        _ => json!({"name": f.name}),
-                    })
-                    .collect()
+                ExtAuthzProviders::default()
+            };
+            let got: Vec<Value> = match (for_tcp, custom) {
+                (true, true) => tcp_json(&custom::tcp_filters(&applied, &providers, &trust)),
+                (false, true) => http_json(&custom::http_filters(&applied, &providers, &trust)),
+                (true, false) => tcp_json(&authz::tcp_filters(&applied, &trust)),
+                (false, false) => http_json(&authz::http_filters(&applied, &trust)),
             };
             let want: Vec<Value> = case["want"]
                 .as_array()

@@ -12,6 +12,7 @@ pub mod common;
 pub mod destination_rule;
 pub mod extensions;
 pub mod gateway;
+pub mod mesh_config;
 pub mod peer_authentication;
 pub mod proxy_config;
 pub mod request_authentication;

@@ -32,6 +32,8 @@ use pasa_proto::istio::authorization_policy::{
     Action, AuthorizationPolicy, DRY_RUN_ANNOTATION, Rule, go_bool,
 };
 
+pub mod custom;
+
 pub const HTTP_RBAC: &str = "envoy.filters.http.rbac";
 pub const NETWORK_RBAC: &str = "envoy.filters.network.rbac";
 const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
@@ -154,16 +156,19 @@ fn built(
             .iter()
             .filter(|p| p.spec.action == action)
             .collect();
-        (!of_action.is_empty()).then(|| build(&of_action, rbac_action, trust, for_tcp))
+        (!of_action.is_empty()).then(|| build(&of_action, rbac_action, trust, for_tcp, ""))
     })
     .collect()
 }
 
+/// The rules of `policies` for `action`: (enforced, dry-run), each policy named with `prefix`
+/// (empty, or CUSTOM's provider prefix).
 fn build(
     policies: &[&AppliedPolicy<'_>],
     action: rbac::Action,
     trust: &TrustDomains,
     for_tcp: bool,
+    prefix: &str,
 ) -> (Option<Rbac>, Option<Rbac>) {
     let empty = || Rbac {
         action: action as i32,
@@ -184,15 +189,17 @@ fn build(
             let Some(rule) = rule else { continue };
             let model = Model::new(policy.namespace, rule, trust);
             if let Ok(generated) = model.generate(for_tcp, action) {
-                target
-                    .policies
-                    .insert(policy_name(policy.namespace, policy.name, i), generated);
+                target.policies.insert(
+                    policy_name(prefix, policy.namespace, policy.name, i),
+                    generated,
+                );
             }
         }
         if rules.is_empty() {
-            target
-                .policies
-                .insert(policy_name(policy.namespace, policy.name, 0), match_never());
+            target.policies.insert(
+                policy_name(prefix, policy.namespace, policy.name, 0),
+                match_never(),
+            );
         }
     }
     (
@@ -201,8 +208,8 @@ fn build(
     )
 }
 
-fn policy_name(namespace: &str, name: &str, rule: usize) -> String {
-    format!("ns[{namespace}]-policy[{name}]-rule[{rule}]")
+fn policy_name(prefix: &str, namespace: &str, name: &str, rule: usize) -> String {
+    format!("{prefix}ns[{namespace}]-policy[{name}]-rule[{rule}]")
 }
 
 /// A policy that matches nothing: a policy without rules.
