@@ -174,6 +174,8 @@ fn scope_rule(proxy: &Proxy) -> Rule {
             Kind::Sidecar,
             Kind::PeerAuthentication,
             Kind::AuthorizationPolicy,
+            // Kept in the root namespace only.
+            Kind::MeshConfig,
         ]),
         namespaces: dedup(vec![
             proxy.config_namespace.clone(),
@@ -201,9 +203,10 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
             kinds: kinds(&[Kind::Gateway]),
             ..Default::default()
         },
-        // The AuthorizationPolicies that may apply to the router itself.
+        // The AuthorizationPolicies that may apply to the router itself, and the mesh config
+        // (kept in the root namespace).
         Rule {
-            kinds: kinds(&[Kind::AuthorizationPolicy]),
+            kinds: kinds(&[Kind::AuthorizationPolicy, Kind::MeshConfig]),
             namespaces: dedup(vec![
                 proxy.namespace.clone(),
                 proxy.mesh.root_namespace.clone(),

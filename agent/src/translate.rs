@@ -856,8 +856,9 @@ impl GlobalInputs {
                 Kind::DestinationRule | Kind::VirtualService => (grpc, false),
                 // The inbound side's modes.
                 Kind::PeerAuthentication => (true, false),
-                // The inbound side's RBAC filters.
-                Kind::AuthorizationPolicy => (!grpc, false),
+                // The inbound side's RBAC filters (the mesh config: CUSTOM's providers, trust
+                // domain aliases).
+                Kind::AuthorizationPolicy | Kind::MeshConfig => (!grpc, false),
                 // Not translated yet: stored and validated, not applied by the agent.
                 Kind::RequestAuthentication
                 | Kind::EnvoyFilter

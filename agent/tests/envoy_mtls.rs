@@ -15,7 +15,10 @@
 //!   flows, and reaches it again when a workload policy sets the port PERMISSIVE;
 //! - AuthorizationPolicy, through the store: a DENY rule on a path answers 403 for that path
 //!   only; an ALLOW rule naming another principal refuses the client (403), one naming the
-//!   client's SPIFFE identity lets it through.
+//!   client's SPIFFE identity lets it through; a CUSTOM rule on a path asks the external
+//!   authorizer the mesh config names (an HTTP authorizer in the server's pod), which refuses
+//!   requests without its header and lets those with it through, while other paths are never
+//!   sent to it.
 //!
 //! Needs what `envoy_sidecar.rs` needs; says loudly when it skipped.
 
@@ -30,6 +33,7 @@ use serde_json::{Value, json};
 const CLIENT_NODE: &str = "sidecar~10.10.0.1~client-1.shop~shop.svc.cluster.local";
 const SERVER_NODE: &str = "sidecar~10.10.0.2~server-1.shop~shop.svc.cluster.local";
 const SERVER_VIP: &str = "10.96.7.3";
+const AUTHZ_VIP: &str = "10.96.7.4";
 
 fn mesh() -> Vec<Value> {
     vec![
@@ -41,6 +45,17 @@ fn mesh() -> Vec<Value> {
                         "endpoints": [{"address": "10.10.0.2",
                                        "labels": {"app": "server", "security.istio.io/tlsMode": "istio"},
                                        "serviceAccount": "server"}]}}),
+        // The external authorizer, in the server's pod, outside the mesh.
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+               "metadata": {"name": "ext-authz", "namespace": "shop"},
+               "spec": {"addresses": [AUTHZ_VIP],
+                        "ports": [{"name": "http", "port": 9000, "targetPort": 9000}],
+                        "endpoints": [{"address": "10.10.0.2", "labels": {"app": "ext-authz"}}]}}),
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "MeshConfig",
+               "metadata": {"name": "mesh", "namespace": "istio-system"},
+               "spec": {"extensionProviders": [{"name": "ext-authz", "envoyExtAuthzHttp": {
+                   "service": "ext-authz.shop.svc.cluster.local", "port": 9000,
+                   "pathPrefix": "/authz", "includeRequestHeadersInCheck": ["x-ext-authz"]}}]}}),
     ]
 }
 
@@ -95,6 +110,7 @@ async fn mutual_tls_between_two_sidecars() {
         let protocol = if delta { "Delta" } else { "SotW" };
         let (client_ns, server_ns) = network();
         let _app = Backend::start(&server_ns, "server-app", "0.0.0.0:8000", None);
+        let _authz = Backend::start(&server_ns, "ext-authz", "0.0.0.0:9000", None);
         let server = Envoy::start_in(
             server_ns,
             agent_bootstrap(&server_agent, SERVER_NODE, "app=server", delta),
@@ -353,4 +369,47 @@ async fn authorization_policy(store: &StoreServer, client: &Netns, protocol: &st
         a.status == 200
     });
     println!("{protocol}: AuthorizationPolicy DENY and ALLOW enforced by the server's Envoy");
+
+    // CUSTOM: /guarded is checked by the mesh's external authorizer.
+    store
+        .apply(&[server_policy(
+            "ext-check",
+            json!({"action": "CUSTOM", "provider": {"name": "ext-authz"},
+                   "rules": [{"to": [{"operation": {"paths": ["/guarded"]}}]}]}),
+        )])
+        .await;
+    until(
+        client,
+        &url("/guarded"),
+        &host,
+        "CUSTOM refuses without the header",
+        |a| a.status == 403,
+    );
+    let allowed = [host[0], host[1], "--header", "x-ext-authz:allow"];
+    let a = request(client, &url("/guarded"), &allowed);
+    assert_eq!(
+        a.status, 200,
+        "{protocol}: the authorizer lets it through: {a:?}"
+    );
+    assert_eq!(
+        a.backend.as_deref(),
+        Some("server-app"),
+        "{protocol}: {a:?}"
+    );
+    let other = request(client, &url("/hello"), &host);
+    assert_eq!(
+        other.status, 200,
+        "{protocol}: paths no CUSTOM rule names are not sent to the authorizer: {other:?}"
+    );
+    store
+        .delete("AuthorizationPolicy", "shop", "ext-check")
+        .await;
+    until(
+        client,
+        &url("/guarded"),
+        &host,
+        "no CUSTOM policy left",
+        |a| a.status == 200,
+    );
+    println!("{protocol}: CUSTOM AuthorizationPolicy checked by the mesh's external authorizer");
 }

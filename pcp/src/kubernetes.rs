@@ -34,8 +34,9 @@ pub struct KubeArgs {
     /// writes, which is how it knows what it owns.
     #[arg(long, env = "PASA_CLUSTER_ID", default_value = "Kubernetes")]
     pub cluster_id: String,
-    /// Istio's mesh config (YAML, the `mesh` key of the `istio` ConfigMap): its
-    /// `discoverySelectors` limit the namespaces synced, as istiod's do.
+    /// Istio's mesh config (YAML, the `mesh` key of the `istio` ConfigMap): published into the
+    /// store for the agents (as `MeshConfig` `mesh` of the root namespace, again when the file
+    /// changes); its `discoverySelectors` limit the namespaces synced, as istiod's do.
     #[arg(long, env = "PASA_MESH_CONFIG")]
     pub mesh_config: Option<PathBuf>,
     /// Namespace of the Lease the PCP replicas elect the syncing one by.

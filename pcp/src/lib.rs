@@ -6,6 +6,7 @@
 
 pub mod debug;
 pub mod kubernetes;
+pub mod mesh;
 pub mod metrics;
 pub mod server;
 pub mod webhook;

@@ -16,6 +16,8 @@ pub enum Origin {
     Webhook,
     /// The Kubernetes syncer.
     Kubernetes,
+    /// The mesh config file (`--mesh-config`).
+    MeshConfig,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]

@@ -119,6 +119,16 @@ impl PcpArgs {
             api_stopping_rx,
         )
         .with_access(access.clone());
+        if let Some(path) = &self.kube.mesh_config {
+            // Read once now, so that a bad file stops PCP at start.
+            crate::mesh::object(path, &self.inject.root_namespace).map_err(anyhow::Error::msg)?;
+            tokio::spawn(crate::mesh::publish(
+                path.clone(),
+                self.inject.root_namespace.clone(),
+                service.clone(),
+                stop_rx.clone(),
+            ));
+        }
         // istiod's debug pages, from the proxy status agents report.
         let listeners = Listeners::bind(self.listen, self.admin)
             .await?

@@ -97,8 +97,8 @@ impl Webhook {
         (!applying.is_empty()).then(|| {
             format!(
                 "{} applies to it, and PASA's agent does not apply RequestAuthentication, \
-                 CUSTOM AuthorizationPolicy, EnvoyFilter, Telemetry, WasmPlugin or \
-                 TrafficExtension yet",
+                 EnvoyFilter, Telemetry, WasmPlugin or TrafficExtension yet, nor CUSTOM \
+                 AuthorizationPolicy whose provider the mesh config in the store does not define",
                 applying.join(", ")
             )
         })

@@ -51,10 +51,13 @@ pub enum Kind {
     WasmPlugin,
     /// `extensions.istio.io`: a Wasm or Lua extension for the workloads it selects.
     TrafficExtension,
+    /// PASA's own: Istio's MeshConfig (the `mesh` key of the `istio` ConfigMap), kept in the
+    /// root namespace as `mesh`.
+    MeshConfig,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::ServiceEntry,
@@ -71,6 +74,7 @@ impl Kind {
         Kind::Telemetry,
         Kind::WasmPlugin,
         Kind::TrafficExtension,
+        Kind::MeshConfig,
     ];
 
     /// Kinds that concern only the workloads of their own namespace (those of the mesh's root
@@ -122,12 +126,13 @@ impl Kind {
             Kind::Telemetry => "Telemetry",
             Kind::WasmPlugin => "WasmPlugin",
             Kind::TrafficExtension => "TrafficExtension",
+            Kind::MeshConfig => "MeshConfig",
         }
     }
 
     pub fn group(self) -> &'static str {
         match self {
-            Kind::ServiceEndpoints => PASA_GROUP,
+            Kind::ServiceEndpoints | Kind::MeshConfig => PASA_GROUP,
             Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
                 ISTIO_SECURITY_GROUP
             }
@@ -140,7 +145,7 @@ impl Kind {
     /// Versions of the kind's group that the store accepts, newest first.
     pub fn versions(self) -> &'static [&'static str] {
         match self {
-            Kind::ServiceEndpoints => PASA_VERSIONS,
+            Kind::ServiceEndpoints | Kind::MeshConfig => PASA_VERSIONS,
             Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
                 ISTIO_SECURITY_VERSIONS
             }
@@ -171,6 +176,7 @@ impl Kind {
             Kind::Telemetry => "telemetries",
             Kind::WasmPlugin => "wasmplugins",
             Kind::TrafficExtension => "trafficextensions",
+            Kind::MeshConfig => "meshconfigs",
         }
     }
 
@@ -193,6 +199,7 @@ impl Kind {
             Kind::Telemetry => &[],
             Kind::WasmPlugin => &[],
             Kind::TrafficExtension => &[],
+            Kind::MeshConfig => &["mesh"],
         }
     }
 

@@ -215,6 +215,7 @@ enum Parsed {
     WorkloadEntry(Arc<Config<WorkloadEntry>>),
     PeerAuthentication(Arc<Config<PeerAuthentication>>),
     AuthorizationPolicy(Arc<Config<AuthorizationPolicy>>),
+    MeshConfig(Arc<Config<pasa_proto::istio::mesh_config::MeshConfig>>),
     /// A kind translation does not read, or a spec that did not parse.
     Ignored,
 }
@@ -498,6 +499,23 @@ impl Registry {
                 ) =>
             {
                 Some(c.as_ref())
+            }
+            _ => None,
+        })
+    }
+
+    /// The mesh config of the mesh whose root namespace is `root_namespace` (`mesh` there), if
+    /// the store has one.
+    pub fn mesh_config(
+        &self,
+        root_namespace: &str,
+    ) -> Option<&pasa_proto::istio::mesh_config::MeshConfig> {
+        self.entries.values().find_map(|e| match &e.parsed {
+            Parsed::MeshConfig(c)
+                if c.meta.namespace == root_namespace
+                    && c.meta.name == pasa_proto::istio::mesh_config::MESH_CONFIG_NAME =>
+            {
+                Some(&c.spec)
             }
             _ => None,
         })
@@ -876,6 +894,7 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
             | Kind::WasmPlugin
             | Kind::TrafficExtension,
         ) => None,
+        Some(Kind::MeshConfig) => typed(resource).map(|c| Parsed::MeshConfig(Arc::new(c))),
         // The control plane's (auto-registration), not a proxy's.
         Some(Kind::WorkloadGroup) | None => None,
     };

@@ -166,7 +166,12 @@ fn a_fresh_sidecar_asks_for_its_scope_first_then_for_what_it_sees() {
     assert_eq!(fresh.len(), 1, "{fresh:?}");
     assert_eq!(
         fresh[0].kinds,
-        ["Sidecar", "PeerAuthentication", "AuthorizationPolicy"]
+        [
+            "Sidecar",
+            "PeerAuthentication",
+            "AuthorizationPolicy",
+            "MeshConfig"
+        ]
     );
     let mut answered = Cache::default();
     answered.set_answered(std::sync::Arc::new(Subscription {

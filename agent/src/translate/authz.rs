@@ -7,7 +7,7 @@
 //! principals, headers, claims) are built from its `to`, `from` and `when` entries. On a TCP
 //! filter chain the HTTP-only attributes cannot be evaluated: an ALLOW rule that needs one is
 //! dropped (so less is allowed), while in a DENY or AUDIT rule such a value is ignored (so more
-//! is denied). CUSTOM policies (ext_authz) are not built here.
+//! is denied). CUSTOM policies (ext_authz) are built in [`custom`], before these filters.
 
 use envoy_types::pb::envoy::config::core::v3::{CidrRange, TypedExtensionConfig};
 use envoy_types::pb::envoy::config::listener::v3::Filter as NetworkFilter;
@@ -43,9 +43,9 @@ const SHADOW_DENY_PREFIX: &str = "istio_dry_run_deny_";
 const TCP_STAT_PREFIX: &str = "tcp.";
 const DEFAULT_TRUST_DOMAIN: &str = "cluster.local";
 
-/// The RBAC filters of the AuthorizationPolicies that apply to a proxy (a sidecar's inbound
-/// side, a router's listeners), built once for all its chains. CUSTOM policies are not built
-/// yet: the injector keeps sidecars they apply to with istiod.
+/// The filters of the AuthorizationPolicies that apply to a proxy (a sidecar's inbound side, a
+/// router's listeners), built once for all its chains: CUSTOM's (with the mesh config's
+/// providers), then RBAC's; principals in the mesh config's trust domain and its aliases.
 pub(super) struct ProxyAuthz {
     pub http: Vec<HttpFilter>,
     pub tcp: Vec<NetworkFilter>,
@@ -68,11 +68,30 @@ impl ProxyAuthz {
                 spec: &c.spec,
             })
             .collect();
-        let trust = TrustDomains::default();
-        ProxyAuthz {
-            http: http_filters(&applied, &trust),
-            tcp: tcp_filters(&applied, &trust),
+        let mesh = view.registry.mesh_config(&proxy.mesh.root_namespace);
+        let trust = mesh.map(TrustDomains::of).unwrap_or_default();
+        // CUSTOM first (its ext_authz decides before any RBAC rule), then AUDIT, DENY, ALLOW.
+        let (mut http, mut tcp) = (Vec::new(), Vec::new());
+        if applied.iter().any(|p| p.spec.action == Action::Custom) {
+            let known: Vec<custom::KnownService<'_>> = view
+                .registry
+                .services()
+                .values()
+                .flatten()
+                .map(|s| custom::KnownService {
+                    namespace: &s.namespace,
+                    hostname: &s.hostname,
+                })
+                .collect();
+            let providers = mesh
+                .map(|mesh| custom::ExtAuthzProviders::resolve(mesh, &known))
+                .unwrap_or_default();
+            http = custom::http_filters(&applied, &providers, &trust);
+            tcp = custom::tcp_filters(&applied, &providers, &trust);
         }
+        http.extend(http_filters(&applied, &trust));
+        tcp.extend(tcp_filters(&applied, &trust));
+        ProxyAuthz { http, tcp }
     }
 
     /// `filters` of a TCP chain, after the network RBAC filters.
@@ -95,6 +114,20 @@ pub struct AppliedPolicy<'a> {
 /// are matched in all of them. Empty: principals are taken as written.
 #[derive(Debug, Clone, Default)]
 pub struct TrustDomains(pub Vec<String>);
+
+impl TrustDomains {
+    /// The mesh config's trust domain and its aliases; as written when it names none.
+    pub fn of(mesh: &pasa_proto::istio::mesh_config::MeshConfig) -> TrustDomains {
+        match &mesh.trust_domain {
+            Some(domain) if !domain.is_empty() => TrustDomains(
+                std::iter::once(domain.clone())
+                    .chain(mesh.trust_domain_aliases.iter().cloned())
+                    .collect(),
+            ),
+            _ => TrustDomains::default(),
+        }
+    }
+}
 
 /// The HTTP filters for `policies` (CUSTOM ones aside): AUDIT, DENY, ALLOW.
 pub fn http_filters(policies: &[AppliedPolicy<'_>], trust: &TrustDomains) -> Vec<HttpFilter> {

@@ -5,7 +5,9 @@ namespace; stops when its standard input closes (the test ends) or on SIGTERM.
     http_backend.py NAME ADDRESS:PORT [--tls CERT KEY]
 
 Paths: `/status/<code>` answers with that status; `/delay/<ms>` waits first; `/flaky/<key>`
-answers 503 to the first request for each key and 200 after (for retries).
+answers 503 to the first request for each key and 200 after (for retries); `/authz/...` answers
+as an external authorizer (Envoy's HTTP ext_authz): 200 when the request carries
+`x-ext-authz: allow`, 403 otherwise.
 """
 
 import json
@@ -34,6 +36,8 @@ class Handler(BaseHTTPRequestHandler):
             status = int(parts[1])
         elif len(parts) == 2 and parts[0] == "delay" and parts[1].isdigit():
             time.sleep(int(parts[1]) / 1000.0)
+        elif parts[0] == "authz":
+            status = 200 if self.headers.get("x-ext-authz") == "allow" else 403
         elif len(parts) == 2 and parts[0] == "flaky":
             with LOCK:
                 first = parts[1] not in SEEN

@@ -181,10 +181,12 @@ impl Injector {
 }
 
 /// The kinds of which PASA's agent does not apply everything yet (RequestAuthentication,
-/// AuthorizationPolicy with action CUSTOM, EnvoyFilter, Telemetry, WasmPlugin,
-/// TrafficExtension): a pod one of those applies to stays with istiod, so that moving to PASA
-/// never drops a policy, a patch or an extension.
-pub const UNENFORCED_KINDS: [pasa_proto::Kind; 6] = [
+/// EnvoyFilter, Telemetry, WasmPlugin, TrafficExtension; AuthorizationPolicy with action CUSTOM
+/// whose provider the stored mesh config does not define): a pod one of those applies to stays
+/// with istiod, so that moving to PASA never drops a policy, a patch or an extension. The
+/// webhook reads them with the mesh config ([`pasa_proto::Kind::MeshConfig`]).
+pub const UNENFORCED_KINDS: [pasa_proto::Kind; 7] = [
+    pasa_proto::Kind::MeshConfig,
     pasa_proto::Kind::AuthorizationPolicy,
     pasa_proto::Kind::RequestAuthentication,
     pasa_proto::Kind::EnvoyFilter,
@@ -199,8 +201,9 @@ pub const UNENFORCED_KINDS: [pasa_proto::Kind; 6] = [
 /// mesh), of the pod's namespace without selector (the namespace), or of either with a selector
 /// the pod's labels match. Resources attached by `targetRef(s)` apply to Services' waypoints and
 /// gateways, not to sidecars; so do EnvoyFilters whose every patch is for gateways
-/// (`context: GATEWAY`). AuthorizationPolicies other than CUSTOM are enforced. A resource that
-/// cannot be read counts as applying.
+/// (`context: GATEWAY`). AuthorizationPolicies are enforced, CUSTOM ones when the mesh config
+/// among `policies` (`mesh` in the root namespace) defines their provider as an external
+/// authorizer. A resource that cannot be read counts as applying.
 pub fn unenforced_policies(
     pod: &Value,
     namespace: &str,
@@ -213,12 +216,30 @@ pub fn unenforced_policies(
     };
     use pasa_proto::istio::destination_rule::WorkloadSelector;
     use pasa_proto::istio::extensions::{TrafficExtension, WasmPlugin};
+    use pasa_proto::istio::mesh_config::{MESH_CONFIG_NAME, MeshConfig};
     use pasa_proto::istio::parse_spec_json;
     use pasa_proto::istio::request_authentication::RequestAuthentication;
     use pasa_proto::istio::telemetry::Telemetry;
     let labels: BTreeMap<String, String> = pod
         .pointer("/metadata/labels")
         .and_then(|l| serde_json::from_value(l.clone()).ok())
+        .unwrap_or_default();
+    // The external authorizers the agents know of.
+    let authorizers: Vec<String> = policies
+        .iter()
+        .find(|p| {
+            p.kind == Kind::MeshConfig.as_str()
+                && p.namespace == root_namespace
+                && p.name == MESH_CONFIG_NAME
+        })
+        .and_then(|p| parse_spec_json::<MeshConfig>(&p.spec_json).ok())
+        .map(|mesh| {
+            mesh.extension_providers
+                .into_iter()
+                .filter(|p| p.envoy_ext_authz_http.is_some() || p.envoy_ext_authz_grpc.is_some())
+                .map(|p| p.name)
+                .collect()
+        })
         .unwrap_or_default();
     // How a resource picks workloads: its selector, whether it is attached by targetRef(s); None
     // when it does not concern sidecars at all.
@@ -228,8 +249,17 @@ pub fn unenforced_policies(
             match p.kind.parse::<Kind>() {
                 Ok(Kind::AuthorizationPolicy) => {
                     match parse_spec_json::<AuthorizationPolicy>(&p.spec_json) {
-                        // ALLOW, DENY and AUDIT are enforced by the agent.
-                        Ok(ap) if ap.action != Action::Custom => None,
+                        // ALLOW, DENY and AUDIT are enforced by the agent, and CUSTOM with a
+                        // provider the mesh config defines.
+                        Ok(ap)
+                            if ap.action != Action::Custom
+                                || ap
+                                    .provider
+                                    .as_ref()
+                                    .is_some_and(|p| authorizers.contains(&p.name)) =>
+                        {
+                            None
+                        }
                         Ok(ap) => Some((ap.selector.clone(), ap.targeted())),
                         Err(_) => unreadable,
                     }
@@ -657,6 +687,19 @@ mod tests {
                 "bookinfo",
                 "lua",
                 json!({"lua": {"inlineCode": "x"}}),
+            ),
+            // The mesh config defines `ext`: CUSTOM policies delegating to it are enforced.
+            policy(
+                "MeshConfig",
+                "istio-system",
+                "mesh",
+                json!({"extensionProviders": [{"name": "ext", "envoyExtAuthzHttp": {"service": "authz.foo.svc.cluster.local", "port": 80}}]}),
+            ),
+            policy(
+                "AuthorizationPolicy",
+                "bookinfo",
+                "custom-known",
+                json!({"action": "CUSTOM", "provider": {"name": "ext"}, "rules": [{}]}),
             ),
         ];
         assert_eq!(

@@ -10,6 +10,7 @@ pub mod common;
 pub mod destination_rule;
 pub mod envoy_filter;
 pub mod gateway;
+pub mod mesh_config;
 pub mod peer_authentication;
 pub mod proxy_config;
 pub mod request_authentication;
@@ -150,6 +151,7 @@ pub fn validate(obj: &Object) -> Report {
         Kind::Telemetry => telemetry::validate(obj, &mut report),
         Kind::WasmPlugin => wasm_plugin::validate(obj, &mut report),
         Kind::TrafficExtension => traffic_extension::validate(obj, &mut report),
+        Kind::MeshConfig => mesh_config::validate(obj, &mut report),
     }
     report
 }

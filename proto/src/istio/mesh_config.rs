@@ -11,6 +11,9 @@ use serde_json::{Map, Value};
 
 use super::common::Duration;
 
+/// The name the mesh config is kept under, in the mesh's root namespace.
+pub const MESH_CONFIG_NAME: &str = "mesh";
+
 /// A MeshConfig.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -82,7 +82,8 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
         | Kind::ProxyConfig
         | Kind::Telemetry
         | Kind::WasmPlugin
-        | Kind::TrafficExtension => {}
+        | Kind::TrafficExtension
+        | Kind::MeshConfig => {}
     }
     hosts.sort();
     hosts.dedup();
