@@ -174,6 +174,7 @@ fn scope_rule(proxy: &Proxy) -> Rule {
             Kind::Sidecar,
             Kind::PeerAuthentication,
             Kind::AuthorizationPolicy,
+            Kind::RequestAuthentication,
             // Kept in the root namespace only.
             Kind::MeshConfig,
         ]),
@@ -203,10 +204,14 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
             kinds: kinds(&[Kind::Gateway]),
             ..Default::default()
         },
-        // The AuthorizationPolicies that may apply to the router itself, and the mesh config
+        // The security policies that may apply to the router itself, and the mesh config
         // (kept in the root namespace).
         Rule {
-            kinds: kinds(&[Kind::AuthorizationPolicy, Kind::MeshConfig]),
+            kinds: kinds(&[
+                Kind::AuthorizationPolicy,
+                Kind::RequestAuthentication,
+                Kind::MeshConfig,
+            ]),
             namespaces: dedup(vec![
                 proxy.namespace.clone(),
                 proxy.mesh.root_namespace.clone(),

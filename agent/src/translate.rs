@@ -858,10 +858,11 @@ impl GlobalInputs {
                 Kind::PeerAuthentication => (true, false),
                 // The inbound side's RBAC filters (the mesh config: CUSTOM's providers, trust
                 // domain aliases).
-                Kind::AuthorizationPolicy | Kind::MeshConfig => (!grpc, false),
+                Kind::AuthorizationPolicy | Kind::MeshConfig | Kind::RequestAuthentication => {
+                    (!grpc, false)
+                }
                 // Not translated yet: stored and validated, not applied by the agent.
-                Kind::RequestAuthentication
-                | Kind::EnvoyFilter
+                Kind::EnvoyFilter
                 | Kind::ProxyConfig
                 | Kind::Telemetry
                 | Kind::WasmPlugin

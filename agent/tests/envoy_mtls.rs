@@ -18,7 +18,10 @@
 //!   client's SPIFFE identity lets it through; a CUSTOM rule on a path asks the external
 //!   authorizer the mesh config names (an HTTP authorizer in the server's pod), which refuses
 //!   requests without its header and lets those with it through, while other paths are never
-//!   sent to it.
+//!   sent to it;
+//! - RequestAuthentication, through the store (keys inline, a P-256 key the test signs tokens
+//!   with): a bad token is refused (401), a request without one or with a valid one passes; with
+//!   an AuthorizationPolicy requiring the token's principal, only the valid token passes.
 //!
 //! Needs what `envoy_sidecar.rs` needs; says loudly when it skipped.
 
@@ -215,6 +218,7 @@ async fn mutual_tls_between_two_sidecars() {
 
         peer_authentication(&store, &client.netns, protocol).await;
         authorization_policy(&store, &client.netns, protocol).await;
+        request_authentication(&store, &client.netns, protocol).await;
 
         for (who, envoy) in [("client", &client), ("server", &server)] {
             let rejected = envoy.rejected().await;
@@ -412,4 +416,138 @@ async fn authorization_policy(store: &StoreServer, client: &Netns, protocol: &st
         |a| a.status == 200,
     );
     println!("{protocol}: CUSTOM AuthorizationPolicy checked by the mesh's external authorizer");
+}
+
+/// A P-256 key: its JSON Web Key Set, and ES256 tokens it signs.
+struct TokenIssuer {
+    key: ring::signature::EcdsaKeyPair,
+    rng: ring::rand::SystemRandom,
+}
+
+const ISSUER: &str = "testing@secure.istio.io";
+
+impl TokenIssuer {
+    fn new() -> TokenIssuer {
+        use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        TokenIssuer { key, rng }
+    }
+
+    fn b64(bytes: &[u8]) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// The public key as a JSON Web Key Set.
+    fn jwks(&self) -> String {
+        use ring::signature::KeyPair;
+        // Uncompressed point: 0x04, then x and y.
+        let point = self.key.public_key().as_ref();
+        json!({"keys": [{"kty": "EC", "crv": "P-256", "alg": "ES256", "kid": "test",
+                         "x": Self::b64(&point[1..33]), "y": Self::b64(&point[33..65])}]})
+        .to_string()
+    }
+
+    /// A token of `subject`, valid for an hour.
+    fn token(&self, subject: &str) -> String {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let header = Self::b64(
+            json!({"alg": "ES256", "kid": "test", "typ": "JWT"})
+                .to_string()
+                .as_bytes(),
+        );
+        let claims = Self::b64(
+            json!({"iss": ISSUER, "sub": subject, "iat": now, "exp": now + 3600})
+                .to_string()
+                .as_bytes(),
+        );
+        let signed = format!("{header}.{claims}");
+        let signature = self.key.sign(&self.rng, signed.as_bytes()).unwrap();
+        format!("{signed}.{}", Self::b64(signature.as_ref()))
+    }
+}
+
+/// The server's Envoy checks JWTs of its RequestAuthentication, and an AuthorizationPolicy can
+/// require the token's principal. Leaves no policy behind.
+async fn request_authentication(store: &StoreServer, client: &Netns, protocol: &str) {
+    let issuer = TokenIssuer::new();
+    let url = format!("http://{SERVER_VIP}/hello");
+    let host = ["--host", "server.shop.svc.cluster.local"];
+    let bearer = |token: &str| format!("authorization:Bearer {token}");
+    let with = |token: &str| {
+        let header = bearer(token);
+        request(client, &url, &[host[0], host[1], "--header", &header])
+    };
+    store
+        .apply(&[
+            json!({"apiVersion": "security.istio.io/v1", "kind": "RequestAuthentication",
+                        "metadata": {"name": "jwt", "namespace": "shop"},
+                        "spec": {"selector": {"matchLabels": {"app": "server"}},
+                                 "jwtRules": [{"issuer": ISSUER, "jwks": issuer.jwks()}]}}),
+        ])
+        .await;
+    let bad = bearer("not.a.token");
+    until(
+        client,
+        &url,
+        &[host[0], host[1], "--header", &bad],
+        "a bad token refused",
+        |a| a.status == 401,
+    );
+    let none = request(client, &url, &host);
+    assert_eq!(none.status, 200, "{protocol}: no token passes: {none:?}");
+    let good = with(&issuer.token("alice"));
+    assert_eq!(
+        good.status, 200,
+        "{protocol}: a valid token passes: {good:?}"
+    );
+    let stranger = TokenIssuer::new();
+    let forged = with(&stranger.token("alice"));
+    assert_eq!(
+        forged.status, 401,
+        "{protocol}: another key's token is refused: {forged:?}"
+    );
+
+    store
+        .apply(&[server_policy(
+            "require-alice",
+            json!({"rules": [{"from": [{"source": {"requestPrincipals": [format!("{ISSUER}/alice")]}}]}]}),
+        )])
+        .await;
+    until(client, &url, &host, "no token, no entry", |a| {
+        a.status == 403
+    });
+    let alice = with(&issuer.token("alice"));
+    assert_eq!(
+        alice.status, 200,
+        "{protocol}: alice's token passes: {alice:?}"
+    );
+    assert_eq!(
+        alice.backend.as_deref(),
+        Some("server-app"),
+        "{protocol}: {alice:?}"
+    );
+    let bob = with(&issuer.token("bob"));
+    assert_eq!(bob.status, 403, "{protocol}: bob is not alice: {bob:?}");
+
+    store
+        .delete("AuthorizationPolicy", "shop", "require-alice")
+        .await;
+    store.delete("RequestAuthentication", "shop", "jwt").await;
+    until(
+        client,
+        &url,
+        &[host[0], host[1], "--header", &bad],
+        "no policy left",
+        |a| a.status == 200,
+    );
+    println!(
+        "{protocol}: RequestAuthentication's JWTs checked, and their principal required by an AuthorizationPolicy"
+    );
 }

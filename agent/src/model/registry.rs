@@ -216,6 +216,9 @@ enum Parsed {
     PeerAuthentication(Arc<Config<PeerAuthentication>>),
     AuthorizationPolicy(Arc<Config<AuthorizationPolicy>>),
     MeshConfig(Arc<Config<pasa_proto::istio::mesh_config::MeshConfig>>),
+    RequestAuthentication(
+        Arc<Config<pasa_proto::istio::request_authentication::RequestAuthentication>>,
+    ),
     /// A kind translation does not read, or a spec that did not parse.
     Ignored,
 }
@@ -499,6 +502,32 @@ impl Registry {
                 ) =>
             {
                 Some(c.as_ref())
+            }
+            _ => None,
+        })
+    }
+
+    /// The RequestAuthentications that apply to a sidecar of `namespace` with `labels`, chosen as
+    /// AuthorizationPolicies are (see [`Registry::authorization_policies_for`]).
+    pub fn request_authentications_for(
+        &self,
+        root_namespace: &str,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &pasa_proto::istio::request_authentication::RequestAuthentication>
+    {
+        self.entries.values().filter_map(move |e| match &e.parsed {
+            Parsed::RequestAuthentication(c)
+                if pasa_proto::istio::authorization_policy::applies_to_sidecar(
+                    &c.meta.namespace,
+                    c.spec.selector.as_ref(),
+                    c.spec.targeted(),
+                    root_namespace,
+                    namespace,
+                    labels,
+                ) =>
+            {
+                Some(&c.spec)
             }
             _ => None,
         })
@@ -885,10 +914,12 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
         Some(Kind::AuthorizationPolicy) => {
             typed(resource).map(|c| Parsed::AuthorizationPolicy(Arc::new(c)))
         }
+        Some(Kind::RequestAuthentication) => {
+            typed(resource).map(|c| Parsed::RequestAuthentication(Arc::new(c)))
+        }
         // Not translated yet: the injector keeps pods they apply to with istiod.
         Some(
-            Kind::RequestAuthentication
-            | Kind::EnvoyFilter
+            Kind::EnvoyFilter
             | Kind::ProxyConfig
             | Kind::Telemetry
             | Kind::WasmPlugin

@@ -31,8 +31,10 @@ use envoy_types::util::pack_any;
 use pasa_proto::istio::authorization_policy::{
     Action, AuthorizationPolicy, DRY_RUN_ANNOTATION, Rule, go_bool,
 };
+use pasa_proto::istio::request_authentication::RequestAuthentication;
 
 pub mod custom;
+pub mod jwt;
 
 pub const HTTP_RBAC: &str = "envoy.filters.http.rbac";
 pub const NETWORK_RBAC: &str = "envoy.filters.network.rbac";
@@ -43,9 +45,10 @@ const SHADOW_DENY_PREFIX: &str = "istio_dry_run_deny_";
 const TCP_STAT_PREFIX: &str = "tcp.";
 const DEFAULT_TRUST_DOMAIN: &str = "cluster.local";
 
-/// The filters of the AuthorizationPolicies that apply to a proxy (a sidecar's inbound side, a
-/// router's listeners), built once for all its chains: CUSTOM's (with the mesh config's
-/// providers), then RBAC's; principals in the mesh config's trust domain and its aliases.
+/// The filters of the AuthorizationPolicies and RequestAuthentications that apply to a proxy (a
+/// sidecar's inbound side, a router's listeners), built once for all its chains, in istiod's
+/// order: CUSTOM's (with the mesh config's providers), the JWT filter, then RBAC's; principals in
+/// the mesh config's trust domain and its aliases.
 pub(super) struct ProxyAuthz {
     pub http: Vec<HttpFilter>,
     pub tcp: Vec<NetworkFilter>,
@@ -89,6 +92,23 @@ impl ProxyAuthz {
             http = custom::http_filters(&applied, &providers, &trust);
             tcp = custom::tcp_filters(&applied, &providers, &trust);
         }
+        // Then the JWT filter: it records the request principal the RBAC rules read.
+        let mut authentications: Vec<RequestAuthentication> = view
+            .registry
+            .request_authentications_for(
+                &proxy.mesh.root_namespace,
+                &proxy.namespace,
+                &proxy.labels,
+            )
+            .cloned()
+            .collect();
+        for ra in &mut authentications {
+            // Rules whose keys are not inline are not built (see `jwt`).
+            ra.jwt_rules
+                .retain(|r| r.as_ref().is_some_and(jwt::buildable));
+        }
+        let authentications: Vec<&RequestAuthentication> = authentications.iter().collect();
+        http.extend(jwt::filter(&authentications));
         http.extend(http_filters(&applied, &trust));
         tcp.extend(tcp_filters(&applied, &trust));
         ProxyAuthz { http, tcp }

@@ -264,9 +264,15 @@ pub fn unenforced_policies(
                         Err(_) => unreadable,
                     }
                 }
+                // Enforced when every JWT rule's keys are inline.
                 Ok(Kind::RequestAuthentication) => {
-                    parse_spec_json::<RequestAuthentication>(&p.spec_json)
-                        .map_or(unreadable, |ra| Some((ra.selector.clone(), ra.targeted())))
+                    match parse_spec_json::<RequestAuthentication>(&p.spec_json) {
+                        Ok(ra) if ra.jwt_rules.iter().flatten().all(|r| r.has_inline_keys()) => {
+                            None
+                        }
+                        Ok(ra) => Some((ra.selector.clone(), ra.targeted())),
+                        Err(_) => unreadable,
+                    }
                 }
                 Ok(Kind::Telemetry) => {
                     parse_spec_json::<Telemetry>(&p.spec_json).map_or(unreadable, |t| {
@@ -689,6 +695,13 @@ mod tests {
                 json!({"lua": {"inlineCode": "x"}}),
             ),
             // The mesh config defines `ext`: CUSTOM policies delegating to it are enforced.
+            // Keys inline: enforced by the agent.
+            policy(
+                "RequestAuthentication",
+                "bookinfo",
+                "inline-keys",
+                json!({"jwtRules": [{"issuer": "a", "jwks": "{\"keys\":[]}"}]}),
+            ),
             policy(
                 "MeshConfig",
                 "istio-system",

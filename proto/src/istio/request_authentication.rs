@@ -63,6 +63,15 @@ pub struct JwtRule {
     pub space_delimited_claims: Vec<String>,
 }
 
+impl JwtRule {
+    /// Whether the issuer's keys are written in the rule (`jwks`). PASA's agents build only
+    /// such rules: keys behind `jwksUri` (or the issuer's discovery document) would have every
+    /// agent fetch them.
+    pub fn has_inline_keys(&self) -> bool {
+        !self.jwks.is_empty()
+    }
+}
+
 /// A header the token is read from, and the prefix before it (`Bearer `).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
