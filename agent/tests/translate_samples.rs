@@ -240,3 +240,97 @@ fn bookinfo_ingress_gateway() {
     assert_eq!(routes, ["http.8080"]);
     insta::assert_json_snapshot!("bookinfo_ingress_gateway", dump(&out));
 }
+
+const REVIEWS_V1: &str =
+    "sidecar~10.1.3.1~reviews-v1-545db77b95-v44zk.default~default.svc.cluster.local";
+
+/// Bookinfo's reviews with the security policies a production mesh puts on it: mesh-wide mTLS,
+/// only productpage may call it (GET), `/admin` denied to everyone, tokens of one issuer checked
+/// (keys inline), and `/reviews/0` checked by the mesh's external authorizer. The filters of its
+/// inbound HTTP chains for port 9080, in order, are pinned: ext_authz (with its RBAC shadow
+/// rules), JWT, then RBAC DENY and ALLOW.
+#[test]
+fn bookinfo_security_for_the_reviews_sidecar() {
+    let Some(corpus) = corpus() else {
+        return;
+    };
+    let samples = corpus.join("samples/bookinfo");
+    let mut docs = yaml_docs(&samples.join("platform/bookinfo.yaml"));
+    let security = |kind: &str, namespace: &str, name: &str, spec: Value| {
+        let api_version = match kind {
+            "MeshConfig" => "pasa.io/v1alpha1",
+            _ => "security.istio.io/v1",
+        };
+        json!({"apiVersion": api_version, "kind": kind,
+               "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+    };
+    docs.extend([
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "ext-authz", "namespace": "default"},
+               "spec": {"ports": [{"name": "grpc", "port": 9000}], "selector": {"app": "ext-authz"}}}),
+        security("MeshConfig", "istio-system", "mesh", json!({
+            "trustDomain": "cluster.local",
+            "extensionProviders": [{"name": "ext-authz", "envoyExtAuthzGrpc": {
+                "service": "ext-authz.default.svc.cluster.local", "port": 9000, "timeout": "0.5s"}}]})),
+        security("PeerAuthentication", "istio-system", "default", json!({"mtls": {"mode": "STRICT"}})),
+        security("AuthorizationPolicy", "default", "reviews-viewer", json!({
+            "selector": {"matchLabels": {"app": "reviews"}},
+            "rules": [{"from": [{"source": {"principals": ["cluster.local/ns/default/sa/bookinfo-productpage"]}}],
+                       "to": [{"operation": {"methods": ["GET"]}}]}]})),
+        security("AuthorizationPolicy", "istio-system", "deny-admin", json!({
+            "action": "DENY", "rules": [{"to": [{"operation": {"paths": ["/admin*"]}}]}]})),
+        security("AuthorizationPolicy", "default", "reviews-ext", json!({
+            "selector": {"matchLabels": {"app": "reviews"}},
+            "action": "CUSTOM", "provider": {"name": "ext-authz"},
+            "rules": [{"to": [{"operation": {"paths": ["/reviews/0"]}}]}]})),
+        security("RequestAuthentication", "default", "reviews-jwt", json!({
+            "selector": {"matchLabels": {"app": "reviews"}},
+            "jwtRules": [{"issuer": "testing@secure.istio.io",
+                          "jwks": "{\"keys\":[{\"kty\":\"EC\",\"crv\":\"P-256\",\"kid\":\"k1\",\"x\":\"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU\",\"y\":\"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0\"}]}",
+                          "fromHeaders": [{"name": "x-jwt", "prefix": "Bearer "}]}]})),
+    ]);
+    let cache = Cache::from_resources(to_store(&docs), 100);
+    let out = Translator::new(proxy_with_labels(REVIEWS_V1, "app=reviews,version=v1"))
+        .update(&cache, Generator::Envoy)
+        .expect("decodes what it encoded");
+    check_references(&out, "bookinfo reviews with security policies");
+    let inbound = &dump(&out)["listeners"]["virtualInbound"];
+    let chains_9080: Vec<&Value> = inbound["filterChains"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["filterChainMatch"]["destinationPort"] == 9080)
+        .collect();
+    assert!(
+        !chains_9080.is_empty(),
+        "no inbound chain for 9080: {inbound}"
+    );
+    let http_filters: Vec<&Value> = chains_9080
+        .iter()
+        .flat_map(|c| c["filters"].as_array().into_iter().flatten())
+        .filter(|f| f["name"] == "envoy.filters.network.http_connection_manager")
+        .map(|f| &f["typedConfig"]["httpFilters"])
+        .collect();
+    assert!(
+        http_filters.windows(2).all(|w| w[0] == w[1]),
+        "every chain of the port has the same filters"
+    );
+    let names: Vec<&str> = http_filters[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["name"].as_str())
+        .collect();
+    assert_eq!(
+        names[..5],
+        [
+            "envoy.filters.http.rbac",
+            "envoy.filters.http.ext_authz",
+            "envoy.filters.http.jwt_authn",
+            "envoy.filters.http.rbac",
+            "envoy.filters.http.rbac",
+        ],
+        "{names:?}"
+    );
+    insta::assert_json_snapshot!("bookinfo_reviews_security", http_filters[0]);
+}

@@ -26,6 +26,7 @@ const FILES: &[&str] = &[
     "envoy/extensions/filters/network/rbac/v3/rbac.proto",
     "envoy/extensions/filters/http/ext_authz/v3/ext_authz.proto",
     "envoy/extensions/filters/network/ext_authz/v3/ext_authz.proto",
+    "envoy/extensions/filters/http/jwt_authn/v3/config.proto",
     "envoy/extensions/path/match/uri_template/v3/uri_template_match.proto",
     "envoy/extensions/filters/http/fault/v3/fault.proto",
     "envoy/extensions/filters/http/cors/v3/cors.proto",

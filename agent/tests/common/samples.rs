@@ -24,8 +24,17 @@ pub fn to_store(docs: &[Value]) -> Vec<Resource> {
         let namespace = meta["namespace"].as_str().unwrap_or("default").to_string();
         let name = meta["name"].as_str().unwrap_or_default().to_string();
         let spec = match kind {
-            "VirtualService" | "DestinationRule" | "ServiceEntry" | "Gateway" | "Sidecar"
-            | "WorkloadEntry" | "ServiceEndpoints" => doc["spec"].clone(),
+            "VirtualService"
+            | "DestinationRule"
+            | "ServiceEntry"
+            | "Gateway"
+            | "Sidecar"
+            | "WorkloadEntry"
+            | "ServiceEndpoints"
+            | "PeerAuthentication"
+            | "AuthorizationPolicy"
+            | "RequestAuthentication"
+            | "MeshConfig" => doc["spec"].clone(),
             "Service" => {
                 services += 1;
                 let selector = doc["spec"]["selector"]
