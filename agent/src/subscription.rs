@@ -177,6 +177,7 @@ fn scope_rule(proxy: &Proxy) -> Rule {
             Kind::RequestAuthentication,
             // Kept in the root namespace only.
             Kind::MeshConfig,
+            Kind::JsonWebKeySet,
         ]),
         namespaces: dedup(vec![
             proxy.config_namespace.clone(),
@@ -211,6 +212,7 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
                 Kind::AuthorizationPolicy,
                 Kind::RequestAuthentication,
                 Kind::MeshConfig,
+                Kind::JsonWebKeySet,
             ]),
             namespaces: dedup(vec![
                 proxy.namespace.clone(),

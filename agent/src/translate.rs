@@ -858,9 +858,10 @@ impl GlobalInputs {
                 Kind::PeerAuthentication => (true, false),
                 // The inbound side's RBAC filters (the mesh config: CUSTOM's providers, trust
                 // domain aliases).
-                Kind::AuthorizationPolicy | Kind::MeshConfig | Kind::RequestAuthentication => {
-                    (!grpc, false)
-                }
+                Kind::AuthorizationPolicy
+                | Kind::MeshConfig
+                | Kind::RequestAuthentication
+                | Kind::JsonWebKeySet => (!grpc, false),
                 // Not translated yet: stored and validated, not applied by the agent.
                 Kind::EnvoyFilter
                 | Kind::ProxyConfig

@@ -19,8 +19,8 @@
 //!   authorizer the mesh config names (an HTTP authorizer in the server's pod), which refuses
 //!   requests without its header and lets those with it through, while other paths are never
 //!   sent to it;
-//! - RequestAuthentication, through the store (keys inline, a P-256 key the test signs tokens
-//!   with): a bad token is refused (401), a request without one or with a valid one passes; with
+//! - RequestAuthentication, through the store (keys behind a `jwksUri`, in the store as PCP
+//!   fetches them; a P-256 key the test signs tokens with): a bad token is refused (401), a request without one or with a valid one passes; with
 //!   an AuthorizationPolicy requiring the token's principal, only the valid token passes.
 //!
 //! Needs what `envoy_sidecar.rs` needs; says loudly when it skipped.
@@ -484,12 +484,18 @@ async fn request_authentication(store: &StoreServer, client: &Netns, protocol: &
         let header = bearer(token);
         request(client, &url, &[host[0], host[1], "--header", &header])
     };
+    // The keys behind the rule's jwksUri, as PCP fetches them into the store for the agents.
+    let uri = "https://keys.example.com/jwks.json";
+    let source = pasa_proto::istio::request_authentication::KeySetSource::Uri(uri.into());
     store
         .apply(&[
+            json!({"apiVersion": "pasa.io/v1alpha1", "kind": "JsonWebKeySet",
+                   "metadata": {"name": source.object_name(), "namespace": "istio-system"},
+                   "spec": {"jwksUri": uri, "jwks": issuer.jwks()}}),
             json!({"apiVersion": "security.istio.io/v1", "kind": "RequestAuthentication",
-                        "metadata": {"name": "jwt", "namespace": "shop"},
-                        "spec": {"selector": {"matchLabels": {"app": "server"}},
-                                 "jwtRules": [{"issuer": ISSUER, "jwks": issuer.jwks()}]}}),
+                   "metadata": {"name": "jwt", "namespace": "shop"},
+                   "spec": {"selector": {"matchLabels": {"app": "server"}},
+                            "jwtRules": [{"issuer": ISSUER, "jwksUri": uri}]}}),
         ])
         .await;
     let bad = bearer("not.a.token");

@@ -5,6 +5,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod debug;
+pub mod jwks;
 pub mod kubernetes;
 pub mod mesh;
 pub mod metrics;

@@ -18,6 +18,8 @@ pub enum Origin {
     Kubernetes,
     /// The mesh config file (`--mesh-config`).
     MeshConfig,
+    /// JWT issuers' keys PCP fetched.
+    JwtKeys,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -60,6 +62,7 @@ pub struct Metrics {
     pub webhook_requests: Family<WebhookLabels, Counter>,
     pub webhook_duration: Histogram,
     pub injections: Family<InjectionLabels, Counter>,
+    pub jwks_fetch_failures: prometheus_client::metrics::counter::Counter,
 }
 
 impl Default for Metrics {
@@ -69,6 +72,7 @@ impl Default for Metrics {
             webhook_requests: Family::default(),
             webhook_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             injections: Family::default(),
+            jwks_fetch_failures: Default::default(),
         }
     }
 }
@@ -94,6 +98,11 @@ impl Metrics {
             "pasa_pcp_injections",
             "Pods the injecting webhook reviewed, by what it did",
             self.injections.clone(),
+        );
+        registry.register(
+            "pasa_pcp_jwks_fetch_failures",
+            "JWT issuers' key sets that could not be fetched (tried again every 10 s)",
+            self.jwks_fetch_failures.clone(),
         );
     }
 

@@ -63,6 +63,10 @@ pub struct PcpArgs {
     /// PEM private key of the webhook certificate.
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// How often JWT issuers' key sets are fetched again (`20m`, `1h`); they are fetched at
+    /// once when a RequestAuthentication names a new one.
+    #[arg(long, env = "PASA_JWKS_REFRESH", default_value = "20m", value_parser = pasa_proto::duration::parse)]
+    pub jwks_refresh: std::time::Duration,
     #[command(flatten)]
     pub kube: KubeArgs,
     #[command(flatten)]
@@ -129,6 +133,12 @@ impl PcpArgs {
                 stop_rx.clone(),
             ));
         }
+        tokio::spawn(crate::jwks::keep(
+            service.clone(),
+            self.inject.root_namespace.clone(),
+            self.jwks_refresh,
+            stop_rx.clone(),
+        ));
         // istiod's debug pages, from the proxy status agents report.
         let listeners = Listeners::bind(self.listen, self.admin)
             .await?

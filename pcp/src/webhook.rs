@@ -96,7 +96,7 @@ impl Webhook {
         let applying = inject::unenforced_policies(pod, &req.namespace, root, &policies);
         (!applying.is_empty()).then(|| {
             format!(
-                "{} applies to it, and PASA's agent does not apply RequestAuthentication with jwksUri, \
+                "{} applies to it, and PASA's agent does not apply RequestAuthentication whose keys are not in the store yet, \
                  EnvoyFilter, Telemetry, WasmPlugin or TrafficExtension yet, nor CUSTOM \
                  AuthorizationPolicy whose provider the mesh config in the store does not define",
                 applying.join(", ")

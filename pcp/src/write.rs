@@ -244,6 +244,11 @@ impl WriteService {
             .max_encoding_message_size(pasa_proto::client::MAX_MESSAGE_SIZE)
     }
 
+    /// PCP's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// Where admitted writes go.
     pub fn upstream(&self) -> &Upstream {
         &self.upstream

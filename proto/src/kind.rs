@@ -54,10 +54,13 @@ pub enum Kind {
     /// PASA's own: Istio's MeshConfig (the `mesh` key of the `istio` ConfigMap), kept in the
     /// root namespace as `mesh`.
     MeshConfig,
+    /// PASA's own: the keys of a JWT issuer, fetched once for the mesh by PCP, kept in the root
+    /// namespace (see `istio::request_authentication::KeySetSource`).
+    JsonWebKeySet,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 18] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::ServiceEntry,
@@ -75,6 +78,7 @@ impl Kind {
         Kind::WasmPlugin,
         Kind::TrafficExtension,
         Kind::MeshConfig,
+        Kind::JsonWebKeySet,
     ];
 
     /// Kinds that concern only the workloads of their own namespace (those of the mesh's root
@@ -127,12 +131,13 @@ impl Kind {
             Kind::WasmPlugin => "WasmPlugin",
             Kind::TrafficExtension => "TrafficExtension",
             Kind::MeshConfig => "MeshConfig",
+            Kind::JsonWebKeySet => "JsonWebKeySet",
         }
     }
 
     pub fn group(self) -> &'static str {
         match self {
-            Kind::ServiceEndpoints | Kind::MeshConfig => PASA_GROUP,
+            Kind::ServiceEndpoints | Kind::MeshConfig | Kind::JsonWebKeySet => PASA_GROUP,
             Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
                 ISTIO_SECURITY_GROUP
             }
@@ -145,7 +150,7 @@ impl Kind {
     /// Versions of the kind's group that the store accepts, newest first.
     pub fn versions(self) -> &'static [&'static str] {
         match self {
-            Kind::ServiceEndpoints | Kind::MeshConfig => PASA_VERSIONS,
+            Kind::ServiceEndpoints | Kind::MeshConfig | Kind::JsonWebKeySet => PASA_VERSIONS,
             Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
                 ISTIO_SECURITY_VERSIONS
             }
@@ -177,6 +182,7 @@ impl Kind {
             Kind::WasmPlugin => "wasmplugins",
             Kind::TrafficExtension => "trafficextensions",
             Kind::MeshConfig => "meshconfigs",
+            Kind::JsonWebKeySet => "jsonwebkeysets",
         }
     }
 
@@ -200,6 +206,7 @@ impl Kind {
             Kind::WasmPlugin => &[],
             Kind::TrafficExtension => &[],
             Kind::MeshConfig => &["mesh"],
+            Kind::JsonWebKeySet => &["jwks"],
         }
     }
 

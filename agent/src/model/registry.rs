@@ -219,6 +219,7 @@ enum Parsed {
     RequestAuthentication(
         Arc<Config<pasa_proto::istio::request_authentication::RequestAuthentication>>,
     ),
+    JsonWebKeySet(Arc<Config<pasa_proto::istio::request_authentication::JsonWebKeySet>>),
     /// A kind translation does not read, or a spec that did not parse.
     Ignored,
 }
@@ -531,6 +532,23 @@ impl Registry {
             }
             _ => None,
         })
+    }
+
+    /// The keys PCP fetched for `source`, kept in `root_namespace`, if the store has them.
+    pub fn key_set(
+        &self,
+        root_namespace: &str,
+        source: &pasa_proto::istio::request_authentication::KeySetSource,
+    ) -> Option<&str> {
+        let key = Key {
+            kind: Kind::JsonWebKeySet,
+            namespace: root_namespace.to_string(),
+            name: source.object_name(),
+        };
+        match &self.entries.get(&key)?.parsed {
+            Parsed::JsonWebKeySet(c) if c.spec.source() == *source => Some(c.spec.jwks.as_str()),
+            _ => None,
+        }
     }
 
     /// The mesh config of the mesh whose root namespace is `root_namespace` (`mesh` there), if
@@ -926,6 +944,7 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
             | Kind::TrafficExtension,
         ) => None,
         Some(Kind::MeshConfig) => typed(resource).map(|c| Parsed::MeshConfig(Arc::new(c))),
+        Some(Kind::JsonWebKeySet) => typed(resource).map(|c| Parsed::JsonWebKeySet(Arc::new(c))),
         // The control plane's (auto-registration), not a proxy's.
         Some(Kind::WorkloadGroup) | None => None,
     };

@@ -171,7 +171,8 @@ fn a_fresh_sidecar_asks_for_its_scope_first_then_for_what_it_sees() {
             "PeerAuthentication",
             "AuthorizationPolicy",
             "RequestAuthentication",
-            "MeshConfig"
+            "MeshConfig",
+            "JsonWebKeySet"
         ]
     );
     let mut answered = Cache::default();

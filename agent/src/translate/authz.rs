@@ -31,7 +31,7 @@ use envoy_types::util::pack_any;
 use pasa_proto::istio::authorization_policy::{
     Action, AuthorizationPolicy, DRY_RUN_ANNOTATION, Rule, go_bool,
 };
-use pasa_proto::istio::request_authentication::RequestAuthentication;
+use pasa_proto::istio::request_authentication::{KeySetSource, RequestAuthentication};
 
 pub mod custom;
 pub mod jwt;
@@ -103,9 +103,23 @@ impl ProxyAuthz {
             .cloned()
             .collect();
         for ra in &mut authentications {
-            // Rules whose keys are not inline are not built (see `jwt`).
-            ra.jwt_rules
-                .retain(|r| r.as_ref().is_some_and(jwt::buildable));
+            // Keys not inline come from the store (fetched by PCP); a rule whose keys are not
+            // there yet is not built (see `jwt`).
+            ra.jwt_rules.retain_mut(|rule| {
+                let Some(rule) = rule else { return false };
+                match KeySetSource::of(rule) {
+                    None => true,
+                    Some(source) => {
+                        match view.registry.key_set(&proxy.mesh.root_namespace, &source) {
+                            Some(keys) => {
+                                rule.jwks = keys.to_string();
+                                true
+                            }
+                            None => false,
+                        }
+                    }
+                }
+            });
         }
         let authentications: Vec<&RequestAuthentication> = authentications.iter().collect();
         http.extend(jwt::filter(&authentications));

@@ -180,13 +180,16 @@ impl Injector {
     }
 }
 
-/// The kinds of which PASA's agent does not apply everything yet (RequestAuthentication,
-/// EnvoyFilter, Telemetry, WasmPlugin, TrafficExtension; AuthorizationPolicy with action CUSTOM
-/// whose provider the stored mesh config does not define): a pod one of those applies to stays
-/// with istiod, so that moving to PASA never drops a policy, a patch or an extension. The
-/// webhook reads them with the mesh config ([`pasa_proto::Kind::MeshConfig`]).
-pub const UNENFORCED_KINDS: [pasa_proto::Kind; 7] = [
+/// The kinds of which PASA's agent does not apply everything yet (EnvoyFilter, Telemetry,
+/// WasmPlugin, TrafficExtension; RequestAuthentication whose keys are neither inline nor fetched
+/// into the store yet; AuthorizationPolicy with action CUSTOM whose provider the stored mesh
+/// config does not define): a pod one of those applies to stays with istiod, so that moving to
+/// PASA never drops a policy, a patch or an extension. The webhook reads them with the mesh
+/// config and the key sets ([`pasa_proto::Kind::MeshConfig`],
+/// [`pasa_proto::Kind::JsonWebKeySet`]).
+pub const UNENFORCED_KINDS: [pasa_proto::Kind; 8] = [
     pasa_proto::Kind::MeshConfig,
+    pasa_proto::Kind::JsonWebKeySet,
     pasa_proto::Kind::AuthorizationPolicy,
     pasa_proto::Kind::RequestAuthentication,
     pasa_proto::Kind::EnvoyFilter,
@@ -218,12 +221,18 @@ pub fn unenforced_policies(
     use pasa_proto::istio::extensions::{TrafficExtension, WasmPlugin};
     use pasa_proto::istio::mesh_config::{MESH_CONFIG_NAME, MeshConfig};
     use pasa_proto::istio::parse_spec_json;
-    use pasa_proto::istio::request_authentication::RequestAuthentication;
+    use pasa_proto::istio::request_authentication::{KeySetSource, RequestAuthentication};
     use pasa_proto::istio::telemetry::Telemetry;
     let labels: BTreeMap<String, String> = pod
         .pointer("/metadata/labels")
         .and_then(|l| serde_json::from_value(l.clone()).ok())
         .unwrap_or_default();
+    // The JWT key sets PCP fetched.
+    let key_sets: Vec<&str> = policies
+        .iter()
+        .filter(|p| p.kind == Kind::JsonWebKeySet.as_str() && p.namespace == root_namespace)
+        .map(|p| p.name.as_str())
+        .collect();
     // The external authorizers the agents know of.
     let authorizers: Vec<String> = policies
         .iter()
@@ -264,10 +273,15 @@ pub fn unenforced_policies(
                         Err(_) => unreadable,
                     }
                 }
-                // Enforced when every JWT rule's keys are inline.
+                // Enforced when every JWT rule's keys are inline or in the store.
                 Ok(Kind::RequestAuthentication) => {
                     match parse_spec_json::<RequestAuthentication>(&p.spec_json) {
-                        Ok(ra) if ra.jwt_rules.iter().flatten().all(|r| r.has_inline_keys()) => {
+                        Ok(ra)
+                            if ra.jwt_rules.iter().flatten().all(|r| {
+                                KeySetSource::of(r)
+                                    .is_none_or(|s| key_sets.contains(&s.object_name().as_str()))
+                            }) =>
+                        {
                             None
                         }
                         Ok(ra) => Some((ra.selector.clone(), ra.targeted())),
@@ -695,6 +709,22 @@ mod tests {
                 json!({"lua": {"inlineCode": "x"}}),
             ),
             // The mesh config defines `ext`: CUSTOM policies delegating to it are enforced.
+            // Keys fetched into the store: enforced by the agent.
+            policy(
+                "RequestAuthentication",
+                "bookinfo",
+                "fetched-keys",
+                json!({"jwtRules": [{"issuer": "b", "jwksUri": "https://b.example.com/keys"}]}),
+            ),
+            policy(
+                "JsonWebKeySet",
+                "istio-system",
+                &pasa_proto::istio::request_authentication::KeySetSource::Uri(
+                    "https://b.example.com/keys".into(),
+                )
+                .object_name(),
+                json!({"jwksUri": "https://b.example.com/keys", "jwks": "{\"keys\":[]}"}),
+            ),
             // Keys inline: enforced by the agent.
             policy(
                 "RequestAuthentication",

@@ -10,6 +10,7 @@ pub mod common;
 pub mod destination_rule;
 pub mod envoy_filter;
 pub mod gateway;
+pub mod json_web_key_set;
 pub mod mesh_config;
 pub mod peer_authentication;
 pub mod proxy_config;
@@ -152,6 +153,7 @@ pub fn validate(obj: &Object) -> Report {
         Kind::WasmPlugin => wasm_plugin::validate(obj, &mut report),
         Kind::TrafficExtension => traffic_extension::validate(obj, &mut report),
         Kind::MeshConfig => mesh_config::validate(obj, &mut report),
+        Kind::JsonWebKeySet => json_web_key_set::validate(obj, &mut report),
     }
     report
 }

@@ -91,3 +91,66 @@ pub struct ClaimToHeader {
     #[serde(default)]
     pub claim: String,
 }
+
+/// Where a JWT rule's keys come from when they are not inline: its `jwksUri`, or the issuer's
+/// OpenID discovery document (`<issuer>/.well-known/openid-configuration`) when it names none.
+/// PCP fetches each once for the mesh and keeps the keys in the store as the `JsonWebKeySet`
+/// [`KeySetSource::object_name`] of the root namespace; agents read them from there.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KeySetSource {
+    Uri(String),
+    Issuer(String),
+}
+
+impl KeySetSource {
+    /// The source of `rule`'s keys, or None when they are inline.
+    pub fn of(rule: &JwtRule) -> Option<KeySetSource> {
+        if rule.has_inline_keys() {
+            None
+        } else if !rule.jwks_uri.is_empty() {
+            Some(KeySetSource::Uri(rule.jwks_uri.clone()))
+        } else {
+            Some(KeySetSource::Issuer(rule.issuer.clone()))
+        }
+    }
+
+    /// The name of the `JsonWebKeySet` object holding this source's keys: `jwks-` and a
+    /// 64-bit FNV-1a hash of the source, in hex (stable across processes and releases).
+    pub fn object_name(&self) -> String {
+        let text = match self {
+            KeySetSource::Uri(uri) => format!("uri:{uri}"),
+            KeySetSource::Issuer(issuer) => format!("issuer:{issuer}"),
+        };
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in text.bytes() {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        format!("jwks-{hash:016x}")
+    }
+}
+
+/// The `spec` of a `JsonWebKeySet` object: a key set PCP fetched.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct JsonWebKeySet {
+    /// The `jwksUri`, or the issuer whose discovery document named the keys' URI.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub jwks_uri: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub issuer: String,
+    /// The key set as fetched (JSON text).
+    #[serde(default)]
+    pub jwks: String,
+}
+
+impl JsonWebKeySet {
+    /// The source this key set answers.
+    pub fn source(&self) -> KeySetSource {
+        if self.jwks_uri.is_empty() {
+            KeySetSource::Issuer(self.issuer.clone())
+        } else {
+            KeySetSource::Uri(self.jwks_uri.clone())
+        }
+    }
+}

@@ -83,7 +83,8 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
         | Kind::Telemetry
         | Kind::WasmPlugin
         | Kind::TrafficExtension
-        | Kind::MeshConfig => {}
+        | Kind::MeshConfig
+        | Kind::JsonWebKeySet => {}
     }
     hosts.sort();
     hosts.dedup();

@@ -7,9 +7,10 @@
 //!
 //! **Keys.** istiod fetches each issuer's key set and sends it inline; so does PASA, and the
 //! agents never fetch keys themselves (100k agents would all fetch the same URI): a rule's inline
-//! `jwks` is served as written. A rule with only a `jwksUri` (or only an issuer, to be discovered)
-//! is not built by the agent yet: the injecting webhook keeps the pods such a policy applies to
-//! with istiod.
+//! `jwks` is served as written; keys behind a `jwksUri` (or the issuer's discovery document) are
+//! fetched once for the mesh by PCP and kept in the store (`JsonWebKeySet`), where the agent
+//! reads them. A rule whose keys are not there (yet) is left out; the injecting webhook keeps
+//! the pods such a policy applies to with istiod.
 
 use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source};
 use envoy_types::pb::envoy::config::route::v3::{RouteMatch, route_match};
@@ -28,11 +29,6 @@ use super::{JWT_FILTER, JWT_PAYLOAD};
 
 /// Claims whose space-separated values are matched one by one, besides those a rule names.
 const SPACE_DELIMITED: [&str; 2] = ["permission", "scope"];
-
-/// Whether the agent can build `rule`: its keys are inline.
-pub fn buildable(rule: &JwtRule) -> bool {
-    rule.has_inline_keys()
-}
 
 /// The JWT filter for the RequestAuthentications that apply, or None when they hold no rule.
 pub fn filter(policies: &[&RequestAuthentication]) -> Option<HttpFilter> {

@@ -1,0 +1,244 @@
+//! JWT issuers' keys, fetched once for the mesh: for every RequestAuthentication rule whose keys
+//! are not inline, PCP fetches its `jwksUri` (or, without one, the `jwks_uri` its issuer's
+//! OpenID discovery document names) and keeps the key set in the store as the `JsonWebKeySet`
+//! named after the source, in the mesh's root namespace, where the agents read it. Agents never
+//! fetch keys: 100k of them would all fetch the same URIs, and need egress to them.
+//!
+//! Key sets are fetched again every `--jwks-refresh` (20 minutes by default, as istiod), and at
+//! once for a source that appears. A fetch that fails is logged and counted, and tried again
+//! at the next pass (every 10 s) until it succeeds; a key set fetched before stays meanwhile.
+//! Key sets no rule needs any more are deleted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use pasa_proto::Kind;
+use pasa_proto::istio::request_authentication::{
+    JsonWebKeySet, KeySetSource, RequestAuthentication,
+};
+use pasa_proto::store::v1::{
+    ApplyDocument, ApplyRequest, DeleteRequest, ListRequest, ObjectRef, Rule, Subscription,
+};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::metrics::Origin;
+use crate::write::WriteService;
+
+/// How often the store is read for the sources rules need.
+const PASS: Duration = Duration::from_secs(10);
+/// The largest key set read.
+const MAX_BYTES: usize = 1 << 20;
+
+/// Fetches `url` (http or https, the system's roots); the body, or why not.
+pub async fn get(url: &str, timeout: Duration) -> Result<String, String> {
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_native_roots()
+        .map_err(|e| format!("the system's root certificates: {e}"))?
+        .https_or_http()
+        .enable_http1()
+        .build();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, http_body_util::Empty<bytes::Bytes>>(connector);
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("{url:?}: {e}"))?;
+    let answer = tokio::time::timeout(timeout, async {
+        let response = client
+            .get(uri)
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(format!("GET {url}: {status}"));
+        }
+        if body.len() > MAX_BYTES {
+            return Err(format!("GET {url}: more than {MAX_BYTES} bytes"));
+        }
+        String::from_utf8(body.to_vec()).map_err(|_| format!("GET {url}: not UTF-8"))
+    })
+    .await
+    .map_err(|_| format!("GET {url}: no answer within {timeout:?}"))??;
+    Ok(answer)
+}
+
+/// The keys of `source`: fetched from its URI, or from the URI its issuer's discovery document
+/// names. The key set must be JSON with a `keys` list.
+pub async fn fetch(source: &KeySetSource, timeout: Duration) -> Result<String, String> {
+    let uri = match source {
+        KeySetSource::Uri(uri) => uri.clone(),
+        KeySetSource::Issuer(issuer) => {
+            let discovery = format!(
+                "{}/.well-known/openid-configuration",
+                issuer.trim_end_matches('/')
+            );
+            let document: serde_json::Value =
+                serde_json::from_str(&get(&discovery, timeout).await?)
+                    .map_err(|e| format!("{discovery}: not JSON: {e}"))?;
+            document["jwks_uri"]
+                .as_str()
+                .ok_or_else(|| format!("{discovery} names no jwks_uri"))?
+                .to_string()
+        }
+    };
+    let keys = get(&uri, timeout).await?;
+    match serde_json::from_str::<serde_json::Value>(&keys) {
+        Ok(v) if v["keys"].is_array() => Ok(keys),
+        _ => Err(format!("{uri}: not a JSON Web Key Set")),
+    }
+}
+
+/// Keeps the key sets the stored RequestAuthentications need in `root_namespace`, until `stop`.
+pub async fn keep(
+    service: WriteService,
+    root_namespace: String,
+    refresh: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    // When each source was last fetched.
+    let mut fetched: BTreeMap<KeySetSource, Instant> = BTreeMap::new();
+    loop {
+        if let Err(e) = pass(&service, &root_namespace, refresh, &mut fetched).await {
+            tracing::warn!(error = %e, "JWT key sets: the store could not be read; trying again");
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(PASS) => {}
+        }
+    }
+}
+
+async fn list(
+    service: &WriteService,
+    kind: Kind,
+    namespace: Option<&str>,
+) -> Result<Vec<pasa_proto::store::v1::Resource>, String> {
+    let request = ListRequest {
+        selector: Some(Subscription {
+            rules: vec![Rule {
+                kinds: vec![kind.as_str().to_string()],
+                namespaces: namespace.map(|n| vec![n.to_string()]).unwrap_or_default(),
+                ..Default::default()
+            }],
+        }),
+        revision: 0,
+    };
+    service
+        .upstream()
+        .call(&request, |mut store, request| async move {
+            store.list(request).await
+        })
+        .await
+        .map(|r| r.into_inner().resources)
+        .map_err(|s| s.message().to_string())
+}
+
+async fn pass(
+    service: &WriteService,
+    root_namespace: &str,
+    refresh: Duration,
+    fetched: &mut BTreeMap<KeySetSource, Instant>,
+) -> Result<(), String> {
+    // The sources the rules need, each with the longest timeout a rule asks for.
+    let mut needed: BTreeMap<KeySetSource, Duration> = BTreeMap::new();
+    for ra in list(service, Kind::RequestAuthentication, None).await? {
+        let Ok(spec) = pasa_proto::istio::parse_spec_json::<RequestAuthentication>(&ra.spec_json)
+        else {
+            continue;
+        };
+        for rule in spec.jwt_rules.iter().flatten() {
+            if let Some(source) = KeySetSource::of(rule) {
+                let timeout = rule
+                    .timeout
+                    .and_then(|t| t.to_std())
+                    .unwrap_or(Duration::from_secs(5));
+                let entry = needed.entry(source).or_insert(timeout);
+                *entry = (*entry).max(timeout);
+            }
+        }
+    }
+    let stored: BTreeSet<String> = list(service, Kind::JsonWebKeySet, Some(root_namespace))
+        .await?
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    for (source, timeout) in &needed {
+        let name = source.object_name();
+        let fresh =
+            fetched.get(source).is_some_and(|at| at.elapsed() < refresh) && stored.contains(&name);
+        if fresh {
+            continue;
+        }
+        match fetch(source, *timeout).await {
+            Ok(jwks) => {
+                let (jwks_uri, issuer) = match source {
+                    KeySetSource::Uri(uri) => (uri.clone(), String::new()),
+                    KeySetSource::Issuer(issuer) => (String::new(), issuer.clone()),
+                };
+                let spec = JsonWebKeySet {
+                    jwks_uri,
+                    issuer,
+                    jwks,
+                };
+                let object = json!({
+                    "apiVersion": "pasa.io/v1alpha1",
+                    "kind": Kind::JsonWebKeySet.as_str(),
+                    "metadata": {"name": name, "namespace": root_namespace},
+                    "spec": spec,
+                });
+                let request = ApplyRequest {
+                    documents: vec![ApplyDocument {
+                        json: object.to_string(),
+                        expected_mod_revision: None,
+                    }],
+                    dry_run: false,
+                };
+                match service.admit_and_apply(request, Origin::JwtKeys).await {
+                    Ok(answer) if answer.errors.is_empty() => {
+                        tracing::info!(source = ?source, object = %name, "JWT key set fetched and stored");
+                        fetched.insert(source.clone(), Instant::now());
+                    }
+                    Ok(answer) => {
+                        tracing::error!(source = ?source, errors = ?answer.errors, "a fetched JWT key set was refused")
+                    }
+                    Err(status) => return Err(status.message().to_string()),
+                }
+            }
+            Err(e) => {
+                service.metrics().jwks_fetch_failures.inc();
+                tracing::warn!(source = ?source, error = %e, "a JWT key set could not be fetched; trying again");
+            }
+        }
+    }
+    // Key sets no rule needs any more.
+    let wanted: BTreeSet<String> = needed.keys().map(KeySetSource::object_name).collect();
+    let unneeded: Vec<ObjectRef> = stored
+        .difference(&wanted)
+        .map(|name| ObjectRef {
+            kind: Kind::JsonWebKeySet.as_str().to_string(),
+            namespace: root_namespace.to_string(),
+            name: name.clone(),
+        })
+        .collect();
+    if !unneeded.is_empty() {
+        let request = DeleteRequest {
+            refs: unneeded,
+            expected_mod_revision: None,
+            ignore_not_found: true,
+        };
+        service
+            .upstream()
+            .call(&request, |mut store, request| async move {
+                store.delete(request).await
+            })
+            .await
+            .map_err(|s| s.message().to_string())?;
+    }
+    fetched.retain(|source, _| needed.contains_key(source));
+    Ok(())
+}
