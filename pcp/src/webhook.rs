@@ -96,9 +96,10 @@ impl Webhook {
         let applying = inject::unenforced_policies(pod, &req.namespace, root, &policies);
         (!applying.is_empty()).then(|| {
             format!(
-                "{} applies to it, and PASA's agent does not apply RequestAuthentication whose keys are not in the store yet, \
-                 EnvoyFilter, Telemetry, WasmPlugin or TrafficExtension yet, nor CUSTOM \
-                 AuthorizationPolicy whose provider the mesh config in the store does not define",
+                "{} applies to it, which PASA's agent cannot apply yet (EnvoyFilter, Telemetry, \
+                 WasmPlugin and TrafficExtension; RequestAuthentication whose keys are not in \
+                 the store yet; CUSTOM AuthorizationPolicy whose provider the stored mesh \
+                 config does not define)",
                 applying.join(", ")
             )
         })

@@ -277,8 +277,8 @@ async fn webhook_over_verified_https() {
     assert_eq!(r["response"]["allowed"], true, "{r}");
     assert!(r["response"].get("patch").is_none(), "{r}");
 
-    // A CUSTOM AuthorizationPolicy that selects the pod keeps it with istiod (the agent does not
-    // enforce CUSTOM yet), with a warning naming it; one for other pods does not.
+    // A CUSTOM AuthorizationPolicy that selects the pod keeps it with istiod while no mesh config
+    // in the store defines its provider, with a warning naming it; one for other pods does not.
     let policy = data.path().join("policy.yaml");
     let policy_for = |app: &str| {
         std::fs::write(
@@ -307,7 +307,7 @@ async fn webhook_over_verified_https() {
     let r = client.review_at("/inject", labelled_pod.clone()).await;
     assert_eq!(r["response"]["patchType"], "JSONPatch", "{r}");
     policy_for("reviews");
-    let r = client.review_at("/inject", labelled_pod).await;
+    let r = client.review_at("/inject", labelled_pod.clone()).await;
     assert_eq!(r["response"]["allowed"], true, "{r}");
     assert!(r["response"].get("patch").is_none(), "{r}");
     let warnings = r["response"]["warnings"].to_string();
@@ -316,15 +316,27 @@ async fn webhook_over_verified_https() {
             && warnings.contains("stays with istiod"),
         "{r}"
     );
+    // Once the mesh config defines the provider, the agent enforces the policy: the pod moves.
+    let mesh = data.path().join("mesh.yaml");
+    std::fs::write(
+        &mesh,
+        "apiVersion: pasa.io/v1alpha1\nkind: MeshConfig\nmetadata:\n  name: mesh\n  \
+         namespace: istio-system\nspec:\n  extensionProviders:\n  - name: opa\n    \
+         envoyExtAuthzGrpc: {service: opa.opa.svc.cluster.local, port: 9191}\n",
+    )
+    .unwrap();
+    pcp.ok(&["apply", "-f", mesh.to_str().unwrap()]);
+    let r = client.review_at("/inject", labelled_pod).await;
+    assert_eq!(r["response"]["patchType"], "JSONPatch", "{r}");
 
     // What the webhook did is on the admin endpoint.
     let metrics = pcp.metrics();
     for line in [
-        "pasa_pcp_webhook_requests_total{answer=\"Allowed\"} 7",
+        "pasa_pcp_webhook_requests_total{answer=\"Allowed\"} 8",
         "pasa_pcp_webhook_requests_total{answer=\"Denied\"} 4",
         "pasa_pcp_webhook_requests_total{answer=\"BadRequest\"} 3",
         "pasa_pcp_documents_total{origin=\"Webhook\",verdict=\"Rejected\"} 2",
-        "pasa_pcp_injections_total{result=\"injected_standalone\"} 2",
+        "pasa_pcp_injections_total{result=\"injected_standalone\"} 3",
         "pasa_pcp_injections_total{result=\"unenforced_policy\"} 1",
         "pasa_pcp_injections_total{result=\"not_selected\"} 1",
     ] {
