@@ -485,53 +485,56 @@ impl Registry {
     /// the root namespace (the mesh's, or with a selector the labels match, in any namespace)
     /// and those of its own namespace (all of it, or selected). Policies attached by
     /// `targetRef(s)` apply to waypoints and gateways, not to sidecars.
-    pub fn authorization_policies_for(
-        &self,
-        root_namespace: &str,
-        namespace: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> impl Iterator<Item = &Config<AuthorizationPolicy>> {
-        self.entries.values().filter_map(move |e| match &e.parsed {
-            Parsed::AuthorizationPolicy(c)
-                if pasa_proto::istio::authorization_policy::applies_to_sidecar(
-                    &c.meta.namespace,
-                    c.spec.selector.as_ref(),
-                    c.spec.targeted(),
-                    root_namespace,
-                    namespace,
-                    labels,
-                ) =>
-            {
-                Some(c.as_ref())
-            }
+    pub fn authorization_policies_for<'a>(
+        &'a self,
+        root_namespace: &'a str,
+        namespace: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &'a Config<AuthorizationPolicy>> {
+        self.applying(root_namespace, namespace, labels, |p| match p {
+            Parsed::AuthorizationPolicy(c) => Some(c),
             _ => None,
         })
     }
 
     /// The RequestAuthentications that apply to a sidecar of `namespace` with `labels`, chosen as
     /// AuthorizationPolicies are (see [`Registry::authorization_policies_for`]).
-    pub fn request_authentications_for(
-        &self,
-        root_namespace: &str,
-        namespace: &str,
-        labels: &BTreeMap<String, String>,
-    ) -> impl Iterator<Item = &pasa_proto::istio::request_authentication::RequestAuthentication>
+    pub fn request_authentications_for<'a>(
+        &'a self,
+        root_namespace: &'a str,
+        namespace: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &'a pasa_proto::istio::request_authentication::RequestAuthentication>
     {
-        self.entries.values().filter_map(move |e| match &e.parsed {
-            Parsed::RequestAuthentication(c)
-                if pasa_proto::istio::authorization_policy::applies_to_sidecar(
+        self.applying(root_namespace, namespace, labels, |p| match p {
+            Parsed::RequestAuthentication(c) => Some(c),
+            _ => None,
+        })
+        .map(|c| &c.spec)
+    }
+
+    /// The security policies `pick` finds that apply to a sidecar of `namespace` with `labels`.
+    fn applying<'a, T: pasa_proto::istio::authorization_policy::WorkloadPolicy + 'a>(
+        &'a self,
+        root_namespace: &'a str,
+        namespace: &'a str,
+        labels: &'a BTreeMap<String, String>,
+        pick: impl Fn(&'a Parsed) -> Option<&'a Arc<Config<T>>> + 'a,
+    ) -> impl Iterator<Item = &'a Config<T>> {
+        self.entries
+            .values()
+            .filter_map(move |e| pick(&e.parsed))
+            .filter(move |c| {
+                pasa_proto::istio::authorization_policy::applies_to_sidecar(
                     &c.meta.namespace,
-                    c.spec.selector.as_ref(),
+                    c.spec.workload_selector(),
                     c.spec.targeted(),
                     root_namespace,
                     namespace,
                     labels,
-                ) =>
-            {
-                Some(&c.spec)
-            }
-            _ => None,
-        })
+                )
+            })
+            .map(|c| c.as_ref())
     }
 
     /// The keys PCP fetched for `source`, kept in `root_namespace`, if the store has them.

@@ -48,6 +48,33 @@ impl AuthorizationPolicy {
     }
 }
 
+/// A security policy that picks its workloads by `selector` or `targetRef(s)`
+/// (AuthorizationPolicy, RequestAuthentication).
+pub trait WorkloadPolicy {
+    fn workload_selector(&self) -> Option<&WorkloadSelector>;
+    fn targeted(&self) -> bool;
+}
+
+impl WorkloadPolicy for AuthorizationPolicy {
+    fn workload_selector(&self) -> Option<&WorkloadSelector> {
+        self.selector.as_ref()
+    }
+
+    fn targeted(&self) -> bool {
+        AuthorizationPolicy::targeted(self)
+    }
+}
+
+impl WorkloadPolicy for super::request_authentication::RequestAuthentication {
+    fn workload_selector(&self) -> Option<&WorkloadSelector> {
+        self.selector.as_ref()
+    }
+
+    fn targeted(&self) -> bool {
+        super::request_authentication::RequestAuthentication::targeted(self)
+    }
+}
+
 /// The `spec` of an AuthorizationPolicy.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -6,10 +6,7 @@ use pasa_proto::Object;
 use pasa_proto::istio::extensions::TrafficExtension;
 
 use super::common::{attachment, validate_enum};
-use super::wasm_plugin::{
-    MAX_PLUGIN_NAME_LENGTH, MAX_PULL_SECRET_LENGTH, validate_match, validate_module_enums,
-    validate_sha256, validate_url, validate_vm_config,
-};
+use super::wasm_plugin::{Module, validate_match, validate_module};
 use super::{Path, Report, parse};
 
 /// The CRD's cap on a Lua script.
@@ -40,29 +37,19 @@ pub fn validate(obj: &Object, report: &mut Report) {
         }
     }
     if let Some(wasm) = &extension.wasm {
-        let at = spec.field("wasm");
-        report.check(&at.field("url"), validate_url(&wasm.url));
-        report.check(&at.field("sha256"), validate_sha256(&wasm.sha256));
-        if wasm.image_pull_secret.len() > MAX_PULL_SECRET_LENGTH {
-            report.error(
-                &at.field("imagePullSecret"),
-                "imagePullSecret field must be less than 253 characters long",
-            );
-        }
-        if wasm.plugin_name.len() > MAX_PLUGIN_NAME_LENGTH {
-            report.error(
-                &at.field("pluginName"),
-                "pluginName field must be less than 256 characters long",
-            );
-        }
-        if let Some(vm) = &wasm.vm_config {
-            validate_vm_config(&at.field("vmConfig"), vm, report);
-        }
-        validate_module_enums(
-            &at,
-            wasm.image_pull_policy.as_deref(),
-            wasm.fail_strategy.as_deref(),
-            wasm.type_.as_deref(),
+        validate_module(
+            &spec.field("wasm"),
+            &Module {
+                url: &wasm.url,
+                sha256: &wasm.sha256,
+                image_pull_secret: &wasm.image_pull_secret,
+                plugin_name: &wasm.plugin_name,
+                plugin_name_limit: "256",
+                vm_config: wasm.vm_config.as_ref(),
+                image_pull_policy: wasm.image_pull_policy.as_deref(),
+                fail_strategy: wasm.fail_strategy.as_deref(),
+                plugin_type: wasm.type_.as_deref(),
+            },
             report,
         );
     }

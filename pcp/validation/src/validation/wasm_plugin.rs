@@ -19,8 +19,8 @@ const TRAFFIC_MODES: [&str; 4] = ["UNDEFINED", "CLIENT", "SERVER", "CLIENT_AND_S
 /// The CRD's caps.
 const MAX_ENV: usize = 256;
 const MAX_ENV_VALUE_LENGTH: usize = 2048;
-pub(crate) const MAX_PULL_SECRET_LENGTH: usize = 253;
-pub(crate) const MAX_PLUGIN_NAME_LENGTH: usize = 256;
+const MAX_PULL_SECRET_LENGTH: usize = 253;
+const MAX_PLUGIN_NAME_LENGTH: usize = 256;
 
 /// Checks one WasmPlugin.
 pub fn validate(obj: &Object, report: &mut Report) {
@@ -35,31 +35,23 @@ pub fn validate(obj: &Object, report: &mut Report) {
         &spec,
         report,
     );
-    report.check(&spec.field("url"), validate_url(&plugin.url));
-    report.check(&spec.field("sha256"), validate_sha256(&plugin.sha256));
-    if plugin.image_pull_secret.len() > MAX_PULL_SECRET_LENGTH {
-        report.error(
-            &spec.field("imagePullSecret"),
-            "imagePullSecret field must be less than 253 characters long",
-        );
-    }
-    if plugin.plugin_name.len() > MAX_PLUGIN_NAME_LENGTH {
-        report.error(
-            &spec.field("pluginName"),
-            "pluginName field must be less than 255 characters long",
-        );
-    }
-    if let Some(vm) = &plugin.vm_config {
-        validate_vm_config(&spec.field("vmConfig"), vm, report);
-    }
-    validate_match(&spec, &plugin.match_, report);
-    validate_module_enums(
+    validate_module(
         &spec,
-        plugin.image_pull_policy.as_deref(),
-        plugin.fail_strategy.as_deref(),
-        plugin.type_.as_deref(),
+        &Module {
+            url: &plugin.url,
+            sha256: &plugin.sha256,
+            image_pull_secret: &plugin.image_pull_secret,
+            plugin_name: &plugin.plugin_name,
+            // istiod's message for WasmPlugin says 255, for TrafficExtension 256.
+            plugin_name_limit: "255",
+            vm_config: plugin.vm_config.as_ref(),
+            image_pull_policy: plugin.image_pull_policy.as_deref(),
+            fail_strategy: plugin.fail_strategy.as_deref(),
+            plugin_type: plugin.type_.as_deref(),
+        },
         report,
     );
+    validate_match(&spec, &plugin.match_, report);
     validate_enum(
         &spec.field("phase"),
         plugin.phase.as_deref(),
@@ -69,7 +61,7 @@ pub fn validate(obj: &Object, report: &mut Report) {
 }
 
 /// The module's location: set, parseable, and by a scheme istiod fetches.
-pub(crate) fn validate_url(url: &str) -> Result<(), String> {
+fn validate_url(url: &str) -> Result<(), String> {
     if url.is_empty() {
         return Err("url field needs to be set".into());
     }
@@ -97,7 +89,7 @@ fn is_scheme(s: &str) -> bool {
 }
 
 /// A module's SHA-256, when given: 64 lower-case hex digits.
-pub(crate) fn validate_sha256(sha: &str) -> Result<(), String> {
+fn validate_sha256(sha: &str) -> Result<(), String> {
     if sha.is_empty() {
         return Ok(());
     }
@@ -111,7 +103,7 @@ pub(crate) fn validate_sha256(sha: &str) -> Result<(), String> {
 }
 
 /// The VM's environment: named, once each, a value only when inline.
-pub(crate) fn validate_vm_config(at: &Path, vm: &VmConfig, report: &mut Report) {
+fn validate_vm_config(at: &Path, vm: &VmConfig, report: &mut Report) {
     let at = at.field("env");
     if vm.env.len() > MAX_ENV {
         report.error(&at, format!("at most {MAX_ENV} variables"));
@@ -189,27 +181,55 @@ pub(crate) fn validate_match(
     }
 }
 
-/// The CRD's enums of a module.
-pub(crate) fn validate_module_enums(
-    at: &Path,
-    pull_policy: Option<&str>,
-    fail_strategy: Option<&str>,
-    plugin_type: Option<&str>,
-    report: &mut Report,
-) {
+/// A Wasm module's fields, as WasmPlugin and TrafficExtension's `wasm` both have them.
+pub(crate) struct Module<'a> {
+    pub url: &'a str,
+    pub sha256: &'a str,
+    pub image_pull_secret: &'a str,
+    pub plugin_name: &'a str,
+    /// The limit istiod's message names for `pluginName`.
+    pub plugin_name_limit: &'a str,
+    pub vm_config: Option<&'a VmConfig>,
+    pub image_pull_policy: Option<&'a str>,
+    pub fail_strategy: Option<&'a str>,
+    pub plugin_type: Option<&'a str>,
+}
+
+/// A Wasm module at `at`: where it is, its digest, pull secret, name, VM and the CRD's enums.
+pub(crate) fn validate_module(at: &Path, module: &Module<'_>, report: &mut Report) {
+    report.check(&at.field("url"), validate_url(module.url));
+    report.check(&at.field("sha256"), validate_sha256(module.sha256));
+    if module.image_pull_secret.len() > MAX_PULL_SECRET_LENGTH {
+        report.error(
+            &at.field("imagePullSecret"),
+            "imagePullSecret field must be less than 253 characters long",
+        );
+    }
+    if module.plugin_name.len() > MAX_PLUGIN_NAME_LENGTH {
+        report.error(
+            &at.field("pluginName"),
+            format!(
+                "pluginName field must be less than {} characters long",
+                module.plugin_name_limit
+            ),
+        );
+    }
+    if let Some(vm) = module.vm_config {
+        validate_vm_config(&at.field("vmConfig"), vm, report);
+    }
     validate_enum(
         &at.field("imagePullPolicy"),
-        pull_policy,
+        module.image_pull_policy,
         &PULL_POLICIES,
         report,
     );
     validate_enum(
         &at.field("failStrategy"),
-        fail_strategy,
+        module.fail_strategy,
         &FAIL_STRATEGIES,
         report,
     );
-    validate_enum(&at.field("type"), plugin_type, &PLUGIN_TYPES, report);
+    validate_enum(&at.field("type"), module.plugin_type, &PLUGIN_TYPES, report);
 }
 
 #[cfg(test)]
