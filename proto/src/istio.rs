@@ -9,6 +9,7 @@
 pub mod authorization_policy;
 pub mod common;
 pub mod destination_rule;
+pub mod envoy_filter;
 pub mod gateway;
 pub mod peer_authentication;
 pub mod request_authentication;
