@@ -10,6 +10,7 @@
 pub mod authorization_policy;
 pub mod common;
 pub mod destination_rule;
+pub mod envoy_filter;
 pub mod extensions;
 pub mod gateway;
 pub mod mesh_config;

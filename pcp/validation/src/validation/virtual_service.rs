@@ -6,7 +6,7 @@
 
 mod headers;
 mod http;
-mod re2;
+pub(super) mod re2;
 mod unreachable;
 
 use std::collections::BTreeMap;

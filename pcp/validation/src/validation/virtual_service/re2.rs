@@ -31,18 +31,38 @@ pub(crate) fn validate(re: &str) -> Check {
             "regex is too large, max length allowed is {MAX_REGEX_LENGTH}"
         ));
     }
-    let translated = translate(re).map_err(|e| format!("{e}; {RE2_SYNTAX}"))?;
+    match refusal(re) {
+        None => Ok(()),
+        Some(Refusal::Re2(e)) => Err(format!("{e}; {RE2_SYNTAX}")),
+        Some(Refusal::Regex(e)) => Err(format!("invalid regex {re:?}: {e}; {RE2_SYNTAX}")),
+    }
+}
+
+/// Why Go's `regexp` would refuse to compile `re`, if it would (no length limit applied).
+pub(crate) fn syntax_error(re: &str) -> Option<String> {
+    refusal(re).map(|r| match r {
+        Refusal::Re2(e) | Refusal::Regex(e) => e,
+    })
+}
+
+/// Why an expression is refused: by the RE2 rules checked here, or by `regex` itself.
+enum Refusal {
+    Re2(String),
+    Regex(String),
+}
+
+fn refusal(re: &str) -> Option<Refusal> {
+    let translated = match translate(re) {
+        Ok(t) => t,
+        Err(e) => return Some(Refusal::Re2(e)),
+    };
     // Go's parser allows nesting 1000 deep; `regex` stops at 250 unless told.
     match regex::RegexBuilder::new(&translated)
         .nest_limit(MAX_NESTING)
         .build()
     {
-        Ok(_) => Ok(()),
-        Err(regex::Error::CompiledTooBig(_)) => Ok(()),
-        Err(e) => Err(format!(
-            "invalid regex {re:?}: {}; {RE2_SYNTAX}",
-            first_line(&e.to_string())
-        )),
+        Ok(_) | Err(regex::Error::CompiledTooBig(_)) => None,
+        Err(e) => Some(Refusal::Regex(first_line(&e.to_string()).to_string())),
     }
 }
 
@@ -60,8 +80,10 @@ fn translate(re: &str) -> Result<String, String> {
     let chars: Vec<char> = re.chars().collect();
     let mut out = String::with_capacity(re.len());
     let mut in_class = false;
-    // Whether the last thing read was a repetition (RE2 refuses `a**`, `a{2}+` and the like).
+    // Whether the last thing read was a repetition (RE2 refuses `a**`, `a{2}+` and the like),
+    // and where that repetition started.
     let mut after_repeat = false;
+    let mut repeat_start = 0;
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
@@ -134,9 +156,12 @@ fn translate(re: &str) -> Result<String, String> {
         };
         if let Some(len) = repeat_len {
             if after_repeat {
-                let op: String = chars[i..i + len].iter().collect();
-                return Err(format!("invalid nested repetition operator: {op}"));
+                // Go quotes both operators, the second with its `?` if lazy: `++`, `*??`.
+                let lazy = usize::from(chars.get(i + len) == Some(&'?'));
+                let ops: String = chars[repeat_start..i + len + lazy].iter().collect();
+                return Err(format!("invalid nested repetition operator: `{ops}`"));
             }
+            repeat_start = i;
             out.extend(&chars[i..i + len]);
             i += len;
             // A lazy repetition (`*?`) is still one operator.
@@ -288,5 +313,22 @@ mod tests {
             assert!(validate(bad).is_err(), "{bad:?}");
         }
         assert!(validate(&"a".repeat(1025)).is_err());
+    }
+
+    #[test]
+    fn nested_repetitions_are_quoted_as_go_quotes_them() {
+        assert_eq!(
+            syntax_error("%#@~++==`24c234`").as_deref(),
+            Some("invalid nested repetition operator: `++`")
+        );
+        assert_eq!(
+            syntax_error("a*??").as_deref(),
+            Some("invalid nested repetition operator: `*??`")
+        );
+        assert_eq!(
+            syntax_error("a{2}*").as_deref(),
+            Some("invalid nested repetition operator: `{2}*`")
+        );
+        assert_eq!(syntax_error(&"a".repeat(2000)), None);
     }
 }
