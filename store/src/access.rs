@@ -49,6 +49,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tonic::{Request, Status};
 
+pub use crate::tls::ServerTls;
+
 use crate::record::ObjectKey;
 use crate::selector::Selector;
 
@@ -119,25 +121,6 @@ pub struct TlsArgs {
     pub grpc_operator: Vec<String>,
 }
 
-/// The PEM files of a TLS server, read.
-pub struct ServerTls {
-    pub cert: Vec<u8>,
-    pub key: Vec<u8>,
-    pub client_ca: Vec<u8>,
-}
-
-impl ServerTls {
-    /// The server's own certificate as a client's, trusting the client CA: how store replicas
-    /// reach each other.
-    pub fn client(&self) -> pasa_proto::client::ClientTls {
-        let (cert, key) = (self.cert.clone(), self.key.clone());
-        pasa_proto::client::ClientTls::new(
-            self.client_ca.clone(),
-            Arc::new(move || Ok((cert.clone(), key.clone()))),
-        )
-    }
-}
-
 impl TlsArgs {
     /// The access rules in a mesh whose root namespace is `root_namespace`, and the TLS files
     /// they were set up with (none in plaintext). Errors name the flag and the file.
@@ -157,14 +140,7 @@ impl TlsArgs {
                 None,
             ));
         };
-        let read = |flag: &str, path: &PathBuf| {
-            pasa_proto::client::read_pem(path).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
-        };
-        let tls = ServerTls {
-            cert: read("--grpc-tls-cert", cert)?,
-            key: read("--grpc-tls-key", key)?,
-            client_ca: read("--grpc-client-ca", ca)?,
-        };
+        let tls = ServerTls::read(cert, key, ca)?;
         let own = uri_san_of_pem(&tls.cert)
             .map_err(|e| anyhow::anyhow!("--grpc-tls-cert {}: {e}", cert.display()))?;
         let mut operators: BTreeSet<String> = self.grpc_operator.iter().cloned().collect();

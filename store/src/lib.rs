@@ -15,6 +15,7 @@ pub mod server;
 pub mod service;
 pub mod status;
 pub mod store;
+pub mod tls;
 mod watch;
 
 pub use store::{Store, StoreConfig, StoreError};

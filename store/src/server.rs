@@ -265,36 +265,14 @@ impl Listeners {
         if let Some(access) = &access {
             access.register(&mut registry);
         }
-        let mut builder = tonic::transport::Server::builder();
         match &tls {
-            Some(tls) => {
-                builder = builder
-                    .tls_config(
-                        tonic::transport::ServerTlsConfig::new()
-                            .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key))
-                            .client_ca_root(tonic::transport::Certificate::from_pem(
-                                &tls.client_ca,
-                            )),
-                    )
-                    .context("the gRPC API's TLS settings")?;
-                tracing::info!(listen = %grpc_addr, "the gRPC API requires mutual TLS; access is decided by the client certificate's identity");
+            Some(_) => {
+                tracing::info!(listen = %grpc_addr, "the gRPC API requires mutual TLS; access is decided by the client certificate's identity")
             }
             None => {
                 tracing::warn!(listen = %grpc_addr, "the gRPC API is PLAINTEXT: callers are not \
                 verified and may read and write everything; give --grpc-tls-cert, --grpc-tls-key \
                 and --grpc-client-ca to require mutual TLS")
-            }
-        }
-        if let Some(store) = &store {
-            store.metrics().register(&mut registry);
-            if store.shared() && store.advertised().is_none() {
-                if grpc_addr.ip().is_unspecified() {
-                    tracing::warn!(listen = %grpc_addr, "the store is shared, but listens on every \
-                        address and has no --advertise: other replicas cannot ask it for \
-                        proxy status");
-                } else {
-                    store.advertise(grpc_addr.to_string());
-                }
             }
         }
         let ready = Readiness::default();
@@ -309,11 +287,16 @@ impl Listeners {
         if let Some(add) = grpc_routes {
             routes = add(routes);
         }
-        let grpc = builder.add_routes(routes).serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
-            stopped(stop_rx),
-        );
-        let grpc = tokio::spawn(grpc);
+        let server = tonic::transport::Server::builder().add_routes(routes);
+        let grpc = match tls {
+            None => tokio::spawn(server.serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+                stopped(stop_rx),
+            )),
+            Some(tls) => tokio::spawn(
+                server.serve_with_incoming_shutdown(tls.incoming(grpc_listener)?, stopped(stop_rx)),
+            ),
+        };
         let admin = tokio::spawn(admin_server);
         ready.set(true);
         println!("{name} serving pasa.store.v1 on {grpc_addr}, admin on {admin_addr}");

@@ -244,3 +244,51 @@ async fn identities_decide_what_clients_may_read_and_write() {
     }
     child.kill().await.unwrap();
 }
+
+/// The server's certificate is read again when its files change: after a rotation to a
+/// certificate of another CA, clients trusting only that CA get in, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_server_certificate_is_used_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = FakeCa::new("cluster.local");
+    ca.write(dir.path());
+    let (cert, key) = ca
+        .issue(Some(STORE), &["127.0.0.1"])
+        .write(dir.path(), "store");
+    let data = dir.path().join("data");
+    let (_child, addr) = common::start_process([
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+        "--grpc-tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--grpc-tls-key".as_ref(),
+        key.as_os_str(),
+        "--grpc-client-ca".as_ref(),
+        dir.path().join("ca.pem").as_os_str(),
+        "--grpc-operator".as_ref(),
+        OPERATOR.as_ref(),
+    ])
+    .await;
+    // Clients keep their certificates of the first CA; they trust the server's new CA only.
+    let rotated_ca = FakeCa::new("rotated");
+    let rotated_dir = dir.path().join("rotated");
+    std::fs::create_dir_all(&rotated_dir).unwrap();
+    let rotated_ca_file = rotated_ca.write(&rotated_dir);
+    let (op_cert, op_key) = ca.issue(Some(OPERATOR), &[]).write(dir.path(), "operator");
+    let trusting_rotated = ClientTls::from_files(&rotated_ca_file, &op_cert, &op_key).unwrap();
+    assert!(
+        !answers(&addr, Some(&trusting_rotated)).await,
+        "the server presented the new CA's certificate before the rotation"
+    );
+    let issued = rotated_ca.issue(Some(STORE), &["127.0.0.1"]);
+    std::fs::write(&key, &issued.key).unwrap();
+    std::fs::write(&cert, &issued.cert).unwrap();
+    let deadline = std::time::Instant::now() + common::WAIT;
+    while !answers(&addr, Some(&trusting_rotated)).await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rotated certificate was never used"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
