@@ -91,6 +91,7 @@ impl PcpArgs {
         });
 
         let (access, tls) = self.grpc_tls.load(&self.inject.root_namespace)?;
+        let access = access.with_trust_domain(&self.inject.trust_domain);
         let store_tls = match (&self.store_ca, &self.store_cert, &self.store_key) {
             (Some(ca), Some(cert), Some(key)) => Some(
                 pasa_proto::client::ClientTls::from_files(ca, cert, key)

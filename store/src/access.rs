@@ -169,6 +169,8 @@ struct Inner {
     verified: bool,
     operators: BTreeSet<String>,
     root_namespace: String,
+    /// The mesh's trust domain: workload identities of another are nobody here (None: any).
+    trust_domain: Option<String>,
     denied: Family<DeniedLabels, Counter>,
 }
 
@@ -198,6 +200,7 @@ impl Access {
                 verified: false,
                 operators: BTreeSet::new(),
                 root_namespace: self.inner.root_namespace.clone(),
+                trust_domain: self.inner.trust_domain.clone(),
                 denied: self.inner.denied.clone(),
             }),
         }
@@ -209,7 +212,23 @@ impl Access {
                 verified,
                 operators,
                 root_namespace,
+                trust_domain: None,
                 denied: Family::default(),
+            }),
+        }
+    }
+
+    /// Takes workload identities of `trust_domain` only (those of another trust domain are
+    /// refused as unknown identities); set up before serving.
+    pub fn with_trust_domain(self, trust_domain: &str) -> Access {
+        let inner = &self.inner;
+        Access {
+            inner: Arc::new(Inner {
+                verified: inner.verified,
+                operators: inner.operators.clone(),
+                root_namespace: inner.root_namespace.clone(),
+                trust_domain: Some(trust_domain.to_string()),
+                denied: inner.denied.clone(),
             }),
         }
     }
@@ -281,6 +300,16 @@ impl Access {
             return Ok(relayed.unwrap_or(Caller::Operator(verified)));
         }
         match SpiffeId::parse(&verified) {
+            Ok(id) if !self.trust_domain_ok(&id) => Err(self.refuse(
+                method,
+                Denied {
+                    reason: "unknown_identity",
+                    message: format!(
+                        "{id} is not of this mesh's trust domain ({})",
+                        self.inner.trust_domain.as_deref().unwrap_or_default()
+                    ),
+                },
+            )),
             Ok(id) => Ok(Caller::Workload(id)),
             Err(e) => Err(self.refuse(
                 method,
@@ -290,6 +319,14 @@ impl Access {
                 },
             )),
         }
+    }
+
+    /// Whether `id` is of the mesh's trust domain (any, when none is set).
+    fn trust_domain_ok(&self, id: &SpiffeId) -> bool {
+        self.inner
+            .trust_domain
+            .as_ref()
+            .is_none_or(|td| *td == id.trust_domain)
     }
 
     /// May `caller` write (apply, delete)?
@@ -681,6 +718,15 @@ mod tests {
             text.contains("pasa_store_api_denied_total{method=\"Apply\",reason=\"write\"} 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn workloads_of_another_trust_domain_are_nobody() {
+        let access = access().with_trust_domain("example.org");
+        let id = SpiffeId::parse("spiffe://cluster.local/ns/shop/sa/web").unwrap();
+        assert!(!access.trust_domain_ok(&id));
+        let ours = SpiffeId::parse("spiffe://example.org/ns/shop/sa/web").unwrap();
+        assert!(access.trust_domain_ok(&ours));
     }
 
     #[test]

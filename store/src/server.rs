@@ -147,6 +147,9 @@ pub struct ServerArgs {
     /// read them.
     #[arg(long, env = "PASA_ROOT_NAMESPACE", default_value = "istio-system")]
     pub root_namespace: String,
+    /// The mesh's trust domain: over mutual TLS, workload identities of another are refused.
+    #[arg(long, env = "PASA_TRUST_DOMAIN", default_value = "cluster.local")]
+    pub trust_domain: String,
 }
 
 impl ServerArgs {
@@ -154,6 +157,7 @@ impl ServerArgs {
     pub async fn run(self, name: &str) -> anyhow::Result<()> {
         pasa_runtime::logs::init(self.store.log_json);
         let (access, tls) = self.tls.load(&self.root_namespace)?;
+        let access = access.with_trust_domain(&self.trust_domain);
         let store = self.store.open(Metrics::new())?;
         bind(store, self.listen, self.admin)
             .await?

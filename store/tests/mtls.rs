@@ -229,6 +229,26 @@ async fn identities_decide_what_clients_may_read_and_write() {
         .expect_err("an unknown identity is refused");
     assert_eq!(status.code(), Code::PermissionDenied);
 
+    // So is a workload of another trust domain, whatever its namespace.
+    let foreign = client_tls(
+        &ca,
+        dir.path(),
+        "foreign",
+        "spiffe://other.org/ns/shop/sa/web",
+    );
+    let status = client(&addr, &foreign)
+        .await
+        .status(StatusRequest {})
+        .await
+        .expect_err("another trust domain is refused");
+    assert!(
+        status
+            .message()
+            .contains("is not of this mesh's trust domain (cluster.local)"),
+        "{}",
+        status.message()
+    );
+
     // Every refusal was counted.
     let metrics = common::http_get(admin, "/metrics").await;
     for (method, reason) in [

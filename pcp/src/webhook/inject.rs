@@ -61,7 +61,8 @@ pub struct InjectArgs {
         default_value = "docker.io/istio/proxyv2:1.30.0"
     )]
     pub inject_iptables_image: String,
-    /// The mesh's trust domain.
+    /// The mesh's trust domain (of injected workloads; over mutual TLS, the API refuses
+    /// workload identities of another).
     #[arg(long, env = "PASA_TRUST_DOMAIN", default_value = "cluster.local")]
     pub trust_domain: String,
     /// The mesh's root namespace: security policies there apply to the whole mesh (for
