@@ -279,6 +279,18 @@ impl Listeners {
                 and --grpc-client-ca to require mutual TLS")
             }
         }
+        if let Some(store) = &store {
+            store.metrics().register(&mut registry);
+            if store.shared() && store.advertised().is_none() {
+                if grpc_addr.ip().is_unspecified() {
+                    tracing::warn!(listen = %grpc_addr, "the store is shared, but listens on every \
+                        address and has no --advertise: other replicas cannot ask it for \
+                        proxy status");
+                } else {
+                    store.advertise(grpc_addr.to_string());
+                }
+            }
+        }
         let ready = Readiness::default();
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut router = admin::router(Arc::new(registry), ready.clone());
