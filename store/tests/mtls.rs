@@ -32,6 +32,39 @@ async fn client(addr: &str, tls: &ClientTls) -> StoreClient<Channel> {
     connect_with(addr, Some(tls)).await.expect("connect")
 }
 
+/// `pasa-store` serving mutual TLS with a certificate of `ca` for 127.0.0.1, its files in `dir`
+/// (`ca.pem` written there): the process, its gRPC and admin addresses, and its certificate's
+/// and key's files.
+async fn secured_store(
+    ca: &FakeCa,
+    dir: &Path,
+) -> (
+    tokio::process::Child,
+    String,
+    std::net::SocketAddr,
+    (std::path::PathBuf, std::path::PathBuf),
+) {
+    ca.write(dir);
+    let (cert, key) = ca
+        .issue(Some(STORE), &["127.0.0.1", "localhost"])
+        .write(dir, "store");
+    let data = dir.join("data");
+    let (child, addr, admin) = common::start_process_with_admin([
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+        "--grpc-tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--grpc-tls-key".as_ref(),
+        key.as_os_str(),
+        "--grpc-client-ca".as_ref(),
+        dir.join("ca.pem").as_os_str(),
+        "--grpc-operator".as_ref(),
+        OPERATOR.as_ref(),
+    ])
+    .await;
+    (child, addr, admin, (cert, key))
+}
+
 /// Whether the server at `addr` answers a status request made with `tls`.
 async fn answers(addr: &str, tls: Option<&ClientTls>) -> bool {
     match connect_with(addr, tls).await {
@@ -92,24 +125,7 @@ async fn first_answer(client: &mut StoreClient<Channel>, start: WatchStart) -> R
 async fn identities_decide_what_clients_may_read_and_write() {
     let dir = tempfile::tempdir().unwrap();
     let ca = FakeCa::new("cluster.local");
-    ca.write(dir.path());
-    let (cert, key) = ca
-        .issue(Some(STORE), &["127.0.0.1", "localhost"])
-        .write(dir.path(), "store");
-    let data = dir.path().join("data");
-    let (mut child, addr, admin) = common::start_process_with_admin([
-        "--data-dir".as_ref(),
-        data.as_os_str(),
-        "--grpc-tls-cert".as_ref(),
-        cert.as_os_str(),
-        "--grpc-tls-key".as_ref(),
-        key.as_os_str(),
-        "--grpc-client-ca".as_ref(),
-        dir.path().join("ca.pem").as_os_str(),
-        "--grpc-operator".as_ref(),
-        OPERATOR.as_ref(),
-    ])
-    .await;
+    let (mut child, addr, admin, _) = secured_store(&ca, dir.path()).await;
 
     // Plaintext, or a certificate of another CA, does not get in at all.
     assert!(
@@ -271,24 +287,7 @@ async fn identities_decide_what_clients_may_read_and_write() {
 async fn a_rotated_server_certificate_is_used_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let ca = FakeCa::new("cluster.local");
-    ca.write(dir.path());
-    let (cert, key) = ca
-        .issue(Some(STORE), &["127.0.0.1"])
-        .write(dir.path(), "store");
-    let data = dir.path().join("data");
-    let (_child, addr) = common::start_process([
-        "--data-dir".as_ref(),
-        data.as_os_str(),
-        "--grpc-tls-cert".as_ref(),
-        cert.as_os_str(),
-        "--grpc-tls-key".as_ref(),
-        key.as_os_str(),
-        "--grpc-client-ca".as_ref(),
-        dir.path().join("ca.pem").as_os_str(),
-        "--grpc-operator".as_ref(),
-        OPERATOR.as_ref(),
-    ])
-    .await;
+    let (_child, addr, _, (cert, key)) = secured_store(&ca, dir.path()).await;
     // Clients keep their certificates of the first CA; they trust the server's new CA only.
     let rotated_ca = FakeCa::new("rotated");
     let rotated_dir = dir.path().join("rotated");
