@@ -33,12 +33,21 @@ const MAX_BYTES: usize = 1 << 20;
 
 /// Fetches `url` (http or https, the system's roots); the body, or why not.
 pub async fn get(url: &str, timeout: Duration) -> Result<String, String> {
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_native_roots()
-        .map_err(|e| format!("the system's root certificates: {e}"))?
-        .https_or_http()
-        .enable_http1()
-        .build();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Without the system's roots (a bare image), plain HTTP still works and HTTPS fails with
+    // the verification error, naming the URL.
+    let builder = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
+        Ok(builder) => builder,
+        Err(e) => {
+            tracing::warn!(error = %e, "no system root certificates: HTTPS key sets cannot be verified");
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+            )
+        }
+    };
+    let connector = builder.https_or_http().enable_http1().build();
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build::<_, http_body_util::Empty<bytes::Bytes>>(connector);
     let uri: hyper::Uri = url.parse().map_err(|e| format!("{url:?}: {e}"))?;
