@@ -31,7 +31,7 @@ use envoy_types::util::pack_any;
 use pasa_proto::istio::authorization_policy::{
     Action, AuthorizationPolicy, DRY_RUN_ANNOTATION, Rule, go_bool,
 };
-use pasa_proto::istio::request_authentication::{KeySetSource, RequestAuthentication};
+use pasa_proto::istio::request_authentication::{JwtRule, KeySetSource};
 
 pub mod custom;
 pub mod jwt;
@@ -92,37 +92,26 @@ impl ProxyAuthz {
             http = custom::http_filters(&applied, &providers, &trust);
             tcp = custom::tcp_filters(&applied, &providers, &trust);
         }
-        // Then the JWT filter: it records the request principal the RBAC rules read.
-        let mut authentications: Vec<RequestAuthentication> = view
+        // Then the JWT filter: it records the request principal the RBAC rules read. Keys not
+        // inline come from the store (fetched by PCP); a rule whose keys are not there yet is
+        // left out (see `jwt`).
+        let rules: Vec<(&JwtRule, &str)> = view
             .registry
             .request_authentications_for(
                 &proxy.mesh.root_namespace,
                 &proxy.namespace,
                 &proxy.labels,
             )
-            .cloned()
+            .flat_map(|ra| ra.jwt_rules.iter().flatten())
+            .filter_map(|rule| match KeySetSource::of(rule) {
+                None => Some((rule, rule.jwks.as_str())),
+                Some(source) => view
+                    .registry
+                    .key_set(&proxy.mesh.root_namespace, &source)
+                    .map(|keys| (rule, keys)),
+            })
             .collect();
-        for ra in &mut authentications {
-            // Keys not inline come from the store (fetched by PCP); a rule whose keys are not
-            // there yet is not built (see `jwt`).
-            ra.jwt_rules.retain_mut(|rule| {
-                let Some(rule) = rule else { return false };
-                match KeySetSource::of(rule) {
-                    None => true,
-                    Some(source) => {
-                        match view.registry.key_set(&proxy.mesh.root_namespace, &source) {
-                            Some(keys) => {
-                                rule.jwks = keys.to_string();
-                                true
-                            }
-                            None => false,
-                        }
-                    }
-                }
-            });
-        }
-        let authentications: Vec<&RequestAuthentication> = authentications.iter().collect();
-        http.extend(jwt::filter(&authentications));
+        http.extend(jwt::filter(rules));
         http.extend(http_filters(&applied, &trust));
         tcp.extend(tcp_filters(&applied, &trust));
         ProxyAuthz { http, tcp }

@@ -23,28 +23,25 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType as HttpConfigType;
 use envoy_types::pb::google::protobuf::Empty;
 use envoy_types::util::pack_any;
-use pasa_proto::istio::request_authentication::{JwtRule, RequestAuthentication};
+use pasa_proto::istio::request_authentication::JwtRule;
 
 use super::{JWT_FILTER, JWT_PAYLOAD};
 
 /// Claims whose space-separated values are matched one by one, besides those a rule names.
 const SPACE_DELIMITED: [&str; 2] = ["permission", "scope"];
 
-/// The JWT filter for the RequestAuthentications that apply, or None when they hold no rule.
-pub fn filter(policies: &[&RequestAuthentication]) -> Option<HttpFilter> {
-    let mut rules: Vec<&JwtRule> = policies
-        .iter()
-        .flat_map(|p| p.jwt_rules.iter().flatten())
-        .collect();
+/// The JWT filter for the rules of the RequestAuthentications that apply, each with its key
+/// set (JSON text), or None when there are none.
+pub fn filter(mut rules: Vec<(&JwtRule, &str)>) -> Option<HttpFilter> {
     if rules.is_empty() {
         return None;
     }
-    rules.sort_by(|a, b| a.issuer.cmp(&b.issuer));
+    rules.sort_by(|(a, _), (b, _)| a.issuer.cmp(&b.issuer));
     let mut providers = std::collections::HashMap::new();
     let (mut each, mut any_of) = (Vec::new(), Vec::new());
-    for (i, rule) in rules.iter().enumerate() {
+    for (i, (rule, keys)) in rules.iter().enumerate() {
         let name = format!("origins-{i}");
-        providers.insert(name.clone(), provider(rule));
+        providers.insert(name.clone(), provider(rule, keys));
         let named = || JwtRequirement {
             requires_type: Some(jwt_requirement::RequiresType::ProviderName(name.clone())),
         };
@@ -100,7 +97,7 @@ pub fn filter(policies: &[&RequestAuthentication]) -> Option<HttpFilter> {
     })
 }
 
-fn provider(rule: &JwtRule) -> JwtProvider {
+fn provider(rule: &JwtRule, keys: &str) -> JwtProvider {
     let mut claims: Vec<String> = SPACE_DELIMITED.iter().map(|c| c.to_string()).collect();
     claims.extend(rule.space_delimited_claims.iter().cloned());
     claims.sort();
@@ -136,7 +133,7 @@ fn provider(rule: &JwtRule) -> JwtProvider {
         from_params: rule.from_params.clone(),
         from_cookies: rule.from_cookies.clone(),
         jwks_source_specifier: Some(jwt_provider::JwksSourceSpecifier::LocalJwks(DataSource {
-            specifier: Some(data_source::Specifier::InlineString(rule.jwks.clone())),
+            specifier: Some(data_source::Specifier::InlineString(keys.to_string())),
             ..Default::default()
         })),
         ..Default::default()
