@@ -31,8 +31,13 @@ const PASS: Duration = Duration::from_secs(10);
 /// The largest key set read.
 const MAX_BYTES: usize = 1 << 20;
 
-/// Fetches `url` (http or https, the system's roots); the body, or why not.
-pub async fn get(url: &str, timeout: Duration) -> Result<String, String> {
+/// An HTTP and HTTPS client with the system's roots, made once for all fetches.
+type Client = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Empty<bytes::Bytes>,
+>;
+
+fn client() -> Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     // Without the system's roots (a bare image), plain HTTP still works and HTTPS fails with
     // the verification error, naming the URL.
@@ -48,8 +53,12 @@ pub async fn get(url: &str, timeout: Duration) -> Result<String, String> {
         }
     };
     let connector = builder.https_or_http().enable_http1().build();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build::<_, http_body_util::Empty<bytes::Bytes>>(connector);
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(connector)
+}
+
+/// Fetches `url` with `client`; the body, or why not.
+async fn get(client: &Client, url: &str, timeout: Duration) -> Result<String, String> {
     let uri: hyper::Uri = url.parse().map_err(|e| format!("{url:?}: {e}"))?;
     let answer = tokio::time::timeout(timeout, async {
         let response = client
@@ -78,7 +87,11 @@ pub async fn get(url: &str, timeout: Duration) -> Result<String, String> {
 
 /// The keys of `source`: fetched from its URI, or from the URI its issuer's discovery document
 /// names. The key set must be JSON with a `keys` list.
-pub async fn fetch(source: &KeySetSource, timeout: Duration) -> Result<String, String> {
+async fn fetch(
+    client: &Client,
+    source: &KeySetSource,
+    timeout: Duration,
+) -> Result<String, String> {
     let uri = match source {
         KeySetSource::Uri(uri) => uri.clone(),
         KeySetSource::Issuer(issuer) => {
@@ -87,7 +100,7 @@ pub async fn fetch(source: &KeySetSource, timeout: Duration) -> Result<String, S
                 issuer.trim_end_matches('/')
             );
             let document: serde_json::Value =
-                serde_json::from_str(&get(&discovery, timeout).await?)
+                serde_json::from_str(&get(client, &discovery, timeout).await?)
                     .map_err(|e| format!("{discovery}: not JSON: {e}"))?;
             document["jwks_uri"]
                 .as_str()
@@ -95,7 +108,7 @@ pub async fn fetch(source: &KeySetSource, timeout: Duration) -> Result<String, S
                 .to_string()
         }
     };
-    let keys = get(&uri, timeout).await?;
+    let keys = get(client, &uri, timeout).await?;
     match serde_json::from_str::<serde_json::Value>(&keys) {
         Ok(v) if v["keys"].is_array() => Ok(keys),
         _ => Err(format!("{uri}: not a JSON Web Key Set")),
@@ -111,8 +124,9 @@ pub async fn keep(
 ) {
     // When each source was last fetched.
     let mut fetched: BTreeMap<KeySetSource, Instant> = BTreeMap::new();
+    let client = client();
     loop {
-        if let Err(e) = pass(&service, &root_namespace, refresh, &mut fetched).await {
+        if let Err(e) = pass(&client, &service, &root_namespace, refresh, &mut fetched).await {
             tracing::warn!(error = %e, "JWT key sets: the store could not be read; trying again");
         }
         tokio::select! {
@@ -148,6 +162,7 @@ async fn list(
 }
 
 async fn pass(
+    client: &Client,
     service: &WriteService,
     root_namespace: &str,
     refresh: Duration,
@@ -183,7 +198,7 @@ async fn pass(
         if fresh {
             continue;
         }
-        match fetch(source, *timeout).await {
+        match fetch(client, source, *timeout).await {
             Ok(jwks) => {
                 let (jwks_uri, issuer) = match source {
                     KeySetSource::Uri(uri) => (uri.clone(), String::new()),
