@@ -17,11 +17,7 @@ const NODE: &str = "sidecar~10.0.0.7~web-1.shop~shop.svc.cluster.local";
 
 /// Istio's file names for the workload certificate of `spiffe` under `dir`.
 fn workload_certificate(ca: &FakeCa, dir: &Path, spiffe: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let issued = ca.issue(Some(spiffe), &[]);
-    std::fs::write(dir.join("cert-chain.pem"), &issued.cert).unwrap();
-    std::fs::write(dir.join("key.pem"), &issued.key).unwrap();
-    std::fs::write(dir.join("root-cert.pem"), ca.pem()).unwrap();
+    common::sidecar::workload_certificate_for(dir, ca.issuer(), spiffe);
 }
 
 fn store_state(body: &str) -> (String, String) {

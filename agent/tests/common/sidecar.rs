@@ -94,10 +94,18 @@ pub fn workload_certificate(
     ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
     sa: &str,
 ) {
+    workload_certificate_for(dir, ca, &format!("spiffe://cluster.local/ns/shop/sa/{sa}"));
+}
+
+/// [`workload_certificate`] for the identity `spiffe`.
+pub fn workload_certificate_for(
+    dir: &Path,
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    spiffe: &str,
+) {
     let mut params = rcgen::CertificateParams::default();
     params.subject_alt_names = vec![rcgen::SanType::URI(
-        rcgen::string::Ia5String::try_from(format!("spiffe://cluster.local/ns/shop/sa/{sa}"))
-            .expect("a URI"),
+        rcgen::string::Ia5String::try_from(spiffe.to_string()).expect("a URI"),
     )];
     let key = rcgen::KeyPair::generate().expect("a key");
     let cert = params.signed_by(&key, ca).expect("a certificate");
