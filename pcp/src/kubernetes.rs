@@ -78,10 +78,7 @@ impl KubeArgs {
         let discovery = match &self.mesh_config {
             None => DiscoverySelectors::all(),
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?;
-                let mesh: Value = serde_saphyr::from_str(&text)
-                    .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?;
+                let mesh = crate::mesh::read(path).map_err(anyhow::Error::msg)?;
                 DiscoverySelectors::from_mesh_config(&mesh)
                     .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?
             }

@@ -19,8 +19,9 @@ use crate::write::WriteService;
 /// How often the file is read again.
 const POLL: Duration = Duration::from_secs(10);
 
-/// Reads `path` as a mesh config, as the object to publish in `root_namespace`.
-pub fn object(path: &std::path::Path, root_namespace: &str) -> Result<Value, String> {
+/// Reads `path` as a mesh config (a YAML mapping; empty is `{}`); the error names the flag and
+/// the file.
+pub fn read(path: &std::path::Path) -> Result<Value, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("--mesh-config {}: {e}", path.display()))?;
     let spec: Value = if text.trim().is_empty() {
@@ -32,6 +33,12 @@ pub fn object(path: &std::path::Path, root_namespace: &str) -> Result<Value, Str
     if !spec.is_object() {
         return Err(format!("--mesh-config {}: not a mapping", path.display()));
     }
+    Ok(spec)
+}
+
+/// Reads `path` as a mesh config, as the object to publish in `root_namespace`.
+pub fn object(path: &std::path::Path, root_namespace: &str) -> Result<Value, String> {
+    let spec = read(path)?;
     Ok(json!({
         "apiVersion": "pasa.io/v1alpha1",
         "kind": "MeshConfig",
