@@ -122,6 +122,45 @@ impl ExtAuthzProviders {
     }
 }
 
+/// What is built for one provider's CUSTOM rules.
+enum Plan<'p> {
+    /// The provider cannot be used: its rules deny.
+    Deny(Rbac),
+    /// The shadow rules that pick the requests to check, the dry-run rules, and the authorizer.
+    Check {
+        provider: String,
+        rules: Rbac,
+        dry_run: Option<Rbac>,
+        built: &'p Built,
+    },
+}
+
+/// Per provider (sorted by name): check with it, or deny what it should have checked (unknown,
+/// invalid, or one of several providers).
+fn plans<'p>(
+    policies: &[AppliedPolicy<'_>],
+    providers: &'p ExtAuthzProviders,
+    trust: &TrustDomains,
+    for_tcp: bool,
+) -> Vec<Plan<'p>> {
+    let by_provider = built_by_provider(policies, trust, for_tcp);
+    let several = by_provider.len() > 1;
+    by_provider
+        .into_iter()
+        .map(
+            |(provider, (rules, dry_run))| match providers.get(&provider) {
+                Ok(built) if !several => Plan::Check {
+                    provider,
+                    rules,
+                    dry_run: dry_run.filter(|s| !s.policies.is_empty()),
+                    built,
+                },
+                Ok(_) | Err(_) => Plan::Deny(bad(&rules)),
+            },
+        )
+        .collect()
+}
+
 /// The HTTP filters of the CUSTOM policies among `policies`.
 pub fn http_filters(
     policies: &[AppliedPolicy<'_>],
@@ -133,33 +172,34 @@ pub fn http_filters(
         config_type: Some(HttpConfigType::TypedConfig(pack_any(rbac))),
         ..Default::default()
     };
-    let by_provider = built_by_provider(policies, trust, false);
-    let several = by_provider.len() > 1;
     let mut filters = Vec::new();
-    for (provider, (rules, shadow)) in by_provider {
-        let authz = match providers.get(&provider) {
-            Ok(built) if !several => built,
-            Ok(_) | Err(_) => {
+    for plan in plans(policies, providers, trust, false) {
+        match plan {
+            Plan::Deny(rules) => filters.push(rbac_filter(HttpRbac {
+                rules: Some(rules),
+                ..Default::default()
+            })),
+            Plan::Check {
+                provider,
+                rules,
+                dry_run,
+                built,
+            } => {
                 filters.push(rbac_filter(HttpRbac {
-                    rules: Some(bad(&rules)),
+                    rules: dry_run,
+                    shadow_rules: Some(rules),
+                    shadow_rules_stat_prefix: SHADOW_STAT_PREFIX.to_string(),
                     ..Default::default()
                 }));
-                continue;
+                let mut http = built.http.clone();
+                http.filter_enabled_metadata = Some(enabled_for(HTTP_RBAC, &provider));
+                filters.push(HttpFilter {
+                    name: HTTP_EXT_AUTHZ.to_string(),
+                    config_type: Some(HttpConfigType::TypedConfig(pack_any(http))),
+                    ..Default::default()
+                });
             }
-        };
-        filters.push(rbac_filter(HttpRbac {
-            rules: shadow.filter(|s| !s.policies.is_empty()),
-            shadow_rules: Some(rules),
-            shadow_rules_stat_prefix: SHADOW_STAT_PREFIX.to_string(),
-            ..Default::default()
-        }));
-        let mut http = authz.http.clone();
-        http.filter_enabled_metadata = Some(enabled_for(HTTP_RBAC, &provider));
-        filters.push(HttpFilter {
-            name: HTTP_EXT_AUTHZ.to_string(),
-            config_type: Some(HttpConfigType::TypedConfig(pack_any(http))),
-            ..Default::default()
-        });
+        }
     }
     filters
 }
@@ -175,37 +215,36 @@ pub fn tcp_filters(
         name: NETWORK_RBAC.to_string(),
         config_type: Some(NetworkConfigType::TypedConfig(pack_any(rbac))),
     };
-    let by_provider = built_by_provider(policies, trust, true);
-    let several = by_provider.len() > 1;
     let mut filters = Vec::new();
-    for (provider, (rules, shadow)) in by_provider {
-        let tcp = match providers.get(&provider) {
-            Ok(built) if !several => match &built.tcp {
-                Some(tcp) => tcp,
-                None => continue,
-            },
-            Ok(_) | Err(_) => {
+    for plan in plans(policies, providers, trust, true) {
+        match plan {
+            Plan::Deny(rules) => filters.push(rbac_filter(NetworkRbac {
+                rules: Some(rules),
+                stat_prefix: TCP_STAT_PREFIX.to_string(),
+                ..Default::default()
+            })),
+            Plan::Check {
+                provider,
+                rules,
+                dry_run,
+                built,
+            } => {
+                let Some(tcp) = &built.tcp else { continue };
                 filters.push(rbac_filter(NetworkRbac {
-                    rules: Some(bad(&rules)),
+                    rules: dry_run,
+                    shadow_rules: Some(rules),
                     stat_prefix: TCP_STAT_PREFIX.to_string(),
+                    shadow_rules_stat_prefix: SHADOW_STAT_PREFIX.to_string(),
                     ..Default::default()
                 }));
-                continue;
+                let mut tcp = tcp.clone();
+                tcp.filter_enabled_metadata = Some(enabled_for(NETWORK_RBAC, &provider));
+                filters.push(NetworkFilter {
+                    name: NETWORK_EXT_AUTHZ.to_string(),
+                    config_type: Some(NetworkConfigType::TypedConfig(pack_any(tcp))),
+                });
             }
-        };
-        filters.push(rbac_filter(NetworkRbac {
-            rules: shadow.filter(|s| !s.policies.is_empty()),
-            shadow_rules: Some(rules),
-            stat_prefix: TCP_STAT_PREFIX.to_string(),
-            shadow_rules_stat_prefix: SHADOW_STAT_PREFIX.to_string(),
-            ..Default::default()
-        }));
-        let mut tcp = tcp.clone();
-        tcp.filter_enabled_metadata = Some(enabled_for(NETWORK_RBAC, &provider));
-        filters.push(NetworkFilter {
-            name: NETWORK_EXT_AUTHZ.to_string(),
-            config_type: Some(NetworkConfigType::TypedConfig(pack_any(tcp))),
-        });
+        }
     }
     filters
 }
