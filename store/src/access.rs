@@ -164,6 +164,7 @@ pub struct Access {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     /// Callers are verified by their client certificates.
     verified: bool,
@@ -199,9 +200,7 @@ impl Access {
             inner: Arc::new(Inner {
                 verified: false,
                 operators: BTreeSet::new(),
-                root_namespace: self.inner.root_namespace.clone(),
-                trust_domain: self.inner.trust_domain.clone(),
-                denied: self.inner.denied.clone(),
+                ..(*self.inner).clone()
             }),
         }
     }
@@ -221,14 +220,10 @@ impl Access {
     /// Takes workload identities of `trust_domain` only (those of another trust domain are
     /// refused as unknown identities); set up before serving.
     pub fn with_trust_domain(self, trust_domain: &str) -> Access {
-        let inner = &self.inner;
         Access {
             inner: Arc::new(Inner {
-                verified: inner.verified,
-                operators: inner.operators.clone(),
-                root_namespace: inner.root_namespace.clone(),
                 trust_domain: Some(trust_domain.to_string()),
-                denied: inner.denied.clone(),
+                ..(*self.inner).clone()
             }),
         }
     }
