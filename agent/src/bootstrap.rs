@@ -127,9 +127,8 @@ pub struct BootstrapInput<'a> {
     pub envoy: &'a EnvoyArgs,
 }
 
-/// The Istio version the node claims; istiod (and the agent's translation) read features from
-/// it.
-pub const ISTIO_VERSION: &str = "1.28.0";
+/// The Istio version the node claims (see [`crate::model::proxy::ISTIO_VERSION`]).
+pub use crate::model::proxy::ISTIO_VERSION;
 
 /// The bootstrap, as Envoy's JSON configuration.
 pub fn bootstrap(input: &BootstrapInput<'_>) -> Value {

@@ -165,8 +165,8 @@ pub fn subscription_in<'a>(
     Subscription { rules }
 }
 
-/// What decides a sidecar's scope: Sidecars apply from the proxy's config namespace,
-/// PeerAuthentications and AuthorizationPolicies from its workload namespace (the same, but for
+/// What decides a sidecar's scope: Sidecars and EnvoyFilters apply from the proxy's config
+/// namespace, PeerAuthentications and AuthorizationPolicies from its workload namespace (the same, but for
 /// a proxy told otherwise); all of them also from the root namespace.
 fn scope_rule(proxy: &Proxy) -> Rule {
     Rule {
@@ -175,6 +175,7 @@ fn scope_rule(proxy: &Proxy) -> Rule {
             Kind::PeerAuthentication,
             Kind::AuthorizationPolicy,
             Kind::RequestAuthentication,
+            Kind::EnvoyFilter,
             // Kept in the root namespace only.
             Kind::MeshConfig,
             Kind::JsonWebKeySet,
@@ -205,12 +206,13 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
             kinds: kinds(&[Kind::Gateway]),
             ..Default::default()
         },
-        // The security policies that may apply to the router itself, and the mesh config
-        // (kept in the root namespace).
+        // The security policies and EnvoyFilters that may apply to the router itself, and the
+        // mesh config (kept in the root namespace).
         Rule {
             kinds: kinds(&[
                 Kind::AuthorizationPolicy,
                 Kind::RequestAuthentication,
+                Kind::EnvoyFilter,
                 Kind::MeshConfig,
                 Kind::JsonWebKeySet,
             ]),

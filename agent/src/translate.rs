@@ -5,6 +5,7 @@ pub mod authz;
 mod builders;
 mod cluster;
 mod endpoint;
+mod envoy_filter;
 mod filters;
 pub(crate) mod gateway;
 mod grpc;
@@ -505,6 +506,8 @@ struct Outputs {
     route_map: ResourceMap,
     /// What building them again reuses.
     reuse: sidecar::Reuse,
+    /// The EnvoyFilter patches applied last (Envoy only: istiod applies none to proxyless gRPC).
+    patched: envoy_filter::Memo,
 }
 
 /// What one [`Translator::generate`] built again (and encoded), for tests and the bench.
@@ -628,7 +631,11 @@ impl Translator {
         out.update_routes(&view, inputs.routes, shapes, &mut counts);
         shapes.end(&view);
         *rebuilt = counts;
-        out.generated()
+        let mut generated = out.generated();
+        if generator == Generator::Envoy {
+            out.patched.apply(proxy, registry, &mut generated);
+        }
+        generated
     }
 }
 
@@ -862,9 +869,10 @@ impl GlobalInputs {
                 | Kind::MeshConfig
                 | Kind::RequestAuthentication
                 | Kind::JsonWebKeySet => (!grpc, false),
+                // Applied to what was built, as it is handed out (see `envoy_filter`).
+                Kind::EnvoyFilter => (false, false),
                 // Not translated yet: stored and validated, not applied by the agent.
-                Kind::EnvoyFilter
-                | Kind::ProxyConfig
+                Kind::ProxyConfig
                 | Kind::Telemetry
                 | Kind::WasmPlugin
                 | Kind::TrafficExtension

@@ -23,6 +23,11 @@
 //!   fetches them; a P-256 key the test signs tokens with): a bad token is refused (401), a request without one or with a valid one passes; with
 //!   an AuthorizationPolicy requiring the token's principal, only the valid token passes.
 //!
+//! - EnvoyFilter, through the store: a Lua filter the server's EnvoyFilter inserts before the
+//!   router of its inbound HTTP chains, and a virtual host the client's EnvoyFilter merges a
+//!   response header into, each add their header to real responses; deleting them takes the
+//!   headers away.
+//!
 //! Needs what `envoy_sidecar.rs` needs; says loudly when it skipped.
 
 mod common;
@@ -219,6 +224,7 @@ async fn mutual_tls_between_two_sidecars() {
         peer_authentication(&store, &client.netns, protocol).await;
         authorization_policy(&store, &client.netns, protocol).await;
         request_authentication(&store, &client.netns, protocol).await;
+        envoy_filter(&store, &client.netns, protocol).await;
 
         for (who, envoy) in [("client", &client), ("server", &server)] {
             let rejected = envoy.rejected().await;
@@ -416,6 +422,64 @@ async fn authorization_policy(store: &StoreServer, client: &Netns, protocol: &st
         |a| a.status == 200,
     );
     println!("{protocol}: CUSTOM AuthorizationPolicy checked by the mesh's external authorizer");
+}
+
+/// An EnvoyFilter of `shop` selecting `app`.
+fn filter_of(name: &str, app: &str, patches: Value) -> Value {
+    json!({"apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter",
+           "metadata": {"name": name, "namespace": "shop"},
+           "spec": {"workloadSelector": {"labels": {"app": app}}, "configPatches": patches}})
+}
+
+/// EnvoyFilters patch what each sidecar's agent builds: the server's inbound HTTP filters get a
+/// Lua filter, the client's outbound virtual host of the server a response header. Leaves no
+/// EnvoyFilter behind.
+async fn envoy_filter(store: &StoreServer, client: &Netns, protocol: &str) {
+    let url = format!("http://{SERVER_VIP}/hello");
+    let host = ["--host", "server.shop.svc.cluster.local"];
+    let lua = filter_of(
+        "server-lua",
+        "server",
+        json!([{"applyTo": "HTTP_FILTER",
+            "match": {"context": "SIDECAR_INBOUND", "listener": {"filterChain": {"filter": {
+                "name": "envoy.filters.network.http_connection_manager",
+                "subFilter": {"name": "envoy.filters.http.router"}}}}},
+            "patch": {"operation": "INSERT_BEFORE", "value": {
+                "name": "envoy.lua",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                    "inlineCode": "function envoy_on_response(h) h:headers():add('x-server-lua', 'patched') end"}}}}]),
+    );
+    let vhost = filter_of(
+        "client-vhost",
+        "client",
+        json!([{"applyTo": "VIRTUAL_HOST",
+            "match": {"context": "SIDECAR_OUTBOUND", "routeConfiguration": {
+                "portNumber": 80, "vhost": {"name": "server.shop.svc.cluster.local:80"}}},
+            "patch": {"operation": "MERGE", "value": {"response_headers_to_add": [
+                {"header": {"key": "x-client-vhost", "value": "patched"}}]}}}]),
+    );
+    store.apply(&[lua, vhost]).await;
+    let a = until(client, &url, &host, "both EnvoyFilters' headers", |a| {
+        a.status == 200
+            && a.headers.get("x-server-lua").map(String::as_str) == Some("patched")
+            && a.headers.get("x-client-vhost").map(String::as_str) == Some("patched")
+    });
+    assert_eq!(
+        a.backend.as_deref(),
+        Some("server-app"),
+        "{protocol}: {a:?}"
+    );
+    store.delete("EnvoyFilter", "shop", "server-lua").await;
+    store.delete("EnvoyFilter", "shop", "client-vhost").await;
+    until(client, &url, &host, "no EnvoyFilter left", |a| {
+        a.status == 200
+            && !a.headers.contains_key("x-server-lua")
+            && !a.headers.contains_key("x-client-vhost")
+    });
+    println!(
+        "{protocol}: EnvoyFilters' Lua filter and virtual host header shown on real responses"
+    );
 }
 
 /// A P-256 key: its JSON Web Key Set, and ES256 tokens it signs.

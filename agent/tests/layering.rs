@@ -28,6 +28,8 @@ const TRANSLATE_LAYERS: &[&[&str]] = &[
     &["cluster"],
     &["hash"],
     &["sidecar", "gateway"],
+    // Patches what all the others built.
+    &["envoy_filter"],
 ];
 
 /// The same inside `ads`.

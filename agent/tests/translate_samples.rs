@@ -334,3 +334,94 @@ fn bookinfo_security_for_the_reviews_sidecar() {
     );
     insta::assert_json_snapshot!("bookinfo_reviews_security", http_filters[0]);
 }
+
+/// Bookinfo's reviews v1 with the EnvoyFilters a platform team typically writes: a Lua filter
+/// before the router of its inbound HTTP chains (its own namespace, selected by `app`), a
+/// mesh-wide circuit breaker merged into the outbound clusters of ratings, and a response header
+/// merged into the virtual host of ratings on the outbound port. The patched parts are pinned.
+#[test]
+fn bookinfo_envoy_filters_for_the_reviews_sidecar() {
+    let Some(corpus) = corpus() else {
+        return;
+    };
+    let samples = corpus.join("samples/bookinfo");
+    let mut docs = yaml_docs(&samples.join("platform/bookinfo.yaml"));
+    let filter = |namespace: &str, name: &str, spec: Value| {
+        json!({"apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter",
+               "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+    };
+    docs.extend([
+        filter("default", "reviews-lua", json!({
+            "workloadSelector": {"labels": {"app": "reviews"}},
+            "configPatches": [{"applyTo": "HTTP_FILTER",
+                "match": {"context": "SIDECAR_INBOUND", "listener": {"portNumber": 9080,
+                    "filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager",
+                        "subFilter": {"name": "envoy.filters.http.router"}}}}},
+                "patch": {"operation": "INSERT_BEFORE", "value": {"name": "envoy.lua",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                        "inlineCode": "function envoy_on_response(h) h:headers():add('x-reviews', 'v1') end"}}}}]})),
+        filter("istio-system", "ratings-breaker", json!({
+            "configPatches": [{"applyTo": "CLUSTER",
+                "match": {"context": "SIDECAR_OUTBOUND", "cluster": {
+                    "service": "ratings.default.svc.cluster.local", "portNumber": 9080}},
+                "patch": {"operation": "MERGE", "value": {"circuit_breakers": {"thresholds": [
+                    {"max_connections": 100, "max_pending_requests": 10}]}}}}]})),
+        filter("default", "ratings-header", json!({
+            "workloadSelector": {"labels": {"app": "reviews"}},
+            "configPatches": [{"applyTo": "VIRTUAL_HOST",
+                "match": {"context": "SIDECAR_OUTBOUND", "routeConfiguration": {"portNumber": 9080,
+                    "vhost": {"name": "ratings.default.svc.cluster.local:9080"}}},
+                "patch": {"operation": "MERGE", "value": {"response_headers_to_add": [
+                    {"header": {"key": "x-called-by", "value": "reviews"}}]}}}]})),
+    ]);
+    let cache = Cache::from_resources(to_store(&docs), 100);
+    let out = Translator::new(proxy_with_labels(REVIEWS_V1, "app=reviews,version=v1"))
+        .update(&cache, Generator::Envoy)
+        .expect("decodes what it encoded");
+    check_references(&out, "bookinfo reviews with EnvoyFilters");
+    let dump = dump(&out);
+    let inbound_http_filters: Vec<&Value> = dump["listeners"]["virtualInbound"]["filterChains"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["filterChainMatch"]["destinationPort"] == 9080)
+        .flat_map(|c| c["filters"].as_array().into_iter().flatten())
+        .filter(|f| f["name"] == "envoy.filters.network.http_connection_manager")
+        .map(|f| &f["typedConfig"]["httpFilters"])
+        .collect();
+    assert!(!inbound_http_filters.is_empty());
+    assert!(inbound_http_filters.windows(2).all(|w| w[0] == w[1]));
+    let names: Vec<&str> = inbound_http_filters[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["name"].as_str())
+        .collect();
+    assert_eq!(
+        names[names.len() - 2..],
+        ["envoy.lua", "envoy.filters.http.router"]
+    );
+    let ratings_vhost = dump["routes"]["9080"]["virtualHosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == "ratings.default.svc.cluster.local:9080")
+        .expect("ratings' virtual host");
+    let ratings_cluster = &dump["clusters"]["outbound|9080||ratings.default.svc.cluster.local"];
+    insta::assert_json_snapshot!(
+        "bookinfo_reviews_envoy_filters",
+        json!({
+            "inbound 9080 HTTP filters": inbound_http_filters[0],
+            "outbound|9080||ratings circuit breakers": ratings_cluster["circuitBreakers"],
+            "ratings:9080 virtual host": ratings_vhost,
+        })
+    );
+    // Not patched: the virtual host of details on the same port.
+    let details = dump["routes"]["9080"]["virtualHosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == "details.default.svc.cluster.local:9080")
+        .expect("details' virtual host");
+    assert!(details.get("responseHeadersToAdd").is_none(), "{details}");
+}

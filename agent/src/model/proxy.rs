@@ -9,6 +9,10 @@ use pasa_proto::node::ProxyType;
 use crate::identity::{Identity, Locality};
 use crate::mesh::MeshSettings;
 
+/// The Istio version the agent's proxies claim (their node's `ISTIO_VERSION`): istiod reads
+/// features from it, and EnvoyFilters match it (`match.proxy.proxyVersion`).
+pub const ISTIO_VERSION: &str = "1.28.0";
+
 /// The proxy resources are generated for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proxy {

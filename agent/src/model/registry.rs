@@ -220,6 +220,7 @@ enum Parsed {
         Arc<Config<pasa_proto::istio::request_authentication::RequestAuthentication>>,
     ),
     JsonWebKeySet(Arc<Config<pasa_proto::istio::request_authentication::JsonWebKeySet>>),
+    EnvoyFilter(Arc<Config<pasa_proto::istio::envoy_filter::EnvoyFilter>>),
     /// A kind translation does not read, or a spec that did not parse.
     Ignored,
 }
@@ -472,6 +473,24 @@ impl Registry {
             Parsed::Sidecar(c) => Some(c),
             _ => None,
         })
+    }
+
+    /// The EnvoyFilters (a range of the entries: a proxy with none pays nothing per update).
+    pub fn envoy_filters(
+        &self,
+    ) -> impl Iterator<Item = &Arc<Config<pasa_proto::istio::envoy_filter::EnvoyFilter>>> {
+        let from = Key {
+            kind: Kind::EnvoyFilter,
+            namespace: String::new(),
+            name: String::new(),
+        };
+        self.entries
+            .range(from..)
+            .take_while(|(k, _)| k.kind == Kind::EnvoyFilter)
+            .filter_map(|(_, e)| match &e.parsed {
+                Parsed::EnvoyFilter(c) => Some(c),
+                _ => None,
+            })
     }
 
     pub fn peer_authentications(&self) -> impl Iterator<Item = &Config<PeerAuthentication>> {
@@ -938,14 +957,11 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
         Some(Kind::RequestAuthentication) => {
             typed(resource).map(|c| Parsed::RequestAuthentication(Arc::new(c)))
         }
+        Some(Kind::EnvoyFilter) => typed(resource).map(|c| Parsed::EnvoyFilter(Arc::new(c))),
         // Not translated yet: the injector keeps pods they apply to with istiod.
-        Some(
-            Kind::EnvoyFilter
-            | Kind::ProxyConfig
-            | Kind::Telemetry
-            | Kind::WasmPlugin
-            | Kind::TrafficExtension,
-        ) => None,
+        Some(Kind::ProxyConfig | Kind::Telemetry | Kind::WasmPlugin | Kind::TrafficExtension) => {
+            None
+        }
         Some(Kind::MeshConfig) => typed(resource).map(|c| Parsed::MeshConfig(Arc::new(c))),
         Some(Kind::JsonWebKeySet) => typed(resource).map(|c| Parsed::JsonWebKeySet(Arc::new(c))),
         // The control plane's (auto-registration), not a proxy's.

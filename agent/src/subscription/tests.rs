@@ -154,6 +154,7 @@ fn a_sidecar_subscribes_to_the_peer_authentications_of_its_namespace_and_the_roo
         namespaces("AuthorizationPolicy"),
         ["default", "istio-system"]
     );
+    assert_eq!(namespaces("EnvoyFilter"), ["default", "istio-system"]);
     assert!(rule_with(&rules, "Sidecar", |r| !r.namespaces.is_empty()));
 }
 
@@ -171,6 +172,7 @@ fn a_fresh_sidecar_asks_for_its_scope_first_then_for_what_it_sees() {
             "PeerAuthentication",
             "AuthorizationPolicy",
             "RequestAuthentication",
+            "EnvoyFilter",
             "MeshConfig",
             "JsonWebKeySet"
         ]

@@ -1,6 +1,6 @@
 //! Incremental translation against translation from scratch: after every change of a random
 //! sequence (services, endpoints whole and in parts, DestinationRules, VirtualServices, Sidecars,
-//! PeerAuthentications, deletions), what a
+//! PeerAuthentications, EnvoyFilters, deletions), what a
 //! long-lived translator serves equals what a new translator builds from the same cache, for a
 //! sidecar (Envoy and gRPC generators) and a router. The fingerprints that decide what is reused
 //! are conservative guesses at what each output reads; this is what checks them.
@@ -184,6 +184,51 @@ fn variant(slot: &str, i: usize, rng: &mut Rng) -> Option<(String, String, Value
                 )),
             }
         }
+        "EnvoyFilter" => {
+            let value = format!("v{}", rng.below(3));
+            match rng.below(5) {
+                0 => None,
+                // The mesh's: a header on every outbound and gateway virtual host.
+                1 => Some((
+                    "istio-system".into(),
+                    "headers".into(),
+                    json!({"configPatches": [{"applyTo": "VIRTUAL_HOST",
+                        "patch": {"operation": "MERGE", "value": {"response_headers_to_add": [
+                            {"header": {"key": "x-mesh", "value": value}}]}}}]}),
+                )),
+                // The namespace's: one service's clusters.
+                2 => Some((
+                    ns,
+                    "clusters".into(),
+                    json!({"configPatches": [{"applyTo": "CLUSTER",
+                        "match": {"cluster": {"service": host(i), "portNumber": 80}},
+                        "patch": {"operation": "MERGE", "value": {"alt_stat_name": value}}}]}),
+                )),
+                // The labelled workload's inbound HTTP filters, and a listener removed.
+                3 => Some((
+                    ns,
+                    "workload".into(),
+                    json!({"workloadSelector": {"labels": {"app": "proxy"}},
+                        "configPatches": [
+                        {"applyTo": "HTTP_FILTER",
+                         "match": {"context": "SIDECAR_INBOUND", "listener": {"filterChain": {
+                             "filter": {"name": "envoy.filters.network.http_connection_manager"}}}},
+                         "patch": {"operation": "INSERT_FIRST", "value": {"name": value,
+                             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}}},
+                        {"applyTo": "LISTENER",
+                         "match": {"context": "SIDECAR_OUTBOUND", "listener": {"portNumber": 80}},
+                         "patch": {"operation": "REMOVE"}}]}),
+                )),
+                // The gateway's route configurations.
+                _ => Some((
+                    "istio-system".into(),
+                    "gateway".into(),
+                    json!({"configPatches": [{"applyTo": "ROUTE_CONFIGURATION",
+                        "match": {"context": "GATEWAY"},
+                        "patch": {"operation": "MERGE", "value": {"max_direct_response_body_size_bytes": 1024}}}]}),
+                )),
+            }
+        }
         _ => None,
     }
 }
@@ -200,6 +245,7 @@ const SLOTS: &[&str] = &[
     "Gateway",
     "ServiceEntry",
     "PeerAuthentication",
+    "EnvoyFilter",
 ];
 
 /// Writes one object into the cache as the store's watch would deliver it (a modification keeps
@@ -287,7 +333,8 @@ fn incremental_translation_equals_translation_from_scratch() {
                             && (n == &format!("svc-{i}") && slot == kind
                                 || n == &format!("svc-{i}-a.endpointslice") && slot != kind
                                 || kind == "Sidecar"
-                                || kind == "PeerAuthentication")
+                                || kind == "PeerAuthentication"
+                                || kind == "EnvoyFilter")
                     })
                     .cloned();
                 if let Some(id) = key {

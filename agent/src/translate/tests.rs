@@ -21,7 +21,7 @@ use crate::testing::resource;
 
 const REVIEWS: &str = "reviews.default.svc.cluster.local";
 
-fn reviews_service() -> Resource {
+pub(super) fn reviews_service() -> Resource {
     resource(
         "ServiceEndpoints",
         "default",
@@ -42,7 +42,7 @@ fn reviews_service() -> Resource {
     )
 }
 
-fn reviews_rule(revision: u64) -> Resource {
+pub(super) fn reviews_rule(revision: u64) -> Resource {
     resource(
         "DestinationRule",
         "default",
@@ -78,7 +78,7 @@ fn proxy(ip: &str) -> Proxy {
     crate::testing::sidecar(ip)
 }
 
-fn cache(resources: Vec<Resource>) -> Cache {
+pub(super) fn cache(resources: Vec<Resource>) -> Cache {
     Cache::from_resources(resources, 10)
 }
 
@@ -1145,7 +1145,7 @@ fn virtual_hosts_encoded_around_their_routes_are_the_bytes_of_the_message() {
 }
 
 /// The names of the HTTP filters of `listener`'s chain named `chain` (any chain when empty).
-fn http_filter_names(listener: &Listener, chain: &str) -> Vec<String> {
+pub(super) fn http_filter_names(listener: &Listener, chain: &str) -> Vec<String> {
     let mut one = listener.clone();
     one.filter_chains
         .retain(|c| chain.is_empty() || c.name == chain);

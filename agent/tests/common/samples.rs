@@ -34,6 +34,7 @@ pub fn to_store(docs: &[Value]) -> Vec<Resource> {
             | "PeerAuthentication"
             | "AuthorizationPolicy"
             | "RequestAuthentication"
+            | "EnvoyFilter"
             | "MeshConfig" => doc["spec"].clone(),
             "Service" => {
                 services += 1;

@@ -31,6 +31,9 @@ pub struct Answer {
     /// The request headers the backend saw.
     #[serde(default)]
     pub echoed: std::collections::BTreeMap<String, String>,
+    /// The response's headers, by lower-case name.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
     /// Why no answer came (connection refused, reset, ...).
     #[serde(default)]
     pub error: Option<String>,

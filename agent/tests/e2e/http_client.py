@@ -68,6 +68,7 @@ for _ in range(args.count):
             "echoed": echoed,
             "body": body if backend is None else None,
             "location": response.getheader("location"),
+            "headers": {k.lower(): v for k, v in response.getheaders()},
             "ms": round((time.monotonic() - started) * 1000),
         })
         conn.close()

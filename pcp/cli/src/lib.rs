@@ -6,4 +6,4 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cli;
-pub mod envoy_json;
+pub use pasa_envoy_json as envoy_json;

@@ -181,8 +181,9 @@ impl Injector {
     }
 }
 
-/// The kinds of which PASA's agent does not apply everything yet (EnvoyFilter, Telemetry,
-/// WasmPlugin, TrafficExtension; RequestAuthentication whose keys are neither inline nor fetched
+/// The kinds of which PASA's agent does not apply everything yet (Telemetry, WasmPlugin,
+/// TrafficExtension; EnvoyFilter with `EXTENSION_CONFIG` or `BOOTSTRAP` patches;
+/// RequestAuthentication whose keys are neither inline nor fetched
 /// into the store yet; AuthorizationPolicy with action CUSTOM whose provider the stored mesh
 /// config does not define): a pod one of those applies to stays with istiod, so that moving to
 /// PASA never drops a policy, a patch or an extension. The webhook reads them with the mesh
@@ -204,8 +205,8 @@ pub const UNENFORCED_KINDS: [pasa_proto::Kind; 8] = [
 /// `namespace`, as `Kind namespace/name`: those of the root namespace without selector (the
 /// mesh), of the pod's namespace without selector (the namespace), or of either with a selector
 /// the pod's labels match. Resources attached by `targetRef(s)` apply to Services' waypoints and
-/// gateways, not to sidecars; so do EnvoyFilters whose every patch is for gateways
-/// (`context: GATEWAY`). AuthorizationPolicies are enforced, CUSTOM ones when the mesh config
+/// gateways, not to sidecars. EnvoyFilters are applied but for their `EXTENSION_CONFIG` and
+/// `BOOTSTRAP` patches. AuthorizationPolicies are enforced, CUSTOM ones when the mesh config
 /// among `policies` (`mesh` in the root namespace) defines their provider as an external
 /// authorizer. A resource that cannot be read counts as applying.
 pub fn unenforced_policies(
@@ -332,7 +333,9 @@ pub fn unenforced_policies(
 }
 
 /// How an EnvoyFilter picks workloads (`workloadSelector.labels`, `targetRefs`), or None when
-/// every patch is for gateways. Read from the JSON: only these fields matter here.
+/// the agent applies every patch it has for sidecars: all but `EXTENSION_CONFIG` and
+/// `BOOTSTRAP` (patches for gateways or waypoints do not count). Read from the JSON: only these
+/// fields matter here.
 fn envoy_filter_attachment(
     spec_json: &str,
 ) -> Option<(
@@ -346,11 +349,13 @@ fn envoy_filter_attachment(
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
-    if !patches.is_empty()
-        && patches
-            .iter()
-            .all(|p| p.pointer("/match/context").and_then(Value::as_str) == Some("GATEWAY"))
-    {
+    let unapplied = |p: &Value| {
+        let context = p.pointer("/match/context").and_then(Value::as_str);
+        let apply_to = p.get("applyTo").and_then(Value::as_str);
+        !matches!(context, Some("GATEWAY" | "WAYPOINT"))
+            && matches!(apply_to, Some("EXTENSION_CONFIG" | "BOOTSTRAP"))
+    };
+    if !patches.iter().any(unapplied) {
         return None;
     }
     let selector = spec.get("workloadSelector").map(|s| {
@@ -683,13 +688,21 @@ mod tests {
                 "bookinfo",
                 "add-header",
                 json!({"workloadSelector": {"labels": {"app": "reviews"}},
+                       "configPatches": [{"applyTo": "EXTENSION_CONFIG", "match": {"context": "SIDECAR_INBOUND"}}]}),
+            ),
+            // Applied by the agent.
+            policy(
+                "EnvoyFilter",
+                "bookinfo",
+                "lua",
+                json!({"workloadSelector": {"labels": {"app": "reviews"}},
                        "configPatches": [{"applyTo": "HTTP_FILTER", "match": {"context": "SIDECAR_INBOUND"}}]}),
             ),
             policy(
                 "EnvoyFilter",
                 "istio-system",
                 "gateways-only",
-                json!({"configPatches": [{"applyTo": "LISTENER", "match": {"context": "GATEWAY"}}]}),
+                json!({"configPatches": [{"applyTo": "BOOTSTRAP", "match": {"context": "GATEWAY"}}]}),
             ),
             policy(
                 "Telemetry",

@@ -1,7 +1,11 @@
 //! Envoy resources as protobuf JSON, as istioctl prints them (camelCase fields, defaults left
-//! out, nested `Any` with their `@type`): `pasactl proxy-config -o json`, and the agent's
-//! snapshot tests. The descriptors of the Envoy API are compiled from envoy-types' `.proto` files
-//! by the build script and included here.
+//! out, nested `Any` with their `@type`), and back: `pasactl proxy-config -o json` and the
+//! agent's snapshot tests print with it; the agent reads EnvoyFilter patch values with it
+//! ([`encode`]) and merges them as istiod does ([`merge`]). The descriptors are envoy-types' own
+//! (see `build.rs`), decoded once, on first use: a process that never prints or patches never
+//! holds them.
+
+pub mod merge;
 
 use std::sync::OnceLock;
 
@@ -14,9 +18,11 @@ const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/envoy_descr
 
 #[derive(Debug, thiserror::Error)]
 pub enum JsonError {
-    #[error("pasactl's Envoy descriptors do not load: {0}")]
+    #[error("the Envoy API's descriptors do not load: {0}")]
     Descriptors(String),
-    #[error("{name}: pasactl has no descriptor for {type_url}; print it with -o short")]
+    #[error("a {patch} cannot be merged into a {target}: the types differ")]
+    TypesDiffer { target: String, patch: String },
+    #[error("{name}: no Envoy descriptor for {type_url}")]
     UnknownType { name: String, type_url: String },
     #[error("{name}: cannot decode it as {type_url}: {source}")]
     Decode {
@@ -26,7 +32,7 @@ pub enum JsonError {
         source: prost::DecodeError,
     },
     #[error(
-        "{name}: cannot read it as {type_url} ({source}); it may hold an extension pasactl has no descriptor for"
+        "{name}: cannot read it as {type_url} ({source}); it may hold a type Envoy's API does not define"
     )]
     Read {
         name: String,
@@ -35,7 +41,7 @@ pub enum JsonError {
         source: serde_json::Error,
     },
     #[error(
-        "{name}: cannot print it as JSON ({source}); it may hold an extension pasactl has no descriptor for; print it with -o short"
+        "{name}: cannot print it as JSON ({source}); it may hold a type Envoy's API does not define"
     )]
     Print {
         name: String,
@@ -44,7 +50,8 @@ pub enum JsonError {
     },
 }
 
-fn pool() -> Result<&'static DescriptorPool, JsonError> {
+/// The Envoy API's descriptors.
+pub fn pool() -> Result<&'static DescriptorPool, JsonError> {
     static POOL: OnceLock<Result<DescriptorPool, String>> = OnceLock::new();
     POOL.get_or_init(|| DescriptorPool::decode(DESCRIPTORS).map_err(|e| e.to_string()))
         .as_ref()
@@ -72,6 +79,27 @@ pub fn to_json(name: &str, any: &Any) -> Result<Value, JsonError> {
         name: name.to_string(),
         source,
     })
+}
+
+/// `value`, protobuf JSON of the message `type_name` (such as `envoy.config.cluster.v3.Cluster`),
+/// encoded; fields the message does not have are ignored, as istiod ignores them in an
+/// EnvoyFilter's patch values. `name` says what is read, for errors.
+pub fn encode(name: &str, type_name: &str, value: &Value) -> Result<Vec<u8>, JsonError> {
+    let descriptor =
+        pool()?
+            .get_message_by_name(type_name)
+            .ok_or_else(|| JsonError::UnknownType {
+                name: name.to_string(),
+                type_url: type_name.to_string(),
+            })?;
+    let options = prost_reflect::DeserializeOptions::new().deny_unknown_fields(false);
+    let message = DynamicMessage::deserialize_with_options(descriptor, value.clone(), &options)
+        .map_err(|source| JsonError::Read {
+            name: name.to_string(),
+            type_url: type_name.to_string(),
+            source,
+        })?;
+    Ok(prost::Message::encode_to_vec(&message))
 }
 
 /// A resource in protobuf JSON naming its type (`@type`, as Envoy's `/config_dump` writes each
@@ -156,7 +184,7 @@ mod tests {
         let e = to_json("x", &any).unwrap_err();
         assert!(
             e.to_string()
-                .contains("no descriptor for type.googleapis.com/example.Unknown"),
+                .contains("no Envoy descriptor for type.googleapis.com/example.Unknown"),
             "{e}"
         );
     }
