@@ -228,6 +228,7 @@ async fn run_async(args: &KubeSyncArgs) -> anyhow::Result<Value> {
     let config = SyncConfig {
         cluster_id: "Kubernetes".into(),
         discovery: DiscoverySelectors::all(),
+        ingress: pasa_proto::ingress::Settings::default(),
     };
     // The process before the syncer starts: the fake's cluster and the empty store. What the
     // sync adds on top is the syncer's (its reflectors, its written copy), the store's, and the

@@ -39,6 +39,10 @@ pub struct KubeArgs {
     /// changes); its `discoverySelectors` limit the namespaces synced, as istiod's do.
     #[arg(long, env = "PASA_MESH_CONFIG")]
     pub mesh_config: Option<PathBuf>,
+    /// Where the Gateways generated from Kubernetes Ingresses go: the namespace of the ingress
+    /// gateway they select (istiod's `K8S_INGRESS_NS`).
+    #[arg(long, env = "K8S_INGRESS_NS", default_value = "istio-system")]
+    pub ingress_namespace: String,
     /// Namespace of the Lease the PCP replicas elect the syncing one by.
     #[arg(long, env = "POD_NAMESPACE", default_value = "pasa-system")]
     pub lease_namespace: String,
@@ -73,20 +77,30 @@ impl KubeArgs {
         (client, source): (Client, String),
         service: WriteService,
         metrics: Arc<SyncMetrics>,
+        domain_suffix: &str,
         stop: watch::Receiver<bool>,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-        let discovery = match &self.mesh_config {
-            None => DiscoverySelectors::all(),
-            Some(path) => {
-                let mesh = crate::mesh::read(path).map_err(anyhow::Error::msg)?;
-                DiscoverySelectors::from_mesh_config(&mesh)
-                    .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?
-            }
+        let mesh = match &self.mesh_config {
+            None => None,
+            Some(path) => Some((path, crate::mesh::read(path).map_err(anyhow::Error::msg)?)),
         };
+        let discovery = match &mesh {
+            None => DiscoverySelectors::all(),
+            Some((path, mesh)) => DiscoverySelectors::from_mesh_config(mesh)
+                .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?,
+        };
+        let mut ingress = pasa_proto::ingress::Settings::from_mesh(
+            mesh.as_ref()
+                .and_then(|(_, m)| m.as_object())
+                .unwrap_or(&serde_json::Map::new()),
+            &self.ingress_namespace,
+        );
+        ingress.domain_suffix = domain_suffix.to_string();
         let identity = self.identity.clone().unwrap_or_else(default_identity);
         let config = SyncConfig {
             cluster_id: self.cluster_id.clone(),
             discovery,
+            ingress,
         };
         let candidate = Elector::new(
             client.clone(),

@@ -176,6 +176,7 @@ impl PcpArgs {
                     cluster.clone(),
                     service.clone(),
                     sync_metrics,
+                    &self.embedded.domain_suffix,
                     stop_rx.clone(),
                 )?)
             }

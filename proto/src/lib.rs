@@ -10,6 +10,7 @@ pub mod duration;
 pub mod event;
 pub mod gateway;
 pub mod host;
+pub mod ingress;
 pub mod istio;
 pub mod kind;
 pub mod node;

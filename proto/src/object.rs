@@ -183,6 +183,28 @@ impl Object {
         }
     }
 
+    /// The object as a Kubernetes-style document (`apiVersion`, `kind`, `metadata` with its
+    /// name, namespace and any labels and annotations, `spec`), as `apply` takes it.
+    pub fn to_document(&self) -> Value {
+        let mut metadata = Map::new();
+        metadata.insert("name".into(), self.name.clone().into());
+        metadata.insert("namespace".into(), self.namespace.clone().into());
+        for (key, map) in [("labels", &self.labels), ("annotations", &self.annotations)] {
+            if !map.is_empty() {
+                let entries = map
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())));
+                metadata.insert(key.into(), Value::Object(entries.collect()));
+            }
+        }
+        let mut out = Map::new();
+        out.insert("apiVersion".into(), self.api_version.clone().into());
+        out.insert("kind".into(), self.kind.as_str().into());
+        out.insert("metadata".into(), Value::Object(metadata));
+        out.insert("spec".into(), self.spec.clone());
+        Value::Object(out)
+    }
+
     /// The store message for this object; the store fills revisions and index keys.
     pub fn to_resource(&self) -> Resource {
         Resource {

@@ -61,8 +61,9 @@ fn without_port(host: &str) -> &str {
     }
 }
 
-/// The first route of `vh` whose path matcher accepts `path`. Path-separated prefixes are taken as
-/// plain prefixes; a safe regex must match the whole path, as in Envoy.
+/// The first route of `vh` whose path matcher accepts `path`. A path-separated prefix matches the
+/// path itself or what continues it with `/`; a safe regex must match the whole path, as in
+/// Envoy.
 pub(super) fn route<'v>(
     vh: &'v VirtualHost,
     path: &str,
@@ -71,9 +72,10 @@ pub(super) fn route<'v>(
     for (i, r) in vh.routes.iter().enumerate() {
         let at = || format!("{at}, route {i} ({:?})", r.name);
         let matched = match r.r#match.as_ref().and_then(|m| m.path_specifier.as_ref()) {
-            Some(PathSpecifier::Prefix(p) | PathSpecifier::PathSeparatedPrefix(p)) => {
-                path.starts_with(p.as_str())
-            }
+            Some(PathSpecifier::Prefix(p)) => path.starts_with(p.as_str()),
+            Some(PathSpecifier::PathSeparatedPrefix(p)) => path
+                .strip_prefix(p.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?', '#'])),
             Some(PathSpecifier::Path(p)) => path == p,
             Some(PathSpecifier::SafeRegex(re)) => regex::Regex::new(&format!("^(?:{})$", re.regex))
                 .map_err(|source| SimulateError::Regex {
@@ -219,7 +221,13 @@ mod tests {
         let name = |path| route(&host, path, "t").unwrap().map(|r| r.name.clone());
         assert_eq!(name("/exact").as_deref(), Some("exact"));
         assert_eq!(name("/exact/more").as_deref(), Some("root"));
-        assert_eq!(name("/apis").as_deref(), Some("sep"));
+        assert_eq!(name("/api").as_deref(), Some("sep"));
+        assert_eq!(name("/api/v1").as_deref(), Some("sep"));
+        assert_eq!(
+            name("/apis").as_deref(),
+            Some("root"),
+            "a path-separated prefix matches whole segments"
+        );
         assert_eq!(name("/v12").as_deref(), Some("regex"));
         assert_eq!(
             name("/v12/x").as_deref(),

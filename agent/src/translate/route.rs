@@ -73,12 +73,19 @@ pub(super) fn virtual_service_routes(
     gateway: &str,
     destinations: &impl Destinations,
 ) -> Vec<Route> {
+    // A VirtualService generated from Ingresses matches prefixes on whole path segments.
+    let segments = vs
+        .meta
+        .annotations
+        .get(pasa_proto::ingress::ROUTE_SEMANTICS_ANNOTATION)
+        .is_some_and(|v| v == pasa_proto::ingress::INGRESS_SEMANTICS);
     let mut routes = http_routes(
         &vs.spec.http,
         &vs.meta.namespace,
         port,
         gateway,
         destinations,
+        segments,
     );
     if !routes.is_empty() {
         let metadata = metadata::config_metadata(pasa_proto::Kind::VirtualService, &vs.meta);
@@ -91,13 +98,15 @@ pub(super) fn virtual_service_routes(
 
 /// Builds one route per match of each rule (the rule applies when any match does), for the
 /// sidecars (`gateway` = `mesh`) or one gateway (`namespace/name`). Matches restricted to another
-/// port or other gateways are left out.
+/// port or other gateways are left out. With `segments` (Ingress semantics), a URI prefix other
+/// than `/` matches whole path segments only (`/a` matches `/a` and `/a/b`, not `/ab`).
 pub(super) fn http_routes(
     rules: &[HttpRoute],
     namespace: &str,
     port: u32,
     gateway: &str,
     destinations: &impl Destinations,
+    segments: bool,
 ) -> Vec<Route> {
     let mut routes = Vec::new();
     for rule in rules {
@@ -139,6 +148,9 @@ pub(super) fn http_routes(
             };
             let path = match m.uri.as_ref().and_then(|u| u.match_type.as_ref()) {
                 Some(MatchType::Exact(p)) => PathSpecifier::Path(p.clone()),
+                Some(MatchType::Prefix(p)) if segments && p != "/" => {
+                    PathSpecifier::PathSeparatedPrefix(p.trim_end_matches('/').to_string())
+                }
                 Some(MatchType::Prefix(p)) => PathSpecifier::Prefix(p.clone()),
                 Some(MatchType::Regex(r)) => PathSpecifier::SafeRegex(regex(r)),
                 None => PathSpecifier::Prefix("/".into()),

@@ -185,7 +185,14 @@ pub fn resources(case: &Case, domain_suffix: &str) -> Result<Vec<Resource>, Stri
             config_resource(&doc, domain_suffix).map_err(|e| format!("{at}: {e}"))?,
         ));
     }
-    for (created, doc) in kube::service_endpoints(&documents(&case.kube, "kube")?)? {
+    let kube_docs = documents(&case.kube, "kube")?;
+    for doc in kube::ingress_config(&kube_docs, domain_suffix)? {
+        // Generated config carries no creation time: it counts as oldest, as in istiod.
+        let resource = store_resource(&doc, domain_suffix)
+            .map_err(|e| format!("kube: what the Ingresses became: {e}"))?;
+        dated.push((String::new(), resource));
+    }
+    for (created, doc) in kube::service_endpoints(&kube_docs)? {
         let resource = store_resource(&doc, domain_suffix).map_err(|e| {
             format!(
                 "kube: the ServiceEndpoints made of Service {}: {e}",

@@ -60,10 +60,12 @@ fn collection_of(api_version: &str, kind: &str) -> (Collection, bool) {
         "Telemetry" => "telemetries",
         "WasmPlugin" => "wasmplugins",
         "TrafficExtension" => "trafficextensions",
+        "Ingress" => "ingresses",
+        "IngressClass" => "ingressclasses",
         other => panic!("the fake API server does not serve {other}"),
     }
     .to_string();
-    let namespaced = !matches!(kind, "Namespace" | "Node");
+    let namespaced = !matches!(kind, "Namespace" | "Node" | "IngressClass");
     (Collection { prefix, plural }, namespaced)
 }
 

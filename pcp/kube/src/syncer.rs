@@ -1,7 +1,7 @@
 //! The Kubernetes syncer: follows a cluster's Istio config (every kind the store keeps),
-//! Services, EndpointSlices, Pods, Nodes and Namespaces with kube's watchers (each into a
-//! reflector), and keeps the store's copy equal to what they say, through a [`Target`] (PCP's
-//! validating write path).
+//! Services, EndpointSlices, Pods, Nodes, Namespaces, Ingresses and IngressClasses with kube's
+//! watchers (each into a reflector), and keeps the store's copy equal to what they say, through
+//! a [`Target`] (PCP's validating write path).
 //!
 //! - Istio kinds are read at the newest version the cluster serves of those the store accepts
 //!   (`v1`, else `v1beta1`, else `v1alpha3`: the API server converts between served versions,
@@ -15,6 +15,10 @@
 //! - At start, and after any watcher listed again (a watch from a compacted version, 410 Gone),
 //!   everything is compared: objects the syncer owns (labelled `pasa.io/cluster: <ID>`) that the
 //!   cluster no longer has, deleted while PCP was down or while a watch was away, are deleted.
+//! - Ingresses are not stored as such: those Istio serves become the Gateways and
+//!   VirtualServices istiod generates for them (`pasa_proto::ingress`), worked out again over
+//!   every Ingress when one of them, an IngressClass or a Service changes, and written like any
+//!   other object the syncer owns (the store compares them, so an unchanged one is not written).
 //! - A write the store refuses (an object Kubernetes accepted but istiod would not) is logged
 //!   and counted, and what was stored before stays; a store that cannot be reached is retried
 //!   with backoff.
@@ -26,6 +30,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -71,6 +76,9 @@ pub struct SyncConfig {
     pub cluster_id: String,
     /// The mesh's `discoverySelectors`.
     pub discovery: DiscoverySelectors,
+    /// How Ingresses are served (the mesh config's ingress fields, the domain suffix, where
+    /// generated Gateways go).
+    pub ingress: pasa_proto::ingress::Settings,
 }
 
 /// What a syncer has done, for readiness and tests.
@@ -129,10 +137,20 @@ enum Change {
     Pod(Box<watcher::Event<Pod>>),
     Node(Box<watcher::Event<Node>>),
     Namespace(Box<watcher::Event<Namespace>>),
+    Ingress(Box<watcher::Event<Ingress>>),
+    IngressClass(Box<watcher::Event<IngressClass>>),
 }
 
 /// The followed Kubernetes resources (besides Istio's kinds), for readiness.
-const RESOURCES: [&str; 5] = ["services", "endpointslices", "pods", "nodes", "namespaces"];
+const RESOURCES: [&str; 7] = [
+    "services",
+    "endpointslices",
+    "pods",
+    "nodes",
+    "namespaces",
+    "ingresses",
+    "ingressclasses",
+];
 
 /// A watcher of `K` into a reflector: events come out after the store has them. Objects are
 /// trimmed by `trim` first (a pod's containers and status are not read, and at 100,000 pods
@@ -259,6 +277,8 @@ struct Stores {
     pods: Store<Pod>,
     nodes: Store<Node>,
     namespaces: Store<Namespace>,
+    ingresses: Store<Ingress>,
+    ingress_classes: Store<IngressClass>,
 }
 
 impl Workloads for Stores {
@@ -340,6 +360,10 @@ struct Syncing<T> {
     dirty: BTreeSet<StoreKey>,
     /// Compare everything at the next pass.
     full: bool,
+    /// What the Ingresses became, by key (with their documents), as last worked out.
+    derived: BTreeMap<StoreKey, Value>,
+    /// Work out what the Ingresses become again at the next pass.
+    ingresses_changed: bool,
     /// Whether each namespace is read (discovery selectors), as last decided.
     selected: HashMap<String, bool>,
     /// Keys whose write failed for want of a store, retried after `backoff`.
@@ -409,6 +433,18 @@ async fn run<T: Target>(
         "namespaces",
         metrics.clone(),
     );
+    let (ingresses, ingress_events) = follow(
+        Api::<Ingress>::all(client.clone()),
+        trim_nothing,
+        "ingresses",
+        metrics.clone(),
+    );
+    let (ingress_classes, ingress_class_events) = follow(
+        Api::<IngressClass>::all(client.clone()),
+        trim_nothing,
+        "ingressclasses",
+        metrics.clone(),
+    );
     let mut configs = BTreeMap::new();
     let mut config_events = Vec::new();
     for kind in Kind::ALL {
@@ -438,6 +474,10 @@ async fn run<T: Target>(
             namespace_events
                 .map(|e| Change::Namespace(Box::new(e)))
                 .boxed(),
+            ingress_events.map(|e| Change::Ingress(Box::new(e))).boxed(),
+            ingress_class_events
+                .map(|e| Change::IngressClass(Box::new(e)))
+                .boxed(),
         ]),
     );
     let mut sync = Syncing {
@@ -450,11 +490,15 @@ async fn run<T: Target>(
             pods,
             nodes,
             namespaces,
+            ingresses,
+            ingress_classes,
         },
         refs: References::default(),
         written,
         dirty: BTreeSet::new(),
         full: true,
+        derived: BTreeMap::new(),
+        ingresses_changed: true,
         selected: HashMap::new(),
         retry: BTreeSet::new(),
         backoff,
@@ -534,6 +578,8 @@ impl<T: Target> Syncing<T> {
                 Apply(svc) | Delete(svc) => {
                     let ns = svc.namespace().unwrap_or_default();
                     self.dirty.insert(StoreKey::service(&ns, &svc.name_any()));
+                    // An Ingress may name its port.
+                    self.ingresses_changed = true;
                 }
                 InitDone => return self.listed("services"),
                 Init | InitApply(_) => {}
@@ -586,8 +632,70 @@ impl<T: Target> Syncing<T> {
                 }
                 Init | InitApply(_) => {}
             },
+            Change::Ingress(e) => match *e {
+                Apply(_) | Delete(_) => self.ingresses_changed = true,
+                InitDone => return self.listed("ingresses"),
+                Init | InitApply(_) => {}
+            },
+            Change::IngressClass(e) => match *e {
+                Apply(_) | Delete(_) => self.ingresses_changed = true,
+                InitDone => return self.listed("ingressclasses"),
+                Init | InitApply(_) => {}
+            },
         }
         None
+    }
+
+    /// Works out again what the served Ingresses of selected namespaces become, and marks the
+    /// keys of what they became before and now to be compared.
+    fn derive_from_ingresses(&mut self) {
+        use pasa_proto::ingress::{self, Ingress as Read};
+        let settings = &self.config.ingress;
+        let controller_of = |class: &str| {
+            let c = self.stores.ingress_classes.get(&ObjectRef::new(class))?;
+            c.spec
+                .as_ref()
+                .map(|s| s.controller.clone().unwrap_or_default())
+        };
+        let mut served: Vec<Read> = Vec::new();
+        for i in self.stores.ingresses.state() {
+            let namespace = i.namespace().unwrap_or_default();
+            if !self.selects(&namespace) {
+                continue;
+            }
+            match serde_json::to_value(i.as_ref()).and_then(serde_json::from_value::<Read>) {
+                Ok(read) if ingress::served(settings, &read, controller_of) => served.push(read),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(ingress = %format!("{namespace}/{}", i.name_any()),
+                    error = %e, "cannot read an Ingress; left out"),
+            }
+        }
+        let named_port = |namespace: &str, service: &str, port: &str| {
+            let svc = self
+                .stores
+                .services
+                .get(&ObjectRef::new(service).within(namespace))?;
+            let ports = svc.spec.as_ref()?.ports.as_ref()?;
+            let p = ports.iter().find(|p| p.name.as_deref() == Some(port))?;
+            u32::try_from(p.port).ok()
+        };
+        let cluster = &self.config.cluster_id;
+        let derived: BTreeMap<StoreKey, Value> = ingress::convert(settings, &served, named_port)
+            .into_iter()
+            .map(|mut o| {
+                o.labels
+                    .insert(convert::CLUSTER_LABEL.to_string(), cluster.clone());
+                let key = StoreKey {
+                    kind: o.kind,
+                    namespace: o.namespace.clone(),
+                    name: o.name.clone(),
+                };
+                (key, o.to_document())
+            })
+            .collect();
+        self.dirty.extend(self.derived.keys().cloned());
+        self.dirty.extend(derived.keys().cloned());
+        self.derived = derived;
     }
 
     fn listed(&mut self, resource: &'static str) -> Option<&'static str> {
@@ -627,6 +735,24 @@ impl<T: Target> Syncing<T> {
 
     /// What the store should hold under `key`: `None` for nothing.
     fn desired(&self, key: &StoreKey) -> Option<Value> {
+        // Generated from Ingresses of selected namespaces (a cluster's own object of the same
+        // name comes first).
+        if let Some(doc) = self.derived.get(key)
+            && !self
+                .stores
+                .configs
+                .get(&key.kind)
+                .is_some_and(|(resource, store)| {
+                    store
+                        .get(
+                            &ObjectRef::new_with(&key.name, resource.clone())
+                                .within(&key.namespace),
+                        )
+                        .is_some()
+                })
+        {
+            return Some(doc.clone());
+        }
         let selected = self
             .selected
             .get(&key.namespace)
@@ -662,10 +788,13 @@ impl<T: Target> Syncing<T> {
 
     /// Compares the dirty keys (every key, after a list) and writes the differences.
     async fn pass(&mut self) {
-        if self.dirty.is_empty() && !self.full {
+        if self.dirty.is_empty() && !self.full && !self.ingresses_changed {
             return;
         }
         let full = std::mem::take(&mut self.full);
+        if std::mem::take(&mut self.ingresses_changed) || full {
+            self.derive_from_ingresses();
+        }
         let mut keys = std::mem::take(&mut self.dirty);
         if full {
             let ns = |o: &Option<String>| o.clone().unwrap_or_default();

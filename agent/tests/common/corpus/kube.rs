@@ -11,8 +11,9 @@ use serde_json::{Value, json};
 
 use super::created;
 
-/// Kubernetes kinds a case may hold that have no counterpart in the store; left out.
-const IGNORED_KINDS: &[&str] = &["Ingress"];
+/// Kubernetes kinds a case may hold that are not Services or their endpoints: Ingresses become
+/// Istio config ([`ingress_config`]), as PCP's syncer converts them.
+const IGNORED_KINDS: &[&str] = &["Ingress", "IngressClass"];
 
 /// The label tying an EndpointSlice to its Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -167,6 +168,51 @@ fn parse<T: DeserializeOwned>(doc: &Value, i: usize) -> Result<T, String> {
         let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
         format!("kube document {i} ({kind}): {e}")
     })
+}
+
+/// The Gateways and VirtualServices istiod generates for the Ingresses among `docs` (those its
+/// default mesh config serves; IngressClasses and named Service ports resolved from `docs`), as
+/// documents.
+pub fn ingress_config(docs: &[Value], domain_suffix: &str) -> Result<Vec<Value>, String> {
+    use pasa_proto::ingress::{self, Ingress, Settings};
+    fn of_kind<'a>(docs: &'a [Value], kind: &'a str) -> impl Iterator<Item = &'a Value> {
+        docs.iter().filter(move |d| d["kind"] == kind)
+    }
+    let ingresses = of_kind(docs, "Ingress")
+        .map(|d| {
+            serde_json::from_value::<Ingress>(d.clone()).map_err(|e| format!("an Ingress: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let settings = Settings {
+        domain_suffix: domain_suffix.to_string(),
+        ..Settings::default()
+    };
+    let controller_of = |class: &str| {
+        of_kind(docs, "IngressClass")
+            .find(|d| d["metadata"]["name"] == class)
+            .and_then(|d| d["spec"]["controller"].as_str().map(str::to_string))
+    };
+    let served: Vec<Ingress> = ingresses
+        .into_iter()
+        .filter(|i| ingress::served(&settings, i, controller_of))
+        .collect();
+    let services: Vec<Service> = of_kind(docs, "Service")
+        .map(|d| serde_json::from_value(d.clone()).unwrap_or_default())
+        .collect();
+    let named_port = |namespace: &str, name: &str, port: &str| {
+        services
+            .iter()
+            .find(|s| s.metadata.namespace() == namespace && s.metadata.name == name)?
+            .spec
+            .ports
+            .iter()
+            .find(|p| p.name == port)
+            .map(|p| p.port)
+    };
+    Ok(ingress::convert(&settings, &served, named_port)
+        .iter()
+        .map(pasa_proto::Object::to_document)
+        .collect())
 }
 
 /// `metadata.name` of a document, for messages.
