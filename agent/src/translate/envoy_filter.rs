@@ -20,13 +20,16 @@
 //!
 //! **How.** Each patch's `value` is read once per EnvoyFilter revision as the Envoy message its
 //! `applyTo` names (protobuf JSON, unknown fields ignored, as istiod reads it; one that does not
-//! read is skipped and logged, as istiod skips it); the Envoy API's descriptors this needs are
-//! loaded on the first patch, so a proxy no EnvoyFilter applies to never holds them. `MERGE`
+//! read is skipped and logged, as istiod skips it). The Envoy API's descriptors this needs are
+//! those of the patched messages and of the `@type`s in the values, and of what they import
+//! ([`pasa_envoy_json::pool_for`]): held while an EnvoyFilter applies, dropped when none does,
+//! so a proxy no EnvoyFilter applies to never holds any. `MERGE`
 //! follows istiod's merge (see [`pasa_envoy_json::merge`]), including its merge of a filter's or
 //! transport socket's typed config of the same type. Patched resources are remembered with what
 //! they were patched from: a resource the translators did not build again is not patched again
 //! while the patches stay the same.
 
+use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -47,6 +50,7 @@ use pasa_proto::istio::envoy_filter::{
 };
 use pasa_proto::node::ProxyType;
 use prost::{Message, Name};
+use prost_reflect::DescriptorPool;
 use rustc_hash::FxHashMap;
 
 use super::filters::HCM;
@@ -111,8 +115,9 @@ impl Patch {
     }
 
     /// The value merged into `target` (left as it is when the merge fails).
-    fn merge_into<M: Message + Name + Default>(&self, target: &mut M) {
+    fn merge_into<M: Message + Name + Default>(&self, pool: &DescriptorPool, target: &mut M) {
         match merge::merge(
+            pool,
             &M::full_name(),
             &target.encode_to_vec(),
             &self.value,
@@ -164,7 +169,32 @@ struct Read {
     patches: Vec<Arc<Patch>>,
 }
 
-fn read(filter: &Config<EnvoyFilter>) -> Read {
+/// The Envoy messages reading `filter` needs: those its patches' `applyTo` name, and the
+/// `@type`s in their values.
+fn types_of(filter: &Config<EnvoyFilter>, out: &mut BTreeSet<String>) {
+    fn walk(v: &serde_json::Value, out: &mut BTreeSet<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(t) = m.get("@type").and_then(serde_json::Value::as_str) {
+                    out.insert(t.rsplit('/').next().unwrap_or_default().to_string());
+                }
+                m.values().for_each(|v| walk(v, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    for cp in filter.spec.config_patches.iter().flatten() {
+        if let Some(message) = message_of(cp.apply_to) {
+            out.insert(message);
+        }
+        if let Some(value) = cp.patch.as_ref().and_then(|p| p.value.as_ref()) {
+            value.values().for_each(|v| walk(v, out));
+        }
+    }
+}
+
+fn read(filter: &Config<EnvoyFilter>, pool: &DescriptorPool) -> Read {
     let key = format!("{}/{}", filter.meta.namespace, filter.meta.name);
     let mut patches = Vec::new();
     for (i, cp) in filter.spec.config_patches.iter().enumerate() {
@@ -177,6 +207,7 @@ fn read(filter: &Config<EnvoyFilter>) -> Read {
             Some(v) => {
                 let what = format!("EnvoyFilter {key} configPatches[{i}].patch.value");
                 match pasa_envoy_json::encode(
+                    pool,
                     &what,
                     &message,
                     &serde_json::Value::Object(v.clone()),
@@ -262,6 +293,8 @@ fn node_metadata(proxy: &Proxy, key: &str) -> Option<String> {
 #[derive(Debug, Default)]
 pub(crate) struct Patches {
     by_kind: FxHashMap<ApplyTo, Vec<Arc<Patch>>>,
+    /// The descriptors of the messages they patch and hold.
+    pool: Option<DescriptorPool>,
     /// Changes whenever the patches do.
     fingerprint: u64,
 }
@@ -313,6 +346,9 @@ fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<&'a Arc<Config<Env
 pub(crate) struct Memo {
     /// Read patches, by EnvoyFilter `namespace/name`.
     read: FxHashMap<String, Read>,
+    /// The descriptors reading and merging them needs (of `types`), while any applies.
+    pool: Option<DescriptorPool>,
+    types: BTreeSet<String>,
     /// The fingerprint of the patches `patched` holds results of.
     fingerprint: u64,
     /// Patched resources by type and name.
@@ -337,17 +373,51 @@ impl Memo {
     /// The patches that apply to `proxy` now.
     fn patches(&mut self, proxy: &Proxy, registry: &Registry) -> Patches {
         let filters = applying(proxy, registry);
-        let mut out = Patches::default();
+        if filters.is_empty() {
+            // Nothing applies: nothing is kept, the descriptors included.
+            *self = Memo::default();
+            return Patches::default();
+        }
+        let stale: Vec<&Arc<Config<EnvoyFilter>>> = filters
+            .iter()
+            .copied()
+            .filter(|f| {
+                let key = format!("{}/{}", f.meta.namespace, f.meta.name);
+                self.read
+                    .get(&key)
+                    .is_none_or(|r| r.revision != f.meta.revision)
+            })
+            .collect();
+        let mut wanted = self.types.clone();
+        for f in &stale {
+            types_of(f, &mut wanted);
+        }
+        if wanted != self.types || self.pool.is_none() {
+            match pasa_envoy_json::pool_for(wanted.iter().map(String::as_str)) {
+                Ok(pool) => {
+                    self.pool = Some(pool);
+                    self.types = wanted;
+                }
+                Err(e) => {
+                    tracing::warn!("EnvoyFilters not applied: {e}");
+                    return Patches::default();
+                }
+            }
+        }
+        let Some(pool) = self.pool.clone() else {
+            return Patches::default();
+        };
+        for f in stale {
+            let key = format!("{}/{}", f.meta.namespace, f.meta.name);
+            self.read.insert(key, read(f, &pool));
+        }
+        let mut out = Patches {
+            pool: Some(pool),
+            ..Default::default()
+        };
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for f in &filters {
             let key = format!("{}/{}", f.meta.namespace, f.meta.name);
-            let fresh = self
-                .read
-                .get(&key)
-                .is_some_and(|r| r.revision == f.meta.revision);
-            if !fresh {
-                self.read.insert(key.clone(), read(f));
-            }
             key.hash(&mut h);
             f.meta.revision.hash(&mut h);
             for p in &self.read[&key].patches {
@@ -380,9 +450,11 @@ impl Memo {
             return;
         }
         let router = proxy.kind == ProxyType::Router;
+        let Some(pool) = &patches.pool else { return };
         let patcher = Patcher {
             patches: &patches,
             router,
+            pool,
         };
         self.patch_each(Type::Listener, &mut generated.listeners, |r| {
             patcher.listener_resource(r)
@@ -477,6 +549,7 @@ impl Memo {
 struct Patcher<'a> {
     patches: &'a Patches,
     router: bool,
+    pool: &'a DescriptorPool,
 }
 
 impl Patcher<'_> {
@@ -507,7 +580,7 @@ impl Patcher<'_> {
                 return false;
             }
             if p.merges() {
-                p.merge_into(l);
+                p.merge_into(self.pool, l);
             }
         }
         self.listener_filters(context, l);
@@ -538,7 +611,7 @@ impl Patcher<'_> {
                     };
                     if let Some(listener_filter::ConfigType::TypedConfig(extra)) =
                         &patch.config_type
-                        && let Ok(merged) = merge::merge_any(typed, extra)
+                        && let Ok(merged) = merge::merge_any(self.pool, typed, extra)
                     {
                         f.config_type = Some(listener_filter::ConfigType::TypedConfig(merged));
                     }
@@ -593,10 +666,10 @@ impl Patcher<'_> {
                 let patch: FilterChain = p.value();
                 match (&patch.transport_socket, &mut fc.transport_socket) {
                     (Some(theirs), Some(ours)) if theirs.name == ours.name => {
-                        merge_typed_socket(ours, theirs);
+                        merge_typed_socket(self.pool, ours, theirs);
                     }
                     (Some(_), Some(_)) => {}
-                    _ => p.merge_into(fc),
+                    _ => p.merge_into(self.pool, fc),
                 }
             }
         }
@@ -647,7 +720,9 @@ impl Patcher<'_> {
             };
             let patch: Filter = p.value();
             let merged = match &patch.config_type {
-                Some(filter::ConfigType::TypedConfig(extra)) => merge::merge_any(typed, extra).ok(),
+                Some(filter::ConfigType::TypedConfig(extra)) => {
+                    merge::merge_any(self.pool, typed, extra).ok()
+                }
                 _ => None,
             };
             if !patch.name.is_empty() {
@@ -709,7 +784,7 @@ impl Patcher<'_> {
                 let patch: HttpFilter = p.value();
                 let merged = match &patch.config_type {
                     Some(http_filter::ConfigType::TypedConfig(extra)) => {
-                        merge::merge_any(typed, extra).ok()
+                        merge::merge_any(self.pool, typed, extra).ok()
                     }
                     _ => None,
                 };
@@ -736,7 +811,7 @@ impl Patcher<'_> {
                 && p.in_context(context)
                 && route_configuration_matches(context, &rc.name, p)
             {
-                p.merge_into(rc);
+                p.merge_into(self.pool, rc);
             }
         }
         let name = rc.name.clone();
@@ -755,7 +830,7 @@ impl Patcher<'_> {
                         break;
                     }
                     Operation::Replace => *vh = p.value(),
-                    _ if p.merges() => p.merge_into(vh),
+                    _ if p.merges() => p.merge_into(self.pool, vh),
                     _ => {}
                 }
             }
@@ -802,7 +877,7 @@ impl Patcher<'_> {
                 if p.operation == Operation::Remove {
                     *slot = None;
                 } else if p.merges() {
-                    p.merge_into(r);
+                    p.merge_into(self.pool, r);
                 }
             }
         }
@@ -850,7 +925,7 @@ impl Patcher<'_> {
             }
             let patch: Cluster = p.value();
             let Some(theirs) = &patch.transport_socket else {
-                p.merge_into(c);
+                p.merge_into(self.pool, c);
                 continue;
             };
             if !c.transport_socket_matches.is_empty() {
@@ -862,11 +937,13 @@ impl Patcher<'_> {
                     .filter_map(|m| m.transport_socket.as_mut())
                     .find(|s| s.name == theirs.name)
                 {
-                    merge_typed_socket(ours, theirs);
+                    merge_typed_socket(self.pool, ours, theirs);
                 }
             } else {
                 match &mut c.transport_socket {
-                    Some(ours) if ours.name == theirs.name => merge_typed_socket(ours, theirs),
+                    Some(ours) if ours.name == theirs.name => {
+                        merge_typed_socket(self.pool, ours, theirs)
+                    }
                     _ => c.transport_socket = patch.transport_socket.clone(),
                 }
             }
@@ -877,13 +954,14 @@ impl Patcher<'_> {
 
 /// Merges the typed config of a transport socket patch into a socket of the same name.
 fn merge_typed_socket(
+    pool: &DescriptorPool,
     ours: &mut envoy_types::pb::envoy::config::core::v3::TransportSocket,
     theirs: &envoy_types::pb::envoy::config::core::v3::TransportSocket,
 ) {
     use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
     if let (Some(ConfigType::TypedConfig(a)), Some(ConfigType::TypedConfig(b))) =
         (&ours.config_type, &theirs.config_type)
-        && let Ok(merged) = merge::merge_any(a, b)
+        && let Ok(merged) = merge::merge_any(pool, a, b)
     {
         ours.config_type = Some(ConfigType::TypedConfig(merged));
     }

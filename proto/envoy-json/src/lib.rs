@@ -2,8 +2,10 @@
 //! out, nested `Any` with their `@type`), and back: `pasactl proxy-config -o json` and the
 //! agent's snapshot tests print with it; the agent reads EnvoyFilter patch values with it
 //! ([`encode`]) and merges them as istiod does ([`merge`]). The descriptors are envoy-types' own
-//! (see `build.rs`), decoded once, on first use: a process that never prints or patches never
-//! holds them.
+//! (see `build.rs`). The whole API ([`pool`], decoded once, on first use) costs about 17 MiB of
+//! memory; a process that needs only some messages (the agent, for the patches that apply to
+//! its proxy) builds a pool of just those and what they import ([`pool_for`]) and drops it when
+//! done.
 
 pub mod merge;
 
@@ -50,7 +52,74 @@ pub enum JsonError {
     },
 }
 
-/// The Envoy API's descriptors.
+/// A pool of the messages `type_names` name (full names, such as
+/// `envoy.config.cluster.v3.Cluster`) and of everything their files import; names the API does
+/// not define are left out (looking them up in the pool then fails, naming them).
+pub fn pool_for<'a>(
+    type_names: impl IntoIterator<Item = &'a str>,
+) -> Result<DescriptorPool, JsonError> {
+    use prost::Message as _;
+    use std::collections::{BTreeMap, BTreeSet};
+    let set = prost_types::FileDescriptorSet::decode(DESCRIPTORS)
+        .map_err(|e| JsonError::Descriptors(e.to_string()))?;
+    let by_name: BTreeMap<&str, usize> = set
+        .file
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.name(), i))
+        .collect();
+    // The file defining each top-level message and enum, by full name.
+    let mut defined: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, f) in set.file.iter().enumerate() {
+        let names = f.message_type.iter().map(|m| m.name());
+        for n in names.chain(f.enum_type.iter().map(|e| e.name())) {
+            defined.insert(format!("{}.{n}", f.package()), i);
+        }
+    }
+    // A nested type is defined in its outermost message's file.
+    let file_of = |name: &str| {
+        let mut at = name;
+        loop {
+            if let Some(&i) = defined.get(at) {
+                return Some(i);
+            }
+            at = &at[..at.rfind('.')?];
+        }
+    };
+    // The files wanted, dependencies first.
+    fn visit(
+        i: usize,
+        set: &prost_types::FileDescriptorSet,
+        by_name: &BTreeMap<&str, usize>,
+        seen: &mut BTreeSet<usize>,
+        order: &mut Vec<usize>,
+    ) {
+        if !seen.insert(i) {
+            return;
+        }
+        for dep in &set.file[i].dependency {
+            if let Some(&d) = by_name.get(dep.as_str()) {
+                visit(d, set, by_name, seen, order);
+            }
+        }
+        order.push(i);
+    }
+    let (mut seen, mut order) = (BTreeSet::new(), Vec::new());
+    for name in type_names {
+        if let Some(i) = file_of(name) {
+            visit(i, &set, &by_name, &mut seen, &mut order);
+        }
+    }
+    let mut files: Vec<Option<prost_types::FileDescriptorProto>> =
+        set.file.into_iter().map(Some).collect();
+    let wanted = prost_types::FileDescriptorSet {
+        file: order.into_iter().filter_map(|i| files[i].take()).collect(),
+    };
+    DescriptorPool::from_file_descriptor_set(wanted)
+        .map_err(|e| JsonError::Descriptors(e.to_string()))
+}
+
+/// The whole Envoy API's descriptors.
 pub fn pool() -> Result<&'static DescriptorPool, JsonError> {
     static POOL: OnceLock<Result<DescriptorPool, String>> = OnceLock::new();
     POOL.get_or_init(|| DescriptorPool::decode(DESCRIPTORS).map_err(|e| e.to_string()))
@@ -82,16 +151,20 @@ pub fn to_json(name: &str, any: &Any) -> Result<Value, JsonError> {
 }
 
 /// `value`, protobuf JSON of the message `type_name` (such as `envoy.config.cluster.v3.Cluster`),
-/// encoded; fields the message does not have are ignored, as istiod ignores them in an
-/// EnvoyFilter's patch values. `name` says what is read, for errors.
-pub fn encode(name: &str, type_name: &str, value: &Value) -> Result<Vec<u8>, JsonError> {
-    let descriptor =
-        pool()?
-            .get_message_by_name(type_name)
-            .ok_or_else(|| JsonError::UnknownType {
-                name: name.to_string(),
-                type_url: type_name.to_string(),
-            })?;
+/// encoded with the descriptors of `pool`; fields the message does not have are ignored, as
+/// istiod ignores them in an EnvoyFilter's patch values. `name` says what is read, for errors.
+pub fn encode(
+    pool: &DescriptorPool,
+    name: &str,
+    type_name: &str,
+    value: &Value,
+) -> Result<Vec<u8>, JsonError> {
+    let descriptor = pool
+        .get_message_by_name(type_name)
+        .ok_or_else(|| JsonError::UnknownType {
+            name: name.to_string(),
+            type_url: type_name.to_string(),
+        })?;
     let options = prost_reflect::DeserializeOptions::new().deny_unknown_fields(false);
     let message = DynamicMessage::deserialize_with_options(descriptor, value.clone(), &options)
         .map_err(|source| JsonError::Read {
@@ -173,6 +246,30 @@ mod tests {
             "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
         );
         assert_eq!(json["transportSocket"]["typedConfig"]["sni"], "reviews");
+    }
+
+    #[test]
+    fn a_pool_for_some_messages_holds_them_and_what_they_import_only() {
+        let pool = pool_for([
+            "envoy.config.cluster.v3.Cluster.CommonLbConfig",
+            "example.Unknown",
+        ])
+        .unwrap();
+        assert!(
+            pool.get_message_by_name("envoy.config.cluster.v3.Cluster")
+                .is_some()
+        );
+        assert!(
+            pool.get_message_by_name("envoy.config.core.v3.Address")
+                .is_some(),
+            "imported"
+        );
+        assert!(
+            pool.get_message_by_name("envoy.extensions.filters.http.lua.v3.Lua")
+                .is_none(),
+            "not asked for"
+        );
+        assert!(pool.files().count() < super::pool().unwrap().files().count() / 3);
     }
 
     #[test]

@@ -10,7 +10,9 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message as _;
 use prost_reflect::{DynamicMessage, Kind, MessageDescriptor, Value};
 
-use crate::{JsonError, pool};
+use prost_reflect::DescriptorPool;
+
+use crate::JsonError;
 
 /// What a merge does with a list the patch sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,14 +25,16 @@ pub enum Lists {
 
 const DURATION: &str = "google.protobuf.Duration";
 
-/// `patch` merged into `target`, both encodings of the message `type_name`.
+/// `patch` merged into `target`, both encodings of the message `type_name` (which `pool`
+/// describes).
 pub fn merge(
+    pool: &DescriptorPool,
     type_name: &str,
     target: &[u8],
     patch: &[u8],
     lists: Lists,
 ) -> Result<Vec<u8>, JsonError> {
-    let descriptor = descriptor(type_name)?;
+    let descriptor = descriptor(pool, type_name)?;
     let decode = |bytes: &[u8]| {
         DynamicMessage::decode(descriptor.clone(), bytes).map_err(|source| JsonError::Decode {
             name: type_name.to_string(),
@@ -45,7 +49,7 @@ pub fn merge(
 
 /// What `patch` holds merged into what `target` holds, when both hold the same type (istiod's
 /// merge of a filter's typed config); an error when they differ or the type is unknown.
-pub fn merge_any(target: &Any, patch: &Any) -> Result<Any, JsonError> {
+pub fn merge_any(pool: &DescriptorPool, target: &Any, patch: &Any) -> Result<Any, JsonError> {
     if target.type_url != patch.type_url {
         return Err(JsonError::TypesDiffer {
             target: target.type_url.clone(),
@@ -55,13 +59,12 @@ pub fn merge_any(target: &Any, patch: &Any) -> Result<Any, JsonError> {
     let type_name = target.type_url.rsplit('/').next().unwrap_or_default();
     Ok(Any {
         type_url: target.type_url.clone(),
-        value: merge(type_name, &target.value, &patch.value, Lists::Append)?,
+        value: merge(pool, type_name, &target.value, &patch.value, Lists::Append)?,
     })
 }
 
-fn descriptor(type_name: &str) -> Result<MessageDescriptor, JsonError> {
-    pool()?
-        .get_message_by_name(type_name)
+fn descriptor(pool: &DescriptorPool, type_name: &str) -> Result<MessageDescriptor, JsonError> {
+    pool.get_message_by_name(type_name)
         .ok_or_else(|| JsonError::UnknownType {
             name: type_name.to_string(),
             type_url: type_name.to_string(),
@@ -109,7 +112,9 @@ mod tests {
     use prost::Name;
 
     fn cluster_merge(target: &Cluster, patch: &Cluster, lists: Lists) -> Cluster {
+        let pool = crate::pool_for([Cluster::full_name().as_str()]).unwrap();
         let merged = merge(
+            &pool,
             &Cluster::full_name(),
             &target.encode_to_vec(),
             &patch.encode_to_vec(),
@@ -219,7 +224,8 @@ mod tests {
             allow_absolute_url: Some(envoy_types::pb::google::protobuf::BoolValue { value: true }),
             ..Default::default()
         });
-        let merged = merge_any(&a, &b).unwrap();
+        let pool = crate::pool().unwrap();
+        let merged = merge_any(pool, &a, &b).unwrap();
         let h1 = Http1ProtocolOptions::decode(merged.value.as_slice()).unwrap();
         assert!(h1.accept_http_10);
         assert_eq!(
@@ -227,6 +233,6 @@ mod tests {
             Some(envoy_types::pb::google::protobuf::BoolValue { value: true })
         );
         let other = envoy_types::util::pack_any(Http2ProtocolOptions::default());
-        assert!(merge_any(&a, &other).is_err());
+        assert!(merge_any(pool, &a, &other).is_err());
     }
 }
