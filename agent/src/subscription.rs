@@ -176,6 +176,7 @@ fn scope_rule(proxy: &Proxy) -> Rule {
             Kind::AuthorizationPolicy,
             Kind::RequestAuthentication,
             Kind::EnvoyFilter,
+            Kind::Telemetry,
             // Kept in the root namespace only.
             Kind::MeshConfig,
             Kind::JsonWebKeySet,
@@ -213,6 +214,7 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
                 Kind::AuthorizationPolicy,
                 Kind::RequestAuthentication,
                 Kind::EnvoyFilter,
+                Kind::Telemetry,
                 Kind::MeshConfig,
                 Kind::JsonWebKeySet,
             ]),

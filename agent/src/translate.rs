@@ -12,9 +12,11 @@ mod grpc;
 mod hash;
 mod metadata;
 pub mod names;
+mod patched;
 mod route;
 pub mod sds;
 mod sidecar;
+mod telemetry;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -506,7 +508,9 @@ struct Outputs {
     route_map: ResourceMap,
     /// What building them again reuses.
     reuse: sidecar::Reuse,
-    /// The EnvoyFilter patches applied last (Envoy only: istiod applies none to proxyless gRPC).
+    /// The access logs put on the listeners, then the EnvoyFilter patches applied, last (Envoy
+    /// only: istiod applies neither to proxyless gRPC).
+    access_logs: telemetry::Memo,
     patched: envoy_filter::Memo,
 }
 
@@ -633,6 +637,7 @@ impl Translator {
         *rebuilt = counts;
         let mut generated = out.generated();
         if generator == Generator::Envoy {
+            out.access_logs.apply(proxy, registry, &mut generated);
             out.patched.apply(proxy, registry, &mut generated);
         }
         generated
@@ -869,11 +874,11 @@ impl GlobalInputs {
                 | Kind::MeshConfig
                 | Kind::RequestAuthentication
                 | Kind::JsonWebKeySet => (!grpc, false),
-                // Applied to what was built, as it is handed out (see `envoy_filter`).
-                Kind::EnvoyFilter => (false, false),
+                // Applied to what was built, as it is handed out (see `envoy_filter`,
+                // `telemetry`).
+                Kind::EnvoyFilter | Kind::Telemetry => (false, false),
                 // Not translated yet: stored and validated, not applied by the agent.
                 Kind::ProxyConfig
-                | Kind::Telemetry
                 | Kind::WasmPlugin
                 | Kind::TrafficExtension
                 | Kind::WorkloadGroup => (false, false),

@@ -28,6 +28,10 @@
 //!   response header into, each add their header to real responses; deleting them takes the
 //!   headers away.
 //!
+//! - Telemetry, through the store: a mesh-wide Telemetry logging to a file access log provider
+//!   of the mesh config makes both Envoys write a line for a real request to that file (the
+//!   server's as SERVER, the client's as CLIENT); deleting it stops the logging.
+//!
 //! Needs what `envoy_sidecar.rs` needs; says loudly when it skipped.
 
 mod common;
@@ -225,6 +229,7 @@ async fn mutual_tls_between_two_sidecars() {
         authorization_policy(&store, &client.netns, protocol).await;
         request_authentication(&store, &client.netns, protocol).await;
         envoy_filter(&store, &client.netns, protocol).await;
+        access_logging(&store, &client.netns, &data.path().join("access"), protocol).await;
 
         for (who, envoy) in [("client", &client), ("server", &server)] {
             let rejected = envoy.rejected().await;
@@ -480,6 +485,66 @@ async fn envoy_filter(store: &StoreServer, client: &Netns, protocol: &str) {
     println!(
         "{protocol}: EnvoyFilters' Lua filter and virtual host header shown on real responses"
     );
+}
+
+/// A mesh-wide Telemetry logs every request of both sidecars to a file access log provider of
+/// the mesh config (in a file per protocol run, as JSON). Leaves the mesh config as it was.
+async fn access_logging(
+    store: &StoreServer,
+    client: &Netns,
+    dir: &std::path::Path,
+    protocol: &str,
+) {
+    std::fs::create_dir_all(dir).expect("the access log folder");
+    let file = dir.join(format!("{protocol}.log"));
+    let mut with_provider = mesh()[2].clone();
+    with_provider["spec"]["extensionProviders"]
+        .as_array_mut()
+        .expect("providers")
+        .push(json!({"name": "file-log", "envoyFileAccessLog": {
+            "path": file.to_string_lossy(),
+            "logFormat": {"labels": {"path": "%REQ(:PATH)%", "code": "%RESPONSE_CODE%",
+                                      "cluster": "%UPSTREAM_CLUSTER_RAW%"}}}}));
+    let telemetry = json!({"apiVersion": "telemetry.istio.io/v1", "kind": "Telemetry",
+        "metadata": {"name": "mesh-default", "namespace": "istio-system"},
+        "spec": {"accessLogging": [{"providers": [{"name": "file-log"}]}]}});
+    store.apply(&[with_provider, telemetry]).await;
+    let url = format!("http://{SERVER_VIP}/logged");
+    let host = ["--host", "server.shop.svc.cluster.local"];
+    let logged = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|l: &serde_json::Value| l["path"] == "/logged")
+            .collect()
+    };
+    // Envoy writes its access logs every second: ask until both sides' lines are there.
+    until(
+        client,
+        &url,
+        &host,
+        "both sidecars' access log lines",
+        |a| {
+            a.status == 200 && {
+                let lines = logged();
+                lines
+                    .iter()
+                    .any(|l| l["cluster"] == "outbound|80||server.shop.svc.cluster.local")
+                    && lines.iter().any(|l| l["cluster"] == "inbound|8000||")
+            }
+        },
+    );
+    assert!(
+        logged().iter().all(|l| l["code"] == 200),
+        "{protocol}: {:?}",
+        logged()
+    );
+    store
+        .delete("Telemetry", "istio-system", "mesh-default")
+        .await;
+    store.apply(&mesh()).await;
+    println!("{protocol}: a mesh-wide Telemetry's file access log written by both real Envoys");
 }
 
 /// A P-256 key: its JSON Web Key Set, and ES256 tokens it signs.

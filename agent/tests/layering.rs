@@ -28,8 +28,9 @@ const TRANSLATE_LAYERS: &[&[&str]] = &[
     &["cluster"],
     &["hash"],
     &["sidecar", "gateway"],
-    // Patches what all the others built.
-    &["envoy_filter"],
+    // Change what all the others built: access logs, then EnvoyFilter patches.
+    &["patched"],
+    &["telemetry", "envoy_filter"],
 ];
 
 /// The same inside `ads`.

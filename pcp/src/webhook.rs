@@ -96,8 +96,9 @@ impl Webhook {
         let applying = inject::unenforced_policies(pod, &req.namespace, root, &policies);
         (!applying.is_empty()).then(|| {
             format!(
-                "{} applies to it, which PASA's agent cannot apply yet (Telemetry, WasmPlugin \
-                 and TrafficExtension; EnvoyFilter patching the bootstrap or extension configs; \
+                "{} applies to it, which PASA's agent cannot apply yet (WasmPlugin and \
+                 TrafficExtension; Telemetry with tracing, metrics or access logs other than to \
+                 files; EnvoyFilter patching the bootstrap or extension configs; \
                  RequestAuthentication whose keys are not in the store yet; CUSTOM \
                  AuthorizationPolicy whose provider the stored mesh config does not define)",
                 applying.join(", ")

@@ -221,6 +221,7 @@ enum Parsed {
     ),
     JsonWebKeySet(Arc<Config<pasa_proto::istio::request_authentication::JsonWebKeySet>>),
     EnvoyFilter(Arc<Config<pasa_proto::istio::envoy_filter::EnvoyFilter>>),
+    Telemetry(Arc<Config<pasa_proto::istio::telemetry::Telemetry>>),
     /// A kind translation does not read, or a spec that did not parse.
     Ignored,
 }
@@ -473,6 +474,24 @@ impl Registry {
             Parsed::Sidecar(c) => Some(c),
             _ => None,
         })
+    }
+
+    /// The Telemetries (a range of the entries).
+    pub fn telemetries(
+        &self,
+    ) -> impl Iterator<Item = &Config<pasa_proto::istio::telemetry::Telemetry>> {
+        let from = Key {
+            kind: Kind::Telemetry,
+            namespace: String::new(),
+            name: String::new(),
+        };
+        self.entries
+            .range(from..)
+            .take_while(|(k, _)| k.kind == Kind::Telemetry)
+            .filter_map(|(_, e)| match &e.parsed {
+                Parsed::Telemetry(c) => Some(c.as_ref()),
+                _ => None,
+            })
     }
 
     /// The EnvoyFilters (a range of the entries: a proxy with none pays nothing per update).
@@ -958,10 +977,9 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
             typed(resource).map(|c| Parsed::RequestAuthentication(Arc::new(c)))
         }
         Some(Kind::EnvoyFilter) => typed(resource).map(|c| Parsed::EnvoyFilter(Arc::new(c))),
+        Some(Kind::Telemetry) => typed(resource).map(|c| Parsed::Telemetry(Arc::new(c))),
         // Not translated yet: the injector keeps pods they apply to with istiod.
-        Some(Kind::ProxyConfig | Kind::Telemetry | Kind::WasmPlugin | Kind::TrafficExtension) => {
-            None
-        }
+        Some(Kind::ProxyConfig | Kind::WasmPlugin | Kind::TrafficExtension) => None,
         Some(Kind::MeshConfig) => typed(resource).map(|c| Parsed::MeshConfig(Arc::new(c))),
         Some(Kind::JsonWebKeySet) => typed(resource).map(|c| Parsed::JsonWebKeySet(Arc::new(c))),
         // The control plane's (auto-registration), not a proxy's.

@@ -173,6 +173,7 @@ fn a_fresh_sidecar_asks_for_its_scope_first_then_for_what_it_sees() {
             "AuthorizationPolicy",
             "RequestAuthentication",
             "EnvoyFilter",
+            "Telemetry",
             "MeshConfig",
             "JsonWebKeySet"
         ]

@@ -55,9 +55,10 @@ use rustc_hash::FxHashMap;
 
 use super::filters::HCM;
 use super::names;
+use super::patched::{self, Type};
 use crate::model::proxy::Proxy;
 use crate::model::registry::{self, Config, Registry};
-use crate::resource::{Generated, Resource, ResourceMap};
+use crate::resource::{Generated, Resource};
 
 /// The Istio version the agent reports for its proxy (`ISTIO_VERSION`), matched by
 /// `match.proxy.proxyVersion`.
@@ -349,24 +350,8 @@ pub(crate) struct Memo {
     /// The descriptors reading and merging them needs (of `types`), while any applies.
     pool: Option<DescriptorPool>,
     types: BTreeSet<String>,
-    /// The fingerprint of the patches `patched` holds results of.
-    fingerprint: u64,
-    /// Patched resources by type and name.
-    patched: FxHashMap<(Type, String), Patched>,
-}
-
-/// A resource patched: what it was patched from, and the result (`None`: removed).
-#[derive(Debug)]
-struct Patched {
-    from: Arc<Resource>,
-    to: Option<Arc<Resource>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Type {
-    Listener,
-    Route,
-    Cluster,
+    /// Patched resources.
+    patched: patched::Memo,
 }
 
 impl Memo {
@@ -441,10 +426,7 @@ impl Memo {
     /// Applies the EnvoyFilters that apply to `proxy` to `generated`.
     pub(crate) fn apply(&mut self, proxy: &Proxy, registry: &Registry, generated: &mut Generated) {
         let patches = self.patches(proxy, registry);
-        if patches.fingerprint != self.fingerprint {
-            self.patched.clear();
-            self.fingerprint = patches.fingerprint;
-        }
+        self.patched.begin(patches.fingerprint);
         if patches.is_empty() {
             self.patched.clear();
             return;
@@ -456,10 +438,11 @@ impl Memo {
             router,
             pool,
         };
-        self.patch_each(Type::Listener, &mut generated.listeners, |r| {
-            patcher.listener_resource(r)
-        });
-        self.patch_each(Type::Route, &mut generated.routes, |r| {
+        self.patched
+            .each(Type::Listener, &mut generated.listeners, |r| {
+                patcher.listener_resource(r)
+            });
+        self.patched.each(Type::Route, &mut generated.routes, |r| {
             let mut rc = RouteConfiguration::decode(r.body.value.as_slice()).ok()?;
             let context = if router {
                 PatchContext::Gateway
@@ -469,10 +452,11 @@ impl Memo {
             patcher.route_configuration(context, &mut rc);
             Some(Resource::pack(&rc))
         });
-        self.patch_each(Type::Cluster, &mut generated.clusters, |r| {
-            let mut c = Cluster::decode(r.body.value.as_slice()).ok()?;
-            patcher.cluster(&mut c).then(|| Resource::pack(&c))
-        });
+        self.patched
+            .each(Type::Cluster, &mut generated.clusters, |r| {
+                let mut c = Cluster::decode(r.body.value.as_slice()).ok()?;
+                patcher.cluster(&mut c).then(|| Resource::pack(&c))
+            });
         // What ADD patches add.
         let contexts: &[PatchContext] = if router {
             &[PatchContext::Gateway]
@@ -497,51 +481,6 @@ impl Memo {
                     .insert(c.name.clone(), Resource::pack(&c));
             }
         }
-    }
-
-    /// Patches each resource of `map` with `patch` (`None`: removed), reusing what was patched
-    /// from the same resource before.
-    fn patch_each(
-        &mut self,
-        kind: Type,
-        map: &mut ResourceMap,
-        patch: impl Fn(&Resource) -> Option<Arc<Resource>>,
-    ) {
-        let names: Vec<(String, Arc<Resource>)> = map
-            .iter()
-            .map(|(k, v)| (k.clone(), Arc::clone(v)))
-            .collect();
-        let mut seen = rustc_hash::FxHashSet::default();
-        for (name, source) in names {
-            let key = (kind, name);
-            let out = match self.patched.get(&key) {
-                Some(p) if Arc::ptr_eq(&p.from, &source) => p.to.clone(),
-                _ => {
-                    let to = patch(&source);
-                    let from = Arc::clone(&source);
-                    self.patched.insert(
-                        key.clone(),
-                        Patched {
-                            from,
-                            to: to.clone(),
-                        },
-                    );
-                    to
-                }
-            };
-            match out {
-                Some(r) => {
-                    if !Arc::ptr_eq(&r, &source) {
-                        map.insert(key.1.clone(), r);
-                    }
-                }
-                None => {
-                    map.remove(&key.1);
-                }
-            }
-            seen.insert(key);
-        }
-        self.patched.retain(|k, _| k.0 != kind || seen.contains(k));
     }
 }
 

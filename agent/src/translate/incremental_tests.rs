@@ -1,6 +1,6 @@
 //! Incremental translation against translation from scratch: after every change of a random
 //! sequence (services, endpoints whole and in parts, DestinationRules, VirtualServices, Sidecars,
-//! PeerAuthentications, EnvoyFilters, deletions), what a
+//! PeerAuthentications, EnvoyFilters, Telemetries, deletions), what a
 //! long-lived translator serves equals what a new translator builds from the same cache, for a
 //! sidecar (Envoy and gRPC generators) and a router. The fingerprints that decide what is reused
 //! are conservative guesses at what each output reads; this is what checks them.
@@ -184,6 +184,29 @@ fn variant(slot: &str, i: usize, rng: &mut Rng) -> Option<(String, String, Value
                 )),
             }
         }
+        "Telemetry" => match rng.below(4) {
+            0 => None,
+            // The mesh's: every sidecar and router logs.
+            1 => Some((
+                "istio-system".into(),
+                "mesh-default".into(),
+                json!({"accessLogging": [{"providers": [{"name": "envoy"}],
+                    "filter": {"expression": *rng.pick(&["response.code >= 400", "true"])}}]}),
+            )),
+            // The namespace's: the server side off.
+            2 => Some((
+                ns,
+                "default".into(),
+                json!({"accessLogging": [{"match": {"mode": "SERVER"}, "disabled": true}]}),
+            )),
+            // The labelled workload's: the client side only.
+            _ => Some((
+                ns,
+                "workload".into(),
+                json!({"selector": {"matchLabels": {"app": "proxy"}},
+                       "accessLogging": [{"match": {"mode": "CLIENT"}, "providers": [{"name": "envoy"}]}]}),
+            )),
+        },
         "EnvoyFilter" => {
             let value = format!("v{}", rng.below(3));
             match rng.below(5) {
@@ -246,6 +269,7 @@ const SLOTS: &[&str] = &[
     "ServiceEntry",
     "PeerAuthentication",
     "EnvoyFilter",
+    "Telemetry",
 ];
 
 /// Writes one object into the cache as the store's watch would deliver it (a modification keeps
@@ -334,7 +358,8 @@ fn incremental_translation_equals_translation_from_scratch() {
                                 || n == &format!("svc-{i}-a.endpointslice") && slot != kind
                                 || kind == "Sidecar"
                                 || kind == "PeerAuthentication"
-                                || kind == "EnvoyFilter")
+                                || kind == "EnvoyFilter"
+                                || kind == "Telemetry")
                     })
                     .cloned();
                 if let Some(id) = key {

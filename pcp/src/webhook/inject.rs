@@ -181,8 +181,9 @@ impl Injector {
     }
 }
 
-/// The kinds of which PASA's agent does not apply everything yet (Telemetry, WasmPlugin,
-/// TrafficExtension; EnvoyFilter with `EXTENSION_CONFIG` or `BOOTSTRAP` patches;
+/// The kinds of which PASA's agent does not apply everything yet (WasmPlugin, TrafficExtension;
+/// Telemetry with tracing, metrics or access log providers other than file ones; EnvoyFilter
+/// with `EXTENSION_CONFIG` or `BOOTSTRAP` patches;
 /// RequestAuthentication whose keys are neither inline nor fetched
 /// into the store yet; AuthorizationPolicy with action CUSTOM whose provider the stored mesh
 /// config does not define): a pod one of those applies to stays with istiod, so that moving to
@@ -235,23 +236,21 @@ pub fn unenforced_policies(
         .filter(|p| p.kind == Kind::JsonWebKeySet.as_str() && p.namespace == root_namespace)
         .map(|p| p.name.as_str())
         .collect();
-    // The external authorizers the agents know of.
-    let authorizers: Vec<String> = policies
+    let mesh: Option<MeshConfig> = policies
         .iter()
         .find(|p| {
             p.kind == Kind::MeshConfig.as_str()
                 && p.namespace == root_namespace
                 && p.name == MESH_CONFIG_NAME
         })
-        .and_then(|p| parse_spec_json::<MeshConfig>(&p.spec_json).ok())
-        .map(|mesh| {
-            mesh.extension_providers
-                .into_iter()
-                .filter(|p| p.envoy_ext_authz_http.is_some() || p.envoy_ext_authz_grpc.is_some())
-                .map(|p| p.name)
-                .collect()
-        })
-        .unwrap_or_default();
+        .and_then(|p| parse_spec_json::<MeshConfig>(&p.spec_json).ok());
+    // The external authorizers the agents know of.
+    let authorizers: Vec<String> = mesh
+        .iter()
+        .flat_map(|m| &m.extension_providers)
+        .filter(|p| p.envoy_ext_authz_http.is_some() || p.envoy_ext_authz_grpc.is_some())
+        .map(|p| p.name.clone())
+        .collect();
     // How a resource picks workloads: its selector, whether it is attached by targetRef(s); None
     // when it does not concern sidecars at all.
     let attachment =
@@ -290,14 +289,15 @@ pub fn unenforced_policies(
                         Err(_) => unreadable,
                     }
                 }
-                Ok(Kind::Telemetry) => {
-                    parse_spec_json::<Telemetry>(&p.spec_json).map_or(unreadable, |t| {
-                        Some((
-                            t.selector,
-                            t.target_ref.is_some() || !t.target_refs.is_empty(),
-                        ))
-                    })
-                }
+                // Enforced when it only logs, and only to file access logs.
+                Ok(Kind::Telemetry) => match parse_spec_json::<Telemetry>(&p.spec_json) {
+                    Ok(t) if only_file_access_logs(&t, mesh.as_ref()) => None,
+                    Ok(t) => Some((
+                        t.selector,
+                        t.target_ref.is_some() || !t.target_refs.is_empty(),
+                    )),
+                    Err(_) => unreadable,
+                },
                 Ok(Kind::WasmPlugin) => {
                     parse_spec_json::<WasmPlugin>(&p.spec_json).map_or(unreadable, |w| {
                         Some((
@@ -330,6 +330,37 @@ pub fn unenforced_policies(
         })
         .map(|p| format!("{} {}/{}", p.kind, p.namespace, p.name))
         .collect()
+}
+
+/// Whether the agent applies all of `t`: access logging only (no tracing, no metrics), to
+/// providers that are file access logs (those named, or the mesh's default ones for an entry
+/// that names none).
+fn only_file_access_logs(
+    t: &pasa_proto::istio::telemetry::Telemetry,
+    mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>,
+) -> bool {
+    use pasa_proto::istio::mesh_config::file_access_log_provider;
+    let defaults = mesh
+        .map(pasa_proto::istio::mesh_config::MeshConfig::default_access_log_providers)
+        .unwrap_or_default();
+    t.tracing.is_empty()
+        && t.metrics.is_empty()
+        && t.access_logging.iter().flatten().all(|entry| {
+            let named: Vec<&str> = entry
+                .providers
+                .iter()
+                .flatten()
+                .map(|p| p.name.as_str())
+                .collect();
+            let names = if named.is_empty() {
+                defaults.iter().map(String::as_str).collect()
+            } else {
+                named
+            };
+            names
+                .into_iter()
+                .all(|n| file_access_log_provider(mesh, n).is_some())
+        })
 }
 
 /// How an EnvoyFilter picks workloads (`workloadSelector.labels`, `targetRefs`), or None when
@@ -704,11 +735,18 @@ mod tests {
                 "gateways-only",
                 json!({"configPatches": [{"applyTo": "BOOTSTRAP", "match": {"context": "GATEWAY"}}]}),
             ),
+            // Access logs to a file: applied by the agent.
             policy(
                 "Telemetry",
                 "istio-system",
                 "mesh-default",
                 json!({"accessLogging": [{"providers": [{"name": "envoy"}]}]}),
+            ),
+            policy(
+                "Telemetry",
+                "bookinfo",
+                "tracing",
+                json!({"tracing": [{"randomSamplingPercentage": 10.0}]}),
             ),
             policy(
                 "WasmPlugin",
@@ -766,7 +804,7 @@ mod tests {
                 "RequestAuthentication bookinfo/namespace-wide",
                 "RequestAuthentication istio-system/mesh-wide",
                 "EnvoyFilter bookinfo/add-header",
-                "Telemetry istio-system/mesh-default",
+                "Telemetry bookinfo/tracing",
                 "TrafficExtension bookinfo/lua",
             ]
         );

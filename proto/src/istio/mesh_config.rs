@@ -32,6 +32,47 @@ pub struct MeshConfig {
     pub other: Map<String, Value>,
 }
 
+/// Istio's built-in access log provider: a file access log to `/dev/stdout`, there whatever
+/// `extensionProviders` says (unless it defines a provider of that name).
+pub const BUILTIN_ACCESS_LOG_PROVIDER: &str = "envoy";
+
+/// The provider `name` (matched as istiod matches it, ignoring case) as a file access log: its
+/// name as configured and its `envoyFileAccessLog` settings (`path`, `logFormat`,
+/// `omitEmptyValues`); `None` when `mesh` defines no such provider or one of another kind.
+/// Istio's built-in `envoy` provider is one.
+pub fn file_access_log_provider(mesh: Option<&MeshConfig>, name: &str) -> Option<(String, Value)> {
+    let configured = mesh
+        .into_iter()
+        .flat_map(|m| &m.extension_providers)
+        .find(|p| p.name.eq_ignore_ascii_case(name));
+    match configured {
+        Some(p) => Some((p.name.clone(), p.other.get("envoyFileAccessLog")?.clone())),
+        None => name
+            .eq_ignore_ascii_case(BUILTIN_ACCESS_LOG_PROVIDER)
+            .then(|| {
+                (
+                    BUILTIN_ACCESS_LOG_PROVIDER.to_string(),
+                    serde_json::json!({"path": "/dev/stdout"}),
+                )
+            }),
+    }
+}
+
+impl MeshConfig {
+    /// `defaultProviders.accessLogging`: the providers Telemetry access logging without its own
+    /// uses.
+    pub fn default_access_log_providers(&self) -> Vec<String> {
+        self.other
+            .get("defaultProviders")
+            .and_then(|d| d.get("accessLogging"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    }
+}
+
 /// A provider of the mesh, by name: an external authorizer (HTTP or gRPC), or one of the
 /// tracing, logging and metrics providers (kept as written).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]

@@ -1,0 +1,559 @@
+//! Access logging, as istiod configures it from the Telemetry API and the mesh config, on what
+//! the other builders built for Envoy (proxyless gRPC gets none, as from istiod).
+//!
+//! **Which Telemetries.** The root namespace's namespace-wide Telemetry (the oldest without a
+//! selector or `targetRefs`), then the proxy's namespace's, then the Telemetries of its namespace
+//! whose selector its labels match (oldest first); later ones override earlier ones. Their
+//! `accessLogging` entries are merged per side as istiod merges them: the providers of the last
+//! entry that names any (for the side: `match.mode` CLIENT, SERVER or CLIENT_AND_SERVER) are the
+//! ones in use, an entry without providers meaning the ones before it (or the mesh's
+//! `defaultProviders.accessLogging`), `disabled` turning a provider off and `filter.expression`
+//! (CEL) choosing what it logs. Without any entry and without default providers, the mesh
+//! config's `accessLogFile` (with `accessLogFormat` and `accessLogEncoding`) is the access log.
+//!
+//! **Providers.** A name is looked up, case-insensitively, among the mesh config's
+//! `extensionProviders` and then Istio's built-in `envoy` (a file access log to `/dev/stdout`).
+//! File access logs (`envoyFileAccessLog`: path, text format or JSON `labels`, `omitEmptyValues`)
+//! are built; the built-in `envoy` without a format of its own takes the mesh config's. Other
+//! kinds (gRPC and OpenTelemetry access log services) are not built here: the injector keeps
+//! pods such a Telemetry applies to with istiod.
+//!
+//! **Where.** The side is the listener's: a sidecar's `virtualInbound` is SERVER, its other
+//! listeners and every listener of a router CLIENT. Every HTTP connection manager and TCP proxy
+//! gets the logs; `virtualInbound`, `virtualOutbound` and a router's listeners also get them at
+//! the listener, for connections no filter chain took (response flag `NR`), unless the mesh
+//! config sets `disableEnvoyListenerLog`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::accesslog::v3::{
+    AccessLog, AccessLogFilter, AndFilter, ExtensionFilter, ResponseFlagFilter, access_log,
+    access_log_filter::FilterSpecifier, extension_filter,
+};
+use envoy_types::pb::envoy::config::core::v3::{
+    DataSource, JsonFormatOptions, SubstitutionFormatString, TypedExtensionConfig,
+    data_source::Specifier, substitution_format_string::Format,
+};
+use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
+use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
+    FileAccessLog, file_access_log::AccessLogFormat,
+};
+use envoy_types::pb::envoy::extensions::access_loggers::filters::cel::v3::ExpressionFilter;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as ProtoValue, value::Kind};
+use envoy_types::util::pack_any;
+use pasa_proto::istio::mesh_config::{
+    BUILTIN_ACCESS_LOG_PROVIDER, MeshConfig, file_access_log_provider,
+};
+use pasa_proto::istio::telemetry::{AccessLogging, Telemetry};
+use pasa_proto::node::ProxyType;
+use prost::Message;
+use serde_json::{Map, Value};
+
+use super::filters::{HCM, TCP_PROXY};
+use super::names;
+use super::patched::{self, Type};
+use crate::model::proxy::Proxy;
+use crate::model::registry::{self, Config, Registry};
+use crate::resource::{Generated, Resource};
+
+/// istiod's default text format.
+const DEFAULT_TEXT_FORMAT: &str = "[%START_TIME%] \"%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% \
+%PROTOCOL%\" %RESPONSE_CODE% %RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS% %CONNECTION_TERMINATION_DETAILS% \
+\"%UPSTREAM_TRANSPORT_FAILURE_REASON%\" %BYTES_RECEIVED% %BYTES_SENT% %DURATION% \
+%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% \"%REQ(X-FORWARDED-FOR)%\" \"%REQ(USER-AGENT)%\" \
+\"%REQ(X-REQUEST-ID)%\" \"%REQ(:AUTHORITY)%\" \"%UPSTREAM_HOST%\" %UPSTREAM_CLUSTER_RAW% \
+%UPSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_REMOTE_ADDRESS% \
+%REQUESTED_SERVER_NAME% %ROUTE_NAME%\n";
+
+/// istiod's default JSON format: field and command operator.
+const DEFAULT_JSON_FORMAT: [(&str, &str); 24] = [
+    ("start_time", "%START_TIME%"),
+    ("route_name", "%ROUTE_NAME%"),
+    ("method", "%REQ(:METHOD)%"),
+    ("path", "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%"),
+    ("protocol", "%PROTOCOL%"),
+    ("response_code", "%RESPONSE_CODE%"),
+    ("response_flags", "%RESPONSE_FLAGS%"),
+    ("response_code_details", "%RESPONSE_CODE_DETAILS%"),
+    (
+        "connection_termination_details",
+        "%CONNECTION_TERMINATION_DETAILS%",
+    ),
+    ("bytes_received", "%BYTES_RECEIVED%"),
+    ("bytes_sent", "%BYTES_SENT%"),
+    ("duration", "%DURATION%"),
+    (
+        "upstream_service_time",
+        "%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%",
+    ),
+    ("x_forwarded_for", "%REQ(X-FORWARDED-FOR)%"),
+    ("user_agent", "%REQ(USER-AGENT)%"),
+    ("request_id", "%REQ(X-REQUEST-ID)%"),
+    ("authority", "%REQ(:AUTHORITY)%"),
+    ("upstream_host", "%UPSTREAM_HOST%"),
+    ("upstream_cluster", "%UPSTREAM_CLUSTER_RAW%"),
+    ("upstream_local_address", "%UPSTREAM_LOCAL_ADDRESS%"),
+    ("downstream_local_address", "%DOWNSTREAM_LOCAL_ADDRESS%"),
+    ("downstream_remote_address", "%DOWNSTREAM_REMOTE_ADDRESS%"),
+    ("requested_server_name", "%REQUESTED_SERVER_NAME%"),
+    (
+        "upstream_transport_failure_reason",
+        "%UPSTREAM_TRANSPORT_FAILURE_REASON%",
+    ),
+];
+
+const FILE_ACCESS_LOG: &str = "envoy.access_loggers.file";
+const CEL_FILTER: &str = "envoy.access_loggers.extension_filters.cel";
+const REQ_WITHOUT_QUERY: &str = "%REQ_WITHOUT_QUERY";
+
+/// Which side of the traffic a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client,
+    Server,
+}
+
+impl Side {
+    fn matches(self, mode: Option<&str>) -> bool {
+        match mode {
+            None | Some("CLIENT_AND_SERVER") => true,
+            Some("CLIENT") => self == Side::Client,
+            Some("SERVER") => self == Side::Server,
+            Some(_) => false,
+        }
+    }
+}
+
+/// The access logs of each side.
+#[derive(Debug, Default, PartialEq)]
+struct Logs {
+    client: Vec<AccessLog>,
+    server: Vec<AccessLog>,
+    /// Also at the listener (with the `NR` filter).
+    at_listener: bool,
+}
+
+impl Logs {
+    fn is_empty(&self) -> bool {
+        self.client.is_empty() && self.server.is_empty()
+    }
+
+    fn of(&self, side: Side) -> &[AccessLog] {
+        match side {
+            Side::Client => &self.client,
+            Side::Server => &self.server,
+        }
+    }
+
+    fn fingerprint(&self) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for l in self.client.iter().chain(&self.server) {
+            l.encode_to_vec().hash(&mut h);
+        }
+        self.client.len().hash(&mut h);
+        self.at_listener.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// The Telemetries that apply to `proxy`, in istiod's order (later override earlier).
+fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<&'a Config<Telemetry>> {
+    let root = proxy.mesh.root_namespace.as_str();
+    let mut all: Vec<&Config<Telemetry>> = registry.telemetries().collect();
+    all.sort_by(|a, b| a.meta.age_key().cmp(&b.meta.age_key()));
+    let wide = |ns: &str| {
+        all.iter()
+            .copied()
+            .find(|t| t.meta.namespace == ns && !targeted(&t.spec) && selector_empty(&t.spec))
+    };
+    let mut out = Vec::new();
+    out.extend(wide(root));
+    if proxy.config_namespace != root {
+        out.extend(wide(&proxy.config_namespace));
+    }
+    out.extend(all.iter().copied().filter(|t| {
+        t.meta.namespace == proxy.config_namespace
+            && !targeted(&t.spec)
+            && !selector_empty(&t.spec)
+            && t.spec
+                .selector
+                .as_ref()
+                .is_some_and(|s| registry::selects(&s.match_labels, &proxy.labels))
+    }));
+    out
+}
+
+fn targeted(t: &Telemetry) -> bool {
+    t.target_ref.is_some() || !t.target_refs.is_empty()
+}
+
+fn selector_empty(t: &Telemetry) -> bool {
+    t.selector
+        .as_ref()
+        .is_none_or(|s| s.match_labels.is_empty())
+}
+
+fn provider_names(entry: &AccessLogging) -> Vec<String> {
+    entry
+        .providers
+        .iter()
+        .flatten()
+        .map(|p| p.name.clone())
+        .collect()
+}
+
+/// istiod's merge of the access logging entries for one side: provider → (its CEL filter,
+/// disabled).
+fn merge(
+    entries: &[&AccessLogging],
+    defaults: &[String],
+    side: Side,
+) -> BTreeMap<String, (Option<String>, bool)> {
+    let mut out = BTreeMap::new();
+    if entries.is_empty() {
+        for p in defaults {
+            out.insert(p.clone(), (None, false));
+        }
+        return out;
+    }
+    let mut in_scope: Vec<String> = defaults.to_vec();
+    let mut filters: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for e in entries {
+        if !side.matches(e.match_.as_ref().and_then(|m| m.mode.as_deref())) {
+            continue;
+        }
+        let names = provider_names(e);
+        for p in &names {
+            filters.insert(p.clone(), e.filter.as_ref().map(|f| f.expression.clone()));
+        }
+        if !names.is_empty() {
+            in_scope = names;
+        }
+    }
+    let in_scope: BTreeSet<String> = in_scope.into_iter().collect();
+    let mut parent: Vec<String> = defaults.to_vec();
+    for e in entries {
+        let mut names = provider_names(e);
+        if names.is_empty() {
+            names = parent.clone();
+        }
+        parent = names.clone();
+        for p in names {
+            if !in_scope.contains(&p)
+                || !side.matches(e.match_.as_ref().and_then(|m| m.mode.as_deref()))
+            {
+                continue;
+            }
+            if e.disabled == Some(true) {
+                out.insert(p, (None, true));
+                continue;
+            }
+            out.insert(p.clone(), (filters.get(&p).cloned().flatten(), false));
+        }
+    }
+    out
+}
+
+/// The access logs of `proxy`, or nothing when none is configured.
+fn logs(proxy: &Proxy, registry: &Registry) -> Logs {
+    let empty = Map::new();
+    let mesh_config = registry.mesh_config(&proxy.mesh.root_namespace);
+    let mesh = mesh_config.map_or(&empty, |m| &m.other);
+    let at_listener = mesh.get("disableEnvoyListenerLog").and_then(Value::as_bool) != Some(true);
+    let telemetries = applying(proxy, registry);
+    let entries: Vec<&AccessLogging> = telemetries
+        .iter()
+        .flat_map(|t| t.spec.access_logging.iter().flatten())
+        .collect();
+    let defaults = mesh_config
+        .map(MeshConfig::default_access_log_providers)
+        .unwrap_or_default();
+    if entries.is_empty() && defaults.is_empty() {
+        // istiod's fallback: the mesh config's own access log file.
+        let Some(path) = mesh
+            .get("accessLogFile")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+        else {
+            return Logs::default();
+        };
+        let log = mesh_file_log(path, mesh);
+        return Logs {
+            client: vec![log.clone()],
+            server: vec![log],
+            at_listener,
+        };
+    }
+    let mut out = Logs {
+        at_listener,
+        ..Default::default()
+    };
+    for side in [Side::Client, Side::Server] {
+        let mut built: Vec<(String, AccessLog)> = Vec::new();
+        for (name, (filter, disabled)) in merge(&entries, &defaults, side) {
+            let Some((canonical, file)) = file_access_log_provider(mesh_config, &name) else {
+                continue;
+            };
+            if disabled {
+                continue;
+            }
+            let mut log = if canonical == BUILTIN_ACCESS_LOG_PROVIDER
+                && file.get("logFormat").is_none()
+                && file.get("omitEmptyValues").and_then(Value::as_bool) != Some(true)
+            {
+                mesh_file_log(
+                    file.get("path")
+                        .and_then(Value::as_str)
+                        .unwrap_or("/dev/stdout"),
+                    mesh,
+                )
+            } else {
+                provider_file_log(&file)
+            };
+            log.filter = filter.map(cel_filter);
+            built.push((canonical, log));
+        }
+        built.sort_by(|a, b| a.0.cmp(&b.0));
+        let logs = built.into_iter().map(|(_, l)| l).collect();
+        match side {
+            Side::Client => out.client = logs,
+            Side::Server => out.server = logs,
+        }
+    }
+    out
+}
+
+fn file_log(path: &str, format: SubstitutionFormatString) -> AccessLog {
+    AccessLog {
+        name: FILE_ACCESS_LOG.into(),
+        config_type: Some(access_log::ConfigType::TypedConfig(pack_any(
+            FileAccessLog {
+                path: path.to_string(),
+                access_log_format: Some(AccessLogFormat::LogFormat(format)),
+            },
+        ))),
+        ..Default::default()
+    }
+}
+
+/// A text format with istiod's trailing newline, or istiod's default.
+fn text_format(text: &str, omit_empty_values: bool) -> SubstitutionFormatString {
+    let text = if text.is_empty() {
+        DEFAULT_TEXT_FORMAT.to_string()
+    } else if text.ends_with('\n') {
+        text.to_string()
+    } else {
+        format!("{text}\n")
+    };
+    SubstitutionFormatString {
+        formatters: formatters(text.contains(REQ_WITHOUT_QUERY)),
+        format: Some(Format::TextFormatSource(DataSource {
+            specifier: Some(Specifier::InlineString(text)),
+            ..Default::default()
+        })),
+        omit_empty_values,
+        ..Default::default()
+    }
+}
+
+fn json_format(
+    labels: Option<&Map<String, Value>>,
+    omit_empty_values: bool,
+) -> SubstitutionFormatString {
+    let fields: Map<String, Value> = match labels.filter(|l| !l.is_empty()) {
+        Some(l) => l.clone(),
+        None => DEFAULT_JSON_FORMAT
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+            .collect(),
+    };
+    let needs = fields
+        .values()
+        .any(|v| v.as_str().is_some_and(|s| s.contains(REQ_WITHOUT_QUERY)));
+    SubstitutionFormatString {
+        formatters: formatters(needs),
+        format: Some(Format::JsonFormat(to_struct(&fields))),
+        // istiod's: present, properties not sorted (the default).
+        json_format_options: Some(JsonFormatOptions::default()),
+        omit_empty_values,
+        ..Default::default()
+    }
+}
+
+fn formatters(req_without_query: bool) -> Vec<TypedExtensionConfig> {
+    if !req_without_query {
+        return Vec::new();
+    }
+    vec![TypedExtensionConfig {
+        name: "envoy.formatter.req_without_query".into(),
+        typed_config: Some(pack_any(
+            envoy_types::pb::envoy::extensions::formatter::req_without_query::v3::ReqWithoutQuery::default(),
+        )),
+    }]
+}
+
+/// The mesh config's access log (`accessLogFormat`, `accessLogEncoding`) to `path`.
+fn mesh_file_log(path: &str, mesh: &Map<String, Value>) -> AccessLog {
+    let format = mesh
+        .get("accessLogFormat")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let json = mesh.get("accessLogEncoding").and_then(Value::as_str) == Some("JSON");
+    let format = if json {
+        let parsed: Option<Map<String, Value>> = serde_json::from_str(format).ok();
+        json_format(parsed.as_ref(), false)
+    } else {
+        text_format(format, false)
+    };
+    file_log(path, format)
+}
+
+/// An `envoyFileAccessLog` provider's access log.
+fn provider_file_log(file: &Value) -> AccessLog {
+    let path = file
+        .get("path")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .unwrap_or("/dev/stdout");
+    let omit = file.get("omitEmptyValues").and_then(Value::as_bool) == Some(true);
+    let format = match file.get("logFormat") {
+        Some(f) if f.get("labels").is_some() => json_format(f["labels"].as_object(), omit),
+        Some(f) => text_format(
+            f.get("text").and_then(Value::as_str).unwrap_or_default(),
+            omit,
+        ),
+        None => text_format("", omit),
+    };
+    file_log(path, format)
+}
+
+fn cel_filter(expression: String) -> AccessLogFilter {
+    AccessLogFilter {
+        filter_specifier: Some(FilterSpecifier::ExtensionFilter(ExtensionFilter {
+            name: CEL_FILTER.into(),
+            config_type: Some(extension_filter::ConfigType::TypedConfig(pack_any(
+                ExpressionFilter {
+                    expression,
+                    ..Default::default()
+                },
+            ))),
+        })),
+    }
+}
+
+/// The listener's copy of a log: only for connections no filter chain took (`NR`), and with the
+/// log's own filter.
+fn at_listener(log: &AccessLog) -> AccessLog {
+    let nr = AccessLogFilter {
+        filter_specifier: Some(FilterSpecifier::ResponseFlagFilter(ResponseFlagFilter {
+            flags: vec!["NR".into()],
+        })),
+    };
+    let filter = match &log.filter {
+        None => nr,
+        Some(own) => AccessLogFilter {
+            filter_specifier: Some(FilterSpecifier::AndFilter(AndFilter {
+                filters: vec![nr, own.clone()],
+            })),
+        },
+    };
+    AccessLog {
+        filter: Some(filter),
+        ..log.clone()
+    }
+}
+
+fn to_struct(fields: &Map<String, Value>) -> Struct {
+    Struct {
+        fields: fields
+            .iter()
+            .map(|(k, v)| (k.clone(), to_value(v)))
+            .collect(),
+    }
+}
+
+fn to_value(v: &Value) -> ProtoValue {
+    let kind = match v {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(a) => Kind::ListValue(ListValue {
+            values: a.iter().map(to_value).collect(),
+        }),
+        Value::Object(m) => Kind::StructValue(to_struct(m)),
+    };
+    ProtoValue { kind: Some(kind) }
+}
+
+/// What access logging remembers across generations.
+#[derive(Debug, Default)]
+pub(crate) struct Memo {
+    changed: patched::Memo,
+}
+
+impl Memo {
+    /// Puts the access logs of `proxy` on the listeners of `generated`.
+    pub(crate) fn apply(&mut self, proxy: &Proxy, registry: &Registry, generated: &mut Generated) {
+        let logs = logs(proxy, registry);
+        if logs.is_empty() {
+            self.changed.clear();
+            return;
+        }
+        self.changed.begin(logs.fingerprint());
+        let router = proxy.kind == ProxyType::Router;
+        self.changed
+            .each(Type::Listener, &mut generated.listeners, |r| {
+                let mut l = Listener::decode(r.body.value.as_slice()).ok()?;
+                let side = if !router && l.name == names::VIRTUAL_INBOUND {
+                    Side::Server
+                } else {
+                    Side::Client
+                };
+                let logs_here = logs.of(side);
+                if logs_here.is_empty() {
+                    return Some(Arc::clone(r));
+                }
+                put(&mut l, logs_here);
+                let virtual_listener =
+                    l.name == names::VIRTUAL_INBOUND || l.name == names::VIRTUAL_OUTBOUND;
+                if logs.at_listener && (router || virtual_listener) {
+                    l.access_log.extend(logs_here.iter().map(at_listener));
+                }
+                Some(Resource::pack(&l))
+            });
+    }
+}
+
+/// Adds `logs` to every connection manager and TCP proxy of `l`.
+fn put(l: &mut Listener, logs: &[AccessLog]) {
+    let chains = l
+        .filter_chains
+        .iter_mut()
+        .chain(l.default_filter_chain.as_mut());
+    for chain in chains {
+        for f in &mut chain.filters {
+            let Some(filter::ConfigType::TypedConfig(any)) = &mut f.config_type else {
+                continue;
+            };
+            if f.name == HCM {
+                if let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) {
+                    hcm.access_log.extend(logs.iter().cloned());
+                    any.value = hcm.encode_to_vec();
+                }
+            } else if f.name == TCP_PROXY
+                && let Ok(mut tcp) = TcpProxy::decode(any.value.as_slice())
+            {
+                tcp.access_log.extend(logs.iter().cloned());
+                any.value = tcp.encode_to_vec();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

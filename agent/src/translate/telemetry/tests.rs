@@ -1,0 +1,213 @@
+//! Access logs from the Telemetry API and the mesh config, through the translator.
+
+use envoy_types::pb::envoy::config::accesslog::v3::{AccessLog, access_log};
+use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
+use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
+    FileAccessLog, file_access_log::AccessLogFormat,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+use pasa_proto::store::v1::Resource as StoreResource;
+use prost::Message;
+use serde_json::{Value, json};
+
+use crate::model::proxy::{Generator, Proxy};
+use crate::resource::Resources;
+use crate::testing::resource;
+use crate::translate::Translator;
+use crate::translate::tests::{cache, reviews_service};
+
+fn workload() -> Proxy {
+    let mut p = crate::testing::sidecar("10.0.0.2");
+    p.labels = [("app".to_string(), "reviews".to_string())].into();
+    p
+}
+
+fn translate(proxy: Proxy, resources: Vec<StoreResource>) -> Resources {
+    Translator::new(proxy)
+        .update(&cache(resources), Generator::Envoy)
+        .expect("decodes what it encoded")
+}
+
+fn telemetry(ns: &str, name: &str, spec: Value, revision: u64) -> StoreResource {
+    resource("Telemetry", ns, name, spec, revision)
+}
+
+fn mesh(spec: Value) -> StoreResource {
+    resource("MeshConfig", "istio-system", "mesh", spec, 1)
+}
+
+/// The access logs of the first connection manager of `l`'s chain `chain` (any chain when
+/// empty), as (path, format text or JSON keys).
+fn hcm_logs(l: &Listener, chain: &str) -> Vec<(String, String)> {
+    let f = l
+        .filter_chains
+        .iter()
+        .filter(|c| chain.is_empty() || c.name == chain)
+        .flat_map(|c| &c.filters)
+        .find(|f| f.name.ends_with("http_connection_manager"))
+        .expect("a connection manager");
+    let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+        panic!("typed")
+    };
+    described(
+        &HttpConnectionManager::decode(any.value.as_slice())
+            .unwrap()
+            .access_log,
+    )
+}
+
+fn described(logs: &[AccessLog]) -> Vec<(String, String)> {
+    logs.iter()
+        .map(|l| {
+            let Some(access_log::ConfigType::TypedConfig(any)) = &l.config_type else {
+                panic!("typed")
+            };
+            let file = FileAccessLog::decode(any.value.as_slice()).unwrap();
+            let Some(AccessLogFormat::LogFormat(format)) = file.access_log_format else {
+                panic!("a log format")
+            };
+            use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
+            use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format;
+            let shown = match format.format {
+                Some(Format::TextFormatSource(d)) => match d.specifier {
+                    Some(Specifier::InlineString(s)) => s,
+                    other => format!("{other:?}"),
+                },
+                Some(Format::JsonFormat(s)) => {
+                    let mut keys: Vec<String> = s.fields.keys().cloned().collect();
+                    keys.sort();
+                    format!("json:{}", keys.join(","))
+                }
+                other => format!("{other:?}"),
+            };
+            (file.path, shown)
+        })
+        .collect()
+}
+
+#[test]
+fn without_telemetry_the_mesh_configs_access_log_file_applies() {
+    let out = translate(workload(), vec![reviews_service()]);
+    assert!(hcm_logs(&out.listeners["virtualInbound"], "0.0.0.0_9080").is_empty());
+    let out = translate(
+        workload(),
+        vec![
+            reviews_service(),
+            mesh(json!({"accessLogFile": "/dev/stdout", "accessLogEncoding": "JSON"})),
+        ],
+    );
+    let logs = hcm_logs(&out.listeners["virtualInbound"], "0.0.0.0_9080");
+    assert_eq!(logs.len(), 1);
+    assert_eq!(logs[0].0, "/dev/stdout");
+    assert!(logs[0].1.starts_with("json:authority,"), "{logs:?}");
+    // The virtual listeners log connections no chain took.
+    let outbound = &out.listeners["virtualOutbound"];
+    assert_eq!(outbound.access_log.len(), 1);
+    // TCP proxies too.
+    let passthrough = outbound
+        .filter_chains
+        .iter()
+        .flat_map(|c| &c.filters)
+        .find(|f| f.name.ends_with("tcp_proxy"))
+        .expect("a TCP proxy");
+    let Some(filter::ConfigType::TypedConfig(any)) = &passthrough.config_type else {
+        panic!()
+    };
+    assert_eq!(
+        TcpProxy::decode(any.value.as_slice())
+            .unwrap()
+            .access_log
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn the_builtin_envoy_provider_takes_the_mesh_format_and_modes_pick_the_side() {
+    let root = telemetry(
+        "istio-system",
+        "mesh-default",
+        json!({"accessLogging": [{"providers": [{"name": "envoy"}]}]}),
+        5,
+    );
+    let mesh = mesh(json!({"accessLogFormat": "%REQ(:METHOD)% %RESPONSE_CODE%"}));
+    let out = translate(
+        workload(),
+        vec![reviews_service(), root.clone(), mesh.clone()],
+    );
+    let logs = hcm_logs(&out.listeners["virtualInbound"], "0.0.0.0_9080");
+    assert_eq!(
+        logs,
+        [(
+            "/dev/stdout".to_string(),
+            "%REQ(:METHOD)% %RESPONSE_CODE%\n".to_string()
+        )]
+    );
+    // The workload's own Telemetry logs only its client side.
+    let client_only = telemetry(
+        "default",
+        "reviews",
+        json!({"selector": {"matchLabels": {"app": "reviews"}},
+               "accessLogging": [{"match": {"mode": "CLIENT"}, "providers": [{"name": "envoy"}]},
+                                 {"match": {"mode": "SERVER"}, "disabled": true}]}),
+        6,
+    );
+    let out = translate(workload(), vec![reviews_service(), root, mesh, client_only]);
+    assert!(hcm_logs(&out.listeners["virtualInbound"], "0.0.0.0_9080").is_empty());
+    let outbound = out
+        .listeners
+        .values()
+        .find(|l| l.name == "0.0.0.0_9080")
+        .expect("the outbound listener of port 9080");
+    assert_eq!(hcm_logs(outbound, "").len(), 1);
+}
+
+#[test]
+fn providers_of_the_mesh_config_and_filters_are_built() {
+    let mesh = mesh(json!({"extensionProviders": [
+        {"name": "json-log", "envoyFileAccessLog": {"path": "/var/log/access.json",
+            "logFormat": {"labels": {"code": "%RESPONSE_CODE%", "path": "%REQ_WITHOUT_QUERY(:PATH)%"}}}}]}));
+    let ns = telemetry(
+        "default",
+        "errors",
+        json!({"accessLogging": [{"providers": [{"name": "json-log"}],
+                                  "filter": {"expression": "response.code >= 400"}}]}),
+        5,
+    );
+    let out = translate(workload(), vec![reviews_service(), mesh, ns]);
+    let f = out.listeners["virtualInbound"]
+        .filter_chains
+        .iter()
+        .find(|c| c.name == "0.0.0.0_9080")
+        .unwrap()
+        .filters
+        .iter()
+        .find(|f| f.name.ends_with("http_connection_manager"))
+        .unwrap()
+        .clone();
+    let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+        panic!()
+    };
+    let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    assert_eq!(
+        described(&hcm.access_log),
+        [(
+            "/var/log/access.json".to_string(),
+            "json:code,path".to_string()
+        )]
+    );
+    assert!(hcm.access_log[0].filter.is_some(), "the CEL filter");
+    let Some(access_log::ConfigType::TypedConfig(any)) = &hcm.access_log[0].config_type else {
+        panic!()
+    };
+    let file = FileAccessLog::decode(any.value.as_slice()).unwrap();
+    let Some(AccessLogFormat::LogFormat(format)) = file.access_log_format else {
+        panic!()
+    };
+    assert_eq!(
+        format.formatters.len(),
+        1,
+        "REQ_WITHOUT_QUERY needs its formatter"
+    );
+}
