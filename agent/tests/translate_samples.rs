@@ -241,6 +241,36 @@ fn bookinfo_ingress_gateway() {
     insta::assert_json_snapshot!("bookinfo_ingress_gateway", dump(&out));
 }
 
+/// The HTTP filters of the sidecar's inbound chains for `port` (every chain of the port has the
+/// same), and their names.
+fn inbound_http_filters(dump: &Value, port: u16) -> (&Value, Vec<&str>) {
+    let inbound = &dump["listeners"]["virtualInbound"];
+    let per_chain: Vec<&Value> = inbound["filterChains"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["filterChainMatch"]["destinationPort"] == port)
+        .flat_map(|c| c["filters"].as_array().into_iter().flatten())
+        .filter(|f| f["name"] == "envoy.filters.network.http_connection_manager")
+        .map(|f| &f["typedConfig"]["httpFilters"])
+        .collect();
+    assert!(
+        !per_chain.is_empty(),
+        "no inbound chain for {port}: {inbound}"
+    );
+    assert!(
+        per_chain.windows(2).all(|w| w[0] == w[1]),
+        "every chain of the port has the same filters"
+    );
+    let names = per_chain[0]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["name"].as_str())
+        .collect();
+    (per_chain[0], names)
+}
+
 const REVIEWS_V1: &str =
     "sidecar~10.1.3.1~reviews-v1-545db77b95-v44zk.default~default.svc.cluster.local";
 
@@ -294,33 +324,8 @@ fn bookinfo_security_for_the_reviews_sidecar() {
         .update(&cache, Generator::Envoy)
         .expect("decodes what it encoded");
     check_references(&out, "bookinfo reviews with security policies");
-    let inbound = &dump(&out)["listeners"]["virtualInbound"];
-    let chains_9080: Vec<&Value> = inbound["filterChains"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["filterChainMatch"]["destinationPort"] == 9080)
-        .collect();
-    assert!(
-        !chains_9080.is_empty(),
-        "no inbound chain for 9080: {inbound}"
-    );
-    let http_filters: Vec<&Value> = chains_9080
-        .iter()
-        .flat_map(|c| c["filters"].as_array().into_iter().flatten())
-        .filter(|f| f["name"] == "envoy.filters.network.http_connection_manager")
-        .map(|f| &f["typedConfig"]["httpFilters"])
-        .collect();
-    assert!(
-        http_filters.windows(2).all(|w| w[0] == w[1]),
-        "every chain of the port has the same filters"
-    );
-    let names: Vec<&str> = http_filters[0]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|f| f["name"].as_str())
-        .collect();
+    let dump = dump(&out);
+    let (http_filters, names) = inbound_http_filters(&dump, 9080);
     assert_eq!(
         names[..5],
         [
@@ -332,7 +337,7 @@ fn bookinfo_security_for_the_reviews_sidecar() {
         ],
         "{names:?}"
     );
-    insta::assert_json_snapshot!("bookinfo_reviews_security", http_filters[0]);
+    insta::assert_json_snapshot!("bookinfo_reviews_security", http_filters);
 }
 
 /// Bookinfo's reviews v1 with the EnvoyFilters a platform team typically writes: a Lua filter
@@ -380,23 +385,7 @@ fn bookinfo_envoy_filters_for_the_reviews_sidecar() {
         .expect("decodes what it encoded");
     check_references(&out, "bookinfo reviews with EnvoyFilters");
     let dump = dump(&out);
-    let inbound_http_filters: Vec<&Value> = dump["listeners"]["virtualInbound"]["filterChains"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["filterChainMatch"]["destinationPort"] == 9080)
-        .flat_map(|c| c["filters"].as_array().into_iter().flatten())
-        .filter(|f| f["name"] == "envoy.filters.network.http_connection_manager")
-        .map(|f| &f["typedConfig"]["httpFilters"])
-        .collect();
-    assert!(!inbound_http_filters.is_empty());
-    assert!(inbound_http_filters.windows(2).all(|w| w[0] == w[1]));
-    let names: Vec<&str> = inbound_http_filters[0]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|f| f["name"].as_str())
-        .collect();
+    let (inbound_http_filters, names) = inbound_http_filters(&dump, 9080);
     assert_eq!(
         names[names.len() - 2..],
         ["envoy.lua", "envoy.filters.http.router"]
@@ -411,7 +400,7 @@ fn bookinfo_envoy_filters_for_the_reviews_sidecar() {
     insta::assert_json_snapshot!(
         "bookinfo_reviews_envoy_filters",
         json!({
-            "inbound 9080 HTTP filters": inbound_http_filters[0],
+            "inbound 9080 HTTP filters": inbound_http_filters,
             "outbound|9080||ratings circuit breakers": ratings_cluster["circuitBreakers"],
             "ratings:9080 virtual host": ratings_vhost,
         })

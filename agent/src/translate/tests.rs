@@ -82,6 +82,20 @@ pub(super) fn cache(resources: Vec<Resource>) -> Cache {
     Cache::from_resources(resources, 10)
 }
 
+/// A workload of reviews (`app: reviews`) at the address of one of its endpoints.
+pub(super) fn reviews_workload() -> Proxy {
+    let mut p = proxy("10.0.0.2");
+    p.labels = [("app".to_string(), "reviews".to_string())].into();
+    p
+}
+
+/// What a new translator builds for Envoy from `resources`.
+pub(super) fn translate_for(proxy: Proxy, resources: Vec<Resource>) -> crate::resource::Resources {
+    Translator::new(proxy)
+        .update(&cache(resources), Generator::Envoy)
+        .expect("decodes what it encoded")
+}
+
 pub(super) fn hcm_of(listener: &Listener) -> HttpConnectionManager {
     let any = listener
         .filter_chains

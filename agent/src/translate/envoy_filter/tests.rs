@@ -9,28 +9,18 @@ use prost::Message;
 use serde_json::{Value, json};
 
 use crate::cache::Cache;
-use crate::model::proxy::{Generator, Proxy};
-use crate::resource::Resources;
+use crate::model::proxy::Generator;
 use crate::testing::resource;
 use crate::translate::Translator;
-use crate::translate::tests::{cache, hcm_of, http_filter_names, reviews_rule, reviews_service};
+use crate::translate::tests::{
+    cache, hcm_of, http_filter_names, reviews_rule, reviews_service, reviews_workload,
+    translate_for as translate,
+};
 
 const LUA: &str = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua";
 
 fn envoy_filter(ns: &str, name: &str, spec: Value, revision: u64) -> StoreResource {
     resource("EnvoyFilter", ns, name, spec, revision)
-}
-
-fn reviews_workload() -> Proxy {
-    let mut p = crate::testing::sidecar("10.0.0.2");
-    p.labels = [("app".to_string(), "reviews".to_string())].into();
-    p
-}
-
-fn translate(proxy: Proxy, resources: Vec<StoreResource>) -> Resources {
-    Translator::new(proxy)
-        .update(&cache(resources), Generator::Envoy)
-        .expect("decodes what it encoded")
 }
 
 /// A Lua filter inserted before the router of the inbound HTTP chains.
@@ -107,49 +97,35 @@ fn priority_then_root_namespace_first_decide_the_order() {
             }]
         })
     };
-    let out = translate(
-        reviews_workload(),
-        vec![
-            reviews_service(),
-            envoy_filter("default", "a", first(json!({"app": "reviews"}), "ns", 0), 5),
-            envoy_filter(
-                "istio-system",
-                "b",
-                first(json!({"app": "reviews"}), "root", 0),
-                6,
-            ),
-        ],
-    );
-    let names = http_filter_names(&out.listeners["virtualInbound"], "0.0.0.0_9080");
+    // The filter names at the top of the inbound chain with the namespace's EnvoyFilter at
+    // `priority` and the root namespace's at 0.
+    let order = |priority: i32| {
+        let out = translate(
+            reviews_workload(),
+            vec![
+                reviews_service(),
+                envoy_filter(
+                    "default",
+                    "a",
+                    first(json!({"app": "reviews"}), "ns", priority),
+                    5,
+                ),
+                envoy_filter(
+                    "istio-system",
+                    "b",
+                    first(json!({"app": "reviews"}), "root", 0),
+                    6,
+                ),
+            ],
+        );
+        http_filter_names(&out.listeners["virtualInbound"], "0.0.0.0_9080")[..2].to_vec()
+    };
     assert_eq!(
-        names[..2],
+        order(0),
         ["ns", "root"],
-        "root's applied first: {names:?}"
+        "the root namespace's applied first"
     );
-    let out = translate(
-        reviews_workload(),
-        vec![
-            reviews_service(),
-            envoy_filter(
-                "default",
-                "a",
-                first(json!({"app": "reviews"}), "ns", -1),
-                5,
-            ),
-            envoy_filter(
-                "istio-system",
-                "b",
-                first(json!({"app": "reviews"}), "root", 0),
-                6,
-            ),
-        ],
-    );
-    let names = http_filter_names(&out.listeners["virtualInbound"], "0.0.0.0_9080");
-    assert_eq!(
-        names[..2],
-        ["root", "ns"],
-        "lower priority first: {names:?}"
-    );
+    assert_eq!(order(-1), ["root", "ns"], "lower priority first");
 }
 
 #[test]

@@ -11,23 +11,10 @@ use pasa_proto::store::v1::Resource as StoreResource;
 use prost::Message;
 use serde_json::{Value, json};
 
-use crate::model::proxy::{Generator, Proxy};
-use crate::resource::Resources;
 use crate::testing::resource;
-use crate::translate::Translator;
-use crate::translate::tests::{cache, reviews_service};
-
-fn workload() -> Proxy {
-    let mut p = crate::testing::sidecar("10.0.0.2");
-    p.labels = [("app".to_string(), "reviews".to_string())].into();
-    p
-}
-
-fn translate(proxy: Proxy, resources: Vec<StoreResource>) -> Resources {
-    Translator::new(proxy)
-        .update(&cache(resources), Generator::Envoy)
-        .expect("decodes what it encoded")
-}
+use crate::translate::tests::{
+    reviews_service, reviews_workload as workload, translate_for as translate,
+};
 
 fn telemetry(ns: &str, name: &str, spec: Value, revision: u64) -> StoreResource {
     resource("Telemetry", ns, name, spec, revision)
