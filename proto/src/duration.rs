@@ -1,5 +1,5 @@
 //! Durations on command lines (`500ms`, `30s`, `5m`, `1h`, or bare seconds), for the flags of
-//! every PASA binary.
+//! every PASA binary; and Go's durations, as Istio's decoders read them.
 
 use std::time::Duration;
 
@@ -29,6 +29,69 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is too long"))
 }
 
+/// A duration as Go's `time.ParseDuration` reads one (`300ms`, `-1.5h`, `2h45m`, `0`), in
+/// nanoseconds: how Istio's decoders read a `google.protobuf.Duration` in JSON (EnvoyFilter patch
+/// values, for instance). The error is Go's.
+pub fn parse_go(text: &str) -> Result<f64, String> {
+    let invalid = || format!("time: invalid duration {text:?}");
+    let s = text.strip_prefix(['-', '+']).unwrap_or(text);
+    if s == "0" {
+        return Ok(0.0);
+    }
+    if s.is_empty() {
+        return Err(invalid());
+    }
+    // Go's limit is 2^63 ns either way (less one when positive); a float cannot tell them apart.
+    let limit = 2f64.powi(63);
+    let mut total = 0.0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = |r: &str| r.bytes().take_while(u8::is_ascii_digit).count();
+        let whole_len = digits(rest);
+        let whole = &rest[..whole_len];
+        rest = &rest[whole_len..];
+        let mut fraction = "";
+        if let Some(after) = rest.strip_prefix('.') {
+            let n = digits(after);
+            fraction = &after[..n];
+            rest = &after[n..];
+        }
+        if whole.is_empty() && fraction.is_empty() {
+            return Err(invalid());
+        }
+        let unit_len = rest
+            .find(|c: char| c == '.' || c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let nanos_per_unit: f64 = match unit {
+            "" => return Err(format!("time: missing unit in duration {text:?}")),
+            "ns" => 1.0,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            other => {
+                return Err(format!("time: unknown unit {other:?} in duration {text:?}"));
+            }
+        };
+        let number: f64 = format!(
+            "{}.{}",
+            if whole.is_empty() { "0" } else { whole },
+            fraction
+        )
+        .trim_end_matches('.')
+        .parse()
+        .map_err(|_| invalid())?;
+        total += number * nanos_per_unit;
+        if total > limit || (total == limit && !text.starts_with('-')) {
+            return Err(invalid());
+        }
+    }
+    Ok(if text.starts_with('-') { -total } else { total })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -43,5 +106,15 @@ mod tests {
         assert!(parse("5 minutes").unwrap_err().contains("unknown unit"));
         assert!(parse("s").unwrap_err().contains("not a duration"));
         assert!(parse("-1s").unwrap_err().contains("not a duration"));
+    }
+
+    #[test]
+    fn go_durations_read_as_go_reads_them() {
+        assert_eq!(parse_go("500ms"), Ok(5e8));
+        assert_eq!(parse_go("1h2m3.5s"), Ok(3_723.5e9));
+        assert_eq!(parse_go("-1.5us"), Ok(-1500.0));
+        assert_eq!(parse_go("0"), Ok(0.0));
+        assert!(parse_go("5").unwrap_err().contains("missing unit"));
+        assert!(parse_go("3d").unwrap_err().contains("unknown unit"));
     }
 }

@@ -19,7 +19,8 @@
 //! istiod.
 //!
 //! **How.** Each patch's `value` is read once per EnvoyFilter revision as the Envoy message its
-//! `applyTo` names (protobuf JSON, unknown fields ignored, as istiod reads it; one that does not
+//! `applyTo` names (protobuf JSON, unknown fields ignored and durations also written as Go writes
+//! them, `500ms`, as istiod reads it; one that does not
 //! read is skipped and logged, as istiod skips it). The Envoy API's descriptors this needs are
 //! those of the patched messages and of the `@type`s in the values, and of what they import
 //! ([`pasa_envoy_json::pool_for`]): held while an EnvoyFilter applies, dropped when none does,

@@ -165,14 +165,102 @@ pub fn encode(
             name: name.to_string(),
             type_url: type_name.to_string(),
         })?;
+    let mut value = value.clone();
+    go_durations(pool, &descriptor, &mut value);
     let options = prost_reflect::DeserializeOptions::new().deny_unknown_fields(false);
-    let message = DynamicMessage::deserialize_with_options(descriptor, value.clone(), &options)
-        .map_err(|source| JsonError::Read {
+    let message = DynamicMessage::deserialize_with_options(descriptor, value, &options).map_err(
+        |source| JsonError::Read {
             name: name.to_string(),
             type_url: type_name.to_string(),
             source,
-        })?;
+        },
+    )?;
     Ok(prost::Message::encode_to_vec(&message))
+}
+
+/// Rewrites the durations of `value` (protobuf JSON of `message`) that are written as Go writes
+/// them (`500ms`, `1m30s`), as istiod's decoder accepts them, into protobuf JSON's (`0.5s`,
+/// `90s`); the rest is left as it is (what does not read fails later, named).
+fn go_durations(
+    pool: &DescriptorPool,
+    message: &prost_reflect::MessageDescriptor,
+    value: &mut Value,
+) {
+    use prost_reflect::Kind;
+    let Value::Object(fields) = value else { return };
+    let message = match fields.get("@type").and_then(Value::as_str) {
+        Some(url) if message.full_name() == "google.protobuf.Any" => {
+            match pool.get_message_by_name(url.rsplit('/').next().unwrap_or_default()) {
+                Some(m) => m,
+                None => return,
+            }
+        }
+        _ => message.clone(),
+    };
+    for (key, v) in fields.iter_mut() {
+        let Some(field) = message
+            .get_field_by_json_name(key)
+            .or_else(|| message.get_field_by_name(key))
+        else {
+            continue;
+        };
+        let Kind::Message(inner) = field.kind() else {
+            continue;
+        };
+        let each: Vec<&mut Value> = match v {
+            Value::Array(items) if field.is_list() => items.iter_mut().collect(),
+            Value::Object(entries) if field.is_map() => entries.values_mut().collect(),
+            other => vec![other],
+        };
+        let inner = if field.is_map() {
+            match inner.map_entry_value_field().kind() {
+                Kind::Message(m) => m,
+                _ => continue,
+            }
+        } else {
+            inner
+        };
+        for item in each {
+            if inner.full_name() == "google.protobuf.Duration" {
+                if let Value::String(text) = item
+                    && !is_protobuf_duration(text)
+                    && let Ok(nanos) = pasa_proto::duration::parse_go(text)
+                {
+                    *text = protobuf_duration(nanos);
+                }
+            } else {
+                go_durations(pool, &inner, item);
+            }
+        }
+    }
+}
+
+/// Whether `text` is written as protobuf JSON writes a duration: `-?<seconds>[.<fraction>]s`.
+fn is_protobuf_duration(text: &str) -> bool {
+    let Some(number) = text.strip_suffix('s') else {
+        return false;
+    };
+    let number = number.strip_prefix('-').unwrap_or(number);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, "0"));
+    !whole.is_empty()
+        && !fraction.is_empty()
+        && whole
+            .bytes()
+            .chain(fraction.bytes())
+            .all(|b| b.is_ascii_digit())
+}
+
+/// A duration in nanoseconds as protobuf JSON writes it: seconds, with up to nine decimals.
+fn protobuf_duration(nanos: f64) -> String {
+    let sign = if nanos < 0.0 { "-" } else { "" };
+    let nanos = nanos.abs().round() as u128;
+    let (whole, fraction) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
+    if fraction == 0 {
+        format!("{sign}{whole}s")
+    } else {
+        let digits = format!("{fraction:09}");
+        format!("{sign}{whole}.{}s", digits.trim_end_matches('0'))
+    }
 }
 
 /// A resource in protobuf JSON naming its type (`@type`, as Envoy's `/config_dump` writes each
@@ -246,6 +334,25 @@ mod tests {
             "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
         );
         assert_eq!(json["transportSocket"]["typedConfig"]["sni"], "reviews");
+    }
+
+    #[test]
+    fn go_durations_in_patch_values_read_as_istiod_reads_them() {
+        use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+        use prost::Message as _;
+        let pool = pool_for(["envoy.config.cluster.v3.Cluster"]).unwrap();
+        let value = serde_json::json!({"connect_timeout": "1m30.5s",
+            "outlierDetection": {"interval": "2s", "base_ejection_time": "500ms"}});
+        let bytes = encode(&pool, "v", "envoy.config.cluster.v3.Cluster", &value).unwrap();
+        let c = Cluster::decode(bytes.as_slice()).unwrap();
+        let timeout = c.connect_timeout.unwrap();
+        assert_eq!((timeout.seconds, timeout.nanos), (90, 500_000_000));
+        let od = c.outlier_detection.unwrap();
+        assert_eq!(od.interval.unwrap().seconds, 2);
+        let ejection = od.base_ejection_time.unwrap();
+        assert_eq!((ejection.seconds, ejection.nanos), (0, 500_000_000));
+        assert_eq!(protobuf_duration(-1.5e9), "-1.5s");
+        assert!(is_protobuf_duration("0.25s") && !is_protobuf_duration("250ms"));
     }
 
     #[test]

@@ -460,65 +460,9 @@ fn base64(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A duration as Go's `time.ParseDuration` reads one: `300ms`, `-1.5h`, `2h45m`, `0`.
+/// A duration as Go's `time.ParseDuration` reads one (see [`pasa_proto::duration::parse_go`]).
 fn go_duration(text: &str) -> Result<(), String> {
-    let invalid = || format!("time: invalid duration {text:?}");
-    let s = text.strip_prefix(['-', '+']).unwrap_or(text);
-    if s == "0" {
-        return Ok(());
-    }
-    if s.is_empty() {
-        return Err(invalid());
-    }
-    // Go's limit is 2^63 ns either way (less one when positive); a float cannot tell them apart.
-    let limit = 2f64.powi(63);
-    let mut total = 0.0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = |r: &str| r.bytes().take_while(u8::is_ascii_digit).count();
-        let whole_len = digits(rest);
-        let whole = &rest[..whole_len];
-        rest = &rest[whole_len..];
-        let mut fraction = "";
-        if let Some(after) = rest.strip_prefix('.') {
-            let n = digits(after);
-            fraction = &after[..n];
-            rest = &after[n..];
-        }
-        if whole.is_empty() && fraction.is_empty() {
-            return Err(invalid());
-        }
-        let unit_len = rest
-            .find(|c: char| c == '.' || c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let nanos_per_unit: f64 = match unit {
-            "" => return Err(format!("time: missing unit in duration {text:?}")),
-            "ns" => 1.0,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            other => {
-                return Err(format!("time: unknown unit {other:?} in duration {text:?}"));
-            }
-        };
-        let number: f64 = format!(
-            "{}.{}",
-            if whole.is_empty() { "0" } else { whole },
-            fraction
-        )
-        .trim_end_matches('.')
-        .parse()
-        .map_err(|_| invalid())?;
-        total += number * nanos_per_unit;
-        if total > limit || (total == limit && !text.starts_with('-')) {
-            return Err(invalid());
-        }
-    }
-    Ok(())
+    pasa_proto::duration::parse_go(text).map(|_| ())
 }
 
 /// An RFC 3339 date and time, as Go's decoder reads a `google.protobuf.Timestamp`.
