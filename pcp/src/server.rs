@@ -91,7 +91,19 @@ impl PcpArgs {
         });
 
         let (access, tls) = self.grpc_tls.load(&self.inject.root_namespace)?;
-        let access = access.with_trust_domain(&self.inject.trust_domain);
+        // The mesh config's trust domain aliases are the mesh's own identities too.
+        let aliases: Vec<String> = match &self.kube.mesh_config {
+            Some(path) => crate::mesh::read(path)
+                .map_err(anyhow::Error::msg)?
+                .get("trustDomainAliases")
+                .and_then(serde_json::Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str().map(str::to_string))
+                .collect(),
+            None => Vec::new(),
+        };
+        let access = access.with_trust_domain(&self.inject.trust_domain, &aliases);
         let store_tls = match (&self.store_ca, &self.store_cert, &self.store_key) {
             (Some(ca), Some(cert), Some(key)) => Some(
                 pasa_proto::client::ClientTls::from_files(ca, cert, key)

@@ -170,8 +170,9 @@ struct Inner {
     verified: bool,
     operators: BTreeSet<String>,
     root_namespace: String,
-    /// The mesh's trust domain: workload identities of another are nobody here (None: any).
-    trust_domain: Option<String>,
+    /// The mesh's trust domain and its aliases (`trustDomainAliases`): workload identities of
+    /// another are nobody here (None: any).
+    trust_domains: Option<BTreeSet<String>>,
     denied: Family<DeniedLabels, Counter>,
 }
 
@@ -211,18 +212,22 @@ impl Access {
                 verified,
                 operators,
                 root_namespace,
-                trust_domain: None,
+                trust_domains: None,
                 denied: Family::default(),
             }),
         }
     }
 
-    /// Takes workload identities of `trust_domain` only (those of another trust domain are
-    /// refused as unknown identities); set up before serving.
-    pub fn with_trust_domain(self, trust_domain: &str) -> Access {
+    /// Takes workload identities of `trust_domain` and of its `aliases` only (those of another
+    /// trust domain are refused as unknown identities), as istiod takes identities of the
+    /// mesh's `trustDomainAliases` as its own; set up before serving.
+    pub fn with_trust_domain(self, trust_domain: &str, aliases: &[String]) -> Access {
+        let domains = std::iter::once(trust_domain.to_string())
+            .chain(aliases.iter().cloned())
+            .collect();
         Access {
             inner: Arc::new(Inner {
-                trust_domain: Some(trust_domain.to_string()),
+                trust_domains: Some(domains),
                 ..(*self.inner).clone()
             }),
         }
@@ -300,8 +305,14 @@ impl Access {
                 Denied {
                     reason: "unknown_identity",
                     message: format!(
-                        "{id} is not of this mesh's trust domain ({})",
-                        self.inner.trust_domain.as_deref().unwrap_or_default()
+                        "{id} is not of this mesh's trust domain or its aliases ({})",
+                        self.inner
+                            .trust_domains
+                            .iter()
+                            .flatten()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 },
             )),
@@ -316,12 +327,12 @@ impl Access {
         }
     }
 
-    /// Whether `id` is of the mesh's trust domain (any, when none is set).
+    /// Whether `id` is of the mesh's trust domain or an alias of it (any, when none is set).
     fn trust_domain_ok(&self, id: &SpiffeId) -> bool {
         self.inner
-            .trust_domain
+            .trust_domains
             .as_ref()
-            .is_none_or(|td| *td == id.trust_domain)
+            .is_none_or(|tds| tds.contains(&id.trust_domain))
     }
 
     /// May `caller` write (apply, delete)?
@@ -717,11 +728,16 @@ mod tests {
 
     #[test]
     fn workloads_of_another_trust_domain_are_nobody() {
-        let access = access().with_trust_domain("example.org");
+        let access = access().with_trust_domain("example.org", &["old.example.org".to_string()]);
         let id = SpiffeId::parse("spiffe://cluster.local/ns/shop/sa/web").unwrap();
         assert!(!access.trust_domain_ok(&id));
         let ours = SpiffeId::parse("spiffe://example.org/ns/shop/sa/web").unwrap();
         assert!(access.trust_domain_ok(&ours));
+        let aliased = SpiffeId::parse("spiffe://old.example.org/ns/shop/sa/web").unwrap();
+        assert!(
+            access.trust_domain_ok(&aliased),
+            "an alias is the mesh's own"
+        );
     }
 
     #[test]

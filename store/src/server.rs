@@ -150,6 +150,14 @@ pub struct ServerArgs {
     /// The mesh's trust domain: over mutual TLS, workload identities of another are refused.
     #[arg(long, env = "PASA_TRUST_DOMAIN", default_value = "cluster.local")]
     pub trust_domain: String,
+    /// Trust domains taken as the mesh's own (the mesh config's `trustDomainAliases`); repeat
+    /// the flag or separate them with commas.
+    #[arg(
+        long = "trust-domain-alias",
+        env = "PASA_TRUST_DOMAIN_ALIASES",
+        value_delimiter = ','
+    )]
+    pub trust_domain_aliases: Vec<String>,
 }
 
 impl ServerArgs {
@@ -157,7 +165,7 @@ impl ServerArgs {
     pub async fn run(self, name: &str) -> anyhow::Result<()> {
         pasa_runtime::logs::init(self.store.log_json);
         let (access, tls) = self.tls.load(&self.root_namespace)?;
-        let access = access.with_trust_domain(&self.trust_domain);
+        let access = access.with_trust_domain(&self.trust_domain, &self.trust_domain_aliases);
         let store = self.store.open(Metrics::new())?;
         bind(store, self.listen, self.admin)
             .await?

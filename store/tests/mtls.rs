@@ -260,7 +260,7 @@ async fn identities_decide_what_clients_may_read_and_write() {
     assert!(
         status
             .message()
-            .contains("is not of this mesh's trust domain (cluster.local)"),
+            .contains("is not of this mesh's trust domain or its aliases (cluster.local)"),
         "{}",
         status.message()
     );
