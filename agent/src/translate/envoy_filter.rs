@@ -30,7 +30,7 @@
 //! they were patched from: a resource the translators did not build again is not patched again
 //! while the patches stay the same.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -275,7 +275,8 @@ fn proxy_matches(proxy: &Proxy, matching: &EnvoyConfigObjectMatch) -> bool {
     wanted
         .metadata
         .iter()
-        .all(|(k, v)| node_metadata(proxy, k).as_deref() == Some(v.as_str()))
+        // A key the node does not carry reads as empty, as istiod reads it.
+        .all(|(k, v)| node_metadata(proxy, k).unwrap_or_default() == *v)
 }
 
 /// The string-valued node metadata the agent knows of its proxy (what its bootstrap writes).
@@ -332,12 +333,10 @@ fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<&'a Arc<Config<Env
             .cmp(&b.spec.priority)
             .then_with(|| (b.meta.namespace == root).cmp(&(a.meta.namespace == root)))
             .then_with(|| a.meta.created.cmp(&b.meta.created))
+            // istiod compares `name.namespace` as one string.
             .then_with(|| {
-                (a.meta.name.as_str(), ".", a.meta.namespace.as_str()).cmp(&(
-                    b.meta.name.as_str(),
-                    ".",
-                    b.meta.namespace.as_str(),
-                ))
+                format!("{}.{}", a.meta.name, a.meta.namespace)
+                    .cmp(&format!("{}.{}", b.meta.name, b.meta.namespace))
             })
     });
     filters
@@ -434,10 +433,19 @@ impl Memo {
         }
         let router = proxy.kind == ProxyType::Router;
         let Some(pool) = &patches.pool else { return };
+        // A router's listener ports and the service ports they serve, for route configuration
+        // matches by port (istiod's gateway port map).
+        let mut port_map: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+        if router {
+            for t in crate::model::gateway::service_targets(proxy, registry) {
+                port_map.entry(t.target_port).or_default().insert(t.port);
+            }
+        }
         let patcher = Patcher {
             patches: &patches,
             router,
             pool,
+            port_map,
         };
         self.patched
             .each(Type::Listener, &mut generated.listeners, |r| {
@@ -490,6 +498,8 @@ struct Patcher<'a> {
     patches: &'a Patches,
     router: bool,
     pool: &'a DescriptorPool,
+    /// A router's listener ports, with the service ports each serves.
+    port_map: BTreeMap<u32, BTreeSet<u32>>,
 }
 
 impl Patcher<'_> {
@@ -608,7 +618,7 @@ impl Patcher<'_> {
                     (Some(theirs), Some(ours)) if theirs.name == ours.name => {
                         merge_typed_socket(self.pool, ours, theirs);
                     }
-                    (Some(_), Some(_)) => {}
+                    // Another socket: the value is merged whole (its socket replaces ours).
                     _ => p.merge_into(self.pool, fc),
                 }
             }
@@ -749,14 +759,15 @@ impl Patcher<'_> {
         for p in self.patches.of(ApplyTo::RouteConfiguration) {
             if p.merges()
                 && p.in_context(context)
-                && route_configuration_matches(context, &rc.name, p)
+                && route_configuration_matches(context, &rc.name, p, &self.port_map)
             {
                 p.merge_into(self.pool, rc);
             }
         }
         let name = rc.name.clone();
-        let selects_rc =
-            |p: &Patch| p.in_context(context) && route_configuration_matches(context, &name, p);
+        let selects_rc = |p: &Patch| {
+            p.in_context(context) && route_configuration_matches(context, &name, p, &self.port_map)
+        };
         let mut hosts = std::mem::take(&mut rc.virtual_hosts);
         let mut removed = vec![false; hosts.len()];
         for (i, vh) in hosts.iter_mut().enumerate() {
@@ -848,7 +859,7 @@ impl Patcher<'_> {
     fn cluster(&self, c: &mut Cluster) -> bool {
         let context = if self.router {
             PatchContext::Gateway
-        } else if c.name.starts_with("inbound|") {
+        } else if c.name.starts_with("inbound|") || c.name == names::INBOUND_PASSTHROUGH_CLUSTER {
             PatchContext::SidecarInbound
         } else {
             PatchContext::SidecarOutbound
@@ -1068,8 +1079,14 @@ fn gateway_route_name(name: &str) -> (u32, &str, String) {
     (0, "", String::new())
 }
 
-/// Whether the route configuration `name` is one `p` selects.
-fn route_configuration_matches(context: PatchContext, name: &str, p: &Patch) -> bool {
+/// Whether the route configuration `name` is one `p` selects; on a gateway, a port matches the
+/// route's listener port or a service port served on it (`port_map`).
+fn route_configuration_matches(
+    context: PatchContext,
+    name: &str,
+    p: &Patch,
+    port_map: &BTreeMap<u32, BTreeSet<u32>>,
+) -> bool {
     let Some(m) = p.matching.route_configuration() else {
         return true;
     };
@@ -1082,7 +1099,11 @@ fn route_configuration_matches(context: PatchContext, name: &str, p: &Patch) -> 
     let (port, port_name, gateway) = gateway_route_name(name);
     (m.port_name.is_empty() || m.port_name == port_name)
         && (m.gateway.is_empty() || m.gateway == gateway)
-        && (m.port_number == 0 || m.port_number == port)
+        && (m.port_number == 0
+            || match port_map.get(&port) {
+                Some(served) => served.contains(&m.port_number),
+                None => m.port_number == port,
+            })
 }
 
 fn virtual_host_matches(vh: &VirtualHost, p: &Patch) -> bool {
@@ -1115,13 +1136,47 @@ fn route_matches(r: &Route, p: &Patch) -> bool {
     }
     match m.action {
         RouteAction::Any | RouteAction::Unknown(_) => true,
-        RouteAction::Route => matches!(r.action, Some(Action::Route(_))),
-        RouteAction::Redirect => matches!(r.action, Some(Action::Redirect(_))),
-        RouteAction::DirectResponse => matches!(r.action, Some(Action::DirectResponse(_))),
+        // A route of another action (or none) matches whatever action is asked for, as in
+        // istiod.
+        RouteAction::Route => !matches!(
+            r.action,
+            Some(Action::Redirect(_) | Action::DirectResponse(_))
+        ),
+        RouteAction::Redirect => {
+            !matches!(r.action, Some(Action::Route(_) | Action::DirectResponse(_)))
+        }
+        RouteAction::DirectResponse => {
+            !matches!(r.action, Some(Action::Route(_) | Action::Redirect(_)))
+        }
     }
 }
 
-/// `direction|port|subset|host` read as istiod reads a cluster name.
+/// A cluster name read as istiod reads one (`ParseSubsetKey`): `direction|port|subset|host`,
+/// or `outbound_.port_.subset_.host` (SNI-DNAT); as far as it goes: (port, subset, host).
+fn subset_key(name: &str) -> (u32, &str, &str) {
+    let sep = if name.starts_with("outbound_") || name.starts_with("inbound_") {
+        "_."
+    } else {
+        "|"
+    };
+    let mut out = (0, "", "");
+    let Some((_, rest)) = name.split_once(sep) else {
+        return out;
+    };
+    let Some((port, rest)) = rest.split_once(sep) else {
+        return out;
+    };
+    out.0 = port.parse().unwrap_or(0);
+    let Some((subset, host)) = rest.split_once(sep) else {
+        return out;
+    };
+    out.1 = subset;
+    if !host.contains(sep) {
+        out.2 = host;
+    }
+    out
+}
+
 fn cluster_matches(c: &Cluster, p: &Patch) -> bool {
     let Some(m) = p.matching.cluster() else {
         return true;
@@ -1129,11 +1184,7 @@ fn cluster_matches(c: &Cluster, p: &Patch) -> bool {
     if !m.name.is_empty() {
         return m.name == c.name;
     }
-    let parts: Vec<&str> = c.name.split('|').collect();
-    let (port, subset, host) = match parts.as_slice() {
-        [_, port, subset, host] => (port.parse::<u32>().unwrap_or(0), *subset, *host),
-        _ => (0, "", ""),
-    };
+    let (port, subset, host) = subset_key(&c.name);
     (m.subset.is_empty() || m.subset == subset)
         && (m.service.is_empty() || m.service == host)
         && (m.port_number == 0 || m.port_number == port)

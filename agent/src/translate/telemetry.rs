@@ -209,34 +209,38 @@ fn provider_names(entry: &AccessLogging) -> Vec<String> {
 /// istiod's merge of the access logging entries for one side: provider → (its CEL filter,
 /// disabled).
 fn merge(
-    entries: &[&AccessLogging],
+    per_telemetry: &[Vec<&AccessLogging>],
     defaults: &[String],
     side: Side,
 ) -> BTreeMap<String, (Option<String>, bool)> {
     let mut out = BTreeMap::new();
-    if entries.is_empty() {
+    if per_telemetry.is_empty() {
         for p in defaults {
             out.insert(p.clone(), (None, false));
         }
         return out;
     }
-    let mut in_scope: Vec<String> = defaults.to_vec();
+    // The providers in use: those the entries (of this side) of the last Telemetry that names
+    // any name together.
+    let mut in_scope: BTreeSet<String> = defaults.iter().cloned().collect();
     let mut filters: BTreeMap<String, Option<String>> = BTreeMap::new();
-    for e in entries {
-        if !side.matches(e.match_.as_ref().and_then(|m| m.mode.as_deref())) {
-            continue;
+    for entries in per_telemetry {
+        let mut named = BTreeSet::new();
+        for e in entries {
+            if !side.matches(e.match_.as_ref().and_then(|m| m.mode.as_deref())) {
+                continue;
+            }
+            for p in provider_names(e) {
+                filters.insert(p.clone(), e.filter.as_ref().map(|f| f.expression.clone()));
+                named.insert(p);
+            }
         }
-        let names = provider_names(e);
-        for p in &names {
-            filters.insert(p.clone(), e.filter.as_ref().map(|f| f.expression.clone()));
-        }
-        if !names.is_empty() {
-            in_scope = names;
+        if !named.is_empty() {
+            in_scope = named;
         }
     }
-    let in_scope: BTreeSet<String> = in_scope.into_iter().collect();
     let mut parent: Vec<String> = defaults.to_vec();
-    for e in entries {
+    for e in per_telemetry.iter().flatten() {
         let mut names = provider_names(e);
         if names.is_empty() {
             names = parent.clone();
@@ -264,40 +268,39 @@ fn logs(proxy: &Proxy, registry: &Registry) -> Logs {
     let mesh_config = registry.mesh_config(&proxy.mesh.root_namespace);
     let mesh = mesh_config.map_or(&empty, |m| &m.other);
     let at_listener = mesh.get("disableEnvoyListenerLog").and_then(Value::as_bool) != Some(true);
-    let telemetries = applying(proxy, registry);
-    let entries: Vec<&AccessLogging> = telemetries
+    let per_telemetry: Vec<Vec<&AccessLogging>> = applying(proxy, registry)
         .iter()
-        .flat_map(|t| t.spec.access_logging.iter().flatten())
+        .map(|t| t.spec.access_logging.iter().flatten().collect::<Vec<_>>())
+        .filter(|entries| !entries.is_empty())
         .collect();
     let defaults = mesh_config
         .map(MeshConfig::default_access_log_providers)
         .unwrap_or_default();
-    if entries.is_empty() && defaults.is_empty() {
-        // istiod's fallback: the mesh config's own access log file.
-        let Some(path) = mesh
-            .get("accessLogFile")
-            .and_then(Value::as_str)
-            .filter(|p| !p.is_empty())
-        else {
-            return Logs::default();
-        };
-        let log = mesh_file_log(path, mesh);
-        return Logs {
-            client: vec![log.clone()],
-            server: vec![log],
-            at_listener,
-        };
-    }
+    // istiod's fallback, for a side nothing else configures: the mesh config's own access log
+    // file.
+    let legacy = mesh
+        .get("accessLogFile")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .map(|path| mesh_file_log(path, mesh));
     let mut out = Logs {
         at_listener,
         ..Default::default()
     };
     for side in [Side::Client, Side::Server] {
         let mut built: Vec<(String, AccessLog)> = Vec::new();
-        for (name, (filter, disabled)) in merge(&entries, &defaults, side) {
+        let mut configured = 0;
+        let merged = if per_telemetry.is_empty() && defaults.is_empty() {
+            BTreeMap::new()
+        } else {
+            merge(&per_telemetry, &defaults, side)
+        };
+        for (name, (filter, disabled)) in merged {
             let Some((canonical, file)) = file_access_log_provider(mesh_config, &name) else {
                 continue;
             };
+            // A provider turned off still counts as configured: no fallback then.
+            configured += 1;
             if disabled {
                 continue;
             }
@@ -318,7 +321,10 @@ fn logs(proxy: &Proxy, registry: &Registry) -> Logs {
             built.push((canonical, log));
         }
         built.sort_by(|a, b| a.0.cmp(&b.0));
-        let logs = built.into_iter().map(|(_, l)| l).collect();
+        let mut logs: Vec<AccessLog> = built.into_iter().map(|(_, l)| l).collect();
+        if configured == 0 {
+            logs.extend(legacy.clone());
+        }
         match side {
             Side::Client => out.client = logs,
             Side::Server => out.server = logs,
@@ -327,13 +333,13 @@ fn logs(proxy: &Proxy, registry: &Registry) -> Logs {
     out
 }
 
-fn file_log(path: &str, format: SubstitutionFormatString) -> AccessLog {
+fn file_log(path: &str, format: Option<SubstitutionFormatString>) -> AccessLog {
     AccessLog {
         name: FILE_ACCESS_LOG.into(),
         config_type: Some(access_log::ConfigType::TypedConfig(pack_any(
             FileAccessLog {
                 path: path.to_string(),
-                access_log_format: Some(AccessLogFormat::LogFormat(format)),
+                access_log_format: format.map(AccessLogFormat::LogFormat),
             },
         ))),
         ..Default::default()
@@ -409,7 +415,7 @@ fn mesh_file_log(path: &str, mesh: &Map<String, Value>) -> AccessLog {
     } else {
         text_format(format, false)
     };
-    file_log(path, format)
+    file_log(path, Some(format))
 }
 
 /// An `envoyFileAccessLog` provider's access log.
@@ -421,12 +427,13 @@ fn provider_file_log(file: &Value) -> AccessLog {
         .unwrap_or("/dev/stdout");
     let omit = file.get("omitEmptyValues").and_then(Value::as_bool) == Some(true);
     let format = match file.get("logFormat") {
-        Some(f) if f.get("labels").is_some() => json_format(f["labels"].as_object(), omit),
-        Some(f) => text_format(
-            f.get("text").and_then(Value::as_str).unwrap_or_default(),
-            omit,
-        ),
-        None => text_format("", omit),
+        Some(f) if f.get("labels").is_some() => Some(json_format(f["labels"].as_object(), omit)),
+        Some(f) if f.get("text").is_some() => {
+            Some(text_format(f["text"].as_str().unwrap_or_default(), omit))
+        }
+        // A format of neither kind: none (Envoy's own), as from istiod.
+        Some(_) => None,
+        None => Some(text_format("", omit)),
     };
     file_log(path, format)
 }
@@ -535,6 +542,11 @@ fn put(l: &mut Listener, logs: &[AccessLog]) {
         .filter_chains
         .iter_mut()
         .chain(l.default_filter_chain.as_mut());
+    // istiod builds the chains refusing traffic to the virtual listeners' own ports without
+    // access logs.
+    let chains = chains.filter(|c| {
+        c.name != names::VIRTUAL_INBOUND_BLACKHOLE && c.name != names::VIRTUAL_OUTBOUND_BLACKHOLE
+    });
     for chain in chains {
         for f in &mut chain.filters {
             let Some(filter::ConfigType::TypedConfig(any)) = &mut f.config_type else {

@@ -624,6 +624,8 @@ impl<T: Target> Syncing<T> {
                     let now = self.selects(&name);
                     if self.selected.insert(name.clone(), now) != Some(now) {
                         self.dirty_namespace(&name);
+                        // Its Ingresses come or go with it.
+                        self.ingresses_changed = true;
                     }
                 }
                 InitDone => {

@@ -363,9 +363,36 @@ fn only_file_access_logs(
         })
 }
 
+/// Whether a patch value names an `@type` the Envoy API does not define (one of Istio's own
+/// extensions, say): the agent cannot read such a patch, where istiod can.
+fn names_unknown_types(value: &Value) -> bool {
+    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(t) = m.get("@type").and_then(Value::as_str) {
+                    out.push(t.rsplit('/').next().unwrap_or_default());
+                }
+                m.values().for_each(|v| walk(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut types = Vec::new();
+    walk(value, &mut types);
+    if types.is_empty() {
+        return false;
+    }
+    match pasa_envoy_json::pool_for(types.iter().copied()) {
+        Ok(pool) => types.iter().any(|t| pool.get_message_by_name(t).is_none()),
+        Err(_) => true,
+    }
+}
+
 /// How an EnvoyFilter picks workloads (`workloadSelector.labels`, `targetRefs`), or None when
 /// the agent applies every patch it has for sidecars: all but `EXTENSION_CONFIG` and
-/// `BOOTSTRAP` (patches for gateways or waypoints do not count). Read from the JSON: only these
+/// `BOOTSTRAP`, and those whose value names a type outside the Envoy API (patches for gateways
+/// or waypoints do not count). Read from the JSON: only these
 /// fields matter here.
 fn envoy_filter_attachment(
     spec_json: &str,
@@ -384,7 +411,8 @@ fn envoy_filter_attachment(
         let context = p.pointer("/match/context").and_then(Value::as_str);
         let apply_to = p.get("applyTo").and_then(Value::as_str);
         !matches!(context, Some("GATEWAY" | "WAYPOINT"))
-            && matches!(apply_to, Some("EXTENSION_CONFIG" | "BOOTSTRAP"))
+            && (matches!(apply_to, Some("EXTENSION_CONFIG" | "BOOTSTRAP"))
+                || names_unknown_types(&p["patch"]["value"]))
     };
     if !patches.iter().any(unapplied) {
         return None;
@@ -721,13 +749,24 @@ mod tests {
                 json!({"workloadSelector": {"labels": {"app": "reviews"}},
                        "configPatches": [{"applyTo": "EXTENSION_CONFIG", "match": {"context": "SIDECAR_INBOUND"}}]}),
             ),
+            // Istio's own extension type: not in the Envoy API the agent reads patches with.
+            policy(
+                "EnvoyFilter",
+                "bookinfo",
+                "istio-stats",
+                json!({"configPatches": [{"applyTo": "HTTP_FILTER",
+                       "patch": {"operation": "INSERT_BEFORE", "value": {"name": "istio.stats",
+                           "typed_config": {"@type": "type.googleapis.com/stats.PluginConfig"}}}}]}),
+            ),
             // Applied by the agent.
             policy(
                 "EnvoyFilter",
                 "bookinfo",
                 "lua",
                 json!({"workloadSelector": {"labels": {"app": "reviews"}},
-                       "configPatches": [{"applyTo": "HTTP_FILTER", "match": {"context": "SIDECAR_INBOUND"}}]}),
+                       "configPatches": [{"applyTo": "HTTP_FILTER", "match": {"context": "SIDECAR_INBOUND"},
+                           "patch": {"operation": "INSERT_BEFORE", "value": {"name": "envoy.lua",
+                               "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"}}}}]}),
             ),
             policy(
                 "EnvoyFilter",
@@ -804,6 +843,7 @@ mod tests {
                 "RequestAuthentication bookinfo/namespace-wide",
                 "RequestAuthentication istio-system/mesh-wide",
                 "EnvoyFilter bookinfo/add-header",
+                "EnvoyFilter bookinfo/istio-stats",
                 "Telemetry bookinfo/tracing",
                 "TrafficExtension bookinfo/lua",
             ]

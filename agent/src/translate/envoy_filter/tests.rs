@@ -423,3 +423,64 @@ fn a_router_applies_gateway_patches_and_unchanged_resources_are_not_patched_agai
     let second = t.generate(&cache, Generator::Envoy);
     assert!(std::sync::Arc::ptr_eq(rc, &second.routes["http.8080"]));
 }
+
+#[test]
+fn cluster_names_read_as_istiod_reads_them() {
+    use super::subset_key;
+    assert_eq!(
+        subset_key("outbound|9080|v1|reviews.default.svc.cluster.local"),
+        (9080, "v1", "reviews.default.svc.cluster.local")
+    );
+    assert_eq!(
+        subset_key("outbound_.443_.v2_.api.example.com"),
+        (443, "v2", "api.example.com")
+    );
+    assert_eq!(subset_key("inbound|9080||"), (9080, "", ""));
+    assert_eq!(
+        subset_key("inbound|9080"),
+        (0, "", ""),
+        "a port needs what follows it"
+    );
+    assert_eq!(subset_key("BlackHoleCluster"), (0, "", ""));
+}
+
+#[test]
+fn a_gateway_route_matches_by_the_service_port_its_listener_serves() {
+    // The router is the endpoint of a service whose port 80 it receives on 8080: a patch for
+    // port 80 selects the route configuration `http.8080`, one for 8080 does not.
+    let router_service = resource(
+        "ServiceEndpoints",
+        "istio-system",
+        "istio-ingressgateway",
+        json!({"addresses": ["10.96.0.80"],
+               "ports": [{"name": "http2", "port": 80, "targetPort": 8080}],
+               "endpoints": [{"address": "10.0.0.50", "labels": {"istio": "ingressgateway"}}]}),
+        1,
+    );
+    let gateway = resource(
+        "Gateway",
+        "istio-system",
+        "gw",
+        json!({"selector": {"istio": "ingressgateway"}, "servers": [
+            {"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]}),
+        2,
+    );
+    let patched = |port: u32| {
+        let filter = envoy_filter(
+            "istio-system",
+            "by-port",
+            json!({"configPatches": [{"applyTo": "ROUTE_CONFIGURATION",
+                "match": {"context": "GATEWAY", "routeConfiguration": {"portNumber": port}},
+                "patch": {"operation": "MERGE", "value": {"response_headers_to_add": [
+                    {"header": {"key": "x-port", "value": "1"}}]}}}]}),
+            5,
+        );
+        let out = translate(
+            crate::testing::router("10.0.0.50"),
+            vec![router_service.clone(), gateway.clone(), filter],
+        );
+        !out.routes["http.8080"].response_headers_to_add.is_empty()
+    };
+    assert!(patched(80));
+    assert!(!patched(8080));
+}

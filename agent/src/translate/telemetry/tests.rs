@@ -91,22 +91,31 @@ fn without_telemetry_the_mesh_configs_access_log_file_applies() {
     // The virtual listeners log connections no chain took.
     let outbound = &out.listeners["virtualOutbound"];
     assert_eq!(outbound.access_log.len(), 1);
-    // TCP proxies too.
-    let passthrough = outbound
-        .filter_chains
-        .iter()
-        .flat_map(|c| &c.filters)
-        .find(|f| f.name.ends_with("tcp_proxy"))
-        .expect("a TCP proxy");
-    let Some(filter::ConfigType::TypedConfig(any)) = &passthrough.config_type else {
-        panic!()
-    };
-    assert_eq!(
+    // TCP proxies too, but for the chain refusing traffic to the listener's own port (as from
+    // istiod).
+    let tcp_logs = |chain: &str| {
+        let f = outbound
+            .filter_chains
+            .iter()
+            .filter(|c| c.name == chain)
+            .flat_map(|c| &c.filters)
+            .find(|f| f.name.ends_with("tcp_proxy"))
+            .unwrap_or_else(|| panic!("a TCP proxy in {chain}"));
+        let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+            panic!()
+        };
         TcpProxy::decode(any.value.as_slice())
             .unwrap()
             .access_log
-            .len(),
+            .len()
+    };
+    assert_eq!(
+        tcp_logs(crate::translate::names::VIRTUAL_OUTBOUND_CATCH_ALL_TCP),
         1
+    );
+    assert_eq!(
+        tcp_logs(crate::translate::names::VIRTUAL_OUTBOUND_BLACKHOLE),
+        0
     );
 }
 
@@ -197,4 +206,49 @@ fn providers_of_the_mesh_config_and_filters_are_built() {
         1,
         "REQ_WITHOUT_QUERY needs its formatter"
     );
+}
+
+#[test]
+fn one_telemetrys_entries_add_up_and_an_unconfigured_side_falls_back_to_the_mesh_file() {
+    let mesh = mesh(
+        json!({"accessLogFile": "/var/log/mesh.log", "extensionProviders": [
+        {"name": "second", "envoyFileAccessLog": {"path": "/var/log/second.log"}}]}),
+    );
+    let two = telemetry(
+        "istio-system",
+        "two",
+        json!({"accessLogging": [{"providers": [{"name": "envoy"}]},
+                                 {"providers": [{"name": "second"}]}]}),
+        5,
+    );
+    let out = translate(workload(), vec![reviews_service(), mesh.clone(), two]);
+    let paths: Vec<String> = hcm_logs(&out.listeners["virtualInbound"], "0.0.0.0_9080")
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(
+        paths,
+        ["/dev/stdout", "/var/log/second.log"],
+        "both, by provider name"
+    );
+    // Only the server side configured: the client side takes the mesh's file.
+    let server_only = telemetry(
+        "istio-system",
+        "server",
+        json!({"accessLogging": [{"match": {"mode": "SERVER"}, "providers": [{"name": "second"}]}]}),
+        6,
+    );
+    let out = translate(workload(), vec![reviews_service(), mesh, server_only]);
+    let server: Vec<String> = hcm_logs(&out.listeners["virtualInbound"], "0.0.0.0_9080")
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert_eq!(server, ["/var/log/second.log"]);
+    let outbound = out
+        .listeners
+        .values()
+        .find(|l| l.name == "0.0.0.0_9080")
+        .expect("the outbound listener of port 9080");
+    let client: Vec<String> = hcm_logs(outbound, "").into_iter().map(|(p, _)| p).collect();
+    assert_eq!(client, ["/var/log/mesh.log"]);
 }
