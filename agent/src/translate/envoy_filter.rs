@@ -279,7 +279,9 @@ fn proxy_matches(proxy: &Proxy, matching: &EnvoyConfigObjectMatch) -> bool {
         .all(|(k, v)| node_metadata(proxy, k).unwrap_or_default() == *v)
 }
 
-/// The string-valued node metadata the agent knows of its proxy (what its bootstrap writes).
+/// The string-valued node metadata the agent knows of its proxy (what its bootstrap writes), of
+/// the keys [`pasa_proto::istio::envoy_filter::AGENT_KNOWN_METADATA`] lists (the injector keeps
+/// pods that patches match on other keys with istiod).
 fn node_metadata(proxy: &Proxy, key: &str) -> Option<String> {
     Some(match key {
         "ISTIO_VERSION" => PROXY_VERSION.to_string(),

@@ -391,8 +391,8 @@ fn names_unknown_types(value: &Value) -> bool {
 
 /// How an EnvoyFilter picks workloads (`workloadSelector.labels`, `targetRefs`), or None when
 /// the agent applies every patch it has for sidecars: all but `EXTENSION_CONFIG` and
-/// `BOOTSTRAP`, and those whose value names a type outside the Envoy API (patches for gateways
-/// or waypoints do not count). Read from the JSON: only these
+/// `BOOTSTRAP`, those whose value names a type outside the Envoy API, and those matching node
+/// metadata the agent does not know (patches for gateways or waypoints do not count). Read from the JSON: only these
 /// fields matter here.
 fn envoy_filter_attachment(
     spec_json: &str,
@@ -412,7 +412,15 @@ fn envoy_filter_attachment(
         let apply_to = p.get("applyTo").and_then(Value::as_str);
         !matches!(context, Some("GATEWAY" | "WAYPOINT"))
             && (matches!(apply_to, Some("EXTENSION_CONFIG" | "BOOTSTRAP"))
-                || names_unknown_types(&p["patch"]["value"]))
+                || names_unknown_types(&p["patch"]["value"])
+                || p.pointer("/match/proxy/metadata")
+                    .and_then(Value::as_object)
+                    .is_some_and(|m| {
+                        m.keys().any(|k| {
+                            !pasa_proto::istio::envoy_filter::AGENT_KNOWN_METADATA
+                                .contains(&k.as_str())
+                        })
+                    }))
     };
     if !patches.iter().any(unapplied) {
         return None;
@@ -749,6 +757,15 @@ mod tests {
                 json!({"workloadSelector": {"labels": {"app": "reviews"}},
                        "configPatches": [{"applyTo": "EXTENSION_CONFIG", "match": {"context": "SIDECAR_INBOUND"}}]}),
             ),
+            // Node metadata the agent does not know of its proxy.
+            policy(
+                "EnvoyFilter",
+                "bookinfo",
+                "by-workload-name",
+                json!({"configPatches": [{"applyTo": "CLUSTER",
+                       "match": {"proxy": {"metadata": {"WORKLOAD_NAME": "reviews-v1"}}},
+                       "patch": {"operation": "REMOVE"}}]}),
+            ),
             // Istio's own extension type: not in the Envoy API the agent reads patches with.
             policy(
                 "EnvoyFilter",
@@ -843,6 +860,7 @@ mod tests {
                 "RequestAuthentication bookinfo/namespace-wide",
                 "RequestAuthentication istio-system/mesh-wide",
                 "EnvoyFilter bookinfo/add-header",
+                "EnvoyFilter bookinfo/by-workload-name",
                 "EnvoyFilter bookinfo/istio-stats",
                 "Telemetry bookinfo/tracing",
                 "TrafficExtension bookinfo/lua",

@@ -246,6 +246,17 @@ impl From<EnvoyConfigObjectMatch> for EnvoyConfigObjectMatchJson {
     }
 }
 
+/// The node metadata PASA's agent knows of its proxy, by key: a patch whose `match.proxy`
+/// names another key cannot be matched by the agent as istiod matches it.
+pub const AGENT_KNOWN_METADATA: [&str; 6] = [
+    "ISTIO_VERSION",
+    "NAMESPACE",
+    "CLUSTER_ID",
+    "NETWORK",
+    "INTERCEPTION_MODE",
+    "INSTANCE_IPS",
+];
+
 /// Properties of the proxy a patch applies to.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
