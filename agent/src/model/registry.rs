@@ -598,15 +598,15 @@ impl Registry {
         &self,
         root_namespace: &str,
     ) -> Option<&pasa_proto::istio::mesh_config::MeshConfig> {
-        self.entries.values().find_map(|e| match &e.parsed {
-            Parsed::MeshConfig(c)
-                if c.meta.namespace == root_namespace
-                    && c.meta.name == pasa_proto::istio::mesh_config::MESH_CONFIG_NAME =>
-            {
-                Some(&c.spec)
-            }
+        let key = Key {
+            kind: Kind::MeshConfig,
+            namespace: root_namespace.to_string(),
+            name: pasa_proto::istio::mesh_config::MESH_CONFIG_NAME.to_string(),
+        };
+        match &self.entries.get(&key)?.parsed {
+            Parsed::MeshConfig(c) => Some(&c.spec),
             _ => None,
-        })
+        }
     }
 
     /// The resource as the store handed it over (its labels, for instance), by key.
