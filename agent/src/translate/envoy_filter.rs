@@ -174,24 +174,18 @@ struct Read {
 /// The Envoy messages reading `filter` needs: those its patches' `applyTo` name, and the
 /// `@type`s in their values.
 fn types_of(filter: &Config<EnvoyFilter>, out: &mut BTreeSet<String>) {
-    fn walk(v: &serde_json::Value, out: &mut BTreeSet<String>) {
-        match v {
-            serde_json::Value::Object(m) => {
-                if let Some(t) = m.get("@type").and_then(serde_json::Value::as_str) {
-                    out.insert(t.rsplit('/').next().unwrap_or_default().to_string());
-                }
-                m.values().for_each(|v| walk(v, out));
-            }
-            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
-            _ => {}
-        }
-    }
     for cp in filter.spec.config_patches.iter().flatten() {
         if let Some(message) = message_of(cp.apply_to) {
             out.insert(message);
         }
         if let Some(value) = cp.patch.as_ref().and_then(|p| p.value.as_ref()) {
-            value.values().for_each(|v| walk(v, out));
+            for v in value.values() {
+                out.extend(
+                    pasa_envoy_json::type_names(v)
+                        .into_iter()
+                        .map(str::to_string),
+                );
+            }
         }
     }
 }

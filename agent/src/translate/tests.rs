@@ -82,6 +82,19 @@ pub(super) fn cache(resources: Vec<Resource>) -> Cache {
     Cache::from_resources(resources, 10)
 }
 
+/// The Gateway `namespace/name` of the ingress gateway (`istio: ingressgateway`): an HTTP server
+/// on `port` for every host.
+pub(super) fn http_gateway(namespace: &str, name: &str, port: u32) -> Resource {
+    resource(
+        "Gateway",
+        namespace,
+        name,
+        json!({"selector": {"istio": "ingressgateway"}, "servers": [
+            {"port": {"number": port, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]}),
+        2,
+    )
+}
+
 /// A workload of reviews (`app: reviews`) at the address of one of its endpoints.
 pub(super) fn reviews_workload() -> Proxy {
     let mut p = proxy("10.0.0.2");
@@ -1019,14 +1032,7 @@ fn legacy_allocator_gives_a_host_the_same_address_across_service_entries() {
 
 #[test]
 fn a_router_serves_its_gateways_http_servers_and_the_bound_routes() {
-    let gateway = resource(
-        "Gateway",
-        "default",
-        "bookinfo-gateway",
-        json!({"selector": {"istio": "ingressgateway"}, "servers": [
-            {"port": {"number": 8080, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]}),
-        2,
-    );
+    let gateway = http_gateway("default", "bookinfo-gateway", 8080);
     let vs = resource(
         "VirtualService",
         "default",
@@ -1213,14 +1219,7 @@ fn authorization_policies_put_rbac_first_on_the_inbound_side_and_on_routers() {
     assert_eq!(names[0], HTTP_RBAC, "{names:?}");
 
     // A router selected by a policy of the root namespace.
-    let gateway = resource(
-        "Gateway",
-        "istio-system",
-        "gw",
-        json!({"selector": {"istio": "ingressgateway"}, "servers": [
-            {"port": {"number": 8080, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]}),
-        2,
-    );
+    let gateway = http_gateway("istio-system", "gw", 8080);
     let mut t = Translator::new(crate::testing::router("10.0.0.50"));
     let out = t
         .update(

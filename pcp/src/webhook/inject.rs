@@ -366,20 +366,7 @@ fn only_file_access_logs(
 /// Whether a patch value names an `@type` the Envoy API does not define (one of Istio's own
 /// extensions, say): the agent cannot read such a patch, where istiod can.
 fn names_unknown_types(value: &Value) -> bool {
-    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
-        match v {
-            Value::Object(m) => {
-                if let Some(t) = m.get("@type").and_then(Value::as_str) {
-                    out.push(t.rsplit('/').next().unwrap_or_default());
-                }
-                m.values().for_each(|v| walk(v, out));
-            }
-            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
-            _ => {}
-        }
-    }
-    let mut types = Vec::new();
-    walk(value, &mut types);
+    let types = pasa_envoy_json::type_names(value);
     if types.is_empty() {
         return false;
     }

@@ -167,15 +167,46 @@ pub fn encode(
         })?;
     let mut value = value.clone();
     go_durations(pool, &descriptor, &mut value);
+    read(name, type_name, descriptor, value)
+}
+
+/// `value` read as protobuf JSON of `descriptor`'s message (fields it does not have ignored),
+/// encoded; `name` and `type_url` say what is read, for errors.
+fn read(
+    name: &str,
+    type_url: &str,
+    descriptor: prost_reflect::MessageDescriptor,
+    value: Value,
+) -> Result<Vec<u8>, JsonError> {
     let options = prost_reflect::DeserializeOptions::new().deny_unknown_fields(false);
     let message = DynamicMessage::deserialize_with_options(descriptor, value, &options).map_err(
         |source| JsonError::Read {
             name: name.to_string(),
-            type_url: type_name.to_string(),
+            type_url: type_url.to_string(),
             source,
         },
     )?;
     Ok(prost::Message::encode_to_vec(&message))
+}
+
+/// The message types the `@type`s in `value` (an `Any` anywhere in it) name, without their
+/// `type.googleapis.com/` prefix.
+pub fn type_names(value: &Value) -> Vec<&str> {
+    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(t) = m.get("@type").and_then(Value::as_str) {
+                    out.push(t.rsplit('/').next().unwrap_or_default());
+                }
+                m.values().for_each(|v| walk(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, &mut out);
+    out
 }
 
 /// Rewrites the durations of `value` (protobuf JSON of `message`) that are written as Go writes
@@ -283,18 +314,8 @@ pub fn from_json(name: &str, value: &Value) -> Result<Any, JsonError> {
     if let Some(object) = fields.as_object_mut() {
         object.remove("@type");
     }
-    let options = prost_reflect::DeserializeOptions::new().deny_unknown_fields(false);
-    let message = DynamicMessage::deserialize_with_options(descriptor, fields, &options).map_err(
-        |source| JsonError::Read {
-            name: name.to_string(),
-            type_url: type_url.clone(),
-            source,
-        },
-    )?;
-    Ok(Any {
-        type_url,
-        value: prost::Message::encode_to_vec(&message),
-    })
+    let value = read(name, &type_url, descriptor, fields)?;
+    Ok(Any { type_url, value })
 }
 
 #[cfg(test)]

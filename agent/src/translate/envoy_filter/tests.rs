@@ -13,8 +13,8 @@ use crate::model::proxy::Generator;
 use crate::testing::resource;
 use crate::translate::Translator;
 use crate::translate::tests::{
-    cache, hcm_of, http_filter_names, reviews_rule, reviews_service, reviews_workload,
-    translate_for as translate,
+    cache, hcm_of, http_filter_names, http_gateway, reviews_rule, reviews_service,
+    reviews_workload, translate_for as translate,
 };
 
 const LUA: &str = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua";
@@ -387,14 +387,7 @@ fn a_value_that_does_not_read_skips_its_patch_only() {
 
 #[test]
 fn a_router_applies_gateway_patches_and_unchanged_resources_are_not_patched_again() {
-    let gateway = resource(
-        "Gateway",
-        "istio-system",
-        "gw",
-        json!({"selector": {"istio": "ingressgateway"}, "servers": [
-            {"port": {"number": 8080, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]}),
-        2,
-    );
+    let gateway = http_gateway("istio-system", "gw", 8080);
     let filter = envoy_filter(
         "istio-system",
         "gw-header",
@@ -457,14 +450,7 @@ fn a_gateway_route_matches_by_the_service_port_its_listener_serves() {
                "endpoints": [{"address": "10.0.0.50", "labels": {"istio": "ingressgateway"}}]}),
         1,
     );
-    let gateway = resource(
-        "Gateway",
-        "istio-system",
-        "gw",
-        json!({"selector": {"istio": "ingressgateway"}, "servers": [
-            {"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]}),
-        2,
-    );
+    let gateway = http_gateway("istio-system", "gw", 80);
     let patched = |port: u32| {
         let filter = envoy_filter(
             "istio-system",
