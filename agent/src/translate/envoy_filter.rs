@@ -429,19 +429,15 @@ impl Memo {
         }
         let router = proxy.kind == ProxyType::Router;
         let Some(pool) = &patches.pool else { return };
-        // A router's listener ports and the service ports they serve, for route configuration
-        // matches by port (istiod's gateway port map).
-        let mut port_map: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
-        if router {
-            for t in crate::model::gateway::service_targets(proxy, registry) {
-                port_map.entry(t.target_port).or_default().insert(t.port);
-            }
-        }
         let patcher = Patcher {
             patches: &patches,
             router,
             pool,
-            port_map,
+            targets: Targets {
+                proxy,
+                registry,
+                by_port: std::cell::OnceCell::new(),
+            },
         };
         self.patched
             .each(Type::Listener, &mut generated.listeners, |r| {
@@ -494,8 +490,33 @@ struct Patcher<'a> {
     patches: &'a Patches,
     router: bool,
     pool: &'a DescriptorPool,
-    /// A router's listener ports, with the service ports each serves.
-    port_map: BTreeMap<u32, BTreeSet<u32>>,
+    targets: Targets<'a>,
+}
+
+/// The ports of services the proxy is an endpoint of, by the port it receives them on: for a
+/// router, the service ports a listener port serves (istiod's gateway port map, for route
+/// configuration matches by port); for a sidecar, the services an inbound port serves (for
+/// cluster matches by service). Worked out only when a patch asks.
+struct Targets<'a> {
+    proxy: &'a Proxy,
+    registry: &'a Registry,
+    by_port: std::cell::OnceCell<BTreeMap<u32, Vec<crate::model::gateway::ServiceTarget>>>,
+}
+
+impl Targets<'_> {
+    fn on(&self, port: u32) -> &[crate::model::gateway::ServiceTarget] {
+        self.by_port
+            .get_or_init(|| {
+                let mut out: BTreeMap<u32, Vec<_>> = BTreeMap::new();
+                for t in crate::model::gateway::service_targets(self.proxy, self.registry) {
+                    out.entry(t.target_port).or_default().push(t);
+                }
+                out
+            })
+            .get(&port)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
 }
 
 impl Patcher<'_> {
@@ -755,14 +776,14 @@ impl Patcher<'_> {
         for p in self.patches.of(ApplyTo::RouteConfiguration) {
             if p.merges()
                 && p.in_context(context)
-                && route_configuration_matches(context, &rc.name, p, &self.port_map)
+                && route_configuration_matches(context, &rc.name, p, &self.targets)
             {
                 p.merge_into(self.pool, rc);
             }
         }
         let name = rc.name.clone();
         let selects_rc = |p: &Patch| {
-            p.in_context(context) && route_configuration_matches(context, &name, p, &self.port_map)
+            p.in_context(context) && route_configuration_matches(context, &name, p, &self.targets)
         };
         let mut hosts = std::mem::take(&mut rc.virtual_hosts);
         let mut removed = vec![false; hosts.len()];
@@ -861,7 +882,7 @@ impl Patcher<'_> {
             PatchContext::SidecarOutbound
         };
         for p in self.patches.of(ApplyTo::Cluster) {
-            if !p.in_context(context) || !cluster_matches(c, p) {
+            if !p.in_context(context) || !cluster_matches(c, p, &self.targets) {
                 continue;
             }
             if p.operation == Operation::Remove {
@@ -1076,12 +1097,12 @@ fn gateway_route_name(name: &str) -> (u32, &str, String) {
 }
 
 /// Whether the route configuration `name` is one `p` selects; on a gateway, a port matches the
-/// route's listener port or a service port served on it (`port_map`).
+/// route's listener port or a service port served on it.
 fn route_configuration_matches(
     context: PatchContext,
     name: &str,
     p: &Patch,
-    port_map: &BTreeMap<u32, BTreeSet<u32>>,
+    targets: &Targets<'_>,
 ) -> bool {
     let Some(m) = p.matching.route_configuration() else {
         return true;
@@ -1096,9 +1117,9 @@ fn route_configuration_matches(
     (m.port_name.is_empty() || m.port_name == port_name)
         && (m.gateway.is_empty() || m.gateway == gateway)
         && (m.port_number == 0
-            || match port_map.get(&port) {
-                Some(served) => served.contains(&m.port_number),
-                None => m.port_number == port,
+            || match targets.on(port) {
+                [] => m.port_number == port,
+                served => served.iter().any(|t| t.port == m.port_number),
             })
 }
 
@@ -1173,7 +1194,9 @@ fn subset_key(name: &str) -> (u32, &str, &str) {
     out
 }
 
-fn cluster_matches(c: &Cluster, p: &Patch) -> bool {
+/// An inbound cluster (`inbound|<port>||`) is of the services the proxy serves on its port, as
+/// istiod matches it by service.
+fn cluster_matches(c: &Cluster, p: &Patch, targets: &Targets<'_>) -> bool {
     let Some(m) = p.matching.cluster() else {
         return true;
     };
@@ -1181,8 +1204,15 @@ fn cluster_matches(c: &Cluster, p: &Patch) -> bool {
         return m.name == c.name;
     }
     let (port, subset, host) = subset_key(&c.name);
+    let service_matches = || {
+        if c.name.starts_with("inbound|") {
+            targets.on(port).iter().any(|t| t.hostname == m.service)
+        } else {
+            m.service == host
+        }
+    };
     (m.subset.is_empty() || m.subset == subset)
-        && (m.service.is_empty() || m.service == host)
+        && (m.service.is_empty() || service_matches())
         && (m.port_number == 0 || m.port_number == port)
 }
 

@@ -479,3 +479,33 @@ fn the_metadata_keys_the_injector_trusts_the_agent_with_are_known() {
         assert!(super::node_metadata(&proxy, key).is_some(), "{key}");
     }
 }
+
+#[test]
+fn an_inbound_cluster_is_of_the_services_its_port_serves() {
+    let remove_of = |service: &str| {
+        envoy_filter(
+            "default",
+            "inbound",
+            json!({"configPatches": [{"applyTo": "CLUSTER",
+                "match": {"context": "SIDECAR_INBOUND", "cluster": {"service": service}},
+                "patch": {"operation": "REMOVE"}}]}),
+            5,
+        )
+    };
+    let out = translate(
+        reviews_workload(),
+        vec![
+            reviews_service(),
+            remove_of("reviews.default.svc.cluster.local"),
+        ],
+    );
+    assert!(!out.clusters.contains_key("inbound|9080||"));
+    let out = translate(
+        reviews_workload(),
+        vec![
+            reviews_service(),
+            remove_of("ratings.default.svc.cluster.local"),
+        ],
+    );
+    assert!(out.clusters.contains_key("inbound|9080||"));
+}
