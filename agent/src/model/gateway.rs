@@ -231,6 +231,26 @@ fn is_tls_server(server: &Server) -> bool {
     server.tls.is_some() && !is_http(protocol_of(server))
 }
 
+/// A route configuration name of [`route_name`]'s, read as istiod reads it (its EnvoyFilter
+/// matches): `http.<port>`, or
+/// `https.<port>.<port name>.<gateway>.<namespace>` (port, port name, `namespace/gateway`).
+pub fn read_route_name(name: &str) -> (u32, &str, String) {
+    if let Some(port) = name.strip_prefix("http.") {
+        return (port.parse().unwrap_or(0), "", String::new());
+    }
+    if let Some(rest) = name.strip_prefix("https.")
+        && name.matches('.').count() == 4
+    {
+        let parts: Vec<&str> = rest.split('.').collect();
+        return (
+            parts[0].parse().unwrap_or(0),
+            parts[1],
+            format!("{}/{}", parts[3], parts[2]),
+        );
+    }
+    (0, "", String::new())
+}
+
 /// istiod's route configuration name for a server on `port`: `http.<port>[.<bind>]` for HTTP,
 /// `https.<port>.<portName>.<gateway>.<namespace>[.<bind>]` for terminating HTTPS (with the
 /// declared port), empty otherwise.

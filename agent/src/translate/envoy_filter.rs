@@ -190,8 +190,8 @@ fn types_of(filter: &Config<EnvoyFilter>, out: &mut BTreeSet<String>) {
     }
 }
 
-fn read(filter: &Config<EnvoyFilter>, pool: &DescriptorPool) -> Read {
-    let key = format!("{}/{}", filter.meta.namespace, filter.meta.name);
+/// The patches of `filter` (whose `namespace/name` is `key`), read with `pool`.
+fn read(key: &str, filter: &Config<EnvoyFilter>, pool: &DescriptorPool) -> Read {
     let mut patches = Vec::new();
     for (i, cp) in filter.spec.config_patches.iter().enumerate() {
         let Some(cp) = cp else { continue };
@@ -234,7 +234,7 @@ fn read(filter: &Config<EnvoyFilter>, pool: &DescriptorPool) -> Read {
             operation = Operation::Add;
         }
         patches.push(Arc::new(Patch {
-            key: key.clone(),
+            key: key.to_string(),
             apply_to: cp.apply_to,
             operation,
             matching: cp.match_.clone().unwrap_or_default(),
@@ -359,18 +359,21 @@ impl Memo {
             *self = Memo::default();
             return Patches::default();
         }
-        let stale: Vec<&Arc<Config<EnvoyFilter>>> = filters
+        // Each with its key, `namespace/name`.
+        let filters: Vec<(String, &Arc<Config<EnvoyFilter>>)> = filters
+            .into_iter()
+            .map(|f| (format!("{}/{}", f.meta.namespace, f.meta.name), f))
+            .collect();
+        let stale: Vec<&(String, &Arc<Config<EnvoyFilter>>)> = filters
             .iter()
-            .copied()
-            .filter(|f| {
-                let key = format!("{}/{}", f.meta.namespace, f.meta.name);
+            .filter(|(key, f)| {
                 self.read
-                    .get(&key)
+                    .get(key)
                     .is_none_or(|r| r.revision != f.meta.revision)
             })
             .collect();
         let mut wanted = self.types.clone();
-        for f in &stale {
+        for (_, f) in &stale {
             types_of(f, &mut wanted);
         }
         if wanted != self.types || self.pool.is_none() {
@@ -388,20 +391,18 @@ impl Memo {
         let Some(pool) = self.pool.clone() else {
             return Patches::default();
         };
-        for f in stale {
-            let key = format!("{}/{}", f.meta.namespace, f.meta.name);
-            self.read.insert(key, read(f, &pool));
+        for (key, f) in stale {
+            self.read.insert(key.clone(), read(key, f, &pool));
         }
         let mut out = Patches {
             pool: Some(pool),
             ..Default::default()
         };
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        for f in &filters {
-            let key = format!("{}/{}", f.meta.namespace, f.meta.name);
+        for (key, f) in &filters {
             key.hash(&mut h);
             f.meta.revision.hash(&mut h);
-            for p in &self.read[&key].patches {
+            for p in &self.read[key].patches {
                 if proxy_matches(proxy, &p.matching) {
                     out.by_kind
                         .entry(p.apply_to)
@@ -410,11 +411,8 @@ impl Memo {
                 }
             }
         }
-        self.read.retain(|k, _| {
-            filters
-                .iter()
-                .any(|f| *k == format!("{}/{}", f.meta.namespace, f.meta.name))
-        });
+        let applying: rustc_hash::FxHashSet<&String> = filters.iter().map(|(k, _)| k).collect();
+        self.read.retain(|k, _| applying.contains(k));
         out.fingerprint = h.finish();
         out
     }
@@ -1068,32 +1066,9 @@ fn chain_matches(l: &Listener, fc: &FilterChain, p: &Patch) -> bool {
 /// `inbound|<port>||` inbound.
 fn route_port(name: &str) -> u32 {
     if name.starts_with("inbound|") {
-        return name
-            .split('|')
-            .nth(1)
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0);
+        return names::read_cluster(name).0;
     }
     name.parse().unwrap_or(0)
-}
-
-/// A gateway's route configuration name read as istiod reads it: `http.<port>`, or
-/// `https.<port>.<port name>.<gateway>.<namespace>` (port, port name, `namespace/gateway`).
-fn gateway_route_name(name: &str) -> (u32, &str, String) {
-    if let Some(port) = name.strip_prefix("http.") {
-        return (port.parse().unwrap_or(0), "", String::new());
-    }
-    if let Some(rest) = name.strip_prefix("https.")
-        && name.matches('.').count() == 4
-    {
-        let parts: Vec<&str> = rest.split('.').collect();
-        return (
-            parts[0].parse().unwrap_or(0),
-            parts[1],
-            format!("{}/{}", parts[3], parts[2]),
-        );
-    }
-    (0, "", String::new())
 }
 
 /// Whether the route configuration `name` is one `p` selects; on a gateway, a port matches the
@@ -1113,7 +1088,7 @@ fn route_configuration_matches(
     if context != PatchContext::Gateway {
         return m.port_number == 0 || m.port_number == route_port(name);
     }
-    let (port, port_name, gateway) = gateway_route_name(name);
+    let (port, port_name, gateway) = crate::model::gateway::read_route_name(name);
     (m.port_name.is_empty() || m.port_name == port_name)
         && (m.gateway.is_empty() || m.gateway == gateway)
         && (m.port_number == 0
@@ -1168,32 +1143,6 @@ fn route_matches(r: &Route, p: &Patch) -> bool {
     }
 }
 
-/// A cluster name read as istiod reads one (`ParseSubsetKey`): `direction|port|subset|host`,
-/// or `outbound_.port_.subset_.host` (SNI-DNAT); as far as it goes: (port, subset, host).
-fn subset_key(name: &str) -> (u32, &str, &str) {
-    let sep = if name.starts_with("outbound_") || name.starts_with("inbound_") {
-        "_."
-    } else {
-        "|"
-    };
-    let mut out = (0, "", "");
-    let Some((_, rest)) = name.split_once(sep) else {
-        return out;
-    };
-    let Some((port, rest)) = rest.split_once(sep) else {
-        return out;
-    };
-    out.0 = port.parse().unwrap_or(0);
-    let Some((subset, host)) = rest.split_once(sep) else {
-        return out;
-    };
-    out.1 = subset;
-    if !host.contains(sep) {
-        out.2 = host;
-    }
-    out
-}
-
 /// An inbound cluster (`inbound|<port>||`) is of the services the proxy serves on its port, as
 /// istiod matches it by service.
 fn cluster_matches(c: &Cluster, p: &Patch, targets: &Targets<'_>) -> bool {
@@ -1203,7 +1152,7 @@ fn cluster_matches(c: &Cluster, p: &Patch, targets: &Targets<'_>) -> bool {
     if !m.name.is_empty() {
         return m.name == c.name;
     }
-    let (port, subset, host) = subset_key(&c.name);
+    let (port, subset, host) = names::read_cluster(&c.name);
     let service_matches = || {
         if c.name.starts_with("inbound|") {
             targets.on(port).iter().any(|t| t.hostname == m.service)

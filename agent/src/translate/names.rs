@@ -46,6 +46,32 @@ pub fn istio_mutual_sni(port: u32, subset: &str, host: &str) -> String {
     ])
 }
 
+/// A cluster name read as istiod reads one (`ParseSubsetKey`): `direction|port|subset|host`,
+/// or `outbound_.port_.subset_.host` (SNI-DNAT); as far as it goes: (port, subset, host).
+pub fn read_cluster(name: &str) -> (u32, &str, &str) {
+    let sep = if name.starts_with("outbound_") || name.starts_with("inbound_") {
+        "_."
+    } else {
+        "|"
+    };
+    let mut out = (0, "", "");
+    let Some((_, rest)) = name.split_once(sep) else {
+        return out;
+    };
+    let Some((port, rest)) = rest.split_once(sep) else {
+        return out;
+    };
+    out.0 = port.parse().unwrap_or(0);
+    let Some((subset, host)) = rest.split_once(sep) else {
+        return out;
+    };
+    out.1 = subset;
+    if !host.contains(sep) {
+        out.2 = host;
+    }
+    out
+}
+
 /// `<address>_<port>`: listener names.
 pub fn listener(address: &str, port: u32) -> String {
     format!("{address}_{port}")

@@ -419,22 +419,22 @@ fn a_router_applies_gateway_patches_and_unchanged_resources_are_not_patched_agai
 
 #[test]
 fn cluster_names_read_as_istiod_reads_them() {
-    use super::subset_key;
+    use crate::translate::names::read_cluster;
     assert_eq!(
-        subset_key("outbound|9080|v1|reviews.default.svc.cluster.local"),
+        read_cluster("outbound|9080|v1|reviews.default.svc.cluster.local"),
         (9080, "v1", "reviews.default.svc.cluster.local")
     );
     assert_eq!(
-        subset_key("outbound_.443_.v2_.api.example.com"),
+        read_cluster("outbound_.443_.v2_.api.example.com"),
         (443, "v2", "api.example.com")
     );
-    assert_eq!(subset_key("inbound|9080||"), (9080, "", ""));
+    assert_eq!(read_cluster("inbound|9080||"), (9080, "", ""));
     assert_eq!(
-        subset_key("inbound|9080"),
+        read_cluster("inbound|9080"),
         (0, "", ""),
         "a port needs what follows it"
     );
-    assert_eq!(subset_key("BlackHoleCluster"), (0, "", ""));
+    assert_eq!(read_cluster("BlackHoleCluster"), (0, "", ""));
 }
 
 #[test]
