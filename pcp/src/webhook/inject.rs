@@ -364,13 +364,14 @@ fn only_file_access_logs(
 }
 
 /// Whether a patch value names an `@type` the Envoy API does not define (one of Istio's own
-/// extensions, say): the agent cannot read such a patch, where istiod can.
+/// extensions, say): the agent cannot read such a patch, where istiod can. The API's
+/// descriptors are loaded once, on the first value that names a type.
 fn names_unknown_types(value: &Value) -> bool {
     let types = pasa_envoy_json::type_names(value);
     if types.is_empty() {
         return false;
     }
-    match pasa_envoy_json::pool_for(types.iter().copied()) {
+    match pasa_envoy_json::pool() {
         Ok(pool) => types.iter().any(|t| pool.get_message_by_name(t).is_none()),
         Err(_) => true,
     }
@@ -379,46 +380,49 @@ fn names_unknown_types(value: &Value) -> bool {
 /// How an EnvoyFilter picks workloads (`workloadSelector.labels`, `targetRefs`), or None when
 /// the agent applies every patch it has for sidecars: all but `EXTENSION_CONFIG` and
 /// `BOOTSTRAP`, those whose value names a type outside the Envoy API, and those matching node
-/// metadata the agent does not know (patches for gateways or waypoints do not count). Read from the JSON: only these
-/// fields matter here.
+/// metadata the agent does not know (patches for gateways or waypoints do not count).
 fn envoy_filter_attachment(
     spec_json: &str,
 ) -> Option<(
     Option<pasa_proto::istio::destination_rule::WorkloadSelector>,
     bool,
 )> {
-    let Ok(spec) = serde_json::from_str::<Value>(spec_json) else {
+    use pasa_proto::istio::envoy_filter::{
+        AGENT_KNOWN_METADATA, ApplyTo, EnvoyConfigObjectPatch, EnvoyFilter, PatchContext,
+    };
+    let Ok(spec) = pasa_proto::istio::parse_spec_json::<EnvoyFilter>(spec_json) else {
         return Some((None, false));
     };
-    let patches = spec["configPatches"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let unapplied = |p: &Value| {
-        let context = p.pointer("/match/context").and_then(Value::as_str);
-        let apply_to = p.get("applyTo").and_then(Value::as_str);
-        !matches!(context, Some("GATEWAY" | "WAYPOINT"))
-            && (matches!(apply_to, Some("EXTENSION_CONFIG" | "BOOTSTRAP"))
-                || names_unknown_types(&p["patch"]["value"])
-                || p.pointer("/match/proxy/metadata")
-                    .and_then(Value::as_object)
-                    .is_some_and(|m| {
-                        m.keys().any(|k| {
-                            !pasa_proto::istio::envoy_filter::AGENT_KNOWN_METADATA
-                                .contains(&k.as_str())
-                        })
-                    }))
+    let unapplied = |p: &EnvoyConfigObjectPatch| {
+        let matching = p.match_.as_ref();
+        let context = matching.map(|m| m.context).unwrap_or_default();
+        let unknown_metadata = matching
+            .and_then(|m| m.proxy.as_ref())
+            .is_some_and(|proxy| {
+                proxy
+                    .metadata
+                    .keys()
+                    .any(|k| !AGENT_KNOWN_METADATA.contains(&k.as_str()))
+            });
+        let unknown_types = p
+            .patch
+            .as_ref()
+            .and_then(|patch| patch.value.as_ref())
+            .is_some_and(|v| v.values().any(names_unknown_types));
+        !matches!(context, PatchContext::Gateway | PatchContext::Waypoint)
+            && (matches!(p.apply_to, ApplyTo::ExtensionConfig | ApplyTo::Bootstrap)
+                || unknown_types
+                || unknown_metadata)
     };
-    if !patches.iter().any(unapplied) {
+    if !spec.config_patches.iter().flatten().any(unapplied) {
         return None;
     }
-    let selector = spec.get("workloadSelector").map(|s| {
-        pasa_proto::istio::destination_rule::WorkloadSelector {
-            match_labels: serde_json::from_value(s["labels"].clone()).unwrap_or_default(),
-        }
-    });
-    let targeted = spec["targetRefs"].as_array().is_some_and(|t| !t.is_empty());
-    Some((selector, targeted))
+    let selector =
+        spec.workload_selector
+            .map(|s| pasa_proto::istio::destination_rule::WorkloadSelector {
+                match_labels: s.labels,
+            });
+    Some((selector, !spec.target_refs.is_empty()))
 }
 
 /// The pod annotation that opts a pod in or out.
