@@ -71,27 +71,23 @@ impl KubeArgs {
     }
 
     /// Starts competing for the Lease; the replica holding it syncs the cluster `client`
-    /// reaches until `stop` turns true (then it stops syncing and gives the Lease up).
+    /// reaches until `stop` turns true (then it stops syncing and gives the Lease up). `mesh` is
+    /// `--mesh-config`, as read at start.
     pub fn start(
         &self,
         (client, source): (Client, String),
         service: WriteService,
         metrics: Arc<SyncMetrics>,
-        domain_suffix: &str,
+        (mesh, domain_suffix): (Option<&Value>, &str),
         stop: watch::Receiver<bool>,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-        let mesh = match &self.mesh_config {
-            None => None,
-            Some(path) => Some((path, crate::mesh::read(path).map_err(anyhow::Error::msg)?)),
-        };
-        let discovery = match &mesh {
-            None => DiscoverySelectors::all(),
-            Some((path, mesh)) => DiscoverySelectors::from_mesh_config(mesh)
+        let discovery = match (&self.mesh_config, mesh) {
+            (Some(path), Some(mesh)) => DiscoverySelectors::from_mesh_config(mesh)
                 .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?,
+            _ => DiscoverySelectors::all(),
         };
         let mut ingress = pasa_proto::ingress::Settings::from_mesh(
-            mesh.as_ref()
-                .and_then(|(_, m)| m.as_object())
+            mesh.and_then(Value::as_object)
                 .unwrap_or(&serde_json::Map::new()),
             &self.ingress_namespace,
         );

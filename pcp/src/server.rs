@@ -91,18 +91,21 @@ impl PcpArgs {
         });
 
         let (access, tls) = self.grpc_tls.load(&self.inject.root_namespace)?;
-        // The mesh config's trust domain aliases are the mesh's own identities too.
-        let aliases: Vec<String> = match &self.kube.mesh_config {
-            Some(path) => crate::mesh::read(path)
-                .map_err(anyhow::Error::msg)?
-                .get("trustDomainAliases")
-                .and_then(serde_json::Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|a| a.as_str().map(str::to_string))
-                .collect(),
-            None => Vec::new(),
+        // `--mesh-config`, read once now (a bad file stops PCP at start) for what is set up
+        // from it at start; the publisher reads it again as it changes.
+        let mesh = match &self.kube.mesh_config {
+            Some(path) => Some(crate::mesh::read(path).map_err(anyhow::Error::msg)?),
+            None => None,
         };
+        // The mesh config's trust domain aliases are the mesh's own identities too.
+        let aliases: Vec<String> = mesh
+            .as_ref()
+            .and_then(|m| m.get("trustDomainAliases"))
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.as_str().map(str::to_string))
+            .collect();
         let access = access.with_trust_domain(&self.inject.trust_domain, &aliases);
         let store_tls = match (&self.store_ca, &self.store_cert, &self.store_key) {
             (Some(ca), Some(cert), Some(key)) => Some(
@@ -137,8 +140,6 @@ impl PcpArgs {
         )
         .with_access(access.clone());
         if let Some(path) = &self.kube.mesh_config {
-            // Read once now, so that a bad file stops PCP at start.
-            crate::mesh::object(path, &self.inject.root_namespace).map_err(anyhow::Error::msg)?;
             tokio::spawn(crate::mesh::publish(
                 path.clone(),
                 self.inject.root_namespace.clone(),
@@ -188,7 +189,7 @@ impl PcpArgs {
                     cluster.clone(),
                     service.clone(),
                     sync_metrics,
-                    &self.embedded.domain_suffix,
+                    (mesh.as_ref(), &self.embedded.domain_suffix),
                     stop_rx.clone(),
                 )?)
             }
