@@ -262,7 +262,11 @@ impl WriteService {
         default_namespace: &str,
         origin: Origin,
     ) -> Checked {
-        let mut checked = admission::check_documents(docs, default_namespace);
+        let author = match origin {
+            Origin::Kubernetes => pasa_validation::validation::Author::Syncer,
+            _ => pasa_validation::validation::Author::User,
+        };
+        let mut checked = admission::check_documents_by(docs, default_namespace, author);
         self.metrics.count_admission(origin, &checked);
         if checked.is_admitted() {
             let existing = self.related_objects(&checked).await;

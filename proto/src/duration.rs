@@ -92,6 +92,23 @@ pub fn parse_go(text: &str) -> Result<f64, String> {
     Ok(if text.starts_with('-') { -total } else { total })
 }
 
+/// A duration in nanoseconds as protobuf JSON writes it (Go's `protojson`): whole seconds, or
+/// 3, 6 or 9 decimals (`1s`, `0.001s`, `1.500s`).
+pub fn protobuf_json(nanos: f64) -> String {
+    let sign = if nanos < 0.0 { "-" } else { "" };
+    let nanos = nanos.abs().round() as u128;
+    let (whole, fraction) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
+    if fraction == 0 {
+        format!("{sign}{whole}s")
+    } else if fraction % 1_000_000 == 0 {
+        format!("{sign}{whole}.{:03}s", fraction / 1_000_000)
+    } else if fraction % 1_000 == 0 {
+        format!("{sign}{whole}.{:06}s", fraction / 1_000)
+    } else {
+        format!("{sign}{whole}.{fraction:09}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +133,14 @@ mod tests {
         assert_eq!(parse_go("0"), Ok(0.0));
         assert!(parse_go("5").unwrap_err().contains("missing unit"));
         assert!(parse_go("3d").unwrap_err().contains("unknown unit"));
+    }
+
+    #[test]
+    fn protobuf_json_writes_3_6_or_9_decimals() {
+        assert_eq!(protobuf_json(1e6), "0.001s");
+        assert_eq!(protobuf_json(1.5e9), "1.500s");
+        assert_eq!(protobuf_json(-2e9), "-2s");
+        assert_eq!(protobuf_json(1_000.0), "0.000001s");
+        assert_eq!(protobuf_json(1.0), "0.000000001s");
     }
 }

@@ -9,6 +9,7 @@ pub mod config_path;
 pub mod duration;
 pub mod event;
 pub mod gateway;
+pub mod gateway_api;
 pub mod host;
 pub mod ingress;
 pub mod istio;

@@ -125,8 +125,13 @@ impl Object {
         match top.get("metadata") {
             None => errors.push(FieldError::new("metadata", "required")),
             Some(Value::Object(meta)) => {
+                annotations = string_map(meta, "annotations", &mut errors);
                 if let Some(n) = required_string(meta, "name", "metadata.name", &mut errors) {
-                    if let Err(msg) = check_dns1123_subdomain(&n) {
+                    // istiod names what it generates from the Gateway API with `~`, which no
+                    // Kubernetes name holds; the store keeps those names as istiod shows them.
+                    let generated = crate::gateway_api::is_generated(&annotations)
+                        && crate::gateway_api::is_generated_name(&n);
+                    if !generated && let Err(msg) = check_dns1123_subdomain(&n) {
                         errors.push(FieldError::new("metadata.name", msg));
                     }
                     name = n;
@@ -149,7 +154,6 @@ impl Object {
                     errors.push(FieldError::new("metadata.namespace", msg));
                 }
                 labels = string_map(meta, "labels", &mut errors);
-                annotations = string_map(meta, "annotations", &mut errors);
             }
             Some(other) => errors.push(FieldError::new(
                 "metadata",

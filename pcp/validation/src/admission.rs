@@ -73,6 +73,15 @@ fn warning(index: usize, reference: ObjectRef, problem: Problem) -> DocumentWarn
 /// Checks each document on its own: structure, then Istio validation. A document that could not
 /// even be read comes as `Err(why)`. Objects without a namespace land in `default_namespace`.
 pub fn check_documents(docs: &[Result<Value, String>], default_namespace: &str) -> Checked {
+    check_documents_by(docs, default_namespace, validation::Author::User)
+}
+
+/// [`check_documents`], for documents of `author`.
+pub fn check_documents_by(
+    docs: &[Result<Value, String>],
+    default_namespace: &str,
+    author: validation::Author,
+) -> Checked {
     let mut checked = Checked::default();
     for (i, doc) in docs.iter().enumerate() {
         let doc = match doc {
@@ -98,7 +107,7 @@ pub fn check_documents(docs: &[Result<Value, String>], default_namespace: &str) 
                 checked.objects.push(None);
             }
             Ok(obj) => {
-                let report = validation::validate(&obj);
+                let report = validation::validate_by(&obj, author);
                 let reference = object_ref(&obj);
                 checked.errors.extend(
                     report

@@ -131,10 +131,49 @@ impl Report {
     }
 }
 
+/// Who wrote an object: users go through istiod's webhook checks; what PCP's syncer generates
+/// from the Gateway API carries the annotations istiod sets on what it generates, which users may
+/// not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Author {
+    User,
+    /// PCP's syncer; only objects marked as generated from the Gateway API are its own.
+    Syncer,
+}
+
 /// Validates a structurally sound object (see [`Object::from_json`]) as istiod's webhook would.
 pub fn validate(obj: &Object) -> Report {
+    validate_by(obj, Author::User)
+}
+
+/// [`validate`], for an object of `author`.
+pub fn validate_by(obj: &Object, author: Author) -> Report {
     let mut report = Report::default();
-    common::validate_metadata(obj, &mut report);
+    let generated =
+        author == Author::Syncer && pasa_proto::gateway_api::is_generated(&obj.annotations);
+    common::validate_metadata(obj, generated, &mut report);
+    if generated {
+        // istiod does not validate what it generates (a backend it cannot resolve becomes an
+        // empty destination, a listener admitting no namespace the host `~/...`); the spec must
+        // still read as its kind, for the agents.
+        use pasa_proto::istio::{destination_rule, gateway, virtual_service};
+        match obj.kind {
+            Kind::VirtualService => {
+                parse::<virtual_service::VirtualService>(obj, &mut report);
+            }
+            Kind::Gateway => {
+                parse::<gateway::Gateway>(obj, &mut report);
+            }
+            Kind::DestinationRule => {
+                parse::<destination_rule::DestinationRule>(obj, &mut report);
+            }
+            _ => report.error(
+                &Path::root("kind"),
+                "PCP generates only Gateways, VirtualServices and DestinationRules",
+            ),
+        }
+        return report;
+    }
     match obj.kind {
         Kind::VirtualService => virtual_service::validate(obj, &mut report),
         Kind::DestinationRule => destination_rule::validate(obj, &mut report),

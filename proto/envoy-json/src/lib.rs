@@ -257,7 +257,7 @@ fn go_durations(
                     && !is_protobuf_duration(text)
                     && let Ok(nanos) = pasa_proto::duration::parse_go(text)
                 {
-                    *text = protobuf_duration(nanos);
+                    *text = pasa_proto::duration::protobuf_json(nanos);
                 }
             } else {
                 go_durations(pool, &inner, item);
@@ -279,19 +279,6 @@ fn is_protobuf_duration(text: &str) -> bool {
             .bytes()
             .chain(fraction.bytes())
             .all(|b| b.is_ascii_digit())
-}
-
-/// A duration in nanoseconds as protobuf JSON writes it: seconds, with up to nine decimals.
-fn protobuf_duration(nanos: f64) -> String {
-    let sign = if nanos < 0.0 { "-" } else { "" };
-    let nanos = nanos.abs().round() as u128;
-    let (whole, fraction) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
-    if fraction == 0 {
-        format!("{sign}{whole}s")
-    } else {
-        let digits = format!("{fraction:09}");
-        format!("{sign}{whole}.{}s", digits.trim_end_matches('0'))
-    }
 }
 
 /// A resource in protobuf JSON naming its type (`@type`, as Envoy's `/config_dump` writes each
@@ -372,7 +359,7 @@ mod tests {
         assert_eq!(od.interval.unwrap().seconds, 2);
         let ejection = od.base_ejection_time.unwrap();
         assert_eq!((ejection.seconds, ejection.nanos), (0, 500_000_000));
-        assert_eq!(protobuf_duration(-1.5e9), "-1.5s");
+        assert_eq!(pasa_proto::duration::protobuf_json(-1.5e9), "-1.500s");
         assert!(is_protobuf_duration("0.25s") && !is_protobuf_duration("250ms"));
     }
 

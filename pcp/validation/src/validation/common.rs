@@ -457,7 +457,9 @@ pub fn validate_export_to(
 
 /// Annotations istiod refuses on networking objects (`istio.io/dry-run` is AuthorizationPolicy's
 /// alone, checked with it).
-pub fn validate_metadata(obj: &Object, report: &mut Report) {
+/// The annotations istiod refuses on what users write; `generated` objects (istiod's own, made
+/// from the Gateway API) carry `internal.istio.io/parents` and `parent-namespace` by design.
+pub fn validate_metadata(obj: &Object, generated: bool, report: &mut Report) {
     let at = Path::root("metadata").field("annotations");
     if obj.kind != pasa_proto::Kind::AuthorizationPolicy
         && obj.annotations.contains_key(DRY_RUN_ANNOTATION)
@@ -484,7 +486,8 @@ pub fn validate_metadata(obj: &Object, report: &mut Report) {
             "found, this may not be set by users",
         ),
     ] {
-        if obj.annotations.contains_key(annotation) {
+        let istiods_own = generated && annotation != "internal.istio.io/webhook-always-reject";
+        if obj.annotations.contains_key(annotation) && !istiods_own {
             report.error(
                 &at.key(annotation),
                 format!("{annotation:?} annotation {why}"),

@@ -235,7 +235,8 @@ pub(crate) fn validate_gateway_names(at: &Path, names: &[String], report: &mut R
         if !is_dns1123_label(ns) {
             report.error(&here, format!("invalid value for namespace: {ns:?}"));
         }
-        if !is_dns1123_label(gw) {
+        // istiod's Gateways generated from Gateway API listeners carry `~` in their names.
+        if !is_dns1123_label(gw) && !pasa_proto::gateway_api::is_internal_gateway_reference(gw) {
             report.error(&here, format!("invalid value for gateway name: {gw:?}"));
         }
     }
