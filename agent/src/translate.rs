@@ -263,9 +263,13 @@ impl<'a> View<'a> {
                 Some((_, hosts)) => hosts,
                 None => Arc::new(VsHosts::of(proxy, vs)),
             };
+            // Gateway API routes' wildcard hosts name no services (istiod does not expand them).
+            let expands = !pasa_proto::gateway_api::has_gateway_semantics(&vs.meta.annotations);
             for host in &hosts.resolved {
                 if host.starts_with('*') {
-                    vs_wildcards.push((host.clone(), i));
+                    if expands {
+                        vs_wildcards.push((host.clone(), i));
+                    }
                 } else {
                     vs_by_host.entry(host.clone()).or_insert(i);
                 }

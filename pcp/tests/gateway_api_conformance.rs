@@ -40,52 +40,6 @@ const BACKEND_POLICIES: &str =
     "BackendTLSPolicy and XBackendTrafficPolicy are not converted to DestinationRules yet";
 const LISTENER_SETS: &str = "ListenerSets (experimental) are not converted yet";
 
-fn text_map(v: &Value) -> BTreeMap<String, String> {
-    v.as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-        .collect()
-}
-
-/// Adds one document of a case (or of the environment) to the conversion's input.
-fn add(input: &mut Input, doc: &Value) {
-    if input.add(doc).expect("a valid Gateway API object") {
-        return;
-    }
-    let meta = &doc["metadata"];
-    let key = (
-        meta["namespace"].as_str().unwrap_or_default().to_string(),
-        meta["name"].as_str().unwrap_or_default().to_string(),
-    );
-    match doc["kind"].as_str().unwrap_or_default() {
-        "Service" => {
-            input.services.insert(key, text_map(&meta["labels"]));
-        }
-        "Secret" => {
-            input.secrets.insert(key, text_map(&doc["data"]));
-        }
-        "ConfigMap" => {
-            input.config_maps.insert(key, text_map(&doc["data"]));
-        }
-        "ServiceEntry" => {
-            let hosts = doc["spec"]["hosts"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|h| h.as_str().map(str::to_string))
-                .collect();
-            input
-                .service_entries
-                .insert(key, (hosts, text_map(&meta["labels"])));
-        }
-        "InferencePool" => {
-            input.inference_pools.insert(key);
-        }
-        _ => {}
-    }
-}
-
 fn keyed(objects: impl IntoIterator<Item = Value>) -> BTreeMap<(String, String, String), Value> {
     objects
         .into_iter()
@@ -144,7 +98,9 @@ fn gateway_api_conversion_matches_istios_goldens() {
         );
     }
     for o in defaults["kubernetes_objects"].as_array().unwrap() {
-        add(&mut environment, o);
+        environment
+            .add(o, &settings.domain_suffix)
+            .expect("a valid object");
     }
     let label_key = defaults["namespaces"]["label_key"].as_str().unwrap();
     let skipped: BTreeMap<&str, &str> = SKIPPED.iter().copied().collect();
@@ -159,7 +115,9 @@ fn gateway_api_conversion_matches_istios_goldens() {
         let docs = yaml_docs(&dir.join(case["input"].as_str().unwrap()));
         let mut input = environment.clone();
         for d in &docs {
-            add(&mut input, d);
+            input
+                .add(d, &settings.domain_suffix)
+                .expect("a valid object");
             if let Some(ns) = d["metadata"]["namespace"].as_str() {
                 let part = ns.split('-').next().unwrap_or(ns);
                 input.namespaces.insert(

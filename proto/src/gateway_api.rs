@@ -119,13 +119,15 @@ pub struct Input {
 }
 
 impl Input {
-    /// Adds one Gateway API object (a document as Kubernetes serves it); other kinds are the
-    /// caller's to add. The error names the object and the field.
-    pub fn add(&mut self, doc: &Value) -> Result<bool, String> {
+    /// Adds one object, a document as Kubernetes serves it: a Gateway API object, or what of the
+    /// cluster the conversion reads (Namespaces, Services, Secrets, ConfigMaps, ServiceEntries,
+    /// InferencePools). Whether it was one of those; the error names the object and the field.
+    pub fn add(&mut self, doc: &Value, domain_suffix: &str) -> Result<bool, String> {
         fn read<T: serde::de::DeserializeOwned>(doc: &Value) -> Result<T, String> {
             serde_path_to_error::deserialize(doc).map_err(|e| {
                 format!(
-                    "{}/{}: {}: {}",
+                    "{} {}/{}: {}: {}",
+                    doc["kind"].as_str().unwrap_or_default(),
                     doc["metadata"]["namespace"].as_str().unwrap_or_default(),
                     doc["metadata"]["name"].as_str().unwrap_or_default(),
                     e.path(),
@@ -133,23 +135,76 @@ impl Input {
                 )
             })
         }
+        let text = |v: &Value| {
+            v.as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect::<BTreeMap<String, String>>()
+        };
+        let ports = |spec: &Value| -> Vec<u32> {
+            spec["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["port"].as_u64().or(p["number"].as_u64()))
+                .map(|p| p as u32)
+                .collect()
+        };
+        let meta = &doc["metadata"];
+        let name = meta["name"].as_str().unwrap_or_default().to_string();
+        let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
         let group = doc["apiVersion"]
             .as_str()
             .unwrap_or_default()
-            .split('/')
-            .next()
-            .unwrap_or_default();
-        if group != GROUP {
-            return Ok(false);
-        }
-        match doc["kind"].as_str().unwrap_or_default() {
-            "GatewayClass" => self.classes.push(read(doc)?),
-            "Gateway" => self.gateways.push(read(doc)?),
-            "HTTPRoute" => self.http_routes.push(read(doc)?),
-            "GRPCRoute" => self.grpc_routes.push(read(doc)?),
-            "TCPRoute" => self.tcp_routes.push(read(doc)?),
-            "TLSRoute" => self.tls_routes.push(read(doc)?),
-            "ReferenceGrant" => self.grants.push(read(doc)?),
+            .rsplit_once('/')
+            .map_or("", |(g, _)| g);
+        match (group, doc["kind"].as_str().unwrap_or_default()) {
+            (GROUP, "GatewayClass") => self.classes.push(read(doc)?),
+            (GROUP, "Gateway") => self.gateways.push(read(doc)?),
+            (GROUP, "HTTPRoute") => self.http_routes.push(read(doc)?),
+            (GROUP, "GRPCRoute") => self.grpc_routes.push(read(doc)?),
+            (GROUP, "TCPRoute") => self.tcp_routes.push(read(doc)?),
+            (GROUP, "TLSRoute") => self.tls_routes.push(read(doc)?),
+            (GROUP, "ReferenceGrant") => self.grants.push(read(doc)?),
+            ("", "Namespace") => {
+                self.namespaces.insert(name, text(&meta["labels"]));
+            }
+            ("", "Service") => {
+                let host = format!("{name}.{namespace}.svc.{domain_suffix}");
+                self.registry.entry(host).or_insert(RegistryService {
+                    namespace: namespace.clone(),
+                    ports: ports(&doc["spec"]),
+                });
+                self.services
+                    .insert((namespace, name), text(&meta["labels"]));
+            }
+            ("", "Secret") => {
+                self.secrets.insert((namespace, name), text(&doc["data"]));
+            }
+            ("", "ConfigMap") => {
+                self.config_maps
+                    .insert((namespace, name), text(&doc["data"]));
+            }
+            ("networking.istio.io", "ServiceEntry") => {
+                let hosts: Vec<String> = doc["spec"]["hosts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|h| h.as_str().map(str::to_string))
+                    .collect();
+                for h in &hosts {
+                    self.registry.entry(h.clone()).or_insert(RegistryService {
+                        namespace: namespace.clone(),
+                        ports: ports(&doc["spec"]),
+                    });
+                }
+                self.service_entries
+                    .insert((namespace, name), (hosts, text(&meta["labels"])));
+            }
+            ("inference.networking.k8s.io", "InferencePool") => {
+                self.inference_pools.insert((namespace, name));
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -223,6 +278,14 @@ pub fn is_generated(annotations: &BTreeMap<String, String>) -> bool {
         .any(|k| annotations.get(*k).is_some_and(|v| v == GATEWAY_SEMANTICS))
 }
 
+/// Whether a VirtualService's routes follow the Gateway API's semantics (it was generated from
+/// Gateway API routes).
+pub fn has_gateway_semantics(annotations: &BTreeMap<String, String>) -> bool {
+    annotations
+        .get(ROUTE_SEMANTICS_ANNOTATION)
+        .is_some_and(|v| v == GATEWAY_SEMANTICS)
+}
+
 /// Whether a name is one istiod gives generated objects: parts joined by `~` (names, hosts,
 /// ports, `*`), at most 512 bytes.
 pub fn is_generated_name(name: &str) -> bool {
@@ -238,6 +301,18 @@ pub fn is_generated_name(name: &str) -> bool {
 pub fn is_internal_gateway_reference(reference: &str) -> bool {
     let name = reference.split_once('/').map_or(reference, |(_, n)| n);
     name.contains(&format!("~{GENERATED}~"))
+}
+
+/// Escapes the regular-expression metacharacters of `text` (as Go's `regexp.QuoteMeta`).
+pub fn quote_regex(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if r"\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The (group, kind) a reference names, with the defaults of where it is written.

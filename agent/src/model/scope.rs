@@ -192,31 +192,49 @@ impl SidecarScope {
             .collect()
     }
 
-    /// The VirtualServices for sidecars (gateway `mesh`) this proxy sees, oldest first.
+    /// The VirtualServices for sidecars (gateway `mesh`) this proxy sees: those made from
+    /// Gateway API routes of the proxy's own namespace first (a consumer's routes override the
+    /// producer's), then oldest first. Routes made from the Gateway API apply to a proxy only in
+    /// their own namespace or for services of their namespace, as istiod applies them.
     pub fn virtual_services(&self, registry: &Registry) -> Vec<Arc<Config<VirtualService>>> {
+        let gateway_api = |vs: &Config<VirtualService>| {
+            pasa_proto::gateway_api::has_gateway_semantics(&vs.meta.annotations)
+        };
         let mut list: Vec<Arc<Config<VirtualService>>> = registry
             .virtual_services()
             .filter(|vs| {
                 let mesh =
                     vs.spec.gateways.is_empty() || vs.spec.gateways.iter().any(|g| g == "mesh");
-                mesh && exported_to(
-                    &vs.spec.export_to,
-                    &vs.meta.namespace,
-                    &self.config_namespace,
-                ) && vs.spec.hosts.iter().any(|h| {
-                    // Short names resolve in the VirtualService's namespace first, as istiod
-                    // resolves them before it matches egress hosts.
-                    let host = pasa_proto::host::resolve_short_name(
-                        h,
+                let applies = !gateway_api(vs)
+                    || vs.meta.namespace == self.config_namespace
+                    || vs.spec.hosts.iter().any(|h| {
+                        registry.services().get(h).is_some_and(|list| {
+                            list.iter().any(|s| s.namespace == vs.meta.namespace)
+                        })
+                    });
+                mesh && applies
+                    && exported_to(
+                        &vs.spec.export_to,
                         &vs.meta.namespace,
-                        &self.domain_suffix,
-                    );
-                    self.in_egress(&vs.meta.namespace, &host)
-                })
+                        &self.config_namespace,
+                    )
+                    && vs.spec.hosts.iter().any(|h| {
+                        // Short names resolve in the VirtualService's namespace first, as istiod
+                        // resolves them before it matches egress hosts.
+                        let host = pasa_proto::host::resolve_short_name(
+                            h,
+                            &vs.meta.namespace,
+                            &self.domain_suffix,
+                        );
+                        self.in_egress(&vs.meta.namespace, &host)
+                    })
             })
             .cloned()
             .collect();
-        list.sort_by(|a, b| a.meta.age_key().cmp(&b.meta.age_key()));
+        let producer = |vs: &Config<VirtualService>| {
+            !(gateway_api(vs) && vs.meta.namespace == self.config_namespace)
+        };
+        list.sort_by(|a, b| (producer(a), a.meta.age_key()).cmp(&(producer(b), b.meta.age_key())));
         list
     }
 

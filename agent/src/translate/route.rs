@@ -73,19 +73,13 @@ pub(super) fn virtual_service_routes(
     gateway: &str,
     destinations: &impl Destinations,
 ) -> Vec<Route> {
-    // A VirtualService generated from Ingresses matches prefixes on whole path segments.
-    let segments = vs
-        .meta
-        .annotations
-        .get(pasa_proto::ingress::ROUTE_SEMANTICS_ANNOTATION)
-        .is_some_and(|v| v == pasa_proto::ingress::INGRESS_SEMANTICS);
     let mut routes = http_routes(
         &vs.spec.http,
         &vs.meta.namespace,
         port,
         gateway,
         destinations,
-        segments,
+        Semantics::of(&vs.meta.annotations),
     );
     if !routes.is_empty() {
         let metadata = metadata::config_metadata(pasa_proto::Kind::VirtualService, &vs.meta);
@@ -96,18 +90,45 @@ pub(super) fn virtual_service_routes(
     routes
 }
 
+/// How a VirtualService's routes read, by who made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Semantics {
+    /// Written by users.
+    Istio,
+    /// Generated from Ingresses: a URI prefix other than `/` matches whole path segments only
+    /// (`/a` matches `/a` and `/a/b`, not `/ab`).
+    Ingress,
+    /// Generated from the Gateway API: whole-segment prefixes too; a backend without a cluster
+    /// answers 500; a rewrite to `/` removes the matched prefix.
+    Gateway,
+}
+
+impl Semantics {
+    pub(super) fn of(annotations: &std::collections::BTreeMap<String, String>) -> Semantics {
+        match annotations
+            .get(pasa_proto::ingress::ROUTE_SEMANTICS_ANNOTATION)
+            .map(String::as_str)
+        {
+            Some(pasa_proto::ingress::INGRESS_SEMANTICS) => Semantics::Ingress,
+            Some(pasa_proto::gateway_api::GATEWAY_SEMANTICS) => Semantics::Gateway,
+            _ => Semantics::Istio,
+        }
+    }
+}
+
 /// Builds one route per match of each rule (the rule applies when any match does), for the
-/// sidecars (`gateway` = `mesh`) or one gateway (`namespace/name`). Matches restricted to another
-/// port or other gateways are left out. With `segments` (Ingress semantics), a URI prefix other
-/// than `/` matches whole path segments only (`/a` matches `/a` and `/a/b`, not `/ab`).
+/// sidecars (`gateway` = `mesh`) or one gateway (`namespace/name`), up to the first route that
+/// matches every request (as istiod, nothing after it could match). Matches restricted to
+/// another port or other gateways are left out.
 pub(super) fn http_routes(
     rules: &[HttpRoute],
     namespace: &str,
     port: u32,
     gateway: &str,
     destinations: &impl Destinations,
-    segments: bool,
+    semantics: Semantics,
 ) -> Vec<Route> {
+    let segments = semantics != Semantics::Istio;
     let mut routes = Vec::new();
     for rule in rules {
         if rule.delegate.is_some() {
@@ -115,20 +136,28 @@ pub(super) fn http_routes(
             continue;
         }
         let action = action(rule, namespace, port, destinations);
-        let mut push = |name: String, route_match: RouteMatch| {
+        // Pushes a route; whether it matches every request.
+        let mut push = |name: String, route_match: RouteMatch| -> bool {
+            let mut action = action.clone();
+            if semantics == Semantics::Gateway {
+                gateway_action(&mut action, rule, &route_match);
+            }
+            let everything = is_catch_all(&route_match);
             let mut route = Route {
                 name,
                 r#match: Some(route_match),
-                action: Some(action.clone()),
+                action: Some(action),
                 ..Default::default()
             };
             decorate(&mut route, rule, namespace, port, destinations);
             routes.push(route);
+            everything
         };
         if rule.matches.is_empty() {
             push(rule.name.clone(), catch_all());
-            continue;
+            break;
         }
+        let mut catch_all_seen = false;
         for m in &rule.matches {
             if m.port != 0 && m.port != port {
                 continue;
@@ -187,10 +216,49 @@ pub(super) fn http_routes(
                     }),
                 });
             }
-            push(name, rm);
+            if push(name, rm) {
+                catch_all_seen = true;
+                break;
+            }
+        }
+        if catch_all_seen {
+            break;
         }
     }
     routes
+}
+
+/// Whether a route matches every request: the prefix `/` (or regex `.*`) alone.
+fn is_catch_all(m: &RouteMatch) -> bool {
+    let path = match &m.path_specifier {
+        Some(PathSpecifier::Prefix(p)) | Some(PathSpecifier::PathSeparatedPrefix(p)) => p == "/",
+        Some(PathSpecifier::SafeRegex(r)) => r.regex == ".*",
+        _ => false,
+    };
+    path && m.headers.is_empty() && m.query_parameters.is_empty() && m.dynamic_metadata.is_empty()
+}
+
+/// The Gateway API's route semantics: a backend without a cluster answers 500, and a rewrite
+/// to `/` removes the matched prefix (keeping one `/`).
+fn gateway_action(action: &mut Action, rule: &HttpRoute, m: &RouteMatch) {
+    let Action::Route(ra) = action else { return };
+    ra.cluster_not_found_response_code =
+        envoy_types::pb::envoy::config::route::v3::route_action::ClusterNotFoundResponseCode::InternalServerError
+            as i32;
+    if rule.rewrite.as_ref().is_some_and(|r| r.uri == "/") {
+        let prefix = match &m.path_specifier {
+            Some(PathSpecifier::PathSeparatedPrefix(p)) => p.as_str(),
+            _ => "",
+        };
+        ra.prefix_rewrite.clear();
+        ra.regex_rewrite = Some(RegexMatchAndSubstitute {
+            pattern: Some(regex(&format!(
+                "^{}(/?)(.*)",
+                pasa_proto::gateway_api::quote_regex(prefix)
+            ))),
+            substitution: r"/\2".into(),
+        });
+    }
 }
 
 fn catch_all() -> RouteMatch {

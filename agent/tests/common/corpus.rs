@@ -167,10 +167,6 @@ pub fn load(path: &Path) -> Result<Vec<Case>, String> {
     serde_saphyr::from_str(&text).map_err(|e| format!("not a list of cases: {e}"))
 }
 
-/// Kinds of `config` that the store does not model yet but a translator may read: kept as
-/// resources with their spec, without structural checks.
-const UNMODELLED_CONFIG_KINDS: &[&str] = &["HTTPRoute"];
-
 /// The store resources of a case: its Istio `config` and its Kubernetes `kube` (Services with
 /// their endpoints, as `ServiceEndpoints`). Revisions follow document order, except that objects
 /// with a `metadata.creationTimestamp` are ordered by it (after those without one, as Kubernetes
@@ -178,14 +174,25 @@ const UNMODELLED_CONFIG_KINDS: &[&str] = &["HTTPRoute"];
 /// creation revision.
 pub fn resources(case: &Case, domain_suffix: &str) -> Result<Vec<Resource>, String> {
     let mut dated: Vec<(String, Resource)> = Vec::new();
-    for (i, doc) in documents(&case.config, "config")?.into_iter().enumerate() {
+    let config_docs = documents(&case.config, "config")?;
+    let kube_docs = documents(&case.kube, "kube")?;
+    // Gateway API routes become Istio config, as PCP's syncer converts them; the generated
+    // objects are dated by the oldest route they come from.
+    for doc in kube::gateway_api_config(&config_docs, &kube_docs, domain_suffix)? {
+        let resource = store_resource(&doc, domain_suffix)
+            .map_err(|e| format!("config: what the Gateway API objects became: {e}"))?;
+        dated.push((String::new(), resource));
+    }
+    for (i, doc) in config_docs.into_iter().enumerate() {
+        if kube::is_gateway_api(&doc) {
+            continue;
+        }
         let at = format!("config document {i}");
         dated.push((
             created(&doc),
             config_resource(&doc, domain_suffix).map_err(|e| format!("{at}: {e}"))?,
         ));
     }
-    let kube_docs = documents(&case.kube, "kube")?;
     for doc in kube::ingress_config(&kube_docs, domain_suffix)? {
         // Generated config carries no creation time: it counts as oldest, as in istiod.
         let resource = store_resource(&doc, domain_suffix)
@@ -243,13 +250,8 @@ pub fn created(doc: &Value) -> String {
 
 fn config_resource(doc: &Value, domain_suffix: &str) -> Result<Resource, String> {
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
-    if UNMODELLED_CONFIG_KINDS.contains(&kind) {
-        return unmodelled_resource(doc);
-    }
     if Kind::from_kind_field(kind).is_none() {
-        return Err(format!(
-            "kind {kind:?} is neither a kind of the store nor one of {UNMODELLED_CONFIG_KINDS:?}"
-        ));
+        return Err(format!("kind {kind:?} is not a kind of the store"));
     }
     store_resource(doc, domain_suffix)
 }
@@ -268,46 +270,6 @@ fn store_resource(doc: &Value, domain_suffix: &str) -> Result<Resource, String> 
     let mut resource = obj.to_resource();
     resource.index = Some(index);
     Ok(resource)
-}
-
-fn unmodelled_resource(doc: &Value) -> Result<Resource, String> {
-    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
-    let map = |v: Option<&Value>| -> Result<std::collections::HashMap<String, String>, String> {
-        match v {
-            None | Some(Value::Null) => Ok(Default::default()),
-            Some(Value::Object(m)) => m
-                .iter()
-                .map(|(k, v)| match v {
-                    Value::String(s) => Ok((k.clone(), s.clone())),
-                    other => Err(format!(
-                        "metadata value {k}: must be a string, found {other}"
-                    )),
-                })
-                .collect(),
-            Some(other) => Err(format!(
-                "metadata labels/annotations must be a mapping, found {other}"
-            )),
-        }
-    };
-    let meta = doc.get("metadata");
-    let name = text(meta.and_then(|m| m.get("name")));
-    if name.is_empty() {
-        return Err("metadata.name: required".into());
-    }
-    let namespace = match text(meta.and_then(|m| m.get("namespace"))) {
-        ns if ns.is_empty() => "default".to_string(),
-        ns => ns,
-    };
-    Ok(Resource {
-        api_version: text(doc.get("apiVersion")),
-        kind: text(doc.get("kind")),
-        namespace,
-        name,
-        labels: map(meta.and_then(|m| m.get("labels")))?,
-        annotations: map(meta.and_then(|m| m.get("annotations")))?,
-        spec_json: doc.get("spec").cloned().unwrap_or(Value::Null).to_string(),
-        ..Default::default()
-    })
 }
 
 /// The proxy of a case, with its mesh settings.

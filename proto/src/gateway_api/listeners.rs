@@ -461,12 +461,11 @@ fn tls(input: &Input, gw: &Gateway, l: &Listener) -> (Option<Value>, Option<Conf
                         );
                         set(&mut out, "insecureSkipVerify", insecure.into());
                         set(&mut out, "caCertCredentialName", name.into());
-                        match option(TERMINATE_MODE_OPTION) {
-                            Some(mode @ ("MUTUAL" | "OPTIONAL_MUTUAL")) => {
-                                set(&mut out, "mode", mode.into());
-                                set(&mut out, "insecureSkipVerify", false.into());
-                            }
-                            _ => {}
+                        if let Some(mode @ ("MUTUAL" | "OPTIONAL_MUTUAL")) =
+                            option(TERMINATE_MODE_OPTION)
+                        {
+                            set(&mut out, "mode", mode.into());
+                            set(&mut out, "insecureSkipVerify", false.into());
                         }
                     }
                     Err(e) => return (Some(Value::Object(out)), Some(e)),

@@ -364,7 +364,7 @@ fn cors(c: &Cors) -> Value {
         } else if stars == 1 && o.ends_with('*') {
             json!({"prefix": o.trim_end_matches('*')})
         } else {
-            json!({"regex": format!("^{}$", regex_quote(o).replace(r"\*", ".*"))})
+            json!({"regex": format!("^{}$", super::quote_regex(o).replace(r"\*", ".*"))})
         });
     }
     let non_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
@@ -377,18 +377,6 @@ fn cors(c: &Cors) -> Value {
         "maxAge": (c.max_age > 0).then(|| format!("{}s", c.max_age)),
         "unmatchedPreflights": "IGNORE",
     }))
-}
-
-/// Escapes the regular-expression metacharacters of `text`, as Go's `regexp.QuoteMeta`.
-fn regex_quote(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if r"\.+*?()|[]{}^$".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn mirror(

@@ -511,9 +511,10 @@ fn port_virtual_hosts(
                 None => other_hosts.push(host.as_str()),
             }
         }
+        let expands = !pasa_proto::gateway_api::has_gateway_semantics(&vs.meta.annotations);
         for host in vs_hosts.iter().filter(|h| h.starts_with('*')) {
             let mut found = false;
-            for (p, s) in services() {
+            for (p, s) in services().filter(|_| expands) {
                 if !pasa_proto::host::matches(host, &s.hostname) {
                     continue;
                 }

@@ -215,6 +215,41 @@ pub fn ingress_config(docs: &[Value], domain_suffix: &str) -> Result<Vec<Value>,
         .collect())
 }
 
+/// Whether a document is a Gateway API object.
+pub fn is_gateway_api(doc: &Value) -> bool {
+    doc["apiVersion"]
+        .as_str()
+        .is_some_and(|v| v.starts_with(&format!("{}/", pasa_proto::gateway_api::GROUP)))
+}
+
+/// The Istio config the Gateway API objects of `config` become (as PCP's syncer converts them),
+/// with the Services of `kube` and the ServiceEntries of `config` as the cluster.
+pub fn gateway_api_config(
+    config: &[Value],
+    kube: &[Value],
+    domain_suffix: &str,
+) -> Result<Vec<Value>, String> {
+    use pasa_proto::gateway_api::{self, Input, Settings};
+    if !config.iter().any(is_gateway_api) {
+        return Ok(Vec::new());
+    }
+    let mut input = Input::default();
+    for doc in kube.iter().chain(config) {
+        input.add(doc, domain_suffix)?;
+        if let Some(ns) = doc["metadata"]["namespace"].as_str() {
+            input.namespaces.entry(ns.to_string()).or_default();
+        }
+    }
+    let settings = Settings {
+        domain_suffix: domain_suffix.to_string(),
+        ..Settings::default()
+    };
+    Ok(gateway_api::convert(&settings, &input)
+        .iter()
+        .map(pasa_proto::Object::to_document)
+        .collect())
+}
+
 /// `metadata.name` of a document, for messages.
 pub fn name_of(doc: &Value) -> String {
     doc.pointer("/metadata/name")
