@@ -378,6 +378,28 @@ pub fn redacted(body: &Any) -> Any {
 struct Dirs {
     credentials: Option<PathBuf>,
     workload: Option<PathBuf>,
+    /// The pod's namespace: its Secrets are also served under the names Gateway API listeners
+    /// give them.
+    namespace: String,
+}
+
+/// How Gateways generated from the Gateway API name a Secret: `kubernetes-gateway://<ns>/<name>`.
+pub const GATEWAY_API_PREFIX: &str = "kubernetes-gateway://";
+
+/// Each `kubernetes://<name>` secret (and its CA) also as `kubernetes-gateway://<ns>/<name>`:
+/// a pod mounts Secrets of its own namespace only.
+fn gateway_api_names(secrets: &mut BTreeMap<String, Secret>, namespace: &str) {
+    let aliases: Vec<(String, Secret)> = secrets
+        .iter()
+        .filter_map(|(resource, secret)| {
+            let name = resource.strip_prefix(KUBERNETES_PREFIX)?;
+            let alias = format!("{GATEWAY_API_PREFIX}{namespace}/{name}");
+            let mut secret = secret.clone();
+            secret.name = alias.clone();
+            Some((alias, secret))
+        })
+        .collect();
+    secrets.extend(aliases);
 }
 
 impl Dirs {
@@ -389,6 +411,7 @@ impl Dirs {
             Some(dir) => load(dir)?,
             None => Loaded::default(),
         };
+        gateway_api_names(&mut loaded.secrets, &self.namespace);
         if let Some(dir) = &self.workload {
             match workload::load(dir) {
                 Ok(secrets) => loaded.secrets.extend(secrets),
@@ -416,12 +439,14 @@ impl CredentialWatch {
     /// (`issued`), publishing to `publisher`.
     pub fn new(
         args: &CredentialArgs,
+        namespace: &str,
         issued: Option<watch::Receiver<BTreeMap<String, Secret>>>,
         publisher: Arc<SnapshotPublisher>,
     ) -> Option<Self> {
         let dirs = Dirs {
             credentials: args.credential_dir.clone(),
             workload: args.cert_dir.clone(),
+            namespace: namespace.to_string(),
         };
         if dirs.credentials.is_none() && dirs.workload.is_none() && issued.is_none() {
             return None;
@@ -572,6 +597,30 @@ mod tests {
         );
         let generic = tls(&loaded.secrets["kubernetes://generic"]);
         assert_eq!(inline_bytes(&generic.certificate_chain), b"G-CHAIN");
+    }
+
+    #[test]
+    fn gateway_api_listeners_name_the_pods_secrets_with_their_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "shop-cert",
+            &[("tls.crt", "CHAIN"), ("tls.key", "KEY"), ("ca.crt", "CA")],
+        );
+        let dirs = Dirs {
+            credentials: Some(dir.path().to_owned()),
+            workload: None,
+            namespace: "shop".into(),
+        };
+        let loaded = dirs.load().unwrap();
+        let alias = &loaded.secrets["kubernetes-gateway://shop/shop-cert"];
+        assert_eq!(alias.name, "kubernetes-gateway://shop/shop-cert");
+        assert_eq!(inline_bytes(&tls(alias).certificate_chain), b"CHAIN");
+        assert_eq!(
+            trusted_ca(&loaded.secrets["kubernetes-gateway://shop/shop-cert-cacert"]),
+            b"CA"
+        );
+        assert!(loaded.secrets.contains_key("kubernetes://shop-cert"));
     }
 
     #[test]

@@ -276,6 +276,7 @@ pub async fn run(
     );
     let mut credentials = CredentialWatch::new(
         &args.credentials,
+        &identity.namespace,
         ca.is_some().then_some(issued_rx),
         Arc::clone(&publisher),
     );

@@ -93,10 +93,15 @@ impl KubeArgs {
         );
         ingress.domain_suffix = domain_suffix.to_string();
         let identity = self.identity.clone().unwrap_or_else(default_identity);
+        let gateway_api = pasa_proto::gateway_api::Settings {
+            domain_suffix: domain_suffix.to_string(),
+            ..Default::default()
+        };
         let config = SyncConfig {
             cluster_id: self.cluster_id.clone(),
             discovery,
             ingress,
+            gateway_api,
         };
         let candidate = Elector::new(
             client.clone(),

@@ -152,6 +152,24 @@ fn owned_labels(
     labels
 }
 
+/// Objects PCP generates (from Ingresses, from the Gateway API), labelled as this cluster's, as
+/// documents by key.
+pub fn generated(objects: Vec<pasa_proto::Object>, cluster: &str) -> BTreeMap<StoreKey, Value> {
+    objects
+        .into_iter()
+        .map(|mut o| {
+            o.labels
+                .insert(CLUSTER_LABEL.to_string(), cluster.to_string());
+            let key = StoreKey {
+                kind: o.kind,
+                namespace: o.namespace.clone(),
+                name: o.name.clone(),
+            };
+            (key, o.to_document())
+        })
+        .collect()
+}
+
 /// An Istio config object as the store keeps it: its name, labels, annotations and spec, at
 /// the version it was read.
 pub fn config(key: &StoreKey, api_version: &str, obj: &DynamicObject, cluster: &str) -> Value {

@@ -62,10 +62,18 @@ fn collection_of(api_version: &str, kind: &str) -> (Collection, bool) {
         "TrafficExtension" => "trafficextensions",
         "Ingress" => "ingresses",
         "IngressClass" => "ingressclasses",
+        "Secret" => "secrets",
+        "ConfigMap" => "configmaps",
+        "GatewayClass" => "gatewayclasses",
+        "HTTPRoute" => "httproutes",
+        "GRPCRoute" => "grpcroutes",
+        "TCPRoute" => "tcproutes",
+        "TLSRoute" => "tlsroutes",
+        "ReferenceGrant" => "referencegrants",
         other => panic!("the fake API server does not serve {other}"),
     }
     .to_string();
-    let namespaced = !matches!(kind, "Namespace" | "Node" | "IngressClass");
+    let namespaced = !matches!(kind, "Namespace" | "Node" | "IngressClass" | "GatewayClass");
     (Collection { prefix, plural }, namespaced)
 }
 

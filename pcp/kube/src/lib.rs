@@ -4,6 +4,9 @@ pub mod connect;
 pub mod convert;
 #[cfg(feature = "fake-apiserver")]
 pub mod fake_apiserver;
+pub mod follow;
+pub mod gateway_api;
+pub mod ingress;
 pub mod lease;
 pub mod metrics;
 pub mod namespaces;

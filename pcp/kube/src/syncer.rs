@@ -1,6 +1,6 @@
 //! The Kubernetes syncer: follows a cluster's Istio config (every kind the store keeps),
-//! Services, EndpointSlices, Pods, Nodes, Namespaces, Ingresses and IngressClasses with kube's
-//! watchers (each into a reflector), and keeps the store's copy equal to what they say, through
+//! Services, EndpointSlices, Pods, Nodes, Namespaces, Ingresses and IngressClasses, and the
+//! Gateway API's kinds with kube's watchers (each into a reflector), and keeps the store's copy equal to what they say, through
 //! a [`Target`] (PCP's validating write path).
 //!
 //! - Istio kinds are read at the newest version the cluster serves of those the store accepts
@@ -19,6 +19,11 @@
 //!   VirtualServices istiod generates for them (`pasa_proto::ingress`), worked out again over
 //!   every Ingress when one of them, an IngressClass or a Service changes, and written like any
 //!   other object the syncer owns (the store compares them, so an unchanged one is not written).
+//! - Gateway API objects (Gateways, HTTP, gRPC, TCP and TLS routes, ReferenceGrants, with the
+//!   GatewayClasses and the certificate keys of Secrets and ConfigMaps) are not stored as such
+//!   either: they become the Gateways and VirtualServices istiod generates
+//!   (`pasa_proto::gateway_api`), worked out again when one of them, a Service, a ServiceEntry,
+//!   a namespace, or a certificate changes ([`crate::gateway_api`]).
 //! - A write the store refuses (an object Kubernetes accepted but istiod would not) is logged
 //!   and counted, and what was stored before stays; a store that cannot be reached is retried
 //!   with backoff.
@@ -27,21 +32,25 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
 use pasa_proto::Kind;
 use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::convert::{self, Pod, SliceReferences, StoreKey, Workloads};
+use crate::follow::{
+    follow, follow_into, served_version, trim_config, trim_node, trim_nothing, trim_pod,
+};
 use crate::metrics::SyncMetrics;
 use crate::selectors::DiscoverySelectors;
+use crate::{gateway_api, ingress};
 use pasa_runtime::backoff::Backoff;
 
 /// Why a write did not happen.
@@ -79,6 +88,8 @@ pub struct SyncConfig {
     /// How Ingresses are served (the mesh config's ingress fields, the domain suffix, where
     /// generated Gateways go).
     pub ingress: pasa_proto::ingress::Settings,
+    /// How Gateway API objects are converted (the domain suffix, the built-in classes).
+    pub gateway_api: pasa_proto::gateway_api::Settings,
 }
 
 /// What a syncer has done, for readiness and tests.
@@ -139,6 +150,9 @@ enum Change {
     Namespace(Box<watcher::Event<Namespace>>),
     Ingress(Box<watcher::Event<Ingress>>),
     IngressClass(Box<watcher::Event<IngressClass>>),
+    GatewayApi(&'static str, Box<watcher::Event<DynamicObject>>),
+    Secret(Box<watcher::Event<Secret>>),
+    ConfigMap(Box<watcher::Event<ConfigMap>>),
 }
 
 /// The followed Kubernetes resources (besides Istio's kinds), for readiness.
@@ -152,122 +166,6 @@ const RESOURCES: [&str; 7] = [
     "ingressclasses",
 ];
 
-/// A watcher of `K` into a reflector: events come out after the store has them. Objects are
-/// trimmed by `trim` first (a pod's containers and status are not read, and at 100,000 pods
-/// they would be most of the memory).
-fn follow<K>(
-    api: Api<K>,
-    trim: fn(&mut K),
-    resource: &'static str,
-    metrics: Arc<SyncMetrics>,
-) -> (
-    Store<K>,
-    impl Stream<Item = watcher::Event<K>> + Send + 'static,
-)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    (store, follow_into(api, writer, trim, resource, metrics))
-}
-
-/// [`follow`] into a given reflector (of a kind known at run time).
-fn follow_into<K>(
-    api: Api<K>,
-    writer: reflector::store::Writer<K>,
-    trim: fn(&mut K),
-    resource: &'static str,
-    metrics: Arc<SyncMetrics>,
-) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
-{
-    watcher(api, watcher::Config::default())
-        .modify(move |k: &mut K| {
-            k.meta_mut().managed_fields = None;
-            trim(k);
-        })
-        .default_backoff()
-        .reflect(writer)
-        .filter_map(move |event| {
-            let metrics = metrics.clone();
-            async move {
-                match event {
-                    Ok(e) => {
-                        if matches!(e, watcher::Event::Init) {
-                            metrics.listed(resource);
-                        }
-                        Some(e)
-                    }
-                    // The watcher retries with backoff; a refused watch is worth hearing of.
-                    Err(e) => {
-                        metrics.watch_failed(resource);
-                        tracing::warn!(resource, error = %e, "watching the cluster");
-                        None
-                    }
-                }
-            }
-        })
-}
-
-/// Config objects lose what the store does not keep: their status, and the copy of the whole
-/// object `kubectl apply` leaves in an annotation.
-fn trim_config(obj: &mut DynamicObject) {
-    if let Some(a) = &mut obj.metadata.annotations {
-        a.remove(LAST_APPLIED);
-    }
-    if let Some(data) = obj.data.as_object_mut() {
-        data.retain(|k, _| k == "spec");
-    }
-}
-
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// The version of `kind` to read: the newest of those the store accepts that the cluster
-/// serves; `None` when it serves none (the CRD is not installed).
-async fn served_version(client: &Client, kind: Kind) -> Option<ApiResource> {
-    for version in kind.versions() {
-        let gvk = GroupVersionKind::gvk(kind.group(), version, kind.as_str());
-        let resource = ApiResource::from_gvk_with_plural(&gvk, kind.plural());
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        match api.list_metadata(&ListParams::default().limit(1)).await {
-            Ok(_) => return Some(resource),
-            Err(kube::Error::Api(e)) if e.code == 404 => continue,
-            // Not known yet (the API server is away, or RBAC refuses): the watcher retries.
-            Err(e) => {
-                tracing::warn!(kind = kind.as_str(), error = %e,
-                    "cannot tell which version the cluster serves");
-                return Some(resource);
-            }
-        }
-    }
-    tracing::info!(
-        kind = kind.as_str(),
-        "not served by this cluster (no CRD): not followed"
-    );
-    None
-}
-
-fn trim_pod(pod: &mut Pod) {
-    pod.metadata.annotations = None;
-    pod.metadata.owner_references = None;
-}
-
-fn trim_node(node: &mut Node) {
-    node.metadata.annotations = None;
-    node.spec = None;
-    node.status = None;
-}
-
-fn trim_nothing<K>(_: &mut K) {}
-
 /// The reflectors' stores, read by the conversion.
 struct Stores {
     /// Istio's kinds the cluster serves, with the version read.
@@ -279,6 +177,11 @@ struct Stores {
     namespaces: Store<Namespace>,
     ingresses: Store<Ingress>,
     ingress_classes: Store<IngressClass>,
+    /// The Gateway API kinds the cluster serves, with the version read.
+    gateway_api: BTreeMap<&'static str, (ApiResource, Store<DynamicObject>)>,
+    /// Secrets and ConfigMaps (their certificate keys), when the cluster serves Gateways.
+    secrets: Store<Secret>,
+    config_maps: Store<ConfigMap>,
 }
 
 impl Workloads for Stores {
@@ -364,6 +267,10 @@ struct Syncing<T> {
     derived: BTreeMap<StoreKey, Value>,
     /// Work out what the Ingresses become again at the next pass.
     ingresses_changed: bool,
+    /// What the Gateway API objects became, by key, as last worked out.
+    derived_gateway_api: BTreeMap<StoreKey, Value>,
+    /// Work out what the Gateway API objects become again at the next pass.
+    gateway_api_changed: bool,
     /// Whether each namespace is read (discovery selectors), as last decided.
     selected: HashMap<String, bool>,
     /// Keys whose write failed for want of a store, retried after `backoff`.
@@ -451,7 +358,14 @@ async fn run<T: Target>(
         if kind == Kind::ServiceEndpoints {
             continue;
         }
-        let Some(resource) = served_version(&client, kind).await else {
+        let served = served_version(
+            &client,
+            kind.group(),
+            kind.as_str(),
+            kind.plural(),
+            kind.versions(),
+        );
+        let Some(resource) = served.await else {
             continue;
         };
         let writer = reflector::store::Writer::new(resource.clone());
@@ -464,7 +378,51 @@ async fn run<T: Target>(
                 .boxed(),
         );
     }
-    let resources = RESOURCES.len() + configs.len();
+    let mut gateway_api_stores = BTreeMap::new();
+    for k in &gateway_api::KINDS {
+        let group = pasa_proto::gateway_api::GROUP;
+        let served = served_version(&client, group, k.kind, k.plural, k.versions);
+        let Some(resource) = served.await else {
+            continue;
+        };
+        let writer = reflector::store::Writer::new(resource.clone());
+        gateway_api_stores.insert(k.kind, (resource.clone(), writer.as_reader()));
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let kind = k.kind;
+        let events = follow_into(api, writer, trim_config, k.resource, metrics.clone());
+        config_events.push(
+            events
+                .map(move |e| Change::GatewayApi(kind, Box::new(e)))
+                .boxed(),
+        );
+    }
+    // Certificates are read for Gateways only: without them, no Secret is followed.
+    let mut followed = RESOURCES.len() + configs.len() + gateway_api_stores.len();
+    let (secrets, config_maps) = if gateway_api_stores.contains_key("Gateway") {
+        let (secrets, secret_events) = follow(
+            Api::<Secret>::all(client.clone()),
+            gateway_api::trim_secret,
+            "secrets",
+            metrics.clone(),
+        );
+        let (config_maps, config_map_events) = follow(
+            Api::<ConfigMap>::all(client.clone()),
+            gateway_api::trim_config_map,
+            "configmaps",
+            metrics.clone(),
+        );
+        config_events.push(secret_events.map(|e| Change::Secret(Box::new(e))).boxed());
+        config_events.push(
+            config_map_events
+                .map(|e| Change::ConfigMap(Box::new(e)))
+                .boxed(),
+        );
+        followed += 2;
+        (secrets, config_maps)
+    } else {
+        (reflector::store().0, reflector::store().0)
+    };
+    let resources = followed;
     let events = futures::stream::select_all(
         config_events.into_iter().chain([
             service_events.map(|e| Change::Service(Box::new(e))).boxed(),
@@ -492,6 +450,9 @@ async fn run<T: Target>(
             namespaces,
             ingresses,
             ingress_classes,
+            gateway_api: gateway_api_stores,
+            secrets,
+            config_maps,
         },
         refs: References::default(),
         written,
@@ -499,6 +460,8 @@ async fn run<T: Target>(
         full: true,
         derived: BTreeMap::new(),
         ingresses_changed: true,
+        derived_gateway_api: BTreeMap::new(),
+        gateway_api_changed: true,
         selected: HashMap::new(),
         retry: BTreeSet::new(),
         backoff,
@@ -565,6 +528,8 @@ impl<T: Target> Syncing<T> {
         match change {
             Change::Config(kind, e) => match *e {
                 Apply(obj) | Delete(obj) => {
+                    // A route may have a ServiceEntry as its parent or backend.
+                    self.gateway_api_changed |= kind == Kind::ServiceEntry;
                     self.dirty.insert(StoreKey {
                         kind,
                         namespace: obj.namespace().unwrap_or_default(),
@@ -578,8 +543,9 @@ impl<T: Target> Syncing<T> {
                 Apply(svc) | Delete(svc) => {
                     let ns = svc.namespace().unwrap_or_default();
                     self.dirty.insert(StoreKey::service(&ns, &svc.name_any()));
-                    // An Ingress may name its port.
+                    // An Ingress may name its port; a route may have it as its parent.
                     self.ingresses_changed = true;
+                    self.gateway_api_changed = true;
                 }
                 InitDone => return self.listed("services"),
                 Init | InitApply(_) => {}
@@ -620,6 +586,8 @@ impl<T: Target> Syncing<T> {
             },
             Change::Namespace(e) => match *e {
                 Apply(ns) | Delete(ns) => {
+                    // Listeners select route namespaces by label.
+                    self.gateway_api_changed = true;
                     let name = ns.name_any();
                     let now = self.selects(&name);
                     if self.selected.insert(name.clone(), now) != Some(now) {
@@ -644,6 +612,29 @@ impl<T: Target> Syncing<T> {
                 InitDone => return self.listed("ingressclasses"),
                 Init | InitApply(_) => {}
             },
+            Change::GatewayApi(kind, e) => match *e {
+                Apply(_) | Delete(_) => self.gateway_api_changed = true,
+                InitDone => {
+                    let known = gateway_api::KINDS.iter().find(|k| k.kind == kind);
+                    return self.listed(known.map_or(kind, |k| k.resource));
+                }
+                Init | InitApply(_) => {}
+            },
+            Change::Secret(e) => match *e {
+                Apply(s) | Delete(s) => {
+                    // Only certificates matter to listeners.
+                    self.gateway_api_changed |= s.data.as_ref().is_some_and(|d| !d.is_empty());
+                }
+                InitDone => return self.listed("secrets"),
+                Init | InitApply(_) => {}
+            },
+            Change::ConfigMap(e) => match *e {
+                Apply(c) | Delete(c) => {
+                    self.gateway_api_changed |= c.data.as_ref().is_some_and(|d| !d.is_empty());
+                }
+                InitDone => return self.listed("configmaps"),
+                Init | InitApply(_) => {}
+            },
         }
         None
     }
@@ -651,53 +642,39 @@ impl<T: Target> Syncing<T> {
     /// Works out again what the served Ingresses of selected namespaces become, and marks the
     /// keys of what they became before and now to be compared.
     fn derive_from_ingresses(&mut self) {
-        use pasa_proto::ingress::{self, Ingress as Read};
-        let settings = &self.config.ingress;
-        let controller_of = |class: &str| {
-            let c = self.stores.ingress_classes.get(&ObjectRef::new(class))?;
-            c.spec
-                .as_ref()
-                .map(|s| s.controller.clone().unwrap_or_default())
-        };
-        let mut served: Vec<Read> = Vec::new();
-        for i in self.stores.ingresses.state() {
-            let namespace = i.namespace().unwrap_or_default();
-            if !self.selects(&namespace) {
-                continue;
-            }
-            match serde_json::to_value(i.as_ref()).and_then(serde_json::from_value::<Read>) {
-                Ok(read) if ingress::served(settings, &read, controller_of) => served.push(read),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(ingress = %format!("{namespace}/{}", i.name_any()),
-                    error = %e, "cannot read an Ingress; left out"),
-            }
-        }
-        let named_port = |namespace: &str, service: &str, port: &str| {
-            let svc = self
-                .stores
-                .services
-                .get(&ObjectRef::new(service).within(namespace))?;
-            let ports = svc.spec.as_ref()?.ports.as_ref()?;
-            let p = ports.iter().find(|p| p.name.as_deref() == Some(port))?;
-            u32::try_from(p.port).ok()
-        };
-        let cluster = &self.config.cluster_id;
-        let derived: BTreeMap<StoreKey, Value> = ingress::convert(settings, &served, named_port)
-            .into_iter()
-            .map(|mut o| {
-                o.labels
-                    .insert(convert::CLUSTER_LABEL.to_string(), cluster.clone());
-                let key = StoreKey {
-                    kind: o.kind,
-                    namespace: o.namespace.clone(),
-                    name: o.name.clone(),
-                };
-                (key, o.to_document())
-            })
-            .collect();
+        let derived = ingress::derive(
+            &self.stores.ingresses,
+            &self.stores.ingress_classes,
+            &self.stores.services,
+            &self.config.ingress,
+            &self.config.cluster_id,
+            |ns| self.selects(ns),
+        );
         self.dirty.extend(self.derived.keys().cloned());
         self.dirty.extend(derived.keys().cloned());
         self.derived = derived;
+    }
+
+    /// Works out again what the Gateway API objects of selected namespaces become, and marks
+    /// the keys of what they became before and now to be compared.
+    fn derive_from_gateway_api(&mut self) {
+        let sources = gateway_api::Sources {
+            objects: &self.stores.gateway_api,
+            services: &self.stores.services,
+            namespaces: &self.stores.namespaces,
+            secrets: &self.stores.secrets,
+            config_maps: &self.stores.config_maps,
+            service_entries: self.stores.configs.get(&Kind::ServiceEntry),
+        };
+        let derived = gateway_api::derive(
+            &sources,
+            &self.config.gateway_api,
+            &self.config.cluster_id,
+            |ns| self.selects(ns),
+        );
+        self.dirty.extend(self.derived_gateway_api.keys().cloned());
+        self.dirty.extend(derived.keys().cloned());
+        self.derived_gateway_api = derived;
     }
 
     fn listed(&mut self, resource: &'static str) -> Option<&'static str> {
@@ -737,9 +714,13 @@ impl<T: Target> Syncing<T> {
 
     /// What the store should hold under `key`: `None` for nothing.
     fn desired(&self, key: &StoreKey) -> Option<Value> {
-        // Generated from Ingresses of selected namespaces (a cluster's own object of the same
-        // name comes first).
-        if let Some(doc) = self.derived.get(key)
+        // Generated from Ingresses or Gateway API objects of selected namespaces (a cluster's
+        // own object of the same name comes first).
+        let derived = self
+            .derived
+            .get(key)
+            .or_else(|| self.derived_gateway_api.get(key));
+        if let Some(doc) = derived
             && !self
                 .stores
                 .configs
@@ -790,12 +771,19 @@ impl<T: Target> Syncing<T> {
 
     /// Compares the dirty keys (every key, after a list) and writes the differences.
     async fn pass(&mut self) {
-        if self.dirty.is_empty() && !self.full && !self.ingresses_changed {
+        if self.dirty.is_empty()
+            && !self.full
+            && !self.ingresses_changed
+            && !self.gateway_api_changed
+        {
             return;
         }
         let full = std::mem::take(&mut self.full);
         if std::mem::take(&mut self.ingresses_changed) || full {
             self.derive_from_ingresses();
+        }
+        if std::mem::take(&mut self.gateway_api_changed) || full {
+            self.derive_from_gateway_api();
         }
         let mut keys = std::mem::take(&mut self.dirty);
         if full {

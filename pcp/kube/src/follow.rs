@@ -1,0 +1,133 @@
+//! Following a resource of the cluster: a watcher into a reflector (the store of what the
+//! cluster holds, read by the conversion), with objects trimmed to what is read, and the version
+//! of a kind the cluster serves.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+
+use crate::convert::Pod;
+use crate::metrics::SyncMetrics;
+
+/// A watcher of `K` into a reflector: events come out after the store has them. Objects are
+/// trimmed by `trim` first (a pod's containers and status are not read, and at 100,000 pods
+/// they would be most of the memory).
+pub fn follow<K>(
+    api: Api<K>,
+    trim: fn(&mut K),
+    resource: &'static str,
+    metrics: Arc<SyncMetrics>,
+) -> (
+    Store<K>,
+    impl Stream<Item = watcher::Event<K>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    (store, follow_into(api, writer, trim, resource, metrics))
+}
+
+/// [`follow`] into a given reflector (of a kind known at run time).
+pub fn follow_into<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    trim: fn(&mut K),
+    resource: &'static str,
+    metrics: Arc<SyncMetrics>,
+) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
+    watcher(api, watcher::Config::default())
+        .modify(move |k: &mut K| {
+            k.meta_mut().managed_fields = None;
+            trim(k);
+        })
+        .default_backoff()
+        .reflect(writer)
+        .filter_map(move |event| {
+            let metrics = metrics.clone();
+            async move {
+                match event {
+                    Ok(e) => {
+                        if matches!(e, watcher::Event::Init) {
+                            metrics.listed(resource);
+                        }
+                        Some(e)
+                    }
+                    // The watcher retries with backoff; a refused watch is worth hearing of.
+                    Err(e) => {
+                        metrics.watch_failed(resource);
+                        tracing::warn!(resource, error = %e, "watching the cluster");
+                        None
+                    }
+                }
+            }
+        })
+}
+
+/// Config objects lose what the store does not keep: their status, and the copy of the whole
+/// object `kubectl apply` leaves in an annotation.
+pub fn trim_config(obj: &mut DynamicObject) {
+    if let Some(a) = &mut obj.metadata.annotations {
+        a.remove(LAST_APPLIED);
+    }
+    if let Some(data) = obj.data.as_object_mut() {
+        data.retain(|k, _| k == "spec");
+    }
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The version of a kind to read: the newest of `versions` the cluster serves; `None` when it
+/// serves none (the CRD is not installed).
+pub async fn served_version(
+    client: &Client,
+    group: &str,
+    kind: &str,
+    plural: &str,
+    versions: &[&str],
+) -> Option<ApiResource> {
+    for version in versions {
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Ok(_) => return Some(resource),
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            // Not known yet (the API server is away, or RBAC refuses): the watcher retries.
+            Err(e) => {
+                tracing::warn!(kind, error = %e, "cannot tell which version the cluster serves");
+                return Some(resource);
+            }
+        }
+    }
+    tracing::info!(kind, "not served by this cluster (no CRD): not followed");
+    None
+}
+
+pub fn trim_pod(pod: &mut Pod) {
+    pod.metadata.annotations = None;
+    pod.metadata.owner_references = None;
+}
+
+pub fn trim_node(node: &mut Node) {
+    node.metadata.annotations = None;
+    node.spec = None;
+    node.status = None;
+}
+
+pub fn trim_nothing<K>(_: &mut K) {}

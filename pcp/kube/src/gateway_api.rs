@@ -1,0 +1,174 @@
+//! The Kubernetes Gateway API in a cluster: which of its kinds the syncer follows, what it keeps
+//! of the Secrets and ConfigMaps listeners name, and what the objects of selected namespaces
+//! become ([`pasa_proto::gateway_api`]: the Gateways and VirtualServices istiod generates).
+//!
+//! The kinds are followed at the newest version the cluster serves (`v1` first); one whose CRD
+//! is not installed is not followed. Secrets and ConfigMaps are followed only when the cluster
+//! serves Gateways, and only the keys a listener's certificate or CA is read from are kept:
+//! the conversion checks that a listener's certificate is there and is PEM, as istiod does.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::reflector::Store;
+use pasa_proto::gateway_api::{self, Input, Settings};
+use serde_json::{Value, json};
+
+use crate::convert::{self, StoreKey};
+
+/// A followed Gateway API kind: its name, plural, the resource's full name (as metrics and
+/// logs name it: Istio has `gateways` too) and the versions read, newest first.
+pub struct GatewayApiKind {
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub resource: &'static str,
+    pub versions: &'static [&'static str],
+}
+
+/// The kinds the conversion reads.
+pub const KINDS: [GatewayApiKind; 7] = [
+    GatewayApiKind {
+        kind: "GatewayClass",
+        plural: "gatewayclasses",
+        resource: "gatewayclasses.gateway.networking.k8s.io",
+        versions: &["v1", "v1beta1"],
+    },
+    GatewayApiKind {
+        kind: "Gateway",
+        plural: "gateways",
+        resource: "gateways.gateway.networking.k8s.io",
+        versions: &["v1", "v1beta1"],
+    },
+    GatewayApiKind {
+        kind: "HTTPRoute",
+        plural: "httproutes",
+        resource: "httproutes.gateway.networking.k8s.io",
+        versions: &["v1", "v1beta1"],
+    },
+    GatewayApiKind {
+        kind: "GRPCRoute",
+        plural: "grpcroutes",
+        resource: "grpcroutes.gateway.networking.k8s.io",
+        versions: &["v1", "v1alpha2"],
+    },
+    GatewayApiKind {
+        kind: "TCPRoute",
+        plural: "tcproutes",
+        resource: "tcproutes.gateway.networking.k8s.io",
+        versions: &["v1", "v1alpha2"],
+    },
+    GatewayApiKind {
+        kind: "TLSRoute",
+        plural: "tlsroutes",
+        resource: "tlsroutes.gateway.networking.k8s.io",
+        versions: &["v1", "v1alpha3", "v1alpha2"],
+    },
+    GatewayApiKind {
+        kind: "ReferenceGrant",
+        plural: "referencegrants",
+        resource: "referencegrants.gateway.networking.k8s.io",
+        versions: &["v1", "v1beta1"],
+    },
+];
+
+/// The keys of a Secret or ConfigMap a listener's certificate or CA is read from.
+const CERTIFICATE_KEYS: [&str; 6] = ["cert", "key", "cacert", "tls.crt", "tls.key", "ca.crt"];
+
+/// A Secret loses all but the keys certificates are read from (most Secrets keep nothing).
+pub fn trim_secret(secret: &mut Secret) {
+    secret.metadata.annotations = None;
+    secret.metadata.managed_fields = None;
+    secret.string_data = None;
+    if let Some(data) = &mut secret.data {
+        data.retain(|k, _| CERTIFICATE_KEYS.contains(&k.as_str()));
+    }
+}
+
+/// A ConfigMap loses all but the keys CA bundles are read from.
+pub fn trim_config_map(config_map: &mut ConfigMap) {
+    config_map.metadata.annotations = None;
+    config_map.binary_data = None;
+    if let Some(data) = &mut config_map.data {
+        data.retain(|k, _| CERTIFICATE_KEYS.contains(&k.as_str()));
+    }
+}
+
+/// What the conversion reads of the cluster, from the syncer's reflectors.
+pub struct Sources<'a> {
+    /// The Gateway API kinds followed, by kind.
+    pub objects: &'a BTreeMap<&'static str, (ApiResource, Store<DynamicObject>)>,
+    pub services: &'a Store<k8s_openapi::api::core::v1::Service>,
+    pub namespaces: &'a Store<k8s_openapi::api::core::v1::Namespace>,
+    pub secrets: &'a Store<Secret>,
+    pub config_maps: &'a Store<ConfigMap>,
+    /// The cluster's ServiceEntries, when the kind is followed.
+    pub service_entries: Option<&'a (ApiResource, Store<DynamicObject>)>,
+}
+
+/// The Gateways and VirtualServices the Gateway API objects of selected namespaces become,
+/// labelled as this cluster's, by key.
+pub fn derive(
+    sources: &Sources<'_>,
+    settings: &Settings,
+    cluster: &str,
+    selects: impl Fn(&str) -> bool,
+) -> BTreeMap<StoreKey, Value> {
+    if sources.objects.is_empty() {
+        return BTreeMap::new();
+    }
+    let mut input = Input::default();
+    let suffix = &settings.domain_suffix;
+    let mut add = |doc: Value| {
+        if let Err(e) = input.add(&doc, suffix) {
+            tracing::warn!(error = %e, "cannot read a Gateway API object; left out");
+        }
+    };
+    let dynamic = |resource: &ApiResource, kind: &str, o: &DynamicObject| {
+        let mut doc = o.data.clone();
+        if !doc.is_object() {
+            doc = json!({});
+        }
+        doc["apiVersion"] = json!(resource.api_version);
+        doc["kind"] = json!(kind);
+        doc["metadata"] = serde_json::to_value(&o.metadata).unwrap_or_default();
+        doc
+    };
+    let in_selected = |ns: Option<String>| ns.is_none_or(|ns| selects(&ns));
+    for ns in sources.namespaces.state() {
+        if selects(&ns.name_any()) {
+            add(serde_json::to_value(ns.as_ref()).unwrap_or_default());
+        }
+    }
+    for svc in sources.services.state() {
+        if in_selected(svc.namespace()) {
+            add(serde_json::to_value(svc.as_ref()).unwrap_or_default());
+        }
+    }
+    for s in sources.secrets.state() {
+        if in_selected(s.namespace()) && s.data.as_ref().is_some_and(|d| !d.is_empty()) {
+            add(serde_json::to_value(s.as_ref()).unwrap_or_default());
+        }
+    }
+    for c in sources.config_maps.state() {
+        if in_selected(c.namespace()) && c.data.as_ref().is_some_and(|d| !d.is_empty()) {
+            add(serde_json::to_value(c.as_ref()).unwrap_or_default());
+        }
+    }
+    if let Some((resource, store)) = sources.service_entries {
+        for o in store.state() {
+            if in_selected(o.namespace()) {
+                add(dynamic(resource, "ServiceEntry", &o));
+            }
+        }
+    }
+    for (kind, (resource, store)) in sources.objects {
+        for o in store.state() {
+            if in_selected(o.namespace()) {
+                add(dynamic(resource, kind, &o));
+            }
+        }
+    }
+    convert::generated(gateway_api::convert(settings, &input), cluster)
+}
