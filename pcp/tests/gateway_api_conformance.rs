@@ -21,11 +21,6 @@ use serde_json::Value;
 
 /// Cases not expected to pass, with the reason.
 const SKIPPED: &[(&str, &str)] = &[
-    ("backend-lb-policy", BACKEND_POLICIES),
-    ("backend-tls-policy", BACKEND_POLICIES),
-    ("mix-backend-policy", BACKEND_POLICIES),
-    ("backend-tls-policy-ignored", BACKEND_POLICIES),
-    ("backend-traffic-policy-ignored", BACKEND_POLICIES),
     ("xbackend", "XBackends (alpha) are not converted yet"),
     ("listenerset", LISTENER_SETS),
     ("listenerset-cross-namespace", LISTENER_SETS),
@@ -36,8 +31,6 @@ const SKIPPED: &[(&str, &str)] = &[
     ("listenerset-protocol-conflict", LISTENER_SETS),
     ("listenerset-empty-listeners", LISTENER_SETS),
 ];
-const BACKEND_POLICIES: &str =
-    "BackendTLSPolicy and XBackendTrafficPolicy are not converted to DestinationRules yet";
 const LISTENER_SETS: &str = "ListenerSets (experimental) are not converted yet";
 
 fn keyed(objects: impl IntoIterator<Item = Value>) -> BTreeMap<(String, String, String), Value> {

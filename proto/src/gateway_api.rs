@@ -24,11 +24,15 @@
 //!   backend that is missing or not granted becomes an empty destination (its requests fail),
 //!   as istiod leaves it.
 //!
-//! Not converted yet (the conformance test lists them): ListenerSets, BackendTLSPolicy,
-//! XBackend and XBackendTrafficPolicy (DestinationRules), InferencePools, and the status written
-//! back to the Gateway API objects.
+//! - **Backend policies.** BackendTLSPolicies and XBackendTrafficPolicies on a Service or
+//!   ServiceEntry become one DestinationRule per (target, host), the oldest policy winning
+//!   ([`policies`]).
+//!
+//! Not converted yet (the conformance test lists them): ListenerSets, XBackends, the endpoint
+//! picker of InferencePools, and the status written back to the Gateway API objects.
 
 mod listeners;
+pub mod policies;
 mod routes;
 mod rules;
 pub mod types;
@@ -104,10 +108,13 @@ pub struct Input {
     pub grants: Vec<ReferenceGrant>,
     /// Namespaces by name, with their labels.
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
-    /// Kubernetes Services by (namespace, name), with their labels.
-    pub services: BTreeMap<Key, BTreeMap<String, String>>,
-    /// ServiceEntries by (namespace, name): their hosts and labels.
-    pub service_entries: BTreeMap<Key, (Vec<String>, BTreeMap<String, String>)>,
+    /// Kubernetes Services by (namespace, name).
+    pub services: BTreeMap<Key, Backend>,
+    /// ServiceEntries by (namespace, name).
+    pub service_entries: BTreeMap<Key, Backend>,
+    /// BackendTLSPolicies and XBackendTrafficPolicies.
+    pub tls_policies: Vec<policies::BackendTlsPolicy>,
+    pub traffic_policies: Vec<policies::BackendTrafficPolicy>,
     /// The mesh's service registry (Services and ServiceEntries) by host.
     pub registry: BTreeMap<String, RegistryService>,
     /// InferencePools by (namespace, name).
@@ -142,15 +149,19 @@ impl Input {
                 .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
                 .collect::<BTreeMap<String, String>>()
         };
-        let ports = |spec: &Value| -> Vec<u32> {
+        let ports = |spec: &Value| -> Vec<(String, u32)> {
             spec["ports"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .filter_map(|p| p["port"].as_u64().or(p["number"].as_u64()))
-                .map(|p| p as u32)
+                .filter_map(|p| {
+                    let number = p["port"].as_u64().or(p["number"].as_u64())?;
+                    let name = p["name"].as_str().unwrap_or_default().to_string();
+                    Some((name, number as u32))
+                })
                 .collect()
         };
+        let numbers = |ports: &[(String, u32)]| ports.iter().map(|(_, n)| *n).collect();
         let meta = &doc["metadata"];
         let name = meta["name"].as_str().unwrap_or_default().to_string();
         let namespace = meta["namespace"].as_str().unwrap_or_default().to_string();
@@ -172,12 +183,17 @@ impl Input {
             }
             ("", "Service") => {
                 let host = format!("{name}.{namespace}.svc.{domain_suffix}");
+                let ports = ports(&doc["spec"]);
                 self.registry.entry(host).or_insert(RegistryService {
                     namespace: namespace.clone(),
-                    ports: ports(&doc["spec"]),
+                    ports: numbers(&ports),
                 });
-                self.services
-                    .insert((namespace, name), text(&meta["labels"]));
+                let backend = Backend {
+                    hosts: Vec::new(),
+                    labels: text(&meta["labels"]),
+                    ports,
+                };
+                self.services.insert((namespace, name), backend);
             }
             ("", "Secret") => {
                 self.secrets.insert((namespace, name), text(&doc["data"]));
@@ -193,14 +209,23 @@ impl Input {
                     .flatten()
                     .filter_map(|h| h.as_str().map(str::to_string))
                     .collect();
+                let ports = ports(&doc["spec"]);
                 for h in &hosts {
                     self.registry.entry(h.clone()).or_insert(RegistryService {
                         namespace: namespace.clone(),
-                        ports: ports(&doc["spec"]),
+                        ports: numbers(&ports),
                     });
                 }
-                self.service_entries
-                    .insert((namespace, name), (hosts, text(&meta["labels"])));
+                let backend = Backend {
+                    hosts,
+                    labels: text(&meta["labels"]),
+                    ports,
+                };
+                self.service_entries.insert((namespace, name), backend);
+            }
+            (GROUP, "BackendTLSPolicy") => self.tls_policies.push(read(doc)?),
+            ("gateway.networking.x-k8s.io", "XBackendTrafficPolicy") => {
+                self.traffic_policies.push(read(doc)?)
             }
             ("inference.networking.k8s.io", "InferencePool") => {
                 self.inference_pools.insert((namespace, name));
@@ -232,6 +257,16 @@ impl Input {
                 })
             })
     }
+}
+
+/// A Kubernetes Service or a ServiceEntry, as far as the conversion reads it.
+#[derive(Debug, Clone, Default)]
+pub struct Backend {
+    /// A ServiceEntry's hosts (a Service's host is its name's).
+    pub hosts: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+    /// Its ports: (name, number).
+    pub ports: Vec<(String, u32)>,
 }
 
 /// A service of the mesh's registry, as far as the conversion reads it.
@@ -268,14 +303,17 @@ pub fn convert(settings: &Settings, input: &Input) -> Vec<Object> {
         .map(|g| g.object.clone())
         .collect();
     out.extend(routes::convert(settings, input, &gateways));
+    out.extend(policies::destination_rules(settings, input));
     out
 }
 
-/// Whether an object's annotations mark it as generated from the Gateway API.
+/// Whether an object's annotations mark it as generated from the Gateway API: Gateway or route
+/// semantics, or the objects it came from (`internal.istio.io/parents`, which users may not set).
 pub fn is_generated(annotations: &BTreeMap<String, String>) -> bool {
-    [GATEWAY_SEMANTICS_ANNOTATION, ROUTE_SEMANTICS_ANNOTATION]
-        .iter()
-        .any(|k| annotations.get(*k).is_some_and(|v| v == GATEWAY_SEMANTICS))
+    annotations.contains_key(PARENTS_ANNOTATION)
+        || [GATEWAY_SEMANTICS_ANNOTATION, ROUTE_SEMANTICS_ANNOTATION]
+            .iter()
+            .any(|k| annotations.get(*k).is_some_and(|v| v == GATEWAY_SEMANTICS))
 }
 
 /// Whether a VirtualService's routes follow the Gateway API's semantics (it was generated from

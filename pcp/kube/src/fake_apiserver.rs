@@ -70,6 +70,8 @@ fn collection_of(api_version: &str, kind: &str) -> (Collection, bool) {
         "TCPRoute" => "tcproutes",
         "TLSRoute" => "tlsroutes",
         "ReferenceGrant" => "referencegrants",
+        "BackendTLSPolicy" => "backendtlspolicies",
+        "XBackendTrafficPolicy" => "xbackendtrafficpolicies",
         other => panic!("the fake API server does not serve {other}"),
     }
     .to_string();

@@ -1,4 +1,5 @@
-//! The Kubernetes Gateway API in a cluster: which of its kinds the syncer follows, what it keeps
+//! The Kubernetes Gateway API in a cluster: which of its kinds the syncer follows (with
+//! BackendTLSPolicy and the experimental XBackendTrafficPolicy), what it keeps
 //! of the Secrets and ConfigMaps listeners name, and what the objects of selected namespaces
 //! become ([`pasa_proto::gateway_api`]: the Gateways and VirtualServices istiod generates).
 //!
@@ -21,6 +22,7 @@ use crate::convert::{self, StoreKey};
 /// A followed Gateway API kind: its name, plural, the resource's full name (as metrics and
 /// logs name it: Istio has `gateways` too) and the versions read, newest first.
 pub struct GatewayApiKind {
+    pub group: &'static str,
     pub kind: &'static str,
     pub plural: &'static str,
     pub resource: &'static str,
@@ -28,48 +30,69 @@ pub struct GatewayApiKind {
 }
 
 /// The kinds the conversion reads.
-pub const KINDS: [GatewayApiKind; 7] = [
+pub const KINDS: [GatewayApiKind; 9] = [
     GatewayApiKind {
+        group: pasa_proto::gateway_api::GROUP,
         kind: "GatewayClass",
         plural: "gatewayclasses",
         resource: "gatewayclasses.gateway.networking.k8s.io",
         versions: &["v1", "v1beta1"],
     },
     GatewayApiKind {
+        group: pasa_proto::gateway_api::GROUP,
         kind: "Gateway",
         plural: "gateways",
         resource: "gateways.gateway.networking.k8s.io",
         versions: &["v1", "v1beta1"],
     },
     GatewayApiKind {
+        group: pasa_proto::gateway_api::GROUP,
         kind: "HTTPRoute",
         plural: "httproutes",
         resource: "httproutes.gateway.networking.k8s.io",
         versions: &["v1", "v1beta1"],
     },
     GatewayApiKind {
+        group: pasa_proto::gateway_api::GROUP,
         kind: "GRPCRoute",
         plural: "grpcroutes",
         resource: "grpcroutes.gateway.networking.k8s.io",
         versions: &["v1", "v1alpha2"],
     },
     GatewayApiKind {
+        group: pasa_proto::gateway_api::GROUP,
         kind: "TCPRoute",
         plural: "tcproutes",
         resource: "tcproutes.gateway.networking.k8s.io",
         versions: &["v1", "v1alpha2"],
     },
     GatewayApiKind {
+        group: pasa_proto::gateway_api::GROUP,
         kind: "TLSRoute",
         plural: "tlsroutes",
         resource: "tlsroutes.gateway.networking.k8s.io",
         versions: &["v1", "v1alpha3", "v1alpha2"],
     },
     GatewayApiKind {
+        group: pasa_proto::gateway_api::GROUP,
         kind: "ReferenceGrant",
         plural: "referencegrants",
         resource: "referencegrants.gateway.networking.k8s.io",
         versions: &["v1", "v1beta1"],
+    },
+    GatewayApiKind {
+        group: pasa_proto::gateway_api::GROUP,
+        kind: "BackendTLSPolicy",
+        plural: "backendtlspolicies",
+        resource: "backendtlspolicies.gateway.networking.k8s.io",
+        versions: &["v1", "v1alpha3"],
+    },
+    GatewayApiKind {
+        group: "gateway.networking.x-k8s.io",
+        kind: "XBackendTrafficPolicy",
+        plural: "xbackendtrafficpolicies",
+        resource: "xbackendtrafficpolicies.gateway.networking.x-k8s.io",
+        versions: &["v1alpha1"],
     },
 ];
 

@@ -380,8 +380,7 @@ async fn run<T: Target>(
     }
     let mut gateway_api_stores = BTreeMap::new();
     for k in &gateway_api::KINDS {
-        let group = pasa_proto::gateway_api::GROUP;
-        let served = served_version(&client, group, k.kind, k.plural, k.versions);
+        let served = served_version(&client, k.group, k.kind, k.plural, k.versions);
         let Some(resource) = served.await else {
             continue;
         };

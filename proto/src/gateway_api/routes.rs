@@ -238,9 +238,9 @@ fn waypoint_of_another_controller(
     let key = (namespace.to_string(), name.to_string());
     let labels = match kind {
         SERVICE => input.services.get(&key),
-        _ => input.service_entries.get(&key).map(|(_, labels)| labels),
+        _ => input.service_entries.get(&key),
     };
-    let Some(mut labels) = labels else {
+    let Some(mut labels) = labels.map(|b| &b.labels) else {
         return false;
     };
     let mut waypoint = labels.get("istio.io/use-waypoint");
@@ -351,7 +351,7 @@ fn mesh_hosts(
         return input
             .service_entries
             .get(&(namespace.to_string(), name.clone()))
-            .map(|(hosts, _)| hosts.clone())
+            .map(|b| b.hosts.clone())
             .unwrap_or_default();
     }
     vec![format!("{name}.{namespace}.svc.{}", settings.domain_suffix)]

@@ -15,6 +15,7 @@ pub struct Meta {
     pub annotations: BTreeMap<String, String>,
     /// RFC 3339, so text order is time order; empty counts as oldest.
     pub creation_timestamp: String,
+    pub uid: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
