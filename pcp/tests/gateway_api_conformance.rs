@@ -20,19 +20,7 @@ use pasa_validation::validation::Author;
 use serde_json::Value;
 
 /// Cases not expected to pass, with the reason.
-const SKIPPED: &[(&str, &str)] = &[
-    ("xbackend", "XBackends (alpha) are not converted yet"),
-    ("listenerset", LISTENER_SETS),
-    ("listenerset-cross-namespace", LISTENER_SETS),
-    ("listenerset-same-name-different-ns", LISTENER_SETS),
-    ("listenerset-invalid", LISTENER_SETS),
-    ("listenerset-overlapping-port", LISTENER_SETS),
-    ("listenerset-hostname-conflict", LISTENER_SETS),
-    ("listenerset-protocol-conflict", LISTENER_SETS),
-    ("listenerset-empty-listeners", LISTENER_SETS),
-];
-const LISTENER_SETS: &str = "ListenerSets (experimental) are not converted yet";
-
+const SKIPPED: &[(&str, &str)] = &[("xbackend", "XBackends (alpha) are not converted yet")];
 fn keyed(objects: impl IntoIterator<Item = Value>) -> BTreeMap<(String, String, String), Value> {
     objects
         .into_iter()

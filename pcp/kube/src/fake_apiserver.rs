@@ -71,6 +71,7 @@ fn collection_of(api_version: &str, kind: &str) -> (Collection, bool) {
         "TLSRoute" => "tlsroutes",
         "ReferenceGrant" => "referencegrants",
         "BackendTLSPolicy" => "backendtlspolicies",
+        "ListenerSet" => "listenersets",
         "XBackendTrafficPolicy" => "xbackendtrafficpolicies",
         other => panic!("the fake API server does not serve {other}"),
     }

@@ -1,5 +1,5 @@
 //! The Kubernetes Gateway API in a cluster: which of its kinds the syncer follows (with
-//! BackendTLSPolicy and the experimental XBackendTrafficPolicy), what it keeps
+//! ListenerSet, BackendTLSPolicy and the experimental XBackendTrafficPolicy), what it keeps
 //! of the Secrets and ConfigMaps listeners name, and what the objects of selected namespaces
 //! become ([`pasa_proto::gateway_api`]: the Gateways and VirtualServices istiod generates).
 //!
@@ -30,7 +30,7 @@ pub struct GatewayApiKind {
 }
 
 /// The kinds the conversion reads.
-pub const KINDS: [GatewayApiKind; 9] = [
+pub const KINDS: [GatewayApiKind; 10] = [
     GatewayApiKind {
         group: pasa_proto::gateway_api::GROUP,
         kind: "GatewayClass",
@@ -79,6 +79,13 @@ pub const KINDS: [GatewayApiKind; 9] = [
         plural: "referencegrants",
         resource: "referencegrants.gateway.networking.k8s.io",
         versions: &["v1", "v1beta1"],
+    },
+    GatewayApiKind {
+        group: pasa_proto::gateway_api::GROUP,
+        kind: "ListenerSet",
+        plural: "listenersets",
+        resource: "listenersets.gateway.networking.k8s.io",
+        versions: &["v1"],
     },
     GatewayApiKind {
         group: pasa_proto::gateway_api::GROUP,

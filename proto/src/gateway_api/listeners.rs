@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::types::{Gateway, Listener, LocalRef};
+use super::types::{Gateway, Listener, ListenerSet, LocalRef, Meta};
 use super::{
-    ConfigError, EAST_WEST_CONTROLLER, GATEWAY_SEMANTICS, GATEWAY_SEMANTICS_ANNOTATION,
-    GATEWAY_SERVICE_ANNOTATION, GENERATED, GROUP, Input, PARENTS_ANNOTATION, REMOTE_CONTROLLER,
-    SERVICE_ACCOUNT_ANNOTATION, Settings, WAYPOINT_CONTROLLER, generated, group_kind, prune,
+    ConfigError, EAST_WEST_CONTROLLER, GATEWAY_CONTROLLER, GATEWAY_SEMANTICS,
+    GATEWAY_SEMANTICS_ANNOTATION, GATEWAY_SERVICE_ANNOTATION, GENERATED, GROUP, Input,
+    PARENT_NAMESPACE_ANNOTATION, PARENTS_ANNOTATION, REMOTE_CONTROLLER, SERVICE_ACCOUNT_ANNOTATION,
+    Settings, WAYPOINT_CONTROLLER, generated, group_kind, prune,
 };
 use crate::Kind;
 use crate::object::Object;
@@ -30,9 +31,17 @@ pub(super) struct Generated {
     pub object: Object,
     /// Whether the listener is programmed (only programmed ones are written).
     pub valid: bool,
-    /// The Gateway it came from: (namespace, name).
-    pub gateway: (String, String),
+    /// The Gateway or ListenerSet it came from: (kind, namespace, name).
+    pub owner: (&'static str, String, String),
     pub parent: ParentInfo,
+}
+
+/// Where a listener is written: a Gateway, or a ListenerSet of one (`gateway`).
+#[derive(Clone, Copy)]
+struct Owner<'a> {
+    kind: &'static str,
+    meta: &'a Meta,
+    gateway: &'a Gateway,
 }
 
 /// A parent a route may bind to.
@@ -85,62 +94,194 @@ pub(super) fn convert(settings: &Settings, input: &Input) -> Vec<Generated> {
         } else {
             String::new()
         };
-        let conflicted = conflicts(&gw.spec.listeners);
+        let sets = if controller == GATEWAY_CONTROLLER {
+            listener_sets(input, gw)
+        } else {
+            Vec::new()
+        };
+        let conflicted = conflicts(gw, &sets);
+        let common = Common {
+            controller: &controller,
+            services: services.join(","),
+            service_account,
+        };
+        let owner = Owner {
+            kind: "Gateway",
+            meta: &gw.metadata,
+            gateway: gw,
+        };
         for (index, l) in gw.spec.listeners.iter().enumerate() {
-            if conflicted.contains(&index) {
+            if conflicted.contains(&(0, index)) {
                 continue;
             }
-            let (server, valid) = server(input, gw, l, &controller);
-            let Some(server) = server else { continue };
-            if controller == WAYPOINT_CONTROLLER
-                || (controller == EAST_WEST_CONTROLLER && l.port == 15008)
-            {
-                continue;
+            let (server, valid) = server(input, owner, l, &controller);
+            if let Some(g) = listener(owner, l, server, valid, &common) {
+                out.push(g);
             }
-            let (namespace, name) = (&gw.metadata.namespace, &gw.metadata.name);
-            let annotations: BTreeMap<String, String> = [
-                (
-                    PARENTS_ANNOTATION,
-                    format!("Gateway/{name}/{}.{namespace}", l.name),
-                ),
-                (GATEWAY_SEMANTICS_ANNOTATION, GATEWAY_SEMANTICS.to_string()),
-                (GATEWAY_SERVICE_ANNOTATION, services.join(",")),
-                (SERVICE_ACCOUNT_ANNOTATION, service_account.clone()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-            let object_name = internal_gateway_name(name, &l.name);
-            let hostnames = server["hosts"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect();
-            out.push(Generated {
-                parent: ParentInfo {
-                    internal_name: format!("{namespace}/{object_name}"),
-                    allowed_kinds: supported_kinds(l),
-                    hostnames,
-                    original_hostname: l.hostname.clone().unwrap_or_default(),
-                    section_name: l.name.clone(),
-                    port: l.port,
-                    protocol: l.protocol.clone(),
-                },
-                object: generated(
-                    Kind::Gateway,
-                    namespace,
-                    object_name,
-                    annotations,
-                    json!({"servers": [server]}),
-                ),
-                valid,
-                gateway: (namespace.clone(), name.clone()),
-            });
+        }
+        for (set_index, set) in sets.iter().enumerate() {
+            let owner = Owner {
+                kind: "ListenerSet",
+                meta: &set.metadata,
+                gateway: gw,
+            };
+            for (index, entry) in set.spec.listeners.iter().enumerate() {
+                if conflicted.contains(&(set_index + 1, index)) {
+                    continue;
+                }
+                let (l, port_ok) = with_default_port(entry);
+                let (server, valid) = server(input, owner, &l, &controller);
+                // A ListenerSet's listener that is not programmed binds no route.
+                if !(valid && port_ok) {
+                    continue;
+                }
+                if let Some(g) = listener(owner, &l, server, true, &common) {
+                    out.push(g);
+                }
+            }
         }
     }
     out
+}
+
+/// What every listener of a Gateway (and of its ListenerSets) shares.
+struct Common<'a> {
+    controller: &'a str,
+    /// The Services the Gateway binds to, comma-separated.
+    services: String,
+    service_account: String,
+}
+
+/// The Istio Gateway of one listener, and the parent it is for routes.
+fn listener(
+    owner: Owner<'_>,
+    l: &Listener,
+    server: Option<Value>,
+    valid: bool,
+    common: &Common<'_>,
+) -> Option<Generated> {
+    let server = server?;
+    if common.controller == WAYPOINT_CONTROLLER
+        || (common.controller == EAST_WEST_CONTROLLER && l.port == 15008)
+    {
+        return None;
+    }
+    let (namespace, name) = (&owner.meta.namespace, &owner.meta.name);
+    let mut annotations: BTreeMap<String, String> = [
+        (
+            PARENTS_ANNOTATION,
+            format!("{}/{name}/{}.{namespace}", owner.kind, l.name),
+        ),
+        (GATEWAY_SEMANTICS_ANNOTATION, GATEWAY_SEMANTICS.to_string()),
+        (GATEWAY_SERVICE_ANNOTATION, common.services.clone()),
+        (SERVICE_ACCOUNT_ANNOTATION, common.service_account.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    if owner.kind == "ListenerSet" {
+        annotations.insert(
+            PARENT_NAMESPACE_ANNOTATION.to_string(),
+            owner.gateway.metadata.namespace.clone(),
+        );
+    }
+    let object_name = internal_gateway_name(name, &l.name);
+    let hostnames = server["hosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect();
+    Some(Generated {
+        parent: ParentInfo {
+            internal_name: format!("{namespace}/{object_name}"),
+            allowed_kinds: supported_kinds(l),
+            hostnames,
+            original_hostname: l.hostname.clone().unwrap_or_default(),
+            section_name: l.name.clone(),
+            port: l.port,
+            protocol: l.protocol.clone(),
+        },
+        object: generated(
+            Kind::Gateway,
+            namespace,
+            object_name,
+            annotations,
+            json!({"servers": [server]}),
+        ),
+        valid,
+        owner: (owner.kind, namespace.clone(), name.clone()),
+    })
+}
+
+/// The ListenerSets attached to a Gateway that its `allowedListeners` admit, oldest first (then
+/// by namespace and name).
+fn listener_sets<'a>(input: &'a Input, gw: &Gateway) -> Vec<&'a ListenerSet> {
+    let mut out: Vec<&ListenerSet> = input
+        .listener_sets
+        .iter()
+        .filter(|set| {
+            let p = &set.spec.parent_ref;
+            let kind = group_kind(p.group.as_deref(), p.kind.as_deref(), (GROUP, "Gateway"));
+            let namespace = p.namespace.as_deref().unwrap_or(&set.metadata.namespace);
+            kind == (GROUP, "Gateway")
+                && p.name == gw.metadata.name
+                && namespace == gw.metadata.namespace
+                && admits_listeners_of(input, gw, &set.metadata.namespace)
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        let key = |s: &ListenerSet| {
+            (
+                s.metadata.creation_timestamp.clone(),
+                s.metadata.namespace.clone(),
+                s.metadata.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    out
+}
+
+/// Whether a Gateway's `allowedListeners` admits ListenerSets of `namespace` (none by default).
+fn admits_listeners_of(input: &Input, gw: &Gateway, namespace: &str) -> bool {
+    let Some(n) = gw
+        .spec
+        .allowed_listeners
+        .as_ref()
+        .and_then(|a| a.namespaces.as_ref())
+    else {
+        return false;
+    };
+    match n.from.as_deref() {
+        Some("All") => true,
+        Some("Same") => namespace == gw.metadata.namespace,
+        None | Some("Selector") => {
+            let (Some(selector), Some(labels)) = (&n.selector, input.namespaces.get(namespace))
+            else {
+                return false;
+            };
+            let mut labels = labels.clone();
+            labels.insert("kubernetes.io/metadata.name".into(), namespace.to_string());
+            selector.matches(&labels)
+        }
+        Some(_) => false,
+    }
+}
+
+/// A ListenerSet's listener with its port defaulted by protocol (80 for HTTP, 443 for HTTPS),
+/// and whether it has one.
+fn with_default_port(l: &Listener) -> (Listener, bool) {
+    let mut l = l.clone();
+    if l.port == 0 {
+        match l.protocol.as_str() {
+            "HTTP" => l.port = 80,
+            "HTTPS" => l.port = 443,
+            _ => return (l, false),
+        }
+    }
+    (l, true)
 }
 
 /// istiod's name for the Istio Gateway of a listener.
@@ -204,9 +345,10 @@ fn gateway_services(
 }
 
 /// The listeners that conflict with an earlier one on the same port (istiod reports them and
-/// generates nothing for them): a different protocol family, or two HTTP-like listeners with
-/// one hostname.
-fn conflicts(listeners: &[Listener]) -> Vec<usize> {
+/// generates nothing for them), as (owner, listener) positions: owner 0 is the Gateway, `n` its
+/// `n`th ListenerSet. Listeners conflict on a port when of different protocol families, or when
+/// two HTTP-like ones have one hostname.
+fn conflicts(gw: &Gateway, sets: &[&ListenerSet]) -> Vec<(usize, usize)> {
     let tcp_like = |p: &str| p == "TCP" || p == "UDP";
     let http_like = |p: &str| matches!(p, "HTTP" | "HTTPS" | "TLS");
     let hostname = |l: &Listener| {
@@ -231,11 +373,25 @@ fn conflicts(listeners: &[Listener]) -> Vec<usize> {
         }
         pa != pb
     };
-    let mut accepted: Vec<&Listener> = Vec::new();
+    let merged = gw
+        .spec
+        .listeners
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, l)| ((0, i), l))
+        .chain(sets.iter().enumerate().flat_map(|(s, set)| {
+            set.spec
+                .listeners
+                .iter()
+                .enumerate()
+                .map(move |(i, l)| ((s + 1, i), with_default_port(l).0))
+        }));
+    let mut accepted: Vec<Listener> = Vec::new();
     let mut out = Vec::new();
-    for (i, l) in listeners.iter().enumerate() {
-        if accepted.iter().any(|prior| !distinct(l, prior)) {
-            out.push(i);
+    for (at, l) in merged {
+        if accepted.iter().any(|prior| !distinct(&l, prior)) {
+            out.push(at);
         } else {
             accepted.push(l);
         }
@@ -273,9 +429,14 @@ fn supported_kinds(l: &Listener) -> Vec<(String, String)> {
 
 /// The server of a listener (none for a TLS listener without TLS settings), and whether the
 /// listener is programmed.
-fn server(input: &Input, gw: &Gateway, l: &Listener, controller: &str) -> (Option<Value>, bool) {
+fn server(
+    input: &Input,
+    owner: Owner<'_>,
+    l: &Listener,
+    controller: &str,
+) -> (Option<Value>, bool) {
     let mut ok = true;
-    let (tls, error) = tls(input, gw, l);
+    let (tls, error) = tls(input, owner, l);
     if error.is_some() {
         ok = false;
     }
@@ -290,25 +451,26 @@ fn server(input: &Input, gw: &Gateway, l: &Listener, controller: &str) -> (Optio
         ok = false;
     }
     if tls.is_none() && matches!(l.protocol.as_str(), "HTTPS" | "TLS") {
-        return (None, ok);
+        // A ListenerSet's listener must carry its TLS; a Gateway's is a placeholder.
+        return (None, ok && owner.kind == "Gateway");
     }
     let server = prune(json!({
         "port": {"name": "default", "number": l.port, "protocol": protocol},
-        "hosts": hosts(input, gw, l),
+        "hosts": hosts(input, owner.meta, l),
         "tls": tls,
     }));
     (Some(server), ok)
 }
 
 /// `namespace/hostname` for every namespace whose routes the listener admits.
-fn hosts(input: &Input, gw: &Gateway, l: &Listener) -> Vec<String> {
+fn hosts(input: &Input, owner: &Meta, l: &Listener) -> Vec<String> {
     let hostname = l.hostname.as_deref().unwrap_or("*");
     let namespaces = l
         .allowed_routes
         .as_ref()
         .and_then(|a| a.namespaces.as_ref());
     let names: Vec<String> = match namespaces.and_then(|n| n.from.as_deref()) {
-        None | Some("Same") => vec![gw.metadata.namespace.clone()],
+        None | Some("Same") => vec![owner.namespace.clone()],
         Some("All") => vec!["*".into()],
         Some(_) => match namespaces.and_then(|n| n.selector.as_ref()) {
             None => vec!["*".into()],
@@ -338,11 +500,12 @@ fn hosts(input: &Input, gw: &Gateway, l: &Listener) -> Vec<String> {
 }
 
 /// A listener's TLS settings, and what is wrong with them.
-fn tls(input: &Input, gw: &Gateway, l: &Listener) -> (Option<Value>, Option<ConfigError>) {
+fn tls(input: &Input, owner: Owner<'_>, l: &Listener) -> (Option<Value>, Option<ConfigError>) {
     let Some(tls) = &l.tls else {
         return (None, None);
     };
-    let namespace = &gw.metadata.namespace;
+    let namespace = &owner.meta.namespace;
+    let gw = owner.gateway;
     let option = |k: &str| tls.options.get(k).map(String::as_str);
     let cipher_suites = || -> Option<Vec<String>> {
         let listed = option(CIPHER_SUITES_OPTION).filter(|o| !o.is_empty())?;
@@ -388,7 +551,7 @@ fn tls(input: &Input, gw: &Gateway, l: &Listener) -> (Option<Value>, Option<Conf
             for (i, r) in tls.certificate_refs.iter().enumerate() {
                 let ns = r.namespace.clone().unwrap_or_else(|| namespace.clone());
                 if ns != *namespace
-                    && !input.granted("Gateway", namespace, ("", "Secret"), &ns, &r.name)
+                    && !input.granted(owner.kind, namespace, ("", "Secret"), &ns, &r.name)
                 {
                     error = Some(ConfigError {
                         reason: "RefNotPermitted",
@@ -446,7 +609,7 @@ fn tls(input: &Input, gw: &Gateway, l: &Listener) -> (Option<Value>, Option<Conf
                         }),
                     );
                 }
-                match ca_certificate(input, gw, &v.ca_certificate_refs[0]) {
+                match ca_certificate(input, owner, &v.ca_certificate_refs[0]) {
                     Ok(name) => {
                         let insecure = v.mode == "AllowInsecureFallback";
                         set(
@@ -479,7 +642,7 @@ fn tls(input: &Input, gw: &Gateway, l: &Listener) -> (Option<Value>, Option<Conf
         }
         _ => {
             let auto = option(LISTENER_PROTOCOL_OPTION) == Some("auto-passthrough") || {
-                let labels = &gw.metadata.labels;
+                let labels = &owner.meta.labels;
                 labels.contains_key("topology.istio.io/network")
                     && labels
                         .get("networking.istio.io/gatewayPort")
@@ -528,8 +691,8 @@ fn server_certificate(input: &Input, namespace: &str, name: &str) -> Result<(), 
 }
 
 /// The SDS name of a Gateway's client CA (a ConfigMap's or Secret's `ca.crt` or `cacert`).
-fn ca_certificate(input: &Input, gw: &Gateway, r: &LocalRef) -> Result<String, ConfigError> {
-    let namespace = &gw.metadata.namespace;
+fn ca_certificate(input: &Input, owner: Owner<'_>, r: &LocalRef) -> Result<String, ConfigError> {
+    let namespace = &owner.meta.namespace;
     let ns = r.namespace.clone().unwrap_or_else(|| namespace.clone());
     let (kind, prefix) = match (r.group.as_str(), r.kind.as_str()) {
         ("", "ConfigMap") => ("ConfigMap", "configmap://"),
@@ -543,7 +706,7 @@ fn ca_certificate(input: &Input, gw: &Gateway, r: &LocalRef) -> Result<String, C
         }
     };
     let resource = format!("{prefix}{ns}/{}-cacert", r.name);
-    if ns != *namespace && !input.granted("Gateway", namespace, ("", kind), &ns, &r.name) {
+    if ns != *namespace && !input.granted(owner.kind, namespace, ("", kind), &ns, &r.name) {
         return Err(ConfigError {
             reason: "RefNotPermitted",
             message: format!(

@@ -95,14 +95,12 @@ pub(super) fn parents<'a>(
                 continue;
             }
             vec![&mesh]
-        } else if kind.1 == "Gateway" {
+        } else {
             gateways
                 .iter()
-                .filter(|g| g.gateway == (namespace.to_string(), r.name.clone()))
+                .filter(|g| g.owner.0 == kind.1 && g.owner.1 == namespace && g.owner.2 == r.name)
                 .map(|g| &g.parent)
                 .collect()
-        } else {
-            Vec::new()
         };
         for p in &candidates {
             let banned = candidates

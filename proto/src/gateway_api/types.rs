@@ -46,6 +46,29 @@ pub struct GatewaySpec {
     pub addresses: Vec<Address>,
     pub infrastructure: Option<Infrastructure>,
     pub tls: Option<GatewayTls>,
+    pub allowed_listeners: Option<AllowedListeners>,
+}
+
+/// Which namespaces' ListenerSets a Gateway admits.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct AllowedListeners {
+    pub namespaces: Option<RouteNamespaces>,
+}
+
+/// Listeners of a Gateway written apart from it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ListenerSet {
+    pub metadata: Meta,
+    pub spec: ListenerSetSpec,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ListenerSetSpec {
+    pub parent_ref: ParentRef,
+    pub listeners: Vec<Listener>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
