@@ -130,22 +130,41 @@ fn web_routes(v1_weight: u32) -> Value {
 /// received on 8081) and an HTTPRoute, as PCP's syncer converts them: the Gateways and
 /// VirtualServices istiod would generate, with the gateway's Service and its endpoint (this
 /// router) beside them.
-fn gateway_api_config() -> Vec<Value> {
+fn gateway_api_config(cert: &str, key: &str) -> Vec<Value> {
+    use base64::Engine;
     use pasa_proto::gateway_api::{self, GROUP, Input, Settings};
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let v1 = format!("{GROUP}/v1");
     let kubernetes = [
+        // The Secret the HTTPS listener names: the one the gateway pod mounts.
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "shop-cert", "namespace": "istio-system"},
+               "data": {"tls.crt": b64(cert), "tls.key": b64(key)}}),
         json!({"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": "web", "namespace": "shop"},
                "spec": {"ports": [{"name": "http", "port": 80}]}}),
         json!({"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": "istio-ingressgateway", "namespace": "istio-system"},
-               "spec": {"ports": [{"name": "http", "port": 80}]}}),
+               "spec": {"ports": [{"name": "http", "port": 80},
+                                  {"name": "https", "port": 443}]}}),
         json!({"apiVersion": v1, "kind": "Gateway",
                "metadata": {"name": "edge", "namespace": "istio-system"},
                "spec": {"gatewayClassName": "istio",
                         "addresses": [{"type": "Hostname", "value": "istio-ingressgateway"}],
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP",
-                                       "allowedRoutes": {"namespaces": {"from": "All"}}}]}}),
+                        "listeners": [
+                            {"name": "http", "port": 80, "protocol": "HTTP",
+                             "allowedRoutes": {"namespaces": {"from": "All"}}},
+                            {"name": "https", "port": 443, "protocol": "HTTPS",
+                             "hostname": "shop.example.com",
+                             "tls": {"certificateRefs": [{"name": "shop-cert"}], "options": {
+                                 "gateway.istio.io/tls-cipher-suites":
+                                     "ECDHE-RSA-AES128-GCM-SHA256,ECDHE-ECDSA-AES128-GCM-SHA256"}},
+                             "allowedRoutes": {"namespaces": {"from": "All"}}}]}}),
+        json!({"apiVersion": v1, "kind": "HTTPRoute",
+               "metadata": {"name": "shop", "namespace": "shop"},
+               "spec": {"parentRefs": [{"name": "edge", "namespace": "istio-system",
+                                        "sectionName": "https"}],
+                        "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}}),
         json!({"apiVersion": v1, "kind": "HTTPRoute",
                "metadata": {"name": "store", "namespace": "shop"},
                "spec": {"parentRefs": [{"name": "edge", "namespace": "istio-system"}],
@@ -171,7 +190,8 @@ fn gateway_api_config() -> Vec<Value> {
         json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
         "metadata": {"name": "istio-ingressgateway", "namespace": "istio-system"},
         "spec": {"addresses": ["10.96.7.20"],
-                 "ports": [{"name": "http", "port": 80, "targetPort": 8081}],
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8081},
+                           {"name": "https", "port": 443, "targetPort": 8444}],
                  "endpoints": [{"address": "10.10.0.5",
                                 "labels": {"istio": "ingressgateway"}}]}}),
     );
@@ -181,7 +201,7 @@ fn gateway_api_config() -> Vec<Value> {
 /// A Gateway API route through the router: bound by the gateway's Service (not by selector),
 /// the prefix matched on whole path segments, the prefix removed by a rewrite to `/`, and a
 /// backend whose Service does not exist answered with 500 (Gateway API semantics).
-fn gateway_api_scenario(ns: &Netns, protocol: &str) {
+fn gateway_api_scenario(ns: &Netns, certs: &Path, protocol: &str) {
     let on = |path: &str, count: usize| {
         let url = format!("http://127.0.0.1:8081{path}");
         let count = count.to_string();
@@ -209,7 +229,19 @@ fn gateway_api_scenario(ns: &Netns, protocol: &str) {
         a[0].status, 500,
         "{protocol}: /apix is not under /api, and the next rule's backend is missing: {a:?}"
     );
-    println!("{protocol}: Gateway API HTTPRoute served (segment prefix, rewrite, 500)");
+    // The HTTPS listener: its certificate named `kubernetes-gateway://istio-system/shop-cert`
+    // (the Secret the pod mounts), its cipher suites as the listener's options say.
+    let a = https(
+        ns,
+        "https://127.0.0.1:8444/x",
+        "shop.example.com",
+        &certs.join("shop-ca.crt"),
+    );
+    assert_eq!(
+        a[0].status, 200,
+        "{protocol}: HTTPS on the Gateway API listener: {a:?}"
+    );
+    println!("{protocol}: Gateway API HTTPRoute served (segment prefix, rewrite, 500, HTTPS)");
 }
 
 fn certificate(host: &str) -> (String, String) {
@@ -273,7 +305,6 @@ async fn gateway_traffic_through_real_envoy() {
     let data = tempfile::tempdir().expect("temporary directory");
     let store = StoreServer::start(&data.path().join("db"), 0).await;
     store.apply(&mesh()).await;
-    store.apply(&gateway_api_config()).await;
 
     // The gateway's credential as the kubelet mounts a Secret, and the TLS backend's own.
     let certs = data.path().join("certs");
@@ -282,6 +313,9 @@ async fn gateway_traffic_through_real_envoy() {
     std::fs::write(certs.join("credentials/shop-cert/tls.crt"), &shop_cert).expect("write");
     std::fs::write(certs.join("credentials/shop-cert/tls.key"), &shop_key).expect("write");
     std::fs::write(certs.join("shop-ca.crt"), &shop_cert).expect("write");
+    store
+        .apply(&gateway_api_config(&shop_cert, &shop_key))
+        .await;
     let (secure_cert, secure_key) = certificate("secure.example.com");
     std::fs::write(certs.join("secure.crt"), &secure_cert).expect("write");
     std::fs::write(certs.join("secure.key"), &secure_key).expect("write");
@@ -314,7 +348,7 @@ async fn gateway_traffic_through_real_envoy() {
         let backends = backends(&envoy.netns, &certs);
         let _echo = grpc_backend(&envoy.netns, "echo-1", 19090);
         scenarios(&store, &envoy, &certs, protocol).await;
-        gateway_api_scenario(&envoy.netns, protocol);
+        gateway_api_scenario(&envoy.netns, &certs, protocol);
         let rejected = envoy.rejected().await;
         assert!(
             rejected.is_empty(),

@@ -8,12 +8,17 @@ use envoy_types::pb::envoy::config::route::v3::{
     Route, RouteConfiguration, VirtualHost, route_match::PathSpecifier, virtual_host,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CommonTlsContext, DownstreamTlsContext, common_tls_context::ValidationContextType,
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
+    TlsParameters,
+    certificate_validation_context::TrustChainVerification,
+    common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
+    tls_parameters,
 };
+use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 use pasa_proto::host;
-use pasa_proto::istio::gateway::{Server, TlsMode};
+use pasa_proto::istio::gateway::{Server, ServerTlsSettings, TlsMode, TlsProtocol};
 
 use super::super::{View, route, sds};
 use super::bound_virtual_services;
@@ -174,9 +179,14 @@ fn narrower<'a>(a: &'a str, b: &'a str) -> &'a str {
     }
 }
 
-/// The server side of a Gateway's TLS: the credential over SDS (`credentialName`, or the
-/// workload certificate for ISTIO_MUTUAL), client certificates required for the mutual modes;
-/// HTTP servers offer `h2` and `http/1.1`.
+/// The server side of a Gateway's TLS, as istiod builds it: the credentials over SDS
+/// (`credentialName`, or each of `credentialNames`; `builtin://` is the workload certificate;
+/// files otherwise), or the workload certificate for ISTIO_MUTUAL. For MUTUAL and
+/// OPTIONAL_MUTUAL, client certificates are checked against the CA of `caCertCredentialName`
+/// (else the first credential's `-cacert`), with the SANs, SPKI and hashes to match, and
+/// accepted untrusted with `insecureSkipVerify`; required only for MUTUAL (and ISTIO_MUTUAL).
+/// Protocol versions and cipher suites apply to SIMPLE and the mutual modes. HTTP servers offer
+/// `h2` and `http/1.1`.
 pub(super) fn server_tls(server: &Server, http: bool) -> Option<TransportSocket> {
     let tls = server.tls.as_ref()?;
     let mut common = CommonTlsContext::default();
@@ -186,6 +196,14 @@ pub(super) fn server_tls(server: &Server, http: bool) -> Option<TransportSocket>
     // Client certificates are checked (MUTUAL, OPTIONAL_MUTUAL) and required (not OPTIONAL).
     let mutual = tls.mode.is_mutual();
     let required = matches!(tls.mode, TlsMode::Mutual | TlsMode::IstioMutual);
+    let credentials: Vec<&str> = if tls.credential_names.is_empty() {
+        Some(tls.credential_name.as_str())
+            .filter(|n| !n.is_empty())
+            .into_iter()
+            .collect()
+    } else {
+        tls.credential_names.iter().map(String::as_str).collect()
+    };
     match tls.mode {
         TlsMode::IstioMutual => {
             common.tls_certificate_sds_secret_configs =
@@ -195,12 +213,41 @@ pub(super) fn server_tls(server: &Server, http: bool) -> Option<TransportSocket>
                     sds::from_istio_agent(secrets::ROOT_CA),
                 ));
         }
-        _ if !tls.credential_name.is_empty() => {
-            common.tls_certificate_sds_secret_configs = vec![sds::credential(&tls.credential_name)];
+        _ if !credentials.is_empty() => {
+            common.tls_certificate_sds_secret_configs =
+                credentials.iter().map(|n| credential(n)).collect();
             if mutual {
+                let ca = if tls.ca_cert_credential_name.is_empty() {
+                    format!("{}{}", credentials[0], secrets::CA_SUFFIX)
+                } else {
+                    tls.ca_cert_credential_name.clone()
+                };
+                #[allow(deprecated)] // istiod's field: any SAN type, matched exactly
+                let default = CertificateValidationContext {
+                    match_subject_alt_names: tls
+                        .subject_alt_names
+                        .iter()
+                        .map(|san| StringMatcher {
+                            match_pattern: Some(string_matcher::MatchPattern::Exact(san.clone())),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    verify_certificate_spki: tls.verify_certificate_spki.clone(),
+                    verify_certificate_hash: tls.verify_certificate_hash.clone(),
+                    trust_chain_verification: if tls.insecure_skip_verify == Some(true) {
+                        TrustChainVerification::AcceptUntrusted as i32
+                    } else {
+                        TrustChainVerification::VerifyTrustChain as i32
+                    },
+                    ..Default::default()
+                };
                 common.validation_context_type =
-                    Some(ValidationContextType::ValidationContextSdsSecretConfig(
-                        sds::credential_ca(&tls.credential_name),
+                    Some(ValidationContextType::CombinedValidationContext(
+                        CombinedCertificateValidationContext {
+                            default_validation_context: Some(default),
+                            validation_context_sds_secret_config: Some(credential(&ca)),
+                            ..Default::default()
+                        },
                     ));
             }
         }
@@ -208,6 +255,12 @@ pub(super) fn server_tls(server: &Server, http: bool) -> Option<TransportSocket>
             let file = format!("file-cert:{}~{}", tls.server_certificate, tls.private_key);
             common.tls_certificate_sds_secret_configs = vec![sds::from_istio_agent(&file)];
         }
+    }
+    if matches!(
+        tls.mode,
+        TlsMode::Simple | TlsMode::Mutual | TlsMode::OptionalMutual
+    ) {
+        common.tls_params = tls_params(tls);
     }
     let context = DownstreamTlsContext {
         common_tls_context: Some(common),
@@ -217,5 +270,40 @@ pub(super) fn server_tls(server: &Server, http: bool) -> Option<TransportSocket>
     Some(TransportSocket {
         name: "envoy.transport_sockets.tls".into(),
         config_type: Some(transport_socket::ConfigType::TypedConfig(pack_any(context))),
+    })
+}
+
+/// A credential over SDS: `builtin://` is the workload certificate (and its `-cacert` the mesh
+/// root), anything else a named secret.
+fn credential(name: &str) -> SdsSecretConfig {
+    const BUILTIN: &str = "builtin://";
+    if name == BUILTIN {
+        sds::from_istio_agent(secrets::WORKLOAD_CERTIFICATE)
+    } else if name.strip_suffix(secrets::CA_SUFFIX) == Some(BUILTIN) {
+        sds::from_istio_agent(secrets::ROOT_CA)
+    } else {
+        sds::credential(name)
+    }
+}
+
+/// A server's protocol versions and cipher suites, when it sets any.
+fn tls_params(tls: &ServerTlsSettings) -> Option<TlsParameters> {
+    let version = |v: TlsProtocol| match v {
+        TlsProtocol::Auto | TlsProtocol::Unknown(_) => None,
+        TlsProtocol::V1_0 => Some(tls_parameters::TlsProtocol::TlSv10),
+        TlsProtocol::V1_1 => Some(tls_parameters::TlsProtocol::TlSv11),
+        TlsProtocol::V1_2 => Some(tls_parameters::TlsProtocol::TlSv12),
+        TlsProtocol::V1_3 => Some(tls_parameters::TlsProtocol::TlSv13),
+    };
+    let min = version(tls.min_protocol_version);
+    let max = version(tls.max_protocol_version);
+    if min.is_none() && max.is_none() && tls.cipher_suites.is_empty() {
+        return None;
+    }
+    Some(TlsParameters {
+        tls_minimum_protocol_version: min.map_or(0, |v| v as i32),
+        tls_maximum_protocol_version: max.map_or(0, |v| v as i32),
+        cipher_suites: tls.cipher_suites.clone(),
+        ..Default::default()
     })
 }

@@ -8,6 +8,7 @@ use envoy_types::pb::envoy::config::route::v3::route::Action;
 use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier as RouteCluster;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_proxy::ClusterSpecifier;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
 use pasa_proto::store::v1::Resource;
 use prost::Message;
 use serde_json::{Value, json};
@@ -536,4 +537,94 @@ fn the_gateway_is_the_edge_for_client_addresses_and_certificates() {
         .set_current_client_cert_details
         .expect("cert details set");
     assert!(details.cert && details.uri && details.dns);
+}
+
+/// The DownstreamTlsContext of a chain.
+fn downstream_tls(chain: &FilterChain) -> DownstreamTlsContext {
+    use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+    match chain
+        .transport_socket
+        .as_ref()
+        .and_then(|t| t.config_type.as_ref())
+    {
+        Some(ConfigType::TypedConfig(any)) => {
+            DownstreamTlsContext::decode(any.value.as_slice()).expect("a DownstreamTlsContext")
+        }
+        other => panic!("no TLS: {other:?}"),
+    }
+}
+
+#[test]
+fn gateway_tls_follows_istiods_credentials_ca_and_parameters() {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::common_tls_context::ValidationContextType;
+    let mutual = json!({"mode": "OPTIONAL_MUTUAL", "insecureSkipVerify": true,
+        "credentialNames": ["kubernetes-gateway://istio-system/rsa",
+                            "kubernetes-gateway://istio-system/ecdsa"],
+        "caCertCredentialName": "configmap://istio-system/clients-cacert",
+        "cipherSuites": ["ECDHE-RSA-AES128-GCM-SHA256"], "minProtocolVersion": "TLSV1_3"});
+    let out = translate(vec![
+        service("a", 3306, "10.1.0.1"),
+        gateway(
+            "gw",
+            json!([
+                server(31400, "TLS", &["db.example.com"], Some(mutual)),
+                server(
+                    31400,
+                    "TLS",
+                    &["other.example.com"],
+                    Some(json!({"mode": "SIMPLE", "credentialName": "builtin://"}))
+                ),
+            ]),
+            2,
+        ),
+        tcp_vs(3),
+    ]);
+    let context = downstream_tls(chain_for(&out.listeners["0.0.0.0_31400"], "db.example.com"));
+    assert_eq!(
+        context.require_client_certificate.map(|b| b.value),
+        Some(false)
+    );
+    let common = context.common_tls_context.expect("a common context");
+    let names: Vec<&str> = common
+        .tls_certificate_sds_secret_configs
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "kubernetes-gateway://istio-system/rsa",
+            "kubernetes-gateway://istio-system/ecdsa"
+        ]
+    );
+    match common.validation_context_type {
+        Some(ValidationContextType::CombinedValidationContext(c)) => {
+            assert_eq!(
+                c.validation_context_sds_secret_config
+                    .map(|s| s.name)
+                    .as_deref(),
+                Some("configmap://istio-system/clients-cacert")
+            );
+            assert_eq!(
+                c.default_validation_context
+                    .map(|d| d.trust_chain_verification),
+                Some(1),
+                "insecureSkipVerify accepts untrusted client certificates"
+            );
+        }
+        other => panic!("no combined validation context: {other:?}"),
+    }
+    let params = common.tls_params.expect("TLS parameters");
+    assert_eq!(params.cipher_suites, ["ECDHE-RSA-AES128-GCM-SHA256"]);
+    assert_eq!(params.tls_minimum_protocol_version, 4, "TLSv1_3");
+    // `builtin://` is the workload certificate from the istio-agent's SDS.
+    let builtin = downstream_tls(chain_for(
+        &out.listeners["0.0.0.0_31400"],
+        "other.example.com",
+    ));
+    let certs = builtin
+        .common_tls_context
+        .expect("a common context")
+        .tls_certificate_sds_secret_configs;
+    assert_eq!(certs[0].name, "default");
 }
