@@ -43,6 +43,10 @@ pub struct KubeArgs {
     /// gateway they select (istiod's `K8S_INGRESS_NS`).
     #[arg(long, env = "K8S_INGRESS_NS", default_value = "istio-system")]
     pub ingress_namespace: String,
+    /// Also read the Gateway API's experimental kinds (XBackend, XBackendTrafficPolicy), as
+    /// istiod does with `PILOT_ENABLE_ALPHA_GATEWAY_API`.
+    #[arg(long, env = "PILOT_ENABLE_ALPHA_GATEWAY_API")]
+    pub gateway_api_alpha: bool,
     /// Namespace of the Lease the PCP replicas elect the syncing one by.
     #[arg(long, env = "POD_NAMESPACE", default_value = "pasa-system")]
     pub lease_namespace: String,
@@ -95,6 +99,7 @@ impl KubeArgs {
         let identity = self.identity.clone().unwrap_or_else(default_identity);
         let gateway_api = pasa_proto::gateway_api::Settings {
             domain_suffix: domain_suffix.to_string(),
+            alpha: self.gateway_api_alpha,
             ..Default::default()
         };
         let config = SyncConfig {

@@ -20,7 +20,7 @@ use pasa_validation::validation::Author;
 use serde_json::Value;
 
 /// Cases not expected to pass, with the reason.
-const SKIPPED: &[(&str, &str)] = &[("xbackend", "XBackends (alpha) are not converted yet")];
+const SKIPPED: &[(&str, &str)] = &[];
 fn keyed(objects: impl IntoIterator<Item = Value>) -> BTreeMap<(String, String, String), Value> {
     objects
         .into_iter()
@@ -56,6 +56,9 @@ fn gateway_api_conversion_matches_istios_goldens() {
     let mut settings = Settings {
         domain_suffix: defaults["domain_suffix"].as_str().unwrap().to_string(),
         classes: BTreeMap::new(),
+        alpha: defaults["flags"]["PILOT_ENABLE_ALPHA_GATEWAY_API"]
+            .as_bool()
+            .expect("the alpha flag"),
     };
     for class in defaults["builtin_gateway_classes"].as_array().unwrap() {
         settings.classes.insert(
@@ -154,6 +157,31 @@ fn gateway_api_conversion_matches_istios_goldens() {
                     got.get(key).map_or("nothing".into(), Value::to_string)
                 );
             }
+        }
+    }
+    // Variants: a case's input under other flags, checked by the assertions they name that
+    // concern generated config (status assertions are not checked: status is not written).
+    for variant in cases["variants"].as_array().into_iter().flatten() {
+        let name = variant["name"].as_str().unwrap();
+        let mut input = environment.clone();
+        for d in &yaml_docs(&dir.join(variant["input"].as_str().unwrap())) {
+            input
+                .add(d, &settings.domain_suffix)
+                .expect("a valid object");
+        }
+        let flags = &variant["flags"];
+        let mut variant_settings = settings.clone();
+        if let Some(alpha) = flags["PILOT_ENABLE_ALPHA_GATEWAY_API"].as_bool() {
+            variant_settings.alpha = alpha;
+        }
+        let out = gateway_api::convert(&variant_settings, &input);
+        if let Some(n) = variant["expect"]["destination_rules"].as_u64() {
+            let have = out
+                .iter()
+                .filter(|o| o.kind == pasa_proto::Kind::DestinationRule)
+                .count();
+            assert_eq!(have as u64, n, "variant {name}: DestinationRules");
+            println!("  variant {name}: {have} DestinationRules, as expected");
         }
     }
     println!(

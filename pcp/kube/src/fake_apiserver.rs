@@ -73,6 +73,7 @@ fn collection_of(api_version: &str, kind: &str) -> (Collection, bool) {
         "BackendTLSPolicy" => "backendtlspolicies",
         "ListenerSet" => "listenersets",
         "XBackendTrafficPolicy" => "xbackendtrafficpolicies",
+        "XBackend" => "xbackends",
         other => panic!("the fake API server does not serve {other}"),
     }
     .to_string();

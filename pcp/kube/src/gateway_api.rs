@@ -1,5 +1,6 @@
 //! The Kubernetes Gateway API in a cluster: which of its kinds the syncer follows (with
-//! ListenerSet, BackendTLSPolicy and the experimental XBackendTrafficPolicy), what it keeps
+//! ListenerSet and BackendTLSPolicy, and the experimental XBackend and XBackendTrafficPolicy
+//! when asked), what it keeps
 //! of the Secrets and ConfigMaps listeners name, and what the objects of selected namespaces
 //! become ([`pasa_proto::gateway_api`]: the Gateways and VirtualServices istiod generates).
 //!
@@ -14,7 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::Store;
-use pasa_proto::gateway_api::{self, Input, Settings};
+use pasa_proto::gateway_api::{self, ALPHA_GROUP, Input, Settings};
 use serde_json::{Value, json};
 
 use crate::convert::{self, StoreKey};
@@ -29,8 +30,8 @@ pub struct GatewayApiKind {
     pub versions: &'static [&'static str],
 }
 
-/// The kinds the conversion reads.
-pub const KINDS: [GatewayApiKind; 10] = [
+/// The kinds the conversion reads; those of [`ALPHA_GROUP`] only with `alpha` on.
+pub const KINDS: [GatewayApiKind; 11] = [
     GatewayApiKind {
         group: pasa_proto::gateway_api::GROUP,
         kind: "GatewayClass",
@@ -95,10 +96,17 @@ pub const KINDS: [GatewayApiKind; 10] = [
         versions: &["v1", "v1alpha3"],
     },
     GatewayApiKind {
-        group: "gateway.networking.x-k8s.io",
+        group: ALPHA_GROUP,
         kind: "XBackendTrafficPolicy",
         plural: "xbackendtrafficpolicies",
         resource: "xbackendtrafficpolicies.gateway.networking.x-k8s.io",
+        versions: &["v1alpha1"],
+    },
+    GatewayApiKind {
+        group: ALPHA_GROUP,
+        kind: "XBackend",
+        plural: "xbackends",
+        resource: "xbackends.gateway.networking.x-k8s.io",
         versions: &["v1alpha1"],
     },
 ];
@@ -145,7 +153,9 @@ pub fn derive(
     cluster: &str,
     selects: impl Fn(&str) -> bool,
 ) -> BTreeMap<StoreKey, Value> {
-    if sources.objects.is_empty() {
+    // Without Gateway API objects there is nothing to convert (and the cluster's Services are
+    // not read for nothing on each of their changes).
+    if sources.objects.values().all(|(_, store)| store.is_empty()) {
         return BTreeMap::new();
     }
     let mut input = Input::default();

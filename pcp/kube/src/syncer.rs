@@ -380,6 +380,9 @@ async fn run<T: Target>(
     }
     let mut gateway_api_stores = BTreeMap::new();
     for k in &gateway_api::KINDS {
+        if k.group == pasa_proto::gateway_api::ALPHA_GROUP && !config.gateway_api.alpha {
+            continue;
+        }
         let served = served_version(&client, k.group, k.kind, k.plural, k.versions);
         let Some(resource) = served.await else {
             continue;

@@ -544,6 +544,7 @@ fn destination(
         ("inference.networking.k8s.io", "InferencePool") => {
             return inference_pool(settings, input, to, namespace);
         }
+        (super::ALPHA_GROUP, "XBackend") => return x_backend(settings, input, to, namespace),
         _ => {
             return Ok((
                 json!({}),
@@ -559,6 +560,53 @@ fn destination(
     let Some(port) = to.port else {
         return Err(hard("InvalidDestination", "port is required in backendRef"));
     };
+    Ok((json!({"host": host, "port": {"number": port}}), error))
+}
+
+/// An XBackend: its external host, on its port (a port the reference names must be it).
+fn x_backend(
+    settings: &Settings,
+    input: &Input,
+    to: &ObjectRef,
+    namespace: &str,
+) -> Result<(Value, Option<ConfigError>), ConfigError> {
+    let invalid = |reason, message: String| Ok((json!({}), Some(hard(reason, message))));
+    if !settings.alpha {
+        return invalid(
+            "InvalidKind",
+            "The Alpha Gateway API is not enabled, XBackend is invalid. To enable, set \
+             PILOT_ENABLE_ALPHA_GATEWAY_API to true in istiod."
+                .into(),
+        );
+    }
+    let Some(backend) = input
+        .backends
+        .iter()
+        .find(|b| b.metadata.namespace == namespace && b.metadata.name == to.name)
+    else {
+        return invalid("BackendNotFound", format!("backend({}) not found", to.name));
+    };
+    let Some(host) = backend.hostname() else {
+        return invalid(
+            "InvalidKind",
+            format!(
+                "backend({}) type: expected ExternalHostname, got {}",
+                to.name, backend.spec.kind
+            ),
+        );
+    };
+    let port = backend.spec.port.port;
+    if let Some(p) = to.port.filter(|p| *p != port) {
+        return invalid(
+            "BackendNotFound",
+            format!(
+                "backend({}) does not expose port {p}, expected {port}",
+                to.name
+            ),
+        );
+    }
+    let error = (!input.registry.contains_key(host))
+        .then(|| hard("BackendNotFound", format!("backend({host}) not found")));
     Ok((json!({"host": host, "port": {"number": port}}), error))
 }
 
