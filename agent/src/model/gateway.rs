@@ -5,7 +5,8 @@
 //!
 //! A Gateway applies when its selector matches the router's labels (no selector: every router),
 //! or, with the `internal.istio.io/gateway-service` annotation, when one of the listed services
-//! of the Gateway's namespace has the router as an endpoint. The router's *service targets* are
+//! of the Gateway's namespace (its parent Gateway's, `internal.istio.io/parent-namespace`, for a
+//! ListenerSet's) has the router as an endpoint. The router's *service targets* are
 //! the ports of the services whose endpoints include one of its addresses: a server port equal to
 //! such a service port is served on the endpoint's target port (`80` becomes `8080` for a Service
 //! `80 → 8080`). A Gateway bound by annotation serves only ports of its services; a selected one
@@ -110,11 +111,16 @@ pub fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<Applied<'a>> {
     for gateway in gateways {
         if let Some(list) = gateway.meta.annotations.get(GATEWAY_SERVICE_ANNOTATION) {
             let known: BTreeSet<&str> = list.split(',').map(str::trim).collect();
+            // A ListenerSet's Gateway is in the set's namespace; its Services in the parent's.
+            let namespace = gateway
+                .meta
+                .annotations
+                .get(pasa_proto::gateway_api::PARENT_NAMESPACE_ANNOTATION)
+                .filter(|ns| !ns.is_empty())
+                .unwrap_or(&gateway.meta.namespace);
             let mine: Vec<ServiceTarget> = targets
                 .iter()
-                .filter(|t| {
-                    known.contains(t.hostname.as_str()) && t.namespace == gateway.meta.namespace
-                })
+                .filter(|t| known.contains(t.hostname.as_str()) && t.namespace == *namespace)
                 .cloned()
                 .collect();
             if !mine.is_empty() {

@@ -504,6 +504,20 @@ fn a_gateway_bound_to_a_service_serves_only_that_services_ports() {
         ["0.0.0.0_8080"],
         "port 81 is not a port of the service"
     );
+    // A ListenerSet's Gateway lives in the set's namespace: bound through its parent's.
+    let mut from_set = bound.clone();
+    from_set.namespace = "team".into();
+    let out = translate(vec![router_service(&[]), from_set.clone(), http_vs(3)]);
+    assert!(
+        out.listeners.is_empty(),
+        "no Service of that name in the set's namespace"
+    );
+    from_set.annotations.insert(
+        "internal.istio.io/parent-namespace".to_string(),
+        "istio-system".to_string(),
+    );
+    let out = translate(vec![router_service(&[]), from_set, http_vs(3)]);
+    assert!(out.listeners.contains_key("0.0.0.0_8080"));
     // Bound to a service the router is no endpoint of: the Gateway does not apply at all.
     let mut elsewhere = router_service(&[]);
     elsewhere.spec_json = elsewhere.spec_json.replace(ROUTER_IP, "10.9.9.9");
