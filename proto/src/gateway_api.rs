@@ -39,6 +39,7 @@
 //! Not converted yet: the endpoint
 //! picker of InferencePools, and the status written back to the Gateway API objects.
 
+mod backends;
 mod listeners;
 pub mod policies;
 mod routes;

@@ -14,6 +14,7 @@ pub mod host;
 pub mod ingress;
 pub mod istio;
 pub mod kind;
+pub mod label_selector;
 pub mod node;
 pub mod object;
 pub mod service_endpoints;

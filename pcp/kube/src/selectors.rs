@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use pasa_proto::label_selector::LabelSelector;
 
 /// The namespaces a mesh discovers.
 #[derive(Debug, Clone, Default)]
@@ -15,9 +15,9 @@ impl DiscoverySelectors {
     /// Checks every selector's operators first: an unknown one is an error naming it.
     pub fn new(selectors: Vec<LabelSelector>) -> anyhow::Result<DiscoverySelectors> {
         for (i, s) in selectors.iter().enumerate() {
-            for (j, r) in s.match_expressions.iter().flatten().enumerate() {
+            for (j, r) in s.match_expressions.iter().enumerate() {
                 match r.operator.as_str() {
-                    "In" | "NotIn" if r.values.as_ref().is_none_or(Vec::is_empty) => {
+                    "In" | "NotIn" if r.values.is_empty() => {
                         anyhow::bail!(
                             "discoverySelectors[{i}].matchExpressions[{j}].values: {} needs values",
                             r.operator
@@ -54,33 +54,7 @@ impl DiscoverySelectors {
 
     /// Whether a namespace with these labels is read.
     pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.0.is_empty() || self.0.iter().any(|s| matches(s, labels))
-    }
-}
-
-fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let by_label = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    by_label
-        && selector
-            .match_expressions
-            .iter()
-            .flatten()
-            .all(|r| requirement(r, labels))
-}
-
-fn requirement(r: &LabelSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
-    let value = labels.get(&r.key);
-    let listed = |v: &String| r.values.iter().flatten().any(|x| x == v);
-    match r.operator.as_str() {
-        "In" => value.is_some_and(listed),
-        "NotIn" => !value.is_some_and(listed),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        _ => false,
+        self.0.is_empty() || self.0.iter().any(|s| s.matches(labels))
     }
 }
 

@@ -1,13 +1,15 @@
-//! Rules: the routes of HTTPRoutes, GRPCRoutes, TCPRoutes and TLSRoutes as VirtualService
-//! routes, and their backends as destinations.
+//! Rules: the rules of HTTPRoutes, GRPCRoutes, TCPRoutes and TLSRoutes as VirtualService routes
+//! (matches, filters, retries, timeouts; backends in [`super::backends`]), in the Gateway API's
+//! order.
 
 use serde_json::{Value, json};
 
+use super::backends::{destination, destinations};
 use super::types::{
     BackendRef, Cors, Filter, GrpcMatch, GrpcRule, HeaderFilter, HttpMatch, HttpRule, Mirror,
-    ObjectRef, Redirect, Rewrite, Route, StreamRule,
+    Redirect, Rewrite, Route, StreamRule,
 };
-use super::{ConfigError, Input, Settings, group_kind, prune};
+use super::{ConfigError, Input, Settings, prune};
 
 /// The routes a route's rules become, and the error to report; after a hard error there are
 /// none.
@@ -38,11 +40,35 @@ impl Converted {
     }
 }
 
-fn hard(reason: &'static str, message: impl Into<String>) -> ConfigError {
+pub(super) fn hard(reason: &'static str, message: impl Into<String>) -> ConfigError {
     ConfigError {
         reason,
         message: message.into(),
     }
+}
+
+/// Rules split so that each has at most one match (in order; a rule without matches once),
+/// each converted by `convert` with the rule's position; a hard error ends it with no routes.
+fn split<R, M>(
+    rules: &[R],
+    matches: impl Fn(&R) -> &[M],
+    mut convert: impl FnMut(&R, Option<&M>, usize) -> Result<(Value, Option<ConfigError>), ConfigError>,
+) -> Converted {
+    let mut out = Converted::default();
+    for (n, rule) in rules.iter().enumerate() {
+        let all = matches(rule);
+        let each: Vec<Option<&M>> = if all.is_empty() {
+            vec![None]
+        } else {
+            all.iter().map(Some).collect()
+        };
+        for m in each {
+            if !out.push(convert(rule, m, n)) {
+                return out;
+            }
+        }
+    }
+    out
 }
 
 /// An HTTPRoute's rules, each split so that it has at most one match.
@@ -52,28 +78,11 @@ pub(super) fn http(
     route: &Route<HttpRule>,
     enforce_grants: bool,
 ) -> Converted {
-    let mut out = Converted::default();
-    for (n, rule) in route.spec.rules.iter().enumerate() {
-        let matches: Vec<Option<&HttpMatch>> = if rule.matches.is_empty() {
-            vec![None]
-        } else {
-            rule.matches.iter().map(Some).collect()
-        };
-        for m in matches {
-            if !out.push(http_rule(
-                settings,
-                input,
-                route,
-                rule,
-                m,
-                n,
-                enforce_grants,
-            )) {
-                return out;
-            }
-        }
-    }
-    out
+    split(
+        &route.spec.rules,
+        |r| &r.matches,
+        |rule, m, n| http_rule(settings, input, route, rule, m, n, enforce_grants),
+    )
 }
 
 fn route_name(rule_name: &Option<String>, route: &super::types::Meta, n: usize) -> String {
@@ -271,7 +280,10 @@ fn value_matches(
 }
 
 /// A request or response header modifier into `headers`.
-fn header_filter(out: &mut serde_json::Map<String, Value>, f: &Filter) -> Result<(), ConfigError> {
+pub(super) fn header_filter(
+    out: &mut serde_json::Map<String, Value>,
+    f: &Filter,
+) -> Result<(), ConfigError> {
     let (side, filter) = if f.kind == "RequestHeaderModifier" {
         ("request", &f.request_header_modifier)
     } else {
@@ -424,235 +436,6 @@ fn weight_sum(backends: &[BackendRef]) -> i64 {
     backends.iter().map(|b| b.weight.unwrap_or(1)).sum()
 }
 
-/// The destinations of a rule's backends with a weight; one alone carries no weight.
-fn destinations(
-    settings: &Settings,
-    input: &Input,
-    backends: &[BackendRef],
-    meta: &super::types::Meta,
-    enforce_grants: bool,
-    kind: &str,
-) -> Result<(Option<Value>, Option<ConfigError>), ConfigError> {
-    if backends.is_empty() {
-        return Ok((None, None));
-    }
-    let weighted: Vec<&BackendRef> = backends
-        .iter()
-        .filter(|b| b.weight.unwrap_or(1) != 0)
-        .collect();
-    let single = weighted.len() == 1;
-    let mut error = None;
-    let mut out = Vec::new();
-    for b in weighted {
-        let (destination, e) = destination(settings, input, &b.object, meta, enforce_grants, kind)?;
-        if e.is_some() {
-            error = e;
-        }
-        let mut d = serde_json::Map::new();
-        d.insert("destination".into(), destination);
-        if !single && b.weight.unwrap_or(1) != 0 {
-            d.insert("weight".into(), b.weight.unwrap_or(1).into());
-        }
-        for f in &b.filters {
-            match f.kind.as_str() {
-                "RequestHeaderModifier" | "ResponseHeaderModifier" => header_filter(&mut d, f)?,
-                other => {
-                    return Err(hard(
-                        "InvalidFilter",
-                        format!("unsupported filter type {other:?}"),
-                    ));
-                }
-            }
-        }
-        out.push(Value::Object(d));
-    }
-    Ok((Some(out.into()), error))
-}
-
-/// A backend's destination, and the error that leaves it unusable (a missing, ungranted or
-/// unsupported backend: an empty destination, or the named one when only its Service is
-/// missing). A malformed reference is a hard error.
-fn destination(
-    settings: &Settings,
-    input: &Input,
-    to: &ObjectRef,
-    meta: &super::types::Meta,
-    enforce_grants: bool,
-    kind: &str,
-) -> Result<(Value, Option<ConfigError>), ConfigError> {
-    let (group, backend_kind) =
-        group_kind(to.group.as_deref(), to.kind.as_deref(), ("", "Service"));
-    let namespace = to.namespace.as_deref().unwrap_or(&meta.namespace);
-    if enforce_grants
-        && namespace != meta.namespace
-        && !input.granted(
-            kind,
-            &meta.namespace,
-            (group, backend_kind),
-            namespace,
-            &to.name,
-        )
-    {
-        return Ok((
-            json!({}),
-            Some(hard(
-                "RefNotPermitted",
-                format!(
-                    "backendRef {}/{namespace} not accessible to a {kind} in namespace {:?} \
-                     (missing a ReferenceGrant?)",
-                    to.name, meta.namespace
-                ),
-            )),
-        ));
-    }
-    let suffix = &settings.domain_suffix;
-    let not_found = |host: &str| {
-        Some(hard(
-            "BackendNotFound",
-            format!("backend({host}) not found"),
-        ))
-    };
-    let (host, error) = match (group, backend_kind) {
-        ("", "Service") | ("multicluster.x-k8s.io", "ServiceImport") => {
-            if to.name.contains('.') {
-                return Err(hard(
-                    "InvalidDestination",
-                    "service name invalid; the name of the Service must be used, not the hostname.",
-                ));
-            }
-            let host = format!("{}.{namespace}.svc.{suffix}", to.name);
-            let exists = input
-                .services
-                .contains_key(&(namespace.to_string(), to.name.clone()));
-            let error = if exists { None } else { not_found(&host) };
-            (host, error)
-        }
-        ("networking.istio.io", "Hostname") => {
-            if to.namespace.is_some() {
-                return Err(hard(
-                    "InvalidDestination",
-                    "namespace may not be set with Hostname type",
-                ));
-            }
-            let error = if input.registry.contains_key(&to.name) {
-                None
-            } else {
-                not_found(&to.name)
-            };
-            (to.name.clone(), error)
-        }
-        ("inference.networking.k8s.io", "InferencePool") => {
-            return inference_pool(settings, input, to, namespace);
-        }
-        (super::ALPHA_GROUP, "XBackend") => return x_backend(settings, input, to, namespace),
-        _ => {
-            return Ok((
-                json!({}),
-                Some(hard(
-                    "InvalidKind",
-                    format!(
-                        "referencing unsupported backendRef: group {group:?} kind {backend_kind:?}"
-                    ),
-                )),
-            ));
-        }
-    };
-    let Some(port) = to.port else {
-        return Err(hard("InvalidDestination", "port is required in backendRef"));
-    };
-    Ok((json!({"host": host, "port": {"number": port}}), error))
-}
-
-/// An XBackend: its external host, on its port (a port the reference names must be it).
-fn x_backend(
-    settings: &Settings,
-    input: &Input,
-    to: &ObjectRef,
-    namespace: &str,
-) -> Result<(Value, Option<ConfigError>), ConfigError> {
-    let invalid = |reason, message: String| Ok((json!({}), Some(hard(reason, message))));
-    if !settings.alpha {
-        return invalid(
-            "InvalidKind",
-            "The Alpha Gateway API is not enabled, XBackend is invalid. To enable, set \
-             PILOT_ENABLE_ALPHA_GATEWAY_API to true in istiod."
-                .into(),
-        );
-    }
-    let Some(backend) = input
-        .backends
-        .iter()
-        .find(|b| b.metadata.namespace == namespace && b.metadata.name == to.name)
-    else {
-        return invalid("BackendNotFound", format!("backend({}) not found", to.name));
-    };
-    let Some(host) = backend.hostname() else {
-        return invalid(
-            "InvalidKind",
-            format!(
-                "backend({}) type: expected ExternalHostname, got {}",
-                to.name, backend.spec.kind
-            ),
-        );
-    };
-    let port = backend.spec.port.port;
-    if let Some(p) = to.port.filter(|p| *p != port) {
-        return invalid(
-            "BackendNotFound",
-            format!(
-                "backend({}) does not expose port {p}, expected {port}",
-                to.name
-            ),
-        );
-    }
-    let error = (!input.registry.contains_key(host))
-        .then(|| hard("BackendNotFound", format!("backend({host}) not found")));
-    Ok((json!({"host": host, "port": {"number": port}}), error))
-}
-
-/// An InferencePool backend: the pool's shadow Service, on its first port.
-fn inference_pool(
-    settings: &Settings,
-    input: &Input,
-    to: &ObjectRef,
-    namespace: &str,
-) -> Result<(Value, Option<ConfigError>), ConfigError> {
-    if to.name.contains('.') {
-        return Err(hard(
-            "InvalidDestination",
-            "InferencePool.Name invalid; the name of the InferencePool must be used, not the hostname.",
-        ));
-    }
-    if !input
-        .inference_pools
-        .contains(&(namespace.to_string(), to.name.clone()))
-    {
-        return Ok((
-            json!({}),
-            Some(hard(
-                "BackendNotFound",
-                format!("backend({}) not found", to.name),
-            )),
-        ));
-    }
-    let host = format!(
-        "{}.{namespace}.svc.{}",
-        super::inference_pool_service(&to.name),
-        settings.domain_suffix
-    );
-    let Some(service) = input.registry.get(&host) else {
-        return Ok((
-            json!({}),
-            Some(hard(
-                "BackendNotFound",
-                format!("backend({host}) not found"),
-            )),
-        ));
-    };
-    let port = service.ports.first().copied().unwrap_or(0);
-    Ok((json!({"host": host, "port": {"number": port}}), None))
-}
-
 /// A GRPCRoute's rules, each split so that it has at most one match.
 pub(super) fn grpc(
     settings: &Settings,
@@ -660,28 +443,11 @@ pub(super) fn grpc(
     route: &Route<GrpcRule>,
     enforce_grants: bool,
 ) -> Converted {
-    let mut out = Converted::default();
-    for (n, rule) in route.spec.rules.iter().enumerate() {
-        let matches: Vec<Option<&GrpcMatch>> = if rule.matches.is_empty() {
-            vec![None]
-        } else {
-            rule.matches.iter().map(Some).collect()
-        };
-        for m in matches {
-            if !out.push(grpc_rule(
-                settings,
-                input,
-                route,
-                rule,
-                m,
-                n,
-                enforce_grants,
-            )) {
-                return out;
-            }
-        }
-    }
-    out
+    split(
+        &route.spec.rules,
+        |r| &r.matches,
+        |rule, m, n| grpc_rule(settings, input, route, rule, m, n, enforce_grants),
+    )
 }
 
 fn grpc_rule(

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub use crate::label_selector::LabelSelector;
+
 /// The metadata the conversion reads.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
@@ -159,42 +161,6 @@ pub struct AllowedRoutes {
 pub struct RouteNamespaces {
     pub from: Option<String>,
     pub selector: Option<LabelSelector>,
-}
-
-/// A Kubernetes label selector: every `matchLabels` pair and every expression must hold.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct LabelSelector {
-    pub match_labels: BTreeMap<String, String>,
-    pub match_expressions: Vec<LabelRequirement>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct LabelRequirement {
-    pub key: String,
-    pub operator: String,
-    pub values: Vec<String>,
-}
-
-impl LabelSelector {
-    /// Whether labels satisfy the selector; an unknown operator never holds.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.match_labels
-            .iter()
-            .all(|(k, v)| labels.get(k) == Some(v))
-            && self.match_expressions.iter().all(|r| {
-                let value = labels.get(&r.key);
-                let listed = |v: &String| r.values.contains(v);
-                match r.operator.as_str() {
-                    "In" => value.is_some_and(listed),
-                    "NotIn" => !value.is_some_and(listed),
-                    "Exists" => value.is_some(),
-                    "DoesNotExist" => value.is_none(),
-                    _ => false,
-                }
-            })
-    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]

@@ -1,0 +1,78 @@
+//! Kubernetes label selectors (`matchLabels` and `matchExpressions`), as the API server
+//! evaluates them: every label pair and every expression must hold.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// A label selector.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LabelSelector {
+    #[serde(deserialize_with = "null_as_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(deserialize_with = "null_as_empty")]
+    pub match_expressions: Vec<LabelRequirement>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LabelRequirement {
+    pub key: String,
+    pub operator: String,
+    #[serde(deserialize_with = "null_as_empty")]
+    pub values: Vec<String>,
+}
+
+impl LabelSelector {
+    /// Whether labels satisfy the selector; an unknown operator never holds.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let value = labels.get(&r.key);
+                let listed = |v: &String| r.values.contains(v);
+                match r.operator.as_str() {
+                    "In" => value.is_some_and(listed),
+                    "NotIn" => !value.is_some_and(listed),
+                    "Exists" => value.is_some(),
+                    "DoesNotExist" => value.is_none(),
+                    _ => false,
+                }
+            })
+    }
+}
+
+/// A field written as `null` (an empty YAML key) reads as empty, as Kubernetes reads it.
+fn null_as_empty<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expressions_and_labels_all_hold_and_null_reads_as_empty() {
+        let s: LabelSelector = serde_json::from_value(serde_json::json!({
+            "matchLabels": {"env": "prod"},
+            "matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["b"]}]}))
+        .unwrap();
+        let labels = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert!(s.matches(&labels(&[("env", "prod")])));
+        assert!(!s.matches(&labels(&[("env", "prod"), ("team", "b")])));
+        let empty: LabelSelector =
+            serde_json::from_value(serde_json::json!({"matchLabels": null})).unwrap();
+        assert!(empty.matches(&labels(&[])));
+    }
+}
