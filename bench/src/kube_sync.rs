@@ -79,7 +79,7 @@ impl Target for CountingStore {
             .collect())
     }
 
-    async fn apply(&self, doc: Value) -> Result<(), WriteError> {
+    async fn apply(&self, doc: Value, _generated: bool) -> Result<(), WriteError> {
         let name = format!(
             "{}/{}",
             doc["metadata"]["namespace"].as_str().unwrap_or_default(),

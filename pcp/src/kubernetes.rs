@@ -192,7 +192,12 @@ impl Target for WriteService {
             .collect())
     }
 
-    async fn apply(&self, doc: Value) -> Result<(), WriteError> {
+    async fn apply(&self, doc: Value, generated: bool) -> Result<(), WriteError> {
+        let origin = if generated {
+            Origin::Generated
+        } else {
+            Origin::Kubernetes
+        };
         let request = ApplyRequest {
             documents: vec![ApplyDocument {
                 json: doc.to_string(),
@@ -200,7 +205,7 @@ impl Target for WriteService {
             }],
             dry_run: false,
         };
-        match self.admit_and_apply(request, Origin::Kubernetes).await {
+        match self.admit_and_apply(request, origin).await {
             Ok(response) if response.errors.is_empty() => Ok(()),
             Ok(response) => {
                 let errors: Vec<String> = response

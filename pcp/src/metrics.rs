@@ -14,8 +14,10 @@ use pasa_validation::admission::Checked;
 pub enum Origin {
     Grpc,
     Webhook,
-    /// The Kubernetes syncer.
+    /// The Kubernetes syncer, mirroring the cluster's objects.
     Kubernetes,
+    /// The Kubernetes syncer, writing what it generates from Ingresses and the Gateway API.
+    Generated,
     /// The mesh config file (`--mesh-config`).
     MeshConfig,
     /// JWT issuers' keys PCP fetched.

@@ -263,7 +263,7 @@ impl WriteService {
         origin: Origin,
     ) -> Checked {
         let author = match origin {
-            Origin::Kubernetes => pasa_validation::validation::Author::Syncer,
+            Origin::Generated => pasa_validation::validation::Author::Generator,
             _ => pasa_validation::validation::Author::User,
         };
         let mut checked = admission::check_documents_by(docs, default_namespace, author);

@@ -116,7 +116,7 @@ fn gateway_api_conversion_matches_istios_goldens() {
             let doc = o.to_document();
             match Object::from_json(&doc, "default") {
                 Ok(obj) => {
-                    let report = pasa_validation::validation::validate_by(&obj, Author::Syncer);
+                    let report = pasa_validation::validation::validate_by(&obj, Author::Generator);
                     assert!(
                         report.errors.is_empty(),
                         "{name}: {} {}/{} is refused: {:?}",

@@ -51,6 +51,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::object::Object;
+pub use listeners::pem_has as is_pem;
 pub use types::{Gateway, GatewayClass, GrpcRule, HttpRule, ReferenceGrant, Route, StreamRule};
 
 /// The part of every generated name that says where it came from.

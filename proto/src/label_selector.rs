@@ -25,11 +25,25 @@ pub struct LabelRequirement {
 }
 
 impl LabelSelector {
-    /// Whether labels satisfy the selector; an unknown operator never holds.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.match_labels
+    /// Whether Kubernetes accepts the selector: `In` and `NotIn` need values, `Exists` and
+    /// `DoesNotExist` take none, and no other operator exists.
+    pub fn is_valid(&self) -> bool {
+        self.match_expressions
             .iter()
-            .all(|(k, v)| labels.get(k) == Some(v))
+            .all(|r| match r.operator.as_str() {
+                "In" | "NotIn" => !r.values.is_empty(),
+                "Exists" | "DoesNotExist" => r.values.is_empty(),
+                _ => false,
+            })
+    }
+
+    /// Whether labels satisfy the selector; an invalid selector selects nothing.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.is_valid()
+            && self
+                .match_labels
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
             && self.match_expressions.iter().all(|r| {
                 let value = labels.get(&r.key);
                 let listed = |v: &String| r.values.contains(v);
@@ -74,5 +88,9 @@ mod tests {
         let empty: LabelSelector =
             serde_json::from_value(serde_json::json!({"matchLabels": null})).unwrap();
         assert!(empty.matches(&labels(&[])));
+        let invalid: LabelSelector = serde_json::from_value(serde_json::json!({
+            "matchExpressions": [{"key": "team", "operator": "NotIn"}]}))
+        .unwrap();
+        assert!(!invalid.matches(&labels(&[])), "NotIn needs values");
     }
 }

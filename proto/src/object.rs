@@ -346,6 +346,11 @@ pub fn check_dns1123_label(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks a name a user may give an object: a DNS-1123 subdomain, as Kubernetes requires.
+pub fn check_name(name: &str) -> Result<(), String> {
+    check_dns1123_subdomain(name)
+}
+
 fn check_dns1123_subdomain(s: &str) -> Result<(), String> {
     if s.len() > 253 {
         return Err(format!("{s:?} is longer than 253 characters"));

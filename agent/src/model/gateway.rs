@@ -111,12 +111,18 @@ pub fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<Applied<'a>> {
     for gateway in gateways {
         if let Some(list) = gateway.meta.annotations.get(GATEWAY_SERVICE_ANNOTATION) {
             let known: BTreeSet<&str> = list.split(',').map(str::trim).collect();
-            // A ListenerSet's Gateway is in the set's namespace; its Services in the parent's.
+            // A ListenerSet's Gateway is in the set's namespace; its Services in the parent's
+            // (only for a Gateway PCP generated from a listener).
             let namespace = gateway
                 .meta
                 .annotations
                 .get(pasa_proto::gateway_api::PARENT_NAMESPACE_ANNOTATION)
-                .filter(|ns| !ns.is_empty())
+                .filter(|ns| {
+                    !ns.is_empty()
+                        && pasa_proto::gateway_api::is_internal_gateway_reference(
+                            &gateway.meta.name,
+                        )
+                })
                 .unwrap_or(&gateway.meta.namespace);
             let mine: Vec<ServiceTarget> = targets
                 .iter()

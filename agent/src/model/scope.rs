@@ -205,11 +205,15 @@ impl SidecarScope {
             .filter(|vs| {
                 let mesh =
                     vs.spec.gateways.is_empty() || vs.spec.gateways.iter().any(|g| g == "mesh");
+                // A Gateway API route applies to services it names (never through a wildcard),
+                // of its own namespace unless the proxy is in it too.
                 let applies = !gateway_api(vs)
-                    || vs.meta.namespace == self.config_namespace
                     || vs.spec.hosts.iter().any(|h| {
                         registry.services().get(h).is_some_and(|list| {
-                            list.iter().any(|s| s.namespace == vs.meta.namespace)
+                            list.iter().any(|s| {
+                                s.namespace == vs.meta.namespace
+                                    || vs.meta.namespace == self.config_namespace
+                            })
                         })
                     });
                 mesh && applies

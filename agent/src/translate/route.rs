@@ -229,7 +229,7 @@ pub(super) fn http_routes(
 }
 
 /// Whether a route matches every request: the prefix `/` (or regex `.*`) alone.
-fn is_catch_all(m: &RouteMatch) -> bool {
+pub(super) fn is_catch_all(m: &RouteMatch) -> bool {
     let path = match &m.path_specifier {
         Some(PathSpecifier::Prefix(p)) | Some(PathSpecifier::PathSeparatedPrefix(p)) => p == "/",
         Some(PathSpecifier::SafeRegex(r)) => r.regex == ".*",
@@ -245,7 +245,12 @@ fn gateway_action(action: &mut Action, rule: &HttpRoute, m: &RouteMatch) {
     ra.cluster_not_found_response_code =
         envoy_types::pb::envoy::config::route::v3::route_action::ClusterNotFoundResponseCode::InternalServerError
             as i32;
-    if rule.rewrite.as_ref().is_some_and(|r| r.uri == "/") {
+    // A regex rewrite wins over a URI one (as istiod).
+    if rule
+        .rewrite
+        .as_ref()
+        .is_some_and(|r| r.uri == "/" && r.uri_regex_rewrite.is_none())
+    {
         let prefix = match &m.path_specifier {
             Some(PathSpecifier::PathSeparatedPrefix(p)) => p.as_str(),
             _ => "",

@@ -35,8 +35,34 @@ where
         + Sync
         + 'static,
 {
+    follow_selected(api, watcher::Config::default(), trim, resource, metrics)
+}
+
+/// [`follow`] of the objects `config` selects (by field or label).
+pub fn follow_selected<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    resource: &'static str,
+    metrics: Arc<SyncMetrics>,
+) -> (
+    Store<K>,
+    impl Stream<Item = watcher::Event<K>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
     let (store, writer) = reflector::store();
-    (store, follow_into(api, writer, trim, resource, metrics))
+    (
+        store,
+        watch_into(api, config, writer, trim, resource, metrics),
+    )
 }
 
 /// [`follow`] into a given reflector (of a kind known at run time).
@@ -51,7 +77,29 @@ where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
 {
-    watcher(api, watcher::Config::default())
+    watch_into(
+        api,
+        watcher::Config::default(),
+        writer,
+        trim,
+        resource,
+        metrics,
+    )
+}
+
+fn watch_into<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    trim: fn(&mut K),
+    resource: &'static str,
+    metrics: Arc<SyncMetrics>,
+) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
+    watcher(api, config)
         .modify(move |k: &mut K| {
             k.meta_mut().managed_fields = None;
             trim(k);

@@ -114,13 +114,32 @@ pub const KINDS: [GatewayApiKind; 11] = [
 /// The keys of a Secret or ConfigMap a listener's certificate or CA is read from.
 const CERTIFICATE_KEYS: [&str; 6] = ["cert", "key", "cacert", "tls.crt", "tls.key", "ca.crt"];
 
-/// A Secret loses all but the keys certificates are read from (most Secrets keep nothing).
+/// The Secrets followed: not Helm's releases nor service account tokens, the large kinds no
+/// listener names (istiod leaves them out the same way).
+pub const SECRETS_FIELD_SELECTOR: &str =
+    "type!=helm.sh/release.v1,type!=kubernetes.io/service-account-token";
+
+/// Stands for a private key in PEM: the syncer keeps no private key, only whether there was one.
+const PRIVATE_KEY_MARK: &[u8] = b"-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n";
+
+/// A Secret loses all but the keys certificates are read from (most Secrets keep nothing), and
+/// its private keys: a key in PEM becomes a mark, anything else goes.
 pub fn trim_secret(secret: &mut Secret) {
     secret.metadata.annotations = None;
     secret.metadata.managed_fields = None;
     secret.string_data = None;
     if let Some(data) = &mut secret.data {
         data.retain(|k, _| CERTIFICATE_KEYS.contains(&k.as_str()));
+        for key in ["key", "tls.key"] {
+            let Some(value) = data.get_mut(key) else {
+                continue;
+            };
+            if gateway_api::is_pem(&value.0, "PRIVATE KEY") {
+                value.0 = PRIVATE_KEY_MARK.to_vec();
+            } else {
+                data.remove(key);
+            }
+        }
     }
 }
 
@@ -153,9 +172,15 @@ pub fn derive(
     cluster: &str,
     selects: impl Fn(&str) -> bool,
 ) -> BTreeMap<StoreKey, Value> {
-    // Without Gateway API objects there is nothing to convert (and the cluster's Services are
-    // not read for nothing on each of their changes).
-    if sources.objects.values().all(|(_, store)| store.is_empty()) {
+    // Without Gateways, routes or policies there is nothing to convert (and the cluster's
+    // Services are not read for nothing on each of their changes): classes (istiod makes its
+    // own) and grants alone generate nothing.
+    let generating = sources
+        .objects
+        .iter()
+        .filter(|(kind, _)| !matches!(**kind, "GatewayClass" | "ReferenceGrant"))
+        .any(|(_, (_, store))| !store.is_empty());
+    if !generating {
         return BTreeMap::new();
     }
     let mut input = Input::default();
@@ -176,10 +201,10 @@ pub fn derive(
         doc
     };
     let in_selected = |ns: Option<String>| ns.is_none_or(|ns| selects(&ns));
+    // Every namespace: listeners select route namespaces by label, whether or not the mesh
+    // reads them (istiod's informer is not filtered either).
     for ns in sources.namespaces.state() {
-        if selects(&ns.name_any()) {
-            add(serde_json::to_value(ns.as_ref()).unwrap_or_default());
-        }
+        add(serde_json::to_value(ns.as_ref()).unwrap_or_default());
     }
     for svc in sources.services.state() {
         if in_selected(svc.namespace()) {

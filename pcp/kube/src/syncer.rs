@@ -46,7 +46,8 @@ use tokio::sync::watch;
 
 use crate::convert::{self, Pod, SliceReferences, StoreKey, Workloads};
 use crate::follow::{
-    follow, follow_into, served_version, trim_config, trim_node, trim_nothing, trim_pod,
+    follow, follow_into, follow_selected, served_version, trim_config, trim_node, trim_nothing,
+    trim_pod,
 };
 use crate::metrics::SyncMetrics;
 use crate::selectors::DiscoverySelectors;
@@ -70,8 +71,14 @@ pub trait Target: Send + Sync + 'static {
     /// Every stored object labelled `pasa.io/cluster: <cluster>` (what this cluster's syncer
     /// wrote before), as documents.
     fn owned(&self, cluster: &str) -> impl Future<Output = Result<Vec<Value>, WriteError>> + Send;
-    /// Creates or replaces the object `doc` (apiVersion, kind, metadata, spec).
-    fn apply(&self, doc: Value) -> impl Future<Output = Result<(), WriteError>> + Send;
+    /// Creates or replaces the object `doc` (apiVersion, kind, metadata, spec): one the cluster
+    /// holds, or one the syncer `generated` (from Ingresses or the Gateway API), which is checked
+    /// as istiod checks what it generates.
+    fn apply(
+        &self,
+        doc: Value,
+        generated: bool,
+    ) -> impl Future<Output = Result<(), WriteError>> + Send;
     /// Deletes an object; one already gone is not an error.
     fn delete(&self, key: &StoreKey) -> impl Future<Output = Result<(), WriteError>> + Send;
 }
@@ -401,8 +408,9 @@ async fn run<T: Target>(
     // Certificates are read for Gateways only: without them, no Secret is followed.
     let mut followed = RESOURCES.len() + configs.len() + gateway_api_stores.len();
     let (secrets, config_maps) = if gateway_api_stores.contains_key("Gateway") {
-        let (secrets, secret_events) = follow(
+        let (secrets, secret_events) = follow_selected(
             Api::<Secret>::all(client.clone()),
+            watcher::Config::default().fields(gateway_api::SECRETS_FIELD_SELECTOR),
             gateway_api::trim_secret,
             "secrets",
             metrics.clone(),
@@ -623,17 +631,13 @@ impl<T: Target> Syncing<T> {
                 Init | InitApply(_) => {}
             },
             Change::Secret(e) => match *e {
-                Apply(s) | Delete(s) => {
-                    // Only certificates matter to listeners.
-                    self.gateway_api_changed |= s.data.as_ref().is_some_and(|d| !d.is_empty());
-                }
+                // A certificate may have come, changed or gone.
+                Apply(_) | Delete(_) => self.gateway_api_changed = true,
                 InitDone => return self.listed("secrets"),
                 Init | InitApply(_) => {}
             },
             Change::ConfigMap(e) => match *e {
-                Apply(c) | Delete(c) => {
-                    self.gateway_api_changed |= c.data.as_ref().is_some_and(|d| !d.is_empty());
-                }
+                Apply(_) | Delete(_) => self.gateway_api_changed = true,
                 InitDone => return self.listed("configmaps"),
                 Init | InitApply(_) => {}
             },
@@ -714,8 +718,9 @@ impl<T: Target> Syncing<T> {
         self.dirty.extend(written.cloned());
     }
 
-    /// What the store should hold under `key`: `None` for nothing.
-    fn desired(&self, key: &StoreKey) -> Option<Value> {
+    /// What the store should hold under `key` (`None` for nothing), and whether the syncer
+    /// generated it.
+    fn desired(&self, key: &StoreKey) -> Option<(Value, bool)> {
         // Generated from Ingresses or Gateway API objects of selected namespaces (a cluster's
         // own object of the same name comes first).
         let derived = self
@@ -736,7 +741,7 @@ impl<T: Target> Syncing<T> {
                         .is_some()
                 })
         {
-            return Some(doc.clone());
+            return Some((doc.clone(), true));
         }
         let selected = self
             .selected
@@ -751,7 +756,10 @@ impl<T: Target> Syncing<T> {
             let (resource, store) = self.stores.configs.get(&key.kind)?;
             let at = ObjectRef::new_with(&key.name, resource.clone()).within(&key.namespace);
             let obj = store.get(&at)?;
-            return Some(convert::config(key, &resource.api_version, &obj, cluster));
+            return Some((
+                convert::config(key, &resource.api_version, &obj, cluster),
+                false,
+            ));
         }
         match key.slice_name() {
             Some(slice) => {
@@ -759,14 +767,14 @@ impl<T: Target> Syncing<T> {
                     .stores
                     .slices
                     .get(&ObjectRef::new(slice).within(&key.namespace))?;
-                convert::slice(&eps, cluster, &self.stores).map(|(_, doc)| doc)
+                convert::slice(&eps, cluster, &self.stores).map(|(_, doc)| (doc, false))
             }
             None => {
                 let svc = self
                     .stores
                     .services
                     .get(&ObjectRef::new(&key.name).within(&key.namespace))?;
-                convert::service(&svc, cluster).map(|(_, doc)| doc)
+                convert::service(&svc, cluster).map(|(_, doc)| (doc, false))
             }
         }
     }
@@ -816,12 +824,12 @@ impl<T: Target> Syncing<T> {
         let (mut applied, mut deleted, mut refused) = (0, 0, 0);
         for key in keys {
             let desired = self.desired(&key);
-            let compared = desired.as_ref().map(convert::comparable);
+            let compared = desired.as_ref().map(|(doc, _)| convert::comparable(doc));
             if compared.as_ref() == self.written.get(&key) {
                 continue;
             }
             let outcome = match desired {
-                Some(doc) => self.target.apply(doc).await.map(|()| true),
+                Some((doc, generated)) => self.target.apply(doc, generated).await.map(|()| true),
                 None => self.target.delete(&key).await.map(|()| false),
             };
             match outcome {

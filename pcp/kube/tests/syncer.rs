@@ -47,7 +47,7 @@ impl Target for FakeStore {
         Ok(s.docs.values().filter(|d| label(d)).cloned().collect())
     }
 
-    async fn apply(&self, doc: Value) -> Result<(), WriteError> {
+    async fn apply(&self, doc: Value, _generated: bool) -> Result<(), WriteError> {
         let mut s = self.inner.lock().unwrap();
         let k = key(&doc);
         if s.refuse.contains(&k.name) {

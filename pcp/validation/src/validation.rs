@@ -131,14 +131,15 @@ impl Report {
     }
 }
 
-/// Who wrote an object: users go through istiod's webhook checks; what PCP's syncer generates
-/// from the Gateway API carries the annotations istiod sets on what it generates, which users may
-/// not set.
+/// Who wrote an object: users (and the cluster's objects the syncer mirrors) go through istiod's
+/// webhook checks; what PCP's syncer generates from the Gateway API is checked as istiod checks
+/// what it generates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Author {
     User,
-    /// PCP's syncer; only objects marked as generated from the Gateway API are its own.
-    Syncer,
+    /// PCP's syncer, writing what it generated: names with `~`, istiod's `internal.istio.io`
+    /// annotations, and only a structural check of the spec.
+    Generator,
 }
 
 /// Validates a structurally sound object (see [`Object::from_json`]) as istiod's webhook would.
@@ -150,8 +151,12 @@ pub fn validate(obj: &Object) -> Report {
 pub fn validate_by(obj: &Object, author: Author) -> Report {
     let mut report = Report::default();
     let generated =
-        author == Author::Syncer && pasa_proto::gateway_api::is_generated(&obj.annotations);
+        author == Author::Generator && pasa_proto::gateway_api::is_generated(&obj.annotations);
     common::validate_metadata(obj, generated, &mut report);
+    // The store keeps istiod's generated names (`~`); users may not write one.
+    if !generated && let Err(message) = pasa_proto::object::check_name(&obj.name) {
+        report.error(&Path::root("metadata").field("name"), message);
+    }
     if generated {
         // istiod does not validate what it generates (a backend it cannot resolve becomes an
         // empty destination, a listener admitting no namespace the host `~/...`); the spec must

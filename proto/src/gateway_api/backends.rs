@@ -34,7 +34,7 @@ pub(super) fn destinations(
         }
         let mut d = serde_json::Map::new();
         d.insert("destination".into(), destination);
-        if !single && b.weight.unwrap_or(1) != 0 {
+        if !single {
             d.insert("weight".into(), b.weight.unwrap_or(1).into());
         }
         for f in &b.filters {
@@ -50,7 +50,8 @@ pub(super) fn destinations(
         }
         out.push(Value::Object(d));
     }
-    Ok((Some(out.into()), error))
+    // Protobuf JSON leaves an empty list out.
+    Ok(((!out.is_empty()).then(|| out.into()), error))
 }
 
 /// A backend's destination, and the error that leaves it unusable (a missing, ungranted or

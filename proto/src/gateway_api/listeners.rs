@@ -99,7 +99,12 @@ pub(super) fn convert(settings: &Settings, input: &Input) -> Vec<Generated> {
         } else {
             Vec::new()
         };
-        let conflicted = conflicts(gw, &sets);
+        // Conflicts are decided for the classes that take ListenerSets.
+        let conflicted = if controller == GATEWAY_CONTROLLER {
+            conflicts(gw, &sets)
+        } else {
+            Vec::new()
+        };
         let common = Common {
             controller: &controller,
             services: services.join(","),
@@ -262,12 +267,26 @@ fn admits_listeners_of(input: &Input, gw: &Gateway, namespace: &str) -> bool {
             else {
                 return false;
             };
-            let mut labels = labels.clone();
-            labels.insert("kubernetes.io/metadata.name".into(), namespace.to_string());
-            selector.matches(&labels)
+            namespace_selected(selector, namespace, labels)
         }
         Some(_) => false,
     }
+}
+
+/// Whether a selector selects a namespace: its labels, and the `kubernetes.io/metadata.name`
+/// label Kubernetes gives every namespace (istiod assumes it where it is missing).
+fn namespace_selected(
+    selector: &crate::label_selector::LabelSelector,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    const NAME_LABEL: &str = "kubernetes.io/metadata.name";
+    if labels.get(NAME_LABEL).map(String::as_str) == Some(name) {
+        return selector.matches(labels);
+    }
+    let mut labels = labels.clone();
+    labels.insert(NAME_LABEL.into(), name.to_string());
+    selector.matches(&labels)
 }
 
 /// A ListenerSet's listener with its port defaulted by protocol (80 for HTTP, 443 for HTTPS),
@@ -401,10 +420,11 @@ fn conflicts(gw: &Gateway, sets: &[&ListenerSet]) -> Vec<(usize, usize)> {
 
 /// The route kinds a listener admits: those its protocol supports, narrowed by `allowedRoutes`.
 fn supported_kinds(l: &Listener) -> Vec<(String, String)> {
+    // Only a mode written as Terminate admits TCPRoutes (as istiod reads it).
     let terminate = l
         .tls
         .as_ref()
-        .is_some_and(|t| t.mode.as_deref().unwrap_or("Terminate") == "Terminate");
+        .is_some_and(|t| t.mode.as_deref() == Some("Terminate"));
     let supported: &[&str] = match l.protocol.as_str() {
         "HTTP" | "HTTPS" => &["HTTPRoute", "GRPCRoute"],
         "TCP" => &["TCPRoute"],
@@ -477,12 +497,7 @@ fn hosts(input: &Input, owner: &Meta, l: &Listener) -> Vec<String> {
             Some(selector) => input
                 .namespaces
                 .iter()
-                .filter(|(name, labels)| {
-                    // Kubernetes labels every namespace with its name; istiod assumes it.
-                    let mut labels = (*labels).clone();
-                    labels.insert("kubernetes.io/metadata.name".into(), (*name).clone());
-                    selector.matches(&labels)
-                })
+                .filter(|(name, labels)| namespace_selected(selector, name, labels))
                 .map(|(name, _)| name.clone())
                 .collect(),
         },
@@ -755,7 +770,7 @@ fn ca_certificate(input: &Input, owner: Owner<'_>, r: &LocalRef) -> Result<Strin
 }
 
 /// Whether bytes hold a PEM block whose label ends with `label`, with a base64 body.
-fn pem_has(bytes: &[u8], label: &str) -> bool {
+pub fn pem_has(bytes: &[u8], label: &str) -> bool {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return false;
     };

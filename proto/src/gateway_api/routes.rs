@@ -399,12 +399,7 @@ fn http_like<R>(
             routes = mesh_routes.clone();
             key = meta.namespace.clone();
             if let Some(port) = parent.original.port {
-                for r in &mut routes {
-                    match r["match"].as_array_mut() {
-                        Some(matches) => matches.iter_mut().for_each(|m| m["port"] = port.into()),
-                        None => r["match"] = json!([{"port": port}]),
-                    }
-                }
+                routes.iter_mut().for_each(|r| match_port(r, port));
                 key = format!("{key}/{port}");
             }
             hosts = mesh_hosts(settings, input, parent, meta);
@@ -472,6 +467,15 @@ fn merge(bases: Vec<Base>) -> Vec<Object> {
         .collect()
 }
 
+/// Restricts a mesh route to the port its parent reference names: every match, or a match of
+/// its own when it has none.
+fn match_port(route: &mut Value, port: u32) {
+    match route["match"].as_array_mut() {
+        Some(matches) => matches.iter_mut().for_each(|m| m["port"] = port.into()),
+        None => route["match"] = json!([{"port": port}]),
+    }
+}
+
 /// The VirtualServices of a TCPRoute or TLSRoute: one per parent and host.
 fn stream(
     settings: &Settings,
@@ -504,7 +508,6 @@ fn stream(
         Vec::new()
     };
     let tag = if tls { "tls" } else { "tcp" };
-    let field = tag;
     let mut out = Vec::new();
     let mut count = 0;
     for parent in bound(&parents) {
@@ -528,10 +531,7 @@ fn stream(
                         ms.iter_mut().for_each(|m| m["port"] = port.into());
                     }
                 } else if let Some(port) = port {
-                    match r["match"].as_array_mut() {
-                        Some(ms) => ms.iter_mut().for_each(|m| m["port"] = port.into()),
-                        None => r["match"] = json!([{"port": port}]),
-                    }
+                    match_port(r, port);
                 }
             }
         } else if tls && !parent.hostname.is_empty() {
@@ -581,7 +581,7 @@ fn stream(
                 &meta.namespace,
                 format!("{}~{tag}~{count}~{GENERATED}", meta.name),
                 route_annotations(kind, meta),
-                json!({"hosts": [host], "gateways": [parent.internal_name], field: filtered}),
+                json!({"hosts": [host], "gateways": [parent.internal_name], tag: filtered}),
             ));
             count += 1;
         }

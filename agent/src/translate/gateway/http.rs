@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use envoy_types::pb::envoy::config::core::v3::{TransportSocket, transport_socket};
 use envoy_types::pb::envoy::config::route::v3::{
-    Route, RouteConfiguration, VirtualHost, route_match::PathSpecifier, virtual_host,
+    Route, RouteConfiguration, VirtualHost, virtual_host,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
@@ -123,15 +123,7 @@ fn catch_all_last(routes: Vec<Route>) -> Vec<Route> {
 }
 
 fn is_catch_all(r: &Route) -> bool {
-    let Some(m) = &r.r#match else {
-        return false;
-    };
-    let path = match &m.path_specifier {
-        Some(PathSpecifier::Prefix(p)) | Some(PathSpecifier::PathSeparatedPrefix(p)) => p == "/",
-        Some(PathSpecifier::SafeRegex(re)) => re.regex == ".*",
-        _ => false,
-    };
-    path && m.headers.is_empty() && m.query_parameters.is_empty() && m.dynamic_metadata.is_empty()
+    r.r#match.as_ref().is_some_and(route::is_catch_all)
 }
 
 /// The hosts a VirtualService serves on a server: for each pair of a server host (whose

@@ -514,7 +514,13 @@ fn port_virtual_hosts(
         let expands = !pasa_proto::gateway_api::has_gateway_semantics(&vs.meta.annotations);
         for host in vs_hosts.iter().filter(|h| h.starts_with('*')) {
             let mut found = false;
-            for (p, s) in services().filter(|_| expands) {
+            // Gateway API routes' wildcard hosts name no services.
+            let candidates = if expands {
+                services().collect()
+            } else {
+                Vec::new()
+            };
+            for (p, s) in candidates {
                 if !pasa_proto::host::matches(host, &s.hostname) {
                     continue;
                 }

@@ -25,9 +25,7 @@ const MAX_CERTIFICATE_SOURCES: usize = 2;
 /// Checks one Gateway.
 pub fn validate(obj: &Object, report: &mut Report) {
     // The name becomes part of generated resource names, which may not contain dots.
-    let generated = pasa_proto::gateway_api::is_generated(&obj.annotations)
-        && pasa_proto::gateway_api::is_generated_name(&obj.name);
-    if !is_dns1123_label(&obj.name) && !generated {
+    if !is_dns1123_label(&obj.name) {
         report.error(
             &Path::root("metadata").field("name"),
             format!(

@@ -235,8 +235,7 @@ pub(crate) fn validate_gateway_names(at: &Path, names: &[String], report: &mut R
         if !is_dns1123_label(ns) {
             report.error(&here, format!("invalid value for namespace: {ns:?}"));
         }
-        // istiod's Gateways generated from Gateway API listeners carry `~` in their names.
-        if !is_dns1123_label(gw) && !pasa_proto::gateway_api::is_internal_gateway_reference(gw) {
+        if !is_dns1123_label(gw) {
             report.error(&here, format!("invalid value for gateway name: {gw:?}"));
         }
     }
