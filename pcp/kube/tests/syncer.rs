@@ -329,7 +329,7 @@ async fn a_restart_writes_nothing_and_deletions_while_away_are_reconciled() {
     let other = json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
         "metadata": {"name": "remote", "namespace": "bookinfo",
                      "labels": {"pasa.io/cluster": "west"}}, "spec": {}});
-    store.apply(other).await.unwrap();
+    store.apply(other, false).await.unwrap();
     let syncer = start(&fake, &store, DiscoverySelectors::all());
     let status = until(&syncer, "the first pass after changes", |s| s.synced).await;
     assert_eq!((status.applied, status.deleted), (1, 2));
