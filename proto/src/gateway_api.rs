@@ -297,15 +297,20 @@ pub struct RegistryService {
     pub ports: Vec<u32>,
 }
 
-/// The name of the Service istiod makes for an InferencePool: the pool's name, `-ip-`, and the
-/// first 8 hex digits of the SHA-256 of the name.
+/// The name of the Service istiod makes for an InferencePool: the pool's name (cut so that the
+/// whole fits Kubernetes' 63 characters), `-ip-`, and the first 8 hex digits of the SHA-256 of
+/// the name.
 pub fn inference_pool_service(pool: &str) -> String {
+    const MAX: usize = 63;
     let digest = ring::digest::digest(&ring::digest::SHA256, pool.as_bytes());
     let hex: String = digest.as_ref()[..4]
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    format!("{pool}-ip-{hex}")
+    let base_max = MAX - "-ip-".len() - hex.len();
+    // Pool names are DNS labels (ASCII), so a byte cut is a character cut.
+    let base = pool.get(..base_max.min(pool.len())).unwrap_or(pool);
+    format!("{base}-ip-{hex}")
 }
 
 /// Why part of a Gateway API object could not be converted (the reason is the Gateway API's).
@@ -454,6 +459,18 @@ fn host_intersection(a: &[String], b: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inference_pool_services_are_named_as_istiod_names_them() {
+        assert_eq!(
+            inference_pool_service("infpool-gen"),
+            "infpool-gen-ip-6580eb2c"
+        );
+        let long = "p".repeat(70);
+        let name = inference_pool_service(&long);
+        assert_eq!(name.len(), 63);
+        assert!(name.starts_with(&"p".repeat(51)) && name.contains("-ip-"));
+    }
 
     #[test]
     fn host_intersection_keeps_the_narrower_name() {
