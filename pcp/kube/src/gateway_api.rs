@@ -9,7 +9,7 @@
 //! serves Gateways, and only the keys a listener's certificate or CA is read from are kept:
 //! the conversion checks that a listener's certificate is there and is PEM, as istiod does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
@@ -164,12 +164,72 @@ pub struct Sources<'a> {
     pub service_entries: Option<&'a (ApiResource, Store<DynamicObject>)>,
 }
 
+/// The names (and hosts) the Gateway API objects mention anywhere: a Service, Secret or
+/// ConfigMap whose name is not among them cannot change what they become, so its changes need
+/// no conversion and the conversion need not read it. The set is generous (any `name`,
+/// `hostname` or address `value`, each also cut at its first dot, and the Services managed
+/// Gateways get), never short of one the conversion reads.
+#[derive(Debug, Default, Clone)]
+pub struct Mentioned(BTreeSet<String>);
+
+impl Mentioned {
+    /// What the followed objects mention.
+    pub fn of(objects: &BTreeMap<&'static str, (ApiResource, Store<DynamicObject>)>) -> Mentioned {
+        let mut names = BTreeSet::new();
+        for (kind, (_, store)) in objects {
+            for o in store.state() {
+                collect(&o.data, &mut names);
+                if *kind == "Gateway" {
+                    let class = o.data["spec"]["gatewayClassName"]
+                        .as_str()
+                        .unwrap_or_default();
+                    let name = o.name_any();
+                    names.insert(format!("{name}-{class}"));
+                    if let Some(name) = o.annotations().get("gateway.istio.io/name-override") {
+                        names.insert(name.clone());
+                    }
+                    names.insert(name);
+                }
+            }
+        }
+        Mentioned(names)
+    }
+
+    /// Whether an object of this name (a Service's, a Secret's, a ConfigMap's) may matter.
+    pub fn covers(&self, name: &str) -> bool {
+        self.0.contains(name)
+    }
+}
+
+fn collect(value: &Value, names: &mut BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if let (Some(text), true) = (
+                    v.as_str(),
+                    matches!(k.as_str(), "name" | "hostname" | "value"),
+                ) {
+                    names.insert(text.to_string());
+                    if let Some((first, _)) = text.split_once('.') {
+                        names.insert(first.to_string());
+                    }
+                }
+                collect(v, names);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect(v, names)),
+        _ => {}
+    }
+}
+
 /// The Gateways and VirtualServices the Gateway API objects of selected namespaces become,
-/// labelled as this cluster's, by key.
+/// labelled as this cluster's, by key. Only the Services, Secrets and ConfigMaps `mentioned`
+/// are read.
 pub fn derive(
     sources: &Sources<'_>,
     settings: &Settings,
     cluster: &str,
+    mentioned: &Mentioned,
     selects: impl Fn(&str) -> bool,
 ) -> BTreeMap<StoreKey, Value> {
     // Without Gateways, routes or policies there is nothing to convert (and the cluster's
@@ -207,17 +267,19 @@ pub fn derive(
         add(serde_json::to_value(ns.as_ref()).unwrap_or_default());
     }
     for svc in sources.services.state() {
-        if in_selected(svc.namespace()) {
+        if in_selected(svc.namespace()) && mentioned.covers(&svc.name_any()) {
             add(serde_json::to_value(svc.as_ref()).unwrap_or_default());
         }
     }
     for s in sources.secrets.state() {
-        if in_selected(s.namespace()) && s.data.as_ref().is_some_and(|d| !d.is_empty()) {
+        let certificate = s.data.as_ref().is_some_and(|d| !d.is_empty());
+        if in_selected(s.namespace()) && certificate && mentioned.covers(&s.name_any()) {
             add(serde_json::to_value(s.as_ref()).unwrap_or_default());
         }
     }
     for c in sources.config_maps.state() {
-        if in_selected(c.namespace()) && c.data.as_ref().is_some_and(|d| !d.is_empty()) {
+        let bundle = c.data.as_ref().is_some_and(|d| !d.is_empty());
+        if in_selected(c.namespace()) && bundle && mentioned.covers(&c.name_any()) {
             add(serde_json::to_value(c.as_ref()).unwrap_or_default());
         }
     }
@@ -236,4 +298,29 @@ pub fn derive(
         }
     }
     convert::generated(gateway_api::convert(settings, &input), cluster)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_mentioned_anywhere_are_covered_with_their_first_label() {
+        let route = json!({"spec": {
+            "parentRefs": [{"group": "", "kind": "Service", "name": "checkout"}],
+            "rules": [{"backendRefs": [
+                {"name": "cart", "port": 80},
+                {"group": "networking.istio.io", "kind": "Hostname",
+                 "name": "payments.billing.svc.cluster.local", "port": 443}]}]}});
+        let gateway = json!({"spec": {"addresses": [{"type": "Hostname", "value": "edge-gw"}],
+            "listeners": [{"tls": {"certificateRefs": [{"name": "shop-cert"}]}}]}});
+        let mut names = BTreeSet::new();
+        collect(&route, &mut names);
+        collect(&gateway, &mut names);
+        let m = Mentioned(names);
+        for name in ["checkout", "cart", "payments", "edge-gw", "shop-cert"] {
+            assert!(m.covers(name), "{name}");
+        }
+        assert!(!m.covers("unrelated"));
+    }
 }

@@ -278,6 +278,9 @@ struct Syncing<T> {
     derived_gateway_api: BTreeMap<StoreKey, Value>,
     /// Work out what the Gateway API objects become again at the next pass.
     gateway_api_changed: bool,
+    /// The names the Gateway API objects mention, as of the last conversion: only changes of
+    /// Services, Secrets and ConfigMaps of those names convert again.
+    mentioned: gateway_api::Mentioned,
     /// Whether each namespace is read (discovery selectors), as last decided.
     selected: HashMap<String, bool>,
     /// Keys whose write failed for want of a store, retried after `backoff`.
@@ -472,6 +475,7 @@ async fn run<T: Target>(
         ingresses_changed: true,
         derived_gateway_api: BTreeMap::new(),
         gateway_api_changed: true,
+        mentioned: gateway_api::Mentioned::default(),
         selected: HashMap::new(),
         retry: BTreeSet::new(),
         backoff,
@@ -553,9 +557,9 @@ impl<T: Target> Syncing<T> {
                 Apply(svc) | Delete(svc) => {
                     let ns = svc.namespace().unwrap_or_default();
                     self.dirty.insert(StoreKey::service(&ns, &svc.name_any()));
-                    // An Ingress may name its port; a route may have it as its parent.
+                    // An Ingress may name its port; a route may have it as a parent or backend.
                     self.ingresses_changed = true;
-                    self.gateway_api_changed = true;
+                    self.gateway_api_changed |= self.mentioned.covers(&svc.name_any());
                 }
                 InitDone => return self.listed("services"),
                 Init | InitApply(_) => {}
@@ -631,13 +635,17 @@ impl<T: Target> Syncing<T> {
                 Init | InitApply(_) => {}
             },
             Change::Secret(e) => match *e {
-                // A certificate may have come, changed or gone.
-                Apply(_) | Delete(_) => self.gateway_api_changed = true,
+                // A certificate a listener names may have come, changed or gone.
+                Apply(s) | Delete(s) => {
+                    self.gateway_api_changed |= self.mentioned.covers(&s.name_any());
+                }
                 InitDone => return self.listed("secrets"),
                 Init | InitApply(_) => {}
             },
             Change::ConfigMap(e) => match *e {
-                Apply(_) | Delete(_) => self.gateway_api_changed = true,
+                Apply(c) | Delete(c) => {
+                    self.gateway_api_changed |= self.mentioned.covers(&c.name_any());
+                }
                 InitDone => return self.listed("configmaps"),
                 Init | InitApply(_) => {}
             },
@@ -672,10 +680,12 @@ impl<T: Target> Syncing<T> {
             config_maps: &self.stores.config_maps,
             service_entries: self.stores.configs.get(&Kind::ServiceEntry),
         };
+        self.mentioned = gateway_api::Mentioned::of(&self.stores.gateway_api);
         let derived = gateway_api::derive(
             &sources,
             &self.config.gateway_api,
             &self.config.cluster_id,
+            &self.mentioned,
             |ns| self.selects(ns),
         );
         self.dirty.extend(self.derived_gateway_api.keys().cloned());
