@@ -234,7 +234,7 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
         if let Some(list) = g.meta.annotations.get(gateway::GATEWAY_SERVICE_ANNOTATION) {
             rules.push(Rule {
                 kinds: kinds(&OWN_KINDS),
-                namespaces: vec![g.meta.namespace.clone()],
+                namespaces: vec![gateway::services_namespace(g).to_string()],
                 hosts: dedup(list.split(',').map(|h| h.trim().to_string()).collect()),
                 ..Default::default()
             });

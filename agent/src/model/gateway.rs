@@ -101,6 +101,21 @@ pub fn service_targets(proxy: &Proxy, registry: &Registry) -> Vec<ServiceTarget>
     out
 }
 
+/// The namespace of the Services a Gateway binds to by `internal.istio.io/gateway-service`: its
+/// own, or, for one PCP generated from a ListenerSet's listener, its parent Gateway's
+/// (`internal.istio.io/parent-namespace`).
+pub fn services_namespace(gateway: &Config<Gateway>) -> &str {
+    gateway
+        .meta
+        .annotations
+        .get(pasa_proto::gateway_api::PARENT_NAMESPACE_ANNOTATION)
+        .filter(|ns| {
+            !ns.is_empty()
+                && pasa_proto::gateway_api::is_internal_gateway_reference(&gateway.meta.name)
+        })
+        .unwrap_or(&gateway.meta.namespace)
+}
+
 /// The Gateways that apply to the proxy, in istiod's order: oldest first, then name, then
 /// namespace.
 pub fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<Applied<'a>> {
@@ -111,22 +126,10 @@ pub fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<Applied<'a>> {
     for gateway in gateways {
         if let Some(list) = gateway.meta.annotations.get(GATEWAY_SERVICE_ANNOTATION) {
             let known: BTreeSet<&str> = list.split(',').map(str::trim).collect();
-            // A ListenerSet's Gateway is in the set's namespace; its Services in the parent's
-            // (only for a Gateway PCP generated from a listener).
-            let namespace = gateway
-                .meta
-                .annotations
-                .get(pasa_proto::gateway_api::PARENT_NAMESPACE_ANNOTATION)
-                .filter(|ns| {
-                    !ns.is_empty()
-                        && pasa_proto::gateway_api::is_internal_gateway_reference(
-                            &gateway.meta.name,
-                        )
-                })
-                .unwrap_or(&gateway.meta.namespace);
+            let namespace = services_namespace(gateway);
             let mine: Vec<ServiceTarget> = targets
                 .iter()
-                .filter(|t| known.contains(t.hostname.as_str()) && t.namespace == *namespace)
+                .filter(|t| known.contains(t.hostname.as_str()) && t.namespace == namespace)
                 .cloned()
                 .collect();
             if !mine.is_empty() {
