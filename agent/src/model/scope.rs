@@ -192,10 +192,12 @@ impl SidecarScope {
             .collect()
     }
 
-    /// The VirtualServices for sidecars (gateway `mesh`) this proxy sees: those made from
-    /// Gateway API routes of the proxy's own namespace first (a consumer's routes override the
-    /// producer's), then oldest first. Routes made from the Gateway API apply to a proxy only in
-    /// their own namespace or for services of their namespace, as istiod applies them.
+    /// The VirtualServices for sidecars (gateway `mesh`) this proxy sees, in istiod's order:
+    /// those private to its namespace, then those exported to it by name, then public ones; in
+    /// each, those made from Gateway API routes of the proxy's own namespace first (a
+    /// consumer's routes override the producer's), then oldest first. Routes made from the
+    /// Gateway API apply only to the registry services they name, of their own namespace unless
+    /// the proxy is in it, as istiod applies them.
     pub fn virtual_services(&self, registry: &Registry) -> Vec<Arc<Config<VirtualService>>> {
         let gateway_api = |vs: &Config<VirtualService>| {
             pasa_proto::gateway_api::has_gateway_semantics(&vs.meta.annotations)
@@ -235,10 +237,21 @@ impl SidecarScope {
             })
             .cloned()
             .collect();
-        let producer = |vs: &Config<VirtualService>| {
-            !(gateway_api(vs) && vs.meta.namespace == self.config_namespace)
+        // istiod's order: those private to the proxy's namespace, then those exported to it by
+        // name, then the public ones; in each, Gateway API routes of the proxy's namespace
+        // first, then oldest first.
+        let order = |vs: &Config<VirtualService>| {
+            let producer = !(gateway_api(vs) && vs.meta.namespace == self.config_namespace);
+            (
+                export_tier(
+                    &vs.spec.export_to,
+                    &vs.meta.namespace,
+                    &self.config_namespace,
+                ),
+                producer,
+            )
         };
-        list.sort_by(|a, b| (producer(a), a.meta.age_key()).cmp(&(producer(b), b.meta.age_key())));
+        list.sort_by(|a, b| (order(a), a.meta.age_key()).cmp(&(order(b), b.meta.age_key())));
         list
     }
 
@@ -318,5 +331,32 @@ impl DestinationRules {
                 )
             })
             .map(|(_, dr)| Arc::clone(dr))
+    }
+}
+
+/// Which of istiod's lists a VirtualService exported to `viewer` is in: 0 private to the
+/// viewer's namespace (its own, exported to itself), 1 exported to it by name, 2 public.
+fn export_tier(export_to: &[String], namespace: &str, viewer: &str) -> u8 {
+    if export_to.is_empty() || export_to.iter().any(|e| e == "*") {
+        2
+    } else if namespace == viewer && export_to.iter().any(|e| e == "." || e == namespace) {
+        0
+    } else {
+        1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::export_tier;
+
+    #[test]
+    fn virtual_services_are_private_exported_or_public_as_istiod_lists_them() {
+        let to = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(export_tier(&to(&["."]), "shop", "shop"), 0);
+        assert_eq!(export_tier(&to(&["shop", "web"]), "shop", "shop"), 0);
+        assert_eq!(export_tier(&to(&[".", "web"]), "shop", "web"), 1);
+        assert_eq!(export_tier(&to(&[]), "shop", "shop"), 2);
+        assert_eq!(export_tier(&to(&["*", "."]), "shop", "shop"), 2);
     }
 }
