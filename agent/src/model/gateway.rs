@@ -31,7 +31,7 @@ use super::registry::{Config, Registry, selects};
 
 /// The annotation binding a Gateway to services instead of a label selector: a comma-separated
 /// list of service host names, each in the Gateway's namespace.
-pub const GATEWAY_SERVICE_ANNOTATION: &str = "internal.istio.io/gateway-service";
+pub use pasa_proto::gateway_api::GATEWAY_SERVICE_ANNOTATION;
 /// The label by which a service opts out of gateway port translation.
 pub const DISABLE_PORT_TRANSLATION_LABEL: &str =
     "experimental.istio.io/disable-gateway-port-translation";
