@@ -222,16 +222,23 @@ fn collect(value: &Value, names: &mut BTreeSet<String>) {
     }
 }
 
-/// The Gateways and VirtualServices the Gateway API objects of selected namespaces become,
-/// labelled as this cluster's, by key. Only the Services, Secrets and ConfigMaps `mentioned`
-/// are read.
+/// What the Gateway API objects became: the generated objects, labelled as this cluster's, by
+/// key; and why objects that could not be read were left out.
+#[derive(Debug, Default)]
+pub struct Derived {
+    pub objects: BTreeMap<StoreKey, Value>,
+    pub unreadable: BTreeSet<String>,
+}
+
+/// What the Gateway API objects of selected namespaces become. Only the Services, Secrets and
+/// ConfigMaps `mentioned` are read.
 pub fn derive(
     sources: &Sources<'_>,
     settings: &Settings,
     cluster: &str,
     mentioned: &Mentioned,
     selects: impl Fn(&str) -> bool,
-) -> BTreeMap<StoreKey, Value> {
+) -> Derived {
     // Without Gateways, routes or policies there is nothing to convert (and the cluster's
     // Services are not read for nothing on each of their changes): classes (istiod makes its
     // own) and grants alone generate nothing.
@@ -241,13 +248,14 @@ pub fn derive(
         .filter(|(kind, _)| !matches!(**kind, "GatewayClass" | "ReferenceGrant"))
         .any(|(_, (_, store))| !store.is_empty());
     if !generating {
-        return BTreeMap::new();
+        return Derived::default();
     }
     let mut input = Input::default();
     let suffix = &settings.domain_suffix;
+    let mut unreadable = BTreeSet::new();
     let mut add = |doc: Value| {
         if let Err(e) = input.add(&doc, suffix) {
-            tracing::warn!(error = %e, "cannot read a Gateway API object; left out");
+            unreadable.insert(e);
         }
     };
     let dynamic = |resource: &ApiResource, kind: &str, o: &DynamicObject| {
@@ -297,7 +305,10 @@ pub fn derive(
             }
         }
     }
-    convert::generated(gateway_api::convert(settings, &input), cluster)
+    Derived {
+        objects: convert::generated(gateway_api::convert(settings, &input), cluster),
+        unreadable,
+    }
 }
 
 #[cfg(test)]

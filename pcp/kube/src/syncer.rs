@@ -281,6 +281,8 @@ struct Syncing<T> {
     /// The names the Gateway API objects mention, as of the last conversion: only changes of
     /// Services, Secrets and ConfigMaps of those names convert again.
     mentioned: gateway_api::Mentioned,
+    /// The Gateway API objects the last conversion could not read (each logged once).
+    unreadable: BTreeSet<String>,
     /// Whether each namespace is read (discovery selectors), as last decided.
     selected: HashMap<String, bool>,
     /// Keys whose write failed for want of a store, retried after `backoff`.
@@ -476,6 +478,7 @@ async fn run<T: Target>(
         derived_gateway_api: BTreeMap::new(),
         gateway_api_changed: true,
         mentioned: gateway_api::Mentioned::default(),
+        unreadable: BTreeSet::new(),
         selected: HashMap::new(),
         retry: BTreeSet::new(),
         backoff,
@@ -688,9 +691,14 @@ impl<T: Target> Syncing<T> {
             &self.mentioned,
             |ns| self.selects(ns),
         );
+        // Each unreadable object is told once, while it stays so.
+        for e in derived.unreadable.difference(&self.unreadable) {
+            tracing::warn!(error = %e, "cannot read a Gateway API object; left out");
+        }
+        self.unreadable = derived.unreadable;
         self.dirty.extend(self.derived_gateway_api.keys().cloned());
-        self.dirty.extend(derived.keys().cloned());
-        self.derived_gateway_api = derived;
+        self.dirty.extend(derived.objects.keys().cloned());
+        self.derived_gateway_api = derived.objects;
     }
 
     fn listed(&mut self, resource: &'static str) -> Option<&'static str> {
