@@ -423,24 +423,14 @@ fn hosts_match(a: &str, b: &str) -> bool {
     crate::host::matches(a, b)
 }
 
-/// Whether every host `a` names is one `b` names.
-fn host_subset_of(a: &str, b: &str) -> bool {
-    match (a.strip_prefix('*'), b.strip_prefix('*')) {
-        (Some(sa), Some(sb)) => sa.ends_with(sb),
-        (Some(_), None) => false,
-        (None, Some(sb)) => a.ends_with(sb),
-        (None, None) => a == b,
-    }
-}
-
 /// The hosts both lists name: for each overlapping pair, the narrower one (first seen first).
 fn host_intersection(a: &[String], b: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for x in a {
         for y in b {
-            let narrower = if host_subset_of(x, y) {
+            let narrower = if crate::host::subset_of(x, y) {
                 x
-            } else if host_subset_of(y, x) {
+            } else if crate::host::subset_of(y, x) {
                 y
             } else {
                 continue;

@@ -47,6 +47,17 @@ pub fn matches(a: &str, b: &str) -> bool {
     }
 }
 
+/// Whether every host `a` names is one `b` names (one-way, unlike [`matches`]): equal, or within
+/// `b`'s wildcard (a wildcard only within a wildcard at least as wide).
+pub fn subset_of(a: &str, b: &str) -> bool {
+    match (a.strip_prefix('*'), b.strip_prefix('*')) {
+        (Some(sa), Some(sb)) => sa.ends_with(sb),
+        (Some(_), None) => false,
+        (None, Some(sb)) => a.ends_with(sb),
+        (None, None) => a == b,
+    }
+}
+
 /// Why a host pattern cannot be indexed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HostError {
@@ -183,5 +194,14 @@ mod tests {
         ] {
             assert!(check_pattern(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn subset_is_one_way() {
+        assert!(subset_of("a.example.com", "*.example.com"));
+        assert!(!subset_of("*.example.com", "a.example.com"));
+        assert!(subset_of("*.a.example.com", "*.example.com"));
+        assert!(!subset_of("*.com", "*.example.com"));
+        assert!(subset_of("anything", "*"));
     }
 }

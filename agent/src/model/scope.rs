@@ -46,6 +46,13 @@ impl EgressHost {
         (self.namespace == "*" || self.namespace == namespace)
             && host::matches(&self.host, hostname)
     }
+
+    /// [`EgressHost::covers`] one way, as for routes made from the Gateway API: every host
+    /// `hostname` names must be under this egress host (`*.com` is not imported by `a.com`).
+    pub fn contains(&self, namespace: &str, hostname: &str) -> bool {
+        (self.namespace == "*" || self.namespace == namespace)
+            && host::subset_of(hostname, &self.host)
+    }
 }
 
 /// A proxy's view of the registry.
@@ -232,7 +239,13 @@ impl SidecarScope {
                             &vs.meta.namespace,
                             &self.domain_suffix,
                         );
-                        self.in_egress(&vs.meta.namespace, &host)
+                        if gateway_api(vs) {
+                            self.egress
+                                .iter()
+                                .any(|e| e.contains(&vs.meta.namespace, &host))
+                        } else {
+                            self.in_egress(&vs.meta.namespace, &host)
+                        }
                     })
             })
             .cloned()

@@ -9,8 +9,7 @@ use super::rules::{self, Converted};
 use super::types::{Meta, ParentRef, Route, StreamRule};
 use super::{
     GATEWAY_SEMANTICS, GENERATED, GROUP, Input, PARENTS_ANNOTATION, ROUTE_SEMANTICS_ANNOTATION,
-    Settings, WAYPOINT_CONTROLLER, generated, group_kind, host_intersection, host_subset_of,
-    hosts_match,
+    Settings, WAYPOINT_CONTROLLER, generated, group_kind, host_intersection, hosts_match,
 };
 use crate::Kind;
 use crate::object::Object;
@@ -60,7 +59,7 @@ impl RouteParent<'_> {
         !self
             .banned
             .iter()
-            .any(|other| ours.len() <= other.len() && host_subset_of(route_host, other))
+            .any(|other| ours.len() <= other.len() && crate::host::subset_of(route_host, other))
     }
 }
 
