@@ -47,6 +47,10 @@ pub struct KubeArgs {
     /// istiod does with `PILOT_ENABLE_ALPHA_GATEWAY_API`.
     #[arg(long, env = "PILOT_ENABLE_ALPHA_GATEWAY_API")]
     pub gateway_api_alpha: bool,
+    /// Route to InferencePools (the Gateway API inference extension), as istiod does with
+    /// `ENABLE_GATEWAY_API_INFERENCE_EXTENSION`: to the Service istiod makes for each pool.
+    #[arg(long, env = "ENABLE_GATEWAY_API_INFERENCE_EXTENSION")]
+    pub gateway_api_inference: bool,
     /// Namespace of the Lease the PCP replicas elect the syncing one by.
     #[arg(long, env = "POD_NAMESPACE", default_value = "pasa-system")]
     pub lease_namespace: String,
@@ -100,6 +104,7 @@ impl KubeArgs {
         let gateway_api = pasa_proto::gateway_api::Settings {
             domain_suffix: domain_suffix.to_string(),
             alpha: self.gateway_api_alpha,
+            inference: self.gateway_api_inference,
             ..Default::default()
         };
         let config = SyncConfig {

@@ -59,6 +59,9 @@ fn gateway_api_conversion_matches_istios_goldens() {
         alpha: defaults["flags"]["PILOT_ENABLE_ALPHA_GATEWAY_API"]
             .as_bool()
             .expect("the alpha flag"),
+        inference: defaults["flags"]["ENABLE_GATEWAY_API_INFERENCE_EXTENSION"]
+            .as_bool()
+            .expect("the inference flag"),
     };
     for class in defaults["builtin_gateway_classes"].as_array().unwrap() {
         settings.classes.insert(
@@ -173,6 +176,9 @@ fn gateway_api_conversion_matches_istios_goldens() {
         let mut variant_settings = settings.clone();
         if let Some(alpha) = flags["PILOT_ENABLE_ALPHA_GATEWAY_API"].as_bool() {
             variant_settings.alpha = alpha;
+        }
+        if let Some(inference) = flags["ENABLE_GATEWAY_API_INFERENCE_EXTENSION"].as_bool() {
+            variant_settings.inference = inference;
         }
         let out = gateway_api::convert(&variant_settings, &input);
         if let Some(n) = variant["expect"]["destination_rules"].as_u64() {

@@ -74,6 +74,7 @@ fn collection_of(api_version: &str, kind: &str) -> (Collection, bool) {
         "ListenerSet" => "listenersets",
         "XBackendTrafficPolicy" => "xbackendtrafficpolicies",
         "XBackend" => "xbackends",
+        "InferencePool" => "inferencepools",
         other => panic!("the fake API server does not serve {other}"),
     }
     .to_string();

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::Store;
-use pasa_proto::gateway_api::{self, ALPHA_GROUP, Input, Settings};
+use pasa_proto::gateway_api::{self, ALPHA_GROUP, INFERENCE_GROUP, Input, Settings};
 use serde_json::{Value, json};
 
 use crate::convert::{self, StoreKey};
@@ -30,8 +30,9 @@ pub struct GatewayApiKind {
     pub versions: &'static [&'static str],
 }
 
-/// The kinds the conversion reads; those of [`ALPHA_GROUP`] only with `alpha` on.
-pub const KINDS: [GatewayApiKind; 11] = [
+/// The kinds the conversion reads; those of [`ALPHA_GROUP`] only with `alpha` on, InferencePools
+/// only with `inference` on.
+pub const KINDS: [GatewayApiKind; 12] = [
     GatewayApiKind {
         group: pasa_proto::gateway_api::GROUP,
         kind: "GatewayClass",
@@ -101,6 +102,13 @@ pub const KINDS: [GatewayApiKind; 11] = [
         plural: "xbackendtrafficpolicies",
         resource: "xbackendtrafficpolicies.gateway.networking.x-k8s.io",
         versions: &["v1alpha1"],
+    },
+    GatewayApiKind {
+        group: INFERENCE_GROUP,
+        kind: "InferencePool",
+        plural: "inferencepools",
+        resource: "inferencepools.inference.networking.k8s.io",
+        versions: &["v1"],
     },
     GatewayApiKind {
         group: ALPHA_GROUP,

@@ -392,7 +392,12 @@ async fn run<T: Target>(
     }
     let mut gateway_api_stores = BTreeMap::new();
     for k in &gateway_api::KINDS {
-        if k.group == pasa_proto::gateway_api::ALPHA_GROUP && !config.gateway_api.alpha {
+        let wanted = match k.group {
+            pasa_proto::gateway_api::ALPHA_GROUP => config.gateway_api.alpha,
+            pasa_proto::gateway_api::INFERENCE_GROUP => config.gateway_api.inference,
+            _ => true,
+        };
+        if !wanted {
             continue;
         }
         let served = served_version(&client, k.group, k.kind, k.plural, k.versions);

@@ -126,7 +126,7 @@ pub(super) fn destination(
             };
             (to.name.clone(), error)
         }
-        ("inference.networking.k8s.io", "InferencePool") => {
+        (super::INFERENCE_GROUP, "InferencePool") => {
             return inference_pool(settings, input, to, namespace);
         }
         (super::ALPHA_GROUP, "XBackend") => return x_backend(settings, input, to, namespace),
@@ -202,6 +202,16 @@ fn inference_pool(
     to: &ObjectRef,
     namespace: &str,
 ) -> Result<(Value, Option<ConfigError>), ConfigError> {
+    if !settings.inference {
+        return Ok((
+            json!({}),
+            Some(hard(
+                "InvalidKind",
+                "InferencePool is not enabled. To enable, set \
+                 ENABLE_GATEWAY_API_INFERENCE_EXTENSION to true in istiod",
+            )),
+        ));
+    }
     if to.name.contains('.') {
         return Err(hard(
             "InvalidDestination",
