@@ -263,13 +263,9 @@ impl<'a> View<'a> {
                 Some((_, hosts)) => hosts,
                 None => Arc::new(VsHosts::of(proxy, vs)),
             };
-            // Gateway API routes' wildcard hosts name no services (istiod does not expand them).
-            let expands = !pasa_proto::gateway_api::has_gateway_semantics(&vs.meta.annotations);
             for host in &hosts.resolved {
                 if host.starts_with('*') {
-                    if expands {
-                        vs_wildcards.push((host.clone(), i));
-                    }
+                    vs_wildcards.push((host.clone(), i));
                 } else {
                     vs_by_host.entry(host.clone()).or_insert(i);
                 }
@@ -378,15 +374,18 @@ impl<'a> View<'a> {
     }
 
     /// The VirtualService that routes `host`: one naming it exactly, else the most specific
-    /// wildcard covering it.
+    /// wildcard covering it, unless that one was made from Gateway API routes (whose wildcard
+    /// hosts name no services: the host is then routed by none, as in istiod).
     fn virtual_service_for(&self, host: &str) -> Option<&Arc<Config<VirtualService>>> {
-        let i = self.vs_by_host.get(host).copied().or_else(|| {
-            self.vs_wildcards
-                .iter()
-                .find(|(w, _)| pasa_proto::host::matches(w, host))
-                .map(|(_, i)| *i)
-        })?;
-        self.virtual_services.get(i)
+        if let Some(&i) = self.vs_by_host.get(host) {
+            return self.virtual_services.get(i);
+        }
+        let (_, i) = self
+            .vs_wildcards
+            .iter()
+            .find(|(w, _)| pasa_proto::host::matches(w, host))?;
+        let vs = self.virtual_services.get(*i)?;
+        (!pasa_proto::gateway_api::has_gateway_semantics(&vs.meta.annotations)).then_some(vs)
     }
 }
 

@@ -1238,3 +1238,61 @@ fn authorization_policies_put_rbac_first_on_the_inbound_side_and_on_routers() {
     let names = http_filter_names(&out.listeners["0.0.0.0_8080"], "");
     assert_eq!(names[0], HTTP_RBAC, "{names:?}");
 }
+
+#[test]
+fn a_gateway_api_wildcard_host_leaves_its_services_to_no_virtual_service() {
+    // Two services under `*.example.com`, one also under `*.shop.example.com`.
+    let service = |name: &str, ip: &str| {
+        resource(
+            "ServiceEntry",
+            "default",
+            name,
+            json!({"hosts": [format!("{name}.shop.example.com")], "addresses": [ip],
+                   "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+                   "resolution": "STATIC", "endpoints": [{"address": "10.3.0.1"}]}),
+            1,
+        )
+    };
+    let user = resource(
+        "VirtualService",
+        "default",
+        "everything",
+        json!({"hosts": ["*.example.com"],
+               "http": [{"name": "user", "route": [{"destination": {"host": "web.shop.example.com"}}]}]}),
+        2,
+    );
+    // What the syncer writes for an HTTPRoute on a ServiceEntry with a wildcard host beside
+    // `web`'s: the wildcard names no service, but is the most specific one for `cart`.
+    let mut generated = resource(
+        "VirtualService",
+        "default",
+        "default~web.shop.example.com",
+        json!({"hosts": ["web.shop.example.com", "*.shop.example.com"], "gateways": ["mesh"],
+               "http": [{"name": "default.route.0",
+                         "route": [{"destination": {"host": "web.shop.example.com",
+                                                    "port": {"number": 80}}}]}]}),
+        3,
+    );
+    generated.annotations = [(
+        "internal.istio.io/route-semantics".to_string(),
+        "gateway".to_string(),
+    )]
+    .into_iter()
+    .collect();
+    let out = translate_for(
+        proxy("10.0.0.9"),
+        vec![
+            service("web", "240.0.0.1"),
+            service("cart", "240.0.0.2"),
+            user,
+            generated,
+        ],
+    );
+    let cart = vhost(&out.routes["80"], "cart.shop.example.com:80");
+    assert_eq!(
+        cart.routes[0].name, "default",
+        "istiod leaves `cart` to no VirtualService: the user's wider wildcard does not claim it"
+    );
+    let web = vhost(&out.routes["80"], "web.shop.example.com:80");
+    assert_eq!(web.routes[0].name, "default.route.0");
+}
