@@ -407,7 +407,7 @@ fn destination(
         named_port(namespace, &service.name, &service.port.name)?
     };
     Some(json!({
-        "host": format!("{}.{namespace}.svc.{}", service.name, settings.domain_suffix),
+        "host": crate::host::service_fqdn(&service.name, namespace, &settings.domain_suffix),
         "port": {"number": port},
     }))
 }

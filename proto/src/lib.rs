@@ -17,6 +17,7 @@ pub mod kind;
 pub mod label_selector;
 pub mod node;
 pub mod object;
+pub mod regex;
 pub mod service_endpoints;
 pub mod spiffe;
 pub mod sync_state;

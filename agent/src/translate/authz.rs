@@ -756,7 +756,7 @@ impl Condition {
             Attribute::SourceNamespace => {
                 let pattern = value
                     .split('*')
-                    .map(quote_meta)
+                    .map(pasa_proto::regex::quote_meta)
                     .collect::<Vec<_>>()
                     .join(".*");
                 authenticated(regex(&format!(".*/ns/{pattern}/.*")))
@@ -772,8 +772,8 @@ impl Condition {
                 let (before, after) = value.split_once('*').unwrap_or((value, ""));
                 regex(&format!(
                     "spiffe://{}[^/]*{}/.*",
-                    quote_meta(before),
-                    quote_meta(after)
+                    pasa_proto::regex::quote_meta(before),
+                    pasa_proto::regex::quote_meta(after)
                 ))
             }),
             Attribute::SourcePrincipal => authenticated(string_with_prefix(value, "spiffe://")),
@@ -839,8 +839,8 @@ fn service_account_regex(default_namespace: &str, value: &str) -> String {
     let (ns, sa) = value.split_once('/').unwrap_or((default_namespace, value));
     format!(
         "spiffe://.+/ns/{}/(.+/|)sa/{}(/.+)?",
-        quote_meta(ns),
-        quote_meta(sa)
+        pasa_proto::regex::quote_meta(ns),
+        pasa_proto::regex::quote_meta(sa)
     )
 }
 
@@ -993,18 +993,6 @@ fn port(value: &str) -> Result<u32, Unusable> {
         .ok_or(Unusable)
 }
 
-/// Go's `regexp.QuoteMeta`.
-fn quote_meta(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if "\\.+*?()|[]{}^$".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn matcher(pattern: string_matcher::MatchPattern, ignore_case: bool) -> StringMatcher {
     StringMatcher {
         ignore_case,
@@ -1049,7 +1037,10 @@ fn string_with_prefix(v: &str, before: &str) -> StringMatcher {
         if before.is_empty() {
             suffix(rest)
         } else {
-            regex(&format!("{before}.*{}", quote_meta(rest)))
+            regex(&format!(
+                "{before}.*{}",
+                pasa_proto::regex::quote_meta(rest)
+            ))
         }
     } else if let Some(rest) = v.strip_suffix('*') {
         prefix(&format!("{before}{rest}"), false)

@@ -259,7 +259,7 @@ fn gateway_action(action: &mut Action, rule: &HttpRoute, m: &RouteMatch) {
         ra.regex_rewrite = Some(RegexMatchAndSubstitute {
             pattern: Some(regex(&format!(
                 "^{}(/?)(.*)",
-                pasa_proto::gateway_api::quote_regex(prefix)
+                pasa_proto::regex::quote_meta(prefix)
             ))),
             substitution: r"/\2".into(),
         });

@@ -105,7 +105,7 @@ pub(super) fn destination(
                     "service name invalid; the name of the Service must be used, not the hostname.",
                 ));
             }
-            let host = format!("{}.{namespace}.svc.{suffix}", to.name);
+            let host = crate::host::service_fqdn(&to.name, namespace, suffix);
             let exists = input
                 .services
                 .contains_key(&(namespace.to_string(), to.name.clone()));
@@ -230,10 +230,10 @@ fn inference_pool(
             )),
         ));
     }
-    let host = format!(
-        "{}.{namespace}.svc.{}",
-        super::inference_pool_service(&to.name),
-        settings.domain_suffix
+    let host = crate::host::service_fqdn(
+        &super::inference_pool_service(&to.name),
+        namespace,
+        &settings.domain_suffix,
     );
     let Some(service) = input.registry.get(&host) else {
         return Ok((

@@ -94,16 +94,13 @@ pub(super) fn convert(settings: &Settings, input: &Input) -> Vec<Generated> {
         } else {
             String::new()
         };
-        let sets = if controller == GATEWAY_CONTROLLER {
-            listener_sets(input, gw)
+        // ListenerSets, and conflicts, are for the classes that take ListenerSets.
+        let (sets, conflicted) = if controller == GATEWAY_CONTROLLER {
+            let sets = listener_sets(input, gw);
+            let conflicted = conflicts(gw, &sets);
+            (sets, conflicted)
         } else {
-            Vec::new()
-        };
-        // Conflicts are decided for the classes that take ListenerSets.
-        let conflicted = if controller == GATEWAY_CONTROLLER {
-            conflicts(gw, &sets)
-        } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         let common = Common {
             controller: &controller,
@@ -341,7 +338,10 @@ fn gateway_services(
             .get("gateway.istio.io/name-override")
             .cloned()
             .unwrap_or_else(|| default_name(gw, controller));
-        return (vec![format!("{name}.{namespace}.svc.{suffix}")], None);
+        return (
+            vec![crate::host::service_fqdn(&name, namespace, suffix)],
+            None,
+        );
     }
     let mut services = Vec::new();
     let mut skipped = Vec::new();
@@ -353,7 +353,7 @@ fn gateway_services(
         if address.value.contains('.') {
             services.push(address.value.clone());
         } else {
-            services.push(format!("{}.{namespace}.svc.{suffix}", address.value));
+            services.push(crate::host::service_fqdn(&address.value, namespace, suffix));
         }
     }
     let error = (!skipped.is_empty()).then(|| ConfigError {

@@ -196,7 +196,7 @@ fn resolve(
     let (kind, backend, hosts) = match (r.group.as_str(), r.kind.as_str()) {
         ("", "Service") => {
             let b = input.services.get(&key)?;
-            let host = format!("{}.{namespace}.svc.{}", r.name, settings.domain_suffix);
+            let host = crate::host::service_fqdn(&r.name, namespace, &settings.domain_suffix);
             ("Service", b, vec![host])
         }
         ("networking.istio.io", "ServiceEntry") => {
@@ -360,10 +360,7 @@ fn traffic_parts(settings: &Settings, input: &Input, out: &mut Vec<Part>) {
                 source: format!("XBackendTrafficPolicy/{}.{}", meta.namespace, meta.name),
                 age: age(meta),
                 target: ("Service", meta.namespace.clone(), r.name.clone()),
-                host: format!(
-                    "{}.{}.svc.{}",
-                    r.name, meta.namespace, settings.domain_suffix
-                ),
+                host: crate::host::service_fqdn(&r.name, &meta.namespace, &settings.domain_suffix),
                 section: None,
                 port: None,
                 tls: None,

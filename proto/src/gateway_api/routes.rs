@@ -9,7 +9,7 @@ use super::rules::{self, Converted};
 use super::types::{Meta, ParentRef, Route, StreamRule};
 use super::{
     GATEWAY_SEMANTICS, GENERATED, GROUP, Input, PARENTS_ANNOTATION, ROUTE_SEMANTICS_ANNOTATION,
-    Settings, WAYPOINT_CONTROLLER, generated, group_kind, host_intersection, hosts_match,
+    Settings, WAYPOINT_CONTROLLER, generated, group_kind, host_intersection,
 };
 use crate::Kind;
 use crate::object::Object;
@@ -53,7 +53,7 @@ impl RouteParent<'_> {
         if !ours.is_empty() && !ours.starts_with('*') {
             return true;
         }
-        if !ours.is_empty() && !hosts_match(route_host, ours) {
+        if !ours.is_empty() && !crate::host::matches(route_host, ours) {
             return false;
         }
         !self
@@ -189,7 +189,7 @@ fn denied(
                 'out: for rh in route_hosts {
                     for ph in &parent.hostnames {
                         let (pns, phost) = ph.split_once('/').unwrap_or(("*", ph));
-                        let host_match = hosts_match(phost, rh);
+                        let host_match = crate::host::matches(phost, rh);
                         host_matched |= host_match;
                         if host_match && (pns == "*" || pns == route.namespace) {
                             matched = true;
@@ -351,7 +351,11 @@ fn mesh_hosts(
             .map(|b| b.hosts.clone())
             .unwrap_or_default();
     }
-    vec![format!("{name}.{namespace}.svc.{}", settings.domain_suffix)]
+    vec![crate::host::service_fqdn(
+        name,
+        namespace,
+        &settings.domain_suffix,
+    )]
 }
 
 /// The per-(listener, host) VirtualServices of an HTTPRoute or GRPCRoute.
@@ -569,7 +573,7 @@ fn stream(
                         let kept: Vec<Value> = sni
                             .into_iter()
                             .flatten()
-                            .filter(|h| h.as_str().is_some_and(|h| hosts_match(&host, h)))
+                            .filter(|h| h.as_str().is_some_and(|h| crate::host::matches(&host, h)))
                             .collect();
                         r["match"][0]["sniHosts"] = kept.into();
                     }

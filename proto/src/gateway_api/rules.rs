@@ -214,11 +214,8 @@ fn http_rule(
             }
         }
     }
-    if weight_sum(&rule.backend_refs) == 0 && !out.contains_key("redirect") {
-        out.insert("directResponse".into(), json!({"status": 500}));
-        return Ok((Value::Object(out), mirror_error));
-    }
-    let (destinations, error) = destinations(
+    let error = route_to(
+        &mut out,
         settings,
         input,
         &rule.backend_refs,
@@ -226,10 +223,30 @@ fn http_rule(
         enforce_grants,
         "HTTPRoute",
     )?;
+    Ok((Value::Object(out), join(error, mirror_error)))
+}
+
+/// A route's backends into `out`: its destinations, or (without a redirect) a 500 when no
+/// backend has a weight, as the Gateway API requires. The error of a backend left unusable.
+fn route_to(
+    out: &mut serde_json::Map<String, Value>,
+    settings: &Settings,
+    input: &Input,
+    backends: &[BackendRef],
+    meta: &super::types::Meta,
+    enforce_grants: bool,
+    kind: &str,
+) -> Result<Option<ConfigError>, ConfigError> {
+    if weight_sum(backends) == 0 && !out.contains_key("redirect") {
+        out.insert("directResponse".into(), json!({"status": 500}));
+        return Ok(None);
+    }
+    let (destinations, error) =
+        destinations(settings, input, backends, meta, enforce_grants, kind)?;
     if let Some(d) = destinations {
         out.insert("route".into(), d);
     }
-    Ok((Value::Object(out), join(error, mirror_error)))
+    Ok(error)
 }
 
 fn join(a: Option<ConfigError>, b: Option<ConfigError>) -> Option<ConfigError> {
@@ -376,7 +393,7 @@ fn cors(c: &Cors) -> Value {
         } else if stars == 1 && o.ends_with('*') {
             json!({"prefix": o.trim_end_matches('*')})
         } else {
-            json!({"regex": format!("^{}$", super::quote_regex(o).replace(r"\*", ".*"))})
+            json!({"regex": format!("^{}$", crate::regex::quote_meta(o).replace(r"\*", ".*"))})
         });
     }
     let non_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
@@ -487,11 +504,8 @@ fn grpc_rule(
             }
         }
     }
-    if weight_sum(&rule.backend_refs) == 0 {
-        out.insert("directResponse".into(), json!({"status": 500}));
-        return Ok((Value::Object(out), None));
-    }
-    let (destinations, error) = destinations(
+    let error = route_to(
+        &mut out,
         settings,
         input,
         &rule.backend_refs,
@@ -499,9 +513,6 @@ fn grpc_rule(
         enforce_grants,
         "GRPCRoute",
     )?;
-    if let Some(d) = destinations {
-        out.insert("route".into(), d);
-    }
     Ok((Value::Object(out), error))
 }
 
