@@ -7,10 +7,8 @@
 //! The corpus lives beside the project (`../shared/conformance`, or `PASA_CONFORMANCE_DIR`);
 //! without it the test says SKIPPED and passes (CI sets `PASA_CONFORMANCE_REQUIRED`).
 
-use std::collections::BTreeMap;
-
 use pasa_proto::ingress::{self, Ingress, Mode, Settings};
-use pasa_testing::{conformance_dir, yaml_docs};
+use pasa_testing::{conformance_dir, keyed_documents, matches_golden, yaml_docs};
 use serde_json::Value;
 
 /// Every case must pass: there is no skip list.
@@ -47,7 +45,6 @@ fn ingress_conversion_matches_istios_goldens() {
     assert_eq!(settings.mode, Mode::Default);
     let (mut passed, mut failed) = (0, 0);
     for case in cases["cases"].as_array().expect("cases") {
-        let name = case["name"].as_str().unwrap();
         let ingresses: Vec<Ingress> = yaml_docs(&dir.join(case["input"].as_str().unwrap()))
             .into_iter()
             .map(|d| serde_json::from_value(d).expect("an Ingress"))
@@ -56,52 +53,16 @@ fn ingress_conversion_matches_istios_goldens() {
             .into_iter()
             .filter(|i| ingress::served(&settings, i, |_| None))
             .collect();
-        let got: BTreeMap<(String, String, String), Value> =
+        let got = keyed_documents(
             ingress::convert(&settings, &served, |_, _, _| None)
-                .into_iter()
-                .map(|o| {
-                    let key = (
-                        o.kind.as_str().to_string(),
-                        o.namespace.clone(),
-                        o.name.clone(),
-                    );
-                    (key, o.to_document())
-                })
-                .collect();
-        let want: BTreeMap<(String, String, String), Value> =
-            yaml_docs(&dir.join(case["golden"].as_str().unwrap()))
-                .into_iter()
-                .map(|d| {
-                    let key = (
-                        d["kind"].as_str().unwrap().to_string(),
-                        d["metadata"]["namespace"].as_str().unwrap().to_string(),
-                        d["metadata"]["name"].as_str().unwrap().to_string(),
-                    );
-                    (key, d)
-                })
-                .collect();
-        let counts = case["golden_objects"].as_object().expect("golden_objects");
-        for (kind, n) in counts {
-            let have = want.keys().filter(|k| &k.0 == kind).count();
-            assert_eq!(
-                Some(have as u64),
-                n.as_u64(),
-                "{name}: the golden's {kind}s"
-            );
-        }
-        if got == want {
+                .iter()
+                .map(pasa_proto::Object::to_document),
+        );
+        let want = keyed_documents(yaml_docs(&dir.join(case["golden"].as_str().unwrap())));
+        if matches_golden(case, &want, &got) {
             passed += 1;
         } else {
             failed += 1;
-            for key in want.keys().chain(got.keys()) {
-                if want.get(key) != got.get(key) {
-                    println!(
-                        "  FAIL {name} {key:?}:\n    want {}\n    got  {}",
-                        want.get(key).map_or("nothing".into(), Value::to_string),
-                        got.get(key).map_or("nothing".into(), Value::to_string)
-                    );
-                }
-            }
         }
     }
     println!("translation/ingress: {passed} passed, {failed} failed");

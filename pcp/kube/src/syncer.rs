@@ -531,6 +531,18 @@ async fn run<T: Target>(
     }
 }
 
+/// Replaces what a conversion generated, marking what it generated before and now to be
+/// compared (what is gone is deleted, what changed written).
+fn replace_derived(
+    dirty: &mut BTreeSet<StoreKey>,
+    derived: &mut BTreeMap<StoreKey, Value>,
+    now: BTreeMap<StoreKey, Value>,
+) {
+    dirty.extend(derived.keys().cloned());
+    dirty.extend(now.keys().cloned());
+    *derived = now;
+}
+
 /// The store key of a document the store holds.
 fn key_of(doc: &Value) -> Option<StoreKey> {
     let kind = pasa_proto::Kind::from_kind_field(doc["kind"].as_str()?)?;
@@ -672,9 +684,7 @@ impl<T: Target> Syncing<T> {
             &self.config.cluster_id,
             |ns| self.selects(ns),
         );
-        self.dirty.extend(self.derived.keys().cloned());
-        self.dirty.extend(derived.keys().cloned());
-        self.derived = derived;
+        replace_derived(&mut self.dirty, &mut self.derived, derived);
     }
 
     /// Works out again what the Gateway API objects of selected namespaces become, and marks
@@ -701,9 +711,11 @@ impl<T: Target> Syncing<T> {
             tracing::warn!(error = %e, "cannot read a Gateway API object; left out");
         }
         self.unreadable = derived.unreadable;
-        self.dirty.extend(self.derived_gateway_api.keys().cloned());
-        self.dirty.extend(derived.objects.keys().cloned());
-        self.derived_gateway_api = derived.objects;
+        replace_derived(
+            &mut self.dirty,
+            &mut self.derived_gateway_api,
+            derived.objects,
+        );
     }
 
     fn listed(&mut self, resource: &'static str) -> Option<&'static str> {

@@ -84,6 +84,68 @@ pub fn yaml_docs(path: &std::path::Path) -> Vec<serde_json::Value> {
     docs.into_iter().filter(|d| !d.is_null()).collect()
 }
 
+/// A Kubernetes object's key in a golden file: (kind, namespace, name).
+pub type ObjectKey = (String, String, String);
+
+/// Documents by kind, namespace and name, as a translation golden file is compared (objects
+/// matched by key, each compared as data). `metadata.creationTimestamp` is left out: generated
+/// objects carry none of their own.
+pub fn keyed_documents(
+    docs: impl IntoIterator<Item = serde_json::Value>,
+) -> std::collections::BTreeMap<ObjectKey, serde_json::Value> {
+    docs.into_iter()
+        .map(|mut d| {
+            let text = |v: &serde_json::Value, what: &str| {
+                v.as_str()
+                    .unwrap_or_else(|| panic!("a document without {what}: {d}"))
+                    .to_string()
+            };
+            let key = (
+                text(&d["kind"], "kind"),
+                text(&d["metadata"]["namespace"], "metadata.namespace"),
+                text(&d["metadata"]["name"], "metadata.name"),
+            );
+            if let Some(m) = d["metadata"].as_object_mut() {
+                m.remove("creationTimestamp");
+            }
+            (key, d)
+        })
+        .collect()
+}
+
+/// Checks a golden file's object counts per kind against its case's `golden_objects`, and
+/// compares what was generated with it: whether they are equal, each difference printed.
+pub fn matches_golden(
+    case: &serde_json::Value,
+    want: &std::collections::BTreeMap<ObjectKey, serde_json::Value>,
+    got: &std::collections::BTreeMap<ObjectKey, serde_json::Value>,
+) -> bool {
+    let name = case["name"].as_str().unwrap_or_default();
+    let counts = case["golden_objects"].as_object().expect("golden_objects");
+    for (kind, n) in counts {
+        let have = want.keys().filter(|k| &k.0 == kind).count();
+        assert_eq!(
+            Some(have as u64),
+            n.as_u64(),
+            "{name}: the golden's {kind}s"
+        );
+    }
+    if got == want {
+        return true;
+    }
+    let keys: std::collections::BTreeSet<_> = want.keys().chain(got.keys()).collect();
+    for key in keys {
+        if want.get(key) != got.get(key) {
+            println!(
+                "  FAIL {name} {key:?}:\n    want {}\n    got  {}",
+                want.get(key).map_or("nothing".into(), ToString::to_string),
+                got.get(key).map_or("nothing".into(), ToString::to_string)
+            );
+        }
+    }
+    false
+}
+
 /// The `.yaml` files of one folder, in name order (a corpus test walks its folders at run time).
 pub fn yaml_files(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
