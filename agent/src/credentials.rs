@@ -383,9 +383,6 @@ struct Dirs {
     namespace: String,
 }
 
-/// How Gateways generated from the Gateway API name a Secret: `kubernetes-gateway://<ns>/<name>`.
-pub const GATEWAY_API_PREFIX: &str = "kubernetes-gateway://";
-
 /// Each `kubernetes://<name>` secret (and its CA) also as `kubernetes-gateway://<ns>/<name>`:
 /// a pod mounts Secrets of its own namespace only.
 fn gateway_api_names(secrets: &mut BTreeMap<String, Secret>, namespace: &str) {
@@ -393,7 +390,10 @@ fn gateway_api_names(secrets: &mut BTreeMap<String, Secret>, namespace: &str) {
         .iter()
         .filter_map(|(resource, secret)| {
             let name = resource.strip_prefix(KUBERNETES_PREFIX)?;
-            let alias = format!("{GATEWAY_API_PREFIX}{namespace}/{name}");
+            let alias = format!(
+                "{}{namespace}/{name}",
+                pasa_proto::gateway_api::GATEWAY_SECRET_PREFIX
+            );
             let mut secret = secret.clone();
             secret.name = alias.clone();
             Some((alias, secret))

@@ -59,6 +59,8 @@ pub const GROUP: &str = "gateway.networking.k8s.io";
 pub const ALPHA_GROUP: &str = "gateway.networking.x-k8s.io";
 /// The Gateway API inference extension's group (InferencePool).
 pub const INFERENCE_GROUP: &str = "inference.networking.k8s.io";
+/// How a generated Gateway names a listener's Secret over SDS: `kubernetes-gateway://<ns>/<name>`.
+pub const GATEWAY_SECRET_PREFIX: &str = "kubernetes-gateway://";
 /// The annotation naming the objects a generated one came from.
 pub const PARENTS_ANNOTATION: &str = "internal.istio.io/parents";
 /// The annotation naming the namespace of a ListenerSet's Gateway.

@@ -578,18 +578,22 @@ static SOCKET_HEAD: std::sync::LazyLock<(Vec<u8>, Vec<u8>)> = std::sync::LazyLoc
     )
 });
 
+/// Matchers of a peer's SANs, each matched exactly (istiod's `match_subject_alt_names`).
+pub(super) fn exact_sans(sans: &[String]) -> Vec<StringMatcher> {
+    sans.iter()
+        .map(|san| StringMatcher {
+            match_pattern: Some(string_matcher::MatchPattern::Exact(san.clone())),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// The common TLS context of ISTIO_MUTUAL: the workload certificate, and the mesh root with the
 /// peer pinned to `sans`.
 fn istio_mutual_common(sans: &[String]) -> CommonTlsContext {
     #[allow(deprecated)] // istiod's field: any SAN type, matched exactly
     let pinned = CertificateValidationContext {
-        match_subject_alt_names: sans
-            .iter()
-            .map(|san| StringMatcher {
-                match_pattern: Some(string_matcher::MatchPattern::Exact(san.clone())),
-                ..Default::default()
-            })
-            .collect(),
+        match_subject_alt_names: exact_sans(sans),
         ..Default::default()
     };
     CommonTlsContext {

@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 
 use super::types::{Gateway, Listener, ListenerSet, LocalRef, Meta};
 use super::{
-    ConfigError, EAST_WEST_CONTROLLER, GATEWAY_CONTROLLER, GATEWAY_SEMANTICS,
-    GATEWAY_SEMANTICS_ANNOTATION, GATEWAY_SERVICE_ANNOTATION, GENERATED, GROUP, Input,
-    PARENT_NAMESPACE_ANNOTATION, PARENTS_ANNOTATION, REMOTE_CONTROLLER, SERVICE_ACCOUNT_ANNOTATION,
-    Settings, WAYPOINT_CONTROLLER, generated, group_kind, prune,
+    ConfigError, EAST_WEST_CONTROLLER, GATEWAY_CONTROLLER, GATEWAY_SECRET_PREFIX,
+    GATEWAY_SEMANTICS, GATEWAY_SEMANTICS_ANNOTATION, GATEWAY_SERVICE_ANNOTATION, GENERATED, GROUP,
+    Input, PARENT_NAMESPACE_ANNOTATION, PARENTS_ANNOTATION, REMOTE_CONTROLLER,
+    SERVICE_ACCOUNT_ANNOTATION, Settings, WAYPOINT_CONTROLLER, generated, group_kind, prune,
 };
 use crate::Kind;
 use crate::object::Object;
@@ -22,8 +22,6 @@ const TERMINATE_MODE_OPTION: &str = "gateway.istio.io/tls-terminate-mode";
 const CIPHER_SUITES_OPTION: &str = "gateway.istio.io/tls-cipher-suites";
 /// The option that marks a passthrough listener as auto-passthrough.
 const LISTENER_PROTOCOL_OPTION: &str = "gateway.istio.io/listener-protocol";
-/// Secrets named by listeners, as the gateway reads them over SDS.
-const GATEWAY_SECRET_PREFIX: &str = "kubernetes-gateway://";
 
 /// A listener turned into an Istio Gateway, and what routes binding to it need to know.
 #[derive(Debug, Clone)]

@@ -14,13 +14,12 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
     tls_parameters,
 };
-use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 use pasa_proto::host;
 use pasa_proto::istio::gateway::{Server, ServerTlsSettings, TlsMode, TlsProtocol};
 
-use super::super::{View, route, sds};
+use super::super::{View, cluster, route, sds};
 use super::bound_virtual_services;
 use crate::model::gateway::Bound;
 use crate::model::secrets;
@@ -216,14 +215,7 @@ pub(super) fn server_tls(server: &Server, http: bool) -> Option<TransportSocket>
                 };
                 #[allow(deprecated)] // istiod's field: any SAN type, matched exactly
                 let default = CertificateValidationContext {
-                    match_subject_alt_names: tls
-                        .subject_alt_names
-                        .iter()
-                        .map(|san| StringMatcher {
-                            match_pattern: Some(string_matcher::MatchPattern::Exact(san.clone())),
-                            ..Default::default()
-                        })
-                        .collect(),
+                    match_subject_alt_names: cluster::exact_sans(&tls.subject_alt_names),
                     verify_certificate_spki: tls.verify_certificate_spki.clone(),
                     verify_certificate_hash: tls.verify_certificate_hash.clone(),
                     trust_chain_verification: if tls.insecure_skip_verify == Some(true) {
