@@ -169,7 +169,7 @@ pub fn bootstrap(input: &BootstrapInput<'_>) -> Value {
     json!({
         "node": {
             "id": id.node.to_string(),
-            "cluster": service_cluster(id),
+            "cluster": id.service_cluster(),
             "locality": locality(id),
             "metadata": metadata(id),
         },
@@ -225,19 +225,6 @@ pub fn bootstrap(input: &BootstrapInput<'_>) -> Value {
     })
 }
 
-/// `<app>.<namespace>`, Istio's service cluster: the `app` label (or
-/// `service.istio.io/canonical-name`), else the pod name's workload part.
-fn service_cluster(id: &Identity) -> String {
-    let app = id
-        .labels
-        .get("app")
-        .or_else(|| id.labels.get("service.istio.io/canonical-name"))
-        .or_else(|| id.labels.get("app.kubernetes.io/name"))
-        .cloned()
-        .unwrap_or_else(|| "istio-proxy".to_string());
-    format!("{app}.{}", id.namespace)
-}
-
 fn locality(id: &Identity) -> Value {
     let mut locality = serde_json::Map::new();
     for (key, value) in [
@@ -277,6 +264,9 @@ fn metadata(id: &Identity) -> Value {
     );
     if !id.network.is_empty() {
         put("NETWORK", json!(id.network));
+    }
+    if !id.mesh_id.is_empty() {
+        put("MESH_ID", json!(id.mesh_id));
     }
     put("PILOT_SAN", json!([]));
     put("PROXY_CONFIG", json!({}));

@@ -45,6 +45,10 @@ pub struct IdentityArgs {
     /// The network the pod is on (multi-network meshes).
     #[arg(long, env = "ISTIO_META_NETWORK", default_value = "")]
     pub network: String,
+    /// The mesh the pod is in (`ISTIO_META_MESH_ID`, which Istio's injection sets), for the
+    /// proxy's telemetry.
+    #[arg(long, env = "ISTIO_META_MESH_ID", default_value = "")]
+    pub mesh_id: String,
     /// `region/zone/subzone` (any trailing part may be left out).
     #[arg(long, env = "PASA_LOCALITY", default_value = "")]
     pub locality: String,
@@ -75,12 +79,28 @@ pub struct Identity {
     pub service_account: String,
     pub cluster_id: String,
     pub network: String,
+    pub mesh_id: String,
     pub locality: Locality,
 }
 
 impl Identity {
     pub fn proxy_type(&self) -> ProxyType {
         self.node.proxy_type
+    }
+
+    /// `<app>.<namespace>`, Istio's service cluster (the proxy's node `cluster`): the `app`
+    /// label (or `service.istio.io/canonical-name`, or `app.kubernetes.io/name`), else
+    /// `istio-proxy`.
+    pub fn service_cluster(&self) -> String {
+        let app = [
+            "app",
+            "service.istio.io/canonical-name",
+            "app.kubernetes.io/name",
+        ]
+        .iter()
+        .find_map(|k| self.labels.get(*k))
+        .map_or("istio-proxy", String::as_str);
+        format!("{app}.{}", self.namespace)
     }
 }
 
@@ -220,6 +240,7 @@ impl IdentityArgs {
             service_account: self.service_account.clone(),
             cluster_id: self.cluster_id.clone(),
             network: self.network.clone(),
+            mesh_id: self.mesh_id.clone(),
             locality: parse_locality(&self.locality)?,
             node,
         })

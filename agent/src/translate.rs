@@ -13,6 +13,7 @@ mod hash;
 mod metadata;
 pub mod names;
 mod patched;
+pub mod providers;
 mod route;
 pub mod sds;
 mod sidecar;

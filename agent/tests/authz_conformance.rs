@@ -3,8 +3,9 @@
 //! policies in, the list of Envoy filters out, compared as data (protobuf JSON) with istiod's.
 //! Prints the pass count per folder; cases in [`SKIPS`] are not run, each with its reason.
 
-use pasa_agent::translate::authz::custom::{self, ExtAuthzProviders, KnownService};
+use pasa_agent::translate::authz::custom::{self, ExtAuthzProviders};
 use pasa_agent::translate::authz::{self, AppliedPolicy, TrustDomains};
+use pasa_agent::translate::providers::KnownService;
 use pasa_proto::istio::authorization_policy::{AuthorizationPolicy, DRY_RUN_ANNOTATION, go_bool};
 use serde_json::{Value, json};
 

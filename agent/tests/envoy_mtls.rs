@@ -30,7 +30,12 @@
 //!
 //! - Telemetry, through the store: a mesh-wide Telemetry logging to a file access log provider
 //!   of the mesh config makes both Envoys write a line for a real request to that file (the
-//!   server's as SERVER, the client's as CLIENT); deleting it stops the logging.
+//!   server's as SERVER, the client's as CLIENT), Envoy's gRPC and OpenTelemetry log services
+//!   beside it accepted; deleting it stops the logging. A mesh-wide
+//!   Telemetry tracing every request to the mesh config's Zipkin provider (a collector in the
+//!   server's pod) makes both Envoys report their span of one trace, the client's CLIENT span
+//!   and the server's SERVER span, named by their service clusters and carrying Istio's and the
+//!   Telemetry's tags.
 //!
 //! Needs what `envoy_sidecar.rs` needs; says loudly when it skipped.
 
@@ -123,6 +128,7 @@ async fn mutual_tls_between_two_sidecars() {
         let (client_ns, server_ns) = network();
         let _app = Backend::start(&server_ns, "server-app", "0.0.0.0:8000", None);
         let _authz = Backend::start(&server_ns, "ext-authz", "0.0.0.0:9000", None);
+        let _zipkin = Backend::start(&server_ns, "zipkin", "0.0.0.0:9411", None);
         let server = Envoy::start_in(
             server_ns,
             agent_bootstrap(&server_agent, SERVER_NODE, "app=server", delta),
@@ -229,7 +235,8 @@ async fn mutual_tls_between_two_sidecars() {
         authorization_policy(&store, &client.netns, protocol).await;
         request_authentication(&store, &client.netns, protocol).await;
         envoy_filter(&store, &client.netns, protocol).await;
-        access_logging(&store, &client.netns, &data.path().join("access"), protocol).await;
+        access_logging(&store, &client, &data.path().join("access"), protocol).await;
+        tracing(&store, &client.netns, protocol).await;
 
         for (who, envoy) in [("client", &client), ("server", &server)] {
             let rejected = envoy.rejected().await;
@@ -489,26 +496,39 @@ async fn envoy_filter(store: &StoreServer, client: &Netns, protocol: &str) {
 
 /// A mesh-wide Telemetry logs every request of both sidecars to a file access log provider of
 /// the mesh config (in a file per protocol run, as JSON). Leaves the mesh config as it was.
-async fn access_logging(
-    store: &StoreServer,
-    client: &Netns,
-    dir: &std::path::Path,
-    protocol: &str,
-) {
+async fn access_logging(store: &StoreServer, envoy: &Envoy, dir: &std::path::Path, protocol: &str) {
+    let client = &envoy.netns;
     std::fs::create_dir_all(dir).expect("the access log folder");
     let file = dir.join(format!("{protocol}.log"));
     let mut with_provider = mesh()[2].clone();
     with_provider["spec"]["extensionProviders"]
         .as_array_mut()
         .expect("providers")
-        .push(json!({"name": "file-log", "envoyFileAccessLog": {
-            "path": file.to_string_lossy(),
-            "logFormat": {"labels": {"path": "%REQ(:PATH)%", "code": "%RESPONSE_CODE%",
-                                      "cluster": "%UPSTREAM_CLUSTER_RAW%"}}}}));
+        .extend([
+            json!({"name": "file-log", "envoyFileAccessLog": {
+                "path": file.to_string_lossy(),
+                "logFormat": {"labels": {"path": "%REQ(:PATH)%", "code": "%RESPONSE_CODE%",
+                                          "cluster": "%UPSTREAM_CLUSTER_RAW%"}}}}),
+            // Log services: Envoy must accept them (nothing listens there).
+            json!({"name": "http-als", "envoyHttpAls": {
+                "service": "als.istio-system.svc.cluster.local", "port": 9412}}),
+            json!({"name": "tcp-als", "envoyTcpAls": {
+                "service": "als.istio-system.svc.cluster.local", "port": 9412}}),
+            json!({"name": "otel-als", "envoyOtelAls": {
+                "service": "als.istio-system.svc.cluster.local", "port": 9412,
+                "logFormat": {"labels": {"path": "%REQ(:PATH)%"}}}}),
+        ]);
+    let als = json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+        "metadata": {"name": "als", "namespace": "istio-system"},
+        "spec": {"addresses": ["10.96.7.6"],
+                 "ports": [{"name": "grpc-als", "port": 9412, "targetPort": 9412}],
+                 "endpoints": [{"address": "10.10.0.2", "labels": {"app": "als"}}]}});
     let telemetry = json!({"apiVersion": "telemetry.istio.io/v1", "kind": "Telemetry",
         "metadata": {"name": "mesh-default", "namespace": "istio-system"},
-        "spec": {"accessLogging": [{"providers": [{"name": "file-log"}]}]}});
-    store.apply(&[with_provider, telemetry]).await;
+        "spec": {"accessLogging": [{"providers": [
+            {"name": "file-log"}, {"name": "http-als"}, {"name": "tcp-als"},
+            {"name": "otel-als"}]}]}});
+    store.apply(&[als, with_provider, telemetry]).await;
     let url = format!("http://{SERVER_VIP}/logged");
     let host = ["--host", "server.shop.svc.cluster.local"];
     let logged = || -> Vec<serde_json::Value> {
@@ -540,11 +560,129 @@ async fn access_logging(
         "{protocol}: {:?}",
         logged()
     );
+    // The log services are in what the client's Envoy took.
+    let dump = envoy.config_dump().await.to_string();
+    for logger in [
+        "envoy.access_loggers.http_grpc",
+        "envoy.tcp_grpc_access_log",
+        "envoy.access_loggers.open_telemetry",
+    ] {
+        assert!(
+            dump.contains(logger),
+            "{protocol}: {logger} not in the client's config"
+        );
+    }
     store
         .delete("Telemetry", "istio-system", "mesh-default")
         .await;
+    store
+        .delete("ServiceEndpoints", "istio-system", "als")
+        .await;
     store.apply(&mesh()).await;
-    println!("{protocol}: a mesh-wide Telemetry's file access log written by both real Envoys");
+    println!(
+        "{protocol}: a mesh-wide Telemetry's file access log written by both real Envoys \
+         (beside gRPC and OpenTelemetry log services)"
+    );
+}
+
+/// A mesh-wide Telemetry traces every request to the mesh config's Zipkin provider: both
+/// Envoys report their span of the same trace. Leaves the mesh config as it was.
+async fn tracing(store: &StoreServer, client: &Netns, protocol: &str) {
+    let mut with_provider = mesh()[2].clone();
+    with_provider["spec"]["extensionProviders"]
+        .as_array_mut()
+        .expect("providers")
+        .push(json!({"name": "zipkin", "zipkin": {
+            "service": "zipkin.istio-system.svc.cluster.local", "port": 9411}}));
+    // The collector, in the server's pod; its port is not HTTP, so that the server's sidecar
+    // does not trace the spans it is sent.
+    let collector = json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+        "metadata": {"name": "zipkin", "namespace": "istio-system"},
+        "spec": {"addresses": ["10.96.7.5"],
+                 "ports": [{"name": "tcp-zipkin", "port": 9411, "targetPort": 9411}],
+                 "endpoints": [{"address": "10.10.0.2", "labels": {"app": "zipkin"}}]}});
+    let telemetry = json!({"apiVersion": "telemetry.istio.io/v1", "kind": "Telemetry",
+        "metadata": {"name": "mesh-default", "namespace": "istio-system"},
+        "spec": {"tracing": [{"providers": [{"name": "zipkin"}],
+                              "randomSamplingPercentage": 100.0,
+                              "customTags": {"team": {"literal": {"value": "shop"}}}}]}});
+    store.apply(&[collector, with_provider, telemetry]).await;
+    let url = format!("http://{SERVER_VIP}/traced");
+    let host = ["--host", "server.shop.svc.cluster.local"];
+    // What the collector was sent, asked outside the client's capture (as the proxy's group).
+    let gid = sidecar::PROXY_GID.to_string();
+    let spans = || -> Vec<Value> {
+        let a = request(
+            client,
+            "http://10.10.0.2:9411/api/v2/spans",
+            &["--gid", &gid],
+        );
+        a.body
+            .as_deref()
+            .and_then(|b| serde_json::from_str::<Value>(b).ok())
+            .and_then(|v| v["spans"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    // The client's CLIENT span and the server's SERVER span of one request to `/traced`.
+    let pair = |spans: &[Value]| -> Option<(Value, Value)> {
+        let of = |kind: &str, service: &str| -> Vec<&Value> {
+            spans
+                .iter()
+                .filter(|s| {
+                    s["kind"] == kind
+                        && s["localEndpoint"]["serviceName"] == service
+                        && s["tags"]["http.url"]
+                            .as_str()
+                            .is_some_and(|u| u.ends_with("/traced"))
+                })
+                .collect()
+        };
+        let servers = of("SERVER", "server.shop");
+        of("CLIENT", "client.shop").into_iter().find_map(|c| {
+            servers
+                .iter()
+                .find(|s| s["traceId"] == c["traceId"])
+                .map(|s| (c.clone(), (*s).clone()))
+        })
+    };
+    // Envoy sends its spans in batches (every 5 s, or 5 spans): ask until both are there.
+    let a = until(
+        client,
+        &url,
+        &host,
+        "both sidecars' spans of a trace",
+        |a| a.status == 200 && pair(&spans()).is_some(),
+    );
+    assert_eq!(
+        a.echoed.get("x-b3-sampled").map(String::as_str),
+        Some("1"),
+        "{protocol}: the app sees the sampled trace: {a:?}"
+    );
+    let spans = spans();
+    let (client_span, server_span) = pair(&spans).expect("seen above");
+    for span in [client_span, server_span] {
+        assert_eq!(span["tags"]["team"], "shop", "{protocol}: {span}");
+        assert_eq!(
+            span["tags"]["istio.namespace"], "shop",
+            "{protocol}: {span}"
+        );
+        assert_eq!(
+            span["tags"]["istio.canonical_revision"], "latest",
+            "{protocol}: {span}"
+        );
+    }
+    store
+        .delete("Telemetry", "istio-system", "mesh-default")
+        .await;
+    store
+        .delete("ServiceEndpoints", "istio-system", "zipkin")
+        .await;
+    store.apply(&mesh()).await;
+    println!(
+        "{protocol}: a mesh-wide Telemetry's Zipkin tracing: both real Envoys reported their span \
+         of one trace ({} spans collected)",
+        spans.len()
+    );
 }
 
 /// A P-256 key: its JSON Web Key Set, and ES256 tokens it signs.

@@ -30,6 +30,13 @@ pub struct Proxy {
     pub dns_domain: String,
     pub cluster_id: String,
     pub network: String,
+    /// The mesh the proxy is in (its node's `MESH_ID`); empty when not given.
+    pub mesh_id: String,
+    /// The pod's name.
+    pub pod_name: String,
+    /// Istio's service cluster (`<app>.<namespace>`, the node's `cluster`): the name spans
+    /// give the proxy.
+    pub service_cluster: String,
     pub locality: Locality,
     pub mesh: MeshSettings,
     pub flags: Flags,
@@ -73,6 +80,9 @@ impl Proxy {
             dns_domain: format!("{}.svc.{}", identity.namespace, mesh.domain_suffix),
             cluster_id: identity.cluster_id.clone(),
             network: identity.network.clone(),
+            mesh_id: identity.mesh_id.clone(),
+            pod_name: identity.pod_name.clone(),
+            service_cluster: identity.service_cluster(),
             locality: identity.locality.clone(),
             mesh,
             flags: Flags::default(),

@@ -40,8 +40,8 @@ pub const HTTP_RBAC: &str = "envoy.filters.http.rbac";
 pub const NETWORK_RBAC: &str = "envoy.filters.network.rbac";
 const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
 const JWT_PAYLOAD: &str = "payload";
-const SHADOW_ALLOW_PREFIX: &str = "istio_dry_run_allow_";
-const SHADOW_DENY_PREFIX: &str = "istio_dry_run_deny_";
+pub(crate) const SHADOW_ALLOW_PREFIX: &str = "istio_dry_run_allow_";
+pub(crate) const SHADOW_DENY_PREFIX: &str = "istio_dry_run_deny_";
 const TCP_STAT_PREFIX: &str = "tcp.";
 const DEFAULT_TRUST_DOMAIN: &str = "cluster.local";
 
@@ -76,16 +76,7 @@ impl ProxyAuthz {
         // CUSTOM first (its ext_authz decides before any RBAC rule), then AUDIT, DENY, ALLOW.
         let (mut http, mut tcp) = (Vec::new(), Vec::new());
         if applied.iter().any(|p| p.spec.action == Action::Custom) {
-            let known: Vec<custom::KnownService<'_>> = view
-                .registry
-                .services()
-                .values()
-                .flatten()
-                .map(|s| custom::KnownService {
-                    namespace: &s.namespace,
-                    hostname: &s.hostname,
-                })
-                .collect();
+            let known = super::providers::known_services(view.registry);
             let providers = mesh
                 .map(|mesh| custom::ExtAuthzProviders::resolve(mesh, &known))
                 .unwrap_or_default();

@@ -1,5 +1,6 @@
-//! Access logging, as istiod configures it from the Telemetry API and the mesh config, on what
-//! the other builders built for Envoy (proxyless gRPC gets none, as from istiod).
+//! Access logging and tracing ([`traces`]), as istiod configures them from the Telemetry API and
+//! the mesh config, on what the other builders built for Envoy (proxyless gRPC gets none, as
+//! from istiod).
 //!
 //! **Which Telemetries.** The root namespace's namespace-wide Telemetry (the oldest without a
 //! selector or `targetRefs`), then the proxy's namespace's, then the Telemetries of its namespace
@@ -14,9 +15,12 @@
 //! **Providers.** A name is looked up, case-insensitively, among the mesh config's
 //! `extensionProviders` and then Istio's built-in `envoy` (a file access log to `/dev/stdout`).
 //! File access logs (`envoyFileAccessLog`: path, text format or JSON `labels`, `omitEmptyValues`)
-//! are built; the built-in `envoy` without a format of its own takes the mesh config's. Other
-//! kinds (gRPC and OpenTelemetry access log services) are not built here: the injector keeps
-//! pods such a Telemetry applies to with istiod.
+//! are built; the built-in `envoy` without a format of its own takes the mesh config's. So are
+//! Envoy's gRPC access log services (`envoyHttpAls`, `envoyTcpAls`) and OpenTelemetry
+//! collectors (`envoyOtelAls`: the log's text as its body, `labels` as its attributes), their
+//! collector the outbound cluster of the service they name. A provider that does not log, or
+//! whose collector the proxy has no cluster for, is left out (and, as in istiod, does not count
+//! as configured: the mesh config's own file may apply instead).
 //!
 //! **Where.** The side is the listener's: a sidecar's `virtualInbound` is SERVER, its other
 //! listeners and every listener of a router CLIENT. Every HTTP connection manager and TCP proxy
@@ -32,6 +36,7 @@ use envoy_types::pb::envoy::config::accesslog::v3::{
     AccessLog, AccessLogFilter, AndFilter, ExtensionFilter, ResponseFlagFilter, access_log,
     access_log_filter::FilterSpecifier, extension_filter,
 };
+use envoy_types::pb::envoy::config::core::v3::ApiVersion;
 use envoy_types::pb::envoy::config::core::v3::{
     DataSource, JsonFormatOptions, SubstitutionFormatString, TypedExtensionConfig,
     data_source::Specifier, substitution_format_string::Format,
@@ -41,12 +46,20 @@ use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
     FileAccessLog, file_access_log::AccessLogFormat,
 };
 use envoy_types::pb::envoy::extensions::access_loggers::filters::cel::v3::ExpressionFilter;
+use envoy_types::pb::envoy::extensions::access_loggers::grpc::v3::{
+    CommonGrpcAccessLogConfig, HttpGrpcAccessLogConfig, TcpGrpcAccessLogConfig,
+};
+use envoy_types::pb::envoy::extensions::access_loggers::open_telemetry::v3::OpenTelemetryAccessLogConfig;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+use envoy_types::pb::google::protobuf::Any as prost_types_any_Any;
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as ProtoValue, value::Kind};
+use envoy_types::pb::opentelemetry::proto::common::v1::{
+    AnyValue, KeyValue, KeyValueList, any_value,
+};
 use envoy_types::util::pack_any;
 use pasa_proto::istio::mesh_config::{
-    BUILTIN_ACCESS_LOG_PROVIDER, MeshConfig, file_access_log_provider,
+    AccessLogProvider, BUILTIN_ACCESS_LOG_PROVIDER, MeshConfig, access_log_provider,
 };
 use pasa_proto::istio::telemetry::{AccessLogging, Telemetry};
 use pasa_proto::node::ProxyType;
@@ -56,6 +69,7 @@ use serde_json::{Map, Value};
 use super::filters::{HCM, TCP_PROXY};
 use super::names;
 use super::patched::{self, Type};
+use super::providers::{self, Collectors};
 use crate::model::proxy::Proxy;
 use crate::model::registry::{self, Config, Registry};
 use crate::resource::{Generated, Resource};
@@ -107,18 +121,30 @@ const DEFAULT_JSON_FORMAT: [(&str, &str); 24] = [
 ];
 
 const FILE_ACCESS_LOG: &str = "envoy.access_loggers.file";
+const HTTP_GRPC_ACCESS_LOG: &str = "envoy.access_loggers.http_grpc";
+const TCP_GRPC_ACCESS_LOG: &str = "envoy.tcp_grpc_access_log";
+const OTEL_ACCESS_LOG: &str = "envoy.access_loggers.open_telemetry";
+/// The filter state the log services are sent: the peers' metadata Istio's proxies exchange.
+const PEER_STATE: [&str; 2] = ["upstream_peer", "downstream_peer"];
+/// ... and, for OpenTelemetry, their older keys too.
+const WASM_PEER_STATE: [&str; 4] = [
+    "wasm.upstream_peer",
+    "wasm.upstream_peer_id",
+    "wasm.downstream_peer",
+    "wasm.downstream_peer_id",
+];
 const CEL_FILTER: &str = "envoy.access_loggers.extension_filters.cel";
 const REQ_WITHOUT_QUERY: &str = "%REQ_WITHOUT_QUERY";
 
 /// Which side of the traffic a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
+pub(super) enum Side {
     Client,
     Server,
 }
 
 impl Side {
-    fn matches(self, mode: Option<&str>) -> bool {
+    pub(super) fn matches(self, mode: Option<&str>) -> bool {
         match mode {
             None | Some("CLIENT_AND_SERVER") => true,
             Some("CLIENT") => self == Side::Client,
@@ -138,10 +164,6 @@ struct Logs {
 }
 
 impl Logs {
-    fn is_empty(&self) -> bool {
-        self.client.is_empty() && self.server.is_empty()
-    }
-
     fn of(&self, side: Side) -> &[AccessLog] {
         match side {
             Side::Client => &self.client,
@@ -149,14 +171,12 @@ impl Logs {
         }
     }
 
-    fn fingerprint(&self) -> u64 {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+    fn fingerprint(&self, h: &mut impl Hasher) {
         for l in self.client.iter().chain(&self.server) {
-            l.encode_to_vec().hash(&mut h);
+            l.encode_to_vec().hash(h);
         }
-        self.client.len().hash(&mut h);
-        self.at_listener.hash(&mut h);
-        h.finish()
+        self.client.len().hash(h);
+        self.at_listener.hash(h);
     }
 }
 
@@ -262,13 +282,17 @@ fn merge(
     out
 }
 
-/// The access logs of `proxy`, or nothing when none is configured.
-fn logs(proxy: &Proxy, registry: &Registry) -> Logs {
+/// The access logs configured by the mesh config and `telemetries` (those that apply), or
+/// nothing when none is.
+fn logs(
+    mesh_config: Option<&MeshConfig>,
+    telemetries: &[&Config<Telemetry>],
+    collectors: &Collectors<'_>,
+) -> Logs {
     let empty = Map::new();
-    let mesh_config = registry.mesh_config(&proxy.mesh.root_namespace);
     let mesh = mesh_config.map_or(&empty, |m| &m.other);
     let at_listener = mesh.get("disableEnvoyListenerLog").and_then(Value::as_bool) != Some(true);
-    let per_telemetry: Vec<Vec<&AccessLogging>> = applying(proxy, registry)
+    let per_telemetry: Vec<Vec<&AccessLogging>> = telemetries
         .iter()
         .map(|t| t.spec.access_logging.iter().flatten().collect::<Vec<_>>())
         .filter(|entries| !entries.is_empty())
@@ -296,27 +320,22 @@ fn logs(proxy: &Proxy, registry: &Registry) -> Logs {
             merge(&per_telemetry, &defaults, side)
         };
         for (name, (filter, disabled)) in merged {
-            let Some((canonical, file)) = file_access_log_provider(mesh_config, &name) else {
+            let Some((canonical, provider)) = access_log_provider(mesh_config, &name) else {
                 continue;
+            };
+            let log = provider.and_then(|p| provider_log(&canonical, p, mesh, collectors));
+            let mut log = match log {
+                Ok(log) => log,
+                Err(e) => {
+                    tracing::warn!(provider = %canonical, "access log not configured: {e}");
+                    continue;
+                }
             };
             // A provider turned off still counts as configured: no fallback then.
             configured += 1;
             if disabled {
                 continue;
             }
-            let mut log = if canonical == BUILTIN_ACCESS_LOG_PROVIDER
-                && file.get("logFormat").is_none()
-                && file.get("omitEmptyValues").and_then(Value::as_bool) != Some(true)
-            {
-                mesh_file_log(
-                    file.get("path")
-                        .and_then(Value::as_str)
-                        .unwrap_or("/dev/stdout"),
-                    mesh,
-                )
-            } else {
-                provider_file_log(&file)
-            };
             log.filter = filter.map(cel_filter);
             built.push((canonical, log));
         }
@@ -331,6 +350,142 @@ fn logs(proxy: &Proxy, registry: &Registry) -> Logs {
         }
     }
     out
+}
+
+/// The access log of the provider `name`.
+fn provider_log(
+    name: &str,
+    provider: AccessLogProvider,
+    mesh: &Map<String, Value>,
+    collectors: &Collectors<'_>,
+) -> Result<AccessLog, String> {
+    let grpc = |service: &str, port: u32, log_name: &str, default_name: &str, state: &[&str]| {
+        let (hostname, cluster) = collectors
+            .find(service, port)
+            .map_err(|e| format!("could not find cluster for the log service: {e}"))?;
+        Ok::<_, String>(CommonGrpcAccessLogConfig {
+            log_name: if log_name.is_empty() {
+                default_name
+            } else {
+                log_name
+            }
+            .to_string(),
+            grpc_service: Some(providers::envoy_grpc(cluster, hostname)),
+            transport_api_version: ApiVersion::V3 as i32,
+            filter_state_objects_to_log: state.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        })
+    };
+    let typed = |name: &str, config: prost_types_any_Any| AccessLog {
+        name: name.to_string(),
+        config_type: Some(access_log::ConfigType::TypedConfig(config)),
+        ..Default::default()
+    };
+    fn state(objects: &[String]) -> Vec<&str> {
+        if objects.is_empty() {
+            PEER_STATE.to_vec()
+        } else {
+            objects.iter().map(String::as_str).collect()
+        }
+    }
+    Ok(match provider {
+        AccessLogProvider::File(file) => {
+            if name == BUILTIN_ACCESS_LOG_PROVIDER
+                && file.get("logFormat").is_none()
+                && file.get("omitEmptyValues").and_then(Value::as_bool) != Some(true)
+            {
+                mesh_file_log(
+                    file.get("path")
+                        .and_then(Value::as_str)
+                        .unwrap_or("/dev/stdout"),
+                    mesh,
+                )
+            } else {
+                provider_file_log(&file)
+            }
+        }
+        AccessLogProvider::HttpGrpc(g) => typed(
+            HTTP_GRPC_ACCESS_LOG,
+            pack_any(HttpGrpcAccessLogConfig {
+                common_config: Some(grpc(
+                    &g.service,
+                    g.port,
+                    &g.log_name,
+                    "http_envoy_accesslog",
+                    &state(&g.filter_state_objects_to_log),
+                )?),
+                additional_request_headers_to_log: g.additional_request_headers_to_log,
+                additional_response_headers_to_log: g.additional_response_headers_to_log,
+                additional_response_trailers_to_log: g.additional_response_trailers_to_log,
+            }),
+        ),
+        AccessLogProvider::TcpGrpc(g) => typed(
+            TCP_GRPC_ACCESS_LOG,
+            pack_any(TcpGrpcAccessLogConfig {
+                common_config: Some(grpc(
+                    &g.service,
+                    g.port,
+                    &g.log_name,
+                    "tcp_envoy_accesslog",
+                    &state(&g.filter_state_objects_to_log),
+                )?),
+            }),
+        ),
+        AccessLogProvider::OpenTelemetry(o) => {
+            let format = o.log_format.unwrap_or_default();
+            let text = if format.text.is_empty() {
+                DEFAULT_TEXT_FORMAT.to_string()
+            } else {
+                format.text
+            };
+            let labels = format.labels.unwrap_or_default();
+            let needs_formatter = text.contains(REQ_WITHOUT_QUERY)
+                || labels
+                    .values()
+                    .any(|v| v.as_str().is_some_and(|s| s.contains(REQ_WITHOUT_QUERY)));
+            let mut state = PEER_STATE.to_vec();
+            state.extend(WASM_PEER_STATE);
+            typed(
+                OTEL_ACCESS_LOG,
+                // istiod's (deprecated in newer Envoys, read by all).
+                #[allow(deprecated)]
+                pack_any(OpenTelemetryAccessLogConfig {
+                    common_config: Some(grpc(
+                        &o.service,
+                        o.port,
+                        &o.log_name,
+                        "otel_envoy_accesslog",
+                        &state,
+                    )?),
+                    disable_builtin_labels: true,
+                    body: Some(otel_string(text)),
+                    // Sorted by key (a map in JSON), each value as its string.
+                    attributes: (!labels.is_empty()).then(|| KeyValueList {
+                        values: labels
+                            .iter()
+                            .collect::<BTreeMap<_, _>>()
+                            .into_iter()
+                            .map(|(k, v)| KeyValue {
+                                key: k.clone(),
+                                value: Some(otel_string(
+                                    v.as_str().unwrap_or_default().to_string(),
+                                )),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    }),
+                    formatters: formatters(needs_formatter),
+                    ..Default::default()
+                }),
+            )
+        }
+    })
+}
+
+fn otel_string(s: String) -> AnyValue {
+    AnyValue {
+        value: Some(any_value::Value::StringValue(s)),
+    }
 }
 
 fn file_log(path: &str, format: Option<SubstitutionFormatString>) -> AccessLog {
@@ -497,21 +652,29 @@ fn to_value(v: &Value) -> ProtoValue {
     ProtoValue { kind: Some(kind) }
 }
 
-/// What access logging remembers across generations.
+/// What telemetry remembers across generations.
 #[derive(Debug, Default)]
 pub(crate) struct Memo {
     changed: patched::Memo,
 }
 
 impl Memo {
-    /// Puts the access logs of `proxy` on the listeners of `generated`.
+    /// Puts the access logs and the tracing of `proxy` on the listeners of `generated`.
     pub(crate) fn apply(&mut self, proxy: &Proxy, registry: &Registry, generated: &mut Generated) {
-        let logs = logs(proxy, registry);
-        if logs.is_empty() {
-            self.changed.clear();
-            return;
-        }
-        self.changed.begin(logs.fingerprint());
+        let mesh = registry.mesh_config(&proxy.mesh.root_namespace);
+        let telemetries = applying(proxy, registry);
+        let collectors = Collectors::new(registry, &generated.clusters);
+        let logs = logs(mesh, &telemetries, &collectors);
+        let traces = traces::traces(&traces::Inputs {
+            proxy,
+            mesh,
+            telemetries: &telemetries,
+            collectors: &collectors,
+        });
+        let mut fingerprint = std::collections::hash_map::DefaultHasher::new();
+        logs.fingerprint(&mut fingerprint);
+        traces.fingerprint(&mut fingerprint);
+        self.changed.begin(fingerprint.finish());
         let router = proxy.kind == ProxyType::Router;
         self.changed
             .each(Type::Listener, &mut generated.listeners, |r| {
@@ -522,10 +685,9 @@ impl Memo {
                     Side::Client
                 };
                 let logs_here = logs.of(side);
-                if logs_here.is_empty() {
+                if !put(&mut l, logs_here, traces.of(side)) {
                     return Some(Arc::clone(r));
                 }
-                put(&mut l, logs_here);
                 let virtual_listener =
                     l.name == names::VIRTUAL_INBOUND || l.name == names::VIRTUAL_OUTBOUND;
                 if logs.at_listener && (router || virtual_listener) {
@@ -536,36 +698,47 @@ impl Memo {
     }
 }
 
-/// Adds `logs` to every connection manager and TCP proxy of `l`.
-fn put(l: &mut Listener, logs: &[AccessLog]) {
+/// Adds `logs` to every connection manager and TCP proxy of `l`, and sets the connection
+/// managers' tracing; whether it changed anything.
+fn put(l: &mut Listener, logs: &[AccessLog], traces: &traces::SideTraces) -> bool {
+    let mut changed = false;
     let chains = l
         .filter_chains
         .iter_mut()
         .chain(l.default_filter_chain.as_mut());
-    // istiod builds the chains refusing traffic to the virtual listeners' own ports without
-    // access logs.
-    let chains = chains.filter(|c| {
-        c.name != names::VIRTUAL_INBOUND_BLACKHOLE && c.name != names::VIRTUAL_OUTBOUND_BLACKHOLE
-    });
     for chain in chains {
+        // istiod builds the chains refusing traffic to the virtual listeners' own ports without
+        // access logs.
+        let logged = chain.name != names::VIRTUAL_INBOUND_BLACKHOLE
+            && chain.name != names::VIRTUAL_OUTBOUND_BLACKHOLE;
         for f in &mut chain.filters {
             let Some(filter::ConfigType::TypedConfig(any)) = &mut f.config_type else {
                 continue;
             };
             if f.name == HCM {
                 if let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice()) {
-                    hcm.access_log.extend(logs.iter().cloned());
+                    if logged {
+                        hcm.access_log.extend(logs.iter().cloned());
+                    }
+                    traces.put(&mut hcm);
                     any.value = hcm.encode_to_vec();
+                    changed = true;
                 }
             } else if f.name == TCP_PROXY
+                && logged
+                && !logs.is_empty()
                 && let Ok(mut tcp) = TcpProxy::decode(any.value.as_slice())
             {
                 tcp.access_log.extend(logs.iter().cloned());
                 any.value = tcp.encode_to_vec();
+                changed = true;
             }
         }
     }
+    changed
 }
+
+mod traces;
 
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,8 @@ namespace; stops when its standard input closes (the test ends) or on SIGTERM.
 Paths: `/status/<code>` answers with that status; `/delay/<ms>` waits first; `/flaky/<key>`
 answers 503 to the first request for each key and 200 after (for retries); `/authz/...` answers
 as an external authorizer (Envoy's HTTP ext_authz): 200 when the request carries
-`x-ext-authz: allow`, 403 otherwise.
+`x-ext-authz: allow`, 403 otherwise; `/api/v2/spans` is a Zipkin collector: a POST of spans
+(Zipkin's JSON v2) is kept and answered 202, a GET answers `{"spans": [...]}` with those kept.
 """
 
 import json
@@ -20,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 NAME = sys.argv[1]
 HOST, PORT = sys.argv[2].rsplit(":", 1)
 SEEN = set()
+SPANS = []
 LOCK = threading.Lock()
 
 
@@ -29,7 +31,37 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def body(self):
+        """The request body, sent with a length or in chunks (as Envoy's own clients send)."""
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return body
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("content-length") or 0))
+
+    def collect(self):
+        if self.command == "POST":
+            spans = json.loads(self.body() or b"[]")
+            with LOCK:
+                SPANS.extend(spans)
+            status, body = 202, b""
+        else:
+            with LOCK:
+                status, body = 200, json.dumps({"spans": SPANS}).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def answer(self):
+        if self.path.split("?")[0] == "/api/v2/spans":
+            return self.collect()
         status = 200
         parts = self.path.split("?")[0].strip("/").split("/")
         if len(parts) == 2 and parts[0] == "status" and parts[1].isdigit():
@@ -47,9 +79,7 @@ class Handler(BaseHTTPRequestHandler):
         body = json.dumps(
             {"backend": NAME, "path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}}
         ).encode()
-        length = int(self.headers.get("content-length") or 0)
-        if length:
-            self.rfile.read(length)
+        self.body()
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))

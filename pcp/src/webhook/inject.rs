@@ -182,7 +182,8 @@ impl Injector {
 }
 
 /// The kinds of which PASA's agent does not apply everything yet (WasmPlugin, TrafficExtension;
-/// Telemetry with tracing, metrics or access log providers other than file ones; EnvoyFilter
+/// Telemetry with metrics, or tracing providers other than Zipkin, Datadog, SkyWalking and
+/// OpenTelemetry ones; EnvoyFilter
 /// with `EXTENSION_CONFIG` or `BOOTSTRAP` patches;
 /// RequestAuthentication whose keys are neither inline nor fetched
 /// into the store yet; AuthorizationPolicy with action CUSTOM whose provider the stored mesh
@@ -289,9 +290,9 @@ pub fn unenforced_policies(
                         Err(_) => unreadable,
                     }
                 }
-                // Enforced when it only logs, and only to file access logs.
+                // Enforced without metrics, when it traces only to tracers the agent builds.
                 Ok(Kind::Telemetry) => match parse_spec_json::<Telemetry>(&p.spec_json) {
-                    Ok(t) if only_file_access_logs(&t, mesh.as_ref()) => None,
+                    Ok(t) if applied_telemetry(&t, mesh.as_ref()) => None,
                     Ok(t) => Some((
                         t.selector,
                         t.target_ref.is_some() || !t.target_refs.is_empty(),
@@ -332,19 +333,36 @@ pub fn unenforced_policies(
         .collect()
 }
 
-/// Whether the agent applies all of `t`: access logging only (no tracing, no metrics), to
-/// providers that are file access logs (those named, or the mesh's default ones for an entry
-/// that names none).
-fn only_file_access_logs(
+/// Whether the agent applies all of `t` as istiod does: no metrics; access logging to providers
+/// whose settings read (those named, or the mesh's default ones for an entry that names none;
+/// providers that do not log are skipped by both); tracing to providers that are tracers the
+/// agent builds (the first named, or the mesh's first default one).
+fn applied_telemetry(
     t: &pasa_proto::istio::telemetry::Telemetry,
     mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>,
 ) -> bool {
-    use pasa_proto::istio::mesh_config::file_access_log_provider;
+    use pasa_proto::istio::mesh_config::{MeshConfig, access_log_provider};
     let defaults = mesh
-        .map(pasa_proto::istio::mesh_config::MeshConfig::default_access_log_providers)
+        .map(MeshConfig::default_access_log_providers)
         .unwrap_or_default();
-    t.tracing.is_empty()
-        && t.metrics.is_empty()
+    let default_tracer = mesh
+        .map(MeshConfig::default_tracing_providers)
+        .unwrap_or_default()
+        .into_iter()
+        .next();
+    let tracer = |name: &str| {
+        mesh.and_then(|m| m.provider(name))
+            .and_then(|p| p.tracing())
+            .is_some_and(|built| built.is_ok())
+    };
+    t.metrics.is_empty()
+        && t.tracing
+            .iter()
+            .flatten()
+            .all(|entry| match entry.providers.iter().flatten().next() {
+                Some(p) => tracer(&p.name),
+                None => default_tracer.as_deref().is_none_or(tracer),
+            })
         && t.access_logging.iter().flatten().all(|entry| {
             let named: Vec<&str> = entry
                 .providers
@@ -359,7 +377,7 @@ fn only_file_access_logs(
             };
             names
                 .into_iter()
-                .all(|n| file_access_log_provider(mesh, n).is_some())
+                .all(|n| !matches!(access_log_provider(mesh, n), Some((_, Err(_)))))
         })
 }
 
@@ -789,11 +807,31 @@ mod tests {
                 "mesh-default",
                 json!({"accessLogging": [{"providers": [{"name": "envoy"}]}]}),
             ),
+            // Tracing to a tracer the agent builds (or to none): applied.
             policy(
                 "Telemetry",
                 "bookinfo",
-                "tracing",
+                "sampling",
                 json!({"tracing": [{"randomSamplingPercentage": 10.0}]}),
+            ),
+            policy(
+                "Telemetry",
+                "bookinfo",
+                "zipkin",
+                json!({"tracing": [{"providers": [{"name": "Zipkin"}]}]}),
+            ),
+            // Lightstep (deprecated) and metrics: not applied.
+            policy(
+                "Telemetry",
+                "bookinfo",
+                "lightstep",
+                json!({"tracing": [{"providers": [{"name": "ls"}]}]}),
+            ),
+            policy(
+                "Telemetry",
+                "bookinfo",
+                "metrics",
+                json!({"metrics": [{"providers": [{"name": "prometheus"}]}]}),
             ),
             policy(
                 "WasmPlugin",
@@ -835,7 +873,10 @@ mod tests {
                 "MeshConfig",
                 "istio-system",
                 "mesh",
-                json!({"extensionProviders": [{"name": "ext", "envoyExtAuthzHttp": {"service": "authz.foo.svc.cluster.local", "port": 80}}]}),
+                json!({"extensionProviders": [
+                    {"name": "ext", "envoyExtAuthzHttp": {"service": "authz.foo.svc.cluster.local", "port": 80}},
+                    {"name": "zipkin", "zipkin": {"service": "zipkin.istio-system.svc.cluster.local", "port": 9411}},
+                    {"name": "ls", "lightstep": {"service": "ls.foo.svc.cluster.local", "port": 8080}}]}),
             ),
             policy(
                 "AuthorizationPolicy",
@@ -853,7 +894,8 @@ mod tests {
                 "EnvoyFilter bookinfo/add-header",
                 "EnvoyFilter bookinfo/by-workload-name",
                 "EnvoyFilter bookinfo/istio-stats",
-                "Telemetry bookinfo/tracing",
+                "Telemetry bookinfo/lightstep",
+                "Telemetry bookinfo/metrics",
                 "TrafficExtension bookinfo/lua",
             ]
         );

@@ -36,40 +36,340 @@ pub struct MeshConfig {
 /// `extensionProviders` says (unless it defines a provider of that name).
 pub const BUILTIN_ACCESS_LOG_PROVIDER: &str = "envoy";
 
-/// The provider `name` (matched as istiod matches it, ignoring case) as a file access log: its
-/// name as configured and its `envoyFileAccessLog` settings (`path`, `logFormat`,
-/// `omitEmptyValues`); `None` when `mesh` defines no such provider or one of another kind.
-/// Istio's built-in `envoy` provider is one.
-pub fn file_access_log_provider(mesh: Option<&MeshConfig>, name: &str) -> Option<(String, Value)> {
-    let configured = mesh
-        .into_iter()
-        .flat_map(|m| &m.extension_providers)
-        .find(|p| p.name.eq_ignore_ascii_case(name));
-    match configured {
-        Some(p) => Some((p.name.clone(), p.other.get("envoyFileAccessLog")?.clone())),
-        None => name
+/// An access log provider of the mesh config: a file (its `envoyFileAccessLog` settings: `path`,
+/// `logFormat`, `omitEmptyValues`, as written), Envoy's gRPC access log services for HTTP and
+/// TCP, or an OpenTelemetry collector.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AccessLogProvider {
+    File(Value),
+    HttpGrpc(GrpcLogProvider),
+    TcpGrpc(GrpcLogProvider),
+    OpenTelemetry(OtelLogProvider),
+}
+
+/// Envoy's gRPC access log service (`envoyHttpAls`, `envoyTcpAls`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcLogProvider {
+    #[serde(default)]
+    pub service: String,
+    #[serde(default)]
+    pub port: u32,
+    #[serde(default)]
+    pub log_name: String,
+    #[serde(default)]
+    pub filter_state_objects_to_log: Vec<String>,
+    #[serde(default)]
+    pub additional_request_headers_to_log: Vec<String>,
+    #[serde(default)]
+    pub additional_response_headers_to_log: Vec<String>,
+    #[serde(default)]
+    pub additional_response_trailers_to_log: Vec<String>,
+}
+
+/// An OpenTelemetry (OTLP/gRPC) log collector (`envoyOtelAls`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OtelLogProvider {
+    #[serde(default)]
+    pub service: String,
+    #[serde(default)]
+    pub port: u32,
+    #[serde(default)]
+    pub log_name: String,
+    #[serde(default)]
+    pub log_format: Option<OtelLogFormat>,
+}
+
+/// The body (`text`) and attributes (`labels`) of an OpenTelemetry log record.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OtelLogFormat {
+    #[serde(default)]
+    pub text: String,
+    #[serde(default)]
+    pub labels: Option<Map<String, Value>>,
+}
+
+/// The provider `name` (matched as istiod matches it, ignoring case) as an access log: its name
+/// as configured, and what it logs to or why it cannot be read; `None` when `mesh` defines no
+/// such provider or one that does not log. Istio's built-in `envoy` provider (a file access
+/// log to `/dev/stdout`) is one unless the mesh config defines a provider of that name.
+pub fn access_log_provider(
+    mesh: Option<&MeshConfig>,
+    name: &str,
+) -> Option<(String, Result<AccessLogProvider, String>)> {
+    fn read<T: serde::de::DeserializeOwned>(v: &Value, kind: &str) -> Result<T, String> {
+        serde_json::from_value(v.clone()).map_err(|e| format!("{kind}: {e}"))
+    }
+    let Some(p) = mesh.and_then(|m| m.provider(name)) else {
+        return name
             .eq_ignore_ascii_case(BUILTIN_ACCESS_LOG_PROVIDER)
             .then(|| {
                 (
                     BUILTIN_ACCESS_LOG_PROVIDER.to_string(),
-                    serde_json::json!({"path": "/dev/stdout"}),
+                    Ok(AccessLogProvider::File(
+                        serde_json::json!({"path": "/dev/stdout"}),
+                    )),
                 )
-            }),
-    }
+            });
+    };
+    let (kind, v) = [
+        "envoyFileAccessLog",
+        "envoyHttpAls",
+        "envoyTcpAls",
+        "envoyOtelAls",
+    ]
+    .into_iter()
+    .find_map(|k| p.other.get(k).map(|v| (k, v)))?;
+    let provider = match kind {
+        "envoyFileAccessLog" => Ok(AccessLogProvider::File(v.clone())),
+        "envoyHttpAls" => read(v, kind).map(AccessLogProvider::HttpGrpc),
+        "envoyTcpAls" => read(v, kind).map(AccessLogProvider::TcpGrpc),
+        _ => read(v, kind).map(AccessLogProvider::OpenTelemetry),
+    };
+    Some((p.name.clone(), provider))
 }
 
 impl MeshConfig {
     /// `defaultProviders.accessLogging`: the providers Telemetry access logging without its own
     /// uses.
     pub fn default_access_log_providers(&self) -> Vec<String> {
+        self.default_providers("accessLogging")
+    }
+
+    /// `defaultProviders.tracing`: the providers Telemetry tracing without its own uses (istiod
+    /// uses the first).
+    pub fn default_tracing_providers(&self) -> Vec<String> {
+        self.default_providers("tracing")
+    }
+
+    fn default_providers(&self, signal: &str) -> Vec<String> {
         self.other
             .get("defaultProviders")
-            .and_then(|d| d.get("accessLogging"))
+            .and_then(|d| d.get(signal))
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect()
+    }
+
+    /// `enableTracing`: whether a proxy no Telemetry configures tracing for still traces (with
+    /// the tracer of its bootstrap); true unless the mesh config says otherwise, as istiod's
+    /// default.
+    pub fn enable_tracing(&self) -> bool {
+        self.other.get("enableTracing").and_then(Value::as_bool) != Some(false)
+    }
+
+    /// `defaultConfig.tracing`: the proxies' own tracing settings (sampling, custom tags, tag
+    /// lengths), for what Telemetry leaves unset.
+    pub fn proxy_tracing(&self) -> ProxyTracing {
+        self.other
+            .get("defaultConfig")
+            .and_then(|d| d.get("tracing"))
+            .and_then(|t| serde_json::from_value(t.clone()).ok())
+            .unwrap_or_default()
+    }
+
+    /// The extension provider `name`, matched as istiod matches it (ignoring case).
+    pub fn provider(&self, name: &str) -> Option<&ExtensionProvider> {
+        self.extension_providers
+            .iter()
+            .find(|p| p.name.eq_ignore_ascii_case(name))
+    }
+}
+
+/// `ProxyConfig.tracing`: what a proxy's tracing takes from the mesh config's `defaultConfig`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyTracing {
+    /// Percent of requests traced; 0 (unset) means the control plane's default.
+    #[serde(default)]
+    pub sampling: f64,
+    #[serde(default)]
+    pub custom_tags: BTreeMap<String, ProxyCustomTag>,
+    #[serde(default)]
+    pub max_path_tag_length: u32,
+    /// Whether Istio's own tags (canonical service, namespace, ...) are added; unset means yes.
+    #[serde(default)]
+    pub enable_istio_tags: Option<bool>,
+}
+
+/// A custom tag of `ProxyConfig.tracing`: one of a literal, an environment variable of the
+/// proxy, or a request header.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyCustomTag {
+    #[serde(default)]
+    pub literal: Option<ProxyTagValue>,
+    #[serde(default)]
+    pub environment: Option<ProxyTagValue>,
+    #[serde(default)]
+    pub header: Option<ProxyTagValue>,
+}
+
+/// A custom tag's source: a literal's `value`, or the `name` of a variable or header with its
+/// `defaultValue`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyTagValue {
+    #[serde(default)]
+    pub value: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub default_value: String,
+}
+
+/// A tracing provider of the mesh config, as its extension provider describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TracingProvider {
+    Zipkin(ZipkinProvider),
+    Datadog(DatadogProvider),
+    Skywalking(SkywalkingProvider),
+    OpenTelemetry(Box<OpenTelemetryProvider>),
+}
+
+/// A Zipkin collector.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ZipkinProvider {
+    #[serde(default)]
+    pub service: String,
+    #[serde(default)]
+    pub port: u32,
+    #[serde(default)]
+    pub max_tag_length: u32,
+    #[serde(default, rename = "enable64bitTraceId")]
+    pub enable_64bit_trace_id: bool,
+    /// The collector's path; `/api/v2/spans` when empty.
+    #[serde(default)]
+    pub path: String,
+    /// `USE_B3` (the default) or `USE_B3_WITH_W3C_PROPAGATION`.
+    #[serde(default)]
+    pub trace_context_option: Option<String>,
+    #[serde(default)]
+    pub timeout: Option<Duration>,
+    #[serde(default)]
+    pub headers: Vec<HttpHeader>,
+}
+
+/// A Datadog agent.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DatadogProvider {
+    #[serde(default)]
+    pub service: String,
+    #[serde(default)]
+    pub port: u32,
+    #[serde(default)]
+    pub max_tag_length: u32,
+}
+
+/// A SkyWalking collector (gRPC).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkywalkingProvider {
+    #[serde(default)]
+    pub service: String,
+    #[serde(default)]
+    pub port: u32,
+}
+
+/// An OpenTelemetry collector, spoken to over OTLP/gRPC or, with `http`, OTLP/HTTP.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenTelemetryProvider {
+    #[serde(default)]
+    pub service: String,
+    #[serde(default)]
+    pub port: u32,
+    #[serde(default)]
+    pub max_tag_length: u32,
+    #[serde(default)]
+    pub http: Option<OtlpHttp>,
+    #[serde(default)]
+    pub grpc: Option<OtlpGrpc>,
+    #[serde(default)]
+    pub resource_detectors: Option<ResourceDetectors>,
+    /// A custom sampler (Dynatrace's), kept as written.
+    #[serde(default)]
+    pub dynatrace_sampler: Option<Value>,
+    /// `OTEL_SEMANTIC_CONVENTIONS` names the span's service as OpenTelemetry's conventions do.
+    #[serde(default)]
+    pub service_attribute_enrichment: Option<String>,
+}
+
+/// OTLP over HTTP: the collector's path, timeout and headers.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OtlpHttp {
+    #[serde(default)]
+    pub path: String,
+    #[serde(default)]
+    pub timeout: Option<Duration>,
+    #[serde(default)]
+    pub headers: Vec<HttpHeader>,
+}
+
+/// OTLP over gRPC: the call's timeout and initial metadata.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OtlpGrpc {
+    #[serde(default)]
+    pub timeout: Option<Duration>,
+    #[serde(default)]
+    pub initial_metadata: Vec<HttpHeader>,
+}
+
+/// Which OpenTelemetry resource detectors run (present: on).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceDetectors {
+    #[serde(default)]
+    pub environment: Option<Value>,
+    #[serde(default)]
+    pub dynatrace: Option<Value>,
+}
+
+/// A header a provider sends: a literal `value`, or the value of the environment variable
+/// `envName`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpHeader {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub value: Option<String>,
+    #[serde(default)]
+    pub env_name: Option<String>,
+}
+
+impl ExtensionProvider {
+    /// The provider as a tracer: `None` when it is of a kind that does not trace, an error when
+    /// it is a tracer PASA cannot build (Lightstep, deprecated in Istio) or its settings do not
+    /// read.
+    pub fn tracing(&self) -> Option<Result<TracingProvider, String>> {
+        fn read<T: serde::de::DeserializeOwned>(v: &Value, kind: &str) -> Result<T, String> {
+            serde_json::from_value(v.clone()).map_err(|e| format!("{kind}: {e}"))
+        }
+        let (kind, v) = [
+            "zipkin",
+            "datadog",
+            "skywalking",
+            "opentelemetry",
+            "lightstep",
+        ]
+        .into_iter()
+        .find_map(|k| self.other.get(k).map(|v| (k, v)))?;
+        Some(match kind {
+            "zipkin" => read(v, kind).map(TracingProvider::Zipkin),
+            "datadog" => read(v, kind).map(TracingProvider::Datadog),
+            "skywalking" => read(v, kind).map(TracingProvider::Skywalking),
+            "opentelemetry" => read(v, kind).map(|o| TracingProvider::OpenTelemetry(Box::new(o))),
+            _ => Err("the Lightstep provider is deprecated; use OpenTelemetry".into()),
+        })
     }
 }
 

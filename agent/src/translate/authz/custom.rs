@@ -10,7 +10,7 @@
 //! instead (suffix `-deny-due-to-bad-CUSTOM-action`): a request meant to be checked is refused
 //! rather than let through unchecked.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::{
     ApiVersion, GrpcService, HeaderValue, HttpUri, grpc_service, http_uri,
@@ -34,6 +34,8 @@ use envoy_types::util::pack_any;
 use pasa_proto::istio::authorization_policy::Action;
 use pasa_proto::istio::mesh_config::{ExtAuthzGrpc, ExtAuthzHttp, MeshConfig, RequestBody};
 
+use crate::translate::providers::{KnownService, cluster};
+
 use super::{
     AppliedPolicy, HTTP_RBAC, NETWORK_RBAC, TCP_STAT_PREFIX, TrustDomains, build, matcher,
 };
@@ -48,13 +50,6 @@ const EFFECTIVE_POLICY_KEY: &str = "istio_ext_authz_shadow_effective_policy_id";
 const BAD_SUFFIX: &str = "-deny-due-to-bad-CUSTOM-action";
 /// An authorizer's timeout when the provider sets none.
 const DEFAULT_TIMEOUT_SECONDS: i64 = 600;
-
-/// A service the proxy knows, for resolving providers: its namespace and host name.
-#[derive(Debug, Clone, Copy)]
-pub struct KnownService<'a> {
-    pub namespace: &'a str,
-    pub hostname: &'a str,
-}
 
 /// The mesh's external authorizers, built once per mesh config and set of services: each one
 /// usable, or why not.
@@ -365,41 +360,15 @@ fn target(
             }
         },
     };
-    let hostname = match lookup(service, services) {
-        Ok(hostname) => Some(hostname),
+    let found = match cluster(service, port, services) {
+        Ok(found) => Some(found),
         Err(e) => {
             errors.push(e);
             None
         }
     };
-    let hostname = hostname.filter(|_| errors.is_empty())?;
-    let cluster = format!("outbound|{port}||{hostname}");
+    let (hostname, cluster) = found.filter(|_| errors.is_empty())?;
     Some((hostname, cluster, status))
-}
-
-/// The service a provider names (`<host>`, or `<namespace>/<host>`), among `services`.
-fn lookup(service: &str, services: &[KnownService<'_>]) -> Result<String, String> {
-    if service.is_empty() {
-        return Err("service must not be empty".into());
-    }
-    let found: Vec<&KnownService<'_>> = match service.split_once('/') {
-        Some((namespace, host)) => services
-            .iter()
-            .filter(|s| s.namespace == namespace && s.hostname == host)
-            .collect(),
-        None => services.iter().filter(|s| s.hostname == service).collect(),
-    };
-    let namespaces: HashSet<&str> = found.iter().map(|s| s.namespace).collect();
-    match (found.first(), namespaces.len()) {
-        (Some(s), 1) => Ok(s.hostname.to_string()),
-        (Some(_), _) => Err(format!(
-            "found {service} in multiple namespaces {namespaces:?}, specify the namespace \
-             explicitly in the format of <Namespace>/<Hostname>"
-        )),
-        (None, _) => Err(format!(
-            "could not find service {service} in Istio service registry"
-        )),
-    }
 }
 
 fn timeout(t: Option<&pasa_proto::istio::common::Duration>) -> Duration {

@@ -353,6 +353,8 @@ fn agent_container(config: &InjectConfig, mode: Mode, resources: Value) -> Value
         value("PASA_CACHE_DIR", "/var/lib/pasa/cache"),
         value("PASA_DOMAIN_SUFFIX", &config.domain_suffix),
         value("ISTIO_META_CLUSTER_ID", &config.cluster_id),
+        // Istio's injection names the mesh after the trust domain unless told otherwise.
+        value("ISTIO_META_MESH_ID", &config.trust_domain),
         value("TRUST_DOMAIN", &config.trust_domain),
     ];
     let mut mounts = vec![

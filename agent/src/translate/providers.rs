@@ -1,0 +1,108 @@
+//! The services the mesh config's extension providers (external authorizers, tracers) name,
+//! looked up as istiod looks them up: `<host>`, or `<namespace>/<host>` when the host is in more
+//! than one namespace; the provider's cluster is the service's outbound cluster on its port.
+
+use std::collections::HashSet;
+
+use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
+
+use crate::model::registry::Registry;
+use crate::resource::ResourceMap;
+
+/// A service the proxy knows, for resolving providers: its namespace and host name.
+#[derive(Debug, Clone, Copy)]
+pub struct KnownService<'a> {
+    pub namespace: &'a str,
+    pub hostname: &'a str,
+}
+
+/// The services of `registry`.
+pub fn known_services(registry: &Registry) -> Vec<KnownService<'_>> {
+    registry
+        .services()
+        .values()
+        .flatten()
+        .map(|s| KnownService {
+            namespace: &s.namespace,
+            hostname: &s.hostname,
+        })
+        .collect()
+}
+
+/// The service a provider names (`<host>`, or `<namespace>/<host>`), among `services`.
+pub fn lookup(service: &str, services: &[KnownService<'_>]) -> Result<String, String> {
+    if service.is_empty() {
+        return Err("service must not be empty".into());
+    }
+    let found: Vec<&KnownService<'_>> = match service.split_once('/') {
+        Some((namespace, host)) => services
+            .iter()
+            .filter(|s| s.namespace == namespace && s.hostname == host)
+            .collect(),
+        None => services.iter().filter(|s| s.hostname == service).collect(),
+    };
+    let namespaces: HashSet<&str> = found.iter().map(|s| s.namespace).collect();
+    match (found.first(), namespaces.len()) {
+        (Some(s), 1) => Ok(s.hostname.to_string()),
+        (Some(_), _) => Err(format!(
+            "found {service} in multiple namespaces {namespaces:?}, specify the namespace \
+             explicitly in the format of <Namespace>/<Hostname>"
+        )),
+        (None, _) => Err(format!(
+            "could not find service {service} in Istio service registry"
+        )),
+    }
+}
+
+/// The host name and outbound cluster of the provider's `service` on `port`.
+pub fn cluster(
+    service: &str,
+    port: u32,
+    services: &[KnownService<'_>],
+) -> Result<(String, String), String> {
+    let hostname = lookup(service, services)?;
+    let cluster = format!("outbound|{port}||{hostname}");
+    Ok((hostname, cluster))
+}
+
+/// Where a proxy can send what it reports (spans, access logs): the services it knows and the
+/// clusters it has. A collector must be both: istiod names a collector's cluster whether the
+/// proxy has it or not, and Envoy then refuses the whole listener.
+pub struct Collectors<'a> {
+    pub services: Vec<KnownService<'a>>,
+    pub clusters: &'a ResourceMap,
+}
+
+impl<'a> Collectors<'a> {
+    pub fn new(registry: &'a Registry, clusters: &'a ResourceMap) -> Collectors<'a> {
+        Collectors {
+            services: known_services(registry),
+            clusters,
+        }
+    }
+
+    /// The host name and cluster of the collector `service` on `port`.
+    pub fn find(&self, service: &str, port: u32) -> Result<(String, String), String> {
+        let (hostname, cluster) = self::cluster(service, port, &self.services)?;
+        if !self.clusters.contains_key(&cluster) {
+            return Err(format!(
+                "the proxy has no cluster {cluster} (its Sidecar does not import {hostname})"
+            ));
+        }
+        Ok((hostname, cluster))
+    }
+}
+
+/// Envoy's own gRPC client to `cluster`, with `authority`.
+pub fn envoy_grpc(cluster: String, authority: String) -> GrpcService {
+    GrpcService {
+        target_specifier: Some(grpc_service::TargetSpecifier::EnvoyGrpc(
+            grpc_service::EnvoyGrpc {
+                cluster_name: cluster,
+                authority,
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    }
+}
