@@ -307,6 +307,9 @@ fn debug_text(kind: TypeKind, body: &Any) -> String {
         TypeKind::Listener => show::<Listener>(bytes),
         TypeKind::Route => show::<RouteConfiguration>(bytes),
         TypeKind::Secret => show::<Secret>(&credentials::redacted(body).value),
+        TypeKind::ExtensionConfig => {
+            show::<envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig>(bytes)
+        }
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
@@ -53,6 +54,8 @@ pub struct Resources {
     pub endpoints: BTreeMap<String, ClusterLoadAssignment>,
     pub listeners: BTreeMap<String, Listener>,
     pub routes: BTreeMap<String, RouteConfiguration>,
+    /// ECDS: the HTTP and network filters listeners name by `config_discovery`.
+    pub extension_configs: BTreeMap<String, TypedExtensionConfig>,
 }
 
 /// One generation of a proxy's resources as the translator keeps them: encoded as served
@@ -66,6 +69,7 @@ pub struct Generated {
     pub endpoints: ResourceMap,
     pub listeners: ResourceMap,
     pub routes: ResourceMap,
+    pub extension_configs: ResourceMap,
 }
 
 impl Generated {
@@ -83,6 +87,7 @@ impl Generated {
             endpoints: typed(&self.endpoints)?,
             listeners: typed(&self.listeners)?,
             routes: typed(&self.routes)?,
+            extension_configs: typed(&self.extension_configs)?,
         })
     }
 
@@ -93,6 +98,7 @@ impl Generated {
             endpoints: packed(resources.endpoints.iter()),
             listeners: packed(resources.listeners.iter()),
             routes: packed(resources.routes.iter()),
+            extension_configs: packed(resources.extension_configs.iter()),
         }
     }
 }
@@ -119,10 +125,12 @@ pub enum TypeKind {
     Route,
     /// SDS: `envoy.extensions.transport_sockets.tls.v3.Secret`.
     Secret,
+    /// ECDS: `envoy.config.core.v3.TypedExtensionConfig`.
+    ExtensionConfig,
 }
 
 /// How many types this server serves.
-pub(crate) const TYPE_COUNT: usize = 5;
+pub(crate) const TYPE_COUNT: usize = 6;
 
 impl TypeKind {
     /// Every type, in the order additions and changes are pushed.
@@ -130,13 +138,15 @@ impl TypeKind {
         TypeKind::Secret,
         TypeKind::Cluster,
         TypeKind::Endpoint,
+        TypeKind::ExtensionConfig,
         TypeKind::Listener,
         TypeKind::Route,
     ];
 
     /// The types whose removals wait for what references them, in the order removals are pushed.
-    pub const REMOVAL_ORDER: [TypeKind; 4] = [
+    pub const REMOVAL_ORDER: [TypeKind; 5] = [
         TypeKind::Route,
+        TypeKind::ExtensionConfig,
         TypeKind::Cluster,
         TypeKind::Endpoint,
         TypeKind::Secret,
@@ -154,6 +164,9 @@ impl TypeKind {
             TypeKind::Secret => {
                 "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
             }
+            TypeKind::ExtensionConfig => {
+                "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
+            }
         }
     }
 
@@ -164,7 +177,7 @@ impl TypeKind {
             .find(|kind| kind.type_url() == url)
     }
 
-    /// The short name used in logs and status (`CDS`, `EDS`, `LDS`, `RDS`, `SDS`).
+    /// The short name used in logs and status (`CDS`, `EDS`, `LDS`, `RDS`, `SDS`, `ECDS`).
     pub fn short_name(self) -> &'static str {
         match self {
             TypeKind::Cluster => "CDS",
@@ -172,6 +185,7 @@ impl TypeKind {
             TypeKind::Listener => "LDS",
             TypeKind::Route => "RDS",
             TypeKind::Secret => "SDS",
+            TypeKind::ExtensionConfig => "ECDS",
         }
     }
 

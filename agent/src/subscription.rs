@@ -177,6 +177,8 @@ fn scope_rule(proxy: &Proxy) -> Rule {
             Kind::RequestAuthentication,
             Kind::EnvoyFilter,
             Kind::Telemetry,
+            Kind::WasmPlugin,
+            Kind::TrafficExtension,
             // Kept in the root namespace only.
             Kind::MeshConfig,
             Kind::JsonWebKeySet,
@@ -215,6 +217,8 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
                 Kind::RequestAuthentication,
                 Kind::EnvoyFilter,
                 Kind::Telemetry,
+                Kind::WasmPlugin,
+                Kind::TrafficExtension,
                 Kind::MeshConfig,
                 Kind::JsonWebKeySet,
             ]),

@@ -6,6 +6,7 @@ mod builders;
 mod cluster;
 mod endpoint;
 mod envoy_filter;
+pub mod extensions;
 mod filters;
 pub(crate) mod gateway;
 mod grpc;
@@ -515,6 +516,7 @@ struct Outputs {
     /// The access logs put on the listeners, then the EnvoyFilter patches applied, last (Envoy
     /// only: istiod applies neither to proxyless gRPC).
     access_logs: telemetry::Memo,
+    extensions: extensions::Memo,
     patched: envoy_filter::Memo,
 }
 
@@ -642,6 +644,7 @@ impl Translator {
         let mut generated = out.generated();
         if generator == Generator::Envoy {
             out.access_logs.apply(proxy, registry, &mut generated);
+            out.extensions.apply(proxy, registry, &mut generated);
             out.patched.apply(proxy, registry, &mut generated);
         }
         generated
@@ -821,6 +824,7 @@ impl Outputs {
             endpoints: self.host_endpoints.clone(),
             listeners: ResourceMap::new(),
             routes: self.route_map.clone(),
+            extension_configs: ResourceMap::new(),
         };
         if let Some(l) = &self.listeners {
             out.listeners = l.listeners.clone();
@@ -879,13 +883,12 @@ impl GlobalInputs {
                 | Kind::RequestAuthentication
                 | Kind::JsonWebKeySet => (!grpc, false),
                 // Applied to what was built, as it is handed out (see `envoy_filter`,
-                // `telemetry`).
-                Kind::EnvoyFilter | Kind::Telemetry => (false, false),
+                // `telemetry`, `extensions`).
+                Kind::EnvoyFilter | Kind::Telemetry | Kind::WasmPlugin | Kind::TrafficExtension => {
+                    (false, false)
+                }
                 // Not translated yet: stored and validated, not applied by the agent.
-                Kind::ProxyConfig
-                | Kind::WasmPlugin
-                | Kind::TrafficExtension
-                | Kind::WorkloadGroup => (false, false),
+                Kind::ProxyConfig | Kind::WorkloadGroup => (false, false),
                 Kind::Sidecar | Kind::Gateway => (true, true),
             };
             if for_listeners {

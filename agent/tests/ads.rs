@@ -389,14 +389,14 @@ async fn delta_unknown_type_is_refused() {
     let mut c = h.delta().await;
     c.send(
         envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest {
-            type_url: "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig".into(),
+            type_url: "type.googleapis.com/envoy.service.runtime.v3.Runtime".into(),
             ..Default::default()
         },
     )
     .await;
     let err = c.recv_error().await;
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(err.message().contains("TypedExtensionConfig"));
+    assert!(err.message().contains("Runtime"));
     h.stop().await;
 }
 

@@ -28,6 +28,11 @@
 //!   response header into, each add their header to real responses; deleting them takes the
 //!   headers away.
 //!
+//! - WasmPlugin and TrafficExtension, through the store: a WasmPlugin whose module (a proxy-Wasm
+//!   module the test assembles) is a file in the server's pod, served to its Envoy over ECDS,
+//!   and a Lua TrafficExtension on the client's outbound side, each add their header to real
+//!   responses; deleting them takes the headers away.
+//!
 //! - Telemetry, through the store: a mesh-wide Telemetry logging to a file access log provider
 //!   of the mesh config makes both Envoys write a line for a real request to that file (the
 //!   server's as SERVER, the client's as CLIENT), Envoy's gRPC and OpenTelemetry log services
@@ -235,6 +240,7 @@ async fn mutual_tls_between_two_sidecars() {
         authorization_policy(&store, &client.netns, protocol).await;
         request_authentication(&store, &client.netns, protocol).await;
         envoy_filter(&store, &client.netns, protocol).await;
+        traffic_extensions(&store, &client.netns, data.path(), protocol).await;
         access_logging(&store, &client, &data.path().join("access"), protocol).await;
         tracing(&store, &client.netns, protocol).await;
 
@@ -491,6 +497,81 @@ async fn envoy_filter(store: &StoreServer, client: &Netns, protocol: &str) {
     });
     println!(
         "{protocol}: EnvoyFilters' Lua filter and virtual host header shown on real responses"
+    );
+}
+
+/// A proxy-Wasm module (ABI 0.2.1) adding `x-wasm-plugin: yes` to every response.
+const HEADER_PLUGIN: &str = r#"
+(module
+  (import "env" "proxy_add_header_map_value"
+    (func $add (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "x-wasm-pluginyes")
+  (global $heap (mut i32) (i32.const 1024))
+  (func (export "proxy_abi_version_0_2_1"))
+  (func (export "proxy_on_memory_allocate") (param $n i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $heap))
+    (global.set $heap (i32.add (global.get $heap) (local.get $n)))
+    (local.get $p))
+  (func (export "proxy_on_context_create") (param i32 i32))
+  (func (export "proxy_on_vm_start") (param i32 i32) (result i32) (i32.const 1))
+  (func (export "proxy_on_configure") (param i32 i32) (result i32) (i32.const 1))
+  ;; Response headers are map 2.
+  (func (export "proxy_on_response_headers") (param i32 i32 i32) (result i32)
+    (drop (call $add (i32.const 2) (i32.const 16) (i32.const 13) (i32.const 29) (i32.const 3)))
+    (i32.const 0)))
+"#;
+
+/// A WasmPlugin on the server (its module a file in the pod, served over ECDS) and a Lua
+/// TrafficExtension on the client add their headers to real responses; deleting them takes the
+/// headers away.
+async fn traffic_extensions(
+    store: &StoreServer,
+    client: &Netns,
+    dir: &std::path::Path,
+    protocol: &str,
+) {
+    let module = dir.join("header-plugin.wasm");
+    std::fs::write(
+        &module,
+        wat::parse_str(HEADER_PLUGIN).expect("the module assembles"),
+    )
+    .expect("write the module");
+    let plugin = json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
+        "metadata": {"name": "header", "namespace": "shop"},
+        "spec": {"selector": {"matchLabels": {"app": "server"}},
+                 "url": format!("file://{}", module.display()),
+                 "phase": "STATS", "failStrategy": "FAIL_CLOSE"}});
+    let lua = json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "TrafficExtension",
+        "metadata": {"name": "client-lua", "namespace": "shop"},
+        "spec": {"selector": {"matchLabels": {"app": "client"}},
+                 "match": [{"mode": "CLIENT"}],
+                 "lua": {"inlineCode":
+                     "function envoy_on_response(h) h:headers():add('x-client-lua', 'yes') end"}}});
+    store.apply(&[plugin, lua]).await;
+    let url = format!("http://{SERVER_VIP}/hello");
+    let host = ["--host", "server.shop.svc.cluster.local"];
+    let a = until(client, &url, &host, "the extensions' headers", |a| {
+        a.status == 200
+            && a.headers.get("x-wasm-plugin").map(String::as_str) == Some("yes")
+            && a.headers.get("x-client-lua").map(String::as_str) == Some("yes")
+    });
+    assert_eq!(
+        a.backend.as_deref(),
+        Some("server-app"),
+        "{protocol}: {a:?}"
+    );
+    store.delete("WasmPlugin", "shop", "header").await;
+    store.delete("TrafficExtension", "shop", "client-lua").await;
+    until(client, &url, &host, "no extension left", |a| {
+        a.status == 200
+            && !a.headers.contains_key("x-wasm-plugin")
+            && !a.headers.contains_key("x-client-lua")
+    });
+    println!(
+        "{protocol}: a WasmPlugin (its module over ECDS) and a Lua TrafficExtension shown on real \
+         responses"
     );
 }
 

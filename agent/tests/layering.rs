@@ -21,6 +21,8 @@ const LAYERS: &[&[&str]] = &[
 /// The same inside `translate`: its builders, lowest first (the parent module, the translator,
 /// stands on all of them and they read its `View`).
 const TRANSLATE_LAYERS: &[&[&str]] = &[
+    // The services the mesh config's providers name.
+    &["providers"],
     &["authz", "builders", "metadata", "names", "sds"],
     &["endpoint", "route"],
     &["filters", "hash"],
@@ -28,9 +30,10 @@ const TRANSLATE_LAYERS: &[&[&str]] = &[
     &["cluster"],
     &["hash"],
     &["sidecar", "gateway"],
-    // Change what all the others built: access logs, then EnvoyFilter patches.
+    // Change what all the others built: access logs and tracing, extensions, then EnvoyFilter
+    // patches.
     &["patched"],
-    &["telemetry", "envoy_filter"],
+    &["telemetry", "extensions", "envoy_filter"],
 ];
 
 /// The same inside `ads`.

@@ -110,11 +110,19 @@ impl Snapshot {
     /// The snapshot serving what the translator generated; the resources are shared with it.
     pub fn from_generated(generated: &Generated) -> Self {
         let mut snapshot = Snapshot::new();
-        let [clusters, endpoints, listeners, routes, _secrets] = &mut snapshot.types;
+        let [
+            clusters,
+            endpoints,
+            listeners,
+            routes,
+            _secrets,
+            extension_configs,
+        ] = &mut snapshot.types;
         clusters.clone_from(&generated.clusters);
         endpoints.clone_from(&generated.endpoints);
         listeners.clone_from(&generated.listeners);
         routes.clone_from(&generated.routes);
+        extension_configs.clone_from(&generated.extension_configs);
         snapshot
     }
 
@@ -127,6 +135,7 @@ impl Snapshot {
             endpoints: self.unpack_all(TypeKind::Endpoint)?,
             listeners: self.unpack_all(TypeKind::Listener)?,
             routes: self.unpack_all(TypeKind::Route)?,
+            extension_configs: self.unpack_all(TypeKind::ExtensionConfig)?,
         })
     }
 

@@ -222,6 +222,9 @@ enum Parsed {
     JsonWebKeySet(Arc<Config<pasa_proto::istio::request_authentication::JsonWebKeySet>>),
     EnvoyFilter(Arc<Config<pasa_proto::istio::envoy_filter::EnvoyFilter>>),
     Telemetry(Arc<Config<pasa_proto::istio::telemetry::Telemetry>>),
+    /// A TrafficExtension, or a WasmPlugin read as one (as istiod reads it: its name marked
+    /// with [`pasa_proto::istio::extensions::WASM_PLUGIN_MARKER`]).
+    TrafficExtension(Arc<Config<pasa_proto::istio::extensions::TrafficExtension>>),
     /// A kind translation does not read, or a spec that did not parse.
     Ignored,
 }
@@ -491,6 +494,29 @@ impl Registry {
             .filter_map(|(_, e)| match &e.parsed {
                 Parsed::Telemetry(c) => Some(c.as_ref()),
                 _ => None,
+            })
+    }
+
+    /// The TrafficExtensions, and the WasmPlugins read as TrafficExtensions (ranges of the
+    /// entries: a proxy with none pays nothing per update).
+    pub fn traffic_extensions(
+        &self,
+    ) -> impl Iterator<Item = &Config<pasa_proto::istio::extensions::TrafficExtension>> {
+        [Kind::TrafficExtension, Kind::WasmPlugin]
+            .into_iter()
+            .flat_map(move |kind| {
+                let from = Key {
+                    kind,
+                    namespace: String::new(),
+                    name: String::new(),
+                };
+                self.entries
+                    .range(from..)
+                    .take_while(move |(k, _)| k.kind == kind)
+                    .filter_map(|(_, e)| match &e.parsed {
+                        Parsed::TrafficExtension(c) => Some(c.as_ref()),
+                        _ => None,
+                    })
             })
     }
 
@@ -978,8 +1004,22 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
         }
         Some(Kind::EnvoyFilter) => typed(resource).map(|c| Parsed::EnvoyFilter(Arc::new(c))),
         Some(Kind::Telemetry) => typed(resource).map(|c| Parsed::Telemetry(Arc::new(c))),
+        Some(Kind::TrafficExtension) => {
+            typed(resource).map(|c| Parsed::TrafficExtension(Arc::new(c)))
+        }
+        Some(Kind::WasmPlugin) => {
+            typed::<pasa_proto::istio::extensions::WasmPlugin>(resource).map(|c| {
+                let mut meta = c.meta;
+                meta.name
+                    .push_str(pasa_proto::istio::extensions::WASM_PLUGIN_MARKER);
+                Parsed::TrafficExtension(Arc::new(Config {
+                    meta,
+                    spec: c.spec.to_traffic_extension(),
+                }))
+            })
+        }
         // Not translated yet: the injector keeps pods they apply to with istiod.
-        Some(Kind::ProxyConfig | Kind::WasmPlugin | Kind::TrafficExtension) => None,
+        Some(Kind::ProxyConfig) => None,
         Some(Kind::MeshConfig) => typed(resource).map(|c| Parsed::MeshConfig(Arc::new(c))),
         Some(Kind::JsonWebKeySet) => typed(resource).map(|c| Parsed::JsonWebKeySet(Arc::new(c))),
         // The control plane's (auto-registration), not a proxy's.

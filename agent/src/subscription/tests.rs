@@ -174,6 +174,8 @@ fn a_fresh_sidecar_asks_for_its_scope_first_then_for_what_it_sees() {
             "RequestAuthentication",
             "EnvoyFilter",
             "Telemetry",
+            "WasmPlugin",
+            "TrafficExtension",
             "MeshConfig",
             "JsonWebKeySet"
         ]

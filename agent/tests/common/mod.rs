@@ -389,6 +389,12 @@ pub fn body(kind: TypeKind, name: &str) -> Any {
         TypeKind::Listener => listener(name),
         TypeKind::Route => route(name),
         TypeKind::Secret => secret(name),
+        TypeKind::ExtensionConfig => pack_any(
+            envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig {
+                name: name.into(),
+                ..Default::default()
+            },
+        ),
     }
 }
 
@@ -410,6 +416,11 @@ pub fn name_of(any: &Any) -> String {
         TypeKind::Listener => Listener::decode(bytes).unwrap().name,
         TypeKind::Route => RouteConfiguration::decode(bytes).unwrap().name,
         TypeKind::Secret => Secret::decode(bytes).unwrap().name,
+        TypeKind::ExtensionConfig => {
+            envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig::decode(bytes)
+                .unwrap()
+                .name
+        }
     }
 }
 

@@ -181,8 +181,8 @@ impl Injector {
     }
 }
 
-/// The kinds of which PASA's agent does not apply everything yet (WasmPlugin, TrafficExtension;
-/// Telemetry with metrics, or tracing providers other than Zipkin, Datadog, SkyWalking and
+/// The kinds of which PASA's agent does not apply everything yet (WasmPlugin and
+/// TrafficExtension with Wasm modules not in the pod's files; Telemetry with metrics, or tracing providers other than Zipkin, Datadog, SkyWalking and
 /// OpenTelemetry ones; EnvoyFilter
 /// with `EXTENSION_CONFIG` or `BOOTSTRAP` patches;
 /// RequestAuthentication whose keys are neither inline nor fetched
@@ -299,18 +299,29 @@ pub fn unenforced_policies(
                     )),
                     Err(_) => unreadable,
                 },
-                Ok(Kind::WasmPlugin) => {
-                    parse_spec_json::<WasmPlugin>(&p.spec_json).map_or(unreadable, |w| {
-                        Some((
-                            w.selector,
-                            w.target_ref.is_some() || !w.target_refs.is_empty(),
-                        ))
-                    })
+                // Applied when the agent has the module (see `module_loaded_by_agent`), and Lua
+                // always.
+                Ok(Kind::WasmPlugin) => match parse_spec_json::<WasmPlugin>(&p.spec_json) {
+                    Ok(w) if module_loaded_by_agent(&w.url) => None,
+                    Ok(w) => Some((
+                        w.selector,
+                        w.target_ref.is_some() || !w.target_refs.is_empty(),
+                    )),
+                    Err(_) => unreadable,
+                },
+                Ok(Kind::TrafficExtension) => {
+                    match parse_spec_json::<TrafficExtension>(&p.spec_json) {
+                        Ok(t)
+                            if t.wasm
+                                .as_ref()
+                                .is_none_or(|w| module_loaded_by_agent(&w.url)) =>
+                        {
+                            None
+                        }
+                        Ok(t) => Some((t.selector, !t.target_refs.is_empty())),
+                        Err(_) => unreadable,
+                    }
                 }
-                Ok(Kind::TrafficExtension) => parse_spec_json::<TrafficExtension>(&p.spec_json)
-                    .map_or(unreadable, |t| {
-                        Some((t.selector, !t.target_refs.is_empty()))
-                    }),
                 Ok(Kind::EnvoyFilter) => envoy_filter_attachment(&p.spec_json),
                 _ => None,
             }
@@ -331,6 +342,13 @@ pub fn unenforced_policies(
         })
         .map(|p| format!("{} {}/{}", p.kind, p.namespace, p.name))
         .collect()
+}
+
+/// Whether the agent loads the Wasm module at `url` as pilot-agent would: a file in the pod.
+/// Modules elsewhere (`oci://`, `http(s)://`) are not fetched by the agent yet, and their
+/// filters would fail open or closed where istiod's proxies run the module.
+fn module_loaded_by_agent(url: &str) -> bool {
+    url.starts_with("file://")
 }
 
 /// Whether the agent applies all of `t` as istiod does: no metrics; access logging to providers
@@ -839,11 +857,25 @@ mod tests {
                 "for-ratings",
                 json!({"selector": {"matchLabels": {"app": "ratings"}}, "url": "oci://x/y"}),
             ),
+            // Lua, and a module in the pod's files: applied by the agent. A module elsewhere
+            // is not fetched by it.
             policy(
                 "TrafficExtension",
                 "bookinfo",
                 "lua",
                 json!({"lua": {"inlineCode": "x"}}),
+            ),
+            policy(
+                "WasmPlugin",
+                "bookinfo",
+                "local-module",
+                json!({"url": "file:///opt/plugin.wasm"}),
+            ),
+            policy(
+                "TrafficExtension",
+                "bookinfo",
+                "remote-module",
+                json!({"wasm": {"url": "https://example.com/plugin.wasm"}}),
             ),
             // The mesh config defines `ext`: CUSTOM policies delegating to it are enforced.
             // Keys fetched into the store: enforced by the agent.
@@ -896,7 +928,7 @@ mod tests {
                 "EnvoyFilter bookinfo/istio-stats",
                 "Telemetry bookinfo/lightstep",
                 "Telemetry bookinfo/metrics",
-                "TrafficExtension bookinfo/lua",
+                "TrafficExtension bookinfo/remote-module",
             ]
         );
         assert!(unenforced_policies(&pod, "bookinfo", "istio-system", &policies[1..2]).is_empty());

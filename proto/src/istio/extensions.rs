@@ -141,3 +141,40 @@ pub struct TrafficSelector {
     #[serde(default)]
     pub ports: Vec<Option<PortSelector>>,
 }
+
+/// What istiod appends to a WasmPlugin's name when it reads it as a TrafficExtension (`~` is no
+/// Kubernetes name character, so no real TrafficExtension collides).
+pub const WASM_PLUGIN_MARKER: &str = "~istio-translated-wasmplugin";
+
+impl WasmPlugin {
+    /// The TrafficExtension istiod reads this WasmPlugin as (named with
+    /// [`WASM_PLUGIN_MARKER`]): the deprecated `targetRef` folded into `targetRefs`, the module
+    /// fields under `wasm`.
+    pub fn to_traffic_extension(&self) -> TrafficExtension {
+        let mut target_refs = self.target_refs.clone();
+        if target_refs.is_empty() {
+            target_refs.extend(self.target_ref.clone());
+        }
+        TrafficExtension {
+            selector: self.selector.clone(),
+            target_refs,
+            // The two enums share their numbers; only the unset name differs.
+            phase: self.phase.clone().filter(|p| p != "UNSPECIFIED_PHASE"),
+            priority: self.priority,
+            match_: self.match_.clone(),
+            wasm: Some(WasmConfig {
+                url: self.url.clone(),
+                sha256: self.sha256.clone(),
+                image_pull_policy: self.image_pull_policy.clone(),
+                image_pull_secret: self.image_pull_secret.clone(),
+                verification_key: self.verification_key.clone(),
+                plugin_config: self.plugin_config.clone(),
+                plugin_name: self.plugin_name.clone(),
+                fail_strategy: self.fail_strategy.clone(),
+                vm_config: self.vm_config.clone(),
+                type_: self.type_.clone(),
+            }),
+            lua: None,
+        }
+    }
+}

@@ -1,0 +1,523 @@
+//! TrafficExtensions, and WasmPlugins read as TrafficExtensions (as istiod reads them), on what
+//! the other builders built for Envoy.
+//!
+//! **Which.** Those of the proxy's config namespace and of the root namespace, without a
+//! selector or with one the proxy's labels match (attached by `targetRefs`: waypoints' and
+//! Kubernetes gateways', not here), a Wasm one with a module URL, a Lua one with code of at
+//! most 64 KiB. Per phase, by `priority` (highest first; unset lowest), ties in the proxy's
+//! namespace before the root namespace's, oldest first.
+//!
+//! **Where.** Each HTTP connection manager (a sidecar's inbound side is SERVER, its outbound
+//! side and a router CLIENT, as for Telemetry; `match` may narrow both side and port) gets the
+//! HTTP extensions (Wasm `type` unset or `HTTP`, and Lua) in istiod's places: `AUTHN` after the
+//! external authorizers of CUSTOM policies and before the JWT filter, `AUTHZ` before the RBAC
+//! filters, `STATS` then unset after them, before the connection manager's own filters.
+//! Network Wasm extensions go before the connection manager, and in TCP chains before the TCP
+//! proxy (`AUTHN` and `AUTHZ` before the network RBAC filters).
+//!
+//! **How.** A Lua extension is inline. A Wasm one is named by `config_discovery` and served over
+//! ECDS (`extensions.istio.io/trafficextension/<namespace>.<name>`), its listeners waiting for
+//! it: an HTTP or network Wasm filter whose VM (V8) loads the module, with the plugin's
+//! configuration as JSON, its root ID, environment and failure policy. What pilot-agent does
+//! for istiod's proxies, the agent does itself: a `file://` module is loaded from the pod's
+//! file system; a module elsewhere (`oci://`, `http(s)://`, an image reference) is not
+//! fetched yet, so the filter becomes what pilot-agent sends when a fetch fails, an RBAC filter
+//! letting everything through (`FAIL_OPEN`) or nothing (otherwise).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::{
+    AggregatedConfigSource, ApiVersion, AsyncDataSource, ConfigSource, DataSource,
+    ExtensionConfigSource, TypedExtensionConfig, async_data_source, config_source, data_source,
+};
+use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
+use envoy_types::pb::envoy::config::rbac::v3::Rbac as RbacRules;
+use envoy_types::pb::envoy::extensions::filters::http::lua::v3::Lua;
+use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+use envoy_types::pb::envoy::extensions::filters::http::wasm::v3::Wasm as HttpWasm;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, http_filter,
+};
+use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
+use envoy_types::pb::envoy::extensions::filters::network::wasm::v3::Wasm as NetworkWasm;
+use envoy_types::pb::envoy::extensions::wasm::v3::{
+    EnvironmentVariables, FailurePolicy, PluginConfig, VmConfig, plugin_config,
+};
+use envoy_types::pb::google::protobuf::{Any, Duration, StringValue};
+use envoy_types::util::pack_any;
+use pasa_proto::istio::authorization_policy::applies_to_sidecar;
+use pasa_proto::istio::extensions::TrafficExtension;
+use pasa_proto::node::ProxyType;
+use prost::{Message, Name};
+
+use super::filters::{HCM, TCP_PROXY};
+use super::names;
+use super::patched::{self, Type};
+use crate::model::proxy::Proxy;
+use crate::model::registry::{Config, Registry};
+use crate::resource::{Generated, Resource};
+
+/// The prefix of an extension's ECDS resource (and filter) name.
+pub const RESOURCE_PREFIX: &str = "extensions.istio.io/trafficextension/";
+const RUNTIME: &str = "envoy.wasm.runtime.v8";
+/// The largest Lua script istiod takes.
+const MAX_LUA_BYTES: usize = 64 * 1024;
+const HTTP_EXT_AUTHZ: &str = "envoy.filters.http.ext_authz";
+const HTTP_JWT: &str = "envoy.filters.http.jwt_authn";
+const HTTP_RBAC: &str = "envoy.filters.http.rbac";
+const NETWORK_EXT_AUTHZ: &str = "envoy.filters.network.ext_authz";
+
+/// The phases, in the order of their places in a filter chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Phase {
+    Authn,
+    Authz,
+    Stats,
+    Unspecified,
+}
+
+impl Phase {
+    fn of(name: Option<&str>) -> Phase {
+        match name {
+            Some("AUTHN") => Phase::Authn,
+            Some("AUTHZ") => Phase::Authz,
+            Some("STATS") => Phase::Stats,
+            _ => Phase::Unspecified,
+        }
+    }
+}
+
+/// One extension that applies to the proxy, ready to insert.
+#[derive(Debug, Clone)]
+struct Extension<'a> {
+    resource_name: String,
+    phase: Phase,
+    config: &'a Config<TrafficExtension>,
+    /// A network (L4) Wasm filter rather than an HTTP one.
+    network: bool,
+}
+
+impl Extension<'_> {
+    fn spec(&self) -> &TrafficExtension {
+        &self.config.spec
+    }
+
+    /// Whether it runs on `side`'s traffic to `port` (0: unknown, matched only without ports).
+    fn matches(&self, side: Side, port: u32) -> bool {
+        let selectors: Vec<_> = self.spec().match_.iter().flatten().collect();
+        selectors.is_empty()
+            || selectors.iter().any(|s| {
+                let mode = match s.mode.as_deref() {
+                    None | Some("UNDEFINED" | "CLIENT_AND_SERVER") => true,
+                    Some("CLIENT") => side == Side::Client,
+                    Some("SERVER") => side == Side::Server,
+                    Some(_) => false,
+                };
+                let ports: Vec<u32> = s
+                    .ports
+                    .iter()
+                    .flatten()
+                    .map(|p| p.number)
+                    .filter(|n| *n != 0)
+                    .collect();
+                mode && (ports.is_empty() || ports.contains(&port))
+            })
+    }
+
+    /// The filter a connection manager gets: Lua inline, Wasm by ECDS.
+    fn http_filter(&self) -> HttpFilter {
+        let config_type = match &self.spec().lua {
+            Some(lua) => http_filter::ConfigType::TypedConfig(pack_any(Lua {
+                default_source_code: Some(DataSource {
+                    specifier: Some(data_source::Specifier::InlineString(
+                        lua.inline_code.clone(),
+                    )),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })),
+            None => http_filter::ConfigType::ConfigDiscovery(discovery(&[
+                HttpWasm::type_url(),
+                HttpRbac::type_url(),
+            ])),
+        };
+        HttpFilter {
+            name: self.resource_name.clone(),
+            config_type: Some(config_type),
+            ..Default::default()
+        }
+    }
+
+    fn network_filter(&self) -> Filter {
+        Filter {
+            name: self.resource_name.clone(),
+            config_type: Some(filter::ConfigType::ConfigDiscovery(discovery(&[
+                NetworkWasm::type_url(),
+                NetworkRbac::type_url(),
+            ]))),
+        }
+    }
+
+    /// The ECDS resource of a Wasm extension.
+    fn extension_config(&self) -> Option<TypedExtensionConfig> {
+        let wasm = self.spec().wasm.as_ref()?;
+        let namespaced = format!("{}.{}", self.config.meta.namespace, self.config.meta.name);
+        let fail_open = wasm.fail_strategy.as_deref() == Some("FAIL_OPEN");
+        let typed_config = match module(&wasm.url) {
+            Some(code) => {
+                let config = PluginConfig {
+                    name: namespaced,
+                    root_id: wasm.plugin_name.clone(),
+                    configuration: Some(configuration(wasm.plugin_config.as_ref())),
+                    failure_policy: match wasm.fail_strategy.as_deref() {
+                        Some("FAIL_OPEN") => FailurePolicy::FailOpen,
+                        Some("FAIL_CLOSE") => FailurePolicy::FailClosed,
+                        Some("FAIL_RELOAD") => FailurePolicy::FailReload,
+                        _ => FailurePolicy::Unspecified,
+                    } as i32,
+                    vm: Some(plugin_config::Vm::VmConfig(VmConfig {
+                        runtime: RUNTIME.into(),
+                        code: Some(code),
+                        environment_variables: environment(wasm.vm_config.as_ref()),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                };
+                if self.network {
+                    pack_any(NetworkWasm {
+                        config: Some(config),
+                    })
+                } else {
+                    pack_any(HttpWasm {
+                        config: Some(config),
+                    })
+                }
+            }
+            None => {
+                // Not fetched: pilot-agent's filter for a module it could not fetch.
+                let rules = (!fail_open).then(RbacRules::default);
+                let prefix = if fail_open {
+                    "wasm-default-allow"
+                } else {
+                    "wasm-default-deny"
+                };
+                if self.network {
+                    pack_any(NetworkRbac {
+                        rules,
+                        stat_prefix: prefix.into(),
+                        ..Default::default()
+                    })
+                } else {
+                    pack_any(HttpRbac {
+                        rules,
+                        ..Default::default()
+                    })
+                }
+            }
+        };
+        Some(TypedExtensionConfig {
+            name: self.resource_name.clone(),
+            typed_config: Some(typed_config),
+        })
+    }
+}
+
+/// Which side of the traffic a connection manager serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client,
+    Server,
+}
+
+fn discovery(type_urls: &[String]) -> ExtensionConfigSource {
+    ExtensionConfigSource {
+        config_source: Some(ConfigSource {
+            config_source_specifier: Some(config_source::ConfigSourceSpecifier::Ads(
+                AggregatedConfigSource::default(),
+            )),
+            resource_api_version: ApiVersion::V3 as i32,
+            // The listener waits for its extensions: they may be what secures it.
+            initial_fetch_timeout: Some(Duration::default()),
+            ..Default::default()
+        }),
+        type_urls: type_urls.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// Where the VM loads the module from, when the agent has it: a `file://` module from the pod's
+/// file system.
+fn module(url: &str) -> Option<AsyncDataSource> {
+    let path = url.strip_prefix("file://")?;
+    Some(AsyncDataSource {
+        specifier: Some(async_data_source::Specifier::Local(DataSource {
+            specifier: Some(data_source::Specifier::Filename(path.to_string())),
+            ..Default::default()
+        })),
+    })
+}
+
+/// The plugin's configuration: its JSON as a string value, or an empty `Any` (istiod's).
+fn configuration(config: Option<&serde_json::Value>) -> Any {
+    match config.filter(|c| c.as_object().is_some_and(|o| !o.is_empty())) {
+        Some(c) => pack_any(StringValue {
+            value: c.to_string(),
+        }),
+        None => Any::default(),
+    }
+}
+
+/// The VM's environment: inline values, and the names of the host's variables it may read.
+fn environment(
+    vm: Option<&pasa_proto::istio::extensions::VmConfig>,
+) -> Option<EnvironmentVariables> {
+    let vars: Vec<_> = vm
+        .into_iter()
+        .flat_map(|v| v.env.iter().flatten())
+        .collect();
+    if vars.is_empty() {
+        return None;
+    }
+    let mut out = EnvironmentVariables::default();
+    for v in vars {
+        match v.value_from.as_deref() {
+            Some("HOST") => out.host_env_keys.push(v.name.clone()),
+            _ => {
+                out.key_values.insert(v.name.clone(), v.value.clone());
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The extensions that apply to `proxy`, in istiod's order.
+fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<Extension<'a>> {
+    let root = proxy.mesh.root_namespace.as_str();
+    let mut namespaces = vec![proxy.config_namespace.as_str()];
+    if proxy.config_namespace != root {
+        namespaces.push(root);
+    }
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let mut here: Vec<&Config<TrafficExtension>> = registry
+            .traffic_extensions()
+            .filter(|c| c.meta.namespace == ns)
+            .filter(|c| {
+                applies_to_sidecar(
+                    &c.meta.namespace,
+                    c.spec.selector.as_ref(),
+                    !c.spec.target_refs.is_empty(),
+                    root,
+                    &proxy.config_namespace,
+                    &proxy.labels,
+                )
+            })
+            .filter(|c| usable(c))
+            .collect();
+        here.sort_by(|a, b| a.meta.age_key().cmp(&b.meta.age_key()));
+        out.extend(here.into_iter().map(|config| {
+            Extension {
+                resource_name: format!(
+                    "{RESOURCE_PREFIX}{}.{}",
+                    config.meta.namespace, config.meta.name
+                ),
+                phase: Phase::of(config.spec.phase.as_deref()),
+                network: config
+                    .spec
+                    .wasm
+                    .as_ref()
+                    .is_some_and(|w| w.type_.as_deref() == Some("NETWORK")),
+                config,
+            }
+        }));
+    }
+    out.sort_by_key(|e| std::cmp::Reverse(e.spec().priority.unwrap_or(i32::MIN)));
+    out
+}
+
+/// Whether istiod keeps the extension: a Wasm module URL, or Lua code of allowed size.
+fn usable(c: &Config<TrafficExtension>) -> bool {
+    match (&c.spec.wasm, &c.spec.lua) {
+        (Some(w), _) => !w.url.is_empty(),
+        (None, Some(l)) => !l.inline_code.is_empty() && l.inline_code.len() <= MAX_LUA_BYTES,
+        (None, None) => false,
+    }
+}
+
+/// The place of each phase among `names` (an HTTP filter chain): after CUSTOM's authorizers,
+/// after the JWT filter, after the RBAC filters.
+fn http_places(names: &[&str]) -> [usize; 3] {
+    let authn = names
+        .iter()
+        .rposition(|n| *n == HTTP_EXT_AUTHZ)
+        .map_or(0, |i| i + 1);
+    let authz = names
+        .iter()
+        .position(|n| *n == HTTP_JWT)
+        .map_or(authn, |i| i + 1)
+        .max(authn);
+    let stats = (authz..names.len())
+        .find(|&i| names[i] != HTTP_RBAC)
+        .unwrap_or(names.len());
+    [authn, authz, stats]
+}
+
+/// Inserts `exts` (in order) into `list` at each phase's place (`places`: AUTHN, AUTHZ, and
+/// STATS with unset).
+fn insert<T>(list: &mut Vec<T>, places: [usize; 3], exts: Vec<(Phase, T)>) {
+    let mut by_place: BTreeMap<usize, Vec<T>> = BTreeMap::new();
+    let mut sorted = exts;
+    // Stable: within a phase, the given order.
+    sorted.sort_by_key(|(p, _)| *p);
+    for (phase, item) in sorted {
+        let at = match phase {
+            Phase::Authn => places[0],
+            Phase::Authz => places[1],
+            Phase::Stats | Phase::Unspecified => places[2],
+        };
+        by_place.entry(at).or_default().push(item);
+    }
+    // From the back, so the earlier places stay where they were.
+    for (at, items) in by_place.into_iter().rev() {
+        list.splice(at..at, items);
+    }
+}
+
+/// Puts the extensions that match `side` on `chain`; whether anything changed.
+fn put_chain(chain: &mut FilterChain, exts: &[Extension<'_>], side: Side, port: u32) -> bool {
+    let here: Vec<&Extension<'_>> = exts.iter().filter(|e| e.matches(side, port)).collect();
+    if here.is_empty() {
+        return false;
+    }
+    let network: Vec<(Phase, Filter)> = here
+        .iter()
+        .filter(|e| e.network)
+        .map(|e| (e.phase, e.network_filter()))
+        .collect();
+    let http: Vec<(Phase, HttpFilter)> = here
+        .iter()
+        .filter(|e| !e.network)
+        .map(|e| (e.phase, e.http_filter()))
+        .collect();
+    let mut changed = false;
+    let Some(last) = chain.filters.last_mut() else {
+        return false;
+    };
+    if last.name == HCM {
+        if !http.is_empty()
+            && let Some(filter::ConfigType::TypedConfig(any)) = &mut last.config_type
+            && let Ok(mut hcm) = HttpConnectionManager::decode(any.value.as_slice())
+        {
+            let names: Vec<&str> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
+            let places = http_places(&names);
+            insert(&mut hcm.http_filters, places, http);
+            any.value = hcm.encode_to_vec();
+            changed = true;
+        }
+        if !network.is_empty() {
+            // All before the connection manager, in phase order.
+            let at = chain.filters.len() - 1;
+            insert(&mut chain.filters, [at; 3], network);
+            changed = true;
+        }
+    } else if last.name == TCP_PROXY && !network.is_empty() {
+        let authz = chain
+            .filters
+            .iter()
+            .rposition(|f| f.name == NETWORK_EXT_AUTHZ)
+            .map_or(0, |i| i + 1);
+        let proxy = chain.filters.len() - 1;
+        insert(&mut chain.filters, [0, authz, proxy], network);
+        changed = true;
+    }
+    changed
+}
+
+/// The port of a listener's address (0 for none).
+fn listener_port(l: &Listener) -> u32 {
+    use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
+    match l.address.as_ref().and_then(|a| a.address.as_ref()) {
+        Some(address::Address::SocketAddress(s)) => match s.port_specifier {
+            Some(socket_address::PortSpecifier::PortValue(p)) => p,
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// What extensions remember across generations.
+#[derive(Debug, Default)]
+pub(crate) struct Memo {
+    changed: patched::Memo,
+}
+
+impl Memo {
+    /// Puts the extensions that apply to `proxy` on the listeners of `generated`, and their
+    /// Wasm filters in its ECDS resources.
+    pub(crate) fn apply(&mut self, proxy: &Proxy, registry: &Registry, generated: &mut Generated) {
+        let exts = applying(proxy, registry);
+        if exts.is_empty() {
+            self.changed.clear();
+            return;
+        }
+        for e in &exts {
+            if let Some(config) = e.extension_config() {
+                generated
+                    .extension_configs
+                    .insert(e.resource_name.clone(), Resource::pack(&config));
+            }
+        }
+        let fingerprint = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            for e in &exts {
+                e.resource_name.hash(&mut h);
+                e.config.meta.revision.hash(&mut h);
+                e.spec().priority.hash(&mut h);
+            }
+            h.finish()
+        };
+        self.changed.begin(fingerprint);
+        let router = proxy.kind == ProxyType::Router;
+        self.changed
+            .each(Type::Listener, &mut generated.listeners, |r| {
+                let mut l = Listener::decode(r.body.value.as_slice()).ok()?;
+                let inbound = !router && l.name == names::VIRTUAL_INBOUND;
+                if !router && l.name == names::VIRTUAL_OUTBOUND {
+                    // The catch-all: passthrough and blackhole, as istiod builds them.
+                    return Some(Arc::clone(r));
+                }
+                let side = if inbound { Side::Server } else { Side::Client };
+                let listener_port = listener_port(&l);
+                let mut changed = false;
+                for chain in l
+                    .filter_chains
+                    .iter_mut()
+                    .chain(l.default_filter_chain.as_mut())
+                {
+                    if chain.name == names::VIRTUAL_INBOUND_BLACKHOLE {
+                        continue;
+                    }
+                    let port = if inbound {
+                        chain
+                            .filter_chain_match
+                            .as_ref()
+                            .and_then(|m| m.destination_port)
+                            .map_or(0, |p| p.value)
+                    } else {
+                        listener_port
+                    };
+                    changed |= put_chain(chain, &exts, side, port);
+                }
+                if changed {
+                    Some(Resource::pack(&l))
+                } else {
+                    Some(Arc::clone(r))
+                }
+            });
+    }
+}
+
+#[cfg(test)]
+mod tests;
