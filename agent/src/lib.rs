@@ -33,6 +33,7 @@ pub mod run;
 pub mod simulate;
 pub mod subscription;
 pub mod translate;
+pub mod wasm;
 mod worker;
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ use crate::resource::Generated;
 use crate::resource::TypeKind;
 use crate::subscription;
 use crate::translate::Translator;
+use crate::translate::extensions::ModuleSource;
 use crate::worker::{self, Asks};
 use pasa_runtime::drain::stopped;
 
@@ -96,6 +97,11 @@ pub struct AgentArgs {
     /// it runs, clients keep the last config published and the agent keeps serving.
     #[arg(long, env = "PASA_TRANSLATION_BUDGET", default_value = "5s", value_parser = pasa_proto::duration::parse)]
     pub translation_budget: Duration,
+    /// Who fetches the Wasm modules of WasmPlugins and TrafficExtensions that are not files in
+    /// the pod: `agent` (the agent, over HTTP(S), into --cache-dir) or `pilot-agent` (Istio's
+    /// proxy agent in front of Envoy, as for istiod: the agent sends the modules' URLs).
+    #[arg(long, env = "PASA_WASM_FETCHER", default_value = "agent", value_parser = ["agent", "pilot-agent"])]
+    pub wasm_fetcher: String,
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
@@ -258,11 +264,27 @@ pub async fn run(
     let metrics = Arc::new(Metrics::default());
     let publisher = Arc::new(SnapshotPublisher::new());
     let status = StatusRegistry::new();
+    // Where Wasm modules come from; `fetched` moves when the agent fetched one.
+    let (never_fetched, _) = watch::channel(0);
+    let (modules, mut fetched): (Arc<dyn ModuleSource>, watch::Receiver<u64>) =
+        if args.wasm_fetcher == "pilot-agent" {
+            (Arc::new(crate::wasm::PilotAgent), never_fetched.subscribe())
+        } else {
+            let dir = args
+                .cache_dir
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join("pasa-agent"))
+                .join("wasm");
+            let fetcher = crate::wasm::Fetcher::new(dir, tokio::runtime::Handle::current());
+            let done = fetcher.done();
+            (Arc::new(fetcher), done)
+        };
     let mut serving = Serving {
-        translator: Translator::new(proxy.clone()),
+        translator: Translator::new(proxy.clone()).with_modules(modules),
         publisher: Arc::clone(&publisher),
         metrics: Arc::clone(&metrics),
         translated: Default::default(),
+        modules: fetched.clone(),
         held: 0,
     };
 
@@ -481,6 +503,19 @@ pub async fn run(
                 });
                 complete = Some(cache);
             }
+            Ok(()) = fetched.changed() => {
+                // A Wasm module came (or did not): its ECDS resource is built again.
+                fetched.borrow_and_update();
+                if let Some(cache) = &complete {
+                    jobs.ask(Job {
+                        cache: Arc::clone(cache),
+                        wanted: wanted.borrow().clone(),
+                        received: Instant::now(),
+                        following: !is_degraded(&link.borrow()),
+                        follows_scope: false,
+                    });
+                }
+            }
             changed = wanted.changed() => {
                 if changed.is_err() {
                     continue;
@@ -627,8 +662,12 @@ struct Serving {
     translator: Translator,
     publisher: Arc<SnapshotPublisher>,
     metrics: Arc<Metrics>,
-    /// The cache each generator was last translated from.
-    translated: std::collections::BTreeMap<Generator, Arc<Cache>>,
+    /// The cache each generator was last translated from, and how many Wasm module fetches
+    /// had ended then.
+    translated: std::collections::BTreeMap<Generator, (Arc<Cache>, u64)>,
+    /// How many Wasm module fetches have ended: a cache already translated is translated again
+    /// once a module came.
+    modules: watch::Receiver<u64>,
     /// Translations in a row not published because their scope had not arrived yet.
     held: u32,
 }
@@ -662,11 +701,13 @@ impl Serving {
         following: bool,
     ) -> pasa_proto::store::v1::Subscription {
         let mut generated = Vec::new();
+        // Read before translating: a module that comes meanwhile brings another translation.
+        let fetched = *self.modules.borrow();
         for &generator in wanted {
             if self
                 .translated
                 .get(&generator)
-                .is_some_and(|done| Arc::ptr_eq(done, cache))
+                .is_some_and(|(done, then)| Arc::ptr_eq(done, cache) && *then == fetched)
             {
                 continue;
             }
@@ -701,14 +742,15 @@ impl Serving {
             let committed = cache.first_commit_after(
                 self.translated
                     .get(&generator)
-                    .map_or(0, |previous| previous.revision()),
+                    .map_or(0, |(previous, _)| previous.revision()),
             );
             let snapshot = Snapshot::from_generated(&resources).with_origin(Origin {
                 received,
                 committed,
             });
             self.publisher.publish(generator, snapshot);
-            self.translated.insert(generator, Arc::clone(cache));
+            self.translated
+                .insert(generator, (Arc::clone(cache), fetched));
             tracing::debug!(
                 generator = generator.name(),
                 revision = cache.revision(),

@@ -571,6 +571,8 @@ pub struct Translator {
     /// The store subscription the last update's view of the config calls for.
     subscription: pasa_proto::store::v1::Subscription,
     view: ViewMemo,
+    /// Where Wasm modules not in the pod's files come from (none: nowhere).
+    modules: Option<std::sync::Arc<dyn extensions::ModuleSource>>,
 }
 
 impl Translator {
@@ -583,7 +585,14 @@ impl Translator {
             rebuilt: Rebuilt::default(),
             subscription: Default::default(),
             view: ViewMemo::default(),
+            modules: None,
         }
+    }
+
+    /// Takes the Wasm modules of extensions that are not files in the pod from `modules`.
+    pub fn with_modules(mut self, modules: std::sync::Arc<dyn extensions::ModuleSource>) -> Self {
+        self.modules = Some(modules);
+        self
     }
 
     pub fn proxy(&self) -> &Proxy {
@@ -622,6 +631,7 @@ impl Translator {
             rebuilt,
             subscription,
             view: view_memo,
+            modules,
         } = self;
         registry.update(cache, &proxy.mesh.domain_suffix);
         let view = View::new(proxy, registry, view_memo);
@@ -644,7 +654,8 @@ impl Translator {
         let mut generated = out.generated();
         if generator == Generator::Envoy {
             out.access_logs.apply(proxy, registry, &mut generated);
-            out.extensions.apply(proxy, registry, &mut generated);
+            out.extensions
+                .apply(proxy, registry, modules.as_deref(), &mut generated);
             out.patched.apply(proxy, registry, &mut generated);
         }
         generated

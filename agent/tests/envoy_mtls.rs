@@ -31,7 +31,9 @@
 //! - WasmPlugin and TrafficExtension, through the store: a WasmPlugin whose module (a proxy-Wasm
 //!   module the test assembles) is a file in the server's pod, served to its Envoy over ECDS,
 //!   and a Lua TrafficExtension on the client's outbound side, each add their header to real
-//!   responses; deleting them takes the headers away.
+//!   responses; the same module over HTTP is fetched by the agent and checked against its
+//!   SHA-256; one whose checksum is wrong fails closed (403); deleting them takes the headers
+//!   away.
 //!
 //! - Telemetry, through the store: a mesh-wide Telemetry logging to a file access log provider
 //!   of the mesh config makes both Envoys write a line for a real request to that file (the
@@ -562,7 +564,43 @@ async fn traffic_extensions(
         Some("server-app"),
         "{protocol}: {a:?}"
     );
+    println!("{protocol}: a WasmPlugin's module from the pod's files runs in the server's Envoy");
+
+    // The same module over HTTP, fetched by the agent and checked against its SHA-256.
+    let bytes = std::fs::read(&module).expect("the module");
+    let served = serve_once_per_request(bytes.clone()).await;
+    let sum: String = ring::digest::digest(&ring::digest::SHA256, &bytes)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let fetched = |name: &str, sha256: &str| {
+        json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"selector": {"matchLabels": {"app": "server"}},
+                     "url": format!("http://{served}/{name}.wasm"), "sha256": sha256,
+                     "failStrategy": "FAIL_CLOSE"}})
+    };
     store.delete("WasmPlugin", "shop", "header").await;
+    until(client, &url, &host, "the file's module gone", |a| {
+        a.status == 200 && !a.headers.contains_key("x-wasm-plugin")
+    });
+    store.apply(&[fetched("fetched", &sum)]).await;
+    until(client, &url, &host, "the fetched module's header", |a| {
+        a.status == 200 && a.headers.get("x-wasm-plugin").map(String::as_str) == Some("yes")
+    });
+    // A module whose checksum is not the one given fails closed: every request refused.
+    store.apply(&[fetched("bad-sum", &"0".repeat(64))]).await;
+    let refused = until(client, &url, &host, "the bad module failing closed", |a| {
+        a.status == 403
+    });
+    assert_ne!(
+        refused.backend.as_deref(),
+        Some("server-app"),
+        "{protocol}: {refused:?}"
+    );
+    store.delete("WasmPlugin", "shop", "bad-sum").await;
+    store.delete("WasmPlugin", "shop", "fetched").await;
     store.delete("TrafficExtension", "shop", "client-lua").await;
     until(client, &url, &host, "no extension left", |a| {
         a.status == 200
@@ -570,9 +608,35 @@ async fn traffic_extensions(
             && !a.headers.contains_key("x-client-lua")
     });
     println!(
-        "{protocol}: a WasmPlugin (its module over ECDS) and a Lua TrafficExtension shown on real \
+        "{protocol}: WasmPlugins over ECDS (a module from the pod's files, one the agent fetched \
+         over HTTP, one failing closed on its checksum) and a Lua TrafficExtension, on real \
          responses"
     );
+}
+
+/// An HTTP server on loopback answering every GET with `body`, until the test ends.
+async fn serve_once_per_request(body: Vec<u8>) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(&body).await;
+            });
+        }
+    });
+    addr
 }
 
 /// A mesh-wide Telemetry logs every request of both sidecars to a file access log provider of

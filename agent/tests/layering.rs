@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["resource", "mesh", "identity", "cache", "worker", "probes"],
     &["model"],
-    &["subscription", "translate", "simulate"],
+    &["subscription", "translate", "simulate", "wasm"],
     &["metrics"],
     &["ads", "follow", "bootstrap"],
     &["credentials", "report", "envoy"],

@@ -12,7 +12,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use http_body_util::BodyExt;
 use pasa_proto::Kind;
 use pasa_proto::istio::request_authentication::{
     JsonWebKeySet, KeySetSource, RequestAuthentication,
@@ -31,58 +30,12 @@ const PASS: Duration = Duration::from_secs(10);
 /// The largest key set read.
 const MAX_BYTES: usize = 1 << 20;
 
-/// An HTTP and HTTPS client with the system's roots, made once for all fetches.
-type Client = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    http_body_util::Empty<bytes::Bytes>,
->;
+use pasa_runtime::fetch::Client;
 
-fn client() -> Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    // Without the system's roots (a bare image), plain HTTP still works and HTTPS fails with
-    // the verification error, naming the URL.
-    let builder = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
-        Ok(builder) => builder,
-        Err(e) => {
-            tracing::warn!(error = %e, "no system root certificates: HTTPS key sets cannot be verified");
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
-                rustls::ClientConfig::builder()
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth(),
-            )
-        }
-    };
-    let connector = builder.https_or_http().enable_http1().build();
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build(connector)
-}
-
-/// Fetches `url` with `client`; the body, or why not.
+/// The text at `url`.
 async fn get(client: &Client, url: &str, timeout: Duration) -> Result<String, String> {
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("{url:?}: {e}"))?;
-    let answer = tokio::time::timeout(timeout, async {
-        let response = client
-            .get(uri)
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?
-            .to_bytes();
-        if !status.is_success() {
-            return Err(format!("GET {url}: {status}"));
-        }
-        if body.len() > MAX_BYTES {
-            return Err(format!("GET {url}: more than {MAX_BYTES} bytes"));
-        }
-        String::from_utf8(body.to_vec()).map_err(|_| format!("GET {url}: not UTF-8"))
-    })
-    .await
-    .map_err(|_| format!("GET {url}: no answer within {timeout:?}"))??;
-    Ok(answer)
+    let body = pasa_runtime::fetch::get(client, url, timeout, MAX_BYTES).await?;
+    String::from_utf8(body).map_err(|_| format!("GET {url}: not UTF-8"))
 }
 
 /// The keys of `source`: fetched from its URI, or from the URI its issuer's discovery document
@@ -124,7 +77,7 @@ pub async fn keep(
 ) {
     // When each source was last fetched.
     let mut fetched: BTreeMap<KeySetSource, Instant> = BTreeMap::new();
-    let client = client();
+    let client = pasa_runtime::fetch::client();
     loop {
         if let Err(e) = pass(&client, &service, &root_namespace, refresh, &mut fetched).await {
             tracing::warn!(error = %e, "JWT key sets: the store could not be read; trying again");

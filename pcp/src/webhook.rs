@@ -97,8 +97,9 @@ impl Webhook {
         (!applying.is_empty()).then(|| {
             format!(
                 "{} applies to it, which PASA's agent cannot apply yet (WasmPlugin and \
-                 TrafficExtension; Telemetry with tracing, metrics or access logs other than to \
-                 files; EnvoyFilter patching the bootstrap or extension configs; \
+                 TrafficExtension whose module the pod's proxy would not get; Telemetry with \
+                 metrics or a Lightstep tracer; EnvoyFilter patching the bootstrap or extension \
+                 configs; \
                  RequestAuthentication whose keys are not in the store yet; CUSTOM \
                  AuthorizationPolicy whose provider the stored mesh config does not define)",
                 applying.join(", ")

@@ -29,7 +29,8 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::{
     AggregatedConfigSource, ApiVersion, AsyncDataSource, ConfigSource, DataSource,
-    ExtensionConfigSource, TypedExtensionConfig, async_data_source, config_source, data_source,
+    ExtensionConfigSource, HttpUri, RemoteDataSource, TypedExtensionConfig, async_data_source,
+    config_source, data_source, http_uri,
 };
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
 use envoy_types::pb::envoy::config::rbac::v3::Rbac as RbacRules;
@@ -67,6 +68,25 @@ const HTTP_EXT_AUTHZ: &str = "envoy.filters.http.ext_authz";
 const HTTP_JWT: &str = "envoy.filters.http.jwt_authn";
 const HTTP_RBAC: &str = "envoy.filters.http.rbac";
 const NETWORK_EXT_AUTHZ: &str = "envoy.filters.network.ext_authz";
+
+/// Where an extension's Wasm module is, for the ECDS resource that loads it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ModuleCode {
+    /// A file Envoy reads.
+    Local(String),
+    /// Where istiod says it is: the proxy's pilot-agent fetches it (and sends Envoy the file).
+    Remote,
+    /// Being fetched: the resource waits (and so do the listeners naming it).
+    Pending,
+    /// Not to be had (why): the filter fails open or closed, as pilot-agent's does.
+    Failed(String),
+}
+
+/// Where the Wasm modules of extensions come from when they are not files in the pod.
+pub trait ModuleSource: Send + Sync + std::fmt::Debug {
+    /// The module at `url` (with scheme), whose SHA-256 is `sha256` when not empty.
+    fn module(&self, url: &str, sha256: &str) -> ModuleCode;
+}
 
 /// The phases, in the order of their places in a filter chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -159,12 +179,62 @@ impl Extension<'_> {
         }
     }
 
-    /// The ECDS resource of a Wasm extension.
-    fn extension_config(&self) -> Option<TypedExtensionConfig> {
+    /// Where its Wasm module is (istiod's URL: `oci://` when it has no scheme).
+    fn code(&self, modules: Option<&dyn ModuleSource>) -> Option<ModuleCode> {
+        let wasm = self.spec().wasm.as_ref()?;
+        let url = if wasm.url.contains("://") {
+            wasm.url.clone()
+        } else {
+            format!("oci://{}", wasm.url)
+        };
+        Some(match url.strip_prefix("file://") {
+            Some(path) => ModuleCode::Local(path.to_string()),
+            None => match modules {
+                Some(m) => m.module(&url, &wasm.sha256),
+                None => ModuleCode::Failed(format!("{url}: no module fetcher")),
+            },
+        })
+    }
+
+    /// The ECDS resource of a Wasm extension whose module is at `code` (none while it is
+    /// fetched).
+    fn extension_config(&self, code: &ModuleCode) -> Option<TypedExtensionConfig> {
         let wasm = self.spec().wasm.as_ref()?;
         let namespaced = format!("{}.{}", self.config.meta.namespace, self.config.meta.name);
         let fail_open = wasm.fail_strategy.as_deref() == Some("FAIL_OPEN");
-        let typed_config = match module(&wasm.url) {
+        let source = match code {
+            ModuleCode::Pending => return None,
+            ModuleCode::Local(path) => Some(AsyncDataSource {
+                specifier: Some(async_data_source::Specifier::Local(DataSource {
+                    specifier: Some(data_source::Specifier::Filename(path.clone())),
+                    ..Default::default()
+                })),
+            }),
+            ModuleCode::Remote => Some(AsyncDataSource {
+                specifier: Some(async_data_source::Specifier::Remote(RemoteDataSource {
+                    http_uri: Some(HttpUri {
+                        uri: if wasm.url.contains("://") {
+                            wasm.url.clone()
+                        } else {
+                            format!("oci://{}", wasm.url)
+                        },
+                        // pilot-agent fetches it: no cluster needed.
+                        http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster("_".into())),
+                        timeout: Some(Duration {
+                            seconds: 30,
+                            nanos: 0,
+                        }),
+                    }),
+                    sha256: wasm.sha256.clone(),
+                    ..Default::default()
+                })),
+            }),
+            ModuleCode::Failed(e) => {
+                ::tracing::warn!(extension = %self.resource_name, "Wasm module not loaded: {e}");
+                None
+            }
+        };
+        let typed_config = match source {
             Some(code) => {
                 let config = PluginConfig {
                     name: namespaced,
@@ -178,8 +248,15 @@ impl Extension<'_> {
                     } as i32,
                     vm: Some(plugin_config::Vm::VmConfig(VmConfig {
                         runtime: RUNTIME.into(),
+                        environment_variables: environment(
+                            wasm,
+                            self.config.meta.revision,
+                            matches!(
+                                code.specifier,
+                                Some(async_data_source::Specifier::Remote(_))
+                            ),
+                        ),
                         code: Some(code),
-                        environment_variables: environment(wasm.vm_config.as_ref()),
                         ..Default::default()
                     })),
                     ..Default::default()
@@ -195,7 +272,7 @@ impl Extension<'_> {
                 }
             }
             None => {
-                // Not fetched: pilot-agent's filter for a module it could not fetch.
+                // pilot-agent's filter for a module it could not fetch.
                 let rules = (!fail_open).then(RbacRules::default);
                 let prefix = if fail_open {
                     "wasm-default-allow"
@@ -246,18 +323,6 @@ fn discovery(type_urls: &[String]) -> ExtensionConfigSource {
     }
 }
 
-/// Where the VM loads the module from, when the agent has it: a `file://` module from the pod's
-/// file system.
-fn module(url: &str) -> Option<AsyncDataSource> {
-    let path = url.strip_prefix("file://")?;
-    Some(AsyncDataSource {
-        specifier: Some(async_data_source::Specifier::Local(DataSource {
-            specifier: Some(data_source::Specifier::Filename(path.to_string())),
-            ..Default::default()
-        })),
-    })
-}
-
 /// The plugin's configuration: its JSON as a string value, or an empty `Any` (istiod's).
 fn configuration(config: Option<&serde_json::Value>) -> Any {
     match config.filter(|c| c.as_object().is_some_and(|o| !o.is_empty())) {
@@ -268,19 +333,16 @@ fn configuration(config: Option<&serde_json::Value>) -> Any {
     }
 }
 
-/// The VM's environment: inline values, and the names of the host's variables it may read.
+/// The VM's environment: inline values, and the names of the host's variables it may read;
+/// for a module pilot-agent fetches, istiod's hints to it (the resource version, the pull
+/// policy, the pull secret, which PASA does not read: the fetch of a private image fails).
 fn environment(
-    vm: Option<&pasa_proto::istio::extensions::VmConfig>,
+    wasm: &pasa_proto::istio::extensions::WasmConfig,
+    revision: u64,
+    for_pilot_agent: bool,
 ) -> Option<EnvironmentVariables> {
-    let vars: Vec<_> = vm
-        .into_iter()
-        .flat_map(|v| v.env.iter().flatten())
-        .collect();
-    if vars.is_empty() {
-        return None;
-    }
     let mut out = EnvironmentVariables::default();
-    for v in vars {
+    for v in wasm.vm_config.iter().flat_map(|v| v.env.iter().flatten()) {
         match v.value_from.as_deref() {
             Some("HOST") => out.host_env_keys.push(v.name.clone()),
             _ => {
@@ -288,7 +350,25 @@ fn environment(
             }
         }
     }
-    Some(out)
+    if for_pilot_agent {
+        out.key_values.insert(
+            "ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION".into(),
+            revision.to_string(),
+        );
+        if let Some(policy) = wasm
+            .image_pull_policy
+            .as_deref()
+            .filter(|p| *p != "UNSPECIFIED_POLICY")
+        {
+            out.key_values
+                .insert("ISTIO_META_WASM_IMAGE_PULL_POLICY".into(), policy.into());
+        }
+        if !wasm.image_pull_secret.is_empty() {
+            out.key_values
+                .insert("ISTIO_META_WASM_IMAGE_PULL_SECRET".into(), String::new());
+        }
+    }
+    (!out.key_values.is_empty() || !out.host_env_keys.is_empty()).then_some(out)
 }
 
 /// The extensions that apply to `proxy`, in istiod's order.
@@ -455,19 +535,28 @@ pub(crate) struct Memo {
 impl Memo {
     /// Puts the extensions that apply to `proxy` on the listeners of `generated`, and their
     /// Wasm filters in its ECDS resources.
-    pub(crate) fn apply(&mut self, proxy: &Proxy, registry: &Registry, generated: &mut Generated) {
+    pub(crate) fn apply(
+        &mut self,
+        proxy: &Proxy,
+        registry: &Registry,
+        modules: Option<&dyn ModuleSource>,
+        generated: &mut Generated,
+    ) {
         let exts = applying(proxy, registry);
         if exts.is_empty() {
             self.changed.clear();
             return;
         }
         for e in &exts {
-            if let Some(config) = e.extension_config() {
+            if let Some(code) = e.code(modules)
+                && let Some(config) = e.extension_config(&code)
+            {
                 generated
                     .extension_configs
                     .insert(e.resource_name.clone(), Resource::pack(&config));
             }
         }
+        // The listeners change with the extensions, not with their modules.
         let fingerprint = {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();

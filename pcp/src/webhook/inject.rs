@@ -182,7 +182,7 @@ impl Injector {
 }
 
 /// The kinds of which PASA's agent does not apply everything yet (WasmPlugin and
-/// TrafficExtension with Wasm modules not in the pod's files; Telemetry with metrics, or tracing providers other than Zipkin, Datadog, SkyWalking and
+/// TrafficExtension whose Wasm module the pod's proxy would not get; Telemetry with metrics, or tracing providers other than Zipkin, Datadog, SkyWalking and
 /// OpenTelemetry ones; EnvoyFilter
 /// with `EXTENSION_CONFIG` or `BOOTSTRAP` patches;
 /// RequestAuthentication whose keys are neither inline nor fetched
@@ -227,6 +227,8 @@ pub fn unenforced_policies(
     use pasa_proto::istio::parse_spec_json;
     use pasa_proto::istio::request_authentication::{KeySetSource, RequestAuthentication};
     use pasa_proto::istio::telemetry::Telemetry;
+    // Next to Istio's proxy, its pilot-agent fetches Wasm modules, as for istiod.
+    let pilot_agent = sidecar::find_container(pod, sidecar::ISTIO_PROXY).is_some();
     let labels: BTreeMap<String, String> = pod
         .pointer("/metadata/labels")
         .and_then(|l| serde_json::from_value(l.clone()).ok())
@@ -299,10 +301,10 @@ pub fn unenforced_policies(
                     )),
                     Err(_) => unreadable,
                 },
-                // Applied when the agent has the module (see `module_loaded_by_agent`), and Lua
+                // Applied when the pod's proxy gets the module (see `module_loads`), and Lua
                 // always.
                 Ok(Kind::WasmPlugin) => match parse_spec_json::<WasmPlugin>(&p.spec_json) {
-                    Ok(w) if module_loaded_by_agent(&w.url) => None,
+                    Ok(w) if module_loads(&w.url, &w.image_pull_secret, pilot_agent) => None,
                     Ok(w) => Some((
                         w.selector,
                         w.target_ref.is_some() || !w.target_refs.is_empty(),
@@ -312,9 +314,9 @@ pub fn unenforced_policies(
                 Ok(Kind::TrafficExtension) => {
                     match parse_spec_json::<TrafficExtension>(&p.spec_json) {
                         Ok(t)
-                            if t.wasm
-                                .as_ref()
-                                .is_none_or(|w| module_loaded_by_agent(&w.url)) =>
+                            if t.wasm.as_ref().is_none_or(|w| {
+                                module_loads(&w.url, &w.image_pull_secret, pilot_agent)
+                            }) =>
                         {
                             None
                         }
@@ -344,11 +346,19 @@ pub fn unenforced_policies(
         .collect()
 }
 
-/// Whether the agent loads the Wasm module at `url` as pilot-agent would: a file in the pod.
-/// Modules elsewhere (`oci://`, `http(s)://`) are not fetched by the agent yet, and their
-/// filters would fail open or closed where istiod's proxies run the module.
-fn module_loaded_by_agent(url: &str) -> bool {
-    url.starts_with("file://")
+/// Whether the pod's proxy gets the Wasm module at `url` as under istiod: a file in the pod
+/// always; next to Istio's proxy (`pilot_agent`), its pilot-agent fetches the others, but for
+/// images behind a pull secret (PASA does not read Secrets for it); alone, the agent fetches
+/// HTTP(S) modules, not OCI images yet. Elsewhere the filter would fail open or closed where
+/// istiod's proxies run the module.
+fn module_loads(url: &str, pull_secret: &str, pilot_agent: bool) -> bool {
+    if url.starts_with("file://") {
+        return true;
+    }
+    if pilot_agent {
+        return pull_secret.is_empty();
+    }
+    url.starts_with("http://") || url.starts_with("https://")
 }
 
 /// Whether the agent applies all of `t` as istiod does: no metrics; access logging to providers
@@ -874,8 +884,20 @@ mod tests {
             policy(
                 "TrafficExtension",
                 "bookinfo",
-                "remote-module",
+                "http-module",
                 json!({"wasm": {"url": "https://example.com/plugin.wasm"}}),
+            ),
+            policy(
+                "TrafficExtension",
+                "bookinfo",
+                "oci-module",
+                json!({"wasm": {"url": "registry.example.com/plugin:1"}}),
+            ),
+            policy(
+                "WasmPlugin",
+                "bookinfo",
+                "private-image",
+                json!({"url": "oci://registry.example.com/private:1", "imagePullSecret": "creds"}),
             ),
             // The mesh config defines `ext`: CUSTOM policies delegating to it are enforced.
             // Keys fetched into the store: enforced by the agent.
@@ -928,8 +950,19 @@ mod tests {
                 "EnvoyFilter bookinfo/istio-stats",
                 "Telemetry bookinfo/lightstep",
                 "Telemetry bookinfo/metrics",
-                "TrafficExtension bookinfo/remote-module",
+                "TrafficExtension bookinfo/oci-module",
+                "WasmPlugin bookinfo/private-image",
             ]
+        );
+        // Next to Istio's proxy, pilot-agent fetches OCI images, but for private ones.
+        let mut next_to_istio = pod.clone();
+        next_to_istio["spec"] =
+            json!({"containers": [{"name": "reviews"}, {"name": "istio-proxy"}]});
+        let applying = unenforced_policies(&next_to_istio, "bookinfo", "istio-system", &policies);
+        assert!(
+            applying.contains(&"WasmPlugin bookinfo/private-image".to_string())
+                && !applying.contains(&"TrafficExtension bookinfo/oci-module".to_string()),
+            "{applying:?}"
         );
         assert!(unenforced_policies(&pod, "bookinfo", "istio-system", &policies[1..2]).is_empty());
     }

@@ -244,3 +244,71 @@ fn a_lua_traffic_extension_is_inline() {
         "Lua is not served over ECDS"
     );
 }
+
+#[test]
+fn next_to_istio_the_module_is_sent_as_istiod_sends_it_for_pilot_agent_to_fetch() {
+    let translator =
+        Translator::new(workload()).with_modules(std::sync::Arc::new(crate::wasm::PilotAgent));
+    let mut translator = translator;
+    let out = translator
+        .update(
+            &crate::cache::Cache::from_resources(
+                vec![
+                    reviews_service(),
+                    wasm_plugin(
+                        "default",
+                        "auth",
+                        json!({"url": "registry.example.com/auth:1", "sha256": "abc",
+                               "imagePullPolicy": "Always"}),
+                        5,
+                    ),
+                ],
+                10,
+            ),
+            Generator::Envoy,
+        )
+        .unwrap();
+    let ecds = &out.extension_configs[PLUGIN];
+    let wasm = HttpWasm::decode(ecds.typed_config.as_ref().unwrap().value.as_slice()).unwrap();
+    let Some(plugin_config::Vm::VmConfig(vm)) = wasm.config.unwrap().vm else {
+        panic!()
+    };
+    let Some(async_data_source::Specifier::Remote(remote)) = vm.code.unwrap().specifier else {
+        panic!("a remote module")
+    };
+    let uri = remote.http_uri.unwrap();
+    assert_eq!(uri.uri, "oci://registry.example.com/auth:1");
+    assert_eq!(remote.sha256, "abc");
+    let env = vm.environment_variables.unwrap().key_values;
+    assert_eq!(env["ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION"], "5");
+    assert_eq!(env["ISTIO_META_WASM_IMAGE_PULL_POLICY"], "Always");
+}
+
+/// A module being fetched: its resource waits, its filter is in place.
+#[derive(Debug)]
+struct Fetching;
+
+impl super::ModuleSource for Fetching {
+    fn module(&self, _: &str, _: &str) -> super::ModuleCode {
+        super::ModuleCode::Pending
+    }
+}
+
+#[test]
+fn while_its_module_is_fetched_an_extensions_resource_waits() {
+    let mut translator = Translator::new(workload()).with_modules(std::sync::Arc::new(Fetching));
+    let out = translator
+        .update(
+            &crate::cache::Cache::from_resources(
+                vec![
+                    reviews_service(),
+                    wasm_plugin("default", "auth", json!({"url": "https://e.com/a.wasm"}), 5),
+                ],
+                10,
+            ),
+            Generator::Envoy,
+        )
+        .unwrap();
+    assert!(out.extension_configs.is_empty());
+    assert!(outbound(&out).contains(&PLUGIN.to_string()));
+}

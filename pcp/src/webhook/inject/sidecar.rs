@@ -128,7 +128,7 @@ pub struct Injection {
 }
 
 /// Where a container of the pod is: `containers` or `initContainers`, and its index.
-fn find_container(pod: &Value, name: &str) -> Option<(&'static str, usize)> {
+pub(super) fn find_container(pod: &Value, name: &str) -> Option<(&'static str, usize)> {
     ["initContainers", "containers"]
         .into_iter()
         .find_map(|list| {
@@ -394,6 +394,8 @@ fn agent_container(config: &InjectConfig, mode: Mode, resources: Value) -> Value
     match mode {
         Mode::NextToIstio => {
             env.push(value("PASA_XDS_LISTEN", XDS_ADDRESS));
+            // pilot-agent, between Envoy and the agent, fetches Wasm modules as for istiod.
+            env.push(value("PASA_WASM_FETCHER", "pilot-agent"));
             if config.store_tls {
                 istiod_ca(&mut env, &mut mounts);
             }
