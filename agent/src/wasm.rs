@@ -3,14 +3,21 @@
 //!
 //! Next to Istio's proxy (`pilot-agent`), the proxy's own pilot-agent fetches them, as it does
 //! for istiod: the agent sends the module's URL as istiod does ([`PilotAgent`]). Without
-//! pilot-agent, the agent fetches them itself ([`Fetcher`]), as pilot-agent would: over HTTP or
-//! HTTPS, at most 256 MiB, a POSIX tar's first file or a gzip'd one unpacked, checked against
-//! the extension's `sha256` when it gives one, and kept in `<cache dir>/wasm` named by their
-//! SHA-256, so that a module whose checksum is known is not fetched again (a restarted agent
+//! pilot-agent, the agent fetches them itself ([`Fetcher`]), as pilot-agent would:
+//!
+//! - over HTTP or HTTPS: at most 256 MiB, a POSIX tar's first file or a gzip'd one unpacked,
+//!   its SHA-256 checked against the extension's `sha256` when it gives one;
+//! - from an OCI registry (`oci://`, or a reference without scheme): the image's manifest
+//!   (anonymous bearer tokens as registries hand them out; HTTPS, then plain HTTP when the
+//!   registry speaks no TLS), its digest checked against `sha256`, the module from Istio's
+//!   image formats: a Docker or OCI image whose last layer (a gzip'd tar) holds `plugin.wasm`,
+//!   or an OCI artifact with a Wasm layer. Images behind a pull secret are not pulled.
+//!
+//! Modules are kept in `<cache dir>/wasm` named by their checksum (the module's, or the image's
+//! digest), so that a module whose checksum is known is not fetched again (a restarted agent
 //! serves it while its source is away). While a module is fetched its ECDS resource waits; a
 //! fetch that fails makes the filter fail open or closed (as pilot-agent's does) and is tried
-//! again after 30 seconds. OCI images (`oci://`, or a URL without scheme) are not fetched by
-//! the agent yet: they fail the same way.
+//! again after 30 seconds.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -96,17 +103,18 @@ impl Fetcher {
     }
 
     async fn fetch(&self, url: &str, sha256: &str) -> Result<String, String> {
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(format!(
-                "{url}: only HTTP(S) modules are fetched by the agent (OCI images are not yet)"
-            ));
-        }
-        let body = pasa_runtime::fetch::get(&self.client, url, TIMEOUT, MAX_BYTES).await?;
-        let module = unboxed(body).map_err(|e| format!("{url}: {e}"))?;
-        let digest = hex(ring::digest::digest(&ring::digest::SHA256, &module).as_ref());
+        let (module, digest) = if url.starts_with("http://") || url.starts_with("https://") {
+            let body = pasa_runtime::fetch::get(&self.client, url, TIMEOUT, MAX_BYTES).await?;
+            let module = unboxed(body).map_err(|e| format!("{url}: {e}"))?;
+            let digest = sha256_hex(&module);
+            (module, digest)
+        } else {
+            let reference = url.strip_prefix("oci://").unwrap_or(url);
+            Registry::new(&self.client, reference)?.pull().await?
+        };
         if !sha256.is_empty() && !digest.eq_ignore_ascii_case(sha256) {
             return Err(format!(
-                "{url}: the module's SHA-256 is {digest}, the extension expects {sha256}"
+                "{url}: its SHA-256 is {digest}, the extension expects {sha256}"
             ));
         }
         let path = self.dir.join(format!("{digest}.wasm"));
@@ -159,33 +167,288 @@ impl ModuleSource for Arc<Fetcher> {
 /// The module in `body`: as fetched, a gzip'd body unpacked, a POSIX tar's first file.
 fn unboxed(body: Vec<u8>) -> Result<Vec<u8>, String> {
     let body = if body.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(body.as_slice())
-            .take(MAX_BYTES as u64)
-            .read_to_end(&mut out)
-            .map_err(|e| format!("not a gzip stream: {e}"))?;
-        out
+        gunzip(&body)?
     } else {
         body
     };
-    // A POSIX tar: "ustar" at 257; the first entry's size (octal) at 124, its data after the
-    // 512-byte header.
     if body.len() > 262 && &body[257..262] == b"ustar" {
-        let size = std::str::from_utf8(&body[124..136])
-            .ok()
-            .map(|s| s.trim_matches(|c: char| c == '\0' || c == ' '))
-            .and_then(|s| usize::from_str_radix(s, 8).ok())
-            .ok_or("a tar entry without a size")?;
-        return body
-            .get(512..512 + size)
-            .map(<[u8]>::to_vec)
-            .ok_or_else(|| "a tar entry shorter than its size".to_string());
+        return tar_entries(&body)?
+            .into_iter()
+            .next()
+            .map(|(_, data)| data.to_vec())
+            .ok_or_else(|| "an empty tar".to_string());
     }
     Ok(body)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+fn sha256_hex(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The entries of a POSIX tar: (name, contents).
+fn tar_entries(mut tar: &[u8]) -> Result<Vec<(String, &[u8])>, String> {
+    let mut out = Vec::new();
+    while tar.len() >= 512 && tar[..512].iter().any(|b| *b != 0) {
+        let field = |range: std::ops::Range<usize>| {
+            String::from_utf8_lossy(&tar[range])
+                .trim_matches(|c: char| c == '\0' || c == ' ')
+                .to_string()
+        };
+        let name = field(0..100);
+        let size = usize::from_str_radix(&field(124..136), 8)
+            .map_err(|_| format!("tar entry {name:?}: no size"))?;
+        let data = tar
+            .get(512..512 + size)
+            .ok_or_else(|| format!("tar entry {name:?}: shorter than its size"))?;
+        out.push((name, data));
+        tar = tar
+            .get(512 + size.div_ceil(512) * 512..)
+            .unwrap_or_default();
+    }
+    Ok(out)
+}
+
+fn gunzip(body: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(MAX_BYTES as u64)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("not a gzip stream: {e}"))?;
+    Ok(out)
+}
+
+const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
+    application/vnd.docker.distribution.manifest.v2+json";
+const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const DOCKER_LAYER: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
+const OCI_LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+const WASM_LAYER: &str = "application/vnd.module.wasm.content.layer.v1+wasm";
+
+/// One image of an OCI registry, and how to speak to it.
+struct Registry<'a> {
+    client: &'a pasa_runtime::fetch::Client,
+    host: String,
+    repository: String,
+    /// A tag or a digest.
+    reference: String,
+    /// `https`, or `http` once the registry answered plain HTTP.
+    scheme: &'static str,
+    token: Option<String>,
+}
+
+impl<'a> Registry<'a> {
+    /// `host[:port]/repository[:tag|@digest]`; Docker Hub's short names as Docker reads them.
+    fn new(client: &'a pasa_runtime::fetch::Client, image: &str) -> Result<Self, String> {
+        let (name, reference) = match image.split_once('@') {
+            Some((name, digest)) => (name, digest.to_string()),
+            None => match image.rsplit_once(':') {
+                Some((name, tag)) if !tag.contains('/') => (name, tag.to_string()),
+                _ => (image, "latest".to_string()),
+            },
+        };
+        let (host, repository) = match name.split_once('/') {
+            Some((host, rest))
+                if host.contains('.') || host.contains(':') || host == "localhost" =>
+            {
+                (host.to_string(), rest.to_string())
+            }
+            Some(_) => ("registry-1.docker.io".to_string(), name.to_string()),
+            None => (
+                "registry-1.docker.io".to_string(),
+                format!("library/{name}"),
+            ),
+        };
+        if repository.is_empty() {
+            return Err(format!("{image:?}: no repository"));
+        }
+        let host = if host == "docker.io" {
+            "registry-1.docker.io".to_string()
+        } else {
+            host
+        };
+        Ok(Registry {
+            client,
+            host,
+            repository,
+            reference,
+            scheme: "https",
+            token: None,
+        })
+    }
+
+    fn image(&self) -> String {
+        format!("{}/{}:{}", self.host, self.repository, self.reference)
+    }
+
+    /// The module and the image's digest.
+    async fn pull(mut self) -> Result<(Vec<u8>, String), String> {
+        let path = format!("/v2/{}/manifests/{}", self.repository, self.reference);
+        let manifest = self.get(&path, Some(MANIFEST_TYPES)).await?;
+        let digest = sha256_hex(&manifest);
+        if let Some(pinned) = self.reference.strip_prefix("sha256:")
+            && pinned != digest
+        {
+            return Err(format!(
+                "{}: the manifest's digest is sha256:{digest}",
+                self.image()
+            ));
+        }
+        let manifest: serde_json::Value = serde_json::from_slice(&manifest)
+            .map_err(|e| format!("{}: the manifest is not JSON: {e}", self.image()))?;
+        let layers: Vec<(String, String)> = manifest["layers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|l| {
+                (
+                    l["mediaType"].as_str().unwrap_or_default().to_string(),
+                    l["digest"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        let media_type = manifest["mediaType"].as_str().unwrap_or_default();
+        let module = match layers.last() {
+            // Istio's compat formats: the last layer a gzip'd tar holding plugin.wasm.
+            Some((kind, layer))
+                if (media_type == DOCKER_MANIFEST && kind == DOCKER_LAYER)
+                    || (media_type != DOCKER_MANIFEST && kind == OCI_LAYER) =>
+            {
+                let tar = gunzip(&self.blob(layer).await?)?;
+                tar_entries(&tar)?
+                    .into_iter()
+                    .find(|(name, _)| name.rsplit('/').next() == Some("plugin.wasm"))
+                    .map(|(_, data)| data.to_vec())
+                    .ok_or_else(|| format!("{}: no plugin.wasm in its last layer", self.image()))?
+            }
+            _ => {
+                // An OCI artifact: a Wasm layer beside its config.
+                let wasm = layers
+                    .iter()
+                    .find(|(kind, _)| kind == WASM_LAYER)
+                    .filter(|_| layers.len() == 2)
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: neither a Docker or OCI image with plugin.wasm nor a Wasm \
+                             artifact",
+                            self.image()
+                        )
+                    })?;
+                self.blob(&wasm.1).await?
+            }
+        };
+        Ok((module, digest))
+    }
+
+    /// A blob, checked against its digest.
+    async fn blob(&mut self, digest: &str) -> Result<Vec<u8>, String> {
+        let path = format!("/v2/{}/blobs/{digest}", self.repository);
+        let blob = self.get(&path, None).await?;
+        if digest.strip_prefix("sha256:") != Some(sha256_hex(&blob).as_str()) {
+            return Err(format!(
+                "{}: blob {digest} does not match its digest",
+                self.image()
+            ));
+        }
+        Ok(blob)
+    }
+
+    /// GETs `path` of the registry: over plain HTTP when it speaks no TLS, with a bearer token
+    /// when it asks for one, following redirects (blobs are often elsewhere).
+    async fn get(&mut self, path: &str, accept: Option<&str>) -> Result<Vec<u8>, String> {
+        let mut url = format!("{}://{}{path}", self.scheme, self.host);
+        for _ in 0..5 {
+            let mut headers = Vec::new();
+            if let Some(accept) = accept {
+                headers.push(("accept", accept.to_string()));
+            }
+            // The token is the registry's: not sent where it redirects.
+            if let Some(token) = &self.token
+                && url.starts_with(&format!("{}://{}/", self.scheme, self.host))
+            {
+                headers.push(("authorization", format!("Bearer {token}")));
+            }
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let answer =
+                match pasa_runtime::fetch::request(self.client, &url, &headers, TIMEOUT, MAX_BYTES)
+                    .await
+                {
+                    Ok(answer) => answer,
+                    // A registry without TLS (one on the node, say), as pilot-agent falls back.
+                    Err(_) if self.scheme == "https" && url.starts_with("https://") => {
+                        self.scheme = "http";
+                        url = format!("http://{}{path}", self.host);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+            let status = answer.status.as_u16();
+            let header = |name: &str| {
+                answer
+                    .headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            match status {
+                200..=299 => return Ok(answer.body),
+                301 | 302 | 303 | 307 | 308 => {
+                    let location = header("location")
+                        .ok_or_else(|| format!("GET {url}: {status} without a location"))?;
+                    url = if location.starts_with('/') {
+                        format!("{}://{}{location}", self.scheme, self.host)
+                    } else {
+                        location
+                    };
+                }
+                401 if self.token.is_none() => {
+                    let challenge = header("www-authenticate")
+                        .ok_or_else(|| format!("GET {url}: 401 without a challenge"))?;
+                    self.token = Some(self.token(&challenge).await?);
+                }
+                _ => return Err(format!("GET {url}: {}", answer.status)),
+            }
+        }
+        Err(format!("GET {url}: too many redirects"))
+    }
+
+    /// An anonymous token for the bearer `challenge`'s realm, service and scope.
+    async fn token(&self, challenge: &str) -> Result<String, String> {
+        let params = challenge
+            .strip_prefix("Bearer ")
+            .ok_or_else(|| format!("{}: unsupported challenge {challenge:?}", self.image()))?;
+        let mut realm = None;
+        let mut query = Vec::new();
+        for part in params.split(',') {
+            let Some((key, value)) = part.trim().split_once('=') else {
+                continue;
+            };
+            let value = value.trim_matches('"');
+            match key {
+                "realm" => realm = Some(value.to_string()),
+                "service" | "scope" => query.push(format!("{key}={value}")),
+                _ => {}
+            }
+        }
+        let realm = realm.ok_or_else(|| format!("{}: a challenge without realm", self.image()))?;
+        let url = if query.is_empty() {
+            realm
+        } else {
+            format!("{realm}?{}", query.join("&"))
+        };
+        let body = pasa_runtime::fetch::get(self.client, &url, TIMEOUT, 1 << 20).await?;
+        let answer: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| format!("{url}: not JSON: {e}"))?;
+        answer["token"]
+            .as_str()
+            .or_else(|| answer["access_token"].as_str())
+            .map(str::to_string)
+            .ok_or_else(|| format!("{url}: no token"))
+    }
 }
 
 /// Writes `module` to `file` (through a temporary file in `dir`, so a reader never sees half).

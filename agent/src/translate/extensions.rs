@@ -18,11 +18,12 @@
 //! **How.** A Lua extension is inline. A Wasm one is named by `config_discovery` and served over
 //! ECDS (`extensions.istio.io/trafficextension/<namespace>.<name>`), its listeners waiting for
 //! it: an HTTP or network Wasm filter whose VM (V8) loads the module, with the plugin's
-//! configuration as JSON, its root ID, environment and failure policy. What pilot-agent does
-//! for istiod's proxies, the agent does itself: a `file://` module is loaded from the pod's
-//! file system; a module elsewhere (`oci://`, `http(s)://`, an image reference) is not
-//! fetched yet, so the filter becomes what pilot-agent sends when a fetch fails, an RBAC filter
-//! letting everything through (`FAIL_OPEN`) or nothing (otherwise).
+//! configuration as JSON, its root ID, environment and failure policy. A `file://` module is
+//! loaded from the pod's file system; a module elsewhere (`http(s)://`, `oci://`, an image
+//! reference) comes from a [`ModuleSource`] (see `crate::wasm`): sent as istiod sends it for the
+//! proxy's pilot-agent to fetch, or fetched by the agent (the resource waiting meanwhile). A
+//! module that cannot be had makes the filter what pilot-agent sends when a fetch fails, an
+//! RBAC filter letting everything through (`FAIL_OPEN`) or nothing (otherwise).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

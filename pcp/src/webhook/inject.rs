@@ -227,8 +227,6 @@ pub fn unenforced_policies(
     use pasa_proto::istio::parse_spec_json;
     use pasa_proto::istio::request_authentication::{KeySetSource, RequestAuthentication};
     use pasa_proto::istio::telemetry::Telemetry;
-    // Next to Istio's proxy, its pilot-agent fetches Wasm modules, as for istiod.
-    let pilot_agent = sidecar::find_container(pod, sidecar::ISTIO_PROXY).is_some();
     let labels: BTreeMap<String, String> = pod
         .pointer("/metadata/labels")
         .and_then(|l| serde_json::from_value(l.clone()).ok())
@@ -304,7 +302,7 @@ pub fn unenforced_policies(
                 // Applied when the pod's proxy gets the module (see `module_loads`), and Lua
                 // always.
                 Ok(Kind::WasmPlugin) => match parse_spec_json::<WasmPlugin>(&p.spec_json) {
-                    Ok(w) if module_loads(&w.url, &w.image_pull_secret, pilot_agent) => None,
+                    Ok(w) if module_loads(&w.url, &w.image_pull_secret) => None,
                     Ok(w) => Some((
                         w.selector,
                         w.target_ref.is_some() || !w.target_refs.is_empty(),
@@ -314,9 +312,9 @@ pub fn unenforced_policies(
                 Ok(Kind::TrafficExtension) => {
                     match parse_spec_json::<TrafficExtension>(&p.spec_json) {
                         Ok(t)
-                            if t.wasm.as_ref().is_none_or(|w| {
-                                module_loads(&w.url, &w.image_pull_secret, pilot_agent)
-                            }) =>
+                            if t.wasm
+                                .as_ref()
+                                .is_none_or(|w| module_loads(&w.url, &w.image_pull_secret)) =>
                         {
                             None
                         }
@@ -347,18 +345,11 @@ pub fn unenforced_policies(
 }
 
 /// Whether the pod's proxy gets the Wasm module at `url` as under istiod: a file in the pod
-/// always; next to Istio's proxy (`pilot_agent`), its pilot-agent fetches the others, but for
-/// images behind a pull secret (PASA does not read Secrets for it); alone, the agent fetches
-/// HTTP(S) modules, not OCI images yet. Elsewhere the filter would fail open or closed where
-/// istiod's proxies run the module.
-fn module_loads(url: &str, pull_secret: &str, pilot_agent: bool) -> bool {
-    if url.starts_with("file://") {
-        return true;
-    }
-    if pilot_agent {
-        return pull_secret.is_empty();
-    }
-    url.starts_with("http://") || url.starts_with("https://")
+/// always; modules elsewhere are fetched (next to Istio's proxy by its pilot-agent, alone by
+/// the agent), but for images behind a pull secret: PASA does not read Secrets for them, and
+/// their filters would fail open or closed where istiod's proxies run the module.
+fn module_loads(url: &str, pull_secret: &str) -> bool {
+    url.starts_with("file://") || pull_secret.is_empty()
 }
 
 /// Whether the agent applies all of `t` as istiod does: no metrics; access logging to providers
@@ -867,8 +858,8 @@ mod tests {
                 "for-ratings",
                 json!({"selector": {"matchLabels": {"app": "ratings"}}, "url": "oci://x/y"}),
             ),
-            // Lua, and a module in the pod's files: applied by the agent. A module elsewhere
-            // is not fetched by it.
+            // Lua, a module in the pod's files, and modules fetched (HTTP(S), OCI): applied. A
+            // private image is not pulled.
             policy(
                 "TrafficExtension",
                 "bookinfo",
@@ -950,19 +941,8 @@ mod tests {
                 "EnvoyFilter bookinfo/istio-stats",
                 "Telemetry bookinfo/lightstep",
                 "Telemetry bookinfo/metrics",
-                "TrafficExtension bookinfo/oci-module",
                 "WasmPlugin bookinfo/private-image",
             ]
-        );
-        // Next to Istio's proxy, pilot-agent fetches OCI images, but for private ones.
-        let mut next_to_istio = pod.clone();
-        next_to_istio["spec"] =
-            json!({"containers": [{"name": "reviews"}, {"name": "istio-proxy"}]});
-        let applying = unenforced_policies(&next_to_istio, "bookinfo", "istio-system", &policies);
-        assert!(
-            applying.contains(&"WasmPlugin bookinfo/private-image".to_string())
-                && !applying.contains(&"TrafficExtension bookinfo/oci-module".to_string()),
-            "{applying:?}"
         );
         assert!(unenforced_policies(&pod, "bookinfo", "istio-system", &policies[1..2]).is_empty());
     }

@@ -31,30 +31,63 @@ pub fn client() -> Client {
         .build(connector)
 }
 
-/// The body at `url`, at most `max_bytes`, within `timeout`; or why not, naming the URL.
+/// What a GET was answered.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: hyper::StatusCode,
+    pub headers: hyper::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+/// GETs `url` with `headers`: the answer, whatever its status (its body at most `max_bytes`),
+/// within `timeout`; or why none came, naming the URL.
+pub async fn request(
+    client: &Client,
+    url: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+    max_bytes: usize,
+) -> Result<Answer, String> {
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("{url:?}: {e}"))?;
+    let mut builder = hyper::Request::get(uri);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let request = builder
+        .body(http_body_util::Empty::new())
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    tokio::time::timeout(timeout, async {
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        let (parts, body) = response.into_parts();
+        let body = Limited::new(body, max_bytes)
+            .collect()
+            .await
+            .map_err(|e| format!("GET {url}: {e} (at most {max_bytes} bytes)"))?
+            .to_bytes();
+        Ok(Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: body.to_vec(),
+        })
+    })
+    .await
+    .map_err(|_| format!("GET {url}: no answer within {timeout:?}"))?
+}
+
+/// The body at `url`, at most `max_bytes`, within `timeout`; or why not (a status other than a
+/// success among them), naming the URL.
 pub async fn get(
     client: &Client,
     url: &str,
     timeout: Duration,
     max_bytes: usize,
 ) -> Result<Vec<u8>, String> {
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("{url:?}: {e}"))?;
-    tokio::time::timeout(timeout, async {
-        let response = client
-            .get(uri)
-            .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(format!("GET {url}: {status}"));
-        }
-        let body = Limited::new(response.into_body(), max_bytes)
-            .collect()
-            .await
-            .map_err(|e| format!("GET {url}: {e} (at most {max_bytes} bytes)"))?
-            .to_bytes();
-        Ok(body.to_vec())
-    })
-    .await
-    .map_err(|_| format!("GET {url}: no answer within {timeout:?}"))?
+    let answer = request(client, url, &[], timeout, max_bytes).await?;
+    if !answer.status.is_success() {
+        return Err(format!("GET {url}: {}", answer.status));
+    }
+    Ok(answer.body)
 }

@@ -128,7 +128,7 @@ pub struct Injection {
 }
 
 /// Where a container of the pod is: `containers` or `initContainers`, and its index.
-pub(super) fn find_container(pod: &Value, name: &str) -> Option<(&'static str, usize)> {
+fn find_container(pod: &Value, name: &str) -> Option<(&'static str, usize)> {
     ["initContainers", "containers"]
         .into_iter()
         .find_map(|list| {
