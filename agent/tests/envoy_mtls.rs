@@ -24,9 +24,9 @@
 //!   an AuthorizationPolicy requiring the token's principal, only the valid token passes.
 //!
 //! - EnvoyFilter, through the store: a Lua filter the server's EnvoyFilter inserts before the
-//!   router of its inbound HTTP chains, and a virtual host the client's EnvoyFilter merges a
-//!   response header into, each add their header to real responses; deleting them takes the
-//!   headers away.
+//!   router of its inbound HTTP chains, a virtual host the client's EnvoyFilter merges a
+//!   response header into, and an extension config (served over ECDS) an HTTP filter names,
+//!   each add their header to real responses; deleting them takes the headers away.
 //!
 //! - WasmPlugin and TrafficExtension, through the store: a WasmPlugin whose module (a proxy-Wasm
 //!   module the test assembles) is a file in the server's pod, served to its Envoy over ECDS,
@@ -479,11 +479,33 @@ async fn envoy_filter(store: &StoreServer, client: &Netns, protocol: &str) {
             "patch": {"operation": "MERGE", "value": {"response_headers_to_add": [
                 {"header": {"key": "x-client-vhost", "value": "patched"}}]}}}]),
     );
-    store.apply(&[lua, vhost]).await;
-    let a = until(client, &url, &host, "both EnvoyFilters' headers", |a| {
+    // An extension config served over ECDS, named by an HTTP filter of the server's inbound
+    // side, as EnvoyFilters add ECDS filters.
+    let ecds = filter_of(
+        "server-ecds",
+        "server",
+        json!([{"applyTo": "EXTENSION_CONFIG",
+                "patch": {"operation": "ADD", "value": {
+                    "name": "shop-ecds-lua",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                        "inlineCode": "function envoy_on_response(h) h:headers():add('x-server-ecds', 'served') end"}}}},
+               {"applyTo": "HTTP_FILTER",
+                "match": {"context": "SIDECAR_INBOUND", "listener": {"filterChain": {"filter": {
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "subFilter": {"name": "envoy.filters.http.router"}}}}},
+                "patch": {"operation": "INSERT_BEFORE", "value": {
+                    "name": "shop-ecds-lua",
+                    "config_discovery": {
+                        "config_source": {"ads": {}, "initial_fetch_timeout": "0s"},
+                        "type_urls": ["type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"]}}}}]),
+    );
+    store.apply(&[lua, vhost, ecds]).await;
+    let a = until(client, &url, &host, "the EnvoyFilters' headers", |a| {
         a.status == 200
             && a.headers.get("x-server-lua").map(String::as_str) == Some("patched")
             && a.headers.get("x-client-vhost").map(String::as_str) == Some("patched")
+            && a.headers.get("x-server-ecds").map(String::as_str) == Some("served")
     });
     assert_eq!(
         a.backend.as_deref(),
@@ -492,13 +514,16 @@ async fn envoy_filter(store: &StoreServer, client: &Netns, protocol: &str) {
     );
     store.delete("EnvoyFilter", "shop", "server-lua").await;
     store.delete("EnvoyFilter", "shop", "client-vhost").await;
+    store.delete("EnvoyFilter", "shop", "server-ecds").await;
     until(client, &url, &host, "no EnvoyFilter left", |a| {
         a.status == 200
             && !a.headers.contains_key("x-server-lua")
             && !a.headers.contains_key("x-client-vhost")
+            && !a.headers.contains_key("x-server-ecds")
     });
     println!(
-        "{protocol}: EnvoyFilters' Lua filter and virtual host header shown on real responses"
+        "{protocol}: EnvoyFilters' Lua filter, virtual host header and ECDS extension config \
+         shown on real responses"
     );
 }
 

@@ -14,9 +14,9 @@
 //! connection manager, with their virtual hosts and routes; clusters. The context of each is
 //! istiod's: a router's are `GATEWAY`; a sidecar's `virtualInbound` listener (with its inline
 //! route configurations) and `inbound|` clusters are `SIDECAR_INBOUND`, the rest
-//! `SIDECAR_OUTBOUND`. `EXTENSION_CONFIG` and `BOOTSTRAP` patches are not applied (the agent
-//! serves no ECDS and writes the bootstrap once): the injector keeps pods they apply to with
-//! istiod.
+//! `SIDECAR_OUTBOUND`. `EXTENSION_CONFIG` patches that `ADD` are served over ECDS, whatever
+//! their context, as istiod serves them. `BOOTSTRAP` patches are not applied (the agent writes
+//! the bootstrap once): the injector keeps pods they apply to with istiod.
 //!
 //! **How.** Each patch's `value` is read once per EnvoyFilter revision as the Envoy message its
 //! `applyTo` names (protobuf JSON, unknown fields ignored and durations also written as Go writes
@@ -157,8 +157,11 @@ fn message_of(apply_to: ApplyTo) -> Option<String> {
         ApplyTo::VirtualHost => VirtualHost::full_name(),
         ApplyTo::HttpRoute => Route::full_name(),
         ApplyTo::Cluster => Cluster::full_name(),
+        ApplyTo::ExtensionConfig => {
+            envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig::full_name()
+        }
         // Not applied by the agent (see the module's notes).
-        ApplyTo::ExtensionConfig | ApplyTo::Bootstrap | ApplyTo::Invalid | ApplyTo::Unknown(_) => {
+        ApplyTo::Bootstrap | ApplyTo::Invalid | ApplyTo::Unknown(_) => {
             return None;
         }
     })
@@ -478,6 +481,18 @@ impl Memo {
                 generated
                     .clusters
                     .insert(c.name.clone(), Resource::pack(&c));
+            }
+        }
+        // ECDS resources, whatever the patch's context (as istiod serves them): Envoy asks for
+        // those its filters name by `config_discovery`.
+        for p in patches.of(ApplyTo::ExtensionConfig) {
+            if p.operation == Operation::Add {
+                let ec: envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig = p.value();
+                if !ec.name.is_empty() {
+                    generated
+                        .extension_configs
+                        .insert(ec.name.clone(), Resource::pack(&ec));
+                }
             }
         }
     }

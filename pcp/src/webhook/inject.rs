@@ -184,7 +184,7 @@ impl Injector {
 /// The kinds of which PASA's agent does not apply everything yet (WasmPlugin and
 /// TrafficExtension whose Wasm module the pod's proxy would not get; Telemetry with metrics, or tracing providers other than Zipkin, Datadog, SkyWalking and
 /// OpenTelemetry ones; EnvoyFilter
-/// with `EXTENSION_CONFIG` or `BOOTSTRAP` patches;
+/// with `BOOTSTRAP` patches;
 /// RequestAuthentication whose keys are neither inline nor fetched
 /// into the store yet; AuthorizationPolicy with action CUSTOM whose provider the stored mesh
 /// config does not define): a pod one of those applies to stays with istiod, so that moving to
@@ -207,8 +207,7 @@ pub const UNENFORCED_KINDS: [pasa_proto::Kind; 8] = [
 /// `namespace`, as `Kind namespace/name`: those of the root namespace without selector (the
 /// mesh), of the pod's namespace without selector (the namespace), or of either with a selector
 /// the pod's labels match. Resources attached by `targetRef(s)` apply to Services' waypoints and
-/// gateways, not to sidecars. EnvoyFilters are applied but for their `EXTENSION_CONFIG` and
-/// `BOOTSTRAP` patches. AuthorizationPolicies are enforced, CUSTOM ones when the mesh config
+/// gateways, not to sidecars. EnvoyFilters are applied but for their `BOOTSTRAP` patches. AuthorizationPolicies are enforced, CUSTOM ones when the mesh config
 /// among `policies` (`mesh` in the root namespace) defines their provider as an external
 /// authorizer. A resource that cannot be read counts as applying.
 pub fn unenforced_policies(
@@ -415,8 +414,8 @@ fn names_unknown_types(value: &Value) -> bool {
 }
 
 /// How an EnvoyFilter picks workloads (`workloadSelector.labels`, `targetRefs`), or None when
-/// the agent applies every patch it has for sidecars: all but `EXTENSION_CONFIG` and
-/// `BOOTSTRAP`, those whose value names a type outside the Envoy API, and those matching node
+/// the agent applies every patch it has for sidecars: all but `BOOTSTRAP`, those whose value
+/// names a type outside the Envoy API, and those matching node
 /// metadata the agent does not know (patches for gateways or waypoints do not count).
 fn envoy_filter_attachment(
     spec_json: &str,
@@ -447,9 +446,7 @@ fn envoy_filter_attachment(
             .and_then(|patch| patch.value.as_ref())
             .is_some_and(|v| v.values().any(names_unknown_types));
         !matches!(context, PatchContext::Gateway | PatchContext::Waypoint)
-            && (matches!(p.apply_to, ApplyTo::ExtensionConfig | ApplyTo::Bootstrap)
-                || unknown_types
-                || unknown_metadata)
+            && (p.apply_to == ApplyTo::Bootstrap || unknown_types || unknown_metadata)
     };
     if !spec.config_patches.iter().flatten().any(unapplied) {
         return None;
@@ -783,7 +780,15 @@ mod tests {
                 "bookinfo",
                 "add-header",
                 json!({"workloadSelector": {"labels": {"app": "reviews"}},
-                       "configPatches": [{"applyTo": "EXTENSION_CONFIG", "match": {"context": "SIDECAR_INBOUND"}}]}),
+                       "configPatches": [{"applyTo": "BOOTSTRAP", "match": {"context": "SIDECAR_INBOUND"}}]}),
+            ),
+            // Served over ECDS by the agent.
+            policy(
+                "EnvoyFilter",
+                "bookinfo",
+                "extension-config",
+                json!({"configPatches": [{"applyTo": "EXTENSION_CONFIG",
+                       "patch": {"operation": "ADD", "value": {"name": "x"}}}]}),
             ),
             // Node metadata the agent does not know of its proxy.
             policy(

@@ -509,3 +509,24 @@ fn an_inbound_cluster_is_of_the_services_its_port_serves() {
     );
     assert!(out.clusters.contains_key("inbound|9080||"));
 }
+
+#[test]
+fn extension_configs_added_are_served_over_ecds_whatever_their_context() {
+    let filter = envoy_filter(
+        "istio-system",
+        "ecds",
+        json!({"configPatches": [
+            {"applyTo": "EXTENSION_CONFIG", "match": {"context": "GATEWAY"},
+             "patch": {"operation": "ADD", "value": {
+                 "name": "shared-lua", "typed_config": {"@type": LUA, "inlineCode": "x"}}}},
+            // Only ADD adds.
+            {"applyTo": "EXTENSION_CONFIG",
+             "patch": {"operation": "MERGE", "value": {"name": "merged"}}}]}),
+        3,
+    );
+    let out = translate(reviews_workload(), vec![reviews_service(), filter]);
+    let names: Vec<&String> = out.extension_configs.keys().collect();
+    assert_eq!(names, ["shared-lua"]);
+    let config = &out.extension_configs["shared-lua"];
+    assert_eq!(config.typed_config.as_ref().unwrap().type_url, LUA);
+}
