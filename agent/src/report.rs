@@ -137,6 +137,7 @@ fn xds(mut of: impl FnMut(TypeKind) -> TypeSyncStatus) -> XdsSyncStatus {
         lds: Some(of(TypeKind::Listener)),
         eds: Some(of(TypeKind::Endpoint)),
         rds: Some(of(TypeKind::Route)),
+        ecds: Some(of(TypeKind::ExtensionConfig)),
     }
 }
 

@@ -165,13 +165,13 @@ fn row(text: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
-fn row_is(text: &str, name: &str, states: [&str; 4], degraded: &str) -> bool {
+fn row_is(text: &str, name: &str, states: [&str; 5], degraded: &str) -> bool {
     text.lines().any(|l| l.starts_with(&format!("{name} ")))
-        && row(text, name)[2..6] == states
-        && row(text, name)[8].starts_with(degraded)
+        && row(text, name)[2..7] == states
+        && row(text, name)[9].starts_with(degraded)
 }
 
-const SYNCED: [&str; 4] = ["SYNCED", "SYNCED", "NOT SENT", "NOT SENT"];
+const SYNCED: [&str; 5] = ["SYNCED", "SYNCED", "NOT SENT", "NOT SENT", "NOT SENT"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_status_shows_synced_nacking_and_degraded_agents() {
@@ -206,6 +206,7 @@ async fn proxy_status_shows_synced_nacking_and_degraded_agents() {
                     "STALE (Never Acknowledged)",
                     "NOT SENT",
                     "NOT SENT",
+                    "NOT SENT",
                 ],
                 "no",
             )
@@ -221,19 +222,20 @@ async fn proxy_status_shows_synced_nacking_and_degraded_agents() {
     assert_eq!(
         header,
         [
-            "NAME", "TYPE", "CDS", "LDS", "EDS", "RDS", "REVISION", "LAG", "DEGRADED", "VERSION"
+            "NAME", "TYPE", "CDS", "LDS", "EDS", "RDS", "ECDS", "REVISION", "LAG", "DEGRADED",
+            "VERSION"
         ]
     );
     for name in ["cart-1.shop", "web-1.shop", "pay-1.shop"] {
         let cells = row(&text, name);
         assert_eq!(cells[1], "sidecar", "{text}");
         assert_eq!(
-            cells[6],
+            cells[7],
             answer.revision.to_string(),
             "applied revision: {text}"
         );
-        assert_eq!(cells[7], "0", "lag: {text}");
-        assert_eq!(cells[9], env!("CARGO_PKG_VERSION"), "{text}");
+        assert_eq!(cells[8], "0", "lag: {text}");
+        assert_eq!(cells[10], env!("CARGO_PKG_VERSION"), "{text}");
     }
 
     // The detail page of the NACKing proxy shows the error its Envoy sent.

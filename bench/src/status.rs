@@ -58,6 +58,8 @@ fn status(i: usize, revision: u64, version: u64, nack: bool) -> ProxyStatus {
         lds: Some(type_status(version, nack)),
         eds: Some(type_status(version, false)),
         rds: Some(type_status(version, false)),
+        // Most proxies ask for no extension config.
+        ecds: None,
     };
     let namespace = format!("ns-{}", i % 500);
     let pod = format!("svc-{}-7d4b9c8f6-{i:05x}", i % 5000);

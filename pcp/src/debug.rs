@@ -54,11 +54,12 @@ use crate::write::Upstream;
 pub const SYNCZ_TYPE: &str = "istio.io/debug/syncz";
 const CLIENT_CONFIG_TYPE: &str = "type.googleapis.com/envoy.service.status.v3.ClientConfig";
 /// The xDS types PASA's agents report, in the order istioctl shows them.
-const XDS_TYPES: [&str; 4] = [
+const XDS_TYPES: [&str; 5] = [
     "type.googleapis.com/envoy.config.cluster.v3.Cluster",
     "type.googleapis.com/envoy.config.listener.v3.Listener",
     "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
     "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+    "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
 ];
 
 /// One proxy in istiod's `/debug/syncz` format.
@@ -90,6 +91,16 @@ pub struct SyncStatus {
     pub endpoint_sent: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub endpoint_acked: String,
+    #[serde(
+        rename = "extensionconfig_sent",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub extension_config_sent: String,
+    #[serde(
+        rename = "extensionconfig_acked",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub extension_config_acked: String,
 }
 
 /// A proxy's entry, as istiod writes it.
@@ -105,6 +116,7 @@ pub fn sync_status(entry: &ProxyStatusEntry, cluster_id: &str) -> Option<SyncSta
     let (listener_sent, listener_acked) = pair(&xds.lds);
     let (route_sent, route_acked) = pair(&xds.rds);
     let (endpoint_sent, endpoint_acked) = pair(&xds.eds);
+    let (extension_config_sent, extension_config_acked) = pair(&xds.ecds);
     let proxy_type = match status.proxy_type() {
         ProxyType::Router => "router",
         ProxyType::Sidecar | ProxyType::Unspecified => "sidecar",
@@ -123,6 +135,8 @@ pub fn sync_status(entry: &ProxyStatusEntry, cluster_id: &str) -> Option<SyncSta
         route_acked,
         endpoint_sent,
         endpoint_acked,
+        extension_config_sent,
+        extension_config_acked,
     })
 }
 
@@ -207,7 +221,7 @@ pub fn client_config(entry: &ProxyStatusEntry, cluster_id: &str) -> Option<Clien
     let xds = status.xds.clone().unwrap_or_default();
     let generic_xds_configs = XDS_TYPES
         .iter()
-        .zip([&xds.cds, &xds.lds, &xds.eds, &xds.rds])
+        .zip([&xds.cds, &xds.lds, &xds.eds, &xds.rds, &xds.ecds])
         .filter_map(|(type_url, t)| {
             let t = t.as_ref()?;
             // A type the proxy never asked for is left out, as istiod lists only the types a

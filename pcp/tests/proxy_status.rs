@@ -77,6 +77,7 @@ fn status(pod: &str, ns: &str, proxy_type: ProxyType, lds: Option<TypeSyncStatus
             lds,
             eds: t(SyncState::Synced, "e1", "e1"),
             rds: t(SyncState::NotSent, "", ""),
+            ecds: t(SyncState::Synced, "x1", "x1"),
         }),
         ..Default::default()
     }
@@ -134,6 +135,7 @@ async fn istioctl_rows(server: &str) -> Vec<String> {
         "Listener" => "LDS",
         "ClusterLoadAssignment" => "EDS",
         "RouteConfiguration" => "RDS",
+        "TypedExtensionConfig" => "ECDS",
         other => panic!("unexpected type {other}"),
     };
     let rows = response
@@ -274,7 +276,8 @@ async fn pasactl_proxy_status_lists_details_and_expires() {
     assert_eq!(
         lines[0],
         [
-            "NAME", "TYPE", "CDS", "LDS", "EDS", "RDS", "REVISION", "LAG", "DEGRADED", "VERSION"
+            "NAME", "TYPE", "CDS", "LDS", "EDS", "RDS", "ECDS", "REVISION", "LAG", "DEGRADED",
+            "VERSION"
         ]
     );
     assert_eq!(
@@ -286,6 +289,7 @@ async fn pasactl_proxy_status_lists_details_and_expires() {
             "SYNCED",
             "SYNCED",
             "NOT SENT",
+            "SYNCED",
             "0",
             "0",
             "no",
@@ -331,6 +335,7 @@ async fn pasactl_proxy_status_lists_details_and_expires() {
             "cluster_sent": "c1", "cluster_acked": "c1",
             "listener_sent": "l1", "listener_acked": "l1",
             "endpoint_sent": "e1", "endpoint_acked": "e1",
+            "extensionconfig_sent": "x1", "extensionconfig_acked": "x1",
         })
     );
     // What Kiali makes of each pair (its rule: nothing sent is NOT_SENT, equal is Synced, no
@@ -360,8 +365,8 @@ async fn pasactl_proxy_status_lists_details_and_expires() {
         rows,
         [
             // RDS, never asked for, is left out: istioctl shows it IGNORED.
-            "ingress-1.istio-system Kubernetes pcp-test 0.1.0 CDS=SYNCED LDS=SYNCED EDS=SYNCED",
-            "web-1.shop Kubernetes pcp-test 0.1.0 CDS=SYNCED LDS=STALE EDS=SYNCED",
+            "ingress-1.istio-system Kubernetes pcp-test 0.1.0 CDS=SYNCED LDS=SYNCED EDS=SYNCED ECDS=SYNCED",
+            "web-1.shop Kubernetes pcp-test 0.1.0 CDS=SYNCED LDS=STALE EDS=SYNCED ECDS=SYNCED",
         ]
     );
 

@@ -97,15 +97,17 @@ impl Entry {
     }
 }
 
-/// The worst state over the four types of `xds`.
+/// The worst state over the types of `xds`.
 fn worst(xds: Option<&XdsSyncStatus>) -> SyncState {
     let Some(xds) = xds else {
         return SyncState::NotSent;
     };
-    SyncState::worst([&xds.cds, &xds.lds, &xds.eds, &xds.rds].map(|t| {
-        t.as_ref()
-            .map_or(SyncState::NotSent, |t| SyncState::from_wire(t.state))
-    }))
+    SyncState::worst(
+        [&xds.cds, &xds.lds, &xds.eds, &xds.rds, &xds.ecds].map(|t| {
+            t.as_ref()
+                .map_or(SyncState::NotSent, |t| SyncState::from_wire(t.state))
+        }),
+    )
 }
 
 #[derive(Default)]
@@ -381,7 +383,7 @@ fn bound_type(t: &mut Option<TypeSyncStatus>) {
 
 fn bound_xds(xds: &mut Option<XdsSyncStatus>) {
     if let Some(x) = xds {
-        for t in [&mut x.cds, &mut x.lds, &mut x.eds, &mut x.rds] {
+        for t in [&mut x.cds, &mut x.lds, &mut x.eds, &mut x.rds, &mut x.ecds] {
             bound_type(t);
         }
     }

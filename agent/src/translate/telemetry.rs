@@ -144,7 +144,7 @@ pub(super) enum Side {
 }
 
 impl Side {
-    pub(super) fn matches(self, mode: Option<&str>) -> bool {
+    fn matches(self, mode: Option<&str>) -> bool {
         match mode {
             None | Some("CLIENT_AND_SERVER") => true,
             Some("CLIENT") => self == Side::Client,

@@ -130,6 +130,24 @@ pub(super) fn hcm_of(listener: &Listener) -> HttpConnectionManager {
     HttpConnectionManager::decode(any.value.as_slice()).unwrap()
 }
 
+/// The HTTP connection manager of `l`'s filter chain `chain` (of the first chain that has one
+/// when `chain` is empty).
+pub(super) fn hcm_in(l: &Listener, chain: &str) -> HttpConnectionManager {
+    let f = l
+        .filter_chains
+        .iter()
+        .filter(|c| chain.is_empty() || c.name == chain)
+        .flat_map(|c| &c.filters)
+        .find(|f| f.name.ends_with("http_connection_manager"))
+        .expect("a connection manager");
+    let Some(envoy_types::pb::envoy::config::listener::v3::filter::ConfigType::TypedConfig(any)) =
+        &f.config_type
+    else {
+        panic!("typed")
+    };
+    HttpConnectionManager::decode(any.value.as_slice()).unwrap()
+}
+
 fn rds_name(listener: &Listener) -> String {
     match hcm_of(listener).route_specifier {
         Some(RouteSpecifier::Rds(rds)) => rds.route_config_name,

@@ -3,12 +3,10 @@
 use envoy_types::pb::envoy::config::core::v3::{
     TypedExtensionConfig, async_data_source, data_source,
 };
-use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
+use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
 use envoy_types::pb::envoy::extensions::filters::http::wasm::v3::Wasm as HttpWasm;
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    HttpConnectionManager, http_filter,
-};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter;
 use envoy_types::pb::envoy::extensions::wasm::v3::plugin_config;
 use envoy_types::pb::google::protobuf::StringValue;
 use pasa_proto::store::v1::Resource as StoreResource;
@@ -18,7 +16,7 @@ use serde_json::{Value, json};
 use crate::model::proxy::Generator;
 use crate::testing::resource;
 use crate::translate::Translator;
-use crate::translate::tests::{reviews_service, reviews_workload as workload};
+use crate::translate::tests::{hcm_in, reviews_service, reviews_workload as workload};
 
 fn wasm_plugin(ns: &str, name: &str, spec: Value, revision: u64) -> StoreResource {
     resource("WasmPlugin", ns, name, spec, revision)
@@ -35,18 +33,7 @@ fn generated(resources: Vec<StoreResource>) -> crate::resource::Resources {
 
 /// The HTTP filter names of the connection manager of `l`'s chain `chain` (any when empty).
 fn http_filters(l: &Listener, chain: &str) -> Vec<String> {
-    let f = l
-        .filter_chains
-        .iter()
-        .filter(|c| chain.is_empty() || c.name == chain)
-        .flat_map(|c| &c.filters)
-        .find(|f| f.name.ends_with("http_connection_manager"))
-        .expect("a connection manager");
-    let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
-        panic!("typed")
-    };
-    HttpConnectionManager::decode(any.value.as_slice())
-        .unwrap()
+    hcm_in(l, chain)
         .http_filters
         .into_iter()
         .map(|f| f.name)
@@ -224,16 +211,7 @@ fn a_lua_traffic_extension_is_inline() {
         ),
     ]);
     let name = "extensions.istio.io/trafficextension/istio-system.lua";
-    let f = out.listeners["0.0.0.0_9080"]
-        .filter_chains
-        .iter()
-        .flat_map(|c| &c.filters)
-        .find(|f| f.name.ends_with("http_connection_manager"))
-        .unwrap();
-    let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
-        panic!()
-    };
-    let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    let hcm = hcm_in(&out.listeners["0.0.0.0_9080"], "");
     let lua = hcm.http_filters.iter().find(|f| f.name == name).unwrap();
     assert!(matches!(
         &lua.config_type,

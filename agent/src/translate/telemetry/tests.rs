@@ -5,7 +5,6 @@ use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
 use envoy_types::pb::envoy::extensions::access_loggers::file::v3::{
     FileAccessLog, file_access_log::AccessLogFormat,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
 use pasa_proto::store::v1::Resource as StoreResource;
 use prost::Message;
@@ -13,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::testing::resource;
 use crate::translate::tests::{
-    reviews_service, reviews_workload as workload, translate_for as translate,
+    hcm_in, reviews_service, reviews_workload as workload, translate_for as translate,
 };
 
 fn telemetry(ns: &str, name: &str, spec: Value, revision: u64) -> StoreResource {
@@ -27,21 +26,7 @@ fn mesh(spec: Value) -> StoreResource {
 /// The access logs of the first connection manager of `l`'s chain `chain` (any chain when
 /// empty), as (path, format text or JSON keys).
 fn hcm_logs(l: &Listener, chain: &str) -> Vec<(String, String)> {
-    let f = l
-        .filter_chains
-        .iter()
-        .filter(|c| chain.is_empty() || c.name == chain)
-        .flat_map(|c| &c.filters)
-        .find(|f| f.name.ends_with("http_connection_manager"))
-        .expect("a connection manager");
-    let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
-        panic!("typed")
-    };
-    described(
-        &HttpConnectionManager::decode(any.value.as_slice())
-            .unwrap()
-            .access_log,
-    )
+    described(&hcm_in(l, chain).access_log)
 }
 
 fn described(logs: &[AccessLog]) -> Vec<(String, String)> {
@@ -172,20 +157,7 @@ fn providers_of_the_mesh_config_and_filters_are_built() {
         5,
     );
     let out = translate(workload(), vec![reviews_service(), mesh, ns]);
-    let f = out.listeners["virtualInbound"]
-        .filter_chains
-        .iter()
-        .find(|c| c.name == "0.0.0.0_9080")
-        .unwrap()
-        .filters
-        .iter()
-        .find(|f| f.name.ends_with("http_connection_manager"))
-        .unwrap()
-        .clone();
-    let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
-        panic!()
-    };
-    let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+    let hcm = hcm_in(&out.listeners["virtualInbound"], "0.0.0.0_9080");
     assert_eq!(
         described(&hcm.access_log),
         [(
@@ -308,17 +280,7 @@ mod tracing {
     /// The tracing and the request ID setting of the connection manager of `l` (chain `chain`,
     /// any when empty).
     fn traced(l: &Listener, chain: &str) -> (Option<Tracing>, Option<bool>) {
-        let f = l
-            .filter_chains
-            .iter()
-            .filter(|c| chain.is_empty() || c.name == chain)
-            .flat_map(|c| &c.filters)
-            .find(|f| f.name.ends_with("http_connection_manager"))
-            .expect("a connection manager");
-        let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
-            panic!("typed")
-        };
-        let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+        let hcm = hcm_in(l, chain);
         let request_id = hcm.request_id_extension.map(|r| {
             UuidRequestIdConfig::decode(r.typed_config.unwrap().value.as_slice())
                 .unwrap()
@@ -614,19 +576,7 @@ fn grpc_and_opentelemetry_log_services_are_built_with_their_collectors() {
         workload(),
         vec![reviews_service(), collector.clone(), mesh.clone(), all],
     );
-    let f = out.listeners["virtualInbound"]
-        .filter_chains
-        .iter()
-        .filter(|c| c.name == "0.0.0.0_9080")
-        .flat_map(|c| &c.filters)
-        .find(|f| f.name.ends_with("http_connection_manager"))
-        .unwrap();
-    let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
-        panic!()
-    };
-    let logs = HttpConnectionManager::decode(any.value.as_slice())
-        .unwrap()
-        .access_log;
+    let logs = hcm_in(&out.listeners["virtualInbound"], "0.0.0.0_9080").access_log;
     let names: Vec<&str> = logs.iter().map(|l| l.name.as_str()).collect();
     // By provider name.
     assert_eq!(

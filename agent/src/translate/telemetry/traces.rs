@@ -190,12 +190,14 @@ pub(super) fn traces(inputs: &Inputs<'_>) -> Traces {
     };
     let (mut client, mut server) = (start.clone(), start);
     for entry in entries {
+        // A mode other than CLIENT or SERVER is both sides (access logging differs: there an
+        // undefined mode is neither).
         let mode = entry.match_.as_ref().and_then(|m| m.mode.as_deref());
         let mut specs: Vec<&mut Spec<'_>> = Vec::with_capacity(2);
-        if Side::Client.matches(mode) {
+        if mode != Some("SERVER") {
             specs.push(&mut client);
         }
-        if Side::Server.matches(mode) {
+        if mode != Some("CLIENT") {
             specs.push(&mut server);
         }
         let first = entry.providers.iter().flatten().next();

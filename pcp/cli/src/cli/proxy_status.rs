@@ -2,7 +2,7 @@
 //! like `istioctl proxy-status`, or one proxy in detail with its last NACK.
 //!
 //! The list shows per proxy (sorted by namespace, then name): NAME (`pod.namespace`, as
-//! istioctl), TYPE, the CDS/LDS/EDS/RDS states (SYNCED, STALE, STALE (Never Acknowledged),
+//! istioctl), TYPE, the CDS/LDS/EDS/RDS/ECDS states (SYNCED, STALE, STALE (Never Acknowledged),
 //! NOT SENT), the applied REVISION and its LAG behind the store, DEGRADED (`no`, `yes`, or
 //! `lost contact 12s ago` when the agent stopped reporting) and the agent VERSION.
 //!
@@ -153,13 +153,14 @@ pub fn state(t: Option<&TypeSyncStatus>) -> &'static str {
     }
 }
 
-/// The four types in istioctl's column order.
-fn types(xds: Option<&XdsSyncStatus>) -> [(&'static str, Option<&TypeSyncStatus>); 4] {
+/// The types in istioctl's column order.
+fn types(xds: Option<&XdsSyncStatus>) -> [(&'static str, Option<&TypeSyncStatus>); 5] {
     [
         ("CDS", xds.and_then(|x| x.cds.as_ref())),
         ("LDS", xds.and_then(|x| x.lds.as_ref())),
         ("EDS", xds.and_then(|x| x.eds.as_ref())),
         ("RDS", xds.and_then(|x| x.rds.as_ref())),
+        ("ECDS", xds.and_then(|x| x.ecds.as_ref())),
     ]
 }
 
@@ -224,7 +225,8 @@ fn columns(rows: &[Vec<String>]) -> String {
 pub fn table(answer: &ListProxyStatusResponse) -> String {
     let mut rows = vec![
         [
-            "NAME", "TYPE", "CDS", "LDS", "EDS", "RDS", "REVISION", "LAG", "DEGRADED", "VERSION",
+            "NAME", "TYPE", "CDS", "LDS", "EDS", "RDS", "ECDS", "REVISION", "LAG", "DEGRADED",
+            "VERSION",
         ]
         .map(String::from)
         .to_vec(),
@@ -358,6 +360,7 @@ pub fn detail(entry: &ProxyStatusEntry, answer: &ListProxyStatusResponse, now: i
                 "LDS",
                 "EDS",
                 "RDS",
+                "ECDS",
                 "NODE",
             ]
             .map(String::from)
@@ -472,6 +475,7 @@ mod tests {
             lds: t(SyncState::Synced, "1", "1"),
             eds: t(SyncState::NotSent, "", ""),
             rds: None,
+            ecds: None,
         };
         let nacked = XdsSyncStatus {
             lds: t(SyncState::Stale, "2", ""),
@@ -499,7 +503,7 @@ mod tests {
         assert_eq!(
             cells(lines[0]),
             [
-                "NAME", "TYPE", "CDS", "LDS", "EDS", "RDS", "REVISION", "LAG", "DEGRADED",
+                "NAME", "TYPE", "CDS", "LDS", "EDS", "RDS", "ECDS", "REVISION", "LAG", "DEGRADED",
                 "VERSION"
             ]
         );
@@ -512,6 +516,7 @@ mod tests {
                 "SYNCED",
                 "NOT SENT",
                 "NOT SENT",
+                "NOT SENT",
                 "4",
                 "2",
                 "no",
@@ -522,7 +527,7 @@ mod tests {
             cells(lines[2])[2..4],
             ["STALE", "STALE (Never Acknowledged)"]
         );
-        assert_eq!(cells(lines[3])[8], "lost contact 12s ago");
+        assert_eq!(cells(lines[3])[9], "lost contact 12s ago");
     }
 
     #[test]
