@@ -187,39 +187,14 @@ pub struct ProxyTracing {
     /// Percent of requests traced; 0 (unset) means the control plane's default.
     #[serde(default)]
     pub sampling: f64,
+    /// As a Telemetry's (without formatters).
     #[serde(default)]
-    pub custom_tags: BTreeMap<String, ProxyCustomTag>,
+    pub custom_tags: BTreeMap<String, Option<super::telemetry::CustomTag>>,
     #[serde(default)]
     pub max_path_tag_length: u32,
     /// Whether Istio's own tags (canonical service, namespace, ...) are added; unset means yes.
     #[serde(default)]
     pub enable_istio_tags: Option<bool>,
-}
-
-/// A custom tag of `ProxyConfig.tracing`: one of a literal, an environment variable of the
-/// proxy, or a request header.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProxyCustomTag {
-    #[serde(default)]
-    pub literal: Option<ProxyTagValue>,
-    #[serde(default)]
-    pub environment: Option<ProxyTagValue>,
-    #[serde(default)]
-    pub header: Option<ProxyTagValue>,
-}
-
-/// A custom tag's source: a literal's `value`, or the `name` of a variable or header with its
-/// `defaultValue`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProxyTagValue {
-    #[serde(default)]
-    pub value: String,
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub default_value: String,
 }
 
 /// A tracing provider of the mesh config, as its extension provider describes it.

@@ -56,8 +56,7 @@ use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::{Any, BoolValue, Duration, UInt32Value};
 use envoy_types::util::pack_any;
 use pasa_proto::istio::mesh_config::{
-    ExtensionProvider, HttpHeader, MeshConfig, OpenTelemetryProvider, ProxyTagValue, ProxyTracing,
-    TracingProvider,
+    ExtensionProvider, HttpHeader, MeshConfig, OpenTelemetryProvider, ProxyTracing, TracingProvider,
 };
 use pasa_proto::istio::telemetry::{CustomTag as TelemetryTag, NamedTag, Telemetry};
 use pasa_proto::node::ProxyType;
@@ -699,22 +698,7 @@ fn custom_tag(
 
 /// `defaultConfig.tracing.customTags`.
 fn proxy_config_tags(proxy_tracing: &ProxyTracing) -> Vec<CustomTag> {
-    fn named(v: &ProxyTagValue) -> (&str, &str) {
-        (&v.name, &v.default_value)
-    }
-    proxy_tracing
-        .custom_tags
-        .iter()
-        .filter_map(|(tag, t)| {
-            custom_tag(
-                tag,
-                t.environment.as_ref().map(named),
-                t.header.as_ref().map(named),
-                t.literal.as_ref().map(|v| v.value.as_str()),
-                None,
-            )
-        })
-        .collect()
+    telemetry_tags(&proxy_tracing.custom_tags)
 }
 
 /// A Telemetry's `customTags` (formatter tags only for proxies newer than the agent's claim).
