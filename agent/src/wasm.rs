@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use pasa_proto::digest::sha256_hex;
 use tokio::sync::watch;
 
 use crate::translate::extensions::{ModuleCode, ModuleSource};
@@ -179,14 +180,6 @@ fn unboxed(body: Vec<u8>) -> Result<Vec<u8>, String> {
             .ok_or_else(|| "an empty tar".to_string());
     }
     Ok(body)
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, bytes)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The entries of a POSIX tar: (name, contents).

@@ -594,11 +594,7 @@ async fn traffic_extensions(
     // The same module over HTTP, fetched by the agent and checked against its SHA-256.
     let bytes = std::fs::read(&module).expect("the module");
     let served = serve_once_per_request(bytes.clone()).await;
-    let sum: String = ring::digest::digest(&ring::digest::SHA256, &bytes)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let sum = pasa_proto::digest::sha256_hex(&bytes);
     let fetched = |name: &str, sha256: &str| {
         json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
             "metadata": {"name": name, "namespace": "shop"},

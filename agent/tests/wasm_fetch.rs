@@ -15,18 +15,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use pasa_agent::translate::extensions::{ModuleCode, ModuleSource};
 use pasa_agent::wasm::Fetcher;
+use pasa_proto::digest::sha256_hex as sha256;
 use serde_json::json;
 
 const MODULE: &[u8] = b"\0asm\x01\0\0\0 a module's bytes";
 const TOKEN: &str = "anonymous-token";
-
-fn sha256(bytes: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, bytes)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 
 /// A gzip'd tar holding `plugin.wasm`.
 fn plugin_layer() -> Vec<u8> {

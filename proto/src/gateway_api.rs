@@ -307,11 +307,8 @@ pub struct RegistryService {
 /// the name.
 pub fn inference_pool_service(pool: &str) -> String {
     const MAX: usize = 63;
-    let digest = ring::digest::digest(&ring::digest::SHA256, pool.as_bytes());
-    let hex: String = digest.as_ref()[..4]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let digest = crate::digest::sha256_hex(pool.as_bytes());
+    let hex = &digest[..8];
     let base_max = MAX - "-ip-".len() - hex.len();
     // Pool names are DNS labels (ASCII), so a byte cut is a character cut.
     let base = pool.get(..base_max.min(pool.len())).unwrap_or(pool);

@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod config_path;
+pub mod digest;
 pub mod duration;
 pub mod event;
 pub mod gateway;

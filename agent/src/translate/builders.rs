@@ -18,6 +18,20 @@ pub(super) fn ads() -> ConfigSource {
     }
 }
 
+/// The port of a listener's socket address (none for another address).
+pub(super) fn listener_port(
+    l: &envoy_types::pb::envoy::config::listener::v3::Listener,
+) -> Option<u32> {
+    use envoy_types::pb::envoy::config::core::v3::{address, socket_address::PortSpecifier};
+    match l.address.as_ref()?.address.as_ref()? {
+        address::Address::SocketAddress(s) => match s.port_specifier {
+            Some(PortSpecifier::PortValue(p)) => Some(p),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// An Istio duration as a protobuf one.
 pub(super) fn duration(d: &pasa_proto::istio::common::Duration) -> Duration {
     Duration {

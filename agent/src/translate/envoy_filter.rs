@@ -1011,17 +1011,6 @@ fn is_virtual(l: &Listener) -> bool {
     l.name == names::VIRTUAL_INBOUND || l.name == names::VIRTUAL_OUTBOUND
 }
 
-fn listener_port(l: &Listener) -> Option<u32> {
-    use envoy_types::pb::envoy::config::core::v3::{address, socket_address::PortSpecifier};
-    match l.address.as_ref()?.address.as_ref()? {
-        address::Address::SocketAddress(s) => match s.port_specifier {
-            Some(PortSpecifier::PortValue(p)) => Some(p),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
 fn listener_matches(l: &Listener, p: &Patch) -> bool {
     let Some(m) = p.matching.listener() else {
         return true;
@@ -1033,7 +1022,7 @@ fn listener_matches(l: &Listener, p: &Patch) -> bool {
     if p.apply_to != ApplyTo::Listener && is_virtual(l) {
         return true;
     }
-    m.port_number == 0 || listener_port(l) == Some(m.port_number)
+    m.port_number == 0 || super::builders::listener_port(l) == Some(m.port_number)
 }
 
 fn chain_matches(l: &Listener, fc: &FilterChain, p: &Patch) -> bool {

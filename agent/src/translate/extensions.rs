@@ -29,9 +29,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::{
-    AggregatedConfigSource, ApiVersion, AsyncDataSource, ConfigSource, DataSource,
-    ExtensionConfigSource, HttpUri, RemoteDataSource, TypedExtensionConfig, async_data_source,
-    config_source, data_source, http_uri,
+    AsyncDataSource, DataSource, ExtensionConfigSource, HttpUri, RemoteDataSource,
+    TypedExtensionConfig, async_data_source, data_source, http_uri,
 };
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
 use envoy_types::pb::envoy::config::rbac::v3::Rbac as RbacRules;
@@ -56,6 +55,7 @@ use prost::{Message, Name};
 use super::filters::{HCM, TCP_PROXY};
 use super::names;
 use super::patched::{self, Type};
+use super::telemetry::Side;
 use crate::model::proxy::Proxy;
 use crate::model::registry::{Config, Registry};
 use crate::resource::{Generated, Resource};
@@ -180,14 +180,20 @@ impl Extension<'_> {
         }
     }
 
-    /// Where its Wasm module is (istiod's URL: `oci://` when it has no scheme).
+    /// Its Wasm module's URL as istiod reads it: `oci://` when it has no scheme.
+    fn module_url(&self) -> Option<String> {
+        let url = &self.spec().wasm.as_ref()?.url;
+        Some(if url.contains("://") {
+            url.clone()
+        } else {
+            format!("oci://{url}")
+        })
+    }
+
+    /// Where its Wasm module is.
     fn code(&self, modules: Option<&dyn ModuleSource>) -> Option<ModuleCode> {
         let wasm = self.spec().wasm.as_ref()?;
-        let url = if wasm.url.contains("://") {
-            wasm.url.clone()
-        } else {
-            format!("oci://{}", wasm.url)
-        };
+        let url = self.module_url()?;
         Some(match url.strip_prefix("file://") {
             Some(path) => ModuleCode::Local(path.to_string()),
             None => match modules {
@@ -214,11 +220,7 @@ impl Extension<'_> {
             ModuleCode::Remote => Some(AsyncDataSource {
                 specifier: Some(async_data_source::Specifier::Remote(RemoteDataSource {
                     http_uri: Some(HttpUri {
-                        uri: if wasm.url.contains("://") {
-                            wasm.url.clone()
-                        } else {
-                            format!("oci://{}", wasm.url)
-                        },
+                        uri: self.module_url().unwrap_or_default(),
                         // pilot-agent fetches it: no cluster needed.
                         http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster("_".into())),
                         timeout: Some(Duration {
@@ -301,24 +303,10 @@ impl Extension<'_> {
     }
 }
 
-/// Which side of the traffic a connection manager serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Client,
-    Server,
-}
-
+/// Over ADS, the listener waiting for its extensions (they may be what secures it).
 fn discovery(type_urls: &[String]) -> ExtensionConfigSource {
     ExtensionConfigSource {
-        config_source: Some(ConfigSource {
-            config_source_specifier: Some(config_source::ConfigSourceSpecifier::Ads(
-                AggregatedConfigSource::default(),
-            )),
-            resource_api_version: ApiVersion::V3 as i32,
-            // The listener waits for its extensions: they may be what secures it.
-            initial_fetch_timeout: Some(Duration::default()),
-            ..Default::default()
-        }),
+        config_source: Some(super::builders::ads()),
         type_urls: type_urls.to_vec(),
         ..Default::default()
     }
@@ -515,18 +503,6 @@ fn put_chain(chain: &mut FilterChain, exts: &[Extension<'_>], side: Side, port: 
     changed
 }
 
-/// The port of a listener's address (0 for none).
-fn listener_port(l: &Listener) -> u32 {
-    use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
-    match l.address.as_ref().and_then(|a| a.address.as_ref()) {
-        Some(address::Address::SocketAddress(s)) => match s.port_specifier {
-            Some(socket_address::PortSpecifier::PortValue(p)) => p,
-            _ => 0,
-        },
-        _ => 0,
-    }
-}
-
 /// What extensions remember across generations.
 #[derive(Debug, Default)]
 pub(crate) struct Memo {
@@ -573,13 +549,13 @@ impl Memo {
         self.changed
             .each(Type::Listener, &mut generated.listeners, |r| {
                 let mut l = Listener::decode(r.body.value.as_slice()).ok()?;
-                let inbound = !router && l.name == names::VIRTUAL_INBOUND;
+                let side = Side::of_listener(router, &l.name);
+                let inbound = side == Side::Server;
                 if !router && l.name == names::VIRTUAL_OUTBOUND {
                     // The catch-all: passthrough and blackhole, as istiod builds them.
                     return Some(Arc::clone(r));
                 }
-                let side = if inbound { Side::Server } else { Side::Client };
-                let listener_port = listener_port(&l);
+                let listener_port = super::builders::listener_port(&l).unwrap_or(0);
                 let mut changed = false;
                 for chain in l
                     .filter_chains

@@ -68,22 +68,27 @@ pub fn cluster(
 /// Where a proxy can send what it reports (spans, access logs): the services it knows and the
 /// clusters it has. A collector must be both: istiod names a collector's cluster whether the
 /// proxy has it or not, and Envoy then refuses the whole listener.
+/// The services are listed once, when a provider is first looked up: most generations look up
+/// none.
 pub struct Collectors<'a> {
-    pub services: Vec<KnownService<'a>>,
-    pub clusters: &'a ResourceMap,
+    registry: &'a Registry,
+    services: std::cell::OnceCell<Vec<KnownService<'a>>>,
+    clusters: &'a ResourceMap,
 }
 
 impl<'a> Collectors<'a> {
     pub fn new(registry: &'a Registry, clusters: &'a ResourceMap) -> Collectors<'a> {
         Collectors {
-            services: known_services(registry),
+            registry,
+            services: std::cell::OnceCell::new(),
             clusters,
         }
     }
 
     /// The host name and cluster of the collector `service` on `port`.
     pub fn find(&self, service: &str, port: u32) -> Result<(String, String), String> {
-        let (hostname, cluster) = self::cluster(service, port, &self.services)?;
+        let services = self.services.get_or_init(|| known_services(self.registry));
+        let (hostname, cluster) = self::cluster(service, port, services)?;
         if !self.clusters.contains_key(&cluster) {
             return Err(format!(
                 "the proxy has no cluster {cluster} (its Sidecar does not import {hostname})"

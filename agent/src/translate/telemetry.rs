@@ -136,7 +136,7 @@ const WASM_PEER_STATE: [&str; 4] = [
 const CEL_FILTER: &str = "envoy.access_loggers.extension_filters.cel";
 const REQ_WITHOUT_QUERY: &str = "%REQ_WITHOUT_QUERY";
 
-/// Which side of the traffic a listener serves.
+/// Which side of the traffic a listener serves (also for the extensions that pick a side).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Side {
     Client,
@@ -144,6 +144,16 @@ pub(super) enum Side {
 }
 
 impl Side {
+    /// The side of the listener `name` of a router (`router`) or a sidecar: a sidecar's
+    /// `virtualInbound` is SERVER, its other listeners and every listener of a router CLIENT.
+    pub(super) fn of_listener(router: bool, name: &str) -> Side {
+        if !router && name == names::VIRTUAL_INBOUND {
+            Side::Server
+        } else {
+            Side::Client
+        }
+    }
+
     fn matches(self, mode: Option<&str>) -> bool {
         match mode {
             None | Some("CLIENT_AND_SERVER") => true,
@@ -679,11 +689,7 @@ impl Memo {
         self.changed
             .each(Type::Listener, &mut generated.listeners, |r| {
                 let mut l = Listener::decode(r.body.value.as_slice()).ok()?;
-                let side = if !router && l.name == names::VIRTUAL_INBOUND {
-                    Side::Server
-                } else {
-                    Side::Client
-                };
+                let side = Side::of_listener(router, &l.name);
                 let logs_here = logs.of(side);
                 if !put(&mut l, logs_here, traces.of(side)) {
                     return Some(Arc::clone(r));

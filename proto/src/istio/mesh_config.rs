@@ -99,9 +99,6 @@ pub fn access_log_provider(
     mesh: Option<&MeshConfig>,
     name: &str,
 ) -> Option<(String, Result<AccessLogProvider, String>)> {
-    fn read<T: serde::de::DeserializeOwned>(v: &Value, kind: &str) -> Result<T, String> {
-        serde_json::from_value(v.clone()).map_err(|e| format!("{kind}: {e}"))
-    }
     let Some(p) = mesh.and_then(|m| m.provider(name)) else {
         return name
             .eq_ignore_ascii_case(BUILTIN_ACCESS_LOG_PROVIDER)
@@ -114,19 +111,17 @@ pub fn access_log_provider(
                 )
             });
     };
-    let (kind, v) = [
+    let (kind, v) = p.settings(&[
         "envoyFileAccessLog",
         "envoyHttpAls",
         "envoyTcpAls",
         "envoyOtelAls",
-    ]
-    .into_iter()
-    .find_map(|k| p.other.get(k).map(|v| (k, v)))?;
+    ])?;
     let provider = match kind {
         "envoyFileAccessLog" => Ok(AccessLogProvider::File(v.clone())),
-        "envoyHttpAls" => read(v, kind).map(AccessLogProvider::HttpGrpc),
-        "envoyTcpAls" => read(v, kind).map(AccessLogProvider::TcpGrpc),
-        _ => read(v, kind).map(AccessLogProvider::OpenTelemetry),
+        "envoyHttpAls" => read_settings(kind, v).map(AccessLogProvider::HttpGrpc),
+        "envoyTcpAls" => read_settings(kind, v).map(AccessLogProvider::TcpGrpc),
+        _ => read_settings(kind, v).map(AccessLogProvider::OpenTelemetry),
     };
     Some((p.name.clone(), provider))
 }
@@ -321,28 +316,37 @@ pub struct HttpHeader {
     pub env_name: Option<String>,
 }
 
+/// A provider's settings of `kind` as `T`, or why they do not read (naming the kind).
+fn read_settings<T: serde::de::DeserializeOwned>(kind: &str, v: &Value) -> Result<T, String> {
+    serde_json::from_value(v.clone()).map_err(|e| format!("{kind}: {e}"))
+}
+
 impl ExtensionProvider {
+    /// The first of `kinds` the provider is, with its settings as written.
+    fn settings(&self, kinds: &[&'static str]) -> Option<(&'static str, &Value)> {
+        kinds
+            .iter()
+            .find_map(|k| self.other.get(*k).map(|v| (*k, v)))
+    }
+
     /// The provider as a tracer: `None` when it is of a kind that does not trace, an error when
     /// it is a tracer PASA cannot build (Lightstep, deprecated in Istio) or its settings do not
     /// read.
     pub fn tracing(&self) -> Option<Result<TracingProvider, String>> {
-        fn read<T: serde::de::DeserializeOwned>(v: &Value, kind: &str) -> Result<T, String> {
-            serde_json::from_value(v.clone()).map_err(|e| format!("{kind}: {e}"))
-        }
-        let (kind, v) = [
+        let (kind, v) = self.settings(&[
             "zipkin",
             "datadog",
             "skywalking",
             "opentelemetry",
             "lightstep",
-        ]
-        .into_iter()
-        .find_map(|k| self.other.get(k).map(|v| (k, v)))?;
+        ])?;
         Some(match kind {
-            "zipkin" => read(v, kind).map(TracingProvider::Zipkin),
-            "datadog" => read(v, kind).map(TracingProvider::Datadog),
-            "skywalking" => read(v, kind).map(TracingProvider::Skywalking),
-            "opentelemetry" => read(v, kind).map(|o| TracingProvider::OpenTelemetry(Box::new(o))),
+            "zipkin" => read_settings(kind, v).map(TracingProvider::Zipkin),
+            "datadog" => read_settings(kind, v).map(TracingProvider::Datadog),
+            "skywalking" => read_settings(kind, v).map(TracingProvider::Skywalking),
+            "opentelemetry" => {
+                read_settings(kind, v).map(|o| TracingProvider::OpenTelemetry(Box::new(o)))
+            }
             _ => Err("the Lightstep provider is deprecated; use OpenTelemetry".into()),
         })
     }

@@ -65,6 +65,7 @@ use super::Side;
 use crate::model::proxy::{ISTIO_VERSION, Proxy};
 use crate::model::registry::Config;
 use crate::translate::authz::{SHADOW_ALLOW_PREFIX, SHADOW_DENY_PREFIX};
+use crate::translate::builders::duration;
 use crate::translate::providers::{self, Collectors};
 
 /// istiod's sampling percentage when nothing sets one (`PILOT_TRACE_SAMPLING`'s default).
@@ -572,13 +573,6 @@ fn otel_service_name(proxy: &Proxy) -> String {
         .cloned()
         .or_else(|| Some(proxy.pod_name.clone()).filter(|n| !n.is_empty()))
         .unwrap_or_else(|| "unknown_service".into())
-}
-
-fn duration(d: &pasa_proto::istio::common::Duration) -> Duration {
-    Duration {
-        seconds: d.seconds,
-        nanos: d.nanos,
-    }
 }
 
 fn header_value(h: &HttpHeader) -> String {
