@@ -29,7 +29,7 @@ use crate::follow::{FollowConfig, Link, follow};
 use crate::identity::{Identity, IdentityArgs};
 use crate::mesh::{MeshSettings, OutboundPolicy};
 use crate::metrics::{Metrics, ResourceLabels};
-use crate::model::proxy::{Generator, Proxy};
+use crate::model::proxy::{Generator, Proxy, ProxyBuild};
 use crate::report::{self, ReportArgs, Reporter, Sources};
 use crate::resource::Generated;
 use crate::resource::TypeKind;
@@ -102,6 +102,11 @@ pub struct AgentArgs {
     /// proxy agent in front of Envoy, as for istiod: the agent sends the modules' URLs).
     #[arg(long, env = "PASA_WASM_FETCHER", default_value = "agent", value_parser = ["agent", "pilot-agent"])]
     pub wasm_fetcher: String,
+    /// The Envoy build the agent serves: `envoy` (upstream Envoy, as the agent runs it) or
+    /// `istio` (Istio's proxy, next to `istio-proxy`): only Istio's has the filters of Istio's
+    /// standard metrics and metadata exchange, which the agent then sends as istiod does.
+    #[arg(long, env = "PASA_PROXY_BUILD", value_enum, default_value = "envoy")]
+    pub proxy_build: ProxyBuildArg,
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
@@ -153,6 +158,13 @@ pub struct MeshArgs {
         default_value = "ALLOW_ANY"
     )]
     pub outbound_traffic_policy: OutboundTrafficPolicy,
+}
+
+/// `--proxy-build`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyBuildArg {
+    Envoy,
+    Istio,
 }
 
 /// `--outbound-traffic-policy`, spelled as in MeshConfig.
@@ -260,7 +272,11 @@ pub async fn run(
             .map_err(anyhow::Error::msg)?,
         ),
     };
-    let proxy = Proxy::from_identity(&identity, args.mesh.settings());
+    let mut proxy = Proxy::from_identity(&identity, args.mesh.settings());
+    proxy.build = match args.proxy_build {
+        ProxyBuildArg::Envoy => ProxyBuild::Envoy,
+        ProxyBuildArg::Istio => ProxyBuild::Istio,
+    };
     let metrics = Arc::new(Metrics::default());
     let publisher = Arc::new(SnapshotPublisher::new());
     let status = StatusRegistry::new();

@@ -51,6 +51,7 @@ pub(crate) fn sidecar(ip: &str) -> Proxy {
         flags: Flags::default(),
         dns_capture: false,
         dns_auto_allocate: false,
+        build: Default::default(),
     }
 }
 

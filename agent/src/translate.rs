@@ -513,10 +513,11 @@ struct Outputs {
     route_map: ResourceMap,
     /// What building them again reuses.
     reuse: sidecar::Reuse,
-    /// The access logs put on the listeners, then the EnvoyFilter patches applied, last (Envoy
-    /// only: istiod applies neither to proxyless gRPC).
-    access_logs: telemetry::Memo,
+    /// The extensions put on the listeners, then telemetry (access logs, tracing, metrics),
+    /// then the EnvoyFilter patches applied, last (Envoy only: istiod applies none of them to
+    /// proxyless gRPC).
     extensions: extensions::Memo,
+    telemetry: telemetry::Memo,
     patched: envoy_filter::Memo,
 }
 
@@ -653,9 +654,11 @@ impl Translator {
         *rebuilt = counts;
         let mut generated = out.generated();
         if generator == Generator::Envoy {
-            out.access_logs.apply(proxy, registry, &mut generated);
+            // Extensions before telemetry: the metadata exchange goes before the extensions
+            // of every phase, and the metrics after them, as in istiod.
             out.extensions
                 .apply(proxy, registry, modules.as_deref(), &mut generated);
+            out.telemetry.apply(proxy, registry, &mut generated);
             out.patched.apply(proxy, registry, &mut generated);
         }
         generated

@@ -98,7 +98,7 @@ impl Webhook {
             format!(
                 "{} applies to it, which PASA's agent cannot apply yet (WasmPlugin and \
                  TrafficExtension whose module the pod's proxy would not get; Telemetry with \
-                 metrics or a Lightstep tracer; EnvoyFilter patching the bootstrap; \
+                 metrics for upstream Envoy, or a Lightstep tracer; EnvoyFilter patching the bootstrap; \
                  RequestAuthentication whose keys are not in the store yet; CUSTOM \
                  AuthorizationPolicy whose provider the stored mesh config does not define)",
                 applying.join(", ")

@@ -45,6 +45,20 @@ pub struct Proxy {
     /// ... and wants addresses allocated for ServiceEntry hosts without one
     /// (`ISTIO_META_DNS_AUTO_ALLOCATE`).
     pub dns_auto_allocate: bool,
+    /// The Envoy build served: Istio's own filters only for Istio's proxy.
+    pub build: ProxyBuild,
+}
+
+/// The Envoy build a proxy runs: upstream Envoy, or Istio's proxy (with Istio's own filters for
+/// metrics and metadata exchange).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ProxyBuild {
+    /// Upstream Envoy (the agent runs it itself): none of Istio's filters.
+    #[default]
+    Envoy,
+    /// Istio's proxy (`istio-proxy`, with pilot-agent): Istio's metrics, metadata exchange and
+    /// ALPN filters, as istiod sends them.
+    Istio,
 }
 
 /// Control-plane feature flags that change what is generated; istiod's defaults by default.
@@ -88,6 +102,7 @@ impl Proxy {
             flags: Flags::default(),
             dns_capture: false,
             dns_auto_allocate: false,
+            build: ProxyBuild::Envoy,
         }
     }
 }

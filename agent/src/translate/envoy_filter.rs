@@ -441,21 +441,22 @@ impl Memo {
             },
         };
         self.patched
-            .each(Type::Listener, &mut generated.listeners, |r| {
+            .each(Type::Listener, &mut generated.listeners, |_, r| {
                 patcher.listener_resource(r)
             });
-        self.patched.each(Type::Route, &mut generated.routes, |r| {
-            let mut rc = RouteConfiguration::decode(r.body.value.as_slice()).ok()?;
-            let context = if router {
-                PatchContext::Gateway
-            } else {
-                PatchContext::SidecarOutbound
-            };
-            patcher.route_configuration(context, &mut rc);
-            Some(Resource::pack(&rc))
-        });
         self.patched
-            .each(Type::Cluster, &mut generated.clusters, |r| {
+            .each(Type::Route, &mut generated.routes, |_, r| {
+                let mut rc = RouteConfiguration::decode(r.body.value.as_slice()).ok()?;
+                let context = if router {
+                    PatchContext::Gateway
+                } else {
+                    PatchContext::SidecarOutbound
+                };
+                patcher.route_configuration(context, &mut rc);
+                Some(Resource::pack(&rc))
+            });
+        self.patched
+            .each(Type::Cluster, &mut generated.clusters, |_, r| {
                 let mut c = Cluster::decode(r.body.value.as_slice()).ok()?;
                 patcher.cluster(&mut c).then(|| Resource::pack(&c))
             });

@@ -223,6 +223,7 @@ fn connection_managers_carry_istiods_filters_and_grpc_clients_no_cors() {
     assert_eq!(
         filters(&out.listeners["0.0.0.0_8080"]),
         [
+            "envoy.filters.http.grpc_stats",
             "envoy.filters.http.fault",
             "envoy.filters.http.cors",
             "envoy.filters.http.router"

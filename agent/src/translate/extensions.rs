@@ -547,7 +547,7 @@ impl Memo {
         self.changed.begin(fingerprint);
         let router = proxy.kind == ProxyType::Router;
         self.changed
-            .each(Type::Listener, &mut generated.listeners, |r| {
+            .each(Type::Listener, &mut generated.listeners, |_, r| {
                 let mut l = Listener::decode(r.body.value.as_slice()).ok()?;
                 let side = Side::of_listener(router, &l.name);
                 let inbound = side == Side::Server;

@@ -46,13 +46,13 @@ impl Memo {
         self.entries.clear();
     }
 
-    /// Changes each resource of `map` with `change` (`None`: removed), reusing what was made of
-    /// the same resource before.
+    /// Changes each resource of `map` with `change` (given its name; `None`: removed), reusing
+    /// what was made of the same resource before.
     pub(super) fn each(
         &mut self,
         kind: Type,
         map: &mut ResourceMap,
-        change: impl Fn(&Arc<Resource>) -> Option<Arc<Resource>>,
+        change: impl Fn(&str, &Arc<Resource>) -> Option<Arc<Resource>>,
     ) {
         let names: Vec<(String, Arc<Resource>)> = map
             .iter()
@@ -64,7 +64,7 @@ impl Memo {
             let out = match self.entries.get(&key) {
                 Some(c) if Arc::ptr_eq(&c.from, &source) => c.to.clone(),
                 _ => {
-                    let to = change(&source);
+                    let to = change(&key.1, &source);
                     let from = Arc::clone(&source);
                     self.entries.insert(
                         key.clone(),

@@ -61,7 +61,7 @@ use envoy_types::util::pack_any;
 use pasa_proto::istio::mesh_config::{
     AccessLogProvider, BUILTIN_ACCESS_LOG_PROVIDER, MeshConfig, access_log_provider,
 };
-use pasa_proto::istio::telemetry::{AccessLogging, Telemetry};
+use pasa_proto::istio::telemetry::{AccessLogging, Metrics, Telemetry};
 use pasa_proto::node::ProxyType;
 use prost::Message;
 use serde_json::{Map, Value};
@@ -70,9 +70,11 @@ use super::filters::{HCM, TCP_PROXY};
 use super::names;
 use super::patched::{self, Type};
 use super::providers::{self, Collectors};
+use super::route::FAULT_FILTER;
 use crate::model::proxy::Proxy;
 use crate::model::registry::{self, Config, Registry};
 use crate::resource::{Generated, Resource};
+use metrics::{Class, IstioFilters};
 
 /// istiod's default text format.
 const DEFAULT_TEXT_FORMAT: &str = "[%START_TIME%] \"%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% \
@@ -669,7 +671,8 @@ pub(crate) struct Memo {
 }
 
 impl Memo {
-    /// Puts the access logs and the tracing of `proxy` on the listeners of `generated`.
+    /// Puts the access logs, the tracing and the metrics of `proxy` on the listeners of
+    /// `generated`, and the upstream metadata exchange on its clusters (Istio's proxy only).
     pub(crate) fn apply(&mut self, proxy: &Proxy, registry: &Registry, generated: &mut Generated) {
         let mesh = registry.mesh_config(&proxy.mesh.root_namespace);
         let telemetries = applying(proxy, registry);
@@ -681,17 +684,26 @@ impl Memo {
             telemetries: &telemetries,
             collectors: &collectors,
         });
+        let metric_entries: Vec<&Metrics> = telemetries
+            .iter()
+            .flat_map(|t| t.spec.metrics.iter().flatten())
+            .collect();
+        let istio = IstioFilters::new(proxy.build, mesh, &metric_entries);
         let mut fingerprint = std::collections::hash_map::DefaultHasher::new();
         logs.fingerprint(&mut fingerprint);
         traces.fingerprint(&mut fingerprint);
+        if let Some(istio) = &istio {
+            istio.fingerprint(&mut fingerprint);
+        }
         self.changed.begin(fingerprint.finish());
         let router = proxy.kind == ProxyType::Router;
         self.changed
-            .each(Type::Listener, &mut generated.listeners, |r| {
+            .each(Type::Listener, &mut generated.listeners, |_, r| {
                 let mut l = Listener::decode(r.body.value.as_slice()).ok()?;
                 let side = Side::of_listener(router, &l.name);
+                let class = Class::of_listener(router, &l.name);
                 let logs_here = logs.of(side);
-                if !put(&mut l, logs_here, traces.of(side)) {
+                if !put(&mut l, class, logs_here, traces.of(side), istio.as_ref()) {
                     return Some(Arc::clone(r));
                 }
                 let virtual_listener =
@@ -701,12 +713,29 @@ impl Memo {
                 }
                 Some(Resource::pack(&l))
             });
+        if let Some(istio) = &istio {
+            self.changed.each(
+                Type::Cluster,
+                &mut generated.clusters,
+                |name, r| match istio.cluster(name, &r.body.value) {
+                    Some(encoded) => Some(Resource::encoded(r.body.type_url.clone(), encoded)),
+                    None => Some(Arc::clone(r)),
+                },
+            );
+        }
     }
 }
 
-/// Adds `logs` to every connection manager and TCP proxy of `l`, and sets the connection
-/// managers' tracing; whether it changed anything.
-fn put(l: &mut Listener, logs: &[AccessLog], traces: &traces::SideTraces) -> bool {
+/// Adds `logs` to every connection manager and TCP proxy of `l` (of `class`), sets the
+/// connection managers' tracing and gRPC statistics, and, for Istio's proxy (`istio`), its
+/// metrics and metadata exchange filters; whether it changed anything.
+fn put(
+    l: &mut Listener,
+    class: Class,
+    logs: &[AccessLog],
+    traces: &traces::SideTraces,
+    istio: Option<&IstioFilters>,
+) -> bool {
     let mut changed = false;
     let chains = l
         .filter_chains
@@ -727,6 +756,15 @@ fn put(l: &mut Listener, logs: &[AccessLog], traces: &traces::SideTraces) -> boo
                         hcm.access_log.extend(logs.iter().cloned());
                     }
                     traces.put(&mut hcm);
+                    let fault = hcm
+                        .http_filters
+                        .iter()
+                        .position(|f| f.name == FAULT_FILTER)
+                        .unwrap_or(hcm.http_filters.len().saturating_sub(1));
+                    hcm.http_filters.insert(fault, metrics::grpc_stats());
+                    if let Some(istio) = istio {
+                        istio.put_http(class, &mut hcm.http_filters);
+                    }
                     any.value = hcm.encode_to_vec();
                     changed = true;
                 }
@@ -740,11 +778,24 @@ fn put(l: &mut Listener, logs: &[AccessLog], traces: &traces::SideTraces) -> boo
                 changed = true;
             }
         }
+        if let Some(istio) = istio {
+            if chain.filters.last().is_some_and(|f| f.name == TCP_PROXY) {
+                istio.put_tcp(class, &mut chain.filters);
+                changed = true;
+            }
+            if class == Class::SidecarInbound {
+                chain.filters.insert(0, metrics::tcp_listener_mx());
+                changed = true;
+            }
+        }
     }
     changed
 }
 
+mod metrics;
 mod traces;
+
+pub(super) use metrics::tcp_listener_mx;
 
 #[cfg(test)]
 mod tests;

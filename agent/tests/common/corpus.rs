@@ -318,6 +318,7 @@ pub fn proxy(case: &Case) -> Result<Proxy, String> {
         },
         dns_capture: p.dns_capture,
         dns_auto_allocate: p.dns_auto_allocate,
+        build: Default::default(),
     })
 }
 

@@ -182,8 +182,9 @@ impl Injector {
 }
 
 /// The kinds of which PASA's agent does not apply everything yet (WasmPlugin and
-/// TrafficExtension whose Wasm module the pod's proxy would not get; Telemetry with metrics, or tracing providers other than Zipkin, Datadog, SkyWalking and
-/// OpenTelemetry ones; EnvoyFilter
+/// TrafficExtension whose Wasm module the pod's proxy would not get; Telemetry with metrics for
+/// upstream Envoy (the standalone mode), or tracing providers other than Zipkin, Datadog,
+/// SkyWalking and OpenTelemetry ones; EnvoyFilter
 /// with `BOOTSTRAP` patches;
 /// RequestAuthentication whose keys are neither inline nor fetched
 /// into the store yet; AuthorizationPolicy with action CUSTOM whose provider the stored mesh
@@ -216,6 +217,8 @@ pub fn unenforced_policies(
     root_namespace: &str,
     policies: &[pasa_proto::store::v1::Resource],
 ) -> Vec<String> {
+    // Next to Istio's proxy, the agent sends Istio's metrics filters; upstream Envoy has none.
+    let istio_proxy = sidecar::mode(pod).0 == sidecar::Mode::NextToIstio;
     use pasa_proto::Kind;
     use pasa_proto::istio::authorization_policy::{
         Action, AuthorizationPolicy, applies_to_sidecar,
@@ -289,9 +292,10 @@ pub fn unenforced_policies(
                         Err(_) => unreadable,
                     }
                 }
-                // Enforced without metrics, when it traces only to tracers the agent builds.
+                // Enforced when it traces only to tracers the agent builds, and, for upstream
+                // Envoy, without metrics.
                 Ok(Kind::Telemetry) => match parse_spec_json::<Telemetry>(&p.spec_json) {
-                    Ok(t) if applied_telemetry(&t, mesh.as_ref()) => None,
+                    Ok(t) if applied_telemetry(&t, mesh.as_ref(), istio_proxy) => None,
                     Ok(t) => Some((
                         t.selector,
                         t.target_ref.is_some() || !t.target_refs.is_empty(),
@@ -351,13 +355,15 @@ fn module_loads(url: &str, pull_secret: &str) -> bool {
     url.starts_with("file://") || pull_secret.is_empty()
 }
 
-/// Whether the agent applies all of `t` as istiod does: no metrics; access logging to providers
+/// Whether the agent applies all of `t` as istiod does: metrics only for Istio's proxy
+/// (`istio_proxy`: upstream Envoy has no `istio.stats`); access logging to providers
 /// whose settings read (those named, or the mesh's default ones for an entry that names none;
 /// providers that do not log are skipped by both); tracing to providers that are tracers the
 /// agent builds (the first named, or the mesh's first default one).
 fn applied_telemetry(
     t: &pasa_proto::istio::telemetry::Telemetry,
     mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>,
+    istio_proxy: bool,
 ) -> bool {
     use pasa_proto::istio::mesh_config::{MeshConfig, access_log_provider};
     let defaults = mesh
@@ -373,7 +379,7 @@ fn applied_telemetry(
             .and_then(|p| p.tracing())
             .is_some_and(|built| built.is_ok())
     };
-    t.metrics.is_empty()
+    (istio_proxy || t.metrics.is_empty())
         && t.tracing
             .iter()
             .flatten()
@@ -950,6 +956,12 @@ mod tests {
             ]
         );
         assert!(unenforced_policies(&pod, "bookinfo", "istio-system", &policies[1..2]).is_empty());
+        // Next to Istio's proxy, metrics are applied (with Istio's own filters).
+        let mut next_to_istio = pod.clone();
+        next_to_istio["spec"] = json!({"containers": [{"name": "istio-proxy"}, {"name": "app"}]});
+        let kept = unenforced_policies(&next_to_istio, "bookinfo", "istio-system", &policies);
+        assert!(kept.contains(&"Telemetry bookinfo/lightstep".to_string()));
+        assert!(!kept.contains(&"Telemetry bookinfo/metrics".to_string()));
     }
 
     #[test]

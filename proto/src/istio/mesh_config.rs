@@ -126,6 +126,20 @@ pub fn access_log_provider(
     Some((p.name.clone(), provider))
 }
 
+/// Istio's built-in metrics provider: Prometheus, there whatever `extensionProviders` says
+/// (unless it defines a provider of that name).
+pub const BUILTIN_METRICS_PROVIDER: &str = "prometheus";
+
+/// Whether the provider `name` (matched as istiod matches it, ignoring case) is a Prometheus
+/// metrics provider: one of `mesh`'s with `prometheus` settings, or Istio's built-in
+/// `prometheus` when `mesh` defines no provider of that name.
+pub fn is_prometheus(mesh: Option<&MeshConfig>, name: &str) -> bool {
+    match mesh.and_then(|m| m.provider(name)) {
+        Some(p) => p.other.contains_key("prometheus"),
+        None => name.eq_ignore_ascii_case(BUILTIN_METRICS_PROVIDER),
+    }
+}
+
 impl MeshConfig {
     /// `defaultProviders.accessLogging`: the providers Telemetry access logging without its own
     /// uses.
@@ -137,6 +151,22 @@ impl MeshConfig {
     /// uses the first).
     pub fn default_tracing_providers(&self) -> Vec<String> {
         self.default_providers("tracing")
+    }
+
+    /// `defaultProviders.metrics`: the providers Telemetry metrics without their own use (Istio's
+    /// standard install names `prometheus`).
+    pub fn default_metrics_providers(&self) -> Vec<String> {
+        self.default_providers("metrics")
+    }
+
+    /// Whether `defaultConfig.proxyHeaders.metadataExchangeHeaders.mode` is `IN_MESH`: proxies
+    /// send Istio's metadata exchange headers only to destinations inside the mesh.
+    pub fn metadata_exchange_in_mesh_only(&self) -> bool {
+        self.other
+            .get("defaultConfig")
+            .and_then(|d| d.pointer("/proxyHeaders/metadataExchangeHeaders/mode"))
+            .and_then(Value::as_str)
+            == Some("IN_MESH")
     }
 
     fn default_providers(&self, signal: &str) -> Vec<String> {

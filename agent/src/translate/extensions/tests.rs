@@ -160,6 +160,7 @@ fn match_priority_and_phases_order_the_extensions() {
             "high",
             "low",
             "server-9080",
+            "envoy.filters.http.grpc_stats",
             "envoy.filters.http.fault",
             "envoy.filters.http.cors",
             "envoy.filters.http.router"
@@ -172,6 +173,7 @@ fn match_priority_and_phases_order_the_extensions() {
             "stats",
             "high",
             "low",
+            "envoy.filters.http.grpc_stats",
             "envoy.filters.http.fault",
             "envoy.filters.http.cors",
             "envoy.filters.http.router"

@@ -13,9 +13,10 @@ use pasa_proto::istio::gateway::TlsMode;
 use pasa_proto::istio::virtual_service::VirtualService;
 use prost::Message;
 
-use super::super::{Generator, View, cluster, filters, names};
+use super::super::{Generator, View, cluster, filters, names, telemetry};
 use super::{Chain, bound_virtual_services, http};
 use crate::model::gateway::{Bound, check_duplicates};
+use crate::model::proxy::ProxyBuild;
 use crate::model::registry::{Config, Service};
 
 /// The ALPN values of Istio mutual TLS: what an `AUTO_PASSTHROUGH` chain accepts.
@@ -44,12 +45,21 @@ pub(super) fn chains(
             .collect(),
         Some(TlsMode::AutoPassthrough) => auto_passthrough(view, &bound.sni_hosts()),
         Some(TlsMode::Passthrough) => tls_routes(view, bound, sni_known),
-        Some(_) => tcp_routes(view, bound)
-            .map(|filter| Chain {
-                sni_hosts: bound.sni_hosts(),
-                tls: http::server_tls(&bound.server, false),
-                filters: vec![filter],
-                ..Default::default()
+        Some(mode) => tcp_routes(view, bound)
+            .map(|filter| {
+                // Istio's proxy learns the downstream peer of Istio mutual TLS, as from istiod.
+                let exchange =
+                    mode == TlsMode::IstioMutual && view.proxy.build == ProxyBuild::Istio;
+                Chain {
+                    sni_hosts: bound.sni_hosts(),
+                    tls: http::server_tls(&bound.server, false),
+                    filters: exchange
+                        .then(telemetry::tcp_listener_mx)
+                        .into_iter()
+                        .chain([filter])
+                        .collect(),
+                    ..Default::default()
+                }
             })
             .into_iter()
             .collect(),

@@ -641,3 +641,160 @@ fn grpc_and_opentelemetry_log_services_are_built_with_their_collectors() {
     assert_eq!(logs.len(), 1);
     assert_eq!(logs[0].0, "/dev/stdout");
 }
+
+/// The names of the network filters of `l`'s chain `chain`, and of its connection manager's
+/// HTTP filters (empty without one).
+fn chain_filters(l: &Listener, chain: &str) -> (Vec<String>, Vec<String>) {
+    let c = l
+        .filter_chains
+        .iter()
+        .chain(l.default_filter_chain.as_ref())
+        .find(|c| c.name == chain)
+        .unwrap_or_else(|| panic!("no chain {chain} in {}", l.name));
+    let network = c.filters.iter().map(|f| f.name.clone()).collect();
+    let http = if c
+        .filters
+        .iter()
+        .any(|f| f.name.ends_with("http_connection_manager"))
+    {
+        hcm_in(l, chain)
+            .http_filters
+            .iter()
+            .map(|f| f.name.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (network, http)
+}
+
+#[test]
+fn istios_proxy_gets_istios_metrics_and_metadata_exchange_where_istiod_puts_them() {
+    let db = resource(
+        "ServiceEndpoints",
+        "default",
+        "db",
+        json!({"addresses": ["10.96.0.30"], "ports": [{"name": "tcp", "port": 3306}],
+               "endpoints": [{"address": "10.0.0.9", "labels": {"app": "db"}}]}),
+        1,
+    );
+    let deny = resource(
+        "AuthorizationPolicy",
+        "default",
+        "deny-admin",
+        json!({"selector": {"matchLabels": {"app": "reviews"}}, "action": "DENY",
+               "rules": [{"to": [{"operation": {"paths": ["/admin"]}}]}]}),
+        2,
+    );
+    let resources = vec![
+        reviews_service(),
+        db,
+        deny,
+        mesh(json!({"defaultProviders": {"metrics": ["prometheus"]}})),
+    ];
+    let mut proxy = workload();
+    proxy.build = crate::model::proxy::ProxyBuild::Istio;
+    let out = translate(proxy, resources.clone());
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+    // Inbound HTTP: the exchange first, on the connection and in it; the stats before the
+    // router, after istiod's fixed filters.
+    let inbound = &out.listeners["virtualInbound"];
+    let (network, http) = chain_filters(inbound, "0.0.0.0_9080");
+    assert_eq!(
+        network,
+        strings(&[
+            "istio.metadata_exchange",
+            "envoy.filters.network.http_connection_manager"
+        ])
+    );
+    assert_eq!(
+        http,
+        strings(&[
+            "istio.metadata_exchange",
+            "envoy.filters.http.rbac",
+            "envoy.filters.http.grpc_stats",
+            "envoy.filters.http.fault",
+            "envoy.filters.http.cors",
+            "istio.stats",
+            "envoy.filters.http.router"
+        ])
+    );
+    // Every inbound chain starts with the exchange; those proxying TCP count it.
+    for chain in inbound.filter_chains.iter() {
+        assert_eq!(
+            chain.filters[0].name, "istio.metadata_exchange",
+            "{}",
+            chain.name
+        );
+        let names: Vec<&str> = chain.filters.iter().map(|f| f.name.as_str()).collect();
+        if names.last() == Some(&"envoy.filters.network.tcp_proxy") {
+            assert_eq!(names[names.len() - 2], "istio.stats", "{}", chain.name);
+        }
+    }
+
+    // Outbound HTTP: the exchange sends the proxy's metadata; ALPN tells the protocol.
+    let (_, http) = chain_filters(&out.listeners["0.0.0.0_9080"], "");
+    assert_eq!(
+        http,
+        strings(&[
+            "istio.metadata_exchange",
+            "envoy.filters.http.grpc_stats",
+            "istio.alpn",
+            "envoy.filters.http.fault",
+            "envoy.filters.http.cors",
+            "istio.stats",
+            "envoy.filters.http.router"
+        ])
+    );
+    // Outbound TCP and the passthrough: stats before the proxy, no exchange on the listener.
+    let (network, _) = chain_filters(&out.listeners["10.96.0.30_3306"], "");
+    assert_eq!(
+        network,
+        strings(&["istio.stats", "envoy.filters.network.tcp_proxy"])
+    );
+    for chain in ["virtualOutbound-catchall-tcp", "virtualOutbound-blackhole"] {
+        let (network, _) = chain_filters(&out.listeners["virtualOutbound"], chain);
+        assert_eq!(
+            network,
+            strings(&["istio.stats", "envoy.filters.network.tcp_proxy"]),
+            "{chain}"
+        );
+    }
+
+    // Upstream, the exchange ends the outbound clusters and the passthrough.
+    let last_filter = |name: &str| out.clusters[name].filters.last().map(|f| f.name.clone());
+    for name in [
+        "outbound|9080||reviews.default.svc.cluster.local",
+        "outbound|3306||db.default.svc.cluster.local",
+        "PassthroughCluster",
+    ] {
+        assert_eq!(
+            last_filter(name).as_deref(),
+            Some("istio.metadata_exchange"),
+            "{name}"
+        );
+    }
+    for name in [
+        "inbound|9080||",
+        "BlackHoleCluster",
+        "InboundPassthroughCluster",
+    ] {
+        assert_eq!(last_filter(name), None, "{name}");
+    }
+
+    // Upstream Envoy gets gRPC statistics and none of Istio's filters.
+    let out = translate(workload(), resources);
+    let (_, http) = chain_filters(&out.listeners["0.0.0.0_9080"], "");
+    assert_eq!(
+        http,
+        strings(&[
+            "envoy.filters.http.grpc_stats",
+            "envoy.filters.http.fault",
+            "envoy.filters.http.cors",
+            "envoy.filters.http.router"
+        ])
+    );
+    let dump = format!("{:?}", (&out.listeners, &out.clusters));
+    assert!(!dump.contains("istio.stats") && !dump.contains("istio.metadata_exchange"));
+}

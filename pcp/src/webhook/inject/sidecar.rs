@@ -138,6 +138,32 @@ fn find_container(pod: &Value, name: &str) -> Option<(&'static str, usize)> {
         })
 }
 
+/// The mode `pod` is injected in: its annotation's, or else next to Istio when it has Istio's
+/// `istio-proxy`; with a warning when the annotation is neither mode.
+pub fn mode(pod: &Value) -> (Mode, Option<String>) {
+    let annotation = pod
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(MODE_ANNOTATION))
+        .and_then(Value::as_str);
+    match annotation {
+        Some("istio") => (Mode::NextToIstio, None),
+        Some("standalone") => (Mode::Standalone, None),
+        other => {
+            let warning = other.map(|value| {
+                format!(
+                    "metadata.annotations[{MODE_ANNOTATION}]: {value:?} is neither \"istio\" nor \
+                     \"standalone\"; chosen by the pod's containers"
+                )
+            });
+            if find_container(pod, ISTIO_PROXY).is_some() {
+                (Mode::NextToIstio, warning)
+            } else {
+                (Mode::Standalone, warning)
+            }
+        }
+    }
+}
+
 /// The patch that moves `pod` (in `namespace`) to PASA; an error says why it cannot be, and
 /// the pod is then left as it is.
 pub fn inject(pod: &Value, config: &InjectConfig) -> Result<Injection, String> {
@@ -146,24 +172,8 @@ pub fn inject(pod: &Value, config: &InjectConfig) -> Result<Injection, String> {
         .and_then(Value::as_object);
     let annotation = |key: &str| annotations.and_then(|a| a.get(key)).and_then(Value::as_str);
     let istio_proxy = find_container(pod, ISTIO_PROXY);
-    let mut warnings = Vec::new();
-    let mode = match annotation(MODE_ANNOTATION) {
-        Some("istio") => Mode::NextToIstio,
-        Some("standalone") => Mode::Standalone,
-        other => {
-            if let Some(value) = other {
-                warnings.push(format!(
-                    "metadata.annotations[{MODE_ANNOTATION}]: {value:?} is neither \"istio\" nor \
-                     \"standalone\"; chosen by the pod's containers"
-                ));
-            }
-            if istio_proxy.is_some() {
-                Mode::NextToIstio
-            } else {
-                Mode::Standalone
-            }
-        }
-    };
+    let (mode, warning) = mode(pod);
+    let mut warnings: Vec<String> = warning.into_iter().collect();
     if mode == Mode::NextToIstio && istio_proxy.is_none() {
         return Err(format!(
             "{MODE_ANNOTATION}: istio needs the pod's {ISTIO_PROXY} container, which Istio's \
@@ -396,6 +406,8 @@ fn agent_container(config: &InjectConfig, mode: Mode, resources: Value) -> Value
             env.push(value("PASA_XDS_LISTEN", XDS_ADDRESS));
             // pilot-agent, between Envoy and the agent, fetches Wasm modules as for istiod.
             env.push(value("PASA_WASM_FETCHER", "pilot-agent"));
+            // Istio's proxy has Istio's own filters: standard metrics and metadata exchange.
+            env.push(value("PASA_PROXY_BUILD", "istio"));
             if config.store_tls {
                 istiod_ca(&mut env, &mut mounts);
             }
