@@ -41,5 +41,52 @@ pub mod istio_ca {
     tonic::include_proto!("istio.v1.auth");
 }
 
+/// The configurations of Istio's proxy's own filters, generated from `proto/istio/proxy/`:
+/// `istio.stats` ([`istio_proxy::stats`]), `istio.alpn` ([`istio_proxy::alpn`]) and the TCP
+/// metadata exchange ([`istio_proxy::metadata_exchange`]), which upstream Envoy does not have;
+/// and xDS's `TypedStruct` ([`istio_proxy::typed_struct`], `udpa.type.v1` and `xds.type.v3`),
+/// a JSON configuration with its type, which Envoy reads and Envoy's generated API lacks.
+pub mod istio_proxy {
+    pub mod stats {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("stats");
+    }
+    pub mod alpn {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("istio.envoy.config.filter.http.alpn.v2alpha1");
+    }
+    pub mod metadata_exchange {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("envoy.tcp.metadataexchange.config");
+    }
+
+    pub mod typed_struct {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("udpa.r#type.v1");
+        pub mod xds {
+            tonic::include_proto!("xds.r#type.v3");
+        }
+    }
+
+    /// Their encoded `FileDescriptorSet` (with the well-known types they import).
+    pub const DESCRIPTORS: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/istio_proxy_descriptors.bin"));
+
+    /// The packages of Istio's proxy's own types: those above, and the others of its filters
+    /// (`io.istio.http.peer_metadata.Config`, which istiod sends in a TypedStruct, say).
+    const PACKAGES: [&str; 4] = [
+        "stats.",
+        "istio.envoy.config.filter.",
+        "envoy.tcp.metadataexchange.config.",
+        "io.istio.",
+    ];
+
+    /// Whether the message or enum `full_name` (`stats.PluginConfig`) is one of Istio's proxy's
+    /// own, which upstream Envoy does not have.
+    pub fn defines(full_name: &str) -> bool {
+        PACKAGES.iter().any(|p| full_name.starts_with(p))
+    }
+}
+
 pub use kind::Kind;
 pub use object::Object;

@@ -60,3 +60,29 @@ pub(super) fn length_delimited(tag: u32, len: usize, out: &mut Vec<u8>) {
 pub(super) fn field_len(tag: u32, len: usize) -> usize {
     prost::encoding::key_len(tag) + prost::encoding::encoded_len_varint(len as u64) + len
 }
+
+/// A JSON object as a protobuf `Struct`, its fields (at every depth) in name order, so that it
+/// is encoded alike each time: a resource's version is a digest of its encoding. (Envoy's
+/// generated `Struct` keeps its fields in a hash map; its encoding is the same message.)
+pub(super) fn json_struct(
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> prost_types::Struct {
+    use prost_types::value::Kind;
+    use serde_json::Value;
+    fn value(v: &Value) -> prost_types::Value {
+        let kind = match v {
+            Value::Null => Kind::NullValue(0),
+            Value::Bool(b) => Kind::BoolValue(*b),
+            Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
+            Value::String(s) => Kind::StringValue(s.clone()),
+            Value::Array(a) => Kind::ListValue(prost_types::ListValue {
+                values: a.iter().map(value).collect(),
+            }),
+            Value::Object(m) => Kind::StructValue(json_struct(m)),
+        };
+        prost_types::Value { kind: Some(kind) }
+    }
+    prost_types::Struct {
+        fields: fields.iter().map(|(k, v)| (k.clone(), value(v))).collect(),
+    }
+}

@@ -57,7 +57,7 @@ use rustc_hash::FxHashMap;
 use super::filters::HCM;
 use super::names;
 use super::patched::{self, Type};
-use crate::model::proxy::Proxy;
+use crate::model::proxy::{Proxy, ProxyBuild};
 use crate::model::registry::{self, Config, Registry};
 use crate::resource::{Generated, Resource};
 
@@ -193,8 +193,9 @@ fn types_of(filter: &Config<EnvoyFilter>, out: &mut BTreeSet<String>) {
     }
 }
 
-/// The patches of `filter` (whose `namespace/name` is `key`), read with `pool`.
-fn read(key: &str, filter: &Config<EnvoyFilter>, pool: &DescriptorPool) -> Read {
+/// The patches of `filter` (whose `namespace/name` is `key`), read with `pool`; for upstream
+/// Envoy (`build`), without those naming Istio's proxy's own types (Envoy would refuse them).
+fn read(key: &str, filter: &Config<EnvoyFilter>, pool: &DescriptorPool, build: ProxyBuild) -> Read {
     let mut patches = Vec::new();
     for (i, cp) in filter.spec.config_patches.iter().enumerate() {
         let Some(cp) = cp else { continue };
@@ -205,6 +206,22 @@ fn read(key: &str, filter: &Config<EnvoyFilter>, pool: &DescriptorPool) -> Read 
         let value = match &patch.value {
             Some(v) => {
                 let what = format!("EnvoyFilter {key} configPatches[{i}].patch.value");
+                let istio_only = v
+                    .values()
+                    .flat_map(|v| {
+                        let mut names = pasa_envoy_json::type_names(v);
+                        names.extend(pasa_envoy_json::typed_struct_type_names(v));
+                        names
+                    })
+                    .find(|t| pasa_proto::istio_proxy::defines(t));
+                if let (Some(t), ProxyBuild::Envoy) = (istio_only, build) {
+                    tracing::warn!(
+                        envoy_filter = %key,
+                        "patch skipped: {what} names {t}, a type of Istio's proxy, which upstream \
+                         Envoy does not have"
+                    );
+                    continue;
+                }
                 match pasa_envoy_json::encode(
                     pool,
                     &what,
@@ -395,7 +412,8 @@ impl Memo {
             return Patches::default();
         };
         for (key, f) in stale {
-            self.read.insert(key.clone(), read(key, f, &pool));
+            self.read
+                .insert(key.clone(), read(key, f, &pool, proxy.build));
         }
         let mut out = Patches {
             pool: Some(pool),

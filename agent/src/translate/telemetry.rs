@@ -53,7 +53,7 @@ use envoy_types::pb::envoy::extensions::access_loggers::open_telemetry::v3::Open
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
 use envoy_types::pb::google::protobuf::Any as prost_types_any_Any;
-use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as ProtoValue, value::Kind};
+use envoy_types::pb::google::protobuf::Struct;
 use envoy_types::pb::opentelemetry::proto::common::v1::{
     AnyValue, KeyValue, KeyValueList, any_value,
 };
@@ -549,7 +549,14 @@ fn json_format(
         .any(|v| v.as_str().is_some_and(|s| s.contains(REQ_WITHOUT_QUERY)));
     SubstitutionFormatString {
         formatters: formatters(needs),
-        format: Some(Format::JsonFormat(to_struct(&fields))),
+        format: Some(Format::JsonFormat(
+            Struct::decode(
+                super::builders::json_struct(&fields)
+                    .encode_to_vec()
+                    .as_slice(),
+            )
+            .unwrap_or_default(),
+        )),
         // istiod's: present, properties not sorted (the default).
         json_format_options: Some(JsonFormatOptions::default()),
         omit_empty_values,
@@ -639,29 +646,6 @@ fn at_listener(log: &AccessLog) -> AccessLog {
         filter: Some(filter),
         ..log.clone()
     }
-}
-
-fn to_struct(fields: &Map<String, Value>) -> Struct {
-    Struct {
-        fields: fields
-            .iter()
-            .map(|(k, v)| (k.clone(), to_value(v)))
-            .collect(),
-    }
-}
-
-fn to_value(v: &Value) -> ProtoValue {
-    let kind = match v {
-        Value::Null => Kind::NullValue(0),
-        Value::Bool(b) => Kind::BoolValue(*b),
-        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or_default()),
-        Value::String(s) => Kind::StringValue(s.clone()),
-        Value::Array(a) => Kind::ListValue(ListValue {
-            values: a.iter().map(to_value).collect(),
-        }),
-        Value::Object(m) => Kind::StructValue(to_struct(m)),
-    };
-    ProtoValue { kind: Some(kind) }
 }
 
 /// What telemetry remembers across generations.

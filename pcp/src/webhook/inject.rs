@@ -325,7 +325,7 @@ pub fn unenforced_policies(
                         Err(_) => unreadable,
                     }
                 }
-                Ok(Kind::EnvoyFilter) => envoy_filter_attachment(&p.spec_json),
+                Ok(Kind::EnvoyFilter) => envoy_filter_attachment(&p.spec_json, istio_proxy),
                 _ => None,
             }
         };
@@ -405,26 +405,39 @@ fn applied_telemetry(
         })
 }
 
-/// Whether a patch value names an `@type` the Envoy API does not define (one of Istio's own
-/// extensions, say): the agent cannot read such a patch, where istiod can. The API's
-/// descriptors are loaded once, on the first value that names a type.
-fn names_unknown_types(value: &Value) -> bool {
+/// Whether a patch value names an `@type` the agent cannot send the pod's proxy: one the
+/// Envoy API and Istio's proxy's own filters do not define (the agent cannot read it, where
+/// istiod would pass it on), or one of Istio's proxy's own when the pod runs upstream Envoy
+/// (not `istio_proxy`). The descriptors are loaded once, on the first value that names a type.
+fn names_unknown_types(value: &Value, istio_proxy: bool) -> bool {
+    let istios = |t: &&str| !istio_proxy && pasa_proto::istio_proxy::defines(t);
+    // What TypedStructs configure is passed on as written, as by istiod.
+    if pasa_envoy_json::typed_struct_type_names(value)
+        .iter()
+        .any(istios)
+    {
+        return true;
+    }
     let types = pasa_envoy_json::type_names(value);
     if types.is_empty() {
         return false;
     }
     match pasa_envoy_json::pool() {
-        Ok(pool) => types.iter().any(|t| pool.get_message_by_name(t).is_none()),
+        Ok(pool) => types
+            .iter()
+            .any(|t| pool.get_message_by_name(t).is_none() || istios(t)),
         Err(_) => true,
     }
 }
 
 /// How an EnvoyFilter picks workloads (`workloadSelector.labels`, `targetRefs`), or None when
 /// the agent applies every patch it has for sidecars: all but `BOOTSTRAP`, those whose value
-/// names a type outside the Envoy API, and those matching node
-/// metadata the agent does not know (patches for gateways or waypoints do not count).
+/// names a type the pod's proxy cannot get from the agent (see [`names_unknown_types`]), and
+/// those matching node metadata the agent does not know (patches for gateways or waypoints do
+/// not count).
 fn envoy_filter_attachment(
     spec_json: &str,
+    istio_proxy: bool,
 ) -> Option<(
     Option<pasa_proto::istio::destination_rule::WorkloadSelector>,
     bool,
@@ -450,7 +463,7 @@ fn envoy_filter_attachment(
             .patch
             .as_ref()
             .and_then(|patch| patch.value.as_ref())
-            .is_some_and(|v| v.values().any(names_unknown_types));
+            .is_some_and(|v| v.values().any(|v| names_unknown_types(v, istio_proxy)));
         !matches!(context, PatchContext::Gateway | PatchContext::Waypoint)
             && (p.apply_to == ApplyTo::Bootstrap || unknown_types || unknown_metadata)
     };
@@ -805,7 +818,7 @@ mod tests {
                        "match": {"proxy": {"metadata": {"WORKLOAD_NAME": "reviews-v1"}}},
                        "patch": {"operation": "REMOVE"}}]}),
             ),
-            // Istio's own extension type: not in the Envoy API the agent reads patches with.
+            // Istio's own extension type: upstream Envoy does not have it.
             policy(
                 "EnvoyFilter",
                 "bookinfo",
@@ -813,6 +826,27 @@ mod tests {
                 json!({"configPatches": [{"applyTo": "HTTP_FILTER",
                        "patch": {"operation": "INSERT_BEFORE", "value": {"name": "istio.stats",
                            "typed_config": {"@type": "type.googleapis.com/stats.PluginConfig"}}}}]}),
+            ),
+            // A TypedStruct is passed on as written; what it configures may be Istio's own.
+            policy(
+                "EnvoyFilter",
+                "bookinfo",
+                "istio-peer-metadata",
+                json!({"configPatches": [{"applyTo": "HTTP_FILTER",
+                       "patch": {"operation": "INSERT_FIRST", "value": {"name": "mx",
+                           "typed_config": {"@type": "type.googleapis.com/udpa.type.v1.TypedStruct",
+                               "type_url": "type.googleapis.com/io.istio.http.peer_metadata.Config",
+                               "value": {}}}}}]}),
+            ),
+            policy(
+                "EnvoyFilter",
+                "bookinfo",
+                "lua-typed-struct",
+                json!({"configPatches": [{"applyTo": "HTTP_FILTER",
+                       "patch": {"operation": "INSERT_FIRST", "value": {"name": "lua",
+                           "typed_config": {"@type": "type.googleapis.com/xds.type.v3.TypedStruct",
+                               "type_url": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                               "value": {"inline_code": "function envoy_on_request(h) end"}}}}}]}),
             ),
             // Applied by the agent.
             policy(
@@ -950,6 +984,7 @@ mod tests {
                 "EnvoyFilter bookinfo/add-header",
                 "EnvoyFilter bookinfo/by-workload-name",
                 "EnvoyFilter bookinfo/istio-stats",
+                "EnvoyFilter bookinfo/istio-peer-metadata",
                 "Telemetry bookinfo/lightstep",
                 "Telemetry bookinfo/metrics",
                 "WasmPlugin bookinfo/private-image",
@@ -962,6 +997,9 @@ mod tests {
         let kept = unenforced_policies(&next_to_istio, "bookinfo", "istio-system", &policies);
         assert!(kept.contains(&"Telemetry bookinfo/lightstep".to_string()));
         assert!(!kept.contains(&"Telemetry bookinfo/metrics".to_string()));
+        // ... and so are patches of Istio's own filters.
+        assert!(!kept.contains(&"EnvoyFilter bookinfo/istio-stats".to_string()));
+        assert!(!kept.contains(&"EnvoyFilter bookinfo/istio-peer-metadata".to_string()));
     }
 
     #[test]

@@ -58,10 +58,8 @@ pub enum JsonError {
 pub fn pool_for<'a>(
     type_names: impl IntoIterator<Item = &'a str>,
 ) -> Result<DescriptorPool, JsonError> {
-    use prost::Message as _;
     use std::collections::{BTreeMap, BTreeSet};
-    let set = prost_types::FileDescriptorSet::decode(DESCRIPTORS)
-        .map_err(|e| JsonError::Descriptors(e.to_string()))?;
+    let set = descriptor_set()?;
     let by_name: BTreeMap<&str, usize> = set
         .file
         .iter()
@@ -119,12 +117,33 @@ pub fn pool_for<'a>(
         .map_err(|e| JsonError::Descriptors(e.to_string()))
 }
 
-/// The whole Envoy API's descriptors.
+/// The Envoy API's files, and those of Istio's proxy's own filters (see
+/// [`pasa_proto::istio_proxy`]) but for the ones the Envoy API already has.
+fn descriptor_set() -> Result<prost_types::FileDescriptorSet, JsonError> {
+    use prost::Message as _;
+    let decode = |bytes: &[u8]| {
+        prost_types::FileDescriptorSet::decode(bytes)
+            .map_err(|e| JsonError::Descriptors(e.to_string()))
+    };
+    let mut set = decode(DESCRIPTORS)?;
+    let known: std::collections::BTreeSet<String> =
+        set.file.iter().map(|f| f.name().to_string()).collect();
+    let istio = decode(pasa_proto::istio_proxy::DESCRIPTORS)?;
+    set.file
+        .extend(istio.file.into_iter().filter(|f| !known.contains(f.name())));
+    Ok(set)
+}
+
+/// The whole Envoy API's descriptors, with those of Istio's proxy's own filters.
 pub fn pool() -> Result<&'static DescriptorPool, JsonError> {
     static POOL: OnceLock<Result<DescriptorPool, String>> = OnceLock::new();
-    POOL.get_or_init(|| DescriptorPool::decode(DESCRIPTORS).map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| JsonError::Descriptors(e.clone()))
+    POOL.get_or_init(|| {
+        descriptor_set().map_err(|e| e.to_string()).and_then(|set| {
+            DescriptorPool::from_file_descriptor_set(set).map_err(|e| e.to_string())
+        })
+    })
+    .as_ref()
+    .map_err(|e| JsonError::Descriptors(e.clone()))
 }
 
 /// The resource `name`, sent as `any`, as protobuf JSON.
@@ -196,6 +215,35 @@ pub fn type_names(value: &Value) -> Vec<&str> {
         match v {
             Value::Object(m) => {
                 if let Some(t) = m.get("@type").and_then(Value::as_str) {
+                    out.push(t.rsplit('/').next().unwrap_or_default());
+                }
+                m.values().for_each(|v| walk(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, &mut out);
+    out
+}
+
+/// The types the `TypedStruct`s in `value` (protobuf JSON) configure, by full name: their
+/// `type_url`s. (A TypedStruct carries JSON for a type the reader needs no descriptor of.)
+pub fn typed_struct_type_names(value: &Value) -> Vec<&str> {
+    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::Object(m) => {
+                let wrapper = m.get("@type").and_then(Value::as_str).is_some_and(|t| {
+                    t.ends_with("/udpa.type.v1.TypedStruct")
+                        || t.ends_with("/xds.type.v3.TypedStruct")
+                });
+                if let Some(t) = m
+                    .get("type_url")
+                    .or(m.get("typeUrl"))
+                    .and_then(Value::as_str)
+                    && wrapper
+                {
                     out.push(t.rsplit('/').next().unwrap_or_default());
                 }
                 m.values().for_each(|v| walk(v, out));

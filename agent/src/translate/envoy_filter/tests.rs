@@ -530,3 +530,73 @@ fn extension_configs_added_are_served_over_ecds_whatever_their_context() {
     let config = &out.extension_configs["shared-lua"];
     assert_eq!(config.typed_config.as_ref().unwrap().type_url, LUA);
 }
+
+#[test]
+fn patches_of_istios_own_filters_apply_to_istios_proxy_only() {
+    // The classic metrics customisation: a tag on the inbound requests_total, by patching
+    // istio.stats's configuration; and a TypedStruct for Istio's peer metadata filter.
+    let stats = envoy_filter(
+        "default",
+        "stats",
+        json!({"configPatches": [{
+            "applyTo": "HTTP_FILTER",
+            "match": {"context": "SIDECAR_INBOUND", "listener": {"filterChain": {"filter": {
+                "name": "envoy.filters.network.http_connection_manager",
+                "subFilter": {"name": "istio.stats"}}}}},
+            "patch": {"operation": "MERGE", "value": {
+                "typed_config": {"@type": "type.googleapis.com/stats.PluginConfig",
+                    "metrics": [{"name": "requests_total",
+                                 "dimensions": {"request_host": "request.host"}}]}}}
+        }, {
+            "applyTo": "HTTP_FILTER",
+            "match": {"context": "SIDECAR_INBOUND", "listener": {"filterChain": {"filter": {
+                "name": "envoy.filters.network.http_connection_manager",
+                "subFilter": {"name": "envoy.filters.http.router"}}}}},
+            "patch": {"operation": "INSERT_BEFORE", "value": {
+                "name": "peer-copy",
+                "typed_config": {"@type": "type.googleapis.com/udpa.type.v1.TypedStruct",
+                    "type_url": "type.googleapis.com/io.istio.http.peer_metadata.Config",
+                    "value": {"downstream_discovery": [{"workload_discovery": {}}]}}}}
+        }]}),
+        3,
+    );
+    let mesh = resource(
+        "MeshConfig",
+        "istio-system",
+        "mesh",
+        json!({"defaultProviders": {"metrics": ["prometheus"]}}),
+        1,
+    );
+    let resources = vec![reviews_service(), mesh, stats];
+    let mut istio = reviews_workload();
+    istio.build = crate::model::proxy::ProxyBuild::Istio;
+    let out = translate(istio, resources.clone());
+    let hcm = crate::translate::tests::hcm_in(&out.listeners["virtualInbound"], "0.0.0.0_9080");
+    let names: Vec<&str> = hcm.http_filters.iter().map(|f| f.name.as_str()).collect();
+    assert!(names.contains(&"peer-copy"), "{names:?}");
+    let stats = hcm
+        .http_filters
+        .iter()
+        .find(|f| f.name == "istio.stats")
+        .expect("istio.stats");
+    let Some(
+        envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType::TypedConfig(any),
+    ) = &stats.config_type
+    else {
+        panic!("typed")
+    };
+    let config =
+        pasa_proto::istio_proxy::stats::PluginConfig::decode(any.value.as_slice()).unwrap();
+    // istiod's own setting kept, the patch's merged in.
+    assert!(config.disable_host_header_fallback);
+    assert_eq!(config.metrics[0].name, "requests_total");
+    assert_eq!(config.metrics[0].dimensions["request_host"], "request.host");
+
+    // Upstream Envoy has neither filter: both patches are left out.
+    let out = translate(reviews_workload(), resources);
+    let names = http_filter_names(&out.listeners["virtualInbound"], "0.0.0.0_9080");
+    assert!(
+        !names.iter().any(|n| n == "peer-copy" || n == "istio.stats"),
+        "{names:?}"
+    );
+}

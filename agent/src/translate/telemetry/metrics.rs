@@ -39,15 +39,17 @@ use envoy_types::pb::envoy::extensions::filters::http::grpc_stats::v3::{
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpFilter, http_filter,
 };
-use envoy_types::pb::google::protobuf::{Any, BoolValue, Duration};
+use envoy_types::pb::google::protobuf::{Any, BoolValue};
 use envoy_types::util::pack_any;
 use pasa_proto::istio::mesh_config::MeshConfig;
 use pasa_proto::istio::telemetry::{MetricSelector, Metrics};
+use pasa_proto::istio_proxy::alpn::{FilterConfig as AlpnConfig, filter_config::AlpnOverride};
+use pasa_proto::istio_proxy::stats::{MetricConfig, PluginConfig};
+use pasa_proto::istio_proxy::typed_struct::TypedStruct;
 use prost::Message;
 use serde_json::{Value, json};
 
-use super::super::builders;
-use super::super::names;
+use super::super::{builders, names};
 use crate::model::proxy::ProxyBuild;
 
 /// The name of Istio's stats filter (HTTP and network).
@@ -140,7 +142,7 @@ struct ProviderMetrics {
     disabled: BTreeSet<Mode>,
     /// Mode → metric → change.
     changes: BTreeMap<Mode, BTreeMap<String, MetricChange>>,
-    reporting_interval: Option<Duration>,
+    reporting_interval: Option<prost_types::Duration>,
 }
 
 /// The `metrics` entries of the Telemetries that apply, merged as istiod merges them: provider
@@ -178,7 +180,10 @@ fn merge(entries: &[&Metrics], defaults: &[String]) -> BTreeMap<String, Provider
         for provider in providers.iter().filter(|p| in_scope.contains(*p)) {
             let pm = out.entry(provider.clone()).or_default();
             if let Some(d) = &m.reporting_interval {
-                pm.reporting_interval = Some(builders::duration(d));
+                pm.reporting_interval = Some(prost_types::Duration {
+                    seconds: d.seconds,
+                    nanos: d.nanos,
+                });
             }
             for mode in [Mode::Client, Mode::Server] {
                 pm.changes.entry(mode).or_default();
@@ -243,116 +248,13 @@ fn selected(selector: Option<&MetricSelector>) -> Vec<String> {
     }
 }
 
-/// `stats.PluginConfig`, the configuration of Istio's `istio.stats` (the fields istiod sets).
-#[derive(Clone, PartialEq, Message)]
-struct PluginConfig {
-    #[prost(bool, tag = "6")]
-    disable_host_header_fallback: bool,
-    #[prost(message, optional, tag = "7")]
-    tcp_reporting_duration: Option<Duration>,
-    #[prost(message, repeated, tag = "8")]
-    metrics: Vec<MetricConfig>,
-}
-
-/// `stats.MetricConfig`: one metric's tags, or that it is dropped.
-#[derive(Clone, PartialEq, Message)]
-struct MetricConfig {
-    #[prost(btree_map = "string, string", tag = "1")]
-    dimensions: BTreeMap<String, String>,
-    #[prost(string, tag = "2")]
-    name: String,
-    #[prost(string, repeated, tag = "3")]
-    tags_to_remove: Vec<String>,
-    #[prost(bool, tag = "5")]
-    drop: bool,
-}
-
-/// `istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig`.
-#[derive(Clone, PartialEq, Message)]
-struct AlpnConfig {
-    #[prost(message, repeated, tag = "1")]
-    alpn_override: Vec<AlpnOverride>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-struct AlpnOverride {
-    /// HTTP10 = 0, HTTP11 = 1, HTTP2 = 2.
-    #[prost(int32, tag = "1")]
-    upstream_protocol: i32,
-    #[prost(string, repeated, tag = "2")]
-    alpn_override: Vec<String>,
-}
-
-/// `udpa.type.v1.TypedStruct`, with a Struct whose fields are encoded in name order (Envoy's
-/// generated `Struct` keeps them in a hash map, and a resource's version is a digest of its
-/// encoding).
-#[derive(Clone, PartialEq, Message)]
-struct TypedStruct {
-    #[prost(string, tag = "1")]
-    type_url: String,
-    #[prost(message, optional, tag = "2")]
-    value: Option<SortedStruct>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-struct SortedStruct {
-    #[prost(btree_map = "string, message", tag = "1")]
-    fields: BTreeMap<String, SortedValue>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-struct SortedValue {
-    #[prost(oneof = "SortedKind", tags = "1, 2, 3, 4, 5, 6")]
-    kind: Option<SortedKind>,
-}
-
-#[derive(Clone, PartialEq, prost::Oneof)]
-enum SortedKind {
-    #[prost(int32, tag = "1")]
-    Null(i32),
-    #[prost(double, tag = "2")]
-    Number(f64),
-    #[prost(string, tag = "3")]
-    String(String),
-    #[prost(bool, tag = "4")]
-    Bool(bool),
-    #[prost(message, tag = "5")]
-    Struct(SortedStruct),
-    #[prost(message, tag = "6")]
-    List(SortedList),
-}
-
-#[derive(Clone, PartialEq, Message)]
-struct SortedList {
-    #[prost(message, repeated, tag = "1")]
-    values: Vec<SortedValue>,
-}
-
-fn sorted_value(v: &Value) -> SortedValue {
-    let kind = match v {
-        Value::Null => SortedKind::Null(0),
-        Value::Bool(b) => SortedKind::Bool(*b),
-        Value::Number(n) => SortedKind::Number(n.as_f64().unwrap_or_default()),
-        Value::String(s) => SortedKind::String(s.clone()),
-        Value::Array(a) => SortedKind::List(SortedList {
-            values: a.iter().map(sorted_value).collect(),
-        }),
-        Value::Object(m) => SortedKind::Struct(SortedStruct {
-            fields: m
-                .iter()
-                .map(|(k, v)| (k.clone(), sorted_value(v)))
-                .collect(),
-        }),
-    };
-    SortedValue { kind: Some(kind) }
-}
-
-/// `fields` as the configuration of type `type_url`, in a TypedStruct (as istiod sends the
-/// configurations of Istio's metadata exchange filters).
+/// `fields` (a JSON object) as the configuration of type `type_url`, in a `TypedStruct` (as
+/// istiod sends the configurations of Istio's proxy's metadata exchange filters).
 fn typed_struct(type_url: &str, fields: &Value) -> Any {
-    let SortedKind::Struct(value) = sorted_value(fields).kind.unwrap_or(SortedKind::Null(0)) else {
-        unreachable!("typed_struct takes a JSON object")
-    };
+    let value = fields
+        .as_object()
+        .map(builders::json_struct)
+        .unwrap_or_default();
     Any {
         type_url: TYPED_STRUCT_TYPE.into(),
         value: TypedStruct {
@@ -610,9 +512,11 @@ fn stats_config(class: Class, metrics: &ProviderMetrics) -> Option<Any> {
                         .map(|(t, _)| t.clone())
                         .collect(),
                     drop: change.disabled == Some(true),
+                    ..Default::default()
                 }
             })
             .collect(),
+        ..Default::default()
     };
     Some(Any {
         type_url: STATS_TYPE.into(),

@@ -238,3 +238,35 @@ fn upstream_envoy_gets_none_of_istios_filters() {
         serde_json::from_str(r#"{"defaultProviders": {"metrics": ["prometheus"]}}"#).unwrap();
     assert!(IstioFilters::new(ProxyBuild::Envoy, Some(&mesh), &[]).is_none());
 }
+
+#[test]
+fn istios_filters_print_as_protobuf_json() {
+    // What `pasactl proxy-config -o json` shows of them: the descriptors know Istio's types.
+    let filters = filters(CASES[2].mesh, CASES[2].telemetries);
+    let stats =
+        pasa_envoy_json::to_json("istio.stats", &filters.stats(Class::SidecarInbound)[0]).unwrap();
+    assert_eq!(
+        stats,
+        serde_json::json!({
+            "disableHostHeaderFallback": true,
+            "tcpReportingDuration": "15s",
+            "metrics": [
+                {"dimensions": {"add": "bar"}, "name": "requests_total", "tagsToRemove": ["remove"]},
+                {"dimensions": {"x": "y"}, "name": "my_metric"}
+            ]
+        })
+    );
+    let Some(http_filter::ConfigType::TypedConfig(any)) = alpn().config_type else {
+        panic!("typed")
+    };
+    let alpn = pasa_envoy_json::to_json("istio.alpn", &any).unwrap();
+    assert_eq!(
+        alpn["alpnOverride"][2],
+        serde_json::json!({"upstreamProtocol": "HTTP2", "alpnOverride": ["istio-h2", "istio", "h2"]})
+    );
+    let mx = pasa_envoy_json::to_json("istio.metadata_exchange", &tcp_mx_config()).unwrap();
+    assert_eq!(
+        mx["value"],
+        serde_json::json!({"protocol": "istio-peer-exchange", "enable_discovery": true})
+    );
+}
