@@ -30,8 +30,8 @@ const TRANSLATE_LAYERS: &[&[&str]] = &[
     &["cluster"],
     &["hash"],
     &["sidecar", "gateway"],
-    // Change what all the others built: access logs and tracing, extensions, then EnvoyFilter
-    // patches.
+    // Change what all the others built: extensions, then telemetry (access logs, tracing,
+    // metrics), then EnvoyFilter patches.
     &["patched"],
     &["telemetry", "extensions", "envoy_filter"],
 ];

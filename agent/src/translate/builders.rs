@@ -86,3 +86,22 @@ pub(super) fn json_struct(
         fields: fields.iter().map(|(k, v)| (k.clone(), value(v))).collect(),
     }
 }
+
+/// `fields` (a JSON object) as the configuration of type `type_url` (`type.googleapis.com/...`),
+/// in xDS's `TypedStruct`: how istiod configures the filters of Istio's proxy it has no types
+/// for.
+pub(super) fn typed_struct(
+    type_url: &str,
+    fields: &serde_json::Value,
+) -> envoy_types::pb::google::protobuf::Any {
+    use prost::Message;
+    let value = fields.as_object().map(json_struct).unwrap_or_default();
+    envoy_types::pb::google::protobuf::Any {
+        type_url: "type.googleapis.com/udpa.type.v1.TypedStruct".into(),
+        value: pasa_proto::istio_proxy::typed_struct::TypedStruct {
+            type_url: type_url.into(),
+            value: Some(value),
+        }
+        .encode_to_vec(),
+    }
+}

@@ -34,6 +34,8 @@ pub(super) const TCP_PROXY: &str = "envoy.filters.network.tcp_proxy";
 pub(super) const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
 pub(super) const HTTP_INSPECTOR: &str = "envoy.filters.listener.http_inspector";
 const ORIGINAL_DST: &str = "envoy.filters.listener.original_dst";
+/// The name of Istio's proxy's metadata exchange filters (HTTP, network and upstream).
+pub(super) const MX_FILTER: &str = "istio.metadata_exchange";
 
 /// Where an HTTP connection manager takes its routes from.
 pub(super) enum Routes {
@@ -204,4 +206,23 @@ pub(super) fn distinct_chains(listener: &str, chains: Vec<FilterChain>) -> Vec<F
         kept.push(chain);
     }
     kept
+}
+
+/// The configuration of Istio's proxy's TCP metadata exchange (on listeners and clusters): the
+/// peers' metadata in band, over mutual TLS negotiated with ALPN `istio-peer-exchange`, or else
+/// from the workload discovery; as istiod configures it.
+pub(super) fn tcp_metadata_exchange() -> envoy_types::pb::google::protobuf::Any {
+    super::builders::typed_struct(
+        "type.googleapis.com/envoy.tcp.metadataexchange.config.MetadataExchange",
+        &serde_json::json!({"protocol": "istio-peer-exchange", "enable_discovery": true}),
+    )
+}
+
+/// The TCP metadata exchange as a listener's network filter (first in its chain, so that RBAC
+/// and stats see the peer). Only Istio's proxy has it.
+pub(super) fn tcp_listener_mx() -> Filter {
+    Filter {
+        name: MX_FILTER.into(),
+        config_type: Some(filter::ConfigType::TypedConfig(tcp_metadata_exchange())),
+    }
 }

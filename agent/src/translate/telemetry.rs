@@ -768,7 +768,7 @@ fn put(
                 changed = true;
             }
             if class == Class::SidecarInbound {
-                chain.filters.insert(0, metrics::tcp_listener_mx());
+                chain.filters.insert(0, super::filters::tcp_listener_mx());
                 changed = true;
             }
         }
@@ -778,8 +778,6 @@ fn put(
 
 mod metrics;
 mod traces;
-
-pub(super) use metrics::tcp_listener_mx;
 
 #[cfg(test)]
 mod tests;

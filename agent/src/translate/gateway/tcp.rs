@@ -13,7 +13,7 @@ use pasa_proto::istio::gateway::TlsMode;
 use pasa_proto::istio::virtual_service::VirtualService;
 use prost::Message;
 
-use super::super::{Generator, View, cluster, filters, names, telemetry};
+use super::super::{Generator, View, cluster, filters, names};
 use super::{Chain, bound_virtual_services, http};
 use crate::model::gateway::{Bound, check_duplicates};
 use crate::model::proxy::ProxyBuild;
@@ -54,7 +54,7 @@ pub(super) fn chains(
                     sni_hosts: bound.sni_hosts(),
                     tls: http::server_tls(&bound.server, false),
                     filters: exchange
-                        .then(telemetry::tcp_listener_mx)
+                        .then(filters::tcp_listener_mx)
                         .into_iter()
                         .chain([filter])
                         .collect(),

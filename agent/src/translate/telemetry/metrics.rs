@@ -45,27 +45,21 @@ use pasa_proto::istio::mesh_config::MeshConfig;
 use pasa_proto::istio::telemetry::{MetricSelector, Metrics};
 use pasa_proto::istio_proxy::alpn::{FilterConfig as AlpnConfig, filter_config::AlpnOverride};
 use pasa_proto::istio_proxy::stats::{MetricConfig, PluginConfig};
-use pasa_proto::istio_proxy::typed_struct::TypedStruct;
 use prost::Message;
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::super::filters::{self, MX_FILTER};
 use super::super::{builders, names};
 use crate::model::proxy::ProxyBuild;
 
 /// The name of Istio's stats filter (HTTP and network).
 pub(crate) const STATS_FILTER: &str = "istio.stats";
-/// The name of Istio's metadata exchange filters (HTTP, network and upstream).
-pub(crate) const MX_FILTER: &str = "istio.metadata_exchange";
 const ALPN_FILTER: &str = "istio.alpn";
 pub(crate) const GRPC_STATS_FILTER: &str = "envoy.filters.http.grpc_stats";
 const STATS_TYPE: &str = "type.googleapis.com/stats.PluginConfig";
 const ALPN_TYPE: &str =
     "type.googleapis.com/istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig";
 const PEER_METADATA_TYPE: &str = "type.googleapis.com/io.istio.http.peer_metadata.Config";
-const TCP_MX_TYPE: &str = "type.googleapis.com/envoy.tcp.metadataexchange.config.MetadataExchange";
-const TYPED_STRUCT_TYPE: &str = "type.googleapis.com/udpa.type.v1.TypedStruct";
-/// The ALPN value of the in-band metadata exchange over mutual TLS.
-const MX_PROTOCOL: &str = "istio-peer-exchange";
 
 /// Istio's standard metrics (the `IstioMetric` enum but `ALL_METRICS`), by name, with the name
 /// `istio.stats` gives them (after its `istio_` prefix).
@@ -248,23 +242,6 @@ fn selected(selector: Option<&MetricSelector>) -> Vec<String> {
     }
 }
 
-/// `fields` (a JSON object) as the configuration of type `type_url`, in a `TypedStruct` (as
-/// istiod sends the configurations of Istio's proxy's metadata exchange filters).
-fn typed_struct(type_url: &str, fields: &Value) -> Any {
-    let value = fields
-        .as_object()
-        .map(builders::json_struct)
-        .unwrap_or_default();
-    Any {
-        type_url: TYPED_STRUCT_TYPE.into(),
-        value: TypedStruct {
-            type_url: type_url.into(),
-            value: Some(value),
-        }
-        .encode_to_vec(),
-    }
-}
-
 /// The HTTP peer metadata filter: an inbound one learns the downstream peer from Istio's headers
 /// (or the workload's address) and sends its own back; an outbound one or a router's learns the
 /// upstream peer and sends its own with the request (not to clusters outside the mesh when
@@ -284,22 +261,10 @@ fn peer_metadata(class: Class, skip_external: bool) -> HttpFilter {
         discovery: [{"istio_headers": {}}, {"workload_discovery": {}}],
         propagation: [{"istio_headers": headers}],
     });
-    http(MX_FILTER, typed_struct(PEER_METADATA_TYPE, &fields))
-}
-
-fn tcp_mx_config() -> Any {
-    typed_struct(
-        TCP_MX_TYPE,
-        &json!({"protocol": MX_PROTOCOL, "enable_discovery": true}),
+    http(
+        MX_FILTER,
+        builders::typed_struct(PEER_METADATA_TYPE, &fields),
     )
-}
-
-/// The TCP metadata exchange on a listener's chain (first, so that RBAC and stats see the peer).
-pub(in crate::translate) fn tcp_listener_mx() -> Filter {
-    Filter {
-        name: MX_FILTER.into(),
-        config_type: Some(filter::ConfigType::TypedConfig(tcp_mx_config())),
-    }
 }
 
 /// The upstream TCP metadata exchange, as the encoding of a cluster holding only it: appended to
@@ -308,7 +273,7 @@ fn cluster_mx_encoding() -> Vec<u8> {
     Cluster {
         filters: vec![ClusterFilter {
             name: MX_FILTER.into(),
-            typed_config: Some(tcp_mx_config()),
+            typed_config: Some(filters::tcp_metadata_exchange()),
             ..Default::default()
         }],
         ..Default::default()

@@ -189,7 +189,7 @@ fn metadata_exchange_alpn_and_grpc_stats_are_istiods() {
         "Cix0eXBlLmdvb2dsZWFwaXMuY29tL3VkcGEudHlwZS52MS5UeXBlZFN0cnVjdBLfAQo2dHlwZS5nb29nbGVhcGlzLmNvbS9pby5pc3Rpby5odHRwLnBlZXJfbWV0YWRhdGEuQ29uZmlnEqQBCk8KEnVwc3RyZWFtX2Rpc2NvdmVyeRI5MjcKFyoVChMKDWlzdGlvX2hlYWRlcnMSAioAChwqGgoYChJ3b3JrbG9hZF9kaXNjb3ZlcnkSAioAClEKFHVwc3RyZWFtX3Byb3BhZ2F0aW9uEjkyNwo1KjMKMQoNaXN0aW9faGVhZGVycxIgKh4KHAoWc2tpcF9leHRlcm5hbF9jbHVzdGVycxICIAE="
     );
     let tcp = "Cix0eXBlLmdvb2dsZWFwaXMuY29tL3VkcGEudHlwZS52MS5UeXBlZFN0cnVjdBKFAQpGdHlwZS5nb29nbGVhcGlzLmNvbS9lbnZveS50Y3AubWV0YWRhdGFleGNoYW5nZS5jb25maWcuTWV0YWRhdGFFeGNoYW5nZRI7ChYKEGVuYWJsZV9kaXNjb3ZlcnkSAiABCiEKCHByb3RvY29sEhUaE2lzdGlvLXBlZXItZXhjaGFuZ2U=";
-    assert_eq!(b64(&tcp_mx_config()), tcp);
+    assert_eq!(b64(&filters::tcp_metadata_exchange()), tcp);
     assert_eq!(
         typed(alpn()),
         "Ck10eXBlLmdvb2dsZWFwaXMuY29tL2lzdGlvLmVudm95LmNvbmZpZy5maWx0ZXIuaHR0cC5hbHBuLnYyYWxwaGExLkZpbHRlckNvbmZpZxJhCiESDmlzdGlvLWh0dHAvMS4wEgVpc3RpbxIIaHR0cC8xLjAKIwgBEg5pc3Rpby1odHRwLzEuMRIFaXN0aW8SCGh0dHAvMS4xChcIAhIIaXN0aW8taDISBWlzdGlvEgJoMg=="
@@ -264,7 +264,8 @@ fn istios_filters_print_as_protobuf_json() {
         alpn["alpnOverride"][2],
         serde_json::json!({"upstreamProtocol": "HTTP2", "alpnOverride": ["istio-h2", "istio", "h2"]})
     );
-    let mx = pasa_envoy_json::to_json("istio.metadata_exchange", &tcp_mx_config()).unwrap();
+    let mx = pasa_envoy_json::to_json("istio.metadata_exchange", &filters::tcp_metadata_exchange())
+        .unwrap();
     assert_eq!(
         mx["value"],
         serde_json::json!({"protocol": "istio-peer-exchange", "enable_discovery": true})
