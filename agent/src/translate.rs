@@ -715,8 +715,9 @@ impl Outputs {
                     let a = Resource::from_encoded::<ClusterLoadAssignment>(encoded);
                     output.assignments.push((name.clone(), a));
                 }
-                if let Some(encoded) = encoded {
+                if let Some(mut encoded) = encoded {
                     counts.clusters += 1;
+                    telemetry::exchange_upstream(view.proxy.build, &name, &mut encoded);
                     let c = Resource::from_encoded::<Cluster>(encoded);
                     output.clusters.push((name, c));
                 }
@@ -785,7 +786,15 @@ impl Outputs {
             listeners: packed(built.listeners.iter()),
             routes: packed(built.routes.iter()),
             route_names: built.route_names,
-            clusters: packed(built.clusters.iter()).into_iter().collect(),
+            clusters: built
+                .clusters
+                .iter()
+                .map(|(name, c)| {
+                    let mut encoded = prost::Message::encode_to_vec(c);
+                    telemetry::exchange_upstream(view.proxy.build, name, &mut encoded);
+                    (name.clone(), Resource::from_encoded::<Cluster>(encoded))
+                })
+                .collect(),
             endpoints: packed(built.endpoints.iter()).into_iter().collect(),
         });
     }

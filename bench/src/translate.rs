@@ -14,7 +14,7 @@ use anyhow::ensure;
 use pasa_agent::ads::Snapshot;
 use pasa_agent::cache::{Cache, Key};
 use pasa_agent::identity::IdentityArgs;
-use pasa_agent::model::proxy::{Generator, Proxy};
+use pasa_agent::model::proxy::{Generator, Proxy, ProxyBuild};
 use pasa_agent::translate::Translator;
 use pasa_proto::store::v1::Resource;
 use pasa_proto::watch::{self, Action};
@@ -46,6 +46,11 @@ pub struct TranslateArgs {
     /// with the first (cold) one.
     #[arg(long, default_value_t = 5)]
     pub full_runs: usize,
+    /// Translate for Istio's proxy (`pasa-agent --proxy-build istio`), with the standard
+    /// install's mesh config (`defaultProviders.metrics: [prometheus]`): Istio's metrics and
+    /// metadata exchange filters on every listener and outbound cluster.
+    #[arg(long)]
+    pub istio_proxy: bool,
     /// The kinds of change measured (for profiling one of them): destination_rule,
     /// virtual_service, endpoints. All when not given.
     #[arg(long, value_delimiter = ',')]
@@ -168,6 +173,15 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
     if router {
         objects.push(ingress(next()));
     }
+    if args.istio_proxy {
+        objects.push(resource(
+            "MeshConfig",
+            "istio-system",
+            "mesh",
+            json!({"defaultProviders": {"metrics": ["prometheus"]}}),
+            next(),
+        ));
+    }
     // Revisions 1..=n were used by the objects.
     let loaded_at = objects.len() as u64;
     let (node_id, labels) = if router {
@@ -187,7 +201,10 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
     }
     .resolve()?;
     ensure!(args.full_runs > 0, "--full-runs must be at least 1");
-    let proxy = Proxy::from_identity(&identity, Default::default());
+    let mut proxy = Proxy::from_identity(&identity, Default::default());
+    if args.istio_proxy {
+        proxy.build = ProxyBuild::Istio;
+    }
     let mut cache = Cache::from_resources(objects.clone(), loaded_at);
 
     // As the agent serves: the translator encodes what it rebuilt, the snapshot shares it.
@@ -222,8 +239,24 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         counts[3]
     );
 
+    // The listeners Istio's stats filter is on (a check that `--istio-proxy` measured it).
+    let with_stats = resources
+        .listeners
+        .values()
+        .filter(|l| {
+            l.body
+                .value
+                .windows(b"istio.stats".len())
+                .any(|w| w == b"istio.stats")
+        })
+        .count();
+    if args.istio_proxy {
+        println!("istio.stats on {with_stats} of {} listeners", counts[2]);
+    }
     let mut summary = json!({
         "mode": "translate",
+        "istio_proxy": args.istio_proxy,
+        "listeners_with_istio_stats": with_stats,
         "services": args.services,
         "objects": objects.len(),
         "generator": args.generator,

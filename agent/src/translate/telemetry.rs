@@ -74,6 +74,7 @@ use super::route::FAULT_FILTER;
 use crate::model::proxy::Proxy;
 use crate::model::registry::{self, Config, Registry};
 use crate::resource::{Generated, Resource};
+pub(super) use metrics::exchange_upstream;
 use metrics::{Class, IstioFilters};
 
 /// istiod's default text format.
@@ -656,7 +657,8 @@ pub(crate) struct Memo {
 
 impl Memo {
     /// Puts the access logs, the tracing and the metrics of `proxy` on the listeners of
-    /// `generated`, and the upstream metadata exchange on its clusters (Istio's proxy only).
+    /// `generated` (the clusters' upstream metadata exchange is added as they are built: see
+    /// [`exchange_upstream`]).
     pub(crate) fn apply(&mut self, proxy: &Proxy, registry: &Registry, generated: &mut Generated) {
         let mesh = registry.mesh_config(&proxy.mesh.root_namespace);
         let telemetries = applying(proxy, registry);
@@ -697,16 +699,6 @@ impl Memo {
                 }
                 Some(Resource::pack(&l))
             });
-        if let Some(istio) = &istio {
-            self.changed.each(
-                Type::Cluster,
-                &mut generated.clusters,
-                |name, r| match istio.cluster(name, &r.body.value) {
-                    Some(encoded) => Some(Resource::encoded(r.body.type_url.clone(), encoded)),
-                    None => Some(Arc::clone(r)),
-                },
-            );
-        }
     }
 }
 

@@ -267,28 +267,39 @@ fn peer_metadata(class: Class, skip_external: bool) -> HttpFilter {
     )
 }
 
-/// The upstream TCP metadata exchange, as the encoding of a cluster holding only it: appended to
-/// an encoded cluster, it adds the filter after those it has.
-fn cluster_mx_encoding() -> Vec<u8> {
-    Cluster {
-        filters: vec![ClusterFilter {
-            name: MX_FILTER.into(),
-            typed_config: Some(filters::tcp_metadata_exchange()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-    .encode_to_vec()
-}
-
-/// Whether istiod puts the upstream metadata exchange on the cluster `name`: the outbound
-/// clusters of services (and subsets, and SNI-DNAT's), `PassthroughCluster` and the dynamic
-/// DNS cluster.
-fn exchanges_upstream(name: &str) -> bool {
-    name.starts_with("outbound|")
+/// Adds the upstream TCP metadata exchange to the encoded cluster `name` where istiod adds it
+/// (for Istio's proxy, `build`): the outbound clusters of services (and subsets, and
+/// SNI-DNAT's), `PassthroughCluster` and the dynamic DNS cluster. The filter is appended as
+/// encoded bytes (a cluster holding only it), after the filters the cluster has: nothing is
+/// decoded. Whether it was added.
+pub(in crate::translate) fn exchange_upstream(
+    build: ProxyBuild,
+    name: &str,
+    encoded: &mut Vec<u8>,
+) -> bool {
+    static FILTER: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let exchanges = name.starts_with("outbound|")
         || name.starts_with("outbound_.")
         || name == names::PASSTHROUGH_CLUSTER
-        || name == names::ALLOW_ANY_DYNAMIC_DNS_CLUSTER
+        || name == names::ALLOW_ANY_DYNAMIC_DNS_CLUSTER;
+    if build != ProxyBuild::Istio || !exchanges {
+        return false;
+    }
+    let filter = FILTER.get_or_init(|| {
+        Cluster {
+            filters: vec![ClusterFilter {
+                name: MX_FILTER.into(),
+                typed_config: Some(filters::tcp_metadata_exchange()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec()
+    });
+    // Exactly: the encoding is kept as long as the cluster is served.
+    encoded.reserve_exact(filter.len());
+    encoded.extend_from_slice(filter);
+    true
 }
 
 fn http(name: &str, config: Any) -> HttpFilter {
@@ -345,8 +356,6 @@ pub(super) struct IstioFilters {
     stats: [Vec<Any>; 3],
     /// The outbound peer metadata filter does not send Istio's headers outside the mesh.
     skip_external: bool,
-    /// The upstream metadata exchange, ready to append to an encoded cluster.
-    cluster_mx: Vec<u8>,
 }
 
 impl IstioFilters {
@@ -383,7 +392,6 @@ impl IstioFilters {
         Some(IstioFilters {
             stats,
             skip_external: mesh.is_some_and(MeshConfig::metadata_exchange_in_mesh_only),
-            cluster_mx: cluster_mx_encoding(),
         })
     }
 
@@ -435,12 +443,6 @@ impl IstioFilters {
                 config_type: Some(filter::ConfigType::TypedConfig(c.clone())),
             }),
         );
-    }
-
-    /// The encoded cluster `name`, with the upstream metadata exchange added where istiod adds
-    /// it; `None` where it does not.
-    pub(super) fn cluster(&self, name: &str, encoded: &[u8]) -> Option<Vec<u8>> {
-        exchanges_upstream(name).then(|| [encoded, &self.cluster_mx].concat())
     }
 }
 

@@ -198,21 +198,31 @@ fn metadata_exchange_alpn_and_grpc_stats_are_istiods() {
         typed(grpc_stats()),
         "Ckx0eXBlLmdvb2dsZWFwaXMuY29tL2Vudm95LmV4dGVuc2lvbnMuZmlsdGVycy5odHRwLmdycGNfc3RhdHMudjMuRmlsdGVyQ29uZmlnEgQIARoA"
     );
-    // The upstream side, as the cluster's last filter.
-    let cluster = Cluster::decode(
-        filters("null", "[]")
-            .cluster("PassthroughCluster", &[])
-            .unwrap()
-            .as_slice(),
-    )
-    .unwrap();
-    assert_eq!(cluster.filters[0].name, MX_FILTER);
-    assert_eq!(b64(cluster.filters[0].typed_config.as_ref().unwrap()), tcp);
+    // The upstream side, after the filters the cluster has.
+    let mut encoded = Cluster {
+        name: "PassthroughCluster".into(),
+        filters: vec![ClusterFilter {
+            name: "first".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+    .encode_to_vec();
+    assert!(exchange_upstream(
+        ProxyBuild::Istio,
+        "PassthroughCluster",
+        &mut encoded
+    ));
+    let cluster = Cluster::decode(encoded.as_slice()).unwrap();
+    assert_eq!(cluster.name, "PassthroughCluster");
+    assert_eq!(cluster.filters[0].name, "first");
+    assert_eq!(cluster.filters[1].name, MX_FILTER);
+    assert_eq!(b64(cluster.filters[1].typed_config.as_ref().unwrap()), tcp);
 }
 
 #[test]
 fn only_outbound_clusters_exchange_upstream() {
-    let filters = filters("null", "[]");
+    let adds = |build, name: &str| exchange_upstream(build, name, &mut Vec::new());
     for name in [
         "outbound|9080||reviews.default.svc.cluster.local",
         "outbound|9080|v1|reviews.default.svc.cluster.local",
@@ -220,7 +230,8 @@ fn only_outbound_clusters_exchange_upstream() {
         "PassthroughCluster",
         "AllowAnyDynamicDNSCluster",
     ] {
-        assert!(filters.cluster(name, &[]).is_some(), "{name}");
+        assert!(adds(ProxyBuild::Istio, name), "{name}");
+        assert!(!adds(ProxyBuild::Envoy, name), "{name}");
     }
     for name in [
         "inbound|9080||",
@@ -228,7 +239,7 @@ fn only_outbound_clusters_exchange_upstream() {
         "BlackHoleCluster",
         "prometheus_stats",
     ] {
-        assert!(filters.cluster(name, &[]).is_none(), "{name}");
+        assert!(!adds(ProxyBuild::Istio, name), "{name}");
     }
 }
 
