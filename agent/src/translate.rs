@@ -35,6 +35,9 @@ use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 #[derive(Debug, Default)]
 pub(crate) struct Built {
     pub clusters: BTreeMap<String, Cluster>,
+    /// Encoded fields appended to clusters of `clusters`, by name: metadata whose maps must be
+    /// encoded in key order (see [`metadata::cluster_field`]).
+    pub cluster_fields: BTreeMap<String, Vec<u8>>,
     /// Load assignments of clusters built here (a router's SNI-DNAT clusters).
     pub endpoints: BTreeMap<String, ClusterLoadAssignment>,
     pub listeners: BTreeMap<String, Listener>,
@@ -695,7 +698,7 @@ impl Outputs {
                 service,
                 rule.as_deref(),
                 generator,
-                kind,
+                (kind, view.proxy.build),
                 (kept_clusters.is_none(), &mut built),
             );
             let mut output = HostOutput {
@@ -791,6 +794,9 @@ impl Outputs {
                 .iter()
                 .map(|(name, c)| {
                     let mut encoded = prost::Message::encode_to_vec(c);
+                    if let Some(fields) = built.cluster_fields.get(name) {
+                        encoded.extend_from_slice(fields);
+                    }
                     telemetry::exchange_upstream(view.proxy.build, name, &mut encoded);
                     (name.clone(), Resource::from_encoded::<Cluster>(encoded))
                 })

@@ -35,6 +35,7 @@ use super::builders::{ads, duration, field_len, length_delimited, string_field};
 use super::endpoint;
 use super::metadata;
 use super::{Generator, names, sds};
+use crate::model::proxy::ProxyBuild;
 use crate::model::registry::{Config, Resolution, Service, ServicePort};
 use crate::model::secrets;
 
@@ -136,7 +137,7 @@ pub(super) fn service_clusters(
     service: &Service,
     dr: Option<&Config<DestinationRule>>,
     generator: Generator,
-    proxy: ProxyType,
+    (proxy, build): (ProxyType, ProxyBuild),
     (clusters, out): (bool, &mut Vec<BuiltCluster>),
 ) {
     let as_eds;
@@ -149,9 +150,13 @@ pub(super) fn service_clusters(
     } else {
         service
     };
-    // The DestinationRule that shaped the clusters, as istiod records it.
-    let shaped_by =
-        dr.map(|dr| metadata::config_metadata(pasa_proto::Kind::DestinationRule, &dr.meta));
+    // The DestinationRule that shaped the clusters, as istiod records it, and, for Istio's
+    // stats, the service they are for.
+    let labels: Vec<metadata::ServiceLabel> = (build == ProxyBuild::Istio)
+        .then(|| metadata::ServiceLabel::of(service))
+        .into_iter()
+        .collect();
+    let metadata = metadata::cluster_field(dr.map(|dr| &dr.meta), &labels);
     let mut target = Target {
         service,
         identities: std::cell::OnceCell::new(),
@@ -190,7 +195,7 @@ pub(super) fn service_clusters(
             let at = match shared.iter().position(|(p, _)| *p == policy) {
                 Some(at) => at,
                 None => {
-                    let part = target.shared(port, &policy, shaped_by.as_ref());
+                    let part = target.shared(port, &policy, &metadata);
                     shared.push((policy, part));
                     shared.len() - 1
                 }
@@ -250,17 +255,12 @@ impl<'s> Target<'s> {
     }
 
     /// The fields every cluster of `port` under `policy` has: discovery type, timeouts, load
-    /// balancer, circuit breakers, outlier detection, upstream HTTP options, metadata.
-    fn shared(
-        &self,
-        port: &ServicePort,
-        policy: &Policy,
-        metadata: Option<&envoy_types::pb::envoy::config::core::v3::Metadata>,
-    ) -> Shared {
+    /// balancer, circuit breakers, outlier detection, upstream HTTP options, and `metadata` (the
+    /// encoded field, see [`metadata::cluster_field`]).
+    fn shared(&self, port: &ServicePort, policy: &Policy, metadata: &[u8]) -> Shared {
         let service = self.service;
         let mut cluster = Cluster {
             connect_timeout: Some(CONNECT_TIMEOUT),
-            metadata: metadata.cloned(),
             ..Default::default()
         };
         let kind = match service.resolution {
@@ -295,7 +295,7 @@ impl<'s> Target<'s> {
                 && self.generator == Generator::Envoy
                 && !service.external
                 && service.resolution == Resolution::ClientSideLb,
-            encoded: prost::Message::encode_to_vec(&cluster),
+            encoded: [prost::Message::encode_to_vec(&cluster).as_slice(), metadata].concat(),
         }
     }
 

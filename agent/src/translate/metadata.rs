@@ -2,9 +2,11 @@
 //! from (see [`pasa_proto::config_path`]): a cluster carries its DestinationRule, a route its
 //! VirtualService. `pasactl proxy-config` (like istioctl) shows them as `name.namespace`.
 //!
-//! Only the `config` field is written. istiod also marks subset clusters with `subset`, but a
-//! Struct of two fields is a protobuf map, encoded in hash order here, and a resource's version
-//! is a digest of its encoding: it would change without a change of content.
+//! For Istio's proxy, clusters also carry the `services` they are for (host, name, namespace),
+//! which Istio's stats label requests with ([`cluster_field`]). A Struct of several fields is a
+//! protobuf map, which Envoy's generated types keep in hash order, and a resource's version is
+//! a digest of its encoding: such metadata is encoded here in key order. (istiod also marks
+//! subset clusters with `subset`; PASA does not.)
 
 use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind as ValueKind};
@@ -63,4 +65,93 @@ pub(super) fn single(field: &str, value: &str) -> Struct {
         .into_iter()
         .collect(),
     }
+}
+
+/// A service as Istio's stats name it in a cluster's metadata: its host, name and namespace (a
+/// ServiceEntry's host is its name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct ServiceLabel {
+    pub host: String,
+    pub name: String,
+    pub namespace: String,
+}
+
+impl ServiceLabel {
+    pub(super) fn of(service: &crate::model::registry::Service) -> ServiceLabel {
+        ServiceLabel {
+            host: service.hostname.clone(),
+            name: if service.kubernetes {
+                service.source.name.clone()
+            } else {
+                service.hostname.clone()
+            },
+            namespace: service.namespace.clone(),
+        }
+    }
+}
+
+/// `envoy.config.core.v3.Metadata` with its maps in key order.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SortedMetadata {
+    #[prost(btree_map = "string, message", tag = "1")]
+    filter_metadata: std::collections::BTreeMap<String, prost_types::Struct>,
+}
+
+/// A cluster's `metadata` field, encoded (to append to a cluster's encoding; empty for none):
+/// `filter_metadata["istio"]` with `config`, the config path of the DestinationRule that shaped
+/// it (`config`), and `services`, the services it is for (Istio's proxy's stats read them).
+pub(super) fn cluster_field(config: Option<&Meta>, services: &[ServiceLabel]) -> Vec<u8> {
+    use prost::Message;
+    use prost_types::value::Kind as K;
+    let string = |s: &str| prost_types::Value {
+        kind: Some(K::StringValue(s.to_string())),
+    };
+    let mut istio = prost_types::Struct::default();
+    if let Some(meta) = config {
+        istio.fields.insert(
+            CONFIG_FIELD.to_string(),
+            string(&config_path(
+                Kind::DestinationRule,
+                &meta.namespace,
+                &meta.name,
+            )),
+        );
+    }
+    if !services.is_empty() {
+        let values = services
+            .iter()
+            .map(|s| prost_types::Value {
+                kind: Some(K::StructValue(prost_types::Struct {
+                    fields: [
+                        ("host".to_string(), string(&s.host)),
+                        ("name".to_string(), string(&s.name)),
+                        ("namespace".to_string(), string(&s.namespace)),
+                    ]
+                    .into_iter()
+                    .collect(),
+                })),
+            })
+            .collect();
+        istio.fields.insert(
+            "services".to_string(),
+            prost_types::Value {
+                kind: Some(K::ListValue(prost_types::ListValue { values })),
+            },
+        );
+    }
+    if istio.fields.is_empty() {
+        return Vec::new();
+    }
+    let metadata = SortedMetadata {
+        filter_metadata: [(FILTER_METADATA_KEY.to_string(), istio)]
+            .into_iter()
+            .collect(),
+    }
+    .encode_to_vec();
+    // `Cluster.metadata` is field 25.
+    let mut out = Vec::with_capacity(metadata.len() + 3);
+    prost::encoding::encode_key(25, prost::encoding::WireType::LengthDelimited, &mut out);
+    prost::encoding::encode_varint(metadata.len() as u64, &mut out);
+    out.extend_from_slice(&metadata);
+    out
 }

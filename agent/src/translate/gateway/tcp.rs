@@ -228,7 +228,9 @@ pub(super) fn sni_dnat_clusters(
             &tcp_only,
             dr.as_deref(),
             Generator::Envoy,
-            pasa_proto::node::ProxyType::Router,
+            // Without Istio's stats labels: the clusters are decoded and changed below, and
+            // the labels' Structs would be encoded again in hash order.
+            (pasa_proto::node::ProxyType::Router, ProxyBuild::Envoy),
             (true, &mut built),
         );
         for cluster::BuiltCluster {

@@ -43,9 +43,10 @@ use super::super::authz::ProxyAuthz as Authz;
 use super::super::cluster::{self};
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
-use super::super::{Built, View, names, route, sds};
+use super::super::{Built, View, metadata, names, route, sds};
 use super::PLAINTEXT_HTTP_ALPNS;
 use crate::model::authn::{MergedPolicy, MtlsMode};
+use crate::model::proxy::ProxyBuild;
 use crate::model::secrets;
 
 const MTLS_HTTP_ALPNS: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
@@ -87,6 +88,9 @@ struct ChainConfig {
     /// TLS a Sidecar ingress listener terminates itself.
     tls: Option<ServerTlsSettings>,
     passthrough: bool,
+    /// The services the port serves, as istiod labels the inbound cluster for Istio's stats:
+    /// those with the first one's service port (by number: the target ports are the same).
+    services: Vec<(u32, metadata::ServiceLabel)>,
 }
 
 impl ChainConfig {
@@ -189,6 +193,7 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
             endpoint: None,
             tls: None,
             passthrough: true,
+            services: Vec::new(),
         };
         let mode = policy.for_port(port);
         chains.extend(port_chains(
@@ -204,6 +209,12 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
             cluster_name.clone(),
             cluster::inbound(cc.port, cc.endpoint.clone()),
         );
+        if view.proxy.build == ProxyBuild::Istio {
+            let labels: Vec<metadata::ServiceLabel> =
+                cc.services.iter().map(|(_, l)| l.clone()).collect();
+            out.cluster_fields
+                .insert(cluster_name.clone(), metadata::cluster_field(None, &labels));
+        }
         let mode = policy.for_port(cc.port);
         match &cc.tls {
             Some(tls) if mode == MtlsMode::Disable => {
@@ -518,6 +529,7 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 bind,
                 tls,
                 passthrough: false,
+                services: Vec::new(),
             });
         }
         return by_port.into_values().collect();
@@ -538,14 +550,22 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 let Some(target) = instance.ports.get(&port.number).copied() else {
                     continue;
                 };
-                by_port.entry(target).or_insert(ChainConfig {
+                let cc = by_port.entry(target).or_insert(ChainConfig {
                     port: target,
                     protocol: port.protocol,
                     bind: "0.0.0.0".into(),
                     endpoint: None,
                     tls: None,
                     passthrough: false,
+                    services: Vec::new(),
                 });
+                let label = metadata::ServiceLabel::of(service);
+                let first_port = cc.services.first().map_or(port.number, |(p, _)| *p);
+                if port.number == first_port
+                    && !cc.services.iter().any(|(_, l)| l.host == label.host)
+                {
+                    cc.services.push((port.number, label));
+                }
             }
         }
     }

@@ -27,7 +27,9 @@
 //! `istio.alpn` before the fault filter. Every TCP proxy gets `istio.stats` just before it. Every
 //! chain of `virtualInbound` (and of a router's `ISTIO_MUTUAL` TCP servers) starts with the TCP
 //! metadata exchange; outbound clusters, `PassthroughCluster` and the dynamic DNS cluster end
-//! with its upstream side.
+//! with its upstream side ([`exchange_upstream`], as they are built). Outbound and inbound
+//! clusters name the services they are for in their `istio` metadata (see
+//! `metadata::cluster_field`), which the stats label requests with.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -783,6 +783,58 @@ fn istios_proxy_gets_istios_metrics_and_metadata_exchange_where_istiod_puts_them
         assert_eq!(last_filter(name), None, "{name}");
     }
 
+    // The services clusters are for, which Istio's stats label requests with.
+    let services = |name: &str| -> Vec<(String, String, String)> {
+        let istio = &out.clusters[name]
+            .metadata
+            .as_ref()
+            .expect("metadata")
+            .filter_metadata["istio"];
+        use envoy_types::pb::google::protobuf::value::Kind;
+        let Some(Kind::ListValue(list)) = &istio.fields["services"].kind else {
+            panic!("a list")
+        };
+        list.values
+            .iter()
+            .map(|v| {
+                let Some(Kind::StructValue(s)) = &v.kind else {
+                    panic!("a struct")
+                };
+                let field = |f: &str| match &s.fields[f].kind {
+                    Some(Kind::StringValue(v)) => v.clone(),
+                    other => panic!("{other:?}"),
+                };
+                (field("host"), field("name"), field("namespace"))
+            })
+            .collect()
+    };
+    let reviews = vec![(
+        "reviews.default.svc.cluster.local".to_string(),
+        "reviews".to_string(),
+        "default".to_string(),
+    )];
+    assert_eq!(
+        services("outbound|9080||reviews.default.svc.cluster.local"),
+        reviews
+    );
+    assert_eq!(services("inbound|9080||"), reviews);
+    // Encoded alike each time (a resource's version is a digest of its encoding).
+    let mut again = workload();
+    again.build = crate::model::proxy::ProxyBuild::Istio;
+    let twice = |p: crate::model::proxy::Proxy| {
+        crate::translate::Translator::new(p).generate(
+            &crate::translate::tests::cache(resources.clone()),
+            crate::model::proxy::Generator::Envoy,
+        )
+    };
+    let (a, b) = (twice(again.clone()), twice(again));
+    for name in [
+        "outbound|9080||reviews.default.svc.cluster.local",
+        "inbound|9080||",
+    ] {
+        assert_eq!(a.clusters[name].version, b.clusters[name].version, "{name}");
+    }
+
     // Upstream Envoy gets gRPC statistics and none of Istio's filters.
     let out = translate(workload(), resources);
     let (_, http) = chain_filters(&out.listeners["0.0.0.0_9080"], "");
