@@ -362,7 +362,9 @@ pub async fn run(
         .await
         .with_context(|| format!("binding the admin listener on {admin_wanted}"))?;
     let admin_addr = admin_listener.local_addr()?;
-    let service = AdsService::new(&publisher, status.clone()).with_metrics(Arc::clone(&metrics));
+    let service = AdsService::new(&publisher, status.clone())
+        .with_metrics(Arc::clone(&metrics))
+        .with_build(proxy.build);
     let uds = args.uds.clone();
     let ads_stop = stopped(stop_rx.clone());
     let tcp_listener = match args.xds_listen {

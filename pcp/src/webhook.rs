@@ -51,11 +51,14 @@ impl Webhook {
         }
     }
 
-    /// Why a pod the injector would move must stay with istiod: policies, patches or extensions
-    /// apply to it that PASA's agent does not apply yet (see [`inject::unenforced_policies`]), or the
-    /// store cannot say whether any do.
-    async fn keeps_with_istiod(&self, req: &AdmissionRequest) -> Option<String> {
-        let pod = req.object.as_ref()?;
+    /// Why a pod the injector would move must stay with istiod (`Err`): policies, patches or
+    /// extensions apply to it that PASA's agent does not apply yet (see
+    /// [`inject::unenforced_policies`]), or the store cannot say whether any do; else the
+    /// warnings moving it gets (see [`inject::move_warnings`]).
+    async fn keeps_with_istiod(&self, req: &AdmissionRequest) -> Result<Vec<String>, String> {
+        let Some(pod) = req.object.as_ref() else {
+            return Ok(Vec::new());
+        };
         let root = self.injector.root_namespace();
         let request = pasa_proto::store::v1::ListRequest {
             selector: Some(pasa_proto::store::v1::Subscription {
@@ -82,28 +85,29 @@ impl Webhook {
         let policies = match listed {
             Ok(Ok(list)) => list.into_inner().resources,
             Ok(Err(status)) => {
-                return Some(format!(
+                return Err(format!(
                     "the store cannot say which security policies apply to it ({})",
                     status.message()
                 ));
             }
             Err(_) => {
-                return Some(
+                return Err(
                     "the store did not say in time which security policies apply to it".into(),
                 );
             }
         };
         let applying = inject::unenforced_policies(pod, &req.namespace, root, &policies);
-        (!applying.is_empty()).then(|| {
-            format!(
-                "{} applies to it, which PASA's agent cannot apply yet (WasmPlugin and \
+        if applying.is_empty() {
+            return Ok(inject::move_warnings(pod, root, &policies));
+        }
+        Err(format!(
+            "{} applies to it, which PASA's agent cannot apply yet (WasmPlugin and \
                  TrafficExtension whose module the pod's proxy would not get; Telemetry with \
                  metrics for upstream Envoy, or a Lightstep tracer; EnvoyFilter patching the bootstrap; \
                  RequestAuthentication whose keys are not in the store yet; CUSTOM \
                  AuthorizationPolicy whose provider the stored mesh config does not define)",
-                applying.join(", ")
-            )
-        })
+            applying.join(", ")
+        ))
     }
 
     /// Decides one admission request.
@@ -197,17 +201,22 @@ async fn validate(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: By
 async fn inject(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Bytes) -> Response {
     answer(&hook, &headers, &body, async |request| {
         let mut answer = hook.injector.review(request);
-        if answer.verdict.patch.is_some()
-            && let Some(why) = hook.keeps_with_istiod(request).await
-        {
-            answer = inject::Answer {
-                verdict: Verdict {
-                    allowed: true,
-                    warnings: vec![format!("not moved to PASA (it stays with istiod): {why}")],
-                    ..Default::default()
-                },
-                result: "unenforced_policy",
-            };
+        if answer.verdict.patch.is_some() {
+            match hook.keeps_with_istiod(request).await {
+                Ok(warnings) => answer.verdict.warnings.extend(warnings),
+                Err(why) => {
+                    answer = inject::Answer {
+                        verdict: Verdict {
+                            allowed: true,
+                            warnings: vec![format!(
+                                "not moved to PASA (it stays with istiod): {why}"
+                            )],
+                            ..Default::default()
+                        },
+                        result: "unenforced_policy",
+                    };
+                }
+            }
         }
         hook.metrics
             .injections

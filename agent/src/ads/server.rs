@@ -28,7 +28,7 @@ use super::stream::Connection;
 use super::wire::{DeltaDiscoveryResponse, DiscoveryResponse};
 use super::{RESPONSE_BUFFER, authority, delta, sotw};
 use crate::metrics::Metrics;
-use crate::model::proxy::Generator;
+use crate::model::proxy::{Generator, ProxyBuild};
 
 /// Why serving stopped.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +62,7 @@ pub struct AdsService {
     metrics: Arc<Metrics>,
     closing: Arc<watch::Sender<bool>>,
     next_id: Arc<AtomicU64>,
+    build: ProxyBuild,
 }
 
 impl AdsService {
@@ -74,7 +75,14 @@ impl AdsService {
             metrics: Arc::new(Metrics::default()),
             closing: Arc::new(watch::Sender::new(false)),
             next_id: Arc::new(AtomicU64::new(1)),
+            build: ProxyBuild::Envoy,
         }
+    }
+
+    /// The Envoy build translated for: a client of another is logged as it connects.
+    pub fn with_build(mut self, build: ProxyBuild) -> Self {
+        self.build = build;
+        self
     }
 
     /// Records connections, NACKs and push-to-ACK times in `metrics`.
@@ -98,6 +106,7 @@ impl AdsService {
             metrics: Arc::clone(&self.metrics),
             wanted: Arc::clone(&self.wanted),
             secrets_only,
+            build: self.build,
         };
         (id, conn)
     }

@@ -13,7 +13,7 @@ use super::snapshot::{Snapshot, Snapshots};
 use super::status::StatusGuard;
 use super::{TypeKind, request_type};
 use crate::metrics::Metrics;
-use crate::model::proxy::Generator;
+use crate::model::proxy::{Generator, ProxyBuild};
 
 /// The client went away (or the stream must end); stop the connection.
 pub(super) struct Closed;
@@ -134,6 +134,14 @@ pub(super) struct Connection {
     pub(super) wanted: Arc<watch::Sender<BTreeSet<Generator>>>,
     /// A stream of `SecretDiscoveryService` serves secrets only.
     pub(super) secrets_only: bool,
+    /// The Envoy build the agent translates for (checked against the client's own).
+    pub(super) build: ProxyBuild,
+}
+
+/// Whether a node's Envoy has Istio's own filters, as it lists its extensions (`istio.stats`
+/// among them); `None` when it lists none.
+pub(super) fn has_istio_filters(node: &Node) -> Option<bool> {
+    (!node.extensions.is_empty()).then(|| node.extensions.iter().any(|e| e.name == "istio.stats"))
 }
 
 impl Connection {
@@ -147,6 +155,22 @@ impl Connection {
         self.wanted
             .send_if_modified(|wanted| wanted.insert(generator));
         tracing::info!(node = %node_id, generator = generator.name(), "client connected");
+        if generator == Generator::Envoy {
+            match (self.build, node.and_then(has_istio_filters)) {
+                (ProxyBuild::Istio, Some(false)) => tracing::error!(
+                    node = %node_id,
+                    "the client's Envoy does not have Istio's filters (istio.stats, \
+                     istio.metadata_exchange): it will refuse every listener the agent sends for \
+                     Istio's proxy; run the agent with --proxy-build envoy"
+                ),
+                (ProxyBuild::Envoy, Some(true)) => tracing::info!(
+                    node = %node_id,
+                    "the client is Istio's proxy: with --proxy-build istio it would get Istio's \
+                     standard metrics and metadata exchange, as from istiod"
+                ),
+                _ => {}
+            }
+        }
         generator
     }
 
@@ -188,5 +212,37 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.metrics.connections.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::config::core::v3::Extension;
+
+    use super::*;
+
+    #[test]
+    fn istios_proxy_is_told_by_the_extensions_its_node_lists() {
+        let node = |names: &[&str]| Node {
+            extensions: names
+                .iter()
+                .map(|n| Extension {
+                    name: n.to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        // Upstream Envoy lists its own (hundreds); Istio's proxy also lists Istio's filters.
+        assert_eq!(
+            has_istio_filters(&node(&["envoy.filters.http.router"])),
+            Some(false)
+        );
+        assert_eq!(
+            has_istio_filters(&node(&["envoy.filters.http.router", "istio.stats"])),
+            Some(true)
+        );
+        // A client that lists nothing (a proxyless one, a test) is not judged.
+        assert_eq!(has_istio_filters(&node(&[])), None);
     }
 }

@@ -355,6 +355,47 @@ fn module_loads(url: &str, pull_secret: &str) -> bool {
     url.starts_with("file://") || pull_secret.is_empty()
 }
 
+/// What the webhook warns of as it moves `pod` to PASA, knowing `policies` (those of
+/// [`UNENFORCED_KINDS`], with the mesh config of `root_namespace`): a standalone pod runs
+/// upstream Envoy, which has no `istio.stats`, so it does not report Istio's standard metrics
+/// that the mesh config's `defaultProviders.metrics` gives every pod of istiod.
+pub fn move_warnings(
+    pod: &Value,
+    root_namespace: &str,
+    policies: &[pasa_proto::store::v1::Resource],
+) -> Vec<String> {
+    use pasa_proto::istio::mesh_config::{MESH_CONFIG_NAME, MeshConfig, is_prometheus};
+    if sidecar::mode(pod).0 != sidecar::Mode::Standalone {
+        return Vec::new();
+    }
+    let mesh = policies
+        .iter()
+        .find(|p| {
+            p.kind == pasa_proto::Kind::MeshConfig.as_str()
+                && p.namespace == root_namespace
+                && p.name == MESH_CONFIG_NAME
+        })
+        .and_then(|p| pasa_proto::istio::parse_spec_json::<MeshConfig>(&p.spec_json).ok());
+    let Some(mesh) = mesh else {
+        return Vec::new();
+    };
+    let prometheus: Vec<String> = mesh
+        .default_metrics_providers()
+        .into_iter()
+        .filter(|p| is_prometheus(Some(&mesh), p))
+        .collect();
+    if prometheus.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "moved to PASA in the standalone mode, whose Envoy has no istio.stats: Istio's standard \
+         metrics (istio_requests_total and the others) that the mesh config's \
+         defaultProviders.metrics ({}) asks for are not reported for this pod; pods whose \
+         metrics matter belong next to Istio's proxy (pasa.io/mode: istio)",
+        prometheus.join(", ")
+    )]
+}
+
 /// Whether the agent applies all of `t` as istiod does: metrics only for Istio's proxy
 /// (`istio_proxy`: upstream Envoy has no `istio.stats`); access logging to providers
 /// whose settings read (those named, or the mesh's default ones for an entry that names none;
@@ -997,6 +1038,18 @@ mod tests {
         let kept = unenforced_policies(&next_to_istio, "bookinfo", "istio-system", &policies);
         assert!(kept.contains(&"Telemetry bookinfo/lightstep".to_string()));
         assert!(!kept.contains(&"Telemetry bookinfo/metrics".to_string()));
+        // A standalone pod is warned that it loses the mesh's default metrics.
+        let mesh_defaults = policy(
+            "MeshConfig",
+            "istio-system",
+            "mesh",
+            json!({"defaultProviders": {"metrics": ["prometheus"]}}),
+        );
+        let warned = move_warnings(&pod, "istio-system", std::slice::from_ref(&mesh_defaults));
+        assert_eq!(warned.len(), 1);
+        assert!(warned[0].contains("istio_requests_total"), "{warned:?}");
+        assert!(move_warnings(&next_to_istio, "istio-system", &[mesh_defaults]).is_empty());
+        assert!(move_warnings(&pod, "istio-system", &[]).is_empty());
         // ... and so are patches of Istio's own filters.
         assert!(!kept.contains(&"EnvoyFilter bookinfo/istio-stats".to_string()));
         assert!(!kept.contains(&"EnvoyFilter bookinfo/istio-peer-metadata".to_string()));
