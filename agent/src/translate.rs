@@ -772,16 +772,19 @@ impl Outputs {
         counts.listeners = true;
         let mut built = Built::default();
         match generator {
-            Generator::Envoy => {
-                sidecar::special_clusters(view.scope.outbound_policy, &mut built);
-                match view.proxy.kind {
-                    ProxyType::Sidecar => {
-                        sidecar::outbound(view, &mut built);
-                        sidecar::inbound(view, &mut built);
-                    }
-                    ProxyType::Router => gateway::listeners_and_routes(view, &mut built),
+            Generator::Envoy => match view.proxy.kind {
+                ProxyType::Sidecar => {
+                    sidecar::special_clusters(view.scope.outbound_policy, &mut built);
+                    sidecar::outbound(view, &mut built);
+                    sidecar::inbound(view, &mut built);
                 }
-            }
+                ProxyType::Router => {
+                    // A router has no original destination to pass unknown traffic to.
+                    let c = cluster::black_hole();
+                    built.clusters.insert(c.name.clone(), c);
+                    gateway::listeners_and_routes(view, &mut built);
+                }
+            },
             Generator::Grpc => grpc::listeners_and_routes(view, &mut built),
         }
         self.listeners = Some(ListenerOutput {

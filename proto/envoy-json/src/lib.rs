@@ -208,52 +208,47 @@ fn read(
     Ok(prost::Message::encode_to_vec(&message))
 }
 
+/// Calls `f` with every object in `value` (itself included), outer ones first.
+fn each_object<'a>(value: &'a Value, f: &mut impl FnMut(&'a serde_json::Map<String, Value>)) {
+    match value {
+        Value::Object(m) => {
+            f(m);
+            m.values().for_each(|v| each_object(v, f));
+        }
+        Value::Array(a) => a.iter().for_each(|v| each_object(v, f)),
+        _ => {}
+    }
+}
+
 /// The message types the `@type`s in `value` (an `Any` anywhere in it) name, without their
 /// `type.googleapis.com/` prefix.
 pub fn type_names(value: &Value) -> Vec<&str> {
-    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
-        match v {
-            Value::Object(m) => {
-                if let Some(t) = m.get("@type").and_then(Value::as_str) {
-                    out.push(t.rsplit('/').next().unwrap_or_default());
-                }
-                m.values().for_each(|v| walk(v, out));
-            }
-            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
-            _ => {}
-        }
-    }
     let mut out = Vec::new();
-    walk(value, &mut out);
+    each_object(value, &mut |m| {
+        if let Some(t) = m.get("@type").and_then(Value::as_str) {
+            out.push(t.rsplit('/').next().unwrap_or_default());
+        }
+    });
     out
 }
 
 /// The types the `TypedStruct`s in `value` (protobuf JSON) configure, by full name: their
 /// `type_url`s. (A TypedStruct carries JSON for a type the reader needs no descriptor of.)
 pub fn typed_struct_type_names(value: &Value) -> Vec<&str> {
-    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
-        match v {
-            Value::Object(m) => {
-                let wrapper = m.get("@type").and_then(Value::as_str).is_some_and(|t| {
-                    t.ends_with("/udpa.type.v1.TypedStruct")
-                        || t.ends_with("/xds.type.v3.TypedStruct")
-                });
-                if let Some(t) = m
-                    .get("type_url")
-                    .or(m.get("typeUrl"))
-                    .and_then(Value::as_str)
-                    && wrapper
-                {
-                    out.push(t.rsplit('/').next().unwrap_or_default());
-                }
-                m.values().for_each(|v| walk(v, out));
-            }
-            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
-            _ => {}
-        }
-    }
     let mut out = Vec::new();
-    walk(value, &mut out);
+    each_object(value, &mut |m| {
+        let wrapper = m.get("@type").and_then(Value::as_str).is_some_and(|t| {
+            t.ends_with("/udpa.type.v1.TypedStruct") || t.ends_with("/xds.type.v3.TypedStruct")
+        });
+        if let Some(t) = m
+            .get("type_url")
+            .or(m.get("typeUrl"))
+            .and_then(Value::as_str)
+            .filter(|_| wrapper)
+        {
+            out.push(t.rsplit('/').next().unwrap_or_default());
+        }
+    });
     out
 }
 
