@@ -47,6 +47,20 @@ spec:
   http:
   - route:
     - destination: {host: reviews, subset: v1}
+---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: shared-lua, namespace: default}
+spec:
+  configPatches:
+  - applyTo: EXTENSION_CONFIG
+    patch:
+      operation: ADD
+      value:
+        name: shared-lua
+        typed_config:
+          '@type': type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua
+          default_source_code: {inline_string: 'function envoy_on_response(h) end'}
 ";
 
 /// The pasa-agent library running in a thread of its own, stopped when dropped.
@@ -400,6 +414,20 @@ fn proxy_config_shows_what_the_agent_serves() {
     assert_eq!(
         json[0]["metadata"]["filterMetadata"]["istio"]["config"],
         "/apis/networking.istio.io/v1alpha3/namespaces/default/destination-rule/reviews"
+    );
+    // ECDS: istioctl's table, and the filter as JSON.
+    let ecds = proxy_config(&["ecds", &addr]);
+    assert!(ecds.starts_with("ECDS NAME"), "{ecds}");
+    assert!(
+        has_row(&ecds, &["shared-lua", "envoy.extensions.filters.http.lua.v3.Lua"]),
+        "{ecds}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&proxy_config(&["ecds", &addr, "-o", "json"])).expect("JSON");
+    assert_eq!(json[0]["name"], "shared-lua");
+    assert_eq!(
+        json[0]["typedConfig"]["defaultSourceCode"]["inlineString"],
+        "function envoy_on_response(h) end"
     );
     let all: serde_json::Value =
         serde_json::from_str(&proxy_config(&["all", &addr, "-o", "json"])).expect("JSON");

@@ -39,6 +39,10 @@ pub enum ProxyConfigCommand {
     /// outlier ejections), CLUSTER.
     #[command(visible_aliases = ["endpoints", "ep"])]
     Endpoint(EndpointArgs),
+    /// Extension configs served over ECDS (the Wasm filters of WasmPlugins and
+    /// TrafficExtensions, EnvoyFilter extension configs): ECDS NAME, TYPE.
+    #[command(visible_aliases = ["extensionconfigs"])]
+    Ecds(Target),
     /// Clusters, listeners, routes and endpoints, one table after the other.
     All(Target),
 }
@@ -128,7 +132,7 @@ pub async fn run(server: &crate::cli::Server, command: ProxyConfigCommand) -> Cm
         ProxyConfigCommand::Listener(a) => &a.target,
         ProxyConfigCommand::Route(a) => &a.target,
         ProxyConfigCommand::Endpoint(a) => &a.target,
-        ProxyConfigCommand::All(t) => t,
+        ProxyConfigCommand::Ecds(t) | ProxyConfigCommand::All(t) => t,
     };
     let output = target.output;
     let resources = fetch(server, target).await?;
@@ -156,6 +160,10 @@ pub async fn run(server: &crate::cli::Server, command: ProxyConfigCommand) -> Cm
         }
         (ProxyConfigCommand::Endpoint(a), Output::Json) => {
             pretty(&json_list(kept_endpoints(&resources, &a.filter))?)?
+        }
+        (ProxyConfigCommand::Ecds(_), Output::Short) => ecds(&resources),
+        (ProxyConfigCommand::Ecds(_), Output::Json) => {
+            pretty(&json_list(resources.extension_configs.iter())?)?
         }
         (ProxyConfigCommand::All(_), Output::Short) => [
             cluster::render(resources.clusters.iter().map(|s| &s.message)),
@@ -279,6 +287,25 @@ fn assignments(r: &Resources) -> Vec<ClusterLoadAssignment> {
         .collect()
 }
 
+/// istioctl's ECDS table: each extension config's name and the type of its filter, by type
+/// then name.
+fn ecds(r: &Resources) -> String {
+    let mut rows: Vec<Vec<String>> = r
+        .extension_configs
+        .iter()
+        .map(|s| {
+            let kind = s.message.typed_config.as_ref().map_or("", |a| {
+                a.type_url
+                    .strip_prefix("type.googleapis.com/")
+                    .unwrap_or(&a.type_url)
+            });
+            vec![s.name.clone(), kind.to_string()]
+        })
+        .collect();
+    rows.sort_by(|a, b| (&a[1], &a[0]).cmp(&(&b[1], &b[0])));
+    crate::cli::table::render(&["ECDS NAME", "TYPE"], &rows, crate::cli::table::WIDE)
+}
+
 fn json_list<'a, T: 'a>(served: impl Iterator<Item = &'a Served<T>>) -> anyhow::Result<Value> {
     let list: Result<Vec<Value>, json::JsonError> =
         served.map(|s| json::to_json(&s.name, &s.any)).collect();
@@ -298,6 +325,56 @@ mod tests {
     struct Test {
         #[command(subcommand)]
         command: ProxyConfigCommand,
+    }
+
+    #[test]
+    fn ecds_rows_are_name_and_filter_type_by_type_then_name() {
+        use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
+        use envoy_types::pb::google::protobuf::Any;
+        let config = |name: &str, type_url: &str| {
+            let message = TypedExtensionConfig {
+                name: name.into(),
+                typed_config: Some(Any {
+                    type_url: type_url.into(),
+                    value: Vec::new(),
+                }),
+            };
+            Served {
+                name: name.into(),
+                any: Any::default(),
+                message,
+            }
+        };
+        let wasm = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+        let resources = Resources {
+            extension_configs: vec![
+                config("extensions.istio.io/trafficextension/shop.b", wasm),
+                config("extensions.istio.io/trafficextension/shop.a", wasm),
+                config(
+                    "shop.header",
+                    "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                ),
+            ],
+            ..Default::default()
+        };
+        let text = ecds(&resources);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("ECDS NAME") && lines[0].contains("TYPE"),
+            "{text}"
+        );
+        assert!(
+            lines[1].starts_with("shop.header") && lines[1].contains("lua.v3.Lua"),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("extensions.istio.io/trafficextension/shop.a"),
+            "{text}"
+        );
+        assert!(
+            lines[3].starts_with("extensions.istio.io/trafficextension/shop.b"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! The agent's `/config_dump`, read back: for one generator, every resource it serves, as the
 //! protobuf `Any` it was sent in and decoded to its Envoy type.
 //!
-//! The document is `{"revision", "generators": {"<generator>": {"CDS"|"EDS"|"LDS"|"RDS":
+//! The document is `{"revision", "generators": {"<generator>": {"CDS"|"EDS"|"LDS"|"RDS"|"ECDS":
 //! [{"name", "version", "type_url", "resource": base64 of the protobuf encoding}]}}}`.
 
 use base64::Engine as _;
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
@@ -46,6 +47,9 @@ pub struct Resources {
     pub endpoints: Vec<Served<ClusterLoadAssignment>>,
     pub listeners: Vec<Served<Listener>>,
     pub routes: Vec<Served<RouteConfiguration>>,
+    /// ECDS: the filters listeners name by `config_discovery` (an agent older than ECDS lists
+    /// none).
+    pub extension_configs: Vec<Served<TypedExtensionConfig>>,
 }
 
 impl Resources {
@@ -73,6 +77,7 @@ impl Resources {
             endpoints: read(types, "EDS", &field("EDS"))?,
             listeners: read(types, "LDS", &field("LDS"))?,
             routes: read(types, "RDS", &field("RDS"))?,
+            extension_configs: read(types, "ECDS", &field("ECDS"))?,
         })
     }
 }
@@ -131,6 +136,10 @@ impl Resources {
                 {
                     out.routes.push(served(&field, &r)?);
                 }
+            } else if kind.ends_with("EcdsConfigDump") {
+                for (field, r) in entries("ecds_filters", &["ecds_filter"]) {
+                    out.extension_configs.push(served(&field, &r)?);
+                }
             } else if kind.ends_with("EndpointsConfigDump") {
                 for (field, r) in entries("static_endpoint_configs", &["endpoint_config"])
                     .into_iter()
@@ -174,6 +183,12 @@ impl NamedResource for Cluster {
 }
 
 impl NamedResource for Listener {
+    fn resource_name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl NamedResource for TypedExtensionConfig {
     fn resource_name(&self) -> String {
         self.name.clone()
     }
@@ -268,6 +283,10 @@ mod tests {
             "outbound|9080||reviews.default.svc.cluster.local"
         );
         assert!(resources.listeners.is_empty());
+        assert!(
+            resources.extension_configs.is_empty(),
+            "an agent without ECDS"
+        );
 
         let e = Resources::from_dump(text.as_bytes(), "grpc").unwrap_err();
         assert!(
@@ -327,6 +346,12 @@ mod tests {
                  "cluster_name": "outbound|80||web.shop.svc.cluster.local",
                  "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address":
                      {"address": "10.0.0.1", "port_value": 8080}}}}]}]}}]},
+            {"@type": "type.googleapis.com/envoy.admin.v3.EcdsConfigDump",
+             "ecds_filters": [{"version_info": "v1", "ecds_filter": {
+                 "@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+                 "name": "extensions.istio.io/trafficextension/shop.lua",
+                 "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                                  "default_source_code": {"inline_string": "-- x"}}}}]},
             {"@type": "type.googleapis.com/envoy.admin.v3.BootstrapConfigDump",
              "bootstrap": {"node": {"id": "x"}}}
         ]});
@@ -341,6 +366,10 @@ mod tests {
         );
         assert_eq!(r.clusters[1].message.transport_socket_matches.len(), 1);
         assert_eq!(r.listeners.len(), 1, "the warming listener is left out");
+        assert_eq!(
+            r.extension_configs[0].name,
+            "extensions.istio.io/trafficextension/shop.lua"
+        );
         assert_eq!(r.routes[0].message.virtual_hosts[0].domains, ["web"]);
         assert_eq!(
             r.endpoints[0].name,
