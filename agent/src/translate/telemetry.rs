@@ -139,8 +139,9 @@ const WASM_PEER_STATE: [&str; 4] = [
 const CEL_FILTER: &str = "envoy.access_loggers.extension_filters.cel";
 const REQ_WITHOUT_QUERY: &str = "%REQ_WITHOUT_QUERY";
 
-/// Which side of the traffic a listener serves (also for the extensions that pick a side).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which side of the traffic a listener serves (also for the extensions that pick a side, and
+/// the metrics' modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Side {
     Client,
     Server,

@@ -52,6 +52,7 @@ use serde_json::json;
 
 use super::super::filters::{self, MX_FILTER};
 use super::super::{builders, names};
+use super::Side;
 use crate::model::proxy::ProxyBuild;
 
 /// The name of Istio's stats filter (HTTP and network).
@@ -98,32 +99,16 @@ impl Class {
         }
     }
 
-    fn mode(self) -> Mode {
+    /// The side (Telemetry's workload mode) its metrics are for.
+    fn side(self) -> Side {
         match self {
-            Class::SidecarInbound => Mode::Server,
-            Class::SidecarOutbound | Class::Gateway => Mode::Client,
+            Class::SidecarInbound => Side::Server,
+            Class::SidecarOutbound | Class::Gateway => Side::Client,
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Mode {
-    Client,
-    Server,
-}
-
-impl Mode {
-    /// The modes a selector's `mode` names: one, or both when unset or `CLIENT_AND_SERVER`.
-    fn named(mode: Option<&str>) -> &'static [Mode] {
-        match mode {
-            Some("CLIENT") => &[Mode::Client],
-            Some("SERVER") => &[Mode::Server],
-            _ => &[Mode::Client, Mode::Server],
-        }
-    }
-}
-
-/// One metric's changes for a provider and mode.
+/// One metric's changes for a provider and side.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct MetricChange {
     disabled: Option<bool>,
@@ -135,9 +120,9 @@ struct MetricChange {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct ProviderMetrics {
     /// Modes whose metrics are all disabled (no filter there).
-    disabled: BTreeSet<Mode>,
+    disabled: BTreeSet<Side>,
     /// Mode → metric → change.
-    changes: BTreeMap<Mode, BTreeMap<String, MetricChange>>,
+    changes: BTreeMap<Side, BTreeMap<String, MetricChange>>,
     reporting_interval: Option<prost_types::Duration>,
 }
 
@@ -181,20 +166,24 @@ fn merge(entries: &[&Metrics], defaults: &[String]) -> BTreeMap<String, Provider
                     nanos: d.nanos,
                 });
             }
-            for mode in [Mode::Client, Mode::Server] {
-                pm.changes.entry(mode).or_default();
+            for side in [Side::Client, Side::Server] {
+                pm.changes.entry(side).or_default();
             }
             for o in m.overrides.iter().flatten() {
                 let selector = o.match_.as_ref();
-                let modes = Mode::named(selector.and_then(|s| s.mode.as_deref()));
+                let mode = selector.and_then(|s| s.mode.as_deref());
+                let sides: Vec<Side> = [Side::Client, Side::Server]
+                    .into_iter()
+                    .filter(|s| s.matches(mode))
+                    .collect();
                 if o.disabled == Some(true) && all_metrics(selector) {
-                    pm.disabled.extend(modes.iter().copied());
+                    pm.disabled.extend(sides);
                     continue;
                 }
-                for mode in modes {
-                    // A later override for the mode brings back what an earlier one disabled.
-                    pm.disabled.remove(mode);
-                    let changes = pm.changes.entry(*mode).or_default();
+                for side in sides {
+                    // A later override for the side brings back what an earlier one disabled.
+                    pm.disabled.remove(&side);
+                    let changes = pm.changes.entry(side).or_default();
                     for metric in selected(selector) {
                         let change = changes.entry(metric).or_default();
                         if o.disabled.is_some() {
@@ -451,11 +440,11 @@ impl IstioFilters {
 /// The `istio.stats` configuration of a provider's `metrics` for listeners of `class`; `None`
 /// when the mode's metrics are all disabled.
 fn stats_config(class: Class, metrics: &ProviderMetrics) -> Option<Any> {
-    let mode = class.mode();
-    if metrics.disabled.contains(&mode) {
+    let side = class.side();
+    if metrics.disabled.contains(&side) {
         return None;
     }
-    let changes = metrics.changes.get(&mode);
+    let changes = metrics.changes.get(&side);
     let config = PluginConfig {
         disable_host_header_fallback: class != Class::SidecarOutbound,
         tcp_reporting_duration: metrics.reporting_interval,
