@@ -419,7 +419,10 @@ fn proxy_config_shows_what_the_agent_serves() {
     let ecds = proxy_config(&["ecds", &addr]);
     assert!(ecds.starts_with("ECDS NAME"), "{ecds}");
     assert!(
-        has_row(&ecds, &["shared-lua", "envoy.extensions.filters.http.lua.v3.Lua"]),
+        has_row(
+            &ecds,
+            &["shared-lua", "envoy.extensions.filters.http.lua.v3.Lua"]
+        ),
         "{ecds}"
     );
     let json: serde_json::Value =

@@ -577,7 +577,7 @@ impl Registry {
         .map(|c| &c.spec)
     }
 
-    /// The security policies `pick` finds that apply to a sidecar of `namespace` with `labels`.
+    /// The security policies `pick` finds that apply to a proxy of `namespace` with `labels`.
     fn applying<'a, T: pasa_proto::istio::authorization_policy::WorkloadPolicy + 'a>(
         &'a self,
         root_namespace: &'a str,
@@ -589,10 +589,10 @@ impl Registry {
             .values()
             .filter_map(move |e| pick(&e.parsed))
             .filter(move |c| {
-                pasa_proto::istio::authorization_policy::applies_to_sidecar(
+                pasa_proto::istio::authorization_policy::applies_to_workload(
                     &c.meta.namespace,
                     c.spec.workload_selector(),
-                    c.spec.targeted(),
+                    &c.spec.targets(),
                     root_namespace,
                     namespace,
                     labels,

@@ -46,6 +46,8 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::google::protobuf::Any;
 use pasa_envoy_json::merge::{self, Lists};
+use pasa_proto::istio::authorization_policy::applies_to_workload;
+use pasa_proto::istio::destination_rule::WorkloadSelector;
 use pasa_proto::istio::envoy_filter::{
     ApplyTo, EnvoyConfigObjectMatch, EnvoyFilter, Operation, PatchContext, RouteAction,
 };
@@ -58,7 +60,7 @@ use super::filters::HCM;
 use super::names;
 use super::patched::{self, Type};
 use crate::model::proxy::{Proxy, ProxyBuild};
-use crate::model::registry::{self, Config, Registry};
+use crate::model::registry::{Config, Registry};
 use crate::resource::{Generated, Resource};
 
 /// The Istio version the agent reports for its proxy (`ISTIO_VERSION`), matched by
@@ -336,11 +338,18 @@ fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<&'a Arc<Config<Env
     let root = proxy.mesh.root_namespace.as_str();
     let mut filters: Vec<&Arc<Config<EnvoyFilter>>> = registry
         .envoy_filters()
-        .filter(|f| f.meta.namespace == root || f.meta.namespace == proxy.config_namespace)
-        .filter(|f| f.spec.target_refs.is_empty())
-        .filter(|f| match &f.spec.workload_selector {
-            Some(s) => registry::selects(&s.labels, &proxy.labels),
-            None => true,
+        .filter(|f| {
+            let selector = f.spec.workload_selector.as_ref().map(|s| WorkloadSelector {
+                match_labels: s.labels.clone(),
+            });
+            applies_to_workload(
+                &f.meta.namespace,
+                selector.as_ref(),
+                &f.spec.target_refs.iter().collect::<Vec<_>>(),
+                root,
+                &proxy.config_namespace,
+                &proxy.labels,
+            )
         })
         .collect();
     filters.sort_by(|a, b| {

@@ -47,7 +47,7 @@ use envoy_types::pb::envoy::extensions::wasm::v3::{
 };
 use envoy_types::pb::google::protobuf::{Any, Duration, StringValue};
 use envoy_types::util::pack_any;
-use pasa_proto::istio::authorization_policy::applies_to_sidecar;
+use pasa_proto::istio::authorization_policy::applies_to_workload;
 use pasa_proto::istio::extensions::TrafficExtension;
 use pasa_proto::node::ProxyType;
 use prost::{Message, Name};
@@ -373,10 +373,10 @@ fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<Extension<'a>> {
             .traffic_extensions()
             .filter(|c| c.meta.namespace == ns)
             .filter(|c| {
-                applies_to_sidecar(
+                applies_to_workload(
                     &c.meta.namespace,
                     c.spec.selector.as_ref(),
-                    !c.spec.target_refs.is_empty(),
+                    &c.spec.target_refs.iter().collect::<Vec<_>>(),
                     root,
                     &proxy.config_namespace,
                     &proxy.labels,

@@ -58,6 +58,7 @@ use envoy_types::pb::opentelemetry::proto::common::v1::{
     AnyValue, KeyValue, KeyValueList, any_value,
 };
 use envoy_types::util::pack_any;
+use pasa_proto::istio::authorization_policy::{applies_to_workload, target_refs};
 use pasa_proto::istio::mesh_config::{
     AccessLogProvider, BUILTIN_ACCESS_LOG_PROVIDER, MeshConfig, access_log_provider,
 };
@@ -72,7 +73,7 @@ use super::patched::{self, Type};
 use super::providers::{self, Collectors};
 use super::route::FAULT_FILTER;
 use crate::model::proxy::Proxy;
-use crate::model::registry::{self, Config, Registry};
+use crate::model::registry::{Config, Registry};
 use crate::resource::{Generated, Resource};
 pub(super) use metrics::exchange_upstream;
 use metrics::{Class, IstioFilters};
@@ -209,14 +210,18 @@ fn applying<'a>(proxy: &Proxy, registry: &'a Registry) -> Vec<&'a Config<Telemet
     if proxy.config_namespace != root {
         out.extend(wide(&proxy.config_namespace));
     }
+    // Then those of its namespace that pick workloads, by selector or targetRefs.
     out.extend(all.iter().copied().filter(|t| {
         t.meta.namespace == proxy.config_namespace
-            && !targeted(&t.spec)
-            && !selector_empty(&t.spec)
-            && t.spec
-                .selector
-                .as_ref()
-                .is_some_and(|s| registry::selects(&s.match_labels, &proxy.labels))
+            && (targeted(&t.spec) || !selector_empty(&t.spec))
+            && applies_to_workload(
+                &t.meta.namespace,
+                t.spec.selector.as_ref(),
+                &target_refs(t.spec.target_ref.as_ref(), &t.spec.target_refs),
+                root,
+                &proxy.config_namespace,
+                &proxy.labels,
+            )
     }));
     out
 }

@@ -1255,6 +1255,38 @@ fn authorization_policies_put_rbac_first_on_the_inbound_side_and_on_routers() {
         .expect("decodes what it encoded");
     let names = http_filter_names(&out.listeners["0.0.0.0_8080"], "");
     assert_eq!(names[0], HTTP_RBAC, "{names:?}");
+
+    // A Gateway API gateway's pods: a policy attached to their Gateway by targetRef applies,
+    // one attached to another Gateway does not.
+    let targeted = |name: &str, gateway: &str, revision: u64| {
+        resource(
+            "AuthorizationPolicy",
+            "istio-system",
+            name,
+            json!({"targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                   "name": gateway}],
+                   "action": "DENY", "rules": [{"to": [{"operation": {"paths": ["/admin"]}}]}]}),
+            revision,
+        )
+    };
+    let mut router = crate::testing::router("10.0.0.50");
+    router.labels.insert(
+        pasa_proto::istio::authorization_policy::GATEWAY_NAME_LABEL.into(),
+        "web".into(),
+    );
+    let filters = |policy: Resource| {
+        let out = Translator::new(router.clone())
+            .update(
+                &cache(vec![http_gateway("istio-system", "gw", 8080), policy]),
+                Generator::Envoy,
+            )
+            .expect("decodes what it encoded");
+        http_filter_names(&out.listeners["0.0.0.0_8080"], "")
+    };
+    let names = filters(targeted("for-web", "web", 8));
+    assert_eq!(names[0], HTTP_RBAC, "{names:?}");
+    let names = filters(targeted("for-api", "api", 9));
+    assert!(!names.contains(&HTTP_RBAC.to_string()), "{names:?}");
 }
 
 #[test]

@@ -221,8 +221,11 @@ pub fn unenforced_policies(
     let istio_proxy = sidecar::mode(pod).0 == sidecar::Mode::NextToIstio;
     use pasa_proto::Kind;
     use pasa_proto::istio::authorization_policy::{
-        Action, AuthorizationPolicy, applies_to_sidecar,
+        Action, AuthorizationPolicy, PolicyTargetReference, WorkloadPolicy, applies_to_workload,
+        target_refs,
     };
+    let owned =
+        |refs: Vec<&PolicyTargetReference>| -> Targets { refs.into_iter().cloned().collect() };
     use pasa_proto::istio::destination_rule::WorkloadSelector;
     use pasa_proto::istio::extensions::{TrafficExtension, WasmPlugin};
     use pasa_proto::istio::mesh_config::{MESH_CONFIG_NAME, MeshConfig};
@@ -257,8 +260,8 @@ pub fn unenforced_policies(
     // How a resource picks workloads: its selector, whether it is attached by targetRef(s); None
     // when it does not concern sidecars at all.
     let attachment =
-        |p: &pasa_proto::store::v1::Resource| -> Option<(Option<WorkloadSelector>, bool)> {
-            let unreadable = Some((None, false));
+        |p: &pasa_proto::store::v1::Resource| -> Option<(Option<WorkloadSelector>, Targets)> {
+            let unreadable = Some((None, Vec::new()));
             match p.kind.parse::<Kind>() {
                 Ok(Kind::AuthorizationPolicy) => {
                     match parse_spec_json::<AuthorizationPolicy>(&p.spec_json) {
@@ -273,7 +276,7 @@ pub fn unenforced_policies(
                         {
                             None
                         }
-                        Ok(ap) => Some((ap.selector.clone(), ap.targeted())),
+                        Ok(ap) => Some((ap.selector.clone(), owned(ap.targets()))),
                         Err(_) => unreadable,
                     }
                 }
@@ -288,7 +291,7 @@ pub fn unenforced_policies(
                         {
                             None
                         }
-                        Ok(ra) => Some((ra.selector.clone(), ra.targeted())),
+                        Ok(ra) => Some((ra.selector.clone(), owned(ra.targets()))),
                         Err(_) => unreadable,
                     }
                 }
@@ -297,8 +300,8 @@ pub fn unenforced_policies(
                 Ok(Kind::Telemetry) => match parse_spec_json::<Telemetry>(&p.spec_json) {
                     Ok(t) if applied_telemetry(&t, mesh.as_ref(), istio_proxy) => None,
                     Ok(t) => Some((
-                        t.selector,
-                        t.target_ref.is_some() || !t.target_refs.is_empty(),
+                        t.selector.clone(),
+                        owned(target_refs(t.target_ref.as_ref(), &t.target_refs)),
                     )),
                     Err(_) => unreadable,
                 },
@@ -307,8 +310,8 @@ pub fn unenforced_policies(
                 Ok(Kind::WasmPlugin) => match parse_spec_json::<WasmPlugin>(&p.spec_json) {
                     Ok(w) if module_loads(&w.url, &w.image_pull_secret) => None,
                     Ok(w) => Some((
-                        w.selector,
-                        w.target_ref.is_some() || !w.target_refs.is_empty(),
+                        w.selector.clone(),
+                        owned(target_refs(w.target_ref.as_ref(), &w.target_refs)),
                     )),
                     Err(_) => unreadable,
                 },
@@ -321,7 +324,7 @@ pub fn unenforced_policies(
                         {
                             None
                         }
-                        Ok(t) => Some((t.selector, !t.target_refs.is_empty())),
+                        Ok(t) => Some((t.selector, t.target_refs)),
                         Err(_) => unreadable,
                     }
                 }
@@ -332,11 +335,11 @@ pub fn unenforced_policies(
     policies
         .iter()
         .filter(|p| {
-            attachment(p).is_some_and(|(selector, targeted)| {
-                applies_to_sidecar(
+            attachment(p).is_some_and(|(selector, targets)| {
+                applies_to_workload(
                     &p.namespace,
                     selector.as_ref(),
-                    targeted,
+                    &targets.iter().collect::<Vec<_>>(),
                     root_namespace,
                     namespace,
                     &labels,
@@ -395,6 +398,9 @@ pub fn move_warnings(
         prometheus.join(", ")
     )]
 }
+
+/// The `targetRef(s)` a policy attaches by.
+type Targets = Vec<pasa_proto::istio::authorization_policy::PolicyTargetReference>;
 
 /// Whether the agent applies all of `t` as istiod does: metrics only for Istio's proxy
 /// (`istio_proxy`: upstream Envoy has no `istio.stats`); access logging to providers
@@ -481,13 +487,13 @@ fn envoy_filter_attachment(
     istio_proxy: bool,
 ) -> Option<(
     Option<pasa_proto::istio::destination_rule::WorkloadSelector>,
-    bool,
+    Targets,
 )> {
     use pasa_proto::istio::envoy_filter::{
         AGENT_KNOWN_METADATA, ApplyTo, EnvoyConfigObjectPatch, EnvoyFilter, PatchContext,
     };
     let Ok(spec) = pasa_proto::istio::parse_spec_json::<EnvoyFilter>(spec_json) else {
-        return Some((None, false));
+        return Some((None, Vec::new()));
     };
     let unapplied = |p: &EnvoyConfigObjectPatch| {
         let matching = p.match_.as_ref();
@@ -516,7 +522,7 @@ fn envoy_filter_attachment(
             .map(|s| pasa_proto::istio::destination_rule::WorkloadSelector {
                 match_labels: s.labels,
             });
-    Some((selector, !spec.target_refs.is_empty()))
+    Some((selector, spec.target_refs))
 }
 
 /// The pod annotation that opts a pod in or out.

@@ -23,36 +23,62 @@ pub fn go_bool(v: &str) -> Option<bool> {
     }
 }
 
-/// Whether a security policy (AuthorizationPolicy, RequestAuthentication) of
-/// `policy_namespace` applies to a sidecar of `namespace` with `labels`, as istiod decides: a
-/// policy of the root namespace applies mesh-wide (or, with a selector, to the workloads it
-/// picks in any namespace), one of the sidecar's namespace to all of it (or to those it picks).
-/// A policy attached by `targetRef(s)` applies to waypoints and gateways, not to sidecars.
-pub fn applies_to_sidecar(
+/// The label istiod's Gateway API controller puts on a gateway's pods: the Gateway's name.
+pub const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
+
+/// Whether a policy of `policy_namespace` (AuthorizationPolicy, RequestAuthentication,
+/// Telemetry, WasmPlugin, TrafficExtension, EnvoyFilter) applies to a proxy of `namespace` with
+/// `labels`, as istiod decides:
+/// - a sidecar or Istio gateway: a policy of the root namespace applies mesh-wide (or, with a
+///   selector, to the workloads it picks in any namespace), one of its own namespace to all of
+///   it (or to those it picks); a policy attached by `targetRef(s)` does not apply;
+/// - a Gateway API gateway (its pods labelled [`GATEWAY_NAME_LABEL`]): a policy with
+///   `targetRef(s)` applies when one names that Gateway (group `gateway.networking.k8s.io`, kind
+///   `Gateway`) and the policy is in the gateway's namespace; one without, by its selector as
+///   above (istiod's `ENABLE_SELECTOR_BASED_K8S_GATEWAY_POLICY`, on by default).
+///
+/// Waypoints (targets of kind Service, ServiceEntry, GatewayClass) are not PASA's.
+pub fn applies_to_workload(
     policy_namespace: &str,
     selector: Option<&WorkloadSelector>,
-    targeted: bool,
+    targets: &[&PolicyTargetReference],
     root_namespace: &str,
     namespace: &str,
     labels: &BTreeMap<String, String>,
 ) -> bool {
-    (policy_namespace == root_namespace || policy_namespace == namespace)
-        && !targeted
-        && selector.is_none_or(|s| s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
+    let selected = || {
+        (policy_namespace == root_namespace || policy_namespace == namespace)
+            && selector.is_none_or(|s| s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
+    };
+    match labels.get(GATEWAY_NAME_LABEL) {
+        _ if targets.is_empty() => selected(),
+        None => false,
+        Some(gateway) => {
+            policy_namespace == namespace
+                && targets.iter().any(|t| {
+                    (t.namespace.is_empty() || t.namespace == namespace)
+                        && t.group == "gateway.networking.k8s.io"
+                        && t.kind == "Gateway"
+                        && t.name == *gateway
+                })
+        }
+    }
 }
 
-impl AuthorizationPolicy {
-    /// Whether the policy is attached by `targetRef` or `targetRefs`.
-    pub fn targeted(&self) -> bool {
-        self.target_ref.is_some() || !self.target_refs.is_empty()
-    }
+/// `targetRef` and `targetRefs` together.
+pub fn target_refs<'a>(
+    one: Option<&'a PolicyTargetReference>,
+    many: &'a [PolicyTargetReference],
+) -> Vec<&'a PolicyTargetReference> {
+    one.into_iter().chain(many).collect()
 }
 
 /// A security policy that picks its workloads by `selector` or `targetRef(s)`
 /// (AuthorizationPolicy, RequestAuthentication).
 pub trait WorkloadPolicy {
     fn workload_selector(&self) -> Option<&WorkloadSelector>;
-    fn targeted(&self) -> bool;
+    /// `targetRef` and `targetRefs` together.
+    fn targets(&self) -> Vec<&PolicyTargetReference>;
 }
 
 impl WorkloadPolicy for AuthorizationPolicy {
@@ -60,8 +86,8 @@ impl WorkloadPolicy for AuthorizationPolicy {
         self.selector.as_ref()
     }
 
-    fn targeted(&self) -> bool {
-        AuthorizationPolicy::targeted(self)
+    fn targets(&self) -> Vec<&PolicyTargetReference> {
+        target_refs(self.target_ref.as_ref(), &self.target_refs)
     }
 }
 
@@ -70,8 +96,8 @@ impl WorkloadPolicy for super::request_authentication::RequestAuthentication {
         self.selector.as_ref()
     }
 
-    fn targeted(&self) -> bool {
-        super::request_authentication::RequestAuthentication::targeted(self)
+    fn targets(&self) -> Vec<&PolicyTargetReference> {
+        target_refs(self.target_ref.as_ref(), &self.target_refs)
     }
 }
 
@@ -272,8 +298,17 @@ mod tests {
         let select = |app: &str| WorkloadSelector {
             match_labels: [("app".into(), app.into())].into(),
         };
+        let gateway = |name: &str| PolicyTargetReference {
+            group: "gateway.networking.k8s.io".into(),
+            kind: "Gateway".into(),
+            name: name.into(),
+            namespace: String::new(),
+        };
+        let web = gateway("web");
         let applies = |ns: &str, selector: Option<&WorkloadSelector>, targeted: bool| {
-            applies_to_sidecar(ns, selector, targeted, "istio-system", "shop", &labels)
+            let targets: Vec<&PolicyTargetReference> =
+                targeted.then_some(&web).into_iter().collect();
+            applies_to_workload(ns, selector, &targets, "istio-system", "shop", &labels)
         };
         assert!(applies("istio-system", None, false));
         assert!(applies("shop", None, false));
@@ -282,6 +317,34 @@ mod tests {
         assert!(!applies("shop", Some(&select("ratings")), false));
         assert!(!applies("other", None, false));
         assert!(!applies("shop", None, true));
+        // A Gateway API gateway's pods: attached by targetRef to their Gateway, in its namespace.
+        let mut pod: BTreeMap<String, String> = [(GATEWAY_NAME_LABEL.into(), "web".into())].into();
+        let at =
+            |ns: &str, targets: &[&PolicyTargetReference], labels: &BTreeMap<String, String>| {
+                applies_to_workload(ns, None, targets, "istio-system", "shop", labels)
+            };
+        assert!(at("shop", &[&web], &pod));
+        assert!(!at("istio-system", &[&web], &pod), "another namespace");
+        assert!(!at("shop", &[&gateway("api")], &pod), "another Gateway");
+        let service = PolicyTargetReference {
+            kind: "Service".into(),
+            name: "web".into(),
+            ..Default::default()
+        };
+        assert!(!at("shop", &[&service], &pod), "a waypoint's");
+        assert!(
+            at("istio-system", &[], &pod),
+            "without targetRefs, as for any workload"
+        );
+        pod.insert("app".into(), "reviews".into());
+        assert!(applies_to_workload(
+            "shop",
+            Some(&select("reviews")),
+            &[],
+            "istio-system",
+            "shop",
+            &pod
+        ));
         assert_eq!(go_bool("T"), Some(true));
         assert_eq!(go_bool("0"), Some(false));
         assert_eq!(go_bool("yes"), None);

@@ -24,13 +24,6 @@ pub struct RequestAuthentication {
     pub jwt_rules: Vec<Option<JwtRule>>,
 }
 
-impl RequestAuthentication {
-    /// Whether the policy is attached by `targetRef` or `targetRefs`.
-    pub fn targeted(&self) -> bool {
-        self.target_ref.is_some() || !self.target_refs.is_empty()
-    }
-}
-
 /// One issuer's tokens.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
