@@ -160,7 +160,7 @@ pub(super) fn service_clusters(
     let mut target = Target {
         service,
         identities: std::cell::OnceCell::new(),
-        mutual: MutualContexts::default(),
+        mutual: MutualContexts::new(build),
         generator,
     };
     for port in &service.ports {
@@ -515,13 +515,20 @@ fn tls_disabled() -> TransportSocketMatch {
 /// ISTIO_MUTUAL upstream TLS contexts of one service's clusters, encoded once per set of
 /// pinned SANs: the clusters differ only in SNI, so each transport socket is the encoded
 /// common context followed by its SNI (the bytes encoding the whole message gives).
-#[derive(Default)]
 struct MutualContexts {
+    build: ProxyBuild,
     /// Pinned SANs, and the encoded `UpstreamTlsContext` holding only the common context.
     encoded: Vec<(Vec<String>, Vec<u8>)>,
 }
 
 impl MutualContexts {
+    fn new(build: ProxyBuild) -> MutualContexts {
+        MutualContexts {
+            build,
+            encoded: Vec::new(),
+        }
+    }
+
     /// The ISTIO_MUTUAL transport socket pinned to `sans`, with `sni`: an encoded
     /// `TransportSocket` (name, then an `Any` of the `UpstreamTlsContext`).
     fn socket(&mut self, sans: &[String], sni: &str) -> Vec<u8> {
@@ -529,7 +536,7 @@ impl MutualContexts {
             Some(at) => at,
             None => {
                 let context = UpstreamTlsContext {
-                    common_tls_context: Some(istio_mutual_common(sans)),
+                    common_tls_context: Some(istio_mutual_common(sans, self.build)),
                     ..Default::default()
                 };
                 self.encoded
@@ -589,8 +596,11 @@ pub(super) fn exact_sans(sans: &[String]) -> Vec<StringMatcher> {
 }
 
 /// The common TLS context of ISTIO_MUTUAL: the workload certificate, and the mesh root with the
-/// peer pinned to `sans`.
-fn istio_mutual_common(sans: &[String]) -> CommonTlsContext {
+/// peer pinned to `sans`. Istio's proxy (`build`) also offers ALPN `istio-peer-exchange`, paired
+/// with its clusters' metadata exchange filter; upstream Envoy does not (as istiod with the
+/// exchange disabled): a server negotiating it writes its metadata in band first, which upstream
+/// Envoy would pass to the application.
+fn istio_mutual_common(sans: &[String], build: ProxyBuild) -> CommonTlsContext {
     #[allow(deprecated)] // istiod's field: any SAN type, matched exactly
     let pinned = CertificateValidationContext {
         match_subject_alt_names: exact_sans(sans),
@@ -607,7 +617,11 @@ fn istio_mutual_common(sans: &[String]) -> CommonTlsContext {
                 ..Default::default()
             },
         )),
-        alpn_protocols: vec!["istio-peer-exchange".into(), "istio".into()],
+        alpn_protocols: if build == ProxyBuild::Istio {
+            vec!["istio-peer-exchange".into(), "istio".into()]
+        } else {
+            vec!["istio".into()]
+        },
         ..Default::default()
     }
 }
@@ -874,7 +888,7 @@ mod tests {
         TransportSocket {
             name: TLS_SOCKET.into(),
             config_type: Some(ConfigType::TypedConfig(pack_any(UpstreamTlsContext {
-                common_tls_context: Some(istio_mutual_common(sans)),
+                common_tls_context: Some(istio_mutual_common(sans, ProxyBuild::Envoy)),
                 sni: sni.into(),
                 ..Default::default()
             }))),
@@ -884,7 +898,7 @@ mod tests {
     #[test]
     fn an_istio_mutual_socket_is_the_encoding_of_the_whole_socket() {
         let sans = vec!["spiffe://cluster.local/ns/a/sa/b".to_string()];
-        let mut contexts = MutualContexts::default();
+        let mut contexts = MutualContexts::new(ProxyBuild::Envoy);
         for sni in [
             "outbound_.80_.v1_.a.svc.cluster.local",
             "outbound_.81_._.a",
@@ -904,7 +918,7 @@ mod tests {
     fn assembled_auto_mtls_matches_are_the_bytes_of_the_messages() {
         let sans = vec!["spiffe://cluster.local/ns/a/sa/b".to_string()];
         let sni = "outbound_.80_.v1_.a.svc.cluster.local";
-        let socket = MutualContexts::default().socket(&sans, sni);
+        let socket = MutualContexts::new(ProxyBuild::Envoy).socket(&sans, sni);
         let mut assembled = Vec::new();
         auto_mtls(&socket, &mut assembled);
         let whole = Cluster {

@@ -91,6 +91,8 @@ struct ChainConfig {
     /// The services the port serves, as istiod labels the inbound cluster for Istio's stats:
     /// those with the first one's service port (by number: the target ports are the same).
     services: Vec<(u32, metadata::ServiceLabel)>,
+    /// The Envoy build served: only Istio's proxy negotiates the in-band metadata exchange.
+    build: ProxyBuild,
 }
 
 impl ChainConfig {
@@ -194,6 +196,7 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
             tls: None,
             passthrough: true,
             services: Vec::new(),
+            build: view.proxy.build,
         };
         let mode = policy.for_port(port);
         chains.extend(port_chains(
@@ -280,7 +283,7 @@ fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode, authz: &Authz) -> Fi
         }),
         filters,
         transport_socket: (o.tls && mode != MtlsMode::Disable)
-            .then(|| istio_mutual_server(o.kind == Kind::Http)),
+            .then(|| istio_mutual_server(o.kind == Kind::Http, cc.build)),
         ..Default::default()
     }
 }
@@ -417,9 +420,11 @@ fn ports_predicate(ports: &[u32]) -> ListenerFilterChainMatchPredicate {
 }
 
 /// The server side of Istio mutual TLS: the workload certificate (`default`) and the mesh root
-/// (`ROOTCA`) over SDS, client certificates required.
-fn istio_mutual_server(http: bool) -> TransportSocket {
-    let alpn: &[&str] = if http {
+/// (`ROOTCA`) over SDS, client certificates required. Only Istio's proxy (`build`) negotiates
+/// ALPN `istio-peer-exchange` on TCP: a peer negotiating it writes its metadata in band first,
+/// which upstream Envoy, without the exchange filter, would pass to the application.
+fn istio_mutual_server(http: bool, build: ProxyBuild) -> TransportSocket {
+    let alpn: &[&str] = if http || build != ProxyBuild::Istio {
         &["h2", "http/1.1"]
     } else {
         &["istio-peer-exchange", "h2", "http/1.1"]
@@ -530,6 +535,7 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 tls,
                 passthrough: false,
                 services: Vec::new(),
+                build: view.proxy.build,
             });
         }
         return by_port.into_values().collect();
@@ -558,6 +564,7 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                     tls: None,
                     passthrough: false,
                     services: Vec::new(),
+                    build: view.proxy.build,
                 });
                 let label = metadata::ServiceLabel::of(service);
                 let first_port = cc.services.first().map_or(port.number, |(p, _)| *p);
