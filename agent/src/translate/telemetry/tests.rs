@@ -835,8 +835,35 @@ fn istios_proxy_gets_istios_metrics_and_metadata_exchange_where_istiod_puts_them
         assert_eq!(a.clusters[name].version, b.clusters[name].version, "{name}");
     }
 
-    // Upstream Envoy gets gRPC statistics and none of Istio's filters.
+    // Istio's proxy offers the in-band exchange's ALPN, paired with its filter.
+    assert_eq!(
+        mutual_alpn(&out.clusters["outbound|3306||db.default.svc.cluster.local"]),
+        ["istio-peer-exchange", "istio"]
+    );
+
+    // Upstream Envoy gets gRPC statistics and none of Istio's filters; it neither offers the
+    // exchange's ALPN nor accepts it (a peer negotiating it would write its metadata in band).
     let out = translate(workload(), resources);
+    assert_eq!(
+        mutual_alpn(&out.clusters["outbound|3306||db.default.svc.cluster.local"]),
+        ["istio"]
+    );
+    for chain in &out.listeners["virtualInbound"].filter_chains {
+        if let Some(socket) = &chain.transport_socket {
+            use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+            use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
+            let Some(ConfigType::TypedConfig(any)) = &socket.config_type else {
+                panic!("typed")
+            };
+            let tls = DownstreamTlsContext::decode(any.value.as_slice()).unwrap();
+            let alpn = tls.common_tls_context.unwrap().alpn_protocols;
+            assert!(
+                !alpn.contains(&"istio-peer-exchange".to_string()),
+                "{}: {alpn:?}",
+                chain.name
+            );
+        }
+    }
     let (_, http) = chain_filters(&out.listeners["0.0.0.0_9080"], "");
     assert_eq!(
         http,
@@ -849,4 +876,24 @@ fn istios_proxy_gets_istios_metrics_and_metadata_exchange_where_istiod_puts_them
     );
     let dump = format!("{:?}", (&out.listeners, &out.clusters));
     assert!(!dump.contains("istio.stats") && !dump.contains("istio.metadata_exchange"));
+}
+
+/// The ALPN an ISTIO_MUTUAL cluster offers (its `tlsMode-istio` transport socket's).
+fn mutual_alpn(c: &envoy_types::pb::envoy::config::cluster::v3::Cluster) -> Vec<String> {
+    use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
+    let socket = c
+        .transport_socket_matches
+        .iter()
+        .find(|m| m.name == "tlsMode-istio")
+        .and_then(|m| m.transport_socket.as_ref())
+        .expect("an Istio mutual TLS socket");
+    let Some(ConfigType::TypedConfig(any)) = &socket.config_type else {
+        panic!("typed")
+    };
+    UpstreamTlsContext::decode(any.value.as_slice())
+        .unwrap()
+        .common_tls_context
+        .unwrap()
+        .alpn_protocols
 }
