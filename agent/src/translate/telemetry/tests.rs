@@ -848,8 +848,10 @@ fn istios_proxy_gets_istios_metrics_and_metadata_exchange_where_istiod_puts_them
         mutual_alpn(&out.clusters["outbound|3306||db.default.svc.cluster.local"]),
         ["istio"]
     );
+    let mut mutual = 0;
     for chain in &out.listeners["virtualInbound"].filter_chains {
         if let Some(socket) = &chain.transport_socket {
+            mutual += 1;
             use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
             use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
             let Some(ConfigType::TypedConfig(any)) = &socket.config_type else {
@@ -864,6 +866,7 @@ fn istios_proxy_gets_istios_metrics_and_metadata_exchange_where_istiod_puts_them
             );
         }
     }
+    assert!(mutual > 0, "permissive inbound has mutual TLS chains");
     let (_, http) = chain_filters(&out.listeners["0.0.0.0_9080"], "");
     assert_eq!(
         http,
