@@ -138,7 +138,7 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
                     if bound.terminates_https() {
                         vec![http_chain(
                             &bound.route_name,
-                            http::server_tls(&bound.server, true),
+                            http::server_tls(&bound.server, false),
                             bound.sni_hosts(),
                             &authz,
                         )]

@@ -176,14 +176,20 @@ fn narrower<'a>(a: &'a str, b: &'a str) -> &'a str {
 /// OPTIONAL_MUTUAL, client certificates are checked against the CA of `caCertCredentialName`
 /// (else the first credential's `-cacert`), with the SANs, SPKI and hashes to match, and
 /// accepted untrusted with `insecureSkipVerify`; required only for MUTUAL (and ISTIO_MUTUAL).
-/// Protocol versions and cipher suites apply to SIMPLE and the mutual modes. HTTP servers offer
-/// `h2` and `http/1.1`.
-pub(super) fn server_tls(server: &Server, http: bool) -> Option<TransportSocket> {
+/// Protocol versions and cipher suites apply to SIMPLE and the mutual modes. Every server offers
+/// `h2` and `http/1.1`, as from istiod; an ISTIO_MUTUAL TCP server of Istio's proxy
+/// (`exchange`) offers the in-band metadata exchange (`istio-peer-exchange`) first.
+pub(super) fn server_tls(server: &Server, exchange: bool) -> Option<TransportSocket> {
     let tls = server.tls.as_ref()?;
-    let mut common = CommonTlsContext::default();
-    if http {
-        common.alpn_protocols = vec!["h2".into(), "http/1.1".into()];
-    }
+    let mut common = CommonTlsContext {
+        alpn_protocols: exchange
+            .then_some("istio-peer-exchange")
+            .into_iter()
+            .chain(["h2", "http/1.1"])
+            .map(String::from)
+            .collect(),
+        ..Default::default()
+    };
     // Client certificates are checked (MUTUAL, OPTIONAL_MUTUAL) and required (not OPTIONAL).
     let mutual = tls.mode.is_mutual();
     let required = matches!(tls.mode, TlsMode::Mutual | TlsMode::IstioMutual);

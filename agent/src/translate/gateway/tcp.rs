@@ -52,7 +52,7 @@ pub(super) fn chains(
                     mode == TlsMode::IstioMutual && view.proxy.build == ProxyBuild::Istio;
                 Chain {
                     sni_hosts: bound.sni_hosts(),
-                    tls: http::server_tls(&bound.server, false),
+                    tls: http::server_tls(&bound.server, exchange),
                     filters: exchange
                         .then(filters::tcp_listener_mx)
                         .into_iter()

@@ -900,3 +900,67 @@ fn mutual_alpn(c: &envoy_types::pb::envoy::config::cluster::v3::Cluster) -> Vec<
         .unwrap()
         .alpn_protocols
 }
+
+#[test]
+fn a_routers_istio_mutual_tcp_server_exchanges_metadata_on_istios_proxy_only() {
+    let gateway = resource(
+        "Gateway",
+        "istio-system",
+        "gw",
+        json!({"selector": {"istio": "ingressgateway"}, "servers": [
+            {"port": {"number": 8443, "name": "tls", "protocol": "TLS"}, "hosts": ["*"],
+             "tls": {"mode": "ISTIO_MUTUAL"}}]}),
+        1,
+    );
+    let route = resource(
+        "VirtualService",
+        "istio-system",
+        "db",
+        json!({"hosts": ["*"], "gateways": ["gw"],
+               "tcp": [{"route": [{"destination": {"host": "reviews.default.svc.cluster.local",
+                                                   "port": {"number": 9080}}}]}]}),
+        2,
+    );
+    let resources = vec![
+        reviews_service(),
+        gateway,
+        route,
+        mesh(json!({"defaultProviders": {"metrics": ["prometheus"]}})),
+    ];
+    // As istiod: the exchange first and the stats before the proxy; ALPN offers the exchange
+    // before HTTP's.
+    let chain = |build| {
+        let mut router = crate::testing::router("10.0.0.50");
+        router.build = build;
+        let out = translate(router, resources.clone());
+        let l = &out.listeners["0.0.0.0_8443"];
+        let c = &l.filter_chains[0];
+        let names: Vec<String> = c.filters.iter().map(|f| f.name.clone()).collect();
+        use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+        use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
+        let Some(ConfigType::TypedConfig(any)) =
+            &c.transport_socket.as_ref().expect("TLS").config_type
+        else {
+            panic!("typed")
+        };
+        let alpn = DownstreamTlsContext::decode(any.value.as_slice())
+            .unwrap()
+            .common_tls_context
+            .unwrap()
+            .alpn_protocols;
+        (names, alpn)
+    };
+    let (names, alpn) = chain(crate::model::proxy::ProxyBuild::Istio);
+    assert_eq!(
+        names,
+        [
+            "istio.metadata_exchange",
+            "istio.stats",
+            "envoy.filters.network.tcp_proxy"
+        ]
+    );
+    assert_eq!(alpn, ["istio-peer-exchange", "h2", "http/1.1"]);
+    let (names, alpn) = chain(crate::model::proxy::ProxyBuild::Envoy);
+    assert_eq!(names, ["envoy.filters.network.tcp_proxy"]);
+    assert_eq!(alpn, ["h2", "http/1.1"]);
+}
