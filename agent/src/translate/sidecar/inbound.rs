@@ -47,6 +47,7 @@ use super::super::{Built, View, metadata, names, route, sds};
 use super::PLAINTEXT_HTTP_ALPNS;
 use crate::model::authn::{MergedPolicy, MtlsMode};
 use crate::model::proxy::ProxyBuild;
+use crate::model::registry::Service;
 use crate::model::secrets;
 
 const MTLS_HTTP_ALPNS: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
@@ -507,6 +508,7 @@ fn inbound_bind(ips: &[IpAddr]) -> String {
 /// any, else the target ports of the services that list this proxy's address as an endpoint.
 fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
     let mut by_port: BTreeMap<u32, ChainConfig> = BTreeMap::new();
+    let instances = local_instances(view);
     if let Some(sidecar) = &view.scope.sidecar
         && !sidecar.spec.ingress.is_empty()
     {
@@ -527,6 +529,13 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
             } else {
                 i.bind.clone()
             };
+            // The service the port serves, if one does (istiod's labels stand for no other).
+            let services = instances
+                .iter()
+                .find(|l| l.target == port.number)
+                .map(|l| (l.service_port, metadata::ServiceLabel::of(l.service)))
+                .into_iter()
+                .collect();
             by_port.entry(port.number).or_insert(ChainConfig {
                 port: port.number,
                 protocol,
@@ -534,15 +543,56 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 bind,
                 tls,
                 passthrough: false,
-                services: Vec::new(),
+                services,
                 build: view.proxy.build,
             });
         }
         return by_port.into_values().collect();
     }
+    for local in &instances {
+        let cc = by_port.entry(local.target).or_insert(ChainConfig {
+            port: local.target,
+            protocol: local.protocol,
+            bind: "0.0.0.0".into(),
+            endpoint: None,
+            tls: None,
+            passthrough: false,
+            services: Vec::new(),
+            build: view.proxy.build,
+        });
+        let label = metadata::ServiceLabel::of(local.service);
+        let first_port = cc.services.first().map_or(local.service_port, |(p, _)| *p);
+        if local.service_port == first_port
+            && !cc.services.iter().any(|(_, l)| l.host == label.host)
+        {
+            cc.services.push((local.service_port, label));
+        }
+    }
+    by_port.into_values().collect()
+}
+
+/// A port of a service that one of the proxy's addresses serves.
+struct LocalInstance<'v> {
+    service: &'v Service,
+    service_port: u32,
+    /// Where the workload receives it.
+    target: u32,
+    protocol: Option<Protocol>,
+}
+
+/// The ports of the services the proxy's workload serves (oldest service first; a Kubernetes
+/// Service only of its own namespace).
+fn local_instances<'v>(view: &'v View<'_>) -> Vec<LocalInstance<'v>> {
     let ips: Vec<String> = view.proxy.ips.iter().map(IpAddr::to_string).collect();
-    let mut services: Vec<_> = view.registry.services().values().flatten().collect();
+    let mut services: Vec<&Service> = view
+        .registry
+        .services()
+        .values()
+        .flatten()
+        .map(|s| s.as_ref())
+        .collect();
     services.sort_by(|a, b| (a.created, &a.hostname).cmp(&(b.created, &b.hostname)));
+    let mut out = Vec::new();
     for service in services {
         if service.namespace != view.proxy.namespace && service.kubernetes {
             continue;
@@ -553,30 +603,18 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
             .filter(|e| ips.contains(&e.address))
         {
             for port in &service.ports {
-                let Some(target) = instance.ports.get(&port.number).copied() else {
-                    continue;
-                };
-                let cc = by_port.entry(target).or_insert(ChainConfig {
-                    port: target,
-                    protocol: port.protocol,
-                    bind: "0.0.0.0".into(),
-                    endpoint: None,
-                    tls: None,
-                    passthrough: false,
-                    services: Vec::new(),
-                    build: view.proxy.build,
-                });
-                let label = metadata::ServiceLabel::of(service);
-                let first_port = cc.services.first().map_or(port.number, |(p, _)| *p);
-                if port.number == first_port
-                    && !cc.services.iter().any(|(_, l)| l.host == label.host)
-                {
-                    cc.services.push((port.number, label));
+                if let Some(target) = instance.ports.get(&port.number).copied() {
+                    out.push(LocalInstance {
+                        service,
+                        service_port: port.number,
+                        target,
+                        protocol: port.protocol,
+                    });
                 }
             }
         }
     }
-    by_port.into_values().collect()
+    out
 }
 
 /// What a port carries once its TLS is terminated (`HTTPS` is `HTTP`, `TLS` is `TCP`).

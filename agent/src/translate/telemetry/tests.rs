@@ -964,3 +964,36 @@ fn a_routers_istio_mutual_tcp_server_exchanges_metadata_on_istios_proxy_only() {
     assert_eq!(names, ["envoy.filters.network.tcp_proxy"]);
     assert_eq!(alpn, ["h2", "http/1.1"]);
 }
+
+#[test]
+fn a_sidecar_ingress_clusters_service_labels_are_of_the_service_its_port_serves() {
+    let sidecar = resource(
+        "Sidecar",
+        "default",
+        "reviews",
+        json!({"workloadSelector": {"labels": {"app": "reviews"}}, "ingress": [
+            {"port": {"number": 9080, "protocol": "HTTP", "name": "http"},
+             "defaultEndpoint": "127.0.0.1:8080"},
+            {"port": {"number": 7070, "protocol": "TCP", "name": "tcp"},
+             "defaultEndpoint": "127.0.0.1:7070"}]}),
+        2,
+    );
+    let mut proxy = workload();
+    proxy.build = crate::model::proxy::ProxyBuild::Istio;
+    let out = translate(proxy, vec![reviews_service(), sidecar]);
+    let services = |name: &str| {
+        out.clusters[name]
+            .metadata
+            .as_ref()
+            .and_then(|m| m.filter_metadata.get("istio"))
+            .map(|s| format!("{:?}", s.fields.get("services")))
+    };
+    // 9080 is reviews's port; nothing serves 7070 (istiod's stand-in service is labelled
+    // nowhere).
+    assert!(
+        services("inbound|9080||").is_some_and(|s| s.contains("reviews.default.svc.cluster.local")),
+        "{:?}",
+        services("inbound|9080||")
+    );
+    assert_eq!(services("inbound|7070||"), None);
+}
