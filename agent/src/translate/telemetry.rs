@@ -1,6 +1,6 @@
-//! Access logging and tracing ([`traces`]), as istiod configures them from the Telemetry API and
-//! the mesh config, on what the other builders built for Envoy (proxyless gRPC gets none, as
-//! from istiod).
+//! Access logging, tracing ([`traces`]) and, for Istio's proxy, Istio's metrics and metadata
+//! exchange ([`metrics`]), as istiod configures them from the Telemetry API and the mesh config,
+//! on what the other builders built for Envoy (proxyless gRPC gets none, as from istiod).
 //!
 //! **Which Telemetries.** The root namespace's namespace-wide Telemetry (the oldest without a
 //! selector or `targetRefs`), then the proxy's namespace's, then the Telemetries of its namespace
@@ -152,11 +152,7 @@ impl Side {
     /// The side of the listener `name` of a router (`router`) or a sidecar: a sidecar's
     /// `virtualInbound` is SERVER, its other listeners and every listener of a router CLIENT.
     pub(super) fn of_listener(router: bool, name: &str) -> Side {
-        if !router && name == names::VIRTUAL_INBOUND {
-            Side::Server
-        } else {
-            Side::Client
-        }
+        Class::of_listener(router, name).side()
     }
 
     fn matches(self, mode: Option<&str>) -> bool {
@@ -692,8 +688,8 @@ impl Memo {
         self.changed
             .each(Type::Listener, &mut generated.listeners, |_, r| {
                 let mut l = Listener::decode(r.body.value.as_slice()).ok()?;
-                let side = Side::of_listener(router, &l.name);
                 let class = Class::of_listener(router, &l.name);
+                let side = class.side();
                 let logs_here = logs.of(side);
                 if !put(&mut l, class, logs_here, traces.of(side), istio.as_ref()) {
                     return Some(Arc::clone(r));

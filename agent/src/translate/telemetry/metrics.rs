@@ -56,9 +56,9 @@ use super::Side;
 use crate::model::proxy::ProxyBuild;
 
 /// The name of Istio's stats filter (HTTP and network).
-pub(crate) const STATS_FILTER: &str = "istio.stats";
+const STATS_FILTER: &str = "istio.stats";
 const ALPN_FILTER: &str = "istio.alpn";
-pub(crate) const GRPC_STATS_FILTER: &str = "envoy.filters.http.grpc_stats";
+const GRPC_STATS_FILTER: &str = "envoy.filters.http.grpc_stats";
 const STATS_TYPE: &str = "type.googleapis.com/stats.PluginConfig";
 const ALPN_TYPE: &str =
     "type.googleapis.com/istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig";
@@ -100,7 +100,7 @@ impl Class {
     }
 
     /// The side (Telemetry's workload mode) its metrics are for.
-    fn side(self) -> Side {
+    pub(super) fn side(self) -> Side {
         match self {
             Class::SidecarInbound => Side::Server,
             Class::SidecarOutbound | Class::Gateway => Side::Client,
