@@ -269,7 +269,7 @@ fn metadata(id: &Identity) -> Value {
         put("MESH_ID", json!(id.mesh_id));
     }
     put("PILOT_SAN", json!([]));
-    put("PROXY_CONFIG", json!({}));
+    put("PROXY_CONFIG", json!(id.proxy_config));
     Value::Object(meta)
 }
 

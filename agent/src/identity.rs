@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use pasa_proto::istio::proxy_config::MeshProxyConfig;
 use pasa_proto::node::{NodeId, NodeIdError, ProxyType};
 
 /// The identity options of `pasa-agent`.
@@ -52,6 +53,16 @@ pub struct IdentityArgs {
     /// `region/zone/subzone` (any trailing part may be left out).
     #[arg(long, env = "PASA_LOCALITY", default_value = "")]
     pub locality: String,
+    /// The proxy's settings (Istio's `ProxyConfig`, JSON or YAML), as Istio's injection and
+    /// PASA's give them to the pod: Envoy's worker threads and drain time, tracing, proxy
+    /// headers. Unset, the mesh config's `defaultConfig` holds.
+    #[arg(
+        long,
+        env = "PROXY_CONFIG",
+        default_value = "",
+        hide_default_value = true
+    )]
+    pub proxy_config: String,
 }
 
 /// Where a workload runs, for locality-aware load balancing.
@@ -81,6 +92,8 @@ pub struct Identity {
     pub network: String,
     pub mesh_id: String,
     pub locality: Locality,
+    /// The proxy's own settings (`--proxy-config`); empty when none were given.
+    pub proxy_config: MeshProxyConfig,
 }
 
 impl Identity {
@@ -128,6 +141,8 @@ pub enum IdentityError {
     Locality(String),
     #[error("--labels-file {path}: {message}")]
     LabelsFile { path: String, message: String },
+    #[error("--proxy-config (PROXY_CONFIG): {0}")]
+    ProxyConfig(String),
 }
 
 /// Reads a downward API labels file: `key="value"` lines, the value quoted as Go quotes strings
@@ -242,6 +257,8 @@ impl IdentityArgs {
             network: self.network.clone(),
             mesh_id: self.mesh_id.clone(),
             locality: parse_locality(&self.locality)?,
+            proxy_config: MeshProxyConfig::parse(&self.proxy_config)
+                .map_err(IdentityError::ProxyConfig)?,
             node,
         })
     }

@@ -7,6 +7,7 @@
 //! with the proxy's scope, recomputed after every cache change → after every complete cache
 //! change translate for each generator the clients want and publish.
 
+use pasa_proto::istio::proxy_config::MeshProxyConfig;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -120,16 +121,40 @@ pub struct EnvoyRunArgs {
     /// drained and stopped on SIGTERM.
     #[arg(long = "envoy", env = "PASA_ENVOY_BINARY")]
     pub binary: Option<PathBuf>,
-    /// How long Envoy's listeners drain on SIGTERM before it is stopped (pilot-agent's
-    /// `terminationDrainDuration`).
-    #[arg(long, env = "TERMINATION_DRAIN_DURATION", default_value = "5s", value_parser = pasa_proto::duration::parse)]
-    pub drain_duration: Duration,
+    /// How long Envoy's listeners drain on SIGTERM before it is stopped; unset, the proxy
+    /// config's `terminationDrainDuration`, else 5s (as pilot-agent).
+    #[arg(long, env = "TERMINATION_DRAIN_DURATION", value_parser = pasa_proto::duration::parse)]
+    pub drain_duration: Option<Duration>,
     /// Envoy's log level.
     #[arg(long, env = "PASA_ENVOY_LOG_LEVEL", default_value = "warning")]
     pub envoy_log_level: String,
-    /// Envoy's worker threads.
-    #[arg(long, env = "ISTIO_META_PROXY_CONCURRENCY", default_value_t = 2)]
-    pub envoy_concurrency: u32,
+    /// Envoy's worker threads (0: one per core); unset, the proxy config's `concurrency`, else
+    /// the container's CPU limit (--cpu-limit), else 2.
+    #[arg(long, env = "ISTIO_META_PROXY_CONCURRENCY")]
+    pub envoy_concurrency: Option<u32>,
+    /// The container's CPU limit in whole cores, rounded up (Kubernetes' downward API
+    /// `limits.cpu`, as Istio's injection sets it): Envoy's worker threads when nothing else
+    /// says.
+    #[arg(long, env = "ISTIO_CPU_LIMIT")]
+    pub cpu_limit: Option<u32>,
+}
+
+impl EnvoyRunArgs {
+    /// Envoy's worker threads, decided as pilot-agent decides them: the flag, else `settings`'
+    /// `concurrency`, else the CPU limit, else 2.
+    pub fn concurrency(&self, settings: &MeshProxyConfig) -> u32 {
+        self.envoy_concurrency
+            .or_else(|| settings.concurrency())
+            .or(self.cpu_limit.filter(|c| *c > 0))
+            .unwrap_or(2)
+    }
+
+    /// How long Envoy drains on shutdown: the flag, else `settings`', else 5s.
+    pub fn drain(&self, settings: &MeshProxyConfig) -> Duration {
+        self.drain_duration
+            .or_else(|| settings.termination_drain_duration())
+            .unwrap_or(Duration::from_secs(5))
+    }
 }
 
 /// What `pasa-agent` does besides running (the default).
@@ -468,8 +493,8 @@ pub async fn run(
                 config,
                 admin: envoy.envoy_admin.clone(),
                 log_level: args.envoy_run.envoy_log_level.clone(),
-                concurrency: args.envoy_run.envoy_concurrency,
-                drain: args.envoy_run.drain_duration,
+                concurrency: args.envoy_run.concurrency(&identity.proxy_config),
+                drain: args.envoy_run.drain(&identity.proxy_config),
             };
             Some(tokio::spawn(crate::envoy::supervise(run, envoy_stop)))
         }

@@ -52,6 +52,7 @@ pub(crate) fn sidecar(ip: &str) -> Proxy {
         dns_capture: false,
         dns_auto_allocate: false,
         build: Default::default(),
+        proxy_config: None,
     }
 }
 

@@ -70,16 +70,36 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
             wrapper.to_str().expect("UTF-8"),
             "--envoy-admin",
             &admin,
-            "--drain-duration",
-            "1s",
+            // The pod's proxy settings, as the injection gives them (`PROXY_CONFIG`).
+            "--proxy-config",
+            r#"{"concurrency": 3, "terminationDrainDuration": "1s"}"#,
             "--credential-poll",
             "100ms",
         ],
     );
     until_ready(&agent, "Envoy ready with the agent's configuration").await;
 
-    // The workload certificate rotates (istio-csr or SPIRE rewrite the files): Envoy gets it.
+    // Envoy runs with the settings' worker threads, and its node carries them, as
+    // pilot-agent's.
     let admin_socket = data.path().join("envoy-admin.sock");
+    let stream = tokio::net::UnixStream::connect(&admin_socket)
+        .await
+        .expect("Envoy's admin socket");
+    let (_, info) = envoy::http_exchange(stream, "GET", "/server_info")
+        .await
+        .expect("Envoy's server info");
+    let info: serde_json::Value = serde_json::from_str(&info).expect("server info is JSON");
+    assert_eq!(
+        info["command_line_options"]["concurrency"], 3,
+        "the settings' concurrency: {info}"
+    );
+    assert_eq!(
+        info["node"]["metadata"]["PROXY_CONFIG"]["concurrency"], 3,
+        "the node's PROXY_CONFIG: {}",
+        info["node"]
+    );
+
+    // The workload certificate rotates (istio-csr or SPIRE rewrite the files): Envoy gets it.
     let sds_updates = || envoy::workload_certificate_updates(&admin_socket);
     let before = sds_updates().await;
     assert!(before >= 1, "Envoy got the workload certificate over SDS");
@@ -147,7 +167,7 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
     println!("SIGTERM to exit: {} ms (drain 1 s)", took.as_millis());
     assert!(
         took >= Duration::from_secs(1),
-        "drained for --drain-duration: {took:?}"
+        "drained for the settings' terminationDrainDuration: {took:?}"
     );
     assert!(
         took < Duration::from_secs(8),

@@ -54,16 +54,17 @@ impl Webhook {
     /// Why a pod the injector would move must stay with istiod (`Err`): policies, patches or
     /// extensions apply to it that PASA's agent does not apply yet (see
     /// [`inject::unenforced_policies`]), or the store cannot say whether any do; else the
-    /// warnings moving it gets (see [`inject::move_warnings`]).
-    async fn keeps_with_istiod(&self, req: &AdmissionRequest) -> Result<Vec<String>, String> {
+    /// warnings moving it gets (see [`inject::move_warnings`]) and the proxy settings the store
+    /// holds for it.
+    async fn keeps_with_istiod(&self, req: &AdmissionRequest) -> Result<Looked, String> {
         let Some(pod) = req.object.as_ref() else {
-            return Ok(Vec::new());
+            return Ok(Looked::default());
         };
         let root = self.injector.root_namespace();
         let request = pasa_proto::store::v1::ListRequest {
             selector: Some(pasa_proto::store::v1::Subscription {
                 rules: vec![pasa_proto::store::v1::Rule {
-                    kinds: inject::UNENFORCED_KINDS
+                    kinds: inject::LOOKED_UP_KINDS
                         .iter()
                         .map(|k| k.as_str().to_string())
                         .collect(),
@@ -98,7 +99,10 @@ impl Webhook {
         };
         let applying = inject::unenforced_policies(pod, &req.namespace, root, &policies);
         if applying.is_empty() {
-            return Ok(inject::move_warnings(pod, root, &policies));
+            return Ok(Looked {
+                warnings: inject::move_warnings(pod, root, &policies),
+                settings: inject::StoredSettings::from_resources(&policies, root),
+            });
         }
         Err(format!(
             "{} applies to it, which PASA's agent cannot apply yet (WasmPlugin and \
@@ -138,6 +142,14 @@ impl Webhook {
             .await;
         review::verdict(&checked)
     }
+}
+
+/// What the store says of a pod the injector moves: the warnings moving it gets, and the proxy
+/// settings it will run with.
+#[derive(Default)]
+struct Looked {
+    warnings: Vec<String>,
+    settings: inject::StoredSettings,
 }
 
 /// The PASA kind a reviewed group/version/kind is, or why the webhook refuses it. The webhook
@@ -203,7 +215,11 @@ async fn inject(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Byte
         let mut answer = hook.injector.review(request);
         if answer.verdict.patch.is_some() {
             match hook.keeps_with_istiod(request).await {
-                Ok(warnings) => answer.verdict.warnings.extend(warnings),
+                Ok(looked) => {
+                    // Again, with the proxy settings the store holds.
+                    answer = hook.injector.review_with(request, &looked.settings);
+                    answer.verdict.warnings.extend(looked.warnings);
+                }
                 Err(why) => {
                     answer = inject::Answer {
                         verdict: Verdict {

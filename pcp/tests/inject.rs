@@ -514,3 +514,168 @@ async fn app_probes_move_to_the_agent_in_standalone_mode() {
     let (patched, _, _) = inject(&injector(), &kept);
     assert_eq!(patched["spec"]["containers"], kept["spec"]["containers"]);
 }
+
+/// A stored resource of `kind` in `namespace`, created at `revision`.
+fn stored(
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    revision: u64,
+    spec: Value,
+) -> pasa_proto::store::v1::Resource {
+    pasa_proto::store::v1::Resource {
+        kind: kind.into(),
+        namespace: namespace.into(),
+        name: name.into(),
+        spec_json: spec.to_string(),
+        create_revision: revision,
+        ..Default::default()
+    }
+}
+
+fn agent_settings(pod: &Value) -> Value {
+    let agent = container(pod, "initContainers", AGENT_CONTAINER);
+    let text = env(agent)["PROXY_CONFIG"]["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn proxy_settings_reach_the_agent_as_istios_injection_gives_them() {
+    let resources = [
+        stored(
+            "MeshConfig",
+            "istio-system",
+            "mesh",
+            1,
+            json!({"defaultConfig": {
+            "tracing": {"sampling": 5}, "proxyMetadata": {"ISTIO_META_FROM_MESH": "m"}}}),
+        ),
+        stored(
+            "ProxyConfig",
+            "istio-system",
+            "mesh-wide",
+            2,
+            json!({"concurrency": 1}),
+        ),
+        stored(
+            "ProxyConfig",
+            "bookinfo",
+            "namespace",
+            3,
+            json!({"environmentVariables": {"ISTIO_META_CLUSTER_ID": "east"}}),
+        ),
+        stored(
+            "ProxyConfig",
+            "bookinfo",
+            "ratings-newer",
+            5,
+            json!({"selector": {"matchLabels": {"app": "ratings"}}, "concurrency": 6}),
+        ),
+        stored(
+            "ProxyConfig",
+            "bookinfo",
+            "ratings",
+            4,
+            json!({"selector": {"matchLabels": {"app": "ratings"}}, "concurrency": 4}),
+        ),
+    ];
+    let settings =
+        pasa_pcp::webhook::inject::StoredSettings::from_resources(&resources, "istio-system");
+    let pod = |app: &str, annotation: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": format!("{app}-"), "labels": {"app": app},
+                "annotations": {"pasa.io/enabled": "true", "proxy.istio.io/config": annotation}},
+            "spec": {"containers": [{"name": app, "image": "example/app"}]}})
+    };
+    let injected = |pod: &Value| {
+        let answer = injector().review_with(&request(pod), &settings);
+        assert_eq!(
+            answer.result, "injected_standalone",
+            "{:?}",
+            answer.verdict.warnings
+        );
+        let mut patched = pod.clone();
+        let ops: json_patch::Patch =
+            serde_json::from_value(answer.verdict.patch.clone().unwrap()).unwrap();
+        json_patch::patch(&mut patched, &ops).unwrap();
+        patched
+    };
+
+    // Standalone: the mesh's defaults, the root namespace's and the namespace's ProxyConfigs,
+    // the annotation, and the oldest ProxyConfig selecting the pod, in that order.
+    let ratings = injected(&pod(
+        "ratings",
+        "terminationDrainDuration: 20s\nconcurrency: 2\n",
+    ));
+    let got = agent_settings(&ratings);
+    assert_eq!(got["concurrency"], 4, "{got}");
+    assert_eq!(got["terminationDrainDuration"], "20s");
+    assert_eq!(got["tracing"], json!({"sampling": 5}));
+    assert_eq!(
+        got["proxyMetadata"],
+        json!({"ISTIO_META_FROM_MESH": "m", "ISTIO_META_CLUSTER_ID": "east"})
+    );
+    assert_eq!(
+        got["drainDuration"], "45s",
+        "Istio's defaults under all: {got}"
+    );
+    let agent = container(&ratings, "initContainers", AGENT_CONTAINER);
+    let vars = env(agent);
+    // proxyMetadata as the agent's environment, over the injector's own value.
+    assert_eq!(vars["ISTIO_META_CLUSTER_ID"]["value"], "east");
+    assert_eq!(vars["ISTIO_META_FROM_MESH"]["value"], "m");
+    let names: Vec<&str> = agent["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| **n == "ISTIO_META_CLUSTER_ID")
+            .count(),
+        1,
+        "one variable of a name: {names:?}"
+    );
+    assert_eq!(
+        vars["ISTIO_CPU_LIMIT"]["valueFrom"]["resourceFieldRef"]["resource"],
+        "limits.cpu"
+    );
+    // No ProxyConfig selects productpage: its annotation's concurrency wins over the root's.
+    let productpage = agent_settings(&injected(&pod("productpage", "concurrency: 2")));
+    assert_eq!(productpage["concurrency"], 2);
+    let details = agent_settings(&injected(&pod("details", "")));
+    assert_eq!(details["concurrency"], 1);
+
+    // An annotation that is no ProxyConfig keeps the pod with istiod, saying why.
+    let answer = injector().review_with(&request(&pod("ratings", "[1, 2]")), &settings);
+    assert_eq!(answer.result, "cannot_inject");
+    assert!(
+        answer.verdict.warnings[0].contains("metadata.annotations[proxy.istio.io/config]"),
+        "{:?}",
+        answer.verdict.warnings
+    );
+
+    // Next to Istio: what Istio's injection gave istio-proxy, under the pod's annotation; the
+    // store's settings are Istio's injector's business there.
+    let mut next = istio_injected(pod("ratings", "tracing:\n  sampling: 50\n"));
+    next["spec"]["initContainers"][1]["env"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "PROXY_CONFIG", "value": r#"{"concurrency":2,"tracing":{"sampling":1},"proxyMetadata":{"A":"1"}}"#}));
+    next["metadata"]["annotations"]["proxy.istio.io/config"] = json!("tracing:\n  sampling: 50\n");
+    let answer = injector().review_with(&request(&next), &settings);
+    assert_eq!(answer.result, "injected_next_to_istio");
+    let mut patched = next.clone();
+    let ops: json_patch::Patch =
+        serde_json::from_value(answer.verdict.patch.clone().unwrap()).unwrap();
+    json_patch::patch(&mut patched, &ops).unwrap();
+    assert_eq!(
+        agent_settings(&patched),
+        json!({"concurrency": 2, "tracing": {"sampling": 50}, "proxyMetadata": {"A": "1"}})
+    );
+}

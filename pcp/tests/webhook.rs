@@ -326,8 +326,39 @@ async fn webhook_over_verified_https() {
     )
     .unwrap();
     pcp.ok(&["apply", "-f", mesh.to_str().unwrap()]);
+    // ... with the settings a stored ProxyConfig gives it, as Istio's injection would.
+    let proxy_config = data.path().join("proxy-config.yaml");
+    std::fs::write(
+        &proxy_config,
+        "apiVersion: networking.istio.io/v1beta1\nkind: ProxyConfig\nmetadata:\n  \
+         name: reviews\n  namespace: bookinfo\nspec:\n  selector:\n    \
+         matchLabels: {app: reviews}\n  concurrency: 3\n",
+    )
+    .unwrap();
+    pcp.ok(&["apply", "-f", proxy_config.to_str().unwrap()]);
     let r = client.review_at("/inject", labelled_pod).await;
     assert_eq!(r["response"]["patchType"], "JSONPatch", "{r}");
+    let patch = {
+        use base64::Engine;
+        let text = base64::engine::general_purpose::STANDARD
+            .decode(r["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        serde_json::from_slice::<Value>(&text).unwrap()
+    };
+    let settings = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|op| op["value"]["name"] == "pasa-agent")
+        .and_then(|op| {
+            op["value"]["env"]
+                .as_array()?
+                .iter()
+                .find(|e| e["name"] == "PROXY_CONFIG")
+        })
+        .and_then(|e| serde_json::from_str::<Value>(e["value"].as_str()?).ok())
+        .unwrap_or_else(|| panic!("no PROXY_CONFIG for the agent in {patch}"));
+    assert_eq!(settings["concurrency"], 3, "{settings}");
 
     // What the webhook did is on the admin endpoint.
     let metrics = pcp.metrics();

@@ -1,9 +1,12 @@
 //! The proxy config is generated for, and which generator its clients ask for.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
+use pasa_proto::istio::mesh_config::MeshConfig;
+use pasa_proto::istio::proxy_config::MeshProxyConfig;
 use pasa_proto::node::ProxyType;
 
 use crate::identity::{Identity, Locality};
@@ -47,6 +50,9 @@ pub struct Proxy {
     pub dns_auto_allocate: bool,
     /// The Envoy build served: Istio's own filters only for Istio's proxy.
     pub build: ProxyBuild,
+    /// The proxy's own settings (pilot-agent's `PROXY_CONFIG`, which Istio's injection works out
+    /// for the pod); without them, the mesh config's `defaultConfig` holds, as for istiod.
+    pub proxy_config: Option<MeshProxyConfig>,
 }
 
 /// The Envoy build a proxy runs: upstream Envoy, or Istio's proxy (with Istio's own filters for
@@ -103,6 +109,18 @@ impl Proxy {
             dns_capture: false,
             dns_auto_allocate: false,
             build: ProxyBuild::Envoy,
+            proxy_config: (!identity.proxy_config.is_empty())
+                .then(|| identity.proxy_config.clone()),
+        }
+    }
+
+    /// The settings the proxy runs with: its own, else `mesh`'s `defaultConfig` (istiod's
+    /// choice for a node whose metadata has no `PROXY_CONFIG`).
+    pub fn settings(&self, mesh: Option<&MeshConfig>) -> Cow<'_, MeshProxyConfig> {
+        match (&self.proxy_config, mesh) {
+            (Some(own), _) => Cow::Borrowed(own),
+            (None, Some(mesh)) => Cow::Owned(mesh.default_config()),
+            (None, None) => Cow::Owned(MeshProxyConfig::defaults()),
         }
     }
 }

@@ -676,7 +676,7 @@ impl Memo {
             .iter()
             .flat_map(|t| t.spec.metrics.iter().flatten())
             .collect();
-        let istio = IstioFilters::new(proxy.build, mesh, &metric_entries);
+        let istio = IstioFilters::new(proxy, mesh, &metric_entries);
         let mut fingerprint = std::collections::hash_map::DefaultHasher::new();
         logs.fingerprint(&mut fingerprint);
         traces.fingerprint(&mut fingerprint);

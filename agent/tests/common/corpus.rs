@@ -319,6 +319,7 @@ pub fn proxy(case: &Case) -> Result<Proxy, String> {
         dns_capture: p.dns_capture,
         dns_auto_allocate: p.dns_auto_allocate,
         build: Default::default(),
+        proxy_config: None,
     })
 }
 

@@ -22,6 +22,9 @@ pub mod sidecar;
 use std::collections::{BTreeMap, BTreeSet};
 
 use pasa_kube::namespaces::Namespaces;
+use pasa_proto::istio::proxy_config::{
+    MeshProxyConfig, NamespacedProxyConfig, ProxyConfig, effective,
+};
 use serde_json::Value;
 
 use super::review::{AdmissionRequest, Verdict};
@@ -136,8 +139,14 @@ impl Injector {
     }
 
     /// Answers one admission request: always allowed (a pod PASA cannot take stays with
-    /// istiod, with a warning saying why), with the patch when the pod is injected.
+    /// istiod, with a warning saying why), with the patch when the pod is injected; proxy
+    /// settings from the pod alone (see [`Injector::review_with`]).
     pub fn review(&self, req: &AdmissionRequest) -> Answer {
+        self.review_with(req, &StoredSettings::default())
+    }
+
+    /// [`Injector::review`], with the proxy settings the store holds.
+    pub fn review_with(&self, req: &AdmissionRequest, stored: &StoredSettings) -> Answer {
         let allow = |result, warnings: Vec<String>| Answer {
             verdict: Verdict {
                 allowed: true,
@@ -159,7 +168,7 @@ impl Injector {
             .unwrap_or_default();
         match self.selection.decide(pod, &req.namespace, &labels) {
             Decision::Skip(skip) => allow(skip.reason(), skip.warning().into_iter().collect()),
-            Decision::Inject => match sidecar::inject(pod, &self.config) {
+            Decision::Inject => match sidecar::inject(pod, &req.namespace, &self.config, stored) {
                 Ok(injection) => Answer {
                     verdict: Verdict {
                         allowed: true,
@@ -180,6 +189,100 @@ impl Injector {
         }
     }
 }
+
+/// What the store says of proxies' settings, for a standalone pod's: the mesh config's
+/// `defaultConfig` and the ProxyConfigs of the pod's namespace and of the root namespace.
+#[derive(Debug, Default)]
+pub struct StoredSettings {
+    root_namespace: String,
+    mesh_default: MeshProxyConfig,
+    /// `(namespace, spec)`, oldest first.
+    configs: Vec<(String, ProxyConfig)>,
+}
+
+impl StoredSettings {
+    /// Reads the mesh config (`mesh` in `root_namespace`) and the ProxyConfigs among
+    /// `resources`; one that cannot be read is left out (the validating webhook refuses such).
+    /// Creation order is the store's (`create_revision`), names breaking ties.
+    pub fn from_resources(
+        resources: &[pasa_proto::store::v1::Resource],
+        root_namespace: &str,
+    ) -> StoredSettings {
+        use pasa_proto::Kind;
+        use pasa_proto::istio::mesh_config::{MESH_CONFIG_NAME, MeshConfig};
+        use pasa_proto::istio::parse_spec_json;
+        let mesh_default = resources
+            .iter()
+            .find(|r| {
+                r.kind == Kind::MeshConfig.as_str()
+                    && r.namespace == root_namespace
+                    && r.name == MESH_CONFIG_NAME
+            })
+            .and_then(|r| parse_spec_json::<MeshConfig>(&r.spec_json).ok())
+            .map(|m| m.default_config())
+            .unwrap_or_default();
+        let mut stored: Vec<&pasa_proto::store::v1::Resource> = resources
+            .iter()
+            .filter(|r| r.kind == Kind::ProxyConfig.as_str())
+            .collect();
+        stored.sort_by(|a, b| {
+            (a.create_revision, &a.name, &a.namespace).cmp(&(
+                b.create_revision,
+                &b.name,
+                &b.namespace,
+            ))
+        });
+        let configs = stored
+            .into_iter()
+            .filter_map(|r| {
+                let spec = parse_spec_json::<ProxyConfig>(&r.spec_json).ok()?;
+                Some((r.namespace.clone(), spec))
+            })
+            .collect();
+        StoredSettings {
+            root_namespace: root_namespace.to_string(),
+            mesh_default,
+            configs,
+        }
+    }
+
+    /// The settings of a pod in `namespace` with `labels` and its `annotated` ones, as Istio's
+    /// injection works them out (see [`pasa_proto::istio::proxy_config::effective`]).
+    pub fn effective(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+        annotated: &MeshProxyConfig,
+    ) -> MeshProxyConfig {
+        let configs: Vec<NamespacedProxyConfig<'_>> = self
+            .configs
+            .iter()
+            .map(|(namespace, spec)| NamespacedProxyConfig { namespace, spec })
+            .collect();
+        effective(
+            &self.mesh_default,
+            &configs,
+            &self.root_namespace,
+            namespace,
+            labels,
+            Some(annotated),
+        )
+    }
+}
+
+/// The kinds the injecting webhook reads from the store for a pod: those of
+/// [`UNENFORCED_KINDS`], and ProxyConfig for its settings ([`StoredSettings`]).
+pub const LOOKED_UP_KINDS: [pasa_proto::Kind; 9] = [
+    pasa_proto::Kind::MeshConfig,
+    pasa_proto::Kind::JsonWebKeySet,
+    pasa_proto::Kind::AuthorizationPolicy,
+    pasa_proto::Kind::RequestAuthentication,
+    pasa_proto::Kind::EnvoyFilter,
+    pasa_proto::Kind::Telemetry,
+    pasa_proto::Kind::WasmPlugin,
+    pasa_proto::Kind::TrafficExtension,
+    pasa_proto::Kind::ProxyConfig,
+];
 
 /// The kinds of which PASA's agent does not apply everything yet (WasmPlugin and
 /// TrafficExtension whose Wasm module the pod's proxy would not get; Telemetry with metrics for

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::common::Duration;
+use super::proxy_config::MeshProxyConfig;
 
 /// The name the mesh config is kept under, in the mesh's root namespace.
 pub const MESH_CONFIG_NAME: &str = "mesh";
@@ -159,14 +160,14 @@ impl MeshConfig {
         self.default_providers("metrics")
     }
 
-    /// Whether `defaultConfig.proxyHeaders.metadataExchangeHeaders.mode` is `IN_MESH`: proxies
-    /// send Istio's metadata exchange headers only to destinations inside the mesh.
-    pub fn metadata_exchange_in_mesh_only(&self) -> bool {
-        self.other
-            .get("defaultConfig")
-            .and_then(|d| d.pointer("/proxyHeaders/metadataExchangeHeaders/mode"))
-            .and_then(Value::as_str)
-            == Some("IN_MESH")
+    /// `defaultConfig`: the settings of proxies that bring none of their own, over Istio's
+    /// defaults (see [`MeshProxyConfig::defaults`]); a field that cannot be read is left out.
+    pub fn default_config(&self) -> MeshProxyConfig {
+        let mut config = MeshProxyConfig::defaults();
+        if let Some(Value::Object(written)) = self.other.get("defaultConfig") {
+            config.overlay(&MeshProxyConfig::from_map(written.clone()));
+        }
+        config
     }
 
     fn default_providers(&self, signal: &str) -> Vec<String> {
@@ -187,39 +188,12 @@ impl MeshConfig {
         self.other.get("enableTracing").and_then(Value::as_bool) != Some(false)
     }
 
-    /// `defaultConfig.tracing`: the proxies' own tracing settings (sampling, custom tags, tag
-    /// lengths), for what Telemetry leaves unset.
-    pub fn proxy_tracing(&self) -> ProxyTracing {
-        self.other
-            .get("defaultConfig")
-            .and_then(|d| d.get("tracing"))
-            .and_then(|t| serde_json::from_value(t.clone()).ok())
-            .unwrap_or_default()
-    }
-
     /// The extension provider `name`, matched as istiod matches it (ignoring case).
     pub fn provider(&self, name: &str) -> Option<&ExtensionProvider> {
         self.extension_providers
             .iter()
             .find(|p| p.name.eq_ignore_ascii_case(name))
     }
-}
-
-/// `ProxyConfig.tracing`: what a proxy's tracing takes from the mesh config's `defaultConfig`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProxyTracing {
-    /// Percent of requests traced; 0 (unset) means the control plane's default.
-    #[serde(default)]
-    pub sampling: f64,
-    /// As a Telemetry's (without formatters).
-    #[serde(default)]
-    pub custom_tags: BTreeMap<String, Option<super::telemetry::CustomTag>>,
-    #[serde(default)]
-    pub max_path_tag_length: u32,
-    /// Whether Istio's own tags (canonical service, namespace, ...) are added; unset means yes.
-    #[serde(default)]
-    pub enable_istio_tags: Option<bool>,
 }
 
 /// A tracing provider of the mesh config, as its extension provider describes it.

@@ -53,7 +53,7 @@ use serde_json::json;
 use super::super::filters::{self, MX_FILTER};
 use super::super::{builders, names};
 use super::Side;
-use crate::model::proxy::ProxyBuild;
+use crate::model::proxy::{Proxy, ProxyBuild};
 
 /// The name of Istio's stats filter (HTTP and network).
 const STATS_FILTER: &str = "istio.stats";
@@ -353,11 +353,11 @@ impl IstioFilters {
     /// The filters for Istio's proxy: the metrics `entries` (of the Telemetries that apply, in
     /// order) configure with the mesh config's providers. `None` for upstream Envoy.
     pub(super) fn new(
-        build: ProxyBuild,
+        proxy: &Proxy,
         mesh: Option<&MeshConfig>,
         entries: &[&Metrics],
     ) -> Option<IstioFilters> {
-        if build != ProxyBuild::Istio {
+        if proxy.build != ProxyBuild::Istio {
             return None;
         }
         let defaults = mesh
@@ -382,7 +382,7 @@ impl IstioFilters {
         }
         Some(IstioFilters {
             stats,
-            skip_external: mesh.is_some_and(MeshConfig::metadata_exchange_in_mesh_only),
+            skip_external: proxy.settings(mesh).metadata_exchange_in_mesh_only(),
         })
     }
 

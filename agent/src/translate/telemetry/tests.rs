@@ -378,6 +378,29 @@ mod tracing {
         assert_eq!(t.random_sampling.unwrap().value, 25.5);
         assert_eq!(tags(&t), ["env", "user"]);
         assert_eq!(t.max_path_tag_length.unwrap().value, 64);
+        // A proxy with settings of its own (`PROXY_CONFIG`) takes them, not the mesh's, as
+        // istiod does for a node that has them.
+        let mut own = workload.clone();
+        own.proxy_config = Some(
+            pasa_proto::istio::proxy_config::MeshProxyConfig::parse(
+                r#"{"tracing": {"sampling": 3}}"#,
+            )
+            .unwrap(),
+        );
+        let out = translate(
+            own,
+            vec![
+                reviews_service(),
+                mesh(json!({"defaultConfig": {"tracing": {"sampling": 25.5}}})),
+            ],
+        );
+        let t = outbound(&out).0.unwrap();
+        assert_eq!(t.random_sampling.unwrap().value, 3.0);
+        assert!(
+            tags(&t).iter().any(|t| t == "istio.canonical_service"),
+            "{:?}",
+            tags(&t)
+        );
         // Turned off: no tracing, the request ID extension still there.
         let out = translate(
             workload,

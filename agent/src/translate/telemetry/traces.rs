@@ -56,8 +56,9 @@ use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::{Any, BoolValue, Duration, UInt32Value};
 use envoy_types::util::pack_any;
 use pasa_proto::istio::mesh_config::{
-    ExtensionProvider, HttpHeader, MeshConfig, OpenTelemetryProvider, ProxyTracing, TracingProvider,
+    ExtensionProvider, HttpHeader, MeshConfig, OpenTelemetryProvider, TracingProvider,
 };
+use pasa_proto::istio::proxy_config::ProxyTracing;
 use pasa_proto::istio::telemetry::{CustomTag as TelemetryTag, NamedTag, Telemetry};
 use pasa_proto::node::ProxyType;
 
@@ -166,7 +167,7 @@ impl Inputs<'_> {
 pub(super) fn traces(inputs: &Inputs<'_>) -> Traces {
     let default_mesh = MeshConfig::default();
     let mesh = inputs.mesh.unwrap_or(&default_mesh);
-    let proxy_tracing = mesh.proxy_tracing();
+    let proxy_tracing = inputs.proxy.settings(inputs.mesh).tracing();
     let entries: Vec<_> = inputs
         .telemetries
         .iter()

@@ -24,11 +24,12 @@
 //! when any is set, only those set are used) or the mode's defaults, and the status annotation
 //! `pasa.io/status` that makes a second injection change nothing.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use pasa_proto::istio::proxy_config::MeshProxyConfig;
 use serde_json::{Map, Value, json};
 
-use super::STATUS_ANNOTATION;
+use super::{STATUS_ANNOTATION, StoredSettings};
 
 pub const AGENT_CONTAINER: &str = "pasa-agent";
 pub const INIT_CONTAINER: &str = "pasa-init";
@@ -164,9 +165,15 @@ pub fn mode(pod: &Value) -> (Mode, Option<String>) {
     }
 }
 
-/// The patch that moves `pod` (in `namespace`) to PASA; an error says why it cannot be, and
-/// the pod is then left as it is.
-pub fn inject(pod: &Value, config: &InjectConfig) -> Result<Injection, String> {
+/// The patch that moves `pod` (in `namespace`) to PASA, its proxy settings worked out from
+/// `stored` as Istio's injection works them out; an error says why it cannot be, and the pod
+/// is then left as it is.
+pub fn inject(
+    pod: &Value,
+    namespace: &str,
+    config: &InjectConfig,
+    stored: &StoredSettings,
+) -> Result<Injection, String> {
     let annotations = pod
         .pointer("/metadata/annotations")
         .and_then(Value::as_object);
@@ -195,11 +202,25 @@ pub fn inject(pod: &Value, config: &InjectConfig) -> Result<Injection, String> {
 
     let mut init_containers = Vec::new();
     let mut volumes = vec![RUN_VOLUME, CACHE_VOLUME, PODINFO_VOLUME];
+    let annotated = MeshProxyConfig::parse(annotation(PROXY_CONFIG_ANNOTATION).unwrap_or_default())
+        .map_err(|e| format!("metadata.annotations[{PROXY_CONFIG_ANNOTATION}]: {e}"))?;
     match mode {
         Mode::NextToIstio => {
             let merged = proxy_config(annotation(PROXY_CONFIG_ANNOTATION))?;
             patch.annotate(PROXY_CONFIG_ANNOTATION, &merged);
             let (list, index) = istio_proxy.unwrap_or(("containers", 0));
+            // The settings pilot-agent runs with: those Istio's injection gave it, under the
+            // pod's annotation.
+            let mut settings = pod
+                .pointer(&format!("/spec/{list}/{index}/env"))
+                .and_then(Value::as_array)
+                .and_then(|env| env.iter().find(|e| e["name"] == "PROXY_CONFIG"))
+                .and_then(|e| e["value"].as_str())
+                .map(MeshProxyConfig::parse)
+                .transpose()
+                .map_err(|e| format!("{ISTIO_PROXY}'s PROXY_CONFIG: {e}"))?
+                .unwrap_or_default();
+            settings.overlay(&annotated);
             let has_ca = pod
                 .pointer(&format!("/spec/{list}/{index}/env"))
                 .and_then(Value::as_array)
@@ -215,7 +236,7 @@ pub fn inject(pod: &Value, config: &InjectConfig) -> Result<Injection, String> {
             patch.insert(
                 "/spec/initContainers",
                 at,
-                agent_container(config, mode, resources),
+                agent_container(config, mode, resources, &settings),
             );
             init_containers.push(AGENT_CONTAINER);
         }
@@ -227,7 +248,12 @@ pub fn inject(pod: &Value, config: &InjectConfig) -> Result<Injection, String> {
             } else {
                 rewrite_probes(pod, &mut patch, &mut warnings)
             };
-            let mut agent = agent_container(config, mode, resources);
+            let labels: BTreeMap<String, String> = pod
+                .pointer("/metadata/labels")
+                .and_then(|l| serde_json::from_value(l.clone()).ok())
+                .unwrap_or_default();
+            let settings = stored.effective(namespace, &labels, &annotated);
+            let mut agent = agent_container(config, mode, resources, &settings);
             if let Some(env) = agent["env"].as_array_mut() {
                 env.push(json!({"name": "PASA_APP_PROBERS",
                                 "value": Value::Object(probers).to_string()}));
@@ -340,8 +366,15 @@ fn is_quantity(value: &str) -> bool {
             || suffix.starts_with(['e', 'E']) && suffix[1..].parse::<i32>().is_ok())
 }
 
-/// The agent's container: a native sidecar (an init container that keeps running).
-fn agent_container(config: &InjectConfig, mode: Mode, resources: Value) -> Value {
+/// The agent's container: a native sidecar (an init container that keeps running), with the
+/// proxy `settings` as Istio's injection gives them to pilot-agent: as `PROXY_CONFIG`, and
+/// their `proxyMetadata` as environment variables (over any of the same name).
+fn agent_container(
+    config: &InjectConfig,
+    mode: Mode,
+    resources: Value,
+    settings: &MeshProxyConfig,
+) -> Value {
     let field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
     let value = |name: &str, value: &str| json!({"name": name, "value": value});
     let mut env = vec![
@@ -420,6 +453,12 @@ fn agent_container(config: &InjectConfig, mode: Mode, resources: Value) -> Value
             ));
             // The admin endpoint stays on loopback, off the status port.
             env.push(value("PASA_ADMIN", "127.0.0.1:15030"));
+            // Envoy's worker threads follow the container's CPU limit when the settings name
+            // none, as pilot-agent's.
+            env.push(
+                json!({"name": "ISTIO_CPU_LIMIT", "valueFrom": {"resourceFieldRef": {
+                "resource": "limits.cpu", "divisor": "1"}}}),
+            );
             istiod_ca(&mut env, &mut mounts);
             container["ports"] = json!([
                 {"name": "http-envoy-prom", "containerPort": 15090, "protocol": "TCP"},
@@ -433,6 +472,13 @@ fn agent_container(config: &InjectConfig, mode: Mode, resources: Value) -> Value
             container["startupProbe"] = startup;
             container["readinessProbe"] = ready;
         }
+    }
+    if !settings.is_empty() {
+        env.push(value("PROXY_CONFIG", &settings.to_json()));
+    }
+    for (name, v) in settings.proxy_metadata() {
+        env.retain(|e| e["name"] != name.as_str());
+        env.push(value(&name, &v));
     }
     container["env"] = Value::Array(env);
     container["volumeMounts"] = Value::Array(mounts);

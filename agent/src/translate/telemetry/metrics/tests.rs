@@ -122,7 +122,13 @@ fn filters(mesh: &str, telemetries: &str) -> IstioFilters {
         .iter()
         .flat_map(|t| t.metrics.iter().flatten())
         .collect();
-    IstioFilters::new(ProxyBuild::Istio, mesh.as_ref(), &entries).unwrap()
+    IstioFilters::new(&built_as(ProxyBuild::Istio), mesh.as_ref(), &entries).unwrap()
+}
+
+fn built_as(build: ProxyBuild) -> Proxy {
+    let mut proxy = crate::testing::sidecar("10.0.0.1");
+    proxy.build = build;
+    proxy
 }
 
 #[test]
@@ -247,7 +253,7 @@ fn only_outbound_clusters_exchange_upstream() {
 fn upstream_envoy_gets_none_of_istios_filters() {
     let mesh: MeshConfig =
         serde_json::from_str(r#"{"defaultProviders": {"metrics": ["prometheus"]}}"#).unwrap();
-    assert!(IstioFilters::new(ProxyBuild::Envoy, Some(&mesh), &[]).is_none());
+    assert!(IstioFilters::new(&built_as(ProxyBuild::Envoy), Some(&mesh), &[]).is_none());
 }
 
 #[test]
