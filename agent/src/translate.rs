@@ -11,6 +11,7 @@ mod filters;
 pub(crate) mod gateway;
 mod grpc;
 mod hash;
+mod hcm;
 mod metadata;
 pub mod names;
 mod patched;
@@ -85,6 +86,8 @@ pub(crate) struct View<'a> {
     /// Addresses allocated to ServiceEntry hosts without one, by namespace and host, when this
     /// proxy uses them.
     auto_addresses: BTreeMap<(String, String), String>,
+    /// Connection manager settings per listener class: inbound, outbound, gateway.
+    hcm: [hcm::Options; 3],
 }
 
 /// The services a proxy sees: in host order, and by host.
@@ -299,7 +302,16 @@ impl<'a> View<'a> {
         } else {
             BTreeMap::new()
         };
+        let mesh = registry.mesh_config(&proxy.mesh.root_namespace);
+        let settings = proxy.settings(mesh);
+        let hcm = [
+            hcm::Class::SidecarInbound,
+            hcm::Class::SidecarOutbound,
+            hcm::Class::Gateway,
+        ]
+        .map(|class| hcm::Options::of(class, &settings, mesh));
         View {
+            hcm,
             proxy,
             registry,
             destination_rules,
@@ -313,6 +325,15 @@ impl<'a> View<'a> {
             aliases,
             auto_addresses,
         }
+    }
+
+    /// The connection manager settings of listeners of `class`.
+    fn hcm(&self, class: hcm::Class) -> &hcm::Options {
+        &self.hcm[match class {
+            hcm::Class::SidecarInbound => 0,
+            hcm::Class::SidecarOutbound => 1,
+            hcm::Class::Gateway => 2,
+        }]
     }
 
     /// The port a route destination goes to: the one it names, else the service's only port,
@@ -395,6 +416,10 @@ impl<'a> View<'a> {
 }
 
 impl Destinations for View<'_> {
+    fn append_x_forwarded_host(&self) -> bool {
+        self.hcm(hcm::Class::SidecarOutbound).x_forwarded_host
+    }
+
     fn cluster(
         &self,
         destination: &pasa_proto::istio::virtual_service::Destination,
@@ -932,6 +957,9 @@ impl GlobalInputs {
                 resource.mod_revision.hash(&mut routes);
             }
         }
+        // What the connection managers and virtual hosts take from the proxy's settings.
+        view.hcm.hash(&mut listeners);
+        view.hcm.hash(&mut routes);
         if !router {
             for vs in view.registry.virtual_services() {
                 if !vs.spec.tcp.is_empty() || !vs.spec.tls.is_empty() {

@@ -3,7 +3,7 @@
 //! `pasa-agent bootstrap`, and small HTTP and TLS backends (`e2e/http_backend.py`) on loopback
 //! addresses inside the network namespace the test makes for Envoy. Every scenario runs over
 //! SotW and then over Delta: weighted split, header and URI matches, rewrite, redirect, direct
-//! response, fault abort and delay, retries to a failing backend, a timeout, TLS termination
+//! response, a WebSocket upgrade, fault abort and delay, retries to a failing backend, a timeout, TLS termination
 //! with a mounted credential, TLS passthrough by SNI, gRPC to a gRPC backend, a Kubernetes
 //! Gateway API Gateway and HTTPRoute (converted as PCP's syncer converts them), and config
 //! changes under a request loop.
@@ -379,6 +379,31 @@ async fn scenarios(store: &StoreServer, envoy: &Envoy, certs: &Path, protocol: &
         a[0].body.as_deref(),
         Some("gateway ok"),
         "{protocol}: {a:?}"
+    );
+    // The gateway names itself as istiod's do.
+    assert_eq!(
+        a[0].headers.get("server").map(String::as_str),
+        Some("istio-envoy"),
+        "{protocol}: {a:?}"
+    );
+
+    // A WebSocket upgrade goes through to the backend (Envoy refuses upgrades it was not
+    // told to accept, with 403).
+    let a = get(
+        ns,
+        "/split",
+        1,
+        &[
+            "--header",
+            "upgrade:websocket",
+            "--header",
+            "connection:Upgrade",
+        ],
+    );
+    assert_eq!(a[0].status, 101, "{protocol}: WebSocket upgrade: {a:?}");
+    assert!(
+        a[0].headers.contains_key("x-backend"),
+        "{protocol}: the backend accepted it: {a:?}"
     );
 
     // gRPC through the gateway (HTTP/2 downstream and upstream), routed by authority.

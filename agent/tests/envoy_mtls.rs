@@ -14,8 +14,9 @@
 //!   PERMISSIVE mode, is refused once the namespace's policy is STRICT while mesh traffic still
 //!   flows, and reaches it again when a workload policy sets the port PERMISSIVE;
 //! - AuthorizationPolicy, through the store: a DENY rule on a path answers 403 for that path
-//!   only; an ALLOW rule naming another principal refuses the client (403), one naming the
-//!   client's SPIFFE identity lets it through; a CUSTOM rule on a path asks the external
+//!   only, also when dot segments spell it (paths are normalized first, as istiod has it); an
+//!   ALLOW rule naming another principal refuses the client (403), one naming the client's
+//!   SPIFFE identity lets it through; a CUSTOM rule on a path asks the external
 //!   authorizer the mesh config names (an HTTP authorizer in the server's pod), which refuses
 //!   requests without its header and lets those with it through, while other paths are never
 //!   sent to it;
@@ -355,6 +356,12 @@ async fn authorization_policy(store: &StoreServer, client: &Netns, protocol: &st
     );
     let other = request(client, &url("/hello"), &host);
     assert_eq!(other.status, 200, "{protocol}: other paths pass: {other:?}");
+    // Paths are normalized before the policy sees them: a dot segment does not get around it.
+    let around = request(client, &url("/hello/../admin"), &host);
+    assert_eq!(
+        around.status, 403,
+        "{protocol}: /hello/../admin is /admin: {around:?}"
+    );
 
     let allow_only = |principal: &str| {
         server_policy(

@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
 const TRANSLATE_LAYERS: &[&[&str]] = &[
     // The services the mesh config's providers name.
     &["providers"],
-    &["authz", "builders", "metadata", "names", "sds"],
+    &["authz", "builders", "metadata", "names", "hcm", "sds"],
     &["endpoint", "route"],
     &["filters", "hash"],
     &["grpc"],

@@ -174,6 +174,15 @@ pub(super) fn original_dst() -> ListenerFilter {
 
 /// The inspectors a listener needs: TLS to read SNI and ALPN, HTTP to tell plaintext HTTP from
 /// other bytes.
+/// The listener filter that strips a PROXY protocol header (v1 or v2) and takes the client's
+/// address from it.
+pub(super) fn proxy_protocol() -> ListenerFilter {
+    listener_filter(
+        "envoy.filters.listener.proxy_protocol",
+        envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3::ProxyProtocol::default(),
+    )
+}
+
 pub(super) fn inspectors(tls: bool, http: bool) -> Vec<ListenerFilter> {
     let mut out = Vec::new();
     if tls {

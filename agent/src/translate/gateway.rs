@@ -27,10 +27,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::{TrafficDirection, TransportSocket};
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::{
-    ForwardClientCertDetails, SetCurrentClientCertDetails,
-};
-use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener,
 };
@@ -38,7 +34,7 @@ use pasa_proto::istio::virtual_service::VirtualService;
 
 use super::endpoint::socket_address;
 use super::filters::{self, Routes};
-use super::{Built, View};
+use super::{Built, View, hcm};
 use crate::model::gateway::{self as merge, Bound, Merged};
 use crate::model::registry::Config;
 
@@ -112,6 +108,7 @@ struct Pending {
 /// Listeners, route configurations and SNI-DNAT clusters of a router.
 pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
     let authz = super::authz::ProxyAuthz::of(view);
+    let options = view.hcm(hcm::Class::Gateway);
     let applying = merge::applying(view.proxy, view.registry);
     let merged = merge::merge(&applying);
     let mut pending: BTreeMap<String, Pending> = BTreeMap::new();
@@ -128,7 +125,13 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
         };
         let name = super::names::listener(&bind, sp.number);
         let chains = if sp.is_http() {
-            vec![http_chain(&servers.route_name, None, Vec::new(), &authz)]
+            vec![http_chain(
+                &servers.route_name,
+                None,
+                Vec::new(),
+                &authz,
+                options,
+            )]
         } else {
             servers
                 .servers
@@ -141,6 +144,7 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
                             http::server_tls(&bound.server, false),
                             bound.sni_hosts(),
                             &authz,
+                            options,
                         )]
                     } else {
                         tcp::chains(view, bound, sni_known.entry(sp.number).or_default())
@@ -178,7 +182,13 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
             Listener {
                 name: name.clone(),
                 address: Some(socket_address(&p.bind, p.port)),
-                listener_filters: filters::inspectors(inspect_tls, false),
+                // A PROXY protocol header goes first, before anything inspects the stream.
+                listener_filters: options
+                    .proxy_protocol
+                    .then(filters::proxy_protocol)
+                    .into_iter()
+                    .chain(filters::inspectors(inspect_tls, false))
+                    .collect(),
                 filter_chains: filters::distinct_chains(
                     &name,
                     p.chains.into_iter().map(Chain::build).collect(),
@@ -197,27 +207,21 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
 /// An HTTP connection manager chain on RDS `route_name`, terminating TLS when `tls` is set.
 ///
 /// As istiod sets up a gateway's connection manager: the gateway is the edge, so the client's
-/// address is the peer's (`use_remote_address`, no trusted X-Forwarded-For hops), and the
-/// X-Forwarded-Client-Cert header a client sent is replaced by the details of its own certificate
-/// (SANITIZE_SET with subject, certificate, URI and DNS SANs) when it presented one.
+/// address is the peer's (`use_remote_address`, with the trusted X-Forwarded-For hops of the
+/// gateway topology, none by default), and by default the X-Forwarded-Client-Cert header a client
+/// sent is replaced by the details of its own certificate (SANITIZE_SET with subject,
+/// certificate, URI and DNS SANs) when it presented one (see [`hcm::Options`]).
 fn http_chain(
     route_name: &str,
     tls: Option<TransportSocket>,
     sni_hosts: Vec<String>,
     authz: &super::authz::ProxyAuthz,
+    options: &hcm::Options,
 ) -> Chain {
     let mut hcm = filters::http_connection_manager(route_name, Routes::Rds(route_name.to_string()));
     // Authorization first, as on a sidecar's inbound side.
     hcm.http_filters.splice(0..0, authz.http.iter().cloned());
-    hcm.use_remote_address = Some(BoolValue { value: true });
-    hcm.forward_client_cert_details = ForwardClientCertDetails::SanitizeSet as i32;
-    hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
-        subject: Some(BoolValue { value: true }),
-        cert: true,
-        uri: true,
-        dns: true,
-        ..Default::default()
-    });
+    options.apply(&mut hcm);
     Chain {
         sni_hosts,
         offers_alpn: tls.is_some(),

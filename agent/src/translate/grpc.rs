@@ -64,6 +64,7 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
                             &view.proxy.dns_domain,
                         ),
                         routes,
+                        true,
                     )],
                     ..Default::default()
                 },

@@ -1,6 +1,6 @@
 //! Incremental translation against translation from scratch: after every change of a random
 //! sequence (services, endpoints whole and in parts, DestinationRules, VirtualServices, Sidecars,
-//! PeerAuthentications, EnvoyFilters, Telemetries, deletions), what a
+//! PeerAuthentications, EnvoyFilters, Telemetries, the mesh config, deletions), what a
 //! long-lived translator serves equals what a new translator builds from the same cache, for a
 //! sidecar (Envoy and gRPC generators) and a router. The fingerprints that decide what is reused
 //! are conservative guesses at what each output reads; this is what checks them.
@@ -123,6 +123,7 @@ fn variant(slot: &str, i: usize, rng: &mut Rng) -> Option<(String, String, Value
                     {"destination": {"host": other}, "weight": 30}]}]}),
                 2 => json!({"hosts": [host(i)], "http": [{
                     "match": [{"uri": {"prefix": "/a"}}],
+                    "rewrite": {"uri": "/b"},
                     "route": [{"destination": {"host": to, "port": {"number": 80}}}]},
                     {"route": [{"destination": {"host": host(i)}}],
                      "mirror": {"host": other}}]}),
@@ -252,6 +253,18 @@ fn variant(slot: &str, i: usize, rng: &mut Rng) -> Option<(String, String, Value
                 )),
             }
         }
+        // Proxies' default settings and path normalization.
+        "MeshConfig" => {
+            let spec = match rng.below(4) {
+                0 => return None,
+                1 => json!({"pathNormalization": {"normalization": "MERGE_SLASHES"}}),
+                2 => json!({"defaultConfig": {"proxyHeaders": {"server": {"value": "edge"},
+                    "attemptCount": {"disabled": true}, "xForwardedHost": {"enabled": true}}}}),
+                _ => json!({"defaultConfig": {"proxyHeaders": {"requestId": {"disabled": true}},
+                    "gatewayTopology": {"numTrustedProxies": 2}}}),
+            };
+            Some(("istio-system".into(), "mesh".into(), spec))
+        }
         _ => None,
     }
 }
@@ -270,6 +283,7 @@ const SLOTS: &[&str] = &[
     "PeerAuthentication",
     "EnvoyFilter",
     "Telemetry",
+    "MeshConfig",
 ];
 
 /// Writes one object into the cache as the store's watch would deliver it (a modification keeps
@@ -359,7 +373,8 @@ fn incremental_translation_equals_translation_from_scratch() {
                                 || kind == "Sidecar"
                                 || kind == "PeerAuthentication"
                                 || kind == "EnvoyFilter"
-                                || kind == "Telemetry")
+                                || kind == "Telemetry"
+                                || kind == "MeshConfig")
                     })
                     .cloned();
                 if let Some(id) = key {

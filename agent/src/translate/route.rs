@@ -63,6 +63,12 @@ pub(super) trait Destinations {
     ) -> Option<envoy_types::pb::envoy::config::route::v3::route_action::HashPolicy> {
         None
     }
+
+    /// Whether routes that rewrite send the original host as X-Forwarded-Host (the proxy
+    /// settings' `proxyHeaders.xForwardedHost`).
+    fn append_x_forwarded_host(&self) -> bool {
+        false
+    }
 }
 
 /// [`http_routes`] of a VirtualService, each route marked with the VirtualService it came from
@@ -135,7 +141,12 @@ pub(super) fn http_routes(
             // Delegation is resolved when the VirtualServices are read.
             continue;
         }
-        let action = action(rule, namespace, port, destinations);
+        let mut action = action(rule, namespace, port, destinations);
+        if let Action::Route(ra) = &mut action
+            && rule.rewrite.is_some()
+        {
+            ra.append_x_forwarded_host = destinations.append_x_forwarded_host();
+        }
         // Pushes a route; whether it matches every request.
         let mut push = |name: String, route_match: RouteMatch| -> bool {
             let mut action = action.clone();
@@ -305,14 +316,19 @@ pub(super) fn encoded_routes(routes: &[Route]) -> Vec<u8> {
 /// [`virtual_host`] encoded from its routes' encoding ([`encoded_routes`]): the same bytes as
 /// encoding the message, in its field order (name and domains, the routes, then the rest),
 /// without building or copying the routes again.
-pub(super) fn encoded_virtual_host(name: &str, domains: &[String], routes: &[u8]) -> Vec<u8> {
+pub(super) fn encoded_virtual_host(
+    name: &str,
+    domains: &[String],
+    routes: &[u8],
+    attempt_count: bool,
+) -> Vec<u8> {
     use prost::Message;
     let head = VirtualHost {
         name: name.to_string(),
         domains: domains.to_vec(),
         ..Default::default()
     };
-    let rest = virtual_host(String::new(), Vec::new(), Vec::new());
+    let rest = virtual_host(String::new(), Vec::new(), Vec::new(), attempt_count);
     let mut out = Vec::with_capacity(head.encoded_len() + routes.len() + rest.encoded_len());
     head.encode_raw(&mut out);
     out.extend_from_slice(routes);
@@ -320,13 +336,19 @@ pub(super) fn encoded_virtual_host(name: &str, domains: &[String], routes: &[u8]
     out
 }
 
-/// A virtual host named `name` for `domains` with `routes`.
-pub(super) fn virtual_host(name: String, domains: Vec<String>, routes: Vec<Route>) -> VirtualHost {
+/// A virtual host named `name` for `domains` with `routes`, telling upstreams the attempt
+/// (`x-envoy-attempt-count`) when `attempt_count`.
+pub(super) fn virtual_host(
+    name: String,
+    domains: Vec<String>,
+    routes: Vec<Route>,
+    attempt_count: bool,
+) -> VirtualHost {
     VirtualHost {
         name,
         domains,
         routes,
-        include_request_attempt_count: true,
+        include_request_attempt_count: attempt_count,
         ..Default::default()
     }
 }

@@ -28,7 +28,7 @@ use super::cluster;
 use super::endpoint::socket_address;
 use super::filters::{self, Routes};
 use super::route;
-use super::{Built, View, names};
+use super::{Built, View, hcm, names};
 use crate::mesh::OutboundPolicy;
 pub(super) use routes::{Reuse, route_config};
 
@@ -90,20 +90,23 @@ pub(super) fn outbound(view: &View<'_>, out: &mut Built) {
     out.route_names.extend(route_names);
     out.listeners.insert(
         names::VIRTUAL_OUTBOUND.into(),
-        virtual_outbound(view.scope.outbound_policy),
+        virtual_outbound(
+            view.scope.outbound_policy,
+            view.hcm(hcm::Class::SidecarOutbound),
+        ),
     );
 }
 
 /// The catch-all virtual host of an outbound route configuration.
-fn catch_all(policy: OutboundPolicy) -> VirtualHost {
+fn catch_all(policy: OutboundPolicy, options: &hcm::Options) -> VirtualHost {
     let (name, action) = match policy {
         OutboundPolicy::AllowAny => (
             names::ALLOW_ANY,
-            passthrough_action(names::PASSTHROUGH_CLUSTER),
+            passthrough_action(names::PASSTHROUGH_CLUSTER, options),
         ),
         OutboundPolicy::AllowAnyDynamicDns => (
             names::ALLOW_ANY_DYNAMIC_DNS,
-            passthrough_action(names::ALLOW_ANY_DYNAMIC_DNS_CLUSTER),
+            passthrough_action(names::ALLOW_ANY_DYNAMIC_DNS_CLUSTER, options),
         ),
         OutboundPolicy::RegistryOnly => (
             names::BLOCK_ALL,
@@ -119,16 +122,22 @@ fn catch_all(policy: OutboundPolicy) -> VirtualHost {
         action: Some(action),
         ..Default::default()
     };
-    route::virtual_host(name.into(), vec!["*".into()], vec![route])
+    route::virtual_host(
+        name.into(),
+        vec!["*".into()],
+        vec![route],
+        options.attempt_count,
+    )
 }
 
 /// Everything to `cluster`, without timeout or retries.
-fn passthrough_action(cluster: &str) -> Action {
+fn passthrough_action(cluster: &str, options: &hcm::Options) -> Action {
     let mut action = route::default_route(cluster)
         .action
         .unwrap_or_else(|| Action::DirectResponse(DirectResponseAction::default()));
     if let Action::Route(ra) = &mut action {
         ra.retry_policy = None;
+        ra.append_x_forwarded_host = options.x_forwarded_host;
     }
     action
 }
@@ -136,7 +145,7 @@ fn passthrough_action(cluster: &str) -> Action {
 /// `virtualOutbound`: traffic sent to 15001 itself is refused (it would loop); plaintext HTTP
 /// goes to the dynamic forward proxy under `ALLOW_ANY_DYNAMIC_DNS`; the rest where the outbound
 /// traffic policy says.
-fn virtual_outbound(policy: OutboundPolicy) -> Listener {
+fn virtual_outbound(policy: OutboundPolicy, options: &hcm::Options) -> Listener {
     let black_hole = names::BLACK_HOLE_CLUSTER;
     let mut chains = vec![FilterChain {
         name: names::VIRTUAL_OUTBOUND_BLACKHOLE.into(),
@@ -154,16 +163,17 @@ fn virtual_outbound(policy: OutboundPolicy) -> Listener {
     }];
     let dynamic_dns = policy == OutboundPolicy::AllowAnyDynamicDns;
     if dynamic_dns {
-        let hcm = filters::http_connection_manager(
+        let mut hcm = filters::http_connection_manager(
             "outbound_virtualOutbound_allow_any_dynamic_dns",
             Routes::Inline(Box::new(RouteConfiguration {
                 name: names::ALLOW_ANY_DYNAMIC_DNS.into(),
-                virtual_hosts: vec![catch_all(policy)],
+                virtual_hosts: vec![catch_all(policy, options)],
                 validate_clusters: Some(BoolValue { value: false }),
                 ignore_port_in_host_matching: true,
                 ..Default::default()
             })),
         );
+        options.apply(&mut hcm);
         chains.push(FilterChain {
             name: format!("{}-http", names::VIRTUAL_OUTBOUND_CATCH_ALL_TCP),
             filter_chain_match: Some(FilterChainMatch {

@@ -1174,11 +1174,19 @@ fn virtual_hosts_encoded_around_their_routes_are_the_bytes_of_the_message() {
         vec![route::default_route("outbound|80||a")],
         vec![weighted, route::default_route("outbound|80||a")],
     ] {
-        assert_eq!(
-            route::encoded_virtual_host("a:80", &domains, &route::encoded_routes(&routes)),
-            route::virtual_host("a:80".into(), domains.clone(), routes.clone()).encode_to_vec(),
-            "{routes:?}"
-        );
+        for attempts in [true, false] {
+            assert_eq!(
+                route::encoded_virtual_host(
+                    "a:80",
+                    &domains,
+                    &route::encoded_routes(&routes),
+                    attempts
+                ),
+                route::virtual_host("a:80".into(), domains.clone(), routes.clone(), attempts)
+                    .encode_to_vec(),
+                "{routes:?}"
+            );
+        }
     }
 }
 

@@ -9,6 +9,7 @@ answers 503 to the first request for each key and 200 after (for retries); `/aut
 as an external authorizer (Envoy's HTTP ext_authz): 200 when the request carries
 `x-ext-authz: allow`, 403 otherwise; `/api/v2/spans` is a Zipkin collector: a POST of spans
 (Zipkin's JSON v2) is kept and answered 202, a GET answers `{"spans": [...]}` with those kept.
+A WebSocket upgrade request (`upgrade: websocket`) is accepted (101, `x-backend: NAME`).
 """
 
 import json
@@ -62,6 +63,8 @@ class Handler(BaseHTTPRequestHandler):
     def answer(self):
         if self.path.split("?")[0] == "/api/v2/spans":
             return self.collect()
+        if self.headers.get("upgrade", "").lower() == "websocket":
+            return self.upgrade()
         status = 200
         parts = self.path.split("?")[0].strip("/").split("/")
         if len(parts) == 2 and parts[0] == "status" and parts[1].isdigit():
@@ -85,6 +88,15 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def upgrade(self):
+        """Accepts a WebSocket upgrade (101), then closes: the test judges the handshake."""
+        self.send_response(101)
+        self.send_header("upgrade", "websocket")
+        self.send_header("connection", "Upgrade")
+        self.send_header("x-backend", NAME)
+        self.end_headers()
+        self.close_connection = True
 
     do_GET = answer
     do_POST = answer

@@ -19,7 +19,7 @@ use envoy_types::util::pack_any;
 use pasa_proto::host;
 use pasa_proto::istio::gateway::{Server, ServerTlsSettings, TlsMode, TlsProtocol};
 
-use super::super::{View, cluster, route, sds};
+use super::super::{View, cluster, hcm, route, sds};
 use super::bound_virtual_services;
 use crate::model::gateway::Bound;
 use crate::model::secrets;
@@ -32,6 +32,7 @@ pub(super) fn route_config(
     servers: &[&Bound<'_>],
 ) -> RouteConfiguration {
     let mut vhosts: BTreeMap<String, VirtualHost> = BTreeMap::new();
+    let attempt_count = view.hcm(hcm::Class::Gateway).attempt_count;
     for bound in servers {
         let gateway = bound.gateway_name();
         let port = bound.port();
@@ -64,6 +65,7 @@ pub(super) fn route_config(
                             format!("{hostname}:{port}"),
                             vec![hostname.clone(), format!("{hostname}:*")],
                             routes.clone(),
+                            attempt_count,
                         );
                         if redirect {
                             vh.require_tls = virtual_host::TlsRequirementType::All as i32;
@@ -85,6 +87,7 @@ pub(super) fn route_config(
                         format!("{hostname}:{port}"),
                         vec![hostname.clone(), format!("{hostname}:*")],
                         Vec::new(),
+                        attempt_count,
                     )
                 });
                 vh.require_tls = virtual_host::TlsRequirementType::All as i32;
@@ -101,10 +104,12 @@ pub(super) fn route_config(
     virtual_hosts.sort_by(|a, b| a.name.cmp(&b.name));
     if virtual_hosts.is_empty() {
         let port = servers.first().map_or(0, |b| b.port());
+        // istiod's answers 404 and says nothing of attempts.
         virtual_hosts.push(route::virtual_host(
             format!("blackhole:{port}"),
             vec!["*".into()],
             Vec::new(),
+            false,
         ));
     }
     RouteConfiguration {

@@ -30,9 +30,6 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
     common_tls_context::ValidationContextType,
 };
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::{
-    ForwardClientCertDetails, SetCurrentClientCertDetails,
-};
 use envoy_types::pb::envoy::r#type::v3::Int32Range;
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
@@ -43,7 +40,7 @@ use super::super::authz::ProxyAuthz as Authz;
 use super::super::cluster::{self};
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
-use super::super::{Built, View, metadata, names, route, sds};
+use super::super::{Built, View, hcm, metadata, names, route, sds};
 use super::PLAINTEXT_HTTP_ALPNS;
 use crate::model::authn::{MergedPolicy, MtlsMode};
 use crate::model::proxy::ProxyBuild;
@@ -94,6 +91,8 @@ struct ChainConfig {
     services: Vec<(u32, metadata::ServiceLabel)>,
     /// The Envoy build served: only Istio's proxy negotiates the in-band metadata exchange.
     build: ProxyBuild,
+    /// The inbound connection manager's settings.
+    hcm: hcm::Options,
 }
 
 impl ChainConfig {
@@ -198,6 +197,7 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
             passthrough: true,
             services: Vec::new(),
             build: view.proxy.build,
+            hcm: view.hcm(hcm::Class::SidecarInbound).clone(),
         };
         let mode = policy.for_port(port);
         chains.extend(port_chains(
@@ -312,22 +312,21 @@ fn http_filter(
         &stat_prefix,
         Routes::Inline(Box::new(RouteConfiguration {
             name: cluster_name.to_string(),
-            virtual_hosts: vec![route::virtual_host(vhost, vec!["*".into()], vec![route])],
+            virtual_hosts: vec![route::virtual_host(
+                vhost,
+                vec!["*".into()],
+                vec![route],
+                cc.hcm.attempt_count,
+            )],
             validate_clusters: Some(BoolValue { value: false }),
             ..Default::default()
         })),
     );
     // Authorization first: a request it refuses goes no further.
     hcm.http_filters.splice(0..0, authz.iter().cloned());
-    // As istiod's inbound connection manager: the app learns its mTLS peer from
+    // As istiod's inbound connection manager: by default the app learns its mTLS peer from
     // X-Forwarded-Client-Cert (the peer's subject, URI and DNS SANs appended).
-    hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
-    hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
-        subject: Some(BoolValue { value: true }),
-        uri: true,
-        dns: true,
-        ..Default::default()
-    });
+    cc.hcm.apply(&mut hcm);
     filters::hcm_filter(hcm)
 }
 
@@ -545,6 +544,7 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 passthrough: false,
                 services,
                 build: view.proxy.build,
+                hcm: view.hcm(hcm::Class::SidecarInbound).clone(),
             });
         }
         return by_port.into_values().collect();
@@ -559,6 +559,7 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
             passthrough: false,
             services: Vec::new(),
             build: view.proxy.build,
+            hcm: view.hcm(hcm::Class::SidecarInbound).clone(),
         });
         let label = metadata::ServiceLabel::of(local.service);
         let first_port = cc.services.first().map_or(local.service_port, |(p, _)| *p);

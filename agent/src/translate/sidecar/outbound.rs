@@ -25,7 +25,7 @@ use pasa_proto::istio::virtual_service::TcpRoute;
 
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
-use super::super::{Built, View, names};
+use super::super::{Built, View, hcm, names};
 use super::{PLAINTEXT_HTTP_ALPNS, Prefix, catch_all_tcp, parse_cidr};
 use crate::model::registry::{Config, Resolution, Service, ServicePort};
 use pasa_proto::istio::virtual_service::VirtualService;
@@ -181,7 +181,7 @@ pub(super) fn listeners(view: &View<'_>, out: &mut Built) -> BTreeSet<String> {
     } = builder;
     let fallthrough = catch_all_tcp(view.scope.outbound_policy);
     for entry in entries.into_values() {
-        let listener = finish(entry, &fallthrough);
+        let listener = finish(entry, &fallthrough, view.hcm(hcm::Class::SidecarOutbound));
         out.listeners.insert(listener.name.clone(), listener);
     }
     routes
@@ -676,7 +676,7 @@ fn merge_chains(entry: &mut Entry, incoming: Vec<ChainOpts>) {
 
 /// The Envoy listener of an entry: its chains (a match-all chain as the default chain), the
 /// fall-through chain when none matches everything, and the inspectors the matches need.
-fn finish(entry: Entry, fallthrough: &Filter) -> Listener {
+fn finish(entry: Entry, fallthrough: &Filter, options: &hcm::Options) -> Listener {
     let primary = &entry.binds[0];
     let name = names::listener(primary, entry.port);
     let needs_tls = entry.chains.iter().any(|c| !c.sni_hosts.is_empty());
@@ -701,10 +701,12 @@ fn finish(entry: Entry, fallthrough: &Filter) -> Listener {
     for opts in entry.chains {
         let filter = match &opts.action {
             ChainAction::Network(f) => f.as_ref().clone(),
-            ChainAction::Http { rds } => filters::hcm_filter(filters::http_connection_manager(
-                &stat_prefix,
-                Routes::Rds(rds.clone()),
-            )),
+            ChainAction::Http { rds } => {
+                let mut hcm =
+                    filters::http_connection_manager(&stat_prefix, Routes::Rds(rds.clone()));
+                options.apply(&mut hcm);
+                filters::hcm_filter(hcm)
+            }
         };
         let mut chain = FilterChain {
             filters: vec![filter],

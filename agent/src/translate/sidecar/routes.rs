@@ -23,7 +23,9 @@ use pasa_proto::istio::virtual_service::VirtualService;
 use prost::Message;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::super::{Rebuilt, Shapes, View, follow_service, names, route, virtual_service_inputs};
+use super::super::{
+    Rebuilt, Shapes, View, follow_service, hcm, names, route, virtual_service_inputs,
+};
 use super::catch_all;
 use crate::model::registry::{Config, Resolution, Service};
 use crate::resource::Resource;
@@ -91,7 +93,13 @@ impl RouteMemo {
         port: u32,
         shapes: &mut Shapes,
     ) -> BuiltRoutes {
-        let inputs = virtual_service_inputs(view, vs, shapes);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (
+            virtual_service_inputs(view, vs, shapes),
+            view.hcm(hcm::Class::SidecarOutbound).x_forwarded_host,
+        )
+            .hash(&mut h);
+        let inputs = h.finish();
         let key = (Arc::as_ptr(vs) as usize, port);
         match self.0.get(&key) {
             Some(MemoRoutes {
@@ -323,7 +331,11 @@ pub(in crate::translate) fn route_config(
     encodings.insert(name.to_string(), kept);
     plans.insert(name.to_string(), plan);
     encoded.push(Arc::new(
-        catch_all(view.scope.outbound_policy).encode_to_vec(),
+        catch_all(
+            view.scope.outbound_policy,
+            view.hcm(hcm::Class::SidecarOutbound),
+        )
+        .encode_to_vec(),
     ));
     Some(assemble(config, &encoded))
 }
@@ -416,7 +428,12 @@ impl PlannedHost {
             }
         };
         let (name, domains) = self.names(view, port_hosts);
-        route::encoded_virtual_host(name, domains, routes)
+        route::encoded_virtual_host(
+            name,
+            domains,
+            routes,
+            view.hcm(hcm::Class::SidecarOutbound).attempt_count,
+        )
     }
 
     /// What the virtual host is built from.
@@ -429,6 +446,9 @@ impl PlannedHost {
     ) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (self.identity, port).hash(&mut h);
+        view.hcm(hcm::Class::SidecarOutbound)
+            .attempt_count
+            .hash(&mut h);
         match source {
             Routes::VirtualService(inputs, _) => (0u8, inputs).hash(&mut h),
             Routes::Default(service) => {

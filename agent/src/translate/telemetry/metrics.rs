@@ -79,26 +79,9 @@ const STANDARD_METRICS: [(&str, &str); 10] = [
     ("TCP_SENT_BYTES", "tcp_sent_bytes_total"),
 ];
 
-/// Istio's listener classes, which decide the mode metrics are for and how they are labelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Class {
-    SidecarInbound,
-    SidecarOutbound,
-    Gateway,
-}
+pub(super) use super::super::hcm::Class;
 
 impl Class {
-    /// The class of the listener `name` of a router (`router`) or a sidecar.
-    pub(super) fn of_listener(router: bool, name: &str) -> Class {
-        if router {
-            Class::Gateway
-        } else if name == names::VIRTUAL_INBOUND {
-            Class::SidecarInbound
-        } else {
-            Class::SidecarOutbound
-        }
-    }
-
     /// The side (Telemetry's workload mode) its metrics are for.
     pub(super) fn side(self) -> Side {
         match self {
