@@ -197,7 +197,7 @@ pub fn bootstrap(input: &BootstrapInput<'_>) -> Value {
                 },
             }],
         },
-        "stats_config": stats_config(),
+        "stats_config": stats_config(id),
         "admin": {
             "access_log": [{
                 "name": "envoy.access_loggers.file",
@@ -285,6 +285,7 @@ fn socket_address(addr: SocketAddr) -> Value {
 fn grpc_pipe_cluster(name: &str, path: &str) -> Value {
     json!({
         "name": name,
+        "alt_stat_name": format!("{name};"),
         "type": "STATIC",
         "connect_timeout": "1s",
         "load_assignment": {
@@ -322,6 +323,7 @@ fn grpc_pipe_cluster(name: &str, path: &str) -> Value {
 fn static_cluster(name: &str, address: Value) -> Value {
     json!({
         "name": name,
+        "alt_stat_name": format!("{name};"),
         "type": "STATIC",
         "connect_timeout": "0.250s",
         "load_assignment": {
@@ -368,20 +370,91 @@ fn http_listener(name: &str, port: u16, prefix: &str, cluster: &str, stat_prefix
 
 /// Istio's stats tags: the cluster, listener and connection-manager names and the response
 /// code are tags of Envoy's stats, not parts of their names, so dashboards built for istiod's
-/// proxies work unchanged.
-fn stats_config() -> Value {
+/// proxies work unchanged. Cluster and connection-manager stat names end in `;` (see
+/// `translate::names::delimited_stats`), as istiod's and Istio's bootstrap have them.
+///
+/// Envoy keeps only the stats Istio's bootstrap keeps (`stats_matcher`): its own and the xDS
+/// stream's, RBAC decisions, routes, Istio's, and what the pod asks for with
+/// `sidecar.istio.io/statsInclusionPrefixes|Suffixes|Regexps` or, without those, its settings'
+/// `proxyStatsMatcher` (`{pod_ip}` stands for each of its addresses). Per-cluster and
+/// per-listener stats cost memory in every proxy; they are left out unless asked for.
+fn stats_config(id: &Identity) -> Value {
     // Each regex's first capture group is removed from the stat name, the second becomes the
     // tag's value.
     let address = r"(?:[_.[:digit:]]*|[_\[\]aAbBcCdDeEfF[:digit:]]*)";
+    let matcher = id
+        .proxy_config
+        .as_map()
+        .get("proxyStatsMatcher")
+        .cloned()
+        .unwrap_or_default();
+    let inclusion = |annotation: &str, field: &str, required: &[&str]| -> Vec<String> {
+        let asked: Vec<String> = match id.annotations.get(annotation) {
+            Some(listed) if !listed.is_empty() => listed.split(',').map(str::to_string).collect(),
+            _ => matcher
+                .get(field)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+        };
+        asked
+            .into_iter()
+            .chain(required.iter().map(|r| r.to_string()))
+            .map(|p| p.replace("{pod_ip}", &id.node.ip.to_string()))
+            .collect()
+    };
+    let mut patterns = vec![json!({"prefix": "reporter="})];
+    patterns.extend(
+        inclusion(
+            "sidecar.istio.io/statsInclusionPrefixes",
+            "inclusionPrefixes",
+            &[
+                "cluster_manager",
+                "listener_manager",
+                "server",
+                "cluster.xds-grpc",
+                "wasm",
+            ],
+        )
+        .into_iter()
+        .map(|p| json!({"prefix": p})),
+    );
+    patterns.extend(
+        inclusion(
+            "sidecar.istio.io/statsInclusionSuffixes",
+            "inclusionSuffixes",
+            &[
+                "rbac.allowed",
+                "rbac.denied",
+                "shadow_allowed",
+                "shadow_denied",
+            ],
+        )
+        .into_iter()
+        .map(|p| json!({"suffix": p})),
+    );
+    patterns.extend(
+        inclusion(
+            "sidecar.istio.io/statsInclusionRegexps",
+            "inclusionRegexps",
+            &[r"vhost\..*\.route\..*"],
+        )
+        .into_iter()
+        .map(|p| json!({"safe_regex": {"regex": p}})),
+    );
+    patterns.extend([json!({"prefix": "component"}), json!({"prefix": "istio"})]);
     json!({
+        "stats_matcher": {"inclusion_list": {"patterns": patterns}},
         "use_all_default_tags": false,
         "stats_tags": [
-            { "tag_name": "cluster_name", "regex": r"^cluster\.((.+?(\..+?\.svc\.cluster\.local)?)\.)" },
+            { "tag_name": "cluster_name", "regex": r"^cluster(\.(.+);)" },
             { "tag_name": "tcp_prefix", "regex": r"^tcp\.((.*?)\.)\w+?$" },
             { "tag_name": "response_code", "regex": r"_rq(_(\d{3}))$" },
             { "tag_name": "response_code_class", "regex": r"_rq(_(\dxx))$" },
             { "tag_name": "http_conn_manager_listener_prefix", "regex": format!(r"^listener(?=\.).*?\.http\.(({address})\.)") },
-            { "tag_name": "http_conn_manager_prefix", "regex": format!(r"^http\.(({address})\.)") },
+            { "tag_name": "http_conn_manager_prefix", "regex": r"^http\.(((?:[_.[:digit:]\w]*|[_\[\]aAbBcCdDeEfF[:digit:]\w\:]*));\.)" },
             { "tag_name": "listener_address", "regex": format!(r"^listener\.(({address})\.)") },
         ],
     })
@@ -413,6 +486,68 @@ mod tests {
         }
         .resolve()
         .unwrap()
+    }
+
+    #[test]
+    fn envoy_keeps_the_stats_istio_keeps() {
+        let envoy = args();
+        let patterns = |id: &Identity| {
+            let b = bootstrap(&BootstrapInput {
+                identity: id,
+                xds_uds: std::path::Path::new("/var/run/pasa/xds.sock"),
+                agent_admin: "127.0.0.1:15020".parse().unwrap(),
+                envoy: &envoy,
+            });
+            b["stats_config"]["stats_matcher"]["inclusion_list"]["patterns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+        };
+        let mut id = identity();
+        let defaults = patterns(&id);
+        assert_eq!(
+            defaults,
+            [
+                r#"{"prefix":"reporter="}"#,
+                r#"{"prefix":"cluster_manager"}"#,
+                r#"{"prefix":"listener_manager"}"#,
+                r#"{"prefix":"server"}"#,
+                r#"{"prefix":"cluster.xds-grpc"}"#,
+                r#"{"prefix":"wasm"}"#,
+                r#"{"suffix":"rbac.allowed"}"#,
+                r#"{"suffix":"rbac.denied"}"#,
+                r#"{"suffix":"shadow_allowed"}"#,
+                r#"{"suffix":"shadow_denied"}"#,
+                r#"{"safe_regex":{"regex":"vhost\\..*\\.route\\..*"}}"#,
+                r#"{"prefix":"component"}"#,
+                r#"{"prefix":"istio"}"#,
+            ]
+        );
+        // The settings' proxyStatsMatcher adds to them...
+        id.proxy_config = pasa_proto::istio::proxy_config::MeshProxyConfig::parse(
+            r#"{"proxyStatsMatcher": {"inclusionPrefixes": ["http.{pod_ip}_"],
+                "inclusionRegexps": [".*outlier_detection.*"]}}"#,
+        )
+        .unwrap();
+        let asked = patterns(&id);
+        assert!(
+            asked.contains(&r#"{"prefix":"http.10.42.0.7_"}"#.to_string()),
+            "{asked:?}"
+        );
+        assert!(asked.contains(&r#"{"safe_regex":{"regex":".*outlier_detection.*"}}"#.to_string()));
+        // ... unless the pod's annotation names its own.
+        id.annotations.insert(
+            "sidecar.istio.io/statsInclusionPrefixes".into(),
+            "cluster.outbound,upstream_cx".into(),
+        );
+        let annotated = patterns(&id);
+        assert!(annotated.contains(&r#"{"prefix":"cluster.outbound"}"#.to_string()));
+        assert!(!annotated.contains(&r#"{"prefix":"http.10.42.0.7_"}"#.to_string()));
+        assert!(
+            annotated.contains(&r#"{"safe_regex":{"regex":".*outlier_detection.*"}}"#.to_string())
+        );
     }
 
     #[test]

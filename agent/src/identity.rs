@@ -37,6 +37,11 @@ pub struct IdentityArgs {
     /// line each), read at start; replaces --labels. The injected agent reads them so.
     #[arg(long, env = "PASA_LABELS_FILE")]
     pub labels_file: Option<std::path::PathBuf>,
+    /// The pod's annotations as Kubernetes' downward API writes them into a file, read at
+    /// start: Istio's `sidecar.istio.io/statsInclusion*` there shape Envoy's stats, as for
+    /// pilot-agent.
+    #[arg(long, env = "PASA_ANNOTATIONS_FILE")]
+    pub annotations_file: Option<std::path::PathBuf>,
     /// The pod's service account.
     #[arg(long, env = "SERVICE_ACCOUNT", default_value = "default")]
     pub service_account: String,
@@ -87,6 +92,8 @@ pub struct Identity {
     pub pod_name: String,
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
+    /// The pod's annotations (`--annotations-file`); empty when not given.
+    pub annotations: BTreeMap<String, String>,
     pub service_account: String,
     pub cluster_id: String,
     pub network: String,
@@ -141,12 +148,14 @@ pub enum IdentityError {
     Locality(String),
     #[error("--labels-file {path}: {message}")]
     LabelsFile { path: String, message: String },
+    #[error("--annotations-file {path}: {message}")]
+    AnnotationsFile { path: String, message: String },
     #[error("--proxy-config (PROXY_CONFIG): {0}")]
     ProxyConfig(String),
 }
 
-/// Reads a downward API labels file: `key="value"` lines, the value quoted as Go quotes strings
-/// (label values never need more than `\"` and `\\`).
+/// Reads a downward API labels (or annotations) file: `key="value"` lines, the value quoted as
+/// Go quotes strings (`\"`, `\\`, `\n`).
 pub fn parse_downward_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut labels = BTreeMap::new();
     for (i, line) in text
@@ -163,10 +172,27 @@ pub fn parse_downward_labels(text: &str) -> Result<BTreeMap<String, String>, Str
         let mut value = String::with_capacity(inner.len());
         let mut chars = inner.chars();
         while let Some(c) = chars.next() {
-            match c {
-                '\\' => value.push(chars.next().ok_or_else(bad)?),
-                c => value.push(c),
+            if c != '\\' {
+                value.push(c);
+                continue;
             }
+            let escaped = chars.next().ok_or_else(bad)?;
+            let hex = |n: usize, chars: &mut std::str::Chars<'_>| {
+                let digits: String = chars.by_ref().take(n).collect();
+                u32::from_str_radix(&digits, 16)
+                    .ok()
+                    .filter(|_| digits.len() == n)
+                    .and_then(char::from_u32)
+            };
+            value.push(match escaped {
+                'n' => '\n',
+                't' => '\t',
+                'r' => '\r',
+                'x' => hex(2, &mut chars).ok_or_else(bad)?,
+                'u' => hex(4, &mut chars).ok_or_else(bad)?,
+                'U' => hex(8, &mut chars).ok_or_else(bad)?,
+                other => other,
+            });
         }
         if key.is_empty() {
             return Err(bad());
@@ -245,6 +271,17 @@ impl IdentityArgs {
                 None => parse_labels(&self.labels)?,
                 Some(path) => {
                     let error = |message: String| IdentityError::LabelsFile {
+                        path: path.display().to_string(),
+                        message,
+                    };
+                    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+                    parse_downward_labels(&text).map_err(error)?
+                }
+            },
+            annotations: match &self.annotations_file {
+                None => BTreeMap::new(),
+                Some(path) => {
+                    let error = |message: String| IdentityError::AnnotationsFile {
                         path: path.display().to_string(),
                         message,
                     };
@@ -334,5 +371,16 @@ mod tests {
         assert_eq!(labels["odd"], "a\"b");
         let e = parse_downward_labels("app=reviews\n").unwrap_err();
         assert!(e.contains("line 1"), "{e}");
+        // Annotations as the downward API writes them (Go's quoting: a JSON value with a line
+        // break, a tab, a non-ASCII character).
+        let file = "proxy.istio.io/config=\"{\\\"concurrency\\\": 2}\\n\"\n\
+                    note=\"a\\tb \\u00e9\"\n";
+        let annotations = parse_downward_labels(file).unwrap();
+        assert_eq!(
+            annotations["proxy.istio.io/config"],
+            "{\"concurrency\": 2}\n"
+        );
+        assert_eq!(annotations["note"], "a\tb \u{e9}");
+        assert!(parse_downward_labels("k=\"\\u12\"").is_err());
     }
 }

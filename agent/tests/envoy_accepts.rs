@@ -39,6 +39,7 @@ fn envoy_bootstrap(node_id: &str, xds: &Path, delta: bool) -> serde_json::Value 
         node_id: node_id.into(),
         service_account: "default".into(),
         cluster_id: "Kubernetes".into(),
+        proxy_config: common::envoy::ALL_STATS.into(),
         ..Default::default()
     }
     .resolve()

@@ -71,7 +71,7 @@ fn mesh_route() -> Value {
 
 fn requests_to(stats: &BTreeMap<String, u64>, cluster: &str) -> u64 {
     stats
-        .get(&format!("cluster.{cluster}.upstream_rq_total"))
+        .get(&format!("cluster.{cluster};.upstream_rq_total"))
         .copied()
         .unwrap_or(0)
 }

@@ -160,7 +160,8 @@ async fn mutual_tls_between_two_sidecars() {
             Some("server-app"),
             "{protocol}: {a:?}"
         );
-        let cluster = "cluster.outbound|80||server.shop.svc.cluster.local";
+        // Cluster stats go by the cluster's name and `;`, as istiod names them.
+        let cluster = "cluster.outbound|80||server.shop.svc.cluster.local;";
         let client_stats = client.stats().await;
         let server_stats = server.stats().await;
         let handshakes = |stats: &std::collections::BTreeMap<String, u64>, key: &str| {

@@ -145,7 +145,7 @@ async fn sidecar_traffic_with_capture() {
         let stats = envoy.stats().await;
         assert!(
             stats
-                .get("cluster.PassthroughCluster.upstream_cx_total")
+                .get("cluster.PassthroughCluster;.upstream_cx_total")
                 .copied()
                 .unwrap_or(0)
                 >= 1,
@@ -168,7 +168,7 @@ async fn sidecar_traffic_with_capture() {
         let stats = envoy.stats().await;
         assert!(
             stats
-                .get("cluster.inbound|8000||.upstream_rq_total")
+                .get("cluster.inbound|8000||;.upstream_rq_total")
                 .copied()
                 .unwrap_or(0)
                 >= 1,
@@ -176,6 +176,17 @@ async fn sidecar_traffic_with_capture() {
             stats
                 .iter()
                 .filter(|(k, _)| k.contains("inbound"))
+                .collect::<Vec<_>>()
+        );
+        // Prometheus sees the cluster as a tag, as for istiod's proxies.
+        let (_, prometheus) = envoy.get("/stats/prometheus").await;
+        assert!(
+            prometheus.lines().any(|l| l
+                .starts_with(r#"envoy_cluster_upstream_rq_total{cluster_name="inbound|8000||"}"#)),
+            "{protocol}: the cluster_name tag: {:?}",
+            prometheus
+                .lines()
+                .filter(|l| l.contains("upstream_rq_total"))
                 .collect::<Vec<_>>()
         );
         println!("{protocol}: passthrough and inbound capture work");
@@ -186,11 +197,11 @@ async fn sidecar_traffic_with_capture() {
         let stats = envoy.stats().await;
         assert!(
             stats
-                .get("cluster.BlackHoleCluster.upstream_cx_none_healthy")
+                .get("cluster.BlackHoleCluster;.upstream_cx_none_healthy")
                 .copied()
                 .unwrap_or(0)
                 + stats
-                    .get("cluster.BlackHoleCluster.upstream_rq_total")
+                    .get("cluster.BlackHoleCluster;.upstream_rq_total")
                     .copied()
                     .unwrap_or(0)
                 >= 1,

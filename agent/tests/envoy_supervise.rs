@@ -72,7 +72,8 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
             &admin,
             // The pod's proxy settings, as the injection gives them (`PROXY_CONFIG`).
             "--proxy-config",
-            r#"{"concurrency": 3, "terminationDrainDuration": "1s"}"#,
+            r#"{"concurrency": 3, "terminationDrainDuration": "1s",
+                "proxyStatsMatcher": {"inclusionPrefixes": ["sds."]}}"#,
             "--credential-poll",
             "100ms",
         ],
@@ -206,6 +207,8 @@ async fn a_sidecar_with_its_certificate_from_istios_ca_becomes_ready_and_takes_r
             &admin,
             "--drain-duration",
             "0s",
+            "--proxy-config",
+            r#"{"proxyStatsMatcher": {"inclusionPrefixes": ["sds."]}}"#,
         ]
         .map(String::from),
     );

@@ -319,6 +319,7 @@ impl<'s> Target<'s> {
         let endpoints = || endpoints.get_or_init(|| endpoint::PortEndpoints::new(service, port));
         let mut cluster = Cluster {
             name: name.to_string(),
+            alt_stat_name: names::delimited_stats(name),
             ..Default::default()
         };
         match service.resolution {
@@ -786,6 +787,7 @@ fn upstream_http_options(
 fn original_destination(name: &str) -> Cluster {
     Cluster {
         name: name.to_string(),
+        alt_stat_name: names::delimited_stats(name),
         connect_timeout: Some(CONNECT_TIMEOUT),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(
             DiscoveryType::OriginalDst as i32,
@@ -837,6 +839,7 @@ pub(super) fn allow_any_dynamic_dns() -> Cluster {
     };
     Cluster {
         name: names::ALLOW_ANY_DYNAMIC_DNS_CLUSTER.into(),
+        alt_stat_name: names::delimited_stats(names::ALLOW_ANY_DYNAMIC_DNS_CLUSTER),
         connect_timeout: Some(CONNECT_TIMEOUT),
         lb_policy: LbPolicy::ClusterProvided as i32,
         cluster_discovery_type: Some(ClusterDiscoveryType::ClusterType(CustomClusterType {
@@ -851,6 +854,7 @@ pub(super) fn allow_any_dynamic_dns() -> Cluster {
 pub(super) fn black_hole() -> Cluster {
     Cluster {
         name: names::BLACK_HOLE_CLUSTER.into(),
+        alt_stat_name: names::delimited_stats(names::BLACK_HOLE_CLUSTER),
         connect_timeout: Some(CONNECT_TIMEOUT),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
         ..Default::default()
@@ -860,7 +864,11 @@ pub(super) fn black_hole() -> Cluster {
 /// `InboundPassthroughCluster`: inbound traffic to a port no service declares, forwarded to the
 /// original destination from Istio's inbound passthrough source address.
 pub(super) fn inbound_passthrough() -> Cluster {
-    inbound_original_destination(names::INBOUND_PASSTHROUGH_CLUSTER)
+    Cluster {
+        // istiod's: its stats count with the outbound passthrough's.
+        alt_stat_name: names::delimited_stats(names::PASSTHROUGH_CLUSTER),
+        ..inbound_original_destination(names::INBOUND_PASSTHROUGH_CLUSTER)
+    }
 }
 
 /// `inbound|<port>||`: traffic for the local workload, to `endpoint` (`127.0.0.1:<port>` or a
@@ -870,6 +878,7 @@ pub(super) fn inbound(port: u32, endpoint: Option<(String, u32)>) -> Cluster {
     match endpoint {
         Some((address, port)) => Cluster {
             name: name.clone(),
+            alt_stat_name: names::delimited_stats(&name),
             connect_timeout: Some(CONNECT_TIMEOUT),
             cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
             load_assignment: Some(endpoint::single(&name, &address, port)),

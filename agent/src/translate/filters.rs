@@ -1,7 +1,6 @@
 //! The Envoy filters listeners are built from: HTTP connection managers (RDS or inline routes),
 //! TCP proxies (also those of VirtualService TCP and TLS routes), and the listener filters that read the original destination, TLS and HTTP.
 
-use envoy_types::pb::envoy::config::core::v3::{Http1ProtocolOptions, Http2ProtocolOptions};
 use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, ListenerFilter, filter, listener_filter,
 };
@@ -82,8 +81,6 @@ pub(super) fn http_connection_manager(stat_prefix: &str, routes: Routes) -> Http
                 ..Default::default()
             },
         ],
-        http_protocol_options: Some(Http1ProtocolOptions::default()),
-        http2_protocol_options: Some(Http2ProtocolOptions::default()),
         ..Default::default()
     }
 }

@@ -126,6 +126,7 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
         let name = super::names::listener(&bind, sp.number);
         let chains = if sp.is_http() {
             vec![http_chain(
+                &name,
                 &servers.route_name,
                 None,
                 Vec::new(),
@@ -140,6 +141,7 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
                     let bound = &merged.bound[i];
                     if bound.terminates_https() {
                         vec![http_chain(
+                            &name,
                             &bound.route_name,
                             http::server_tls(&bound.server, false),
                             bound.sni_hosts(),
@@ -204,7 +206,8 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
     }
 }
 
-/// An HTTP connection manager chain on RDS `route_name`, terminating TLS when `tls` is set.
+/// An HTTP connection manager chain of `listener` on RDS `route_name`, terminating TLS when
+/// `tls` is set; its stats go by `outbound_<listener>`, as istiod names them.
 ///
 /// As istiod sets up a gateway's connection manager: the gateway is the edge, so the client's
 /// address is the peer's (`use_remote_address`, with the trusted X-Forwarded-For hops of the
@@ -212,13 +215,17 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
 /// sent is replaced by the details of its own certificate (SANITIZE_SET with subject,
 /// certificate, URI and DNS SANs) when it presented one (see [`hcm::Options`]).
 fn http_chain(
+    listener: &str,
     route_name: &str,
     tls: Option<TransportSocket>,
     sni_hosts: Vec<String>,
     authz: &super::authz::ProxyAuthz,
     options: &hcm::Options,
 ) -> Chain {
-    let mut hcm = filters::http_connection_manager(route_name, Routes::Rds(route_name.to_string()));
+    let mut hcm = filters::http_connection_manager(
+        &format!("outbound_{listener}"),
+        Routes::Rds(route_name.to_string()),
+    );
     // Authorization first, as on a sidecar's inbound side.
     hcm.http_filters.splice(0..0, authz.http.iter().cloned());
     options.apply(&mut hcm);

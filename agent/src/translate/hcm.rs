@@ -185,6 +185,9 @@ impl Options {
 
     /// Sets up `hcm` (built with its routes and filters) as istiod sets up one of this class.
     pub(crate) fn apply(&self, hcm: &mut HttpConnectionManager) {
+        if !hcm.stat_prefix.ends_with(';') {
+            hcm.stat_prefix = names::delimited_stats(&hcm.stat_prefix);
+        }
         hcm.server_name = self.server_name.clone();
         hcm.server_header_transformation = if self.pass_through_server {
             ServerHeaderTransformation::PassThrough
@@ -210,6 +213,10 @@ impl Options {
         hcm.use_remote_address = Some(BoolValue {
             value: self.class == Class::Gateway,
         });
+        if self.class == Class::Gateway {
+            // istiod's gateways set HTTP/1 options (empty unless HTTP/1.0 is accepted).
+            hcm.http_protocol_options = Some(Default::default());
+        }
         hcm.upgrade_configs = vec![UpgradeConfig {
             upgrade_type: "websocket".into(),
             ..Default::default()
@@ -361,8 +368,10 @@ mod tests {
         hcm.http_filters.clear();
         hcm.route_specifier = None;
         hcm.stat_prefix.clear();
+        // Compared with istiod's too, except the gateway's empty HTTP/1 options, which the
+        // recording leaves out.
         hcm.http_protocol_options = None;
-        hcm.http2_protocol_options = None;
+        assert!(hcm.http2_protocol_options.is_none());
         let mut json = pasa_envoy_json::to_json("connection manager", &pack_any(hcm)).unwrap();
         json.as_object_mut().unwrap().remove("@type");
         (json, suppress)

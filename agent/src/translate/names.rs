@@ -17,6 +17,14 @@ pub const BLOCK_ALL: &str = "block_all";
 /// The route of a service without a VirtualService.
 pub const DEFAULT_ROUTE: &str = "default";
 
+/// The name a cluster's stats go by (`alt_stat_name`), or a connection manager's stat prefix:
+/// istiod ends them in `;` so that the bootstrap's tag regexes know where the name ends (a
+/// cluster's name has dots) and report it as the `cluster_name` or `http_conn_manager_prefix`
+/// tag.
+pub fn delimited_stats(name: &str) -> String {
+    format!("{name};")
+}
+
 /// `outbound|<port>|<subset>|<host>`.
 pub fn outbound_cluster(port: u32, subset: &str, host: &str) -> String {
     join(&[

@@ -330,6 +330,11 @@ where
     pasa_agent::envoy::exchange(stream, method, path).await.ok()
 }
 
+/// Proxy settings that keep every Envoy stat: the checks read `update_rejected` per route
+/// configuration and per cluster, and clusters' traffic counters, which Istio's default stats
+/// matcher leaves out (a pod asks for them so, with `proxyStatsMatcher`).
+pub const ALL_STATS: &str = r#"{"proxyStatsMatcher": {"inclusionRegexps": [".*"]}}"#;
+
 /// The bootstrap `pasa-agent bootstrap` (the real binary) prints for `node`, following
 /// `agent` (its socket also serves SDS), over Delta when `delta`.
 pub fn agent_bootstrap(
@@ -342,6 +347,7 @@ pub fn agent_bootstrap(
     command
         .arg("bootstrap")
         .args(["--node-id", node, "--labels", labels])
+        .args(["--proxy-config", ALL_STATS])
         .arg("--uds")
         .arg(&agent.uds)
         .arg("--sds-uds")

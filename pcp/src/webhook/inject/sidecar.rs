@@ -447,6 +447,11 @@ fn agent_container(
         }
         Mode::Standalone => {
             env.push(value("PASA_ENVOY_BINARY", "/usr/local/bin/envoy"));
+            // Istio's stats annotations shape Envoy's bootstrap.
+            env.push(value(
+                "PASA_ANNOTATIONS_FILE",
+                "/etc/pasa/podinfo/annotations",
+            ));
             env.push(value(
                 "PASA_STATUS_LISTEN",
                 &format!("0.0.0.0:{STATUS_PORT}"),
