@@ -88,6 +88,48 @@ pub(crate) struct View<'a> {
     auto_addresses: BTreeMap<(String, String), String>,
     /// Connection manager settings per listener class: inbound, outbound, gateway.
     hcm: [hcm::Options; 3],
+    /// How DNS clusters resolve.
+    cluster_dns: cluster::DnsOptions,
+    /// The mesh config's `defaultHttpRetryPolicy` and `defaultInboundHttpRetryPolicy`.
+    retry_defaults: RetryDefaults,
+    /// What every route reads of the proxy's settings and the mesh config (outbound attempt
+    /// counts and X-Forwarded-Host, the default retry policies), fingerprinted: routes built
+    /// under other settings are not reused.
+    route_settings: u64,
+}
+
+/// The mesh config's default retry policies (a route's own wins).
+#[derive(Debug, Default)]
+struct RetryDefaults {
+    outbound: Option<pasa_proto::istio::virtual_service::HttpRetry>,
+    inbound: Option<pasa_proto::istio::virtual_service::HttpRetry>,
+}
+
+impl RetryDefaults {
+    fn of(mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>) -> (RetryDefaults, String) {
+        let read = |field: &str| {
+            let value = mesh.and_then(|m| m.other.get(field))?;
+            match serde_json::from_value(value.clone()) {
+                Ok(policy) => Some(policy),
+                Err(e) => {
+                    tracing::warn!(field, error = %e, "mesh config retry policy not applied");
+                    None
+                }
+            }
+        };
+        let written = |field: &str| {
+            mesh.and_then(|m| m.other.get(field))
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        };
+        (
+            RetryDefaults {
+                outbound: read("defaultHttpRetryPolicy"),
+                inbound: read("defaultInboundHttpRetryPolicy"),
+            },
+            written("defaultHttpRetryPolicy") + &written("defaultInboundHttpRetryPolicy"),
+        )
+    }
 }
 
 /// The services a proxy sees: in host order, and by host.
@@ -310,8 +352,14 @@ impl<'a> View<'a> {
             hcm::Class::Gateway,
         ]
         .map(|class| hcm::Options::of(class, &settings, mesh));
+        let (retry_defaults, written) = RetryDefaults::of(mesh);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&hcm, written).hash(&mut h);
         View {
             hcm,
+            cluster_dns: cluster::DnsOptions::of(&proxy.ips, mesh),
+            retry_defaults,
+            route_settings: h.finish(),
             proxy,
             registry,
             destination_rules,
@@ -324,6 +372,23 @@ impl<'a> View<'a> {
             vs_wildcards,
             aliases,
             auto_addresses,
+        }
+    }
+
+    /// How long listener filters may wait for the first bytes to detect a protocol (the mesh
+    /// config's `protocolDetectionTimeout`; 0, the default, waits as long as it takes).
+    fn protocol_detection_timeout(&self) -> envoy_types::pb::google::protobuf::Duration {
+        let nanos = self
+            .registry
+            .mesh_config(&self.proxy.mesh.root_namespace)
+            .and_then(|m| m.other.get("protocolDetectionTimeout"))
+            .and_then(serde_json::Value::as_str)
+            .and_then(|t| pasa_proto::duration::parse_go(t).ok())
+            .filter(|n| *n > 0.0)
+            .unwrap_or(0.0) as i64;
+        envoy_types::pb::google::protobuf::Duration {
+            seconds: nanos / 1_000_000_000,
+            nanos: (nanos % 1_000_000_000) as i32,
         }
     }
 
@@ -359,7 +424,12 @@ impl<'a> View<'a> {
         service: &Service,
         port: u32,
     ) -> envoy_types::pb::envoy::config::route::v3::Route {
-        let mut route = route::default_route(&names::outbound_cluster(port, "", &service.hostname));
+        let mut route = route::default_outbound_route(
+            &names::outbound_cluster(port, "", &service.hostname),
+            &service.hostname,
+            port,
+            self.retry_defaults.outbound.as_ref(),
+        );
         let destination = pasa_proto::istio::virtual_service::Destination {
             host: service.hostname.clone(),
             ..Default::default()
@@ -420,6 +490,10 @@ impl Destinations for View<'_> {
         self.hcm(hcm::Class::SidecarOutbound).x_forwarded_host
     }
 
+    fn default_retry(&self) -> Option<&pasa_proto::istio::virtual_service::HttpRetry> {
+        self.retry_defaults.outbound.as_ref()
+    }
+
     fn cluster(
         &self,
         destination: &pasa_proto::istio::virtual_service::Destination,
@@ -465,16 +539,20 @@ struct HostOutput {
     clusters: Vec<(String, Arc<Resource>)>,
     /// Cluster name → load assignment.
     assignments: Vec<(String, Arc<Resource>)>,
+    /// How its DNS clusters resolve.
+    dns: cluster::DnsOptions,
 }
 
 impl HostOutput {
-    /// Whether it was built from `service` and `rule` (the same allocations, or equal ones).
+    /// Whether it was built from `service` and `rule` (the same allocations, or equal ones)
+    /// under `dns`.
     fn built_from(
         &self,
         service: &Arc<Service>,
         rule: Option<&Arc<Config<DestinationRule>>>,
+        dns: &cluster::DnsOptions,
     ) -> bool {
-        same(&self.service, service) && same_rule(self.rule.as_ref(), rule)
+        same(&self.service, service) && same_rule(self.rule.as_ref(), rule) && self.dns == *dns
     }
 }
 
@@ -707,7 +785,7 @@ impl Outputs {
         for service in view.services.values() {
             let rule = shapes.followed(view, service).rule.clone();
             let old = self.hosts.get(&service.hostname);
-            if old.is_some_and(|o| o.built_from(service, rule.as_ref())) {
+            if old.is_some_and(|o| o.built_from(service, rule.as_ref(), &view.cluster_dns)) {
                 continue;
             }
             counts.services += 1;
@@ -715,6 +793,7 @@ impl Outputs {
                 .filter(|o| {
                     same_rule(o.rule.as_ref(), rule.as_ref())
                         && same_clusters(&o.service, service, kind, shapes)
+                        && o.dns == view.cluster_dns
                 })
                 .map(|o| o.clusters.clone());
             let mut built = Vec::new();
@@ -723,11 +802,12 @@ impl Outputs {
                 service,
                 rule.as_deref(),
                 generator,
-                (kind, view.proxy.build),
+                (kind, view.proxy.build, &view.cluster_dns),
                 (kept_clusters.is_none(), &mut built),
             );
             let mut output = HostOutput {
                 service: Arc::clone(service),
+                dns: view.cluster_dns.clone(),
                 rule,
                 clusters: Vec::with_capacity(built.len()),
                 assignments: Vec::with_capacity(built.len()),
@@ -957,9 +1037,10 @@ impl GlobalInputs {
                 resource.mod_revision.hash(&mut routes);
             }
         }
-        // What the connection managers and virtual hosts take from the proxy's settings.
-        view.hcm.hash(&mut listeners);
-        view.hcm.hash(&mut routes);
+        // What the connection managers and routes take from the proxy's settings and the
+        // mesh config.
+        view.route_settings.hash(&mut listeners);
+        view.route_settings.hash(&mut routes);
         if !router {
             for vs in view.registry.virtual_services() {
                 if !vs.spec.tcp.is_empty() || !vs.spec.tls.is_empty() {

@@ -413,7 +413,7 @@ fn proxy_config_shows_what_the_agent_serves() {
     );
     assert_eq!(
         json[0]["metadata"]["filterMetadata"]["istio"]["config"],
-        "/apis/networking.istio.io/v1alpha3/namespaces/default/destination-rule/reviews"
+        "/apis/networking.istio.io/v1/namespaces/default/destination-rule/reviews"
     );
     // ECDS: istioctl's table, and the filter as JSON.
     let ecds = proxy_config(&["ecds", &addr]);

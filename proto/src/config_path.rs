@@ -1,6 +1,7 @@
 //! Which Istio config an Envoy resource came from, as istiod records it: the `istio` filter
 //! metadata of a cluster (its DestinationRule) or a route (its VirtualService) holds a `config`
-//! path `/apis/networking.istio.io/v1alpha3/namespaces/<namespace>/<kind-in-kebab-case>/<name>`.
+//! path `/apis/networking.istio.io/<version>/namespaces/<namespace>/<kind-in-kebab-case>/<name>`,
+//! the version being the one istiod reads the kind at (`v1`; `v1alpha3` for EnvoyFilter).
 //! The agent writes it; `pasactl proxy-config` reads it back as `name.namespace`, as istioctl
 //! does.
 
@@ -11,16 +12,10 @@ pub const FILTER_METADATA_KEY: &str = "istio";
 /// The field of that metadata holding the config path.
 pub const CONFIG_FIELD: &str = "config";
 
-/// The API version istiod writes in config paths (its internal version of the networking kinds,
-/// whichever version the resource was written in).
-const PATH_VERSION: &str = "v1alpha3";
-
-/// The config path of a resource of `kind`.
+/// The config path of a resource of `kind`, with the version istiod reads the kind at (its
+/// newest), whichever version the resource was written in.
 pub fn config_path(kind: Kind, namespace: &str, name: &str) -> String {
-    let version = match kind.group() {
-        ISTIO_NETWORKING_GROUP => PATH_VERSION,
-        _ => kind.versions().first().copied().unwrap_or(PATH_VERSION),
-    };
+    let version = kind.versions().first().copied().unwrap_or("v1");
     format!(
         "/apis/{}/{version}/namespaces/{namespace}/{}/{name}",
         kind.group(),
@@ -65,11 +60,15 @@ mod tests {
     fn paths_are_istiods() {
         assert_eq!(
             config_path(Kind::DestinationRule, "default", "reviews"),
-            "/apis/networking.istio.io/v1alpha3/namespaces/default/destination-rule/reviews"
+            "/apis/networking.istio.io/v1/namespaces/default/destination-rule/reviews"
         );
         assert_eq!(
             config_path(Kind::VirtualService, "shop", "cart"),
-            "/apis/networking.istio.io/v1alpha3/namespaces/shop/virtual-service/cart"
+            "/apis/networking.istio.io/v1/namespaces/shop/virtual-service/cart"
+        );
+        assert_eq!(
+            config_path(Kind::EnvoyFilter, "shop", "lua"),
+            "/apis/networking.istio.io/v1alpha3/namespaces/shop/envoy-filter/lua"
         );
     }
 

@@ -14,10 +14,13 @@ use envoy_types::pb::envoy::config::core::v3::{
     transport_socket::ConfigType,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CertificateValidationContext, CommonTlsContext, TlsCertificate, UpstreamTlsContext,
+    CertificateValidationContext, CommonTlsContext, TlsCertificate, TlsParameters,
+    UpstreamTlsContext,
     common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
+    tls_parameters::TlsProtocol,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
+use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::{Duration, UInt32Value, UInt64Value};
 use pasa_proto::istio::destination_rule::{
     ClientTlsMode, ClientTlsSettings, ConnectionPoolSettings, DestinationRule,
@@ -137,7 +140,7 @@ pub(super) fn service_clusters(
     service: &Service,
     dr: Option<&Config<DestinationRule>>,
     generator: Generator,
-    (proxy, build): (ProxyType, ProxyBuild),
+    (proxy, build, dns): (ProxyType, ProxyBuild, &DnsOptions),
     (clusters, out): (bool, &mut Vec<BuiltCluster>),
 ) {
     let as_eds;
@@ -152,16 +155,18 @@ pub(super) fn service_clusters(
     };
     // The DestinationRule that shaped the clusters, as istiod records it, and, for Istio's
     // stats, the service they are for.
-    let labels: Vec<metadata::ServiceLabel> = (build == ProxyBuild::Istio)
+    let service_labels: Vec<metadata::ServiceLabel> = (build == ProxyBuild::Istio)
         .then(|| metadata::ServiceLabel::of(service))
         .into_iter()
         .collect();
-    let metadata = metadata::cluster_field(dr.map(|dr| &dr.meta), &labels);
+    let external = build == ProxyBuild::Istio && service.external;
+    let metadata = metadata::cluster_field(dr.map(|dr| &dr.meta), &service_labels, external, None);
     let mut target = Target {
         service,
         identities: std::cell::OnceCell::new(),
         mutual: MutualContexts::new(build),
         generator,
+        dns,
     };
     for port in &service.ports {
         // Built by the first cluster of the port that reads endpoints, shared by the others.
@@ -195,12 +200,21 @@ pub(super) fn service_clusters(
             let at = match shared.iter().position(|(p, _)| *p == policy) {
                 Some(at) => at,
                 None => {
-                    let part = target.shared(port, &policy, &metadata);
+                    let part = target.shared(port, &policy);
                     shared.push((policy, part));
                     shared.len() - 1
                 }
             };
             let (policy, part) = &shared[at];
+            // A subset's cluster also names its subset.
+            let subset_metadata = subset.map(|name| {
+                metadata::cluster_field(
+                    dr.map(|dr| &dr.meta),
+                    &service_labels,
+                    external,
+                    Some(name),
+                )
+            });
             let encoded = target.own(
                 Own {
                     name: &name,
@@ -208,6 +222,7 @@ pub(super) fn service_clusters(
                     subset: subset.unwrap_or(""),
                     policy,
                     shared: part,
+                    metadata: subset_metadata.as_deref().unwrap_or(&metadata),
                 },
                 (&endpoints, labels),
             );
@@ -238,6 +253,8 @@ struct Own<'a> {
     subset: &'a str,
     policy: &'a Policy,
     shared: &'a Shared,
+    /// The encoded `metadata` field (see [`metadata::cluster_field`]).
+    metadata: &'a [u8],
 }
 
 /// The service whose clusters are built, with what its clusters share.
@@ -247,6 +264,66 @@ struct Target<'s> {
     identities: std::cell::OnceCell<Vec<String>>,
     mutual: MutualContexts,
     generator: Generator,
+    dns: &'s DnsOptions,
+}
+
+/// How DNS clusters resolve, as istiod sets them up: the address family of the proxy's own
+/// addresses (IPv4 only unless the proxy has only IPv6 ones), re-resolved every
+/// `dnsRefreshRate` of the mesh config (60s by default; Envoy's own is 5s) or the record's TTL,
+/// with 100 ms of jitter, through c-ares with at most 100 UDP queries per connection.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct DnsOptions {
+    family: i32,
+    refresh: Duration,
+}
+
+impl DnsOptions {
+    pub(crate) fn of(
+        ips: &[std::net::IpAddr],
+        mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>,
+    ) -> DnsOptions {
+        use envoy_types::pb::envoy::config::cluster::v3::cluster::DnsLookupFamily;
+        let family = if !ips.is_empty() && ips.iter().all(std::net::IpAddr::is_ipv6) {
+            DnsLookupFamily::V6Only
+        } else {
+            DnsLookupFamily::V4Only
+        };
+        let nanos = mesh
+            .and_then(|m| m.other.get("dnsRefreshRate"))
+            .and_then(serde_json::Value::as_str)
+            .and_then(|t| pasa_proto::duration::parse_go(t).ok())
+            .filter(|n| *n > 0.0)
+            .unwrap_or(60e9) as i64;
+        DnsOptions {
+            family: family as i32,
+            refresh: Duration {
+                seconds: nanos / 1_000_000_000,
+                nanos: (nanos % 1_000_000_000) as i32,
+            },
+        }
+    }
+
+    /// Puts these settings on `cluster`, a DNS cluster.
+    #[allow(deprecated)] // istiod's fields
+    fn apply(&self, cluster: &mut Cluster) {
+        use envoy_types::pb::envoy::extensions::network::dns_resolver::cares::v3::CaresDnsResolverConfig;
+        cluster.dns_lookup_family = self.family;
+        cluster.dns_refresh_rate = Some(self.refresh);
+        cluster.respect_dns_ttl = true;
+        cluster.dns_jitter = Some(Duration {
+            seconds: 0,
+            nanos: 100_000_000,
+        });
+        cluster.typed_dns_resolver_config = Some(
+            envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig {
+                name: "envoy.network.dns_resolver.cares".into(),
+                typed_config: Some(pack_any(CaresDnsResolverConfig {
+                    udp_max_queries: Some(UInt32Value { value: 100 }),
+                    ..Default::default()
+                })),
+            },
+        );
+    }
 }
 
 impl<'s> Target<'s> {
@@ -255,9 +332,8 @@ impl<'s> Target<'s> {
     }
 
     /// The fields every cluster of `port` under `policy` has: discovery type, timeouts, load
-    /// balancer, circuit breakers, outlier detection, upstream HTTP options, and `metadata` (the
-    /// encoded field, see [`metadata::cluster_field`]).
-    fn shared(&self, port: &ServicePort, policy: &Policy, metadata: &[u8]) -> Shared {
+    /// balancer, circuit breakers, outlier detection, upstream HTTP options.
+    fn shared(&self, port: &ServicePort, policy: &Policy) -> Shared {
         let service = self.service;
         let mut cluster = Cluster {
             connect_timeout: Some(CONNECT_TIMEOUT),
@@ -273,12 +349,29 @@ impl<'s> Target<'s> {
             }
         };
         cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
+        if matches!(kind, DiscoveryType::StrictDns | DiscoveryType::LogicalDns) {
+            self.dns.apply(&mut cluster);
+        }
         if kind != DiscoveryType::OriginalDst {
             apply_load_balancer(&mut cluster, policy.load_balancer.as_ref(), self.generator);
+            // No panic mode (Envoy's sends to every endpoint once half are unhealthy), as
+            // istiod: it sends unready endpoints too, which panic mode would pick.
+            cluster
+                .common_lb_config
+                .get_or_insert_default()
+                .healthy_panic_threshold = Some(Percent { value: 0.0 });
         }
         let common = apply_connection_pool(&mut cluster, policy.connection_pool.as_ref());
         if let Some(od) = &policy.outlier_detection {
             cluster.outlier_detection = Some(outlier_detection(od));
+            if od.min_health_percent >= 0 && kind != DiscoveryType::OriginalDst {
+                cluster
+                    .common_lb_config
+                    .get_or_insert_default()
+                    .healthy_panic_threshold = Some(Percent {
+                    value: f64::from(od.min_health_percent),
+                });
+            }
         }
         // HTTP/2 and gRPC ports speak HTTP/2 upstream.
         let http2 = port.is_http() && port.protocol != Some(Protocol::Http);
@@ -295,7 +388,7 @@ impl<'s> Target<'s> {
                 && self.generator == Generator::Envoy
                 && !service.external
                 && service.resolution == Resolution::ClientSideLb,
-            encoded: [prost::Message::encode_to_vec(&cluster).as_slice(), metadata].concat(),
+            encoded: prost::Message::encode_to_vec(&cluster),
         }
     }
 
@@ -314,6 +407,7 @@ impl<'s> Target<'s> {
             subset,
             policy,
             shared,
+            metadata,
         } = own;
         let service = self.service;
         let endpoints = || endpoints.get_or_init(|| endpoint::PortEndpoints::new(service, port));
@@ -351,7 +445,8 @@ impl<'s> Target<'s> {
                 .as_ref()
                 .map_or(0, |s| field_len(TRANSPORT_SOCKET, s.len()))
             + matches.as_ref().map_or(0, |s| auto_mtls_len(s.len()))
-            + shared.encoded.len();
+            + shared.encoded.len()
+            + metadata.len();
         let mut encoded = Vec::with_capacity(total);
         prost::Message::encode_raw(&cluster, &mut encoded);
         if let Some(socket) = socket {
@@ -362,6 +457,7 @@ impl<'s> Target<'s> {
             auto_mtls(&socket, &mut encoded);
         }
         encoded.extend_from_slice(&shared.encoded);
+        encoded.extend_from_slice(metadata);
         debug_assert_eq!(encoded.len(), total);
         encoded
     }
@@ -623,6 +719,12 @@ fn istio_mutual_common(sans: &[String], build: ProxyBuild) -> CommonTlsContext {
         } else {
             vec!["istio".into()]
         },
+        // TLS 1.3 where the server speaks it (Envoy's client default stops at 1.2), as istiod.
+        tls_params: Some(TlsParameters {
+            tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
+            tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -642,21 +744,36 @@ fn apply_load_balancer(
         None => default,
         Some(p) => {
             if let Some(hash) = p.consistent_hash() {
-                let minimum = hash
-                    .ring_hash()
-                    .map(|r| r.minimum_ring_size.0)
-                    .filter(|n| *n > 0)
-                    .unwrap_or(hash.minimum_ring_size.0);
-                if hash.maglev().is_some() {
-                    LbPolicy::Maglev
-                } else {
-                    cluster.lb_config = Some(LbConfig::RingHashLbConfig(RingHashLbConfig {
-                        minimum_ring_size: (minimum > 0).then_some(UInt64Value { value: minimum }),
-                        hash_function: HashFunction::XxHash as i32,
-                        ..Default::default()
-                    }));
-                    LbPolicy::RingHash
+                // As istiod: the ring's or Maglev table's size when given; without either,
+                // the deprecated field's ring size, else Envoy's 1024, said explicitly.
+                let (policy, config) = match (hash.maglev(), hash.ring_hash()) {
+                    (Some(maglev), _) => (
+                        LbPolicy::Maglev,
+                        (maglev.table_size.0 > 0).then_some(LbConfig::MaglevLbConfig(
+                            envoy_types::pb::envoy::config::cluster::v3::cluster::MaglevLbConfig {
+                                table_size: Some(UInt64Value {
+                                    value: maglev.table_size.0,
+                                }),
+                            },
+                        )),
+                    ),
+                    (None, Some(ring)) => (
+                        LbPolicy::RingHash,
+                        (ring.minimum_ring_size.0 > 0).then(|| ring_size(ring.minimum_ring_size.0)),
+                    ),
+                    (None, None) => (
+                        LbPolicy::RingHash,
+                        Some(ring_size(if hash.minimum_ring_size.0 > 0 {
+                            hash.minimum_ring_size.0
+                        } else {
+                            1024
+                        })),
+                    ),
+                };
+                if config.is_some() {
+                    cluster.lb_config = config;
                 }
+                policy
             } else {
                 match p.simple() {
                     Some(SimpleLb::Random) => LbPolicy::Random,
@@ -675,6 +792,14 @@ fn apply_load_balancer(
         }
     };
     cluster.lb_policy = policy as i32;
+}
+
+fn ring_size(minimum: u64) -> LbConfig {
+    LbConfig::RingHashLbConfig(RingHashLbConfig {
+        minimum_ring_size: Some(UInt64Value { value: minimum }),
+        hash_function: HashFunction::XxHash as i32,
+        ..Default::default()
+    })
 }
 
 /// Circuit breakers from the connection pool; returns the common HTTP options it sets.
@@ -707,16 +832,68 @@ fn apply_connection_pool(
     }
     // Istio sets the limits to the maximum unless configured, so Envoy's low defaults never cut
     // traffic by surprise.
-    let max = Some(UInt32Value { value: u32::MAX });
-    thresholds.max_connections = thresholds.max_connections.or(max);
-    thresholds.max_pending_requests = thresholds.max_pending_requests.or(max);
-    thresholds.max_requests = thresholds.max_requests.or(max);
-    thresholds.max_retries = thresholds.max_retries.or(max);
+    let max = unlimited();
+    thresholds.max_connections = thresholds.max_connections.or(max.max_connections);
+    thresholds.max_pending_requests = thresholds.max_pending_requests.or(max.max_pending_requests);
+    thresholds.max_requests = thresholds.max_requests.or(max.max_requests);
+    thresholds.max_retries = thresholds.max_retries.or(max.max_retries);
     cluster.circuit_breakers = Some(CircuitBreakers {
         thresholds: vec![thresholds],
         ..Default::default()
     });
     common
+}
+
+/// Circuit breakers at the maximum: Envoy's defaults (1024 connections, pending and active
+/// requests, 3 retries) would refuse traffic under load that istiod's proxies pass.
+fn unlimited() -> Thresholds {
+    let max = Some(UInt32Value { value: u32::MAX });
+    Thresholds {
+        max_connections: max,
+        max_pending_requests: max,
+        max_requests: max,
+        max_retries: max,
+        ..Default::default()
+    }
+}
+
+/// As [`unlimited`], as a cluster's field.
+fn unlimited_circuit_breakers() -> Option<CircuitBreakers> {
+    Some(CircuitBreakers {
+        thresholds: vec![unlimited()],
+        ..Default::default()
+    })
+}
+
+/// A passthrough cluster's HTTP upstream: the protocol the client spoke, idle connections closed
+/// after 5 minutes, as istiod sets them.
+fn passthrough_http_options()
+-> std::collections::HashMap<String, envoy_types::pb::google::protobuf::Any> {
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
+        UpstreamProtocolOptions, UseDownstreamHttpConfig,
+    };
+    let options = envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions {
+        common_http_protocol_options: Some(HttpProtocolOptions {
+            idle_timeout: Some(Duration {
+                seconds: 300,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }),
+        upstream_protocol_options: Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(
+            UseDownstreamHttpConfig {
+                http_protocol_options: Some(Default::default()),
+                http2_protocol_options: Some(Default::default()),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    };
+    [(
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_string(),
+        pack_any(options),
+    )]
+    .into()
 }
 
 fn outlier_detection(od: &IstioOutlier) -> OutlierDetection {
@@ -816,7 +993,11 @@ fn inbound_original_destination(name: &str) -> Cluster {
 
 /// `PassthroughCluster`: forwards to the original destination.
 pub(super) fn passthrough() -> Cluster {
-    original_destination(names::PASSTHROUGH_CLUSTER)
+    Cluster {
+        circuit_breakers: unlimited_circuit_breakers(),
+        typed_extension_protocol_options: passthrough_http_options(),
+        ..original_destination(names::PASSTHROUGH_CLUSTER)
+    }
 }
 
 /// `AllowAnyDynamicDNSCluster`: a dynamic forward proxy resolving each request's host, where
@@ -867,6 +1048,8 @@ pub(super) fn inbound_passthrough() -> Cluster {
     Cluster {
         // istiod's: its stats count with the outbound passthrough's.
         alt_stat_name: names::delimited_stats(names::PASSTHROUGH_CLUSTER),
+        circuit_breakers: unlimited_circuit_breakers(),
+        typed_extension_protocol_options: passthrough_http_options(),
         ..inbound_original_destination(names::INBOUND_PASSTHROUGH_CLUSTER)
     }
 }
@@ -875,7 +1058,7 @@ pub(super) fn inbound_passthrough() -> Cluster {
 /// Sidecar ingress listener's `defaultEndpoint`), or to the original destination when `None`.
 pub(super) fn inbound(port: u32, endpoint: Option<(String, u32)>) -> Cluster {
     let name = names::inbound_cluster(port);
-    match endpoint {
+    let cluster = match endpoint {
         Some((address, port)) => Cluster {
             name: name.clone(),
             alt_stat_name: names::delimited_stats(&name),
@@ -884,7 +1067,19 @@ pub(super) fn inbound(port: u32, endpoint: Option<(String, u32)>) -> Cluster {
             load_assignment: Some(endpoint::single(&name, &address, port)),
             ..Default::default()
         },
-        None => inbound_original_destination(&name),
+        None => Cluster {
+            // Original destinations are never cleaned up, as istiod has it for inbound.
+            cleanup_interval: Some(Duration {
+                seconds: 9_223_372_035,
+                nanos: 0,
+            }),
+            ..inbound_original_destination(&name)
+        },
+    };
+    Cluster {
+        circuit_breakers: unlimited_circuit_breakers(),
+        common_lb_config: Some(Default::default()),
+        ..cluster
     }
 }
 

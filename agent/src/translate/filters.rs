@@ -18,6 +18,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     TcpProxy, tcp_proxy::ClusterSpecifier, tcp_proxy::WeightedCluster,
     tcp_proxy::weighted_cluster::ClusterWeight,
 };
+use envoy_types::pb::google::protobuf::{Duration, UInt32Value};
 use envoy_types::util::pack_any;
 
 use pasa_proto::istio::virtual_service::RouteDestination;
@@ -169,8 +170,6 @@ pub(super) fn original_dst() -> ListenerFilter {
     listener_filter(ORIGINAL_DST, OriginalDst::default())
 }
 
-/// The inspectors a listener needs: TLS to read SNI and ALPN, HTTP to tell plaintext HTTP from
-/// other bytes.
 /// The listener filter that strips a PROXY protocol header (v1 or v2) and takes the client's
 /// address from it.
 pub(super) fn proxy_protocol() -> ListenerFilter {
@@ -180,10 +179,33 @@ pub(super) fn proxy_protocol() -> ListenerFilter {
     )
 }
 
+/// How long a TLS (or other transport) handshake may take on a listener istiod bounds it on
+/// (outbound listeners, gateways): a defence against slow handshakes holding memory.
+pub(super) fn transport_socket_connect_timeout() -> Option<Duration> {
+    Some(Duration {
+        seconds: 15,
+        nanos: 0,
+    })
+}
+
+/// Connections a listener bound to a port accepts per socket event, as istiod sets it: one, so
+/// that accepted connections spread over Envoy's workers.
+pub(super) fn accept_one_per_event() -> Option<UInt32Value> {
+    Some(UInt32Value { value: 1 })
+}
+
+/// The inspectors a listener needs: TLS to read SNI and ALPN (reading at most 512 bytes at
+/// first, as istiod's), HTTP to tell plaintext HTTP from other bytes.
 pub(super) fn inspectors(tls: bool, http: bool) -> Vec<ListenerFilter> {
     let mut out = Vec::new();
     if tls {
-        out.push(listener_filter(TLS_INSPECTOR, TlsInspector::default()));
+        out.push(listener_filter(
+            TLS_INSPECTOR,
+            TlsInspector {
+                initial_read_buffer_size: Some(UInt32Value { value: 512 }),
+                ..Default::default()
+            },
+        ));
     }
     if http {
         out.push(listener_filter(HTTP_INSPECTOR, HttpInspector::default()));

@@ -67,6 +67,7 @@ impl Chain {
             filter_chain_match,
             filters: self.filters,
             transport_socket: self.tls,
+            transport_socket_connect_timeout: filters::transport_socket_connect_timeout(),
             ..Default::default()
         }
     }
@@ -196,6 +197,7 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
                     p.chains.into_iter().map(Chain::build).collect(),
                 ),
                 traffic_direction: TrafficDirection::Outbound as i32,
+                max_connections_to_accept_per_socket_event: filters::accept_one_per_event(),
                 ..Default::default()
             },
         );

@@ -46,11 +46,14 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
                 }
                 None => Vec::new(),
             };
-            let routes = if routes.is_empty() {
+            let mut routes = if routes.is_empty() {
                 vec![view.default_route(service, port.number)]
             } else {
                 routes
             };
+            for route in &mut routes {
+                grpc_deadline(route);
+            }
             out.routes.insert(
                 route_name.clone(),
                 RouteConfiguration {
@@ -70,6 +73,21 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
                 },
             );
         }
+    }
+}
+
+/// gRPC clients read a route's timeout from `max_stream_duration` (not the deprecated
+/// `max_grpc_timeout` Envoy gets), as istiod writes it for them.
+#[allow(deprecated)]
+fn grpc_deadline(route: &mut envoy_types::pb::envoy::config::route::v3::Route) {
+    use envoy_types::pb::envoy::config::route::v3::route::Action;
+    use envoy_types::pb::envoy::config::route::v3::route_action::MaxStreamDuration;
+    if let Some(Action::Route(action)) = &mut route.action {
+        action.max_grpc_timeout = None;
+        action.max_stream_duration = Some(MaxStreamDuration {
+            max_stream_duration: action.timeout,
+            ..Default::default()
+        });
     }
 }
 

@@ -99,8 +99,15 @@ struct SortedMetadata {
 
 /// A cluster's `metadata` field, encoded (to append to a cluster's encoding; empty for none):
 /// `filter_metadata["istio"]` with `config`, the config path of the DestinationRule that shaped
-/// it (`config`), and `services`, the services it is for (Istio's proxy's stats read them).
-pub(super) fn cluster_field(config: Option<&Meta>, services: &[ServiceLabel]) -> Vec<u8> {
+/// it (`config`), `services`, the services it is for (Istio's proxy's stats read them), and
+/// `external` for a service outside the mesh (its metadata exchange skips it), and the
+/// DestinationRule `subset` of a subset's cluster.
+pub(super) fn cluster_field(
+    config: Option<&Meta>,
+    services: &[ServiceLabel],
+    external: bool,
+    subset: Option<&str>,
+) -> Vec<u8> {
     use prost::Message;
     use prost_types::value::Kind as K;
     let string = |s: &str| prost_types::Value {
@@ -136,6 +143,18 @@ pub(super) fn cluster_field(config: Option<&Meta>, services: &[ServiceLabel]) ->
             "services".to_string(),
             prost_types::Value {
                 kind: Some(K::ListValue(prost_types::ListValue { values })),
+            },
+        );
+    }
+    if let Some(subset) = subset {
+        istio.fields.insert("subset".to_string(), string(subset));
+    }
+    if external {
+        // The metadata exchange skips services outside the mesh.
+        istio.fields.insert(
+            "external".to_string(),
+            prost_types::Value {
+                kind: Some(K::BoolValue(true)),
             },
         );
     }

@@ -37,6 +37,17 @@ pub fn outbound_cluster(port: u32, subset: &str, host: &str) -> String {
     ])
 }
 
+/// The port and host of a cluster named `<direction>|<port>|<subset>|<host>`, as istiod reads one.
+pub fn parse_subset_cluster(name: &str) -> Option<(u32, &str)> {
+    let mut parts = name.split('|');
+    let direction = parts.next()?;
+    let port = parts.next()?.parse().ok()?;
+    let _subset = parts.next()?;
+    let host = parts.next()?;
+    ((direction == "outbound" || direction == "inbound") && parts.next().is_none())
+        .then_some((port, host))
+}
+
 /// `inbound|<port>||`.
 pub fn inbound_cluster(port: u32) -> String {
     format!("inbound|{port}||")

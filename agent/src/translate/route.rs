@@ -8,14 +8,14 @@ use envoy_types::pb::envoy::config::core::v3::{
 };
 use envoy_types::pb::envoy::config::route::v3::route::Action;
 use envoy_types::pb::envoy::config::route::v3::route_action::{
-    ClusterSpecifier, HostRewriteSpecifier, RequestMirrorPolicy,
+    self, ClusterSpecifier, HostRewriteSpecifier, RequestMirrorPolicy,
 };
 use envoy_types::pb::envoy::config::route::v3::route_match::PathSpecifier;
 use envoy_types::pb::envoy::config::route::v3::{
-    DirectResponseAction, HeaderMatcher, QueryParameterMatcher, RedirectAction, RetryPolicy, Route,
-    RouteAction, RouteMatch, VirtualHost, WeightedCluster, header_matcher::HeaderMatchSpecifier,
-    query_parameter_matcher::QueryParameterMatchSpecifier, redirect_action, weighted_cluster,
-    weighted_cluster::ClusterWeight,
+    Decorator, DirectResponseAction, HeaderMatcher, QueryParameterMatcher, RedirectAction,
+    RetryPolicy, Route, RouteAction, RouteMatch, VirtualHost, WeightedCluster,
+    header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
+    redirect_action, retry_policy, weighted_cluster, weighted_cluster::ClusterWeight,
 };
 use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
     FaultDelay, fault_delay::FaultDelaySecifier,
@@ -23,6 +23,8 @@ use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
     FaultAbort, HttpFault, fault_abort::ErrorType,
 };
+use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
+use envoy_types::pb::envoy::extensions::retry::priority::previous_priorities::v3::PreviousPrioritiesConfig;
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
 };
@@ -30,7 +32,7 @@ use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent::
 use envoy_types::pb::google::protobuf::{Any, Duration, UInt32Value};
 use envoy_types::util::pack_any;
 use pasa_proto::istio::virtual_service::{
-    AbortErrorType, BodySpecifier, DelayType, HeaderOperations, HttpRoute, RedirectPort,
+    AbortErrorType, BodySpecifier, DelayType, HeaderOperations, HttpRetry, HttpRoute, RedirectPort,
     RedirectPortSelection,
 };
 use pasa_proto::istio::virtual_service::{
@@ -69,6 +71,11 @@ pub(super) trait Destinations {
     fn append_x_forwarded_host(&self) -> bool {
         false
     }
+
+    /// The mesh config's `defaultHttpRetryPolicy`: for routes without retries of their own.
+    fn default_retry(&self) -> Option<&HttpRetry> {
+        None
+    }
 }
 
 /// [`http_routes`] of a VirtualService, each route marked with the VirtualService it came from
@@ -91,9 +98,40 @@ pub(super) fn virtual_service_routes(
         let metadata = metadata::config_metadata(pasa_proto::Kind::VirtualService, &vs.meta);
         for route in &mut routes {
             route.metadata = Some(metadata.clone());
+            route.decorator = Some(Decorator {
+                operation: operation(route, &vs.meta.name, port),
+                ..Default::default()
+            });
         }
     }
     routes
+}
+
+/// How tracing names a route's span, as istiod names it: `<host>:<port><path>` for a route to
+/// one cluster (its host and port), else `<VirtualService>:<listener port><path>`, the path being
+/// the match's (`<prefix>*`, the exact path or the regex; `/*` without one).
+fn operation(route: &Route, virtual_service: &str, port: u32) -> String {
+    let path = match route
+        .r#match
+        .as_ref()
+        .and_then(|m| m.path_specifier.as_ref())
+    {
+        Some(PathSpecifier::Prefix(prefix)) => format!("{prefix}*"),
+        Some(PathSpecifier::Path(path)) => path.clone(),
+        Some(PathSpecifier::SafeRegex(regex)) => regex.regex.clone(),
+        _ => "/*".to_string(),
+    };
+    let cluster = match &route.action {
+        Some(Action::Route(RouteAction {
+            cluster_specifier: Some(ClusterSpecifier::Cluster(cluster)),
+            ..
+        })) => cluster.as_str(),
+        _ => "",
+    };
+    match names::parse_subset_cluster(cluster) {
+        Some((cluster_port, host)) => format!("{host}:{cluster_port}{path}"),
+        None => format!("{virtual_service}:{port}{path}"),
+    }
 }
 
 /// How a VirtualService's routes read, by who made it.
@@ -195,14 +233,14 @@ pub(super) fn http_routes(
                 Some(MatchType::Regex(r)) => PathSpecifier::SafeRegex(regex(r)),
                 None => PathSpecifier::Prefix("/".into()),
             };
+            // Said either way, as istiod says it.
             let mut rm = RouteMatch {
                 path_specifier: Some(path),
+                case_sensitive: Some(envoy_types::pb::google::protobuf::BoolValue {
+                    value: !m.ignore_uri_case,
+                }),
                 ..Default::default()
             };
-            if m.ignore_uri_case {
-                rm.case_sensitive =
-                    Some(envoy_types::pb::google::protobuf::BoolValue { value: false });
-            }
             for (name, value) in [
                 (":method", &m.method),
                 (":authority", &m.authority),
@@ -286,17 +324,39 @@ fn catch_all() -> RouteMatch {
 
 /// The route of a service without a VirtualService: everything to its cluster.
 pub(super) fn default_route(cluster: &str) -> Route {
+    #[allow(deprecated)]
     Route {
         name: names::DEFAULT_ROUTE.into(),
         r#match: Some(catch_all()),
         action: Some(Action::Route(RouteAction {
             cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.to_string())),
             timeout: Some(zero()),
-            retry_policy: Some(default_retry()),
+            max_grpc_timeout: Some(zero()),
+            retry_policy: Some(default_retry(false)),
             ..Default::default()
         })),
         ..Default::default()
     }
+}
+
+/// The default route of a service without a VirtualService, as istiod builds it: everything
+/// to `cluster`, the mesh config's `defaultHttpRetryPolicy` (or Istio's default) whether or not
+/// the destination hashes, traced as `<host>:<port>/*`.
+pub(super) fn default_outbound_route(
+    cluster: &str,
+    host: &str,
+    port: u32,
+    retry_policy: Option<&HttpRetry>,
+) -> Route {
+    let mut route = default_route(cluster);
+    if let Some(Action::Route(action)) = &mut route.action {
+        action.retry_policy = retry(retry_policy, false);
+    }
+    route.decorator = Some(Decorator {
+        operation: format!("{host}:{port}/*"),
+        ..Default::default()
+    });
+    route
 }
 
 /// `routes` encoded as a virtual host's `routes` field (3): each route's key, length and
@@ -334,6 +394,13 @@ pub(super) fn encoded_virtual_host(
     out.extend_from_slice(routes);
     rest.encode_raw(&mut out);
     out
+}
+
+/// The largest direct response body an outbound or gateway route configuration carries: 1 MiB,
+/// what Istio's validation allows (Envoy's default, 4 KiB, would refuse the route configuration
+/// of a larger one).
+pub(super) fn max_direct_response_body() -> Option<UInt32Value> {
+    Some(UInt32Value { value: 1 << 20 })
 }
 
 /// A virtual host named `name` for `domains` with `routes`, telling upstreams the attempt
@@ -503,9 +570,14 @@ fn action(
             ..Default::default()
         });
     }
+    let timeout = rule.timeout.as_ref().map_or_else(zero, duration);
+    // Deprecated in Envoy's API, and what istiod sends (its replacement has regressions).
+    #[allow(deprecated)]
     let mut ra = RouteAction {
-        timeout: Some(rule.timeout.as_ref().map_or_else(zero, duration)),
-        retry_policy: retry(rule),
+        // gRPC's `grpc-timeout` header bounds the request up to the route's timeout (without
+        // one, as long as the client says), as from istiod.
+        max_grpc_timeout: Some(timeout),
+        timeout: Some(timeout),
         ..Default::default()
     };
     let targets: Vec<(
@@ -530,10 +602,23 @@ fn action(
         .filter(|d| d.weight > 0 || rule.route.len() == 1)
         .filter_map(|d| d.destination.as_ref())
         .collect();
-    ra.hash_policy = destinations
-        .hash_policy(&dests, namespace, port)
-        .into_iter()
+    // Each destination's consistent hash, in order, as istiod appends them.
+    ra.hash_policy = dests
+        .iter()
+        .filter_map(|d| destinations.hash_policy(&[d], namespace, port))
         .collect();
+    // Retries keep a consistent-hash destination's host (istiod looks at a single destination).
+    let consistent_hash = match rule.route.as_slice() {
+        [only] => only
+            .destination
+            .as_ref()
+            .is_some_and(|d| destinations.hash_policy(&[d], namespace, port).is_some()),
+        _ => false,
+    };
+    ra.retry_policy = retry(
+        rule.retries.as_ref().or(destinations.default_retry()),
+        consistent_hash,
+    );
     ra.cluster_specifier = match targets.as_slice() {
         [] => None,
         [(cluster, _, _)] => Some(ClusterSpecifier::Cluster(cluster.clone())),
@@ -712,6 +797,19 @@ fn cors_policy(cors: &pasa_proto::istio::virtual_service::CorsPolicy) -> Any {
         allow_credentials: cors
             .allow_credentials
             .map(|value| envoy_types::pb::google::protobuf::BoolValue { value }),
+        // On for every request, and preflights no origin matches go on to the app (unless the
+        // policy says to ignore them), as istiod sets them.
+        filter_enabled: Some(RuntimeFractionalPercent {
+            default_value: Some(FractionalPercent {
+                numerator: 100,
+                denominator: DenominatorType::Hundred as i32,
+            }),
+            ..Default::default()
+        }),
+        forward_not_matching_preflights: Some(envoy_types::pb::google::protobuf::BoolValue {
+            value: cors.unmatched_preflights
+                != pasa_proto::istio::virtual_service::UnmatchedPreflights::Ignore,
+        }),
         ..Default::default()
     })
 }
@@ -732,45 +830,137 @@ fn fraction(percent: f64) -> FractionalPercent {
     }
 }
 
-/// Istio's retry policy: the VirtualService's, or its default (2 attempts on connection
-/// failures, refused streams, `unavailable`, `cancelled` and 503), or none for `attempts: 0`.
-fn retry(rule: &HttpRoute) -> Option<RetryPolicy> {
-    let mut policy = default_retry();
-    if let Some(r) = &rule.retries {
-        if r.attempts == 0 {
-            return None;
-        }
-        policy.num_retries = Some(UInt32Value {
-            value: r.attempts.max(0) as u32,
-        });
-        policy.per_try_timeout = r.per_try_timeout.as_ref().map(duration);
-        if !r.retry_on.is_empty() {
-            let (codes, conditions): (Vec<&str>, Vec<&str>) = r
-                .retry_on
-                .split(',')
-                .map(str::trim)
-                .partition(|p| p.parse::<u32>().is_ok());
-            let mut on: Vec<&str> = conditions;
-            policy.retriable_status_codes = codes.iter().filter_map(|c| c.parse().ok()).collect();
-            if !policy.retriable_status_codes.is_empty() && !on.contains(&"retriable-status-codes")
-            {
-                on.push("retriable-status-codes");
-            }
-            policy.retry_on = on.join(",");
-        }
+/// Istio's retry policy, as istiod converts one: `policy` (a route's, else the mesh config's
+/// `defaultHttpRetryPolicy`), or Istio's default (2 attempts on connection failures, refused
+/// streams, `unavailable`, `cancelled`, and the status codes a request's
+/// `x-envoy-retriable-status-codes` names), each retry to another host unless the destination
+/// hashes consistently; none for `attempts: 0`.
+fn retry(policy: Option<&HttpRetry>, consistent_hash: bool) -> Option<RetryPolicy> {
+    let mut out = default_retry(consistent_hash);
+    let Some(r) = policy else {
+        return Some(out);
+    };
+    if r.attempts <= 0 {
+        return None;
     }
-    Some(policy)
+    out.num_retries = Some(UInt32Value {
+        value: r.attempts as u32,
+    });
+    out.per_try_timeout = r.per_try_timeout.as_ref().map(duration);
+    if !r.retry_on.is_empty() {
+        let (codes, conditions): (Vec<&str>, Vec<&str>) = r
+            .retry_on
+            .split(',')
+            .map(str::trim)
+            .partition(|p| p.parse::<u32>().is_ok());
+        let mut on: Vec<&str> = conditions;
+        out.retriable_status_codes = codes.iter().filter_map(|c| c.parse().ok()).collect();
+        if !out.retriable_status_codes.is_empty() && !on.contains(&"retriable-status-codes") {
+            on.push("retriable-status-codes");
+        }
+        out.retry_on = on.join(",");
+    }
+    if let Some(ignore) = r.retry_ignore_previous_hosts {
+        out.retry_host_predicate = if ignore { previous_hosts() } else { Vec::new() };
+    }
+    if r.retry_remote_localities == Some(true) {
+        out.retry_priority = Some(retry_policy::RetryPriority {
+            name: "envoy.retry_priorities.previous_priorities".into(),
+            config_type: Some(retry_policy::retry_priority::ConfigType::TypedConfig(
+                pack_any(PreviousPrioritiesConfig {
+                    update_frequency: 2,
+                }),
+            )),
+        });
+    }
+    if let Some(backoff) = &r.backoff {
+        out.retry_back_off = Some(retry_policy::RetryBackOff {
+            base_interval: Some(duration(backoff)),
+            ..Default::default()
+        });
+    }
+    Some(out)
 }
 
-fn default_retry() -> RetryPolicy {
+/// The route of an inbound HTTP chain, as istiod builds it: everything to `cluster` without a
+/// timeout (nor one from `grpc-timeout`), traced as `operation`, retried as the mesh config's
+/// `defaultInboundHttpRetryPolicy` says (by default twice, only when the connection was reset
+/// before the request was sent, which is safe for any method) except on gRPC ports.
+pub(super) fn default_inbound_route(
+    cluster: &str,
+    operation: String,
+    policy: Option<&HttpRetry>,
+    grpc: bool,
+) -> Route {
+    let retry_policy = if grpc {
+        None
+    } else {
+        match policy {
+            None => Some(RetryPolicy {
+                num_retries: Some(UInt32Value { value: 2 }),
+                retry_on: "reset-before-request".into(),
+                ..Default::default()
+            }),
+            Some(r) if r.attempts <= 0 => None,
+            Some(r) => retry(Some(r), true).map(|converted| RetryPolicy {
+                num_retries: converted.num_retries,
+                retry_on: if r.retry_on.is_empty() {
+                    "reset-before-request".into()
+                } else {
+                    converted.retry_on
+                },
+                retriable_status_codes: converted.retriable_status_codes,
+                retry_back_off: converted.retry_back_off,
+                ..Default::default()
+            }),
+        }
+    };
+    Route {
+        name: names::DEFAULT_ROUTE.into(),
+        r#match: Some(catch_all()),
+        decorator: Some(Decorator {
+            operation,
+            ..Default::default()
+        }),
+        action: Some(Action::Route(RouteAction {
+            cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.to_string())),
+            timeout: Some(zero()),
+            max_stream_duration: Some(route_action::MaxStreamDuration {
+                max_stream_duration: Some(zero()),
+                grpc_timeout_header_max: Some(zero()),
+                ..Default::default()
+            }),
+            retry_policy,
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// Istio's default retry policy.
+fn default_retry(consistent_hash: bool) -> RetryPolicy {
     RetryPolicy {
         retry_on: "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
             .into(),
         num_retries: Some(UInt32Value { value: 2 }),
-        retriable_status_codes: vec![503],
         host_selection_retry_max_attempts: 5,
+        retry_host_predicate: if consistent_hash {
+            Vec::new()
+        } else {
+            previous_hosts()
+        },
         ..Default::default()
     }
+}
+
+/// Retries go to a host not tried before.
+fn previous_hosts() -> Vec<retry_policy::RetryHostPredicate> {
+    vec![retry_policy::RetryHostPredicate {
+        name: "envoy.retry_host_predicates.previous_hosts".into(),
+        config_type: Some(retry_policy::retry_host_predicate::ConfigType::TypedConfig(
+            pack_any(PreviousHostsPredicate::default()),
+        )),
+    }]
 }
 
 fn zero() -> Duration {

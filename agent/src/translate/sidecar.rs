@@ -170,6 +170,7 @@ fn virtual_outbound(policy: OutboundPolicy, options: &hcm::Options) -> Listener 
                 virtual_hosts: vec![catch_all(policy, options)],
                 validate_clusters: Some(BoolValue { value: false }),
                 ignore_port_in_host_matching: true,
+                max_direct_response_body_size_bytes: route::max_direct_response_body(),
                 ..Default::default()
             })),
         );
@@ -196,6 +197,7 @@ fn virtual_outbound(policy: OutboundPolicy, options: &hcm::Options) -> Listener 
         filter_chains: chains,
         listener_filters: filters::inspectors(false, dynamic_dns),
         traffic_direction: TrafficDirection::Outbound as i32,
+        max_connections_to_accept_per_socket_event: filters::accept_one_per_event(),
         ..Default::default()
     }
 }

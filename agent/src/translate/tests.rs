@@ -1125,7 +1125,17 @@ fn subset_clusters_share_their_port_policy_and_differ_where_their_own_policy_doe
         assert_eq!(c.lb_policy, LbPolicy::RoundRobin as i32);
         assert_eq!(c.outlier_detection, default.outlier_detection);
         assert_eq!(c.circuit_breakers, default.circuit_breakers);
-        assert_eq!(c.metadata, default.metadata);
+        // The rule, and the subset the cluster is for, as istiod records them.
+        let istio = &c.metadata.as_ref().unwrap().filter_metadata["istio"].fields;
+        let default_istio = &default.metadata.as_ref().unwrap().filter_metadata["istio"].fields;
+        assert_eq!(istio["config"], default_istio["config"]);
+        assert_eq!(
+            istio["subset"].kind,
+            Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(
+                subset.into()
+            ))
+        );
+        assert!(!default_istio.contains_key("subset"));
         assert_eq!(c.connect_timeout, default.connect_timeout);
         assert_eq!(c.cluster_discovery_type, default.cluster_discovery_type);
         // Auto mTLS, with the subset's own SNI.

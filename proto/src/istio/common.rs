@@ -415,6 +415,11 @@ impl Protocol {
         )
     }
 
+    /// gRPC (and gRPC-Web).
+    pub fn is_grpc(self) -> bool {
+        matches!(self, Protocol::Grpc | Protocol::GrpcWeb)
+    }
+
     /// Carried over TLS from the client's point of view (routed by SNI, not by HTTP).
     pub fn is_tls(self) -> bool {
         matches!(self, Protocol::Https | Protocol::Tls)

@@ -63,7 +63,7 @@ pub(super) fn route_config(
                     None => {
                         let mut vh = route::virtual_host(
                             format!("{hostname}:{port}"),
-                            vec![hostname.clone(), format!("{hostname}:*")],
+                            vec![hostname.clone()],
                             routes.clone(),
                             attempt_count,
                         );
@@ -85,7 +85,7 @@ pub(super) fn route_config(
                 let vh = vhosts.entry(hostname.clone()).or_insert_with(|| {
                     route::virtual_host(
                         format!("{hostname}:{port}"),
-                        vec![hostname.clone(), format!("{hostname}:*")],
+                        vec![hostname.clone()],
                         Vec::new(),
                         attempt_count,
                     )
@@ -116,6 +116,8 @@ pub(super) fn route_config(
         name: name.to_string(),
         virtual_hosts,
         validate_clusters: Some(BoolValue { value: false }),
+        ignore_port_in_host_matching: true,
+        max_direct_response_body_size_bytes: route::max_direct_response_body(),
         ..Default::default()
     }
 }

@@ -230,7 +230,11 @@ pub(super) fn sni_dnat_clusters(
             Generator::Envoy,
             // Without Istio's stats labels: the clusters are decoded and changed below, and
             // the labels' Structs would be encoded again in hash order.
-            (pasa_proto::node::ProxyType::Router, ProxyBuild::Envoy),
+            (
+                pasa_proto::node::ProxyType::Router,
+                ProxyBuild::Envoy,
+                &view.cluster_dns,
+            ),
             (true, &mut built),
         );
         for cluster::BuiltCluster {

@@ -25,11 +25,13 @@ use envoy_types::pb::envoy::config::listener::v3::{
     ListenerFilterChainMatchPredicate,
 };
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
-use envoy_types::pb::envoy::config::route::v3::route::Action;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
-    common_tls_context::ValidationContextType,
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
+    TlsParameters,
+    common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
+    tls_parameters::TlsProtocol,
 };
+use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher::MatchPattern};
 use envoy_types::pb::envoy::r#type::v3::Int32Range;
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
@@ -46,6 +48,7 @@ use crate::model::authn::{MergedPolicy, MtlsMode};
 use crate::model::proxy::ProxyBuild;
 use crate::model::registry::Service;
 use crate::model::secrets;
+use pasa_proto::istio::virtual_service::HttpRetry;
 
 const MTLS_HTTP_ALPNS: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
 const ALL_ISTIO_MTLS_ALPNS: [&str; 5] = [
@@ -93,6 +96,10 @@ struct ChainConfig {
     build: ProxyBuild,
     /// The inbound connection manager's settings.
     hcm: hcm::Options,
+    /// The mesh config's `defaultInboundHttpRetryPolicy`.
+    retry: Option<HttpRetry>,
+    /// How mutual TLS servers check clients.
+    mtls: std::sync::Arc<MeshMtls>,
 }
 
 impl ChainConfig {
@@ -184,6 +191,10 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
     let mut passthrough_ports = vec![0];
     passthrough_ports.extend(policy.per_port.keys().copied());
     let configs = chain_configs(view);
+    let mtls = configs.first().map_or_else(
+        || std::sync::Arc::new(mesh_mtls(view)),
+        |c| std::sync::Arc::clone(&c.mtls),
+    );
     for port in passthrough_ports {
         if port != 0 && configs.iter().any(|c| c.port == port) {
             continue;
@@ -198,6 +209,8 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
             services: Vec::new(),
             build: view.proxy.build,
             hcm: view.hcm(hcm::Class::SidecarInbound).clone(),
+            retry: view.retry_defaults.inbound.clone(),
+            mtls: std::sync::Arc::clone(&mtls),
         };
         let mode = policy.for_port(port);
         chains.extend(port_chains(
@@ -216,8 +229,10 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
         if view.proxy.build == ProxyBuild::Istio {
             let labels: Vec<metadata::ServiceLabel> =
                 cc.services.iter().map(|(_, l)| l.clone()).collect();
-            out.cluster_fields
-                .insert(cluster_name.clone(), metadata::cluster_field(None, &labels));
+            out.cluster_fields.insert(
+                cluster_name.clone(),
+                metadata::cluster_field(None, &labels, false, None),
+            );
         }
         let mode = policy.for_port(cc.port);
         match &cc.tls {
@@ -247,6 +262,8 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
             filter_chains: chains,
             traffic_direction: TrafficDirection::Inbound as i32,
             continue_on_listener_filters_timeout: true,
+            listener_filters_timeout: Some(view.protocol_detection_timeout()),
+            max_connections_to_accept_per_socket_event: filters::accept_one_per_event(),
             ..Default::default()
         },
     );
@@ -284,7 +301,7 @@ fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode, authz: &Authz) -> Fi
         }),
         filters,
         transport_socket: (o.tls && mode != MtlsMode::Disable)
-            .then(|| istio_mutual_server(o.kind == Kind::Http, cc.build)),
+            .then(|| istio_mutual_server(o.kind == Kind::Http, cc.build, &cc.mtls)),
         ..Default::default()
     }
 }
@@ -296,10 +313,17 @@ fn http_filter(
     cluster_name: &str,
     authz: &[envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter],
 ) -> Filter {
-    let mut route = route::default_route(cluster_name);
-    if let Some(Action::Route(action)) = &mut route.action {
-        action.retry_policy = None;
-    }
+    // Traced as the service the port serves, as istiod names it (`:0/*` for passthrough).
+    let (host, port) = cc
+        .services
+        .first()
+        .map_or(("", cc.port), |(port, label)| (label.host.as_str(), *port));
+    let route = route::default_inbound_route(
+        cluster_name,
+        format!("{host}:{port}/*"),
+        cc.retry.as_ref(),
+        cc.protocol.is_some_and(|p| p.is_grpc()),
+    );
     let (stat_prefix, vhost) = if cc.passthrough {
         (cluster_name.to_string(), names::inbound_virtual_host(0))
     } else {
@@ -423,18 +447,117 @@ fn ports_predicate(ports: &[u32]) -> ListenerFilterChainMatchPredicate {
 /// (`ROOTCA`) over SDS, client certificates required. Only Istio's proxy (`build`) negotiates
 /// ALPN `istio-peer-exchange` on TCP: a peer negotiating it writes its metadata in band first,
 /// which upstream Envoy, without the exchange filter, would pass to the application.
-fn istio_mutual_server(http: bool, build: ProxyBuild) -> TransportSocket {
+fn istio_mutual_server(http: bool, build: ProxyBuild, mesh: &MeshMtls) -> TransportSocket {
     let alpn: &[&str] = if http || build != ProxyBuild::Istio {
         &["h2", "http/1.1"]
     } else {
         &["istio-peer-exchange", "h2", "http/1.1"]
     };
+    #[allow(deprecated)] // istiod's field: any SAN type, by prefix
+    let trusted = CertificateValidationContext {
+        match_subject_alt_names: mesh
+            .trust_domains
+            .iter()
+            .map(|td| StringMatcher {
+                match_pattern: Some(MatchPattern::Prefix(format!("spiffe://{td}/"))),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
     downstream_tls(
         sds::from_istio_agent(secrets::WORKLOAD_CERTIFICATE),
-        Some(sds::from_istio_agent(secrets::ROOT_CA)),
+        Some(ValidationContextType::CombinedValidationContext(
+            CombinedCertificateValidationContext {
+                default_validation_context: Some(trusted),
+                validation_context_sds_secret_config: Some(sds::from_istio_agent(secrets::ROOT_CA)),
+                ..Default::default()
+            },
+        )),
         true,
         alpn.iter().map(|s| s.to_string()).collect(),
+        Some(TlsParameters {
+            cipher_suites: mesh.ciphers.clone(),
+            tls_minimum_protocol_version: mesh.min_version as i32,
+            tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+            ..Default::default()
+        }),
     )
+}
+
+/// What istiod's inbound mTLS servers take from the mesh config: the trust domains whose
+/// SPIFFE identities a client certificate must carry (`trustDomain`, default `cluster.local`,
+/// its aliases and the CA certificates' trust domains; none checked without a mesh config in
+/// the store, as the agent cannot tell the mesh's), and `meshMTLS`' minimum TLS version (1.2
+/// by default) and cipher suites (Istio's strong list by default).
+#[derive(Debug)]
+pub(super) struct MeshMtls {
+    trust_domains: Vec<String>,
+    min_version: TlsProtocol,
+    ciphers: Vec<String>,
+}
+
+impl MeshMtls {
+    pub(super) fn of(mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>) -> MeshMtls {
+        let mut trust_domains = Vec::new();
+        if let Some(mesh) = mesh {
+            let own = mesh
+                .trust_domain
+                .clone()
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| "cluster.local".into());
+            let from_cas = mesh
+                .other
+                .get("caCertificates")
+                .and_then(serde_json::Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|ca| ca.get("trustDomains")?.as_array())
+                .flatten()
+                .filter_map(|td| td.as_str().map(str::to_string));
+            for td in std::iter::once(own)
+                .chain(mesh.trust_domain_aliases.iter().cloned())
+                .chain(from_cas)
+            {
+                if !td.is_empty() && !trust_domains.contains(&td) {
+                    trust_domains.push(td);
+                }
+            }
+        }
+        let mtls = mesh.and_then(|m| m.other.get("meshMTLS"));
+        let min_version = match mtls
+            .and_then(|m| m.get("minProtocolVersion"))
+            .and_then(serde_json::Value::as_str)
+        {
+            Some("TLSV1_3") => TlsProtocol::TlSv13,
+            _ => TlsProtocol::TlSv12,
+        };
+        let ciphers = mtls
+            .and_then(|m| m.get("cipherSuites"))
+            .and_then(serde_json::Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(|c| c.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_else(|| {
+                [
+                    "ECDHE-ECDSA-AES256-GCM-SHA384",
+                    "ECDHE-RSA-AES256-GCM-SHA384",
+                    "ECDHE-ECDSA-AES128-GCM-SHA256",
+                    "ECDHE-RSA-AES128-GCM-SHA256",
+                    "AES256-GCM-SHA384",
+                    "AES128-GCM-SHA256",
+                ]
+                .map(String::from)
+                .to_vec()
+            });
+        MeshMtls {
+            trust_domains,
+            min_version,
+            ciphers,
+        }
+    }
 }
 
 /// TLS a Sidecar ingress listener terminates with files it names (`file-cert:<cert>~<key>`,
@@ -449,23 +572,28 @@ fn custom_tls(tls: &ServerTlsSettings) -> TransportSocket {
         ))
     };
     let mutual = matches!(tls.mode, TlsMode::Mutual | TlsMode::IstioMutual);
-    let validation = (mutual && !tls.ca_certificates.is_empty())
-        .then(|| sds::from_istio_agent(&format!("file-root:{}", tls.ca_certificates)));
-    downstream_tls(certificate, validation, mutual, Vec::new())
+    let validation = (mutual && !tls.ca_certificates.is_empty()).then(|| {
+        ValidationContextType::ValidationContextSdsSecretConfig(sds::from_istio_agent(&format!(
+            "file-root:{}",
+            tls.ca_certificates
+        )))
+    });
+    downstream_tls(certificate, validation, mutual, Vec::new(), None)
 }
 
 fn downstream_tls(
     certificate: SdsSecretConfig,
-    validation: Option<SdsSecretConfig>,
+    validation: Option<ValidationContextType>,
     require_client_certificate: bool,
     alpn: Vec<String>,
+    tls_params: Option<TlsParameters>,
 ) -> TransportSocket {
     let context = DownstreamTlsContext {
         common_tls_context: Some(CommonTlsContext {
             tls_certificate_sds_secret_configs: vec![certificate],
-            validation_context_type: validation
-                .map(ValidationContextType::ValidationContextSdsSecretConfig),
+            validation_context_type: validation,
             alpn_protocols: alpn,
+            tls_params,
             ..Default::default()
         }),
         require_client_certificate: Some(BoolValue {
@@ -505,7 +633,12 @@ fn inbound_bind(ips: &[IpAddr]) -> String {
 
 /// The ports the workload receives on, by port: the Sidecar's ingress listeners when it has
 /// any, else the target ports of the services that list this proxy's address as an endpoint.
+fn mesh_mtls(view: &View<'_>) -> MeshMtls {
+    MeshMtls::of(view.registry.mesh_config(&view.proxy.mesh.root_namespace))
+}
+
 fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
+    let mtls = std::sync::Arc::new(mesh_mtls(view));
     let mut by_port: BTreeMap<u32, ChainConfig> = BTreeMap::new();
     let instances = local_instances(view);
     if let Some(sidecar) = &view.scope.sidecar
@@ -545,6 +678,8 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 services,
                 build: view.proxy.build,
                 hcm: view.hcm(hcm::Class::SidecarInbound).clone(),
+                retry: view.retry_defaults.inbound.clone(),
+                mtls: std::sync::Arc::clone(&mtls),
             });
         }
         return by_port.into_values().collect();
@@ -560,6 +695,8 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
             services: Vec::new(),
             build: view.proxy.build,
             hcm: view.hcm(hcm::Class::SidecarInbound).clone(),
+            retry: view.retry_defaults.inbound.clone(),
+            mtls: std::sync::Arc::clone(&mtls),
         });
         let label = metadata::ServiceLabel::of(local.service);
         let first_port = cc.services.first().map_or(local.service_port, |(p, _)| *p);

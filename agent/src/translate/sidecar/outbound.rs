@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
+use envoy_types::pb::envoy::config::core::v3::{CidrRange, Metadata, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::{
     AdditionalAddress, Filter, FilterChain, FilterChainMatch, Listener,
 };
@@ -25,7 +25,7 @@ use pasa_proto::istio::virtual_service::TcpRoute;
 
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
-use super::super::{Built, View, hcm, names};
+use super::super::{Built, View, hcm, metadata, names};
 use super::{PLAINTEXT_HTTP_ALPNS, Prefix, catch_all_tcp, parse_cidr};
 use crate::model::registry::{Config, Resolution, Service, ServicePort};
 use pasa_proto::istio::virtual_service::VirtualService;
@@ -65,6 +65,8 @@ struct ChainOpts {
     alpn: Vec<String>,
     transport: String,
     action: ChainAction,
+    /// The VirtualService a TCP or TLS route came from (its `istio` config metadata).
+    metadata: Option<Metadata>,
 }
 
 impl ChainOpts {
@@ -75,7 +77,17 @@ impl ChainOpts {
             alpn: Vec::new(),
             transport: String::new(),
             action: ChainAction::Network(Box::new(filter)),
+            metadata: None,
         }
+    }
+
+    /// Marked as routed by `vs`, as istiod marks such chains.
+    fn from(mut self, vs: &Config<VirtualService>) -> ChainOpts {
+        self.metadata = Some(metadata::config_metadata(
+            pasa_proto::Kind::VirtualService,
+            &vs.meta,
+        ));
+        self
     }
 
     fn is_match_all(&self) -> bool {
@@ -181,7 +193,12 @@ pub(super) fn listeners(view: &View<'_>, out: &mut Built) -> BTreeSet<String> {
     } = builder;
     let fallthrough = catch_all_tcp(view.scope.outbound_policy);
     for entry in entries.into_values() {
-        let listener = finish(entry, &fallthrough, view.hcm(hcm::Class::SidecarOutbound));
+        let listener = finish(
+            entry,
+            &fallthrough,
+            view.hcm(hcm::Class::SidecarOutbound),
+            view.protocol_detection_timeout(),
+        );
         out.listeners.insert(listener.name.clone(), listener);
     }
     routes
@@ -443,6 +460,7 @@ impl Builder<'_, '_> {
             alpn: Vec::new(),
             transport: String::new(),
             action: ChainAction::Http { rds },
+            metadata: None,
         }
     }
 
@@ -494,11 +512,14 @@ impl Builder<'_, '_> {
                             m.destination_subnets.join(",")
                         );
                         if handled.insert(key) {
-                            out.push(ChainOpts::network(
-                                self.route_filter(&rule.route, vs, listen),
-                                &cidrs,
-                                m.sni_hosts.clone(),
-                            ));
+                            out.push(
+                                ChainOpts::network(
+                                    self.route_filter(&rule.route, vs, listen),
+                                    &cidrs,
+                                    m.sni_hosts.clone(),
+                                )
+                                .from(vs),
+                            );
                         }
                     }
                 }
@@ -539,31 +560,40 @@ impl Builder<'_, '_> {
                     continue;
                 }
                 if rule.matches.is_empty() {
-                    out.push(ChainOpts::network(
-                        self.tcp_route_filter(rule, vs, listen),
-                        &req.cidrs,
-                        Vec::new(),
-                    ));
+                    out.push(
+                        ChainOpts::network(
+                            self.tcp_route_filter(rule, vs, listen),
+                            &req.cidrs,
+                            Vec::new(),
+                        )
+                        .from(vs),
+                    );
                     return out;
                 }
                 let mut subnets = Vec::new();
                 for m in rule.matches.iter().filter(|m| self.l4_applies(*m, listen)) {
                     if m.destination_subnets.is_empty() {
-                        out.push(ChainOpts::network(
-                            self.tcp_route_filter(rule, vs, listen),
-                            &req.cidrs,
-                            Vec::new(),
-                        ));
+                        out.push(
+                            ChainOpts::network(
+                                self.tcp_route_filter(rule, vs, listen),
+                                &req.cidrs,
+                                Vec::new(),
+                            )
+                            .from(vs),
+                        );
                         return out;
                     }
                     subnets.extend(m.destination_subnets.iter().cloned());
                 }
                 if !subnets.is_empty() {
-                    out.push(ChainOpts::network(
-                        self.tcp_route_filter(rule, vs, listen),
-                        &subnets,
-                        Vec::new(),
-                    ));
+                    out.push(
+                        ChainOpts::network(
+                            self.tcp_route_filter(rule, vs, listen),
+                            &subnets,
+                            Vec::new(),
+                        )
+                        .from(vs),
+                    );
                     let mut a = subnets.clone();
                     a.sort();
                     let mut b = req.cidrs.clone();
@@ -676,7 +706,12 @@ fn merge_chains(entry: &mut Entry, incoming: Vec<ChainOpts>) {
 
 /// The Envoy listener of an entry: its chains (a match-all chain as the default chain), the
 /// fall-through chain when none matches everything, and the inspectors the matches need.
-fn finish(entry: Entry, fallthrough: &Filter, options: &hcm::Options) -> Listener {
+fn finish(
+    entry: Entry,
+    fallthrough: &Filter,
+    options: &hcm::Options,
+    detection_timeout: envoy_types::pb::google::protobuf::Duration,
+) -> Listener {
     let primary = &entry.binds[0];
     let name = names::listener(primary, entry.port);
     let needs_tls = entry.chains.iter().any(|c| !c.sni_hosts.is_empty());
@@ -695,6 +730,12 @@ fn finish(entry: Entry, fallthrough: &Filter, options: &hcm::Options) -> Listene
         bind_to_port: Some(BoolValue { value: false }),
         continue_on_listener_filters_timeout: true,
         listener_filters: filters::inspectors(needs_tls, needs_http),
+        // Only protocol sniffing may wait, for as long as the mesh config says.
+        listener_filters_timeout: Some(if needs_http {
+            detection_timeout
+        } else {
+            Default::default()
+        }),
         ..Default::default()
     };
     let stat_prefix = format!("outbound_{name}");
@@ -710,18 +751,22 @@ fn finish(entry: Entry, fallthrough: &Filter, options: &hcm::Options) -> Listene
         };
         let mut chain = FilterChain {
             filters: vec![filter],
+            metadata: opts.metadata.clone(),
             ..Default::default()
         };
         match opts.filter_chain_match() {
             None => listener.default_filter_chain = Some(chain),
             Some(m) => {
                 chain.filter_chain_match = Some(m);
+                chain.transport_socket_connect_timeout =
+                    filters::transport_socket_connect_timeout();
                 listener.filter_chains.push(chain);
             }
         }
     }
     if listener.filter_chains.is_empty() {
-        if let Some(default) = listener.default_filter_chain.take() {
+        if let Some(mut default) = listener.default_filter_chain.take() {
+            default.transport_socket_connect_timeout = filters::transport_socket_connect_timeout();
             listener.filter_chains.push(default);
         }
     } else if listener.default_filter_chain.is_none() {

@@ -96,7 +96,7 @@ impl RouteMemo {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (
             virtual_service_inputs(view, vs, shapes),
-            view.hcm(hcm::Class::SidecarOutbound).x_forwarded_host,
+            view.route_settings,
         )
             .hash(&mut h);
         let inputs = h.finish();
@@ -275,6 +275,7 @@ pub(in crate::translate) fn route_config(
         name: name.to_string(),
         validate_clusters: Some(BoolValue { value: false }),
         ignore_port_in_host_matching: true,
+        max_direct_response_body_size_bytes: route::max_direct_response_body(),
         ..Default::default()
     };
     if let Some(host) = sniffed {
@@ -446,9 +447,7 @@ impl PlannedHost {
     ) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (self.identity, port).hash(&mut h);
-        view.hcm(hcm::Class::SidecarOutbound)
-            .attempt_count
-            .hash(&mut h);
+        view.route_settings.hash(&mut h);
         match source {
             Routes::VirtualService(inputs, _) => (0u8, inputs).hash(&mut h),
             Routes::Default(service) => {
