@@ -64,8 +64,10 @@ impl Webhook {
         let request = pasa_proto::store::v1::ListRequest {
             selector: Some(pasa_proto::store::v1::Subscription {
                 rules: vec![pasa_proto::store::v1::Rule {
-                    kinds: inject::LOOKED_UP_KINDS
+                    // And ProxyConfig, for the pod's proxy settings.
+                    kinds: inject::UNENFORCED_KINDS
                         .iter()
+                        .chain([&Kind::ProxyConfig])
                         .map(|k| k.as_str().to_string())
                         .collect(),
                     namespaces: vec![req.namespace.clone(), root.to_string()],

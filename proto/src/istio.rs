@@ -34,6 +34,24 @@ pub fn parse_spec<T: DeserializeOwned>(spec: &Value) -> Result<T, FieldError> {
     serde_path_to_error::deserialize(spec).map_err(spec_error)
 }
 
+/// A protobuf field name as protobuf JSON spells it: `proxy_metadata` → `proxyMetadata` (Istio's
+/// decoders accept either).
+pub fn json_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = false;
+    for c in name.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Reads a resource's `spec`, as JSON text, into its model without building a JSON tree first
 /// (what a reader of stored resources does for every object). The error names the field at
 /// fault, as [`parse_spec`]'s does: a spec that does not parse is read again, tracking the path.

@@ -270,20 +270,6 @@ impl StoredSettings {
     }
 }
 
-/// The kinds the injecting webhook reads from the store for a pod: those of
-/// [`UNENFORCED_KINDS`], and ProxyConfig for its settings ([`StoredSettings`]).
-pub const LOOKED_UP_KINDS: [pasa_proto::Kind; 9] = [
-    pasa_proto::Kind::MeshConfig,
-    pasa_proto::Kind::JsonWebKeySet,
-    pasa_proto::Kind::AuthorizationPolicy,
-    pasa_proto::Kind::RequestAuthentication,
-    pasa_proto::Kind::EnvoyFilter,
-    pasa_proto::Kind::Telemetry,
-    pasa_proto::Kind::WasmPlugin,
-    pasa_proto::Kind::TrafficExtension,
-    pasa_proto::Kind::ProxyConfig,
-];
-
 /// The kinds of which PASA's agent does not apply everything yet (WasmPlugin and
 /// TrafficExtension whose Wasm module the pod's proxy would not get; Telemetry with metrics for
 /// upstream Envoy (the standalone mode), or tracing providers other than Zipkin, Datadog,

@@ -102,7 +102,11 @@ impl MeshProxyConfig {
 
     /// Settings as written in an object, top-level proto field names renamed to JSON names.
     pub fn from_map(map: Map<String, Value>) -> MeshProxyConfig {
-        MeshProxyConfig(map.into_iter().map(|(k, v)| (json_name(&k), v)).collect())
+        MeshProxyConfig(
+            map.into_iter()
+                .map(|(k, v)| (super::json_name(&k), v))
+                .collect(),
+        )
     }
 
     /// Reads settings as pilot-agent does (JSON or YAML, an object); blank text is none.
@@ -212,23 +216,6 @@ impl MeshProxyConfig {
     pub fn to_json(&self) -> String {
         Value::Object(self.0.clone()).to_string()
     }
-}
-
-/// A top-level field's JSON name (`proxy_metadata` → `proxyMetadata`).
-fn json_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut upper = false;
-    for c in name.chars() {
-        if c == '_' {
-            upper = true;
-        } else if upper {
-            out.extend(c.to_uppercase());
-            upper = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// One stored ProxyConfig, for [`effective`]: its namespace and spec.

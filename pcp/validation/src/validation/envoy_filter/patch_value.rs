@@ -121,7 +121,7 @@ impl Reading {
         let mut wants_typed_config = false;
         let mut own_name = String::new();
         for field in fields {
-            let json_name = lower_camel(field.name);
+            let json_name = pasa_proto::istio::json_name(field.name);
             // Both names are accepted; the JSON name wins when both are given.
             let given = [json_name.as_str(), field.name]
                 .into_iter()
@@ -512,23 +512,6 @@ fn timestamp(s: &str) -> Result<(), String> {
     if zone_ok { Ok(()) } else { bad() }
 }
 
-/// A proto field name's JSON name: `lb_policy` → `lbPolicy`.
-fn lower_camel(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut upper = false;
-    for c in name.chars() {
-        if c == '_' {
-            upper = true;
-        } else if upper {
-            out.extend(c.to_uppercase());
-            upper = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -611,11 +594,11 @@ mod tests {
 
     #[test]
     fn json_names_are_lower_camel_case() {
-        assert_eq!(lower_camel("lb_policy"), "lbPolicy");
+        assert_eq!(pasa_proto::istio::json_name("lb_policy"), "lbPolicy");
         assert_eq!(
-            lower_camel("http2_protocol_options"),
+            pasa_proto::istio::json_name("http2_protocol_options"),
             "http2ProtocolOptions"
         );
-        assert_eq!(lower_camel("name"), "name");
+        assert_eq!(pasa_proto::istio::json_name("name"), "name");
     }
 }
