@@ -13,6 +13,8 @@
 //!   client pod's traffic that its sidecar does not capture) reaches the server under the default
 //!   PERMISSIVE mode, is refused once the namespace's policy is STRICT while mesh traffic still
 //!   flows, and reaches it again when a workload policy sets the port PERMISSIVE;
+//! - the mesh config's trust domain: the server refuses the client's identity once the mesh
+//!   names another trust domain, and accepts it again as an alias;
 //! - AuthorizationPolicy, through the store: a DENY rule on a path answers 403 for that path
 //!   only, also when dot segments spell it (paths are normalized first, as istiod has it); an
 //!   ALLOW rule naming another principal refuses the client (403), one naming the client's
@@ -241,6 +243,7 @@ async fn mutual_tls_between_two_sidecars() {
         assert_eq!(plain.status, 200, "{protocol}: {plain:?}");
 
         peer_authentication(&store, &client.netns, protocol).await;
+        trust_domains(&store, &client.netns, protocol).await;
         authorization_policy(&store, &client.netns, protocol).await;
         request_authentication(&store, &client.netns, protocol).await;
         envoy_filter(&store, &client.netns, protocol).await;
@@ -327,6 +330,47 @@ async fn peer_authentication(store: &StoreServer, client: &Netns, protocol: &str
     store.delete("PeerAuthentication", "shop", "server").await;
     store.apply(&[namespace_policy("PERMISSIVE")]).await;
     println!("{protocol}: PeerAuthentication sets the inbound modes, per namespace and per port");
+}
+
+/// The server's Envoy accepts mutual TLS only from SPIFFE identities of the mesh's trust
+/// domains, as istiod's: once the mesh config names another trust domain, the client (of
+/// `cluster.local`) is refused; naming `cluster.local` an alias lets it in again. Leaves the
+/// mesh config as it was.
+async fn trust_domains(store: &StoreServer, client: &Netns, protocol: &str) {
+    let url = format!("http://{SERVER_VIP}/hello");
+    let host = ["--host", "server.shop.svc.cluster.local"];
+    let original = mesh().pop().expect("the mesh config");
+    let with = |extra: Value| {
+        let mut config = original.clone();
+        for (k, v) in extra.as_object().expect("fields") {
+            config["spec"][k] = v.clone();
+        }
+        config
+    };
+    store
+        .apply(&[with(json!({"trustDomain": "example.org"}))])
+        .await;
+    let refused = until(client, &url, &host, "another trust domain", |a| {
+        a.status != 200
+    });
+    assert_ne!(
+        refused.backend.as_deref(),
+        Some("server-app"),
+        "{protocol}: {refused:?}"
+    );
+    store
+        .apply(&[with(
+            json!({"trustDomain": "example.org", "trustDomainAliases": ["cluster.local"]}),
+        )])
+        .await;
+    until(client, &url, &host, "an alias of the trust domain", |a| {
+        a.status == 200
+    });
+    store.apply(&[original]).await;
+    until(client, &url, &host, "the mesh config as it was", |a| {
+        a.status == 200
+    });
+    println!("{protocol}: mutual TLS accepts only the mesh's trust domains");
 }
 
 /// An AuthorizationPolicy of the server's workload.
