@@ -88,8 +88,8 @@ pub(crate) struct View<'a> {
     auto_addresses: BTreeMap<(String, String), String>,
     /// Connection manager settings per listener class: inbound, outbound, gateway.
     hcm: [hcm::Options; 3],
-    /// How DNS clusters resolve.
-    cluster_dns: cluster::DnsOptions,
+    /// What clusters take from the proxy and the mesh config.
+    cluster_settings: cluster::ClusterSettings,
     /// The mesh config's `defaultHttpRetryPolicy` and `defaultInboundHttpRetryPolicy`.
     retry_defaults: RetryDefaults,
     /// What every route reads of the proxy's settings and the mesh config (outbound attempt
@@ -357,7 +357,7 @@ impl<'a> View<'a> {
         (&hcm, written).hash(&mut h);
         View {
             hcm,
-            cluster_dns: cluster::DnsOptions::of(&proxy.ips, mesh),
+            cluster_settings: cluster::ClusterSettings::of(&proxy.ips, mesh),
             retry_defaults,
             route_settings: h.finish(),
             proxy,
@@ -539,20 +539,22 @@ struct HostOutput {
     clusters: Vec<(String, Arc<Resource>)>,
     /// Cluster name → load assignment.
     assignments: Vec<(String, Arc<Resource>)>,
-    /// How its DNS clusters resolve.
-    dns: cluster::DnsOptions,
+    /// What its clusters took from the proxy and the mesh config.
+    settings: cluster::ClusterSettings,
 }
 
 impl HostOutput {
     /// Whether it was built from `service` and `rule` (the same allocations, or equal ones)
-    /// under `dns`.
+    /// under `settings`.
     fn built_from(
         &self,
         service: &Arc<Service>,
         rule: Option<&Arc<Config<DestinationRule>>>,
-        dns: &cluster::DnsOptions,
+        settings: &cluster::ClusterSettings,
     ) -> bool {
-        same(&self.service, service) && same_rule(self.rule.as_ref(), rule) && self.dns == *dns
+        same(&self.service, service)
+            && same_rule(self.rule.as_ref(), rule)
+            && self.settings == *settings
     }
 }
 
@@ -584,7 +586,7 @@ fn same_clusters(
         || (proxy == ProxyType::Router && new.resolution == registry::Resolution::Passthrough);
     shapes.of(old).shape == shapes.of(new).shape
         && if eds {
-            old.identities() == new.identities()
+            old.identities("") == new.identities("")
         } else {
             old.endpoints == new.endpoints
         }
@@ -785,7 +787,7 @@ impl Outputs {
         for service in view.services.values() {
             let rule = shapes.followed(view, service).rule.clone();
             let old = self.hosts.get(&service.hostname);
-            if old.is_some_and(|o| o.built_from(service, rule.as_ref(), &view.cluster_dns)) {
+            if old.is_some_and(|o| o.built_from(service, rule.as_ref(), &view.cluster_settings)) {
                 continue;
             }
             counts.services += 1;
@@ -793,7 +795,7 @@ impl Outputs {
                 .filter(|o| {
                     same_rule(o.rule.as_ref(), rule.as_ref())
                         && same_clusters(&o.service, service, kind, shapes)
-                        && o.dns == view.cluster_dns
+                        && o.settings == view.cluster_settings
                 })
                 .map(|o| o.clusters.clone());
             let mut built = Vec::new();
@@ -802,12 +804,12 @@ impl Outputs {
                 service,
                 rule.as_deref(),
                 generator,
-                (kind, view.proxy.build, &view.cluster_dns),
+                (kind, view.proxy.build, &view.cluster_settings),
                 (kept_clusters.is_none(), &mut built),
             );
             let mut output = HostOutput {
                 service: Arc::clone(service),
-                dns: view.cluster_dns.clone(),
+                settings: view.cluster_settings.clone(),
                 rule,
                 clusters: Vec::with_capacity(built.len()),
                 assignments: Vec::with_capacity(built.len()),

@@ -145,10 +145,10 @@ impl Service {
         self.ports.iter().find(|p| p.number == number)
     }
 
-    /// The SPIFFE identities of the service's endpoints (`spiffe://cluster.local/ns/<ns>/sa/<sa>`,
-    /// or the identity an endpoint states), sorted, each once: who a client may accept as the
-    /// service.
-    pub fn identities(&self) -> Vec<String> {
+    /// The SPIFFE identities of the service's endpoints
+    /// (`spiffe://<trust_domain>/ns/<ns>/sa/<sa>`, or the identity an endpoint states), sorted,
+    /// each once: who a client may accept as the service.
+    pub fn identities(&self, trust_domain: &str) -> Vec<String> {
         let accounts: BTreeSet<&str> = self
             .endpoints
             .iter()
@@ -161,7 +161,7 @@ impl Service {
                 if sa.starts_with("spiffe://") {
                     sa.to_string()
                 } else {
-                    format!("spiffe://cluster.local/ns/{}/sa/{sa}", self.namespace)
+                    format!("spiffe://{trust_domain}/ns/{}/sa/{sa}", self.namespace)
                 }
             })
             .collect();

@@ -140,7 +140,7 @@ pub(super) fn service_clusters(
     service: &Service,
     dr: Option<&Config<DestinationRule>>,
     generator: Generator,
-    (proxy, build, dns): (ProxyType, ProxyBuild, &DnsOptions),
+    (proxy, build, settings): (ProxyType, ProxyBuild, &ClusterSettings),
     (clusters, out): (bool, &mut Vec<BuiltCluster>),
 ) {
     let as_eds;
@@ -166,7 +166,7 @@ pub(super) fn service_clusters(
         identities: std::cell::OnceCell::new(),
         mutual: MutualContexts::new(build),
         generator,
-        dns,
+        settings,
     };
     for port in &service.ports {
         // Built by the first cluster of the port that reads endpoints, shared by the others.
@@ -264,24 +264,29 @@ struct Target<'s> {
     identities: std::cell::OnceCell<Vec<String>>,
     mutual: MutualContexts,
     generator: Generator,
-    dns: &'s DnsOptions,
+    settings: &'s ClusterSettings,
 }
 
-/// How DNS clusters resolve, as istiod sets them up: the address family of the proxy's own
-/// addresses (IPv4 only unless the proxy has only IPv6 ones), re-resolved every
-/// `dnsRefreshRate` of the mesh config (60s by default; Envoy's own is 5s) or the record's TTL,
-/// with 100 ms of jitter, through c-ares with at most 100 UDP queries per connection.
+/// What clusters take from the proxy and the mesh config, as istiod sets them up:
+///
+/// - how DNS clusters resolve: the address family of the proxy's own addresses (IPv4 only
+///   unless the proxy has only IPv6 ones), re-resolved every `dnsRefreshRate` of the mesh config
+///   (60s by default; Envoy's own is 5s) or the record's TTL, with 100 ms of jitter, through
+///   c-ares with at most 100 UDP queries per connection;
+/// - the trust domain endpoints' service accounts are identities of, pinned by mutual TLS
+///   (the mesh config's `trustDomain`, `cluster.local` by default).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct DnsOptions {
+pub(crate) struct ClusterSettings {
     family: i32,
     refresh: Duration,
+    trust_domain: String,
 }
 
-impl DnsOptions {
+impl ClusterSettings {
     pub(crate) fn of(
         ips: &[std::net::IpAddr],
         mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>,
-    ) -> DnsOptions {
+    ) -> ClusterSettings {
         use envoy_types::pb::envoy::config::cluster::v3::cluster::DnsLookupFamily;
         let family = if !ips.is_empty() && ips.iter().all(std::net::IpAddr::is_ipv6) {
             DnsLookupFamily::V6Only
@@ -294,7 +299,11 @@ impl DnsOptions {
             .and_then(|t| pasa_proto::duration::parse_go(t).ok())
             .filter(|n| *n > 0.0)
             .unwrap_or(60e9) as i64;
-        DnsOptions {
+        ClusterSettings {
+            trust_domain: mesh
+                .and_then(|m| m.trust_domain.clone())
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| "cluster.local".into()),
             family: family as i32,
             refresh: Duration {
                 seconds: nanos / 1_000_000_000,
@@ -328,7 +337,8 @@ impl DnsOptions {
 
 impl<'s> Target<'s> {
     fn identities(&self) -> &[String] {
-        self.identities.get_or_init(|| self.service.identities())
+        self.identities
+            .get_or_init(|| self.service.identities(&self.settings.trust_domain))
     }
 
     /// The fields every cluster of `port` under `policy` has: discovery type, timeouts, load
@@ -350,7 +360,7 @@ impl<'s> Target<'s> {
         };
         cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
         if matches!(kind, DiscoveryType::StrictDns | DiscoveryType::LogicalDns) {
-            self.dns.apply(&mut cluster);
+            self.settings.apply(&mut cluster);
         }
         if kind != DiscoveryType::OriginalDst {
             apply_load_balancer(&mut cluster, policy.load_balancer.as_ref(), self.generator);
@@ -465,7 +475,9 @@ impl<'s> Target<'s> {
     /// The ISTIO_MUTUAL transport socket of auto mTLS: pinned to the service's identities.
     fn mutual_socket(&mut self, port: u32, subset: &str) -> Vec<u8> {
         let sni = names::istio_mutual_sni(port, subset, &self.service.hostname);
-        let sans = self.identities.get_or_init(|| self.service.identities());
+        let sans = self
+            .identities
+            .get_or_init(|| self.service.identities(&self.settings.trust_domain));
         self.mutual.socket(sans, &sni)
     }
 
@@ -486,7 +498,8 @@ impl<'s> Target<'s> {
             ClientTlsMode::Disable => return None,
             ClientTlsMode::IstioMutual => {
                 let sans = if tls.subject_alt_names.is_empty() {
-                    self.identities.get_or_init(|| self.service.identities())
+                    self.identities
+                        .get_or_init(|| self.service.identities(&self.settings.trust_domain))
                 } else {
                     &tls.subject_alt_names
                 };

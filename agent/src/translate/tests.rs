@@ -1364,3 +1364,84 @@ fn a_gateway_api_wildcard_host_leaves_its_services_to_no_virtual_service() {
     let web = vhost(&out.routes["80"], "web.shop.example.com:80");
     assert_eq!(web.routes[0].name, "default.route.0");
 }
+
+/// Mutual TLS pins a service to its service accounts' identities in the mesh's trust domain
+/// (`cluster.local` unless the mesh config names another), as istiod does; a changed trust
+/// domain rebuilds the clusters.
+#[test]
+fn mutual_tls_pins_identities_in_the_meshs_trust_domain() {
+    use envoy_types::pb::envoy::config::core::v3::transport_socket;
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        UpstreamTlsContext, common_tls_context::ValidationContextType,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher;
+    let service = resource(
+        "ServiceEndpoints",
+        "default",
+        "reviews",
+        json!({"addresses": ["10.96.0.20"], "ports": [{"name": "http", "port": 9080}],
+               "endpoints": [{"address": "10.0.0.1", "serviceAccount": "bookinfo-reviews"}]}),
+        1,
+    );
+    let rule = resource(
+        "DestinationRule",
+        "default",
+        "reviews",
+        json!({"host": "reviews", "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}}}),
+        2,
+    );
+    let mesh = |trust_domain: &str| {
+        resource(
+            "MeshConfig",
+            "istio-system",
+            "mesh",
+            json!({"trustDomain": trust_domain}),
+            3,
+        )
+    };
+    let pinned = |out: &crate::resource::Resources| -> Vec<String> {
+        let cluster = &out.clusters[&format!("outbound|9080||{REVIEWS}")];
+        let socket = cluster.transport_socket.as_ref().expect("ISTIO_MUTUAL");
+        let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type else {
+            panic!("typed config");
+        };
+        let context = UpstreamTlsContext::decode(any.value.as_slice()).unwrap();
+        let Some(ValidationContextType::CombinedValidationContext(combined)) =
+            context.common_tls_context.unwrap().validation_context_type
+        else {
+            panic!("a combined validation context");
+        };
+        #[allow(deprecated)]
+        combined
+            .default_validation_context
+            .unwrap()
+            .match_subject_alt_names
+            .into_iter()
+            .filter_map(|m| match m.match_pattern {
+                Some(string_matcher::MatchPattern::Exact(e)) => Some(e),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut translator = Translator::new(proxy("10.0.0.9"));
+    let out = translator
+        .update(
+            &cache(vec![service.clone(), rule.clone()]),
+            Generator::Envoy,
+        )
+        .unwrap();
+    assert_eq!(
+        pinned(&out),
+        ["spiffe://cluster.local/ns/default/sa/bookinfo-reviews"]
+    );
+    let out = translator
+        .update(
+            &cache(vec![service, rule, mesh("example.org")]),
+            Generator::Envoy,
+        )
+        .unwrap();
+    assert_eq!(
+        pinned(&out),
+        ["spiffe://example.org/ns/default/sa/bookinfo-reviews"]
+    );
+}

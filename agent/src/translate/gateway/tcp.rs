@@ -233,7 +233,7 @@ pub(super) fn sni_dnat_clusters(
             (
                 pasa_proto::node::ProxyType::Router,
                 ProxyBuild::Envoy,
-                &view.cluster_dns,
+                &view.cluster_settings,
             ),
             (true, &mut built),
         );
