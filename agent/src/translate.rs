@@ -586,7 +586,7 @@ fn same_clusters(
         || (proxy == ProxyType::Router && new.resolution == registry::Resolution::Passthrough);
     shapes.of(old).shape == shapes.of(new).shape
         && if eds {
-            old.identities("") == new.identities("")
+            old.identities("", &[]) == new.identities("", &[])
         } else {
             old.endpoints == new.endpoints
         }

@@ -347,8 +347,13 @@ async fn trust_domains(store: &StoreServer, client: &Netns, protocol: &str) {
         }
         config
     };
+    // The client pins the server's own identity, whatever the mesh's trust domain: a refusal
+    // is the server's.
     store
-        .apply(&[with(json!({"trustDomain": "example.org"}))])
+        .apply(&[
+            mutual(Some("spiffe://cluster.local/ns/shop/sa/server")),
+            with(json!({"trustDomain": "example.org"})),
+        ])
         .await;
     let refused = until(client, &url, &host, "another trust domain", |a| {
         a.status != 200
@@ -366,7 +371,7 @@ async fn trust_domains(store: &StoreServer, client: &Netns, protocol: &str) {
     until(client, &url, &host, "an alias of the trust domain", |a| {
         a.status == 200
     });
-    store.apply(&[original]).await;
+    store.apply(&[original, mutual(None)]).await;
     until(client, &url, &host, "the mesh config as it was", |a| {
         a.status == 200
     });

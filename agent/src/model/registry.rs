@@ -146,9 +146,10 @@ impl Service {
     }
 
     /// The SPIFFE identities of the service's endpoints
-    /// (`spiffe://<trust_domain>/ns/<ns>/sa/<sa>`, or the identity an endpoint states), sorted,
-    /// each once: who a client may accept as the service.
-    pub fn identities(&self, trust_domain: &str) -> Vec<String> {
+    /// (`spiffe://<trust_domain>/ns/<ns>/sa/<sa>`, or the identity an endpoint states), each
+    /// also in every trust domain of `aliases`, as istiod expands them; sorted, each once: who
+    /// a client may accept as the service.
+    pub fn identities(&self, trust_domain: &str, aliases: &[String]) -> Vec<String> {
         let accounts: BTreeSet<&str> = self
             .endpoints
             .iter()
@@ -165,6 +166,20 @@ impl Service {
                 }
             })
             .collect();
+        let expanded: Vec<String> = ids
+            .iter()
+            .filter_map(|id| {
+                let rest = id.strip_prefix("spiffe://")?;
+                let (_, path) = rest.split_once('/')?;
+                path.starts_with("ns/").then_some(path)
+            })
+            .flat_map(|path| {
+                aliases
+                    .iter()
+                    .map(move |td| format!("spiffe://{td}/{path}"))
+            })
+            .collect();
+        ids.extend(expanded);
         ids.sort();
         ids.dedup();
         ids

@@ -274,12 +274,13 @@ struct Target<'s> {
 ///   (60s by default; Envoy's own is 5s) or the record's TTL, with 100 ms of jitter, through
 ///   c-ares with at most 100 UDP queries per connection;
 /// - the trust domain endpoints' service accounts are identities of, pinned by mutual TLS
-///   (the mesh config's `trustDomain`, `cluster.local` by default).
+///   (the mesh config's `trustDomain`, `cluster.local` by default), and its aliases.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct ClusterSettings {
     family: i32,
     refresh: Duration,
     trust_domain: String,
+    trust_domain_aliases: Vec<String>,
 }
 
 impl ClusterSettings {
@@ -304,6 +305,9 @@ impl ClusterSettings {
                 .and_then(|m| m.trust_domain.clone())
                 .filter(|t| !t.is_empty())
                 .unwrap_or_else(|| "cluster.local".into()),
+            trust_domain_aliases: mesh
+                .map(|m| m.trust_domain_aliases.clone())
+                .unwrap_or_default(),
             family: family as i32,
             refresh: Duration {
                 seconds: nanos / 1_000_000_000,
@@ -335,10 +339,19 @@ impl ClusterSettings {
     }
 }
 
+/// `service`'s SPIFFE identities under `settings`, worked out once into `cell` (a field of a
+/// [`Target`], borrowed alone so that its other fields stay free).
+fn identities<'c>(
+    cell: &'c std::cell::OnceCell<Vec<String>>,
+    service: &Service,
+    settings: &ClusterSettings,
+) -> &'c [String] {
+    cell.get_or_init(|| service.identities(&settings.trust_domain, &settings.trust_domain_aliases))
+}
+
 impl<'s> Target<'s> {
     fn identities(&self) -> &[String] {
-        self.identities
-            .get_or_init(|| self.service.identities(&self.settings.trust_domain))
+        identities(&self.identities, self.service, self.settings)
     }
 
     /// The fields every cluster of `port` under `policy` has: discovery type, timeouts, load
@@ -475,9 +488,7 @@ impl<'s> Target<'s> {
     /// The ISTIO_MUTUAL transport socket of auto mTLS: pinned to the service's identities.
     fn mutual_socket(&mut self, port: u32, subset: &str) -> Vec<u8> {
         let sni = names::istio_mutual_sni(port, subset, &self.service.hostname);
-        let sans = self
-            .identities
-            .get_or_init(|| self.service.identities(&self.settings.trust_domain));
+        let sans = identities(&self.identities, self.service, self.settings);
         self.mutual.socket(sans, &sni)
     }
 
@@ -498,8 +509,7 @@ impl<'s> Target<'s> {
             ClientTlsMode::Disable => return None,
             ClientTlsMode::IstioMutual => {
                 let sans = if tls.subject_alt_names.is_empty() {
-                    self.identities
-                        .get_or_init(|| self.service.identities(&self.settings.trust_domain))
+                    identities(&self.identities, self.service, self.settings)
                 } else {
                     &tls.subject_alt_names
                 };

@@ -1366,8 +1366,8 @@ fn a_gateway_api_wildcard_host_leaves_its_services_to_no_virtual_service() {
 }
 
 /// Mutual TLS pins a service to its service accounts' identities in the mesh's trust domain
-/// (`cluster.local` unless the mesh config names another), as istiod does; a changed trust
-/// domain rebuilds the clusters.
+/// (`cluster.local` unless the mesh config names another) and its aliases, as istiod does; a
+/// changed trust domain rebuilds the clusters.
 #[test]
 fn mutual_tls_pins_identities_in_the_meshs_trust_domain() {
     use envoy_types::pb::envoy::config::core::v3::transport_socket;
@@ -1390,15 +1390,7 @@ fn mutual_tls_pins_identities_in_the_meshs_trust_domain() {
         json!({"host": "reviews", "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}}}),
         2,
     );
-    let mesh = |trust_domain: &str| {
-        resource(
-            "MeshConfig",
-            "istio-system",
-            "mesh",
-            json!({"trustDomain": trust_domain}),
-            3,
-        )
-    };
+    let mesh = |spec: Value| resource("MeshConfig", "istio-system", "mesh", spec, 3);
     let pinned = |out: &crate::resource::Resources| -> Vec<String> {
         let cluster = &out.clusters[&format!("outbound|9080||{REVIEWS}")];
         let socket = cluster.transport_socket.as_ref().expect("ISTIO_MUTUAL");
@@ -1436,12 +1428,34 @@ fn mutual_tls_pins_identities_in_the_meshs_trust_domain() {
     );
     let out = translator
         .update(
-            &cache(vec![service, rule, mesh("example.org")]),
+            &cache(vec![
+                service.clone(),
+                rule.clone(),
+                mesh(json!({"trustDomain": "example.org"})),
+            ]),
             Generator::Envoy,
         )
         .unwrap();
     assert_eq!(
         pinned(&out),
         ["spiffe://example.org/ns/default/sa/bookinfo-reviews"]
+    );
+    // Its aliases too, as istiod expands them.
+    let out = translator
+        .update(
+            &cache(vec![
+                service,
+                rule,
+                mesh(json!({"trustDomain": "example.org", "trustDomainAliases": ["old.example"]})),
+            ]),
+            Generator::Envoy,
+        )
+        .unwrap();
+    assert_eq!(
+        pinned(&out),
+        [
+            "spiffe://example.org/ns/default/sa/bookinfo-reviews",
+            "spiffe://old.example/ns/default/sa/bookinfo-reviews"
+        ]
     );
 }
