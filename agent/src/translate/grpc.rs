@@ -152,32 +152,16 @@ pub(super) fn upstream_tls(mode: ClientTlsMode, identities: &[String]) -> Option
 mod tests {
     use envoy_types::pb::envoy::config::core::v3::transport_socket;
     use prost::Message;
-    use serde_json::json;
 
     use crate::cache::Cache;
     use crate::model::proxy::Generator;
-    use crate::testing::resource;
     use crate::translate::Translator;
     #[test]
     fn mesh_tls_comes_from_sds_for_envoy_and_from_certificate_providers_for_grpc() {
         use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
             UpstreamTlsContext, common_tls_context::ValidationContextType,
         };
-        let service = resource(
-            "ServiceEndpoints",
-            "default",
-            "reviews",
-            json!({"addresses": ["10.96.0.20"], "ports": [{"name": "http", "port": 9080}],
-                   "endpoints": [{"address": "10.0.0.1", "serviceAccount": "bookinfo-reviews"}]}),
-            1,
-        );
-        let rule = resource(
-            "DestinationRule",
-            "default",
-            "reviews",
-            json!({"host": "reviews", "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}}}),
-            2,
-        );
+        let (service, rule) = crate::translate::tests::mutual_reviews();
         let tls_of = |generator| {
             let mut t = Translator::new(crate::testing::sidecar("10.0.0.9"));
             let cache = Cache::from_resources(vec![service.clone(), rule.clone()], 10);

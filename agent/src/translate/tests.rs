@@ -1365,16 +1365,9 @@ fn a_gateway_api_wildcard_host_leaves_its_services_to_no_virtual_service() {
     assert_eq!(web.routes[0].name, "default.route.0");
 }
 
-/// Mutual TLS pins a service to its service accounts' identities in the mesh's trust domain
-/// (`cluster.local` unless the mesh config names another) and its aliases, as istiod does; a
-/// changed trust domain rebuilds the clusters.
-#[test]
-fn mutual_tls_pins_identities_in_the_meshs_trust_domain() {
-    use envoy_types::pb::envoy::config::core::v3::transport_socket;
-    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-        UpstreamTlsContext, common_tls_context::ValidationContextType,
-    };
-    use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher;
+/// `reviews` with one endpoint of service account `bookinfo-reviews`, and a DestinationRule
+/// asking for ISTIO_MUTUAL to it.
+pub(super) fn mutual_reviews() -> (Resource, Resource) {
     let service = resource(
         "ServiceEndpoints",
         "default",
@@ -1390,6 +1383,20 @@ fn mutual_tls_pins_identities_in_the_meshs_trust_domain() {
         json!({"host": "reviews", "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}}}),
         2,
     );
+    (service, rule)
+}
+
+/// Mutual TLS pins a service to its service accounts' identities in the mesh's trust domain
+/// (`cluster.local` unless the mesh config names another) and its aliases, as istiod does; a
+/// changed trust domain rebuilds the clusters.
+#[test]
+fn mutual_tls_pins_identities_in_the_meshs_trust_domain() {
+    use envoy_types::pb::envoy::config::core::v3::transport_socket;
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        UpstreamTlsContext, common_tls_context::ValidationContextType,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher;
+    let (service, rule) = mutual_reviews();
     let mesh = |spec: Value| resource("MeshConfig", "istio-system", "mesh", spec, 3);
     let pinned = |out: &crate::resource::Resources| -> Vec<String> {
         let cluster = &out.clusters[&format!("outbound|9080||{REVIEWS}")];
