@@ -679,3 +679,26 @@ fn proxy_settings_reach_the_agent_as_istios_injection_gives_them() {
         json!({"concurrency": 2, "tracing": {"sampling": 50}, "proxyMetadata": {"A": "1"}})
     );
 }
+
+#[test]
+fn proxyless_grpc_pods_are_told_what_is_not_served() {
+    let mut pod = istio_injected(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "echo-", "labels": {"app": "echo"},
+            "annotations": {"pasa.io/enabled": "true"}},
+        "spec": {"containers": [{"name": "echo", "image": "example/echo"}]}}));
+    let (_, result, warnings) = inject(&injector(), &pod);
+    assert_eq!(result, "injected_next_to_istio");
+    assert!(
+        !warnings.iter().any(|w| w.contains("proxyless")),
+        "{warnings:?}"
+    );
+    pod["metadata"]["annotations"]["inject.istio.io/templates"] = json!("grpc-agent");
+    let (_, result, warnings) = inject(&injector(), &pod);
+    assert_eq!(result, "injected_next_to_istio");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("proxyless gRPC") && w.contains("keep xDS servers with istiod")),
+        "{warnings:?}"
+    );
+}
