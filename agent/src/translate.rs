@@ -99,14 +99,14 @@ pub(crate) struct View<'a> {
 }
 
 /// The mesh config's default retry policies (a route's own wins).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Hash)]
 struct RetryDefaults {
     outbound: Option<pasa_proto::istio::virtual_service::HttpRetry>,
     inbound: Option<pasa_proto::istio::virtual_service::HttpRetry>,
 }
 
 impl RetryDefaults {
-    fn of(mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>) -> (RetryDefaults, String) {
+    fn of(mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>) -> RetryDefaults {
         let read = |field: &str| {
             let value = mesh.and_then(|m| m.other.get(field))?;
             match serde_json::from_value(value.clone()) {
@@ -117,18 +117,10 @@ impl RetryDefaults {
                 }
             }
         };
-        let written = |field: &str| {
-            mesh.and_then(|m| m.other.get(field))
-                .map(ToString::to_string)
-                .unwrap_or_default()
-        };
-        (
-            RetryDefaults {
-                outbound: read("defaultHttpRetryPolicy"),
-                inbound: read("defaultInboundHttpRetryPolicy"),
-            },
-            written("defaultHttpRetryPolicy") + &written("defaultInboundHttpRetryPolicy"),
-        )
+        RetryDefaults {
+            outbound: read("defaultHttpRetryPolicy"),
+            inbound: read("defaultInboundHttpRetryPolicy"),
+        }
     }
 }
 
@@ -352,9 +344,9 @@ impl<'a> View<'a> {
             hcm::Class::Gateway,
         ]
         .map(|class| hcm::Options::of(class, &settings, mesh));
-        let (retry_defaults, written) = RetryDefaults::of(mesh);
+        let retry_defaults = RetryDefaults::of(mesh);
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&hcm, written).hash(&mut h);
+        (&hcm, &retry_defaults).hash(&mut h);
         View {
             hcm,
             cluster_settings: cluster::ClusterSettings::of(&proxy.ips, mesh),
@@ -378,18 +370,12 @@ impl<'a> View<'a> {
     /// How long listener filters may wait for the first bytes to detect a protocol (the mesh
     /// config's `protocolDetectionTimeout`; 0, the default, waits as long as it takes).
     fn protocol_detection_timeout(&self) -> envoy_types::pb::google::protobuf::Duration {
-        let nanos = self
-            .registry
-            .mesh_config(&self.proxy.mesh.root_namespace)
-            .and_then(|m| m.other.get("protocolDetectionTimeout"))
-            .and_then(serde_json::Value::as_str)
-            .and_then(|t| pasa_proto::duration::parse_go(t).ok())
-            .filter(|n| *n > 0.0)
-            .unwrap_or(0.0) as i64;
-        envoy_types::pb::google::protobuf::Duration {
-            seconds: nanos / 1_000_000_000,
-            nanos: (nanos % 1_000_000_000) as i32,
-        }
+        builders::nanos(
+            self.registry
+                .mesh_config(&self.proxy.mesh.root_namespace)
+                .and_then(|m| m.positive_duration_nanos("protocolDetectionTimeout"))
+                .unwrap_or(0),
+        )
     }
 
     /// The connection manager settings of listeners of `class`.

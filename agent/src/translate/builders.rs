@@ -33,6 +33,14 @@ pub(super) fn listener_port(
 }
 
 /// An Istio duration as a protobuf one.
+/// `nanos` nanoseconds as a protobuf Duration.
+pub(super) fn nanos(nanos: i64) -> Duration {
+    Duration {
+        seconds: nanos / 1_000_000_000,
+        nanos: (nanos % 1_000_000_000) as i32,
+    }
+}
+
 pub(super) fn duration(d: &pasa_proto::istio::common::Duration) -> Duration {
     Duration {
         seconds: d.seconds,

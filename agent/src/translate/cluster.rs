@@ -294,12 +294,9 @@ impl ClusterSettings {
         } else {
             DnsLookupFamily::V4Only
         };
-        let nanos = mesh
-            .and_then(|m| m.other.get("dnsRefreshRate"))
-            .and_then(serde_json::Value::as_str)
-            .and_then(|t| pasa_proto::duration::parse_go(t).ok())
-            .filter(|n| *n > 0.0)
-            .unwrap_or(60e9) as i64;
+        let refresh = mesh
+            .and_then(|m| m.positive_duration_nanos("dnsRefreshRate"))
+            .unwrap_or(60_000_000_000);
         ClusterSettings {
             trust_domain: mesh
                 .and_then(|m| m.trust_domain.clone())
@@ -309,10 +306,7 @@ impl ClusterSettings {
                 .map(|m| m.trust_domain_aliases.clone())
                 .unwrap_or_default(),
             family: family as i32,
-            refresh: Duration {
-                seconds: nanos / 1_000_000_000,
-                nanos: (nanos % 1_000_000_000) as i32,
-            },
+            refresh: super::builders::nanos(refresh),
         }
     }
 

@@ -666,8 +666,10 @@ impl Memo {
         let telemetries = applying(proxy, registry);
         let collectors = Collectors::new(registry, &generated.clusters);
         let logs = logs(mesh, &telemetries, &collectors);
+        let settings = proxy.settings(mesh);
         let traces = traces::traces(&traces::Inputs {
             proxy,
+            settings: &settings,
             mesh,
             telemetries: &telemetries,
             collectors: &collectors,
@@ -676,7 +678,7 @@ impl Memo {
             .iter()
             .flat_map(|t| t.spec.metrics.iter().flatten())
             .collect();
-        let istio = IstioFilters::new(proxy, mesh, &metric_entries);
+        let istio = IstioFilters::new(proxy.build, &settings, mesh, &metric_entries);
         let mut fingerprint = std::collections::hash_map::DefaultHasher::new();
         logs.fingerprint(&mut fingerprint);
         traces.fingerprint(&mut fingerprint);

@@ -190,6 +190,21 @@ impl Injector {
     }
 }
 
+/// The mesh config among `resources` (`mesh` in `root_namespace`), if there is one that reads.
+fn stored_mesh_config(
+    resources: &[pasa_proto::store::v1::Resource],
+    root_namespace: &str,
+) -> Option<pasa_proto::istio::mesh_config::MeshConfig> {
+    resources
+        .iter()
+        .find(|r| {
+            r.kind == pasa_proto::Kind::MeshConfig.as_str()
+                && r.namespace == root_namespace
+                && r.name == pasa_proto::istio::mesh_config::MESH_CONFIG_NAME
+        })
+        .and_then(|r| pasa_proto::istio::parse_spec_json(&r.spec_json).ok())
+}
+
 /// What the store says of proxies' settings, for a standalone pod's: the mesh config's
 /// `defaultConfig` and the ProxyConfigs of the pod's namespace and of the root namespace.
 #[derive(Debug, Default)]
@@ -209,16 +224,8 @@ impl StoredSettings {
         root_namespace: &str,
     ) -> StoredSettings {
         use pasa_proto::Kind;
-        use pasa_proto::istio::mesh_config::{MESH_CONFIG_NAME, MeshConfig};
         use pasa_proto::istio::parse_spec_json;
-        let mesh_default = resources
-            .iter()
-            .find(|r| {
-                r.kind == Kind::MeshConfig.as_str()
-                    && r.namespace == root_namespace
-                    && r.name == MESH_CONFIG_NAME
-            })
-            .and_then(|r| parse_spec_json::<MeshConfig>(&r.spec_json).ok())
+        let mesh_default = stored_mesh_config(resources, root_namespace)
             .map(|m| m.default_config())
             .unwrap_or_default();
         let mut stored: Vec<&pasa_proto::store::v1::Resource> = resources
@@ -317,7 +324,6 @@ pub fn unenforced_policies(
         |refs: Vec<&PolicyTargetReference>| -> Targets { refs.into_iter().cloned().collect() };
     use pasa_proto::istio::destination_rule::WorkloadSelector;
     use pasa_proto::istio::extensions::{TrafficExtension, WasmPlugin};
-    use pasa_proto::istio::mesh_config::{MESH_CONFIG_NAME, MeshConfig};
     use pasa_proto::istio::parse_spec_json;
     use pasa_proto::istio::request_authentication::{KeySetSource, RequestAuthentication};
     use pasa_proto::istio::telemetry::Telemetry;
@@ -331,14 +337,7 @@ pub fn unenforced_policies(
         .filter(|p| p.kind == Kind::JsonWebKeySet.as_str() && p.namespace == root_namespace)
         .map(|p| p.name.as_str())
         .collect();
-    let mesh: Option<MeshConfig> = policies
-        .iter()
-        .find(|p| {
-            p.kind == Kind::MeshConfig.as_str()
-                && p.namespace == root_namespace
-                && p.name == MESH_CONFIG_NAME
-        })
-        .and_then(|p| parse_spec_json::<MeshConfig>(&p.spec_json).ok());
+    let mesh = stored_mesh_config(policies, root_namespace);
     // The external authorizers the agents know of.
     let authorizers: Vec<String> = mesh
         .iter()
@@ -456,19 +455,11 @@ pub fn move_warnings(
     root_namespace: &str,
     policies: &[pasa_proto::store::v1::Resource],
 ) -> Vec<String> {
-    use pasa_proto::istio::mesh_config::{MESH_CONFIG_NAME, MeshConfig, is_prometheus};
+    use pasa_proto::istio::mesh_config::is_prometheus;
     if sidecar::mode(pod).0 != sidecar::Mode::Standalone {
         return Vec::new();
     }
-    let mesh = policies
-        .iter()
-        .find(|p| {
-            p.kind == pasa_proto::Kind::MeshConfig.as_str()
-                && p.namespace == root_namespace
-                && p.name == MESH_CONFIG_NAME
-        })
-        .and_then(|p| pasa_proto::istio::parse_spec_json::<MeshConfig>(&p.spec_json).ok());
-    let Some(mesh) = mesh else {
+    let Some(mesh) = stored_mesh_config(policies, root_namespace) else {
         return Vec::new();
     };
     let prometheus: Vec<String> = mesh

@@ -181,6 +181,17 @@ impl MeshConfig {
             .collect()
     }
 
+    /// A duration field (`dnsRefreshRate`, `protocolDetectionTimeout`, ...) in nanoseconds, when
+    /// it is set, reads and is positive.
+    pub fn positive_duration_nanos(&self, field: &str) -> Option<i64> {
+        self.other
+            .get(field)
+            .and_then(Value::as_str)
+            .and_then(|t| crate::duration::parse_go(t).ok())
+            .filter(|n| *n > 0.0)
+            .map(|n| n as i64)
+    }
+
     /// `enableTracing`: whether a proxy no Telemetry configures tracing for still traces (with
     /// the tracer of its bootstrap); true unless the mesh config says otherwise, as istiod's
     /// default.

@@ -94,12 +94,16 @@ struct ChainConfig {
     services: Vec<(u32, metadata::ServiceLabel)>,
     /// The Envoy build served: only Istio's proxy negotiates the in-band metadata exchange.
     build: ProxyBuild,
-    /// The inbound connection manager's settings.
-    hcm: hcm::Options,
-    /// The mesh config's `defaultInboundHttpRetryPolicy`.
-    retry: Option<HttpRetry>,
-    /// How mutual TLS servers check clients.
-    mtls: std::sync::Arc<MeshMtls>,
+}
+
+/// What every inbound chain of the proxy shares: its authorization filters, the connection
+/// manager's settings, the mesh config's `defaultInboundHttpRetryPolicy`, and how mutual TLS
+/// servers check clients.
+struct Shared<'a> {
+    authz: &'a Authz,
+    hcm: &'a hcm::Options,
+    retry: Option<&'a HttpRetry>,
+    mtls: &'a MeshMtls,
 }
 
 impl ChainConfig {
@@ -191,10 +195,13 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
     let mut passthrough_ports = vec![0];
     passthrough_ports.extend(policy.per_port.keys().copied());
     let configs = chain_configs(view);
-    let mtls = configs.first().map_or_else(
-        || std::sync::Arc::new(mesh_mtls(view)),
-        |c| std::sync::Arc::clone(&c.mtls),
-    );
+    let mtls = MeshMtls::of(view.registry.mesh_config(&view.proxy.mesh.root_namespace));
+    let shared = Shared {
+        authz: &authz,
+        hcm: view.hcm(hcm::Class::SidecarInbound),
+        retry: view.retry_defaults.inbound.as_ref(),
+        mtls: &mtls,
+    };
     for port in passthrough_ports {
         if port != 0 && configs.iter().any(|c| c.port == port) {
             continue;
@@ -208,16 +215,13 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
             passthrough: true,
             services: Vec::new(),
             build: view.proxy.build,
-            hcm: view.hcm(hcm::Class::SidecarInbound).clone(),
-            retry: view.retry_defaults.inbound.clone(),
-            mtls: std::sync::Arc::clone(&mtls),
         };
         let mode = policy.for_port(port);
         chains.extend(port_chains(
             &cc,
             mode,
             &match_options(mode, Kind::Auto),
-            &authz,
+            &shared,
         ));
     }
     for cc in &configs {
@@ -238,13 +242,13 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
         match &cc.tls {
             Some(tls) if mode == MtlsMode::Disable => {
                 let kind = kind_of(cc.protocol);
-                let mut chain = chain(cc, &opt(&[], "tls", kind, false), mode, &authz);
+                let mut chain = chain(cc, &opt(&[], "tls", kind, false), mode, &shared);
                 chain.transport_socket = Some(custom_tls(tls));
                 chains.push(chain);
             }
             _ => {
                 let options = match_options(mode, kind_of(cc.protocol));
-                chains.extend(port_chains(cc, mode, &options, &authz));
+                chains.extend(port_chains(cc, mode, &options, &shared));
             }
         }
     }
@@ -277,15 +281,16 @@ fn port_chains(
     cc: &ChainConfig,
     mode: MtlsMode,
     options: &[MatchOption],
-    authz: &Authz,
+    shared: &Shared<'_>,
 ) -> Vec<FilterChain> {
-    options.iter().map(|o| chain(cc, o, mode, authz)).collect()
+    options.iter().map(|o| chain(cc, o, mode, shared)).collect()
 }
 
-fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode, authz: &Authz) -> FilterChain {
+fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode, shared: &Shared<'_>) -> FilterChain {
+    let authz = shared.authz;
     let cluster_name = cc.cluster();
     let filters = match o.kind {
-        Kind::Http => vec![http_filter(cc, &cluster_name, &authz.http)],
+        Kind::Http => vec![http_filter(cc, &cluster_name, shared)],
         _ => authz.tcp_chain(vec![filters::tcp_proxy(
             &cluster_name,
             &[(cluster_name.clone(), 100)],
@@ -301,18 +306,14 @@ fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode, authz: &Authz) -> Fi
         }),
         filters,
         transport_socket: (o.tls && mode != MtlsMode::Disable)
-            .then(|| istio_mutual_server(o.kind == Kind::Http, cc.build, &cc.mtls)),
+            .then(|| istio_mutual_server(o.kind == Kind::Http, cc.build, shared.mtls)),
         ..Default::default()
     }
 }
 
 /// The connection manager of an inbound HTTP chain: one virtual host, everything to the cluster,
-/// no retries (those are the caller's sidecar's business).
-fn http_filter(
-    cc: &ChainConfig,
-    cluster_name: &str,
-    authz: &[envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter],
-) -> Filter {
+/// retried only as the mesh config's inbound policy says (see [`route::default_inbound_route`]).
+fn http_filter(cc: &ChainConfig, cluster_name: &str, shared: &Shared<'_>) -> Filter {
     // Traced as the service the port serves, as istiod names it (`:0/*` for passthrough).
     let (host, port) = cc
         .services
@@ -321,7 +322,7 @@ fn http_filter(
     let route = route::default_inbound_route(
         cluster_name,
         format!("{host}:{port}/*"),
-        cc.retry.as_ref(),
+        shared.retry,
         cc.protocol.is_some_and(|p| p.is_grpc()),
     );
     let (stat_prefix, vhost) = if cc.passthrough {
@@ -340,17 +341,18 @@ fn http_filter(
                 vhost,
                 vec!["*".into()],
                 vec![route],
-                cc.hcm.attempt_count,
+                shared.hcm.attempt_count,
             )],
             validate_clusters: Some(BoolValue { value: false }),
             ..Default::default()
         })),
     );
     // Authorization first: a request it refuses goes no further.
-    hcm.http_filters.splice(0..0, authz.iter().cloned());
+    hcm.http_filters
+        .splice(0..0, shared.authz.http.iter().cloned());
     // As istiod's inbound connection manager: by default the app learns its mTLS peer from
     // X-Forwarded-Client-Cert (the peer's subject, URI and DNS SANs appended).
-    cc.hcm.apply(&mut hcm);
+    shared.hcm.apply(&mut hcm);
     filters::hcm_filter(hcm)
 }
 
@@ -633,12 +635,7 @@ fn inbound_bind(ips: &[IpAddr]) -> String {
 
 /// The ports the workload receives on, by port: the Sidecar's ingress listeners when it has
 /// any, else the target ports of the services that list this proxy's address as an endpoint.
-fn mesh_mtls(view: &View<'_>) -> MeshMtls {
-    MeshMtls::of(view.registry.mesh_config(&view.proxy.mesh.root_namespace))
-}
-
 fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
-    let mtls = std::sync::Arc::new(mesh_mtls(view));
     let mut by_port: BTreeMap<u32, ChainConfig> = BTreeMap::new();
     let instances = local_instances(view);
     if let Some(sidecar) = &view.scope.sidecar
@@ -677,9 +674,6 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 passthrough: false,
                 services,
                 build: view.proxy.build,
-                hcm: view.hcm(hcm::Class::SidecarInbound).clone(),
-                retry: view.retry_defaults.inbound.clone(),
-                mtls: std::sync::Arc::clone(&mtls),
             });
         }
         return by_port.into_values().collect();
@@ -694,9 +688,6 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
             passthrough: false,
             services: Vec::new(),
             build: view.proxy.build,
-            hcm: view.hcm(hcm::Class::SidecarInbound).clone(),
-            retry: view.retry_defaults.inbound.clone(),
-            mtls: std::sync::Arc::clone(&mtls),
         });
         let label = metadata::ServiceLabel::of(local.service);
         let first_port = cc.services.first().map_or(local.service_port, |(p, _)| *p);

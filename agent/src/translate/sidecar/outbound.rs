@@ -192,12 +192,13 @@ pub(super) fn listeners(view: &View<'_>, out: &mut Built) -> BTreeSet<String> {
         entries, routes, ..
     } = builder;
     let fallthrough = catch_all_tcp(view.scope.outbound_policy);
+    let detection_timeout = view.protocol_detection_timeout();
     for entry in entries.into_values() {
         let listener = finish(
             entry,
             &fallthrough,
             view.hcm(hcm::Class::SidecarOutbound),
-            view.protocol_detection_timeout(),
+            detection_timeout,
         );
         out.listeners.insert(listener.name.clone(), listener);
     }

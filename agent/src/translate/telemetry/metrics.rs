@@ -44,6 +44,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::google::protobuf::{Any, BoolValue};
 use envoy_types::util::pack_any;
 use pasa_proto::istio::mesh_config::MeshConfig;
+use pasa_proto::istio::proxy_config::MeshProxyConfig;
 use pasa_proto::istio::telemetry::{MetricSelector, Metrics};
 use pasa_proto::istio_proxy::alpn::{FilterConfig as AlpnConfig, filter_config::AlpnOverride};
 use pasa_proto::istio_proxy::stats::{MetricConfig, PluginConfig};
@@ -53,7 +54,7 @@ use serde_json::json;
 use super::super::filters::{self, MX_FILTER};
 use super::super::{builders, names};
 use super::Side;
-use crate::model::proxy::{Proxy, ProxyBuild};
+use crate::model::proxy::ProxyBuild;
 
 /// The name of Istio's stats filter (HTTP and network).
 const STATS_FILTER: &str = "istio.stats";
@@ -333,14 +334,16 @@ pub(super) struct IstioFilters {
 }
 
 impl IstioFilters {
-    /// The filters for Istio's proxy: the metrics `entries` (of the Telemetries that apply, in
-    /// order) configure with the mesh config's providers. `None` for upstream Envoy.
+    /// The filters for Istio's proxy (`build`) with `settings`: the metrics `entries` (of the
+    /// Telemetries that apply, in order) configure with the mesh config's providers. `None` for
+    /// upstream Envoy.
     pub(super) fn new(
-        proxy: &Proxy,
+        build: ProxyBuild,
+        settings: &MeshProxyConfig,
         mesh: Option<&MeshConfig>,
         entries: &[&Metrics],
     ) -> Option<IstioFilters> {
-        if proxy.build != ProxyBuild::Istio {
+        if build != ProxyBuild::Istio {
             return None;
         }
         let defaults = mesh
@@ -365,7 +368,7 @@ impl IstioFilters {
         }
         Some(IstioFilters {
             stats,
-            skip_external: proxy.settings(mesh).metadata_exchange_in_mesh_only(),
+            skip_external: settings.metadata_exchange_in_mesh_only(),
         })
     }
 

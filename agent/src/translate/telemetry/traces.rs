@@ -150,6 +150,8 @@ struct Spec<'a> {
 /// where collectors can be.
 pub(super) struct Inputs<'a> {
     pub proxy: &'a Proxy,
+    /// The proxy's settings (see [`Proxy::settings`]).
+    pub settings: &'a pasa_proto::istio::proxy_config::MeshProxyConfig,
     pub mesh: Option<&'a MeshConfig>,
     pub telemetries: &'a [&'a Config<Telemetry>],
     pub collectors: &'a Collectors<'a>,
@@ -167,7 +169,7 @@ impl Inputs<'_> {
 pub(super) fn traces(inputs: &Inputs<'_>) -> Traces {
     let default_mesh = MeshConfig::default();
     let mesh = inputs.mesh.unwrap_or(&default_mesh);
-    let proxy_tracing = inputs.proxy.settings(inputs.mesh).tracing();
+    let proxy_tracing = inputs.settings.tracing();
     let entries: Vec<_> = inputs
         .telemetries
         .iter()

@@ -217,8 +217,7 @@ pub fn inject(
         .map_err(|e| format!("metadata.annotations[{PROXY_CONFIG_ANNOTATION}]: {e}"))?;
     match mode {
         Mode::NextToIstio => {
-            let merged = proxy_config(annotation(PROXY_CONFIG_ANNOTATION))?;
-            patch.annotate(PROXY_CONFIG_ANNOTATION, &merged);
+            patch.annotate(PROXY_CONFIG_ANNOTATION, &proxy_config(&annotated));
             let (list, index) = istio_proxy.unwrap_or(("containers", 0));
             // The settings pilot-agent runs with: those Istio's injection gave it, under the
             // pod's annotation.
@@ -310,24 +309,13 @@ pub fn inject(
     })
 }
 
-/// The pod's `proxy.istio.io/config` (JSON or YAML) with the discovery address pointing at the
-/// agent, as JSON.
-fn proxy_config(existing: Option<&str>) -> Result<String, String> {
-    let mut config = match existing.map(str::trim).filter(|s| !s.is_empty()) {
-        None => Map::new(),
-        Some(text) => match serde_saphyr::from_str::<Value>(text) {
-            Ok(Value::Object(map)) => map,
-            Ok(_) | Err(_) => {
-                return Err(format!(
-                    "metadata.annotations[{PROXY_CONFIG_ANNOTATION}]: not a ProxyConfig object \
-                     (JSON or YAML), so PASA cannot point its discoveryAddress at the agent"
-                ));
-            }
-        },
-    };
+/// The pod's `proxy.istio.io/config` (`annotated`, as read) with the discovery address pointing
+/// at the agent, as JSON.
+fn proxy_config(annotated: &MeshProxyConfig) -> String {
+    let mut config = annotated.as_map().clone();
     config.insert("discoveryAddress".into(), json!(XDS_ADDRESS));
     config.insert("controlPlaneAuthPolicy".into(), json!("NONE"));
-    Ok(Value::Object(config).to_string())
+    Value::Object(config).to_string()
 }
 
 /// The agent's resources: the annotated ones when any is set (each checked), else the mode's

@@ -353,7 +353,7 @@ pub struct RegexRewrite {
 }
 
 /// Retry policy of a route.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct HttpRetry {
     /// Retries allowed; 0 disables retries.

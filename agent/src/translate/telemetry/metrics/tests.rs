@@ -122,13 +122,10 @@ fn filters(mesh: &str, telemetries: &str) -> IstioFilters {
         .iter()
         .flat_map(|t| t.metrics.iter().flatten())
         .collect();
-    IstioFilters::new(&built_as(ProxyBuild::Istio), mesh.as_ref(), &entries).unwrap()
-}
-
-fn built_as(build: ProxyBuild) -> Proxy {
-    let mut proxy = crate::testing::sidecar("10.0.0.1");
-    proxy.build = build;
-    proxy
+    let settings = mesh
+        .as_ref()
+        .map_or_else(MeshProxyConfig::defaults, MeshConfig::default_config);
+    IstioFilters::new(ProxyBuild::Istio, &settings, mesh.as_ref(), &entries).unwrap()
 }
 
 #[test]
@@ -253,7 +250,9 @@ fn only_outbound_clusters_exchange_upstream() {
 fn upstream_envoy_gets_none_of_istios_filters() {
     let mesh: MeshConfig =
         serde_json::from_str(r#"{"defaultProviders": {"metrics": ["prometheus"]}}"#).unwrap();
-    assert!(IstioFilters::new(&built_as(ProxyBuild::Envoy), Some(&mesh), &[]).is_none());
+    assert!(
+        IstioFilters::new(ProxyBuild::Envoy, &mesh.default_config(), Some(&mesh), &[]).is_none()
+    );
 }
 
 #[test]
