@@ -7,7 +7,6 @@
 //! with the proxy's scope, recomputed after every cache change → after every complete cache
 //! change translate for each generator the clients want and publish.
 
-use pasa_proto::istio::proxy_config::MeshProxyConfig;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -17,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use pasa_proto::istio::proxy_config::MeshProxyConfig;
 use pasa_proto::store::v1::SubscriberIdentity;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
