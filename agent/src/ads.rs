@@ -129,7 +129,9 @@ struct Subscription {
 }
 
 impl Subscription {
-    /// The snapshot's resources this subscription selects.
+    /// The snapshot's resources this subscription selects. A proxyless gRPC server's listener
+    /// is named by the address it listens on, which only the server knows: it is made from the
+    /// listener of its port as it is asked for (see [`crate::translate::server_listener`]).
     fn select(&self, snapshot: &Snapshot, kind: TypeKind) -> ResourceMap {
         let all = snapshot.resources(kind);
         if self.wildcard {
@@ -137,7 +139,14 @@ impl Subscription {
         }
         self.names
             .iter()
-            .filter_map(|name| all.get(name).map(|r| (name.clone(), Arc::clone(r))))
+            .filter_map(|name| {
+                let found = all.get(name).map(Arc::clone).or_else(|| {
+                    (kind == TypeKind::Listener)
+                        .then(|| crate::translate::server_listener(name, all))
+                        .flatten()
+                });
+                found.map(|r| (name.clone(), r))
+            })
             .collect()
     }
 }

@@ -10,6 +10,7 @@ pub mod extensions;
 mod filters;
 pub(crate) mod gateway;
 mod grpc;
+pub use grpc::{SERVER_LISTENER_PREFIX, server_listener};
 mod hash;
 mod hcm;
 mod metadata;
@@ -287,6 +288,54 @@ impl DestinationRuleMemo {
             RulesChanged::Hosts(changed)
         };
         (index, Some(changed))
+    }
+}
+
+/// A port of a service that one of the proxy's addresses serves.
+struct LocalInstance<'v> {
+    service: &'v Service,
+    service_port: u32,
+    /// Where the workload receives it.
+    target: u32,
+    protocol: Option<pasa_proto::istio::common::Protocol>,
+}
+
+impl View<'_> {
+    /// The ports of the services the proxy's workload serves (oldest service first; a
+    /// Kubernetes Service only of its own namespace).
+    fn local_instances(&self) -> Vec<LocalInstance<'_>> {
+        let ips: Vec<String> = self.proxy.ips.iter().map(IpAddr::to_string).collect();
+        let mut services: Vec<&Service> = self
+            .registry
+            .services()
+            .values()
+            .flatten()
+            .map(|s| s.as_ref())
+            .collect();
+        services.sort_by(|a, b| (a.created, &a.hostname).cmp(&(b.created, &b.hostname)));
+        let mut out = Vec::new();
+        for service in services {
+            if service.namespace != self.proxy.namespace && service.kubernetes {
+                continue;
+            }
+            for instance in service
+                .endpoints
+                .iter()
+                .filter(|e| ips.contains(&e.address))
+            {
+                for port in &service.ports {
+                    if let Some(target) = instance.ports.get(&port.number).copied() {
+                        out.push(LocalInstance {
+                            service,
+                            service_port: port.number,
+                            target,
+                            protocol: port.protocol,
+                        });
+                    }
+                }
+            }
+        }
+        out
     }
 }
 
@@ -1003,10 +1052,11 @@ impl GlobalInputs {
                 Kind::PeerAuthentication => (true, false),
                 // The inbound side's RBAC filters (the mesh config: CUSTOM's providers, trust
                 // domain aliases).
-                Kind::AuthorizationPolicy
-                | Kind::MeshConfig
-                | Kind::RequestAuthentication
-                | Kind::JsonWebKeySet => (!grpc, false),
+                // A gRPC server's too (without CUSTOM or JWT: gRPC has neither).
+                Kind::AuthorizationPolicy => (true, false),
+                Kind::MeshConfig | Kind::RequestAuthentication | Kind::JsonWebKeySet => {
+                    (!grpc, false)
+                }
                 // Applied to what was built, as it is handed out (see `envoy_filter`,
                 // `telemetry`, `extensions`).
                 Kind::EnvoyFilter | Kind::Telemetry | Kind::WasmPlugin | Kind::TrafficExtension => {

@@ -8,6 +8,11 @@
 //! client within a second; the client NACKs nothing (its own CSDS view); and after the store
 //! stops and the agent restarts, the client is served from the agent's saved cache.
 //!
+//! A second test runs a proxyless gRPC xDS *server* (`grpc.server(xds=True)`) behind its own
+//! agent: its listener, mutual TLS (from PeerAuthentication and the pod's `tlsMode` label) and
+//! RBAC (from AuthorizationPolicy) come from the agent, and clients with certificates of their
+//! own, from a fake mesh CA, see each policy change take effect.
+//!
 //! Needs `python3` with `agent/tests/e2e/requirements.txt` installed (CI's `.ci/run` installs
 //! it). Without it the test says loudly that it skipped, unless `PASA_E2E_REQUIRED` is set, in
 //! which case it fails.
@@ -178,6 +183,34 @@ spec:
     )
 }
 
+/// Istio's gRPC bootstrap for a proxyless pod of `node` served by `agent`: ADS over the agent's
+/// socket, the listener names of xDS servers, and, given a directory of Istio's certificate
+/// files, the `default` certificate provider mutual TLS takes its certificates from.
+fn write_bootstrap(path: &Path, agent: &Agent, node: &str, certs: Option<&Path>) {
+    let mut boot = json!({
+        "xds_servers": [{
+            "server_uri": format!("unix://{}", agent.uds.display()),
+            "channel_creds": [{"type": "insecure"}],
+            "server_features": ["xds_v3"]
+        }],
+        "node": {"id": node, "metadata": {"GENERATOR": "grpc"}},
+        "server_listener_resource_name_template": "xds.istio.io/grpc/lds/inbound/%s"
+    });
+    if let Some(dir) = certs {
+        let file = |name: &str| dir.join(name).display().to_string();
+        boot["certificate_providers"] = json!({"default": {
+            "plugin_name": "file_watcher",
+            "config": {
+                "certificate_file": file("cert-chain.pem"),
+                "private_key_file": file("key.pem"),
+                "ca_certificate_file": file("root-cert.pem"),
+                "refresh_interval": "900s"
+            }
+        }});
+    }
+    std::fs::write(path, boot.to_string()).unwrap();
+}
+
 fn sync_status(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
@@ -219,15 +252,7 @@ async fn grpc_client_follows_the_agent_and_survives_the_store_going_away() {
 
     let agent = Agent::start_as(NODE_ID, store.addr, run.path(), cache.path());
     let bootstrap = files.path().join("bootstrap.json");
-    let boot = json!({
-        "xds_servers": [{
-            "server_uri": format!("unix://{}", agent.uds.display()),
-            "channel_creds": [{"type": "insecure"}],
-            "server_features": ["xds_v3"]
-        }],
-        "node": {"id": NODE_ID, "metadata": {"GENERATOR": "grpc"}}
-    });
-    std::fs::write(&bootstrap, boot.to_string()).unwrap();
+    write_bootstrap(&bootstrap, &agent, NODE_ID, None);
     let mut client = Py::start(
         "grpc_client.py",
         &[TARGET],
@@ -305,4 +330,182 @@ async fn grpc_client_follows_the_agent_and_survives_the_store_going_away() {
     assert_eq!(answer["error_count"], 0, "{answer}");
     assert_eq!(answer["counts"]["v2"], 100, "{answer}");
     assert_eq!(client.ask("csds")["nacked"], json!([]));
+}
+
+const SERVER_NODE: &str = "sidecar~127.0.0.1~greeter-5c7d.default~default.svc.cluster.local";
+const CLIENT_NODE: &str = "sidecar~127.0.0.2~frontend-6b8f.default~default.svc.cluster.local";
+const GREETER: &str = "xds:///greeter.default.svc.cluster.local:7070";
+const SPIFFE_DEFAULT: &str = "spiffe://cluster.local/ns/default/sa/";
+
+/// The greeter service on `port` of 127.0.0.1 (service account `greeter`); its clients use
+/// Istio mutual TLS.
+fn greeter(port: u16) -> String {
+    format!(
+        "apiVersion: pasa.io/v1alpha1
+kind: ServiceEndpoints
+metadata: {{name: greeter, namespace: default}}
+spec:
+  addresses: [10.96.0.80]
+  ports:
+  - {{name: grpc, port: 7070, targetPort: grpc}}
+  endpoints:
+  - {{address: 127.0.0.1, ports: {{grpc: {port}}}, labels: {{app: greeter}}, serviceAccount: greeter}}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{name: greeter, namespace: default}}
+spec:
+  host: greeter
+  trafficPolicy: {{tls: {{mode: ISTIO_MUTUAL}}}}
+"
+    )
+}
+
+fn peer_authentication(mode: &str) -> String {
+    format!(
+        "apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {{name: greeter, namespace: default}}
+spec:
+  selector: {{matchLabels: {{app: greeter}}}}
+  mtls: {{mode: {mode}}}
+"
+    )
+}
+
+fn authorization_policy(name: &str, action: &str, service_account: &str) -> String {
+    format!(
+        "apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {{name: {name}, namespace: default}}
+spec:
+  selector: {{matchLabels: {{app: greeter}}}}
+  action: {action}
+  rules:
+  - from:
+    - source: {{principals: [cluster.local/ns/default/sa/{service_account}]}}
+"
+    )
+}
+
+/// A client calling the greeter until 20 calls in a row answer `answer` (see `grpc_client.py`).
+fn until(client: &mut Py, answer: &str) {
+    let got = client.ask(&format!("until {} 15", answer.replace(' ', "+")));
+    assert_eq!(got["ok"], true, "waiting for {answer:?}: {got}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_server_takes_mutual_tls_and_rbac_from_the_agent() {
+    if !python_ready() {
+        return;
+    }
+    let dirs = tempfile::tempdir().unwrap();
+    let dir = |name: &str| dirs.path().join(name);
+    let ca = common::sidecar::ca();
+    for (who, sa) in [
+        ("server", "greeter"),
+        ("frontend", "frontend"),
+        ("intruder", "intruder"),
+    ] {
+        common::sidecar::workload_certificate_for(
+            &dir(&format!("certs-{who}")),
+            &ca,
+            &format!("{SPIFFE_DEFAULT}{sa}"),
+        );
+    }
+    std::fs::create_dir_all(dir("files")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let store = StoreServer::start(&dir("data"), 0).await;
+    let apply = |name: &str, yaml: &str| apply(store.addr, &dir("files"), name, yaml);
+    apply("greeter.yaml", &greeter(port));
+
+    // The server's agent knows its pod's labels; Istio's injector labels proxyless pods with
+    // `security.istio.io/tlsMode: istio`, so PERMISSIVE (the default) is mutual TLS for them.
+    let server_agent = Agent::start_in(
+        SERVER_NODE,
+        store.addr,
+        &dir("server-agent"),
+        &["--labels", "app=greeter,security.istio.io/tlsMode=istio"],
+    );
+    let client_agent = Agent::start_in(CLIENT_NODE, store.addr, &dir("client-agent"), &[]);
+    // Every pod's bootstrap names its certificates (a client without them refuses clusters
+    // that need them).
+    let boot = |who: &str, certs: &str, agent: &Agent, node: &str| {
+        let path = dir(&format!("{who}.json"));
+        write_bootstrap(&path, agent, node, Some(&dir(&format!("certs-{certs}"))));
+        path
+    };
+    let server_boot = boot("server", "server", &server_agent, SERVER_NODE);
+    let port_arg = port.to_string();
+    let server = Py::start(
+        "grpc_xds_server.py",
+        &["greeter", &port_arg],
+        &[("GRPC_XDS_BOOTSTRAP", server_boot.as_path())],
+    );
+    assert_eq!(server.line(), "started");
+    let start_client = |who: &str, certs: &str, xds_credentials: bool| {
+        let bootstrap = boot(who, certs, &client_agent, CLIENT_NODE);
+        let mut args = vec![GREETER];
+        if xds_credentials {
+            args.push("--xds-credentials");
+        }
+        let client = Py::start(
+            "grpc_client.py",
+            &args,
+            &[("GRPC_XDS_BOOTSTRAP", bootstrap.as_path())],
+        );
+        assert!(client.line().contains("started"));
+        client
+    };
+    let mut frontend = start_client("frontend", "frontend", true);
+    let mut intruder = start_client("intruder", "intruder", true);
+    // Plaintext whatever its clusters say: its channel does not take security from xDS.
+    let mut plaintext = start_client("plaintext", "frontend", false);
+    plaintext.ask("fail-fast");
+
+    // Mutual TLS: the server sees the caller's identity; a plaintext client is refused.
+    let frontend_answer = format!("greeter {SPIFFE_DEFAULT}frontend");
+    until(&mut frontend, &frontend_answer);
+    until(&mut plaintext, "UNAVAILABLE");
+    // The server ACKed its listener (the agent's view of the connection).
+    server_agent
+        .until("/sync_status", "the server's listener ACKed", |_, b| {
+            sync_status(b)["connections"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["types"]["LDS"]["state"] == "SYNCED"))
+        })
+        .await;
+
+    // PeerAuthentication DISABLE: plaintext; then STRICT again.
+    apply("pa.yaml", &peer_authentication("DISABLE"));
+    until(&mut plaintext, "greeter plaintext");
+    apply("pa.yaml", &peer_authentication("STRICT"));
+    until(&mut frontend, &frontend_answer);
+    until(&mut plaintext, "UNAVAILABLE");
+
+    // ALLOW only the frontend: the intruder is denied, the frontend still answered.
+    until(&mut intruder, &format!("greeter {SPIFFE_DEFAULT}intruder"));
+    apply(
+        "allow.yaml",
+        &authorization_policy("allow-frontend", "ALLOW", "frontend"),
+    );
+    until(&mut intruder, "PERMISSION_DENIED");
+    let answer = frontend.ask("calls 20");
+    assert_eq!(answer["counts"][&frontend_answer], 20, "{answer}");
+
+    // DENY the frontend too: DENY wins over ALLOW.
+    apply(
+        "deny.yaml",
+        &authorization_policy("deny-frontend", "DENY", "frontend"),
+    );
+    until(&mut frontend, "PERMISSION_DENIED");
+
+    // No client or server NACKed anything.
+    for client in [&mut frontend, &mut intruder] {
+        assert_eq!(client.ask("csds")["nacked"], json!([]));
+    }
+    drop(server);
 }

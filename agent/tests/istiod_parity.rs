@@ -1,7 +1,7 @@
 //! Whole proxies against istiod: for each case in `tests/istiod/` (see its README), what the
-//! agent generates for Istio's proxy, a sidecar and a gateway, must equal what istiod generated
-//! from the same config, resource by resource and field by field (protobuf JSON; numbers
-//! compared by value). A difference is printed with its path.
+//! agent generates for Istio's proxy, a sidecar and a gateway, or for a proxyless gRPC pod, must
+//! equal what istiod generated from the same config, resource by resource and field by field
+//! (protobuf JSON; numbers compared by value). A difference is printed with its path.
 
 mod common;
 
@@ -23,11 +23,22 @@ fn proxy(kind: &str) -> Value {
         "router" => json!({"type": "router", "namespace": "istio-system",
             "config_namespace": "istio-system", "ip": "10.0.0.50",
             "labels": {"istio": "ingressgateway"}, "dns_domain": "istio-system.svc.cluster.local"}),
+        "grpc" => json!({"type": "sidecar", "namespace": "default", "config_namespace": "default",
+            "ip": "10.0.0.2", "labels": {"app": "reviews", "security.istio.io/tlsMode": "istio"},
+            "dns_domain": "default.svc.cluster.local"}),
         _ => json!({"type": "sidecar", "namespace": "default", "config_namespace": "default",
             "ip": "10.0.0.2", "labels": {"app": "reviews"},
             "dns_domain": "default.svc.cluster.local"}),
     }
 }
+
+/// The listeners the gRPC pod's recording asked istiod for as an xDS server (the last port is
+/// one no service targets: no listener).
+const GRPC_SERVER_LISTENERS: [&str; 3] = [
+    "xds.istio.io/grpc/lds/inbound/0.0.0.0:9080",
+    "xds.istio.io/grpc/lds/inbound/[::]:19090",
+    "xds.istio.io/grpc/lds/inbound/10.0.0.2:5555",
+];
 
 /// What the agent generates for `kind` from `config`, keyed as the recordings are.
 fn generated(config: &str, kind: &str) -> Map<String, Value> {
@@ -36,11 +47,16 @@ fn generated(config: &str, kind: &str) -> Map<String, Value> {
     .expect("case");
     let resources = corpus::resources(&case, "cluster.local").expect("resources");
     let mut p = corpus::proxy(&case).expect("proxy");
-    p.build = ProxyBuild::Istio;
+    let generator = if kind == "grpc" {
+        Generator::Grpc
+    } else {
+        p.build = ProxyBuild::Istio;
+        Generator::Envoy
+    };
     let revision = resources.iter().map(|r| r.mod_revision).max().unwrap_or(0);
     let cache = Cache::from_resources(resources, revision);
     let out = Translator::new(p)
-        .update(&cache, Generator::Envoy)
+        .update(&cache, generator)
         .expect("translates");
     let mut all = Map::new();
     let mut put = |key: String, any| {
@@ -51,8 +67,28 @@ fn generated(config: &str, kind: &str) -> Map<String, Value> {
     for (n, c) in &out.clusters {
         put(format!("C {n}"), envoy_types::util::pack_any(c.clone()));
     }
-    for (n, l) in &out.listeners {
-        put(format!("L {n}"), envoy_types::util::pack_any(l.clone()));
+    if generator == Generator::Grpc {
+        // A gRPC server's listener is made as the server asks for it, by the address it
+        // listens on; the one kept per port is not handed out under its own name.
+        let kept: pasa_agent::resource::ResourceMap = out
+            .listeners
+            .iter()
+            .map(|(n, l)| (n.clone(), pasa_agent::resource::Resource::pack(l)))
+            .collect();
+        for (n, l) in &out.listeners {
+            if !n.starts_with(pasa_agent::translate::SERVER_LISTENER_PREFIX) {
+                put(format!("L {n}"), envoy_types::util::pack_any(l.clone()));
+            }
+        }
+        for name in GRPC_SERVER_LISTENERS {
+            if let Some(l) = pasa_agent::translate::server_listener(name, &kept) {
+                put(format!("L {name}"), l.body.clone());
+            }
+        }
+    } else {
+        for (n, l) in &out.listeners {
+            put(format!("L {n}"), envoy_types::util::pack_any(l.clone()));
+        }
     }
     for (n, r) in &out.routes {
         put(format!("R {n}"), envoy_types::util::pack_any(r.clone()));
@@ -126,8 +162,11 @@ fn the_agent_generates_what_istiod_generates() {
         }
         let case = path.file_stem().unwrap().to_string_lossy().into_owned();
         let config = std::fs::read_to_string(&path).expect("config");
-        for kind in ["sidecar", "router"] {
+        for kind in ["sidecar", "router", "grpc"] {
             let recorded = dir().join(format!("{case}-{kind}.json"));
+            if !recorded.exists() {
+                continue;
+            }
             let istiod: Value = serde_json::from_str(
                 &std::fs::read_to_string(&recorded).expect("a recording per proxy"),
             )
@@ -165,5 +204,5 @@ fn the_agent_generates_what_istiod_generates() {
             cases += 1;
         }
     }
-    assert!(cases >= 2, "the recordings are there");
+    assert!(cases >= 5, "the recordings are there");
 }

@@ -681,24 +681,16 @@ fn proxy_settings_reach_the_agent_as_istios_injection_gives_them() {
 }
 
 #[test]
-fn proxyless_grpc_pods_are_told_what_is_not_served() {
+fn proxyless_grpc_pods_move_to_pasa_as_other_pods_do() {
+    // Servers and clients alike: PASA serves gRPC xDS servers' inbound listeners too.
     let mut pod = istio_injected(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"generateName": "echo-", "labels": {"app": "echo"},
-            "annotations": {"pasa.io/enabled": "true"}},
+            "annotations": {"pasa.io/enabled": "true",
+                "inject.istio.io/templates": "grpc-agent"}},
         "spec": {"containers": [{"name": "echo", "image": "example/echo"}]}}));
     let (_, result, warnings) = inject(&injector(), &pod);
     assert_eq!(result, "injected_next_to_istio");
-    assert!(
-        !warnings.iter().any(|w| w.contains("proxyless")),
-        "{warnings:?}"
-    );
-    pod["metadata"]["annotations"]["inject.istio.io/templates"] = json!("grpc-agent");
-    let (_, result, warnings) = inject(&injector(), &pod);
-    assert_eq!(result, "injected_next_to_istio");
-    assert!(
-        warnings
-            .iter()
-            .any(|w| w.contains("proxyless gRPC") && w.contains("keep xDS servers with istiod")),
-        "{warnings:?}"
-    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    pod["metadata"]["annotations"]["inject.istio.io/templates"] = json!("sidecar");
+    assert_eq!(inject(&injector(), &pod).1, "injected_next_to_istio");
 }

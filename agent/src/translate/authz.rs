@@ -38,6 +38,8 @@ pub mod jwt;
 
 pub const HTTP_RBAC: &str = "envoy.filters.http.rbac";
 pub const NETWORK_RBAC: &str = "envoy.filters.network.rbac";
+/// A proxyless gRPC server's DENY filter (its ALLOW filter is named [`HTTP_RBAC`]).
+pub const GRPC_RBAC_DENY: &str = "envoy.filters.http.rbac.DENY";
 const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
 const JWT_PAYLOAD: &str = "payload";
 pub(crate) const SHADOW_ALLOW_PREFIX: &str = "istio_dry_run_allow_";
@@ -57,20 +59,7 @@ pub(super) struct ProxyAuthz {
 impl ProxyAuthz {
     pub(super) fn of(view: &super::View<'_>) -> ProxyAuthz {
         let proxy = view.proxy;
-        let applied: Vec<AppliedPolicy<'_>> = view
-            .registry
-            .authorization_policies_for(&proxy.mesh.root_namespace, &proxy.namespace, &proxy.labels)
-            .map(|c| AppliedPolicy {
-                namespace: &c.meta.namespace,
-                name: &c.meta.name,
-                dry_run: c
-                    .meta
-                    .annotations
-                    .get(DRY_RUN_ANNOTATION)
-                    .is_some_and(|v| go_bool(v) == Some(true)),
-                spec: &c.spec,
-            })
-            .collect();
+        let applied = AppliedPolicy::all(view);
         let mesh = view.registry.mesh_config(&proxy.mesh.root_namespace);
         let trust = mesh.map(TrustDomains::of).unwrap_or_default();
         // CUSTOM first (its ext_authz decides before any RBAC rule), then AUDIT, DENY, ALLOW.
@@ -122,6 +111,64 @@ pub struct AppliedPolicy<'a> {
     /// `istio.io/dry-run: true`: evaluated and logged, not enforced.
     pub dry_run: bool,
     pub spec: &'a AuthorizationPolicy,
+}
+
+impl<'a> AppliedPolicy<'a> {
+    /// The AuthorizationPolicies that apply to the view's proxy.
+    fn all(view: &super::View<'a>) -> Vec<AppliedPolicy<'a>> {
+        let proxy = view.proxy;
+        view.registry
+            .authorization_policies_for(&proxy.mesh.root_namespace, &proxy.namespace, &proxy.labels)
+            .map(|c| AppliedPolicy {
+                namespace: &c.meta.namespace,
+                name: &c.meta.name,
+                dry_run: c
+                    .meta
+                    .annotations
+                    .get(DRY_RUN_ANNOTATION)
+                    .is_some_and(|v| go_bool(v) == Some(true)),
+                spec: &c.spec,
+            })
+            .collect()
+    }
+}
+
+/// The RBAC filters of a proxyless gRPC server, as istiod's gRPC generator builds them. gRPC
+/// implements ALLOW and DENY only, so CUSTOM and AUDIT policies are left out; a DENY filter
+/// (`envoy.filters.http.rbac.DENY`) comes before an ALLOW one (`envoy.filters.http.rbac`), each
+/// rule's policy is named `<namespace>-<name>-<rule>`, and principals are taken as written (not
+/// widened to the trust domain's aliases).
+///
+/// Two differences from istiod, where its gRPC generator goes against what the policy says:
+/// dry-run policies are not enforced (istiod enforces them on gRPC servers), and a policy
+/// without rules matches nothing, as on a sidecar (istiod drops it, so an ALLOW policy without
+/// rules, Istio's "allow nothing", lets everything through).
+pub(super) fn grpc_server_filters(view: &super::View<'_>) -> Vec<HttpFilter> {
+    let applied: Vec<AppliedPolicy<'_>> = AppliedPolicy::all(view)
+        .into_iter()
+        .filter(|p| !p.dry_run)
+        .collect();
+    let trust = TrustDomains::default();
+    [
+        (Action::Deny, rbac::Action::Deny, GRPC_RBAC_DENY),
+        (Action::Allow, rbac::Action::Allow, HTTP_RBAC),
+    ]
+    .into_iter()
+    .filter_map(|(action, rbac_action, filter)| {
+        let of_action: Vec<&AppliedPolicy<'_>> =
+            applied.iter().filter(|p| p.spec.action == action).collect();
+        let (rules, _) = build(&of_action, rbac_action, &trust, false, Naming::Grpc);
+        let rules = rules.filter(|r| !r.policies.is_empty())?;
+        Some(HttpFilter {
+            name: filter.to_string(),
+            config_type: Some(HttpConfigType::TypedConfig(pack_any(HttpRbac {
+                rules: Some(rules),
+                ..Default::default()
+            }))),
+            ..Default::default()
+        })
+    })
+    .collect()
 }
 
 /// The local trust domain and its aliases: principals of one of them (or of `cluster.local`)
@@ -203,19 +250,19 @@ fn built(
             .iter()
             .filter(|p| p.spec.action == action)
             .collect();
-        (!of_action.is_empty()).then(|| build(&of_action, rbac_action, trust, for_tcp, ""))
+        (!of_action.is_empty())
+            .then(|| build(&of_action, rbac_action, trust, for_tcp, Naming::Proxy("")))
     })
     .collect()
 }
 
-/// The rules of `policies` for `action`: (enforced, dry-run), each policy named with `prefix`
-/// (empty, or CUSTOM's provider prefix).
+/// The rules of `policies` for `action`: (enforced, dry-run), each policy named by `naming`.
 fn build(
     policies: &[&AppliedPolicy<'_>],
     action: rbac::Action,
     trust: &TrustDomains,
     for_tcp: bool,
-    prefix: &str,
+    naming: Naming<'_>,
 ) -> (Option<Rbac>, Option<Rbac>) {
     let empty = || Rbac {
         action: action as i32,
@@ -236,17 +283,15 @@ fn build(
             let Some(rule) = rule else { continue };
             let model = Model::new(policy.namespace, rule, trust);
             if let Ok(generated) = model.generate(for_tcp, action) {
-                target.policies.insert(
-                    policy_name(prefix, policy.namespace, policy.name, i),
-                    generated,
-                );
+                target
+                    .policies
+                    .insert(naming.name(policy.namespace, policy.name, i), generated);
             }
         }
         if rules.is_empty() {
-            target.policies.insert(
-                policy_name(prefix, policy.namespace, policy.name, 0),
-                match_never(),
-            );
+            target
+                .policies
+                .insert(naming.name(policy.namespace, policy.name, 0), match_never());
         }
     }
     (
@@ -255,8 +300,23 @@ fn build(
     )
 }
 
-fn policy_name(prefix: &str, namespace: &str, name: &str, rule: usize) -> String {
-    format!("{prefix}ns[{namespace}]-policy[{name}]-rule[{rule}]")
+/// How the RBAC policy built from one rule is named.
+#[derive(Debug, Clone, Copy)]
+enum Naming<'p> {
+    /// As on sidecars and gateways, `<prefix>ns[<namespace>]-policy[<name>]-rule[<i>]` (the
+    /// prefix is empty, or CUSTOM's provider prefix).
+    Proxy(&'p str),
+    /// As for proxyless gRPC servers, `<namespace>-<name>-<i>`.
+    Grpc,
+}
+
+impl Naming<'_> {
+    fn name(self, namespace: &str, name: &str, rule: usize) -> String {
+        match self {
+            Naming::Proxy(prefix) => format!("{prefix}ns[{namespace}]-policy[{name}]-rule[{rule}]"),
+            Naming::Grpc => format!("{namespace}-{name}-{rule}"),
+        }
+    }
 }
 
 /// A policy that matches nothing: a policy without rules.

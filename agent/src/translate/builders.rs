@@ -8,12 +8,19 @@ use envoy_types::pb::google::protobuf::Duration;
 /// ADS as the config source of EDS clusters and RDS route configurations.
 pub(super) fn ads() -> ConfigSource {
     ConfigSource {
-        config_source_specifier: Some(ConfigSourceSpecifier::Ads(AggregatedConfigSource {})),
         resource_api_version: ApiVersion::V3 as i32,
         initial_fetch_timeout: Some(Duration {
             seconds: 0,
             nanos: 0,
         }),
+        ..grpc_ads()
+    }
+}
+
+/// ADS as istiod names it to proxyless gRPC clients: nothing else set.
+pub(super) fn grpc_ads() -> ConfigSource {
+    ConfigSource {
+        config_source_specifier: Some(ConfigSourceSpecifier::Ads(AggregatedConfigSource {})),
         ..Default::default()
     }
 }

@@ -34,7 +34,7 @@ use pasa_proto::istio::common::Protocol;
 
 use pasa_proto::node::ProxyType;
 
-use super::builders::{ads, duration, field_len, length_delimited, string_field};
+use super::builders::{ads, duration, field_len, grpc_ads, length_delimited, string_field};
 use super::endpoint;
 use super::metadata;
 use super::{Generator, names, sds};
@@ -160,7 +160,13 @@ pub(super) fn service_clusters(
         .into_iter()
         .collect();
     let external = build == ProxyBuild::Istio && service.external;
-    let metadata = metadata::cluster_field(dr.map(|dr| &dr.meta), &service_labels, external, None);
+    // gRPC clients read no metadata; istiod gives them none.
+    let grpc = generator == Generator::Grpc;
+    let metadata = if grpc {
+        Vec::new()
+    } else {
+        metadata::cluster_field(dr.map(|dr| &dr.meta), &service_labels, external, None)
+    };
     let mut target = Target {
         service,
         identities: std::cell::OnceCell::new(),
@@ -207,7 +213,7 @@ pub(super) fn service_clusters(
             };
             let (policy, part) = &shared[at];
             // A subset's cluster also names its subset.
-            let subset_metadata = subset.map(|name| {
+            let subset_metadata = subset.filter(|_| !grpc).map(|name| {
                 metadata::cluster_field(
                     dr.map(|dr| &dr.meta),
                     &service_labels,
@@ -352,6 +358,9 @@ impl<'s> Target<'s> {
     /// balancer, circuit breakers, outlier detection, upstream HTTP options.
     fn shared(&self, port: &ServicePort, policy: &Policy) -> Shared {
         let service = self.service;
+        if self.generator == Generator::Grpc && service.resolution == Resolution::ClientSideLb {
+            return grpc_shared(policy);
+        }
         let mut cluster = Cluster {
             connect_timeout: Some(CONNECT_TIMEOUT),
             ..Default::default()
@@ -437,7 +446,10 @@ impl<'s> Target<'s> {
             Resolution::ClientSideLb => {
                 if shared.eds {
                     cluster.eds_cluster_config = Some(EdsClusterConfig {
-                        eds_config: Some(ads()),
+                        eds_config: Some(match self.generator {
+                            Generator::Envoy => ads(),
+                            Generator::Grpc => grpc_ads(),
+                        }),
                         service_name: name.to_string(),
                     });
                 }
@@ -556,6 +568,49 @@ impl<'s> Target<'s> {
             name: TLS_SOCKET.into(),
             config_type: Some(ConfigType::TypedConfig(pack_any(context))),
         }))
+    }
+}
+
+/// The fields istiod's gRPC generator gives the clusters of a port under `policy`: EDS; the
+/// load balancer when gRPC implements it (least request, consistent hashing; round robin, gRPC's
+/// own default, is left unsaid, and so is what gRPC lacks); of the connection pool only
+/// `http2MaxRequests`, gRPC's one circuit breaker (gRFC A32). No outlier detection, timeouts or
+/// HTTP options: istiod sends none. TLS is each cluster's own.
+fn grpc_shared(policy: &Policy) -> Shared {
+    let mut cluster = Cluster {
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+        ..Default::default()
+    };
+    if let Some(lb) = &policy.load_balancer {
+        if lb.consistent_hash().is_some() {
+            apply_load_balancer(&mut cluster, Some(lb), Generator::Grpc);
+        } else if matches!(
+            lb.simple(),
+            Some(SimpleLb::LeastConn | SimpleLb::LeastRequest)
+        ) {
+            cluster.lb_policy = LbPolicy::LeastRequest as i32;
+        }
+    }
+    let max_requests = policy
+        .connection_pool
+        .as_ref()
+        .and_then(|cp| cp.http.as_ref())
+        .map_or(0, |http| http.http2_max_requests);
+    if max_requests > 0 {
+        cluster.circuit_breakers = Some(CircuitBreakers {
+            thresholds: vec![Thresholds {
+                max_requests: Some(UInt32Value {
+                    value: max_requests as u32,
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    }
+    Shared {
+        eds: true,
+        auto_mtls: false,
+        encoded: prost::Message::encode_to_vec(&cluster),
     }
 }
 

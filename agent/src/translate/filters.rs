@@ -60,13 +60,7 @@ pub(super) fn http_connection_manager(stat_prefix: &str, routes: Routes) -> Http
         stat_prefix: stat_prefix.to_string(),
         route_specifier: Some(route_specifier),
         http_filters: vec![
-            HttpFilter {
-                name: FAULT_FILTER.into(),
-                config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
-                    HttpFault::default(),
-                ))),
-                ..Default::default()
-            },
+            fault(),
             HttpFilter {
                 name: CORS_FILTER.into(),
                 config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
@@ -74,14 +68,30 @@ pub(super) fn http_connection_manager(stat_prefix: &str, routes: Routes) -> Http
                 ))),
                 ..Default::default()
             },
-            HttpFilter {
-                name: "envoy.filters.http.router".into(),
-                config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
-                    Router::default(),
-                ))),
-                ..Default::default()
-            },
+            router(),
         ],
+        ..Default::default()
+    }
+}
+
+/// The fault filter (routes' fault injection needs it).
+pub(super) fn fault() -> HttpFilter {
+    HttpFilter {
+        name: FAULT_FILTER.into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+            HttpFault::default(),
+        ))),
+        ..Default::default()
+    }
+}
+
+/// The router, last of a connection manager's filters.
+pub(super) fn router() -> HttpFilter {
+    HttpFilter {
+        name: "envoy.filters.http.router".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+            Router::default(),
+        ))),
         ..Default::default()
     }
 }

@@ -420,9 +420,9 @@ pub(super) fn virtual_host(
     }
 }
 
-/// The names a proxyless gRPC client may use for `host` on `port`: the full name, its
-/// [`alt_hosts`], the virtual IPs, each also with `:<port>` (gRPC matches the target's authority,
-/// port included, against the domains).
+/// The names a proxyless gRPC client may use for `host` on `port`, as istiod lists them: the full
+/// name, its [`alt_hosts`], the virtual IPs (IPv6 ones in brackets), each followed by itself with
+/// `:<port>` (gRPC matches the target's authority, port included, against the domains).
 pub(super) fn domains(
     host: &str,
     service: Option<&Service>,
@@ -435,20 +435,23 @@ pub(super) fn domains(
     }
     if let Some(service) = service {
         for address in &service.addresses {
-            if !address.contains('/') {
-                names.push(address.clone());
+            if address.contains('/') {
+                continue;
             }
+            names.push(match address.parse::<std::net::Ipv6Addr>() {
+                Ok(_) => format!("[{address}]"),
+                Err(_) => address.clone(),
+            });
         }
     }
-    names.sort_by_key(|n| (n != host, n.clone()));
-    names.dedup();
-    let mut out = Vec::with_capacity(names.len() * 2);
+    let mut out: Vec<String> = Vec::with_capacity(names.len() * 2);
     for n in names {
-        out.push(format!("{n}:{port}"));
-        out.push(n);
+        let with_port = format!("{n}:{port}");
+        if !out.contains(&n) {
+            out.push(n);
+            out.push(with_port);
+        }
     }
-    // The full name first, as istiod lists it.
-    out.sort_by_key(|d| !d.starts_with(host));
     out
 }
 

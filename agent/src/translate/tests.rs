@@ -317,7 +317,14 @@ fn grpc_clients_get_api_listeners_named_host_port() {
         .expect("decodes what it encoded");
     let name = format!("{REVIEWS}:9080");
     let listener = &out.listeners[&name];
-    assert!(listener.address.is_none());
+    // The service's address, as istiod gives it (gRPC does not read it).
+    assert_eq!(
+        listener.address,
+        Some(crate::translate::endpoint::socket_address(
+            "10.96.0.20",
+            9080
+        ))
+    );
     let hcm = hcm_of(listener);
     assert_eq!(
         hcm.http_filters.last().unwrap().name,

@@ -37,7 +37,7 @@ use pasa_proto::istio::mesh_config::{ExtAuthzGrpc, ExtAuthzHttp, MeshConfig, Req
 use crate::translate::providers::{KnownService, cluster};
 
 use super::{
-    AppliedPolicy, HTTP_RBAC, NETWORK_RBAC, TCP_STAT_PREFIX, TrustDomains, build, matcher,
+    AppliedPolicy, HTTP_RBAC, NETWORK_RBAC, Naming, TCP_STAT_PREFIX, TrustDomains, build, matcher,
 };
 
 pub const HTTP_EXT_AUTHZ: &str = "envoy.filters.http.ext_authz";
@@ -268,8 +268,13 @@ fn built_by_provider(
             } else {
                 format!("{NAME_PREFIX}-{provider}-")
             };
-            let (enforced, shadow) =
-                build(&of_provider, rbac::Action::Deny, trust, for_tcp, &prefix);
+            let (enforced, shadow) = build(
+                &of_provider,
+                rbac::Action::Deny,
+                trust,
+                for_tcp,
+                Naming::Proxy(&prefix),
+            );
             // istiod keeps the provider's enforced rules even when all its policies are dry-run.
             let enforced = enforced.unwrap_or(Rbac {
                 action: rbac::Action::Deny as i32,

@@ -46,7 +46,6 @@ use super::super::{Built, View, hcm, metadata, names, route, sds};
 use super::PLAINTEXT_HTTP_ALPNS;
 use crate::model::authn::{MergedPolicy, MtlsMode};
 use crate::model::proxy::ProxyBuild;
-use crate::model::registry::Service;
 use crate::model::secrets;
 use pasa_proto::istio::virtual_service::HttpRetry;
 
@@ -637,7 +636,7 @@ fn inbound_bind(ips: &[IpAddr]) -> String {
 /// any, else the target ports of the services that list this proxy's address as an endpoint.
 fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
     let mut by_port: BTreeMap<u32, ChainConfig> = BTreeMap::new();
-    let instances = local_instances(view);
+    let instances = view.local_instances();
     if let Some(sidecar) = &view.scope.sidecar
         && !sidecar.spec.ingress.is_empty()
     {
@@ -698,52 +697,6 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
         }
     }
     by_port.into_values().collect()
-}
-
-/// A port of a service that one of the proxy's addresses serves.
-struct LocalInstance<'v> {
-    service: &'v Service,
-    service_port: u32,
-    /// Where the workload receives it.
-    target: u32,
-    protocol: Option<Protocol>,
-}
-
-/// The ports of the services the proxy's workload serves (oldest service first; a Kubernetes
-/// Service only of its own namespace).
-fn local_instances<'v>(view: &'v View<'_>) -> Vec<LocalInstance<'v>> {
-    let ips: Vec<String> = view.proxy.ips.iter().map(IpAddr::to_string).collect();
-    let mut services: Vec<&Service> = view
-        .registry
-        .services()
-        .values()
-        .flatten()
-        .map(|s| s.as_ref())
-        .collect();
-    services.sort_by(|a, b| (a.created, &a.hostname).cmp(&(b.created, &b.hostname)));
-    let mut out = Vec::new();
-    for service in services {
-        if service.namespace != view.proxy.namespace && service.kubernetes {
-            continue;
-        }
-        for instance in service
-            .endpoints
-            .iter()
-            .filter(|e| ips.contains(&e.address))
-        {
-            for port in &service.ports {
-                if let Some(target) = instance.ports.get(&port.number).copied() {
-                    out.push(LocalInstance {
-                        service,
-                        service_port: port.number,
-                        target,
-                        protocol: port.protocol,
-                    });
-                }
-            }
-        }
-    }
-    out
 }
 
 /// What a port carries once its TLS is terminated (`HTTPS` is `HTTP`, `TLS` is `TCP`).

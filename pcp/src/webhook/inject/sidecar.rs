@@ -39,8 +39,6 @@ pub const ISTIO_PROXY: &str = "istio-proxy";
 pub const MODE_ANNOTATION: &str = "pasa.io/mode";
 /// The ProxyConfig pilot-agent reads from its pod.
 pub const PROXY_CONFIG_ANNOTATION: &str = "proxy.istio.io/config";
-/// The templates Istio's injector applied (`grpc-agent`: proxyless gRPC).
-pub const TEMPLATES_ANNOTATION: &str = "inject.istio.io/templates";
 /// Istio's own opt-out, set on standalone pods.
 pub const ISTIO_INJECT: &str = "sidecar.istio.io/inject";
 /// Where the agent serves ADS to pilot-agent, inside the pod.
@@ -201,15 +199,6 @@ pub fn inject(
     let mut patch = Patch::new(pod);
     let (resources, resource_warnings) = resources(annotation, mode);
     warnings.extend(resource_warnings);
-    if annotation(TEMPLATES_ANNOTATION)
-        .is_some_and(|t| t.split(',').any(|t| t.trim() == "grpc-agent"))
-    {
-        warnings.push(format!(
-            "metadata.annotations[{TEMPLATES_ANNOTATION}]: a proxyless gRPC pod: PASA serves its \
-             gRPC clients, but not the inbound listeners gRPC xDS servers ask for \
-             (xds.istio.io/grpc/lds/inbound/...); keep xDS servers with istiod"
-        ));
-    }
 
     let mut init_containers = Vec::new();
     let mut volumes = vec![RUN_VOLUME, CACHE_VOLUME, PODINFO_VOLUME];
