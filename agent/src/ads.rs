@@ -129,10 +129,11 @@ struct Subscription {
 }
 
 impl Subscription {
-    /// The snapshot's resources this subscription selects. A proxyless gRPC server's listener
-    /// is named by the address it listens on, which only the server knows: it is made from the
-    /// listener of its port as it is asked for (see [`crate::translate::server_listener`]).
-    fn select(&self, snapshot: &Snapshot, kind: TypeKind) -> ResourceMap {
+    /// The snapshot's resources this subscription selects. Proxyless gRPC clients name some
+    /// listeners in ways only they know: a server by the address it listens on, a client a
+    /// service of its namespace by a short name (of the proxy's `dns_domain`); those are made
+    /// as they are asked for (see [`crate::translate::grpc_listener`]).
+    fn select(&self, snapshot: &Snapshot, kind: TypeKind, dns_domain: &str) -> ResourceMap {
         let all = snapshot.resources(kind);
         if self.wildcard {
             return all.clone();
@@ -142,7 +143,7 @@ impl Subscription {
             .filter_map(|name| {
                 let found = all.get(name).map(Arc::clone).or_else(|| {
                     (kind == TypeKind::Listener)
-                        .then(|| crate::translate::server_listener(name, all))
+                        .then(|| crate::translate::grpc_listener(name, all, dns_domain))
                         .flatten()
                 });
                 found.map(|r| (name.clone(), r))

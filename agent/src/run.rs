@@ -389,7 +389,8 @@ pub async fn run(
     let admin_addr = admin_listener.local_addr()?;
     let service = AdsService::new(&publisher, status.clone())
         .with_metrics(Arc::clone(&metrics))
-        .with_build(proxy.build);
+        .with_build(proxy.build)
+        .with_dns_domain(&proxy.dns_domain);
     let uds = args.uds.clone();
     let ads_stop = stopped(stop_rx.clone());
     let tcp_listener = match args.xds_listen {

@@ -10,7 +10,7 @@ pub mod extensions;
 mod filters;
 pub(crate) mod gateway;
 mod grpc;
-pub use grpc::{SERVER_LISTENER_PREFIX, server_listener};
+pub use grpc::{SERVER_LISTENER_PREFIX, grpc_listener};
 mod hash;
 mod hcm;
 mod metadata;

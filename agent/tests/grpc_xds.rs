@@ -11,7 +11,8 @@
 //! A second test runs a proxyless gRPC xDS *server* (`grpc.server(xds=True)`) behind its own
 //! agent: its listener, mutual TLS (from PeerAuthentication and the pod's `tlsMode` label) and
 //! RBAC (from AuthorizationPolicy) come from the agent, and clients with certificates of their
-//! own, from a fake mesh CA, see each policy change take effect.
+//! own, from a fake mesh CA, see each policy change take effect. Those clients name the service
+//! by its short name (`xds:///greeter:7070`), as istiod lets clients of its namespace do.
 //!
 //! Needs `python3` with `agent/tests/e2e/requirements.txt` installed (CI's `.ci/run` installs
 //! it). Without it the test says loudly that it skipped, unless `PASA_E2E_REQUIRED` is set, in
@@ -334,7 +335,8 @@ async fn grpc_client_follows_the_agent_and_survives_the_store_going_away() {
 
 const SERVER_NODE: &str = "sidecar~127.0.0.1~greeter-5c7d.default~default.svc.cluster.local";
 const CLIENT_NODE: &str = "sidecar~127.0.0.2~frontend-6b8f.default~default.svc.cluster.local";
-const GREETER: &str = "xds:///greeter.default.svc.cluster.local:7070";
+/// By its short name, as a client of its namespace may name it.
+const GREETER: &str = "xds:///greeter:7070";
 const SPIFFE_DEFAULT: &str = "spiffe://cluster.local/ns/default/sa/";
 
 /// The greeter service on `port` of 127.0.0.1 (service account `greeter`); its clients use

@@ -81,7 +81,9 @@ fn generated(config: &str, kind: &str) -> Map<String, Value> {
             }
         }
         for name in GRPC_SERVER_LISTENERS {
-            if let Some(l) = pasa_agent::translate::server_listener(name, &kept) {
+            if let Some(l) =
+                pasa_agent::translate::grpc_listener(name, &kept, "default.svc.cluster.local")
+            {
                 put(format!("L {name}"), l.body.clone());
             }
         }

@@ -63,6 +63,7 @@ pub struct AdsService {
     closing: Arc<watch::Sender<bool>>,
     next_id: Arc<AtomicU64>,
     build: ProxyBuild,
+    dns_domain: Arc<str>,
 }
 
 impl AdsService {
@@ -76,7 +77,15 @@ impl AdsService {
             closing: Arc::new(watch::Sender::new(false)),
             next_id: Arc::new(AtomicU64::new(1)),
             build: ProxyBuild::Envoy,
+            dns_domain: Arc::from(""),
         }
+    }
+
+    /// The proxy's DNS domain (`<namespace>.svc.cluster.local`): a proxyless gRPC client may
+    /// name a service of its namespace by a short name, as with istiod.
+    pub fn with_dns_domain(mut self, dns_domain: &str) -> Self {
+        self.dns_domain = Arc::from(dns_domain);
+        self
     }
 
     /// The Envoy build translated for: a client of another is logged as it connects.
@@ -107,6 +116,7 @@ impl AdsService {
             wanted: Arc::clone(&self.wanted),
             secrets_only,
             build: self.build,
+            dns_domain: Arc::clone(&self.dns_domain),
         };
         (id, conn)
     }

@@ -136,6 +136,8 @@ pub(super) struct Connection {
     pub(super) secrets_only: bool,
     /// The Envoy build the agent translates for (checked against the client's own).
     pub(super) build: ProxyBuild,
+    /// The proxy's DNS domain (see [`super::Subscription::select`]).
+    pub(super) dns_domain: Arc<str>,
 }
 
 /// Whether a node's Envoy has Istio's own filters, as it lists its extensions (`istio.stats`

@@ -213,11 +213,45 @@ fn server_listener_name(host: &str, port: u32) -> String {
     name
 }
 
+/// A listener a proxyless gRPC client asks for by a name the translation does not hold, made
+/// as asked, as istiod makes it:
+/// - a server's, `xds.istio.io/grpc/lds/inbound/<ip>:<port>` (see [`server_listener`]);
+/// - a client's for a service of its own namespace named `<name>:<port>`,
+///   `<name>.<namespace>:<port>` or `<name>.<namespace>.svc:<port>` (the proxy's `dns_domain` is
+///   `<namespace>.svc.<cluster domain>`): the listener of the full name, named as asked (its
+///   routes are the full name's; their domains list the short names too).
+pub fn grpc_listener(
+    name: &str,
+    listeners: &ResourceMap,
+    dns_domain: &str,
+) -> Option<Arc<Resource>> {
+    if name.starts_with(SERVER_LISTENER_PREFIX) {
+        return server_listener(name, listeners);
+    }
+    let (host, port) = name.rsplit_once(':')?;
+    let port: u32 = port.parse().ok()?;
+    let full = full_name(host, dns_domain)?;
+    let kept = listeners.get(&names::host_port(&full, port))?;
+    renamed(kept, name, |_| {})
+}
+
+/// The full name of `host` when it is a short name of a service of the proxy's namespace.
+fn full_name(host: &str, dns_domain: &str) -> Option<String> {
+    let (namespace, _) = dns_domain.split_once(".svc.")?;
+    if !host.contains('.') {
+        return Some(format!("{host}.{dns_domain}"));
+    }
+    let short = host
+        .strip_suffix(&format!(".{namespace}"))
+        .or_else(|| host.strip_suffix(&format!(".{namespace}.svc")))?;
+    Some(format!("{short}.{dns_domain}"))
+}
+
 /// The listener for the gRPC server that asks for `name` (`xds.istio.io/grpc/lds/inbound/<ip>:<port>`):
 /// the one `listeners` holds for its port, named and addressed as asked. `None` when `name` is
 /// not a server's listener, or no service of the workload targets its port (as istiod, which
 /// leaves the server without a listener, so it does not serve).
-pub fn server_listener(name: &str, listeners: &ResourceMap) -> Option<Arc<Resource>> {
+fn server_listener(name: &str, listeners: &ResourceMap) -> Option<Arc<Resource>> {
     let address = name.strip_prefix(SERVER_LISTENER_PREFIX)?;
     let (host, port) = address.rsplit_once(':')?;
     let host = match host.strip_prefix('[') {
@@ -227,9 +261,20 @@ pub fn server_listener(name: &str, listeners: &ResourceMap) -> Option<Arc<Resour
     };
     let port: u32 = port.parse().ok()?;
     let kept = listeners.get(&server_listener_name(ANY_HOST, port))?;
+    renamed(kept, name, |listener| {
+        listener.address = Some(socket_address(host, port));
+    })
+}
+
+/// `kept` under the name `name`, changed by `change`.
+fn renamed(
+    kept: &Resource,
+    name: &str,
+    change: impl FnOnce(&mut Listener),
+) -> Option<Arc<Resource>> {
     let mut listener = Listener::decode(kept.body.value.as_slice()).ok()?;
     listener.name = name.to_string();
-    listener.address = Some(socket_address(host, port));
+    change(&mut listener);
     Some(Resource::pack(&listener))
 }
 
@@ -319,7 +364,7 @@ mod tests {
     use prost::Message;
     use serde_json::{Value, json};
 
-    use super::{SERVER_LISTENER_PREFIX, server_listener};
+    use super::{SERVER_LISTENER_PREFIX, grpc_listener, server_listener};
     use crate::cache::Cache;
     use crate::model::proxy::Generator;
     use crate::resource::Resource;
@@ -413,6 +458,43 @@ mod tests {
             format!("{SERVER_LISTENER_PREFIX}0.0.0.0"),
         ] {
             assert!(server_listener(&name, &kept).is_none(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_client_may_name_a_service_of_its_namespace_by_a_short_name() {
+        let out = Translator::new(crate::testing::sidecar("10.0.0.9"))
+            .update(
+                &Cache::from_resources(vec![reviews_service()], 1),
+                Generator::Grpc,
+            )
+            .expect("decodes what it encoded");
+        let kept = out
+            .listeners
+            .iter()
+            .map(|(n, l)| (n.clone(), Resource::pack(l)))
+            .collect();
+        let domain = "default.svc.cluster.local";
+        let full = &out.listeners["reviews.default.svc.cluster.local:9080"];
+        for name in [
+            "reviews:9080",
+            "reviews.default:9080",
+            "reviews.default.svc:9080",
+        ] {
+            let made = grpc_listener(name, &kept, domain).expect(name);
+            let listener = Listener::decode(made.body.value.as_slice()).unwrap();
+            // The full name's listener (its routes), named as asked.
+            assert_eq!(listener.name, name);
+            assert_eq!(listener.api_listener, full.api_listener);
+        }
+        // Another namespace's short names, another port, or no domain to expand with.
+        for (name, domain) in [
+            ("reviews.shop:9080", domain),
+            ("reviews:9090", domain),
+            ("reviews", domain),
+            ("reviews:9080", ""),
+        ] {
+            assert!(grpc_listener(name, &kept, domain).is_none(), "{name}");
         }
     }
 
