@@ -2,8 +2,10 @@
 //! named `<host>:<port>` whose connection manager takes its routes over RDS from the route
 //! configuration `outbound|<port>||<host>`; that route configuration holds one virtual host for
 //! the service with its VirtualService's routes (or the default route). Clusters and endpoints
-//! are the outbound ones every generator shares, except for mesh TLS: gRPC clients take their
-//! certificates from the certificate providers of their bootstrap, not from SDS.
+//! are the outbound ones every generator shares, with only the fields gRPC reads (see
+//! `cluster::grpc_shared`); mesh TLS comes from the certificate providers of the client's
+//! bootstrap, not from SDS. A client of the service's namespace may name it by a short name
+//! (see [`grpc_listener`]).
 //!
 //! A proxyless gRPC *server* asks for the listener of the address it listens on,
 //! `xds.istio.io/grpc/lds/inbound/<ip>:<port>`, and serves calls only as that listener says:
