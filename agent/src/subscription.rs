@@ -75,6 +75,7 @@ pub fn subscription_in<'a>(
             kinds: Kind::shared().map(|k| k.as_str().to_string()).collect(),
             ..Default::default()
         });
+        rules.push(destination_peer_authentications(Vec::new()));
         return Subscription { rules };
     }
     // The proxy's own services, endpoints and workload entries (inbound side).
@@ -112,6 +113,9 @@ pub fn subscription_in<'a>(
     // services, not for every rule of the mesh (a service appearing there shows up through the
     // rules above, and then its DestinationRules are asked for).
     let services: Vec<&Arc<Service>> = services.collect();
+    rules.push(destination_peer_authentications(dedup(
+        services.iter().map(|s| s.namespace.clone()).collect(),
+    )));
     let whole: BTreeSet<&str> = scope
         .egress
         .iter()
@@ -233,6 +237,8 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
             namespaces: vec![proxy.namespace.clone()],
             ..Default::default()
         },
+        // A router sends to services of any namespace (and routers are few).
+        destination_peer_authentications(Vec::new()),
     ];
     for g in registry.gateways() {
         if let Some(list) = g.meta.annotations.get(gateway::GATEWAY_SERVICE_ANNOTATION) {
@@ -292,6 +298,17 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
         });
     }
     Subscription { rules }
+}
+
+/// The PeerAuthentications of the namespaces of the services a proxy sends to (every namespace
+/// when `namespaces` is empty): one that turns mutual TLS off for a destination's port makes
+/// the proxy send it plaintext (see `translate::endpoint`), as istiod's endpoints say.
+fn destination_peer_authentications(namespaces: Vec<String>) -> Rule {
+    Rule {
+        kinds: kinds(&[Kind::PeerAuthentication]),
+        namespaces,
+        ..Default::default()
+    }
 }
 
 /// The hosts a VirtualService sends traffic to (routes, mirrors, TCP and TLS routes), resolved.

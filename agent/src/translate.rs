@@ -398,7 +398,12 @@ impl<'a> View<'a> {
         (&hcm, &retry_defaults).hash(&mut h);
         View {
             hcm,
-            cluster_settings: cluster::ClusterSettings::of(&proxy.ips, mesh),
+            cluster_settings: cluster::ClusterSettings::of(
+                &proxy.ips,
+                &proxy.cluster_id,
+                mesh,
+                crate::model::authn::PeerModes::of(registry, &proxy.mesh.root_namespace),
+            ),
             retry_defaults,
             route_settings: h.finish(),
             proxy,

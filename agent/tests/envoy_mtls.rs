@@ -12,7 +12,9 @@
 //! - PeerAuthentication, through the store: a plaintext request from outside the mesh (the
 //!   client pod's traffic that its sidecar does not capture) reaches the server under the default
 //!   PERMISSIVE mode, is refused once the namespace's policy is STRICT while mesh traffic still
-//!   flows, and reaches it again when a workload policy sets the port PERMISSIVE;
+//!   flows, and reaches it again when a workload policy sets the port PERMISSIVE; a workload
+//!   policy setting the port DISABLE makes the client's sidecar send mesh traffic there in
+//!   plaintext (the endpoint no longer says mutual TLS), which the server takes;
 //! - the mesh config's trust domain: the server refuses the client's identity once the mesh
 //!   names another trust domain, and accepts it again as an alias;
 //! - AuthorizationPolicy, through the store: a DENY rule on a path answers 403 for that path
@@ -274,7 +276,7 @@ fn namespace_policy(mode: &str) -> Value {
 
 /// The inbound modes PeerAuthentication sets, seen by plaintext from outside the mesh (run as the
 /// proxy's group, the client pod's request skips its sidecar) and by mesh traffic. Leaves the
-/// namespace PERMISSIVE and no workload policy.
+/// namespace PERMISSIVE, no workload policy, and the server's DestinationRule ISTIO_MUTUAL.
 async fn peer_authentication(store: &StoreServer, client: &Netns, protocol: &str) {
     let direct = "http://10.10.0.2:8000/hello";
     let bypass = ["--gid", "1337"];
@@ -327,8 +329,35 @@ async fn peer_authentication(store: &StoreServer, client: &Netns, protocol: &str
         Some("server-app"),
         "{protocol}: {a:?}"
     );
+    // DISABLE on the port: the server takes only plaintext there, and the client's sidecar,
+    // told so by the endpoint (no longer marked for mutual TLS), sends it plaintext under auto
+    // mTLS (without the DestinationRule, which would ask for mutual TLS whatever the server
+    // says): mesh traffic still flows, without a client certificate.
+    store.delete("DestinationRule", "shop", "server").await;
+    store
+        .apply(&[
+            json!({"apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
+            "metadata": {"name": "server", "namespace": "shop"},
+            "spec": {"selector": {"matchLabels": {"app": "server"}},
+                     "portLevelMtls": {"8000": {"mode": "DISABLE"}}}}),
+        ])
+        .await;
+    let a = until(
+        client,
+        &format!("http://{SERVER_VIP}/hello"),
+        &["--host", "server.shop.svc.cluster.local"],
+        "mesh traffic in plaintext to a DISABLE port",
+        |a| a.status == 200 && !a.echoed.contains_key("x-forwarded-client-cert"),
+    );
+    assert_eq!(
+        a.backend.as_deref(),
+        Some("server-app"),
+        "{protocol}: {a:?}"
+    );
     store.delete("PeerAuthentication", "shop", "server").await;
-    store.apply(&[namespace_policy("PERMISSIVE")]).await;
+    store
+        .apply(&[namespace_policy("PERMISSIVE"), mutual(None)])
+        .await;
     println!("{protocol}: PeerAuthentication sets the inbound modes, per namespace and per port");
 }
 

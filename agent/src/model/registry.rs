@@ -110,7 +110,47 @@ pub struct Instance {
     pub weight: u32,
     pub network: Arc<str>,
     pub service_account: Arc<str>,
+    /// The name of the workload it belongs to, as Istio's telemetry names it (empty: unknown):
+    /// a pod's `service.istio.io/workload-name` label (which the syncer sets), a WorkloadEntry's
+    /// auto-registration group, that label, or its name; `<ServiceEntry>-<i>` for a
+    /// ServiceEntry's i-th endpoint.
+    pub workload: Arc<str>,
 }
+
+/// Istio's label naming a workload (see [`Instance::workload`]).
+pub const WORKLOAD_NAME_LABEL: &str = "service.istio.io/workload-name";
+/// The annotation of a WorkloadEntry auto-registered for a WorkloadGroup: the group's name.
+const AUTO_REGISTRATION_GROUP: &str = "istio.io/autoRegistrationGroup";
+
+/// A workload's name as Istio's telemetry reads it: its auto-registration group, its
+/// `service.istio.io/workload-name` label, or `name`.
+fn workload_name<'a>(
+    name: &'a str,
+    annotations: Option<&'a BTreeMap<String, String>>,
+    labels: &'a BTreeMap<String, String>,
+) -> &'a str {
+    annotations
+        .and_then(|a| a.get(AUTO_REGISTRATION_GROUP))
+        .or_else(|| labels.get(WORKLOAD_NAME_LABEL))
+        .map_or(name, String::as_str)
+}
+
+/// A WorkloadEntry's labels as its endpoint's: one with a service account and no
+/// `security.istio.io/tlsMode` label takes Istio mutual TLS (istiod takes it to have a sidecar).
+fn with_tls_mode<'a>(
+    labels: &'a BTreeMap<String, String>,
+    service_account: &str,
+) -> std::borrow::Cow<'a, BTreeMap<String, String>> {
+    if service_account.is_empty() || labels.contains_key(TLS_MODE_LABEL) {
+        return std::borrow::Cow::Borrowed(labels);
+    }
+    let mut labels = labels.clone();
+    labels.insert(TLS_MODE_LABEL.to_string(), "istio".to_string());
+    std::borrow::Cow::Owned(labels)
+}
+
+/// Istio's label saying whether a workload takes Istio mutual TLS (`istio`) or not.
+pub const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
 
 /// A service of the registry: one host of a ServiceEntry, or a Kubernetes Service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -403,7 +443,8 @@ impl Registry {
             })
             .collect();
         let mut revision = se.meta.revision;
-        let workloads: Vec<&WorkloadEntry> = match &spec.workload_selector {
+        // Each workload with its name (see `Instance::workload`).
+        let workloads: Vec<(String, &WorkloadEntry)> = match &spec.workload_selector {
             Some(selector) => self
                 .entries
                 .values()
@@ -413,17 +454,30 @@ impl Registry {
                             && selects(&selector.labels, &we.spec.labels) =>
                     {
                         revision = revision.max(we.meta.revision);
-                        Some(&we.spec)
+                        let name = workload_name(
+                            &we.meta.name,
+                            Some(&we.meta.annotations),
+                            &we.spec.labels,
+                        );
+                        Some((name.to_string(), &we.spec))
                     }
                     _ => None,
                 })
                 .collect(),
-            None => spec.endpoints.iter().collect(),
+            None => spec
+                .endpoints
+                .iter()
+                .enumerate()
+                .map(|(i, w)| {
+                    let name = format!("{}-{i}", se.meta.name);
+                    (workload_name(&name, None, &w.labels).to_string(), w)
+                })
+                .collect(),
         };
         let mut shared = Shared::default();
         let endpoints: Vec<Instance> = workloads
             .iter()
-            .map(|w| Instance {
+            .map(|(workload, w)| Instance {
                 address: w.address.clone(),
                 ports: shared.ports(spec.ports.iter().map(|p| {
                     let target = w
@@ -437,11 +491,12 @@ impl Registry {
                         });
                     (p.number, target)
                 })),
-                labels: shared.labels(&w.labels),
+                labels: shared.labels(&with_tls_mode(&w.labels, &w.service_account)),
                 locality: shared.string(&w.locality),
                 weight: w.weight.max(1),
                 network: shared.string(&w.network),
                 service_account: shared.string(&w.service_account),
+                workload: shared.string(workload),
             })
             .collect();
         spec.hosts
@@ -554,8 +609,15 @@ impl Registry {
     }
 
     pub fn peer_authentications(&self) -> impl Iterator<Item = &Config<PeerAuthentication>> {
+        self.peer_authentication_configs().map(Arc::as_ref)
+    }
+
+    /// [`Registry::peer_authentications`], shared.
+    pub fn peer_authentication_configs(
+        &self,
+    ) -> impl Iterator<Item = &Arc<Config<PeerAuthentication>>> {
         self.entries.values().filter_map(|e| match &e.parsed {
-            Parsed::PeerAuthentication(c) => Some(c.as_ref()),
+            Parsed::PeerAuthentication(c) => Some(c),
             _ => None,
         })
     }
@@ -900,6 +962,7 @@ impl Shared {
             weight: e.weight.max(1),
             network: self.string(&e.network),
             service_account: self.string(&e.service_account),
+            workload: self.string(e.labels.get(WORKLOAD_NAME_LABEL).map_or("", |v| v.as_ref())),
         }
     }
 

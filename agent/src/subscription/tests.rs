@@ -128,8 +128,13 @@ fn a_gateway_selecting_other_routers_brings_nothing_but_gateways_and_own_service
         {"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]})
     .to_string();
     let rules = subscription_for(vec![other]);
-    assert_eq!(rules.len(), 3, "{rules:?}");
+    assert_eq!(rules.len(), 4, "{rules:?}");
     assert!(rule_with(&rules, "Gateway", |r| r.namespaces.is_empty()));
+    // The PeerAuthentications of every namespace: whether a destination's port takes mutual
+    // TLS.
+    assert!(rule_with(&rules, "PeerAuthentication", |r| r
+        .namespaces
+        .is_empty()));
     // The router's own AuthorizationPolicies: its namespace's (here the root namespace too).
     assert!(rule_with(&rules, "AuthorizationPolicy", |r| r.namespaces
         == ["istio-system"]));
@@ -195,6 +200,10 @@ fn a_fresh_sidecar_asks_for_its_scope_first_then_for_what_it_sees() {
         widened.contains(&shared),
         "no Sidecar: everything exported to the namespace: {widened:?}"
     );
+    // It may send to any namespace: the PeerAuthentications of all of them.
+    assert!(rule_with(&widened, "PeerAuthentication", |r| r
+        .namespaces
+        .is_empty()));
     assert!(
         !shared
             .kinds

@@ -38,6 +38,7 @@ use super::builders::{ads, duration, field_len, grpc_ads, length_delimited, stri
 use super::endpoint;
 use super::metadata;
 use super::{Generator, names, sds};
+use crate::model::authn::PeerModes;
 use crate::model::proxy::ProxyBuild;
 use crate::model::registry::{Config, Resolution, Service, ServicePort};
 use crate::model::secrets;
@@ -167,12 +168,18 @@ pub(super) fn service_clusters(
     } else {
         metadata::cluster_field(dr.map(|dr| &dr.meta), &service_labels, external, None)
     };
+    let at = endpoint::Where {
+        namespace: &service.namespace,
+        workload_cluster: (build == ProxyBuild::Istio).then_some(settings.cluster_id.as_str()),
+        peer_modes: &settings.peer_modes,
+    };
     let mut target = Target {
         service,
         identities: std::cell::OnceCell::new(),
         mutual: MutualContexts::new(build),
         generator,
         settings,
+        at,
     };
     for port in &service.ports {
         // Built by the first cluster of the port that reads endpoints, shared by the others.
@@ -191,7 +198,7 @@ pub(super) fn service_clusters(
                 names::outbound_cluster(port.number, subset.unwrap_or(""), &service.hostname);
             let assignment = (service.resolution == Resolution::ClientSideLb).then(|| {
                 endpoints
-                    .get_or_init(|| endpoint::PortEndpoints::new(service, port))
+                    .get_or_init(|| endpoint::PortEndpoints::new(service, port, at))
                     .assignment(&name, labels)
             });
             if !clusters {
@@ -271,6 +278,8 @@ struct Target<'s> {
     mutual: MutualContexts,
     generator: Generator,
     settings: &'s ClusterSettings,
+    /// Where its endpoints are (see [`endpoint::Where`]).
+    at: endpoint::Where<'s>,
 }
 
 /// What clusters take from the proxy and the mesh config, as istiod sets them up:
@@ -287,12 +296,18 @@ pub(crate) struct ClusterSettings {
     refresh: Duration,
     trust_domain: String,
     trust_domain_aliases: Vec<String>,
+    /// The proxy's cluster: the one its endpoints' workloads are named in.
+    cluster_id: String,
+    /// Whether destinations take mutual TLS on their ports.
+    peer_modes: PeerModes,
 }
 
 impl ClusterSettings {
     pub(crate) fn of(
         ips: &[std::net::IpAddr],
+        cluster_id: &str,
         mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>,
+        peer_modes: PeerModes,
     ) -> ClusterSettings {
         use envoy_types::pb::envoy::config::cluster::v3::cluster::DnsLookupFamily;
         let family = if !ips.is_empty() && ips.iter().all(std::net::IpAddr::is_ipv6) {
@@ -313,6 +328,8 @@ impl ClusterSettings {
                 .unwrap_or_default(),
             family: family as i32,
             refresh: super::builders::nanos(refresh),
+            cluster_id: cluster_id.to_string(),
+            peer_modes,
         }
     }
 
@@ -436,7 +453,9 @@ impl<'s> Target<'s> {
             metadata,
         } = own;
         let service = self.service;
-        let endpoints = || endpoints.get_or_init(|| endpoint::PortEndpoints::new(service, port));
+        let at = self.at;
+        let endpoints =
+            || endpoints.get_or_init(|| endpoint::PortEndpoints::new(service, port, at));
         let mut cluster = Cluster {
             name: name.to_string(),
             alt_stat_name: names::delimited_stats(name),
@@ -455,7 +474,7 @@ impl<'s> Target<'s> {
                 }
             }
             Resolution::Dns | Resolution::DnsRoundRobin => {
-                cluster.load_assignment = Some(endpoints().dns(name, labels, service, port));
+                cluster.load_assignment = Some(endpoints().dns(name, labels, service, port, at));
             }
             Resolution::Passthrough | Resolution::DynamicDns => {}
         }

@@ -14,6 +14,7 @@ use prost::Message;
 
 use super::builders::{field_len, length_delimited, string_field};
 use super::metadata;
+use crate::model::authn::PeerModes;
 use crate::model::registry::{Instance, Service, ServicePort, selects};
 
 /// The endpoints of one service port, each built and encoded once as an `LbEndpoint` and grouped
@@ -41,23 +42,40 @@ struct EncodedEndpoint<'s> {
     weight: u32,
 }
 
+/// Where the endpoints of a service are, which their metadata says as istiod's does:
+/// - an endpoint whose workload has a sidecar takes Istio mutual TLS (auto mTLS), unless a
+///   PeerAuthentication of its namespace turns it off for its port (then it is sent plaintext);
+/// - for Istio's proxy, each names its workload (`istio.workload`: `<workload>;<namespace>;
+///   <canonical service>;<canonical revision>;<cluster>`), which Istio's stats report for a peer
+///   that does not say who it is (no sidecar, or the request failed before it could). Upstream
+///   Envoy reads none of it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Where<'a> {
+    /// The namespace of the service's endpoints.
+    pub namespace: &'a str,
+    /// For Istio's proxy, the cluster the endpoints' workloads are named in.
+    pub workload_cluster: Option<&'a str>,
+    pub peer_modes: &'a PeerModes,
+}
+
 impl<'s> PortEndpoints<'s> {
-    /// The endpoints of `service` that serve `port`.
-    pub(super) fn new(service: &'s Service, port: &ServicePort) -> Self {
+    /// The endpoints of `service` that serve `port`, which are `at`.
+    pub(super) fn new(service: &'s Service, port: &ServicePort, at: Where<'_>) -> Self {
         PortEndpoints::of(
             service
                 .endpoints
                 .iter()
                 .filter_map(|e| Some((e, e.ports.get(&port.number).copied()?))),
+            Some(at),
         )
     }
 
     /// Endpoints with the port each is reached on.
-    fn of(endpoints: impl Iterator<Item = (&'s Instance, u32)>) -> Self {
+    fn of(endpoints: impl Iterator<Item = (&'s Instance, u32)>, at: Option<Where<'_>>) -> Self {
         let mut endpoints: Vec<EncodedEndpoint> = endpoints
             .map(|(e, target)| EncodedEndpoint {
                 instance: e,
-                encoded: encoded_lb_endpoint(e, target),
+                encoded: encoded_lb_endpoint(e, target, at),
                 weight: e.weight.max(1),
             })
             .collect();
@@ -153,13 +171,14 @@ impl<'s> PortEndpoints<'s> {
     }
 
     /// For DNS clusters: the endpoints as host names to resolve, or the service host itself when
-    /// it lists none.
+    /// it lists none (the ServiceEntry its workload, as istiod names it).
     pub(super) fn dns(
         &self,
         cluster: &str,
         subset: Option<&BTreeMap<String, String>>,
         service: &Service,
         port: &ServicePort,
+        at: Where<'_>,
     ) -> ClusterLoadAssignment {
         let assignment = self.message(cluster, subset);
         if !assignment.endpoints.is_empty() {
@@ -169,7 +188,12 @@ impl<'s> PortEndpoints<'s> {
             .external_name
             .clone()
             .unwrap_or_else(|| service.hostname.clone());
-        single(cluster, &host, port.number)
+        let instance = Instance {
+            workload: service.source.name.as_str().into(),
+            ..Instance::at(&host)
+        };
+        PortEndpoints::of(std::iter::once((&instance, port.number)), Some(at))
+            .message(cluster, None)
     }
 }
 
@@ -177,7 +201,7 @@ impl<'s> PortEndpoints<'s> {
 /// Istio mutual TLS), written directly: the same bytes as encoding the message, without
 /// building it (an endpoint-heavy scope has tens of thousands, and the message's strings and
 /// metadata map are most of the work of encoding one).
-fn encoded_lb_endpoint(instance: &Instance, port: u32) -> Vec<u8> {
+fn encoded_lb_endpoint(instance: &Instance, port: u32, at: Option<Where<'_>>) -> Vec<u8> {
     use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
     // Endpoint.address (1) → Address: pipe (2) { path (1) } or socket_address (1) { address (2),
     // port_value (3) }.
@@ -204,8 +228,19 @@ fn encoded_lb_endpoint(instance: &Instance, port: u32) -> Vec<u8> {
     let endpoint_len = field_len(1, address_field);
     let weight = u64::from(instance.weight.max(1));
     let weight_len = key_len(1) + encoded_len_varint(weight);
-    let tls = istio_mtls_metadata(instance);
-    let total = tls.map_or(0, <[u8]>::len) + field_len(4, weight_len) + field_len(1, endpoint_len);
+    let tls = istio_mtls_metadata(instance).filter(|_| {
+        at.is_none_or(|at| !at.peer_modes.disables(at.namespace, &instance.labels, port))
+    });
+    let workload =
+        at.and_then(|at| workload_metadata(instance, at.namespace, at.workload_cluster?));
+    // Metadata (3): its map's entries one after the other, as its encoding writes them.
+    let metadata_len = tls.map_or(0, <[u8]>::len) + workload.as_ref().map_or(0, Vec::len);
+    let total = if metadata_len == 0 {
+        0
+    } else {
+        field_len(3, metadata_len)
+    } + field_len(4, weight_len)
+        + field_len(1, endpoint_len);
     // LbEndpoint's fields in the order its message encoding writes them, by tag: the
     // host_identifier oneof's endpoint (1), metadata (3), load_balancing_weight (4).
     let mut out = Vec::with_capacity(total);
@@ -220,8 +255,10 @@ fn encoded_lb_endpoint(instance: &Instance, port: u32) -> Vec<u8> {
             encode_varint(u64::from(port), &mut out);
         }
     }
-    if let Some(tls) = tls {
-        out.extend_from_slice(tls);
+    if metadata_len > 0 {
+        length_delimited(3, metadata_len, &mut out);
+        out.extend_from_slice(tls.unwrap_or_default());
+        out.extend_from_slice(workload.as_deref().unwrap_or_default());
     }
     length_delimited(4, weight_len, &mut out);
     encode_key(1, WireType::Varint, &mut out);
@@ -230,8 +267,8 @@ fn encoded_lb_endpoint(instance: &Instance, port: u32) -> Vec<u8> {
     out
 }
 
-/// `LbEndpoint.metadata` (3) encoded, for an endpoint that takes Istio mutual TLS (its workload
-/// has a sidecar): the same for every such endpoint, so encoded once.
+/// The entry of `LbEndpoint.metadata` for an endpoint that takes Istio mutual TLS (its workload
+/// has a sidecar), encoded: the same for every such endpoint, so encoded once.
 fn istio_mtls_metadata(instance: &Instance) -> Option<&'static [u8]> {
     static ENCODED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     let istio = instance
@@ -241,11 +278,7 @@ fn istio_mtls_metadata(instance: &Instance) -> Option<&'static [u8]> {
         == Some("istio");
     istio.then(|| {
         ENCODED
-            .get_or_init(|| {
-                let mut out = Vec::new();
-                prost::encoding::message::encode(3, &istio_mtls(), &mut out);
-                out
-            })
+            .get_or_init(|| istio_mtls().encode_to_vec())
             .as_slice()
     })
 }
@@ -256,18 +289,57 @@ fn istio_mtls() -> Metadata {
     metadata::one_field(metadata::TRANSPORT_SOCKET_MATCH, "tlsMode", "istio")
 }
 
+/// The entry of `LbEndpoint.metadata` naming the endpoint's workload (see [`Where`]),
+/// encoded; none when its workload is unknown. Its canonical service and revision are its
+/// labels' (`service.istio.io/canonical-name`, `app.kubernetes.io/name`, `app`, else the
+/// workload's name; `service.istio.io/canonical-revision`, `app.kubernetes.io/version`,
+/// `version`, else none), as istiod reads them.
+fn workload_metadata(instance: &Instance, namespace: &str, cluster: &str) -> Option<Vec<u8>> {
+    if instance.workload.is_empty() {
+        return None;
+    }
+    let label = |keys: &[&str]| {
+        keys.iter()
+            .find_map(|k| instance.labels.get(*k))
+            .map(String::as_str)
+    };
+    let service = label(&[
+        "service.istio.io/canonical-name",
+        "app.kubernetes.io/name",
+        "app",
+    ])
+    .unwrap_or(&instance.workload);
+    let revision = label(&[
+        "service.istio.io/canonical-revision",
+        "app.kubernetes.io/version",
+        "version",
+    ])
+    .filter(|r| *r != "latest")
+    .unwrap_or("");
+    let value = [&*instance.workload, namespace, service, revision, cluster].join(";");
+    Some(metadata::one_field("istio", "workload", &value).encode_to_vec())
+}
+
+impl Instance {
+    /// An endpoint at `address` and nothing else known of it.
+    fn at(address: &str) -> Instance {
+        Instance {
+            address: address.to_string(),
+            ports: Default::default(),
+            labels: Default::default(),
+            locality: "".into(),
+            weight: 1,
+            network: "".into(),
+            service_account: "".into(),
+            workload: "".into(),
+        }
+    }
+}
+
 /// A one-endpoint assignment.
 pub(super) fn single(cluster: &str, address: &str, port: u32) -> ClusterLoadAssignment {
-    let instance = Instance {
-        address: address.to_string(),
-        ports: Default::default(),
-        labels: Default::default(),
-        locality: "".into(),
-        weight: 1,
-        network: "".into(),
-        service_account: "".into(),
-    };
-    PortEndpoints::of(std::iter::once((&instance, port))).message(cluster, None)
+    let instance = Instance::at(address);
+    PortEndpoints::of(std::iter::once((&instance, port)), None).message(cluster, None)
 }
 
 fn parse_locality(text: &str) -> Locality {
@@ -323,6 +395,7 @@ mod tests {
             weight,
             network: "".into(),
             service_account: "".into(),
+            workload: "".into(),
         }
     }
 
@@ -373,7 +446,7 @@ mod tests {
         let a = instance("10.0.0.1", "us/east-a", "v1", 1);
         let b = instance("10.0.0.2", "us/east-b", "v2", 3);
         let c = instance("10.0.0.3", "us/east-a", "v2", 0);
-        let endpoints = PortEndpoints::of([&a, &b, &c].into_iter().map(|i| (i, 8080)));
+        let endpoints = PortEndpoints::of([&a, &b, &c].into_iter().map(|i| (i, 8080)), None);
         let all = expected(
             "outbound|80||r",
             &[("us/east-a", &[&a, &c]), ("us/east-b", &[&b])],
@@ -415,11 +488,99 @@ mod tests {
             let mut instance = instance(address, "", "v1", weight);
             instance.labels = std::sync::Arc::new(labels.into_iter().collect());
             assert_eq!(
-                encoded_lb_endpoint(&instance, port),
+                encoded_lb_endpoint(&instance, port, None),
                 lb_endpoint(&instance, port).encode_to_vec(),
                 "{address}:{port} weight {weight} labels {:?}",
                 instance.labels
             );
         }
+    }
+
+    #[test]
+    fn for_istios_proxy_each_endpoint_names_its_workload_as_istiod_does() {
+        use envoy_types::pb::envoy::config::endpoint::v3::LbEndpoint;
+        let peer_modes = PeerModes::default();
+        let at = Where {
+            namespace: "bookinfo",
+            workload_cluster: Some("Kubernetes"),
+            peer_modes: &peer_modes,
+        };
+        let workload_of = |labels: &[(&str, &str)], workload: &str| {
+            let mut instance = instance("10.0.0.1", "", "v1", 1);
+            instance.labels = std::sync::Arc::new(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            );
+            instance.workload = workload.into();
+            let endpoint =
+                LbEndpoint::decode(encoded_lb_endpoint(&instance, 80, Some(at)).as_slice())
+                    .unwrap();
+            let metadata = endpoint.metadata.unwrap_or_default().filter_metadata;
+            // Mutual TLS is still said beside it.
+            assert_eq!(
+                metadata.contains_key(metadata::TRANSPORT_SOCKET_MATCH),
+                labels.contains(&(metadata::TLS_MODE_LABEL, "istio"))
+            );
+            metadata
+                .get("istio")
+                .map(|s| format!("{:?}", s.fields["workload"].kind))
+        };
+        let said = |s: &str| {
+            Some(format!(
+                "{:?}",
+                Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(
+                    s.into()
+                ))
+            ))
+        };
+        // Canonical service and revision from the labels, in istiod's order.
+        assert_eq!(
+            workload_of(
+                &[
+                    ("app", "reviews"),
+                    ("version", "v2"),
+                    (metadata::TLS_MODE_LABEL, "istio")
+                ],
+                "reviews-v2"
+            ),
+            said("reviews-v2;bookinfo;reviews;v2;Kubernetes")
+        );
+        assert_eq!(
+            workload_of(
+                &[
+                    ("app", "reviews"),
+                    ("service.istio.io/canonical-name", "reviews-svc"),
+                    ("app.kubernetes.io/version", "2.1"),
+                ],
+                "reviews-v2"
+            ),
+            said("reviews-v2;bookinfo;reviews-svc;2.1;Kubernetes")
+        );
+        // Without labels: the workload's name, and no revision ("latest" is not sent).
+        assert_eq!(
+            workload_of(&[("version", "latest")], "db"),
+            said("db;bookinfo;db;;Kubernetes")
+        );
+        // An unknown workload is not named.
+        assert_eq!(workload_of(&[("app", "x")], ""), None);
+        // Upstream Envoy's endpoints carry none of it.
+        let mut instance = instance("10.0.0.1", "", "v1", 1);
+        instance.workload = "db".into();
+        let upstream = Where {
+            workload_cluster: None,
+            ..at
+        };
+        let plain =
+            LbEndpoint::decode(encoded_lb_endpoint(&instance, 80, Some(upstream)).as_slice())
+                .unwrap();
+        assert!(
+            !plain
+                .metadata
+                .unwrap_or_default()
+                .filter_metadata
+                .contains_key("istio")
+        );
     }
 }

@@ -40,6 +40,7 @@ use super::endpoint::socket_address;
 use super::filters;
 use super::{Built, View, authz, builders, names, route};
 use crate::model::authn::{MergedPolicy, MtlsMode};
+use crate::model::registry::TLS_MODE_LABEL;
 use crate::resource::{Resource, ResourceMap};
 
 /// The names of the listeners proxyless gRPC servers ask for (the
@@ -49,8 +50,6 @@ pub const SERVER_LISTENER_PREFIX: &str = "xds.istio.io/grpc/lds/inbound/";
 /// The host in the name of the listener kept per served port: [`server_listener`] answers it for
 /// whatever address a server on that port listens on.
 const ANY_HOST: &str = "*";
-/// The label Istio's injector puts on pods whose clients use mutual TLS automatically.
-const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
 
 pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
     for service in view.services.values() {

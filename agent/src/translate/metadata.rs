@@ -39,7 +39,7 @@ pub(super) fn config_metadata(kind: Kind, meta: &Meta) -> Metadata {
 
 /// The pod label Istio's injector sets on workloads with a sidecar (`istio`), which auto mTLS
 /// reads.
-pub(super) const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
+pub(super) use crate::model::registry::TLS_MODE_LABEL;
 /// Where an endpoint's transport socket match metadata goes.
 pub(super) const TRANSPORT_SOCKET_MATCH: &str = "envoy.transport_socket_match";
 

@@ -30,6 +30,9 @@ pub const NETWORK_LABEL: &str = "topology.istio.io/network";
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub const SUBZONE_LABEL: &str = "topology.istio.io/subzone";
+/// Istio's label naming a pod's workload. An endpoint's labels carry it (its pod's own, else the
+/// name worked out by [`workload_name`]): Istio's telemetry names the endpoint's workload by it.
+pub const WORKLOAD_NAME_LABEL: &str = "service.istio.io/workload-name";
 
 /// Where an object lives in the store.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -315,7 +318,11 @@ pub fn slice(
         let mut endpoint = Map::new();
         endpoint.insert("address".into(), json!(address));
         let pod_labels = pod.as_ref().and_then(|p| p.metadata.labels.as_ref());
-        if let Some(labels) = pod_labels.filter(|l| !l.is_empty()) {
+        if let Some(pod) = &pod {
+            let mut labels = pod_labels.cloned().unwrap_or_default();
+            labels
+                .entry(WORKLOAD_NAME_LABEL.to_string())
+                .or_insert_with(|| workload_name(pod));
             endpoint.insert("labels".into(), json!(labels));
         }
         let node_name = e
@@ -346,6 +353,59 @@ pub fn slice(
         key.clone(),
         document(&key, owned_labels(None, cluster), out),
     ))
+}
+
+/// The name of the workload `pod` belongs to, as istiod works it out from the pod's controller
+/// (none but its own name for a pod not named by a controller): a Deployment's for a
+/// ReplicaSet it made (the ReplicaSet's name less its `pod-template-hash`), an Argo Rollout's
+/// likewise, an OpenShift DeploymentConfig's (its `deploymentconfig` label) for its
+/// ReplicationController, a CronJob's for a Job named `<cronjob>-<8 to 10 digits>`, else the
+/// controller's own name.
+pub fn workload_name(pod: &Pod) -> String {
+    let meta = &pod.metadata;
+    let name = meta.name.clone().unwrap_or_default();
+    let labels = meta.labels.as_ref();
+    let label = |key: &str| {
+        labels
+            .and_then(|l| l.get(key))
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    };
+    if meta.generate_name.as_deref().is_none_or(str::is_empty) {
+        return name;
+    }
+    let Some(controller) = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+    else {
+        return name;
+    };
+    let owner = controller.name.as_str();
+    let hashed = |hash_label: &str| {
+        label(hash_label)
+            .filter(|hash| owner.ends_with(hash))
+            .and_then(|hash| owner.strip_suffix(&format!("-{hash}")))
+            .map(str::to_string)
+    };
+    let workload = match controller.kind.as_str() {
+        "ReplicaSet" => hashed("pod-template-hash")
+            .or_else(|| hashed("rollouts-pod-template-hash"))
+            .unwrap_or_else(|| owner.to_string()),
+        "ReplicationController" => label("deploymentconfig").unwrap_or(owner).to_string(),
+        "Job" => owner
+            .rsplit_once('-')
+            .filter(|(job, digits)| {
+                !job.is_empty()
+                    && (8..=10).contains(&digits.len())
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+            })
+            .map_or(owner, |(cron_job, _)| cron_job)
+            .to_string(),
+        _ => owner.to_string(),
+    };
+    if workload.is_empty() { name } else { workload }
 }
 
 /// `region/zone/subzone`: the pod's `istio-locality` label (dots for slashes), else its node's
@@ -528,7 +588,8 @@ mod tests {
                 "service": "reviews",
                 "endpointPorts": {"http": 9080},
                 "endpoints": [
-                    {"address": "10.42.0.8", "labels": {"app": "reviews", "version": "v2"},
+                    {"address": "10.42.0.8", "labels": {"app": "reviews", "version": "v2",
+                        "service.istio.io/workload-name": "reviews-v2-abc"},
                      "locality": "us-east1/us-east1-b", "serviceAccount": "bookinfo-reviews"},
                     {"address": "10.42.0.10"},
                 ],
@@ -548,6 +609,78 @@ mod tests {
         let mut fqdn = eps.clone();
         fqdn.address_type = "FQDN".into();
         assert!(slice(&fqdn, "c", &cluster).is_none());
+    }
+
+    #[test]
+    fn a_pods_workload_is_named_as_istiod_names_it() {
+        let pod = |name: &str, owner: Option<(&str, &str)>, labels: Value| -> Pod {
+            let mut meta = json!({"name": name, "generateName": "x-", "labels": labels});
+            if let Some((kind, owner)) = owner {
+                meta["ownerReferences"] = json!([
+                    {"apiVersion": "v1", "kind": "Other", "name": "not-the-controller", "uid": "u0"},
+                    {"apiVersion": "apps/v1", "kind": kind, "name": owner, "uid": "u1",
+                     "controller": true},
+                ]);
+            }
+            from(json!({"metadata": meta, "spec": {}}))
+        };
+        let cases = [
+            (
+                pod(
+                    "reviews-v1-7d9f-abcde",
+                    Some(("ReplicaSet", "reviews-v1-7d9f")),
+                    json!({"pod-template-hash": "7d9f"}),
+                ),
+                "reviews-v1",
+            ),
+            (
+                pod(
+                    "canary-5c-x",
+                    Some(("ReplicaSet", "canary-5c")),
+                    json!({"rollouts-pod-template-hash": "5c"}),
+                ),
+                "canary",
+            ),
+            // A ReplicaSet of no Deployment.
+            (pod("rs-x", Some(("ReplicaSet", "rs")), json!({})), "rs"),
+            (
+                pod(
+                    "web-1-x",
+                    Some(("ReplicationController", "web-1")),
+                    json!({"deploymentconfig": "web"}),
+                ),
+                "web",
+            ),
+            (
+                pod(
+                    "report-28934520-x",
+                    Some(("Job", "report-28934520")),
+                    json!({}),
+                ),
+                "report",
+            ),
+            (
+                pod("once-x", Some(("Job", "once-12")), json!({})),
+                "once-12",
+            ),
+            (pod("db-0", Some(("StatefulSet", "db")), json!({})), "db"),
+            (pod("bare", None, json!({})), "bare"),
+        ];
+        for (pod, workload) in cases {
+            assert_eq!(workload_name(&pod), workload, "{:?}", pod.metadata.name);
+        }
+        // A pod not named by its controller is its own workload; the syncer keeps only the
+        // controller of a pod's owners, which is all the name needs.
+        let mut named = pod("named", Some(("ReplicaSet", "rs")), json!({}));
+        named.metadata.generate_name = None;
+        assert_eq!(workload_name(&named), "named");
+        let mut kept = pod("x", Some(("ReplicaSet", "rs")), json!({}));
+        crate::follow::trim_pod(&mut kept);
+        assert_eq!(
+            kept.metadata.owner_references.as_ref().map(Vec::len),
+            Some(1)
+        );
+        assert_eq!(workload_name(&kept), "rs");
     }
 
     #[test]

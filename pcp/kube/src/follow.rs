@@ -167,9 +167,26 @@ pub async fn served_version(
     None
 }
 
+/// A pod as the syncer keeps it: without annotations, and of its owners only its controller's
+/// kind and name (what names its workload, see [`crate::convert::workload_name`]).
 pub fn trim_pod(pod: &mut Pod) {
     pod.metadata.annotations = None;
-    pod.metadata.owner_references = None;
+    pod.metadata.managed_fields = None;
+    pod.metadata.owner_references = pod
+        .metadata
+        .owner_references
+        .take()
+        .and_then(|refs| refs.into_iter().find(|r| r.controller == Some(true)))
+        .map(|r| {
+            vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    kind: r.kind,
+                    name: r.name,
+                    controller: Some(true),
+                    ..Default::default()
+                },
+            ]
+        });
 }
 
 pub fn trim_node(node: &mut Node) {

@@ -212,7 +212,8 @@ async fn services_endpoints_pods_and_nodes_reach_the_store_and_follow_changes() 
         json!({
             "service": "reviews",
             "endpointPorts": {"http": 9080},
-            "endpoints": [{"address": "10.42.0.7", "labels": {"app": "reviews", "version": "v1"},
+            "endpoints": [{"address": "10.42.0.7", "labels": {"app": "reviews", "version": "v1",
+                "service.istio.io/workload-name": "reviews-v1"},
                            "locality": "us-east1/us-east1-b", "serviceAccount": "bookinfo-reviews"}],
         })
     );
