@@ -154,7 +154,8 @@ async fn pcp_syncs_a_cluster_through_its_validating_write_path() {
     let part = part.expect("the slice's part is stored");
     assert_eq!(
         part["spec"]["endpoints"],
-        json!([{"address": "10.42.0.7", "labels": {"app": "reviews", "version": "v1"},
+        json!([{"address": "10.42.0.7", "labels": {"app": "reviews", "version": "v1",
+                    "service.istio.io/workload-name": "reviews-v1-x"},
                 "serviceAccount": "bookinfo-reviews"}])
     );
     assert_eq!(part["metadata"]["labels"]["pasa.io/cluster"], "Kubernetes");
