@@ -396,6 +396,7 @@ impl<'a> View<'a> {
         let retry_defaults = RetryDefaults::of(mesh);
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (&hcm, &retry_defaults).hash(&mut h);
+        let preserve_case = hcm[0].preserve_case;
         View {
             hcm,
             cluster_settings: cluster::ClusterSettings::of(
@@ -403,6 +404,7 @@ impl<'a> View<'a> {
                 &proxy.cluster_id,
                 mesh,
                 crate::model::authn::PeerModes::of(registry, &proxy.mesh.root_namespace),
+                preserve_case,
             ),
             retry_defaults,
             route_settings: h.finish(),
@@ -921,7 +923,11 @@ impl Outputs {
         match generator {
             Generator::Envoy => match view.proxy.kind {
                 ProxyType::Sidecar => {
-                    sidecar::special_clusters(view.scope.outbound_policy, &mut built);
+                    sidecar::special_clusters(
+                        view.scope.outbound_policy,
+                        view.cluster_settings.preserve_case,
+                        &mut built,
+                    );
                     sidecar::outbound(view, &mut built);
                     sidecar::inbound(view, &mut built);
                 }

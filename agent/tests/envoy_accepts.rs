@@ -32,6 +32,10 @@ const SIDECAR: &str =
     "sidecar~10.1.4.1~productpage-v1-6b746f74dc-9stvs.default~default.svc.cluster.local";
 const INGRESS: &str = "router~10.1.0.9~istio-ingressgateway-5d4c8f7b9-qx2lm.istio-system~istio-system.svc.cluster.local";
 const WEB: &str = "sidecar~10.10.1.11~web-v1-7d9f8b6c5-x2x4k.shop~shop.svc.cluster.local";
+/// The proxies of `tests/istiod/`'s recordings.
+const RECORDED_SIDECAR: &str = "sidecar~10.0.0.2~reviews-1.default~default.svc.cluster.local";
+const RECORDED_GATEWAY: &str =
+    "router~10.0.0.50~istio-ingressgateway-1.istio-system~istio-system.svc.cluster.local";
 const EGRESS: &str = "router~10.1.0.10~istio-egressgateway-6c9d8f7b9-abcde.istio-system~istio-system.svc.cluster.local";
 
 fn envoy_bootstrap(node_id: &str, xds: &Path, delta: bool) -> serde_json::Value {
@@ -341,6 +345,34 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
             &generated,
         )
         .await;
+    }
+
+    // The meshes istiod's output was recorded for (`tests/istiod/`): security policy, Sidecar
+    // resources, EnvoyFilters, Telemetry, every protocol, for their sidecar and gateway.
+    let recorded = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/istiod");
+    for file in samples::files(&recorded) {
+        let name = file.file_stem().unwrap().to_string_lossy().into_owned();
+        if name == "grpc" {
+            continue; // a proxyless gRPC pod's: gRPC's, not Envoy's (see grpc_xds.rs)
+        }
+        let tally = tallies.entry(format!("istiod/{name}")).or_default();
+        let cache = Cache::from_resources(samples::to_store(&pasa_testing::yaml_docs(&file)), 100);
+        for (role, proxy) in [
+            ("sidecar", proxy(RECORDED_SIDECAR, "app=reviews")),
+            ("gateway", proxy(RECORDED_GATEWAY, "istio=ingressgateway")),
+        ] {
+            let judge = judge_for(&proxy, &sidecars, &routers);
+            let generated = Translator::new(proxy)
+                .update(&cache, Generator::Envoy)
+                .expect("decodes what it encoded");
+            record(
+                tally,
+                &format!("istiod/{name} for the {role}"),
+                judge,
+                &generated,
+            )
+            .await;
+        }
     }
 
     // An endpoint-heavy scope: its EDS is larger than one response part, so it goes to Envoy in

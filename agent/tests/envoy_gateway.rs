@@ -346,7 +346,7 @@ async fn gateway_traffic_through_real_envoy() {
         let protocol = if delta { "Delta" } else { "SotW" };
         let envoy = Envoy::start(agent_bootstrap(&agent, ROUTER, LABELS, delta)).await;
         let backends = backends(&envoy.netns, &certs);
-        let _echo = grpc_backend(&envoy.netns, "echo-1", 19090);
+        let _echo = Backend::grpc(&envoy.netns, "echo-1", "127.0.0.1", 19090);
         scenarios(&store, &envoy, &certs, protocol).await;
         gateway_api_scenario(&envoy.netns, &certs, protocol);
         let rejected = envoy.rejected().await;
@@ -736,16 +736,6 @@ async fn changes_under_load(store: &StoreServer, envoy: &Envoy, protocol: &str) 
             of_mesh("DestinationRule", "web"),
         ])
         .await;
-}
-
-/// The gRPC backend of the proxyless test (`e2e/grpc_backend.py`) on 127.0.0.1:`port` in
-/// `netns`.
-fn grpc_backend(netns: &Netns, name: &str, port: u16) -> Backend {
-    let mut command = netns.command("python3");
-    command
-        .arg(common::traffic::e2e("grpc_backend.py"))
-        .args([name, &port.to_string()]);
-    Backend::spawn(command, &format!("gRPC backend {name}"))
 }
 
 /// The `kind` named `name` of [`mesh`].

@@ -63,6 +63,7 @@ const CLIENT_NODE: &str = "sidecar~10.10.0.1~client-1.shop~shop.svc.cluster.loca
 const SERVER_NODE: &str = "sidecar~10.10.0.2~server-1.shop~shop.svc.cluster.local";
 const SERVER_VIP: &str = "10.96.7.3";
 const AUTHZ_VIP: &str = "10.96.7.4";
+const GREETER_VIP: &str = "10.96.7.5";
 
 fn mesh() -> Vec<Value> {
     vec![
@@ -85,7 +86,23 @@ fn mesh() -> Vec<Value> {
                "spec": {"extensionProviders": [{"name": "ext-authz", "envoyExtAuthzHttp": {
                    "service": "ext-authz.shop.svc.cluster.local", "port": 9000,
                    "pathPrefix": "/authz", "includeRequestHeadersInCheck": ["x-ext-authz"]}}]}}),
+        // A gRPC service of the server's pod.
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+               "metadata": {"name": "greeter", "namespace": "shop"},
+               "spec": {"addresses": [GREETER_VIP],
+                        "ports": [{"name": "grpc", "port": 7070, "targetPort": 7070}],
+                        "endpoints": [{"address": "10.10.0.2",
+                                       "labels": {"app": "server", "security.istio.io/tlsMode": "istio"},
+                                       "serviceAccount": "server"}]}}),
     ]
+}
+
+/// The mesh config of [`mesh`].
+fn mesh_config() -> Value {
+    mesh()
+        .into_iter()
+        .find(|r| r["kind"] == "MeshConfig")
+        .expect("the mesh config")
 }
 
 /// The server's DestinationRule: ISTIO_MUTUAL, pinned to `san` when given (else to the
@@ -141,6 +158,7 @@ async fn mutual_tls_between_two_sidecars() {
         let _app = Backend::start(&server_ns, "server-app", "0.0.0.0:8000", None);
         let _authz = Backend::start(&server_ns, "ext-authz", "0.0.0.0:9000", None);
         let _zipkin = Backend::start(&server_ns, "zipkin", "0.0.0.0:9411", None);
+        let _greeter = Backend::grpc(&server_ns, "greeter", "0.0.0.0", 7070);
         let server = Envoy::start_in(
             server_ns,
             agent_bootstrap(&server_agent, SERVER_NODE, "app=server", delta),
@@ -244,6 +262,8 @@ async fn mutual_tls_between_two_sidecars() {
         let plain = request(&client.netns, &url, &host);
         assert_eq!(plain.status, 200, "{protocol}: {plain:?}");
 
+        grpc_between_sidecars(&client.netns, protocol).await;
+
         peer_authentication(&store, &client.netns, protocol).await;
         trust_domains(&store, &client.netns, protocol).await;
         authorization_policy(&store, &client.netns, protocol).await;
@@ -268,6 +288,29 @@ async fn mutual_tls_between_two_sidecars() {
 }
 
 /// A namespace's PeerAuthentication named `default`, in `mode`.
+/// A plain gRPC call from the client's app to the server's, through both sidecars: HTTP/2 all
+/// the way (the client's cluster offers `h2` in its mutual TLS, the server's inbound connection
+/// manager and cluster speak HTTP/2), so the gRPC app answers.
+async fn grpc_between_sidecars(client: &Netns, protocol: &str) {
+    let target = format!("{GREETER_VIP}:7070");
+    let mut calls: Vec<Value> = Vec::new();
+    for _ in 0..50 {
+        let out = client
+            .command("python3")
+            .arg(common::traffic::e2e("grpc_call.py"))
+            .args([target.as_str(), "greeter.shop.svc.cluster.local:7070", "5"])
+            .output()
+            .expect("run the gRPC client");
+        calls = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if calls.len() == 5 && calls.iter().all(|c| c["backend"] == "greeter") {
+            println!("{protocol}: gRPC between the sidecars, HTTP/2 end to end");
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{protocol}: gRPC between the sidecars: {calls:?}");
+}
+
 fn namespace_policy(mode: &str) -> Value {
     json!({"apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
            "metadata": {"name": "default", "namespace": "shop"},
@@ -368,7 +411,7 @@ async fn peer_authentication(store: &StoreServer, client: &Netns, protocol: &str
 async fn trust_domains(store: &StoreServer, client: &Netns, protocol: &str) {
     let url = format!("http://{SERVER_VIP}/hello");
     let host = ["--host", "server.shop.svc.cluster.local"];
-    let original = mesh().pop().expect("the mesh config");
+    let original = mesh_config();
     let with = |extra: Value| {
         let mut config = original.clone();
         for (k, v) in extra.as_object().expect("fields") {
@@ -752,7 +795,7 @@ async fn access_logging(store: &StoreServer, envoy: &Envoy, dir: &std::path::Pat
     let client = &envoy.netns;
     std::fs::create_dir_all(dir).expect("the access log folder");
     let file = dir.join(format!("{protocol}.log"));
-    let mut with_provider = mesh()[2].clone();
+    let mut with_provider = mesh_config();
     with_provider["spec"]["extensionProviders"]
         .as_array_mut()
         .expect("providers")
@@ -840,7 +883,7 @@ async fn access_logging(store: &StoreServer, envoy: &Envoy, dir: &std::path::Pat
 /// A mesh-wide Telemetry traces every request to the mesh config's Zipkin provider: both
 /// Envoys report their span of the same trace. Leaves the mesh config as it was.
 async fn tracing(store: &StoreServer, client: &Netns, protocol: &str) {
-    let mut with_provider = mesh()[2].clone();
+    let mut with_provider = mesh_config();
     with_provider["spec"]["extensionProviders"]
         .as_array_mut()
         .expect("providers")

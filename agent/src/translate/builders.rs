@@ -5,6 +5,30 @@ use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifi
 use envoy_types::pb::envoy::config::core::v3::{AggregatedConfigSource, ApiVersion, ConfigSource};
 use envoy_types::pb::google::protobuf::Duration;
 
+/// HTTP/1 options: header names in the case they came in (`proxyHeaders.preserveHttp1HeaderCase`
+/// of the proxy's settings), else Envoy's (lower case).
+pub(super) fn http1_options(
+    preserve_case: bool,
+) -> envoy_types::pb::envoy::config::core::v3::Http1ProtocolOptions {
+    use envoy_types::pb::envoy::config::core::v3::http1_protocol_options::{
+        HeaderKeyFormat, header_key_format::HeaderFormat,
+    };
+    use envoy_types::pb::envoy::config::core::v3::{Http1ProtocolOptions, TypedExtensionConfig};
+    use envoy_types::pb::google::protobuf::Any;
+    Http1ProtocolOptions {
+        header_key_format: preserve_case.then(|| HeaderKeyFormat {
+            header_format: Some(HeaderFormat::StatefulFormatter(TypedExtensionConfig {
+                name: "preserve_case".into(),
+                typed_config: Some(Any {
+                    type_url: "type.googleapis.com/envoy.extensions.http.header_formatters.preserve_case.v3.PreserveCaseFormatterConfig".into(),
+                    value: Vec::new(),
+                }),
+            })),
+        }),
+        ..Default::default()
+    }
+}
+
 /// ADS as the config source of EDS clusters and RDS route configurations.
 pub(super) fn ads() -> ConfigSource {
     ConfigSource {

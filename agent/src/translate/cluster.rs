@@ -34,7 +34,9 @@ use pasa_proto::istio::common::Protocol;
 
 use pasa_proto::node::ProxyType;
 
-use super::builders::{ads, duration, field_len, grpc_ads, length_delimited, string_field};
+use super::builders::{
+    ads, duration, field_len, grpc_ads, http1_options, length_delimited, string_field,
+};
 use super::endpoint;
 use super::metadata;
 use super::{Generator, names, sds};
@@ -180,6 +182,7 @@ pub(super) fn service_clusters(
         generator,
         settings,
         at,
+        sidecar: proxy != ProxyType::Router,
     };
     for port in &service.ports {
         // Built by the first cluster of the port that reads endpoints, shared by the others.
@@ -280,6 +283,8 @@ struct Target<'s> {
     settings: &'s ClusterSettings,
     /// Where its endpoints are (see [`endpoint::Where`]).
     at: endpoint::Where<'s>,
+    /// For a sidecar (which detects protocols), not a router.
+    sidecar: bool,
 }
 
 /// What clusters take from the proxy and the mesh config, as istiod sets them up:
@@ -300,6 +305,8 @@ pub(crate) struct ClusterSettings {
     cluster_id: String,
     /// Whether destinations take mutual TLS on their ports.
     peer_modes: PeerModes,
+    /// HTTP/1 header names keep their case upstream (see [`super::builders::http1_options`]).
+    pub(super) preserve_case: bool,
 }
 
 impl ClusterSettings {
@@ -308,6 +315,7 @@ impl ClusterSettings {
         cluster_id: &str,
         mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>,
         peer_modes: PeerModes,
+        preserve_case: bool,
     ) -> ClusterSettings {
         use envoy_types::pb::envoy::config::cluster::v3::cluster::DnsLookupFamily;
         let family = if !ips.is_empty() && ips.iter().all(std::net::IpAddr::is_ipv6) {
@@ -330,6 +338,7 @@ impl ClusterSettings {
             refresh: super::builders::nanos(refresh),
             cluster_id: cluster_id.to_string(),
             peer_modes,
+            preserve_case,
         }
     }
 
@@ -416,13 +425,12 @@ impl<'s> Target<'s> {
                 });
             }
         }
-        // HTTP/2 and gRPC ports speak HTTP/2 upstream.
-        let http2 = port.is_http() && port.protocol != Some(Protocol::Http);
-        if http2 || common.is_some() {
-            cluster.typed_extension_protocol_options.insert(
-                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
-                pack_any(upstream_http_options(common, http2)),
-            );
+        let upstream = Upstream::of(port.protocol, self.sidecar);
+        if let Some(options) = upstream_http_options(common, upstream, self.settings.preserve_case)
+        {
+            cluster
+                .typed_extension_protocol_options
+                .insert(HTTP_PROTOCOL_OPTIONS.into(), pack_any(options));
         }
         Shared {
             eds: cluster.cluster_discovery_type
@@ -480,13 +488,14 @@ impl<'s> Target<'s> {
         }
         // The transport sockets, encoded (the ISTIO_MUTUAL ones are assembled from pieces).
         let socket = policy.tls.as_ref().and_then(|tls| match self.generator {
-            Generator::Envoy => self.upstream_tls(tls, port.number, subset),
+            Generator::Envoy => self.upstream_tls(tls, port, subset),
             Generator::Grpc => super::grpc::upstream_tls(tls.mode, self.identities())
                 .map(|s| prost::Message::encode_to_vec(&s)),
         });
+        let h2 = Upstream::of(port.protocol, self.sidecar) == Upstream::Http2;
         let matches = shared
             .auto_mtls
-            .then(|| self.mutual_socket(port.number, subset));
+            .then(|| self.mutual_socket(port.number, subset, h2));
         // Sized exactly: the encoding is kept as long as it is served.
         let total = prost::Message::encoded_len(&cluster)
             + socket
@@ -510,11 +519,12 @@ impl<'s> Target<'s> {
         encoded
     }
 
-    /// The ISTIO_MUTUAL transport socket of auto mTLS: pinned to the service's identities.
-    fn mutual_socket(&mut self, port: u32, subset: &str) -> Vec<u8> {
+    /// The ISTIO_MUTUAL transport socket of auto mTLS: pinned to the service's identities;
+    /// offering HTTP/2 by ALPN for an `h2` port.
+    fn mutual_socket(&mut self, port: u32, subset: &str, h2: bool) -> Vec<u8> {
         let sni = names::istio_mutual_sni(port, subset, &self.service.hostname);
         let sans = identities(&self.identities, self.service, self.settings);
-        self.mutual.socket(sans, &sni)
+        self.mutual.socket(sans, &sni, h2)
     }
 
     /// Client TLS of a DestinationRule as Envoy's upstream TLS transport socket. ISTIO_MUTUAL
@@ -524,9 +534,11 @@ impl<'s> Target<'s> {
     fn upstream_tls(
         &mut self,
         tls: &ClientTlsSettings,
-        port: u32,
+        port: &ServicePort,
         subset: &str,
     ) -> Option<Vec<u8>> {
+        let h2 = Upstream::of(port.protocol, self.sidecar) == Upstream::Http2;
+        let port = port.number;
         let hostname = &self.service.hostname;
         let mut common = CommonTlsContext::default();
         let sni;
@@ -539,7 +551,7 @@ impl<'s> Target<'s> {
                     &tls.subject_alt_names
                 };
                 let sni = names::istio_mutual_sni(port, subset, hostname);
-                return Some(self.mutual.socket(sans, &sni));
+                return Some(self.mutual.socket(sans, &sni, h2));
             }
             _ => {
                 if !tls.credential_name.is_empty() {
@@ -705,8 +717,15 @@ fn tls_disabled() -> TransportSocketMatch {
 /// common context followed by its SNI (the bytes encoding the whole message gives).
 struct MutualContexts {
     build: ProxyBuild,
-    /// Pinned SANs, and the encoded `UpstreamTlsContext` holding only the common context.
-    encoded: Vec<(Vec<String>, Vec<u8>)>,
+    encoded: Vec<MutualContext>,
+}
+
+/// One ISTIO_MUTUAL context: its pinned SANs, whether it offers HTTP/2, and the encoded
+/// `UpstreamTlsContext` holding only the common context.
+struct MutualContext {
+    sans: Vec<String>,
+    h2: bool,
+    encoded: Vec<u8>,
 }
 
 impl MutualContexts {
@@ -717,22 +736,29 @@ impl MutualContexts {
         }
     }
 
-    /// The ISTIO_MUTUAL transport socket pinned to `sans`, with `sni`: an encoded
-    /// `TransportSocket` (name, then an `Any` of the `UpstreamTlsContext`).
-    fn socket(&mut self, sans: &[String], sni: &str) -> Vec<u8> {
-        let at = match self.encoded.iter().position(|(s, _)| s == sans) {
+    /// The ISTIO_MUTUAL transport socket pinned to `sans`, with `sni`, offering HTTP/2 when
+    /// `h2`: an encoded `TransportSocket` (name, then an `Any` of the `UpstreamTlsContext`).
+    fn socket(&mut self, sans: &[String], sni: &str, h2: bool) -> Vec<u8> {
+        let at = match self
+            .encoded
+            .iter()
+            .position(|c| c.sans == sans && c.h2 == h2)
+        {
             Some(at) => at,
             None => {
                 let context = UpstreamTlsContext {
-                    common_tls_context: Some(istio_mutual_common(sans, self.build)),
+                    common_tls_context: Some(istio_mutual_common(sans, self.build, h2)),
                     ..Default::default()
                 };
-                self.encoded
-                    .push((sans.to_vec(), prost::Message::encode_to_vec(&context)));
+                self.encoded.push(MutualContext {
+                    sans: sans.to_vec(),
+                    h2,
+                    encoded: prost::Message::encode_to_vec(&context),
+                });
                 self.encoded.len() - 1
             }
         };
-        let context = &self.encoded[at].1;
+        let context = &self.encoded[at].encoded;
         let (name, type_url) = &*SOCKET_HEAD;
         // Any.value: the context, then `sni` (UpstreamTlsContext field 2, after the common
         // context, field 1).
@@ -787,8 +813,8 @@ pub(super) fn exact_sans(sans: &[String]) -> Vec<StringMatcher> {
 /// peer pinned to `sans`. Istio's proxy (`build`) also offers ALPN `istio-peer-exchange`, paired
 /// with its clusters' metadata exchange filter; upstream Envoy does not (as istiod with the
 /// exchange disabled): a server negotiating it writes its metadata in band first, which upstream
-/// Envoy would pass to the application.
-fn istio_mutual_common(sans: &[String], build: ProxyBuild) -> CommonTlsContext {
+/// Envoy would pass to the application. An HTTP/2 cluster's also offers `h2`, as istiod's.
+fn istio_mutual_common(sans: &[String], build: ProxyBuild, h2: bool) -> CommonTlsContext {
     #[allow(deprecated)] // istiod's field: any SAN type, matched exactly
     let pinned = CertificateValidationContext {
         match_subject_alt_names: exact_sans(sans),
@@ -805,11 +831,13 @@ fn istio_mutual_common(sans: &[String], build: ProxyBuild) -> CommonTlsContext {
                 ..Default::default()
             },
         )),
-        alpn_protocols: if build == ProxyBuild::Istio {
-            vec!["istio-peer-exchange".into(), "istio".into()]
-        } else {
-            vec!["istio".into()]
-        },
+        alpn_protocols: (build == ProxyBuild::Istio)
+            .then_some("istio-peer-exchange")
+            .into_iter()
+            .chain(["istio"])
+            .chain(h2.then_some("h2"))
+            .map(String::from)
+            .collect(),
         // TLS 1.3 where the server speaks it (Envoy's client default stops at 1.2), as istiod.
         tls_params: Some(TlsParameters {
             tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
@@ -958,8 +986,9 @@ fn unlimited_circuit_breakers() -> Option<CircuitBreakers> {
 
 /// A passthrough cluster's HTTP upstream: the protocol the client spoke, idle connections closed
 /// after 5 minutes, as istiod sets them.
-fn passthrough_http_options()
--> std::collections::HashMap<String, envoy_types::pb::google::protobuf::Any> {
+fn passthrough_http_options(
+    preserve_case: bool,
+) -> std::collections::HashMap<String, envoy_types::pb::google::protobuf::Any> {
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
         UpstreamProtocolOptions, UseDownstreamHttpConfig,
     };
@@ -973,18 +1002,14 @@ fn passthrough_http_options()
         }),
         upstream_protocol_options: Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(
             UseDownstreamHttpConfig {
-                http_protocol_options: Some(Default::default()),
+                http_protocol_options: Some(http1_options(preserve_case)),
                 http2_protocol_options: Some(Default::default()),
                 ..Default::default()
             },
         )),
         ..Default::default()
     };
-    [(
-        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".to_string(),
-        pack_any(options),
-    )]
-    .into()
+    [(HTTP_PROTOCOL_OPTIONS.to_string(), pack_any(options))].into()
 }
 
 fn outlier_detection(od: &IstioOutlier) -> OutlierDetection {
@@ -1027,28 +1052,74 @@ fn file(path: &str) -> envoy_types::pb::envoy::config::core::v3::DataSource {
     }
 }
 
+/// The key of a cluster's upstream HTTP options.
+const HTTP_PROTOCOL_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+
+/// The HTTP a cluster speaks upstream, by its port's protocol, as istiod sets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upstream {
+    /// Not HTTP, or not known to be.
+    Unsaid,
+    Http1,
+    /// HTTP/2, gRPC, gRPC-Web.
+    Http2,
+    /// What the client spoke: a port whose protocol a sidecar detects.
+    Downstream,
+}
+
+impl Upstream {
+    fn of(protocol: Option<Protocol>, sidecar: bool) -> Upstream {
+        match protocol {
+            Some(Protocol::Http2 | Protocol::Grpc | Protocol::GrpcWeb) => Upstream::Http2,
+            Some(p) if p.is_http() => Upstream::Http1,
+            // A router does not detect protocols: it speaks HTTP/1 there.
+            None if sidecar => Upstream::Downstream,
+            None => Upstream::Http1,
+            Some(_) => Upstream::Unsaid,
+        }
+    }
+}
+
+/// A cluster's upstream HTTP options, when it has any: connection-pool settings (`common`), and
+/// the protocol (Envoy requires one where options are set; settings on a port that says
+/// nothing keep HTTP/1.1, as istiod's), HTTP/1 header names in their case when `preserve_case`.
 fn upstream_http_options(
     common: Option<HttpProtocolOptions>,
-    http2: bool,
-) -> envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions {
+    upstream: Upstream,
+    preserve_case: bool,
+) -> Option<envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions> {
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
-        ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
+        ExplicitHttpConfig, UpstreamProtocolOptions, UseDownstreamHttpConfig,
+        explicit_http_config::ProtocolConfig,
     };
-    envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions {
-        common_http_protocol_options: common,
-        // Envoy requires the upstream protocol; connection-pool settings on an HTTP/1.1 port
-        // keep HTTP/1.1, as istiod does.
-        upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+    let explicit = |config| {
+        Some(UpstreamProtocolOptions::ExplicitHttpConfig(
             ExplicitHttpConfig {
-                protocol_config: Some(if http2 {
-                    ProtocolConfig::Http2ProtocolOptions(Default::default())
-                } else {
-                    ProtocolConfig::HttpProtocolOptions(Default::default())
-                }),
+                protocol_config: Some(config),
+            },
+        ))
+    };
+    let http1 = || ProtocolConfig::HttpProtocolOptions(http1_options(preserve_case));
+    let protocol = match upstream {
+        Upstream::Http2 => explicit(ProtocolConfig::Http2ProtocolOptions(Default::default())),
+        Upstream::Downstream => Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(
+            UseDownstreamHttpConfig {
+                http_protocol_options: Some(http1_options(preserve_case)),
+                http2_protocol_options: Some(Default::default()),
+                ..Default::default()
             },
         )),
-        ..Default::default()
-    }
+        Upstream::Http1 if preserve_case || common.is_some() => explicit(http1()),
+        Upstream::Unsaid if common.is_some() => explicit(http1()),
+        Upstream::Http1 | Upstream::Unsaid => None,
+    }?;
+    Some(
+        envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions {
+            common_http_protocol_options: common,
+            upstream_protocol_options: Some(protocol),
+            ..Default::default()
+        },
+    )
 }
 
 /// A cluster that forwards to each connection's original destination.
@@ -1083,10 +1154,10 @@ fn inbound_original_destination(name: &str) -> Cluster {
 }
 
 /// `PassthroughCluster`: forwards to the original destination.
-pub(super) fn passthrough() -> Cluster {
+pub(super) fn passthrough(preserve_case: bool) -> Cluster {
     Cluster {
         circuit_breakers: unlimited_circuit_breakers(),
-        typed_extension_protocol_options: passthrough_http_options(),
+        typed_extension_protocol_options: passthrough_http_options(preserve_case),
         ..original_destination(names::PASSTHROUGH_CLUSTER)
     }
 }
@@ -1135,19 +1206,25 @@ pub(super) fn black_hole() -> Cluster {
 
 /// `InboundPassthroughCluster`: inbound traffic to a port no service declares, forwarded to the
 /// original destination from Istio's inbound passthrough source address.
-pub(super) fn inbound_passthrough() -> Cluster {
+pub(super) fn inbound_passthrough(preserve_case: bool) -> Cluster {
     Cluster {
         // istiod's: its stats count with the outbound passthrough's.
         alt_stat_name: names::delimited_stats(names::PASSTHROUGH_CLUSTER),
         circuit_breakers: unlimited_circuit_breakers(),
-        typed_extension_protocol_options: passthrough_http_options(),
+        typed_extension_protocol_options: passthrough_http_options(preserve_case),
         ..inbound_original_destination(names::INBOUND_PASSTHROUGH_CLUSTER)
     }
 }
 
 /// `inbound|<port>||`: traffic for the local workload, to `endpoint` (`127.0.0.1:<port>` or a
-/// Sidecar ingress listener's `defaultEndpoint`), or to the original destination when `None`.
-pub(super) fn inbound(port: u32, endpoint: Option<(String, u32)>) -> Cluster {
+/// Sidecar ingress listener's `defaultEndpoint`), or to the original destination when `None`;
+/// upstream, the HTTP its port's `protocol` says (what the client spoke, where it is detected).
+pub(super) fn inbound(
+    port: u32,
+    endpoint: Option<(String, u32)>,
+    protocol: Option<Protocol>,
+    preserve_case: bool,
+) -> Cluster {
     let name = names::inbound_cluster(port);
     let cluster = match endpoint {
         Some((address, port)) => Cluster {
@@ -1170,6 +1247,13 @@ pub(super) fn inbound(port: u32, endpoint: Option<(String, u32)>) -> Cluster {
     Cluster {
         circuit_breakers: unlimited_circuit_breakers(),
         common_lb_config: Some(Default::default()),
+        typed_extension_protocol_options: upstream_http_options(
+            None,
+            Upstream::of(protocol, true),
+            preserve_case,
+        )
+        .map(|options| [(HTTP_PROTOCOL_OPTIONS.to_string(), pack_any(options))].into())
+        .unwrap_or_default(),
         ..cluster
     }
 }
@@ -1183,7 +1267,7 @@ mod tests {
         TransportSocket {
             name: TLS_SOCKET.into(),
             config_type: Some(ConfigType::TypedConfig(pack_any(UpstreamTlsContext {
-                common_tls_context: Some(istio_mutual_common(sans, ProxyBuild::Envoy)),
+                common_tls_context: Some(istio_mutual_common(sans, ProxyBuild::Envoy, false)),
                 sni: sni.into(),
                 ..Default::default()
             }))),
@@ -1199,7 +1283,7 @@ mod tests {
             "outbound_.81_._.a",
             "",
         ] {
-            let socket = contexts.socket(&sans, sni);
+            let socket = contexts.socket(&sans, sni, false);
             assert_eq!(
                 socket,
                 prost::Message::encode_to_vec(&whole_socket(&sans, sni))
@@ -1207,13 +1291,16 @@ mod tests {
         }
         // The context is encoded once for all.
         assert_eq!(contexts.encoded.len(), 1);
+        // An HTTP/2 cluster's offers `h2` too: another context.
+        contexts.socket(&sans, "", true);
+        assert_eq!(contexts.encoded.len(), 2);
     }
 
     #[test]
     fn assembled_auto_mtls_matches_are_the_bytes_of_the_messages() {
         let sans = vec!["spiffe://cluster.local/ns/a/sa/b".to_string()];
         let sni = "outbound_.80_.v1_.a.svc.cluster.local";
-        let socket = MutualContexts::new(ProxyBuild::Envoy).socket(&sans, sni);
+        let socket = MutualContexts::new(ProxyBuild::Envoy).socket(&sans, sni, false);
         let mut assembled = Vec::new();
         auto_mtls(&socket, &mut assembled);
         let whole = Cluster {

@@ -90,6 +90,8 @@ pub(crate) struct Options {
     /// A PROXY protocol header precedes the router's connections.
     pub(crate) proxy_protocol: bool,
     normalization: Normalization,
+    /// HTTP/1 header names keep their case (`proxyHeaders.preserveHttp1HeaderCase`).
+    pub(crate) preserve_case: bool,
 }
 
 impl Options {
@@ -180,6 +182,7 @@ impl Options {
             proxy_protocol: class == Class::Gateway
                 && field(topology, "proxyProtocol").is_some_and(|p| !p.is_null()),
             normalization,
+            preserve_case: bool_value(field(headers, "preserveHttp1HeaderCase")) == Some(true),
         }
     }
 
@@ -216,6 +219,11 @@ impl Options {
         if self.class == Class::Gateway {
             // istiod's gateways set HTTP/1 options (empty unless HTTP/1.0 is accepted).
             hcm.http_protocol_options = Some(Default::default());
+        }
+        if self.preserve_case {
+            hcm.http_protocol_options
+                .get_or_insert_default()
+                .header_key_format = super::builders::http1_options(true).header_key_format;
         }
         hcm.upgrade_configs = vec![UpgradeConfig {
             upgrade_type: "websocket".into(),

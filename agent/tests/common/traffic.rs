@@ -77,6 +77,16 @@ impl Backend {
 
     /// Runs `command` (a backend that prints a line starting with `ready` once it serves, and
     /// stops when its stdin closes), waiting for that line.
+    /// A gRPC backend (`e2e/grpc_backend.py`) answering `/pasa.e2e.Echo/Who` with `name`, on
+    /// `host`:`port` in `netns`.
+    pub fn grpc(netns: &Netns, name: &str, host: &str, port: u16) -> Backend {
+        let mut command = netns.command("python3");
+        command
+            .arg(e2e("grpc_backend.py"))
+            .args([name, &port.to_string(), host]);
+        Backend::spawn(command, &format!("gRPC backend {name} on {host}:{port}"))
+    }
+
     pub fn spawn(mut command: std::process::Command, what: &str) -> Backend {
         let mut child = command
             .stdin(Stdio::piped())

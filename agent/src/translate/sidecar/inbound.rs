@@ -227,7 +227,12 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
         let cluster_name = cc.cluster();
         out.clusters.insert(
             cluster_name.clone(),
-            cluster::inbound(cc.port, cc.endpoint.clone()),
+            cluster::inbound(
+                cc.port,
+                cc.endpoint.clone(),
+                cc.protocol,
+                shared.hcm.preserve_case,
+            ),
         );
         if view.proxy.build == ProxyBuild::Istio {
             let labels: Vec<metadata::ServiceLabel> =
@@ -272,7 +277,7 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
     );
     out.clusters.insert(
         names::INBOUND_PASSTHROUGH_CLUSTER.into(),
-        cluster::inbound_passthrough(),
+        cluster::inbound_passthrough(shared.hcm.preserve_case),
     );
 }
 
@@ -350,8 +355,15 @@ fn http_filter(cc: &ChainConfig, cluster_name: &str, shared: &Shared<'_>) -> Fil
     hcm.http_filters
         .splice(0..0, shared.authz.http.iter().cloned());
     // As istiod's inbound connection manager: by default the app learns its mTLS peer from
-    // X-Forwarded-Client-Cert (the peer's subject, URI and DNS SANs appended).
+    // X-Forwarded-Client-Cert (the peer's subject, URI and DNS SANs appended); HTTP/2 options
+    // on an HTTP/2 or gRPC port.
     shared.hcm.apply(&mut hcm);
+    if cc
+        .protocol
+        .is_some_and(|p| matches!(p, Protocol::Http2 | Protocol::Grpc | Protocol::GrpcWeb))
+    {
+        hcm.http2_protocol_options = Some(Default::default());
+    }
     filters::hcm_filter(hcm)
 }
 

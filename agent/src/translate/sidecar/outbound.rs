@@ -753,23 +753,21 @@ fn finish(
         let mut chain = FilterChain {
             filters: vec![filter],
             metadata: opts.metadata.clone(),
+            transport_socket_connect_timeout: filters::transport_socket_connect_timeout(),
             ..Default::default()
         };
         match opts.filter_chain_match() {
             None => listener.default_filter_chain = Some(chain),
             Some(m) => {
                 chain.filter_chain_match = Some(m);
-                chain.transport_socket_connect_timeout =
-                    filters::transport_socket_connect_timeout();
                 listener.filter_chains.push(chain);
             }
         }
     }
     if listener.filter_chains.is_empty() {
-        if let Some(mut default) = listener.default_filter_chain.take() {
-            default.transport_socket_connect_timeout = filters::transport_socket_connect_timeout();
-            listener.filter_chains.push(default);
-        }
+        listener
+            .filter_chains
+            .extend(listener.default_filter_chain.take());
     } else if listener.default_filter_chain.is_none() {
         listener.default_filter_chain = Some(FilterChain {
             name: names::PASSTHROUGH_FILTER_CHAIN.into(),
