@@ -129,11 +129,17 @@ struct Subscription {
 }
 
 impl Subscription {
-    /// The snapshot's resources this subscription selects. Proxyless gRPC clients name some
-    /// listeners in ways only they know: a server by the address it listens on, a client a
-    /// service of its namespace by a short name (of the proxy's `dns_domain`); those are made
-    /// as they are asked for (see [`crate::translate::grpc_listener`]).
-    fn select(&self, snapshot: &Snapshot, kind: TypeKind, dns_domain: &str) -> ResourceMap {
+    /// The snapshot's resources this subscription selects. Some names only the client knows are
+    /// made as they are asked for: proxyless gRPC clients name a server's listener by the
+    /// address it listens on and may name a service of their namespace by a short name (of
+    /// the proxy's DNS domain; see [`crate::translate::grpc_listener`]); Envoy names the files
+    /// of the pod whose certificates it wants (see [`stream::FileSecrets`]).
+    fn select(
+        &self,
+        snapshot: &Snapshot,
+        kind: TypeKind,
+        conn: &stream::Connection,
+    ) -> ResourceMap {
         let all = snapshot.resources(kind);
         if self.wildcard {
             return all.clone();
@@ -141,10 +147,12 @@ impl Subscription {
         self.names
             .iter()
             .filter_map(|name| {
-                let found = all.get(name).map(Arc::clone).or_else(|| {
-                    (kind == TypeKind::Listener)
-                        .then(|| crate::translate::grpc_listener(name, all, dns_domain))
-                        .flatten()
+                let found = all.get(name).map(Arc::clone).or_else(|| match kind {
+                    TypeKind::Listener => {
+                        crate::translate::grpc_listener(name, all, &conn.dns_domain)
+                    }
+                    TypeKind::Secret => conn.file_secrets.and_then(|f| f(name)),
+                    _ => None,
                 });
                 found.map(|r| (name.clone(), r))
             })

@@ -349,6 +349,46 @@ fn ca_secret(name: String, ca: Vec<u8>) -> Secret {
     }
 }
 
+/// Where the system's root certificates are, by distribution (pilot-agent's list): `file-root:
+/// system` serves the first that exists.
+const SYSTEM_ROOT_BUNDLES: [&str; 6] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/tls/cacert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// The SDS secret of certificates mounted in the pod, as istio-agent serves them to Envoy:
+/// `file-cert:<certificate>~<key>` and `file-root:<ca>` (`file-root:system`: the system's
+/// roots). `None` when `name` is not such a name or a file cannot be read (logged): Envoy then
+/// waits for it, as a TLS context without its certificates cannot work. Read as it is asked for,
+/// so a renewed file is served at the next push.
+pub fn file_secret(name: &str) -> Option<Secret> {
+    use crate::model::secrets::{FILE_CERT_PREFIX, FILE_ROOT_PREFIX, SYSTEM_ROOTS};
+    let read = |path: &str| {
+        std::fs::read(path)
+            .map_err(|e| tracing::warn!(secret = name, path, error = %e, "cannot read the file a secret names"))
+            .ok()
+    };
+    if let Some(ca) = name.strip_prefix(FILE_ROOT_PREFIX) {
+        let path = if ca == SYSTEM_ROOTS {
+            let found = SYSTEM_ROOT_BUNDLES.iter().find(|p| Path::new(p).is_file());
+            let Some(found) = found else {
+                tracing::warn!(secret = name, "no system root certificates on this host");
+                return None;
+            };
+            found
+        } else {
+            ca
+        };
+        return Some(ca_secret(name.to_string(), read(path)?));
+    }
+    let (certificate, key) = name.strip_prefix(FILE_CERT_PREFIX)?.split_once('~')?;
+    Some(tls_secret(name.to_string(), read(certificate)?, read(key)?))
+}
+
 /// A packed SDS secret fit to show: its private key replaced by [`REDACTED`] (as Envoy's own
 /// config dump does). A body that does not decode as a secret shows nothing of itself.
 pub fn redacted(body: &Any) -> Any {
@@ -681,6 +721,35 @@ mod tests {
         );
         let err = load(&dir.path().join("absent")).unwrap_err();
         assert!(err.to_string().contains("absent"), "{err}");
+    }
+
+    #[test]
+    fn files_of_the_pod_are_served_as_istio_agent_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, body: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, body).unwrap();
+            path.display().to_string()
+        };
+        let (cert, key, ca) = (
+            file("c.pem", "CHAIN"),
+            file("k.pem", "KEY"),
+            file("ca.pem", "CA"),
+        );
+        let pair = file_secret(&format!("file-cert:{cert}~{key}")).expect("a pair");
+        assert_eq!(pair.name, format!("file-cert:{cert}~{key}"));
+        assert_eq!(inline_bytes(&tls(&pair).certificate_chain), b"CHAIN");
+        assert_eq!(inline_bytes(&tls(&pair).private_key), b"KEY");
+        let root = file_secret(&format!("file-root:{ca}")).expect("a CA");
+        assert_eq!(trusted_ca(&root), b"CA");
+        // Not such a name, a file missing, a pair without its key.
+        assert!(file_secret("kubernetes://shop-cert").is_none());
+        assert!(file_secret(&format!("file-root:{ca}.missing")).is_none());
+        assert!(file_secret(&format!("file-cert:{cert}")).is_none());
+        // The system's roots, where this host has them.
+        if SYSTEM_ROOT_BUNDLES.iter().any(|p| Path::new(p).is_file()) {
+            assert!(!trusted_ca(&file_secret("file-root:system").unwrap()).is_empty());
+        }
     }
 
     #[test]

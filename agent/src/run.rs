@@ -387,10 +387,16 @@ pub async fn run(
         .await
         .with_context(|| format!("binding the admin listener on {admin_wanted}"))?;
     let admin_addr = admin_listener.local_addr()?;
-    let service = AdsService::new(&publisher, status.clone())
+    let mut service = AdsService::new(&publisher, status.clone())
         .with_metrics(Arc::clone(&metrics))
         .with_build(proxy.build)
         .with_dns_domain(&proxy.dns_domain);
+    if args.credentials.serves_workload_certificate() {
+        // Envoy's SDS server is the agent (not an istio-agent): it serves the pod's files too.
+        service = service.with_file_secrets(|name| {
+            crate::credentials::file_secret(name).map(|s| crate::resource::Resource::pack(&s))
+        });
+    }
     let uds = args.uds.clone();
     let ads_stop = stopped(stop_rx.clone());
     let tcp_listener = match args.xds_listen {

@@ -64,6 +64,8 @@ const SERVER_NODE: &str = "sidecar~10.10.0.2~server-1.shop~shop.svc.cluster.loca
 const SERVER_VIP: &str = "10.96.7.3";
 const AUTHZ_VIP: &str = "10.96.7.4";
 const GREETER_VIP: &str = "10.96.7.5";
+const SECURE_VIP: &str = "10.96.7.6";
+const SECURE_HOST: &str = "secure.shop.example";
 
 fn mesh() -> Vec<Value> {
     vec![
@@ -86,6 +88,14 @@ fn mesh() -> Vec<Value> {
                "spec": {"extensionProviders": [{"name": "ext-authz", "envoyExtAuthzHttp": {
                    "service": "ext-authz.shop.svc.cluster.local", "port": 9000,
                    "pathPrefix": "/authz", "includeRequestHeadersInCheck": ["x-ext-authz"]}}]}}),
+        // An HTTPS service outside the mesh (on the client pod's loopback, where no sidecar
+        // takes it in), reached by TLS origination.
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+               "metadata": {"name": "secure", "namespace": "shop"},
+               "spec": {"hosts": [SECURE_HOST], "addresses": [SECURE_VIP],
+                        "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+                        "location": "MESH_EXTERNAL", "resolution": "STATIC",
+                        "endpoints": [{"address": "127.0.0.1", "ports": {"http": 9443}}]}}),
         // A gRPC service of the server's pod.
         json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
                "metadata": {"name": "greeter", "namespace": "shop"},
@@ -159,6 +169,13 @@ async fn mutual_tls_between_two_sidecars() {
         let _authz = Backend::start(&server_ns, "ext-authz", "0.0.0.0:9000", None);
         let _zipkin = Backend::start(&server_ns, "zipkin", "0.0.0.0:9411", None);
         let _greeter = Backend::grpc(&server_ns, "greeter", "0.0.0.0", 7070);
+        let (secure_cert, secure_key) = secure_certificate(data.path(), &ca);
+        let _secure = Backend::start(
+            &client_ns,
+            "secure",
+            "127.0.0.1:9443",
+            Some((&secure_cert, &secure_key)),
+        );
         let server = Envoy::start_in(
             server_ns,
             agent_bootstrap(&server_agent, SERVER_NODE, "app=server", delta),
@@ -263,6 +280,7 @@ async fn mutual_tls_between_two_sidecars() {
         assert_eq!(plain.status, 200, "{protocol}: {plain:?}");
 
         grpc_between_sidecars(&client.netns, protocol).await;
+        tls_origination(&store, &client.netns, data.path(), protocol).await;
 
         peer_authentication(&store, &client.netns, protocol).await;
         trust_domains(&store, &client.netns, protocol).await;
@@ -309,6 +327,69 @@ async fn grpc_between_sidecars(client: &Netns, protocol: &str) {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     panic!("{protocol}: gRPC between the sidecars: {calls:?}");
+}
+
+/// The HTTPS backend's certificate for [`SECURE_HOST`], signed by the test's CA: (certificate,
+/// key) files under `dir`.
+fn secure_certificate(
+    dir: &std::path::Path,
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let cert = rcgen::CertificateParams::new(vec![SECURE_HOST.to_string()])
+        .expect("params")
+        .signed_by(&key, ca)
+        .expect("a certificate");
+    let (cert_file, key_file) = (dir.join("secure.pem"), dir.join("secure-key.pem"));
+    std::fs::write(&cert_file, cert.pem()).expect("write");
+    std::fs::write(&key_file, key.serialize_pem()).expect("write");
+    std::fs::write(dir.join("secure-ca.pem"), ca.pem()).expect("write");
+    (cert_file, key_file)
+}
+
+/// A DestinationRule originating TLS (SIMPLE) to the HTTPS service: the client's sidecar
+/// verifies the server, against the system's roots when the rule names no CA (the test's CA is
+/// not one of them: refused), against the CA file it names (served by the agent over SDS, as
+/// istio-agent serves it), which lets the request through. Leaves no rule.
+async fn tls_origination(
+    store: &StoreServer,
+    client: &Netns,
+    dir: &std::path::Path,
+    protocol: &str,
+) {
+    let url = format!("http://{SECURE_VIP}/hello");
+    let host = ["--host", SECURE_HOST];
+    let rule = |tls: Value| {
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+               "metadata": {"name": "secure", "namespace": "shop"},
+               "spec": {"host": SECURE_HOST, "trafficPolicy": {"tls": tls}}})
+    };
+    store
+        .apply(&[rule(json!({"mode": "SIMPLE", "sni": SECURE_HOST}))])
+        .await;
+    let refused = until(
+        client,
+        &url,
+        &host,
+        "a server no system root vouches for",
+        |a| a.status == 503,
+    );
+    assert_ne!(
+        refused.backend.as_deref(),
+        Some("secure"),
+        "{protocol}: {refused:?}"
+    );
+    let ca = dir.join("secure-ca.pem");
+    store
+        .apply(&[rule(json!({"mode": "SIMPLE", "sni": SECURE_HOST,
+                              "caCertificates": ca.to_string_lossy()}))])
+        .await;
+    let a = until(client, &url, &host, "the server its CA vouches for", |a| {
+        a.status == 200
+    });
+    assert_eq!(a.backend.as_deref(), Some("secure"), "{protocol}: {a:?}");
+    store.delete("DestinationRule", "shop", "secure").await;
+    println!("{protocol}: TLS origination verifies the server, against the CA file it names");
 }
 
 fn namespace_policy(mode: &str) -> Value {

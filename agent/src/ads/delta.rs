@@ -216,7 +216,7 @@ impl Stream {
         let Some(subscription) = &state.subscription else {
             return Diff::default();
         };
-        let wanted = subscription.select(snapshot, kind, &self.conn.dns_domain);
+        let wanted = subscription.select(snapshot, kind, &self.conn);
         let removed = if with_removals {
             state
                 .known

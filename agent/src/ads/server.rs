@@ -64,7 +64,10 @@ pub struct AdsService {
     next_id: Arc<AtomicU64>,
     build: ProxyBuild,
     dns_domain: Arc<str>,
+    file_secrets: Option<FileSecrets>,
 }
+
+pub use super::stream::FileSecrets;
 
 impl AdsService {
     /// Serves `publisher`'s snapshots and reports each connection in `status`.
@@ -78,7 +81,14 @@ impl AdsService {
             next_id: Arc::new(AtomicU64::new(1)),
             build: ProxyBuild::Envoy,
             dns_domain: Arc::from(""),
+            file_secrets: None,
         }
+    }
+
+    /// Serves secrets of files of the pod with `secrets`, where the agent is Envoy's SDS server.
+    pub fn with_file_secrets(mut self, secrets: FileSecrets) -> Self {
+        self.file_secrets = Some(secrets);
+        self
     }
 
     /// The proxy's DNS domain (`<namespace>.svc.cluster.local`): a proxyless gRPC client may
@@ -117,6 +127,7 @@ impl AdsService {
             secrets_only,
             build: self.build,
             dns_domain: Arc::clone(&self.dns_domain),
+            file_secrets: self.file_secrets,
         };
         (id, conn)
     }

@@ -139,7 +139,7 @@ impl StreamHandler for Stream {
         if !first && state.subscription.as_ref() == Some(&subscription) {
             return Ok(());
         }
-        let resources = subscription.select(snapshot, kind, &self.conn.dns_domain);
+        let resources = subscription.select(snapshot, kind, &self.conn);
         let nothing_watched = !subscription.wildcard && subscription.names.is_empty();
         state.subscription = Some(subscription);
         if nothing_watched && !first {
@@ -172,7 +172,7 @@ impl StreamHandler for Stream {
             let Some(subscription) = &state.subscription else {
                 continue;
             };
-            let mut resources = subscription.select(snapshot, kind, &self.conn.dns_domain);
+            let mut resources = subscription.select(snapshot, kind, &self.conn);
             if kind.defers_removal()
                 && let Some(sent) = &state.sent
             {
@@ -205,7 +205,7 @@ impl StreamHandler for Stream {
             let Some(subscription) = &self.types[kind.index()].subscription else {
                 continue;
             };
-            let resources = subscription.select(snapshot, kind, &self.conn.dns_domain);
+            let resources = subscription.select(snapshot, kind, &self.conn);
             if self.worth_sending(kind, &resources) {
                 self.send(kind, resources, snapshot.origin()).await?;
             }

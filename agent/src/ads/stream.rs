@@ -138,7 +138,13 @@ pub(super) struct Connection {
     pub(super) build: ProxyBuild,
     /// The proxy's DNS domain (see [`super::Subscription::select`]).
     pub(super) dns_domain: Arc<str>,
+    /// Secrets of files of the pod.
+    pub(super) file_secrets: Option<FileSecrets>,
 }
+
+/// Serves the SDS secrets of files a client names (`file-cert:…`, `file-root:…`), as they are
+/// asked for.
+pub type FileSecrets = fn(&str) -> Option<Arc<crate::resource::Resource>>;
 
 /// Whether a node's Envoy has Istio's own filters, as it lists its extensions (`istio.stats`
 /// among them); `None` when it lists none.

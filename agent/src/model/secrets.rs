@@ -8,5 +8,10 @@ pub const ROOT_CA: &str = "ROOTCA";
 /// A Kubernetes Secret named by a `credentialName`: `kubernetes://<name>` (the bare name means
 /// the same).
 pub const KUBERNETES_PREFIX: &str = "kubernetes://";
+/// Certificates mounted in the pod: `file-cert:<certificate>~<key>` and `file-root:<ca>`.
+pub const FILE_CERT_PREFIX: &str = "file-cert:";
+pub const FILE_ROOT_PREFIX: &str = "file-root:";
+/// `file-root:` of the system's root certificates (whichever bundle the host has).
+pub const SYSTEM_ROOTS: &str = "system";
 /// The CA certificate of a credential: `<credential>-cacert`.
 pub const CA_SUFFIX: &str = "-cacert";

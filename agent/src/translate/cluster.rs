@@ -8,14 +8,15 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbConfig, LbPolicy, RingHashLbConfig,
     TransportSocketMatch, ring_hash_lb_config::HashFunction,
 };
-use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, Cluster, OutlierDetection};
+use envoy_types::pb::envoy::config::cluster::v3::{
+    CircuitBreakers, Cluster, OutlierDetection, UpstreamConnectionOptions,
+};
 use envoy_types::pb::envoy::config::core::v3::{
-    BindConfig, HttpProtocolOptions, SocketAddress, TransportSocket, socket_address,
+    BindConfig, HttpProtocolOptions, SocketAddress, TcpKeepalive, TransportSocket, socket_address,
     transport_socket::ConfigType,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    CertificateValidationContext, CommonTlsContext, TlsCertificate, TlsParameters,
-    UpstreamTlsContext,
+    CertificateValidationContext, CommonTlsContext, TlsParameters, UpstreamTlsContext,
     common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
     tls_parameters::TlsProtocol,
 };
@@ -51,10 +52,11 @@ const CONNECT_TIMEOUT: Duration = Duration {
     nanos: 0,
 };
 
-/// The traffic policy that applies to one cluster: a DestinationRule's top-level policy, then its
-/// port-level settings for the port, then the subset's policy and its port-level settings; each
-/// later setting replaces the earlier one field by field (load balancer, connection pool, outlier
-/// detection, TLS), as istiod merges them.
+/// The traffic policy that applies to one cluster, as istiod merges it: a DestinationRule's
+/// top-level policy, then the subset's, the subset's fields (load balancer, connection pool,
+/// outlier detection, TLS) replacing those it sets. A policy's port-level settings for the port
+/// stand for that whole policy: they inherit nothing from it, and what they leave out is left to
+/// the defaults (and a subset's replace all four fields).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct Policy {
     pub load_balancer: Option<LoadBalancerSettings>,
@@ -78,45 +80,32 @@ impl Policy {
 
     fn apply(&mut self, tp: Option<&TrafficPolicy>, port: u32) {
         let Some(tp) = tp else { return };
-        self.set(
-            tp.load_balancer.as_ref(),
-            tp.connection_pool.as_ref(),
-            tp.outlier_detection.as_ref(),
-            tp.tls.as_ref(),
-        );
-        if let Some(p) = tp
+        match tp
             .port_level_settings
             .iter()
             .find(|p| p.port.as_ref().is_some_and(|s| s.number == port))
         {
-            self.set(
-                p.load_balancer.as_ref(),
-                p.connection_pool.as_ref(),
-                p.outlier_detection.as_ref(),
-                p.tls.as_ref(),
-            );
+            Some(p) => {
+                *self = Policy {
+                    load_balancer: p.load_balancer.clone(),
+                    connection_pool: p.connection_pool.clone(),
+                    outlier_detection: p.outlier_detection.clone(),
+                    tls: p.tls.clone(),
+                }
+            }
+            None => {
+                replace_if_set(&mut self.load_balancer, &tp.load_balancer);
+                replace_if_set(&mut self.connection_pool, &tp.connection_pool);
+                replace_if_set(&mut self.outlier_detection, &tp.outlier_detection);
+                replace_if_set(&mut self.tls, &tp.tls);
+            }
         }
     }
+}
 
-    fn set(
-        &mut self,
-        lb: Option<&LoadBalancerSettings>,
-        cp: Option<&ConnectionPoolSettings>,
-        od: Option<&IstioOutlier>,
-        tls: Option<&ClientTlsSettings>,
-    ) {
-        if let Some(lb) = lb {
-            self.load_balancer = Some(lb.clone());
-        }
-        if let Some(cp) = cp {
-            self.connection_pool = Some(cp.clone());
-        }
-        if let Some(od) = od {
-            self.outlier_detection = Some(od.clone());
-        }
-        if let Some(tls) = tls {
-            self.tls = Some(tls.clone());
-        }
+fn replace_if_set<T: Clone>(kept: &mut Option<T>, set: &Option<T>) {
+    if set.is_some() {
+        kept.clone_from(set);
     }
 }
 
@@ -168,7 +157,13 @@ pub(super) fn service_clusters(
     let metadata = if grpc {
         Vec::new()
     } else {
-        metadata::cluster_field(dr.map(|dr| &dr.meta), &service_labels, external, None)
+        metadata::cluster_field(
+            dr.map(|dr| &dr.meta),
+            &service_labels,
+            external,
+            None,
+            false,
+        )
     };
     let at = endpoint::Where {
         namespace: &service.namespace,
@@ -222,13 +217,18 @@ pub(super) fn service_clusters(
                 }
             };
             let (policy, part) = &shared[at];
-            // A subset's cluster also names its subset.
-            let subset_metadata = subset.filter(|_| !grpc).map(|name| {
+            // A subset's cluster also names its subset; one originating TLS of its own says so.
+            let alpn_override = policy
+                .tls
+                .as_ref()
+                .is_some_and(|t| matches!(t.mode, ClientTlsMode::Simple | ClientTlsMode::Mutual));
+            let own_metadata = (!grpc && (subset.is_some() || alpn_override)).then(|| {
                 metadata::cluster_field(
                     dr.map(|dr| &dr.meta),
                     &service_labels,
                     external,
-                    Some(name),
+                    subset,
+                    alpn_override,
                 )
             });
             let encoded = target.own(
@@ -238,7 +238,7 @@ pub(super) fn service_clusters(
                     subset: subset.unwrap_or(""),
                     policy,
                     shared: part,
-                    metadata: subset_metadata.as_deref().unwrap_or(&metadata),
+                    metadata: own_metadata.as_deref().unwrap_or(&metadata),
                 },
                 (&endpoints, labels),
             );
@@ -566,22 +566,55 @@ impl<'s> Target<'s> {
                             sds::credential_ca(&tls.credential_name),
                         ));
                 } else {
+                    // Files of the pod, served over SDS (read again as they change), as istiod
+                    // names them: the client certificate `file-cert:<cert>~<key>`, the CA
+                    // `file-root:<ca>`, the system's roots when none is named (the server is
+                    // always verified, unless `insecureSkipVerify`), pinned to the SANs given.
                     if tls.mode == ClientTlsMode::Mutual && !tls.client_certificate.is_empty() {
-                        common.tls_certificates = vec![TlsCertificate {
-                            certificate_chain: Some(file(&tls.client_certificate)),
-                            private_key: Some(file(&tls.private_key)),
-                            ..Default::default()
-                        }];
+                        common.tls_certificate_sds_secret_configs =
+                            vec![sds::from_istio_agent(&format!(
+                                "{}{}~{}",
+                                secrets::FILE_CERT_PREFIX,
+                                tls.client_certificate,
+                                tls.private_key
+                            ))];
                     }
-                    if !tls.ca_certificates.is_empty() {
-                        common.validation_context_type =
-                            Some(ValidationContextType::ValidationContext(
-                                CertificateValidationContext {
-                                    trusted_ca: Some(file(&tls.ca_certificates)),
+                    common.validation_context_type =
+                        Some(if tls.insecure_skip_verify == Some(true) {
+                            ValidationContextType::ValidationContext(Default::default())
+                        } else {
+                            #[allow(deprecated)] // istiod's field: any SAN type, matched exactly
+                            let pinned = CertificateValidationContext {
+                                match_subject_alt_names: exact_sans(&tls.subject_alt_names),
+                                crl: (!tls.ca_crl.is_empty()).then(|| file(&tls.ca_crl)),
+                                ..Default::default()
+                            };
+                            let ca = if tls.ca_certificates.is_empty() {
+                                secrets::SYSTEM_ROOTS
+                            } else {
+                                &tls.ca_certificates
+                            };
+                            ValidationContextType::CombinedValidationContext(
+                                CombinedCertificateValidationContext {
+                                    default_validation_context: Some(pinned),
+                                    validation_context_sds_secret_config: Some(
+                                        sds::from_istio_agent(&format!(
+                                            "{}{ca}",
+                                            secrets::FILE_ROOT_PREFIX
+                                        )),
+                                    ),
                                     ..Default::default()
                                 },
-                            ));
-                    }
+                            )
+                        });
+                }
+                common.tls_params = Some(TlsParameters {
+                    tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
+                    tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+                    ..Default::default()
+                });
+                if h2 {
+                    common.alpn_protocols = vec!["h2".into()];
                 }
                 sni = if tls.sni.is_empty() {
                     hostname.to_string()
@@ -894,7 +927,7 @@ fn apply_load_balancer(
                 }
                 policy
             } else {
-                match p.simple() {
+                let policy = match p.simple() {
                     Some(SimpleLb::Random) => LbPolicy::Random,
                     Some(SimpleLb::RoundRobin) => LbPolicy::RoundRobin,
                     Some(SimpleLb::Passthrough) => {
@@ -906,11 +939,60 @@ fn apply_load_balancer(
                     }
                     Some(SimpleLb::LeastConn | SimpleLb::LeastRequest) => LbPolicy::LeastRequest,
                     _ => default,
+                };
+                if let Some(slow_start) = slow_start(p) {
+                    use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+                        LeastRequestLbConfig, RoundRobinLbConfig,
+                    };
+                    match policy {
+                        LbPolicy::LeastRequest => {
+                            cluster.lb_config =
+                                Some(LbConfig::LeastRequestLbConfig(LeastRequestLbConfig {
+                                    slow_start_config: Some(slow_start),
+                                    ..Default::default()
+                                }))
+                        }
+                        LbPolicy::RoundRobin => {
+                            cluster.lb_config =
+                                Some(LbConfig::RoundRobinLbConfig(RoundRobinLbConfig {
+                                    slow_start_config: Some(slow_start),
+                                }))
+                        }
+                        _ => {}
+                    }
                 }
+                policy
             }
         }
     };
     cluster.lb_policy = policy as i32;
+}
+
+/// Slow start of new endpoints (`warmup`, else the older `warmupDurationSecs`), as istiod sets
+/// it: linear unless an aggression is given, from 10% unless a minimum is.
+fn slow_start(
+    lb: &LoadBalancerSettings,
+) -> Option<envoy_types::pb::envoy::config::cluster::v3::cluster::SlowStartConfig> {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::SlowStartConfig;
+    use envoy_types::pb::envoy::config::core::v3::RuntimeDouble;
+    match (&lb.warmup, &lb.warmup_duration_secs) {
+        (Some(warmup), _) => Some(SlowStartConfig {
+            slow_start_window: warmup.duration.as_ref().map(duration),
+            aggression: Some(RuntimeDouble {
+                default_value: warmup.aggression.unwrap_or(1.0),
+                // istiod's: a key no runtime sets.
+                runtime_key: "(".into(),
+            }),
+            min_weight_percent: Some(Percent {
+                value: warmup.minimum_percent.unwrap_or(10.0),
+            }),
+        }),
+        (None, Some(window)) => Some(SlowStartConfig {
+            slow_start_window: Some(duration(window)),
+            ..Default::default()
+        }),
+        (None, None) => None,
+    }
 }
 
 fn ring_size(minimum: u64) -> LbConfig {
@@ -935,18 +1017,45 @@ fn apply_connection_pool(
             if let Some(t) = &tcp.connect_timeout {
                 cluster.connect_timeout = Some(duration(t));
             }
-        }
-        if let Some(http) = &cp.http {
-            thresholds.max_pending_requests = u32v(http.http1_max_pending_requests);
-            thresholds.max_requests = u32v(http.http2_max_requests);
-            thresholds.max_retries = u32v(http.max_retries);
-            if http.max_requests_per_connection > 0 || http.idle_timeout.is_some() {
-                common = Some(HttpProtocolOptions {
-                    idle_timeout: http.idle_timeout.as_ref().map(duration),
-                    max_requests_per_connection: u32v(http.max_requests_per_connection),
+            if let Some(keepalive) = &tcp.tcp_keepalive {
+                // SO_KEEPALIVE, the OS's timings but those given (in whole seconds).
+                let seconds = |d: &Option<pasa_proto::istio::common::Duration>| {
+                    d.as_ref().map(|d| UInt32Value {
+                        value: u32::try_from(d.seconds).unwrap_or(0),
+                    })
+                };
+                cluster.upstream_connection_options = Some(UpstreamConnectionOptions {
+                    tcp_keepalive: Some(TcpKeepalive {
+                        keepalive_probes: (keepalive.probes > 0).then_some(UInt32Value {
+                            value: keepalive.probes,
+                        }),
+                        keepalive_time: seconds(&keepalive.time),
+                        keepalive_interval: seconds(&keepalive.interval),
+                    }),
                     ..Default::default()
                 });
             }
+        }
+        let http = cp.http.as_ref();
+        let tcp = cp.tcp.as_ref();
+        if let Some(http) = http {
+            thresholds.max_pending_requests = u32v(http.http1_max_pending_requests);
+            thresholds.max_requests = u32v(http.http2_max_requests);
+            thresholds.max_retries = u32v(http.max_retries);
+        }
+        // Idle timeout (HTTP's, else TCP's), requests per connection, connection lifetime.
+        let idle_timeout = http
+            .and_then(|h| h.idle_timeout.as_ref())
+            .or_else(|| tcp.and_then(|t| t.idle_timeout.as_ref()));
+        let per_connection = http.map_or(0, |h| h.max_requests_per_connection);
+        let lifetime = tcp.and_then(|t| t.max_connection_duration.as_ref());
+        if idle_timeout.is_some() || per_connection > 0 || lifetime.is_some() {
+            common = Some(HttpProtocolOptions {
+                idle_timeout: idle_timeout.map(duration),
+                max_requests_per_connection: u32v(per_connection),
+                max_connection_duration: lifetime.map(duration),
+                ..Default::default()
+            });
         }
     }
     // Istio sets the limits to the maximum unless configured, so Envoy's low defaults never cut

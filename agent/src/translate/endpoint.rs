@@ -336,10 +336,24 @@ impl Instance {
     }
 }
 
-/// A one-endpoint assignment.
+/// A one-endpoint assignment of an inbound cluster, as istiod writes it: the address alone (no
+/// locality, no weights).
 pub(super) fn single(cluster: &str, address: &str, port: u32) -> ClusterLoadAssignment {
-    let instance = Instance::at(address);
-    PortEndpoints::of(std::iter::once((&instance, port)), None).message(cluster, None)
+    use envoy_types::pb::envoy::config::endpoint::v3::{Endpoint, LbEndpoint, lb_endpoint};
+    ClusterLoadAssignment {
+        cluster_name: cluster.to_string(),
+        endpoints: vec![LocalityLbEndpoints {
+            lb_endpoints: vec![LbEndpoint {
+                host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                    address: Some(socket_address(address, port)),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
 }
 
 fn parse_locality(text: &str) -> Locality {

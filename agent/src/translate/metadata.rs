@@ -107,6 +107,7 @@ pub(super) fn cluster_field(
     services: &[ServiceLabel],
     external: bool,
     subset: Option<&str>,
+    alpn_override: bool,
 ) -> Vec<u8> {
     use prost::Message;
     use prost_types::value::Kind as K;
@@ -148,6 +149,12 @@ pub(super) fn cluster_field(
     }
     if let Some(subset) = subset {
         istio.fields.insert("subset".to_string(), string(subset));
+    }
+    if alpn_override {
+        // The cluster originates TLS of its own: Istio's proxy keeps the ALPN it sets.
+        istio
+            .fields
+            .insert("alpn_override".to_string(), string("false"));
     }
     if external {
         // The metadata exchange skips services outside the mesh.

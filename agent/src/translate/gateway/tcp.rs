@@ -249,6 +249,7 @@ pub(super) fn sni_dnat_clusters(
             // Decoding what was just encoded from a message cannot fail.
             let mut c = Cluster::decode(encoded.as_slice()).unwrap_or_default();
             c.name = name.clone();
+            c.alt_stat_name = names::delimited_stats(&name);
             // No upstream TLS of the router's own, auto mTLS included.
             c.transport_socket = None;
             c.transport_socket_matches.clear();

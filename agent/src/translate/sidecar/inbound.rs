@@ -239,7 +239,7 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
                 cc.services.iter().map(|(_, l)| l.clone()).collect();
             out.cluster_fields.insert(
                 cluster_name.clone(),
-                metadata::cluster_field(None, &labels, false, None),
+                metadata::cluster_field(None, &labels, false, None, false),
             );
         }
         let mode = policy.for_port(cc.port);
@@ -580,17 +580,19 @@ fn custom_tls(tls: &ServerTlsSettings) -> TransportSocket {
         sds::credential(&tls.credential_name)
     } else {
         sds::from_istio_agent(&format!(
-            "file-cert:{}~{}",
-            tls.server_certificate, tls.private_key
+            "{}{}~{}",
+            secrets::FILE_CERT_PREFIX,
+            tls.server_certificate,
+            tls.private_key
         ))
     };
     let mutual = matches!(tls.mode, TlsMode::Mutual | TlsMode::IstioMutual);
-    let validation = (mutual && !tls.ca_certificates.is_empty()).then(|| {
-        ValidationContextType::ValidationContextSdsSecretConfig(sds::from_istio_agent(&format!(
-            "file-root:{}",
-            tls.ca_certificates
-        )))
-    });
+    let validation =
+        (mutual && !tls.ca_certificates.is_empty()).then(|| {
+            ValidationContextType::ValidationContextSdsSecretConfig(sds::from_istio_agent(
+                &format!("{}{}", secrets::FILE_ROOT_PREFIX, tls.ca_certificates),
+            ))
+        });
     downstream_tls(certificate, validation, mutual, Vec::new(), None)
 }
 
