@@ -185,6 +185,13 @@ impl Judge {
 }
 
 /// The sidecar or the router judge, by the proxy's type.
+/// What the agent generates for Envoy for `proxy` from `cache`.
+fn translated(proxy: Proxy, cache: &Cache) -> Resources {
+    Translator::new(proxy)
+        .update(cache, Generator::Envoy)
+        .expect("decodes what it encoded")
+}
+
 fn judge_for<'a>(proxy: &Proxy, sidecars: &'a Judge, routers: &'a Judge) -> &'a Judge {
     match proxy.kind {
         ProxyType::Sidecar => sidecars,
@@ -257,9 +264,7 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
             let revision = resources.iter().map(|r| r.mod_revision).max().unwrap_or(0);
             let cache = Cache::from_resources(resources, revision);
             let judge = judge_for(&proxy, &sidecars, &routers);
-            let generated = Translator::new(proxy)
-                .update(&cache, Generator::Envoy)
-                .expect("decodes what it encoded");
+            let generated = translated(proxy, &cache);
             record(
                 tally,
                 &format!("{file} #{i} {:?}", case.name),
@@ -297,9 +302,7 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
             let cache = Cache::from_resources(samples::to_store(&docs), 100);
             for (role, proxy) in &proxies {
                 let judge = judge_for(proxy, &sidecars, &routers);
-                let generated = Translator::new(proxy.clone())
-                    .update(&cache, Generator::Envoy)
-                    .expect("decodes what it encoded");
+                let generated = translated(proxy.clone(), &cache);
                 let label = format!(
                     "{} for the {role}",
                     file.strip_prefix(&samples_dir).unwrap_or(&file).display()
@@ -330,9 +333,7 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
         ),
     ] {
         let judge = judge_for(&proxy, &sidecars, &routers);
-        let generated = Translator::new(proxy)
-            .update(&cache, Generator::Envoy)
-            .expect("decodes what it encoded");
+        let generated = translated(proxy, &cache);
         assert!(
             !generated.listeners.is_empty(),
             "the example gives the {role} listeners: {:?}",
@@ -362,9 +363,7 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
             ("gateway", proxy(RECORDED_GATEWAY, "istio=ingressgateway")),
         ] {
             let judge = judge_for(&proxy, &sidecars, &routers);
-            let generated = Translator::new(proxy)
-                .update(&cache, Generator::Envoy)
-                .expect("decodes what it encoded");
+            let generated = translated(proxy, &cache);
             record(
                 tally,
                 &format!("istiod/{name} for the {role}"),
@@ -380,9 +379,7 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
     let tally = tallies.entry("endpoint-heavy scope".into()).or_default();
     let (docs, per_cluster) = endpoint_heavy();
     let cache = Cache::from_resources(samples::to_store(&docs), 100);
-    let generated = Translator::new(proxy(WEB, "app=web,version=v1"))
-        .update(&cache, Generator::Envoy)
-        .expect("decodes what it encoded");
+    let generated = translated(proxy(WEB, "app=web,version=v1"), &cache);
     let eds: usize = Snapshot::from_resources(&generated)
         .resources(TypeKind::Endpoint)
         .values()

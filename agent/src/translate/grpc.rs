@@ -365,13 +365,33 @@ mod tests {
     use prost::Message;
     use serde_json::{Value, json};
 
+    use std::collections::BTreeMap;
+
     use super::{SERVER_LISTENER_PREFIX, grpc_listener, server_listener};
     use crate::cache::Cache;
     use crate::model::proxy::Generator;
     use crate::resource::Resource;
+    use crate::resource::ResourceMap;
     use crate::testing::resource;
     use crate::translate::Translator;
     use crate::translate::tests::reviews_service;
+
+    /// What the gRPC generator builds for `proxy` from `resources`: its listeners as built, and
+    /// packed as the ADS server holds them.
+    fn grpc_listeners(
+        proxy: crate::model::proxy::Proxy,
+        resources: Vec<pasa_proto::store::v1::Resource>,
+    ) -> (BTreeMap<String, Listener>, ResourceMap) {
+        let out = Translator::new(proxy)
+            .update(&Cache::from_resources(resources, 100), Generator::Grpc)
+            .expect("decodes what it encoded");
+        let kept = out
+            .listeners
+            .iter()
+            .map(|(n, l)| (n.clone(), Resource::pack(l)))
+            .collect();
+        (out.listeners, kept)
+    }
 
     /// What a gRPC server of reviews (`10.0.0.2`, `app: reviews` and `labels`) listening on
     /// `0.0.0.0:9080` is sent, given `policies`.
@@ -387,14 +407,7 @@ mod tests {
             .collect();
         let mut resources = vec![reviews_service()];
         resources.extend(policies);
-        let out = Translator::new(proxy)
-            .update(&Cache::from_resources(resources, 100), Generator::Grpc)
-            .expect("decodes what it encoded");
-        let kept = out
-            .listeners
-            .iter()
-            .map(|(n, l)| (n.clone(), Resource::pack(l)))
-            .collect();
+        let (_, kept) = grpc_listeners(proxy, resources);
         let name = format!("{SERVER_LISTENER_PREFIX}0.0.0.0:9080");
         let served = server_listener(&name, &kept).expect("a listener for a served port");
         Listener::decode(served.body.value.as_slice()).unwrap()
@@ -426,17 +439,7 @@ mod tests {
     fn a_server_listener_is_made_for_the_address_asked_for() {
         let mut proxy = crate::testing::sidecar("10.0.0.2");
         proxy.labels = [("app".to_string(), "reviews".to_string())].into();
-        let out = Translator::new(proxy)
-            .update(
-                &Cache::from_resources(vec![reviews_service()], 1),
-                Generator::Grpc,
-            )
-            .expect("decodes what it encoded");
-        let kept = out
-            .listeners
-            .iter()
-            .map(|(n, l)| (n.clone(), Resource::pack(l)))
-            .collect();
+        let (_, kept) = grpc_listeners(proxy, vec![reviews_service()]);
         for (address, host) in [
             ("0.0.0.0:9080", "0.0.0.0"),
             ("[::]:9080", "::"),
@@ -464,19 +467,10 @@ mod tests {
 
     #[test]
     fn a_client_may_name_a_service_of_its_namespace_by_a_short_name() {
-        let out = Translator::new(crate::testing::sidecar("10.0.0.9"))
-            .update(
-                &Cache::from_resources(vec![reviews_service()], 1),
-                Generator::Grpc,
-            )
-            .expect("decodes what it encoded");
-        let kept = out
-            .listeners
-            .iter()
-            .map(|(n, l)| (n.clone(), Resource::pack(l)))
-            .collect();
+        let (listeners, kept) =
+            grpc_listeners(crate::testing::sidecar("10.0.0.9"), vec![reviews_service()]);
         let domain = "default.svc.cluster.local";
-        let full = &out.listeners["reviews.default.svc.cluster.local:9080"];
+        let full = &listeners["reviews.default.svc.cluster.local:9080"];
         for name in [
             "reviews:9080",
             "reviews.default:9080",
