@@ -1090,6 +1090,14 @@ impl GlobalInputs {
         // mesh config.
         view.route_settings.hash(&mut listeners);
         view.route_settings.hash(&mut routes);
+        if !router && !grpc {
+            // The rules of the services the workload serves shape its inbound clusters.
+            for local in view.local_instances() {
+                if let Some(dr) = view.destination_rules.for_service(local.service) {
+                    config_identity(&dr.meta, &mut listeners);
+                }
+            }
+        }
         if !router {
             for vs in view.registry.virtual_services() {
                 if !vs.spec.tcp.is_empty() || !vs.spec.tls.is_empty() {

@@ -132,15 +132,6 @@ const KNOWN: &[(At, &str)] = &[
     ),
     (
         |path| {
-            path.starts_with(".C inbound|")
-                && path.ends_with(".metadata.filterMetadata.istio.config")
-        },
-        "istiod applies the DestinationRule of the service a workload serves to its inbound \
-         cluster too (its connection pool, server-side) and names it in the cluster's metadata; \
-         the agent's inbound clusters do not take it yet",
-    ),
-    (
-        |path| {
             path.starts_with(".L virtualInbound.filterChains[")
                 && (path.ends_with("].metadata") || path.ends_with(".decorator.operation"))
         },

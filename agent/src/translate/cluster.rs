@@ -1328,11 +1328,15 @@ pub(super) fn inbound_passthrough(preserve_case: bool) -> Cluster {
 /// `inbound|<port>||`: traffic for the local workload, to `endpoint` (`127.0.0.1:<port>` or a
 /// Sidecar ingress listener's `defaultEndpoint`), or to the original destination when `None`;
 /// upstream, the HTTP its port's `protocol` says (what the client spoke, where it is detected).
+/// The connection pool of the `rule` of the service the port serves applies here too, for its
+/// service port (`rule`'s second), as istiod applies it: the server takes what its clients may
+/// send.
 pub(super) fn inbound(
     port: u32,
     endpoint: Option<(String, u32)>,
     protocol: Option<Protocol>,
     preserve_case: bool,
+    rule: Option<(&DestinationRule, u32)>,
 ) -> Cluster {
     let name = names::inbound_cluster(port);
     let cluster = match endpoint {
@@ -1353,18 +1357,20 @@ pub(super) fn inbound(
             ..inbound_original_destination(&name)
         },
     };
-    Cluster {
-        circuit_breakers: unlimited_circuit_breakers(),
+    let mut cluster = Cluster {
         common_lb_config: Some(Default::default()),
-        typed_extension_protocol_options: upstream_http_options(
-            None,
-            Upstream::of(protocol, true),
-            preserve_case,
-        )
-        .map(|options| [(HTTP_PROTOCOL_OPTIONS.to_string(), pack_any(options))].into())
-        .unwrap_or_default(),
         ..cluster
-    }
+    };
+    let policy = rule.map(|(dr, service_port)| Policy::of(Some(dr), None, service_port));
+    let common = apply_connection_pool(
+        &mut cluster,
+        policy.as_ref().and_then(|p| p.connection_pool.as_ref()),
+    );
+    cluster.typed_extension_protocol_options =
+        upstream_http_options(common, Upstream::of(protocol, true), preserve_case)
+            .map(|options| [(HTTP_PROTOCOL_OPTIONS.to_string(), pack_any(options))].into())
+            .unwrap_or_default();
+    cluster
 }
 
 #[cfg(test)]

@@ -1473,3 +1473,42 @@ fn mutual_tls_pins_identities_in_the_meshs_trust_domain() {
         ]
     );
 }
+
+#[test]
+fn the_rule_of_a_service_the_workload_serves_limits_its_inbound_cluster_too() {
+    let limited = |revision: u64| {
+        resource(
+            "DestinationRule",
+            "default",
+            "reviews",
+            json!({"host": "reviews", "trafficPolicy": {"connectionPool": {
+                "tcp": {"maxConnections": 7}, "http": {"http2MaxRequests": 9}}}}),
+            revision,
+        )
+    };
+    let mut t = Translator::new(reviews_workload());
+    let out = t
+        .update(&cache(vec![reviews_service()]), Generator::Envoy)
+        .expect("decodes what it encoded");
+    let thresholds = |out: &crate::resource::Resources| {
+        out.clusters["inbound|9080||"]
+            .circuit_breakers
+            .clone()
+            .unwrap()
+            .thresholds[0]
+    };
+    assert_eq!(
+        thresholds(&out).max_connections.map(|v| v.value),
+        Some(u32::MAX)
+    );
+    // The rule arrives later: the inbound cluster follows it (server-side, as istiod).
+    let out = t
+        .update(
+            &cache(vec![reviews_service(), limited(5)]),
+            Generator::Envoy,
+        )
+        .expect("decodes what it encoded");
+    let limits = thresholds(&out);
+    assert_eq!(limits.max_connections.map(|v| v.value), Some(7));
+    assert_eq!(limits.max_requests.map(|v| v.value), Some(9));
+}

@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::{
     TrafficDirection, TransportSocket, transport_socket,
@@ -46,7 +47,9 @@ use super::super::{Built, View, hcm, metadata, names, route, sds};
 use super::PLAINTEXT_HTTP_ALPNS;
 use crate::model::authn::{MergedPolicy, MtlsMode};
 use crate::model::proxy::ProxyBuild;
+use crate::model::registry::Config;
 use crate::model::secrets;
+use pasa_proto::istio::destination_rule::DestinationRule;
 use pasa_proto::istio::virtual_service::HttpRetry;
 
 const MTLS_HTTP_ALPNS: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
@@ -93,6 +96,9 @@ struct ChainConfig {
     services: Vec<(u32, metadata::ServiceLabel)>,
     /// The Envoy build served: only Istio's proxy negotiates the in-band metadata exchange.
     build: ProxyBuild,
+    /// The DestinationRule of the (first) service the port serves, with its service port: its
+    /// connection pool applies to the inbound cluster too.
+    rule: Option<(Arc<Config<DestinationRule>>, u32)>,
 }
 
 /// What every inbound chain of the proxy shares: its authorization filters, the connection
@@ -214,6 +220,7 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
             passthrough: true,
             services: Vec::new(),
             build: view.proxy.build,
+            rule: None,
         };
         let mode = policy.for_port(port);
         chains.extend(port_chains(
@@ -232,15 +239,24 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
                 cc.endpoint.clone(),
                 cc.protocol,
                 shared.hcm.preserve_case,
+                cc.rule.as_ref().map(|(dr, port)| (&dr.spec, *port)),
             ),
         );
-        if view.proxy.build == ProxyBuild::Istio {
-            let labels: Vec<metadata::ServiceLabel> =
-                cc.services.iter().map(|(_, l)| l.clone()).collect();
-            out.cluster_fields.insert(
-                cluster_name.clone(),
-                metadata::cluster_field(None, &labels, false, None, false),
-            );
+        // The rule that shaped it (when it has a traffic policy), and, for Istio's stats, the
+        // services it is for.
+        let rule = cc
+            .rule
+            .as_ref()
+            .filter(|(dr, _)| dr.spec.traffic_policy.is_some())
+            .map(|(dr, _)| &dr.meta);
+        let labels: Vec<metadata::ServiceLabel> = if view.proxy.build == ProxyBuild::Istio {
+            cc.services.iter().map(|(_, l)| l.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        let field = metadata::cluster_field(rule, &labels, false, None, false);
+        if !field.is_empty() {
+            out.cluster_fields.insert(cluster_name.clone(), field);
         }
         let mode = policy.for_port(cc.port);
         match &cc.tls {
@@ -672,12 +688,17 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 i.bind.clone()
             };
             // The service the port serves, if one does (istiod's labels stand for no other).
-            let services = instances
-                .iter()
-                .find(|l| l.target == port.number)
+            let serving = instances.iter().find(|l| l.target == port.number);
+            let services = serving
                 .map(|l| (l.service_port, metadata::ServiceLabel::of(l.service)))
                 .into_iter()
                 .collect();
+            let rule = serving.and_then(|l| {
+                Some((
+                    view.destination_rules.for_service(l.service)?,
+                    l.service_port,
+                ))
+            });
             by_port.entry(port.number).or_insert(ChainConfig {
                 port: port.number,
                 protocol,
@@ -687,6 +708,7 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 passthrough: false,
                 services,
                 build: view.proxy.build,
+                rule,
             });
         }
         return by_port.into_values().collect();
@@ -701,6 +723,10 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
             passthrough: false,
             services: Vec::new(),
             build: view.proxy.build,
+            rule: view
+                .destination_rules
+                .for_service(local.service)
+                .map(|dr| (dr, local.service_port)),
         });
         let label = metadata::ServiceLabel::of(local.service);
         let first_port = cc.services.first().map_or(local.service_port, |(p, _)| *p);
