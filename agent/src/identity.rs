@@ -154,6 +154,17 @@ pub enum IdentityError {
     ProxyConfig(String),
 }
 
+/// A downward API file (see [`parse_downward_labels`]) read from `path`; what goes wrong is
+/// told by `error` (path, message).
+fn read_downward_file(
+    path: &std::path::Path,
+    error: impl Fn(String, String) -> IdentityError,
+) -> Result<BTreeMap<String, String>, IdentityError> {
+    let fail = |message: String| error(path.display().to_string(), message);
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    parse_downward_labels(&text).map_err(fail)
+}
+
 /// Reads a downward API labels (or annotations) file: `key="value"` lines, the value quoted as
 /// Go quotes strings (`\"`, `\\`, `\n`).
 pub fn parse_downward_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
@@ -269,25 +280,15 @@ impl IdentityArgs {
             namespace,
             labels: match &self.labels_file {
                 None => parse_labels(&self.labels)?,
-                Some(path) => {
-                    let error = |message: String| IdentityError::LabelsFile {
-                        path: path.display().to_string(),
-                        message,
-                    };
-                    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
-                    parse_downward_labels(&text).map_err(error)?
-                }
+                Some(path) => read_downward_file(path, |path, message| {
+                    IdentityError::LabelsFile { path, message }
+                })?,
             },
             annotations: match &self.annotations_file {
                 None => BTreeMap::new(),
-                Some(path) => {
-                    let error = |message: String| IdentityError::AnnotationsFile {
-                        path: path.display().to_string(),
-                        message,
-                    };
-                    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
-                    parse_downward_labels(&text).map_err(error)?
-                }
+                Some(path) => read_downward_file(path, |path, message| {
+                    IdentityError::AnnotationsFile { path, message }
+                })?,
             },
             service_account: self.service_account.clone(),
             cluster_id: self.cluster_id.clone(),

@@ -560,7 +560,16 @@ impl Builder<'_, '_> {
                 if rule.route.is_empty() {
                     continue;
                 }
-                if rule.matches.is_empty() {
+                // A rule without matches, or a match that applies here for every subnet, takes
+                // the whole listener; the others take the subnets their matches name.
+                let applying: Vec<_> = rule
+                    .matches
+                    .iter()
+                    .filter(|m| self.l4_applies(*m, listen))
+                    .collect();
+                if rule.matches.is_empty()
+                    || applying.iter().any(|m| m.destination_subnets.is_empty())
+                {
                     out.push(
                         ChainOpts::network(
                             self.tcp_route_filter(rule, vs, listen),
@@ -571,21 +580,10 @@ impl Builder<'_, '_> {
                     );
                     return out;
                 }
-                let mut subnets = Vec::new();
-                for m in rule.matches.iter().filter(|m| self.l4_applies(*m, listen)) {
-                    if m.destination_subnets.is_empty() {
-                        out.push(
-                            ChainOpts::network(
-                                self.tcp_route_filter(rule, vs, listen),
-                                &req.cidrs,
-                                Vec::new(),
-                            )
-                            .from(vs),
-                        );
-                        return out;
-                    }
-                    subnets.extend(m.destination_subnets.iter().cloned());
-                }
+                let subnets: Vec<String> = applying
+                    .iter()
+                    .flat_map(|m| m.destination_subnets.iter().cloned())
+                    .collect();
                 if !subnets.is_empty() {
                     out.push(
                         ChainOpts::network(
