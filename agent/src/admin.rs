@@ -22,7 +22,8 @@
 //!
 //! **Secrets.** SDS secrets appear under `SDS` with their name, version and certificates; a
 //! private key is never shown: it is replaced by `[redacted]` in both forms, as in Envoy's own
-//! config dump.
+//! config dump; so is a Wasm module's pull secret in an ECDS resource (as istiod's debug
+//! endpoints hide it).
 
 pub mod simulate;
 
@@ -51,6 +52,7 @@ use crate::credentials;
 use crate::follow::Link;
 use crate::metrics::Metrics;
 use crate::resource::TypeKind;
+use crate::translate::extensions;
 
 /// What the admin endpoint reads.
 #[derive(Clone)]
@@ -287,6 +289,9 @@ async fn config_dump(State(state): State<AdminState>, uri: Uri) -> Response {
 fn shown(kind: TypeKind, body: &Any) -> std::borrow::Cow<'_, Any> {
     match kind {
         TypeKind::Secret => std::borrow::Cow::Owned(credentials::redacted(body)),
+        TypeKind::ExtensionConfig => {
+            std::borrow::Cow::Owned(extensions::redacted(body, credentials::REDACTED))
+        }
         _ => std::borrow::Cow::Borrowed(body),
     }
 }
@@ -308,7 +313,9 @@ fn debug_text(kind: TypeKind, body: &Any) -> String {
         TypeKind::Route => show::<RouteConfiguration>(bytes),
         TypeKind::Secret => show::<Secret>(&credentials::redacted(body).value),
         TypeKind::ExtensionConfig => {
-            show::<envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig>(bytes)
+            show::<envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig>(
+                &extensions::redacted(body, credentials::REDACTED).value,
+            )
         }
     }
 }

@@ -183,6 +183,8 @@ fn scope_rule(proxy: &Proxy) -> Rule {
             Kind::Telemetry,
             Kind::WasmPlugin,
             Kind::TrafficExtension,
+            // Their modules' pull secrets, of their namespaces.
+            Kind::ImagePullSecret,
             // Kept in the root namespace only.
             Kind::MeshConfig,
             Kind::JsonWebKeySet,
@@ -223,6 +225,7 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
                 Kind::Telemetry,
                 Kind::WasmPlugin,
                 Kind::TrafficExtension,
+                Kind::ImagePullSecret,
                 Kind::MeshConfig,
                 Kind::JsonWebKeySet,
             ]),

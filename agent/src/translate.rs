@@ -1070,9 +1070,11 @@ impl GlobalInputs {
                 }
                 // Applied to what was built, as it is handed out (see `envoy_filter`,
                 // `telemetry`, `extensions`).
-                Kind::EnvoyFilter | Kind::Telemetry | Kind::WasmPlugin | Kind::TrafficExtension => {
-                    (false, false)
-                }
+                Kind::EnvoyFilter
+                | Kind::Telemetry
+                | Kind::WasmPlugin
+                | Kind::TrafficExtension
+                | Kind::ImagePullSecret => (false, false),
                 // Not translated yet: stored and validated, not applied by the agent.
                 Kind::ProxyConfig | Kind::WorkloadGroup => (false, false),
                 Kind::Sidecar | Kind::Gateway => (true, true),

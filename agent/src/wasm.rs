@@ -11,7 +11,11 @@
 //!   (anonymous bearer tokens as registries hand them out; HTTPS, then plain HTTP when the
 //!   registry speaks no TLS), its digest checked against `sha256`, the module from Istio's
 //!   image formats: a Docker or OCI image whose last layer (a gzip'd tar) holds `plugin.wasm`,
-//!   or an OCI artifact with a Wasm layer. Images behind a pull secret are not pulled.
+//!   or an OCI artifact with a Wasm layer. An extension's `imagePullSecret` signs in: the
+//!   login its Docker config gives the registry's host (a user and password, sent as Basic
+//!   credentials or to the registry's token service; or a registry token), as pilot-agent
+//!   signs in with the secret istiod sends it. A pull secret the store does not hold fails the
+//!   fetch, as pilot-agent's does.
 //!
 //! Modules are kept in `<cache dir>/wasm` named by their checksum (the module's, or the image's
 //! digest), so that a module whose checksum is known is not fetched again (a restarted agent
@@ -28,7 +32,9 @@ use std::time::{Duration, Instant};
 use pasa_proto::digest::sha256_hex;
 use tokio::sync::watch;
 
-use crate::translate::extensions::{ModuleCode, ModuleSource};
+use pasa_proto::istio::extensions::{ImagePullSecret, RegistryLogin};
+
+use crate::translate::extensions::{ModuleCode, ModuleSource, PullSecret};
 
 /// The largest module fetched (pilot-agent's default).
 const MAX_BYTES: usize = 256 << 20;
@@ -42,7 +48,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(30);
 pub struct PilotAgent;
 
 impl ModuleSource for PilotAgent {
-    fn module(&self, _url: &str, _sha256: &str) -> ModuleCode {
+    fn module(&self, _url: &str, _sha256: &str, _secret: PullSecret<'_>) -> ModuleCode {
         ModuleCode::Remote
     }
 }
@@ -53,10 +59,14 @@ pub struct Fetcher {
     dir: PathBuf,
     client: pasa_runtime::fetch::Client,
     runtime: tokio::runtime::Handle,
-    state: Mutex<HashMap<(String, String), State>>,
+    state: Mutex<HashMap<Wanted, State>>,
     /// Counts the fetches that ended: translation asks again when it moves.
     done: watch::Sender<u64>,
 }
+
+/// A module as asked for: its URL, its SHA-256 (lower case, or empty), and the Docker config
+/// it is pulled with (empty for none): new credentials try a failed pull again.
+type Wanted = (String, String, String);
 
 #[derive(Debug, Clone)]
 enum State {
@@ -82,10 +92,14 @@ impl Fetcher {
         self.done.subscribe()
     }
 
-    fn start(self: &Arc<Self>, url: String, sha256: String) {
+    fn start(self: &Arc<Self>, wanted: Wanted) {
         let this = Arc::clone(self);
         self.runtime.spawn(async move {
-            let result = this.fetch(&url, &sha256).await;
+            let (url, sha256, login) = &wanted;
+            let secret = (!login.is_empty()).then(|| ImagePullSecret {
+                docker_config_json: login.clone(),
+            });
+            let result = this.fetch(url, sha256, secret.as_ref()).await;
             let state = match result {
                 Ok(path) => {
                     tracing::info!(%url, path, "Wasm module fetched");
@@ -97,13 +111,18 @@ impl Fetcher {
                 }
             };
             if let Ok(mut states) = this.state.lock() {
-                states.insert((url, sha256), state);
+                states.insert(wanted, state);
             }
             this.done.send_modify(|n| *n += 1);
         });
     }
 
-    async fn fetch(&self, url: &str, sha256: &str) -> Result<String, String> {
+    async fn fetch(
+        &self,
+        url: &str,
+        sha256: &str,
+        secret: Option<&ImagePullSecret>,
+    ) -> Result<String, String> {
         let (module, digest) = if url.starts_with("http://") || url.starts_with("https://") {
             let body = pasa_runtime::fetch::get(&self.client, url, TIMEOUT, MAX_BYTES).await?;
             let module = unboxed(body).map_err(|e| format!("{url}: {e}"))?;
@@ -111,7 +130,9 @@ impl Fetcher {
             (module, digest)
         } else {
             let reference = url.strip_prefix("oci://").unwrap_or(url);
-            Registry::new(&self.client, reference)?.pull().await?
+            Registry::new(&self.client, reference, secret)?
+                .pull()
+                .await?
         };
         if !sha256.is_empty() && !digest.eq_ignore_ascii_case(sha256) {
             return Err(format!(
@@ -129,8 +150,15 @@ impl Fetcher {
 }
 
 impl ModuleSource for Arc<Fetcher> {
-    fn module(&self, url: &str, sha256: &str) -> ModuleCode {
-        let key = (url.to_string(), sha256.to_lowercase());
+    fn module(&self, url: &str, sha256: &str, secret: PullSecret<'_>) -> ModuleCode {
+        if let Some(e) = secret.missing() {
+            return ModuleCode::Failed(format!("{url}: {e}"));
+        }
+        let login = match secret {
+            PullSecret::Found(s) => s.docker_config_json.clone(),
+            _ => String::new(),
+        };
+        let key = (url.to_string(), sha256.to_lowercase(), login);
         let Ok(mut states) = self.state.lock() else {
             return ModuleCode::Failed("the module table is poisoned".into());
         };
@@ -156,7 +184,7 @@ impl ModuleSource for Arc<Fetcher> {
             _ => None,
         };
         drop(states);
-        self.start(key.0, key.1);
+        self.start(key);
         match retried {
             // Tried again in the background: the failure stands meanwhile.
             Some(e) => ModuleCode::Failed(e),
@@ -230,12 +258,19 @@ struct Registry<'a> {
     reference: String,
     /// `https`, or `http` once the registry answered plain HTTP.
     scheme: &'static str,
-    token: Option<String>,
+    /// The pull secret's login for this registry.
+    login: Option<RegistryLogin>,
+    /// The `authorization` header the registry takes (a bearer token, or Basic credentials).
+    authorization: Option<String>,
 }
 
 impl<'a> Registry<'a> {
     /// `host[:port]/repository[:tag|@digest]`; Docker Hub's short names as Docker reads them.
-    fn new(client: &'a pasa_runtime::fetch::Client, image: &str) -> Result<Self, String> {
+    fn new(
+        client: &'a pasa_runtime::fetch::Client,
+        image: &str,
+        secret: Option<&ImagePullSecret>,
+    ) -> Result<Self, String> {
         let (name, reference) = match image.split_once('@') {
             Some((name, digest)) => (name, digest.to_string()),
             None => match image.rsplit_once(':') {
@@ -263,13 +298,25 @@ impl<'a> Registry<'a> {
         } else {
             host
         };
+        let login = match secret {
+            Some(s) => s
+                .login_for(&host)
+                .map_err(|e| format!("{image:?}: the pull secret's {e}"))?,
+            None => None,
+        };
+        // A registry token is sent from the start.
+        let authorization = match &login {
+            Some(RegistryLogin::Token(token)) => Some(format!("Bearer {token}")),
+            _ => None,
+        };
         Ok(Registry {
             client,
             host,
             repository,
             reference,
             scheme: "https",
-            token: None,
+            login,
+            authorization,
         })
     }
 
@@ -358,11 +405,11 @@ impl<'a> Registry<'a> {
             if let Some(accept) = accept {
                 headers.push(("accept", accept.to_string()));
             }
-            // The token is the registry's: not sent where it redirects.
-            if let Some(token) = &self.token
+            // The credentials are the registry's: not sent where it redirects.
+            if let Some(authorization) = &self.authorization
                 && url.starts_with(&format!("{}://{}/", self.scheme, self.host))
             {
-                headers.push(("authorization", format!("Bearer {token}")));
+                headers.push(("authorization", authorization.clone()));
             }
             let headers: Vec<(&str, &str)> =
                 headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -398,10 +445,16 @@ impl<'a> Registry<'a> {
                         location
                     };
                 }
-                401 if self.token.is_none() => {
+                401 if self.authorization.is_none() => {
                     let challenge = header("www-authenticate")
                         .ok_or_else(|| format!("GET {url}: 401 without a challenge"))?;
-                    self.token = Some(self.token(&challenge).await?);
+                    self.authorization = Some(self.sign_in(&challenge).await?);
+                }
+                401 | 403 if self.login.is_some() => {
+                    return Err(format!(
+                        "GET {url}: {}: the registry refused the pull secret's login",
+                        answer.status
+                    ));
                 }
                 _ => return Err(format!("GET {url}: {}", answer.status)),
             }
@@ -409,8 +462,25 @@ impl<'a> Registry<'a> {
         Err(format!("GET {url}: too many redirects"))
     }
 
-    /// An anonymous token for the bearer `challenge`'s realm, service and scope.
-    async fn token(&self, challenge: &str) -> Result<String, String> {
+    /// The `authorization` header answering `challenge`: Basic credentials where the registry
+    /// asks for them, or a token from the bearer challenge's realm (with the login, if any).
+    async fn sign_in(&self, challenge: &str) -> Result<String, String> {
+        use base64::Engine;
+        let basic = match &self.login {
+            Some(RegistryLogin::Basic { username, password }) => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"))
+            )),
+            _ => None,
+        };
+        if challenge.starts_with("Basic ") {
+            return basic.ok_or_else(|| {
+                format!(
+                    "{}: the registry asks for a login and no pull secret gives one",
+                    self.image()
+                )
+            });
+        }
         let params = challenge
             .strip_prefix("Bearer ")
             .ok_or_else(|| format!("{}: unsupported challenge {challenge:?}", self.image()))?;
@@ -433,13 +503,27 @@ impl<'a> Registry<'a> {
         } else {
             format!("{realm}?{}", query.join("&"))
         };
-        let body = pasa_runtime::fetch::get(self.client, &url, TIMEOUT, 1 << 20).await?;
+        let headers: Vec<(&str, &str)> = basic
+            .as_deref()
+            .map(|b| ("authorization", b))
+            .into_iter()
+            .collect();
+        let answer =
+            pasa_runtime::fetch::request(self.client, &url, &headers, TIMEOUT, 1 << 20).await?;
+        if !answer.status.is_success() {
+            let whose = if basic.is_some() {
+                " with the pull secret's login"
+            } else {
+                " (anonymously: a private image needs the extension's imagePullSecret)"
+            };
+            return Err(format!("GET {url}{whose}: {}", answer.status));
+        }
         let answer: serde_json::Value =
-            serde_json::from_slice(&body).map_err(|e| format!("{url}: not JSON: {e}"))?;
+            serde_json::from_slice(&answer.body).map_err(|e| format!("{url}: not JSON: {e}"))?;
         answer["token"]
             .as_str()
             .or_else(|| answer["access_token"].as_str())
-            .map(str::to_string)
+            .map(|t| format!("Bearer {t}"))
             .ok_or_else(|| format!("{url}: no token"))
     }
 }

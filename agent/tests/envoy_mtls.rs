@@ -37,8 +37,9 @@
 //!   module the test assembles) is a file in the server's pod, served to its Envoy over ECDS,
 //!   and a Lua TrafficExtension on the client's outbound side, each add their header to real
 //!   responses; the same module over HTTP is fetched by the agent and checked against its
-//!   SHA-256; one whose checksum is wrong fails closed (403); deleting them takes the headers
-//!   away.
+//!   SHA-256; one whose checksum is wrong fails closed (403); the same module as an image of a
+//!   private repository of a **fake** registry fails closed until the store holds its pull
+//!   secret (`ImagePullSecret`), then runs; deleting them takes the headers away.
 //!
 //! - Telemetry, through the store: a mesh-wide Telemetry logging to a file access log provider
 //!   of the mesh config makes both Envoys write a line for a real request to that file (the
@@ -54,6 +55,7 @@
 mod common;
 
 use common::envoy::{Envoy, Netns, agent_bootstrap};
+use common::registry;
 use common::sidecar;
 use common::store::StoreServer;
 use common::traffic::{Backend, request, until};
@@ -832,6 +834,52 @@ async fn traffic_extensions(
     );
     store.delete("WasmPlugin", "shop", "bad-sum").await;
     store.delete("WasmPlugin", "shop", "fetched").await;
+
+    // The module as a private image: without its pull secret in the store the filter fails
+    // closed; with it, the agent signs in to the registry and the module runs.
+    let mut content = registry::Content::default();
+    content.image(
+        "private/header",
+        "1",
+        "application/vnd.oci.image.manifest.v1+json",
+        vec![(
+            "application/vnd.oci.image.layer.v1.tar+gzip",
+            registry::plugin_layer(&bytes),
+        )],
+    );
+    let (registry_at, _registry) = registry::serve(content).await;
+    store
+        .apply(&[
+            json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
+            "metadata": {"name": "private", "namespace": "shop"},
+            "spec": {"selector": {"matchLabels": {"app": "server"}},
+                     "url": format!("oci://{registry_at}/private/header:1"),
+                     "imagePullSecret": "registry-creds", "failStrategy": "FAIL_CLOSE"}}),
+        ])
+        .await;
+    until(
+        client,
+        &url,
+        &host,
+        "the private module refused without its secret",
+        |a| a.status == 403,
+    );
+    let docker_config = json!({"auths": {registry_at.to_string():
+        {"username": registry::LOGIN.0, "password": registry::LOGIN.1}}});
+    store
+        .apply(&[
+            json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ImagePullSecret",
+            "metadata": {"name": "registry-creds", "namespace": "shop"},
+            "spec": {"dockerConfigJson": docker_config.to_string()}}),
+        ])
+        .await;
+    until(client, &url, &host, "the private module's header", |a| {
+        a.status == 200 && a.headers.get("x-wasm-plugin").map(String::as_str) == Some("yes")
+    });
+    store.delete("WasmPlugin", "shop", "private").await;
+    store
+        .delete("ImagePullSecret", "shop", "registry-creds")
+        .await;
     store.delete("TrafficExtension", "shop", "client-lua").await;
     until(client, &url, &host, "no extension left", |a| {
         a.status == 200
@@ -840,8 +888,8 @@ async fn traffic_extensions(
     });
     println!(
         "{protocol}: WasmPlugins over ECDS (a module from the pod's files, one the agent fetched \
-         over HTTP, one failing closed on its checksum) and a Lua TrafficExtension, on real \
-         responses"
+         over HTTP, one failing closed on its checksum, one pulled from a private registry with \
+         its pull secret) and a Lua TrafficExtension, on real responses"
     );
 }
 

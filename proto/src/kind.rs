@@ -57,10 +57,14 @@ pub enum Kind {
     /// PASA's own: the keys of a JWT issuer, fetched once for the mesh by PCP, kept in the root
     /// namespace (see `istio::request_authentication::KeySetSource`).
     JsonWebKeySet,
+    /// PASA's own: the registry credentials of a pull Secret a WasmPlugin or TrafficExtension
+    /// names (see `istio::extensions::ImagePullSecret`), kept under the Secret's namespace and
+    /// name.
+    ImagePullSecret,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::VirtualService,
         Kind::DestinationRule,
         Kind::ServiceEntry,
@@ -79,6 +83,7 @@ impl Kind {
         Kind::TrafficExtension,
         Kind::MeshConfig,
         Kind::JsonWebKeySet,
+        Kind::ImagePullSecret,
     ];
 
     /// Kinds that concern only the workloads of their own namespace (those of the mesh's root
@@ -86,7 +91,7 @@ impl Kind {
     /// namespace, and a store under mutual TLS lets a workload read no others. PeerAuthentication
     /// is not one: a client's auto-mTLS follows the mode of the namespace it calls, as istiod
     /// infers it.
-    pub const NAMESPACE_SCOPED: [Kind; 8] = [
+    pub const NAMESPACE_SCOPED: [Kind; 9] = [
         Kind::Sidecar,
         Kind::AuthorizationPolicy,
         Kind::RequestAuthentication,
@@ -95,6 +100,7 @@ impl Kind {
         Kind::Telemetry,
         Kind::WasmPlugin,
         Kind::TrafficExtension,
+        Kind::ImagePullSecret,
     ];
 
     /// Whether proxies read this kind at all (WorkloadGroups are the control plane's: templates
@@ -132,12 +138,16 @@ impl Kind {
             Kind::TrafficExtension => "TrafficExtension",
             Kind::MeshConfig => "MeshConfig",
             Kind::JsonWebKeySet => "JsonWebKeySet",
+            Kind::ImagePullSecret => "ImagePullSecret",
         }
     }
 
     pub fn group(self) -> &'static str {
         match self {
-            Kind::ServiceEndpoints | Kind::MeshConfig | Kind::JsonWebKeySet => PASA_GROUP,
+            Kind::ServiceEndpoints
+            | Kind::MeshConfig
+            | Kind::JsonWebKeySet
+            | Kind::ImagePullSecret => PASA_GROUP,
             Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
                 ISTIO_SECURITY_GROUP
             }
@@ -150,7 +160,10 @@ impl Kind {
     /// Versions of the kind's group that the store accepts, newest first.
     pub fn versions(self) -> &'static [&'static str] {
         match self {
-            Kind::ServiceEndpoints | Kind::MeshConfig | Kind::JsonWebKeySet => PASA_VERSIONS,
+            Kind::ServiceEndpoints
+            | Kind::MeshConfig
+            | Kind::JsonWebKeySet
+            | Kind::ImagePullSecret => PASA_VERSIONS,
             Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
                 ISTIO_SECURITY_VERSIONS
             }
@@ -183,6 +196,7 @@ impl Kind {
             Kind::TrafficExtension => "trafficextensions",
             Kind::MeshConfig => "meshconfigs",
             Kind::JsonWebKeySet => "jsonwebkeysets",
+            Kind::ImagePullSecret => "imagepullsecrets",
         }
     }
 
@@ -207,6 +221,7 @@ impl Kind {
             Kind::TrafficExtension => &[],
             Kind::MeshConfig => &["mesh"],
             Kind::JsonWebKeySet => &["jwks"],
+            Kind::ImagePullSecret => &[],
         }
     }
 

@@ -15,11 +15,15 @@
 //! - watch, list and get, as a proxy of its own namespace only: the node ID it watches as must
 //!   name that namespace (and the `CONFIG_NAMESPACE` and `SERVICE_ACCOUNT` it claims, when it
 //!   claims them, must be its own), and the policy kinds that select workloads of one namespace
-//!   ([`Kind::NAMESPACE_SCOPED`]: Sidecar, AuthorizationPolicy, RequestAuthentication) only of its own namespace and the mesh's root namespace. Services,
-//!   routes and the rest are visible across namespaces, as istiod's default `exportTo` makes
-//!   them; `exportTo` narrowing is applied by the agent, as in istiod it narrows what config
-//!   applies rather than guarding secrets. The store holds no Secrets: TLS keys stay in the pods
-//!   that mount them;
+//!   ([`Kind::NAMESPACE_SCOPED`]: Sidecar, AuthorizationPolicy, RequestAuthentication, ...)
+//!   only of its own namespace and the mesh's root namespace. Services, routes and the rest are
+//!   visible across namespaces, as istiod's default `exportTo` makes them; `exportTo` narrowing
+//!   is applied by the agent, as in istiod it narrows what config applies rather than guarding
+//!   secrets. The store holds no TLS keys (they stay in the pods that mount them); the only
+//!   credentials it holds are the registry logins of the pull secrets Wasm extensions name
+//!   (`ImagePullSecret`, namespace-scoped: readable by the workloads of the Secret's namespace,
+//!   and, for the root namespace's, by every workload, as istiod hands them to the proxies the
+//!   root namespace's extensions apply to);
 //! - report the status of proxies of its own namespace;
 //! - not write, and not list every proxy's status.
 //!
@@ -669,6 +673,8 @@ mod tests {
         for (bad, field) in [
             (rule(&[Kind::AuthorizationPolicy], &["bank"]), "rules[1]"),
             (rule(&[Kind::RequestAuthentication], &[]), "rules[1]"),
+            // Another namespace's registry credentials.
+            (rule(&[Kind::ImagePullSecret], &["bank"]), "rules[1]"),
             (rule(&[], &["bank"]), "rules[1]"),
         ] {
             let sel = Selector {
@@ -691,6 +697,14 @@ mod tests {
             .unwrap();
         access.get(&shop, &key(Kind::ServiceEntry, "bank")).unwrap();
         assert!(access.get(&shop, &key(Kind::Sidecar, "bank")).is_err());
+        access
+            .get(&shop, &key(Kind::ImagePullSecret, "shop"))
+            .unwrap();
+        assert!(
+            access
+                .get(&shop, &key(Kind::ImagePullSecret, "bank"))
+                .is_err()
+        );
     }
 
     #[test]

@@ -280,6 +280,8 @@ enum Parsed {
     /// A TrafficExtension, or a WasmPlugin read as one (as istiod reads it: its name marked
     /// with [`pasa_proto::istio::extensions::WASM_PLUGIN_MARKER`]).
     TrafficExtension(Arc<Config<pasa_proto::istio::extensions::TrafficExtension>>),
+    /// The registry credentials an extension's `imagePullSecret` names.
+    ImagePullSecret(Arc<Config<pasa_proto::istio::extensions::ImagePullSecret>>),
     /// A kind translation does not read, or a spec that did not parse.
     Ignored,
 }
@@ -695,6 +697,23 @@ impl Registry {
         }
     }
 
+    /// The registry credentials of the pull Secret `name` of `namespace`, if the store has them.
+    pub fn image_pull_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<&pasa_proto::istio::extensions::ImagePullSecret> {
+        let key = Key {
+            kind: Kind::ImagePullSecret,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        match &self.entries.get(&key)?.parsed {
+            Parsed::ImagePullSecret(c) => Some(&c.spec),
+            _ => None,
+        }
+    }
+
     /// The mesh config of the mesh whose root namespace is `root_namespace` (`mesh` there), if
     /// the store has one.
     pub fn mesh_config(
@@ -1100,6 +1119,9 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
         Some(Kind::ProxyConfig) => None,
         Some(Kind::MeshConfig) => typed(resource).map(|c| Parsed::MeshConfig(Arc::new(c))),
         Some(Kind::JsonWebKeySet) => typed(resource).map(|c| Parsed::JsonWebKeySet(Arc::new(c))),
+        Some(Kind::ImagePullSecret) => {
+            typed(resource).map(|c| Parsed::ImagePullSecret(Arc::new(c)))
+        }
         // The control plane's (auto-registration), not a proxy's.
         Some(Kind::WorkloadGroup) | None => None,
     };

@@ -181,6 +181,7 @@ fn a_fresh_sidecar_asks_for_its_scope_first_then_for_what_it_sees() {
             "Telemetry",
             "WasmPlugin",
             "TrafficExtension",
+            "ImagePullSecret",
             "MeshConfig",
             "JsonWebKeySet"
         ]

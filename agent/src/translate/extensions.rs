@@ -48,7 +48,7 @@ use envoy_types::pb::envoy::extensions::wasm::v3::{
 use envoy_types::pb::google::protobuf::{Any, Duration, StringValue};
 use envoy_types::util::pack_any;
 use pasa_proto::istio::authorization_policy::applies_to_workload;
-use pasa_proto::istio::extensions::TrafficExtension;
+use pasa_proto::istio::extensions::{ImagePullSecret, TrafficExtension};
 use pasa_proto::node::ProxyType;
 use prost::{Message, Name};
 
@@ -63,6 +63,8 @@ use crate::resource::{Generated, Resource};
 /// The prefix of an extension's ECDS resource (and filter) name.
 pub const RESOURCE_PREFIX: &str = "extensions.istio.io/trafficextension/";
 const RUNTIME: &str = "envoy.wasm.runtime.v8";
+/// The VM variable a module's pull secret reaches pilot-agent in (redacted in config dumps).
+pub const PULL_SECRET_ENV: &str = "ISTIO_META_WASM_IMAGE_PULL_SECRET";
 /// The largest Lua script istiod takes.
 const MAX_LUA_BYTES: usize = 64 * 1024;
 const HTTP_EXT_AUTHZ: &str = "envoy.filters.http.ext_authz";
@@ -85,8 +87,33 @@ pub enum ModuleCode {
 
 /// Where the Wasm modules of extensions come from when they are not files in the pod.
 pub trait ModuleSource: Send + Sync + std::fmt::Debug {
-    /// The module at `url` (with scheme), whose SHA-256 is `sha256` when not empty.
-    fn module(&self, url: &str, sha256: &str) -> ModuleCode;
+    /// The module at `url` (with scheme), whose SHA-256 is `sha256` when not empty, pulled
+    /// with the registry credentials of `secret`.
+    fn module(&self, url: &str, sha256: &str, secret: PullSecret<'_>) -> ModuleCode;
+}
+
+/// The registry credentials an extension's `imagePullSecret` names (a `kubernetes.io/
+/// dockerconfigjson` Secret of the extension's namespace, carried into the store by the syncer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullSecret<'a> {
+    /// The extension names none.
+    Unnamed,
+    /// It names `<namespace>/<name>`, which the store does not hold.
+    Missing(&'a str, &'a str),
+    Found(&'a ImagePullSecret),
+}
+
+impl PullSecret<'_> {
+    /// Why a module cannot be pulled with it, if it cannot.
+    pub fn missing(&self) -> Option<String> {
+        match self {
+            PullSecret::Missing(namespace, name) => Some(format!(
+                "imagePullSecret {namespace}/{name} is not in the store (it must be a \
+                 kubernetes.io/dockerconfigjson Secret of the extension's namespace)"
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// The phases, in the order of their places in a filter chain.
@@ -190,14 +217,36 @@ impl Extension<'_> {
         })
     }
 
+    /// The registry credentials its module is pulled with.
+    fn pull_secret<'r>(&'r self, registry: &'r Registry) -> PullSecret<'r> {
+        let Some(name) = self
+            .spec()
+            .wasm
+            .as_ref()
+            .map(|w| w.image_pull_secret.as_str())
+            .filter(|n| !n.is_empty())
+        else {
+            return PullSecret::Unnamed;
+        };
+        let namespace = self.config.meta.namespace.as_str();
+        match registry.image_pull_secret(namespace, name) {
+            Some(secret) => PullSecret::Found(secret),
+            None => PullSecret::Missing(namespace, name),
+        }
+    }
+
     /// Where its Wasm module is.
-    fn code(&self, modules: Option<&dyn ModuleSource>) -> Option<ModuleCode> {
+    fn code(
+        &self,
+        modules: Option<&dyn ModuleSource>,
+        secret: PullSecret<'_>,
+    ) -> Option<ModuleCode> {
         let wasm = self.spec().wasm.as_ref()?;
         let url = self.module_url()?;
         Some(match url.strip_prefix("file://") {
             Some(path) => ModuleCode::Local(path.to_string()),
             None => match modules {
-                Some(m) => m.module(&url, &wasm.sha256),
+                Some(m) => m.module(&url, &wasm.sha256, secret),
                 None => ModuleCode::Failed(format!("{url}: no module fetcher")),
             },
         })
@@ -205,7 +254,11 @@ impl Extension<'_> {
 
     /// The ECDS resource of a Wasm extension whose module is at `code` (none while it is
     /// fetched).
-    fn extension_config(&self, code: &ModuleCode) -> Option<TypedExtensionConfig> {
+    fn extension_config(
+        &self,
+        code: &ModuleCode,
+        secret: PullSecret<'_>,
+    ) -> Option<TypedExtensionConfig> {
         let wasm = self.spec().wasm.as_ref()?;
         let namespaced = format!("{}.{}", self.config.meta.namespace, self.config.meta.name);
         let fail_open = wasm.fail_strategy.as_deref() == Some("FAIL_OPEN");
@@ -257,7 +310,8 @@ impl Extension<'_> {
                             matches!(
                                 code.specifier,
                                 Some(async_data_source::Specifier::Remote(_))
-                            ),
+                            )
+                            .then_some(secret),
                         ),
                         code: Some(code),
                         ..Default::default()
@@ -303,6 +357,49 @@ impl Extension<'_> {
     }
 }
 
+/// A packed ECDS resource fit to show: the pull secret in its VM's environment replaced by
+/// `redaction` (as istiod's debug endpoints redact it). Anything else is shown as it is.
+pub fn redacted(body: &Any, redaction: &str) -> Any {
+    fn vm_env(config: &mut Option<PluginConfig>) -> Option<&mut EnvironmentVariables> {
+        match config.as_mut()?.vm.as_mut()? {
+            plugin_config::Vm::VmConfig(vm) => vm.environment_variables.as_mut(),
+        }
+    }
+    fn hide<M: Message + Default>(
+        any: &mut Any,
+        config: impl FnOnce(&mut M) -> &mut Option<PluginConfig>,
+        redaction: &str,
+    ) {
+        let Ok(mut message) = M::decode(any.value.as_slice()) else {
+            return;
+        };
+        if let Some(value) = vm_env(config(&mut message))
+            .and_then(|env| env.key_values.get_mut(PULL_SECRET_ENV))
+            .filter(|v| !v.is_empty())
+        {
+            *value = redaction.to_string();
+            any.value = message.encode_to_vec();
+        }
+    }
+    let Ok(mut ext) = TypedExtensionConfig::decode(body.value.as_slice()) else {
+        return body.clone();
+    };
+    let Some(typed) = ext.typed_config.as_mut() else {
+        return body.clone();
+    };
+    if typed.type_url == HttpWasm::type_url() {
+        hide::<HttpWasm>(typed, |w| &mut w.config, redaction);
+    } else if typed.type_url == NetworkWasm::type_url() {
+        hide::<NetworkWasm>(typed, |w| &mut w.config, redaction);
+    } else {
+        return body.clone();
+    }
+    Any {
+        type_url: body.type_url.clone(),
+        value: ext.encode_to_vec(),
+    }
+}
+
 /// Over ADS, the listener waiting for its extensions (they may be what secures it).
 fn discovery(type_urls: &[String]) -> ExtensionConfigSource {
     ExtensionConfigSource {
@@ -323,12 +420,14 @@ fn configuration(config: Option<&serde_json::Value>) -> Any {
 }
 
 /// The VM's environment: inline values, and the names of the host's variables it may read;
-/// for a module pilot-agent fetches, istiod's hints to it (the resource version, the pull
-/// policy, the pull secret, which PASA does not read: the fetch of a private image fails).
+/// for a module pilot-agent fetches (`for_pilot_agent`: with the pull secret), istiod's hints
+/// to it: the resource version, the pull policy, and the pull secret's Docker config (empty
+/// when the store has not got it, for pilot-agent to refuse the fetch, as istiod sends it).
+/// pilot-agent takes them out before the resource reaches Envoy.
 fn environment(
     wasm: &pasa_proto::istio::extensions::WasmConfig,
     revision: u64,
-    for_pilot_agent: bool,
+    for_pilot_agent: Option<PullSecret<'_>>,
 ) -> Option<EnvironmentVariables> {
     let mut out = EnvironmentVariables::default();
     for v in wasm.vm_config.iter().flat_map(|v| v.env.iter().flatten()) {
@@ -339,7 +438,7 @@ fn environment(
             }
         }
     }
-    if for_pilot_agent {
+    if let Some(secret) = for_pilot_agent {
         out.key_values.insert(
             "ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION".into(),
             revision.to_string(),
@@ -352,9 +451,15 @@ fn environment(
             out.key_values
                 .insert("ISTIO_META_WASM_IMAGE_PULL_POLICY".into(), policy.into());
         }
-        if !wasm.image_pull_secret.is_empty() {
-            out.key_values
-                .insert("ISTIO_META_WASM_IMAGE_PULL_SECRET".into(), String::new());
+        match secret {
+            PullSecret::Unnamed => {}
+            PullSecret::Missing(..) => {
+                out.key_values.insert(PULL_SECRET_ENV.into(), String::new());
+            }
+            PullSecret::Found(s) => {
+                out.key_values
+                    .insert(PULL_SECRET_ENV.into(), s.docker_config_json.clone());
+            }
         }
     }
     (!out.key_values.is_empty() || !out.host_env_keys.is_empty()).then_some(out)
@@ -525,8 +630,9 @@ impl Memo {
             return;
         }
         for e in &exts {
-            if let Some(code) = e.code(modules)
-                && let Some(config) = e.extension_config(&code)
+            let secret = e.pull_secret(registry);
+            if let Some(code) = e.code(modules, secret)
+                && let Some(config) = e.extension_config(&code, secret)
             {
                 generated
                     .extension_configs

@@ -8,6 +8,7 @@ pub mod agent;
 pub mod ca;
 pub mod corpus;
 pub mod envoy;
+pub mod registry;
 pub mod samples;
 pub mod sidecar;
 pub mod store;

@@ -137,7 +137,12 @@ pub trait Workloads {
 }
 
 /// A store document: apiVersion, kind, metadata and spec.
-fn document(key: &StoreKey, labels: BTreeMap<String, String>, spec: Map<String, Value>) -> Value {
+/// A document of PASA's own kind `key.kind`.
+pub(crate) fn document(
+    key: &StoreKey,
+    labels: BTreeMap<String, String>,
+    spec: Map<String, Value>,
+) -> Value {
     json!({
         "apiVersion": format!("{}/{}", key.kind.group(), key.kind.versions()[0]),
         "kind": key.kind.as_str(),

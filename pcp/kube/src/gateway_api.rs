@@ -130,14 +130,19 @@ pub const SECRETS_FIELD_SELECTOR: &str =
 /// Stands for a private key in PEM: the syncer keeps no private key, only whether there was one.
 const PRIVATE_KEY_MARK: &[u8] = b"-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n";
 
-/// A Secret loses all but the keys certificates are read from (most Secrets keep nothing), and
-/// its private keys: a key in PEM becomes a mark, anything else goes.
+/// A Secret loses all but the keys certificates are read from (most Secrets keep nothing) and
+/// the Docker config of a pull secret ([`crate::pull_secrets`]), and its private keys: a key in
+/// PEM becomes a mark, anything else goes.
 pub fn trim_secret(secret: &mut Secret) {
+    use crate::pull_secrets::{DOCKER_CONFIG_KEY, DOCKER_CONFIG_TYPE};
     secret.metadata.annotations = None;
     secret.metadata.managed_fields = None;
     secret.string_data = None;
+    let docker = secret.type_.as_deref() == Some(DOCKER_CONFIG_TYPE);
     if let Some(data) = &mut secret.data {
-        data.retain(|k, _| CERTIFICATE_KEYS.contains(&k.as_str()));
+        data.retain(|k, _| {
+            CERTIFICATE_KEYS.contains(&k.as_str()) || (docker && k == DOCKER_CONFIG_KEY)
+        });
         for key in ["key", "tls.key"] {
             let Some(value) = data.get_mut(key) else {
                 continue;

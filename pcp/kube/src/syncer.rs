@@ -51,7 +51,7 @@ use crate::follow::{
 };
 use crate::metrics::SyncMetrics;
 use crate::selectors::DiscoverySelectors;
-use crate::{gateway_api, ingress};
+use crate::{gateway_api, ingress, pull_secrets};
 use pasa_runtime::backoff::Backoff;
 
 /// Why a write did not happen.
@@ -186,7 +186,8 @@ struct Stores {
     ingress_classes: Store<IngressClass>,
     /// The Gateway API kinds the cluster serves, with the version read.
     gateway_api: BTreeMap<&'static str, (ApiResource, Store<DynamicObject>)>,
-    /// Secrets and ConfigMaps (their certificate keys), when the cluster serves Gateways.
+    /// Secrets (their certificate keys and Docker configs), when the cluster serves Gateways or
+    /// Wasm extensions, and ConfigMaps (their certificate keys), when it serves Gateways.
     secrets: Store<Secret>,
     config_maps: Store<ConfigMap>,
 }
@@ -283,6 +284,12 @@ struct Syncing<T> {
     mentioned: gateway_api::Mentioned,
     /// The Gateway API objects the last conversion could not read (each logged once).
     unreadable: BTreeSet<String>,
+    /// The registry credentials of the pull secrets Wasm extensions name, by key.
+    derived_pull_secrets: BTreeMap<StoreKey, Value>,
+    /// The pull secrets named, as of the last derivation: only their changes derive again.
+    pull_secrets_named: BTreeSet<(String, String)>,
+    /// Work out the pull secrets again at the next pass.
+    pull_secrets_changed: bool,
     /// Whether each namespace is read (discovery selectors), as last decided.
     selected: HashMap<String, bool>,
     /// Keys whose write failed for want of a store, retried after `backoff`.
@@ -415,9 +422,13 @@ async fn run<T: Target>(
                 .boxed(),
         );
     }
-    // Certificates are read for Gateways only: without them, no Secret is followed.
+    // Certificates are read for Gateways, Docker configs for Wasm extensions: without either,
+    // no Secret is followed.
     let mut followed = RESOURCES.len() + configs.len() + gateway_api_stores.len();
-    let (secrets, config_maps) = if gateway_api_stores.contains_key("Gateway") {
+    let gateways = gateway_api_stores.contains_key("Gateway");
+    let extensions =
+        configs.contains_key(&Kind::WasmPlugin) || configs.contains_key(&Kind::TrafficExtension);
+    let secrets = if gateways || extensions {
         let (secrets, secret_events) = follow_selected(
             Api::<Secret>::all(client.clone()),
             watcher::Config::default().fields(gateway_api::SECRETS_FIELD_SELECTOR),
@@ -425,22 +436,28 @@ async fn run<T: Target>(
             "secrets",
             metrics.clone(),
         );
+        config_events.push(secret_events.map(|e| Change::Secret(Box::new(e))).boxed());
+        followed += 1;
+        secrets
+    } else {
+        reflector::store().0
+    };
+    let config_maps = if gateways {
         let (config_maps, config_map_events) = follow(
             Api::<ConfigMap>::all(client.clone()),
             gateway_api::trim_config_map,
             "configmaps",
             metrics.clone(),
         );
-        config_events.push(secret_events.map(|e| Change::Secret(Box::new(e))).boxed());
         config_events.push(
             config_map_events
                 .map(|e| Change::ConfigMap(Box::new(e)))
                 .boxed(),
         );
-        followed += 2;
-        (secrets, config_maps)
+        followed += 1;
+        config_maps
     } else {
-        (reflector::store().0, reflector::store().0)
+        reflector::store().0
     };
     let resources = followed;
     let events = futures::stream::select_all(
@@ -484,6 +501,9 @@ async fn run<T: Target>(
         gateway_api_changed: true,
         mentioned: gateway_api::Mentioned::default(),
         unreadable: BTreeSet::new(),
+        derived_pull_secrets: BTreeMap::new(),
+        pull_secrets_named: BTreeSet::new(),
+        pull_secrets_changed: true,
         selected: HashMap::new(),
         retry: BTreeSet::new(),
         backoff,
@@ -564,6 +584,9 @@ impl<T: Target> Syncing<T> {
                 Apply(obj) | Delete(obj) => {
                     // A route may have a ServiceEntry as its parent or backend.
                     self.gateway_api_changed |= kind == Kind::ServiceEntry;
+                    // An extension may name a pull secret.
+                    self.pull_secrets_changed |=
+                        matches!(kind, Kind::WasmPlugin | Kind::TrafficExtension);
                     self.dirty.insert(StoreKey {
                         kind,
                         namespace: obj.namespace().unwrap_or_default(),
@@ -626,8 +649,9 @@ impl<T: Target> Syncing<T> {
                     let now = self.selects(&name);
                     if self.selected.insert(name.clone(), now) != Some(now) {
                         self.dirty_namespace(&name);
-                        // Its Ingresses come or go with it.
+                        // Its Ingresses and extensions come or go with it.
                         self.ingresses_changed = true;
+                        self.pull_secrets_changed = true;
                     }
                 }
                 InitDone => {
@@ -655,9 +679,12 @@ impl<T: Target> Syncing<T> {
                 Init | InitApply(_) => {}
             },
             Change::Secret(e) => match *e {
-                // A certificate a listener names may have come, changed or gone.
+                // A certificate a listener names, or a pull secret an extension names, may
+                // have come, changed or gone.
                 Apply(s) | Delete(s) => {
                     self.gateway_api_changed |= self.mentioned.covers(&s.name_any());
+                    let id = (s.namespace().unwrap_or_default(), s.name_any());
+                    self.pull_secrets_changed |= self.pull_secrets_named.contains(&id);
                 }
                 InitDone => return self.listed("secrets"),
                 Init | InitApply(_) => {}
@@ -716,6 +743,18 @@ impl<T: Target> Syncing<T> {
             &mut self.derived_gateway_api,
             derived.objects,
         );
+    }
+
+    /// Works out again which pull secrets the extensions of selected namespaces name and what
+    /// the store holds of them, and marks the keys of before and now to be compared.
+    fn derive_pull_secrets(&mut self) {
+        self.pull_secrets_named = pull_secrets::named(&self.stores.configs, |ns| self.selects(ns));
+        let derived = pull_secrets::derive(
+            &self.pull_secrets_named,
+            &self.stores.secrets,
+            &self.config.cluster_id,
+        );
+        replace_derived(&mut self.dirty, &mut self.derived_pull_secrets, derived);
     }
 
     fn listed(&mut self, resource: &'static str) -> Option<&'static str> {
@@ -778,6 +817,12 @@ impl<T: Target> Syncing<T> {
         {
             return Some((doc.clone(), true));
         }
+        if key.kind == Kind::ImagePullSecret {
+            return self
+                .derived_pull_secrets
+                .get(key)
+                .map(|doc| (doc.clone(), false));
+        }
         let selected = self
             .selected
             .get(&key.namespace)
@@ -820,6 +865,7 @@ impl<T: Target> Syncing<T> {
             && !self.full
             && !self.ingresses_changed
             && !self.gateway_api_changed
+            && !self.pull_secrets_changed
         {
             return;
         }
@@ -829,6 +875,9 @@ impl<T: Target> Syncing<T> {
         }
         if std::mem::take(&mut self.gateway_api_changed) || full {
             self.derive_from_gateway_api();
+        }
+        if std::mem::take(&mut self.pull_secrets_changed) || full {
+            self.derive_pull_secrets();
         }
         let mut keys = std::mem::take(&mut self.dirty);
         if full {

@@ -853,3 +853,92 @@ async fn gateway_api_objects_become_gateways_and_virtual_services() {
     })
     .await;
 }
+
+/// The Docker config of a pull Secret a WasmPlugin or TrafficExtension names reaches the store
+/// as an `ImagePullSecret` of the Secret's namespace and name, and follows the Secret; a Secret
+/// of another type, one no extension names, and one an extension no longer names are not
+/// carried; nothing else of a Secret is.
+#[tokio::test]
+async fn pull_secrets_wasm_extensions_name_reach_the_store() {
+    use pasa_proto::Kind;
+    let b64 = |s: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    };
+    let docker_config = |password: &str| {
+        json!({"auths": {"registry.example.com": {"username": "u", "password": password}}})
+            .to_string()
+    };
+    let fake = FakeApiServer::start().await;
+    fake.put_namespace("shop", &[]);
+    let secret = |name: &str, type_: &str, password: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "type": type_,
+            "metadata": {"name": name, "namespace": "shop"},
+            "data": {".dockerconfigjson": b64(&docker_config(password)), "other": b64("x")}})
+    };
+    fake.put(secret("creds", "kubernetes.io/dockerconfigjson", "one"));
+    fake.put(secret("unnamed", "kubernetes.io/dockerconfigjson", "one"));
+    fake.put(secret("opaque", "Opaque", "one"));
+    fake.put(secret("ext-creds", "kubernetes.io/dockerconfigjson", "one"));
+    let plugin = |pull_secret: &str| {
+        json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
+            "metadata": {"name": "auth", "namespace": "shop"},
+            "spec": {"url": "oci://registry.example.com/auth:1", "imagePullSecret": pull_secret}})
+    };
+    fake.put(plugin("creds"));
+    fake.put(
+        json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "TrafficExtension",
+        "metadata": {"name": "ext", "namespace": "shop"},
+        "spec": {"wasm": {"url": "oci://registry.example.com/ext:1",
+                          "imagePullSecret": "ext-creds"}}}),
+    );
+    fake.put(
+        json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
+        "metadata": {"name": "opaque", "namespace": "shop"},
+        "spec": {"url": "oci://registry.example.com/o:1", "imagePullSecret": "opaque"}}),
+    );
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    until(&syncer, "the first pass", |s| s.synced).await;
+    let carried = || -> BTreeMap<String, Value> {
+        let s = store.inner.lock().unwrap();
+        s.docs
+            .iter()
+            .filter(|(k, _)| k.kind == Kind::ImagePullSecret)
+            .map(|(k, d)| (format!("{}/{}", k.namespace, k.name), d["spec"].clone()))
+            .collect()
+    };
+    let want = |pairs: &[(&str, &str)]| -> BTreeMap<String, Value> {
+        pairs
+            .iter()
+            .map(|(name, password)| {
+                (
+                    format!("shop/{name}"),
+                    json!({"dockerConfigJson": docker_config(password)}),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(carried(), want(&[("creds", "one"), ("ext-creds", "one")]));
+    // The Secret changes: so does what the store holds.
+    fake.put(secret("creds", "kubernetes.io/dockerconfigjson", "two"));
+    until(&syncer, "the new password", |_| {
+        carried() == want(&[("creds", "two"), ("ext-creds", "one")])
+    })
+    .await;
+    // The plugin names another Secret: the first is no longer carried.
+    fake.put(plugin("unnamed"));
+    until(&syncer, "the secret the plugin names now", |_| {
+        carried() == want(&[("unnamed", "one"), ("ext-creds", "one")])
+    })
+    .await;
+    // The extension goes: so does its secret; the Secret goes: so does what was carried.
+    fake.delete(
+        "extensions.istio.io/v1alpha1",
+        "TrafficExtension",
+        "shop",
+        "ext",
+    );
+    fake.delete("v1", "Secret", "shop", "unnamed");
+    until(&syncer, "nothing carried", |_| carried().is_empty()).await;
+}

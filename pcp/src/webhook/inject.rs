@@ -286,11 +286,12 @@ impl StoredSettings {
 /// into the store yet; AuthorizationPolicy with action CUSTOM whose provider the stored mesh
 /// config does not define): a pod one of those applies to stays with istiod, so that moving to
 /// PASA never drops a policy, a patch or an extension. The webhook reads them with the mesh
-/// config and the key sets ([`pasa_proto::Kind::MeshConfig`],
-/// [`pasa_proto::Kind::JsonWebKeySet`]).
-pub const UNENFORCED_KINDS: [pasa_proto::Kind; 8] = [
+/// config, the key sets and the pull secrets ([`pasa_proto::Kind::MeshConfig`],
+/// [`pasa_proto::Kind::JsonWebKeySet`], [`pasa_proto::Kind::ImagePullSecret`]).
+pub const UNENFORCED_KINDS: [pasa_proto::Kind; 9] = [
     pasa_proto::Kind::MeshConfig,
     pasa_proto::Kind::JsonWebKeySet,
+    pasa_proto::Kind::ImagePullSecret,
     pasa_proto::Kind::AuthorizationPolicy,
     pasa_proto::Kind::RequestAuthentication,
     pasa_proto::Kind::EnvoyFilter,
@@ -337,6 +338,21 @@ pub fn unenforced_policies(
         .filter(|p| p.kind == Kind::JsonWebKeySet.as_str() && p.namespace == root_namespace)
         .map(|p| p.name.as_str())
         .collect();
+    // The pull secrets the syncer carried: (namespace, name).
+    let pull_secrets: Vec<(&str, &str)> = policies
+        .iter()
+        .filter(|p| p.kind == Kind::ImagePullSecret.as_str())
+        .map(|p| (p.namespace.as_str(), p.name.as_str()))
+        .collect();
+    // Whether the pod's proxy gets a module: a file in the pod, or one fetched (next to
+    // Istio's proxy by its pilot-agent, alone by the agent) with its pull secret, if it names
+    // one, in the store (without it, its filter would fail open or closed where istiod's
+    // proxies run the module).
+    let module_loads = |namespace: &str, url: &str, pull_secret: &str| {
+        url.starts_with("file://")
+            || pull_secret.is_empty()
+            || pull_secrets.contains(&(namespace, pull_secret))
+    };
     let mesh = stored_mesh_config(policies, root_namespace);
     // The external authorizers the agents know of.
     let authorizers: Vec<String> = mesh
@@ -396,7 +412,7 @@ pub fn unenforced_policies(
                 // Applied when the pod's proxy gets the module (see `module_loads`), and Lua
                 // always.
                 Ok(Kind::WasmPlugin) => match parse_spec_json::<WasmPlugin>(&p.spec_json) {
-                    Ok(w) if module_loads(&w.url, &w.image_pull_secret) => None,
+                    Ok(w) if module_loads(&p.namespace, &w.url, &w.image_pull_secret) => None,
                     Ok(w) => Some((
                         w.selector.clone(),
                         owned(target_refs(w.target_ref.as_ref(), &w.target_refs)),
@@ -406,9 +422,9 @@ pub fn unenforced_policies(
                 Ok(Kind::TrafficExtension) => {
                     match parse_spec_json::<TrafficExtension>(&p.spec_json) {
                         Ok(t)
-                            if t.wasm
-                                .as_ref()
-                                .is_none_or(|w| module_loads(&w.url, &w.image_pull_secret)) =>
+                            if t.wasm.as_ref().is_none_or(|w| {
+                                module_loads(&p.namespace, &w.url, &w.image_pull_secret)
+                            }) =>
                         {
                             None
                         }
@@ -436,14 +452,6 @@ pub fn unenforced_policies(
         })
         .map(|p| format!("{} {}/{}", p.kind, p.namespace, p.name))
         .collect()
-}
-
-/// Whether the pod's proxy gets the Wasm module at `url` as under istiod: a file in the pod
-/// always; modules elsewhere are fetched (next to Istio's proxy by its pilot-agent, alone by
-/// the agent), but for images behind a pull secret: PASA does not read Secrets for them, and
-/// their filters would fail open or closed where istiod's proxies run the module.
-fn module_loads(url: &str, pull_secret: &str) -> bool {
-    url.starts_with("file://") || pull_secret.is_empty()
 }
 
 /// What the webhook warns of as it moves `pod` to PASA, knowing `policies` (those of
@@ -1061,6 +1069,26 @@ mod tests {
                 "bookinfo",
                 "private-image",
                 json!({"url": "oci://registry.example.com/private:1", "imagePullSecret": "creds"}),
+            ),
+            // Its pull secret in the store (of the plugin's namespace): applied.
+            policy(
+                "WasmPlugin",
+                "bookinfo",
+                "private-image-with-secret",
+                json!({"url": "oci://registry.example.com/private:1", "imagePullSecret": "stored"}),
+            ),
+            policy(
+                "ImagePullSecret",
+                "bookinfo",
+                "stored",
+                json!({"dockerConfigJson": "{\"auths\": {}}"}),
+            ),
+            // A secret of the same name in another namespace is not the plugin's.
+            policy(
+                "ImagePullSecret",
+                "istio-system",
+                "creds",
+                json!({"dockerConfigJson": "{\"auths\": {}}"}),
             ),
             // The mesh config defines `ext`: CUSTOM policies delegating to it are enforced.
             // Keys fetched into the store: enforced by the agent.

@@ -198,6 +198,7 @@ pub fn validate_by(obj: &Object, author: Author) -> Report {
         Kind::TrafficExtension => traffic_extension::validate(obj, &mut report),
         Kind::MeshConfig => mesh_config::validate(obj, &mut report),
         Kind::JsonWebKeySet => json_web_key_set::validate(obj, &mut report),
+        Kind::ImagePullSecret => wasm_plugin::validate_image_pull_secret(obj, &mut report),
     }
     report
 }

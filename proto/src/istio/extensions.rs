@@ -178,3 +178,155 @@ impl WasmPlugin {
         }
     }
 }
+
+/// The `spec` of an `ImagePullSecret` object (PASA's own): the registry credentials of the
+/// `kubernetes.io/dockerconfigjson` Secret a WasmPlugin or TrafficExtension names in
+/// `imagePullSecret`, carried by the Kubernetes syncer under the Secret's namespace and name,
+/// for the agents the extension applies to (as istiod hands it to their proxies).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ImagePullSecret {
+    /// The Secret's `.dockerconfigjson`: `{"auths": {"<registry>": {...}}}`.
+    #[serde(default)]
+    pub docker_config_json: String,
+}
+
+/// How to sign in to one registry, from a Docker config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryLogin {
+    /// A user name and password (`username` + `password`, or `auth`: base64 of `user:password`).
+    Basic { username: String, password: String },
+    /// A bearer token handed out ahead (`registrytoken`).
+    Token(String),
+}
+
+impl ImagePullSecret {
+    /// The logins of its Docker config, by registry host (`host[:port]`, as a key names it
+    /// with or without scheme and path). An entry without a usable login is an error naming it.
+    pub fn logins(&self) -> Result<Vec<(String, RegistryLogin)>, String> {
+        use base64::Engine;
+        let config: Value = serde_json::from_str(&self.docker_config_json)
+            .map_err(|e| format!("dockerConfigJson: not JSON: {e}"))?;
+        let auths = config["auths"]
+            .as_object()
+            .ok_or("dockerConfigJson: not a Docker config: no `auths` object")?;
+        let mut out = Vec::with_capacity(auths.len());
+        for (key, entry) in auths {
+            let at = format!("dockerConfigJson.auths[{key:?}]");
+            let text = |field: &str| entry[field].as_str().filter(|s| !s.is_empty());
+            let login = if let Some(token) = text("registrytoken") {
+                RegistryLogin::Token(token.to_string())
+            } else if let (Some(username), Some(password)) = (text("username"), text("password")) {
+                RegistryLogin::Basic {
+                    username: username.into(),
+                    password: password.into(),
+                }
+            } else if let Some(auth) = text("auth") {
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(auth.trim())
+                    .ok()
+                    .and_then(|d| String::from_utf8(d).ok())
+                    .ok_or(format!("{at}.auth: not base64 of `user:password`"))?;
+                let (username, password) = decoded
+                    .split_once(':')
+                    .ok_or(format!("{at}.auth: not base64 of `user:password`"))?;
+                RegistryLogin::Basic {
+                    username: username.into(),
+                    password: password.into(),
+                }
+            } else if text("identitytoken").is_some() {
+                return Err(format!(
+                    "{at}: identity tokens are not supported; give username and password"
+                ));
+            } else {
+                return Err(format!(
+                    "{at}: no login (username and password, auth or registrytoken)"
+                ));
+            };
+            out.push((registry_host(key), login));
+        }
+        Ok(out)
+    }
+
+    /// The login for the registry at `host` (`registry-1.docker.io` for Docker Hub).
+    pub fn login_for(&self, host: &str) -> Result<Option<RegistryLogin>, String> {
+        let wanted = docker_hub_alias(host);
+        Ok(self
+            .logins()?
+            .into_iter()
+            .find(|(h, _)| docker_hub_alias(h) == wanted)
+            .map(|(_, login)| login))
+    }
+}
+
+/// A Docker config key's registry host: without scheme and path.
+fn registry_host(key: &str) -> String {
+    let key = key.split_once("://").map_or(key, |(_, rest)| rest);
+    key.split('/')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase()
+}
+
+/// Docker Hub's names as one.
+fn docker_hub_alias(host: &str) -> &str {
+    match host {
+        "docker.io" | "index.docker.io" | "registry-1.docker.io" => "docker.io",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_logins_come_from_a_docker_config_as_docker_reads_it() {
+        let secret = ImagePullSecret {
+            docker_config_json: serde_json::json!({"auths": {
+                "https://index.docker.io/v1/": {"auth": "dXNlcjpwYTpzcw=="},
+                "Registry.Example.com:5000": {"username": "u", "password": "p"},
+                "ghcr.io": {"registrytoken": "t"},
+            }})
+            .to_string(),
+        };
+        assert_eq!(
+            secret.login_for("registry-1.docker.io").unwrap(),
+            Some(RegistryLogin::Basic {
+                username: "user".into(),
+                password: "pa:ss".into()
+            })
+        );
+        assert_eq!(
+            secret.login_for("registry.example.com:5000").unwrap(),
+            Some(RegistryLogin::Basic {
+                username: "u".into(),
+                password: "p".into()
+            })
+        );
+        assert_eq!(
+            secret.login_for("ghcr.io").unwrap(),
+            Some(RegistryLogin::Token("t".into()))
+        );
+        assert_eq!(secret.login_for("quay.io").unwrap(), None);
+        for (config, error) in [
+            ("{", "dockerConfigJson: not JSON"),
+            ("{}", "no `auths` object"),
+            (
+                r#"{"auths": {"r.io": {"auth": "!"}}}"#,
+                "auths[\"r.io\"].auth",
+            ),
+            (r#"{"auths": {"r.io": {}}}"#, "auths[\"r.io\"]: no login"),
+            (
+                r#"{"auths": {"r.io": {"identitytoken": "x"}}}"#,
+                "identity tokens",
+            ),
+        ] {
+            let secret = ImagePullSecret {
+                docker_config_json: config.into(),
+            };
+            let e = secret.logins().unwrap_err();
+            assert!(e.contains(error), "{config}: {e}");
+        }
+    }
+}

@@ -84,7 +84,8 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
         | Kind::WasmPlugin
         | Kind::TrafficExtension
         | Kind::MeshConfig
-        | Kind::JsonWebKeySet => {}
+        | Kind::JsonWebKeySet
+        | Kind::ImagePullSecret => {}
     }
     hosts.sort();
     hosts.dedup();

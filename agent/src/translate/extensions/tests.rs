@@ -227,41 +227,66 @@ fn a_lua_traffic_extension_is_inline() {
 
 #[test]
 fn next_to_istio_the_module_is_sent_as_istiod_sends_it_for_pilot_agent_to_fetch() {
-    let translator =
-        Translator::new(workload()).with_modules(std::sync::Arc::new(crate::wasm::PilotAgent));
-    let mut translator = translator;
-    let out = translator
-        .update(
-            &crate::cache::Cache::from_resources(
-                vec![
-                    reviews_service(),
-                    wasm_plugin(
-                        "default",
-                        "auth",
-                        json!({"url": "registry.example.com/auth:1", "sha256": "abc",
-                               "imagePullPolicy": "Always"}),
-                        5,
-                    ),
-                ],
-                10,
-            ),
-            Generator::Envoy,
-        )
-        .unwrap();
-    let ecds = &out.extension_configs[PLUGIN];
-    let wasm = HttpWasm::decode(ecds.typed_config.as_ref().unwrap().value.as_slice()).unwrap();
-    let Some(plugin_config::Vm::VmConfig(vm)) = wasm.config.unwrap().vm else {
-        panic!()
-    };
-    let Some(async_data_source::Specifier::Remote(remote)) = vm.code.unwrap().specifier else {
-        panic!("a remote module")
-    };
-    let uri = remote.http_uri.unwrap();
-    assert_eq!(uri.uri, "oci://registry.example.com/auth:1");
-    assert_eq!(remote.sha256, "abc");
-    let env = vm.environment_variables.unwrap().key_values;
-    assert_eq!(env["ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION"], "5");
-    assert_eq!(env["ISTIO_META_WASM_IMAGE_PULL_POLICY"], "Always");
+    let docker_config = r#"{"auths":{"registry.example.com":{"auth":"dTpw"}}}"#;
+    let plugin = wasm_plugin(
+        "default",
+        "auth",
+        json!({"url": "registry.example.com/auth:1", "sha256": "abc",
+               "imagePullPolicy": "Always", "imagePullSecret": "creds"}),
+        5,
+    );
+    let secret = resource(
+        "ImagePullSecret",
+        "default",
+        "creds",
+        json!({"dockerConfigJson": docker_config}),
+        6,
+    );
+    // With the pull secret in the store, and without it (pilot-agent then refuses the fetch).
+    for (resources, sent) in [
+        (vec![plugin.clone(), secret], docker_config),
+        (vec![plugin], ""),
+    ] {
+        let mut translator =
+            Translator::new(workload()).with_modules(std::sync::Arc::new(crate::wasm::PilotAgent));
+        let out = translator
+            .update(
+                &crate::cache::Cache::from_resources(
+                    [vec![reviews_service()], resources].concat(),
+                    10,
+                ),
+                Generator::Envoy,
+            )
+            .unwrap();
+        let ecds = &out.extension_configs[PLUGIN];
+        let vm = |ecds: &TypedExtensionConfig| {
+            let wasm =
+                HttpWasm::decode(ecds.typed_config.as_ref().unwrap().value.as_slice()).unwrap();
+            let Some(plugin_config::Vm::VmConfig(vm)) = wasm.config.unwrap().vm else {
+                panic!()
+            };
+            vm
+        };
+        let vm_config = vm(ecds);
+        let Some(async_data_source::Specifier::Remote(remote)) = vm_config.code.unwrap().specifier
+        else {
+            panic!("a remote module")
+        };
+        let uri = remote.http_uri.unwrap();
+        assert_eq!(uri.uri, "oci://registry.example.com/auth:1");
+        assert_eq!(remote.sha256, "abc");
+        let env = vm_config.environment_variables.unwrap().key_values;
+        assert_eq!(env["ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION"], "5");
+        assert_eq!(env["ISTIO_META_WASM_IMAGE_PULL_POLICY"], "Always");
+        assert_eq!(env[super::PULL_SECRET_ENV], sent);
+        // Shown to a person, the secret is hidden.
+        let shown = super::redacted(&envoy_types::util::pack_any(ecds.clone()), "[redacted]");
+        let shown = TypedExtensionConfig::decode(shown.value.as_slice()).unwrap();
+        let env = vm(&shown).environment_variables.unwrap().key_values;
+        let hidden = if sent.is_empty() { "" } else { "[redacted]" };
+        assert_eq!(env[super::PULL_SECRET_ENV], hidden);
+        assert_eq!(env["ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION"], "5");
+    }
 }
 
 /// A module being fetched: its resource waits, its filter is in place.
@@ -269,7 +294,7 @@ fn next_to_istio_the_module_is_sent_as_istiod_sends_it_for_pilot_agent_to_fetch(
 struct Fetching;
 
 impl super::ModuleSource for Fetching {
-    fn module(&self, _: &str, _: &str) -> super::ModuleCode {
+    fn module(&self, _: &str, _: &str, _: super::PullSecret<'_>) -> super::ModuleCode {
         super::ModuleCode::Pending
     }
 }

@@ -1,11 +1,12 @@
 //! Validation of `WasmPlugin`, following istiod's webhook and the CRD schema: what it attaches
 //! to, where the module is (URL scheme, SHA-256), its pull secret and name, the VM's environment,
 //! and the ports it matches. The module's checks are shared with TrafficExtension's `wasm`.
+//! Also the registry credentials of a pull secret ([`validate_image_pull_secret`]).
 
 use std::collections::HashSet;
 
 use pasa_proto::Object;
-use pasa_proto::istio::extensions::{TrafficSelector, VmConfig, WasmPlugin};
+use pasa_proto::istio::extensions::{ImagePullSecret, TrafficSelector, VmConfig, WasmPlugin};
 
 use super::common::{attachment, validate_enum};
 use super::{Path, Report, parse};
@@ -61,6 +62,24 @@ pub fn validate(obj: &Object, report: &mut Report) {
 }
 
 /// The module's location: set, parseable, and by a scheme istiod fetches.
+/// Checks one `ImagePullSecret` (PASA's own: the registry credentials the syncer carries for a
+/// module's `imagePullSecret`): a Docker config whose every registry has a login the agent can
+/// use.
+pub fn validate_image_pull_secret(obj: &Object, report: &mut Report) {
+    let Some(secret) = parse::<ImagePullSecret>(obj, report) else {
+        return;
+    };
+    if let Err(e) = secret.logins() {
+        // The message names the place within the Docker config.
+        let within = e.strip_prefix("dockerConfigJson").unwrap_or(&e);
+        let within = within
+            .strip_prefix(": ")
+            .or_else(|| within.strip_prefix('.'))
+            .unwrap_or(within);
+        report.error(&Path::spec().field("dockerConfigJson"), within);
+    }
+}
+
 fn validate_url(url: &str) -> Result<(), String> {
     if url.is_empty() {
         return Err("url field needs to be set".into());
@@ -235,6 +254,37 @@ pub(crate) fn validate_module(at: &Path, module: &Module<'_>, report: &mut Repor
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_image_pull_secret_holds_a_docker_config_with_logins() {
+        let check = |config: &str| {
+            let doc = serde_json::json!({
+                "apiVersion": "pasa.io/v1alpha1", "kind": "ImagePullSecret",
+                "metadata": {"name": "creds", "namespace": "shop"},
+                "spec": {"dockerConfigJson": config},
+            });
+            let obj = Object::from_json(&doc, "default").expect("a well-formed object");
+            let mut report = Report::default();
+            validate_image_pull_secret(&obj, &mut report);
+            report
+                .errors
+                .iter()
+                .map(|p| format!("{}: {}", p.field, p.message))
+                .collect::<Vec<_>>()
+        };
+        assert!(check(r#"{"auths": {"r.io": {"auth": "dTpw"}}}"#).is_empty());
+        assert_eq!(
+            check(r#"{"auths": {"r.io": {}}}"#),
+            [
+                "spec.dockerConfigJson: auths[\"r.io\"]: no login (username and password, auth or \
+                 registrytoken)"
+            ]
+        );
+        assert_eq!(
+            check("[]"),
+            ["spec.dockerConfigJson: not a Docker config: no `auths` object"]
+        );
+    }
 
     #[test]
     fn urls_by_scheme() {
