@@ -925,7 +925,7 @@ impl Outputs {
                 ProxyType::Sidecar => {
                     sidecar::special_clusters(
                         view.scope.outbound_policy,
-                        view.cluster_settings.preserve_case,
+                        &view.cluster_settings,
                         &mut built,
                     );
                     sidecar::outbound(view, &mut built);

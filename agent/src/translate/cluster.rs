@@ -1,7 +1,8 @@
 //! CDS: one outbound cluster per service port (`outbound|<port>||<host>`) and per DestinationRule
 //! subset (`outbound|<port>|<subset>|<host>`), with the DestinationRule's traffic policy (load
 //! balancer, connection pool as circuit breakers, outlier detection, client TLS), and the special
-//! clusters (`PassthroughCluster`, `BlackHoleCluster`, `InboundPassthroughCluster`).
+//! clusters (`PassthroughCluster`, `BlackHoleCluster`, `InboundPassthroughCluster`). The HTTP a
+//! cluster speaks upstream is decided as istiod decides it (see [`Upstream`]).
 
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
@@ -27,7 +28,9 @@ use pasa_proto::istio::destination_rule::{
     ClientTlsMode, ClientTlsSettings, ConnectionPoolSettings, DestinationRule,
     OutlierDetection as IstioOutlier, TrafficPolicy,
 };
-use pasa_proto::istio::destination_rule::{LoadBalancerSettings, SimpleLb};
+use pasa_proto::istio::destination_rule::{
+    H2UpgradePolicy, HttpSettings, LoadBalancerSettings, SimpleLb,
+};
 
 use envoy_types::util::pack_any;
 
@@ -294,7 +297,10 @@ struct Target<'s> {
 ///   (60s by default; Envoy's own is 5s) or the record's TTL, with 100 ms of jitter, through
 ///   c-ares with at most 100 UDP queries per connection;
 /// - the trust domain endpoints' service accounts are identities of, pinned by mutual TLS
-///   (the mesh config's `trustDomain`, `cluster.local` by default), and its aliases.
+///   (the mesh config's `trustDomain`, `cluster.local` by default), and its aliases;
+/// - whether HTTP/1.1 to services is upgraded to HTTP/2 (the mesh config's `h2UpgradePolicy`),
+///   and the TCP keepalive of every upstream connection (its `tcpKeepalive`, under what a
+///   DestinationRule sets).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct ClusterSettings {
     family: i32,
@@ -307,6 +313,46 @@ pub(crate) struct ClusterSettings {
     peer_modes: PeerModes,
     /// HTTP/1 header names keep their case upstream (see [`super::builders::http1_options`]).
     pub(super) preserve_case: bool,
+    /// The mesh config's `h2UpgradePolicy` is `UPGRADE`.
+    h2_upgrade: bool,
+    /// The mesh config's `tcpKeepalive`.
+    tcp_keepalive: Option<Keepalive>,
+}
+
+/// TCP keepalive as Envoy takes it: probes, and the idle time and interval in whole seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+struct Keepalive {
+    probes: Option<u32>,
+    time: Option<u32>,
+    interval: Option<u32>,
+}
+
+impl Keepalive {
+    /// `over`'s settings where it gives them, `self`'s elsewhere (istiod lays a
+    /// DestinationRule's over the mesh config's, field by field).
+    fn under(self, over: &pasa_proto::istio::destination_rule::TcpKeepalive) -> Keepalive {
+        let seconds = |d: &Option<pasa_proto::istio::common::Duration>| {
+            d.as_ref().map(|d| u32::try_from(d.seconds).unwrap_or(0))
+        };
+        Keepalive {
+            probes: (over.probes > 0).then_some(over.probes).or(self.probes),
+            time: seconds(&over.time).or(self.time),
+            interval: seconds(&over.interval).or(self.interval),
+        }
+    }
+
+    fn envoy(self) -> UpstreamConnectionOptions {
+        let u32v = |v: Option<u32>| v.map(|value| UInt32Value { value });
+        UpstreamConnectionOptions {
+            // SO_KEEPALIVE, the OS's timings but those given.
+            tcp_keepalive: Some(TcpKeepalive {
+                keepalive_probes: u32v(self.probes),
+                keepalive_time: u32v(self.time),
+                keepalive_interval: u32v(self.interval),
+            }),
+            ..Default::default()
+        }
+    }
 }
 
 impl ClusterSettings {
@@ -326,7 +372,20 @@ impl ClusterSettings {
         let refresh = mesh
             .and_then(|m| m.positive_duration_nanos("dnsRefreshRate"))
             .unwrap_or(60_000_000_000);
+        let tcp_keepalive = mesh
+            .and_then(|m| m.other.get("tcpKeepalive"))
+            .and_then(|k| {
+                serde_json::from_value::<pasa_proto::istio::destination_rule::TcpKeepalive>(
+                    k.clone(),
+                )
+                .ok()
+            })
+            .map(|k| Keepalive::default().under(&k));
         ClusterSettings {
+            h2_upgrade: mesh
+                .and_then(|m| m.other.get("h2UpgradePolicy"))
+                .is_some_and(|p| p == "UPGRADE"),
+            tcp_keepalive,
             trust_domain: mesh
                 .and_then(|m| m.trust_domain.clone())
                 .filter(|t| !t.is_empty())
@@ -380,6 +439,17 @@ impl<'s> Target<'s> {
         identities(&self.identities, self.service, self.settings)
     }
 
+    /// The HTTP the clusters of `port` under `policy` speak upstream.
+    fn upstream(&self, port: &ServicePort, policy: &Policy) -> Upstream {
+        Upstream::of(
+            port.protocol,
+            self.sidecar,
+            self.settings.preserve_case,
+            Some(self.settings.h2_upgrade),
+            http_settings(policy.connection_pool.as_ref()),
+        )
+    }
+
     /// The fields every cluster of `port` under `policy` has: discovery type, timeouts, load
     /// balancer, circuit breakers, outlier detection, upstream HTTP options.
     fn shared(&self, port: &ServicePort, policy: &Policy) -> Shared {
@@ -413,7 +483,11 @@ impl<'s> Target<'s> {
                 .get_or_insert_default()
                 .healthy_panic_threshold = Some(Percent { value: 0.0 });
         }
-        let common = apply_connection_pool(&mut cluster, policy.connection_pool.as_ref());
+        let common = apply_connection_pool(
+            &mut cluster,
+            policy.connection_pool.as_ref(),
+            self.settings.tcp_keepalive,
+        );
         if let Some(od) = &policy.outlier_detection {
             cluster.outlier_detection = Some(outlier_detection(od));
             if od.min_health_percent >= 0 && kind != DiscoveryType::OriginalDst {
@@ -425,9 +499,11 @@ impl<'s> Target<'s> {
                 });
             }
         }
-        let upstream = Upstream::of(port.protocol, self.sidecar);
-        if let Some(options) = upstream_http_options(common, upstream, self.settings.preserve_case)
-        {
+        if let Some(options) = upstream_http_options(
+            common,
+            self.upstream(port, policy),
+            http_settings(policy.connection_pool.as_ref()),
+        ) {
             cluster
                 .typed_extension_protocol_options
                 .insert(HTTP_PROTOCOL_OPTIONS.into(), pack_any(options));
@@ -438,7 +514,12 @@ impl<'s> Target<'s> {
             auto_mtls: policy.tls.is_none()
                 && self.generator == Generator::Envoy
                 && !service.external
-                && service.resolution == Resolution::ClientSideLb,
+                // Not to original destinations (istiod's headless services and passthrough)
+                // nor to dynamic forward proxies.
+                && matches!(
+                    service.resolution,
+                    Resolution::ClientSideLb | Resolution::Dns | Resolution::DnsRoundRobin
+                ),
             encoded: prost::Message::encode_to_vec(&cluster),
         }
     }
@@ -488,11 +569,11 @@ impl<'s> Target<'s> {
         }
         // The transport sockets, encoded (the ISTIO_MUTUAL ones are assembled from pieces).
         let socket = policy.tls.as_ref().and_then(|tls| match self.generator {
-            Generator::Envoy => self.upstream_tls(tls, port, subset),
+            Generator::Envoy => self.upstream_tls(tls, port, subset, policy),
             Generator::Grpc => super::grpc::upstream_tls(tls.mode, self.identities())
                 .map(|s| prost::Message::encode_to_vec(&s)),
         });
-        let h2 = Upstream::of(port.protocol, self.sidecar) == Upstream::Http2;
+        let h2 = self.upstream(port, policy) == Upstream::Http2;
         let matches = shared
             .auto_mtls
             .then(|| self.mutual_socket(port.number, subset, h2));
@@ -536,8 +617,9 @@ impl<'s> Target<'s> {
         tls: &ClientTlsSettings,
         port: &ServicePort,
         subset: &str,
+        policy: &Policy,
     ) -> Option<Vec<u8>> {
-        let h2 = Upstream::of(port.protocol, self.sidecar) == Upstream::Http2;
+        let h2 = self.upstream(port, policy) == Upstream::Http2;
         let port = port.number;
         let hostname = &self.service.hostname;
         let mut common = CommonTlsContext::default();
@@ -1007,33 +1089,24 @@ fn ring_size(minimum: u64) -> LbConfig {
 fn apply_connection_pool(
     cluster: &mut Cluster,
     cp: Option<&ConnectionPoolSettings>,
+    mesh_keepalive: Option<Keepalive>,
 ) -> Option<HttpProtocolOptions> {
     let mut common = None;
     let mut thresholds = Thresholds::default();
     let u32v = |v: i32| (v > 0).then_some(UInt32Value { value: v as u32 });
+    let keepalive = match cp
+        .and_then(|cp| cp.tcp.as_ref())
+        .and_then(|t| t.tcp_keepalive.as_ref())
+    {
+        Some(rule) => Some(mesh_keepalive.unwrap_or_default().under(rule)),
+        None => mesh_keepalive,
+    };
+    cluster.upstream_connection_options = keepalive.map(Keepalive::envoy);
     if let Some(cp) = cp {
         if let Some(tcp) = &cp.tcp {
             thresholds.max_connections = u32v(tcp.max_connections);
             if let Some(t) = &tcp.connect_timeout {
                 cluster.connect_timeout = Some(duration(t));
-            }
-            if let Some(keepalive) = &tcp.tcp_keepalive {
-                // SO_KEEPALIVE, the OS's timings but those given (in whole seconds).
-                let seconds = |d: &Option<pasa_proto::istio::common::Duration>| {
-                    d.as_ref().map(|d| UInt32Value {
-                        value: u32::try_from(d.seconds).unwrap_or(0),
-                    })
-                };
-                cluster.upstream_connection_options = Some(UpstreamConnectionOptions {
-                    tcp_keepalive: Some(TcpKeepalive {
-                        keepalive_probes: (keepalive.probes > 0).then_some(UInt32Value {
-                            value: keepalive.probes,
-                        }),
-                        keepalive_time: seconds(&keepalive.time),
-                        keepalive_interval: seconds(&keepalive.interval),
-                    }),
-                    ..Default::default()
-                });
             }
         }
         let http = cp.http.as_ref();
@@ -1043,13 +1116,16 @@ fn apply_connection_pool(
             thresholds.max_requests = u32v(http.http2_max_requests);
             thresholds.max_retries = u32v(http.max_retries);
         }
-        // Idle timeout (HTTP's, else TCP's), requests per connection, connection lifetime.
+        // Idle timeout (HTTP's, else TCP's), requests per connection, connection lifetime; any
+        // HTTP/2 setting makes the options too (empty for HTTP/1, as istiod's).
         let idle_timeout = http
             .and_then(|h| h.idle_timeout.as_ref())
             .or_else(|| tcp.and_then(|t| t.idle_timeout.as_ref()));
         let per_connection = http.map_or(0, |h| h.max_requests_per_connection);
         let lifetime = tcp.and_then(|t| t.max_connection_duration.as_ref());
-        if idle_timeout.is_some() || per_connection > 0 || lifetime.is_some() {
+        let http2 =
+            http.is_some_and(|h| h.max_concurrent_streams > 0 || h.http2_keep_alive.is_some());
+        if idle_timeout.is_some() || per_connection > 0 || lifetime.is_some() || http2 {
             common = Some(HttpProtocolOptions {
                 idle_timeout: idle_timeout.map(duration),
                 max_requests_per_connection: u32v(per_connection),
@@ -1164,64 +1240,127 @@ fn file(path: &str) -> envoy_types::pb::envoy::config::core::v3::DataSource {
 /// The key of a cluster's upstream HTTP options.
 const HTTP_PROTOCOL_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
 
-/// The HTTP a cluster speaks upstream, by its port's protocol, as istiod sets it.
+/// The HTTP a cluster speaks upstream, worked out in istiod's order: from its port's protocol
+/// (and whether HTTP/1 keeps header names' case); then, toward a service, the upgrade to
+/// HTTP/2 (see [`upgrades`]), which only takes where nothing was said yet; then the rule's
+/// `useClientProtocol`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Upstream {
-    /// Not HTTP, or not known to be.
+    /// Nothing said: HTTP/1.1 (explicitly so where other options are set).
     Unsaid,
-    Http1,
-    /// HTTP/2, gRPC, gRPC-Web.
+    /// HTTP/1.1 keeping header names' case.
+    Http1PreservingCase,
+    /// HTTP/2, gRPC, gRPC-Web, or upgraded.
     Http2,
-    /// What the client spoke: a port whose protocol a sidecar detects.
-    Downstream,
+    /// What the client spoke (HTTP/1 keeping header names' case when `true`): a port whose
+    /// protocol a sidecar detects, or a rule's `useClientProtocol`.
+    Downstream(bool),
 }
 
 impl Upstream {
-    fn of(protocol: Option<Protocol>, sidecar: bool) -> Upstream {
-        match protocol {
+    /// For a port of `protocol` (`detects`: on a sidecar, which detects protocols; a router
+    /// speaks HTTP/1 where it is not said), with the rule's HTTP settings `http`; toward a
+    /// service, `mesh_upgrade` is the mesh config's upgrade (None for the local workload).
+    fn of(
+        protocol: Option<Protocol>,
+        detects: bool,
+        preserve_case: bool,
+        mesh_upgrade: Option<bool>,
+        http: Option<&HttpSettings>,
+    ) -> Upstream {
+        let mut chosen = match protocol {
             Some(Protocol::Http2 | Protocol::Grpc | Protocol::GrpcWeb) => Upstream::Http2,
-            Some(p) if p.is_http() => Upstream::Http1,
-            // A router does not detect protocols: it speaks HTTP/1 there.
-            None if sidecar => Upstream::Downstream,
-            None => Upstream::Http1,
-            Some(_) => Upstream::Unsaid,
+            Some(p) if p.is_http() && preserve_case => Upstream::Http1PreservingCase,
+            None if preserve_case => Upstream::Http1PreservingCase,
+            _ => Upstream::Unsaid,
+        };
+        if protocol.is_none() && detects {
+            chosen = Upstream::Downstream(preserve_case);
         }
+        if chosen == Upstream::Unsaid
+            && mesh_upgrade.is_some_and(|mesh| upgrades(protocol, mesh, http))
+        {
+            chosen = Upstream::Http2;
+        }
+        if http.is_some_and(|h| h.use_client_protocol) {
+            chosen = Upstream::Downstream(chosen == Upstream::Http1PreservingCase);
+        }
+        chosen
     }
 }
 
-/// A cluster's upstream HTTP options, when it has any: connection-pool settings (`common`), and
-/// the protocol (Envoy requires one where options are set; settings on a port that says
-/// nothing keep HTTP/1.1, as istiod's), HTTP/1 header names in their case when `preserve_case`.
+/// Whether HTTP/1.1 toward a service is upgraded to HTTP/2, as istiod decides it: never under
+/// `useClientProtocol`; as the rule's `h2UpgradePolicy` says when it says (`UPGRADE` upgrades
+/// any port); otherwise an HTTP port when the mesh config upgrades.
+fn upgrades(protocol: Option<Protocol>, mesh: bool, http: Option<&HttpSettings>) -> bool {
+    if let Some(http) = http {
+        if http.use_client_protocol {
+            return false;
+        }
+        match http.h2_upgrade_policy {
+            H2UpgradePolicy::Upgrade => return true,
+            H2UpgradePolicy::DoNotUpgrade => return false,
+            H2UpgradePolicy::Default | H2UpgradePolicy::Unknown(_) => {}
+        }
+    }
+    mesh && protocol.is_some_and(|p| p.is_http())
+}
+
+/// The HTTP settings of a connection pool.
+fn http_settings(cp: Option<&ConnectionPoolSettings>) -> Option<&HttpSettings> {
+    cp.and_then(|cp| cp.http.as_ref())
+}
+
+/// A cluster's upstream HTTP options, when it has any: connection-pool settings (`common`), the
+/// protocol (Envoy requires one where options are set: HTTP/1.1 where nothing was said, as
+/// istiod's), and for HTTP/2 the rule's stream limit and PING keepalive (`http`).
 fn upstream_http_options(
     common: Option<HttpProtocolOptions>,
     upstream: Upstream,
-    preserve_case: bool,
+    http: Option<&HttpSettings>,
 ) -> Option<envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions> {
+    use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, KeepaliveSettings};
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
         ExplicitHttpConfig, UpstreamProtocolOptions, UseDownstreamHttpConfig,
         explicit_http_config::ProtocolConfig,
     };
     let explicit = |config| {
-        Some(UpstreamProtocolOptions::ExplicitHttpConfig(
-            ExplicitHttpConfig {
-                protocol_config: Some(config),
-            },
-        ))
+        UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(config),
+        })
     };
-    let http1 = || ProtocolConfig::HttpProtocolOptions(http1_options(preserve_case));
     let protocol = match upstream {
-        Upstream::Http2 => explicit(ProtocolConfig::Http2ProtocolOptions(Default::default())),
-        Upstream::Downstream => Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(
-            UseDownstreamHttpConfig {
+        Upstream::Http2 => {
+            let streams = http.map_or(0, |h| h.max_concurrent_streams);
+            explicit(ProtocolConfig::Http2ProtocolOptions(Http2ProtocolOptions {
+                max_concurrent_streams: (streams > 0).then_some(UInt32Value {
+                    value: streams as u32,
+                }),
+                connection_keepalive: http.and_then(|h| h.http2_keep_alive.as_ref()).map(|k| {
+                    KeepaliveSettings {
+                        interval: k.interval.as_ref().map(duration),
+                        timeout: k.timeout.as_ref().map(duration),
+                        ..Default::default()
+                    }
+                }),
+                ..Default::default()
+            }))
+        }
+        Upstream::Downstream(preserve_case) => {
+            UpstreamProtocolOptions::UseDownstreamProtocolConfig(UseDownstreamHttpConfig {
                 http_protocol_options: Some(http1_options(preserve_case)),
                 http2_protocol_options: Some(Default::default()),
                 ..Default::default()
-            },
-        )),
-        Upstream::Http1 if preserve_case || common.is_some() => explicit(http1()),
-        Upstream::Unsaid if common.is_some() => explicit(http1()),
-        Upstream::Http1 | Upstream::Unsaid => None,
-    }?;
+            })
+        }
+        Upstream::Http1PreservingCase => {
+            explicit(ProtocolConfig::HttpProtocolOptions(http1_options(true)))
+        }
+        Upstream::Unsaid if common.is_some() => {
+            explicit(ProtocolConfig::HttpProtocolOptions(http1_options(false)))
+        }
+        Upstream::Unsaid => return None,
+    };
     Some(
         envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions {
             common_http_protocol_options: common,
@@ -1262,11 +1401,13 @@ fn inbound_original_destination(name: &str) -> Cluster {
     }
 }
 
-/// `PassthroughCluster`: forwards to the original destination.
-pub(super) fn passthrough(preserve_case: bool) -> Cluster {
+/// `PassthroughCluster`: forwards to the original destination (with the mesh config's TCP
+/// keepalive).
+pub(super) fn passthrough(settings: &ClusterSettings) -> Cluster {
     Cluster {
         circuit_breakers: unlimited_circuit_breakers(),
-        typed_extension_protocol_options: passthrough_http_options(preserve_case),
+        typed_extension_protocol_options: passthrough_http_options(settings.preserve_case),
+        upstream_connection_options: settings.tcp_keepalive.map(Keepalive::envoy),
         ..original_destination(names::PASSTHROUGH_CLUSTER)
     }
 }
@@ -1315,13 +1456,13 @@ pub(super) fn black_hole() -> Cluster {
 
 /// `InboundPassthroughCluster`: inbound traffic to a port no service declares, forwarded to the
 /// original destination from Istio's inbound passthrough source address.
-pub(super) fn inbound_passthrough(preserve_case: bool) -> Cluster {
+pub(super) fn inbound_passthrough(settings: &ClusterSettings) -> Cluster {
+    let inbound = inbound_original_destination(names::INBOUND_PASSTHROUGH_CLUSTER);
     Cluster {
-        // istiod's: its stats count with the outbound passthrough's.
-        alt_stat_name: names::delimited_stats(names::PASSTHROUGH_CLUSTER),
-        circuit_breakers: unlimited_circuit_breakers(),
-        typed_extension_protocol_options: passthrough_http_options(preserve_case),
-        ..inbound_original_destination(names::INBOUND_PASSTHROUGH_CLUSTER)
+        name: inbound.name,
+        upstream_bind_config: inbound.upstream_bind_config,
+        // The outbound one's stat name, as istiod's: their stats count together.
+        ..passthrough(settings)
     }
 }
 
@@ -1335,7 +1476,7 @@ pub(super) fn inbound(
     port: u32,
     endpoint: Option<(String, u32)>,
     protocol: Option<Protocol>,
-    preserve_case: bool,
+    settings: &ClusterSettings,
     rule: Option<(&DestinationRule, u32)>,
 ) -> Cluster {
     let name = names::inbound_cluster(port);
@@ -1362,12 +1503,18 @@ pub(super) fn inbound(
         ..cluster
     };
     let policy = rule.map(|(dr, service_port)| Policy::of(Some(dr), None, service_port));
-    let common = apply_connection_pool(
-        &mut cluster,
-        policy.as_ref().and_then(|p| p.connection_pool.as_ref()),
+    let pool = policy.as_ref().and_then(|p| p.connection_pool.as_ref());
+    let common = apply_connection_pool(&mut cluster, pool, settings.tcp_keepalive);
+    // No HTTP/2 upgrade toward the workload itself.
+    let upstream = Upstream::of(
+        protocol,
+        true,
+        settings.preserve_case,
+        None,
+        http_settings(pool),
     );
     cluster.typed_extension_protocol_options =
-        upstream_http_options(common, Upstream::of(protocol, true), preserve_case)
+        upstream_http_options(common, upstream, http_settings(pool))
             .map(|options| [(HTTP_PROTOCOL_OPTIONS.to_string(), pack_any(options))].into())
             .unwrap_or_default();
     cluster
@@ -1376,6 +1523,63 @@ pub(super) fn inbound(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_upstream_protocol_is_decided_in_istiods_order() {
+        let http = |policy: H2UpgradePolicy, client: bool| HttpSettings {
+            h2_upgrade_policy: policy,
+            use_client_protocol: client,
+            ..Default::default()
+        };
+        let upgrade = http(H2UpgradePolicy::Upgrade, false);
+        let keep = http(H2UpgradePolicy::DoNotUpgrade, false);
+        let client = http(H2UpgradePolicy::Default, true);
+        let (h, t) = (Some(Protocol::Http), Some(Protocol::Tcp));
+        use Upstream::*;
+        for (protocol, detects, preserve, mesh, rule, want) in [
+            // The mesh config upgrades HTTP ports only; a rule says for its own.
+            (h, true, false, Some(true), None, Http2),
+            (t, true, false, Some(true), None, Unsaid),
+            (h, true, false, Some(true), Some(&keep), Unsaid),
+            (t, true, false, Some(false), Some(&upgrade), Http2),
+            // Not toward the workload itself.
+            (h, true, false, None, Some(&upgrade), Unsaid),
+            // Where the protocol was decided already, the upgrade does not take.
+            (
+                None,
+                true,
+                false,
+                Some(false),
+                Some(&upgrade),
+                Downstream(false),
+            ),
+            (None, false, false, Some(false), Some(&upgrade), Http2),
+            (
+                h,
+                true,
+                true,
+                Some(true),
+                Some(&upgrade),
+                Http1PreservingCase,
+            ),
+            // The client's protocol, keeping HTTP/1's header case where it was kept.
+            (h, true, true, Some(true), Some(&client), Downstream(true)),
+            (
+                Some(Protocol::Grpc),
+                true,
+                true,
+                Some(true),
+                Some(&client),
+                Downstream(false),
+            ),
+        ] {
+            assert_eq!(
+                Upstream::of(protocol, detects, preserve, mesh, rule),
+                want,
+                "{protocol:?} detects {detects} preserve {preserve} mesh {mesh:?} {rule:?}"
+            );
+        }
+    }
 
     /// The ISTIO_MUTUAL transport socket as a message, built whole.
     fn whole_socket(sans: &[String], sni: &str) -> TransportSocket {

@@ -204,8 +204,12 @@ fn virtual_outbound(policy: OutboundPolicy, options: &hcm::Options) -> Listener 
 
 /// The special clusters every sidecar has, and the dynamic forward proxy cluster when the
 /// outbound traffic policy uses it.
-pub(super) fn special_clusters(policy: OutboundPolicy, preserve_case: bool, out: &mut Built) {
-    for c in [cluster::passthrough(preserve_case), cluster::black_hole()] {
+pub(super) fn special_clusters(
+    policy: OutboundPolicy,
+    settings: &cluster::ClusterSettings,
+    out: &mut Built,
+) {
+    for c in [cluster::passthrough(settings), cluster::black_hole()] {
         out.clusters.insert(c.name.clone(), c);
     }
     if policy == OutboundPolicy::AllowAnyDynamicDns {

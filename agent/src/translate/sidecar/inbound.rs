@@ -238,7 +238,7 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
                 cc.port,
                 cc.endpoint.clone(),
                 cc.protocol,
-                shared.hcm.preserve_case,
+                &view.cluster_settings,
                 cc.rule.as_ref().map(|(dr, port)| (&dr.spec, *port)),
             ),
         );
@@ -293,7 +293,7 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
     );
     out.clusters.insert(
         names::INBOUND_PASSTHROUGH_CLUSTER.into(),
-        cluster::inbound_passthrough(shared.hcm.preserve_case),
+        cluster::inbound_passthrough(&view.cluster_settings),
     );
 }
 
