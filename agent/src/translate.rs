@@ -277,9 +277,10 @@ impl DestinationRuleMemo {
         for (_, host) in then.values() {
             touched(host);
         }
-        let index = Arc::new(
-            scope.destination_rules(self.rules.iter().map(|(dr, host)| (dr, host.as_str()))),
-        );
+        let index = Arc::new(scope.destination_rules(
+            self.rules.iter().map(|(dr, host)| (dr, host.as_str())),
+            &proxy.labels,
+        ));
         let first = self.index.is_none();
         self.index = Some(Arc::clone(&index));
         let changed = if first || wildcard {
@@ -1095,7 +1096,7 @@ impl GlobalInputs {
         if !router && !grpc {
             // The rules of the services the workload serves shape its inbound clusters.
             for local in view.local_instances() {
-                if let Some(dr) = view.destination_rules.for_service(local.service) {
+                if let Some(dr) = view.destination_rules.for_inbound(local.service) {
                     config_identity(&dr.meta, &mut listeners);
                 }
             }
@@ -1398,6 +1399,8 @@ fn hash_listener_inputs(
         endpoints,
         kubernetes,
         external_name,
+        // Read by clusters only.
+        subject_alt_names: _,
         created,
         revision: _,
         source,

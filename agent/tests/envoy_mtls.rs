@@ -352,7 +352,9 @@ fn secure_certificate(
 /// A DestinationRule originating TLS (SIMPLE) to the HTTPS service: the client's sidecar
 /// verifies the server, against the system's roots when the rule names no CA (the test's CA is
 /// not one of them: refused), against the CA file it names (served by the agent over SDS, as
-/// istio-agent serves it), which lets the request through. Leaves no rule.
+/// istio-agent serves it), which lets the request through; pinned to a name the certificate
+/// does not carry it is refused; without `sni` the request's host is sent and verified (auto
+/// SNI and SAN validation, as istiod sets them). Leaves no rule.
 async fn tls_origination(
     store: &StoreServer,
     client: &Netns,
@@ -390,8 +392,34 @@ async fn tls_origination(
         a.status == 200
     });
     assert_eq!(a.backend.as_deref(), Some("secure"), "{protocol}: {a:?}");
+    // Pinned to a name the certificate does not carry: refused.
+    store
+        .apply(&[rule(json!({"mode": "SIMPLE", "sni": SECURE_HOST,
+                              "caCertificates": ca.to_string_lossy(),
+                              "subjectAltNames": ["other.example.com"]}))])
+        .await;
+    until(client, &url, &host, "a server of another name", |a| {
+        a.status == 503
+    });
+    // No SNI nor names: Envoy sends the request's host and verifies the certificate for it.
+    store
+        .apply(&[rule(
+            json!({"mode": "SIMPLE", "caCertificates": ca.to_string_lossy()}),
+        )])
+        .await;
+    let a = until(
+        client,
+        &url,
+        &host,
+        "the server of the request's host",
+        |a| a.status == 200,
+    );
+    assert_eq!(a.backend.as_deref(), Some("secure"), "{protocol}: {a:?}");
     store.delete("DestinationRule", "shop", "secure").await;
-    println!("{protocol}: TLS origination verifies the server, against the CA file it names");
+    println!(
+        "{protocol}: TLS origination verifies the server, against the CA file it names, for the \
+         names the rule pins or else the request's host"
+    );
 }
 
 fn namespace_policy(mode: &str) -> Value {

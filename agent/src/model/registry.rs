@@ -79,6 +79,10 @@ pub struct ServicePort {
     pub number: u32,
     /// `None`: unknown (Istio sniffs it); treated as TCP by the translation.
     pub protocol: Option<Protocol>,
+    /// Where the service's host is reached when it stands for its own endpoint (a DNS
+    /// ServiceEntry without endpoints, a Kubernetes ExternalName service): a ServiceEntry
+    /// port's `targetPort`, else the port.
+    pub target_port: u32,
 }
 
 impl ServicePort {
@@ -171,6 +175,8 @@ pub struct Service {
     pub kubernetes: bool,
     /// A Kubernetes `ExternalName` service: its DNS target.
     pub external_name: Option<String>,
+    /// The identities the service states for itself (a ServiceEntry's `subjectAltNames`).
+    pub subject_alt_names: Vec<String>,
     /// When its resource was created (older wins on conflicts).
     pub created: u64,
     /// Store revision of the newest input (the resource, and the WorkloadEntries it selects):
@@ -186,9 +192,9 @@ impl Service {
     }
 
     /// The SPIFFE identities of the service's endpoints
-    /// (`spiffe://<trust_domain>/ns/<ns>/sa/<sa>`, or the identity an endpoint states), each
-    /// also in every trust domain of `aliases`, as istiod expands them; sorted, each once: who
-    /// a client may accept as the service.
+    /// (`spiffe://<trust_domain>/ns/<ns>/sa/<sa>`, or the identity an endpoint states) and
+    /// those the service states, each also in every trust domain of `aliases`, as istiod
+    /// expands them; sorted, each once: who a client may accept as the service.
     pub fn identities(&self, trust_domain: &str, aliases: &[String]) -> Vec<String> {
         let accounts: BTreeSet<&str> = self
             .endpoints
@@ -196,6 +202,7 @@ impl Service {
             .map(|e| &*e.service_account)
             .filter(|sa| !sa.is_empty())
             .collect();
+
         let mut ids: Vec<String> = accounts
             .into_iter()
             .map(|sa| {
@@ -206,6 +213,8 @@ impl Service {
                 }
             })
             .collect();
+        // The names it states, as they are.
+        ids.extend(self.subject_alt_names.iter().cloned());
         let expanded: Vec<String> = ids
             .iter()
             .filter_map(|id| {
@@ -442,6 +451,11 @@ impl Registry {
                 name: p.name.clone(),
                 number: p.number,
                 protocol: Protocol::parse(&p.protocol),
+                target_port: if p.target_port != 0 {
+                    p.target_port
+                } else {
+                    p.number
+                },
             })
             .collect();
         let mut revision = se.meta.revision;
@@ -514,6 +528,7 @@ impl Registry {
                 endpoints: endpoints.clone(),
                 kubernetes: false,
                 external_name: None,
+                subject_alt_names: spec.subject_alt_names.clone(),
                 created: se.meta.created,
                 revision,
                 source: Key {
@@ -911,6 +926,7 @@ fn from_kubernetes(
             name: p.name.clone(),
             number: p.port,
             protocol: p.application_protocol(),
+            target_port: p.port,
         })
         .collect();
     let mut shared = Shared::default();
@@ -947,6 +963,7 @@ fn from_kubernetes(
         endpoints,
         kubernetes: true,
         external_name,
+        subject_alt_names: Vec::new(),
         created: meta.created,
         revision: meta.revision,
         source: Key {

@@ -270,10 +270,12 @@ impl SidecarScope {
 
     /// The DestinationRules exported to this proxy's namespace, indexed by host: `rules` are
     /// the registry's, each with its host as the proxy resolves it (see
-    /// [`Proxy::resolve_host`]).
+    /// [`Proxy::resolve_host`]). A rule with a workload selector is its namespace's only, and
+    /// noted as selecting the proxy (its `labels`) or not.
     pub fn destination_rules<'r>(
         &self,
         rules: impl Iterator<Item = (&'r Arc<Config<DestinationRule>>, &'r str)>,
+        labels: &std::collections::BTreeMap<String, String>,
     ) -> DestinationRules {
         let mut index = DestinationRules {
             exact: FxHashMap::default(),
@@ -283,14 +285,27 @@ impl SidecarScope {
         };
         for (dr, host) in rules {
             let ns = &dr.meta.namespace;
-            if !exported_to(&dr.spec.export_to, ns, &self.config_namespace) {
+            let selects = dr
+                .spec
+                .workload_selector
+                .as_ref()
+                .map(|s| crate::model::registry::selects(&s.match_labels, labels));
+            let visible = match selects {
+                Some(_) => *ns == self.config_namespace,
+                None => exported_to(&dr.spec.export_to, ns, &self.config_namespace),
+            };
+            if !visible {
                 continue;
             }
+            let rule = Rule {
+                config: Arc::clone(dr),
+                selects,
+            };
             let host = host.to_string();
             if host.starts_with('*') {
-                index.wildcards.push((host, Arc::clone(dr)));
+                index.wildcards.push((host, rule));
             } else {
-                index.exact.entry(host).or_default().push(Arc::clone(dr));
+                index.exact.entry(host).or_default().push(rule);
             }
         }
         index
@@ -300,50 +315,88 @@ impl SidecarScope {
 /// The DestinationRules a proxy sees, by the host they apply to.
 #[derive(Debug, Clone, Default)]
 pub struct DestinationRules {
-    exact: FxHashMap<String, Vec<Arc<Config<DestinationRule>>>>,
-    wildcards: Vec<(String, Arc<Config<DestinationRule>>)>,
+    exact: FxHashMap<String, Vec<Rule>>,
+    wildcards: Vec<(String, Rule)>,
     config_namespace: String,
     root_namespace: String,
 }
 
+/// A DestinationRule the proxy sees.
+#[derive(Debug, Clone)]
+struct Rule {
+    config: Arc<Config<DestinationRule>>,
+    /// With a workload selector: whether it selects the proxy.
+    selects: Option<bool>,
+}
+
 impl DestinationRules {
-    /// The DestinationRule that applies to `service`: one in the proxy's namespace, else the
-    /// service's, else the root namespace's, else any other exported here; within one namespace
-    /// an exact host before wildcards (longer first), then the oldest.
+    /// The DestinationRule that applies to the proxy's traffic to `service`, as istiod picks
+    /// it: the rules of the proxy's namespace, else of the service's, else of the root
+    /// namespace, else any other exported here; within the first of those with a rule for the
+    /// host, the most specific host (exact, then the longest wildcard); among its rules one
+    /// whose workload selector selects the proxy, else the oldest without a selector. (So a
+    /// rule of the proxy's namespace for the host that selects other workloads only leaves the
+    /// proxy without a rule, as in istiod.)
     pub fn for_service(&self, service: &Service) -> Option<Arc<Config<DestinationRule>>> {
+        self.pick(service, true)
+    }
+
+    /// The rule of `service` for the proxy's inbound side (a workload of the service): as
+    /// [`DestinationRules::for_service`], but workload selectors are for clients only, so only
+    /// rules without one count.
+    pub fn for_inbound(&self, service: &Service) -> Option<Arc<Config<DestinationRule>>> {
+        self.pick(service, false)
+    }
+
+    fn pick(&self, service: &Service, outbound: bool) -> Option<Arc<Config<DestinationRule>>> {
         let exact = self
             .exact
             .get(&service.hostname)
             .into_iter()
             .flatten()
-            .map(|dr| (0usize, dr));
+            .map(|rule| (0usize, rule));
         let wildcards = self
             .wildcards
             .iter()
             .filter(|(h, _)| host::matches(h, &service.hostname))
-            .map(|(h, dr)| (usize::MAX - h.len(), dr));
-        exact
-            .chain(wildcards)
-            .min_by_key(|(specificity, dr)| {
-                let ns = &dr.meta.namespace;
-                let tier = if *ns == self.config_namespace {
-                    0u8
-                } else if *ns == service.namespace {
-                    1
-                } else if *ns == self.root_namespace {
-                    2
-                } else {
-                    3
-                };
-                (
-                    tier,
-                    *specificity,
-                    dr.meta.created,
-                    ns.as_str(),
-                    dr.meta.name.as_str(),
-                )
+            .map(|(h, rule)| (usize::MAX - h.len(), rule));
+        let tier = |rule: &Rule| {
+            let ns = &rule.config.meta.namespace;
+            if *ns == self.config_namespace {
+                0u8
+            } else if *ns == service.namespace {
+                1
+            } else if *ns == self.root_namespace {
+                2
+            } else {
+                3
+            }
+        };
+        let candidates: Vec<(usize, &Rule)> = exact.chain(wildcards).collect();
+        let first = candidates
+            .iter()
+            .map(|(specificity, rule)| (tier(rule), *specificity))
+            .min()?;
+        fn age<'r>(rule: &&'r Rule) -> (u64, &'r str, &'r str) {
+            let meta = &rule.config.meta;
+            (meta.created, meta.namespace.as_str(), meta.name.as_str())
+        }
+        let group = || {
+            candidates
+                .iter()
+                .filter(move |(specificity, rule)| (tier(rule), *specificity) == first)
+                .map(|(_, rule)| *rule)
+        };
+        let selecting = group()
+            .filter(|rule| outbound && rule.selects == Some(true))
+            .min_by_key(age);
+        selecting
+            .or_else(|| {
+                group()
+                    .filter(|rule| rule.selects.is_none())
+                    .min_by_key(age)
             })
-            .map(|(_, dr)| Arc::clone(dr))
+            .map(|rule| Arc::clone(&rule.config))
     }
 }
 

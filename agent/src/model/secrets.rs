@@ -15,3 +15,6 @@ pub const FILE_ROOT_PREFIX: &str = "file-root:";
 pub const SYSTEM_ROOTS: &str = "system";
 /// The CA certificate of a credential: `<credential>-cacert`.
 pub const CA_SUFFIX: &str = "-cacert";
+/// A CA bundle of a Kubernetes ConfigMap named by a `credentialName`: `configmap://<ns>/<name>`
+/// (not served by the agent).
+pub const CONFIG_MAP_PREFIX: &str = "configmap://";

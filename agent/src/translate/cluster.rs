@@ -13,8 +13,8 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     CircuitBreakers, Cluster, OutlierDetection, UpstreamConnectionOptions,
 };
 use envoy_types::pb::envoy::config::core::v3::{
-    BindConfig, HttpProtocolOptions, SocketAddress, TcpKeepalive, TransportSocket, socket_address,
-    transport_socket::ConfigType,
+    BindConfig, HttpProtocolOptions, SocketAddress, TcpKeepalive, TransportSocket,
+    UpstreamHttpProtocolOptions, socket_address, transport_socket::ConfigType,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CertificateValidationContext, CommonTlsContext, TlsParameters, UpstreamTlsContext,
@@ -66,6 +66,8 @@ pub(super) struct Policy {
     pub connection_pool: Option<ConnectionPoolSettings>,
     pub outlier_detection: Option<IstioOutlier>,
     pub tls: Option<ClientTlsSettings>,
+    /// The rule selects workloads (`workloadSelector`).
+    pub selects_workloads: bool,
 }
 
 impl Policy {
@@ -78,7 +80,21 @@ impl Policy {
         {
             policy.apply(s.traffic_policy.as_ref(), port);
         }
+        policy.selects_workloads = dr.workload_selector.is_some();
         policy
+    }
+
+    /// The TLS it originates (SIMPLE or MUTUAL), as istiod applies it. A sidecar does not take
+    /// a credential by name from a rule without a workload selector (istiod leaves TLS out
+    /// there, so that a credential meant for an egress gateway does not hold up every sidecar
+    /// the rule reaches).
+    fn originated(&self, sidecar: bool) -> Option<&ClientTlsSettings> {
+        let tls = self.tls.as_ref()?;
+        let by_name = !tls.credential_name.is_empty()
+            && !tls.credential_name.starts_with(secrets::CONFIG_MAP_PREFIX);
+        (matches!(tls.mode, ClientTlsMode::Simple | ClientTlsMode::Mutual)
+            && !(by_name && sidecar && !self.selects_workloads))
+            .then_some(tls)
     }
 
     fn apply(&mut self, tp: Option<&TrafficPolicy>, port: u32) {
@@ -94,6 +110,7 @@ impl Policy {
                     connection_pool: p.connection_pool.clone(),
                     outlier_detection: p.outlier_detection.clone(),
                     tls: p.tls.clone(),
+                    selects_workloads: false,
                 }
             }
             None => {
@@ -503,6 +520,7 @@ impl<'s> Target<'s> {
             common,
             self.upstream(port, policy),
             http_settings(policy.connection_pool.as_ref()),
+            auto_tls(policy.originated(self.sidecar)),
         ) {
             cluster
                 .typed_extension_protocol_options
@@ -636,6 +654,20 @@ impl<'s> Target<'s> {
                 return Some(self.mutual.socket(sans, &sni, h2));
             }
             _ => {
+                policy.originated(self.sidecar)?;
+                // Names to pin the server to: the rule's, else those a ServiceEntry states.
+                let sans = if tls.subject_alt_names.is_empty() && !self.service.kubernetes {
+                    identities(&self.identities, self.service, self.settings)
+                } else {
+                    &tls.subject_alt_names
+                };
+                #[allow(deprecated)] // istiod's field: any SAN type, matched exactly
+                let pinned = |crl: &str| CertificateValidationContext {
+                    match_subject_alt_names: exact_sans(sans),
+                    crl: (!crl.is_empty()).then(|| file(crl)),
+                    ..Default::default()
+                };
+                let verify = tls.insecure_skip_verify != Some(true);
                 if !tls.credential_name.is_empty() {
                     // SIMPLE only verifies the server (the `-cacert`); MUTUAL also presents the
                     // credential's own certificate.
@@ -643,10 +675,17 @@ impl<'s> Target<'s> {
                         common.tls_certificate_sds_secret_configs =
                             vec![sds::credential(&tls.credential_name)];
                     }
-                    common.validation_context_type =
-                        Some(ValidationContextType::ValidationContextSdsSecretConfig(
-                            sds::credential_ca(&tls.credential_name),
-                        ));
+                    common.validation_context_type = verify.then(|| {
+                        ValidationContextType::CombinedValidationContext(
+                            CombinedCertificateValidationContext {
+                                default_validation_context: Some(pinned("")),
+                                validation_context_sds_secret_config: Some(sds::credential_ca(
+                                    &tls.credential_name,
+                                )),
+                                ..Default::default()
+                            },
+                        )
+                    });
                 } else {
                     // Files of the pod, served over SDS (read again as they change), as istiod
                     // names them: the client certificate `file-cert:<cert>~<key>`, the CA
@@ -661,34 +700,24 @@ impl<'s> Target<'s> {
                                 tls.private_key
                             ))];
                     }
-                    common.validation_context_type =
-                        Some(if tls.insecure_skip_verify == Some(true) {
-                            ValidationContextType::ValidationContext(Default::default())
+                    common.validation_context_type = Some(if verify {
+                        let ca = if tls.ca_certificates.is_empty() {
+                            secrets::SYSTEM_ROOTS
                         } else {
-                            #[allow(deprecated)] // istiod's field: any SAN type, matched exactly
-                            let pinned = CertificateValidationContext {
-                                match_subject_alt_names: exact_sans(&tls.subject_alt_names),
-                                crl: (!tls.ca_crl.is_empty()).then(|| file(&tls.ca_crl)),
+                            &tls.ca_certificates
+                        };
+                        ValidationContextType::CombinedValidationContext(
+                            CombinedCertificateValidationContext {
+                                default_validation_context: Some(pinned(&tls.ca_crl)),
+                                validation_context_sds_secret_config: Some(sds::from_istio_agent(
+                                    &format!("{}{ca}", secrets::FILE_ROOT_PREFIX),
+                                )),
                                 ..Default::default()
-                            };
-                            let ca = if tls.ca_certificates.is_empty() {
-                                secrets::SYSTEM_ROOTS
-                            } else {
-                                &tls.ca_certificates
-                            };
-                            ValidationContextType::CombinedValidationContext(
-                                CombinedCertificateValidationContext {
-                                    default_validation_context: Some(pinned),
-                                    validation_context_sds_secret_config: Some(
-                                        sds::from_istio_agent(&format!(
-                                            "{}{ca}",
-                                            secrets::FILE_ROOT_PREFIX
-                                        )),
-                                    ),
-                                    ..Default::default()
-                                },
-                            )
-                        });
+                            },
+                        )
+                    } else {
+                        ValidationContextType::ValidationContext(Default::default())
+                    });
                 }
                 common.tls_params = Some(TlsParameters {
                     tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
@@ -698,11 +727,8 @@ impl<'s> Target<'s> {
                 if h2 {
                     common.alpn_protocols = vec!["h2".into()];
                 }
-                sni = if tls.sni.is_empty() {
-                    hostname.to_string()
-                } else {
-                    tls.sni.clone()
-                };
+                // None given: Envoy takes the request's host (see `auto_tls`).
+                sni = tls.sni.clone();
             }
         }
         let context = UpstreamTlsContext {
@@ -1311,13 +1337,28 @@ fn http_settings(cp: Option<&ConnectionPoolSettings>) -> Option<&HttpSettings> {
     cp.and_then(|cp| cp.http.as_ref())
 }
 
+/// What Envoy works out per request for TLS it originates without an `sni`, as istiod has it:
+/// the request's host as SNI, and the server's certificate verified for that host unless the
+/// rule pins names or skips verification.
+fn auto_tls(originated: Option<&ClientTlsSettings>) -> Option<UpstreamHttpProtocolOptions> {
+    let tls = originated.filter(|t| t.sni.is_empty())?;
+    Some(UpstreamHttpProtocolOptions {
+        auto_sni: true,
+        auto_san_validation: tls.subject_alt_names.is_empty()
+            && tls.insecure_skip_verify != Some(true),
+        ..Default::default()
+    })
+}
+
 /// A cluster's upstream HTTP options, when it has any: connection-pool settings (`common`), the
 /// protocol (Envoy requires one where options are set: HTTP/1.1 where nothing was said, as
-/// istiod's), and for HTTP/2 the rule's stream limit and PING keepalive (`http`).
+/// istiod's), for HTTP/2 the rule's stream limit and PING keepalive (`http`), and what Envoy
+/// works out per request for originated TLS (`auto`).
 fn upstream_http_options(
     common: Option<HttpProtocolOptions>,
     upstream: Upstream,
     http: Option<&HttpSettings>,
+    auto: Option<UpstreamHttpProtocolOptions>,
 ) -> Option<envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions> {
     use envoy_types::pb::envoy::config::core::v3::{Http2ProtocolOptions, KeepaliveSettings};
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
@@ -1356,7 +1397,7 @@ fn upstream_http_options(
         Upstream::Http1PreservingCase => {
             explicit(ProtocolConfig::HttpProtocolOptions(http1_options(true)))
         }
-        Upstream::Unsaid if common.is_some() => {
+        Upstream::Unsaid if common.is_some() || auto.is_some() => {
             explicit(ProtocolConfig::HttpProtocolOptions(http1_options(false)))
         }
         Upstream::Unsaid => return None,
@@ -1364,6 +1405,7 @@ fn upstream_http_options(
     Some(
         envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions {
             common_http_protocol_options: common,
+            upstream_http_protocol_options: auto,
             upstream_protocol_options: Some(protocol),
             ..Default::default()
         },
@@ -1514,7 +1556,7 @@ pub(super) fn inbound(
         http_settings(pool),
     );
     cluster.typed_extension_protocol_options =
-        upstream_http_options(common, upstream, http_settings(pool))
+        upstream_http_options(common, upstream, http_settings(pool), None)
             .map(|options| [(HTTP_PROTOCOL_OPTIONS.to_string(), pack_any(options))].into())
             .unwrap_or_default();
     cluster

@@ -192,7 +192,7 @@ impl<'s> PortEndpoints<'s> {
             workload: service.source.name.as_str().into(),
             ..Instance::at(&host)
         };
-        PortEndpoints::of(std::iter::once((&instance, port.number)), Some(at))
+        PortEndpoints::of(std::iter::once((&instance, port.target_port)), Some(at))
             .message(cluster, None)
     }
 }

@@ -20,7 +20,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_optio
     UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
 };
 use prost::Message;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
 use crate::testing::{resource, router, sidecar};
@@ -247,22 +247,36 @@ fn connection_managers_carry_istiods_filters_and_grpc_clients_no_cors() {
 
 #[test]
 fn simple_tls_with_a_credential_only_verifies_the_server() {
-    let dr = resource(
-        "DestinationRule",
-        "default",
-        "web",
-        json!({"host": "web", "trafficPolicy": {"tls": {"mode": "SIMPLE", "credentialName": "web-ca"}}}),
-        2,
-    );
-    let out = translate(sidecar("10.0.0.9"), vec![web(&["10.96.0.1"]), dr]);
-    let socket = out.clusters["outbound|8080||web.default.svc.cluster.local"]
-        .transport_socket
-        .clone()
-        .unwrap();
-    let Some(ConfigType::TypedConfig(any)) = socket.config_type else {
+    // As istiod: a sidecar takes a credential by name only from a rule that selects it.
+    let dr = |selector: Value| {
+        resource(
+            "DestinationRule",
+            "default",
+            "web",
+            json!({"host": "web", "workloadSelector": selector,
+                   "trafficPolicy": {"tls": {"mode": "SIMPLE", "credentialName": "web-ca"}}}),
+            2,
+        )
+    };
+    let mut client = sidecar("10.0.0.9");
+    client.labels.insert("app".into(), "client".into());
+    let socket = |selector: Value| {
+        let out = translate(client.clone(), vec![web(&["10.96.0.1"]), dr(selector)]);
+        out.clusters["outbound|8080||web.default.svc.cluster.local"]
+            .transport_socket
+            .clone()
+    };
+    assert_eq!(socket(Value::Null), None);
+    assert_eq!(socket(json!({"matchLabels": {"app": "other"}})), None);
+    let Some(ConfigType::TypedConfig(any)) = socket(json!({"matchLabels": {"app": "client"}}))
+        .expect("TLS")
+        .config_type
+    else {
         panic!("typed config")
     };
     let tls = UpstreamTlsContext::decode(any.value.as_slice()).unwrap();
+    // No SNI given: Envoy takes the request's host (`auto_sni`).
+    assert_eq!(tls.sni, "");
     let common = tls.common_tls_context.unwrap();
     assert!(common.tls_certificate_sds_secret_configs.is_empty());
     assert!(common.validation_context_type.is_some());

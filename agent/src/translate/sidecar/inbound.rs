@@ -695,7 +695,7 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 .collect();
             let rule = serving.and_then(|l| {
                 Some((
-                    view.destination_rules.for_service(l.service)?,
+                    view.destination_rules.for_inbound(l.service)?,
                     l.service_port,
                 ))
             });
@@ -725,7 +725,7 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
             build: view.proxy.build,
             rule: view
                 .destination_rules
-                .for_service(local.service)
+                .for_inbound(local.service)
                 .map(|dr| (dr, local.service_port)),
         });
         let label = metadata::ServiceLabel::of(local.service);
