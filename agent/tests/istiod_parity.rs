@@ -120,26 +120,15 @@ fn normalized(v: &Value) -> Value {
 type At = fn(&str) -> bool;
 
 /// Differences the agent keeps knowingly, by where they are, with why.
-const KNOWN: &[(At, &str)] = &[
-    (
-        |path| {
-            path.starts_with(".C outbound_.")
-                && path.ends_with(".metadata.filterMetadata.istio.services")
-        },
-        "a router's SNI-DNAT clusters do not name their service for Istio's stats (they are \
+const KNOWN: &[(At, &str)] = &[(
+    |path| {
+        path.starts_with(".C outbound_.")
+            && path.ends_with(".metadata.filterMetadata.istio.services")
+    },
+    "a router's SNI-DNAT clusters do not name their service for Istio's stats (they are \
          decoded and changed after they are built, and the labels' Structs would be encoded \
          again in hash order)",
-    ),
-    (
-        |path| {
-            path.starts_with(".L virtualInbound.filterChains[")
-                && (path.ends_with("].metadata") || path.ends_with(".decorator.operation"))
-        },
-        "istiod names a Sidecar ingress listener's chains after the Sidecar (`istio.config`) and \
-         traces its route as `<service>.<namespace>:<port>/*`; the agent's carry no Sidecar \
-         metadata and trace the service's full name",
-    ),
-];
+)];
 
 /// The paths where `a` and `b` differ.
 fn differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {

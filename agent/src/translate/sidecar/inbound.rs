@@ -47,7 +47,7 @@ use super::super::{Built, View, hcm, metadata, names, route, sds};
 use super::PLAINTEXT_HTTP_ALPNS;
 use crate::model::authn::{MergedPolicy, MtlsMode};
 use crate::model::proxy::ProxyBuild;
-use crate::model::registry::Config;
+use crate::model::registry::{Config, Meta};
 use crate::model::secrets;
 use pasa_proto::istio::destination_rule::DestinationRule;
 use pasa_proto::istio::virtual_service::HttpRetry;
@@ -99,6 +99,9 @@ struct ChainConfig {
     /// The DestinationRule of the (first) service the port serves, with its service port: its
     /// connection pool applies to the inbound cluster too.
     rule: Option<(Arc<Config<DestinationRule>>, u32)>,
+    /// The Sidecar whose ingress listener this is: its chains carry its config path, and are
+    /// traced as `<sidecar>.<namespace>:<port>/*` (istiod's stand-in for a hostname).
+    sidecar: Option<Meta>,
 }
 
 /// What every inbound chain of the proxy shares: its authorization filters, the connection
@@ -221,6 +224,7 @@ pub(in super::super) fn inbound(view: &View<'_>, out: &mut Built) {
             services: Vec::new(),
             build: view.proxy.build,
             rule: None,
+            sidecar: None,
         };
         let mode = policy.for_port(port);
         chains.extend(port_chains(
@@ -327,6 +331,10 @@ fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode, shared: &Shared<'_>)
         filters,
         transport_socket: (o.tls && mode != MtlsMode::Disable)
             .then(|| istio_mutual_server(o.kind == Kind::Http, cc.build, shared.mtls)),
+        metadata: cc
+            .sidecar
+            .as_ref()
+            .map(|m| metadata::config_metadata(pasa_proto::Kind::Sidecar, m)),
         ..Default::default()
     }
 }
@@ -334,11 +342,17 @@ fn chain(cc: &ChainConfig, o: &MatchOption, mode: MtlsMode, shared: &Shared<'_>)
 /// The connection manager of an inbound HTTP chain: one virtual host, everything to the cluster,
 /// retried only as the mesh config's inbound policy says (see [`route::default_inbound_route`]).
 fn http_filter(cc: &ChainConfig, cluster_name: &str, shared: &Shared<'_>) -> Filter {
-    // Traced as the service the port serves, as istiod names it (`:0/*` for passthrough).
-    let (host, port) = cc
-        .services
-        .first()
-        .map_or(("", cc.port), |(port, label)| (label.host.as_str(), *port));
+    // Traced as the service the port serves, as istiod names it (`:0/*` for passthrough; a
+    // Sidecar ingress listener's as the Sidecar).
+    let (host, port) = match &cc.sidecar {
+        Some(sidecar) => (format!("{}.{}", sidecar.name, sidecar.namespace), cc.port),
+        None => cc
+            .services
+            .first()
+            .map_or((String::new(), cc.port), |(port, label)| {
+                (label.host.clone(), *port)
+            }),
+    };
     let route = route::default_inbound_route(
         cluster_name,
         format!("{host}:{port}/*"),
@@ -709,6 +723,7 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 services,
                 build: view.proxy.build,
                 rule,
+                sidecar: Some(sidecar.meta.clone()),
             });
         }
         return by_port.into_values().collect();
@@ -727,6 +742,7 @@ fn chain_configs(view: &View<'_>) -> Vec<ChainConfig> {
                 .destination_rules
                 .for_inbound(local.service)
                 .map(|dr| (dr, local.service_port)),
+            sidecar: None,
         });
         let label = metadata::ServiceLabel::of(local.service);
         let first_port = cc.services.first().map_or(local.service_port, |(p, _)| *p);
