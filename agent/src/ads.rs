@@ -62,7 +62,7 @@ use tokio::sync::mpsc;
 use crate::resource::{ResourceMap, TYPE_COUNT, TypeKind};
 use crate::resource::{digest, digest_resources};
 pub use authority::{Fronted, front, pump as front_pump};
-pub use server::{AdsService, ServeError, bind_unix, serve_tcp, serve_unix};
+pub use server::{AdsService, FileSecrets, ServeError, bind_unix, serve_tcp, serve_unix};
 pub use snapshot::{Origin, Snapshot, SnapshotError, SnapshotPublisher, Snapshots};
 pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, TypeStatus};
 
@@ -151,7 +151,7 @@ impl Subscription {
                     TypeKind::Listener => {
                         crate::translate::grpc_listener(name, all, &conn.dns_domain)
                     }
-                    TypeKind::Secret => conn.file_secrets.and_then(|f| f(name)),
+                    TypeKind::Secret => conn.file_secrets.as_ref().and_then(|f| f.get(name)),
                     _ => None,
                 });
                 found.map(|r| (name.clone(), r))

@@ -20,7 +20,9 @@
 //!
 //! **Reload.** The directory is read afresh every `--credential-poll` (Kubernetes updates a
 //! mounted Secret by swapping the `..data` symlink, so reading the files again sees the new
-//! content); a new version of a secret is published only when its content changed.
+//! content); a new version of a secret is published only when its content changed. So are the
+//! pod's files that DestinationRules name (`file-cert:`, `file-root:`, see [`file_secret`]),
+//! once Envoy has asked for them.
 //!
 //! **Bad input.** A credential that cannot be read or is incomplete is reported with its path and
 //! not served; the others keep being served. When the directory itself cannot be read, the
@@ -174,6 +176,8 @@ pub enum CredentialError {
         "{path} holds none of tls.crt + tls.key, cert + key, ca.crt or cacert; credential {name:?} is not served"
     )]
     Nothing { name: String, path: PathBuf },
+    #[error("no system root certificates on this host; secret {name:?} is not served")]
+    NoSystemRoots { name: String },
 }
 
 /// What one read of the credential directory found.
@@ -360,33 +364,47 @@ const SYSTEM_ROOT_BUNDLES: [&str; 6] = [
     "/etc/ssl/cert.pem",
 ];
 
+/// The names of the secrets of the pod's files that Envoy asked for (see [`file_secret`]): the
+/// watch reads them again with the directories, so that a renewed file reaches Envoy.
+pub type FileNames = Arc<std::sync::Mutex<BTreeSet<String>>>;
+
 /// The SDS secret of certificates mounted in the pod, as istio-agent serves them to Envoy:
 /// `file-cert:<certificate>~<key>` and `file-root:<ca>` (`file-root:system`: the system's
-/// roots). `None` when `name` is not such a name or a file cannot be read (logged): Envoy then
-/// waits for it, as a TLS context without its certificates cannot work. Read as it is asked for,
-/// so a renewed file is served at the next push.
-pub fn file_secret(name: &str) -> Option<Secret> {
+/// roots). `Ok(None)` when `name` is not such a name; an error when a file cannot be read (Envoy
+/// then waits for the secret, as a TLS context without its certificates cannot work). Asked
+/// for by name, it is read at once; then the [`CredentialWatch`] reads it again every poll and
+/// publishes it as it changes.
+pub fn file_secret(name: &str) -> Result<Option<Secret>, CredentialError> {
     use crate::model::secrets::{FILE_CERT_PREFIX, FILE_ROOT_PREFIX, SYSTEM_ROOTS};
     let read = |path: &str| {
-        std::fs::read(path)
-            .map_err(|e| tracing::warn!(secret = name, path, error = %e, "cannot read the file a secret names"))
-            .ok()
+        std::fs::read(path).map_err(|source| CredentialError::Read {
+            name: name.to_string(),
+            path: path.into(),
+            source,
+        })
     };
     if let Some(ca) = name.strip_prefix(FILE_ROOT_PREFIX) {
         let path = if ca == SYSTEM_ROOTS {
             let found = SYSTEM_ROOT_BUNDLES.iter().find(|p| Path::new(p).is_file());
-            let Some(found) = found else {
-                tracing::warn!(secret = name, "no system root certificates on this host");
-                return None;
-            };
-            found
+            *found.ok_or_else(|| CredentialError::NoSystemRoots {
+                name: name.to_string(),
+            })?
         } else {
             ca
         };
-        return Some(ca_secret(name.to_string(), read(path)?));
+        return Ok(Some(ca_secret(name.to_string(), read(path)?)));
     }
-    let (certificate, key) = name.strip_prefix(FILE_CERT_PREFIX)?.split_once('~')?;
-    Some(tls_secret(name.to_string(), read(certificate)?, read(key)?))
+    let Some((certificate, key)) = name
+        .strip_prefix(FILE_CERT_PREFIX)
+        .and_then(|rest| rest.split_once('~'))
+    else {
+        return Ok(None);
+    };
+    Ok(Some(tls_secret(
+        name.to_string(),
+        read(certificate)?,
+        read(key)?,
+    )))
 }
 
 /// A packed SDS secret fit to show: its private key replaced by [`REDACTED`] (as Envoy's own
@@ -421,6 +439,8 @@ struct Dirs {
     /// The pod's namespace: its Secrets are also served under the names Gateway API listeners
     /// give them.
     namespace: String,
+    /// The secrets of the pod's files asked for.
+    files: FileNames,
 }
 
 /// Each `kubernetes://<name>` secret (and its CA) also as `kubernetes-gateway://<ns>/<name>`:
@@ -458,6 +478,19 @@ impl Dirs {
                 Err(problem) => loaded.problems.push(problem),
             }
         }
+        let names: Vec<String> = match self.files.lock() {
+            Ok(names) => names.iter().cloned().collect(),
+            Err(_) => Vec::new(),
+        };
+        for name in names {
+            match file_secret(&name) {
+                Ok(Some(secret)) => {
+                    loaded.secrets.insert(name, secret);
+                }
+                Ok(None) => {}
+                Err(problem) => loaded.problems.push(problem),
+            }
+        }
         Ok(loaded)
     }
 }
@@ -475,18 +508,21 @@ pub struct CredentialWatch {
 }
 
 impl CredentialWatch {
-    /// Watches `args.credential_dir` and `args.cert_dir`, if set, and the CA's certificates
-    /// (`issued`), publishing to `publisher`.
+    /// Watches `args.credential_dir` and `args.cert_dir`, if set, the CA's certificates
+    /// (`issued`), and the pod's files whose secrets Envoy asked for (`files`), publishing to
+    /// `publisher`.
     pub fn new(
         args: &CredentialArgs,
         namespace: &str,
         issued: Option<watch::Receiver<BTreeMap<String, Secret>>>,
+        files: FileNames,
         publisher: Arc<SnapshotPublisher>,
     ) -> Option<Self> {
         let dirs = Dirs {
             credentials: args.credential_dir.clone(),
             workload: args.cert_dir.clone(),
             namespace: namespace.to_string(),
+            files,
         };
         if dirs.credentials.is_none() && dirs.workload.is_none() && issued.is_none() {
             return None;
@@ -651,6 +687,7 @@ mod tests {
             credentials: Some(dir.path().to_owned()),
             workload: None,
             namespace: "shop".into(),
+            files: FileNames::default(),
         };
         let loaded = dirs.load().unwrap();
         let alias = &loaded.secrets["kubernetes-gateway://shop/shop-cert"];
@@ -736,20 +773,41 @@ mod tests {
             file("k.pem", "KEY"),
             file("ca.pem", "CA"),
         );
-        let pair = file_secret(&format!("file-cert:{cert}~{key}")).expect("a pair");
-        assert_eq!(pair.name, format!("file-cert:{cert}~{key}"));
+        let pair_name = format!("file-cert:{cert}~{key}");
+        let pair = file_secret(&pair_name).unwrap().expect("a pair");
+        assert_eq!(pair.name, pair_name);
         assert_eq!(inline_bytes(&tls(&pair).certificate_chain), b"CHAIN");
         assert_eq!(inline_bytes(&tls(&pair).private_key), b"KEY");
-        let root = file_secret(&format!("file-root:{ca}")).expect("a CA");
+        let root = file_secret(&format!("file-root:{ca}"))
+            .unwrap()
+            .expect("a CA");
         assert_eq!(trusted_ca(&root), b"CA");
-        // Not such a name, a file missing, a pair without its key.
-        assert!(file_secret("kubernetes://shop-cert").is_none());
-        assert!(file_secret(&format!("file-root:{ca}.missing")).is_none());
-        assert!(file_secret(&format!("file-cert:{cert}")).is_none());
+        // Not such a name, a file missing (named in the error), a pair without its key.
+        assert!(file_secret("kubernetes://shop-cert").unwrap().is_none());
+        let missing = format!("file-root:{ca}.missing");
+        let e = file_secret(&missing).unwrap_err().to_string();
+        assert!(e.contains("ca.pem.missing"), "{e}");
+        assert!(file_secret(&format!("file-cert:{cert}")).unwrap().is_none());
         // The system's roots, where this host has them.
         if SYSTEM_ROOT_BUNDLES.iter().any(|p| Path::new(p).is_file()) {
-            assert!(!trusted_ca(&file_secret("file-root:system").unwrap()).is_empty());
+            let system = file_secret("file-root:system").unwrap().unwrap();
+            assert!(!trusted_ca(&system).is_empty());
         }
+        // Once asked for, the files are read with the directories: a renewed file is served,
+        // a missing one is a problem.
+        let files = FileNames::default();
+        files.lock().unwrap().extend([pair_name.clone(), missing]);
+        let dirs = Dirs {
+            credentials: None,
+            workload: None,
+            namespace: "shop".into(),
+            files,
+        };
+        file("c.pem", "RENEWED");
+        let loaded = dirs.load().unwrap();
+        let pair = &loaded.secrets[&pair_name];
+        assert_eq!(inline_bytes(&tls(pair).certificate_chain), b"RENEWED");
+        assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
     }
 
     #[test]

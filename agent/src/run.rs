@@ -337,10 +337,13 @@ pub async fn run(
         args.credentials
             .store_tls(ca.is_some().then(|| issued_rx.clone()))?,
     );
+    // The pod's files whose secrets Envoy asks for: read again with the credentials.
+    let file_names = crate::credentials::FileNames::default();
     let mut credentials = CredentialWatch::new(
         &args.credentials,
         &identity.namespace,
         ca.is_some().then_some(issued_rx),
+        Arc::clone(&file_names),
         Arc::clone(&publisher),
     );
     if let Some(watch) = &mut credentials {
@@ -392,10 +395,17 @@ pub async fn run(
         .with_build(proxy.build)
         .with_dns_domain(&proxy.dns_domain);
     if args.credentials.serves_workload_certificate() {
-        // Envoy's SDS server is the agent (not an istio-agent): it serves the pod's files too.
-        service = service.with_file_secrets(|name| {
-            crate::credentials::file_secret(name).map(|s| crate::resource::Resource::pack(&s))
-        });
+        // Envoy's SDS server is the agent (not an istio-agent): it serves the pod's files too,
+        // read at once when first asked for, then kept by the credential watch (which reports
+        // a file it cannot read, once while that lasts).
+        service =
+            service.with_file_secrets(crate::ads::FileSecrets(Arc::new(move |name: &str| {
+                let secret = crate::credentials::file_secret(name).ok()??;
+                if let Ok(mut names) = file_names.lock() {
+                    names.insert(name.to_string());
+                }
+                Some(crate::resource::Resource::pack(&secret))
+            })));
     }
     let uds = args.uds.clone();
     let ads_stop = stopped(stop_rx.clone());

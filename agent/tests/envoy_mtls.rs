@@ -354,7 +354,8 @@ fn secure_certificate(
 /// not one of them: refused), against the CA file it names (served by the agent over SDS, as
 /// istio-agent serves it), which lets the request through; pinned to a name the certificate
 /// does not carry it is refused; without `sni` the request's host is sent and verified (auto
-/// SNI and SAN validation, as istiod sets them). Leaves no rule.
+/// SNI and SAN validation, as istiod sets them); the CA file replaced is served again without a
+/// change of config. Leaves no rule.
 async fn tls_origination(
     store: &StoreServer,
     client: &Netns,
@@ -415,10 +416,41 @@ async fn tls_origination(
         |a| a.status == 200,
     );
     assert_eq!(a.backend.as_deref(), Some("secure"), "{protocol}: {a:?}");
+    // The CA file replaced in the pod (as a mounted Secret is): the agent reads it again and
+    // Envoy gets it without a change of config; a CA that did not sign the server refuses it.
+    // (One request per connection: a new CA applies to new connections.)
+    store
+        .apply(&[
+            json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+               "metadata": {"name": "secure", "namespace": "shop"},
+               "spec": {"host": SECURE_HOST, "trafficPolicy": {
+                   "tls": {"mode": "SIMPLE", "caCertificates": ca.to_string_lossy()},
+                   "connectionPool": {"http": {"maxRequestsPerConnection": 1}}}}}),
+        ])
+        .await;
+    let trusted = std::fs::read(&ca).expect("the CA file");
+    let stranger =
+        rcgen::generate_simple_self_signed(vec!["stranger.example".to_string()]).expect("a CA");
+    std::fs::write(&ca, stranger.cert.pem()).expect("write");
+    until(
+        client,
+        &url,
+        &host,
+        "the server the new CA does not vouch for",
+        |a| a.status == 503,
+    );
+    std::fs::write(&ca, trusted).expect("write");
+    until(
+        client,
+        &url,
+        &host,
+        "the server the CA vouches for again",
+        |a| a.status == 200,
+    );
     store.delete("DestinationRule", "shop", "secure").await;
     println!(
-        "{protocol}: TLS origination verifies the server, against the CA file it names, for the \
-         names the rule pins or else the request's host"
+        "{protocol}: TLS origination verifies the server, against the CA file it names (read \
+         again as it changes), for the names the rule pins or else the request's host"
     );
 }
 

@@ -127,7 +127,7 @@ impl AdsService {
             secrets_only,
             build: self.build,
             dns_domain: Arc::clone(&self.dns_domain),
-            file_secrets: self.file_secrets,
+            file_secrets: self.file_secrets.clone(),
         };
         (id, conn)
     }

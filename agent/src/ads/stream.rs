@@ -142,9 +142,26 @@ pub(super) struct Connection {
     pub(super) file_secrets: Option<FileSecrets>,
 }
 
-/// Serves the SDS secrets of files a client names (`file-cert:…`, `file-root:…`), as they are
-/// asked for.
-pub type FileSecrets = fn(&str) -> Option<Arc<crate::resource::Resource>>;
+/// Serves the SDS secrets of files a client names (`file-cert:…`, `file-root:…`) that the
+/// snapshot does not hold yet, as they are asked for.
+/// How one secret is made from its name.
+type MakeSecret = dyn Fn(&str) -> Option<Arc<crate::resource::Resource>> + Send + Sync;
+
+#[derive(Clone)]
+pub struct FileSecrets(pub Arc<MakeSecret>);
+
+impl FileSecrets {
+    /// The secret `name`, if it names files of the pod that can be read.
+    pub fn get(&self, name: &str) -> Option<Arc<crate::resource::Resource>> {
+        (self.0)(name)
+    }
+}
+
+impl std::fmt::Debug for FileSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileSecrets")
+    }
+}
 
 /// Whether a node's Envoy has Istio's own filters, as it lists its extensions (`istio.stats`
 /// among them); `None` when it lists none.
