@@ -15,8 +15,8 @@
 //! istiod's: a router's are `GATEWAY`; a sidecar's `virtualInbound` listener (with its inline
 //! route configurations) and `inbound|` clusters are `SIDECAR_INBOUND`, the rest
 //! `SIDECAR_OUTBOUND`. `EXTENSION_CONFIG` patches that `ADD` are served over ECDS, whatever
-//! their context, as istiod serves them. `BOOTSTRAP` patches are not applied (the agent writes
-//! the bootstrap once): the injector keeps pods they apply to with istiod.
+//! their context, as istiod serves them. `BOOTSTRAP` patches are validated and not applied,
+//! as under istiod (no bootstrap it serves takes them).
 //!
 //! **How.** Each patch's `value` is read once per EnvoyFilter revision as the Envoy message its
 //! `applyTo` names (protobuf JSON, unknown fields ignored and durations also written as Go writes

@@ -280,8 +280,7 @@ impl StoredSettings {
 /// The kinds of which PASA's agent does not apply everything yet (WasmPlugin and
 /// TrafficExtension whose Wasm module the pod's proxy would not get; Telemetry with metrics for
 /// upstream Envoy (the standalone mode), or tracing providers other than Zipkin, Datadog,
-/// SkyWalking and OpenTelemetry ones; EnvoyFilter
-/// with `BOOTSTRAP` patches;
+/// SkyWalking and OpenTelemetry ones; EnvoyFilter patches naming types the pod's proxy lacks;
 /// RequestAuthentication whose keys are neither inline nor fetched
 /// into the store yet; AuthorizationPolicy with action CUSTOM whose provider the stored mesh
 /// config does not define): a pod one of those applies to stays with istiod, so that moving to
@@ -305,7 +304,8 @@ pub const UNENFORCED_KINDS: [pasa_proto::Kind; 9] = [
 /// `namespace`, as `Kind namespace/name`: those of the root namespace without selector (the
 /// mesh), of the pod's namespace without selector (the namespace), or of either with a selector
 /// the pod's labels match. Resources attached by `targetRef(s)` apply to Services' waypoints and
-/// gateways, not to sidecars. EnvoyFilters are applied but for their `BOOTSTRAP` patches. AuthorizationPolicies are enforced, CUSTOM ones when the mesh config
+/// gateways, not to sidecars. EnvoyFilters are applied (their `BOOTSTRAP` patches are inert, as
+/// under istiod). AuthorizationPolicies are enforced, CUSTOM ones when the mesh config
 /// among `policies` (`mesh` in the root namespace) defines their provider as an external
 /// authorizer. A resource that cannot be read counts as applying.
 pub fn unenforced_policies(
@@ -566,10 +566,10 @@ fn names_unknown_types(value: &Value, istio_proxy: bool) -> bool {
 }
 
 /// How an EnvoyFilter picks workloads (`workloadSelector.labels`, `targetRefs`), or None when
-/// the agent applies every patch it has for sidecars: all but `BOOTSTRAP`, those whose value
-/// names a type the pod's proxy cannot get from the agent (see [`names_unknown_types`]), and
-/// those matching node metadata the agent does not know (patches for gateways or waypoints do
-/// not count).
+/// the agent applies every patch it has for sidecars: all but those whose value names a type
+/// the pod's proxy cannot get from the agent (see [`names_unknown_types`]), and those matching
+/// node metadata the agent does not know (patches for gateways or waypoints do not count, nor
+/// `BOOTSTRAP` patches, which istiod applies nowhere either).
 fn envoy_filter_attachment(
     spec_json: &str,
     istio_proxy: bool,
@@ -599,8 +599,10 @@ fn envoy_filter_attachment(
             .as_ref()
             .and_then(|patch| patch.value.as_ref())
             .is_some_and(|v| v.values().any(|v| names_unknown_types(v, istio_proxy)));
+        // `BOOTSTRAP` patches are inert under istiod too (no bootstrap it serves takes them).
         !matches!(context, PatchContext::Gateway | PatchContext::Waypoint)
-            && (p.apply_to == ApplyTo::Bootstrap || unknown_types || unknown_metadata)
+            && p.apply_to != ApplyTo::Bootstrap
+            && (unknown_types || unknown_metadata)
     };
     if !spec.config_patches.iter().flatten().any(unapplied) {
         return None;
@@ -932,7 +934,8 @@ mod tests {
             policy(
                 "EnvoyFilter",
                 "bookinfo",
-                "add-header",
+                "bootstrap-patch",
+                // Inert under istiod too: no reason to stay.
                 json!({"workloadSelector": {"labels": {"app": "reviews"}},
                        "configPatches": [{"applyTo": "BOOTSTRAP", "match": {"context": "SIDECAR_INBOUND"}}]}),
             ),
@@ -1136,7 +1139,6 @@ mod tests {
                 "AuthorizationPolicy bookinfo/for-reviews",
                 "RequestAuthentication bookinfo/namespace-wide",
                 "RequestAuthentication istio-system/mesh-wide",
-                "EnvoyFilter bookinfo/add-header",
                 "EnvoyFilter bookinfo/by-workload-name",
                 "EnvoyFilter bookinfo/istio-stats",
                 "EnvoyFilter bookinfo/istio-peer-metadata",
