@@ -364,89 +364,71 @@ async fn tls_origination(
 ) {
     let url = format!("http://{SECURE_VIP}/hello");
     let host = ["--host", SECURE_HOST];
-    let rule = |tls: Value| {
-        json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
-               "metadata": {"name": "secure", "namespace": "shop"},
-               "spec": {"host": SECURE_HOST, "trafficPolicy": {"tls": tls}}})
+    // Waits until a request answers `status`: 200 reaching the server, else refused before it.
+    let expect = |what: &str, status: u16| {
+        let a = until(client, &url, &host, what, |a| a.status == status);
+        assert_eq!(
+            a.backend.as_deref() == Some("secure"),
+            status == 200,
+            "{protocol}: {what}: {a:?}"
+        );
     };
-    store
-        .apply(&[rule(json!({"mode": "SIMPLE", "sni": SECURE_HOST}))])
-        .await;
-    let refused = until(
-        client,
-        &url,
-        &host,
-        "a server no system root vouches for",
-        |a| a.status == 503,
-    );
-    assert_ne!(
-        refused.backend.as_deref(),
-        Some("secure"),
-        "{protocol}: {refused:?}"
-    );
+    // The rule's traffic policy is `policy`, then `expect(what, status)`.
+    let step = async |policy: Value, what: &str, status: u16| {
+        store
+            .apply(&[
+                json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+                   "metadata": {"name": "secure", "namespace": "shop"},
+                   "spec": {"host": SECURE_HOST, "trafficPolicy": policy}}),
+            ])
+            .await;
+        expect(what, status);
+    };
     let ca = dir.join("secure-ca.pem");
-    store
-        .apply(&[rule(json!({"mode": "SIMPLE", "sni": SECURE_HOST,
-                              "caCertificates": ca.to_string_lossy()}))])
-        .await;
-    let a = until(client, &url, &host, "the server its CA vouches for", |a| {
-        a.status == 200
-    });
-    assert_eq!(a.backend.as_deref(), Some("secure"), "{protocol}: {a:?}");
-    // Pinned to a name the certificate does not carry: refused.
-    store
-        .apply(&[rule(json!({"mode": "SIMPLE", "sni": SECURE_HOST,
-                              "caCertificates": ca.to_string_lossy(),
-                              "subjectAltNames": ["other.example.com"]}))])
-        .await;
-    until(client, &url, &host, "a server of another name", |a| {
-        a.status == 503
-    });
+    let ca_file = ca.to_string_lossy();
+    step(
+        json!({"tls": {"mode": "SIMPLE", "sni": SECURE_HOST}}),
+        "a server no system root vouches for",
+        503,
+    )
+    .await;
+    step(
+        json!({"tls": {"mode": "SIMPLE", "sni": SECURE_HOST, "caCertificates": ca_file}}),
+        "the server its CA vouches for",
+        200,
+    )
+    .await;
+    step(
+        json!({"tls": {"mode": "SIMPLE", "sni": SECURE_HOST, "caCertificates": ca_file,
+                       "subjectAltNames": ["other.example.com"]}}),
+        "a server of a name its certificate does not carry",
+        503,
+    )
+    .await;
     // No SNI nor names: Envoy sends the request's host and verifies the certificate for it.
-    store
-        .apply(&[rule(
-            json!({"mode": "SIMPLE", "caCertificates": ca.to_string_lossy()}),
-        )])
-        .await;
-    let a = until(
-        client,
-        &url,
-        &host,
+    step(
+        json!({"tls": {"mode": "SIMPLE", "caCertificates": ca_file}}),
         "the server of the request's host",
-        |a| a.status == 200,
-    );
-    assert_eq!(a.backend.as_deref(), Some("secure"), "{protocol}: {a:?}");
+        200,
+    )
+    .await;
     // The CA file replaced in the pod (as a mounted Secret is): the agent reads it again and
     // Envoy gets it without a change of config; a CA that did not sign the server refuses it.
     // (One request per connection: a new CA applies to new connections.)
-    store
-        .apply(&[
-            json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
-               "metadata": {"name": "secure", "namespace": "shop"},
-               "spec": {"host": SECURE_HOST, "trafficPolicy": {
-                   "tls": {"mode": "SIMPLE", "caCertificates": ca.to_string_lossy()},
-                   "connectionPool": {"http": {"maxRequestsPerConnection": 1}}}}}),
-        ])
-        .await;
+    step(
+        json!({"tls": {"mode": "SIMPLE", "caCertificates": ca_file},
+               "connectionPool": {"http": {"maxRequestsPerConnection": 1}}}),
+        "the server its CA vouches for, a connection each",
+        200,
+    )
+    .await;
     let trusted = std::fs::read(&ca).expect("the CA file");
     let stranger =
         rcgen::generate_simple_self_signed(vec!["stranger.example".to_string()]).expect("a CA");
     std::fs::write(&ca, stranger.cert.pem()).expect("write");
-    until(
-        client,
-        &url,
-        &host,
-        "the server the new CA does not vouch for",
-        |a| a.status == 503,
-    );
+    expect("the server the new CA does not vouch for", 503);
     std::fs::write(&ca, trusted).expect("write");
-    until(
-        client,
-        &url,
-        &host,
-        "the server the CA vouches for again",
-        |a| a.status == 200,
-    );
+    expect("the server the CA vouches for again", 200);
     store.delete("DestinationRule", "shop", "secure").await;
     println!(
         "{protocol}: TLS origination verifies the server, against the CA file it names (read \
