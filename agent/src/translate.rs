@@ -861,6 +861,7 @@ impl Outputs {
                 name,
                 encoded,
                 assignment,
+                ..
             } in built
             {
                 if let Some(encoded) = assignment {

@@ -135,6 +135,9 @@ pub(super) struct BuiltCluster {
     pub name: String,
     /// `None` when only the load assignments were asked for.
     pub encoded: Option<Vec<u8>>,
+    /// How many bytes at the end of `encoded` are its `metadata` field (encoded in key order,
+    /// see [`metadata::cluster_field`]).
+    pub metadata_len: usize,
     pub assignment: Option<Vec<u8>>,
 }
 
@@ -223,6 +226,7 @@ pub(super) fn service_clusters(
                 out.push(BuiltCluster {
                     name,
                     encoded: None,
+                    metadata_len: 0,
                     assignment,
                 });
                 continue;
@@ -251,6 +255,7 @@ pub(super) fn service_clusters(
                     alpn_override,
                 )
             });
+            let metadata = own_metadata.as_deref().unwrap_or(&metadata);
             let encoded = target.own(
                 Own {
                     name: &name,
@@ -258,13 +263,14 @@ pub(super) fn service_clusters(
                     subset: subset.unwrap_or(""),
                     policy,
                     shared: part,
-                    metadata: own_metadata.as_deref().unwrap_or(&metadata),
+                    metadata,
                 },
                 (&endpoints, labels),
             );
             out.push(BuiltCluster {
                 name,
                 encoded: Some(encoded),
+                metadata_len: metadata.len(),
                 assignment,
             });
         }

@@ -204,7 +204,7 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
     }
     route_configs(view, &merged, out);
     if merged.auto_passthrough {
-        tcp::sni_dnat_clusters(view, &mut out.clusters, &mut out.endpoints);
+        tcp::sni_dnat_clusters(view, out);
     }
 }
 

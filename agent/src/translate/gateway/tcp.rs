@@ -13,7 +13,7 @@ use pasa_proto::istio::gateway::TlsMode;
 use pasa_proto::istio::virtual_service::VirtualService;
 use prost::Message;
 
-use super::super::{Generator, View, cluster, filters, names};
+use super::super::{Built, Generator, View, cluster, filters, names};
 use super::{Chain, bound_virtual_services, http};
 use crate::model::gateway::{Bound, check_duplicates};
 use crate::model::proxy::ProxyBuild;
@@ -213,12 +213,9 @@ fn auto_passthrough(view: &View<'_>, hosts: &[String]) -> Vec<Chain> {
 
 /// The SNI-DNAT clusters a router with an `AUTO_PASSTHROUGH` server needs: the outbound
 /// clusters of every mesh service port and subset, named `outbound_.<port>_.<subset>_.<host>`,
-/// without upstream TLS (the client's TLS passes through).
-pub(super) fn sni_dnat_clusters(
-    view: &View<'_>,
-    clusters: &mut std::collections::BTreeMap<String, Cluster>,
-    endpoints: &mut std::collections::BTreeMap<String, ClusterLoadAssignment>,
-) {
+/// without upstream TLS (the client's TLS passes through). Their metadata (the rule, and for
+/// Istio's proxy the service its stats name) is kept as encoded, in key order.
+pub(super) fn sni_dnat_clusters(view: &View<'_>, out: &mut Built) {
     for service in sni_dnat_services(view) {
         let mut tcp_only = service.clone();
         tcp_only.ports.retain(|p| p.protocol != Some(Protocol::Udp));
@@ -228,11 +225,9 @@ pub(super) fn sni_dnat_clusters(
             &tcp_only,
             dr.as_deref(),
             Generator::Envoy,
-            // Without Istio's stats labels: the clusters are decoded and changed below, and
-            // the labels' Structs would be encoded again in hash order.
             (
                 pasa_proto::node::ProxyType::Router,
-                ProxyBuild::Envoy,
+                view.proxy.build,
                 &view.cluster_settings,
             ),
             (true, &mut built),
@@ -240,12 +235,14 @@ pub(super) fn sni_dnat_clusters(
         for cluster::BuiltCluster {
             name,
             encoded,
+            metadata_len,
             assignment,
         } in built
         {
-            let (Some(name), Some(encoded)) = (dnat_name(&name), encoded) else {
+            let (Some(name), Some(mut encoded)) = (dnat_name(&name), encoded) else {
                 continue;
             };
+            let metadata = encoded.split_off(encoded.len() - metadata_len);
             // Decoding what was just encoded from a message cannot fail.
             let mut c = Cluster::decode(encoded.as_slice()).unwrap_or_default();
             c.name = name.clone();
@@ -263,9 +260,12 @@ pub(super) fn sni_dnat_clusters(
                 .and_then(|encoded| ClusterLoadAssignment::decode(encoded.as_slice()).ok())
             {
                 a.cluster_name = name.clone();
-                endpoints.insert(name.clone(), a);
+                out.endpoints.insert(name.clone(), a);
             }
-            clusters.insert(name, c);
+            if !metadata.is_empty() {
+                out.cluster_fields.insert(name.clone(), metadata);
+            }
+            out.clusters.insert(name, c);
         }
     }
 }

@@ -249,6 +249,53 @@ fn auto_passthrough_routes_sni_dnat_names_to_clusters_of_that_name() {
 }
 
 #[test]
+fn sni_dnat_clusters_name_their_service_for_istios_stats_in_stable_bytes() {
+    let input = || {
+        vec![
+            service("a", 9080, "10.1.0.1"),
+            resource(
+                "DestinationRule",
+                "default",
+                "a",
+                json!({"host": "a", "subsets": [{"name": "v1", "labels": {"version": "v1"}}]}),
+                3,
+            ),
+            gateway(
+                "gw",
+                json!([server(
+                    15443,
+                    "TLS",
+                    &["*.default.svc.cluster.local"],
+                    Some(json!({"mode": "AUTO_PASSTHROUGH"}))
+                )]),
+                2,
+            ),
+        ]
+    };
+    let mut proxy = router();
+    proxy.build = crate::model::proxy::ProxyBuild::Istio;
+    // Fresh translators: the labels' maps would come out in a new hash order each time.
+    let bytes = |name: &str| {
+        let generated = Translator::new(proxy.clone())
+            .generate(&Cache::from_resources(input(), 100), Generator::Envoy);
+        generated.clusters[name].body.value.clone()
+    };
+    for name in [
+        "outbound_.9080_._.a.default.svc.cluster.local",
+        "outbound_.9080_.v1_.a.default.svc.cluster.local",
+    ] {
+        let first = bytes(name);
+        for _ in 0..5 {
+            assert_eq!(bytes(name), first, "{name}");
+        }
+        let cluster = Cluster::decode(first.as_slice()).unwrap();
+        let istio = &cluster.metadata.unwrap().filter_metadata["istio"];
+        let services = format!("{:?}", istio.fields["services"]);
+        assert!(services.contains("a.default.svc.cluster.local"), "{services}");
+    }
+}
+
+#[test]
 fn without_auto_passthrough_there_are_no_sni_dnat_clusters() {
     let out = translate(vec![
         service("a", 9080, "10.1.0.1"),
