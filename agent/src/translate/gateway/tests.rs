@@ -186,6 +186,20 @@ fn passthrough_servers_route_tls_by_sni_to_the_virtual_services_destinations() {
     );
 }
 
+/// A Gateway passing the mesh's TLS through by SNI-DNAT on 15443.
+fn auto_passthrough_gateway() -> Resource {
+    gateway(
+        "gw",
+        json!([server(
+            15443,
+            "TLS",
+            &["*.default.svc.cluster.local"],
+            Some(json!({"mode": "AUTO_PASSTHROUGH"}))
+        )]),
+        2,
+    )
+}
+
 #[test]
 fn auto_passthrough_routes_sni_dnat_names_to_clusters_of_that_name() {
     let rule = resource(
@@ -200,16 +214,7 @@ fn auto_passthrough_routes_sni_dnat_names_to_clusters_of_that_name() {
         service("a", 9080, "10.1.0.1"),
         service("elsewhere-only", 9090, "10.1.0.2"),
         rule,
-        gateway(
-            "gw",
-            json!([server(
-                15443,
-                "TLS",
-                &["*.default.svc.cluster.local"],
-                Some(json!({"mode": "AUTO_PASSTHROUGH"}))
-            )]),
-            2,
-        ),
+        auto_passthrough_gateway(),
     ]);
     let listener = &out.listeners["0.0.0.0_15443"];
     assert!(has_tls_inspector(listener));
@@ -260,16 +265,7 @@ fn sni_dnat_clusters_name_their_service_for_istios_stats_in_stable_bytes() {
                 json!({"host": "a", "subsets": [{"name": "v1", "labels": {"version": "v1"}}]}),
                 3,
             ),
-            gateway(
-                "gw",
-                json!([server(
-                    15443,
-                    "TLS",
-                    &["*.default.svc.cluster.local"],
-                    Some(json!({"mode": "AUTO_PASSTHROUGH"}))
-                )]),
-                2,
-            ),
+            auto_passthrough_gateway(),
         ]
     };
     let mut proxy = router();
@@ -291,7 +287,10 @@ fn sni_dnat_clusters_name_their_service_for_istios_stats_in_stable_bytes() {
         let cluster = Cluster::decode(first.as_slice()).unwrap();
         let istio = &cluster.metadata.unwrap().filter_metadata["istio"];
         let services = format!("{:?}", istio.fields["services"]);
-        assert!(services.contains("a.default.svc.cluster.local"), "{services}");
+        assert!(
+            services.contains("a.default.svc.cluster.local"),
+            "{services}"
+        );
     }
 }
 
