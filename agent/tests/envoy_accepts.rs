@@ -500,18 +500,9 @@ async fn held_endpoints(
     envoy: &Envoy,
     clusters: &BTreeMap<String, usize>,
 ) -> BTreeMap<String, usize> {
-    let (status, text) = envoy.get("/clusters").await;
-    assert_eq!(status, 200, "Envoy's /clusters: {text}");
-    let mut held: BTreeMap<String, usize> = clusters.keys().map(|c| (c.clone(), 0)).collect();
-    for line in text.lines() {
-        // `<cluster>::<host>:<port>::health_flags::<flags>`, once per host.
-        let mut fields = line.split("::");
-        if let (Some(cluster), Some(_host), Some("health_flags")) =
-            (fields.next(), fields.next(), fields.next())
-            && let Some(count) = held.get_mut(cluster)
-        {
-            *count += 1;
-        }
-    }
-    held
+    let hosts = envoy.hosts().await;
+    clusters
+        .keys()
+        .map(|c| (c.clone(), hosts.get(c).map_or(0, BTreeMap::len)))
+        .collect()
 }

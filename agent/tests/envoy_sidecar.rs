@@ -7,6 +7,8 @@
 //!
 //! - a plain request to a service's virtual IP is routed by its VirtualService, subsets chosen
 //!   by labels;
+//! - a pod that is not ready is held UNHEALTHY and takes no traffic, and is left out where a
+//!   DestinationRule's `minHealthPercent` would let panic mode pick it;
 //! - a destination the mesh does not know goes through `PassthroughCluster`, and to
 //!   `BlackHoleCluster` once a Sidecar sets `REGISTRY_ONLY`;
 //! - a request to the pod's own port from outside is captured inbound and reaches the app.
@@ -20,7 +22,7 @@ use common::agent::Agent;
 use common::envoy::{Envoy, Netns, agent_bootstrap};
 use common::sidecar;
 use common::store::StoreServer;
-use common::traffic::{Backend, request, until};
+use common::traffic::{Backend, client, request, until};
 use serde_json::{Value, json};
 
 const POD_IP: &str = "10.10.0.1";
@@ -36,18 +38,16 @@ fn mesh() -> Vec<Value> {
                         "ports": [{"name": "http", "port": 80, "targetPort": 9001}],
                         "endpoints": [
                             {"address": "10.10.1.11", "labels": {"app": "web", "version": "v1"}},
-                            {"address": "10.10.1.12", "labels": {"app": "web", "version": "v2"}}]}}),
+                            {"address": "10.10.1.12", "labels": {"app": "web", "version": "v2"}},
+                            {"address": "10.10.1.14", "labels": {"app": "web", "version": "v1"},
+                             "ready": false}]}}),
         // The pod's own service: its port 8000 gets an inbound listener.
         json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
                "metadata": {"name": "client", "namespace": "shop"},
                "spec": {"addresses": ["10.96.7.2"],
                         "ports": [{"name": "http", "port": 8000}],
                         "endpoints": [{"address": POD_IP, "labels": {"app": "client"}}]}}),
-        json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
-               "metadata": {"name": "web", "namespace": "shop"},
-               "spec": {"host": "web", "subsets": [
-                   {"name": "v1", "labels": {"version": "v1"}},
-                   {"name": "v2", "labels": {"version": "v2"}}]}}),
+        destination_rule(None),
         json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
                "metadata": {"name": "web", "namespace": "shop"},
                "spec": {"hosts": ["web"], "http": [
@@ -55,6 +55,19 @@ fn mesh() -> Vec<Value> {
                     "route": [{"destination": {"host": "web", "subset": "v2"}}]},
                    {"route": [{"destination": {"host": "web", "subset": "v1"}}]}]}}),
     ]
+}
+
+/// The subsets of `web`, with `traffic_policy` for all of them.
+fn destination_rule(traffic_policy: Option<Value>) -> Value {
+    let mut rule = json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+           "metadata": {"name": "web", "namespace": "shop"},
+           "spec": {"host": "web", "subsets": [
+               {"name": "v1", "labels": {"version": "v1"}},
+               {"name": "v2", "labels": {"version": "v2"}}]}});
+    if let Some(policy) = traffic_policy {
+        rule["spec"]["trafficPolicy"] = policy;
+    }
+    rule
 }
 
 fn outbound_policy(mode: &str) -> Value {
@@ -69,7 +82,12 @@ fn outbound_policy(mode: &str) -> Value {
 fn network() -> (Netns, Netns) {
     let (pod, cluster) = sidecar::joined("10.10.0.1", "10.10.0.2");
     pod.run(&["ip", "route", "add", "10.10.1.0/24", "via", "10.10.0.2"]);
-    for backend in ["10.10.1.11/32", "10.10.1.12/32", "10.10.1.13/32"] {
+    for backend in [
+        "10.10.1.11/32",
+        "10.10.1.12/32",
+        "10.10.1.13/32",
+        "10.10.1.14/32",
+    ] {
         cluster.run(&["ip", "addr", "add", backend, "dev", "lo"]);
     }
     sidecar::capture(&pod);
@@ -104,6 +122,7 @@ async fn sidecar_traffic_with_capture() {
             Backend::start(&cluster, "web-v1", "10.10.1.11:9001", None),
             Backend::start(&cluster, "web-v2", "10.10.1.12:9001", None),
             Backend::start(&cluster, "outside", "10.10.1.13:9001", None),
+            Backend::start(&cluster, "web-v1-unready", "10.10.1.14:9001", None),
         ];
         let _app = Backend::start(&pod, "client-app", "0.0.0.0:8000", None);
         let envoy = Envoy::start_in(
@@ -133,6 +152,44 @@ async fn sidecar_traffic_with_capture() {
         );
         assert_eq!(a.backend.as_deref(), Some("web-v2"), "{protocol}: {a:?}");
         println!("{protocol}: captured request to {WEB_VIP} routed by the VirtualService");
+
+        // The pod that is not ready: held UNHEALTHY (as istiod sends it), so it takes nothing.
+        let v1 = "outbound|80|v1|web.shop.svc.cluster.local";
+        let hosts = envoy.hosts().await.remove(v1).unwrap_or_default();
+        assert_eq!(
+            hosts.get("10.10.1.14:9001").map(String::as_str),
+            Some("/failed_eds_health"),
+            "{protocol}: {v1} holds {hosts:?}"
+        );
+        assert_eq!(
+            hosts.get("10.10.1.11:9001").map(String::as_str),
+            Some("healthy"),
+            "{protocol}: {v1} holds {hosts:?}"
+        );
+        let answers = client(pod, &[&web, "12", "--timeout", "3", host[0], host[1]]);
+        let reached: Vec<_> = answers.iter().map(|a| a.backend.as_deref()).collect();
+        assert!(
+            reached.iter().all(|b| *b == Some("web-v1")),
+            "{protocol}: the ready pod alone answers: {reached:?}"
+        );
+        // A minHealthPercent above 0 would let panic mode pick it: then it is left out.
+        let panic_threshold = json!({"outlierDetection": {"minHealthPercent": 80}});
+        store
+            .apply(&[destination_rule(Some(panic_threshold))])
+            .await;
+        envoy
+            .until_hosts(v1, "the unready pod left out", |h| {
+                !h.contains_key("10.10.1.14:9001") && h.contains_key("10.10.1.11:9001")
+            })
+            .await;
+        let answers = client(pod, &[&web, "12", "--timeout", "3", host[0], host[1]]);
+        let reached: Vec<_> = answers.iter().map(|a| a.backend.as_deref()).collect();
+        assert!(
+            reached.iter().all(|b| *b == Some("web-v1")),
+            "{protocol}: with a panic threshold: {reached:?}"
+        );
+        store.apply(&[destination_rule(None)]).await;
+        println!("{protocol}: the pod that is not ready takes no traffic");
 
         // A destination the mesh does not know: passed through (ALLOW_ANY).
         let outside = "http://10.10.1.13:9001/out";

@@ -51,6 +51,17 @@ pub struct KubeArgs {
     /// `ENABLE_GATEWAY_API_INFERENCE_EXTENSION`: to the Service istiod makes for each pool.
     #[arg(long, env = "ENABLE_GATEWAY_API_INFERENCE_EXTENSION")]
     pub gateway_api_inference: bool,
+    /// Write endpoints that are not ready (and not terminating), which proxies get as
+    /// UNHEALTHY: they take no traffic but are counted, as istiod sends them by default
+    /// (`PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS`). `false` leaves them out; agents older than
+    /// the `ready` field of endpoints need that (see docs/kubernetes.md).
+    #[arg(
+        long,
+        env = "PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub send_unhealthy_endpoints: bool,
     /// Namespace of the Lease the PCP replicas elect the syncing one by.
     #[arg(long, env = "POD_NAMESPACE", default_value = "pasa-system")]
     pub lease_namespace: String,
@@ -112,6 +123,7 @@ impl KubeArgs {
             discovery,
             ingress,
             gateway_api,
+            send_unhealthy_endpoints: self.send_unhealthy_endpoints,
         };
         let candidate = Elector::new(
             client.clone(),

@@ -1,5 +1,5 @@
 //! The store's own `ServiceEndpoints` kind (`pasa.io/v1alpha1`): a Kubernetes Service with its
-//! ready endpoints, as the Kubernetes syncer writes it (or a user with `pasactl apply`). Its name
+//! endpoints, as the Kubernetes syncer writes it (or a user with `pasactl apply`). Its name
 //! and namespace are the Service's; its host is `<name>.<namespace>.svc.<domain suffix>`.
 //!
 //! ```yaml
@@ -14,7 +14,15 @@
 //!   - address: 10.42.0.7
 //!     labels: {app: reviews, version: v1}
 //!     locality: us-east1/us-east1-b
+//!   - {address: 10.42.0.9, ready: false}   # not ready: sent as UNHEALTHY, takes no traffic
 //! ```
+//!
+//! An endpoint is ready unless it says `ready: false`. As istiod does, a proxy is told of an
+//! endpoint that is not ready (Kubernetes' `ready` condition false, the pod not terminating) as
+//! UNHEALTHY: it sends it no traffic, but counts it, and sees it change without a new endpoint
+//! list. Only a cluster whose DestinationRule sets `outlierDetection.minHealthPercent` above 0
+//! leaves it out (that panic threshold would send traffic to it). Terminating endpoints are not
+//! written at all.
 //!
 //! A large Service's endpoints may also come in parts, one object per Kubernetes EndpointSlice
 //! (at most 100 endpoints each), so that one pod's change rewrites its slice, not the whole
@@ -59,7 +67,7 @@ pub struct ServiceEndpoints<E = Endpoint> {
     /// The pods' labels the Service selects (informational: endpoints are listed).
     #[serde(default)]
     pub selector: BTreeMap<String, String>,
-    /// Ready endpoints.
+    /// Endpoints, ready or not (see the module's documentation).
     #[serde(default)]
     pub endpoints: Vec<E>,
     /// For `type: ExternalName`: the DNS name the service stands for.
@@ -105,8 +113,8 @@ pub enum TargetPort {
     Name(String),
 }
 
-/// One ready endpoint (a pod or VM address).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+/// One endpoint (a pod or VM address).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Endpoint {
     pub address: String,
@@ -126,6 +134,33 @@ pub struct Endpoint {
     pub network: String,
     #[serde(default)]
     pub service_account: String,
+    /// Whether it is ready to serve (Kubernetes' `ready` condition); written only when false.
+    #[serde(default = "ready", skip_serializing_if = "is_ready")]
+    pub ready: bool,
+}
+
+impl Default for Endpoint {
+    fn default() -> Self {
+        Endpoint {
+            address: String::new(),
+            labels: BTreeMap::new(),
+            ports: BTreeMap::new(),
+            locality: String::new(),
+            weight: 0,
+            network: String::new(),
+            service_account: String::new(),
+            ready: true,
+        }
+    }
+}
+
+/// An endpoint is ready unless it says otherwise.
+fn ready() -> bool {
+    true
+}
+
+fn is_ready(ready: &bool) -> bool {
+    *ready
 }
 
 /// An [`Endpoint`] read without copying its strings out of the JSON (unless they hold escapes):
@@ -147,6 +182,8 @@ pub struct EndpointView<'a> {
     pub network: Cow<'a, str>,
     #[serde(default, borrow)]
     pub service_account: Cow<'a, str>,
+    #[serde(default = "ready")]
+    pub ready: bool,
 }
 
 impl From<Endpoint> for EndpointView<'static> {
@@ -163,6 +200,7 @@ impl From<Endpoint> for EndpointView<'static> {
             weight: e.weight,
             network: e.network.into(),
             service_account: e.service_account.into(),
+            ready: e.ready,
         }
     }
 }
@@ -296,6 +334,7 @@ mod tests {
             r#"{"address":"10.1.0.7","labels":{"app":"reviews","version":"v1"},"ports":{"web":8080},
                 "locality":"us-east1/us-east1-b","weight":3,"network":"n1","serviceAccount":"reviews"}"#,
             r#"{"address":"10.1.0.8"}"#,
+            r#"{"address":"10.1.0.10","ready":false}"#,
             // Escapes cannot be borrowed: those strings are copied.
             r#"{"address":"10.1.0.9","labels":{"a\"b":"c\u0041"},"serviceAccount":"sa\/x"}"#,
         ];
@@ -310,6 +349,7 @@ mod tests {
             r#"{"address":"10.1.0.7","zone":"x"}"#,
             r#"{"labels":{"app":"x"}}"#,
             r#"{"address":"10.1.0.7","weight":-1}"#,
+            r#"{"address":"10.1.0.7","ready":"no"}"#,
         ];
         for doc in refused {
             assert!(serde_json::from_str::<Endpoint>(doc).is_err(), "{doc}");

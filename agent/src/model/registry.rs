@@ -119,6 +119,18 @@ pub struct Instance {
     /// auto-registration group, that label, or its name; `<ServiceEntry>-<i>` for a
     /// ServiceEntry's i-th endpoint.
     pub workload: Arc<str>,
+    pub health: Health,
+}
+
+/// What proxies are told of an endpoint's health, as istiod tells them: a Kubernetes endpoint is
+/// healthy when ready and unhealthy when not (a proxy sends it nothing, but counts it); one of a
+/// ServiceEntry or WorkloadEntry is of unknown health, which proxies take as healthy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Health {
+    #[default]
+    Unknown,
+    Healthy,
+    Unhealthy,
 }
 
 /// Istio's label naming a workload (see [`Instance::workload`]).
@@ -513,6 +525,7 @@ impl Registry {
                 network: shared.string(&w.network),
                 service_account: shared.string(&w.service_account),
                 workload: shared.string(workload),
+                health: Health::Unknown,
             })
             .collect();
         spec.hosts
@@ -999,6 +1012,11 @@ impl Shared {
             network: self.string(&e.network),
             service_account: self.string(&e.service_account),
             workload: self.string(e.labels.get(WORKLOAD_NAME_LABEL).map_or("", |v| v.as_ref())),
+            health: if e.ready {
+                Health::Healthy
+            } else {
+                Health::Unhealthy
+            },
         }
     }
 

@@ -84,6 +84,15 @@ impl Policy {
         policy
     }
 
+    /// Whether the cluster's endpoints include those known unhealthy (not ready), as istiod
+    /// sends them: unless an outlier detection sets `minHealthPercent`, whose panic threshold
+    /// would send traffic to them (without it, panic mode is off).
+    fn sends_unhealthy(&self) -> bool {
+        self.outlier_detection
+            .as_ref()
+            .is_none_or(|o| o.min_health_percent <= 0)
+    }
+
     /// The TLS it originates (SIMPLE or MUTUAL), as istiod applies it. A sidecar does not take
     /// a credential by name from a rule without a workload selector (istiod leaves TLS out
     /// there, so that a credential meant for an egress gateway does not hold up every sidecar
@@ -217,10 +226,11 @@ pub(super) fn service_clusters(
             });
             let name =
                 names::outbound_cluster(port.number, subset.unwrap_or(""), &service.hostname);
+            let policy = Policy::of(dr.map(|d| &d.spec), subset, port.number);
             let assignment = (service.resolution == Resolution::ClientSideLb).then(|| {
                 endpoints
                     .get_or_init(|| endpoint::PortEndpoints::new(service, port, at))
-                    .assignment(&name, labels)
+                    .assignment(&name, labels, policy.sends_unhealthy())
             });
             if !clusters {
                 out.push(BuiltCluster {
@@ -231,7 +241,6 @@ pub(super) fn service_clusters(
                 });
                 continue;
             }
-            let policy = Policy::of(dr.map(|d| &d.spec), subset, port.number);
             let at = match shared.iter().position(|(p, _)| *p == policy) {
                 Some(at) => at,
                 None => {

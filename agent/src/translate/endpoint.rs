@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::{
-    Address, Locality, Metadata, SocketAddress, address, socket_address::PortSpecifier,
+    Address, HealthStatus, Locality, Metadata, SocketAddress, address,
+    socket_address::PortSpecifier,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LocalityLbEndpoints};
 use envoy_types::pb::google::protobuf::UInt32Value;
@@ -15,7 +16,7 @@ use prost::Message;
 use super::builders::{field_len, length_delimited, string_field};
 use super::metadata;
 use crate::model::authn::PeerModes;
-use crate::model::registry::{Instance, Service, ServicePort, selects};
+use crate::model::registry::{Health, Instance, Service, ServicePort, selects};
 
 /// The endpoints of one service port, each built and encoded once as an `LbEndpoint` and grouped
 /// by locality: the load assignments of the port's clusters (the default one and one per subset)
@@ -100,13 +101,14 @@ impl<'s> PortEndpoints<'s> {
         PortEndpoints { localities }
     }
 
-    /// The load assignment of `cluster`: the endpoints that carry the `subset` labels, grouped
-    /// by locality, each locality weighted by the sum of its endpoints' weights; encoded, the
-    /// same bytes as encoding the message.
+    /// The load assignment of `cluster`: the endpoints that carry the `subset` labels (less
+    /// those known unhealthy, unless `unhealthy`), grouped by locality, each locality weighted
+    /// by the sum of its endpoints' weights; encoded, the same bytes as encoding the message.
     pub(super) fn assignment(
         &self,
         cluster: &str,
         subset: Option<&BTreeMap<String, String>>,
+        unhealthy: bool,
     ) -> Vec<u8> {
         // The selected endpoints of each locality that has any, with the locality's length and
         // weight; then the encoding, sized exactly (it is kept as long as it is served).
@@ -118,6 +120,7 @@ impl<'s> PortEndpoints<'s> {
                 locality
                     .endpoints
                     .iter()
+                    .filter(|e| unhealthy || e.instance.health != Health::Unhealthy)
                     .filter(|e| subset.is_none_or(|labels| selects(labels, &e.instance.labels))),
             );
             let chosen = &selected[from..];
@@ -164,9 +167,10 @@ impl<'s> PortEndpoints<'s> {
         &self,
         cluster: &str,
         subset: Option<&BTreeMap<String, String>>,
+        unhealthy: bool,
     ) -> ClusterLoadAssignment {
         // Decoding what was just encoded from messages cannot fail.
-        ClusterLoadAssignment::decode(self.assignment(cluster, subset).as_slice())
+        ClusterLoadAssignment::decode(self.assignment(cluster, subset, unhealthy).as_slice())
             .unwrap_or_default()
     }
 
@@ -180,7 +184,8 @@ impl<'s> PortEndpoints<'s> {
         port: &ServicePort,
         at: Where<'_>,
     ) -> ClusterLoadAssignment {
-        let assignment = self.message(cluster, subset);
+        // Endpoints to resolve (a ServiceEntry's) have no known health.
+        let assignment = self.message(cluster, subset, true);
         if !assignment.endpoints.is_empty() {
             return assignment;
         }
@@ -193,12 +198,12 @@ impl<'s> PortEndpoints<'s> {
             ..Instance::at(&host)
         };
         PortEndpoints::of(std::iter::once((&instance, port.target_port)), Some(at))
-            .message(cluster, None)
+            .message(cluster, None, true)
     }
 }
 
-/// An endpoint as Envoy's `LbEndpoint` (its address on `port`, its weight, and whether it takes
-/// Istio mutual TLS), written directly: the same bytes as encoding the message, without
+/// An endpoint as Envoy's `LbEndpoint` (its address on `port`, its health when known, its
+/// weight, and whether it takes Istio mutual TLS), written directly: the same bytes as encoding the message, without
 /// building it (an endpoint-heavy scope has tens of thousands, and the message's strings and
 /// metadata map are most of the work of encoding one).
 fn encoded_lb_endpoint(instance: &Instance, port: u32, at: Option<Where<'_>>) -> Vec<u8> {
@@ -228,6 +233,12 @@ fn encoded_lb_endpoint(instance: &Instance, port: u32, at: Option<Where<'_>>) ->
     let endpoint_len = field_len(1, address_field);
     let weight = u64::from(instance.weight.max(1));
     let weight_len = key_len(1) + encoded_len_varint(weight);
+    let health = health_status(instance.health) as u64;
+    let health_len = if health == 0 {
+        0
+    } else {
+        key_len(2) + encoded_len_varint(health)
+    };
     let tls = istio_mtls_metadata(instance).filter(|_| {
         at.is_none_or(|at| !at.peer_modes.disables(at.namespace, &instance.labels, port))
     });
@@ -240,9 +251,11 @@ fn encoded_lb_endpoint(instance: &Instance, port: u32, at: Option<Where<'_>>) ->
     } else {
         field_len(3, metadata_len)
     } + field_len(4, weight_len)
-        + field_len(1, endpoint_len);
+        + field_len(1, endpoint_len)
+        + health_len;
     // LbEndpoint's fields in the order its message encoding writes them, by tag: the
-    // host_identifier oneof's endpoint (1), metadata (3), load_balancing_weight (4).
+    // host_identifier oneof's endpoint (1), health_status (2), metadata (3),
+    // load_balancing_weight (4).
     let mut out = Vec::with_capacity(total);
     length_delimited(1, endpoint_len, &mut out);
     length_delimited(1, address_field, &mut out);
@@ -255,6 +268,10 @@ fn encoded_lb_endpoint(instance: &Instance, port: u32, at: Option<Where<'_>>) ->
             encode_varint(u64::from(port), &mut out);
         }
     }
+    if health != 0 {
+        encode_key(2, WireType::Varint, &mut out);
+        encode_varint(health, &mut out);
+    }
     if metadata_len > 0 {
         length_delimited(3, metadata_len, &mut out);
         out.extend_from_slice(tls.unwrap_or_default());
@@ -265,6 +282,15 @@ fn encoded_lb_endpoint(instance: &Instance, port: u32, at: Option<Where<'_>>) ->
     encode_varint(weight, &mut out);
     debug_assert_eq!(out.len(), total);
     out
+}
+
+/// Envoy's word for an endpoint's health (UNKNOWN, the default, is not written).
+fn health_status(health: Health) -> HealthStatus {
+    match health {
+        Health::Unknown => HealthStatus::Unknown,
+        Health::Healthy => HealthStatus::Healthy,
+        Health::Unhealthy => HealthStatus::Unhealthy,
+    }
 }
 
 /// The entry of `LbEndpoint.metadata` for an endpoint that takes Istio mutual TLS (its workload
@@ -332,6 +358,7 @@ impl Instance {
             network: "".into(),
             service_account: "".into(),
             workload: "".into(),
+            health: Health::Unknown,
         }
     }
 }
@@ -410,17 +437,20 @@ mod tests {
             network: "".into(),
             service_account: "".into(),
             workload: "".into(),
+            health: Health::Unknown,
         }
     }
 
     /// An endpoint as Envoy's `LbEndpoint`, built as a message: its address on `port`, its
-    /// weight, and whether it takes Istio mutual TLS (what [`encoded_lb_endpoint`] writes).
+    /// health, its weight, and whether it takes Istio mutual TLS (what [`encoded_lb_endpoint`]
+    /// writes).
     fn lb_endpoint(instance: &Instance, port: u32) -> LbEndpoint {
         LbEndpoint {
             host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
                 address: Some(socket_address(&instance.address, port)),
                 ..Default::default()
             })),
+            health_status: health_status(instance.health) as i32,
             load_balancing_weight: Some(UInt32Value {
                 value: instance.weight.max(1),
             }),
@@ -432,7 +462,6 @@ mod tests {
                 .map(String::as_str)
                 == Some("istio"))
             .then(|| metadata::one_field(metadata::TRANSPORT_SOCKET_MATCH, "tlsMode", "istio")),
-            ..Default::default()
         }
     }
 
@@ -458,15 +487,21 @@ mod tests {
     #[test]
     fn assembled_assignments_are_the_bytes_of_the_message() {
         let a = instance("10.0.0.1", "us/east-a", "v1", 1);
-        let b = instance("10.0.0.2", "us/east-b", "v2", 3);
-        let c = instance("10.0.0.3", "us/east-a", "v2", 0);
+        let b = Instance {
+            health: Health::Unhealthy,
+            ..instance("10.0.0.2", "us/east-b", "v2", 3)
+        };
+        let c = Instance {
+            health: Health::Healthy,
+            ..instance("10.0.0.3", "us/east-a", "v2", 0)
+        };
         let endpoints = PortEndpoints::of([&a, &b, &c].into_iter().map(|i| (i, 8080)), None);
         let all = expected(
             "outbound|80||r",
             &[("us/east-a", &[&a, &c]), ("us/east-b", &[&b])],
         );
         assert_eq!(
-            endpoints.assignment("outbound|80||r", None),
+            endpoints.assignment("outbound|80||r", None, true),
             all.encode_to_vec()
         );
         let v2: BTreeMap<String, String> = [("version".to_string(), "v2".to_string())].into();
@@ -475,14 +510,22 @@ mod tests {
             &[("us/east-a", &[&c]), ("us/east-b", &[&b])],
         );
         assert_eq!(
-            endpoints.assignment("outbound|80|v2|r", Some(&v2)),
+            endpoints.assignment("outbound|80|v2|r", Some(&v2), true),
             subset.encode_to_vec()
         );
-        assert_eq!(endpoints.message("outbound|80|v2|r", Some(&v2)), subset);
+        assert_eq!(
+            endpoints.message("outbound|80|v2|r", Some(&v2), true),
+            subset
+        );
         let none: BTreeMap<String, String> = [("version".to_string(), "v9".to_string())].into();
         assert_eq!(
-            endpoints.message("outbound|80|v9|r", Some(&none)),
+            endpoints.message("outbound|80|v9|r", Some(&none), true),
             expected("outbound|80|v9|r", &[])
+        );
+        // Without the unhealthy endpoint, its locality goes with it.
+        assert_eq!(
+            endpoints.assignment("outbound|80|v2|r", Some(&v2), false),
+            expected("outbound|80|v2|r", &[("us/east-a", &[&c])]).encode_to_vec()
         );
     }
 
@@ -499,14 +542,17 @@ mod tests {
             ("", 80, 200_000, vec![]),
         ];
         for (address, port, weight, labels) in cases {
-            let mut instance = instance(address, "", "v1", weight);
-            instance.labels = std::sync::Arc::new(labels.into_iter().collect());
-            assert_eq!(
-                encoded_lb_endpoint(&instance, port, None),
-                lb_endpoint(&instance, port).encode_to_vec(),
-                "{address}:{port} weight {weight} labels {:?}",
-                instance.labels
-            );
+            for health in [Health::Unknown, Health::Healthy, Health::Unhealthy] {
+                let mut instance = instance(address, "", "v1", weight);
+                instance.labels = std::sync::Arc::new(labels.clone().into_iter().collect());
+                instance.health = health;
+                assert_eq!(
+                    encoded_lb_endpoint(&instance, port, None),
+                    lb_endpoint(&instance, port).encode_to_vec(),
+                    "{address}:{port} weight {weight} {health:?} labels {:?}",
+                    instance.labels
+                );
+            }
         }
     }
 

@@ -580,6 +580,91 @@ fn an_endpoint_change_rebuilds_its_service_and_not_the_listeners() {
 }
 
 #[test]
+fn unready_endpoints_are_sent_unhealthy_unless_a_panic_threshold_could_pick_them() {
+    use envoy_types::pb::envoy::config::core::v3::HealthStatus;
+    use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+    let service = resource(
+        "ServiceEndpoints",
+        "default",
+        "reviews",
+        json!({"addresses": ["10.96.0.20"], "ports": [{"name": "http", "port": 9080}],
+               "endpoints": [{"address": "10.0.0.1", "labels": {"version": "v1"}},
+                             {"address": "10.0.0.2", "labels": {"version": "v2"}},
+                             {"address": "10.0.0.3", "labels": {"version": "v2"},
+                              "ready": false}]}),
+        1,
+    );
+    // The rule's panic threshold for every cluster but v2's, whose own outlier detection
+    // sets none.
+    let rule = resource(
+        "DestinationRule",
+        "default",
+        "reviews",
+        json!({"host": "reviews",
+               "trafficPolicy": {"outlierDetection": {"consecutive5xxErrors": 5,
+                                                      "minHealthPercent": 50}},
+               "subsets": [
+                   {"name": "v1", "labels": {"version": "v1"}},
+                   {"name": "v2", "labels": {"version": "v2"},
+                    "trafficPolicy": {"outlierDetection": {"consecutive5xxErrors": 5}}}]}),
+        2,
+    );
+    let held = |out: &Resources, subset: &str| -> Vec<(String, HealthStatus)> {
+        out.endpoints[&format!("outbound|9080|{subset}|{REVIEWS}")]
+            .endpoints
+            .iter()
+            .flat_map(|l| &l.lb_endpoints)
+            .map(|e| {
+                let Some(HostIdentifier::Endpoint(endpoint)) = &e.host_identifier else {
+                    panic!("no endpoint in {e:?}");
+                };
+                let address = format!("{:?}", endpoint.address);
+                let ip = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+                    .into_iter()
+                    .find(|ip| address.contains(ip))
+                    .expect("a known address");
+                (ip.to_string(), e.health_status())
+            })
+            .collect()
+    };
+    let healthy = |ip: &str| (ip.to_string(), HealthStatus::Healthy);
+    let unhealthy = |ip: &str| (ip.to_string(), HealthStatus::Unhealthy);
+
+    // Without a rule: every endpoint, each as healthy as it is.
+    let out = Translator::new(proxy("10.0.0.9"))
+        .update(&cache(vec![service.clone()]), Generator::Envoy)
+        .expect("decodes what it encoded");
+    assert_eq!(
+        held(&out, ""),
+        [
+            healthy("10.0.0.1"),
+            healthy("10.0.0.2"),
+            unhealthy("10.0.0.3")
+        ]
+    );
+
+    let out = Translator::new(proxy("10.0.0.9"))
+        .update(&cache(vec![service, rule]), Generator::Envoy)
+        .expect("decodes what it encoded");
+    assert_eq!(held(&out, ""), [healthy("10.0.0.1"), healthy("10.0.0.2")]);
+    assert_eq!(held(&out, "v1"), [healthy("10.0.0.1")]);
+    assert_eq!(
+        held(&out, "v2"),
+        [healthy("10.0.0.2"), unhealthy("10.0.0.3")]
+    );
+    // Panic mode as the policy says: at the rule's threshold, or off.
+    let threshold = |subset: &str| {
+        out.clusters[&format!("outbound|9080|{subset}|{REVIEWS}")]
+            .common_lb_config
+            .as_ref()
+            .and_then(|c| c.healthy_panic_threshold.as_ref())
+            .map(|p| p.value)
+    };
+    assert_eq!(threshold(""), Some(50.0));
+    assert_eq!(threshold("v2"), Some(0.0));
+}
+
+#[test]
 fn tcp_services_get_a_listener_on_their_virtual_ip() {
     let db = resource(
         "ServiceEntry",

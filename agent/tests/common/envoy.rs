@@ -290,6 +290,48 @@ impl Envoy {
             .collect()
     }
 
+    /// The hosts of every cluster as Envoy's `/clusters` lists them: by cluster, each host
+    /// (`address:port`) with its health flags (`healthy`, `/failed_eds_health`, ...).
+    pub async fn hosts(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        let (status, text) = self.get("/clusters").await;
+        assert_eq!(status, 200, "Envoy's /clusters: {text}");
+        let mut hosts: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for line in text.lines() {
+            // `<cluster>::<host>:<port>::health_flags::<flags>`, once per host.
+            let mut fields = line.split("::");
+            if let (Some(cluster), Some(host), Some("health_flags"), Some(flags)) =
+                (fields.next(), fields.next(), fields.next(), fields.next())
+            {
+                hosts
+                    .entry(cluster.to_string())
+                    .or_default()
+                    .insert(host.to_string(), flags.to_string());
+            }
+        }
+        hosts
+    }
+
+    /// Polls `/clusters` until `ok` holds for the hosts of `cluster` (bounded by [`WAIT`]).
+    pub async fn until_hosts(
+        &self,
+        cluster: &str,
+        what: &str,
+        ok: impl Fn(&BTreeMap<String, String>) -> bool,
+    ) -> BTreeMap<String, String> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let hosts = self.hosts().await.remove(cluster).unwrap_or_default();
+            if ok(&hosts) {
+                return hosts;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {cluster} holds {hosts:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Envoy's `/config_dump` as JSON.
     pub async fn config_dump(&self) -> serde_json::Value {
         let (code, body) = self.get("/config_dump").await;

@@ -276,14 +276,19 @@ pub fn service(svc: &Service, cluster: &str) -> Option<(StoreKey, Value)> {
     Some((key.clone(), document(&key, labels, out)))
 }
 
-/// The part of its service's endpoints an EndpointSlice holds: its ready IP endpoints (an
-/// endpoint whose readiness is unknown counts as ready, as Kubernetes says), each with its pod's
-/// labels, service account and network and its locality, and the port each service port is
+/// The part of its service's endpoints an EndpointSlice holds: its IP endpoints, each with its
+/// pod's labels, service account and network and its locality, and the port each service port is
 /// reached on. `None` for a slice of no Service or of FQDN addresses (istiod ignores those).
+///
+/// Readiness as istiod reads it: an endpoint whose `ready` condition is true or unknown is ready;
+/// one not ready is kept as `ready: false` (proxies see it UNHEALTHY) when `unready` says so,
+/// unless it is terminating, or may be (the condition unknown): then it is left out, so that a
+/// rollout's old pods do not count against the new ones.
 pub fn slice(
     eps: &EndpointSlice,
     cluster: &str,
     workloads: &impl Workloads,
+    unready: bool,
 ) -> Option<(StoreKey, Value)> {
     let namespace = eps.metadata.namespace.as_deref()?;
     let name = eps.metadata.name.as_deref()?;
@@ -305,11 +310,13 @@ pub fn slice(
     }
     let mut endpoints = Vec::new();
     for e in &eps.endpoints {
-        let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+        let conditions = e.conditions.as_ref();
+        let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
+        let terminating = conditions.and_then(|c| c.terminating).unwrap_or(true);
         let Some(address) = e.addresses.first() else {
             continue;
         };
-        if !ready {
+        if !ready && (terminating || !unready) {
             continue;
         }
         let pod = e
@@ -348,6 +355,9 @@ pub fn slice(
                 .as_deref()
                 .unwrap_or("default");
             endpoint.insert("serviceAccount".into(), json!(account));
+        }
+        if !ready {
+            endpoint.insert("ready".into(), json!(false));
         }
         endpoints.push(Value::Object(endpoint));
     }
@@ -580,11 +590,18 @@ mod tests {
             "endpoints": [
                 {"addresses": ["10.42.0.8"], "conditions": {"ready": true}, "nodeName": "n1",
                  "targetRef": {"kind": "Pod", "name": "reviews-v2-abc", "namespace": "bookinfo"}},
+                // Not ready and perhaps terminating (the condition unknown): left out.
                 {"addresses": ["10.42.0.9"], "conditions": {"ready": false}},
                 {"addresses": ["10.42.0.10"]},
+                // Not ready and not terminating: kept, not ready.
+                {"addresses": ["10.42.0.11"],
+                 "conditions": {"ready": false, "serving": false, "terminating": false}},
+                // Terminating (still serving): left out.
+                {"addresses": ["10.42.0.12"],
+                 "conditions": {"ready": false, "serving": true, "terminating": true}},
             ],
         }));
-        let (key, doc) = slice(&eps, "Kubernetes", &cluster).unwrap();
+        let (key, doc) = slice(&eps, "Kubernetes", &cluster, true).unwrap();
         assert_eq!(key.name, "reviews-x7k2p.endpointslice");
         assert_eq!(key.slice_name(), Some("reviews-x7k2p"));
         assert_eq!(
@@ -597,6 +614,7 @@ mod tests {
                         "service.istio.io/workload-name": "reviews-v2-abc"},
                      "locality": "us-east1/us-east1-b", "serviceAccount": "bookinfo-reviews"},
                     {"address": "10.42.0.10"},
+                    {"address": "10.42.0.11", "ready": false},
                 ],
             })
         );
@@ -613,7 +631,16 @@ mod tests {
         );
         let mut fqdn = eps.clone();
         fqdn.address_type = "FQDN".into();
-        assert!(slice(&fqdn, "c", &cluster).is_none());
+        assert!(slice(&fqdn, "c", &cluster, true).is_none());
+        // Without unready endpoints, as istiod without PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS.
+        let (_, doc) = slice(&eps, "Kubernetes", &cluster, false).unwrap();
+        let addresses: Vec<&Value> = doc["spec"]["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| &e["address"])
+            .collect();
+        assert_eq!(addresses, [&json!("10.42.0.8"), &json!("10.42.0.10")]);
     }
 
     #[test]

@@ -97,6 +97,10 @@ pub struct SyncConfig {
     pub ingress: pasa_proto::ingress::Settings,
     /// How Gateway API objects are converted (the domain suffix, the built-in classes).
     pub gateway_api: pasa_proto::gateway_api::Settings,
+    /// Endpoints that are not ready are written (`ready: false`, which proxies get as
+    /// UNHEALTHY), as istiod sends them with `PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS` (its
+    /// default); without, they are left out.
+    pub send_unhealthy_endpoints: bool,
 }
 
 /// What a syncer has done, for readiness and tests.
@@ -847,7 +851,8 @@ impl<T: Target> Syncing<T> {
                     .stores
                     .slices
                     .get(&ObjectRef::new(slice).within(&key.namespace))?;
-                convert::slice(&eps, cluster, &self.stores).map(|(_, doc)| (doc, false))
+                let unready = self.config.send_unhealthy_endpoints;
+                convert::slice(&eps, cluster, &self.stores, unready).map(|(_, doc)| (doc, false))
             }
             None => {
                 let svc = self

@@ -96,6 +96,7 @@ fn start(fake: &FakeApiServer, store: &FakeStore, discovery: DiscoverySelectors)
         discovery,
         ingress: pasa_proto::ingress::Settings::default(),
         gateway_api: pasa_proto::gateway_api::Settings::default(),
+        send_unhealthy_endpoints: true,
     };
     Syncer::start(
         fake.client(),
