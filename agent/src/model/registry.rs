@@ -18,7 +18,7 @@ use pasa_proto::istio::gateway::Gateway;
 use pasa_proto::istio::service_entry::{Location, Resolution as SeResolution, ServiceEntry};
 use pasa_proto::istio::sidecar::Sidecar;
 use pasa_proto::istio::virtual_service::VirtualService;
-use pasa_proto::istio::workload_entry::WorkloadEntry;
+use pasa_proto::istio::workload_entry::{self, WorkloadEntry};
 use pasa_proto::service_endpoints::{EndpointView, KubePort, ServiceEndpoints};
 use pasa_proto::store::v1::Resource;
 use pasa_runtime::interned::Interned;
@@ -481,7 +481,12 @@ impl Registry {
                         if we.meta.namespace == se.meta.namespace
                             && selects(&selector.labels, &we.spec.labels) =>
                     {
+                        // An entry left out (its health checked, not healthy) still counts
+                        // for the revision: its change is the service's.
                         revision = revision.max(we.meta.revision);
+                        if !workload_entry::served(&we.meta.annotations) {
+                            return None;
+                        }
                         let name = workload_name(
                             &we.meta.name,
                             Some(&we.meta.annotations),
@@ -1231,6 +1236,73 @@ mod tests {
             .services()
             .get(host)
             .map(|list| Arc::clone(&list[0]))
+    }
+
+    /// A WorkloadEntry whose health is checked is an endpoint only while known healthy, as
+    /// istiod serves it; its change of health is its ServiceEntry's change.
+    #[test]
+    fn health_checked_workload_entries_are_endpoints_only_while_healthy() {
+        use workload_entry::{HEALTH_CHECKS_ANNOTATION, HEALTHY_ANNOTATION};
+        let mut cache = Cache::default();
+        let se = crate::testing::resource(
+            "ServiceEntry",
+            "vms",
+            "vm",
+            serde_json::json!({"hosts": ["vm.example.com"], "resolution": "STATIC",
+                "ports": [{"name": "http", "number": 80}],
+                "workloadSelector": {"labels": {"app": "vm"}}}),
+            1,
+        );
+        apply(&mut cache, pasa_proto::watch::Action::Added, se);
+        let entry = |name: &str, ip: &str, annotations: &[(&str, &str)], revision: u64| {
+            let mut r = crate::testing::resource(
+                "WorkloadEntry",
+                "vms",
+                name,
+                serde_json::json!({"address": ip, "labels": {"app": "vm"}}),
+                revision,
+            );
+            r.annotations = annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            r
+        };
+        let added = pasa_proto::watch::Action::Added;
+        apply(&mut cache, added, entry("vm-1", "10.1.0.1", &[], 2));
+        let checked = (HEALTH_CHECKS_ANNOTATION, "true");
+        let healthy = [checked, (HEALTHY_ANNOTATION, "true")];
+        apply(&mut cache, added, entry("vm-2", "10.1.0.2", &healthy, 3));
+        apply(&mut cache, added, entry("vm-3", "10.1.0.3", &[checked], 4));
+        let mut registry = Registry::default();
+        registry.update(&cache, "cluster.local");
+        let served = |registry: &Registry| {
+            let service = Arc::clone(&registry.services()["vm.example.com"][0]);
+            let addresses: Vec<String> = service
+                .endpoints
+                .iter()
+                .map(|e| e.address.clone())
+                .collect();
+            (addresses, service.revision)
+        };
+        assert_eq!(
+            served(&registry),
+            (vec!["10.1.0.1".into(), "10.1.0.2".into()], 4)
+        );
+        // vm-2 fails its probe, vm-3 passes its first.
+        let modified = pasa_proto::watch::Action::Modified;
+        let unhealthy = [checked, (HEALTHY_ANNOTATION, "false")];
+        apply(
+            &mut cache,
+            modified,
+            entry("vm-2", "10.1.0.2", &unhealthy, 5),
+        );
+        apply(&mut cache, modified, entry("vm-3", "10.1.0.3", &healthy, 6));
+        registry.update(&cache, "cluster.local");
+        assert_eq!(
+            served(&registry),
+            (vec!["10.1.0.1".into(), "10.1.0.3".into()], 6)
+        );
     }
 
     /// A service whose endpoints come in parts (EndpointSlices) is the service one object listing

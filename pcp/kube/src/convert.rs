@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::DynamicObject;
 use pasa_proto::Kind;
+use pasa_proto::istio::workload_entry;
 use pasa_proto::service_endpoints::SLICE_NAME_SUFFIX;
 use serde_json::{Map, Value, json};
 
@@ -179,7 +180,8 @@ pub fn generated(objects: Vec<pasa_proto::Object>, cluster: &str) -> BTreeMap<St
 }
 
 /// An Istio config object as the store keeps it: its name, labels, annotations and spec, at
-/// the version it was read.
+/// the version it was read. A WorkloadEntry whose health is checked also carries its `Healthy`
+/// condition, as the `pasa.io/healthy` annotation (the store keeps no status).
 pub fn config(key: &StoreKey, api_version: &str, obj: &DynamicObject, cluster: &str) -> Value {
     let mut doc = json!({
         "apiVersion": api_version,
@@ -188,10 +190,29 @@ pub fn config(key: &StoreKey, api_version: &str, obj: &DynamicObject, cluster: &
                      "labels": owned_labels(obj.metadata.labels.as_ref(), cluster)},
         "spec": obj.data.get("spec").cloned().unwrap_or_else(|| json!({})),
     });
-    if let Some(annotations) = obj.metadata.annotations.as_ref().filter(|a| !a.is_empty()) {
+    let mut annotations = obj.metadata.annotations.clone().unwrap_or_default();
+    if key.kind == Kind::WorkloadEntry && workload_entry::health_checked(&annotations) {
+        annotations.insert(
+            workload_entry::HEALTHY_ANNOTATION.into(),
+            healthy_condition(obj).to_string(),
+        );
+    }
+    if !annotations.is_empty() {
         doc["metadata"]["annotations"] = json!(annotations);
     }
     doc
+}
+
+/// Whether a WorkloadEntry's status says it is healthy (its `Healthy` condition, which istiod
+/// sets from its workload's probes); no condition is not healthy.
+fn healthy_condition(obj: &DynamicObject) -> bool {
+    obj.data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Healthy")
+        .is_some_and(|c| c["status"] == "True")
 }
 
 /// The ServiceEndpoints object of a Service: everything but its endpoints, which its
@@ -521,6 +542,52 @@ mod tests {
 
     fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_health_checked_workload_entry_carries_its_healthy_condition() {
+        let key = StoreKey {
+            kind: Kind::WorkloadEntry,
+            namespace: "vms".into(),
+            name: "vm-1".into(),
+        };
+        let entry = |annotations: Value, status: Value| -> DynamicObject {
+            from(json!({
+                "apiVersion": "networking.istio.io/v1", "kind": "WorkloadEntry",
+                "metadata": {"name": "vm-1", "namespace": "vms", "annotations": annotations},
+                "spec": {"address": "10.1.0.5", "labels": {"app": "vm"}},
+                "status": status,
+            }))
+        };
+        let healthy = |annotations: Value, status: Value| {
+            let doc = config(
+                &key,
+                "networking.istio.io/v1",
+                &entry(annotations, status),
+                "c",
+            );
+            doc["metadata"]["annotations"]
+                .get(workload_entry::HEALTHY_ANNOTATION)
+                .cloned()
+        };
+        let checked = json!({"proxy.istio.io/health-checks-enabled": "true"});
+        let condition = |status: &str| {
+            json!({"conditions": [
+                {"type": "Other", "status": "True"},
+                {"type": "Healthy", "status": status, "reason": "HTTPGet"}]})
+        };
+        assert_eq!(
+            healthy(checked.clone(), condition("True")),
+            Some(json!("true"))
+        );
+        assert_eq!(
+            healthy(checked.clone(), condition("False")),
+            Some(json!("false"))
+        );
+        // Not probed yet: not healthy, as istiod takes it.
+        assert_eq!(healthy(checked, json!({})), Some(json!("false")));
+        // Health not checked: nothing added.
+        assert_eq!(healthy(json!({"a": "b"}), condition("False")), None);
     }
 
     #[test]

@@ -127,14 +127,27 @@ where
         })
 }
 
-/// Config objects lose what the store does not keep: their status, and the copy of the whole
-/// object `kubectl apply` leaves in an annotation.
+/// Config objects lose what the store does not keep: their status (but for a `Healthy`
+/// condition, a WorkloadEntry's health, which the store keeps as an annotation), and the copy of
+/// the whole object `kubectl apply` leaves in an annotation.
 pub fn trim_config(obj: &mut DynamicObject) {
     if let Some(a) = &mut obj.metadata.annotations {
         a.remove(LAST_APPLIED);
     }
     if let Some(data) = obj.data.as_object_mut() {
+        let healthy = data
+            .get("status")
+            .and_then(|s| s.get("conditions"))
+            .and_then(serde_json::Value::as_array)
+            .and_then(|c| c.iter().find(|c| c["type"] == "Healthy"))
+            .cloned();
         data.retain(|k, _| k == "spec");
+        if let Some(condition) = healthy {
+            data.insert(
+                "status".into(),
+                serde_json::json!({"conditions": [condition]}),
+            );
+        }
     }
 }
 

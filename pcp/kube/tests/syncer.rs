@@ -626,6 +626,47 @@ async fn every_istio_kind_is_added_changed_and_deleted() {
     .await;
 }
 
+/// A health-checked WorkloadEntry's `Healthy` condition reaches the store as its
+/// `pasa.io/healthy` annotation, and follows a change of its status alone (as istiod records
+/// its VM's probes).
+#[tokio::test]
+async fn a_workload_entrys_health_follows_its_status() {
+    let fake = FakeApiServer::start().await;
+    fake.put_namespace("vms", &[]);
+    let entry = |healthy: &str| {
+        json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "WorkloadEntry",
+            "metadata": {"name": "vm-1", "namespace": "vms",
+                         "annotations": {"proxy.istio.io/health-checks-enabled": "true"}},
+            "spec": {"address": "10.1.0.5", "labels": {"app": "vm"}},
+            "status": {"conditions": [{"type": "Healthy", "status": healthy}]},
+        })
+    };
+    fake.put(entry("False"));
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    until(&syncer, "the first pass", |s| s.synced).await;
+    let key = StoreKey {
+        kind: pasa_proto::Kind::WorkloadEntry,
+        namespace: "vms".into(),
+        name: "vm-1".into(),
+    };
+    let healthy = || {
+        store.inner.lock().unwrap().docs.get(&key).map(|d| {
+            d["metadata"]["annotations"]["pasa.io/healthy"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+    };
+    assert_eq!(healthy().as_deref(), Some("false"));
+    fake.put(entry("True"));
+    until(&syncer, "the entry healthy", |_| {
+        healthy().as_deref() == Some("true")
+    })
+    .await;
+}
+
 /// An Ingress Istio serves (its class annotation, or an IngressClass of Istio's controller)
 /// becomes the Gateway and VirtualService istiod generates, its backend's named port resolved
 /// through the Service; one of another class does not; the Service's port renamed and the

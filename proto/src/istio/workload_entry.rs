@@ -46,3 +46,64 @@ impl WorkloadEntry {
 
 /// How an address names a Unix domain socket.
 pub const UNIX_ADDRESS_PREFIX: &str = "unix://";
+
+/// The annotation that has a WorkloadEntry's health checked: its workload's proxy agent probes
+/// it (the readiness probe of its WorkloadGroup) and istiod records the result as the entry's
+/// `Healthy` condition.
+pub const HEALTH_CHECKS_ANNOTATION: &str = "proxy.istio.io/health-checks-enabled";
+
+/// Where the store keeps a health-checked entry's `Healthy` condition (`"true"` or `"false"`),
+/// since it keeps no status: the Kubernetes syncer copies it from the entry's status.
+pub const HEALTHY_ANNOTATION: &str = "pasa.io/healthy";
+
+/// Whether an entry with `annotations` has its health checked (the annotation read as Go reads
+/// a boolean, as istiod does; anything else is no).
+pub fn health_checked(annotations: &BTreeMap<String, String>) -> bool {
+    annotations
+        .get(HEALTH_CHECKS_ANNOTATION)
+        .is_some_and(|v| matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"))
+}
+
+/// Whether proxies are sent the entry with `annotations`, as istiod decides with its default
+/// `PILOT_ENABLE_WORKLOAD_ENTRY_HEALTHCHECKS`: one whose health is checked only once it is
+/// known healthy (an entry just made counts as unhealthy until its first probe passes).
+pub fn served(annotations: &BTreeMap<String, String>) -> bool {
+    !health_checked(annotations)
+        || annotations.get(HEALTHY_ANNOTATION).map(String::as_str) == Some("true")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_health_checked_entry_is_served_only_once_known_healthy() {
+        assert!(served(&annotations(&[])));
+        assert!(served(&annotations(&[(HEALTHY_ANNOTATION, "false")])));
+        for on in ["true", "1", "T", "True"] {
+            let checked = |healthy: Option<&str>| {
+                let mut a = annotations(&[(HEALTH_CHECKS_ANNOTATION, on)]);
+                if let Some(h) = healthy {
+                    a.insert(HEALTHY_ANNOTATION.into(), h.into());
+                }
+                served(&a)
+            };
+            assert!(!checked(None), "{on}: unknown health is unhealthy");
+            assert!(!checked(Some("false")), "{on}");
+            assert!(checked(Some("true")), "{on}");
+        }
+        for off in ["false", "0", "yes", ""] {
+            assert!(
+                served(&annotations(&[(HEALTH_CHECKS_ANNOTATION, off)])),
+                "{off}"
+            );
+        }
+    }
+}
