@@ -108,6 +108,12 @@ pub struct AgentArgs {
     /// standard metrics and metadata exchange, which the agent then sends as istiod does.
     #[arg(long, env = "PASA_PROXY_BUILD", value_enum, default_value = "envoy")]
     pub proxy_build: ProxyBuildArg,
+    /// Keep clients on one endpoint of a service labelled `istio.io/persistent-session` (a
+    /// cookie) or `istio.io/persistent-session-header` with Envoy's stateful session filter, as
+    /// istiod with the same variable (off by default, as there). Draining endpoints are kept
+    /// for such services either way.
+    #[arg(long, env = "PILOT_ENABLE_PERSISTENT_SESSION_FILTER")]
+    pub persistent_session_filter: bool,
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
@@ -302,6 +308,7 @@ pub async fn run(
         ProxyBuildArg::Envoy => ProxyBuild::Envoy,
         ProxyBuildArg::Istio => ProxyBuild::Istio,
     };
+    proxy.flags.persistent_session_filter = args.persistent_session_filter;
     let metrics = Arc::new(Metrics::default());
     let publisher = Arc::new(SnapshotPublisher::new());
     let status = StatusRegistry::new();

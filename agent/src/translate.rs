@@ -19,6 +19,7 @@ mod patched;
 pub mod providers;
 mod route;
 pub mod sds;
+mod session;
 mod sidecar;
 mod telemetry;
 
@@ -393,7 +394,10 @@ impl<'a> View<'a> {
             hcm::Class::SidecarOutbound,
             hcm::Class::Gateway,
         ]
-        .map(|class| hcm::Options::of(class, &settings, mesh));
+        .map(|class| {
+            hcm::Options::of(class, &settings, mesh)
+                .with_sessions(proxy.flags.persistent_session_filter)
+        });
         let retry_defaults = RetryDefaults::of(mesh);
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (&hcm, &retry_defaults).hash(&mut h);
@@ -528,7 +532,26 @@ impl<'a> View<'a> {
     }
 }
 
+impl View<'_> {
+    /// The persistent sessions of the service `host` names, when the proxy serves them with the
+    /// stateful session filter.
+    fn session_of(&self, host: &str) -> Option<&registry::PersistentSession> {
+        if !self.proxy.flags.persistent_session_filter {
+            return None;
+        }
+        self.services.get(host)?.persistent_session.as_ref()
+    }
+}
+
 impl Destinations for View<'_> {
+    fn persistent_session(
+        &self,
+        destination: &pasa_proto::istio::virtual_service::Destination,
+        namespace: &str,
+    ) -> Option<&registry::PersistentSession> {
+        self.session_of(&self.proxy.resolve_host(&destination.host, namespace))
+    }
+
     fn append_x_forwarded_host(&self) -> bool {
         self.hcm(hcm::Class::SidecarOutbound).x_forwarded_host
     }
@@ -1402,11 +1425,13 @@ fn hash_listener_inputs(
         external_name,
         // Read by clusters only.
         subject_alt_names: _,
+        persistent_session,
         created,
         revision: _,
         source,
     } = service;
     (hostname, namespace, addresses, export_to, external_name).hash(h);
+    persistent_session.hash(h);
     (external, kubernetes, created, source).hash(h);
     format!("{ports:?}{resolution:?}").hash(h);
     if !with_endpoints {

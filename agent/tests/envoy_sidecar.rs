@@ -9,6 +9,9 @@
 //!   by labels;
 //! - a pod that is not ready is held UNHEALTHY and takes no traffic, and is left out where a
 //!   DestinationRule's `minHealthPercent` would let panic mode pick it;
+//! - a service labelled for persistent sessions (the agent runs with
+//!   `--persistent-session-filter`) keeps a client with its cookie on one pod, even once that
+//!   pod is draining, while new clients go to the others;
 //! - a destination the mesh does not know goes through `PassthroughCluster`, and to
 //!   `BlackHoleCluster` once a Sidecar sets `REGISTRY_ONLY`;
 //! - a request to the pod's own port from outside is captured inbound and reaches the app.
@@ -29,6 +32,7 @@ const POD_IP: &str = "10.10.0.1";
 const NODE: &str = "sidecar~10.10.0.1~client-1.shop~shop.svc.cluster.local";
 const LABELS: &str = "app=client";
 const WEB_VIP: &str = "10.96.7.1";
+const CART_VIP: &str = "10.96.7.3";
 
 fn mesh() -> Vec<Value> {
     vec![
@@ -48,6 +52,7 @@ fn mesh() -> Vec<Value> {
                         "ports": [{"name": "http", "port": 8000}],
                         "endpoints": [{"address": POD_IP, "labels": {"app": "client"}}]}}),
         destination_rule(None),
+        cart(None),
         json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
                "metadata": {"name": "web", "namespace": "shop"},
                "spec": {"hosts": ["web"], "http": [
@@ -55,6 +60,28 @@ fn mesh() -> Vec<Value> {
                     "route": [{"destination": {"host": "web", "subset": "v2"}}]},
                    {"route": [{"destination": {"host": "web", "subset": "v1"}}]}]}}),
     ]
+}
+
+/// `cart`, whose sessions stay on one pod by the cookie `cart-session`; the pod at `draining`
+/// shutting down.
+fn cart(draining: Option<&str>) -> Value {
+    let endpoints: Vec<Value> = ["10.10.1.15", "10.10.1.16"]
+        .into_iter()
+        .map(|address| {
+            if Some(address) == draining {
+                json!({"address": address, "labels": {"app": "cart"}, "ready": false,
+                       "draining": true})
+            } else {
+                json!({"address": address, "labels": {"app": "cart"}})
+            }
+        })
+        .collect();
+    json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+           "metadata": {"name": "cart", "namespace": "shop",
+                        "labels": {"istio.io/persistent-session": "cart-session"}},
+           "spec": {"addresses": [CART_VIP],
+                    "ports": [{"name": "http", "port": 80, "targetPort": 9001}],
+                    "endpoints": endpoints}})
 }
 
 /// The subsets of `web`, with `traffic_policy` for all of them.
@@ -87,6 +114,8 @@ fn network() -> (Netns, Netns) {
         "10.10.1.12/32",
         "10.10.1.13/32",
         "10.10.1.14/32",
+        "10.10.1.15/32",
+        "10.10.1.16/32",
     ] {
         cluster.run(&["ip", "addr", "add", backend, "dev", "lo"]);
     }
@@ -113,6 +142,7 @@ async fn sidecar_traffic_with_capture() {
             LABELS,
             "--cert-dir",
             certs.to_str().expect("UTF-8"),
+            "--persistent-session-filter",
         ],
     );
     for delta in [false, true] {
@@ -123,6 +153,8 @@ async fn sidecar_traffic_with_capture() {
             Backend::start(&cluster, "web-v2", "10.10.1.12:9001", None),
             Backend::start(&cluster, "outside", "10.10.1.13:9001", None),
             Backend::start(&cluster, "web-v1-unready", "10.10.1.14:9001", None),
+            Backend::start(&cluster, "10.10.1.15", "10.10.1.15:9001", None),
+            Backend::start(&cluster, "10.10.1.16", "10.10.1.16:9001", None),
         ];
         let _app = Backend::start(&pod, "client-app", "0.0.0.0:8000", None);
         let envoy = Envoy::start_in(
@@ -190,6 +222,8 @@ async fn sidecar_traffic_with_capture() {
         );
         store.apply(&[destination_rule(None)]).await;
         println!("{protocol}: the pod that is not ready takes no traffic");
+
+        persistent_sessions(&envoy, &store, protocol).await;
 
         // A destination the mesh does not know: passed through (ALLOW_ANY).
         let outside = "http://10.10.1.13:9001/out";
@@ -285,4 +319,81 @@ async fn sidecar_traffic_with_capture() {
     }
     agent.terminate();
     store.stop().await;
+}
+
+/// A client of `cart` that got a session cookie stays on its pod, also once that pod drains;
+/// clients without one go to the other pod.
+async fn persistent_sessions(envoy: &Envoy, store: &StoreServer, protocol: &str) {
+    let pod = &envoy.netns;
+    let url = format!("http://{CART_VIP}:80/basket");
+    let host = ["--host", "cart.shop.svc.cluster.local"];
+    let first = until(pod, &url, &host, "the cart service", |a| {
+        a.status == 200 && a.headers.contains_key("set-cookie")
+    });
+    // `cart-session="<the pod's address, encoded>"; Path=/; HttpOnly`
+    let set_cookie = &first.headers["set-cookie"];
+    let cookie = set_cookie.split(';').next().unwrap_or_default();
+    assert!(
+        cookie.starts_with("cart-session="),
+        "{protocol}: {set_cookie}"
+    );
+    let pinned = first.backend.clone().expect("a backend answered");
+    let other = if pinned == "10.10.1.15" {
+        "10.10.1.16"
+    } else {
+        "10.10.1.15"
+    };
+    let with_cookie = |count: &str| {
+        let header = format!("Cookie:{cookie}");
+        let args = [
+            &url,
+            count,
+            "--timeout",
+            "3",
+            host[0],
+            host[1],
+            "--header",
+            &header,
+        ];
+        client(pod, &args)
+            .into_iter()
+            .map(|a| a.backend)
+            .collect::<Vec<_>>()
+    };
+    let reached = with_cookie("10");
+    assert!(
+        reached
+            .iter()
+            .all(|b| b.as_deref() == Some(pinned.as_str())),
+        "{protocol}: the session stays on {pinned}: {reached:?}"
+    );
+    // The pinned pod shuts down: sent DRAINING, kept for the session, given no new client.
+    store.apply(&[cart(Some(&pinned))]).await;
+    let cluster = "outbound|80||cart.shop.svc.cluster.local";
+    let pinned_host = format!("{pinned}:9001");
+    envoy
+        .until_hosts(cluster, "the pinned pod draining", |h| {
+            h.get(&pinned_host).is_some_and(|flags| flags != "healthy")
+        })
+        .await;
+    let reached = with_cookie("10");
+    assert!(
+        reached
+            .iter()
+            .all(|b| b.as_deref() == Some(pinned.as_str())),
+        "{protocol}: the session stays on draining {pinned}: {reached:?}"
+    );
+    let fresh = client(pod, &[&url, "10", "--timeout", "3", host[0], host[1]]);
+    let reached: Vec<_> = fresh.iter().map(|a| a.backend.as_deref()).collect();
+    assert!(
+        reached.iter().all(|b| *b == Some(other)),
+        "{protocol}: new clients go to {other}: {reached:?}"
+    );
+    store.apply(&[cart(None)]).await;
+    envoy
+        .until_hosts(cluster, "the pinned pod back", |h| {
+            h.get(&pinned_host).is_some_and(|flags| flags == "healthy")
+        })
+        .await;
+    println!("{protocol}: a persistent session stays on its pod, draining or not");
 }

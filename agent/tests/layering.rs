@@ -23,7 +23,9 @@ const LAYERS: &[&[&str]] = &[
 const TRANSLATE_LAYERS: &[&[&str]] = &[
     // The services the mesh config's providers name.
     &["providers"],
-    &["authz", "builders", "metadata", "names", "hcm", "sds"],
+    &[
+        "session", "authz", "builders", "metadata", "names", "hcm", "sds",
+    ],
     &["endpoint", "route"],
     &["filters", "hash"],
     &["grpc"],

@@ -275,6 +275,28 @@ fn agents_reach_the_store_over_mutual_tls_when_asked() {
     }
 }
 
+/// istiod's `PILOT_ENABLE_PERSISTENT_SESSION_FILTER`, given to PCP, reaches the agents it
+/// injects (they build the stateful session filter); without it, they are not told.
+#[test]
+fn agents_get_the_persistent_session_filter_when_pcp_has_it() {
+    for on in [false, true] {
+        let injector = injector_with(InjectConfig {
+            persistent_session_filter: on,
+            ..Default::default()
+        });
+        for (name, pod) in bookinfo_pods() {
+            for pod in [istio_injected(pod.clone()), pod] {
+                let (patched, _, _) = inject(&injector, &pod);
+                let agent = container(&patched, "initContainers", AGENT_CONTAINER);
+                let value = env(agent)
+                    .get("PILOT_ENABLE_PERSISTENT_SESSION_FILTER")
+                    .map(|e| e["value"].clone());
+                assert_eq!(value, on.then(|| "true".into()), "{name}");
+            }
+        }
+    }
+}
+
 #[test]
 fn bookinfo_pods_standalone() {
     let injector = injector();

@@ -15,6 +15,7 @@ pub mod extensions;
 pub mod gateway;
 pub mod mesh_config;
 pub mod peer_authentication;
+pub mod persistent_session;
 pub mod proxy_config;
 pub mod request_authentication;
 pub mod service_entry;

@@ -22,7 +22,11 @@
 //! UNHEALTHY: it sends it no traffic, but counts it, and sees it change without a new endpoint
 //! list. Only a cluster whose DestinationRule sets `outlierDetection.minHealthPercent` above 0
 //! leaves it out (that panic threshold would send traffic to it). Terminating endpoints are not
-//! written at all.
+//! written at all, but for a service with persistent sessions (labelled
+//! `istio.io/persistent-session` or `istio.io/persistent-session-header`): there an endpoint
+//! that is terminating but still serving is written `ready: false, draining: true`, and proxies
+//! get it as DRAINING, so that the sessions it holds can finish on it (as istiod, which also
+//! sends any endpoint labelled `istio.io/draining` as DRAINING). New requests never go to it.
 //!
 //! A large Service's endpoints may also come in parts, one object per Kubernetes EndpointSlice
 //! (at most 100 endpoints each), so that one pod's change rewrites its slice, not the whole
@@ -137,6 +141,10 @@ pub struct Endpoint {
     /// Whether it is ready to serve (Kubernetes' `ready` condition); written only when false.
     #[serde(default = "ready", skip_serializing_if = "is_ready")]
     pub ready: bool,
+    /// Whether it is shutting down but still serving the sessions it has (see the module's
+    /// documentation); written only when true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub draining: bool,
 }
 
 impl Default for Endpoint {
@@ -150,6 +158,7 @@ impl Default for Endpoint {
             network: String::new(),
             service_account: String::new(),
             ready: true,
+            draining: false,
         }
     }
 }
@@ -161,6 +170,10 @@ fn ready() -> bool {
 
 fn is_ready(ready: &bool) -> bool {
     *ready
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// An [`Endpoint`] read without copying its strings out of the JSON (unless they hold escapes):
@@ -184,6 +197,8 @@ pub struct EndpointView<'a> {
     pub service_account: Cow<'a, str>,
     #[serde(default = "ready")]
     pub ready: bool,
+    #[serde(default)]
+    pub draining: bool,
 }
 
 impl From<Endpoint> for EndpointView<'static> {
@@ -201,6 +216,7 @@ impl From<Endpoint> for EndpointView<'static> {
             network: e.network.into(),
             service_account: e.service_account.into(),
             ready: e.ready,
+            draining: e.draining,
         }
     }
 }
@@ -335,6 +351,7 @@ mod tests {
                 "locality":"us-east1/us-east1-b","weight":3,"network":"n1","serviceAccount":"reviews"}"#,
             r#"{"address":"10.1.0.8"}"#,
             r#"{"address":"10.1.0.10","ready":false}"#,
+            r#"{"address":"10.1.0.11","ready":false,"draining":true}"#,
             // Escapes cannot be borrowed: those strings are copied.
             r#"{"address":"10.1.0.9","labels":{"a\"b":"c\u0041"},"serviceAccount":"sa\/x"}"#,
         ];
@@ -350,6 +367,7 @@ mod tests {
             r#"{"labels":{"app":"x"}}"#,
             r#"{"address":"10.1.0.7","weight":-1}"#,
             r#"{"address":"10.1.0.7","ready":"no"}"#,
+            r#"{"address":"10.1.0.7","draining":"yes"}"#,
         ];
         for doc in refused {
             assert!(serde_json::from_str::<Endpoint>(doc).is_err(), "{doc}");

@@ -77,6 +77,9 @@ pub struct Flags {
     /// off, the older allocator derives them from host names (see
     /// [`super::registry::legacy_auto_addresses`]).
     pub ip_autoallocate: bool,
+    /// Envoy's stateful session filter for services with persistent sessions
+    /// (`PILOT_ENABLE_PERSISTENT_SESSION_FILTER`, off by default, as istiod).
+    pub persistent_session_filter: bool,
 }
 
 impl Default for Flags {
@@ -84,6 +87,7 @@ impl Default for Flags {
         Flags {
             tls_on_sidecar_ingress: false,
             ip_autoallocate: true,
+            persistent_session_filter: false,
         }
     }
 }

@@ -15,6 +15,8 @@ use pasa_proto::host;
 use pasa_proto::istio::common::Protocol;
 use pasa_proto::istio::destination_rule::DestinationRule;
 use pasa_proto::istio::gateway::Gateway;
+pub use pasa_proto::istio::persistent_session::PersistentSession;
+use pasa_proto::istio::persistent_session::labelled_draining;
 use pasa_proto::istio::service_entry::{Location, Resolution as SeResolution, ServiceEntry};
 use pasa_proto::istio::sidecar::Sidecar;
 use pasa_proto::istio::virtual_service::VirtualService;
@@ -124,13 +126,17 @@ pub struct Instance {
 
 /// What proxies are told of an endpoint's health, as istiod tells them: a Kubernetes endpoint is
 /// healthy when ready and unhealthy when not (a proxy sends it nothing, but counts it); one of a
-/// ServiceEntry or WorkloadEntry is of unknown health, which proxies take as healthy.
+/// ServiceEntry or WorkloadEntry is of unknown health, which proxies take as healthy. An
+/// endpoint shutting down but kept for persistent sessions (or labelled `istio.io/draining`) is
+/// draining: only a session already on it reaches it, and only services with cookie sessions
+/// are sent it (see [`PersistentSession`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Health {
     #[default]
     Unknown,
     Healthy,
     Unhealthy,
+    Draining,
 }
 
 /// Istio's label naming a workload (see [`Instance::workload`]).
@@ -189,6 +195,8 @@ pub struct Service {
     pub external_name: Option<String>,
     /// The identities the service states for itself (a ServiceEntry's `subjectAltNames`).
     pub subject_alt_names: Vec<String>,
+    /// The persistent sessions its labels ask for.
+    pub persistent_session: Option<PersistentSession>,
     /// When its resource was created (older wins on conflicts).
     pub created: u64,
     /// Store revision of the newest input (the resource, and the WorkloadEntries it selects):
@@ -530,7 +538,11 @@ impl Registry {
                 network: shared.string(&w.network),
                 service_account: shared.string(&w.service_account),
                 workload: shared.string(workload),
-                health: Health::Unknown,
+                health: if labelled_draining(&w.labels) {
+                    Health::Draining
+                } else {
+                    Health::Unknown
+                },
             })
             .collect();
         spec.hosts
@@ -547,6 +559,7 @@ impl Registry {
                 kubernetes: false,
                 external_name: None,
                 subject_alt_names: spec.subject_alt_names.clone(),
+                persistent_session: PersistentSession::of(&se.meta.labels),
                 created: se.meta.created,
                 revision,
                 source: Key {
@@ -982,6 +995,7 @@ fn from_kubernetes(
         kubernetes: true,
         external_name,
         subject_alt_names: Vec::new(),
+        persistent_session: PersistentSession::of(&meta.labels),
         created: meta.created,
         revision: meta.revision,
         source: Key {
@@ -1017,7 +1031,9 @@ impl Shared {
             network: self.string(&e.network),
             service_account: self.string(&e.service_account),
             workload: self.string(e.labels.get(WORKLOAD_NAME_LABEL).map_or("", |v| v.as_ref())),
-            health: if e.ready {
+            health: if e.draining || labelled_draining(&e.labels) {
+                Health::Draining
+            } else if e.ready {
                 Health::Healthy
             } else {
                 Health::Unhealthy

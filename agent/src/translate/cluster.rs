@@ -13,8 +13,8 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     CircuitBreakers, Cluster, OutlierDetection, UpstreamConnectionOptions,
 };
 use envoy_types::pb::envoy::config::core::v3::{
-    BindConfig, HttpProtocolOptions, SocketAddress, TcpKeepalive, TransportSocket,
-    UpstreamHttpProtocolOptions, socket_address, transport_socket::ConfigType,
+    BindConfig, HealthStatus, HealthStatusSet, HttpProtocolOptions, SocketAddress, TcpKeepalive,
+    TransportSocket, UpstreamHttpProtocolOptions, socket_address, transport_socket::ConfigType,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CertificateValidationContext, CommonTlsContext, TlsParameters, UpstreamTlsContext,
@@ -214,7 +214,7 @@ pub(super) fn service_clusters(
     for port in &service.ports {
         // Built by the first cluster of the port that reads endpoints, shared by the others.
         let endpoints = std::cell::OnceCell::new();
-        let mut shared: Vec<(Policy, Shared)> = Vec::new();
+        let mut shared: Vec<((Policy, bool), Shared)> = Vec::new();
         let mut subsets: Vec<Option<&str>> = vec![None];
         if let Some(dr) = dr {
             subsets.extend(dr.spec.subsets.iter().map(|s| Some(s.name.as_str())));
@@ -241,15 +241,19 @@ pub(super) fn service_clusters(
                 });
                 continue;
             }
-            let at = match shared.iter().position(|(p, _)| *p == policy) {
+            // The default cluster of a service with persistent sessions keeps draining
+            // endpoints for the sessions on them, as istiod's does.
+            let keeps_draining = subset.is_none() && service.persistent_session.is_some();
+            let key = (policy, keeps_draining);
+            let at = match shared.iter().position(|(k, _)| *k == key) {
                 Some(at) => at,
                 None => {
-                    let part = target.shared(port, &policy);
-                    shared.push((policy, part));
+                    let part = target.shared(port, &key.0, keeps_draining);
+                    shared.push((key, part));
                     shared.len() - 1
                 }
             };
-            let (policy, part) = &shared[at];
+            let ((policy, _), part) = &shared[at];
             // A subset's cluster also names its subset; one originating TLS of its own says so.
             let alpn_override = policy
                 .tls
@@ -483,16 +487,20 @@ impl<'s> Target<'s> {
     }
 
     /// The fields every cluster of `port` under `policy` has: discovery type, timeouts, load
-    /// balancer, circuit breakers, outlier detection, upstream HTTP options.
-    fn shared(&self, port: &ServicePort, policy: &Policy) -> Shared {
+    /// balancer, circuit breakers, outlier detection, upstream HTTP options; and, where
+    /// `keeps_draining`, the endpoint statuses a session may still be sent to.
+    fn shared(&self, port: &ServicePort, policy: &Policy, keeps_draining: bool) -> Shared {
         let service = self.service;
         if self.generator == Generator::Grpc && service.resolution == Resolution::ClientSideLb {
-            return grpc_shared(policy);
+            return grpc_shared(policy, keeps_draining);
         }
         let mut cluster = Cluster {
             connect_timeout: Some(CONNECT_TIMEOUT),
             ..Default::default()
         };
+        if keeps_draining {
+            keep_draining(&mut cluster);
+        }
         let kind = match service.resolution {
             Resolution::ClientSideLb => DiscoveryType::Eds,
             Resolution::Dns => DiscoveryType::StrictDns,
@@ -763,11 +771,14 @@ impl<'s> Target<'s> {
 /// own default, is left unsaid, and so is what gRPC lacks); of the connection pool only
 /// `http2MaxRequests`, gRPC's one circuit breaker (gRFC A32). No outlier detection, timeouts or
 /// HTTP options: istiod sends none. TLS is each cluster's own.
-fn grpc_shared(policy: &Policy) -> Shared {
+fn grpc_shared(policy: &Policy, keeps_draining: bool) -> Shared {
     let mut cluster = Cluster {
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
         ..Default::default()
     };
+    if keeps_draining {
+        keep_draining(&mut cluster);
+    }
     if let Some(lb) = &policy.load_balancer {
         if lb.consistent_hash().is_some() {
             apply_load_balancer(&mut cluster, Some(lb), Generator::Grpc);
@@ -799,6 +810,27 @@ fn grpc_shared(policy: &Policy) -> Shared {
         auto_mtls: false,
         encoded: prost::Message::encode_to_vec(&cluster),
     }
+}
+
+/// The statuses of the endpoints a request may still be sent to when a persistent session
+/// names one (Envoy's host override), as istiod sets them for a service with persistent
+/// sessions: DRAINING besides those Envoy takes by default (HEALTHY, UNKNOWN, DEGRADED). Envoy
+/// keeps such endpoints (as UNHEALTHY) instead of dropping them, and balances no new request to
+/// them.
+fn keep_draining(cluster: &mut Cluster) {
+    cluster
+        .common_lb_config
+        .get_or_insert_default()
+        .override_host_status = Some(HealthStatusSet {
+        statuses: [
+            HealthStatus::Healthy,
+            HealthStatus::Draining,
+            HealthStatus::Unknown,
+            HealthStatus::Degraded,
+        ]
+        .map(|s| s as i32)
+        .to_vec(),
+    });
 }
 
 /// `Cluster.transport_socket` and `Cluster.transport_socket_matches`, for clusters assembled from

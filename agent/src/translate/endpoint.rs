@@ -60,12 +60,18 @@ pub(super) struct Where<'a> {
 }
 
 impl<'s> PortEndpoints<'s> {
-    /// The endpoints of `service` that serve `port`, which are `at`.
+    /// The endpoints of `service` that serve `port`, which are `at`; draining ones only for a
+    /// service whose persistent sessions are sent them (see [`Health`]).
     pub(super) fn new(service: &'s Service, port: &ServicePort, at: Where<'_>) -> Self {
+        let draining = service
+            .persistent_session
+            .as_ref()
+            .is_some_and(|s| s.sends_draining());
         PortEndpoints::of(
             service
                 .endpoints
                 .iter()
+                .filter(|e| draining || e.health != Health::Draining)
                 .filter_map(|e| Some((e, e.ports.get(&port.number).copied()?))),
             Some(at),
         )
@@ -290,6 +296,7 @@ fn health_status(health: Health) -> HealthStatus {
         Health::Unknown => HealthStatus::Unknown,
         Health::Healthy => HealthStatus::Healthy,
         Health::Unhealthy => HealthStatus::Unhealthy,
+        Health::Draining => HealthStatus::Draining,
     }
 }
 
@@ -542,7 +549,12 @@ mod tests {
             ("", 80, 200_000, vec![]),
         ];
         for (address, port, weight, labels) in cases {
-            for health in [Health::Unknown, Health::Healthy, Health::Unhealthy] {
+            for health in [
+                Health::Unknown,
+                Health::Healthy,
+                Health::Unhealthy,
+                Health::Draining,
+            ] {
                 let mut instance = instance(address, "", "v1", weight);
                 instance.labels = std::sync::Arc::new(labels.clone().into_iter().collect());
                 instance.health = health;

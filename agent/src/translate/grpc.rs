@@ -38,7 +38,7 @@ use prost::Message;
 
 use super::endpoint::socket_address;
 use super::filters;
-use super::{Built, View, authz, builders, names, route};
+use super::{Built, View, authz, builders, names, route, session};
 use crate::model::authn::{MergedPolicy, MtlsMode};
 use crate::model::registry::TLS_MODE_LABEL;
 use crate::resource::{Resource, ResourceMap};
@@ -56,13 +56,18 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
         for port in &service.ports {
             let listener_name = names::host_port(&service.hostname, port.number);
             let route_name = names::outbound_cluster(port.number, "", &service.hostname);
-            // Only the filters gRPC clients implement (none for CORS, a browser concern).
+            // Only the filters gRPC clients implement (none for CORS, a browser concern); first,
+            // the service's persistent sessions (gRPC's cookie affinity), as istiod sets them.
+            let mut http_filters = vec![filters::fault(), filters::router()];
+            if let Some(session) = view.session_of(&service.hostname) {
+                http_filters.insert(0, session::filter_for(session));
+            }
             let hcm = HttpConnectionManager {
                 route_specifier: Some(RouteSpecifier::Rds(Rds {
                     config_source: Some(builders::grpc_ads()),
                     route_config_name: route_name.clone(),
                 })),
-                http_filters: vec![filters::fault(), filters::router()],
+                http_filters,
                 ..Default::default()
             };
             // The service's address, as istiod gives it (gRPC does not read it).

@@ -92,6 +92,9 @@ pub(crate) struct Options {
     normalization: Normalization,
     /// HTTP/1 header names keep their case (`proxyHeaders.preserveHttp1HeaderCase`).
     pub(crate) preserve_case: bool,
+    /// The stateful session filter, for the persistent sessions of the services routed to
+    /// (see [`super::session`]): never on the inbound side.
+    pub(crate) sessions: bool,
 }
 
 impl Options {
@@ -183,6 +186,15 @@ impl Options {
                 && field(topology, "proxyProtocol").is_some_and(|p| !p.is_null()),
             normalization,
             preserve_case: bool_value(field(headers, "preserveHttp1HeaderCase")) == Some(true),
+            sessions: false,
+        }
+    }
+
+    /// The same, with the stateful session filter when `on` (and not inbound).
+    pub(crate) fn with_sessions(self, on: bool) -> Options {
+        Options {
+            sessions: on && self.class != Class::SidecarInbound,
+            ..self
         }
     }
 
@@ -244,6 +256,9 @@ impl Options {
         if self.normalization == Normalization::DecodeAndMergeSlashes {
             hcm.path_with_escaped_slashes_action =
                 PathWithEscapedSlashesAction::UnescapeAndForward as i32;
+        }
+        if self.sessions {
+            super::session::insert(&mut hcm.http_filters);
         }
         if self.suppress_debug_headers {
             let router_type = Router::type_url();

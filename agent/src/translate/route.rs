@@ -41,7 +41,7 @@ use pasa_proto::istio::virtual_service::{
 
 use super::builders::duration;
 use super::{metadata, names};
-use crate::model::registry::{Config, Service};
+use crate::model::registry::{Config, PersistentSession, Service};
 
 /// Name of the fault filter; a route's fault config must be keyed by it.
 pub(super) const FAULT_FILTER: &str = "envoy.filters.http.fault";
@@ -74,6 +74,16 @@ pub(super) trait Destinations {
 
     /// The mesh config's `defaultHttpRetryPolicy`: for routes without retries of their own.
     fn default_retry(&self) -> Option<&HttpRetry> {
+        None
+    }
+
+    /// The persistent sessions of the service `destination` names, when they are served with
+    /// the stateful session filter.
+    fn persistent_session(
+        &self,
+        _destination: &Destination,
+        _namespace: &str,
+    ) -> Option<&PersistentSession> {
         None
     }
 }
@@ -380,7 +390,7 @@ pub(super) fn encoded_virtual_host(
     name: &str,
     domains: &[String],
     routes: &[u8],
-    attempt_count: bool,
+    (attempt_count, session): (bool, Option<&PersistentSession>),
 ) -> Vec<u8> {
     use prost::Message;
     let head = VirtualHost {
@@ -388,7 +398,10 @@ pub(super) fn encoded_virtual_host(
         domains: domains.to_vec(),
         ..Default::default()
     };
-    let rest = virtual_host(String::new(), Vec::new(), Vec::new(), attempt_count);
+    let mut rest = virtual_host(String::new(), Vec::new(), Vec::new(), attempt_count);
+    if let Some(session) = session {
+        super::session::configure(&mut rest.typed_per_filter_config, session);
+    }
     let mut out = Vec::with_capacity(head.encoded_len() + routes.len() + rest.encoded_len());
     head.encode_raw(&mut out);
     out.extend_from_slice(routes);
@@ -717,14 +730,23 @@ fn action(
     Action::Route(ra)
 }
 
-/// Route-level extras: header edits, fault injection, CORS.
+/// Route-level extras: header edits, fault injection, CORS, and the persistent sessions of the
+/// first destination's service that has them (istiod's choice when several have).
 fn decorate(
     route: &mut Route,
     rule: &HttpRoute,
-    _namespace: &str,
+    namespace: &str,
     _port: u32,
-    _destinations: &impl Destinations,
+    destinations: &impl Destinations,
 ) {
+    let session = rule
+        .route
+        .iter()
+        .filter_map(|r| r.destination.as_ref())
+        .find_map(|d| destinations.persistent_session(d, namespace));
+    if let Some(session) = session {
+        super::session::configure(&mut route.typed_per_filter_config, session);
+    }
     // The route's own edits, then those of its single destination (several destinations
     // carry theirs on their weighted clusters).
     let single = matches!(route.action, Some(Action::Route(_)))

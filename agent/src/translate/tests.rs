@@ -579,10 +579,37 @@ fn an_endpoint_change_rebuilds_its_service_and_not_the_listeners() {
     );
 }
 
+/// The endpoints `cluster`'s load assignment holds (of 10.0.0.1 to 10.0.0.3), with the health
+/// each is sent with.
+fn held_endpoints(
+    out: &Resources,
+    cluster: &str,
+) -> Vec<(
+    String,
+    envoy_types::pb::envoy::config::core::v3::HealthStatus,
+)> {
+    use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+    out.endpoints[cluster]
+        .endpoints
+        .iter()
+        .flat_map(|l| &l.lb_endpoints)
+        .map(|e| {
+            let Some(HostIdentifier::Endpoint(endpoint)) = &e.host_identifier else {
+                panic!("no endpoint in {e:?}");
+            };
+            let address = format!("{:?}", endpoint.address);
+            let ip = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+                .into_iter()
+                .find(|ip| address.contains(ip))
+                .expect("a known address");
+            (ip.to_string(), e.health_status())
+        })
+        .collect()
+}
+
 #[test]
 fn unready_endpoints_are_sent_unhealthy_unless_a_panic_threshold_could_pick_them() {
     use envoy_types::pb::envoy::config::core::v3::HealthStatus;
-    use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
     let service = resource(
         "ServiceEndpoints",
         "default",
@@ -609,23 +636,8 @@ fn unready_endpoints_are_sent_unhealthy_unless_a_panic_threshold_could_pick_them
                     "trafficPolicy": {"outlierDetection": {"consecutive5xxErrors": 5}}}]}),
         2,
     );
-    let held = |out: &Resources, subset: &str| -> Vec<(String, HealthStatus)> {
-        out.endpoints[&format!("outbound|9080|{subset}|{REVIEWS}")]
-            .endpoints
-            .iter()
-            .flat_map(|l| &l.lb_endpoints)
-            .map(|e| {
-                let Some(HostIdentifier::Endpoint(endpoint)) = &e.host_identifier else {
-                    panic!("no endpoint in {e:?}");
-                };
-                let address = format!("{:?}", endpoint.address);
-                let ip = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
-                    .into_iter()
-                    .find(|ip| address.contains(ip))
-                    .expect("a known address");
-                (ip.to_string(), e.health_status())
-            })
-            .collect()
+    let held = |out: &Resources, subset: &str| {
+        held_endpoints(out, &format!("outbound|9080|{subset}|{REVIEWS}"))
     };
     let healthy = |ip: &str| (ip.to_string(), HealthStatus::Healthy);
     let unhealthy = |ip: &str| (ip.to_string(), HealthStatus::Unhealthy);
@@ -662,6 +674,176 @@ fn unready_endpoints_are_sent_unhealthy_unless_a_panic_threshold_could_pick_them
     };
     assert_eq!(threshold(""), Some(50.0));
     assert_eq!(threshold("v2"), Some(0.0));
+}
+
+/// Persistent sessions as istiod serves them: a service labelled for them keeps its draining
+/// endpoints (DRAINING, on its default cluster, which lets a session's host override pick
+/// them); others never get theirs; with the stateful session filter on, outbound connection
+/// managers carry it before the router and the service's virtual host and the routes to it
+/// configure it.
+#[test]
+fn persistent_sessions_keep_draining_endpoints_and_configure_the_session_filter() {
+    use envoy_types::pb::envoy::config::core::v3::HealthStatus;
+    use envoy_types::pb::envoy::extensions::filters::http::stateful_session::v3::{
+        StatefulSessionPerRoute, stateful_session_per_route::Override,
+    };
+    use envoy_types::pb::envoy::extensions::http::stateful_session::cookie::v3::CookieBasedSessionState;
+    let service = |name: &str, ip: &str, labels: &[(&str, &str)], revision: u64| {
+        let mut r = resource(
+            "ServiceEndpoints",
+            "default",
+            name,
+            json!({"addresses": [ip], "ports": [{"name": "http", "port": 9080}],
+                   "endpoints": [{"address": "10.0.0.1", "labels": {"version": "v1"}},
+                                 {"address": "10.0.0.2", "labels": {"version": "v1"},
+                                  "ready": false, "draining": true},
+                                 {"address": "10.0.0.3", "labels": {"version": "v2",
+                                                                    "istio.io/draining": "yes"}}]}),
+            revision,
+        );
+        r.labels = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        r
+    };
+    let carts = service(
+        "carts",
+        "10.96.0.30",
+        &[("istio.io/persistent-session", "sid:/shop")],
+        1,
+    );
+    let plain = service("plain", "10.96.0.31", &[], 2);
+    let by_header = service(
+        "byheader",
+        "10.96.0.32",
+        &[("istio.io/persistent-session-header", "x-session")],
+        3,
+    );
+    let rule = resource(
+        "DestinationRule",
+        "default",
+        "carts",
+        json!({"host": "carts", "subsets": [{"name": "v1", "labels": {"version": "v1"}}]}),
+        4,
+    );
+    let routes = resource(
+        "VirtualService",
+        "default",
+        "front",
+        json!({"hosts": ["plain"],
+               "http": [{"route": [{"destination": {"host": "plain"}, "weight": 50},
+                                   {"destination": {"host": "carts"}, "weight": 50}]}]}),
+        5,
+    );
+    let resources = vec![carts, plain, by_header, rule, routes];
+    let held = held_endpoints;
+    let overrides = |out: &Resources, cluster: &str| {
+        out.clusters[cluster]
+            .common_lb_config
+            .as_ref()
+            .and_then(|c| c.override_host_status.as_ref())
+            .map(|s| s.statuses.clone())
+    };
+    let carts = "outbound|9080||carts.default.svc.cluster.local";
+    let carts_v1 = "outbound|9080|v1|carts.default.svc.cluster.local";
+    let plain = "outbound|9080||plain.default.svc.cluster.local";
+    let by_header = "outbound|9080||byheader.default.svc.cluster.local";
+    let keeps = Some(
+        [
+            HealthStatus::Healthy,
+            HealthStatus::Draining,
+            HealthStatus::Unknown,
+            HealthStatus::Degraded,
+        ]
+        .map(|s| s as i32)
+        .to_vec(),
+    );
+    for filter in [false, true] {
+        // A workload of the services, so that it has an inbound side too.
+        let mut p = proxy("10.0.0.1");
+        p.flags.persistent_session_filter = filter;
+        let out = Translator::new(p)
+            .update(&cache(resources.clone()), Generator::Envoy)
+            .expect("decodes what it encoded");
+        let draining = |ip: &str| (ip.to_string(), HealthStatus::Draining);
+        let healthy = |ip: &str| (ip.to_string(), HealthStatus::Healthy);
+        // Draining endpoints (by the syncer's mark or by label) for cookie sessions only.
+        assert_eq!(
+            held(&out, carts),
+            [
+                healthy("10.0.0.1"),
+                draining("10.0.0.2"),
+                draining("10.0.0.3")
+            ]
+        );
+        assert_eq!(
+            held(&out, carts_v1),
+            [healthy("10.0.0.1"), draining("10.0.0.2")]
+        );
+        assert_eq!(held(&out, plain), [healthy("10.0.0.1")]);
+        assert_eq!(held(&out, by_header), [healthy("10.0.0.1")]);
+        // The default clusters of services with sessions keep them; subsets and others not.
+        assert_eq!(overrides(&out, carts), keeps);
+        assert_eq!(overrides(&out, by_header), keeps);
+        assert_eq!(overrides(&out, carts_v1), None);
+        assert_eq!(overrides(&out, plain), None);
+
+        // The filter, on outbound connection managers, just before the router.
+        let names = http_filter_names(&out.listeners["0.0.0.0_9080"], "");
+        assert_eq!(
+            names.iter().any(|n| n == session::FILTER),
+            filter,
+            "{names:?}"
+        );
+        if filter {
+            assert_eq!(names[names.len() - 2], session::FILTER, "{names:?}");
+        }
+        let config = &out.routes["9080"];
+        let session_of = |per_filter: &std::collections::HashMap<
+            String,
+            envoy_types::pb::google::protobuf::Any,
+        >| {
+            let any = per_filter.get(session::FILTER)?;
+            let per_route = StatefulSessionPerRoute::decode(any.value.as_slice()).unwrap();
+            let Some(Override::StatefulSession(s)) = per_route.r#override else {
+                panic!("no session in {per_route:?}");
+            };
+            let state = s.session_state.unwrap();
+            assert_eq!(state.name, "envoy.http.stateful_session.cookie");
+            let cookie =
+                CookieBasedSessionState::decode(state.typed_config.unwrap().value.as_slice())
+                    .unwrap()
+                    .cookie
+                    .unwrap();
+            Some((cookie.name, cookie.path))
+        };
+        let cookie = filter.then(|| ("sid".to_string(), "/shop".to_string()));
+        let vh = vhost(config, "carts.default.svc.cluster.local:9080");
+        assert_eq!(session_of(&vh.typed_per_filter_config), cookie);
+        // plain has no sessions of its own, but its VirtualService's route to several services
+        // takes the first one's with sessions.
+        let vh = vhost(config, "plain.default.svc.cluster.local:9080");
+        assert_eq!(session_of(&vh.typed_per_filter_config), None);
+        assert_eq!(session_of(&vh.routes[0].typed_per_filter_config), cookie);
+        // Never on the inbound side.
+        let inbound = http_filter_names(&out.listeners["virtualInbound"], "0.0.0.0_9080");
+        assert!(!inbound.iter().any(|n| n == session::FILTER), "{inbound:?}");
+
+        // A gRPC client's listener for the service carries the service's own session first.
+        let mut p = proxy("10.0.0.9");
+        p.flags.persistent_session_filter = filter;
+        let out = Translator::new(p)
+            .update(&cache(resources.clone()), Generator::Grpc)
+            .expect("decodes what it encoded");
+        let first = |host: &str| {
+            let listener = &out.listeners[&format!("{host}.default.svc.cluster.local:9080")];
+            hcm_of(listener).http_filters[0].name.clone()
+        };
+        assert_eq!(first("carts") == session::FILTER, filter);
+        assert_eq!(first("plain"), "envoy.filters.http.fault");
+        assert_eq!(overrides(&out, carts), keeps);
+    }
 }
 
 #[test]
@@ -1276,16 +1458,24 @@ fn virtual_hosts_encoded_around_their_routes_are_the_bytes_of_the_message() {
         vec![route::default_route("outbound|80||a")],
         vec![weighted, route::default_route("outbound|80||a")],
     ] {
-        for attempts in [true, false] {
+        let cookie = registry::PersistentSession::Cookie {
+            name: "s".into(),
+            path: "/".into(),
+        };
+        for (attempts, session) in [(true, None), (false, None), (true, Some(&cookie))] {
+            let mut whole =
+                route::virtual_host("a:80".into(), domains.clone(), routes.clone(), attempts);
+            if let Some(session) = session {
+                session::configure(&mut whole.typed_per_filter_config, session);
+            }
             assert_eq!(
                 route::encoded_virtual_host(
                     "a:80",
                     &domains,
                     &route::encoded_routes(&routes),
-                    attempts
+                    (attempts, session)
                 ),
-                route::virtual_host("a:80".into(), domains.clone(), routes.clone(), attempts)
-                    .encode_to_vec(),
+                whole.encode_to_vec(),
                 "{routes:?}"
             );
         }

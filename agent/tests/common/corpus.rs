@@ -315,6 +315,11 @@ pub fn proxy(case: &Case) -> Result<Proxy, String> {
                 .get("EnableIPAutoallocate")
                 .copied()
                 .unwrap_or(true),
+            persistent_session_filter: case
+                .flags
+                .get("EnablePersistentSessionFilter")
+                .copied()
+                .unwrap_or(false),
         },
         dns_capture: p.dns_capture,
         dns_auto_allocate: p.dns_auto_allocate,

@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::DynamicObject;
 use pasa_proto::Kind;
+use pasa_proto::istio::persistent_session::PersistentSession;
 use pasa_proto::istio::workload_entry;
 use pasa_proto::service_endpoints::SLICE_NAME_SUFFIX;
 use serde_json::{Map, Value, json};
@@ -131,10 +132,12 @@ impl kube::Resource for Pod {
     }
 }
 
-/// What the conversion of an EndpointSlice reads of the cluster's pods and nodes.
+/// What the conversion of an EndpointSlice reads of the cluster: its pods and nodes, and its
+/// Service (whose labels may ask for persistent sessions).
 pub trait Workloads {
     fn pod(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Pod>>;
     fn node(&self, name: &str) -> Option<std::sync::Arc<Node>>;
+    fn service(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Service>>;
 }
 
 /// A store document: apiVersion, kind, metadata and spec.
@@ -304,7 +307,9 @@ pub fn service(svc: &Service, cluster: &str) -> Option<(StoreKey, Value)> {
 /// Readiness as istiod reads it: an endpoint whose `ready` condition is true or unknown is ready;
 /// one not ready is kept as `ready: false` (proxies see it UNHEALTHY) when `unready` says so,
 /// unless it is terminating, or may be (the condition unknown): then it is left out, so that a
-/// rollout's old pods do not count against the new ones.
+/// rollout's old pods do not count against the new ones. But for a Service with persistent
+/// sessions, a terminating endpoint still serving (or that may be) is kept as draining, for the
+/// sessions it holds.
 pub fn slice(
     eps: &EndpointSlice,
     cluster: &str,
@@ -318,6 +323,10 @@ pub fn slice(
         return None;
     }
     let key = StoreKey::slice(namespace, name);
+    let sessions = workloads.service(namespace, service).is_some_and(|svc| {
+        let labels = svc.metadata.labels.as_ref();
+        labels.is_some_and(|l| PersistentSession::of(l).is_some())
+    });
     let mut out = Map::new();
     out.insert("service".into(), json!(service));
     let ports: BTreeMap<&str, i32> = eps
@@ -334,10 +343,12 @@ pub fn slice(
         let conditions = e.conditions.as_ref();
         let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
         let terminating = conditions.and_then(|c| c.terminating).unwrap_or(true);
+        let serving = conditions.and_then(|c| c.serving).unwrap_or(true);
         let Some(address) = e.addresses.first() else {
             continue;
         };
-        if !ready && (terminating || !unready) {
+        let draining = !ready && sessions && serving && terminating;
+        if !ready && !draining && (terminating || !unready) {
             continue;
         }
         let pod = e
@@ -379,6 +390,9 @@ pub fn slice(
         }
         if !ready {
             endpoint.insert("ready".into(), json!(false));
+        }
+        if draining {
+            endpoint.insert("draining".into(), json!(true));
         }
         endpoints.push(Value::Object(endpoint));
     }
@@ -471,6 +485,8 @@ fn locality(
 pub struct SliceReferences {
     pub pods: Vec<(String, String)>,
     pub nodes: Vec<String>,
+    /// Its Service's name (in its namespace).
+    pub service: Option<String>,
 }
 
 /// What an EndpointSlice's part reads besides the slice.
@@ -498,7 +514,13 @@ pub fn slice_references(eps: &EndpointSlice) -> SliceReferences {
     pods.dedup();
     nodes.sort();
     nodes.dedup();
-    SliceReferences { pods, nodes }
+    let service = eps.metadata.labels.as_ref();
+    let service = service.and_then(|l| l.get(SERVICE_NAME_LABEL)).cloned();
+    SliceReferences {
+        pods,
+        nodes,
+        service,
+    }
 }
 
 /// The parts of a stored document a syncer compares with what it would write: kind, name,
@@ -529,6 +551,7 @@ mod tests {
     struct Cluster {
         pods: BTreeMap<(String, String), Arc<Pod>>,
         nodes: BTreeMap<String, Arc<Node>>,
+        services: BTreeMap<(String, String), Arc<Service>>,
     }
 
     impl Workloads for Cluster {
@@ -537,6 +560,9 @@ mod tests {
         }
         fn node(&self, name: &str) -> Option<Arc<Node>> {
             self.nodes.get(name).cloned()
+        }
+        fn service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
+            self.services.get(&(namespace.into(), name.into())).cloned()
         }
     }
 
@@ -648,6 +674,7 @@ mod tests {
         let cluster = Cluster {
             pods: [(("bookinfo".into(), "reviews-v2-abc".into()), Arc::new(pod))].into(),
             nodes: [("n1".into(), Arc::new(node))].into(),
+            services: BTreeMap::new(),
         };
         let eps: EndpointSlice = from(json!({
             "metadata": {"name": "reviews-x7k2p", "namespace": "bookinfo",
@@ -693,7 +720,8 @@ mod tests {
             slice_references(&eps),
             SliceReferences {
                 pods: vec![("bookinfo".into(), "reviews-v2-abc".into())],
-                nodes: vec!["n1".into()]
+                nodes: vec!["n1".into()],
+                service: Some("reviews".into()),
             }
         );
         let mut fqdn = eps.clone();
@@ -708,6 +736,31 @@ mod tests {
             .map(|e| &e["address"])
             .collect();
         assert_eq!(addresses, [&json!("10.42.0.8"), &json!("10.42.0.10")]);
+
+        // A Service with persistent sessions keeps what is terminating but still serving (or
+        // may be) as draining, for the sessions on it.
+        let mut sessions = cluster;
+        let svc: Service = from(json!({
+            "metadata": {"name": "reviews", "namespace": "bookinfo",
+                         "labels": {"istio.io/persistent-session": "session"}},
+        }));
+        sessions
+            .services
+            .insert(("bookinfo".into(), "reviews".into()), Arc::new(svc));
+        let mut eps = eps;
+        eps.endpoints.push(from(json!({"addresses": ["10.42.0.13"],
+            "conditions": {"ready": false, "serving": false, "terminating": true}})));
+        let (_, doc) = slice(&eps, "Kubernetes", &sessions, true).unwrap();
+        let endpoints = doc["spec"]["endpoints"].as_array().unwrap();
+        assert_eq!(
+            endpoints[1..],
+            [
+                json!({"address": "10.42.0.9", "ready": false, "draining": true}),
+                json!({"address": "10.42.0.10"}),
+                json!({"address": "10.42.0.11", "ready": false}),
+                json!({"address": "10.42.0.12", "ready": false, "draining": true}),
+            ]
+        );
     }
 
     #[test]

@@ -204,56 +204,65 @@ impl Workloads for Stores {
     fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.nodes.get(&ObjectRef::new(name))
     }
+
+    fn service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
+        self.services.get(&ObjectRef::new(name).within(namespace))
+    }
 }
 
 /// A namespaced object: (namespace, name).
 type Id = (String, String);
 
-/// Which slices point at each pod and node: what a pod's or node's change rewrites.
+/// Which slices point at each pod, node and Service: what a pod's, node's or Service's change
+/// rewrites.
 #[derive(Default)]
 struct References {
-    /// A slice's pods and nodes, by the slice.
+    /// A slice's pods, nodes and Service, by the slice.
     of_slice: HashMap<Id, SliceReferences>,
     by_pod: HashMap<Id, BTreeSet<Id>>,
     by_node: HashMap<String, BTreeSet<Id>>,
+    by_service: HashMap<Id, BTreeSet<Id>>,
 }
 
 impl References {
     fn set(&mut self, slice: Id, refs: SliceReferences) {
         self.remove(&slice);
-        for pod in &refs.pods {
-            self.by_pod
-                .entry(pod.clone())
-                .or_default()
-                .insert(slice.clone());
-        }
-        for node in &refs.nodes {
-            self.by_node
-                .entry(node.clone())
-                .or_default()
-                .insert(slice.clone());
-        }
+        link(&mut self.by_pod, &refs.pods, &slice);
+        link(&mut self.by_node, &refs.nodes, &slice);
+        let service = refs.service.as_ref().map(|s| (slice.0.clone(), s.clone()));
+        link(&mut self.by_service, service.as_slice(), &slice);
         self.of_slice.insert(slice, refs);
     }
 
     fn remove(&mut self, slice: &Id) {
-        let Some(SliceReferences { pods, nodes }) = self.of_slice.remove(slice) else {
+        let Some(refs) = self.of_slice.remove(slice) else {
             return;
         };
-        for pod in pods {
-            if let Some(set) = self.by_pod.get_mut(&pod) {
-                set.remove(slice);
-                if set.is_empty() {
-                    self.by_pod.remove(&pod);
-                }
-            }
-        }
-        for node in nodes {
-            if let Some(set) = self.by_node.get_mut(&node) {
-                set.remove(slice);
-                if set.is_empty() {
-                    self.by_node.remove(&node);
-                }
+        unlink(&mut self.by_pod, &refs.pods, slice);
+        unlink(&mut self.by_node, &refs.nodes, slice);
+        let service = refs.service.map(|s| (slice.0.clone(), s));
+        unlink(&mut self.by_service, service.as_slice(), slice);
+    }
+}
+
+/// Records that `slice` reads each of `keys`.
+fn link<K: Clone + Eq + std::hash::Hash>(
+    by: &mut HashMap<K, BTreeSet<Id>>,
+    keys: &[K],
+    slice: &Id,
+) {
+    for key in keys {
+        by.entry(key.clone()).or_default().insert(slice.clone());
+    }
+}
+
+/// Forgets that `slice` reads each of `keys`.
+fn unlink<K: Eq + std::hash::Hash>(by: &mut HashMap<K, BTreeSet<Id>>, keys: &[K], slice: &Id) {
+    for key in keys {
+        if let Some(set) = by.get_mut(key) {
+            set.remove(slice);
+            if set.is_empty() {
+                by.remove(key);
             }
         }
     }
@@ -602,11 +611,15 @@ impl<T: Target> Syncing<T> {
             },
             Change::Service(e) => match *e {
                 Apply(svc) | Delete(svc) => {
-                    let ns = svc.namespace().unwrap_or_default();
-                    self.dirty.insert(StoreKey::service(&ns, &svc.name_any()));
+                    let id = (svc.namespace().unwrap_or_default(), svc.name_any());
+                    self.dirty.insert(StoreKey::service(&id.0, &id.1));
+                    // Its labels may ask for persistent sessions, which keep draining endpoints.
+                    let slices = self.refs.by_service.get(&id).into_iter().flatten();
+                    self.dirty
+                        .extend(slices.map(|(ns, slice)| StoreKey::slice(ns, slice)));
                     // An Ingress may name its port; a route may have it as a parent or backend.
                     self.ingresses_changed = true;
-                    self.gateway_api_changed |= self.mentioned.covers(&svc.name_any());
+                    self.gateway_api_changed |= self.mentioned.covers(&id.1);
                 }
                 InitDone => return self.listed("services"),
                 Init | InitApply(_) => {}

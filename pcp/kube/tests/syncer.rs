@@ -667,6 +667,60 @@ async fn a_workload_entrys_health_follows_its_status() {
     .await;
 }
 
+/// A Service labelled for persistent sessions keeps its terminating, still serving endpoints
+/// (draining, for the sessions on them); labelling it afterwards rewrites its slices.
+#[tokio::test]
+async fn a_services_persistent_sessions_keep_its_draining_endpoints() {
+    let fake = FakeApiServer::start().await;
+    bookinfo(&fake);
+    let mut terminating = slice(
+        "bookinfo",
+        "reviews-a",
+        "reviews",
+        &[("reviews-v1", "10.42.0.7")],
+    );
+    terminating["endpoints"][0]["conditions"] =
+        json!({"ready": false, "serving": true, "terminating": true});
+    fake.put(terminating);
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    until(&syncer, "the first pass", |s| s.synced).await;
+    let key = StoreKey {
+        kind: pasa_proto::Kind::ServiceEndpoints,
+        namespace: "bookinfo".into(),
+        name: "reviews-a.endpointslice".into(),
+    };
+    let endpoints = || {
+        store
+            .inner
+            .lock()
+            .unwrap()
+            .docs
+            .get(&key)
+            .map(|d| d["spec"]["endpoints"].clone())
+    };
+    // Not labelled: a terminating endpoint is left out.
+    assert_eq!(endpoints(), Some(Value::Null));
+    let mut labelled = service("bookinfo", "reviews", 9080);
+    labelled["metadata"]["labels"] = json!({"istio.io/persistent-session": "session"});
+    fake.put(labelled);
+    until(&syncer, "the draining endpoint kept", |_| {
+        endpoints()
+            == Some(
+                json!([{"address": "10.42.0.7", "ready": false, "draining": true,
+            "labels": {"app": "reviews", "version": "v1",
+                       "service.istio.io/workload-name": "reviews-v1"},
+            "locality": "us-east1/us-east1-b", "serviceAccount": "bookinfo-reviews"}]),
+            )
+    })
+    .await;
+    fake.put(service("bookinfo", "reviews", 9080));
+    until(&syncer, "the draining endpoint left out again", |_| {
+        endpoints() == Some(Value::Null)
+    })
+    .await;
+}
+
 /// An Ingress Istio serves (its class annotation, or an IngressClass of Istio's controller)
 /// becomes the Gateway and VirtualService istiod generates, its backend's named port resolved
 /// through the Service; one of another class does not; the Service's port renamed and the

@@ -81,6 +81,14 @@ pub struct InjectArgs {
     /// control planes' (istiod's).
     #[arg(long, value_delimiter = ',', default_value = "istio-system")]
     pub inject_never: Vec<String>,
+    /// Injected agents keep clients on one endpoint of services labelled for persistent
+    /// sessions with Envoy's stateful session filter: the variable istiod reads for the same
+    /// (it is passed to the agents).
+    #[arg(
+        long = "persistent-session-filter",
+        env = "PILOT_ENABLE_PERSISTENT_SESSION_FILTER"
+    )]
+    pub persistent_session_filter: bool,
 }
 
 impl InjectArgs {
@@ -94,6 +102,7 @@ impl InjectArgs {
             trust_domain: self.trust_domain.clone(),
             domain_suffix: domain_suffix.to_string(),
             store_tls: self.inject_store_tls,
+            persistent_session_filter: self.persistent_session_filter,
         }
     }
 

@@ -19,7 +19,7 @@ use envoy_types::util::pack_any;
 use pasa_proto::host;
 use pasa_proto::istio::gateway::{Server, ServerTlsSettings, TlsMode, TlsProtocol};
 
-use super::super::{View, cluster, hcm, route, sds};
+use super::super::{View, cluster, hcm, route, sds, session};
 use super::bound_virtual_services;
 use crate::model::gateway::Bound;
 use crate::model::secrets;
@@ -67,6 +67,10 @@ pub(super) fn route_config(
                             routes.clone(),
                             attempt_count,
                         );
+                        // The persistent sessions of the service the host names exactly.
+                        if let Some(session) = view.session_of(&hostname) {
+                            session::configure(&mut vh.typed_per_filter_config, session);
+                        }
                         if redirect {
                             vh.require_tls = virtual_host::TlsRequirementType::All as i32;
                         }

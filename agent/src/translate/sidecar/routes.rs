@@ -27,7 +27,7 @@ use super::super::{
     Rebuilt, Shapes, View, follow_service, hcm, names, route, virtual_service_inputs,
 };
 use super::catch_all;
-use crate::model::registry::{Config, Resolution, Service};
+use crate::model::registry::{Config, PersistentSession, Resolution, Service};
 use crate::resource::Resource;
 
 /// What a sidecar's route configurations reuse from one build to the next: the routes of each
@@ -433,8 +433,19 @@ impl PlannedHost {
             name,
             domains,
             routes,
-            view.hcm(hcm::Class::SidecarOutbound).attempt_count,
+            (
+                view.hcm(hcm::Class::SidecarOutbound).attempt_count,
+                self.session(view),
+            ),
         )
+    }
+
+    /// The persistent sessions of the service the virtual host is named after, when served.
+    fn session<'v>(&self, view: &'v View<'_>) -> Option<&'v PersistentSession> {
+        match &self.names {
+            Names::Service(i) => view.session_of(&view.services.at(*i).hostname),
+            Names::Own { .. } => None,
+        }
     }
 
     /// What the virtual host is built from.
@@ -446,7 +457,7 @@ impl PlannedHost {
         shapes: &mut Shapes,
     ) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        (self.identity, port).hash(&mut h);
+        (self.identity, port, self.session(view)).hash(&mut h);
         view.route_settings.hash(&mut h);
         match source {
             Routes::VirtualService(inputs, _) => (0u8, inputs).hash(&mut h),

@@ -395,7 +395,7 @@ impl IstioFilters {
     /// `istio.alpn` before the fault filter (not inbound), `istio.stats` before the router.
     pub(super) fn put_http(&self, class: Class, filters: &mut Vec<HttpFilter>) {
         let at = |filters: &[HttpFilter], name: &str| filters.iter().position(|f| f.name == name);
-        let router = filters.len().saturating_sub(1);
+        let router = super::super::session::before_router(filters);
         filters.splice(
             router..router,
             self.stats(class)

@@ -83,6 +83,9 @@ pub struct InjectConfig {
     /// Agents reach the store over mutual TLS, with a workload certificate from istiod's CA,
     /// trusting the mesh root for the store's certificate.
     pub store_tls: bool,
+    /// Agents serve persistent sessions with the stateful session filter
+    /// (`PILOT_ENABLE_PERSISTENT_SESSION_FILTER`).
+    pub persistent_session_filter: bool,
 }
 
 /// Where the mesh root (the `istio-ca-root-cert` ConfigMap) is mounted in the agent.
@@ -99,6 +102,7 @@ impl Default for InjectConfig {
             trust_domain: "cluster.local".into(),
             domain_suffix: "cluster.local".into(),
             store_tls: false,
+            persistent_session_filter: false,
         }
     }
 }
@@ -388,6 +392,9 @@ fn agent_container(
         value("ISTIO_META_MESH_ID", &config.trust_domain),
         value("TRUST_DOMAIN", &config.trust_domain),
     ];
+    if config.persistent_session_filter {
+        env.push(value("PILOT_ENABLE_PERSISTENT_SESSION_FILTER", "true"));
+    }
     let mut mounts = vec![
         json!({"name": RUN_VOLUME, "mountPath": "/var/run/pasa"}),
         json!({"name": CACHE_VOLUME, "mountPath": "/var/lib/pasa"}),
