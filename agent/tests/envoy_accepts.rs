@@ -321,17 +321,27 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
     }
     assert!(!docs.is_empty(), "{} holds no example", examples.display());
     let cache = Cache::from_resources(samples::to_store(&docs), 100);
-    for (role, proxy) in [
-        ("sidecar", proxy(WEB, "app=web,version=v1")),
+    // Also with the stateful session filter of its persistent sessions.
+    for (sessions, role, mut proxy) in [
+        (false, "sidecar", proxy(WEB, "app=web,version=v1")),
         (
+            false,
             "ingress gateway",
             proxy(INGRESS, "istio=ingressgateway,app=istio-ingressgateway"),
         ),
         (
+            false,
             "egress gateway",
             proxy(EGRESS, "istio=egressgateway,app=istio-egressgateway"),
         ),
+        (true, "sidecar", proxy(WEB, "app=web,version=v1")),
+        (
+            true,
+            "ingress gateway",
+            proxy(INGRESS, "istio=ingressgateway,app=istio-ingressgateway"),
+        ),
     ] {
+        proxy.flags.persistent_session_filter = sessions;
         let judge = judge_for(&proxy, &sidecars, &routers);
         let generated = translated(proxy, &cache);
         assert!(
@@ -339,9 +349,24 @@ async fn envoy_accepts_the_corpus_and_the_samples() {
             "the example gives the {role} listeners: {:?}",
             generated.listeners.keys()
         );
+        let configures_sessions = generated.routes.values().any(|rc| {
+            rc.virtual_hosts.iter().any(|vh| {
+                vh.typed_per_filter_config
+                    .contains_key("envoy.filters.http.stateful_session")
+            })
+        });
+        assert_eq!(
+            configures_sessions, sessions,
+            "the {role}'s virtual hosts configure sessions only with the filter on"
+        );
+        let with = if sessions {
+            " with the session filter"
+        } else {
+            ""
+        };
         record(
             tally,
-            &format!("examples/envoy for the {role}"),
+            &format!("examples/envoy for the {role}{with}"),
             judge,
             &generated,
         )

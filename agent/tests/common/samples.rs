@@ -79,7 +79,18 @@ pub fn to_store(docs: &[Value]) -> Vec<Resource> {
             kind
         };
         let revision = out.len() as u64 + 1;
+        // The object's labels and annotations, as the store keeps them.
+        let strings = |field: &str| {
+            meta[field]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        };
         out.push(Resource {
+            labels: strings("labels"),
+            annotations: strings("annotations"),
             api_version: doc["apiVersion"].as_str().unwrap_or_default().to_string(),
             kind: kind.to_string(),
             namespace,

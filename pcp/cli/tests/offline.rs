@@ -42,6 +42,14 @@ fn validate_offline() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("8 document(s) valid"));
+    // The mesh the real-Envoy tests serve, as the README applies it.
+    let envoy = examples().join("envoy");
+    let out = run(&["-f", envoy.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "examples/envoy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let broken = examples().join("broken.yaml");
     let out = run(&["-f", broken.to_str().unwrap()]);
