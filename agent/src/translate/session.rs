@@ -26,13 +26,11 @@ use crate::model::registry::PersistentSession;
 /// The filter's name, under which virtual hosts and routes configure it.
 pub(super) const FILTER: &str = "envoy.filters.http.stateful_session";
 
-/// The connection managers' filter: no session of its own (each virtual host or route says).
-pub(super) fn filter() -> HttpFilter {
+/// The filter with `config`.
+fn filter(config: StatefulSession) -> HttpFilter {
     HttpFilter {
         name: FILTER.into(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
-            StatefulSession::default(),
-        ))),
+        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(config))),
         ..Default::default()
     }
 }
@@ -40,22 +38,14 @@ pub(super) fn filter() -> HttpFilter {
 /// The filter configured for `session` itself (gRPC clients take it so: their listener is
 /// the service's own).
 pub(super) fn filter_for(session: &PersistentSession) -> HttpFilter {
-    HttpFilter {
-        name: FILTER.into(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(state(
-            session,
-        )))),
-        ..Default::default()
-    }
+    filter(state(session))
 }
 
-/// Puts the filter just before the router (the last filter), unless it is there.
+/// Puts the connection managers' filter, with no session of its own (each virtual host or
+/// route says), just before the router (the last filter).
 pub(super) fn insert(filters: &mut Vec<HttpFilter>) {
-    if filters.iter().any(|f| f.name == FILTER) {
-        return;
-    }
     let router = filters.len().saturating_sub(1);
-    filters.insert(router, filter());
+    filters.insert(router, filter(StatefulSession::default()));
 }
 
 /// Where filters that go last but for the router go: before the session filter, if there is

@@ -197,7 +197,10 @@ pub fn config(key: &StoreKey, api_version: &str, obj: &DynamicObject, cluster: &
     if key.kind == Kind::WorkloadEntry && workload_entry::health_checked(&annotations) {
         annotations.insert(
             workload_entry::HEALTHY_ANNOTATION.into(),
-            healthy_condition(obj).to_string(),
+            // No condition (not probed yet) is not healthy.
+            healthy_condition(&obj.data)
+                .is_some_and(|c| c["status"] == "True")
+                .to_string(),
         );
     }
     if !annotations.is_empty() {
@@ -206,16 +209,13 @@ pub fn config(key: &StoreKey, api_version: &str, obj: &DynamicObject, cluster: &
     doc
 }
 
-/// Whether a WorkloadEntry's status says it is healthy (its `Healthy` condition, which istiod
-/// sets from its workload's probes); no condition is not healthy.
-fn healthy_condition(obj: &DynamicObject) -> bool {
-    obj.data
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+/// A WorkloadEntry's `Healthy` condition (which istiod sets from its workload's probes), in the
+/// status of its `data`.
+pub(crate) fn healthy_condition(data: &Value) -> Option<&Value> {
+    data.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
         .find(|c| c["type"] == "Healthy")
-        .is_some_and(|c| c["status"] == "True")
 }
 
 /// The ServiceEndpoints object of a Service: everything but its endpoints, which its

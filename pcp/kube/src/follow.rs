@@ -134,13 +134,8 @@ pub fn trim_config(obj: &mut DynamicObject) {
     if let Some(a) = &mut obj.metadata.annotations {
         a.remove(LAST_APPLIED);
     }
+    let healthy = crate::convert::healthy_condition(&obj.data).cloned();
     if let Some(data) = obj.data.as_object_mut() {
-        let healthy = data
-            .get("status")
-            .and_then(|s| s.get("conditions"))
-            .and_then(serde_json::Value::as_array)
-            .and_then(|c| c.iter().find(|c| c["type"] == "Healthy"))
-            .cloned();
         data.retain(|k, _| k == "spec");
         if let Some(condition) = healthy {
             data.insert(
