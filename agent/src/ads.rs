@@ -62,7 +62,10 @@ use tokio::sync::mpsc;
 use crate::resource::{ResourceMap, TYPE_COUNT, TypeKind};
 use crate::resource::{digest, digest_resources};
 pub use authority::{Fronted, front, pump as front_pump};
-pub use server::{AdsService, FileSecrets, ServeError, bind_unix, serve_tcp, serve_unix};
+pub use server::{
+    AdsService, BoundSocket, FileSecrets, ServeError, SocketFile, bind_unix, serve_listener,
+    serve_tcp, serve_unix,
+};
 pub use snapshot::{Origin, Snapshot, SnapshotError, SnapshotPublisher, Snapshots};
 pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, TypeStatus};
 

@@ -1,10 +1,14 @@
 //! Envoy as the agent's child, as pilot-agent runs it (`pasa-agent --envoy PATH`): the agent
-//! writes the bootstrap ([`crate::bootstrap`]), starts Envoy on it, restarts it with backoff if
-//! it dies, answers readiness for both (`/healthz/ready`: Envoy's admin `/ready` says LIVE and
-//! the agent's clients hold their configuration), and on SIGTERM drains as pilot-agent does:
-//! Envoy's listeners drain gracefully (`/drain_listeners?graceful`), the agent waits
-//! `--drain-duration`, then Envoy is asked to quit (`/quitquitquit`) and its exit status becomes
-//! the agent's.
+//! writes the bootstrap ([`crate::bootstrap`]), starts Envoy on it, answers readiness for both
+//! (`/healthz/ready`: Envoy's admin `/ready` says LIVE and the agent's clients hold their
+//! configuration), and on SIGTERM drains as pilot-agent does: Envoy's listeners drain gracefully
+//! (`/drain_listeners?graceful`), the agent waits `--drain-duration`, then Envoy is asked to quit
+//! (`/quitquitquit`) and its exit status becomes the agent's.
+//!
+//! **Envoy's failure is the agent's.** As with pilot-agent, an Envoy that cannot be started (no
+//! such binary, not executable) or that exits when not asked to ends the agent at once, non-zero,
+//! with the binary's path and the OS error or Envoy's exit status logged: a pod whose proxy is
+//! gone must not look healthy, and its restart policy starts both again.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -13,17 +17,10 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use pasa_runtime::backoff::Backoff;
-
 use crate::bootstrap::AdminAddress;
 
 /// How long Envoy may take to quit once asked, before it is killed.
 const QUIT_DEADLINE: Duration = Duration::from_secs(5);
-/// The first pause before restarting an Envoy that died; doubled up to [`MAX_BACKOFF`], jittered.
-const FIRST_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
-/// An Envoy that ran this long resets the backoff.
-const STABLE: Duration = Duration::from_secs(30);
 
 /// What it takes to run Envoy.
 #[derive(Debug, Clone)]
@@ -41,20 +38,40 @@ pub struct EnvoyRun {
 /// Why Envoy could not be run.
 #[derive(Debug, thiserror::Error)]
 pub enum EnvoyError {
-    #[error("cannot start Envoy {binary}: {source} (is --envoy the path of Envoy's binary?)")]
+    #[error("cannot start Envoy {binary} (is --envoy the path of Envoy's binary?)")]
     Spawn {
         binary: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot wait for Envoy {binary}: {source}")]
+    #[error("cannot wait for Envoy {binary}")]
     Wait {
         binary: PathBuf,
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "Envoy {binary} exited with {status} while the agent was running; the agent stops with \
+         it (Envoy's own log above says why)"
+    )]
+    Exited { binary: PathBuf, status: ExitStatus },
     #[error("Envoy exited with {0} on shutdown")]
     Failed(ExitStatus),
+}
+
+impl EnvoyError {
+    /// The agent's exit code when Envoy ended it: Envoy's own when it has a non-zero one, else 1.
+    pub fn exit_code(&self) -> u8 {
+        let status = match self {
+            EnvoyError::Exited { status, .. } | EnvoyError::Failed(status) => Some(status),
+            EnvoyError::Spawn { .. } | EnvoyError::Wait { .. } => None,
+        };
+        status
+            .and_then(ExitStatus::code)
+            .and_then(|c| u8::try_from(c).ok())
+            .filter(|c| *c != 0)
+            .unwrap_or(1)
+    }
 }
 
 impl EnvoyRun {
@@ -67,44 +84,56 @@ impl EnvoyRun {
     }
 }
 
-/// Runs Envoy until `stop` turns true, restarting it when it dies; then drains and stops it.
-/// `Ok` when Envoy exited cleanly at the end.
+/// Runs Envoy until `stop` turns true, then drains and stops it; `Ok` when Envoy exited cleanly
+/// at the end. An Envoy that cannot be started, or that exits before `stop`, ends this at once
+/// with the reason, logged here (see the module doc).
 pub async fn supervise(run: EnvoyRun, mut stop: watch::Receiver<bool>) -> Result<(), EnvoyError> {
-    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF, STABLE);
-    loop {
-        let mut child = tokio::process::Command::new(&run.binary)
-            .arg("-c")
-            .arg(&run.config)
-            .args(["--log-level", &run.log_level])
-            .args(["--concurrency", &run.concurrency.to_string()])
-            .args(["--drain-time-s", &run.drain.as_secs().max(1).to_string()])
-            .args(["--drain-strategy", "immediate", "--disable-hot-restart"])
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| EnvoyError::Spawn {
+    let spawned = tokio::process::Command::new(&run.binary)
+        .arg("-c")
+        .arg(&run.config)
+        .args(["--log-level", &run.log_level])
+        .args(["--concurrency", &run.concurrency.to_string()])
+        .args(["--drain-time-s", &run.drain.as_secs().max(1).to_string()])
+        .args(["--drain-strategy", "immediate", "--disable-hot-restart"])
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(source) => {
+            tracing::error!(binary = %run.binary.display(), error = %source, "Envoy did not start (is --envoy the path of Envoy's binary?)");
+            return Err(EnvoyError::Spawn {
                 binary: run.binary.clone(),
                 source,
-            })?;
-        tracing::info!(pid = child.id(), config = %run.config.display(), "Envoy started");
-        backoff.up();
-        let exited = tokio::select! {
-            exited = child.wait() => Some(exited),
-            _ = stop.wait_for(|s| *s) => None,
-        };
-        let Some(exited) = exited else {
-            return drain_and_quit(&run, &mut child).await;
-        };
-        let status = run.exited(exited)?;
-        if *stop.borrow() {
-            return finished(status);
+            });
         }
-        let wait = backoff.failed();
-        tracing::warn!(%status, restart_in = ?wait, "Envoy exited; restarting it");
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = stop.wait_for(|s| *s) => return Ok(()),
+    };
+    tracing::info!(pid = child.id(), binary = %run.binary.display(), config = %run.config.display(), "Envoy started");
+    let exited = tokio::select! {
+        exited = child.wait() => Some(exited),
+        _ = stop.wait_for(|s| *s) => None,
+    };
+    let Some(exited) = exited else {
+        return drain_and_quit(&run, &mut child).await;
+    };
+    let status = match exited {
+        Ok(status) => status,
+        Err(source) => {
+            tracing::error!(binary = %run.binary.display(), error = %source, "lost track of Envoy");
+            return Err(EnvoyError::Wait {
+                binary: run.binary.clone(),
+                source,
+            });
         }
+    };
+    if *stop.borrow() {
+        return finished(status);
     }
+    let e = EnvoyError::Exited {
+        binary: run.binary.clone(),
+        status,
+    };
+    tracing::error!(binary = %run.binary.display(), %status, "Envoy exited; the agent stops with it");
+    Err(e)
 }
 
 fn finished(status: ExitStatus) -> Result<(), EnvoyError> {

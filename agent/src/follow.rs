@@ -14,6 +14,12 @@
 //! widened scope has arrived before it serves config that needs it. A resumed watch replays only
 //! changes (not objects that match only under a new subscription), so a watch whose subscription
 //! changed without its answer being complete starts over with a snapshot instead of resuming.
+//!
+//! **Liveness.** The store sends a progress marker on every watch every few seconds (10 s by
+//! default), so a stream that brings nothing at all for [`FollowConfig::liveness`] (a few of
+//! those intervals) is taken as lost, as is a connection or stream that does not open within
+//! it: a hung store (a stopped process, a half-dead connection) leaves the agent degraded and
+//! reconnecting with its backoff, never waiting on it forever.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -46,10 +52,17 @@ pub struct FollowConfig {
     /// Told the revision of each cache written to `cache_dir` (saves run on a thread of their
     /// own), if anyone listens.
     pub saved: Option<watch::Sender<u64>>,
+    /// How long a watch may bring nothing (no change, no progress marker), or take to open,
+    /// before it is taken as lost (see the module doc); [`DEFAULT_LIVENESS`] unless a test
+    /// wants it shorter.
+    pub liveness: Duration,
 }
 
+/// [`FollowConfig::liveness`] by default: three of the store's default progress intervals.
+pub const DEFAULT_LIVENESS: Duration = Duration::from_secs(30);
+
 impl FollowConfig {
-    fn reconnects(&self, reason: &WatchError) {
+    fn reconnects(&self, reason: &Ended) {
         if let Some(metrics) = &self.metrics {
             metrics
                 .store_reconnects
@@ -57,6 +70,38 @@ impl FollowConfig {
                     reason: reason.label(),
                 })
                 .inc();
+        }
+    }
+}
+
+/// How one watch stream ended.
+#[derive(Debug)]
+enum Ended {
+    /// As the watch protocol says.
+    Watch(WatchError),
+    /// Nothing came from `server` for `after`: it, or the way to it, is hung.
+    Silent { server: String, after: Duration },
+}
+
+impl Ended {
+    fn label(&self) -> &'static str {
+        match self {
+            Ended::Watch(e) => e.label(),
+            Ended::Silent { .. } => "silent",
+        }
+    }
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ended::Watch(WatchError::Unreachable(e)) => f.write_str(&server_problem(e)),
+            Ended::Watch(e) => std::fmt::Display::fmt(e, f),
+            Ended::Silent { server, after } => write!(
+                f,
+                "the store at {server} sent nothing for {after:?} (not even a progress \
+                 marker): taking the watch as lost and reconnecting"
+            ),
         }
     }
 }
@@ -162,22 +207,26 @@ pub async fn follow(
         saver.flush(&cache);
         let Some(ended) = ended else { break };
         config.reconnects(&ended);
-        if let WatchError::Compacted { .. } = ended {
+        if let Ended::Watch(WatchError::Compacted { .. }) = ended {
             relist = true;
             continue;
         }
         relist = cache.revision() == 0 || cache.snapshot_pending();
-        // An unreachable replica: the next attempt goes to the next one, and resumes there
-        // from the cache's revision (replicas share one revision sequence).
-        if let WatchError::Unreachable(ConnectError::Unreachable { address, .. }) = &ended
+        // An unreachable or silent replica: the next attempt goes to the next one, and resumes
+        // there from the cache's revision (replicas share one revision sequence).
+        let failed = match &ended {
+            Ended::Watch(WatchError::Unreachable(ConnectError::Unreachable {
+                address, ..
+            })) => Some(address.as_str()),
+            Ended::Silent { server, .. } => Some(server.as_str()),
+            Ended::Watch(_) => None,
+        };
+        if let Some(address) = failed
             && config.servers.failed(address)
         {
             tracing::info!(unreachable = %address, next = %config.servers.current(), "moving to the next store server");
         }
-        let why = match &ended {
-            WatchError::Unreachable(e) => server_problem(e),
-            ended => ended.to_string(),
-        };
+        let why = ended.to_string();
         tracing::warn!(reason = %why, revision = cache.revision(), "store watch ended; resuming");
         link.send_replace(Link::Degraded(why));
         let wait = backoff.failed();
@@ -207,7 +256,7 @@ impl Stream<'_> {
         published: &watch::Sender<Arc<Cache>>,
         link: &watch::Sender<Link>,
         backoff: &mut Backoff,
-    ) -> WatchError {
+    ) -> Ended {
         let Stream {
             config,
             subscription,
@@ -219,18 +268,32 @@ impl Stream<'_> {
             from_revision: if relist { 0 } else { cache.revision() + 1 },
             identity: Some(config.identity.clone()),
         };
-        let mut client = match config.servers.connect(config.servers.current()).await {
-            Ok(client) => client,
-            Err(e) => return WatchError::Unreachable(e),
+        let server = config.servers.current().to_string();
+        let silent = || Ended::Silent {
+            server: server.clone(),
+            after: config.liveness,
         };
-        let mut stream = match Watch::open(&mut client, start).await {
-            Ok(stream) => stream,
-            Err(e) => return e,
+        // A hung store may take the connection (its kernel does) and never answer.
+        let opening = async {
+            let mut client = config
+                .servers
+                .connect(&server)
+                .await
+                .map_err(WatchError::Unreachable)?;
+            let stream = Watch::open(&mut client, start).await?;
+            Ok::<_, WatchError>((client, stream))
+        };
+        let (_client, mut stream) = match tokio::time::timeout(config.liveness, opening).await {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(e)) => return Ended::Watch(e),
+            Err(_) => return silent(),
         };
         let mut updates_open = true;
+        let mut heard = tokio::time::Instant::now();
         let ended = loop {
             let event = tokio::select! {
                 event = stream.next() => event,
+                () = tokio::time::sleep_until(heard + config.liveness) => break silent(),
                 changed = subscription.changed(), if updates_open => {
                     if changed.is_err() {
                         // Nobody changes the subscription any more; keep the current one.
@@ -251,8 +314,9 @@ impl Stream<'_> {
             };
             let event = match event {
                 Ok(event) => event,
-                Err(ended) => break ended,
+                Err(ended) => break Ended::Watch(ended),
             };
+            heard = tokio::time::Instant::now();
             match event {
                 WatchEvent::Init => cache.begin_snapshot(),
                 WatchEvent::InitApply { revision, objects } => {

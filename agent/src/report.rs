@@ -10,6 +10,10 @@
 //!
 //! **Never in the way.** Reporting runs in its own task on its own store connection. When the
 //! store is away it reconnects with backoff; ADS serving never waits for it.
+//!
+//! **Goodbye.** An agent that stops cleanly (SIGTERM) ends with a last report marked `stopping`,
+//! and the store forgets its proxy at once; one that is killed says nothing and shows as lost
+//! contact until the store's expiry.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -127,6 +131,7 @@ impl Reporter {
                 })
                 .collect(),
             heartbeat_interval_ms: u32::try_from(self.heartbeat.as_millis()).unwrap_or(u32::MAX),
+            stopping: false,
         }
     }
 }
@@ -268,6 +273,20 @@ pub struct Sources {
     pub link: watch::Receiver<Link>,
     /// The revision of the configuration the agent serves.
     pub applied: watch::Receiver<u64>,
+    /// Turns true when the agent stops cleanly (before the stop signal): reporting then ends
+    /// with a goodbye.
+    pub leaving: watch::Receiver<bool>,
+}
+
+/// How long the goodbye may take to reach the store when the agent stops.
+const GOODBYE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How a report stream ended.
+enum Ended {
+    /// The agent stops.
+    Stopped,
+    /// The stream broke (why); reporting resumes on a new one.
+    Lost(String),
 }
 
 /// Reports to the store servers (one at a time) until `stop` turns true.
@@ -293,11 +312,12 @@ pub async fn report(
             &mut sources,
             &mut degraded_since,
             &mut backoff,
+            &mut stop,
         )
         .instrument(span);
-        let ended = tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            why = reporting => why,
+        let ended = match reporting.await {
+            Ended::Stopped => return,
+            Ended::Lost(why) => why,
         };
         tracing::debug!(reason = %ended, "status reports to the store ended; reconnecting");
         coalescer.reset();
@@ -328,7 +348,8 @@ fn degraded_now(link: &Link, before: Option<SystemTime>) -> Option<SystemTime> {
     }
 }
 
-/// One report stream; returns why it ended.
+/// One report stream, until it breaks or `stop` turns true (then with a goodbye when the agent
+/// is leaving); says how it ended.
 async fn stream(
     servers: &pasa_proto::client::Servers,
     reporter: &Reporter,
@@ -336,13 +357,18 @@ async fn stream(
     sources: &mut Sources,
     degraded_since: &mut Option<SystemTime>,
     backoff: &mut Backoff,
-) -> String {
+    stop: &mut watch::Receiver<bool>,
+) -> Ended {
     let server = servers.current().to_string();
-    let mut client = match servers.connect(&server).await {
+    let connected = tokio::select! {
+        _ = stop.wait_for(|s| *s) => return Ended::Stopped,
+        connected = servers.connect(&server) => connected,
+    };
+    let mut client = match connected {
         Ok(client) => client,
         Err(e) => {
             servers.failed(&server);
-            return crate::follow::server_problem(&e);
+            return Ended::Lost(crate::follow::server_problem(&e));
         }
     };
     // Recovered only once the stream has lasted: a store that accepts and then fails is not
@@ -374,7 +400,7 @@ async fn stream(
                         coalescer.deferred(now);
                     }
                     Err(mpsc::error::TrySendError::Closed(_)) => {
-                        return "the report stream closed".into();
+                        return Ended::Lost("the report stream closed".into());
                     }
                 }
             }
@@ -382,32 +408,78 @@ async fn stream(
         }
         let wake = coalescer.wake(dirty, now);
         tokio::select! {
+            // (The guard `wait_for` gives is let go at once: the goodbye below awaits.)
+            () = async { drop(stop.wait_for(|s| *s).await) } => {
+                if *sources.leaving.borrow() {
+                    let mut last = reporter.status(
+                        &sources.connections.borrow(),
+                        &sources.link.borrow(),
+                        *sources.applied.borrow(),
+                        *degraded_since,
+                    );
+                    last.stopping = true;
+                    goodbye(tx, call, last).await;
+                }
+                return Ended::Stopped;
+            }
             answer = &mut call => {
-                return match answer {
+                return Ended::Lost(match answer {
                     Ok(_) => "the store ended the report stream".into(),
                     Err(status) => format!("reporting failed: {}", status.message()),
-                };
+                });
             }
             () = tokio::time::sleep_until(wake) => {}
             changed = sources.connections.changed() => {
                 if changed.is_err() {
-                    return "the ADS server stopped".into();
+                    return Ended::Lost("the ADS server stopped".into());
                 }
                 dirty = true;
             }
             changed = sources.link.changed() => {
                 if changed.is_err() {
-                    return "the store watch stopped".into();
+                    return Ended::Lost("the store watch stopped".into());
                 }
                 *degraded_since = degraded_now(&sources.link.borrow(), *degraded_since);
                 dirty = true;
             }
             changed = sources.applied.changed() => {
                 if changed.is_err() {
-                    return "translation stopped".into();
+                    return Ended::Lost("translation stopped".into());
                 }
                 dirty = true;
             }
+        }
+    }
+}
+
+/// Sends `last` (marked `stopping`) on the stream, closes it and waits for the store's answer,
+/// which comes once it has read the goodbye; within [`GOODBYE_DEADLINE`], after which the
+/// proxy is left to show as lost contact.
+async fn goodbye<F, T>(
+    tx: mpsc::Sender<ReportStatusRequest>,
+    call: std::pin::Pin<&mut F>,
+    last: ProxyStatus,
+) where
+    F: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let said = tokio::time::timeout(GOODBYE_DEADLINE, async move {
+        // The last report may still be on its way: the goodbye waits for room behind it.
+        tx.send(ReportStatusRequest { status: Some(last) })
+            .await
+            .map_err(|_| "the report stream closed".to_string())?;
+        drop(tx);
+        call.await
+            .map(drop)
+            .map_err(|status| format!("the store answered: {}", status.message()))
+    })
+    .await;
+    match said {
+        Ok(Ok(())) => tracing::info!("told the store this proxy is stopping"),
+        Ok(Err(why)) => {
+            tracing::info!(reason = %why, "the store did not take the goodbye; the proxy shows as lost contact until it expires")
+        }
+        Err(_) => {
+            tracing::info!(deadline = ?GOODBYE_DEADLINE, "the goodbye did not reach the store in time; the proxy shows as lost contact until it expires")
         }
     }
 }

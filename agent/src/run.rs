@@ -114,6 +114,11 @@ pub struct AgentArgs {
     /// for such services either way.
     #[arg(long, env = "PILOT_ENABLE_PERSISTENT_SESSION_FILTER")]
     pub persistent_session_filter: bool,
+    /// How long the store watch may bring nothing, not even the store's progress marker (sent
+    /// every `--progress-interval-secs` of the store, 10 s by default), before the agent takes
+    /// it as lost: it is then degraded and reconnects. Keep it at a few progress intervals.
+    #[arg(long, env = "PASA_STORE_LIVENESS", default_value = "30s", value_parser = pasa_proto::duration::parse)]
+    pub store_liveness: Duration,
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
@@ -123,8 +128,9 @@ pub struct AgentArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct EnvoyRunArgs {
     /// Run this Envoy binary as the agent's child, on the bootstrap `pasa-agent bootstrap` would
-    /// print (written beside --uds as envoy-rev.json); restarted with backoff if it dies,
-    /// drained and stopped on SIGTERM.
+    /// print (written beside --uds as envoy-rev.json); drained and stopped on SIGTERM. As with
+    /// pilot-agent, if it cannot start or exits, the agent exits too (non-zero, with Envoy's
+    /// status), and the pod's restart policy starts both again.
     #[arg(long = "envoy", env = "PASA_ENVOY_BINARY")]
     pub binary: Option<PathBuf>,
     /// How long Envoy's listeners drain on SIGTERM before it is stopped; unset, the proxy
@@ -254,15 +260,9 @@ pub async fn main() -> ExitCode {
             tracing::error!(error = format!("{e:#}"), "pasa-agent stopped");
             eprintln!("pasa-agent: error: {e:#}");
             // The exit status of the Envoy it ran is the agent's.
-            match e.downcast_ref() {
-                Some(crate::envoy::EnvoyError::Failed(status)) => ExitCode::from(
-                    status
-                        .code()
-                        .and_then(|c| u8::try_from(c).ok())
-                        .filter(|c| *c != 0)
-                        .unwrap_or(1),
-                ),
-                _ => ExitCode::FAILURE,
+            match e.downcast_ref::<crate::envoy::EnvoyError>() {
+                Some(envoy) => ExitCode::from(envoy.exit_code()),
+                None => ExitCode::FAILURE,
             }
         }
     }
@@ -385,9 +385,9 @@ pub async fn run(
     let (link_tx, mut link) = watch::channel(initial_link);
     metrics.degraded.set(i64::from(is_degraded(&link.borrow())));
 
-    // Listeners first: the ready line promises both are up.
+    // Listeners first: the ready line promises they are up. What can fail (a port in use) is
+    // bound before the socket clients connect to, so a failed start leaves no socket behind.
     let (stop_tx, stop_rx) = watch::channel(false);
-    let listener = crate::ads::bind_unix(&args.uds)?;
     let admin_wanted = args.admin.unwrap_or(if args.envoy_run.binary.is_some() {
         SocketAddr::from(([127, 0, 0, 1], 15020))
     } else {
@@ -395,8 +395,36 @@ pub async fn run(
     });
     let admin_listener = tokio::net::TcpListener::bind(admin_wanted)
         .await
-        .with_context(|| format!("binding the admin listener on {admin_wanted}"))?;
+        .with_context(|| {
+            format!(
+                "binding the admin listener on {admin_wanted} (--admin; is another agent using it?)"
+            )
+        })?;
     let admin_addr = admin_listener.local_addr()?;
+    let tcp_listener = match args.xds_listen {
+        None => None,
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the ADS listener on {addr} (--xds-listen)"))?,
+        ),
+    };
+    let status_listener =
+        match args.status_listen {
+            None => None,
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("binding the status listener on {addr} (--status-listen)")
+            })?),
+        };
+    // The socket last: an agent already serving it is not displaced (the bind is refused), and
+    // the file this process makes goes when `socket_file` is dropped, however `run` ends.
+    let uds = args.uds.clone();
+    let crate::ads::BoundSocket {
+        listener,
+        file: socket_file,
+    } = tokio::task::spawn_blocking(move || crate::ads::bind_unix(&uds))
+        .await
+        .context("binding the ADS socket")??;
     let mut service = AdsService::new(&publisher, status.clone())
         .with_metrics(Arc::clone(&metrics))
         .with_build(proxy.build)
@@ -414,20 +442,11 @@ pub async fn run(
                 Some(crate::resource::Resource::pack(&secret))
             })));
     }
-    let uds = args.uds.clone();
     let ads_stop = stopped(stop_rx.clone());
-    let tcp_listener = match args.xds_listen {
-        None => None,
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding the ADS listener on {addr} (--xds-listen)"))?,
-        ),
-    };
     let tcp_service = service.clone();
     let tcp_stop = stopped(stop_rx.clone());
     let ads_task = tokio::spawn(async move {
-        let unix = crate::ads::serve_unix(listener, &uds, service, ads_stop);
+        let unix = crate::ads::serve_listener(listener, service, ads_stop);
         match tcp_listener {
             None => unix.await,
             Some(tcp) => {
@@ -439,10 +458,12 @@ pub async fn run(
     });
     let mut registry = Registry::default();
     metrics.register(&mut registry);
+    let (leaving_tx, leaving_rx) = watch::channel(false);
     let report_sources = Sources {
         connections: status.subscribe(),
         link: link.clone(),
         applied: applied_rx,
+        leaving: leaving_rx,
     };
     let reporter = Reporter::new(&identity, admin_addr, args.report.status_heartbeat);
     let report_task = tokio::spawn(report::report(
@@ -481,22 +502,17 @@ pub async fn run(
     ));
     // The app's probes, run against the pod's own address; ends with the others at the stop
     // signal.
-    let _status_task = match (args.status_listen, probers) {
-        (Some(addr), Some(probers)) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding the status listener on {addr}"))?;
-            Some(tokio::spawn(pasa_runtime::admin::serve(
-                listener,
-                probers.router(),
-                stopped(stop_rx.clone()),
-            )))
-        }
+    let _status_task = match (status_listener, probers) {
+        (Some(listener), Some(probers)) => Some(tokio::spawn(pasa_runtime::admin::serve(
+            listener,
+            probers.router(),
+            stopped(stop_rx.clone()),
+        ))),
         _ => None,
     };
     // Envoy as the agent's child, once the socket and the admin endpoint it needs are up.
     let (envoy_stop_tx, envoy_stop) = watch::channel(false);
-    let envoy_task = match &args.envoy_run.binary {
+    let mut envoy_task = match &args.envoy_run.binary {
         Some(binary) => {
             let mut envoy = args.envoy.clone();
             if args.credentials.serves_workload_certificate() {
@@ -540,15 +556,27 @@ pub async fn run(
         cache_dir: args.cache_dir.clone(),
         metrics: Some(Arc::clone(&metrics)),
         saved: None,
+        liveness: args.store_liveness,
     };
     let follow_task = tokio::spawn(follow(config, cache, cache_tx, link_tx, stop_rx));
     let (jobs, translation_task) =
         start_translations(serving, args.translation_budget, scope_tx, applied_tx);
 
     tokio::pin!(shutdown);
+    // Set when Envoy ended the agent (it could not start, or it exited).
+    let mut envoy_ended: Option<anyhow::Error> = None;
     loop {
         tokio::select! {
             () = &mut shutdown => break,
+            ended = envoy_exit(&mut envoy_task) => {
+                envoy_task = None;
+                envoy_ended = Some(match ended {
+                    Ok(Ok(())) => anyhow::anyhow!("Envoy ended while the agent was running"),
+                    Ok(Err(e)) => anyhow::Error::from(e),
+                    Err(e) => anyhow::anyhow!("the Envoy supervisor failed: {e}"),
+                });
+                break;
+            }
             changed = caches.changed() => {
                 if changed.is_err() {
                     anyhow::bail!("the store watch stopped unexpectedly");
@@ -620,7 +648,12 @@ pub async fn run(
     }
 
     // Envoy first, while it is still served: drain its listeners, wait, stop it.
-    let mut envoy_result = Ok(());
+    // A clean stop says goodbye to the store's proxy status; an Envoy that died does not.
+    leaving_tx.send_replace(envoy_ended.is_none());
+    let mut envoy_result = match envoy_ended {
+        Some(e) => Err(e),
+        None => Ok(()),
+    };
     if let Some(task) = envoy_task {
         let _ = envoy_stop_tx.send(true);
         envoy_result = match task.await {
@@ -652,19 +685,28 @@ pub async fn run(
         },
     )
     .await;
-    match drained {
-        Some((ads, admin, follow, report)) => {
-            report.context("status report task")?;
-            ads.context("ADS server task")?.context("ADS server")?;
-            admin
-                .context("admin server task")?
-                .context("admin server")?;
-            follow.context("store watch task")?;
-        }
-        None => remove_socket(&args.uds),
+    // The socket file goes however this ends (it is dropped on every return).
+    if let Some((ads, admin, follow, report)) = drained {
+        report.context("status report task")?;
+        ads.context("ADS server task")?.context("ADS server")?;
+        admin
+            .context("admin server task")?
+            .context("admin server")?;
+        follow.context("store watch task")?;
     }
+    drop(socket_file);
     tracing::info!("stopped");
     envoy_result
+}
+
+/// Resolves when the Envoy supervisor ends (never without one).
+async fn envoy_exit(
+    task: &mut Option<tokio::task::JoinHandle<Result<(), crate::envoy::EnvoyError>>>,
+) -> Result<Result<(), crate::envoy::EnvoyError>, tokio::task::JoinError> {
+    match task {
+        Some(task) => task.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// A translation the agent's loop asks for.
@@ -872,12 +914,6 @@ fn load_saved(dir: Option<&Path>) -> Option<Cache> {
             tracing::warn!(error = %e, "ignoring the saved cache; starting from the store");
             None
         }
-    }
-}
-
-fn remove_socket(path: &Path) {
-    if let Err(e) = std::fs::remove_file(path) {
-        tracing::debug!(path = %path.display(), error = %e, "socket file not removed");
     }
 }
 

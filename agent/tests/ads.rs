@@ -448,6 +448,37 @@ async fn bind_replaces_a_stale_socket_but_not_other_files() {
     assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
 }
 
+/// A socket someone answers on is not taken over; and a socket file is removed only by the
+/// one who made it, not after another process replaced it.
+#[tokio::test]
+async fn bind_refuses_a_served_socket_and_removes_only_its_own_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("xds.sock");
+    let first = bind_unix(&path).unwrap();
+    let err = bind_unix(&path).unwrap_err();
+    assert!(matches!(err, ServeError::InUse { .. }), "{err}");
+    assert!(
+        err.to_string().contains(&format!(
+            "{} is in use: another agent serves it",
+            path.display()
+        )),
+        "{err}"
+    );
+    // The first one still takes connections on its file.
+    let connecting = tokio::net::UnixStream::connect(&path);
+    let (accepted, connected) = tokio::join!(first.listener.accept(), connecting);
+    accepted.unwrap();
+    connected.unwrap();
+
+    // Another process replaced the file (as an older agent would have): the first one's end
+    // leaves the other's socket in place.
+    std::fs::remove_file(&path).unwrap();
+    let other = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    drop(first);
+    assert!(path.exists(), "another process's socket is left alone");
+    drop(other);
+}
+
 #[tokio::test]
 async fn each_client_gets_the_snapshot_of_its_generator() {
     let h = Harness::start(base());

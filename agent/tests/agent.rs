@@ -349,3 +349,168 @@ async fn a_change_is_timed_from_its_commit_to_the_clients_ack() {
         "from the commit, not the epoch: {sum}"
     );
 }
+
+/// The arguments of an agent for `NODE_ID` on the socket `uds`, with its cache in `cache` and
+/// its admin endpoint on `admin`, following `server`.
+fn agent_args<'a>(
+    server: &'a str,
+    uds: &'a std::path::Path,
+    cache: &'a std::path::Path,
+    admin: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "--node-id",
+        NODE_ID,
+        "--server",
+        server,
+        "--uds",
+        uds.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--admin",
+        admin,
+    ]
+}
+
+/// A second agent given the socket a running agent serves refuses to start, naming the socket,
+/// and leaves the first one serving on it; a socket file nothing answers on (left by an agent
+/// that was killed) is replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_agent_on_a_served_socket_refuses_and_a_stale_socket_is_replaced() {
+    let data = tempfile::tempdir().unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let store = StoreServer::start(data.path(), 0).await;
+    store.apply_rule("cart", "cart").await;
+    let first = Agent::start(store.addr, run.path(), &run.path().join("cache"));
+
+    let server = store.addr.to_string();
+    let other_cache = run.path().join("other-cache");
+    let (status, stderr) = common::agent::run_to_exit(&agent_args(
+        &server,
+        &first.uds,
+        &other_cache,
+        "127.0.0.1:0",
+    ));
+    assert!(
+        !status.success(),
+        "the second agent exits non-zero: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "{} is in use: another agent serves it",
+            first.uds.display()
+        )),
+        "{stderr}"
+    );
+    // The first agent still serves its socket.
+    let mut client = FakeSotwClient::connect(&first.uds, node()).await;
+    client.request(CDS, &[], "", "").await;
+    assert_eq!(kind_of(&client.recv().await.type_url), CDS);
+    drop(client);
+    let uds = first.uds.clone();
+    first.terminate();
+    assert!(!uds.exists(), "the first agent removes its socket");
+
+    // A stale socket file (nothing listens on it): replaced, and served.
+    drop(std::os::unix::net::UnixListener::bind(&uds).unwrap());
+    assert!(uds.exists());
+    let agent = Agent::start(store.addr, run.path(), &run.path().join("cache"));
+    let mut client = FakeSotwClient::connect(&agent.uds, node()).await;
+    client.request(CDS, &[], "", "").await;
+    assert_eq!(kind_of(&client.recv().await.type_url), CDS);
+    drop(client);
+    agent.terminate();
+    store.stop().await;
+}
+
+/// A start that fails on a port (the admin port in use) leaves no socket behind: the port is
+/// bound before the socket, and a socket this process made goes with it.
+#[test]
+fn a_start_that_fails_on_the_admin_port_leaves_no_socket() {
+    let run = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin = taken.local_addr().unwrap().to_string();
+    let uds = run.path().join("xds.sock");
+    let cache = run.path().join("cache");
+    let (status, stderr) =
+        common::agent::run_to_exit(&agent_args("127.0.0.1:1", &uds, &cache, &admin));
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("binding the admin listener on {admin}")),
+        "{stderr}"
+    );
+    assert!(!uds.exists(), "no socket left behind: {stderr}");
+}
+
+/// A store that hangs (stopped with SIGSTOP: its kernel still holds the connection open) is
+/// noticed: with no message on the watch, not even the store's progress markers, for
+/// `--store-liveness`, the agent is degraded and reconnects; once the store runs again the
+/// agent is synced again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_store_leaves_the_agent_degraded_until_it_runs_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(pasa_testing::workspace_binary("pasa-store", "pasa-store"))
+        .arg("--data-dir")
+        .arg(dir.path().join("db"))
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--progress-interval-secs", "1"])
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start pasa-store");
+    let lines = common::agent::line_channel(std::io::BufReader::new(
+        child.stdout.take().expect("stdout"),
+    ));
+    let store = pasa_testing::Process::new("pasa-store", child);
+    let addr = loop {
+        let line = lines
+            .recv_timeout(common::agent::WAIT)
+            .expect("pasa-store's ready line");
+        if let Some((grpc, _)) = pasa_store::server::parse_ready_line(&line) {
+            break grpc;
+        }
+    };
+    let signal = |name: &str| {
+        let sent = Command::new("kill")
+            .args([name, &store.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill {name}");
+    };
+
+    let run = tempfile::tempdir().unwrap();
+    let agent = Agent::start_in(NODE_ID, addr, run.path(), &["--store-liveness", "2s"]);
+    agent
+        .until("/sync_status", "Synced", |_, b| store_state(b) == "Synced")
+        .await;
+
+    signal("-STOP");
+    let status = agent
+        .until("/sync_status", "Degraded by a hung store", |_, b| {
+            store_state(b) == "Degraded"
+        })
+        .await;
+    // Resumed before the assertions, so a failing one leaves nothing stopped (the store is
+    // killed when `store` drops either way).
+    signal("-CONT");
+    let reason = json(&status)["store"]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        reason.contains(&format!("the store at {addr} sent nothing for 2s")),
+        "{status}"
+    );
+    agent
+        .until("/metrics", "a silent store counted", |_, m| {
+            m.contains("pasa_agent_store_reconnects_total{reason=\"silent\"}")
+        })
+        .await;
+    agent
+        .until("/sync_status", "Synced again", |_, b| {
+            store_state(b) == "Synced"
+        })
+        .await;
+    agent.terminate();
+    store.terminate();
+}

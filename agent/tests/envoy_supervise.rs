@@ -4,9 +4,11 @@
 //!
 //! - `/healthz/ready` turns 200 once Envoy says it is ready and holds the agent's configuration;
 //! - a rotated workload certificate (`--cert-dir` rewritten) reaches Envoy over SDS;
-//! - an Envoy that dies is started again (the readiness comes back);
 //! - SIGTERM drains Envoy's listeners for `--drain-duration`, stops Envoy, and the agent exits
 //!   with Envoy's status (0), leaving no Envoy behind;
+//! - an Envoy that dies ends the agent at once, non-zero (as pilot-agent: the pod's restart
+//!   policy starts both again), and so does an `--envoy` that cannot start or exits at once
+//!   (these two need neither Envoy nor root);
 //! - with its certificate from Istio's CA (`--ca-address`, a fake CA), the sidecar becomes
 //!   ready and each renewal reaches Envoy.
 //!
@@ -14,6 +16,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use common::agent::Agent;
@@ -45,8 +48,8 @@ async fn until_ready(agent: &Agent, what: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
-    if envoy::skip_without_envoy("the_agent_runs_envoy_restarts_it_and_drains_it") {
+async fn the_agent_runs_envoy_drains_it_and_stops_when_it_dies() {
+    if envoy::skip_without_envoy("the_agent_runs_envoy_drains_it_and_stops_when_it_dies") {
         return;
     }
     let data = tempfile::tempdir().expect("temporary directory");
@@ -141,26 +144,6 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
     assert_eq!(first.len(), 1, "one Envoy in its namespace: {first:?}");
     println!("Envoy {} ready", first[0]);
 
-    // Envoy dies: the agent starts it again.
-    std::process::Command::new("kill")
-        .args(["-KILL", &first[0].to_string()])
-        .status()
-        .expect("kill");
-    let deadline = Instant::now() + WAIT;
-    let second = loop {
-        let now = netns.pids();
-        if now.len() == 1 && now[0] != first[0] {
-            break now[0];
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Envoy was not started again: {now:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    until_ready(&agent, "the new Envoy ready").await;
-    println!("Envoy {second} started again and ready");
-
     // SIGTERM: drain, stop Envoy, exit 0.
     let terminated = Instant::now();
     agent.terminate();
@@ -175,7 +158,87 @@ async fn the_agent_runs_envoy_restarts_it_and_drains_it() {
         "stopped promptly after draining: {took:?}"
     );
     assert!(netns.pids().is_empty(), "no Envoy left: {:?}", netns.pids());
+
+    // Envoy dies: the agent stops with it, non-zero, as pilot-agent does.
+    let mut agent = Agent::start_in(
+        NODE,
+        store.addr,
+        &data.path().join("agent-again"),
+        &[
+            "--labels",
+            "app=web",
+            "--cert-dir",
+            certs.to_str().expect("UTF-8"),
+            "--envoy",
+            wrapper.to_str().expect("UTF-8"),
+            "--envoy-admin",
+            &admin,
+        ],
+    );
+    until_ready(&agent, "Envoy ready again").await;
+    let envoy = netns.pids();
+    assert_eq!(envoy.len(), 1, "one Envoy in its namespace: {envoy:?}");
+    std::process::Command::new("kill")
+        .args(["-KILL", &envoy[0].to_string()])
+        .status()
+        .expect("kill");
+    let exit = agent
+        .exited_within(WAIT)
+        .expect("the agent stops when its Envoy dies");
+    assert!(!exit.success(), "non-zero: {exit:?}");
+    assert!(netns.pids().is_empty(), "no Envoy left: {:?}", netns.pids());
     store.stop().await;
+}
+
+/// An `--envoy` that cannot start, and one that exits at once, end the agent at once, non-zero
+/// (with Envoy's own status when it has one), saying which binary and why: a pod whose proxy
+/// never ran must not look healthy.
+#[test]
+fn an_envoy_that_cannot_start_or_exits_ends_the_agent() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let uds = dir.path().join("xds.sock");
+    let cache = dir.path().join("cache");
+    let run = |envoy: &std::path::Path| {
+        common::agent::run_to_exit(&[
+            "--node-id",
+            NODE,
+            "--server",
+            "127.0.0.1:1",
+            "--uds",
+            uds.to_str().expect("UTF-8"),
+            "--cache-dir",
+            cache.to_str().expect("UTF-8"),
+            "--admin",
+            "127.0.0.1:0",
+            "--envoy",
+            envoy.to_str().expect("UTF-8"),
+        ])
+    };
+
+    let missing = dir.path().join("no-such-envoy");
+    let (status, stderr) = run(&missing);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot start Envoy {}", missing.display()))
+            && stderr.contains("No such file or directory"),
+        "{stderr}"
+    );
+    assert!(!uds.exists(), "no socket left behind");
+
+    let quitter = dir.path().join("quitting-envoy");
+    std::fs::write(&quitter, "#!/bin/sh\nexit 3\n").expect("write the script");
+    std::fs::set_permissions(&quitter, std::fs::Permissions::from_mode(0o755))
+        .expect("make it executable");
+    let (status, stderr) = run(&quitter);
+    assert_eq!(status.code(), Some(3), "Envoy's own status: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "Envoy {} exited with exit status: 3",
+            quitter.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!uds.exists(), "no socket left behind");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -63,6 +63,7 @@ fn config(servers: &str, subscription: watch::Receiver<Subscription>) -> FollowC
         cache_dir: None,
         metrics: None,
         saved: None,
+        liveness: pasa_agent::follow::DEFAULT_LIVENESS,
     }
 }
 
@@ -97,6 +98,7 @@ async fn follows_resumes_and_saves() {
         cache_dir: Some(cache_dir.path().to_path_buf()),
         metrics: None,
         saved: Some(saved_tx),
+        liveness: pasa_agent::follow::DEFAULT_LIVENESS,
     };
     let (published, mut caches) = watch::channel(Arc::new(Cache::default()));
     let (link_tx, mut link) = watch::channel(Link::default());

@@ -296,9 +296,51 @@ async fn a_vanished_agent_expires() {
         t.lines().any(|l| l.starts_with("cart-1.shop "))
     })
     .await;
-    agent.terminate();
+    // Killed: no goodbye, so the store keeps it as lost contact until the expiry.
+    drop(agent);
     let (text, answer) = until(store.addr, "the agent expired", |t| t.lines().count() == 1).await;
     assert!(answer.proxies.is_empty(), "{text}");
+    store.stop().await;
+}
+
+/// An agent stopped cleanly (SIGTERM) says goodbye and leaves `pasactl proxy-status` at once;
+/// one that is killed stays, as lost contact, until the store's expiry (five minutes here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_agent_leaves_proxy_status_at_once_and_a_killed_one_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StoreServer::start(&dir.path().join("db"), 0).await;
+    let start = |node_id: &str, name: &str| {
+        let home = dir.path().join(name);
+        std::fs::create_dir_all(home.join("cache")).unwrap();
+        Agent::start_with(
+            node_id,
+            store.addr,
+            &home,
+            &home.join("cache"),
+            &REPORT_FLAGS,
+        )
+    };
+    let cart = start(CART, "cart");
+    let web = start(WEB, "web");
+    let has = |t: &str, name: &str| t.lines().any(|l| l.starts_with(&format!("{name} ")));
+    until(store.addr, "both agents reporting", |t| {
+        has(t, "cart-1.shop") && has(t, "web-1.shop")
+    })
+    .await;
+
+    cart.terminate();
+    let (text, _) = until(store.addr, "the stopped agent gone", |t| {
+        !has(t, "cart-1.shop")
+    })
+    .await;
+    assert!(row(&text, "web-1.shop")[9].starts_with("no"), "{text}");
+
+    drop(web);
+    let (text, _) = until(store.addr, "the killed agent lost", |t| {
+        has(t, "web-1.shop") && row(t, "web-1.shop")[9].starts_with("lost contact")
+    })
+    .await;
+    assert!(!has(&text, "cart-1.shop"), "{text}");
     store.stop().await;
 }
 

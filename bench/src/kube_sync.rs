@@ -231,6 +231,7 @@ async fn run_async(args: &KubeSyncArgs) -> anyhow::Result<Value> {
         ingress: pasa_proto::ingress::Settings::default(),
         gateway_api: pasa_proto::gateway_api::Settings::default(),
         send_unhealthy_endpoints: true,
+        api_server: format!("http://{}", fake.addr),
     };
     // The process before the syncer starts: the fake's cluster and the empty store. What the
     // sync adds on top is the syncer's (its reflectors, its written copy), the store's, and the

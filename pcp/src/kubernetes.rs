@@ -6,13 +6,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pasa_kube::Client;
+use pasa_kube::connect::Cluster;
 use pasa_kube::convert::{CLUSTER_LABEL, StoreKey};
-use pasa_kube::lease::{Elector, LeaseTiming};
+use pasa_kube::lease::{Elector, LeaseState, LeaseTiming};
 use pasa_kube::metrics::SyncMetrics;
 use pasa_kube::selectors::DiscoverySelectors;
-use pasa_kube::syncer::{SyncConfig, Syncer, Target, WriteError};
+use pasa_kube::syncer::{SyncConfig, SyncStatus, Syncer, Target, WriteError};
 use pasa_proto::store::v1::{ApplyDocument, ApplyRequest, ListRequest, Rule, Subscription};
+use pasa_runtime::admin::Readiness;
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -79,7 +80,7 @@ impl KubeArgs {
     }
 
     /// A client of the cluster, and how it was reached (for the ready line).
-    pub async fn client(&self) -> anyhow::Result<(Client, String)> {
+    pub async fn client(&self) -> anyhow::Result<(Cluster, String)> {
         Ok(match &self.kubeconfig {
             Some(path) => (
                 pasa_kube::connect::with_kubeconfig(path).await?,
@@ -91,15 +92,20 @@ impl KubeArgs {
 
     /// Starts competing for the Lease; the replica holding it syncs the cluster `client`
     /// reaches until `stop` turns true (then it stops syncing and gives the Lease up). `mesh` is
-    /// `--mesh-config`, as read at start.
+    /// `--mesh-config`, as read at start. Reports the part `syncer` of `readiness`: the leader is
+    /// ready once its first complete sync is done, a standby once it knows who leads.
     pub fn start(
         &self,
-        (client, source): (Client, String),
+        (cluster, source): (Cluster, String),
         service: WriteService,
-        metrics: Arc<SyncMetrics>,
+        (metrics, readiness): (Arc<SyncMetrics>, Readiness),
         (mesh, domain_suffix): (Option<&Value>, &str),
         stop: watch::Receiver<bool>,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+        let Cluster {
+            client,
+            server: api_server,
+        } = cluster;
         let discovery = match (&self.mesh_config, mesh) {
             (Some(path), Some(mesh)) => DiscoverySelectors::from_mesh_config(mesh)
                 .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?,
@@ -124,7 +130,9 @@ impl KubeArgs {
             ingress,
             gateway_api,
             send_unhealthy_endpoints: self.send_unhealthy_endpoints,
+            api_server: api_server.clone(),
         };
+        let lease = format!("{}/{}", self.lease_namespace, self.lease_name);
         let candidate = Elector::new(
             client.clone(),
             &self.lease_namespace,
@@ -132,45 +140,110 @@ impl KubeArgs {
             &identity,
             LeaseTiming::default(),
         )
+        .with_server(&api_server)
         .start();
         println!(
             "pasa-pcp syncing Kubernetes cluster {} ({source}) when holding lease {}/{} as {identity}",
             self.cluster_id, self.lease_namespace, self.lease_name
         );
+        readiness.report(
+            "syncer",
+            false,
+            format!("joining the election on Lease {lease}"),
+        );
         Ok(tokio::spawn(async move {
-            let mut leading = candidate.leading();
+            let mut lease_state = candidate.state();
             let mut stopping = std::pin::pin!(pasa_runtime::drain::stopped(stop));
-            let mut syncer: Option<Syncer> = None;
+            let mut syncer: Option<(Syncer, watch::Receiver<SyncStatus>)> = None;
             loop {
+                let sync_changed = async {
+                    match syncer.as_mut() {
+                        Some((_, status)) => status.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     () = &mut stopping => break,
-                    changed = leading.changed() => {
+                    changed = lease_state.changed() => {
                         if changed.is_err() {
                             break;
                         }
-                        let lead = *leading.borrow_and_update();
+                        let lead = lease_state.borrow_and_update().leading;
                         metrics.leader.set(i64::from(lead));
                         syncer = match (lead, syncer.take()) {
                             (true, None) => {
                                 tracing::info!(cluster = %config.cluster_id, "leading: syncing the cluster");
-                                Some(Syncer::start(client.clone(), config.clone(), service.clone(), metrics.clone()))
+                                let s = Syncer::start(client.clone(), config.clone(), service.clone(), metrics.clone());
+                                let status = s.status();
+                                Some((s, status))
                             }
                             (false, Some(_)) => {
                                 metrics.synced.set(0);
+                                metrics.waiting.clear();
                                 tracing::info!(cluster = %config.cluster_id, "no longer leading: sync stopped");
                                 None
                             }
                             (_, running) => running,
                         };
                     }
+                    alive = sync_changed => {
+                        if !alive {
+                            syncer = None;
+                        }
+                    }
                 }
+                let sync = syncer.as_ref().map(|(_, status)| status.borrow().clone());
+                let (ready, detail) =
+                    syncer_readiness(&lease_state.borrow(), sync.as_ref(), &lease, &api_server);
+                readiness.report("syncer", ready, detail);
             }
             drop(syncer);
             metrics.leader.set(0);
             metrics.synced.set(0);
+            readiness.report("syncer", false, "stopped");
             // Give the Lease up, so that a standby takes over at once; bounded, as shutdown is.
             let _ = tokio::time::timeout(Duration::from_secs(5), candidate.resign()).await;
         }))
+    }
+}
+
+/// What the syncer part of readiness says, for a replica in `lease` state (and, leading, its
+/// syncer's status): the leader is ready once its first complete sync is done; a standby is
+/// ready once it reads the Lease and knows who leads; one that cannot take part in the
+/// election is not ready, and says why.
+fn syncer_readiness(
+    lease: &LeaseState,
+    sync: Option<&SyncStatus>,
+    name: &str,
+    api_server: &str,
+) -> (bool, String) {
+    match (lease.leading, sync, &lease.problem) {
+        (true, Some(s), _) if s.synced => (
+            true,
+            format!("leading (Lease {name}); synced with the API server at {api_server}"),
+        ),
+        (true, Some(s), _) => {
+            let waiting = s.waiting_for();
+            let detail = if waiting.is_empty() {
+                "comparing the cluster with the store".to_string()
+            } else {
+                format!("waiting for {waiting}")
+            };
+            (
+                false,
+                format!("leading (Lease {name}); first sync not done: {detail}"),
+            )
+        }
+        (true, None, _) => (false, format!("leading (Lease {name}); starting to sync")),
+        (false, _, Some(problem)) => (false, problem.clone()),
+        (false, _, None) => match &lease.holder {
+            Some(holder) => (
+                true,
+                format!("standing by: Lease {name} is held by {holder}"),
+            ),
+            None if lease.tried => (false, format!("taking Lease {name}, which nobody holds")),
+            None => (false, format!("joining the election on Lease {name}")),
+        },
     }
 }
 

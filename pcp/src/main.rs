@@ -7,7 +7,17 @@
 use clap::Parser;
 use pasa_pcp::server::PcpArgs;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    PcpArgs::parse().run().await
+fn main() -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => return pasa_runtime::error::exit(&e),
+    };
+    let served = runtime.block_on(PcpArgs::parse().run());
+    // A batch still being checked on a blocking thread does not hold the exit: the servers have
+    // stopped, and that batch is written nowhere.
+    runtime.shutdown_timeout(pasa_runtime::drain::DRAIN_DEADLINE);
+    match served {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => pasa_runtime::error::exit(e.as_ref()),
+    }
 }

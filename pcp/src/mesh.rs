@@ -4,17 +4,27 @@
 //! file's content changes (a mounted ConfigMap is updated in place). What is written goes
 //! through validation like every other write; a file that cannot be read or is refused is
 //! logged with why, and what was published before stays.
+//!
+//! Who owns the stored mesh config: what PCP published from a file is annotated
+//! [`PUBLISHED_FROM`] with the file's path, and belongs to the flag: a PCP started without
+//! `--mesh-config` removes it ([`retire`]; the agents then use Istio's defaults, as istiod
+//! does without a mesh config). One applied by hand (`pasactl apply`) is the user's and stays.
+//! Either way PCP says at start which mesh config is in effect and where it came from.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use pasa_proto::Kind;
 use pasa_proto::istio::mesh_config::MESH_CONFIG_NAME;
-use pasa_proto::store::v1::{ApplyDocument, ApplyRequest};
+use pasa_proto::store::v1::{ApplyDocument, ApplyRequest, DeleteRequest, GetRequest, ObjectRef};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::metrics::Origin;
 use crate::write::WriteService;
+
+/// The annotation on a mesh config PCP published from a file: the file's path.
+pub const PUBLISHED_FROM: &str = "pasa.io/mesh-config-file";
 
 /// How often the file is read again.
 const POLL: Duration = Duration::from_secs(10);
@@ -42,7 +52,8 @@ pub fn object(path: &std::path::Path, root_namespace: &str) -> Result<Value, Str
     Ok(json!({
         "apiVersion": "pasa.io/v1alpha1",
         "kind": "MeshConfig",
-        "metadata": {"name": MESH_CONFIG_NAME, "namespace": root_namespace},
+        "metadata": {"name": MESH_CONFIG_NAME, "namespace": root_namespace,
+                     "annotations": {PUBLISHED_FROM: path.display().to_string()}},
         "spec": spec,
     }))
 }
@@ -93,6 +104,82 @@ pub async fn publish(
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             () = tokio::time::sleep(POLL) => {}
+        }
+    }
+}
+
+/// For a PCP started without `--mesh-config`: removes the mesh config an earlier PCP published
+/// from a file (its flag is gone, so is what it published), and says which mesh config the
+/// agents now read. A store that cannot be reached is logged; nothing else is done then.
+pub async fn retire(root_namespace: String, service: WriteService) {
+    let at = ObjectRef {
+        kind: Kind::MeshConfig.as_str().to_string(),
+        namespace: root_namespace.clone(),
+        name: MESH_CONFIG_NAME.to_string(),
+    };
+    let request = GetRequest {
+        r#ref: Some(at.clone()),
+    };
+    let stored = service
+        .upstream()
+        .call(&request, |mut store, request| async move {
+            store.get(request).await
+        })
+        .await;
+    let resource = match stored {
+        Ok(answer) => answer.into_inner().resource,
+        Err(status) if status.code() == tonic::Code::NotFound => None,
+        Err(status) => {
+            tracing::warn!(error = %status.message(), "cannot tell which mesh config is in effect");
+            return;
+        }
+    };
+    let Some(resource) = resource else {
+        tracing::info!(
+            "no mesh config in the store: agents use Istio's defaults (publish one with \
+             --mesh-config, or apply a MeshConfig `mesh` in {root_namespace} with pasactl)"
+        );
+        return;
+    };
+    let Some(file) = resource.annotations.get(PUBLISHED_FROM) else {
+        tracing::info!(
+            revision = resource.mod_revision,
+            "the mesh config in effect is the one applied to the store by hand \
+             (MeshConfig {root_namespace}/{MESH_CONFIG_NAME}): `pasactl get meshconfig \
+             {MESH_CONFIG_NAME} -n {root_namespace} -o yaml` shows it"
+        );
+        return;
+    };
+    // Only what was read: a mesh config applied by hand since is left alone.
+    let request = DeleteRequest {
+        refs: vec![at],
+        expected_mod_revision: Some(resource.mod_revision),
+        ignore_not_found: true,
+    };
+    let deleted = service
+        .upstream()
+        .call(&request, |mut store, request| async move {
+            store.delete(request).await
+        })
+        .await;
+    match deleted {
+        Ok(answer) if answer.get_ref().errors.is_empty() => tracing::warn!(
+            file = %file,
+            "removed the mesh config an earlier PCP published from {file}: this one runs \
+             without --mesh-config, so agents now use Istio's defaults (pass --mesh-config to \
+             publish one again)"
+        ),
+        Ok(answer) => {
+            let errors: Vec<String> = answer
+                .get_ref()
+                .errors
+                .iter()
+                .map(|e| e.message.clone())
+                .collect();
+            tracing::warn!(errors = %errors.join("; "), "could not remove the mesh config published from {file}");
+        }
+        Err(status) => {
+            tracing::warn!(error = %status.message(), "could not remove the mesh config published from {file}")
         }
     }
 }

@@ -139,13 +139,29 @@ impl PcpArgs {
             api_stopping_rx,
         )
         .with_access(access.clone());
-        if let Some(path) = &self.kube.mesh_config {
-            tokio::spawn(crate::mesh::publish(
-                path.clone(),
-                self.inject.root_namespace.clone(),
-                service.clone(),
-                stop_rx.clone(),
-            ));
+        match &self.kube.mesh_config {
+            Some(path) => {
+                tokio::spawn(crate::mesh::publish(
+                    path.clone(),
+                    self.inject.root_namespace.clone(),
+                    service.clone(),
+                    stop_rx.clone(),
+                ));
+            }
+            // Decided before the API serves, so that what agents and users read from then on
+            // is the mesh config in effect; bounded, as a remote store may be away.
+            None => {
+                let retire =
+                    crate::mesh::retire(self.inject.root_namespace.clone(), service.clone());
+                if tokio::time::timeout(std::time::Duration::from_secs(5), retire)
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(
+                        "the store did not answer within 5 s: which mesh config is in effect was not checked"
+                    );
+                }
+            }
         }
         tokio::spawn(crate::jwks::keep(
             service.clone(),
@@ -176,6 +192,8 @@ impl PcpArgs {
             });
         let mut registry = Registry::default();
         metrics.register(&mut registry);
+        let readiness = pasa_runtime::admin::Readiness::default();
+        let listeners = listeners.with_readiness(readiness.clone());
         let cluster = if self.kube.enabled() {
             Some(self.kube.client().await?)
         } else {
@@ -188,7 +206,7 @@ impl PcpArgs {
                 Some(self.kube.start(
                     cluster.clone(),
                     service.clone(),
-                    sync_metrics,
+                    (sync_metrics, readiness.clone()),
                     (mesh.as_ref(), &self.embedded.domain_suffix),
                     stop_rx.clone(),
                 )?)
@@ -199,7 +217,7 @@ impl PcpArgs {
         let namespaces = cluster
             .as_ref()
             .filter(|_| self.webhook_listen.is_some())
-            .map(|(client, _)| pasa_kube::namespaces::Namespaces::follow(client.clone()));
+            .map(|(cluster, _)| pasa_kube::namespaces::Namespaces::follow(cluster.client.clone()));
 
         let webhook_task = match self.webhook_listen {
             None => None,

@@ -26,8 +26,9 @@ use crate::write::WriteService;
 use inject::Injector;
 use review::{AdmissionRequest, Verdict};
 
-/// Largest review accepted: an object and its old version, each up to etcd's ~1.5 MiB.
-const MAX_BODY: usize = 8 << 20;
+/// Largest review accepted: an object and its old version, each up to the 1.5 MiB Kubernetes
+/// stores of one object, and the review around them.
+pub const MAX_BODY: usize = 8 << 20;
 
 /// How long the injecting webhook waits for the store's answer on security policies.
 const POLICY_LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
@@ -140,7 +141,7 @@ impl Webhook {
         };
         let checked = self
             .service
-            .admit(&[Ok(object.clone())], &req.namespace, Origin::Webhook)
+            .admit(vec![Ok(object.clone())], &req.namespace, Origin::Webhook)
             .await;
         review::verdict(&checked)
     }
@@ -205,15 +206,19 @@ fn reply_identity(body: &[u8]) -> (String, String) {
     (version, uid)
 }
 
-async fn validate(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Bytes) -> Response {
-    answer(&hook, &headers, &body, async |request| {
+/// The body of a review, or the answer to a body that could not be read whole: one over
+/// [`MAX_BODY`] is refused with `413 Payload Too Large`, saying so, before any of it is parsed.
+type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
+
+async fn validate(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Body) -> Response {
+    answer(&hook, &headers, body, async |request| {
         hook.review(request).await
     })
     .await
 }
 
-async fn inject(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Bytes) -> Response {
-    answer(&hook, &headers, &body, async |request| {
+async fn inject(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Body) -> Response {
+    answer(&hook, &headers, body, async |request| {
         let mut answer = hook.injector.review(request);
         if answer.verdict.patch.is_some() {
             match hook.keeps_with_istiod(request).await {
@@ -252,7 +257,7 @@ async fn inject(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Byte
 async fn answer(
     hook: &Webhook,
     headers: &HeaderMap,
-    body: &[u8],
+    body: Body,
     decide: impl AsyncFnOnce(&AdmissionRequest) -> Verdict,
 ) -> Response {
     let started = Instant::now();
@@ -261,6 +266,32 @@ async fn answer(
             .webhook_requests
             .get_or_create(&WebhookLabels { answer })
             .inc();
+    };
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            count(Answer::BadRequest);
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the AdmissionReview is larger than {} MiB ({MAX_BODY} bytes), the most this \
+                     webhook reads: an object may be at most 1.5 MiB, as Kubernetes stores it\n",
+                    MAX_BODY >> 20
+                ),
+            )
+                .into_response();
+        }
+        Err(rejection) => {
+            count(Answer::BadRequest);
+            return (
+                rejection.status(),
+                format!(
+                    "cannot read the AdmissionReview: {}\n",
+                    rejection.body_text()
+                ),
+            )
+                .into_response();
+        }
     };
     if !is_json(headers) {
         count(Answer::BadRequest);
@@ -278,13 +309,25 @@ async fn answer(
         )
             .into_response();
     }
-    let (version, uid, verdict) = match review::parse(body) {
+    // Reading a review of megabytes is work on user input: on the pool, off the async workers.
+    // An unreadable one is answered in its own API version and uid, as far as they can be read.
+    let parsed = {
+        let body = body.clone();
+        hook.service
+            .pool()
+            .run(move || review::parse(&body).map_err(|why| (why, reply_identity(&body))))
+            .await
+            .unwrap_or_else(|e| {
+                let why = format!("the AdmissionReview could not be read: {e}");
+                Err((why, (review::API_VERSIONS[0].to_string(), String::new())))
+            })
+    };
+    let (version, uid, verdict) = match parsed {
         Ok((version, request)) => {
             let verdict = decide(&request).await;
             (version, request.uid, verdict)
         }
-        Err(why) => {
-            let (version, uid) = reply_identity(body);
+        Err((why, (version, uid))) => {
             let verdict = Verdict {
                 allowed: false,
                 message: why,

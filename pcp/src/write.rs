@@ -11,12 +11,13 @@ use pasa_proto::store::v1::store_client::StoreClient;
 use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
 use pasa_proto::store::v1::{
     ApplyRequest, ApplyResponse, CancelReason, Cancelled, DeleteRequest, DeleteResponse,
-    GetRequest, GetResponse, ListProxyStatusRequest, ListRequest, ListResponse,
-    ReportStatusRequest, ReportStatusResponse, StatusRequest, StatusResponse, WatchRequest,
-    WatchResponse, watch_request, watch_response,
+    DocumentError, ErrorCode, GetRequest, GetResponse, ListProxyStatusRequest, ListRequest,
+    ListResponse, ReportStatusRequest, ReportStatusResponse, StatusRequest, StatusResponse,
+    Subscription, WatchRequest, WatchResponse, watch_request, watch_response,
 };
+use pasa_runtime::blocking::Pool;
 use pasa_store::access::{Access, on_behalf};
-use pasa_store::service::{ProxyStatusStream, StoreService, WatchStream};
+use pasa_store::service::{ProxyStatusStream, StoreService, WatchStream, admitted};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
@@ -28,6 +29,7 @@ use tower::util::BoxCloneSyncService;
 use crate::metrics::{Metrics, Origin};
 use pasa_validation::admission::{self, Checked};
 use pasa_validation::analysis;
+use pasa_validation::validation::Author;
 
 /// The gRPC transport to the store: the network (`Channel`) for a remote store, or the embedded
 /// store's own server called in-process. Either way one client type speaks to it, so the API
@@ -214,6 +216,9 @@ pub struct WriteService {
     stop: watch::Receiver<bool>,
     /// Who may do what through this API; the store hears whom PCP relays each call for.
     access: Access,
+    /// Where documents are read, validated and analyzed: off the async workers, a bounded
+    /// number of batches at a time.
+    pool: Pool,
 }
 
 impl WriteService {
@@ -229,6 +234,7 @@ impl WriteService {
             domain_suffix: domain_suffix.into(),
             stop,
             access: Access::plaintext(),
+            pool: Pool::per_core(),
         }
     }
 
@@ -254,42 +260,88 @@ impl WriteService {
         &self.upstream
     }
 
+    /// The pool that runs the work on user input (reading, validation, analysis).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
     /// Checks documents (each already read as JSON, or why not): structure and Istio validation,
     /// then, when all are valid, the cross-resource warnings against what is stored.
     pub async fn admit(
         &self,
-        docs: &[Result<Value, String>],
+        docs: Vec<Result<Value, String>>,
         default_namespace: &str,
         origin: Origin,
     ) -> Checked {
-        let author = match origin {
-            Origin::Generated => pasa_validation::validation::Author::Generator,
-            _ => pasa_validation::validation::Author::User,
+        let author = author_of(origin);
+        let namespace = default_namespace.to_string();
+        self.admit_with(origin, move || {
+            admission::check_documents_by(&docs, &namespace, author)
+        })
+        .await
+    }
+
+    /// Runs `check` (the documents' own checks) and, when it admits them, the analysis, both on
+    /// the pool; the store is read in between for what the batch refers to.
+    async fn admit_with(
+        &self,
+        origin: Origin,
+        check: impl FnOnce() -> Checked + Send + 'static,
+    ) -> Checked {
+        let suffix = self.domain_suffix.clone();
+        let checked = self
+            .pool
+            .run(move || {
+                let checked = check();
+                let lookups = if checked.is_admitted() {
+                    let batch: Vec<&Object> = checked.objects.iter().flatten().collect();
+                    analysis::lookups(&batch, &suffix)
+                } else {
+                    None
+                };
+                (checked, lookups)
+            })
+            .await;
+        let (checked, lookups) = match checked {
+            Ok(done) => done,
+            Err(e) => return unchecked(&e),
         };
-        let mut checked = admission::check_documents_by(docs, default_namespace, author);
         self.metrics.count_admission(origin, &checked);
-        if checked.is_admitted() {
-            let existing = self.related_objects(&checked).await;
-            admission::analyze(&mut checked, &existing, &self.domain_suffix);
+        if !checked.is_admitted() {
+            return checked;
         }
-        checked
+        let existing = self.related_objects(lookups).await;
+        let suffix = self.domain_suffix.clone();
+        self.pool
+            .run(move || {
+                let mut checked = checked;
+                admission::analyze(&mut checked, &existing, &suffix);
+                checked
+            })
+            .await
+            .unwrap_or_else(|e| unchecked(&e))
     }
 
     /// Admits a batch and, when every document is valid, writes it as one atomic store batch.
-    /// Warnings come back either way.
+    /// Warnings come back either way. A batch over [`admission::MAX_BATCH_BYTES`] is refused
+    /// whole, unread.
     pub async fn admit_and_apply(
         &self,
         req: ApplyRequest,
         origin: Origin,
     ) -> Result<ApplyResponse, Status> {
-        let docs: Vec<Result<Value, String>> = req
-            .documents
-            .iter()
-            .map(|d| {
-                serde_json::from_str::<Value>(&d.json).map_err(|e| format!("not valid JSON: {e}"))
+        admission::check_batch_size(req.documents.iter().map(|d| d.json.len()))
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let author = author_of(origin);
+        let req = Arc::new(req);
+        let batch = req.clone();
+        let checked = self
+            .admit_with(origin, move || {
+                admission::check_batch(&batch.documents, "default", author)
             })
-            .collect();
-        let checked = self.admit(&docs, "default", origin).await;
+            .await;
+        // The pool is done with its copy.
+        let req = Arc::try_unwrap(req).unwrap_or_else(|shared| (*shared).clone());
         if !checked.is_admitted() {
             // What the store itself would refuse in the other documents (the same object twice in
             // the batch), so that one answer names every bad document.
@@ -301,7 +353,7 @@ impl WriteService {
             let answer = self
                 .upstream
                 .call(&dry_run, |mut store, dry_run| async move {
-                    store.apply(dry_run).await
+                    store.apply(admitted(dry_run)).await
                 });
             if let Ok(Ok(store)) = tokio::time::timeout(ANALYSIS_TIMEOUT, answer).await {
                 let store = store.into_inner();
@@ -321,9 +373,12 @@ impl WriteService {
                 ..Default::default()
             });
         }
+        // Admitted here: a store that checks what it is given (`pasa-store`) need not again.
         let mut response = self
             .upstream
-            .call(&req, |mut store, req| async move { store.apply(req).await })
+            .call(&req, |mut store, req| async move {
+                store.apply(admitted(req)).await
+            })
             .await?
             .into_inner();
         response.warnings.extend(checked.warnings);
@@ -332,9 +387,8 @@ impl WriteService {
 
     /// The stored objects the batch's references may point to. Analysis only adds warnings, so
     /// a store that cannot answer costs the warnings, not the write.
-    async fn related_objects(&self, checked: &Checked) -> Vec<Object> {
-        let batch: Vec<&Object> = checked.objects.iter().flatten().collect();
-        let Some(selector) = analysis::lookups(&batch, &self.domain_suffix) else {
+    async fn related_objects(&self, lookups: Option<Subscription>) -> Vec<Object> {
+        let Some(selector) = lookups else {
             return Vec::new();
         };
         let request = ListRequest {
@@ -426,6 +480,30 @@ impl WriteService {
             }
         });
         Box::pin(ReceiverStream::new(rx))
+    }
+}
+
+/// Who wrote what comes in from `origin`, for validation.
+fn author_of(origin: Origin) -> Author {
+    match origin {
+        Origin::Generated => Author::Generator,
+        _ => Author::User,
+    }
+}
+
+/// The verdict on a batch whose checks did not finish (a bug): refused, saying so.
+fn unchecked(e: &tokio::task::JoinError) -> Checked {
+    tracing::error!(error = %e, "checking a batch failed");
+    Checked {
+        errors: vec![DocumentError {
+            message: format!(
+                "PCP could not finish checking this batch ({e}); nothing was written: please \
+                 report it, with the batch"
+            ),
+            code: ErrorCode::Invalid as i32,
+            ..Default::default()
+        }],
+        ..Default::default()
     }
 }
 

@@ -10,22 +10,43 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::Pcp;
-use pasa_kube::fake_apiserver::FakeApiServer;
+use pasa_kube::fake_apiserver::{FakeApiServer, grant_reading, shipped_rbac_without};
 use serde_json::{Value, json};
 
 /// A kubeconfig whose current context is the fake.
 fn kubeconfig(dir: &Path, fake: &FakeApiServer) -> String {
+    kubeconfig_with(dir, fake, "{}")
+}
+
+/// A kubeconfig whose current context is the fake, with the user `user` (YAML flow mapping).
+fn kubeconfig_with(dir: &Path, fake: &FakeApiServer, user: &str) -> String {
     let path = dir.join("kubeconfig");
     let text = format!(
         "apiVersion: v1\nkind: Config\n\
          clusters: [{{name: fake, cluster: {{server: 'http://{}'}}}}]\n\
-         users: [{{name: fake, user: {{}}}}]\n\
+         users: [{{name: fake, user: {user}}}]\n\
          contexts: [{{name: fake, context: {{cluster: fake, user: fake, namespace: default}}}}]\n\
          current-context: fake\n",
         fake.addr
     );
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_string()
+}
+
+/// Polls PCP's `/readyz` (each poll bounded, 20 s in all) until its answer contains `want`.
+fn until_readyz(pcp: &Pcp, want: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let text = pcp.admin_get("/readyz");
+        if text.contains(want) {
+            return text;
+        }
+        assert!(
+            start.elapsed() < common::WAIT,
+            "/readyz never said {want:?}; last:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A metric's value in the exposition text (0 when absent).
@@ -93,6 +114,7 @@ fn cluster(fake: &FakeApiServer) {
 async fn pcp_syncs_a_cluster_through_its_validating_write_path() {
     let fake = FakeApiServer::start().await;
     cluster(&fake);
+    fake.put_namespace("pasa-system", &[]);
     let dir = tempfile::tempdir().unwrap();
     let config = kubeconfig(dir.path(), &fake);
     let data = dir.path().join("data");
@@ -194,4 +216,88 @@ async fn pcp_syncs_a_cluster_through_its_validating_write_path() {
     let ratings = tokio::task::block_in_place(|| get_json(&pcp, "sep", "ratings"));
     assert!(ratings.is_none(), "deleted while PCP was down");
     tokio::task::block_in_place(|| pcp.terminate());
+}
+
+/// `/readyz` says what is true for each role, and why not ready: a Lease namespace that does
+/// not exist (and what to do), a leader whose first sync waits for a resource RBAC refuses
+/// (named, with the metric), then ready once granted; a standby is ready and says who leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_says_what_the_syncer_waits_for() {
+    let fake = FakeApiServer::start().await;
+    cluster(&fake);
+    fake.enforce_rbac(&shipped_rbac_without("virtualservices"));
+    let dir = tempfile::tempdir().unwrap();
+    let token = FakeApiServer::token_for("pasa-system", "pasa-pcp");
+    let config = kubeconfig_with(dir.path(), &fake, &format!("{{token: {token}}}"));
+    let args = |identity: &'static str| {
+        vec![
+            "--kubeconfig".to_string(),
+            config.clone(),
+            "--identity".into(),
+            identity.into(),
+            "--lease-namespace".into(),
+            "pasa-system".into(),
+        ]
+    };
+    let leader_args = args("pcp-0");
+    let leader_args: Vec<&str> = leader_args.iter().map(String::as_str).collect();
+    let pcp =
+        tokio::task::block_in_place(|| Pcp::start_with(&dir.path().join("data-0"), &leader_args));
+    let missing = tokio::task::block_in_place(|| until_readyz(&pcp, "does not exist"));
+    assert!(missing.starts_with("HTTP/1.1 503"), "{missing}");
+    assert!(
+        missing.contains(
+            "syncer: cannot take part in the election on Lease pasa-system/pasa-pcp-syncer"
+        ) && missing.contains("--lease-namespace"),
+        "{missing}"
+    );
+
+    fake.put_namespace("pasa-system", &[]);
+    let waiting = tokio::task::block_in_place(|| {
+        until_readyz(&pcp, "first sync not done: waiting for virtualservices")
+    });
+    assert!(waiting.starts_with("HTTP/1.1 503"), "{waiting}");
+    assert!(
+        waiting.contains("virtualservices.networking.istio.io (forbidden: virtualservices.networking.istio.io is forbidden: User \"system:serviceaccount:pasa-system:pasa-pcp\" cannot list"),
+        "{waiting}"
+    );
+    let metrics = tokio::task::block_in_place(|| pcp.metrics());
+    assert_eq!(
+        metric(
+            &metrics,
+            "pasa_kube_waiting{resource=\"virtualservices.networking.istio.io\",reason=\"forbidden\"}"
+        ),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(metric(&metrics, "pasa_kube_synced"), 0.0);
+
+    fake.enforce_rbac(&grant_reading(
+        "pasa-system",
+        "pasa-pcp",
+        "networking.istio.io",
+        "virtualservices",
+    ));
+    let ready = tokio::task::block_in_place(|| until_readyz(&pcp, "HTTP/1.1 200"));
+    assert!(
+        ready.contains("syncer: leading (Lease pasa-system/pasa-pcp-syncer); synced"),
+        "{ready}"
+    );
+
+    // A second replica stands by, ready, and says who leads.
+    let standby_args = args("pcp-1");
+    let standby_args: Vec<&str> = standby_args.iter().map(String::as_str).collect();
+    let standby =
+        tokio::task::block_in_place(|| Pcp::start_with(&dir.path().join("data-1"), &standby_args));
+    let standing = tokio::task::block_in_place(|| until_readyz(&standby, "standing by"));
+    assert!(standing.starts_with("HTTP/1.1 200"), "{standing}");
+    assert!(
+        standing
+            .contains("syncer: standing by: Lease pasa-system/pasa-pcp-syncer is held by pcp-0"),
+        "{standing}"
+    );
+    tokio::task::block_in_place(|| {
+        standby.terminate();
+        pcp.terminate();
+    });
 }

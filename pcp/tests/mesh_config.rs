@@ -1,6 +1,7 @@
 //! `pasa-pcp --mesh-config FILE` publishes Istio's mesh config into the store, as the
 //! `MeshConfig` `mesh` of the root namespace, for the agents; a file that cannot be read stops
-//! PCP at start, naming it.
+//! PCP at start, naming it. What a file published belongs to the flag: a PCP restarted without
+//! it removes it, and leaves one applied by hand alone.
 
 mod common;
 
@@ -36,18 +37,36 @@ fn the_mesh_config_file_is_published_for_the_agents() {
     ] {
         assert!(yaml.contains(expected), "{expected} missing from\n{yaml}");
     }
+    assert!(yaml.contains("pasa.io/mesh-config-file"), "{yaml}");
+    pcp.terminate();
+
+    // Restarted without the flag: what the file published is gone by the time PCP serves.
+    let pcp = Pcp::start(&dir.path().join("data"));
+    let out = pcp.ctl(&["get", "mesh", "mesh", "-n", "istio-system", "-o", "yaml"]);
+    assert!(
+        !out.status.success(),
+        "the published mesh config stayed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // One applied by hand is the user's: a restart leaves it.
+    let by_hand = dir.path().join("by-hand.yaml");
+    std::fs::write(
+        &by_hand,
+        "apiVersion: pasa.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh, namespace: istio-system}\nspec: {trustDomain: hand.example}\n",
+    )
+    .unwrap();
+    pcp.ok(&["apply", "-f", by_hand.to_str().unwrap()]);
+    pcp.terminate();
+    let pcp = Pcp::start(&dir.path().join("data"));
+    // PCP decides which mesh config is in effect before its API answers.
+    let yaml = pcp.ok(&["get", "mesh", "mesh", "-n", "istio-system", "-o", "yaml"]);
+    assert!(yaml.contains("trustDomain: hand.example"), "{yaml}");
     pcp.terminate();
 
     // A file that is not a mapping stops PCP at start, naming the file.
     std::fs::write(&file, "- just\n- a list\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pasa-pcp"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
+    let out = common::pcp_command()
+        .arg("--data-dir")
         .arg(dir.path().join("data2"))
         .arg("--mesh-config")
         .arg(&file)

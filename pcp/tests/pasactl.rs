@@ -1,13 +1,132 @@
 //! `pasactl` against a real `pasa-pcp` (embedded sled store) on loopback: apply, errors that
 //! name fields and write nothing, get in every format, watch, delete, status, and a restart
-//! after SIGTERM that keeps everything.
+//! after SIGTERM that keeps everything; a stopped server, Ctrl-C during a large apply, and the
+//! messages a user gets when pointed at the wrong port or data directory.
 
 use std::io::BufReader;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Duration;
 
 mod common;
 
 use common::{Pcp, WAIT, examples, line_channel};
+
+/// Sends `signal` (`STOP`, `CONT`, `INT`, `KILL`) to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+/// A process stopped with SIGSTOP; continued when dropped (also when the test fails), so that
+/// it can stop cleanly.
+struct Stopped(u32);
+
+impl Stopped {
+    fn new(pid: u32) -> Stopped {
+        signal(pid, "STOP");
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// A pasactl running in the background, its output read line by line; killed when dropped.
+struct Running {
+    child: Child,
+    stdout: Receiver<String>,
+    stderr: Receiver<String>,
+}
+
+impl Running {
+    fn spawn(server: &str, args: &[&str]) -> Running {
+        let mut child = Command::new(common::pasactl())
+            .arg("--server")
+            .arg(server)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start pasactl");
+        let stdout = line_channel(BufReader::new(child.stdout.take().expect("stdout")));
+        let stderr = line_channel(BufReader::new(child.stderr.take().expect("stderr")));
+        Running {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// The next line on stdout, which must come within `limit`.
+    fn line(&self, limit: Duration) -> serde_json::Value {
+        let line = self
+            .stdout
+            .recv_timeout(limit)
+            .unwrap_or_else(|e| panic!("no line from pasactl within {limit:?}: {e}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+    }
+
+    /// Waits for the end (each line within `limit`): the rest of stdout and stderr, and the
+    /// exit code.
+    fn finish(&mut self, limit: Duration) -> (Vec<String>, Vec<String>, Option<i32>) {
+        let rest = |lines: &Receiver<String>| {
+            let mut seen = Vec::new();
+            loop {
+                match lines.recv_timeout(limit) {
+                    Ok(line) => seen.push(line),
+                    Err(RecvTimeoutError::Disconnected) => return seen,
+                    Err(RecvTimeoutError::Timeout) => {
+                        panic!("pasactl did not end within {limit:?}; so far: {seen:?}")
+                    }
+                }
+            }
+        };
+        let stderr = rest(&self.stderr);
+        let stdout = rest(&self.stdout);
+        let status = self.child.wait().expect("wait for pasactl");
+        (stdout, stderr, status.code())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs pasactl to its end, which must come within `limit` (it is killed otherwise).
+fn ctl_within(server: &str, args: &[&str], limit: Duration) -> Output {
+    let child = Command::new(common::pasactl())
+        .arg("--server")
+        .arg(server)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pasactl");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("pasactl output"),
+        Err(_) => {
+            signal(pid, "KILL");
+            panic!("pasactl {args:?} did not end within {limit:?}");
+        }
+    }
+}
 
 #[test]
 fn pasactl_end_to_end() {
@@ -346,4 +465,200 @@ fn a_large_export_applies_in_batches_and_a_bad_document_anywhere_writes_nothing(
     assert!(out.lines().all(|l| l.ends_with(" created")));
     let listed = pcp.ok(&["get", "dr", "-n", "bulk"]);
     assert_eq!(listed.lines().count(), RULES + 1, "a header and every rule");
+}
+
+/// A PCP that stops answering (SIGSTOP: its sockets stay open, nothing reads them) is named
+/// within the request deadline, and a watch on it notices the silence; a watch ended by a PCP
+/// restart says where to resume. Each says which command goes on without losing a change.
+#[test]
+fn a_stopped_or_restarting_server_is_named_and_a_watch_says_how_to_resume() {
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start_with(data.path(), &["--progress-interval-secs", "1"]);
+    let shop = examples().join("shop");
+    pcp.ok(&["apply", "-f", shop.to_str().unwrap()]);
+    let watch_args = ["watch", "--namespace", "shop", "--liveness-timeout", "3s"];
+    let synced = |watch: &Running| loop {
+        let v = watch.line(WAIT);
+        if v["type"] == "SYNCED" {
+            return v["revision"].as_u64().expect("revision");
+        }
+    };
+    let mut watch = Running::spawn(&pcp.addr, &watch_args);
+    let revision = synced(&watch);
+
+    let stopped = Stopped::new(pcp.pid);
+    let out = ctl_within(
+        &pcp.addr,
+        &["--request-timeout", "2s", "status"],
+        Duration::from_secs(15),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the server at {} did not answer `status` within 2s",
+            pcp.addr
+        )) && err.contains("--request-timeout"),
+        "{err}"
+    );
+    let (_, err, code) = watch.finish(WAIT);
+    let err = err.join("\n");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the server at {} sent nothing for 3s (not even a progress marker): the watch is lost",
+            pcp.addr
+        )),
+        "{err}"
+    );
+    let resume = format!(
+        "run: pasactl --server {} watch --namespace shop --from-revision {}",
+        pcp.addr,
+        revision + 1
+    );
+    assert!(err.contains(&resume), "{err}");
+    drop(stopped);
+
+    // Answering again; then a restart ends the next watch.
+    assert!(
+        pcp.ok(&["status"])
+            .contains(&format!("REVISION   {revision}"))
+    );
+    let mut watch = Running::spawn(&pcp.addr, &watch_args);
+    assert_eq!(synced(&watch), revision);
+    pcp.terminate();
+    let (out, err, code) = watch.finish(WAIT);
+    let err = err.join("\n");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        out.last().is_some_and(|l| l.contains("SHUTDOWN")),
+        "{out:?}"
+    );
+    assert!(err.contains(&resume), "{err}");
+}
+
+/// Ctrl-C in the middle of a large apply stops after the batch in flight and says what was
+/// written and how to finish; running the same apply again finishes it. Deleting more than one
+/// request carries is split the same way.
+#[test]
+fn ctrl_c_during_a_large_apply_says_what_was_written_and_the_same_apply_finishes_it() {
+    const RULES: usize = 15_000;
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start(data.path());
+    let file = data.path().join("export.yaml");
+    let export: String = (0..RULES)
+        .map(|i| {
+            format!(
+                "---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: r{i}, namespace: bulk}}\nspec: {{host: s{i}}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(&file, export).unwrap();
+    let file = file.to_str().unwrap();
+
+    let mut apply = Running::spawn(&pcp.addr, &["apply", "-f", file]);
+    // Results are printed as each batch commits: the first line says one has.
+    let first = apply
+        .stdout
+        .recv_timeout(Duration::from_secs(300))
+        .expect("the first batch's results");
+    signal(apply.child.id(), "INT");
+    let (rest, err, code) = apply.finish(Duration::from_secs(300));
+    let err = err.join("\n");
+    assert_eq!(code, Some(130), "{err}");
+    let written = 1 + rest.len();
+    assert!(
+        written % 5_000 == 0 && written < RULES,
+        "whole batches, not all: {written}"
+    );
+    assert_eq!(first, "destinationrule/bulk/r0 created");
+    let last = written - 1;
+    assert!(
+        err.contains(&format!(
+            "interrupted: {written} of {RULES} objects were written, the last destinationrule/bulk/r{last} ("
+        )) && err.contains(&format!("export.yaml document {last})"))
+            && err.contains("Run the same apply again to write the rest: applying is idempotent"),
+        "{err}"
+    );
+    let listed = pcp.ok(&["get", "dr", "-n", "bulk"]);
+    assert_eq!(
+        listed.lines().count(),
+        written + 1,
+        "a header and each written"
+    );
+
+    let out = pcp.ok(&["apply", "-f", file]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), RULES);
+    assert!(lines[..written].iter().all(|l| l.ends_with(" unchanged")));
+    assert!(lines[written..].iter().all(|l| l.ends_with(" created")));
+
+    // More than the store takes in one request (10,000): deleted in batches.
+    let out = pcp.ok(&["delete", "-f", file]);
+    assert_eq!(out.lines().count(), RULES);
+    assert!(out.lines().all(|l| l.ends_with(" deleted")), "{out}");
+    assert_eq!(pcp.ok(&["get", "dr", "-n", "bulk"]).trim(), "");
+}
+
+/// pasactl pointed at PCP's admin port says so and where the API is; a second PCP on a data
+/// directory in use names the one holding it; logs read by a program carry no colour codes.
+#[test]
+fn the_wrong_port_or_a_data_dir_in_use_is_explained() {
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start(data.path());
+    let admin = pcp.admin.to_string();
+    let out = ctl_within(&admin, &["status"], WAIT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the server at {admin} answered, but not with the PASA API"
+        )) && err.contains("admin endpoint")
+            && err.contains("7400"),
+        "{err}"
+    );
+    drop(pcp);
+
+    // A PCP whose logs go to a pipe (a file, a log collector): plain text.
+    let mut first = common::pcp_command()
+        .arg("--data-dir")
+        .arg(data.path())
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pasa-pcp");
+    let pid = first.id();
+    let logs = line_channel(BufReader::new(first.stderr.take().expect("stderr")));
+    let first = pasa_testing::Process::new("pasa-pcp", first);
+    let serving = loop {
+        let line = logs
+            .recv_timeout(WAIT)
+            .expect("pasa-pcp logs that it serves");
+        if line.contains("serving") {
+            break line;
+        }
+    };
+    assert!(
+        !serving.contains('\x1b'),
+        "colour codes in a pipe: {serving:?}"
+    );
+
+    let second = common::pcp_command()
+        .arg("--data-dir")
+        .arg(data.path())
+        .output()
+        .expect("run a second pasa-pcp");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success());
+    assert!(
+        err.contains(&format!(
+            "another process holds {} (its lock, held by pasa-pcp (pid {pid})); stop it or use another --data-dir",
+            data.path().display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("WouldBlock"), "{err}");
+    first.terminate();
 }

@@ -102,8 +102,7 @@ async fn pcp_fronts_a_remote_store() {
     assert_eq!(after.revision, listed.revision, "nothing written");
 
     // Several sled-backed store servers hold different data: PCP refuses to front them together.
-    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_pasa-pcp"))
-        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+    let refused = common::pcp_command()
         .args(["--store", &format!("{store_addr},{store_addr}")])
         .output()
         .unwrap();

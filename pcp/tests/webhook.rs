@@ -2,7 +2,8 @@
 //! verifies the server certificate: AdmissionReview v1 and v1beta1 documents (fixtures written
 //! from the Kubernetes API reference), CREATE / UPDATE / DELETE, unknown kinds, dry runs, no
 //! side effects (nothing reviewed is written: the syncer writes what the API server stored), and
-//! the HTTP-level errors.
+//! the HTTP-level errors. And large input, through the webhook and the gRPC API alike: checked off
+//! the async workers (health and SIGTERM answered meanwhile), and refused past its size limits.
 
 mod common;
 
@@ -449,4 +450,211 @@ fn webhook_flags_are_checked() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A VirtualService of `hosts` distinct hosts, about 20 bytes of JSON each: the shape whose
+/// duplicate-host check once compared every pair.
+fn wide_virtual_service(name: &str, hosts: usize) -> pasa_proto::store::v1::ApplyDocument {
+    let hosts: Vec<String> = (0..hosts).map(|i| format!("h{i}.example.com")).collect();
+    let doc = serde_json::json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"hosts": hosts, "http": [{"route": [{"destination": {"host": "a"}}]}]}});
+    pasa_proto::store::v1::ApplyDocument {
+        json: doc.to_string(),
+        expected_mod_revision: None,
+    }
+}
+
+/// Eight VirtualServices of 60,000 hosts (about 10 MB, each document under 1.5 MiB), checked
+/// but not written.
+fn large_batch() -> pasa_proto::store::v1::ApplyRequest {
+    pasa_proto::store::v1::ApplyRequest {
+        documents: (0..8)
+            .map(|i| wide_virtual_service(&format!("wide-{i}"), 60_000))
+            .collect(),
+        dry_run: true,
+    }
+}
+
+async fn store_client(
+    pcp: &Pcp,
+) -> pasa_proto::store::v1::store_client::StoreClient<tonic::transport::Channel> {
+    pasa_proto::store::v1::store_client::StoreClient::connect(format!("http://{}", pcp.addr))
+        .await
+        .expect("connect to PCP")
+}
+
+/// Longest a `/healthz` answer may take while PCP is busy checking documents: generous, for a
+/// busy 2-core machine running other tests; a stalled runtime takes minutes on these batches.
+const PROMPT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long `GET /healthz` took to answer 200 (at most twice [`PROMPT`]).
+async fn healthz(admin: SocketAddr) -> std::time::Duration {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let started = std::time::Instant::now();
+    let answer = tokio::time::timeout(2 * PROMPT, async {
+        let mut conn = tokio::net::TcpStream::connect(admin)
+            .await
+            .expect("connect");
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("request");
+        let mut text = String::new();
+        conn.read_to_string(&mut text).await.expect("response");
+        text
+    })
+    .await;
+    let took = started.elapsed();
+    match answer {
+        Ok(text) => assert!(text.starts_with("HTTP/1.1 200"), "{text}"),
+        Err(_) => panic!("/healthz did not answer within {:?}", 2 * PROMPT),
+    }
+    took
+}
+
+/// Starts two large batches at once (as many as the machine has cores, here), to be checked.
+fn apply_large_batches(
+    pcp: &Pcp,
+) -> Vec<
+    tokio::task::JoinHandle<
+        Result<tonic::Response<pasa_proto::store::v1::ApplyResponse>, tonic::Status>,
+    >,
+> {
+    let addr = pcp.addr.clone();
+    (0..2)
+        .map(|_| {
+            let addr = addr.clone();
+            tokio::spawn(async move {
+                let mut client = pasa_proto::store::v1::store_client::StoreClient::connect(
+                    format!("http://{addr}"),
+                )
+                .await
+                .expect("connect to PCP");
+                client.apply(large_batch()).await
+            })
+        })
+        .collect()
+}
+
+/// Validation runs on a bounded blocking pool, not on the async workers: while two large
+/// batches are checked, `/healthz` still answers promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_answers_promptly_while_large_batches_are_checked() {
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start(data.path());
+    let applies = apply_large_batches(&pcp);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    let mut pace = tokio::time::interval(std::time::Duration::from_millis(100));
+    let (mut asked, mut slowest) = (0, std::time::Duration::ZERO);
+    while applies.iter().any(|a| !a.is_finished()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batches were not checked in time"
+        );
+        pace.tick().await;
+        slowest = slowest.max(healthz(pcp.admin).await);
+        asked += 1;
+    }
+    for apply in applies {
+        let answer = apply.await.unwrap().expect("apply").into_inner();
+        assert!(answer.errors.is_empty(), "{:?}", answer.errors);
+    }
+    assert!(
+        asked >= 3,
+        "the batches were checked before /healthz could be asked while they were"
+    );
+    assert!(
+        slowest < PROMPT,
+        "/healthz took {slowest:?} while batches were checked"
+    );
+}
+
+/// SIGTERM stops PCP within its drain deadline even while large batches are being checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_pcp_in_time_while_large_batches_are_checked() {
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start(data.path());
+    let pid = pcp.pid;
+    let applies = apply_large_batches(&pcp);
+    // Checking has begun once PCP has read the batches: it answers /healthz meanwhile.
+    healthz(pcp.admin).await;
+    healthz(pcp.admin).await;
+    let (stopped, stop) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        pcp.terminate();
+        let _ = stopped.send(());
+    });
+    let bound = pasa_runtime::drain::DRAIN_DEADLINE + std::time::Duration::from_secs(5);
+    if stop.recv_timeout(bound).is_err() {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        panic!("pasa-pcp did not stop within {bound:?} of SIGTERM");
+    }
+    for apply in applies {
+        let _ = apply.await;
+    }
+}
+
+/// A document over 1.5 MiB (what Kubernetes stores of one object), a batch over the apply
+/// limit and an AdmissionReview over the webhook's are refused, each saying which limit and what
+/// to do; nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_documents_batches_and_reviews_are_refused_saying_why() {
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start_with(data.path(), &["--webhook-listen", "127.0.0.1:0"]);
+    let mut client = store_client(&pcp).await;
+    let bound = std::time::Duration::from_secs(120);
+
+    let huge = pasa_proto::store::v1::ApplyRequest {
+        documents: vec![wide_virtual_service("huge", 80_000)],
+        dry_run: false,
+    };
+    let answer = tokio::time::timeout(bound, client.apply(huge))
+        .await
+        .expect("a huge document is refused in time")
+        .expect("apply")
+        .into_inner();
+    assert_eq!(answer.errors.len(), 1, "{:?}", answer.errors);
+    let message = &answer.errors[0].message;
+    assert!(
+        message.starts_with("VirtualService default/huge is 1.")
+            && message.contains("Kubernetes stores at most 1.5 MiB"),
+        "{message}"
+    );
+
+    let too_many = pasa_proto::store::v1::ApplyRequest {
+        documents: (0..12)
+            .map(|i| wide_virtual_service(&format!("part-{i}"), 70_000))
+            .collect(),
+        dry_run: false,
+    };
+    let refused = tokio::time::timeout(bound, client.apply(too_many))
+        .await
+        .expect("a batch over the limit is refused in time")
+        .expect_err("a batch over the limit is refused");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("at most 16.0 MiB")
+            && refused.message().contains("split it into several applies"),
+        "{}",
+        refused.message()
+    );
+
+    let webhook = Client::new(pcp.webhook.expect("webhook"), &ca_of(data.path()));
+    let oversized = vec![b' '; pasa_pcp::webhook::MAX_BODY + 1];
+    let (status, body) = webhook
+        .post(Some("application/json"), oversized)
+        .await
+        .expect("an answer");
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(body.contains("larger than 8 MiB"), "{body}");
+
+    let stored = client
+        .list(pasa_proto::store::v1::ListRequest::default())
+        .await
+        .expect("list")
+        .into_inner();
+    assert!(stored.resources.is_empty(), "nothing was written");
 }

@@ -17,16 +17,33 @@ pub const MAX_MESSAGE_SIZE: usize = 64 << 20;
 /// How long establishing a connection may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// An endpoint for `host:port` or a full `http://` / `https://` URL; the error says which
-/// address is wrong and why.
+/// How often a connection with nothing to read is checked with an HTTP/2 PING, idle or not.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long a PING may go unanswered before the connection is closed as dead (its calls fail,
+/// and callers reconnect): a hung peer or a silently dropped path is noticed in
+/// [`KEEPALIVE_INTERVAL`] + this, not waited on forever.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An endpoint for `host:port` or a full `http://` / `https://` URL, with the connect timeout
+/// and HTTP/2 keepalive every client uses; the error says which address is wrong and why.
 pub fn endpoint(address: &str) -> Result<Endpoint, String> {
+    endpoint_with(address, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
+}
+
+fn endpoint_with(address: &str, interval: Duration, timeout: Duration) -> Result<Endpoint, String> {
     let url = if address.contains("://") {
         address.to_string()
     } else {
         format!("http://{address}")
     };
     Endpoint::from_shared(url)
-        .map(|e| e.connect_timeout(CONNECT_TIMEOUT))
+        .map(|e| {
+            e.connect_timeout(CONNECT_TIMEOUT)
+                .http2_keep_alive_interval(interval)
+                .keep_alive_timeout(timeout)
+                .keep_alive_while_idle(true)
+        })
         .map_err(|e| format!("{address:?} is not a valid address: {e}"))
 }
 
@@ -79,9 +96,9 @@ pub async fn channel(address: &str, tls: Option<&ClientTls>) -> Result<Channel, 
     endpoint
         .connect()
         .await
-        .map_err(|source| ConnectError::Unreachable {
+        .map_err(|cause| ConnectError::Unreachable {
             address: address.to_string(),
-            source,
+            cause: pasa_runtime::error::causes(&cause),
         })
 }
 
@@ -222,12 +239,11 @@ pub enum ConnectError {
     /// The client's TLS settings cannot be used (no certificate yet, an unreadable file).
     #[error("TLS towards the store: {0}")]
     Tls(String),
-    #[error("cannot reach the store at {address}: {source}")]
-    Unreachable {
-        address: String,
-        #[source]
-        source: tonic::transport::Error,
-    },
+    /// Nothing answered at the address. The message carries every cause (tonic's transport
+    /// error says only "transport error"; the DNS failure or refused connection is beneath it),
+    /// so it reads whole wherever it is printed, and no cause is repeated by a chain printer.
+    #[error("cannot reach the store at {address}: {cause}")]
+    Unreachable { address: String, cause: String },
 }
 
 /// `ListProxyStatus`, its pages gathered into one answer.
@@ -264,6 +280,60 @@ mod tests {
                 .unwrap_err()
                 .contains("not an address")
         );
+    }
+
+    /// tonic's own message is "transport error": what is wrong lies beneath it, and is kept.
+    #[tokio::test]
+    async fn an_unreachable_store_says_why() {
+        let Err(e) = connect("127.0.0.1:1").await else {
+            panic!("something answered on port 1");
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with("cannot reach the store at 127.0.0.1:1: transport error: ")
+                && text.to_lowercase().contains("connection refused"),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("os error 111").count(),
+            1,
+            "each cause once: {text}"
+        );
+    }
+
+    /// A peer that takes the connection and then answers nothing (a stopped process: its
+    /// kernel still accepts) is found dead by the keepalive, and the call fails instead of
+    /// waiting forever.
+    #[tokio::test]
+    async fn a_peer_that_answers_nothing_is_found_dead_by_the_keepalive() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        // Takes connections, reads what comes (so nothing blocks on a full buffer), says nothing.
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(tokio::spawn(async move {
+                    let mut conn = conn;
+                    let mut sink = tokio::io::sink();
+                    let _ = tokio::io::copy(&mut conn, &mut sink).await;
+                }));
+            }
+        });
+        let short = Duration::from_millis(200);
+        let channel = endpoint_with(&address, short, short)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut client = store_client(channel);
+        let call = client.status(crate::store::v1::StatusRequest {});
+        // Far longer than interval + timeout; the call would otherwise never end.
+        let answer = tokio::time::timeout(Duration::from_secs(10), call).await;
+        silent.abort();
+        let status = answer
+            .expect("the keepalive ends a call to a silent peer")
+            .expect_err("a silent peer gives no answer");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
     }
 
     #[test]

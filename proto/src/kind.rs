@@ -103,6 +103,12 @@ impl Kind {
         Kind::ImagePullSecret,
     ];
 
+    /// Whether a Kubernetes cluster may hold this kind (as a CRD): PASA's own kinds live in the
+    /// store only (PCP and the syncer write them), so no cluster is asked for them.
+    pub fn in_kubernetes(self) -> bool {
+        self.group() != PASA_GROUP
+    }
+
     /// Whether proxies read this kind at all (WorkloadGroups are the control plane's: templates
     /// of auto-registered WorkloadEntries).
     pub fn configures_proxies(self) -> bool {

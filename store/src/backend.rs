@@ -64,6 +64,13 @@ pub enum BackendError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Another process has the embedded database open (its file lock is held).
+    #[error("another process holds {} (its lock{holder}); stop it or use another --data-dir", dir.display())]
+    Locked {
+        dir: std::path::PathBuf,
+        /// `, held by NAME (pid N)` when the holder could be found, else empty.
+        holder: String,
+    },
 }
 
 /// A lock on one key of a shared backend, taken by [`Backend::lock`].

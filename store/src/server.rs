@@ -19,7 +19,7 @@ use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
 use pasa_runtime::admin::{self, Readiness};
 use pasa_runtime::drain::{self, stopped};
 
-use crate::service::StoreService;
+use crate::service::{Admission, StoreService};
 use crate::store::{Store, StoreConfig};
 
 /// The storage engine under a store.
@@ -163,15 +163,25 @@ pub struct ServerArgs {
 impl ServerArgs {
     /// Sets up logging, opens the embedded store and serves it until Ctrl-C or SIGTERM.
     pub async fn run(self, name: &str) -> anyhow::Result<()> {
+        self.run_admitting(name, None).await
+    }
+
+    /// [`ServerArgs::run`], checking every batch written with `admission` first (the
+    /// standalone `pasa-store`'s Istio validation).
+    pub async fn run_admitting(
+        self,
+        name: &str,
+        admission: Option<Arc<dyn Admission>>,
+    ) -> anyhow::Result<()> {
         pasa_runtime::logs::init(self.store.log_json);
         let (access, tls) = self.tls.load(&self.root_namespace)?;
         let access = access.with_trust_domain(&self.trust_domain, &self.trust_domain_aliases);
         let store = self.store.open(Metrics::new())?;
-        bind(store, self.listen, self.admin)
+        let mut bound = bind(store, self.listen, self.admin)
             .await?
-            .secured(access, tls)
-            .run(name, pasa_runtime::signal::shutdown())
-            .await
+            .secured(access, tls);
+        bound.admission = admission;
+        bound.run(name, pasa_runtime::signal::shutdown()).await
     }
 }
 
@@ -187,6 +197,8 @@ pub struct Bound {
     store: Store,
     listeners: Listeners,
     access: Access,
+    /// What batches are checked by before they are written (see [`StoreService::with_admission`]).
+    admission: Option<Arc<dyn Admission>>,
 }
 
 /// A bound gRPC listener and admin listener.
@@ -205,6 +217,8 @@ pub struct Listeners {
     /// Mutual TLS of the gRPC API, and the access rules whose metrics to export.
     tls: Option<ServerTls>,
     access: Option<Access>,
+    /// What `/readyz` answers: the servers' state, and the parts the owner reports into.
+    readiness: Readiness,
 }
 
 impl Listeners {
@@ -222,6 +236,13 @@ impl Listeners {
     pub fn secured(mut self, access: &Access, tls: Option<ServerTls>) -> Listeners {
         self.access = Some(access.clone());
         self.tls = tls;
+        self
+    }
+
+    /// Answers `/readyz` from `readiness`, into which the owner reports its own parts (PCP's
+    /// Kubernetes syncer); the servers' own state is set here.
+    pub fn with_readiness(mut self, readiness: Readiness) -> Listeners {
+        self.readiness = readiness;
         self
     }
 
@@ -248,6 +269,7 @@ impl Listeners {
             grpc_routes: None,
             tls: None,
             access: None,
+            readiness: Readiness::default(),
         })
     }
 
@@ -273,6 +295,7 @@ impl Listeners {
             grpc_routes,
             tls,
             access,
+            readiness: ready,
         } = self;
         if let Some(access) = &access {
             access.register(&mut registry);
@@ -299,7 +322,6 @@ impl Listeners {
                 }
             }
         }
-        let ready = Readiness::default();
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut router = admin::router(Arc::new(registry), ready.clone());
         if let Some(routes) = admin_routes {
@@ -357,6 +379,7 @@ pub async fn bind(store: Store, listen: SocketAddr, admin: SocketAddr) -> anyhow
         store,
         listeners: Listeners::bind(listen, admin).await?,
         access: Access::plaintext(),
+        admission: None,
     })
 }
 
@@ -395,9 +418,12 @@ impl Bound {
     ) -> anyhow::Result<()> {
         // Replicas reach each other with the server's own certificate, an operator's.
         let peer_tls = self.listeners.tls.as_ref().map(ServerTls::client);
-        let service = StoreService::new(self.store.clone())
-            .with_access(self.access.clone(), peer_tls)
-            .into_server();
+        let mut service =
+            StoreService::new(self.store.clone()).with_access(self.access.clone(), peer_tls);
+        if let Some(admission) = self.admission.clone() {
+            service = service.with_admission(admission);
+        }
+        let service = service.into_server();
         self.listeners
             .serve(
                 name,

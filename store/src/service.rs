@@ -1,20 +1,21 @@
 //! The `pasa.store.v1.Store` gRPC service over a [`Store`].
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use pasa_proto::store::v1::store_server::{Store as StoreApi, StoreServer};
 use pasa_proto::store::v1::{
-    ApplyRequest, ApplyResponse, DeleteRequest, DeleteResponse, GetRequest, GetResponse, KindCount,
-    ListProxyStatusRequest, ListProxyStatusResponse, ListRequest, ListResponse,
-    ReportStatusRequest, ReportStatusResponse, StatusRequest, StatusResponse, WatchRequest,
-    WatchResponse, watch_request,
+    ApplyDocument, ApplyRequest, ApplyResponse, DeleteRequest, DeleteResponse, DocumentError,
+    GetRequest, GetResponse, KindCount, ListProxyStatusRequest, ListProxyStatusResponse,
+    ListRequest, ListResponse, ReportStatusRequest, ReportStatusResponse, StatusRequest,
+    StatusResponse, WatchRequest, WatchResponse, watch_request,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::access::Access;
+use crate::access::{Access, Caller};
 use crate::record::ObjectKey;
 
 /// How long a replica waits for another's proxy status.
@@ -23,6 +24,37 @@ use crate::selector::Selector;
 use crate::status::StatusError;
 use crate::store::{Store, StoreError};
 
+/// What a store server checks in a batch before writing it: the standalone `pasa-store` refuses
+/// what PCP would refuse (Istio validation), without this library depending on the validation.
+pub trait Admission: Send + Sync + 'static {
+    /// The problems of the batch's documents, each with its document's index (none admits the
+    /// batch), or why the batch is refused whole (too large to check: the error says what to
+    /// do). Called on a blocking thread (see [`StoreService::with_admission`]), so it may take
+    /// time in proportion to the batch.
+    fn check(&self, documents: &[ApplyDocument]) -> Result<Vec<DocumentError>, BatchRefused>;
+}
+
+/// Why an [`Admission`] refuses a whole batch; the message tells the caller what to do.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct BatchRefused(pub Box<dyn std::error::Error + Send + Sync>);
+
+/// The request header by which PCP says it has admitted the batch it relays (its own
+/// validation, and its own relaxations for what it generates): the store then does not check it
+/// again. Believed from an operator, or where nobody is verified (plaintext, where any caller may
+/// write anything anyway); ignored from workloads, which may not write.
+pub const ADMITTED_HEADER: &str = "x-pasa-admitted";
+
+/// `request`, marked as admitted by PCP (see [`ADMITTED_HEADER`]).
+pub fn admitted<T>(message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.metadata_mut().insert(
+        ADMITTED_HEADER,
+        tonic::metadata::MetadataValue::from_static("pcp"),
+    );
+    request
+}
+
 /// The gRPC face of a store.
 #[derive(Clone)]
 pub struct StoreService {
@@ -30,6 +62,8 @@ pub struct StoreService {
     access: Access,
     /// How this server reaches the other replicas (over mutual TLS when it serves it).
     peer_tls: Option<pasa_proto::client::ClientTls>,
+    /// What batches are checked by before they are written, and the pool that runs the checks.
+    admission: Option<(Arc<dyn Admission>, pasa_runtime::blocking::Pool)>,
 }
 
 impl StoreService {
@@ -39,7 +73,50 @@ impl StoreService {
             store,
             access: Access::plaintext(),
             peer_tls: None,
+            admission: None,
         }
+    }
+
+    /// Checks every batch with `admission` before writing it (unless PCP admitted it, see
+    /// [`ADMITTED_HEADER`]), on a blocking pool of one job per core: a large batch holds
+    /// neither the async workers nor shutdown.
+    pub fn with_admission(mut self, admission: Arc<dyn Admission>) -> Self {
+        self.admission = Some((admission, pasa_runtime::blocking::Pool::per_core()));
+        self
+    }
+
+    /// Whether `request` must be checked: an admission is set, and PCP did not admit it already.
+    fn must_check<T>(&self, caller: &Caller, request: &Request<T>) -> bool {
+        let relayed_admitted = request.metadata().get(ADMITTED_HEADER).is_some()
+            && matches!(caller, Caller::Unverified | Caller::Operator(_));
+        self.admission.is_some() && !relayed_admitted
+    }
+
+    /// Checks a batch with the admission, if any: its errors, and (when there are some) the
+    /// store's own errors of the other documents, so that one answer names every bad document.
+    /// The batch comes back to be written.
+    async fn admit(&self, req: ApplyRequest) -> Result<(ApplyRequest, Vec<DocumentError>), Status> {
+        let Some((admission, pool)) = &self.admission else {
+            return Ok((req, Vec::new()));
+        };
+        let admission = admission.clone();
+        let (req, checked) = pool
+            .run(move || {
+                let checked = admission.check(&req.documents);
+                (req, checked)
+            })
+            .await
+            .map_err(|e| Status::internal(format!("checking the batch failed: {e}")))?;
+        let mut errors = checked.map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if errors.is_empty() {
+            return Ok((req, errors));
+        }
+        if let Ok(dry) = self.store.apply(req.documents.clone(), true).await {
+            let named: std::collections::HashSet<u32> = errors.iter().map(|e| e.index).collect();
+            errors.extend(dry.errors.into_iter().filter(|e| !named.contains(&e.index)));
+            errors.sort_by_key(|e| e.index);
+        }
+        Ok((req, errors))
     }
 
     /// The service deciding by `access`; `peer_tls` is how it reaches other replicas.
@@ -159,7 +236,18 @@ impl StoreApi for StoreService {
     ) -> Result<Response<ApplyResponse>, Status> {
         let caller = self.access.caller("Apply", &request)?;
         self.access.write("Apply", &caller)?;
-        let req = request.into_inner();
+        let check = self.must_check(&caller, &request);
+        let mut req = request.into_inner();
+        if check {
+            let errors;
+            (req, errors) = self.admit(req).await?;
+            if !errors.is_empty() {
+                return Ok(Response::new(ApplyResponse {
+                    errors,
+                    ..Default::default()
+                }));
+            }
+        }
         Ok(Response::new(
             self.store.apply(req.documents, req.dry_run).await?,
         ))

@@ -9,7 +9,8 @@
 //! **Contact.** An entry is refreshed by each report on its agent's report stream. When the stream
 //! ends, or no report arrives for three heartbeat intervals (a silent network partition leaves
 //! the stream open), the entry shows as lost contact, and after the expiry
-//! (`--proxy-status-expiry`) it is removed: agents that vanish expire.
+//! (`--proxy-status-expiry`) it is removed: agents that vanish expire. An agent that stops cleanly
+//! says so in its last report (`stopping`), and its entry goes at once.
 //!
 //! **Bounded.** Each entry keeps at most [`MAX_CONNECTIONS`] connections and generators, and
 //! texts (NACK errors, reasons, names) are cut at [`MAX_TEXT`] bytes.
@@ -220,6 +221,18 @@ impl ProxyTable {
         self.shared.metrics.proxy_reports.inc();
     }
 
+    /// The agent reporting on `stream` stopped cleanly: its entry goes, unless another stream
+    /// (a new agent for the same node) feeds it now.
+    fn forget(&self, stream: u64, node_id: &str) {
+        let mut table = self.table();
+        if let Some(entry) = table.entries.get(node_id)
+            && entry.stream.is_none_or(|s| s == stream)
+        {
+            self.shift(entry.counted, -1);
+            table.entries.remove(node_id);
+        }
+    }
+
     fn closed_at(&self, stream: u64, node_id: &str, now: Instant) {
         let mut table = self.table();
         if let Some(entry) = table.entries.get_mut(node_id)
@@ -340,6 +353,10 @@ impl ReportStream {
             }
             Some(_) => {}
             None => self.node_id = Some(status.node_id.clone()),
+        }
+        if status.stopping {
+            self.table.forget(self.id, &status.node_id);
+            return Ok(());
         }
         if *self.table.shared.closing.borrow() {
             return Err(StatusError::ShuttingDown);
@@ -546,6 +563,50 @@ mod tests {
         assert!(table.list(&all())[0].connected);
         drop(new);
         assert!(!table.list(&all())[0].connected);
+    }
+
+    #[test]
+    fn a_stopping_agent_is_forgotten_at_once_and_a_killed_one_is_not() {
+        let metrics = Metrics::new();
+        let table = ProxyTable::new(Duration::from_secs(300), metrics.clone());
+        let mut leaving = table.open_stream();
+        leaving.report(Some(status("a", "a", "ns"))).unwrap();
+        let mut killed = table.open_stream();
+        killed.report(Some(status("b", "b", "ns"))).unwrap();
+        let goodbye = ProxyStatus {
+            stopping: true,
+            ..status("a", "a", "ns")
+        };
+        leaving.report(Some(goodbye)).unwrap();
+        drop(leaving);
+        drop(killed);
+        let listed = table.list(&all());
+        assert_eq!(listed.len(), 1, "only the killed agent is left");
+        assert_eq!(listed[0].status.as_ref().unwrap().node_id, "b");
+        assert!(!listed[0].connected);
+        let text = metrics_text(&metrics);
+        assert!(
+            text.contains("pasa_store_proxies{state=\"synced\"} 0")
+                && text.contains("pasa_store_proxies{state=\"disconnected\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_goodbye_on_an_old_stream_leaves_the_new_agents_entry() {
+        let table = ProxyTable::new(Duration::from_secs(300), Metrics::new());
+        let mut old = table.open_stream();
+        old.report(Some(status("n", "p", "ns"))).unwrap();
+        let mut new = table.open_stream();
+        new.report(Some(status("n", "p", "ns"))).unwrap();
+        old.report(Some(ProxyStatus {
+            stopping: true,
+            ..status("n", "p", "ns")
+        }))
+        .unwrap();
+        let listed = table.list(&all());
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].connected);
     }
 
     #[test]

@@ -99,11 +99,12 @@ async fn acknowledged_writes_survive_sigkill() {
         &mut client,
         vec![
             json!({"apiVersion": "networking.istio.io/v1", "kind": "Sidecar",
-                    "metadata": {"name": "after", "namespace": "crash"}}),
+                    "metadata": {"name": "after", "namespace": "crash"},
+                    "spec": {"egress": [{"hosts": ["./*"]}]}}),
         ],
     )
     .await;
-    assert!(r.errors.is_empty());
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
 }
 
 fn docs_of(docs: Vec<serde_json::Value>) -> Vec<pasa_proto::store::v1::ApplyDocument> {

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::io;
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +37,20 @@ pub enum ServeError {
         "{path} exists and is not a socket; refusing to replace it (choose another socket path)"
     )]
     NotASocket { path: PathBuf },
+    #[error(
+        "{path} is in use: another agent serves it (a connection to it was answered); stop \
+         that agent, or give this one another socket path (--uds)"
+    )]
+    InUse { path: PathBuf },
+    #[error(
+        "cannot tell whether another process serves the socket {path}: {source} (remove the \
+         file if no agent runs, or choose another socket path)"
+    )]
+    Probe {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("cannot remove the stale socket {path}: {source}")]
     RemoveStale {
         path: PathBuf,
@@ -224,11 +238,72 @@ impl SecretDiscoveryService for AdsService {
 /// How long connections may stay open after their streams were ended at shutdown.
 const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Binds `path` (removing a stale socket left by an earlier run; any other kind of file there is an
-/// error). The returned listener is ready: clients may connect as soon as this returns.
-pub fn bind_unix(path: &Path) -> Result<UnixListener, ServeError> {
+/// How long the probe of an existing socket file waits for a connection to be taken: a listener
+/// that takes none within it (its backlog full, or its process stopped) still belongs to
+/// someone.
+const PROBE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A Unix socket this process bound: the listener, and the socket file it made.
+#[derive(Debug)]
+pub struct BoundSocket {
+    pub listener: UnixListener,
+    pub file: SocketFile,
+}
+
+/// The socket file a [`BoundSocket`] made, removed when dropped, unless the path holds another
+/// file by then (another process's socket is never removed).
+#[derive(Debug)]
+pub struct SocketFile {
+    path: PathBuf,
+    /// The device and inode of the file this process made.
+    made: (u64, u64),
+}
+
+impl SocketFile {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(meta) if (meta.dev(), meta.ino()) == self.made => {
+                if let Err(err) = std::fs::remove_file(&self.path) {
+                    tracing::warn!(path = %self.path.display(), error = %err, "socket file not removed");
+                }
+            }
+            Ok(_) => tracing::info!(
+                path = %self.path.display(),
+                "the socket path holds another process's file now; left in place"
+            ),
+            Err(err) => {
+                tracing::debug!(path = %self.path.display(), error = %err, "socket file already gone");
+            }
+        }
+    }
+}
+
+/// Binds `path`. A socket file already there is probed first: when something answers a
+/// connection to it, another process serves it and the bind is refused
+/// ([`ServeError::InUse`]); when nothing does, it is stale (left by a run that ended without
+/// removing it) and replaced. Any other kind of file there is an error. Probing blocks for at
+/// most [`PROBE_DEADLINE`]: call it off the async runtime's workers. The returned listener is
+/// ready: clients may connect as soon as this returns; its file goes when the [`SocketFile`] is
+/// dropped.
+pub fn bind_unix(path: &Path) -> Result<BoundSocket, ServeError> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
+            let answered = answers(path).map_err(|source| ServeError::Probe {
+                path: path.to_owned(),
+                source,
+            })?;
+            if answered {
+                return Err(ServeError::InUse {
+                    path: path.to_owned(),
+                });
+            }
+            tracing::info!(path = %path.display(), "replacing a stale socket file (nothing answers on it)");
             std::fs::remove_file(path).map_err(|source| ServeError::RemoveStale {
                 path: path.to_owned(),
                 source,
@@ -247,10 +322,51 @@ pub fn bind_unix(path: &Path) -> Result<UnixListener, ServeError> {
             });
         }
     }
-    UnixListener::bind(path).map_err(|source| ServeError::Bind {
+    let listener = UnixListener::bind(path).map_err(|source| ServeError::Bind {
         path: path.to_owned(),
         source,
+    })?;
+    let meta = std::fs::symlink_metadata(path).map_err(|source| ServeError::Bind {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(BoundSocket {
+        listener,
+        file: SocketFile {
+            path: path.to_owned(),
+            made: (meta.dev(), meta.ino()),
+        },
     })
+}
+
+/// Whether a process takes connections on the socket file `path`: `false` when the connection
+/// is refused (nobody listens: the file is stale) or the file went meanwhile.
+fn answers(path: &Path) -> io::Result<bool> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let target = path.to_owned();
+    // A connection to a listener whose backlog is full waits for it: on a thread of its own,
+    // which ends when the connection is taken or refused.
+    std::thread::Builder::new()
+        .name("socket-probe".into())
+        .spawn(move || {
+            let _ = tx.send(std::os::unix::net::UnixStream::connect(&target).map(drop));
+        })?;
+    match rx.recv_timeout(PROBE_DEADLINE) {
+        Ok(Ok(())) => Ok(true),
+        Ok(Err(err))
+            if matches!(
+                err.kind(),
+                io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+            ) =>
+        {
+            Ok(false)
+        }
+        Ok(Err(err)) => Err(err),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(true),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            Err(io::Error::other("the probe ended without an answer"))
+        }
+    }
 }
 
 /// Serves `service` on a loopback TCP listener (plaintext gRPC) until `shutdown` resolves: for
@@ -313,18 +429,29 @@ where
     }
 }
 
-/// Serves `service` on `listener` (see [`bind_unix`]) until `shutdown` resolves; then ends every
-/// open stream, waits for the connections to finish and removes the socket file `path`.
+/// Serves `service` on `socket` (see [`bind_unix`]) until `shutdown` resolves; then ends every
+/// open stream, waits for the connections to finish and removes the socket file (when it is
+/// still the one `socket` made).
 pub async fn serve_unix(
+    socket: BoundSocket,
+    service: AdsService,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let BoundSocket { listener, file } = socket;
+    let result = serve_listener(listener, service, shutdown).await;
+    drop(file);
+    result
+}
+
+/// Serves `service` on `listener` until `shutdown` resolves, leaving its socket file to whoever
+/// holds its [`SocketFile`].
+pub async fn serve_listener(
     listener: UnixListener,
-    path: &Path,
     service: AdsService,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let incoming = UnixListenerStream::new(listener).map(|conn| conn.map(authority::front));
-    let result = serve_incoming(incoming, service, shutdown).await;
-    if let Err(err) = std::fs::remove_file(path) {
-        tracing::debug!(path = %path.display(), error = %err, "socket file not removed");
-    }
-    result.map_err(ServeError::from)
+    serve_incoming(incoming, service, shutdown)
+        .await
+        .map_err(ServeError::from)
 }

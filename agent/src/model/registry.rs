@@ -1105,6 +1105,15 @@ fn meta_of(resource: &Resource) -> Meta {
     }
 }
 
+/// Why a stored resource is ignored: the field this agent could not read, and what it found.
+fn unreadable(e: &pasa_proto::object::FieldError) -> String {
+    format!(
+        "resource ignored: this agent cannot read {}: {} (is the agent older than the config, or \
+         was the config written past validation?)",
+        e.field, e.message
+    )
+}
+
 fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
     fn typed<T: DeserializeOwned>(resource: &Resource) -> Option<Config<T>> {
         match pasa_proto::istio::parse_spec_json::<T>(&resource.spec_json) {
@@ -1115,7 +1124,7 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
             Err(e) => {
                 tracing::warn!(kind = %resource.kind, namespace = %resource.namespace,
                     name = %resource.name, field = %e.field, error = %e.message,
-                    "resource ignored: this agent cannot read it (is it older than the config?)");
+                    "{}", unreadable(&e));
                 None
             }
         }
@@ -1187,6 +1196,23 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unreadable_resource_is_ignored_naming_the_field() {
+        let spec = serde_json::json!({"host": "cart", "trafficPolicy":
+            {"loadBalancer": {"simple": "FASTEST"}}});
+        let e = pasa_proto::istio::parse_spec_json::<
+            pasa_proto::istio::destination_rule::DestinationRule,
+        >(&spec.to_string())
+        .unwrap_err();
+        let message = unreadable(&e);
+        assert!(
+            message.starts_with(
+                "resource ignored: this agent cannot read spec.trafficPolicy.loadBalancer.simple: "
+            ) && message.contains("FASTEST"),
+            "{message}"
+        );
+    }
 
     fn endpoints_resource(spec: serde_json::Value) -> Resource {
         Resource {

@@ -109,6 +109,11 @@ impl Agent {
         }
     }
 
+    /// The agent's exit status once it has exited by itself, waiting at most `deadline`.
+    pub fn exited_within(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
+        self.process.exited_within(deadline)
+    }
+
     /// SIGTERM, then the exit status must be a success.
     pub fn terminate(self) {
         self.process.terminate();
@@ -116,6 +121,32 @@ impl Agent {
 }
 
 pub use pasa_testing::line_channel;
+
+/// Runs `pasa-agent` with `args` until it exits by itself (guarded by `WAIT`, then killed):
+/// its exit status and what it wrote on stderr.
+pub fn run_to_exit(args: &[&str]) -> (std::process::ExitStatus, String) {
+    use std::io::Read as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-agent"))
+        .args(args)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pasa-agent");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let mut process = pasa_testing::Process::new("pasa-agent", child);
+    let exited = process.exited_within(WAIT);
+    drop(process);
+    let text = reader.join().expect("the stderr reader");
+    let status = exited
+        .unwrap_or_else(|| panic!("pasa-agent did not exit within {WAIT:?}; it said:\n{text}"));
+    (status, text)
+}
 
 /// A minimal HTTP/1.1 GET: status code and body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {

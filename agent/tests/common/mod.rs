@@ -74,11 +74,10 @@ impl Harness {
         let metrics = Arc::new(Metrics::default());
         let service = AdsService::new(&publisher, status.clone()).with_metrics(metrics.clone());
         // Bound before the server task starts: clients can connect as soon as this returns.
-        let listener = bind_unix(&path).unwrap();
+        let socket = bind_unix(&path).unwrap();
         let (tx, rx) = oneshot::channel::<()>();
-        let server_path = path.clone();
         let server = tokio::spawn(async move {
-            serve_unix(listener, &server_path, service, async {
+            serve_unix(socket, service, async {
                 let _ = rx.await;
             })
             .await

@@ -4,6 +4,7 @@ mod agent;
 mod apply;
 mod delete;
 mod get;
+mod interrupt;
 mod proxy_config;
 pub mod proxy_status;
 mod status;
@@ -14,6 +15,7 @@ mod x;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use pasa_proto::client::ClientTls;
@@ -43,6 +45,11 @@ pub struct Cli {
     /// The private key of --cert.
     #[arg(long, global = true, env = "PASA_KEY", requires = "ca")]
     pub key: Option<std::path::PathBuf>,
+    /// How long one request to the server may take before pasactl gives up (`30s`, `2m`; 0 for
+    /// no limit). By default 30s, and 2m for each batch of `apply` and `delete`. `watch` runs
+    /// on; see its --liveness-timeout.
+    #[arg(long, global = true, value_parser = pasa_proto::duration::parse)]
+    pub request_timeout: Option<Duration>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -52,6 +59,54 @@ pub struct Cli {
 pub struct Server {
     pub address: String,
     pub tls: Option<ClientTls>,
+    /// `--request-timeout`: `None` for each command's own default, zero for no limit.
+    pub request_timeout: Option<Duration>,
+}
+
+/// How long a request may take unless `--request-timeout` says otherwise.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one batch of `apply -f` or `delete -f` may take (the store checks and writes up to
+/// 5,000 objects in one).
+pub const BATCH_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl Server {
+    /// The deadline of one request whose default is `default`; `None` for no limit.
+    pub fn deadline(&self, default: Duration) -> Option<Duration> {
+        match self.request_timeout {
+            Some(limit) if limit.is_zero() => None,
+            Some(limit) => Some(limit),
+            None => Some(default),
+        }
+    }
+
+    /// Runs `work` (connecting and asking the server) within the deadline of `what`; a server
+    /// that does not answer in time is named, with what to do.
+    pub async fn within<T>(
+        &self,
+        what: &str,
+        default: Duration,
+        work: impl Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<T> {
+        let Some(limit) = self.deadline(default) else {
+            return work.await;
+        };
+        match tokio::time::timeout(limit, work).await {
+            Ok(answer) => answer,
+            Err(_) => Err(anyhow::anyhow!(
+                "the server at {self} did not answer {what} within {}: it may be stopped, hung or overloaded (check that pasa-pcp is running and healthy; --request-timeout sets the limit, 0 for none)",
+                seconds(limit)
+            )),
+        }
+    }
+}
+
+/// `30s`, `2m`, `1500ms`, as a person reads a limit.
+pub fn seconds(d: Duration) -> String {
+    match d.as_millis() {
+        ms if ms % 60_000 == 0 && ms >= 60_000 => format!("{}m", ms / 60_000),
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms => format!("{ms}ms"),
+    }
 }
 
 impl std::fmt::Display for Server {
@@ -73,6 +128,7 @@ impl Cli {
         Ok(Server {
             address: self.server.clone(),
             tls,
+            request_timeout: self.request_timeout,
         })
     }
 }
@@ -117,6 +173,12 @@ pub struct FileArgs {
 #[derive(Debug)]
 pub struct Reported;
 
+/// The user stopped pasactl with Ctrl-C, and was told what was done (exit code 130, as a shell
+/// reports a process ended by SIGINT).
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted")]
+pub struct Interrupted;
+
 /// A usage error found after the command line was parsed (exit code 2, as clap's own).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -141,14 +203,15 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is::<Reported>() => ExitCode::FAILURE,
+        Err(e) if e.is::<Interrupted>() => ExitCode::from(130),
         Err(e) if e.is::<UsageError>() => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::from(2)
         }
         // The reader went away (`pasactl get vs -A | head`): stop quietly, as kubectl does.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }
@@ -178,6 +241,12 @@ async fn run(cli: Cli) -> CmdResult {
     }
 }
 
+/// An error and its causes on one line, each said once: a cause whose text is already in the
+/// line (an error that prints its own source) is not repeated.
+pub fn error_text(e: &anyhow::Error) -> String {
+    pasa_runtime::error::once_each(e.chain().map(ToString::to_string))
+}
+
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
         cause
@@ -204,9 +273,37 @@ pub async fn connect(server: &Server) -> anyhow::Result<StoreClient<Channel>> {
         })
 }
 
-/// A gRPC error as a user reads it.
-pub fn status_error(status: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{} ({:?})", status.message(), status.code())
+/// A gRPC error from the server at `server` as a user reads it, with the causes beneath it
+/// (a broken connection says why). An answer that is not gRPC at all (an HTTP server, PCP's own
+/// admin endpoint) says so and where the API is.
+pub fn status_error(server: &Server, status: tonic::Status) -> anyhow::Error {
+    // Each cause once: tonic's message often repeats the text of the error beneath it.
+    let first = std::error::Error::source(&status);
+    let transport = first.is_some();
+    let causes = std::iter::successors(first, |c| c.source()).map(ToString::to_string);
+    let detail =
+        pasa_runtime::error::once_each(std::iter::once(status.message().to_string()).chain(causes));
+    if not_grpc(&detail) {
+        return anyhow::anyhow!(
+            "the server at {server} answered, but not with the PASA API ({detail}): this is likely PCP's admin endpoint (/metrics, /healthz) or another HTTP server; the API is on PCP's gRPC port (--listen, 7400 by default): point --server or PASA_SERVER at it"
+        );
+    }
+    if transport {
+        // The connection failed, not the request.
+        return anyhow::anyhow!(
+            "the connection to the server at {server} failed: {detail} (is pasa-pcp running and healthy?)"
+        );
+    }
+    anyhow::anyhow!("{detail} ({:?})", status.code())
+}
+
+/// Whether an error's text says the peer is no gRPC server: an HTTP answer without gRPC's
+/// status or of another content type, or an HTTP/1-only peer that cannot read HTTP/2 (its
+/// HTTP/1 answer read as an HTTP/2 frame is one of an impossible size).
+fn not_grpc(detail: &str) -> bool {
+    detail.contains("grpc-status header missing")
+        || detail.contains("invalid content-type")
+        || detail.contains("frame with invalid size")
 }
 
 /// One problem of a batch as pasactl prints it: where (file, document, object), which field, what.
@@ -234,4 +331,60 @@ pub fn problem_line(
 /// `kind/namespace/name`, as pasactl prints objects.
 pub fn object_name(kind: &str, namespace: &str, name: &str) -> String {
     format!("{}/{}/{}", kind.to_ascii_lowercase(), namespace, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server() -> Server {
+        Server {
+            address: "127.0.0.1:7401".into(),
+            tls: None,
+            request_timeout: None,
+        }
+    }
+
+    #[test]
+    fn an_answer_that_is_not_grpc_says_where_the_api_is() {
+        let admin = tonic::Status::unimplemented(
+            "grpc-status header missing, mapped from HTTP status code 404",
+        );
+        let text = status_error(&server(), admin).to_string();
+        assert!(
+            text.starts_with("the server at 127.0.0.1:7401 answered, but not with the PASA API")
+                && text.contains("admin endpoint")
+                && text.contains("7400"),
+            "{text}"
+        );
+        let refused = tonic::Status::invalid_argument("batch too large");
+        assert_eq!(
+            status_error(&server(), refused).to_string(),
+            "batch too large (InvalidArgument)"
+        );
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = std::io::Error::from_raw_os_error(2);
+        let e = anyhow::Error::new(io).context(format!(
+            "cannot read x.yaml: {}",
+            std::io::Error::from_raw_os_error(2)
+        ));
+        let text = error_text(&e.context("applying"));
+        assert_eq!(text.matches("(os error 2)").count(), 1, "{text}");
+        assert!(text.starts_with("applying: cannot read x.yaml: "), "{text}");
+    }
+
+    #[test]
+    fn request_timeouts_default_per_command_and_zero_is_none() {
+        let mut s = server();
+        assert_eq!(s.deadline(BATCH_TIMEOUT), Some(BATCH_TIMEOUT));
+        s.request_timeout = Some(Duration::from_secs(2));
+        assert_eq!(s.deadline(BATCH_TIMEOUT), Some(Duration::from_secs(2)));
+        s.request_timeout = Some(Duration::ZERO);
+        assert_eq!(s.deadline(REQUEST_TIMEOUT), None);
+        assert_eq!(seconds(Duration::from_secs(120)), "2m");
+        assert_eq!(seconds(Duration::from_millis(1500)), "1500ms");
+    }
 }

@@ -18,10 +18,50 @@ fn unreachable_server_is_explained() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("cannot reach the store at 127.0.0.1:1"),
+        err.contains("cannot reach the store at 127.0.0.1:1: transport error: "),
+        "{err}"
+    );
+    // Why, said once: not only tonic's "transport error".
+    assert_eq!(
+        err.to_lowercase().matches("connection refused").count(),
+        1,
         "{err}"
     );
     assert!(err.contains("is pasa-pcp running?"), "{err}");
+}
+
+/// An OS error is said once, although the error that carries it also prints it.
+#[test]
+fn an_unreadable_file_is_explained_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+        .args(["--server", "127.0.0.1:1", "apply", "-f"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot read {}", missing.display())),
+        "{err}"
+    );
+    assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+}
+
+/// Logs read by a program (a pipe here) carry no colour codes; a terminal would get them
+/// unless NO_COLOR is set.
+#[test]
+fn logs_to_a_pipe_are_plain_text() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pasactl"))
+        .args(["--server", "127.0.0.1:1", "status"])
+        .env("RUST_LOG", "debug")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("DEBUG"), "a debug log line to look at: {err}");
+    assert!(!err.contains('\x1b'), "colour codes in a pipe: {err:?}");
 }
 
 #[test]

@@ -10,6 +10,15 @@
 //! (POST) and replaced (PUT, with optimistic concurrency on `metadata.resourceVersion`), which is
 //! what a Lease needs. Tests change objects, compact the history and cut open watches through
 //! its methods.
+//!
+//! It refuses what the real one refuses, since a kinder fake hides exactly the defects a real
+//! cluster shows first: a resource it does not serve (a CRD not installed, a group nobody
+//! serves) is 404; with roles loaded ([`FakeApiServer::enforce_rbac`]) a service account may do
+//! only what RBAC grants it (403 otherwise, in the API server's words); an object is created
+//! only in a namespace that exists; bodies over 3 MiB and objects over 1.5 MiB are refused;
+//! lists come in pages when asked, whose `continue` tokens expire with the history.
+
+mod rbac;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
@@ -31,55 +40,116 @@ struct Collection {
     plural: String,
 }
 
+/// The kinds the fake serves: (kind, API group, plural). A collection of any other (group,
+/// plural) is answered 404, as a real API server answers a resource it does not serve (a CRD
+/// not installed, or a group nobody serves, such as PASA's store-only kinds).
+const SERVED: &[(&str, &str, &str)] = &[
+    ("EndpointSlice", "discovery.k8s.io", "endpointslices"),
+    ("Namespace", "", "namespaces"),
+    ("Node", "", "nodes"),
+    ("Pod", "", "pods"),
+    ("Service", "", "services"),
+    ("Secret", "", "secrets"),
+    ("ConfigMap", "", "configmaps"),
+    ("Lease", "coordination.k8s.io", "leases"),
+    ("VirtualService", "networking.istio.io", "virtualservices"),
+    ("DestinationRule", "networking.istio.io", "destinationrules"),
+    ("ServiceEntry", "networking.istio.io", "serviceentries"),
+    ("WorkloadEntry", "networking.istio.io", "workloadentries"),
+    ("Sidecar", "networking.istio.io", "sidecars"),
+    ("Gateway", "networking.istio.io", "gateways"),
+    ("EnvoyFilter", "networking.istio.io", "envoyfilters"),
+    ("WorkloadGroup", "networking.istio.io", "workloadgroups"),
+    ("ProxyConfig", "networking.istio.io", "proxyconfigs"),
+    (
+        "PeerAuthentication",
+        "security.istio.io",
+        "peerauthentications",
+    ),
+    (
+        "AuthorizationPolicy",
+        "security.istio.io",
+        "authorizationpolicies",
+    ),
+    (
+        "RequestAuthentication",
+        "security.istio.io",
+        "requestauthentications",
+    ),
+    ("Telemetry", "telemetry.istio.io", "telemetries"),
+    ("WasmPlugin", "extensions.istio.io", "wasmplugins"),
+    (
+        "TrafficExtension",
+        "extensions.istio.io",
+        "trafficextensions",
+    ),
+    ("Ingress", "networking.k8s.io", "ingresses"),
+    ("IngressClass", "networking.k8s.io", "ingressclasses"),
+    (
+        "GatewayClass",
+        "gateway.networking.k8s.io",
+        "gatewayclasses",
+    ),
+    ("Gateway", "gateway.networking.k8s.io", "gateways"),
+    ("HTTPRoute", "gateway.networking.k8s.io", "httproutes"),
+    ("GRPCRoute", "gateway.networking.k8s.io", "grpcroutes"),
+    ("TCPRoute", "gateway.networking.k8s.io", "tcproutes"),
+    ("TLSRoute", "gateway.networking.k8s.io", "tlsroutes"),
+    (
+        "ReferenceGrant",
+        "gateway.networking.k8s.io",
+        "referencegrants",
+    ),
+    (
+        "BackendTLSPolicy",
+        "gateway.networking.k8s.io",
+        "backendtlspolicies",
+    ),
+    ("ListenerSet", "gateway.networking.k8s.io", "listenersets"),
+    (
+        "XBackendTrafficPolicy",
+        "gateway.networking.x-k8s.io",
+        "xbackendtrafficpolicies",
+    ),
+    ("XBackend", "gateway.networking.x-k8s.io", "xbackends"),
+    (
+        "InferencePool",
+        "inference.networking.k8s.io",
+        "inferencepools",
+    ),
+];
+
 /// Where the objects of `apiVersion` and `kind` are served, and whether they are namespaced.
 fn collection_of(api_version: &str, kind: &str) -> (Collection, bool) {
-    let prefix = if api_version.contains('/') {
-        format!("apis/{api_version}")
-    } else {
-        format!("api/{api_version}")
+    let (group, prefix) = match api_version.rsplit_once('/') {
+        Some((group, _)) => (group, format!("apis/{api_version}")),
+        None => ("", format!("api/{api_version}")),
     };
-    let plural = match kind {
-        "EndpointSlice" => "endpointslices",
-        "Namespace" => "namespaces",
-        "Node" => "nodes",
-        "Pod" => "pods",
-        "Service" => "services",
-        "Lease" => "leases",
-        "VirtualService" => "virtualservices",
-        "DestinationRule" => "destinationrules",
-        "ServiceEntry" => "serviceentries",
-        "WorkloadEntry" => "workloadentries",
-        "Sidecar" => "sidecars",
-        "Gateway" => "gateways",
-        "PeerAuthentication" => "peerauthentications",
-        "AuthorizationPolicy" => "authorizationpolicies",
-        "RequestAuthentication" => "requestauthentications",
-        "EnvoyFilter" => "envoyfilters",
-        "WorkloadGroup" => "workloadgroups",
-        "ProxyConfig" => "proxyconfigs",
-        "Telemetry" => "telemetries",
-        "WasmPlugin" => "wasmplugins",
-        "TrafficExtension" => "trafficextensions",
-        "Ingress" => "ingresses",
-        "IngressClass" => "ingressclasses",
-        "Secret" => "secrets",
-        "ConfigMap" => "configmaps",
-        "GatewayClass" => "gatewayclasses",
-        "HTTPRoute" => "httproutes",
-        "GRPCRoute" => "grpcroutes",
-        "TCPRoute" => "tcproutes",
-        "TLSRoute" => "tlsroutes",
-        "ReferenceGrant" => "referencegrants",
-        "BackendTLSPolicy" => "backendtlspolicies",
-        "ListenerSet" => "listenersets",
-        "XBackendTrafficPolicy" => "xbackendtrafficpolicies",
-        "XBackend" => "xbackends",
-        "InferencePool" => "inferencepools",
-        other => panic!("the fake API server does not serve {other}"),
-    }
-    .to_string();
+    let Some((_, _, plural)) = SERVED.iter().find(|(k, g, _)| *k == kind && *g == group) else {
+        panic!("the fake API server does not serve {kind} of {api_version}")
+    };
     let namespaced = !matches!(kind, "Namespace" | "Node" | "IngressClass" | "GatewayClass");
-    (Collection { prefix, plural }, namespaced)
+    (
+        Collection {
+            prefix,
+            plural: plural.to_string(),
+        },
+        namespaced,
+    )
+}
+
+/// The API group of a collection (`""` for the core group).
+fn group_of(collection: &Collection) -> &str {
+    let version = api_version_of(collection);
+    version.rsplit_once('/').map_or("", |(group, _)| group)
+}
+
+/// Whether the fake serves a collection at all (any version of a served group and plural).
+fn served(collection: &Collection) -> bool {
+    let group = group_of(collection);
+    SERVED
+        .iter()
+        .any(|(_, g, p)| *g == group && *p == collection.plural)
 }
 
 /// The `apiVersion` of a collection's objects.
@@ -89,6 +159,61 @@ fn api_version_of(collection: &Collection) -> &str {
         .or_else(|| p.strip_prefix("api/"))
         .unwrap_or(p)
 }
+
+/// The RBAC manifests PASA ships, in `deploy/base`: the syncer's ClusterRole and the Lease's
+/// Role, with their bindings to PCP's service account `pasa-system/pasa-pcp`.
+pub fn shipped_rbac() -> Vec<Value> {
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/base");
+    [
+        "clusterrole.yaml",
+        "clusterrolebinding.yaml",
+        "role.yaml",
+        "rolebinding.yaml",
+    ]
+    .iter()
+    .map(|file| {
+        let path = base.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    })
+    .collect()
+}
+
+/// [`shipped_rbac`] less `resource` (a plural) in its ClusterRole: a cluster whose
+/// administrator left a kind out.
+pub fn shipped_rbac_without(resource: &str) -> Vec<Value> {
+    let mut rbac = shipped_rbac();
+    for manifest in rbac.iter_mut().filter(|m| m["kind"] == "ClusterRole") {
+        for rule in manifest["rules"].as_array_mut().into_iter().flatten() {
+            if let Some(resources) = rule["resources"].as_array_mut() {
+                resources.retain(|r| r != resource);
+            }
+        }
+    }
+    rbac
+}
+
+/// A ClusterRole that lets service account `namespace/name` get, list and watch `resource`
+/// of `group`, and its binding: what an administrator grants to mend [`shipped_rbac_without`].
+pub fn grant_reading(namespace: &str, name: &str, group: &str, resource: &str) -> Vec<Value> {
+    let role = format!("read-{resource}");
+    vec![
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": role},
+               "rules": [{"apiGroups": [group], "resources": [resource],
+                          "verbs": ["get", "list", "watch"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": role},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": role},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}),
+    ]
+}
+
+/// The largest request body the API server reads (3 MiB).
+const MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
+/// The largest object etcd stores (1.5 MiB).
+const MAX_OBJECT_BYTES: usize = 3 * 512 * 1024;
 
 /// (collection, namespace, name).
 type ObjectKey = (Collection, String, String);
@@ -119,6 +244,8 @@ struct Shared {
     watches: AtomicUsize,
     /// Collections answered 404, as for a CRD (or version) not installed.
     unserved: Mutex<Vec<Collection>>,
+    /// Roles and bindings, once enforced: requests are then authorised as RBAC does.
+    rbac: Mutex<Option<rbac::Rbac>>,
 }
 
 pub struct FakeApiServer {
@@ -159,6 +286,7 @@ impl FakeApiServer {
             lists: Mutex::new(BTreeMap::new()),
             watches: AtomicUsize::new(0),
             unserved: Mutex::new(Vec::new()),
+            rbac: Mutex::new(None),
         });
         let app = Router::new().fallback(serve).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -173,6 +301,29 @@ impl FakeApiServer {
     pub fn client(&self) -> kube::Client {
         let config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
         kube::Client::try_from(config).unwrap()
+    }
+
+    /// A client of this server that authenticates as the service account `namespace/name`
+    /// (what a pod of that account, or a kubeconfig with its token, presents).
+    pub fn client_as(&self, namespace: &str, name: &str) -> kube::Client {
+        let mut config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
+        config.auth_info =
+            serde_json::from_value(json!({"token": rbac::token_of(namespace, name)})).unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// The bearer token of the service account `namespace/name` (for a kubeconfig's user).
+    pub fn token_for(namespace: &str, name: &str) -> String {
+        rbac::token_of(namespace, name)
+    }
+
+    /// Authorises every request from now on as Kubernetes' RBAC does, with the Roles,
+    /// ClusterRoles and their bindings among `manifests` (more calls add more): a service
+    /// account ([`FakeApiServer::client_as`]) may do only what a role bound to it allows, and an
+    /// anonymous client ([`FakeApiServer::client`]) nothing.
+    pub fn enforce_rbac(&self, manifests: &[Value]) {
+        let mut rbac = self.shared.rbac.lock().unwrap();
+        rbac.get_or_insert_with(Default::default).load(manifests);
     }
 
     /// Creates or replaces `object` (a complete object with apiVersion, kind and metadata); the
@@ -364,6 +515,7 @@ async fn serve(
     State(shared): State<Arc<Shared>>,
     method: Method,
     uri: Uri,
+    headers: HeaderMap,
     Query(query): Query<BTreeMap<String, String>>,
     body: Bytes,
 ) -> Response {
@@ -374,6 +526,40 @@ async fn serve(
             format!("no route {}", uri.path()),
         );
     };
+    // Authorisation comes first: a resource nobody serves is refused 403 as well, as the real
+    // API server refuses it to a caller whose roles do not name it.
+    if let Some(rbac) = shared.rbac.lock().unwrap().as_ref() {
+        let watching = query.get("watch").map(String::as_str) == Some("true");
+        let verb = match (&method, &target.name) {
+            (&Method::GET, None) if watching => "watch",
+            (&Method::GET, None) => "list",
+            (&Method::GET, Some(_)) => "get",
+            (&Method::POST, _) => "create",
+            (&Method::PUT, _) => "update",
+            (&Method::DELETE, _) => "delete",
+            _ => "unknown",
+        };
+        let attributes = rbac::Attributes {
+            verb,
+            group: group_of(&target.collection),
+            resource: &target.collection.plural,
+            namespace: target.namespace.as_deref(),
+            name: target.name.as_deref(),
+        };
+        let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
+        let subject = rbac::subject_of(authorization);
+        if !rbac.allows(subject.as_ref(), &attributes) {
+            let message = rbac::forbidden_message(subject.as_ref(), &attributes);
+            return status(StatusCode::FORBIDDEN, "Forbidden", message);
+        }
+    }
+    if !served(&target.collection) {
+        let message = format!(
+            "the server could not find the requested resource ({})",
+            uri.path()
+        );
+        return status(StatusCode::NOT_FOUND, "NotFound", message);
+    }
     if shared.unserved.lock().unwrap().contains(&target.collection) {
         let message = format!("{} is not served", uri.path());
         return status(StatusCode::NOT_FOUND, "NotFound", message);
@@ -382,7 +568,7 @@ async fn serve(
         (Method::GET, None) if query.get("watch").map(String::as_str) == Some("true") => {
             watch_collection(shared, target, &query)
         }
-        (Method::GET, None) => list(&shared, &target),
+        (Method::GET, None) => list(&shared, &target, &query),
         (Method::GET, Some(name)) => {
             let h = shared.history.lock().unwrap();
             let key = (
@@ -400,6 +586,19 @@ async fn serve(
             }
         }
         (Method::POST, None) | (Method::PUT, Some(_)) => {
+            // The API server's limits: a request body, and what etcd stores of one object.
+            if body.len() > MAX_REQUEST_BYTES {
+                let message = format!("Request entity too large: limit is {MAX_REQUEST_BYTES}");
+                return status(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "RequestEntityTooLarge",
+                    message,
+                );
+            }
+            if body.len() > MAX_OBJECT_BYTES {
+                let message = "etcdserver: request is too large".to_string();
+                return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", message);
+            }
             let Ok(mut object) = serde_json::from_slice::<Value>(&body) else {
                 return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
             };
@@ -409,6 +608,18 @@ async fn serve(
             }
             let key = key_of(&object);
             let mut h = shared.history.lock().unwrap();
+            // An object is created only in a namespace that exists, as the API server has it.
+            let namespace_key = |ns: &str| {
+                let (collection, _) = collection_of("v1", "Namespace");
+                (collection, String::new(), ns.to_string())
+            };
+            if !key.1.is_empty() && !h.objects.contains_key(&namespace_key(&key.1)) {
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    format!("namespaces \"{}\" not found", key.1),
+                );
+            }
             let existing = h.objects.get(&key).cloned();
             match (&existing, target.name.is_some()) {
                 (Some(_), false) => {
@@ -478,26 +689,70 @@ fn in_target(target: &Target, collection: &Collection, object: &Value) -> bool {
             .is_none_or(|ns| object["metadata"]["namespace"].as_str() == Some(ns))
 }
 
-fn list(shared: &Shared, target: &Target) -> Response {
-    *shared
-        .lists
-        .lock()
-        .unwrap()
-        .entry(target.collection.plural.clone())
-        .or_default() += 1;
+/// A list, in pages of `limit` objects when asked (kube's watcher asks for 500): each page but
+/// the last carries a `continue` token, which expires (410) once the history it was taken at
+/// is compacted, as the real API server's do.
+fn list(shared: &Shared, target: &Target, query: &BTreeMap<String, String>) -> Response {
     let h = shared.history.lock().unwrap();
-    let items: Vec<&Value> = h
+    let limit = query
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let (revision, offset) = match query.get("continue").filter(|c| !c.is_empty()) {
+        None => {
+            *shared
+                .lists
+                .lock()
+                .unwrap()
+                .entry(target.collection.plural.clone())
+                .or_default() += 1;
+            (h.revision, 0)
+        }
+        Some(token) => {
+            let parsed = token
+                .split_once('/')
+                .and_then(|(r, o)| Some((r.parse::<u64>().ok()?, o.parse::<usize>().ok()?)));
+            match parsed {
+                Some((revision, _)) if revision < h.oldest => {
+                    let message = "The provided continue parameter is too old to display a \
+                                   consistent list result. You can start a new list without \
+                                   the continue parameter.";
+                    return status(StatusCode::GONE, "Expired", message.into());
+                }
+                Some(at) => at,
+                None => {
+                    let message = format!("invalid continue token {token:?}");
+                    return status(StatusCode::BAD_REQUEST, "BadRequest", message);
+                }
+            }
+        }
+    };
+    let matching = h
         .objects
         .iter()
         .filter(|((c, _, _), o)| in_target(target, c, o))
-        .map(|(_, o)| o)
+        .map(|(_, o)| o);
+    let items: Vec<&Value> = matching
+        .skip(offset)
+        .take(limit.unwrap_or(usize::MAX))
         .collect();
+    let end = offset + items.len();
+    let more = h
+        .objects
+        .iter()
+        .filter(|((c, _, _), o)| in_target(target, c, o))
+        .nth(end)
+        .is_some();
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if more {
+        metadata["continue"] = json!(format!("{revision}/{end}"));
+    }
     json_response(
         StatusCode::OK,
         &json!({
             "apiVersion": "v1",
             "kind": "List",
-            "metadata": {"resourceVersion": h.revision.to_string()},
+            "metadata": metadata,
             "items": items,
         }),
     )

@@ -1,6 +1,7 @@
 //! Following a resource of the cluster: a watcher into a reflector (the store of what the
 //! cluster holds, read by the conversion), with objects trimmed to what is read, and the version
-//! of a kind the cluster serves.
+//! of a kind the cluster serves. A failed list or watch comes out of the stream as a
+//! [`Problem`] (the watcher retries with backoff), so that the syncer can say what it waits for.
 
 use std::sync::Arc;
 
@@ -13,6 +14,10 @@ use kube::{Api, Client, Resource};
 
 use crate::convert::Pod;
 use crate::metrics::SyncMetrics;
+use crate::problem::{Problem, Reason};
+
+/// What a followed resource's stream yields: an event, or why the last list or watch failed.
+pub type Followed<K> = Result<watcher::Event<K>, Problem>;
 
 /// A watcher of `K` into a reflector: events come out after the store has them. Objects are
 /// trimmed by `trim` first (a pod's containers and status are not read, and at 100,000 pods
@@ -22,10 +27,7 @@ pub fn follow<K>(
     trim: fn(&mut K),
     resource: &'static str,
     metrics: Arc<SyncMetrics>,
-) -> (
-    Store<K>,
-    impl Stream<Item = watcher::Event<K>> + Send + 'static,
-)
+) -> (Store<K>, impl Stream<Item = Followed<K>> + Send + 'static)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -45,10 +47,7 @@ pub fn follow_selected<K>(
     trim: fn(&mut K),
     resource: &'static str,
     metrics: Arc<SyncMetrics>,
-) -> (
-    Store<K>,
-    impl Stream<Item = watcher::Event<K>> + Send + 'static,
-)
+) -> (Store<K>, impl Stream<Item = Followed<K>> + Send + 'static)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -72,7 +71,7 @@ pub fn follow_into<K>(
     trim: fn(&mut K),
     resource: &'static str,
     metrics: Arc<SyncMetrics>,
-) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
+) -> impl Stream<Item = Followed<K>> + Send + 'static
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
@@ -94,7 +93,7 @@ fn watch_into<K>(
     trim: fn(&mut K),
     resource: &'static str,
     metrics: Arc<SyncMetrics>,
-) -> impl Stream<Item = watcher::Event<K>> + Send + 'static
+) -> impl Stream<Item = Followed<K>> + Send + 'static
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
@@ -106,23 +105,17 @@ where
         })
         .default_backoff()
         .reflect(writer)
-        .filter_map(move |event| {
-            let metrics = metrics.clone();
-            async move {
-                match event {
-                    Ok(e) => {
-                        if matches!(e, watcher::Event::Init) {
-                            metrics.listed(resource);
-                        }
-                        Some(e)
-                    }
-                    // The watcher retries with backoff; a refused watch is worth hearing of.
-                    Err(e) => {
-                        metrics.watch_failed(resource);
-                        tracing::warn!(resource, error = %e, "watching the cluster");
-                        None
-                    }
+        .map(move |event| match event {
+            Ok(e) => {
+                if matches!(e, watcher::Event::Init) {
+                    metrics.listed(resource);
                 }
+                Ok(e)
+            }
+            // The watcher retries with backoff; the syncer tells of the failure.
+            Err(e) => {
+                metrics.watch_failed(resource);
+                Err(Problem::of_watch(&e))
             }
         })
 }
@@ -148,31 +141,41 @@ pub fn trim_config(obj: &mut DynamicObject) {
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// The version of a kind to read: the newest of `versions` the cluster serves; `None` when it
-/// serves none (the CRD is not installed).
+/// Which version of a kind the cluster serves.
+#[derive(Debug, Clone)]
+pub enum Served {
+    /// The newest of the versions asked for that the cluster serves.
+    At(ApiResource),
+    /// None of them: the CRD is not installed.
+    No,
+}
+
+/// The version of a kind to read: the newest of `versions` the cluster serves, asked by
+/// listing one object of each. A refusal (RBAC's 403) or an API server that cannot be reached
+/// is an error: the kind may well be served, and taking it for absent would delete what the
+/// store holds of it.
 pub async fn served_version(
     client: &Client,
     group: &str,
     kind: &str,
     plural: &str,
     versions: &[&str],
-) -> Option<ApiResource> {
+) -> Result<Served, Problem> {
     for version in versions {
         let gvk = GroupVersionKind::gvk(group, version, kind);
         let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         match api.list_metadata(&ListParams::default().limit(1)).await {
-            Ok(_) => return Some(resource),
-            Err(kube::Error::Api(e)) if e.code == 404 => continue,
-            // Not known yet (the API server is away, or RBAC refuses): the watcher retries.
+            Ok(_) => return Ok(Served::At(resource)),
             Err(e) => {
-                tracing::warn!(kind, error = %e, "cannot tell which version the cluster serves");
-                return Some(resource);
+                let problem = Problem::of(&e);
+                if problem.reason != Reason::NotFound {
+                    return Err(problem);
+                }
             }
         }
     }
-    tracing::info!(kind, "not served by this cluster (no CRD): not followed");
-    None
+    Ok(Served::No)
 }
 
 /// A pod as the syncer keeps it: without annotations, and of its owners only its controller's

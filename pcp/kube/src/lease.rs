@@ -20,6 +20,21 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::problem::{Problem, Reason};
+
+/// Where a candidate stands, for readiness.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseState {
+    /// This candidate holds the lease.
+    pub leading: bool,
+    /// Who holds it, as last read (`None` before the first read, or when nobody does).
+    pub holder: Option<String>,
+    /// Why the last round could not read or write the lease, and what to do about it.
+    pub problem: Option<String>,
+    /// A round has completed (the lease was read, or the attempt failed).
+    pub tried: bool,
+}
+
 /// How long a lease lasts and how often it is renewed or tried.
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseTiming {
@@ -49,6 +64,10 @@ pub struct Elector {
     timing: LeaseTiming,
     /// The record last seen (holder, renew time) and when this candidate saw it change.
     observed: Option<(Option<String>, Option<MicroTime>, Instant)>,
+    /// The lease's namespace, for messages.
+    namespace: String,
+    /// The API server's address, for messages.
+    server: Option<String>,
 }
 
 /// A running candidate: `leading()` says whether it holds the lease. Dropping it stops the
@@ -56,6 +75,7 @@ pub struct Elector {
 /// resign`] gives it up at once.
 pub struct Candidate {
     leading: watch::Receiver<bool>,
+    state: watch::Receiver<LeaseState>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -70,6 +90,11 @@ impl Candidate {
     /// True while this candidate holds the lease.
     pub fn leading(&self) -> watch::Receiver<bool> {
         self.leading.clone()
+    }
+
+    /// Where this candidate stands (leading, the holder, why it cannot take part).
+    pub fn state(&self) -> watch::Receiver<LeaseState> {
+        self.state.clone()
     }
 
     /// Stops competing and, when holding the lease, gives it up so that a standby takes over
@@ -97,16 +122,26 @@ impl Elector {
             identity: identity.to_string(),
             timing,
             observed: None,
+            namespace: namespace.to_string(),
+            server: None,
         }
+    }
+
+    /// Names the API server (its URL) in what the candidate says when it cannot reach it.
+    pub fn with_server(mut self, server: &str) -> Elector {
+        self.server = Some(server.to_string());
+        self
     }
 
     /// Starts competing.
     pub fn start(self) -> Candidate {
         let (leading_tx, leading) = watch::channel(false);
+        let (state_tx, state) = watch::channel(LeaseState::default());
         let (stop, stop_rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(self.run(leading_tx, stop_rx));
+        let task = tokio::spawn(self.run(leading_tx, state_tx, stop_rx));
         Candidate {
             leading,
+            state,
             stop: Some(stop),
             task,
         }
@@ -115,17 +150,19 @@ impl Elector {
     async fn run(
         mut self,
         leading: watch::Sender<bool>,
+        state: watch::Sender<LeaseState>,
         mut stop: tokio::sync::oneshot::Receiver<()>,
     ) {
         let mut last_renewed: Option<Instant> = None;
         loop {
-            let held = match self.try_acquire_or_renew().await {
-                Ok(held) => held,
-                Err(e) => {
-                    tracing::warn!(lease = %self.name, error = %e, "cannot read or write the lease");
-                    false
-                }
+            let (held, problem) = match self.try_acquire_or_renew().await {
+                Ok(held) => (held, None),
+                Err(e) => (false, Some(self.problem(&e))),
             };
+            if problem.is_some() && state.borrow().problem != problem {
+                tracing::warn!(lease = %self.name, namespace = %self.namespace,
+                    "{}", problem.as_deref().unwrap_or_default());
+            }
             let now = Instant::now();
             if held {
                 last_renewed = Some(now);
@@ -144,6 +181,22 @@ impl Elector {
                     "leadership changed");
                 let _ = leading.send(is_leader);
             }
+            let holder = if is_leader {
+                Some(self.identity.clone())
+            } else {
+                self.observed.as_ref().and_then(|(h, _, _)| h.clone())
+            };
+            state.send_if_modified(|s| {
+                let now = LeaseState {
+                    leading: is_leader,
+                    holder,
+                    problem,
+                    tried: true,
+                };
+                let changed = *s != now;
+                *s = now;
+                changed
+            });
             let wait = if is_leader {
                 self.timing.renew_every
             } else {
@@ -160,6 +213,29 @@ impl Elector {
                 () = tokio::time::sleep(wait) => {}
             }
         }
+    }
+
+    /// Why a round failed, and what to do about it.
+    fn problem(&self, e: &kube::Error) -> String {
+        let (ns, name) = (&self.namespace, &self.name);
+        let problem = Problem::of(e);
+        let what = match problem.reason {
+            Reason::NotFound if problem.message.contains("namespaces") => format!(
+                "the namespace {ns} does not exist: create it (kubectl create namespace {ns}), \
+                 or name the Lease's namespace with --lease-namespace"
+            ),
+            Reason::Forbidden => format!(
+                "PCP's service account may not read or write leases in {ns}: bind it a Role \
+                 with create, and get and update on {name} (deploy/base/role.yaml and \
+                 rolebinding.yaml, in the namespace --lease-namespace names)"
+            ),
+            Reason::Unreachable => {
+                let server = self.server.as_deref().unwrap_or("the API server");
+                problem.hint(server).unwrap_or_default()
+            }
+            _ => "retrying".to_string(),
+        };
+        format!("cannot take part in the election on Lease {ns}/{name}: {problem}; {what}")
     }
 
     /// One round: takes or renews the lease when this candidate may; true when it holds it.

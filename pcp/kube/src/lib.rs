@@ -10,6 +10,7 @@ pub mod ingress;
 pub mod lease;
 pub mod metrics;
 pub mod namespaces;
+pub mod problem;
 pub mod pull_secrets;
 pub mod selectors;
 pub mod syncer;

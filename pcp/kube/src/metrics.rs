@@ -19,8 +19,18 @@ pub struct ResourceLabels {
     pub resource: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WaitingLabels {
+    /// As kubectl names it: `pods`, `virtualservices.networking.istio.io`.
+    pub resource: String,
+    /// `listing`, or why its last request failed: `forbidden`, `not_found`, `unreachable`,
+    /// `error`.
+    pub reason: &'static str,
+}
+
 #[derive(Default)]
 pub struct SyncMetrics {
+    pub waiting: Family<WaitingLabels, Gauge>,
     pub writes: Family<ResultLabels, Counter>,
     pub lists: Family<ResourceLabels, Counter>,
     pub watch_failures: Family<ResourceLabels, Counter>,
@@ -52,11 +62,35 @@ impl SyncMetrics {
             self.leader.clone(),
         );
         registry.register(
+            "pasa_kube_waiting",
+            "1 for each resource the syncer's first complete comparison waits for, with why \
+             (listing, or the reason its last request failed: forbidden, not_found, \
+             unreachable, error)",
+            self.waiting.clone(),
+        );
+        registry.register(
             "pasa_kube_synced",
             "1 once the syncer has compared the whole cluster with the store (after it starts \
              leading), else 0",
             self.synced.clone(),
         );
+    }
+
+    /// Shows what `status` says the first sync waits for.
+    pub(crate) fn set_waiting(&self, status: &crate::syncer::SyncStatus) {
+        self.waiting.clear();
+        for resource in &status.waiting {
+            let reason = status
+                .problems
+                .get(resource)
+                .map_or("listing", |p| p.reason.as_str());
+            self.waiting
+                .get_or_create(&WaitingLabels {
+                    resource: resource.clone(),
+                    reason,
+                })
+                .set(1);
+        }
     }
 
     pub(crate) fn wrote(&self, result: &'static str) {

@@ -35,7 +35,10 @@ impl Namespaces {
                         applied_tx.send_modify(|n| *n += 1);
                     }
                     // The watcher retries with backoff; a refused list is worth hearing of.
-                    Err(e) => tracing::warn!(error = %e, "watching namespaces"),
+                    Err(e) => {
+                        let problem = crate::problem::Problem::of_watch(&e);
+                        tracing::warn!(error = %problem, "watching namespaces");
+                    }
                 }
             }
         });

@@ -46,10 +46,11 @@ use tokio::sync::watch;
 
 use crate::convert::{self, Pod, SliceReferences, StoreKey, Workloads};
 use crate::follow::{
-    follow, follow_into, follow_selected, served_version, trim_config, trim_node, trim_nothing,
-    trim_pod,
+    Followed, Served, follow, follow_into, follow_selected, served_version, trim_config, trim_node,
+    trim_nothing, trim_pod,
 };
 use crate::metrics::SyncMetrics;
+use crate::problem::{Problem, Reason};
 use crate::selectors::DiscoverySelectors;
 use crate::{gateway_api, ingress, pull_secrets};
 use pasa_runtime::backoff::Backoff;
@@ -101,6 +102,8 @@ pub struct SyncConfig {
     /// UNHEALTHY), as istiod sends them with `PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS` (its
     /// default); without, they are left out.
     pub send_unhealthy_endpoints: bool,
+    /// The API server's address, for messages.
+    pub api_server: String,
 }
 
 /// What a syncer has done, for readiness and tests.
@@ -118,6 +121,38 @@ pub struct SyncStatus {
     pub full_passes: u64,
     /// Watch events handled.
     pub events: u64,
+    /// Resources not listed yet (as kubectl names them: `pods`,
+    /// `virtualservices.networking.istio.io`): the first complete comparison waits for them.
+    pub waiting: BTreeSet<String>,
+    /// Resources whose last list or watch failed, and why (retried with backoff).
+    pub problems: BTreeMap<String, Problem>,
+    /// Istio kinds the cluster serves no CRD for (not followed until PCP restarts).
+    pub unserved: Vec<String>,
+}
+
+impl SyncStatus {
+    /// What the first sync waits for, in words: each resource not listed yet, with why its
+    /// last request failed.
+    pub fn waiting_for(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        for (resource, problem) in &self.problems {
+            if self.waiting.contains(resource) {
+                parts.push(format!("{resource} ({}: {problem})", problem.reason));
+            }
+        }
+        let listing: Vec<&str> = self
+            .waiting
+            .iter()
+            .filter(|r| !self.problems.contains_key(*r))
+            .map(String::as_str)
+            .collect();
+        match listing.len() {
+            0 => {}
+            n if n <= 4 => parts.push(format!("{} (listing)", listing.join(", "))),
+            n => parts.push(format!("{n} resources being listed")),
+        }
+        parts.join("; ")
+    }
 }
 
 /// A running syncer; stops when dropped.
@@ -164,6 +199,69 @@ enum Change {
     GatewayApi(&'static str, Box<watcher::Event<DynamicObject>>),
     Secret(Box<watcher::Event<Secret>>),
     ConfigMap(Box<watcher::Event<ConfigMap>>),
+    /// A list or watch of a resource (its name in `listed`) failed; the watcher retries.
+    Failed(&'static str, Problem),
+}
+
+impl Change {
+    /// The resource it is of, by the name [`Syncing::listed`] takes.
+    fn resource(&self) -> &'static str {
+        match self {
+            Change::Config(kind, _) => kind.plural(),
+            Change::Service(_) => "services",
+            Change::Slice(_) => "endpointslices",
+            Change::Pod(_) => "pods",
+            Change::Node(_) => "nodes",
+            Change::Namespace(_) => "namespaces",
+            Change::Ingress(_) => "ingresses",
+            Change::IngressClass(_) => "ingressclasses",
+            Change::GatewayApi(kind, _) => gateway_api_resource(kind),
+            Change::Secret(_) => "secrets",
+            Change::ConfigMap(_) => "configmaps",
+            Change::Failed(resource, _) => resource,
+        }
+    }
+}
+
+/// The resource name of a Gateway API kind (`httproutes.gateway.networking.k8s.io`).
+fn gateway_api_resource(kind: &'static str) -> &'static str {
+    let known = gateway_api::KINDS.iter().find(|k| k.kind == kind);
+    known.map_or(kind, |k| k.resource)
+}
+
+/// A resource's name as kubectl shows it, group included (`pods`,
+/// `endpointslices.discovery.k8s.io`, `virtualservices.networking.istio.io`).
+fn shown(resource: &str) -> String {
+    if resource.contains('.') {
+        return resource.to_string();
+    }
+    let group = match resource {
+        "endpointslices" => "discovery.k8s.io",
+        "ingresses" | "ingressclasses" => "networking.k8s.io",
+        other => Kind::ALL
+            .into_iter()
+            .find(|k| k.plural() == other && k.in_kubernetes())
+            .map_or("", Kind::group),
+    };
+    if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    }
+}
+
+/// Maps a followed resource's stream into changes.
+fn changes<K: Send + 'static>(
+    stream: impl futures::Stream<Item = Followed<K>> + Send + 'static,
+    resource: &'static str,
+    wrap: impl Fn(Box<watcher::Event<K>>) -> Change + Send + 'static,
+) -> futures::stream::BoxStream<'static, Change> {
+    stream
+        .map(move |followed| match followed {
+            Ok(event) => wrap(Box::new(event)),
+            Err(problem) => Change::Failed(resource, problem),
+        })
+        .boxed()
 }
 
 /// The followed Kubernetes resources (besides Istio's kinds), for readiness.
@@ -384,60 +482,34 @@ async fn run<T: Target>(
         "ingressclasses",
         metrics.clone(),
     );
+    let served = discover(&client, &config, &status, &metrics).await;
     let mut configs = BTreeMap::new();
     let mut config_events = Vec::new();
-    for kind in Kind::ALL {
-        if kind == Kind::ServiceEndpoints {
-            continue;
-        }
-        let served = served_version(
-            &client,
-            kind.group(),
-            kind.as_str(),
-            kind.plural(),
-            kind.versions(),
-        );
-        let Some(resource) = served.await else {
-            continue;
-        };
+    for (kind, resource) in served.istio {
         let writer = reflector::store::Writer::new(resource.clone());
         configs.insert(kind, (resource.clone(), writer.as_reader()));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let events = follow_into(api, writer, trim_config, kind.plural(), metrics.clone());
-        config_events.push(
-            events
-                .map(move |e| Change::Config(kind, Box::new(e)))
-                .boxed(),
-        );
+        config_events.push(changes(events, kind.plural(), move |e| {
+            Change::Config(kind, e)
+        }));
     }
     let mut gateway_api_stores = BTreeMap::new();
-    for k in &gateway_api::KINDS {
-        let wanted = match k.group {
-            pasa_proto::gateway_api::ALPHA_GROUP => config.gateway_api.alpha,
-            pasa_proto::gateway_api::INFERENCE_GROUP => config.gateway_api.inference,
-            _ => true,
-        };
-        if !wanted {
-            continue;
-        }
-        let served = served_version(&client, k.group, k.kind, k.plural, k.versions);
-        let Some(resource) = served.await else {
-            continue;
-        };
+    for (k, resource) in served.gateway_api {
         let writer = reflector::store::Writer::new(resource.clone());
         gateway_api_stores.insert(k.kind, (resource.clone(), writer.as_reader()));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let kind = k.kind;
         let events = follow_into(api, writer, trim_config, k.resource, metrics.clone());
-        config_events.push(
-            events
-                .map(move |e| Change::GatewayApi(kind, Box::new(e)))
-                .boxed(),
-        );
+        config_events.push(changes(events, k.resource, move |e| {
+            Change::GatewayApi(kind, e)
+        }));
     }
     // Certificates are read for Gateways, Docker configs for Wasm extensions: without either,
     // no Secret is followed.
-    let mut followed = RESOURCES.len() + configs.len() + gateway_api_stores.len();
+    let mut followed: Vec<&'static str> = RESOURCES.to_vec();
+    followed.extend(configs.keys().map(|k| k.plural()));
+    followed.extend(gateway_api_stores.keys().map(|k| gateway_api_resource(k)));
     let gateways = gateway_api_stores.contains_key("Gateway");
     let extensions =
         configs.contains_key(&Kind::WasmPlugin) || configs.contains_key(&Kind::TrafficExtension);
@@ -449,8 +521,8 @@ async fn run<T: Target>(
             "secrets",
             metrics.clone(),
         );
-        config_events.push(secret_events.map(|e| Change::Secret(Box::new(e))).boxed());
-        followed += 1;
+        config_events.push(changes(secret_events, "secrets", Change::Secret));
+        followed.push("secrets");
         secrets
     } else {
         reflector::store().0
@@ -462,32 +534,28 @@ async fn run<T: Target>(
             "configmaps",
             metrics.clone(),
         );
-        config_events.push(
-            config_map_events
-                .map(|e| Change::ConfigMap(Box::new(e)))
-                .boxed(),
-        );
-        followed += 1;
+        config_events.push(changes(config_map_events, "configmaps", Change::ConfigMap));
+        followed.push("configmaps");
         config_maps
     } else {
         reflector::store().0
     };
-    let resources = followed;
-    let events = futures::stream::select_all(
-        config_events.into_iter().chain([
-            service_events.map(|e| Change::Service(Box::new(e))).boxed(),
-            slice_events.map(|e| Change::Slice(Box::new(e))).boxed(),
-            pod_events.map(|e| Change::Pod(Box::new(e))).boxed(),
-            node_events.map(|e| Change::Node(Box::new(e))).boxed(),
-            namespace_events
-                .map(|e| Change::Namespace(Box::new(e)))
-                .boxed(),
-            ingress_events.map(|e| Change::Ingress(Box::new(e))).boxed(),
-            ingress_class_events
-                .map(|e| Change::IngressClass(Box::new(e)))
-                .boxed(),
-        ]),
-    );
+    let resources = followed.len();
+    status.send_modify(|s| {
+        s.waiting = followed.iter().map(|r| shown(r)).collect();
+        s.problems.clear();
+        s.unserved = served.unserved;
+    });
+    metrics.set_waiting(&status.borrow());
+    let events = futures::stream::select_all(config_events.into_iter().chain([
+        changes(service_events, "services", Change::Service),
+        changes(slice_events, "endpointslices", Change::Slice),
+        changes(pod_events, "pods", Change::Pod),
+        changes(node_events, "nodes", Change::Node),
+        changes(namespace_events, "namespaces", Change::Namespace),
+        changes(ingress_events, "ingresses", Change::Ingress),
+        changes(ingress_class_events, "ingressclasses", Change::IngressClass),
+    ]));
     let mut sync = Syncing {
         config,
         target,
@@ -537,12 +605,20 @@ async fn run<T: Target>(
             batch = batches.next() => {
                 let Some(batch) = batch else { return };
                 let handled = batch.len() as u64;
+                let waiting = !sync.status.borrow().waiting.is_empty();
                 for change in batch {
+                    sync.note_health(&change);
                     if let Some(done) = sync.handle(change) {
                         listed.insert(done);
+                        sync.status.send_modify(|s| {
+                            s.waiting.remove(&shown(done));
+                        });
                     }
                 }
                 sync.status.send_modify(|s| s.events += handled);
+                if waiting {
+                    sync.metrics.set_waiting(&sync.status.borrow());
+                }
             }
             () = retry_due => {
                 retry_at = None;
@@ -561,6 +637,121 @@ async fn run<T: Target>(
         } else if retry_at.is_none() {
             retry_at = Some(tokio::time::Instant::now() + sync.backoff.failed());
         }
+    }
+}
+
+/// The Istio and Gateway API kinds the cluster serves, each at the version read.
+struct ServedKinds {
+    istio: Vec<(Kind, ApiResource)>,
+    gateway_api: Vec<(&'static gateway_api::GatewayApiKind, ApiResource)>,
+    /// Istio kinds without a CRD in the cluster, by resource name.
+    unserved: Vec<String>,
+}
+
+/// Asks which version of each Istio and Gateway API kind the cluster serves, again (with
+/// backoff) until every one is answered: a kind PCP may not read (403) or cannot ask about
+/// (the API server away) is waited for, never taken for absent, since the first comparison
+/// would then delete what the store holds of it. The status says what is waited for.
+async fn discover(
+    client: &Client,
+    config: &SyncConfig,
+    status: &watch::Sender<SyncStatus>,
+    metrics: &SyncMetrics,
+) -> ServedKinds {
+    /// A kind to ask about: Istio's, or the Gateway API's.
+    #[derive(Clone, Copy)]
+    enum Wanted {
+        Istio(Kind),
+        GatewayApi(&'static gateway_api::GatewayApiKind),
+    }
+    let mut pending: Vec<Wanted> = Kind::ALL
+        .into_iter()
+        .filter(|k| k.in_kubernetes())
+        .map(Wanted::Istio)
+        .collect();
+    pending.extend(
+        gateway_api::KINDS
+            .iter()
+            .filter(|k| match k.group {
+                pasa_proto::gateway_api::ALPHA_GROUP => config.gateway_api.alpha,
+                pasa_proto::gateway_api::INFERENCE_GROUP => config.gateway_api.inference,
+                _ => true,
+            })
+            .map(Wanted::GatewayApi),
+    );
+    let mut served = ServedKinds {
+        istio: Vec::new(),
+        gateway_api: Vec::new(),
+        unserved: Vec::new(),
+    };
+    let mut told: BTreeMap<String, Problem> = BTreeMap::new();
+    let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX, Duration::ZERO);
+    loop {
+        let mut failed = Vec::new();
+        let mut failing = BTreeMap::new();
+        for wanted in pending {
+            let (group, kind, plural, versions) = match wanted {
+                Wanted::Istio(k) => (k.group(), k.as_str(), k.plural(), k.versions()),
+                Wanted::GatewayApi(k) => (k.group, k.kind, k.plural, k.versions),
+            };
+            let resource = format!("{plural}.{group}");
+            match served_version(client, group, kind, plural, versions).await {
+                Ok(Served::At(api)) => match wanted {
+                    Wanted::Istio(k) => served.istio.push((k, api)),
+                    Wanted::GatewayApi(k) => served.gateway_api.push((k, api)),
+                },
+                Ok(Served::No) => {
+                    if let Wanted::Istio(_) = wanted {
+                        served.unserved.push(resource);
+                    }
+                }
+                Err(problem) => {
+                    if told.get(&resource) != Some(&problem) {
+                        tell(&resource, &problem, &config.api_server);
+                    }
+                    failing.insert(resource, problem);
+                    failed.push(wanted);
+                }
+            }
+        }
+        told = failing;
+        status.send_modify(|s| {
+            s.waiting = told.keys().cloned().collect();
+            s.problems = told.clone();
+        });
+        metrics.set_waiting(&status.borrow());
+        if failed.is_empty() {
+            break;
+        }
+        pending = failed;
+        tokio::time::sleep(backoff.failed()).await;
+    }
+    if !served.unserved.is_empty() {
+        tracing::warn!(
+            kinds = %served.unserved.join(", "),
+            "the cluster serves no CRD for these Istio kinds: they are not synced (install \
+             Istio's CRDs, Istio's `base` Helm chart, then restart PCP)"
+        );
+    }
+    served
+}
+
+/// Tells, once per change, why a resource cannot be read.
+fn tell(resource: &str, problem: &Problem, api_server: &str) {
+    match problem.reason {
+        Reason::Forbidden => tracing::error!(
+            resource,
+            error = %problem,
+            "PCP's service account may not read {resource}, which the syncer needs: grant \
+             get, list and watch on it (the pasa-pcp-syncer ClusterRole of \
+             deploy/base/clusterrole.yaml); the first sync waits for it"
+        ),
+        _ => match problem.hint(api_server) {
+            Some(hint) => {
+                tracing::warn!(resource, error = %problem, "cannot read {resource}; {hint}")
+            }
+            None => tracing::warn!(resource, error = %problem, "cannot read {resource}; retrying"),
+        },
     }
 }
 
@@ -587,6 +778,27 @@ fn key_of(doc: &Value) -> Option<StoreKey> {
 }
 
 impl<T: Target> Syncing<T> {
+    /// Keeps the status's problems: a failure is told (once while it lasts) and recorded; any
+    /// event of the resource clears it.
+    fn note_health(&mut self, change: &Change) {
+        if let Change::Failed(resource, problem) = change {
+            let name = shown(resource);
+            if self.status.borrow().problems.get(&name) != Some(problem) {
+                tell(&name, problem, &self.config.api_server);
+                self.status.send_modify(|s| {
+                    s.problems.insert(name, problem.clone());
+                });
+            }
+        } else if !self.status.borrow().problems.is_empty() {
+            let name = shown(change.resource());
+            if self.status.borrow().problems.contains_key(&name) {
+                self.status.send_modify(|s| {
+                    s.problems.remove(&name);
+                });
+            }
+        }
+    }
+
     /// Notes what an event makes dirty; returns the resource a list of which completed.
     fn handle(&mut self, change: Change) -> Option<&'static str> {
         use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
@@ -689,10 +901,7 @@ impl<T: Target> Syncing<T> {
             },
             Change::GatewayApi(kind, e) => match *e {
                 Apply(_) | Delete(_) => self.gateway_api_changed = true,
-                InitDone => {
-                    let known = gateway_api::KINDS.iter().find(|k| k.kind == kind);
-                    return self.listed(known.map_or(kind, |k| k.resource));
-                }
+                InitDone => return self.listed(gateway_api_resource(kind)),
                 Init | InitApply(_) => {}
             },
             Change::Secret(e) => match *e {
@@ -713,6 +922,7 @@ impl<T: Target> Syncing<T> {
                 InitDone => return self.listed("configmaps"),
                 Init | InitApply(_) => {}
             },
+            Change::Failed(..) => {}
         }
         None
     }
@@ -803,6 +1013,18 @@ impl<T: Target> Syncing<T> {
             if in_ns(eps.metadata.namespace.as_ref()) {
                 self.dirty
                     .insert(StoreKey::slice(namespace, &eps.name_any()));
+            }
+        }
+        // Its Istio config, which the store may never have had (a namespace selected now).
+        for (kind, (_, store)) in &self.stores.configs {
+            for obj in store.state() {
+                if in_ns(obj.metadata.namespace.as_ref()) {
+                    self.dirty.insert(StoreKey {
+                        kind: *kind,
+                        namespace: namespace.to_string(),
+                        name: obj.name_any(),
+                    });
+                }
             }
         }
         let written = self.written.keys().filter(|k| k.namespace == namespace);

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use pasa_kube::fake_apiserver::FakeApiServer;
-use pasa_kube::lease::{Candidate, Elector, LeaseTiming};
+use pasa_kube::lease::{Candidate, Elector, LeaseState, LeaseTiming};
 use tokio::sync::watch;
 
 fn timing() -> LeaseTiming {
@@ -19,6 +19,7 @@ fn timing() -> LeaseTiming {
 }
 
 fn candidate(fake: &FakeApiServer, identity: &str) -> Candidate {
+    fake.put_namespace("istio-system", &[]);
     Elector::new(
         fake.client(),
         "istio-system",
@@ -121,4 +122,69 @@ async fn candidates_starting_together_elect_one() {
     assert_eq!(leaders.len(), 1, "leaders: {leaders:?}");
     let expected = ["pcp-a", "pcp-b", "pcp-c"][leaders[0]];
     assert_eq!(holder(&fake).as_deref(), Some(expected));
+}
+
+/// Waits (at most 10 s) until the candidate's state satisfies `done`.
+async fn until_state(c: &Candidate, done: impl Fn(&LeaseState) -> bool) -> LeaseState {
+    let mut state = c.state();
+    let waited = tokio::time::timeout(Duration::from_secs(10), state.wait_for(|s| done(s)));
+    match waited.await {
+        Ok(Ok(s)) => s.clone(),
+        _ => panic!("timed out; state {:?}", c.state().borrow()),
+    }
+}
+
+/// A Lease namespace that does not exist: the candidate says so, and what to do, in words
+/// (not a client's debug dump); once the namespace exists it leads.
+#[tokio::test]
+async fn a_missing_lease_namespace_is_named_with_what_to_do() {
+    let fake = FakeApiServer::start().await;
+    let c = Elector::new(
+        fake.client(),
+        "pasa-system",
+        "pasa-pcp-syncer",
+        "pcp-a",
+        timing(),
+    )
+    .start();
+    let state = until_state(&c, |s| s.problem.is_some()).await;
+    let problem = state.problem.unwrap();
+    assert!(
+        problem.contains("the namespace pasa-system does not exist")
+            && problem.contains("--lease-namespace"),
+        "{problem}"
+    );
+    assert!(!problem.contains("Status {"), "{problem}");
+    fake.put_namespace("pasa-system", &[]);
+    let state = until_state(&c, |s| s.leading).await;
+    assert_eq!(state.problem, None);
+    assert_eq!(state.holder.as_deref(), Some("pcp-a"));
+}
+
+/// With deploy/'s Role, PCP's service account leads; with none, it is told what to grant.
+#[tokio::test]
+async fn the_shipped_lease_role_is_enough_and_its_absence_is_named() {
+    let fake = FakeApiServer::start().await;
+    fake.put_namespace("pasa-system", &[]);
+    let role: Vec<serde_json::Value> = pasa_kube::fake_apiserver::shipped_rbac()
+        .into_iter()
+        .filter(|m| m["kind"] == "Role" || m["kind"] == "RoleBinding")
+        .collect();
+    fake.enforce_rbac(&[]);
+    let elector = |name: &str| {
+        let client = fake.client_as("pasa-system", "pasa-pcp");
+        Elector::new(client, "pasa-system", "pasa-pcp-syncer", name, timing()).start()
+    };
+    let refused = elector("pcp-a");
+    let state = until_state(&refused, |s| s.problem.is_some()).await;
+    let problem = state.problem.unwrap();
+    assert!(
+        problem.contains("may not read or write leases in pasa-system")
+            && problem.contains("deploy/base/role.yaml"),
+        "{problem}"
+    );
+    drop(refused);
+    fake.enforce_rbac(&role);
+    let allowed = elector("pcp-a");
+    until_state(&allowed, |s| s.leading).await;
 }

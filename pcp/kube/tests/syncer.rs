@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pasa_kube::convert::StoreKey;
-use pasa_kube::fake_apiserver::FakeApiServer;
+use pasa_kube::fake_apiserver::{FakeApiServer, grant_reading, shipped_rbac, shipped_rbac_without};
 use pasa_kube::metrics::SyncMetrics;
 use pasa_kube::selectors::DiscoverySelectors;
 use pasa_kube::syncer::{SyncConfig, SyncStatus, Syncer, Target, WriteError};
@@ -91,15 +91,26 @@ impl FakeStore {
 }
 
 fn start(fake: &FakeApiServer, store: &FakeStore, discovery: DiscoverySelectors) -> Syncer {
+    start_as(fake.client(), fake, store, discovery)
+}
+
+/// The syncer with a client of its own (a service account's).
+fn start_as(
+    client: pasa_kube::Client,
+    fake: &FakeApiServer,
+    store: &FakeStore,
+    discovery: DiscoverySelectors,
+) -> Syncer {
     let config = SyncConfig {
         cluster_id: "Kubernetes".into(),
         discovery,
         ingress: pasa_proto::ingress::Settings::default(),
         gateway_api: pasa_proto::gateway_api::Settings::default(),
         send_unhealthy_endpoints: true,
+        api_server: format!("http://{}", fake.addr),
     };
     Syncer::start(
-        fake.client(),
+        client,
         config,
         store.clone(),
         Arc::new(SyncMetrics::default()),
@@ -372,6 +383,14 @@ async fn a_watch_from_a_compacted_version_lists_again_and_sees_deletions() {
     assert!(syncer.status().borrow().full_passes >= 2);
 }
 
+/// Discovery selectors that read the namespaces labelled `istio-discovery: enabled`.
+fn istio_discovery_enabled() -> DiscoverySelectors {
+    DiscoverySelectors::new(vec![
+        serde_json::from_value(json!({"matchLabels": {"istio-discovery": "enabled"}})).unwrap(),
+    ])
+    .unwrap()
+}
+
 #[tokio::test]
 async fn discovery_selectors_limit_the_namespaces_read() {
     let fake = FakeApiServer::start().await;
@@ -388,10 +407,7 @@ async fn discovery_selectors_limit_the_namespaces_read() {
             {"path": "/", "pathType": "Prefix",
              "backend": {"service": {"name": "billing", "port": {"number": 8081}}}}]}}]}}),
     );
-    let selectors = DiscoverySelectors::new(vec![
-        serde_json::from_value(json!({"matchLabels": {"istio-discovery": "enabled"}})).unwrap(),
-    ])
-    .unwrap();
+    let selectors = istio_discovery_enabled();
     let store = FakeStore::default();
     let syncer = start(&fake, &store, selectors);
     until(&syncer, "the first pass", |s| s.synced).await;
@@ -510,84 +526,91 @@ async fn istio_config_is_read_at_the_newest_served_version() {
     .await;
 }
 
+/// A spec of every Istio kind the store keeps, each different in each `generation`.
+fn every_kind(generation: u32) -> Vec<(pasa_proto::Kind, Value)> {
+    use pasa_proto::Kind;
+    vec![
+        (
+            Kind::VirtualService,
+            json!({"hosts": ["reviews"], "http": [{"timeout": format!("{generation}s"), "route": [{"destination": {"host": "reviews"}}]}]}),
+        ),
+        (
+            Kind::DestinationRule,
+            json!({"host": "reviews", "trafficPolicy": {"connectionPool": {"tcp": {"maxConnections": generation}}}}),
+        ),
+        (
+            Kind::ServiceEntry,
+            json!({"hosts": ["api.example.com"], "ports": [{"number": 443 + generation, "name": "tls", "protocol": "TLS"}], "resolution": "DNS"}),
+        ),
+        (
+            Kind::Gateway,
+            json!({"selector": {"istio": "ingressgateway"}, "servers": [{"port": {"number": 80 + generation, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]}),
+        ),
+        (
+            Kind::Sidecar,
+            json!({"egress": [{"hosts": [format!("./svc-{generation}")]}]}),
+        ),
+        (
+            Kind::WorkloadEntry,
+            json!({"address": format!("10.0.0.{generation}")}),
+        ),
+        (
+            Kind::PeerAuthentication,
+            json!({"mtls": {"mode": if generation == 1 { "STRICT" } else { "PERMISSIVE" }}}),
+        ),
+        (
+            Kind::RequestAuthentication,
+            json!({"jwtRules": [{"issuer": format!("issuer-{generation}.example.com")}]}),
+        ),
+        (
+            Kind::AuthorizationPolicy,
+            json!({"action": "DENY", "rules": [{"to": [{"operation": {"ports": [(8000 + generation).to_string()]}}]}]}),
+        ),
+        (
+            Kind::EnvoyFilter,
+            json!({"configPatches": [{"applyTo": "HTTP_FILTER", "match": {"context": "SIDECAR_INBOUND"},
+                   "patch": {"operation": "INSERT_BEFORE", "value": {"name": format!("filter-{generation}")}}}]}),
+        ),
+        (
+            Kind::WorkloadGroup,
+            json!({"template": {"serviceAccount": format!("sa-{generation}")}}),
+        ),
+        (Kind::ProxyConfig, json!({"concurrency": generation})),
+        (
+            Kind::Telemetry,
+            json!({"tracing": [{"randomSamplingPercentage": f64::from(generation)}]}),
+        ),
+        (
+            Kind::WasmPlugin,
+            json!({"url": format!("oci://registry.example.com/plugin:{generation}")}),
+        ),
+        (
+            Kind::TrafficExtension,
+            json!({"lua": {"inlineCode": format!("-- {generation}")}}),
+        ),
+    ]
+}
+
+/// Creates or changes an object `one` of every Istio kind in `namespace`.
+fn put_every_kind(fake: &FakeApiServer, namespace: &str, generation: u32) {
+    for (kind, spec) in every_kind(generation) {
+        fake.put(json!({
+            "apiVersion": format!("{}/{}", kind.group(), kind.versions()[0]),
+            "kind": kind.as_str(),
+            "metadata": {"name": "one", "namespace": namespace},
+            "spec": spec,
+        }));
+    }
+}
+
 /// Every Istio kind the store keeps goes the whole way: added, changed, deleted.
 #[tokio::test]
 async fn every_istio_kind_is_added_changed_and_deleted() {
     use pasa_proto::Kind;
     let fake = FakeApiServer::start().await;
     fake.put_namespace("bookinfo", &[]);
-    let objects = |generation: u32| {
-        vec![
-            (
-                Kind::VirtualService,
-                json!({"hosts": ["reviews"], "http": [{"timeout": format!("{generation}s"), "route": [{"destination": {"host": "reviews"}}]}]}),
-            ),
-            (
-                Kind::DestinationRule,
-                json!({"host": "reviews", "trafficPolicy": {"connectionPool": {"tcp": {"maxConnections": generation}}}}),
-            ),
-            (
-                Kind::ServiceEntry,
-                json!({"hosts": ["api.example.com"], "ports": [{"number": 443 + generation, "name": "tls", "protocol": "TLS"}], "resolution": "DNS"}),
-            ),
-            (
-                Kind::Gateway,
-                json!({"selector": {"istio": "ingressgateway"}, "servers": [{"port": {"number": 80 + generation, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]}),
-            ),
-            (
-                Kind::Sidecar,
-                json!({"egress": [{"hosts": [format!("./svc-{generation}")]}]}),
-            ),
-            (
-                Kind::WorkloadEntry,
-                json!({"address": format!("10.0.0.{generation}")}),
-            ),
-            (
-                Kind::PeerAuthentication,
-                json!({"mtls": {"mode": if generation == 1 { "STRICT" } else { "PERMISSIVE" }}}),
-            ),
-            (
-                Kind::RequestAuthentication,
-                json!({"jwtRules": [{"issuer": format!("issuer-{generation}.example.com")}]}),
-            ),
-            (
-                Kind::AuthorizationPolicy,
-                json!({"action": "DENY", "rules": [{"to": [{"operation": {"ports": [(8000 + generation).to_string()]}}]}]}),
-            ),
-            (
-                Kind::EnvoyFilter,
-                json!({"configPatches": [{"applyTo": "HTTP_FILTER", "match": {"context": "SIDECAR_INBOUND"},
-                       "patch": {"operation": "INSERT_BEFORE", "value": {"name": format!("filter-{generation}")}}}]}),
-            ),
-            (
-                Kind::WorkloadGroup,
-                json!({"template": {"serviceAccount": format!("sa-{generation}")}}),
-            ),
-            (Kind::ProxyConfig, json!({"concurrency": generation})),
-            (
-                Kind::Telemetry,
-                json!({"tracing": [{"randomSamplingPercentage": f64::from(generation)}]}),
-            ),
-            (
-                Kind::WasmPlugin,
-                json!({"url": format!("oci://registry.example.com/plugin:{generation}")}),
-            ),
-            (
-                Kind::TrafficExtension,
-                json!({"lua": {"inlineCode": format!("-- {generation}")}}),
-            ),
-        ]
-    };
-    let put = |generation: u32| {
-        for (kind, spec) in objects(generation) {
-            fake.put(json!({
-                "apiVersion": format!("{}/{}", kind.group(), kind.versions()[0]),
-                "kind": kind.as_str(),
-                "metadata": {"name": "one", "namespace": "bookinfo"},
-                "spec": spec,
-            }));
-        }
-    };
+    let objects = every_kind;
+    let put = |generation: u32| put_every_kind(&fake, "bookinfo", generation);
     put(1);
     let store = FakeStore::default();
     let syncer = start(&fake, &store, DiscoverySelectors::all());
@@ -1037,4 +1060,144 @@ async fn pull_secrets_wasm_extensions_name_reach_the_store() {
     );
     fake.delete("v1", "Secret", "shop", "unnamed");
     until(&syncer, "nothing carried", |_| carried().is_empty()).await;
+}
+
+/// With exactly the roles deploy/ ships (and nothing more), PCP's service account syncs the
+/// whole cluster: it never asks for what its roles do not grant (PASA's store-only kinds are
+/// not asked of the cluster at all).
+#[tokio::test]
+async fn the_shipped_rbac_is_enough_to_sync() {
+    let fake = FakeApiServer::start().await;
+    bookinfo(&fake);
+    put_every_kind(&fake, "bookinfo", 1);
+    fake.enforce_rbac(&shipped_rbac());
+    let store = FakeStore::default();
+    let client = fake.client_as("pasa-system", "pasa-pcp");
+    let syncer = start_as(client, &fake, &store, DiscoverySelectors::all());
+    let status = until(&syncer, "the first pass", |s| s.synced).await;
+    assert!(status.waiting.is_empty(), "{status:?}");
+    let names = store.names();
+    assert!(names.contains(&"bookinfo/reviews".to_string()), "{names:?}");
+    assert_eq!(
+        names.iter().filter(|n| *n == "bookinfo/one").count(),
+        every_kind(1).len(),
+        "every Istio kind synced: {names:?}"
+    );
+    // The fake refuses what the roles lack, as the real API server does.
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(fake.client_as("pasa-system", "pasa-pcp"), "bookinfo");
+    let pp = kube::api::PostParams::default();
+    let refused = secrets.create(&pp, &Default::default()).await.unwrap_err();
+    assert!(
+        matches!(&refused, kube::Error::Api(s) if s.code == 403),
+        "{refused:?}"
+    );
+}
+
+/// A kind the syncer needs but may not read: the first sync waits for it (taking it for absent
+/// would delete what the store holds of it), the status says which resource and why, and the
+/// sync completes once the permission is granted.
+#[tokio::test]
+async fn a_kind_the_syncer_may_not_read_is_waited_for_and_named() {
+    let fake = FakeApiServer::start().await;
+    bookinfo(&fake);
+    put_every_kind(&fake, "bookinfo", 1);
+    fake.enforce_rbac(&shipped_rbac_without("virtualservices"));
+    let store = FakeStore::default();
+    let client = fake.client_as("pasa-system", "pasa-pcp");
+    let syncer = start_as(client, &fake, &store, DiscoverySelectors::all());
+    let vs = "virtualservices.networking.istio.io";
+    let status = until(&syncer, "the refusal to be told", |s| {
+        s.problems.contains_key(vs)
+    })
+    .await;
+    assert!(!status.synced);
+    assert!(status.waiting.contains(vs), "{status:?}");
+    let problem = &status.problems[vs];
+    assert_eq!(problem.reason, pasa_kube::problem::Reason::Forbidden);
+    assert!(
+        problem
+            .message
+            .contains("cannot list resource \"virtualservices\""),
+        "{problem}"
+    );
+    let said = status.waiting_for();
+    assert!(said.contains(vs) && said.contains("forbidden"), "{said}");
+    assert!(store.names().is_empty(), "nothing compared while waiting");
+
+    // Granted: the sync completes, with the VirtualService.
+    fake.enforce_rbac(&grant_reading(
+        "pasa-system",
+        "pasa-pcp",
+        "networking.istio.io",
+        "virtualservices",
+    ));
+    let status = until(&syncer, "the first pass", |s| s.synced).await;
+    assert!(status.problems.is_empty(), "{status:?}");
+    let key = StoreKey {
+        kind: pasa_proto::Kind::VirtualService,
+        namespace: "bookinfo".into(),
+        name: "one".into(),
+    };
+    assert!(store.inner.lock().unwrap().docs.contains_key(&key));
+}
+
+/// A namespace selected while the syncer runs brings its Istio config of every kind (not only
+/// its Services), and one no longer selected takes it away.
+#[tokio::test]
+async fn a_namespace_selected_later_brings_its_istio_config_of_every_kind() {
+    let fake = FakeApiServer::start().await;
+    fake.put_namespace("legacy", &[]);
+    fake.put(service("legacy", "billing", 8081));
+    put_every_kind(&fake, "legacy", 1);
+    let selectors = istio_discovery_enabled();
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, selectors);
+    until(&syncer, "the first pass", |s| s.synced).await;
+    assert!(store.names().is_empty(), "{:?}", store.names());
+
+    let kinds_in = |store: &FakeStore| -> BTreeSet<pasa_proto::Kind> {
+        let s = store.inner.lock().unwrap();
+        s.docs
+            .keys()
+            .filter(|k| k.namespace == "legacy" && k.name == "one")
+            .map(|k| k.kind)
+            .collect()
+    };
+    let every: BTreeSet<pasa_proto::Kind> = every_kind(1).into_iter().map(|(k, _)| k).collect();
+    fake.put_namespace("legacy", &[("istio-discovery", "enabled")]);
+    until(&syncer, "every kind of legacy", |_| {
+        kinds_in(&store) == every
+    })
+    .await;
+    assert!(store.spec("legacy", "billing").is_some(), "and its Service");
+
+    fake.put_namespace("legacy", &[]);
+    until(&syncer, "legacy gone", |_| store.names().is_empty()).await;
+}
+
+/// The API server answers lists in pages (kube's watcher asks for 500 at a time): a cluster
+/// larger than a page is synced whole.
+#[tokio::test]
+async fn a_cluster_listed_in_pages_is_synced_whole() {
+    let fake = FakeApiServer::start().await;
+    fake.put_namespace("big", &[]);
+    for n in 0..1_100u16 {
+        fake.put(service("big", &format!("svc-{n}"), 8000 + n % 100));
+    }
+    let store = FakeStore::default();
+    let syncer = start(&fake, &store, DiscoverySelectors::all());
+    until(&syncer, "the first pass", |s| s.synced).await;
+    assert_eq!(store.names().len(), 1_100);
+    assert_eq!(fake.lists_of("services"), 1, "one list, in three pages");
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> = kube::Api::all(fake.client());
+    let page = services
+        .list(&kube::api::ListParams::default().limit(500))
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 500);
+    assert!(
+        page.metadata.continue_.is_some(),
+        "a page, with more to come"
+    );
 }

@@ -19,6 +19,8 @@ pub fn examples() -> PathBuf {
 /// A running `pasa-pcp`, killed when dropped.
 pub struct Pcp {
     process: pasa_testing::Process,
+    /// Its process ID (for the signals a test sends it).
+    pub pid: u32,
     /// gRPC address.
     pub addr: String,
     /// Admin address (/metrics, /healthz, /readyz).
@@ -45,8 +47,7 @@ impl Pcp {
 
     /// On free loopback ports, with exactly these further arguments.
     pub fn start_args(args: &[&str]) -> Pcp {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pasa-pcp"))
-            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        let mut child = pcp_command()
             .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -68,6 +69,7 @@ impl Pcp {
             ready_lines.push(line.clone());
             if let Some((addr, admin)) = pasa_store::server::parse_ready_line(&line) {
                 return Pcp {
+                    pid: child.id(),
                     process: pasa_testing::Process::new("pasa-pcp", child),
                     addr: addr.to_string(),
                     admin,
@@ -99,10 +101,15 @@ impl Pcp {
 
     /// The admin endpoint's `/metrics` text.
     pub fn metrics(&self) -> String {
+        self.admin_get("/metrics")
+    }
+
+    /// The admin endpoint's whole answer (status line, headers, body) to `GET path`.
+    pub fn admin_get(&self, path: &str) -> String {
         use std::io::{Read, Write};
         let mut conn = std::net::TcpStream::connect(self.admin).expect("connect admin");
-        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
-            .expect("request");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+        conn.write_all(request.as_bytes()).expect("request");
         let mut text = String::new();
         conn.read_to_string(&mut text).expect("response");
         text
@@ -115,6 +122,13 @@ impl Pcp {
 }
 
 pub use pasa_testing::line_channel;
+
+/// `pasa-pcp` on free loopback ports (`--listen` and `--admin`), to be given more arguments.
+pub fn pcp_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pasa-pcp"));
+    command.args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]);
+    command
+}
 
 /// The `pasactl` binary (built by `cargo test --workspace`).
 pub fn pasactl() -> PathBuf {

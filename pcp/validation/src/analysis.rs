@@ -5,7 +5,7 @@
 //! Analysis sees the batch being written plus what the store already holds; a batch object
 //! replaces a stored one of the same kind, namespace and name.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use pasa_proto::gateway::{MESH, resolve_gateway_name};
 use pasa_proto::host::{matches, resolve_short_name};
@@ -107,9 +107,76 @@ fn gateway_refs(vs: &VirtualService, namespace: &str) -> Vec<(Path, String)> {
     out
 }
 
+/// A DestinationRule as the subset check reads it: its host resolved, its subsets' names.
 struct Rules<'a> {
     namespace: &'a str,
-    spec: DestinationRule,
+    host: String,
+    export_to: Vec<String>,
+    subsets: HashSet<String>,
+}
+
+/// Most rules compared, per VirtualService, for destinations whose host is a wildcard (the
+/// only ones not found by their host): past it, they get no warning.
+const MAX_WILDCARD_COMPARISONS: usize = 100_000;
+
+/// The DestinationRules indexed by host, to find those a destination's host matches without
+/// comparing it with every rule.
+struct RuleIndex<'a> {
+    rules: Vec<Rules<'a>>,
+    /// Rules of a plain host, by that host.
+    exact: HashMap<String, Vec<usize>>,
+    /// Rules of a wildcard host, by its suffix (`*.a.com` → `.a.com`, `*` → ``).
+    wildcard: HashMap<String, Vec<usize>>,
+}
+
+impl<'a> RuleIndex<'a> {
+    fn new(rules: Vec<Rules<'a>>) -> Self {
+        let mut exact: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut wildcard: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, rule) in rules.iter().enumerate() {
+            match rule.host.strip_prefix('*') {
+                Some(suffix) => wildcard.entry(suffix.to_string()).or_default().push(i),
+                None => exact.entry(rule.host.clone()).or_default().push(i),
+            }
+        }
+        RuleIndex {
+            rules,
+            exact,
+            wildcard,
+        }
+    }
+
+    /// Whether a rule visible from `namespace` whose host matches `host` defines `subset`;
+    /// `budget` bounds the rules compared for a wildcard `host` (none left: taken as defined).
+    fn defines(&self, host: &str, subset: &str, namespace: &str, budget: &mut usize) -> bool {
+        let defines = |r: &Rules<'_>| {
+            r.subsets.contains(subset) && exported_to(&r.export_to, r.namespace, namespace)
+        };
+        if host.starts_with('*') {
+            for rule in &self.rules {
+                if *budget == 0 {
+                    return true;
+                }
+                *budget -= 1;
+                if matches(&rule.host, host) && defines(rule) {
+                    return true;
+                }
+            }
+            return false;
+        }
+        // A plain host: the rules of that host, and of each wildcard it ends with the suffix of.
+        let suffixes = host
+            .char_indices()
+            .map(|(k, _)| &host[k..])
+            .chain([""])
+            .filter_map(|suffix| self.wildcard.get(suffix));
+        self.exact
+            .get(host)
+            .into_iter()
+            .chain(suffixes)
+            .flatten()
+            .any(|&i| defines(&self.rules[i]))
+    }
 }
 
 /// Warnings for the batch's objects (by document index), given the objects already stored.
@@ -128,10 +195,13 @@ pub fn analyze(
         if let Ok(spec) = parse_spec::<DestinationRule>(&obj.spec) {
             rules.push(Rules {
                 namespace: &obj.namespace,
-                spec,
+                host: resolve_short_name(&spec.host, &obj.namespace, domain_suffix),
+                subsets: spec.subsets.into_iter().map(|s| s.name).collect(),
+                export_to: spec.export_to,
             });
         }
     }
+    let rules = RuleIndex::new(rules);
 
     let mut out = Vec::new();
     for (index, obj) in batch {
@@ -155,18 +225,18 @@ pub fn analyze(
                 ));
             }
         }
+        // Each host and subset is looked up once, however many routes name it.
+        let mut known: HashMap<(String, &str), bool> = HashMap::new();
+        let mut budget = MAX_WILDCARD_COMPARISONS;
         for reference in destinations(&vs) {
             let d = reference.destination;
             if d.subset.is_empty() {
                 continue;
             }
             let host = resolve_short_name(&d.host, &obj.namespace, domain_suffix);
-            let defined = rules.iter().any(|r| {
-                let dr_host = resolve_short_name(&r.spec.host, r.namespace, domain_suffix);
-                matches(&dr_host, &host)
-                    && exported_to(&r.spec.export_to, r.namespace, &obj.namespace)
-                    && r.spec.subsets.iter().any(|s| s.name == d.subset)
-            });
+            let defined = *known
+                .entry((host.clone(), d.subset.as_str()))
+                .or_insert_with(|| rules.defines(&host, &d.subset, &obj.namespace, &mut budget));
             if !defined {
                 out.push((
                     *index,

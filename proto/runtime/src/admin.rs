@@ -1,9 +1,14 @@
 //! The admin endpoint's common part: `/metrics` (Prometheus text from a registry), `/healthz`
 //! and `/readyz`. The store and PCP serve [`router`] as it is; the agent serves routes of its
 //! own (readiness from its xDS clients, `/config_dump`, …) with the same [`metrics`] encoder.
+//!
+//! Readiness is per part: the process is ready once it serves and every part it registered
+//! (PCP's Kubernetes syncer, …) says it is; `/readyz`'s body names each part and what it
+//! waits for, so that `kubectl describe` and a curl tell why a replica is not ready.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::State;
@@ -12,17 +17,55 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
-/// Whether the process is ready to serve; flipped by its owner, read by `/readyz`.
+/// Whether the process is ready to serve: its servers are up ([`Readiness::set`], flipped by
+/// the server) and every part that reported ([`Readiness::report`]) is ready. Read by `/readyz`.
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness(Arc<ReadinessParts>);
+
+#[derive(Default)]
+struct ReadinessParts {
+    serving: AtomicBool,
+    /// Each part: ready or not, and what it says (what it waits for, or what it does).
+    parts: Mutex<BTreeMap<&'static str, (bool, String)>>,
+}
 
 impl Readiness {
+    /// Whether the process's servers are up.
     pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::SeqCst);
+        self.0.serving.store(ready, Ordering::SeqCst);
     }
 
+    /// Ready: serving, and every part ready.
     pub fn get(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.state().0
+    }
+
+    /// What the part `part` is: ready or not, and `detail` (why not, or what it does).
+    pub fn report(&self, part: &'static str, ready: bool, detail: impl Into<String>) {
+        if let Ok(mut parts) = self.0.parts.lock() {
+            parts.insert(part, (ready, detail.into()));
+        }
+    }
+
+    /// Whether ready, and a line per part (`serving` first).
+    pub fn state(&self) -> (bool, String) {
+        let serving = self.0.serving.load(Ordering::SeqCst);
+        let mut ready = serving;
+        let mut body = format!(
+            "serving: {}\n",
+            if serving {
+                "yes"
+            } else {
+                "no (starting or stopping)"
+            }
+        );
+        if let Ok(parts) = self.0.parts.lock() {
+            for (part, (ok, detail)) in parts.iter() {
+                ready &= *ok;
+                body.push_str(&format!("{part}: {detail}\n"));
+            }
+        }
+        (ready, body)
     }
 }
 
@@ -66,10 +109,14 @@ pub fn router(registry: Arc<Registry>, ready: Readiness) -> Router {
         .route(
             "/readyz",
             get(|State(state): State<Common>| async move {
-                if state.ready.get() {
-                    (StatusCode::OK, "ready\n")
+                let (ready, parts) = state.ready.state();
+                if ready {
+                    (StatusCode::OK, format!("ready\n{parts}"))
                 } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("not ready\n{parts}"),
+                    )
                 }
             }),
         )
@@ -136,6 +183,18 @@ mod tests {
         assert!(not_yet.starts_with("HTTP/1.1 503"), "{not_yet}");
         ready.set(true);
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        // A part that is not ready makes the process not ready, and says why.
+        ready.report("syncer", false, "waiting for pods (forbidden: …)");
+        let waiting = get(addr, "/readyz").await;
+        assert!(waiting.starts_with("HTTP/1.1 503"), "{waiting}");
+        assert!(
+            waiting.contains("syncer: waiting for pods (forbidden: …)"),
+            "{waiting}"
+        );
+        ready.report("syncer", true, "standing by");
+        let ready_now = get(addr, "/readyz").await;
+        assert!(ready_now.starts_with("HTTP/1.1 200"), "{ready_now}");
+        assert!(ready_now.contains("syncer: standing by"), "{ready_now}");
 
         let _ = stop.send(());
         server.await.unwrap().unwrap();

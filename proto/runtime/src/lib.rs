@@ -3,13 +3,16 @@
 //! ([`drain`]), logging ([`logs`]), the admin endpoint's `/metrics`, `/healthz` and `/readyz`
 //! ([`admin`]), waiting before trying again ([`backoff`]), sharing one copy of equal values
 //! ([`interned`]), giving the system back the memory the allocator holds free
-//! ([`memory`]), and fetching over HTTP(S) ([`fetch`]). It links no storage engine: the agent, in every pod, stands on it too.
+//! ([`memory`]), fetching over HTTP(S) ([`fetch`]), and telling errors with their causes
+//! ([`error`]). It links no storage engine: the agent, in every pod, stands on it too.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admin;
 pub mod backoff;
+pub mod blocking;
 pub mod drain;
+pub mod error;
 pub mod fetch;
 pub mod interned;
 pub mod logs;

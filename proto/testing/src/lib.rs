@@ -173,6 +173,30 @@ impl Process {
         }
     }
 
+    /// The process's exit status once it has exited by itself, waiting at most `deadline`;
+    /// `None` if it is still running then (it is killed when dropped).
+    pub fn exited_within(
+        &mut self,
+        deadline: std::time::Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let until = std::time::Instant::now() + deadline;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) if std::time::Instant::now() < until => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Ok(None) => return None,
+                Err(e) => panic!("waiting for {}: {e}", self.name),
+            }
+        }
+    }
+
+    /// The process's id, to signal it (`kill -STOP`).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGTERM, then the exit status must be a success.
     pub fn terminate(mut self) {
         let pid = self.child.id().to_string();

@@ -41,6 +41,14 @@ impl SledBackend {
                 Err(e) if lock_held(&e) && Instant::now() < deadline => {
                     std::thread::sleep(LOCK_RETRY)
                 }
+                Err(e) if lock_held(&e) => {
+                    return Err(BackendError::Locked {
+                        dir: dir.to_path_buf(),
+                        holder: holder(&dir.join("db"))
+                            .map(|h| format!(", held by {h}"))
+                            .unwrap_or_default(),
+                    });
+                }
                 other => break other.map_err(engine_error("open its database"))?,
             }
         };
@@ -56,6 +64,32 @@ impl SledBackend {
 fn lock_held(e: &sled::Error) -> bool {
     matches!(e, sled::Error::Io(io) if io.kind() == std::io::ErrorKind::Other
         && io.to_string().contains("could not acquire lock"))
+}
+
+/// Who holds the lock on `file`, as `NAME (pid N)`: the kernel's table of file locks lists the
+/// holder's pid beside the file's inode (Linux only; `None` elsewhere or when not found).
+fn holder(file: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let inode = std::fs::metadata(file).ok()?.ino().to_string();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    // `1: FLOCK  ADVISORY  WRITE 4242 08:01:1311 0 EOF`: the pid, then `major:minor:inode`
+    // (a `->` line is a process waiting for the lock, not holding it).
+    let pid = locks
+        .lines()
+        .filter(|l| !l.contains("->"))
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let at = fields.iter().position(|f| f.matches(':').count() == 2)?;
+            if fields[at].rsplit(':').next()? != inode {
+                return None;
+            }
+            fields.get(at.checked_sub(1)?).copied()
+        })?;
+    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok();
+    Some(match name {
+        Some(name) => format!("{} (pid {pid})", name.trim()),
+        None => format!("pid {pid}"),
+    })
 }
 
 impl Backend for SledBackend {
@@ -135,10 +169,19 @@ mod tests {
         let _held = SledBackend::open(&path).unwrap();
         let started = Instant::now();
         let err = match SledBackend::open(&path) {
-            Err(e) => format!("{e}: {}", std::error::Error::source(&e).expect("a cause")),
+            Err(e) => e.to_string(),
             Ok(_) => panic!("a second open of a held database succeeded"),
         };
-        assert!(err.contains("could not acquire lock"), "{err}");
         assert!(started.elapsed() >= LOCK_WAIT, "gave up before waiting");
+        // What the user can act on, not the engine's `Os { code: 11, kind: WouldBlock … }`.
+        assert_eq!(
+            err,
+            format!(
+                "another process holds {} (its lock, held by {} (pid {})); stop it or use another --data-dir",
+                path.display(),
+                std::fs::read_to_string("/proc/self/comm").unwrap().trim(),
+                std::process::id()
+            )
+        );
     }
 }

@@ -1,8 +1,12 @@
 //! `pasactl apply -f FILE|DIR|-`.
 
-use pasa_proto::store::v1::{ApplyDocument, ApplyOutcome, ApplyRequest, ApplyResponse};
+use pasa_proto::store::v1::{ApplyDocument, ApplyOutcome, ApplyRequest, ApplyResponse, ObjectRef};
 
-use super::{CmdResult, FileArgs, Reported, connect, object_name, out, problem_line, status_error};
+use super::interrupt::Interrupt;
+use super::{
+    BATCH_TIMEOUT, CmdResult, FileArgs, Interrupted, REQUEST_TIMEOUT, Reported, connect,
+    error_text, object_name, out, problem_line, status_error,
+};
 use pasa_validation::manifest::{self, Source};
 
 #[derive(clap::Args, Debug)]
@@ -42,25 +46,35 @@ pub async fn run(server: &crate::cli::Server, args: ApplyArgs) -> CmdResult {
             (source, document)
         })
         .unzip();
-    let client = connect(server).await?;
-    let batches = batches(&documents);
+    let client = server
+        .within("a connection", REQUEST_TIMEOUT, connect(server))
+        .await?;
+    let batches = batches(documents.len(), |i| documents[i].json.len());
     let send = |range: std::ops::Range<usize>, dry_run: bool| {
         let mut client = client.clone();
         let documents = documents[range].to_vec();
-        async move {
+        let request = async move {
             client
                 .apply(ApplyRequest { documents, dry_run })
                 .await
-                .map_err(status_error)
+                .map_err(|status| status_error(server, status))
                 .map(tonic::Response::into_inner)
-        }
+        };
+        server.within("the apply", BATCH_TIMEOUT, request)
     };
+    let interrupt = Interrupt::listen();
     // Several batches are not one transaction: every batch is checked first, so that a bad
     // document anywhere still writes nothing.
     if batches.len() > 1 && !args.dry_run {
         let mut problems = 0;
         for range in &batches {
-            let response = send(range.clone(), true).await?;
+            let response = tokio::select! {
+                response = send(range.clone(), true) => response?,
+                () = interrupt.pressed(1) => {
+                    eprintln!("interrupted while checking the documents: nothing was written");
+                    return Err(Interrupted.into());
+                }
+            };
             problems += report_errors(&sources[range.clone()], &response);
         }
         if problems > 0 {
@@ -68,10 +82,27 @@ pub async fn run(server: &crate::cli::Server, args: ApplyArgs) -> CmdResult {
             return Err(Reported.into());
         }
     }
-    let progress = Progress::new(documents.len(), batches.len());
-    let mut results = Vec::new();
+    let suffix = if args.dry_run { " (dry run)" } else { "" };
+    let mut written = Written::new(documents.len(), args.dry_run);
     for range in &batches {
-        let response = send(range.clone(), args.dry_run).await?;
+        if interrupt.requested() {
+            written.interrupted(&sources);
+            return Err(Interrupted.into());
+        }
+        let Some(response) = interrupt.finish(send(range.clone(), args.dry_run)).await else {
+            written.abandoned(&sources, &sources[range.clone()]);
+            return Err(Interrupted.into());
+        };
+        let response = match response {
+            Ok(response) => response,
+            Err(e) if written.count > 0 => {
+                // What was written before stays written: say so, and how to finish.
+                eprintln!("error: {}", error_text(&e));
+                eprintln!("{}", written.before(&sources[range.start]));
+                return Err(Reported.into());
+            }
+            Err(e) => return Err(e),
+        };
         let here = &sources[range.clone()];
         for w in &response.warnings {
             eprintln!(
@@ -92,46 +123,123 @@ pub async fn run(server: &crate::cli::Server, args: ApplyArgs) -> CmdResult {
             eprintln!("error: {problems} problem(s) found; {written}");
             return Err(Reported.into());
         }
-        results.extend(response.results);
-        progress.done(range.end);
+        // Each batch's results as it commits, so an interrupted or failed apply has shown what
+        // it wrote.
+        let mut text = String::new();
+        // One result a document, in the documents' order.
+        for (i, r) in response.results.iter().enumerate() {
+            let Some(reference) = &r.r#ref else { continue };
+            let outcome = match ApplyOutcome::try_from(r.outcome) {
+                Ok(ApplyOutcome::Created) => "created",
+                Ok(ApplyOutcome::Configured) => "configured",
+                _ => "unchanged",
+            };
+            text.push_str(&format!(
+                "{} {outcome}{suffix}\n",
+                object_name(&reference.kind, &reference.namespace, &reference.name)
+            ));
+            written.last = Some((range.start + i, reference.clone()));
+        }
+        out(&text)?;
+        written.count = range.end;
     }
-    let suffix = if args.dry_run { " (dry run)" } else { "" };
-    let mut text = String::new();
-    for r in &results {
-        let Some(reference) = &r.r#ref else { continue };
-        let outcome = match ApplyOutcome::try_from(r.outcome) {
-            Ok(ApplyOutcome::Created) => "created",
-            Ok(ApplyOutcome::Configured) => "configured",
-            _ => "unchanged",
-        };
-        text.push_str(&format!(
-            "{} {outcome}{suffix}\n",
-            object_name(&reference.kind, &reference.namespace, &reference.name)
-        ));
-    }
-    out(&text)?;
     Ok(())
 }
+
+/// What an apply has written so far, to tell the user when it stops early.
+struct Written {
+    /// Documents written (the batches committed cover `0..count`).
+    count: usize,
+    total: usize,
+    dry_run: bool,
+    /// The last document written: its index and object.
+    last: Option<(usize, ObjectRef)>,
+}
+
+impl Written {
+    fn new(total: usize, dry_run: bool) -> Written {
+        Written {
+            count: 0,
+            total,
+            dry_run,
+            last: None,
+        }
+    }
+
+    /// `N of M objects were written, the last kind/ns/name (file document K)`.
+    fn so_far(&self, sources: &[Source]) -> String {
+        let verb = if self.dry_run {
+            "were checked (dry run)"
+        } else {
+            "were written"
+        };
+        let last = match &self.last {
+            Some((index, r)) => {
+                let at = sources
+                    .get(*index)
+                    .map(|s| format!(" ({s})"))
+                    .unwrap_or_default();
+                format!(
+                    ", the last {}{at}",
+                    object_name(&r.kind, &r.namespace, &r.name)
+                )
+            }
+            None => String::new(),
+        };
+        format!("{} of {} objects {verb}{last}", self.count, self.total)
+    }
+
+    /// Ctrl-C between batches: what was written, and how to finish.
+    fn interrupted(&self, sources: &[Source]) {
+        eprintln!(
+            "interrupted: {}; the rest were not sent. {FINISH}",
+            self.so_far(sources)
+        );
+    }
+
+    /// A second Ctrl-C during the batch `in_flight`: it may or may not have been written.
+    fn abandoned(&self, sources: &[Source], in_flight: &[Source]) {
+        let (first, last) = match (in_flight.first(), in_flight.last()) {
+            (Some(first), Some(last)) => (first.to_string(), last.to_string()),
+            _ => return self.interrupted(sources),
+        };
+        eprintln!(
+            "interrupted: {}; the batch in flight ({first} to {last}) may or may not have been written. {FINISH}",
+            self.so_far(sources)
+        );
+    }
+
+    /// After an error that ended the apply at the batch starting at `next`.
+    fn before(&self, next: &Source) -> String {
+        format!(
+            "The {} object(s) before {next} were written. {FINISH}",
+            self.count,
+        )
+    }
+}
+
+/// How to finish an apply that stopped early.
+const FINISH: &str = "Run the same apply again to write the rest: applying is idempotent (what is already written is reported unchanged)";
 
 /// Documents per request: half the store's default batch limit (10,000), and at most half its
 /// 64 MiB message limit, so big applies go in several requests.
 const BATCH_DOCUMENTS: usize = 5_000;
 const BATCH_BYTES: usize = 32 << 20;
 
-/// Consecutive ranges of `documents`, each within both limits.
-fn batches(documents: &[ApplyDocument]) -> Vec<std::ops::Range<usize>> {
+/// Consecutive ranges of `count` items (item `i` is `size(i)` bytes), each within both limits.
+pub fn batches(count: usize, size: impl Fn(usize) -> usize) -> Vec<std::ops::Range<usize>> {
     let mut ranges = Vec::new();
     let (mut start, mut bytes) = (0, 0);
-    for (i, d) in documents.iter().enumerate() {
-        let size = d.json.len();
+    for i in 0..count {
+        let size = size(i);
         if i > start && (i - start >= BATCH_DOCUMENTS || bytes + size > BATCH_BYTES) {
             ranges.push(start..i);
             (start, bytes) = (i, 0);
         }
         bytes += size;
     }
-    if start < documents.len() {
-        ranges.push(start..documents.len());
+    if start < count {
+        ranges.push(start..count);
     }
     ranges
 }
@@ -152,29 +260,6 @@ fn report_errors(sources: &[Source], response: &ApplyResponse) -> usize {
     response.errors.len()
 }
 
-/// `applied N/M objects` on a terminal's stderr while several batches go.
-struct Progress {
-    total: usize,
-    shown: bool,
-}
-
-impl Progress {
-    fn new(total: usize, batches: usize) -> Progress {
-        use std::io::IsTerminal as _;
-        Progress {
-            total,
-            shown: batches > 1 && std::io::stderr().is_terminal(),
-        }
-    }
-
-    fn done(&self, applied: usize) {
-        if self.shown {
-            let end = if applied == self.total { "\n" } else { "" };
-            eprint!("\rapplied {applied}/{} objects{end}", self.total);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,11 +270,12 @@ mod tests {
             json: "x".repeat(len),
             expected_mod_revision: None,
         };
+        let of = |docs: &[ApplyDocument]| batches(docs.len(), |i| docs[i].json.len());
         let many: Vec<_> = (0..12_001).map(|_| doc(10)).collect();
-        assert_eq!(batches(&many), [0..5_000, 5_000..10_000, 10_000..12_001]);
+        assert_eq!(of(&many), [0..5_000, 5_000..10_000, 10_000..12_001]);
         let big = vec![doc(20 << 20), doc(20 << 20), doc(1)];
-        assert_eq!(batches(&big), [0..1, 1..3]);
-        assert_eq!(batches(&[doc(1)]).len(), 1);
-        assert!(batches(&[]).is_empty());
+        assert_eq!(of(&big), [0..1, 1..3]);
+        assert_eq!(of(&[doc(1)]).len(), 1);
+        assert!(of(&[]).is_empty());
     }
 }

@@ -5,7 +5,7 @@ use pasa_proto::object::manifest;
 use pasa_proto::store::v1::{GetRequest, ListRequest, ObjectRef, Resource, Rule, Subscription};
 use serde_json::{Value, json};
 
-use super::{CmdResult, connect, out, status_error, table};
+use super::{CmdResult, REQUEST_TIMEOUT, connect, out, status_error, table};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
@@ -33,53 +33,9 @@ pub struct GetArgs {
 
 pub async fn run(server: &crate::cli::Server, args: GetArgs) -> CmdResult {
     let kind: Kind = args.kind.parse()?;
-    let mut client = connect(server).await?;
-    let resources = match &args.name {
-        Some(name) => {
-            let reference = ObjectRef {
-                kind: kind.as_str().to_string(),
-                namespace: args.namespace.clone(),
-                name: name.clone(),
-            };
-            match client
-                .get(GetRequest {
-                    r#ref: Some(reference),
-                })
-                .await
-            {
-                Ok(r) => r.into_inner().resource.into_iter().collect(),
-                Err(s) if s.code() == tonic::Code::NotFound => {
-                    anyhow::bail!(
-                        "{}.{} \"{name}\" not found in namespace {}",
-                        kind.plural(),
-                        kind.group(),
-                        args.namespace
-                    )
-                }
-                Err(s) => return Err(status_error(s)),
-            }
-        }
-        None => {
-            let rule = Rule {
-                kinds: vec![kind.as_str().to_string()],
-                namespaces: if args.all_namespaces {
-                    vec![]
-                } else {
-                    vec![args.namespace.clone()]
-                },
-                ..Default::default()
-            };
-            client
-                .list(ListRequest {
-                    selector: Some(Subscription { rules: vec![rule] }),
-                    revision: 0,
-                })
-                .await
-                .map_err(status_error)?
-                .into_inner()
-                .resources
-        }
-    };
+    let resources = server
+        .within("`get`", REQUEST_TIMEOUT, fetch(server, kind, &args))
+        .await?;
     let single = args.name.is_some();
     match args.output {
         Some(Output::Yaml) => out(&serde_saphyr::to_string(&document(&resources, single))?)?,
@@ -104,6 +60,62 @@ pub async fn run(server: &crate::cli::Server, args: GetArgs) -> CmdResult {
         }
     }
     Ok(())
+}
+
+/// The object named, or the objects of the kind in the namespace(s) asked.
+async fn fetch(
+    server: &crate::cli::Server,
+    kind: Kind,
+    args: &GetArgs,
+) -> anyhow::Result<Vec<Resource>> {
+    let mut client = connect(server).await?;
+    let resources = match &args.name {
+        Some(name) => {
+            let reference = ObjectRef {
+                kind: kind.as_str().to_string(),
+                namespace: args.namespace.clone(),
+                name: name.clone(),
+            };
+            match client
+                .get(GetRequest {
+                    r#ref: Some(reference),
+                })
+                .await
+            {
+                Ok(r) => r.into_inner().resource.into_iter().collect(),
+                Err(s) if s.code() == tonic::Code::NotFound => {
+                    anyhow::bail!(
+                        "{}.{} \"{name}\" not found in namespace {}",
+                        kind.plural(),
+                        kind.group(),
+                        args.namespace
+                    )
+                }
+                Err(s) => return Err(status_error(server, s)),
+            }
+        }
+        None => {
+            let rule = Rule {
+                kinds: vec![kind.as_str().to_string()],
+                namespaces: if args.all_namespaces {
+                    vec![]
+                } else {
+                    vec![args.namespace.clone()]
+                },
+                ..Default::default()
+            };
+            client
+                .list(ListRequest {
+                    selector: Some(Subscription { rules: vec![rule] }),
+                    revision: 0,
+                })
+                .await
+                .map_err(|status| status_error(server, status))?
+                .into_inner()
+                .resources
+        }
+    };
+    Ok(resources)
 }
 
 /// One manifest, or a kubectl-style `List` of them.

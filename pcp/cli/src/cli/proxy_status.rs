@@ -18,7 +18,7 @@ use pasa_proto::store::v1::{
 };
 use serde_json::{Value, json};
 
-use super::{CmdResult, Reported, connect, out, status_error};
+use super::{CmdResult, REQUEST_TIMEOUT, Reported, connect, out, status_error};
 
 /// `pasactl proxy-status` options.
 #[derive(clap::Args, Debug)]
@@ -48,42 +48,79 @@ pub async fn list(
     name: &str,
     namespace: &str,
 ) -> anyhow::Result<ListProxyStatusResponse> {
-    let mut client = connect(server).await?;
     let request = ListProxyStatusRequest {
         name: name.to_owned(),
         namespace: namespace.to_owned(),
         local_only: false,
     };
-    pasa_proto::client::list_proxy_status(&mut client, request)
-        .await
-        .map_err(status_error)
+    let ask = async {
+        let mut client = connect(server).await?;
+        pasa_proto::client::list_proxy_status(&mut client, request)
+            .await
+            .map_err(|status| status_error(server, status))
+    };
+    server.within("`proxy-status`", REQUEST_TIMEOUT, ask).await
 }
 
 /// The one proxy `agent` names in the store's answer; otherwise an error that says why (none,
-/// or which ones it could mean).
+/// or which ones it could mean, by node ID and IP, for the user to give one).
+///
+/// A proxy is listed again when its agent restarts (by the store replica it reports to now, or
+/// under a new node ID when its pod got a new IP) while the old entry waits to expire: of
+/// several, the one whose agent is connected is meant when it is the only one; entries of one
+/// node ID are one proxy, and the freshest is meant.
 pub fn the_one<'a>(
     answer: &'a ListProxyStatusResponse,
     agent: &str,
     server: &crate::cli::Server,
 ) -> anyhow::Result<&'a ProxyStatusEntry> {
-    match answer.proxies.as_slice() {
-        [one] => Ok(one),
-        [] => anyhow::bail!(
-            "no proxy {agent:?} reports to the store at {server} (give pod.namespace, a pod name or a node ID; proxies whose agents stopped reporting are removed after {})",
-            age(answer.expiry_ms)
-        ),
-        many => {
-            let names: Vec<String> = many
-                .iter()
-                .filter_map(|e| e.status.as_ref().map(name))
-                .collect();
-            anyhow::bail!(
-                "{agent:?} names {} proxies ({}); give pod.namespace or the node ID",
-                many.len(),
-                names.join(", ")
-            )
+    let all: Vec<&ProxyStatusEntry> = answer
+        .proxies
+        .iter()
+        .filter(|e| e.status.is_some())
+        .collect();
+    let connected: Vec<&ProxyStatusEntry> = all.iter().copied().filter(|e| e.connected).collect();
+    let candidates = if connected.is_empty() {
+        &all
+    } else {
+        &connected
+    };
+    let node_id = |e: &ProxyStatusEntry| e.status.as_ref().map(|s| s.node_id.clone());
+    let one_node = candidates
+        .first()
+        .is_some_and(|first| candidates.iter().all(|e| node_id(e) == node_id(first)));
+    if one_node {
+        // The freshest contact: connected ones by their last report, others by when it was lost.
+        if let Some(entry) = candidates
+            .iter()
+            .min_by_key(|e| (e.lost_contact_ms_ago, e.last_contact_ms_ago))
+        {
+            return Ok(entry);
         }
     }
+    if all.is_empty() {
+        anyhow::bail!(
+            "no proxy {agent:?} reports to the store at {server} (give pod.namespace, a pod name or a node ID; proxies whose agents stopped reporting are removed after {})",
+            age(answer.expiry_ms)
+        );
+    }
+    let mut lines = String::new();
+    for e in candidates {
+        let Some(s) = &e.status else { continue };
+        let ip = pasa_proto::node::NodeId::parse(&s.node_id)
+            .map(|n| n.ip.to_string())
+            .unwrap_or_else(|_| "-".into());
+        let contact = if e.connected {
+            "connected".to_string()
+        } else {
+            format!("lost contact {} ago", age(e.lost_contact_ms_ago))
+        };
+        let _ = write!(lines, "\n  {}  IP {ip}  {contact}", s.node_id);
+    }
+    anyhow::bail!(
+        "{agent:?} names {} proxies; give the node ID of the one you mean:{lines}",
+        candidates.len()
+    )
 }
 
 pub async fn run(server: &crate::cli::Server, args: ProxyStatusArgs) -> CmdResult {
@@ -528,6 +565,90 @@ mod tests {
             ["STALE", "STALE (Never Acknowledged)"]
         );
         assert_eq!(cells(lines[3])[9], "lost contact 12s ago");
+    }
+
+    fn server() -> crate::cli::Server {
+        crate::cli::Server {
+            address: "127.0.0.1:7400".into(),
+            tls: None,
+            request_timeout: None,
+        }
+    }
+
+    fn at(ip: &str, pod: &str, connected: bool) -> ProxyStatusEntry {
+        let mut e = entry(pod, "shop", XdsSyncStatus::default(), false, connected);
+        if let Some(s) = e.status.as_mut() {
+            s.node_id = format!("sidecar~{ip}~{pod}.shop~shop.svc.cluster.local");
+        }
+        e
+    }
+
+    fn answer(proxies: Vec<ProxyStatusEntry>) -> ListProxyStatusResponse {
+        ListProxyStatusResponse {
+            proxies,
+            revision: 6,
+            expiry_ms: 300_000,
+        }
+    }
+
+    fn node(e: &ProxyStatusEntry) -> &str {
+        &e.status.as_ref().unwrap().node_id
+    }
+
+    #[test]
+    fn a_restarted_agent_is_the_connected_one_of_its_name() {
+        // The pod came back with a new IP: its old entry waits to expire.
+        let restarted = answer(vec![
+            at("10.0.0.1", "web-1", false),
+            at("10.0.0.2", "web-1", true),
+        ]);
+        let one = the_one(&restarted, "web-1.shop", &server()).unwrap();
+        assert_eq!(
+            node(one),
+            "sidecar~10.0.0.2~web-1.shop~shop.svc.cluster.local"
+        );
+
+        // Listed by two store replicas under one node ID: one proxy, the freshest entry.
+        let mut old = at("10.0.0.1", "web-1", false);
+        old.lost_contact_ms_ago = 60_000;
+        let mut recent = at("10.0.0.1", "web-1", false);
+        recent.lost_contact_ms_ago = 2_000;
+        let twice = answer(vec![old, recent]);
+        let one = the_one(&twice, "web-1.shop", &server()).unwrap();
+        assert_eq!(one.lost_contact_ms_ago, 2_000);
+    }
+
+    #[test]
+    fn proxies_a_name_cannot_tell_apart_are_listed_by_node_id_and_ip() {
+        let both = answer(vec![
+            at("10.0.0.1", "web-1", true),
+            at("10.0.0.2", "web-1", true),
+        ]);
+        let err = the_one(&both, "web-1.shop", &server())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("\"web-1.shop\" names 2 proxies; give the node ID"),
+            "{err}"
+        );
+        assert!(
+            err.contains(
+                "\n  sidecar~10.0.0.1~web-1.shop~shop.svc.cluster.local  IP 10.0.0.1  connected"
+            ) && err.contains(
+                "\n  sidecar~10.0.0.2~web-1.shop~shop.svc.cluster.local  IP 10.0.0.2  connected"
+            ),
+            "{err}"
+        );
+        let gone = answer(vec![
+            at("10.0.0.1", "web-1", false),
+            at("10.0.0.2", "web-1", false),
+        ]);
+        let err = the_one(&gone, "web-1", &server()).unwrap_err().to_string();
+        assert!(err.contains("IP 10.0.0.2  lost contact 12s ago"), "{err}");
+        let none = the_one(&answer(vec![]), "web-9", &server())
+            .unwrap_err()
+            .to_string();
+        assert!(none.starts_with("no proxy \"web-9\" reports"), "{none}");
     }
 
     #[test]

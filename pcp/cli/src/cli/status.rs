@@ -4,15 +4,18 @@ use pasa_proto::store::v1::StatusRequest;
 
 use std::fmt::Write as _;
 
-use super::{CmdResult, connect, out, status_error};
+use super::{CmdResult, REQUEST_TIMEOUT, connect, out, status_error};
 
 pub async fn run(server: &crate::cli::Server) -> CmdResult {
-    let mut client = connect(server).await?;
-    let s = client
-        .status(StatusRequest {})
-        .await
-        .map_err(status_error)?
-        .into_inner();
+    let ask = async {
+        let mut client = connect(server).await?;
+        let status = client
+            .status(StatusRequest {})
+            .await
+            .map_err(|status| status_error(server, status))?;
+        anyhow::Ok(status.into_inner())
+    };
+    let s = server.within("`status`", REQUEST_TIMEOUT, ask).await?;
     let mut text = String::new();
     writeln!(text, "SERVER     {server}")?;
     writeln!(text, "BACKEND    {}", s.backend)?;

@@ -5,6 +5,7 @@
 //! never on here: PCP only sees resources users write.
 
 mod headers;
+mod hosts;
 mod http;
 pub(super) mod re2;
 mod unreachable;
@@ -121,15 +122,24 @@ pub fn validate_spec(vs: &VirtualService, namespace: &str, report: &mut Report) 
         }
     }
     if all_hosts_valid {
-        for (i, a) in vs.hosts.iter().enumerate() {
-            for (j, b) in vs.hosts.iter().enumerate().skip(i + 1) {
-                if pasa_proto::host::matches(a, b) {
-                    report.error(
-                        &spec.field("hosts").index(j),
-                        format!("duplicate hosts in virtual service: {a} & {b}"),
-                    );
-                }
-            }
+        let (pairs, more) = hosts::overlapping_pairs(&vs.hosts, hosts::MAX_REPORTED_PAIRS);
+        for (i, j) in pairs {
+            report.error(
+                &spec.field("hosts").index(j),
+                format!(
+                    "duplicate hosts in virtual service: {} & {}",
+                    vs.hosts[i], vs.hosts[j]
+                ),
+            );
+        }
+        if more {
+            report.error(
+                &spec.field("hosts"),
+                format!(
+                    "more duplicate hosts in virtual service than the first {} listed: give each host once",
+                    hosts::MAX_REPORTED_PAIRS
+                ),
+            );
         }
     }
 
@@ -142,8 +152,9 @@ pub fn validate_spec(vs: &VirtualService, namespace: &str, report: &mut Report) 
     for (i, route) in vs.http.iter().enumerate() {
         http::validate_http_route(&spec.field("http").index(i), route, is_delegate, report);
     }
+    let within = hosts::Within::new(&vs.hosts);
     for (i, route) in vs.tls.iter().enumerate() {
-        validate_tls_route(&spec.field("tls").index(i), route, vs, report);
+        validate_tls_route(&spec.field("tls").index(i), route, vs, &within, report);
     }
     for (i, route) in vs.tcp.iter().enumerate() {
         validate_tcp_route(&spec.field("tcp").index(i), route, report);
@@ -198,7 +209,8 @@ fn validate_gateway_bound_domain(sni: bool, domain: &str) -> Check {
 }
 
 /// Whether host `a` lies within host `b`: equal, or covered by `b`'s wildcard (a wildcard is
-/// within another only if it is at least as narrow).
+/// within another only if it is at least as narrow). The definition [`hosts::Within`] indexes.
+#[cfg(test)]
 pub(crate) fn host_subset_of(a: &str, b: &str) -> bool {
     match (a.strip_prefix('*'), b.strip_prefix('*')) {
         (Some(sa), Some(sb)) => a.len() >= b.len() && sa.ends_with(sb),
@@ -303,7 +315,28 @@ fn validate_route_destinations(at: &Path, route: &[RouteDestination], report: &m
     validate_total_weight(at, route.iter().map(|rd| rd.weight), report);
 }
 
-fn validate_tls_route(at: &Path, route: &TlsRoute, vs: &VirtualService, report: &mut Report) {
+/// Most hosts a message lists; a longer list ends with how many there are.
+const MAX_LISTED_HOSTS: usize = 10;
+
+/// `hosts` joined with commas, the first [`MAX_LISTED_HOSTS`] of them when there are more.
+fn listed(hosts: &[String]) -> String {
+    if hosts.len() <= MAX_LISTED_HOSTS {
+        return hosts.join(", ");
+    }
+    format!(
+        "{}, … ({} hosts)",
+        hosts[..MAX_LISTED_HOSTS].join(", "),
+        hosts.len()
+    )
+}
+
+fn validate_tls_route(
+    at: &Path,
+    route: &TlsRoute,
+    vs: &VirtualService,
+    within: &hosts::Within<'_>,
+    report: &mut Report,
+) {
     if route.matches.is_empty() {
         report.error(
             &at.field("match"),
@@ -311,7 +344,7 @@ fn validate_tls_route(at: &Path, route: &TlsRoute, vs: &VirtualService, report: 
         );
     }
     for (i, m) in route.matches.iter().enumerate() {
-        validate_tls_match(&at.field("match").index(i), m, vs, report);
+        validate_tls_match(&at.field("match").index(i), m, vs, within, report);
     }
     if route.route.is_empty() {
         report.error(&at.field("route"), "TLS route is required");
@@ -319,7 +352,13 @@ fn validate_tls_route(at: &Path, route: &TlsRoute, vs: &VirtualService, report: 
     validate_route_destinations(&at.field("route"), &route.route, report);
 }
 
-fn validate_tls_match(at: &Path, m: &TlsMatchAttributes, vs: &VirtualService, report: &mut Report) {
+fn validate_tls_match(
+    at: &Path,
+    m: &TlsMatchAttributes,
+    vs: &VirtualService,
+    within: &hosts::Within<'_>,
+    report: &mut Report,
+) {
     if m.sni_hosts.is_empty() {
         report.error(
             &at.field("sniHosts"),
@@ -327,13 +366,19 @@ fn validate_tls_match(at: &Path, m: &TlsMatchAttributes, vs: &VirtualService, re
         );
     }
     for (i, sni) in m.sni_hosts.iter().enumerate() {
-        validate_sni_host(&at.field("sniHosts").index(i), sni, vs, report);
+        validate_sni_host(&at.field("sniHosts").index(i), sni, vs, within, report);
     }
     validate_connection_match(at, &m.destination_subnets, m.port, &m.source_labels, report);
     validate_gateway_names(&at.field("gateways"), &m.gateways, report);
 }
 
-fn validate_sni_host(at: &Path, sni: &str, vs: &VirtualService, report: &mut Report) {
+fn validate_sni_host(
+    at: &Path,
+    sni: &str,
+    vs: &VirtualService,
+    within: &hosts::Within<'_>,
+    report: &mut Report,
+) {
     let check = if is_gateway_bound(vs) {
         validate_gateway_bound_domain(true, sni)
     } else {
@@ -352,12 +397,12 @@ fn validate_sni_host(at: &Path, sni: &str, vs: &VirtualService, report: &mut Rep
         }
         return;
     }
-    if !vs.hosts.iter().any(|h| host_subset_of(sni, h)) {
+    if !within.contains(sni) {
         report.error(
             at,
             format!(
                 "SNI host {sni:?} is not a compatible subset of any of the virtual service hosts: [{}]",
-                vs.hosts.join(", ")
+                listed(&vs.hosts)
             ),
         );
     }

@@ -18,6 +18,9 @@ const MAX_REGEX_LENGTH: usize = 1024;
 /// Deepest nesting of groups and repetitions Go's parser allows.
 const MAX_NESTING: u32 = 1000;
 
+/// Bytes `regex` may spend compiling an expression while checking it (see [`refusal`]).
+const COMPILE_BUDGET: usize = 64 << 10;
+
 /// Largest count RE2 allows in `{n}`, `{n,}` and `{n,m}`.
 const MAX_REPEAT: u32 = 1000;
 
@@ -56,9 +59,12 @@ fn refusal(re: &str) -> Option<Refusal> {
         Ok(t) => t,
         Err(e) => return Some(Refusal::Re2(e)),
     };
-    // Go's parser allows nesting 1000 deep; `regex` stops at 250 unless told.
+    // Go's parser allows nesting 1000 deep; `regex` stops at 250 unless told. Only the syntax
+    // matters here, and every syntax error comes before compiling: a small compile budget keeps a
+    // large repetition (`(a{1000}){1000}`) from costing time, and is no refusal.
     match regex::RegexBuilder::new(&translated)
         .nest_limit(MAX_NESTING)
+        .size_limit(COMPILE_BUDGET)
         .build()
     {
         Ok(_) | Err(regex::Error::CompiledTooBig(_)) => None,

@@ -52,12 +52,13 @@ fn rule_name(name: &str, index: usize) -> String {
 }
 
 /// TCP and TLS rules, given as each rule's matches: unreachable rules and repeated matches.
-fn analyze_rules<'a, M: PartialEq + 'a>(
+fn analyze_rules<'a, M: serde::Serialize + 'a>(
     at: &Path,
     rules: impl Iterator<Item = &'a [M]>,
     report: &mut Report,
 ) {
-    let mut seen: Vec<(&M, usize)> = Vec::new();
+    // Matches keyed by their JSON, so thousands of rules are checked in linear time.
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut catch_all = false;
     for (rulen, matches) in rules.enumerate() {
         let here = at.index(rulen);
@@ -80,7 +81,8 @@ fn analyze_rules<'a, M: PartialEq + 'a>(
                 warn_unused(report, &here, &rule, "route without matches defined before");
                 continue;
             }
-            if let Some(&(_, earlier)) = seen.iter().find(|(s, _)| *s == m) {
+            let key = serde_json::to_string(m).unwrap_or_default();
+            if let Some(&earlier) = seen.get(&key) {
                 warn_ineffective(
                     report,
                     &here.field("match").index(matchn),
@@ -90,7 +92,7 @@ fn analyze_rules<'a, M: PartialEq + 'a>(
                 );
                 duplicates += 1;
             } else {
-                seen.push((m, rulen));
+                seen.insert(key, rulen);
             }
         }
         if duplicates == matches.len() {
@@ -221,22 +223,69 @@ fn analyze_http(at: &Path, routes: &[HttpRoute], report: &mut Report) {
         }
     }
 
-    for (i, earlier) in prefix_matches.iter().enumerate() {
-        for later in &prefix_matches[i + 1..] {
-            // Equal prefixes are duplicates, reported above when the rest is equal too.
-            if later.prefix == earlier.prefix || !earlier.covers(later) {
-                continue;
+    warn_covered_prefixes(at, &prefix_matches, report);
+}
+
+/// Most comparisons of URI-prefix matches one VirtualService gets: past it, the overlap warnings
+/// stop (with a warning that says so), so that no document costs more than its size allows.
+const MAX_PREFIX_COMPARISONS: usize = 200_000;
+
+/// Warns of each URI-prefix match covered by an earlier one with a shorter prefix. Only the
+/// matches whose prefix is a proper prefix of a later one's are compared, found by a hash of each
+/// prefix of the later prefix (computed in one pass over it); the warnings come in the order a
+/// pairwise comparison gives them (by earlier match, then later).
+fn warn_covered_prefixes(at: &Path, prefix_matches: &[PrefixMatch], report: &mut Report) {
+    let step = |hash: u64, byte: u8| hash.wrapping_mul(1_000_003).wrapping_add(u64::from(byte));
+    // Earlier matches by (hash, length) of their prefix. A hash collision costs a comparison,
+    // never a wrong warning: `covers` compares the prefixes themselves.
+    let mut by_prefix: std::collections::HashMap<(u64, usize), Vec<usize>> =
+        std::collections::HashMap::new();
+    let mut covered: Vec<(usize, usize)> = Vec::new();
+    let mut budget = MAX_PREFIX_COMPARISONS;
+    'later: for (j, later) in prefix_matches.iter().enumerate() {
+        let bytes = later.prefix.as_bytes();
+        let mut hash = 0u64;
+        for (n, &byte) in bytes.iter().enumerate() {
+            hash = step(hash, byte);
+            // Shorter prefixes only: equal ones are duplicates, reported already when the rest
+            // is equal too.
+            if n + 1 == bytes.len() {
+                break;
             }
-            warn_ineffective(
-                report,
-                &later.at,
-                &later.rule,
-                &format!("{} of prefix {}", later.matchn, later.prefix),
-                &format!(
-                    "{} of prefix {} on {}",
-                    earlier.matchn, earlier.prefix, earlier.rule
-                ),
-            );
+            let Some(earlier) = by_prefix.get(&(hash, n + 1)) else {
+                continue;
+            };
+            for &i in earlier {
+                if budget == 0 {
+                    report.warn(
+                        at,
+                        format!(
+                            "overlapping URI prefix matches not checked past {MAX_PREFIX_COMPARISONS} comparisons: this virtual service has too many rules sharing prefixes to check them all"
+                        ),
+                    );
+                    break 'later;
+                }
+                budget -= 1;
+                if prefix_matches[i].covers(later) {
+                    covered.push((i, j));
+                }
+            }
         }
+        let full = bytes.iter().fold(0u64, |h, &b| step(h, b));
+        by_prefix.entry((full, bytes.len())).or_default().push(j);
+    }
+    covered.sort_unstable();
+    for (i, j) in covered {
+        let (earlier, later) = (&prefix_matches[i], &prefix_matches[j]);
+        warn_ineffective(
+            report,
+            &later.at,
+            &later.rule,
+            &format!("{} of prefix {}", later.matchn, later.prefix),
+            &format!(
+                "{} of prefix {} on {}",
+                earlier.matchn, earlier.prefix, earlier.rule
+            ),
+        );
     }
 }
