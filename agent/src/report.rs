@@ -408,16 +408,20 @@ async fn stream(
         }
         let wake = coalescer.wake(dirty, now);
         tokio::select! {
+            // Leaving is told before the agent takes its parts down (translation, ADS, the
+            // store watch), which would otherwise end the stream first as lost.
+            biased;
+            left = async { sources.leaving.wait_for(|l| *l).await.is_ok() } => {
+                if left {
+                    let last = last_report(reporter, sources, *degraded_since);
+                    goodbye(tx, call, last).await;
+                }
+                return Ended::Stopped;
+            }
             // (The guard `wait_for` gives is let go at once: the goodbye below awaits.)
             () = async { drop(stop.wait_for(|s| *s).await) } => {
                 if *sources.leaving.borrow() {
-                    let mut last = reporter.status(
-                        &sources.connections.borrow(),
-                        &sources.link.borrow(),
-                        *sources.applied.borrow(),
-                        *degraded_since,
-                    );
-                    last.stopping = true;
+                    let last = last_report(reporter, sources, *degraded_since);
                     goodbye(tx, call, last).await;
                 }
                 return Ended::Stopped;
@@ -450,6 +454,22 @@ async fn stream(
             }
         }
     }
+}
+
+/// The agent's last report, marked `stopping`.
+fn last_report(
+    reporter: &Reporter,
+    sources: &Sources,
+    degraded_since: Option<SystemTime>,
+) -> ProxyStatus {
+    let mut last = reporter.status(
+        &sources.connections.borrow(),
+        &sources.link.borrow(),
+        *sources.applied.borrow(),
+        degraded_since,
+    );
+    last.stopping = true;
+    last
 }
 
 /// Sends `last` (marked `stopping`) on the stream, closes it and waits for the store's answer,
