@@ -14,8 +14,7 @@ use pasa_proto::node::{NodeId, NodeIdError, ProxyType};
 pub struct IdentityArgs {
     /// Istio node ID `type~ip~id~domain`, e.g.
     /// `sidecar~10.42.1.7~reviews-v1-x9k2q.default~default.svc.cluster.local`.
-    /// Required (checked by [`IdentityArgs::resolve`], so that `pasa-agent bootstrap` can
-    /// take it after its subcommand).
+    /// Required: give it here or after `pasa-agent bootstrap`.
     #[arg(
         long,
         env = "PASA_NODE_ID",

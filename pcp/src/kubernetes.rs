@@ -74,6 +74,21 @@ pub struct KubeArgs {
     pub identity: Option<String>,
 }
 
+/// What the syncer is started with, besides its flags.
+pub struct SyncerParts<'a> {
+    /// The cluster, and how it was reached (for the ready line).
+    pub cluster: Cluster,
+    pub source: String,
+    /// PCP's validating write path, where the syncer writes.
+    pub service: WriteService,
+    pub metrics: Arc<SyncMetrics>,
+    /// PCP's readiness, whose part `syncer` this reports.
+    pub readiness: Readiness,
+    /// `--mesh-config`, as read at start.
+    pub mesh: Option<&'a Value>,
+    pub domain_suffix: &'a str,
+}
+
 impl KubeArgs {
     pub fn enabled(&self) -> bool {
         self.kubeconfig.is_some() || self.in_cluster
@@ -90,22 +105,28 @@ impl KubeArgs {
         })
     }
 
-    /// Starts competing for the Lease; the replica holding it syncs the cluster `client`
-    /// reaches until `stop` turns true (then it stops syncing and gives the Lease up). `mesh` is
-    /// `--mesh-config`, as read at start. Reports the part `syncer` of `readiness`: the leader is
-    /// ready once its first complete sync is done, a standby once it knows who leads.
+    /// Starts competing for the Lease; the replica holding it syncs the cluster until `stop`
+    /// turns true (then it stops syncing and gives the Lease up). Reports the part `syncer` of
+    /// the readiness: the leader is ready once its first complete sync is done, a standby once it
+    /// knows who leads.
     pub fn start(
         &self,
-        (cluster, source): (Cluster, String),
-        service: WriteService,
-        (metrics, readiness): (Arc<SyncMetrics>, Readiness),
-        (mesh, domain_suffix): (Option<&Value>, &str),
+        with: SyncerParts<'_>,
         stop: watch::Receiver<bool>,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-        let Cluster {
-            client,
-            server: api_server,
-        } = cluster;
+        let SyncerParts {
+            cluster:
+                Cluster {
+                    client,
+                    server: api_server,
+                },
+            source,
+            service,
+            metrics,
+            readiness,
+            mesh,
+            domain_suffix,
+        } = with;
         let discovery = match (&self.mesh_config, mesh) {
             (Some(path), Some(mesh)) => DiscoverySelectors::from_mesh_config(mesh)
                 .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?,

@@ -200,16 +200,19 @@ impl PcpArgs {
             None
         };
         let sync_task = match &cluster {
-            Some(cluster) => {
-                let sync_metrics = Arc::new(pasa_kube::metrics::SyncMetrics::default());
-                sync_metrics.register(&mut registry);
-                Some(self.kube.start(
-                    cluster.clone(),
-                    service.clone(),
-                    (sync_metrics, readiness.clone()),
-                    (mesh.as_ref(), &self.embedded.domain_suffix),
-                    stop_rx.clone(),
-                )?)
+            Some((cluster, source)) => {
+                let metrics = Arc::new(pasa_kube::metrics::SyncMetrics::default());
+                metrics.register(&mut registry);
+                let parts = crate::kubernetes::SyncerParts {
+                    cluster: cluster.clone(),
+                    source: source.clone(),
+                    service: service.clone(),
+                    metrics,
+                    readiness: readiness.clone(),
+                    mesh: mesh.as_ref(),
+                    domain_suffix: &self.embedded.domain_suffix,
+                };
+                Some(self.kube.start(parts, stop_rx.clone())?)
             }
             None => None,
         };

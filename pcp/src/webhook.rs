@@ -18,13 +18,15 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
+use kube::core::GroupVersionKind;
+use kube::core::admission::{AdmissionResponse, Operation};
 use pasa_proto::Kind;
 use serde_json::Value;
 
 use crate::metrics::{Answer, InjectionLabels, Metrics, Origin, WebhookLabels};
 use crate::write::WriteService;
 use inject::Injector;
-use review::{AdmissionRequest, Verdict};
+use review::AdmissionRequest;
 
 /// Largest review accepted: an object and its old version, each up to the 1.5 MiB Kubernetes
 /// stores of one object, and the review around them.
@@ -58,9 +60,12 @@ impl Webhook {
     /// warnings moving it gets (see [`inject::move_warnings`]) and the proxy settings the store
     /// holds for it.
     async fn keeps_with_istiod(&self, req: &AdmissionRequest) -> Result<Looked, String> {
-        let Some(pod) = req.object.as_ref() else {
+        let Some(object) = req.object.as_ref() else {
             return Ok(Looked::default());
         };
+        let pod = &review::object_json(object)
+            .map_err(|e| format!("the pod cannot be read as JSON ({e})"))?;
+        let namespace = req.namespace.as_deref().unwrap_or_default();
         let root = self.injector.root_namespace();
         let request = pasa_proto::store::v1::ListRequest {
             selector: Some(pasa_proto::store::v1::Subscription {
@@ -71,7 +76,7 @@ impl Webhook {
                         .chain([&Kind::ProxyConfig])
                         .map(|k| k.as_str().to_string())
                         .collect(),
-                    namespaces: vec![req.namespace.clone(), root.to_string()],
+                    namespaces: vec![namespace.to_string(), root.to_string()],
                     ..Default::default()
                 }],
             }),
@@ -100,7 +105,7 @@ impl Webhook {
                 );
             }
         };
-        let applying = inject::unenforced_policies(pod, &req.namespace, root, &policies);
+        let applying = inject::unenforced_policies(pod, namespace, root, &policies);
         if applying.is_empty() {
             return Ok(Looked {
                 warnings: inject::move_warnings(pod, root, &policies),
@@ -118,32 +123,32 @@ impl Webhook {
     }
 
     /// Decides one admission request.
-    pub async fn review(&self, req: &AdmissionRequest) -> Verdict {
-        let allowed = Verdict {
-            allowed: true,
-            ..Default::default()
-        };
-        let deny = |message: String| Verdict {
-            allowed: false,
-            message,
-            ..Default::default()
-        };
+    pub async fn review(&self, req: &AdmissionRequest) -> AdmissionResponse {
+        let allowed = AdmissionResponse::from(req);
         let kind = handled_kind(&req.kind);
-        match req.operation.as_str() {
-            "CREATE" | "UPDATE" => {}
-            _ => return allowed,
+        match req.operation {
+            Operation::Create | Operation::Update => {}
+            Operation::Delete | Operation::Connect => return allowed,
         }
         if let Err(why) = kind {
-            return deny(why);
+            return review::deny(allowed, why);
         }
         let Some(object) = &req.object else {
-            return deny(format!("request.object: required for {}", req.operation));
+            return review::deny(
+                allowed,
+                format!(
+                    "request.object: required for {}",
+                    review::operation_name(&req.operation)
+                ),
+            );
         };
+        let object = review::object_json(object).map_err(|e| format!("request.object: {e}"));
+        let namespace = req.namespace.as_deref().unwrap_or_default();
         let checked = self
             .service
-            .admit(vec![Ok(object.clone())], &req.namespace, Origin::Webhook)
+            .admit(vec![object], namespace, Origin::Webhook)
             .await;
-        review::verdict(&checked)
+        review::verdict(req, &checked)
     }
 }
 
@@ -158,7 +163,7 @@ struct Looked {
 /// The PASA kind a reviewed group/version/kind is, or why the webhook refuses it. The webhook
 /// reviews the Istio kinds the store keeps (not the store's own kind, which is no Kubernetes
 /// resource).
-fn handled_kind(gvk: &review::GroupVersionKind) -> Result<Kind, String> {
+fn handled_kind(gvk: &GroupVersionKind) -> Result<Kind, String> {
     let reviewed = |k: &Kind| *k != Kind::ServiceEndpoints;
     Kind::ALL
         .into_iter()
@@ -206,6 +211,15 @@ fn reply_identity(body: &[u8]) -> (String, String) {
     (version, uid)
 }
 
+/// Why a review was not read.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error(transparent)]
+    Review(review::Unreadable),
+    #[error("the AdmissionReview could not be read: {0}")]
+    Pool(#[source] tokio::task::JoinError),
+}
+
 /// The body of a review, or the answer to a body that could not be read whole: one over
 /// [`MAX_BODY`] is refused with `413 Payload Too Large`, saying so, before any of it is parsed.
 type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
@@ -225,17 +239,14 @@ async fn inject(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Body
                 Ok(looked) => {
                     // Again, with the proxy settings the store holds.
                     answer = hook.injector.review_with(request, &looked.settings);
-                    answer.verdict.warnings.extend(looked.warnings);
+                    answer.verdict = review::warn(answer.verdict, looked.warnings);
                 }
                 Err(why) => {
                     answer = inject::Answer {
-                        verdict: Verdict {
-                            allowed: true,
-                            warnings: vec![format!(
-                                "not moved to PASA (it stays with istiod): {why}"
-                            )],
-                            ..Default::default()
-                        },
+                        verdict: review::warn(
+                            AdmissionResponse::from(request),
+                            [format!("not moved to PASA (it stays with istiod): {why}")],
+                        ),
                         result: "unenforced_policy",
                     };
                 }
@@ -258,7 +269,7 @@ async fn answer(
     hook: &Webhook,
     headers: &HeaderMap,
     body: Body,
-    decide: impl AsyncFnOnce(&AdmissionRequest) -> Verdict,
+    decide: impl AsyncFnOnce(&AdmissionRequest) -> AdmissionResponse,
 ) -> Response {
     let started = Instant::now();
     let count = |answer: Answer| {
@@ -315,26 +326,18 @@ async fn answer(
         let body = body.clone();
         hook.service
             .pool()
-            .run(move || review::parse(&body).map_err(|why| (why, reply_identity(&body))))
+            .run(move || {
+                review::parse(&body).map_err(|why| (ReadError::Review(why), reply_identity(&body)))
+            })
             .await
             .unwrap_or_else(|e| {
-                let why = format!("the AdmissionReview could not be read: {e}");
-                Err((why, (review::API_VERSIONS[0].to_string(), String::new())))
+                let identity = (review::API_VERSIONS[0].to_string(), String::new());
+                Err((ReadError::Pool(e), identity))
             })
     };
-    let (version, uid, verdict) = match parsed {
-        Ok((version, request)) => {
-            let verdict = decide(&request).await;
-            (version, request.uid, verdict)
-        }
-        Err((why, (version, uid))) => {
-            let verdict = Verdict {
-                allowed: false,
-                message: why,
-                ..Default::default()
-            };
-            (version, uid, verdict)
-        }
+    let verdict = match parsed {
+        Ok(request) => decide(&request).await,
+        Err((why, (version, uid))) => review::unreadable(&version, &uid, why),
     };
     count(if verdict.allowed {
         Answer::Allowed
@@ -346,7 +349,7 @@ async fn answer(
         .observe(started.elapsed().as_secs_f64());
     (
         [(header::CONTENT_TYPE, "application/json")],
-        review::response(&version, &uid, &verdict).to_string(),
+        review::to_json(&verdict.into_review()).to_string(),
     )
         .into_response()
 }

@@ -10,7 +10,7 @@ use pasa_pcp::webhook::inject::sidecar::{
     AGENT_CONTAINER, INIT_CONTAINER, InjectConfig, XDS_ADDRESS,
 };
 use pasa_pcp::webhook::inject::{Injector, STATUS_ANNOTATION, Selection};
-use pasa_pcp::webhook::review::AdmissionRequest;
+use pasa_pcp::webhook::review::{self, AdmissionRequest};
 use serde_json::{Value, json};
 
 /// The pods Bookinfo's Deployments make, opted in by annotation, in namespace `bookinfo`.
@@ -72,18 +72,10 @@ fn injector_with(config: InjectConfig) -> Injector {
 }
 
 fn request(pod: &Value) -> AdmissionRequest {
-    AdmissionRequest {
-        uid: "u".into(),
-        kind: pasa_pcp::webhook::review::GroupVersionKind {
-            group: String::new(),
-            version: "v1".into(),
-            kind: "Pod".into(),
-        },
-        namespace: "bookinfo".into(),
-        operation: "CREATE".into(),
-        object: Some(pod.clone()),
-        ..Default::default()
-    }
+    let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "namespace": "bookinfo", "operation": "CREATE", "object": pod}});
+    review::parse(body.to_string().as_bytes()).expect("an AdmissionReview")
 }
 
 /// Injects `pod`: the patched pod and the metric result.
@@ -92,11 +84,12 @@ fn inject(injector: &Injector, pod: &Value) -> (Value, &'static str, Vec<String>
     assert!(answer.verdict.allowed);
     let mut patched = pod.clone();
     if let Some(ops) = &answer.verdict.patch {
-        let patch: json_patch::Patch = serde_json::from_value(ops.clone()).unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(ops).unwrap();
         json_patch::patch(&mut patched, &patch)
-            .unwrap_or_else(|e| panic!("the patch applies: {e}\n{ops:#}"));
+            .unwrap_or_else(|e| panic!("the patch applies: {e}\n{}", String::from_utf8_lossy(ops)));
     }
-    (patched, answer.result, answer.verdict.warnings)
+    let warnings = answer.verdict.warnings.unwrap_or_default();
+    (patched, answer.result, warnings)
 }
 
 fn names(list: &Value) -> Vec<&str> {
@@ -394,7 +387,7 @@ fn pods_pasa_cannot_take_stay_with_istiod_with_a_warning() {
     );
     // Not a pod, or not a creation: allowed untouched.
     let mut update = request(&with_istio);
-    update.operation = "UPDATE".into();
+    update.operation = kube::core::admission::Operation::Update;
     let answer = injector.review(&update);
     assert!(answer.verdict.allowed && answer.verdict.patch.is_none());
 }
@@ -621,7 +614,7 @@ fn proxy_settings_reach_the_agent_as_istios_injection_gives_them() {
         );
         let mut patched = pod.clone();
         let ops: json_patch::Patch =
-            serde_json::from_value(answer.verdict.patch.clone().unwrap()).unwrap();
+            serde_json::from_slice(answer.verdict.patch.as_deref().unwrap()).unwrap();
         json_patch::patch(&mut patched, &ops).unwrap();
         patched
     };
@@ -677,7 +670,8 @@ fn proxy_settings_reach_the_agent_as_istios_injection_gives_them() {
     let answer = injector().review_with(&request(&pod("ratings", "[1, 2]")), &settings);
     assert_eq!(answer.result, "cannot_inject");
     assert!(
-        answer.verdict.warnings[0].contains("metadata.annotations[proxy.istio.io/config]"),
+        answer.verdict.warnings.as_ref().unwrap()[0]
+            .contains("metadata.annotations[proxy.istio.io/config]"),
         "{:?}",
         answer.verdict.warnings
     );
@@ -694,7 +688,7 @@ fn proxy_settings_reach_the_agent_as_istios_injection_gives_them() {
     assert_eq!(answer.result, "injected_next_to_istio");
     let mut patched = next.clone();
     let ops: json_patch::Patch =
-        serde_json::from_value(answer.verdict.patch.clone().unwrap()).unwrap();
+        serde_json::from_slice(answer.verdict.patch.as_deref().unwrap()).unwrap();
     json_patch::patch(&mut patched, &ops).unwrap();
     assert_eq!(
         agent_settings(&patched),

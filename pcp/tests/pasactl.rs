@@ -189,21 +189,21 @@ fn pasactl_end_to_end() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("broken.yaml document 0 (virtualservice/shop/Not_A_DNS_Name): metadata.name:"),
+        err.contains("broken.yaml document 1 (virtualservice/shop/Not_A_DNS_Name): metadata.name:"),
         "{err}"
     );
     assert!(
-        err.contains("broken.yaml document 2 (destinationrule/shop/cart): apiVersion:"),
+        err.contains("broken.yaml document 3 (destinationrule/shop/cart): apiVersion:"),
         "{err}"
     );
     assert!(
         err.contains(
-            "broken.yaml document 3 (virtualservice/shop/split): spec.http[0].route[1].weight:"
+            "broken.yaml document 4 (virtualservice/shop/split): spec.http[0].route[1].weight:"
         ),
         "{err}"
     );
     assert!(
-        err.contains("broken.yaml document 4 (destinationrule/shop/cart-pool): spec.trafficPolicy.loadBalancer.simple:"),
+        err.contains("broken.yaml document 5 (destinationrule/shop/cart-pool): spec.trafficPolicy.loadBalancer.simple:"),
         "{err}"
     );
     assert!(err.contains("nothing was written"), "{err}");
@@ -406,11 +406,11 @@ fn one_answer_names_every_bad_document() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("document 0 (virtualservice/shop/bad): spec.http[0].route[0].weight:"),
+        err.contains("document 1 (virtualservice/shop/bad): spec.http[0].route[0].weight:"),
         "{err}"
     );
     assert!(
-        err.contains("document 2 (virtualservice/shop/twice)") && err.contains("more than once"),
+        err.contains("document 3 (virtualservice/shop/twice)") && err.contains("more than once"),
         "{err}"
     );
     assert!(err.contains("nothing was written"), "{err}");
@@ -449,7 +449,7 @@ fn a_large_export_applies_in_batches_and_a_bad_document_anywhere_writes_nothing(
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("export.yaml document 10500 (destinationrule/bulk/r10500): spec.trafficPolicy.loadBalancer.simple:")
+        err.contains("export.yaml document 10501 (destinationrule/bulk/r10500): spec.trafficPolicy.loadBalancer.simple:")
             && err.contains("nothing was written"),
         "{err}"
     );
@@ -576,7 +576,7 @@ fn ctrl_c_during_a_large_apply_says_what_was_written_and_the_same_apply_finishes
     assert!(
         err.contains(&format!(
             "interrupted: {written} of {RULES} objects were written, the last destinationrule/bulk/r{last} ("
-        )) && err.contains(&format!("export.yaml document {last})"))
+        )) && err.contains(&format!("export.yaml document {written})"))
             && err.contains("Run the same apply again to write the rest: applying is idempotent"),
         "{err}"
     );
@@ -661,4 +661,139 @@ fn the_wrong_port_or_a_data_dir_in_use_is_explained() {
     );
     assert!(!err.contains("WouldBlock"), "{err}");
     first.terminate();
+}
+
+/// `pasa-agent --help` (and its subcommands') reads as help for an operator: no Rust paths or
+/// doc links, which clap would show as written.
+#[test]
+fn agent_help_has_no_rust_names() {
+    use clap::CommandFactory;
+    let mut command = pasa_agent::run::AgentArgs::command();
+    command.build();
+    let mut commands = vec![command];
+    while let Some(mut c) = commands.pop() {
+        let help = c.render_long_help().to_string();
+        for bad in ["[`", "::", "Args`", "crate"] {
+            assert!(
+                !help.contains(bad),
+                "help of {} shows {bad:?}:\n{help}",
+                c.get_name()
+            );
+        }
+        commands.extend(c.get_subcommands().cloned());
+    }
+}
+
+/// What fingers used to other mesh CLIs type works, or is refused with what to type
+/// instead: `-n` against the documents' namespace, several kinds, `-o name|yaml|json`, `watch
+/// -n`, `status -o json`.
+#[test]
+fn common_habits_work_or_name_the_alternative() {
+    let data = tempfile::tempdir().unwrap();
+    let pcp = Pcp::start(data.path());
+    let shop = examples().join("shop");
+    let shop = shop.to_str().unwrap();
+
+    // The documents name shop: -n other is refused, and nothing is written.
+    let out = pcp.ctl(&["apply", "-n", "other", "-f", shop]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("document 1: metadata.namespace is \"shop\", but -n is \"other\"")
+            && err.contains("drop -n"),
+        "{err}"
+    );
+    assert_eq!(pcp.ok(&["get", "vs,dr,gw,se", "-A", "-o", "name"]), "");
+    let out = pcp.ctl(&["delete", "-n", "other", "-f", shop]);
+    assert_eq!(out.status.code(), Some(2));
+    pcp.ok(&["apply", "-n", "shop", "-f", shop, "--dry-run=server"]);
+    assert_eq!(pcp.ok(&["get", "vs", "-A", "-o", "name"]), "");
+    pcp.ok(&["apply", "-n", "shop", "-f", shop]);
+
+    // Several kinds at once, a table for each.
+    let table = pcp.ok(&["get", "vs,dr", "-n", "shop"]);
+    assert!(
+        table.contains("destinationrule/cart")
+            && table.contains("virtualservice/storefront")
+            && table.matches("NAME").count() == 2,
+        "{table}"
+    );
+    let mut names: Vec<String> = pcp
+        .ok(&["get", "vs,dr", "-n", "shop", "-o", "name"])
+        .lines()
+        .map(String::from)
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "destinationrule.networking.istio.io/cart",
+            "virtualservice.networking.istio.io/cart",
+            "virtualservice.networking.istio.io/storefront",
+        ]
+    );
+    assert!(
+        pcp.ok(&["get", "vs/cart", "-n", "shop"])
+            .contains("cart.shop.svc.cluster.local")
+    );
+
+    // Lists written as they are read still parse whole.
+    let yaml: serde_json::Value =
+        serde_saphyr::from_str(&pcp.ok(&["get", "vs,dr", "-A", "-o", "yaml"])).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&pcp.ok(&["get", "vs,dr", "-A", "-o", "json"])).unwrap();
+    for list in [&yaml, &json] {
+        assert_eq!(list["kind"], "List");
+        let items = list["items"].as_array().unwrap();
+        assert_eq!(items.len(), 3, "{list}");
+        assert!(items.iter().all(|i| i["metadata"]["namespace"] == "shop"));
+    }
+    let cart = yaml["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == "DestinationRule")
+        .unwrap();
+    assert_eq!(cart["spec"]["subsets"][1]["name"], "v2");
+    let none: serde_json::Value =
+        serde_json::from_str(&pcp.ok(&["get", "vs", "-n", "nowhere", "-o", "json"])).unwrap();
+    assert_eq!(none["items"], serde_json::json!([]));
+
+    let status: serde_json::Value =
+        serde_json::from_str(&pcp.ok(&["status", "-o", "json"])).unwrap();
+    assert_eq!(status["total"], 8, "{status}");
+    let status: serde_json::Value =
+        serde_saphyr::from_str(&pcp.ok(&["status", "-o", "yaml"])).unwrap();
+    assert_eq!(status["total"], 8, "{status}");
+
+    // watch -n: the namespace's snapshot, then SYNCED.
+    let watch = Running::spawn(&pcp.addr, &["watch", "-n", "shop", "--kind", "vs,dr"]);
+    let mut seen = Vec::new();
+    loop {
+        let line = watch.line(WAIT);
+        if line["type"] == "SYNCED" {
+            break;
+        }
+        assert_eq!(line["namespace"], "shop", "{line}");
+        seen.push(line["name"].as_str().unwrap().to_string());
+        assert!(seen.len() <= 3, "{seen:?}");
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    drop(watch);
+
+    // What get cannot do names what does it.
+    let out = pcp.ctl(&["get", "vs", "-n", "shop", "-w"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pasactl watch --kind vs -n shop"));
+    let out = pcp.ctl(&["get", "vs", "-l", "app=cart"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not index labels"));
+    let out = pcp.ctl(&["delete", "vs/cart", "-n", "shop", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pasactl get KIND NAME -n shop"));
+    assert_eq!(
+        pcp.ok(&["delete", "vs/cart", "dr/cart", "-n", "shop"]),
+        "virtualservice/shop/cart deleted\ndestinationrule/shop/cart deleted\n"
+    );
+    pcp.terminate();
 }

@@ -24,9 +24,11 @@ use crate::metrics::{CutOffReason, KindLabels, KindValue, Metrics};
 use crate::record::{LogRecord, ObjectKey, transition};
 use crate::selector::Selector;
 
-/// Events per queued message of a commit (a watcher's queue holds at most its capacity times
-/// this many events).
-pub const MAX_EVENTS_PER_MESSAGE: usize = 256;
+/// Events per message of a commit in a watcher's queue, so that a queue of bounded capacity
+/// holds at most its capacity times this many events. This bounds the store's memory per
+/// watcher; what goes on the wire is bounded separately, by the watch stream's limits per
+/// response (`watch.rs`), which merges and splits queued messages to fit them.
+pub const MAX_EVENTS_PER_QUEUED_MESSAGE: usize = 256;
 
 /// The order of every list the store returns: kind, namespace, name.
 pub fn sort_resources(resources: &mut [Arc<Resource>]) {
@@ -366,7 +368,7 @@ impl Hub {
             // Bounded messages make the queue bound a bound on events. Commit events have
             // distinct, rising revisions, so a cut-off between two messages resumes exactly.
             while !events.is_empty() {
-                let rest = events.split_off(events.len().min(MAX_EVENTS_PER_MESSAGE));
+                let rest = events.split_off(events.len().min(MAX_EVENTS_PER_QUEUED_MESSAGE));
                 self.deliver(w, HubMsg::Events(events));
                 events = rest;
             }
@@ -710,7 +712,7 @@ mod tests {
         let drain = |h: &mut WatcherHandle| {
             let mut revisions = Vec::new();
             while let Ok(HubMsg::Events(events)) = h.rx.try_recv() {
-                assert!(events.len() <= MAX_EVENTS_PER_MESSAGE);
+                assert!(events.len() <= MAX_EVENTS_PER_QUEUED_MESSAGE);
                 revisions.extend(events.iter().map(|e| e.revision));
             }
             revisions

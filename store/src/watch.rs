@@ -42,12 +42,14 @@ struct WatchStart {
     caller: Caller,
 }
 
-/// Events per message, and a soft byte budget per message (gRPC's default limit is 4 MiB; an
-/// object larger than the budget goes alone). A client's decode buffer keeps the capacity of the
-/// largest message it was sent, for as long as its watch lives, and every agent has one: at
-/// 1 MiB that was about 2 MiB of each agent's memory.
-const MAX_EVENTS_PER_MESSAGE: usize = 500;
-const MAX_BYTES_PER_MESSAGE: usize = 256 << 10;
+/// Events per watch response sent to a subscriber, and a soft byte budget per response (gRPC's
+/// default limit is 4 MiB; an object larger than the budget goes alone). A client's decode buffer
+/// keeps the capacity of the largest message it was sent, for as long as its watch lives, and
+/// every agent has one: at 1 MiB that was about 2 MiB of each agent's memory. These bound the
+/// wire, not the hub's queue (see [`crate::hub::MAX_EVENTS_PER_QUEUED_MESSAGE`]): a stream that
+/// fell behind merges queued messages up to this many events, and splits what exceeds a limit.
+const MAX_EVENTS_PER_RESPONSE: usize = 500;
+const MAX_BYTES_PER_RESPONSE: usize = 256 << 10;
 /// Change-log records read per step of a replay.
 const REPLAY_PAGE: u64 = 1024;
 
@@ -173,7 +175,8 @@ async fn send_events(
         bytes += size;
         batch.push(ev);
         let next = events.peek().map(|(next, _)| next.revision);
-        if next.is_some() && batch.len() < MAX_EVENTS_PER_MESSAGE && bytes < MAX_BYTES_PER_MESSAGE {
+        if next.is_some() && batch.len() < MAX_EVENTS_PER_RESPONSE && bytes < MAX_BYTES_PER_RESPONSE
+        {
             continue;
         }
         let sent = flush(out, std::mem::take(&mut batch), store, cut.as_deref_mut()).await;
@@ -507,7 +510,7 @@ impl Store {
                         // up in fewer, fuller messages.
                         let mut held = None;
                         if let HubMsg::Events(events) = &mut msg {
-                            while events.len() < MAX_EVENTS_PER_MESSAGE {
+                            while events.len() < MAX_EVENTS_PER_RESPONSE {
                                 match handle.rx.try_recv() {
                                     Ok(HubMsg::Events(more)) => events.extend(more),
                                     Ok(other) => {

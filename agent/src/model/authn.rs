@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pasa_proto::istio::peer_authentication::{PeerAuthentication, PeerMode};
+use pasa_proto::label_selector::selects;
 
-use super::registry::{Config, Registry, selects};
+use super::registry::{Config, Registry};
 
 /// The effective mutual TLS mode of a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

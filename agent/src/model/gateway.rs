@@ -25,9 +25,10 @@ use std::sync::Arc;
 
 use pasa_proto::istio::common::Protocol;
 use pasa_proto::istio::gateway::{Gateway, Server, TlsMode};
+use pasa_proto::label_selector::selects;
 
 use super::proxy::Proxy;
-use super::registry::{Config, Registry, selects};
+use super::registry::{Config, Registry};
 
 /// The annotation binding a Gateway to services instead of a label selector: a comma-separated
 /// list of service host names, each in the Gateway's namespace.

@@ -21,6 +21,7 @@ use pasa_proto::istio::service_entry::{Location, Resolution as SeResolution, Ser
 use pasa_proto::istio::sidecar::Sidecar;
 use pasa_proto::istio::virtual_service::VirtualService;
 use pasa_proto::istio::workload_entry::{self, WorkloadEntry};
+use pasa_proto::label_selector::selects;
 use pasa_proto::service_endpoints::{EndpointView, KubePort, ServiceEndpoints};
 use pasa_proto::store::v1::Resource;
 use pasa_runtime::interned::Interned;
@@ -849,11 +850,6 @@ fn fnv1a(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
     })
-}
-
-/// Whether a selector's labels are all carried by `labels` (an empty selector selects all).
-pub fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
-    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
 /// A part of a Kubernetes Service's endpoints (one EndpointSlice), parsed.

@@ -14,10 +14,11 @@ use pasa_proto::host;
 use pasa_proto::istio::destination_rule::DestinationRule;
 use pasa_proto::istio::sidecar::{OutboundTrafficPolicyMode, Sidecar};
 use pasa_proto::istio::virtual_service::VirtualService;
+use pasa_proto::label_selector::selects;
 use pasa_proto::visibility::exported_to;
 
 use super::proxy::Proxy;
-use super::registry::{Config, Registry, Service, selects};
+use super::registry::{Config, Registry, Service};
 use crate::mesh::OutboundPolicy;
 
 /// One egress host of a Sidecar: `namespace/host`, the namespace `*` for any.
@@ -289,7 +290,7 @@ impl SidecarScope {
                 .spec
                 .workload_selector
                 .as_ref()
-                .map(|s| crate::model::registry::selects(&s.match_labels, labels));
+                .map(|s| selects(&s.match_labels, labels));
             let visible = match selects {
                 Some(_) => *ns == self.config_namespace,
                 None => exported_to(&dr.spec.export_to, ns, &self.config_namespace),

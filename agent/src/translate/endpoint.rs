@@ -11,12 +11,13 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LocalityLbEndpoints};
 use envoy_types::pb::google::protobuf::UInt32Value;
 
+use pasa_proto::label_selector::selects;
 use prost::Message;
 
 use super::builders::{field_len, length_delimited, string_field};
 use super::metadata;
 use crate::model::authn::PeerModes;
-use crate::model::registry::{Health, Instance, Service, ServicePort, selects};
+use crate::model::registry::{Health, Instance, Service, ServicePort};
 
 /// The endpoints of one service port, each built and encoded once as an `LbEndpoint` and grouped
 /// by locality: the load assignments of the port's clusters (the default one and one per subset)

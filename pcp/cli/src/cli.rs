@@ -144,7 +144,7 @@ pub enum Command {
     /// Follow changes, one JSON object per line.
     Watch(watch::WatchArgs),
     /// Show the store's revision and object counts.
-    Status,
+    Status(status::StatusArgs),
     /// Show what a pasa-agent serves its proxy (clusters, listeners, routes, endpoints), as
     /// istioctl proxy-config does; read from the agent's admin endpoint.
     #[command(subcommand, visible_alias = "pc")]
@@ -233,7 +233,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Get(args) => get::run(&server?, args).await,
         Command::Delete(args) => delete::run(&server?, args).await,
         Command::Watch(args) => watch::run(&server?, args).await,
-        Command::Status => status::run(&server?).await,
+        Command::Status(args) => status::run(&server?, args).await,
         Command::ProxyConfig(command) => proxy_config::run(&server?, command).await,
         Command::ProxyStatus(args) => proxy_status::run(&server?, args).await,
         Command::Validate(args) => validate::run(args),
@@ -316,8 +316,8 @@ pub fn problem_line(
 ) -> String {
     let source = sources
         .get(index as usize)
-        .map(ToString::to_string)
-        .unwrap_or_else(|| format!("document {index}"));
+        .map(place)
+        .unwrap_or_else(|| format!("document {}", u64::from(index) + 1));
     let what = reference
         .filter(|r| !r.name.is_empty())
         .map(|r| format!(" ({})", object_name(&r.kind, &r.namespace, &r.name)))
@@ -326,6 +326,63 @@ pub fn problem_line(
         "{source}{what}: {}",
         pasa_validation::admission::problem_text(field, message)
     )
+}
+
+/// A value as `-o json` (indented) or `-o yaml` prints it.
+pub fn structured(yaml: bool, value: &serde_json::Value) -> anyhow::Result<String> {
+    if yaml {
+        Ok(serde_saphyr::to_string(value)?)
+    } else {
+        Ok(serde_json::to_string_pretty(value)? + "\n")
+    }
+}
+
+/// Where a document is, counted from 1 as people count: `shop.yaml document 1`.
+pub fn place(source: &pasa_validation::manifest::Source) -> String {
+    format!("{} document {}", source.file, source.document + 1)
+}
+
+/// `E error(s), W warning(s) in N document(s)`: the totals `validate` and `apply` both print.
+pub fn totals(errors: usize, warnings: usize, documents: usize) -> String {
+    format!("{errors} error(s), {warnings} warning(s) in {documents} document(s)")
+}
+
+/// Gives documents that name no namespace the one of `-n` (`default` without it). With `-n`
+/// given, a document that names another namespace is refused: writing
+/// it where the document says would surprise whoever typed `-n`.
+pub fn fill_namespaces(
+    docs: &mut [(pasa_validation::manifest::Source, serde_json::Value)],
+    flag: Option<&str>,
+) -> Result<(), UsageError> {
+    let mut mismatches = Vec::new();
+    for (source, doc) in docs.iter_mut() {
+        let Some(meta) = doc.get_mut("metadata").and_then(|m| m.as_object_mut()) else {
+            continue;
+        };
+        match meta.get("namespace").and_then(|ns| ns.as_str()) {
+            Some(named) if !named.is_empty() => {
+                if let Some(flag) = flag
+                    && flag != named
+                {
+                    mismatches.push(format!(
+                        "{}: metadata.namespace is {named:?}, but -n is {flag:?}",
+                        place(source)
+                    ));
+                }
+            }
+            _ => {
+                meta.insert("namespace".into(), flag.unwrap_or("default").into());
+            }
+        }
+    }
+    if mismatches.is_empty() {
+        return Ok(());
+    }
+    Err(UsageError(format!(
+        "{}\nthe namespace of {} document(s) does not match -n: drop -n to use the namespaces the documents name, or change their metadata.namespace (nothing was done)",
+        mismatches.join("\n"),
+        mismatches.len()
+    )))
 }
 
 /// `kind/namespace/name`, as pasactl prints objects.
@@ -386,5 +443,92 @@ mod tests {
         assert_eq!(s.deadline(REQUEST_TIMEOUT), None);
         assert_eq!(seconds(Duration::from_secs(120)), "2m");
         assert_eq!(seconds(Duration::from_millis(1500)), "1500ms");
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("pasactl").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn common_spellings_of_the_verbs_parse() {
+        let Command::Watch(w) = parse(&["watch", "-n", "shop", "--kind", "vs,dr"])
+            .unwrap()
+            .command
+        else {
+            panic!("watch")
+        };
+        assert_eq!(
+            (w.namespaces, w.kinds),
+            (vec!["shop".to_string()], vec!["vs".into(), "dr".into()])
+        );
+        assert!(parse(&["watch", "-A", "-o", "json"]).is_ok());
+        assert!(parse(&["watch", "-o", "yaml"]).is_err());
+        assert!(parse(&["watch", "-A", "-n", "shop"]).is_err());
+        for args in [
+            &["status", "-o", "json"][..],
+            &["status", "-o", "yaml"],
+            &["proxy-config", "cluster", "-o", "yaml"],
+            &["proxy-status", "-o", "yaml"],
+            &["get", "vs,dr", "-o", "name"],
+        ] {
+            assert!(parse(args).is_ok(), "{args:?}");
+        }
+        let dry = |args: &[&str]| match parse(args).unwrap().command {
+            Command::Apply(a) => a.dry_run,
+            _ => panic!("apply"),
+        };
+        assert_eq!(dry(&["apply", "-f", "x.yaml", "--dry-run"]), Some(true));
+        assert_eq!(
+            dry(&["apply", "-f", "x.yaml", "--dry-run=server"]),
+            Some(true)
+        );
+        assert_eq!(
+            dry(&["apply", "-f", "x.yaml", "--dry-run=client"]),
+            Some(true)
+        );
+        assert_eq!(
+            dry(&["apply", "-f", "x.yaml", "--dry-run=none"]),
+            Some(false)
+        );
+        assert_eq!(dry(&["apply", "-f", "x.yaml"]), None);
+        let wrong = parse(&["apply", "-f", "x.yaml", "--dry-run=yes"])
+            .unwrap_err()
+            .to_string();
+        assert!(wrong.contains("--dry-run=none"), "{wrong}");
+    }
+
+    #[test]
+    fn documents_count_from_one_and_a_namespace_that_differs_from_n_is_refused() {
+        use pasa_validation::manifest::Source;
+        let source = |document| Source {
+            file: "x.yaml".into(),
+            document,
+        };
+        assert_eq!(place(&source(0)), "x.yaml document 1");
+        let docs = || {
+            vec![
+                (
+                    source(0),
+                    serde_json::json!({"metadata": {"name": "a", "namespace": "shop"}}),
+                ),
+                (source(1), serde_json::json!({"metadata": {"name": "b"}})),
+            ]
+        };
+        let mut unnamed = docs();
+        fill_namespaces(&mut unnamed, None).unwrap();
+        assert_eq!(unnamed[0].1["metadata"]["namespace"], "shop");
+        assert_eq!(unnamed[1].1["metadata"]["namespace"], "default");
+        let mut same = docs();
+        fill_namespaces(&mut same, Some("shop")).unwrap();
+        assert_eq!(same[1].1["metadata"]["namespace"], "shop");
+        let refused = fill_namespaces(&mut docs(), Some("other"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.starts_with(
+                "x.yaml document 1: metadata.namespace is \"shop\", but -n is \"other\"\n"
+            ) && refused.contains("drop -n"),
+            "{refused}"
+        );
     }
 }

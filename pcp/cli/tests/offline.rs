@@ -97,22 +97,41 @@ fn validate_offline() {
     let err = String::from_utf8_lossy(&out.stderr);
     for expected in [
         "error: ",
-        "broken.yaml document 0 (virtualservice/shop/Not_A_DNS_Name): metadata.name:",
-        "broken.yaml document 2 (destinationrule/shop/cart): apiVersion:",
-        "broken.yaml document 3 (virtualservice/shop/split): spec.http[0].route[1].weight:",
-        "broken.yaml document 4 (destinationrule/shop/cart-pool): spec.trafficPolicy.loadBalancer.simple:",
+        "broken.yaml document 1 (virtualservice/shop/Not_A_DNS_Name): metadata.name:",
+        "broken.yaml document 3 (destinationrule/shop/cart): apiVersion:",
+        "broken.yaml document 4 (virtualservice/shop/split): spec.http[0].route[1].weight:",
+        "broken.yaml document 5 (destinationrule/shop/cart-pool): spec.trafficPolicy.loadBalancer.simple:",
     ] {
         assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
     }
     assert!(
-        !err.contains("document 1 "),
+        !err.contains("document 2 "),
         "the good document has no problem: {err}"
     );
     assert!(
         !err.contains("route[0].weight"),
         "weights are relative; 110 is fine: {err}"
     );
-    assert!(err.contains("error(s)"), "{err}");
+    // Totals worded as apply words them.
+    assert!(
+        err.contains("error: 4 error(s), 2 warning(s) in 5 document(s)"),
+        "{err}"
+    );
+
+    // -n that differs from the namespace the documents name is refused, as by apply.
+    let out = run(&["-n", "other", "-f", shop.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("document 1: metadata.namespace is \"shop\", but -n is \"other\"")
+            && err.contains("drop -n"),
+        "{err}"
+    );
+    assert!(
+        run(&["-n", "shop", "-f", shop.to_str().unwrap()])
+            .status
+            .success()
+    );
 
     // Warnings alone do not fail validation.
     let dir = tempfile::tempdir().unwrap();
@@ -131,7 +150,7 @@ fn validate_offline() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("warning: ") && err.contains("spec.http[0].route[0].destination.subset"),
+        err.contains("Warning: ") && err.contains("spec.http[0].route[0].destination.subset"),
         "{err}"
     );
 }

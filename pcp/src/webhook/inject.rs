@@ -21,13 +21,14 @@ pub mod sidecar;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kube::core::admission::{AdmissionResponse, Operation};
 use pasa_kube::namespaces::Namespaces;
 use pasa_proto::istio::proxy_config::{
     MeshProxyConfig, NamespacedProxyConfig, ProxyConfig, effective,
 };
 use serde_json::Value;
 
-use super::review::{AdmissionRequest, Verdict};
+use super::review::{self, AdmissionRequest};
 use sidecar::InjectConfig;
 
 /// The injecting webhook's options.
@@ -122,7 +123,7 @@ pub struct Injector {
 
 /// What the webhook answers for one pod, and the metric's `result`.
 pub struct Answer {
-    pub verdict: Verdict,
+    pub verdict: AdmissionResponse,
     pub result: &'static str,
 }
 
@@ -157,46 +158,68 @@ impl Injector {
     /// [`Injector::review`], with the proxy settings the store holds.
     pub fn review_with(&self, req: &AdmissionRequest, stored: &StoredSettings) -> Answer {
         let allow = |result, warnings: Vec<String>| Answer {
-            verdict: Verdict {
-                allowed: true,
-                warnings,
-                ..Default::default()
-            },
+            verdict: review::warn(AdmissionResponse::from(req), warnings),
             result,
         };
-        if req.kind.kind != "Pod" || req.operation != "CREATE" {
+        let stays = |why: &dyn std::fmt::Display| {
+            allow(
+                "cannot_inject",
+                vec![format!("not moved to PASA (it stays with istiod): {why}")],
+            )
+        };
+        if req.kind.kind != "Pod" || req.operation != Operation::Create {
             return allow("not_a_pod_creation", Vec::new());
         }
-        let Some(pod) = &req.object else {
+        let Some(object) = &req.object else {
             return allow("not_a_pod_creation", Vec::new());
         };
+        let pod = match review::object_json(object) {
+            Ok(pod) => pod,
+            Err(e) => return stays(&PatchError::Pod(e)),
+        };
+        let namespace = req.namespace.as_deref().unwrap_or_default();
         let labels = self
             .namespaces
             .as_ref()
-            .and_then(|n| n.labels(&req.namespace))
+            .and_then(|n| n.labels(namespace))
             .unwrap_or_default();
-        match self.selection.decide(pod, &req.namespace, &labels) {
+        match self.selection.decide(&pod, namespace, &labels) {
             Decision::Skip(skip) => allow(skip.reason(), skip.warning().into_iter().collect()),
-            Decision::Inject => match sidecar::inject(pod, &req.namespace, &self.config, stored) {
-                Ok(injection) => Answer {
-                    verdict: Verdict {
-                        allowed: true,
-                        warnings: injection.warnings,
-                        patch: Some(Value::Array(injection.patch)),
-                        ..Default::default()
-                    },
-                    result: match injection.mode {
-                        sidecar::Mode::NextToIstio => "injected_next_to_istio",
-                        sidecar::Mode::Standalone => "injected_standalone",
-                    },
-                },
-                Err(why) => allow(
-                    "cannot_inject",
-                    vec![format!("not moved to PASA (it stays with istiod): {why}")],
-                ),
+            Decision::Inject => match sidecar::inject(&pod, namespace, &self.config, stored) {
+                Ok(injection) => {
+                    let patched = serde_json::from_value(Value::Array(injection.patch))
+                        .map_err(PatchError::Ops)
+                        .and_then(|patch| {
+                            AdmissionResponse::from(req)
+                                .with_patch(patch)
+                                .map_err(PatchError::Write)
+                        });
+                    match patched {
+                        Ok(patched) => Answer {
+                            verdict: review::warn(patched, injection.warnings),
+                            result: match injection.mode {
+                                sidecar::Mode::NextToIstio => "injected_next_to_istio",
+                                sidecar::Mode::Standalone => "injected_standalone",
+                            },
+                        },
+                        Err(why) => stays(&why),
+                    }
+                }
+                Err(why) => stays(&why),
             },
         }
     }
+}
+
+/// Why an injection could not be answered with its patch.
+#[derive(Debug, thiserror::Error)]
+enum PatchError {
+    #[error("the pod cannot be read as JSON: {0}")]
+    Pod(#[source] serde_json::Error),
+    #[error("the injection's patch is not RFC 6902 operations: {0}")]
+    Ops(#[source] serde_json::Error),
+    #[error(transparent)]
+    Write(kube::core::admission::SerializePatchError),
 }
 
 /// The mesh config among `resources` (`mesh` in `root_namespace`), if there is one that reads.

@@ -1,6 +1,5 @@
 //! Waiting before trying again.
 
-use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
 /// How long to wait before trying again after a failure: doubling from `first` to `max`, each
@@ -60,13 +59,10 @@ fn spread() -> f64 {
     0.75 + random_fraction() / 2.0
 }
 
-/// A number in 0..=1, different in every process and call (std's hasher keys are random):
-/// enough to spread a fleet's retries and renewals, not for anything secret.
+/// A number in 0..=1, drawn from the thread's random generator (seeded from the operating
+/// system): enough to spread a fleet's retries and renewals, not for anything secret.
 pub fn random_fraction() -> f64 {
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    (random % 10_001) as f64 / 10_000.0
+    rand::random_range(0.0..=1.0)
 }
 
 #[cfg(test)]
@@ -106,5 +102,32 @@ mod tests {
         let spreads: std::collections::BTreeSet<u64> =
             (0..20).map(|_| (spread() * 1e6) as u64).collect();
         assert!(spreads.len() > 1, "the jitter varies");
+    }
+
+    #[test]
+    fn successive_waits_differ_and_stay_within_the_spread() {
+        // At the ceiling from the start, so every wait has the same base.
+        let mut b = Backoff::new(
+            Duration::from_millis(1000),
+            Duration::from_millis(1000),
+            Duration::from_secs(3600),
+        );
+        let waits: Vec<Duration> = (0..50).map(|_| b.failed()).collect();
+        for wait in &waits {
+            assert!(within(*wait, 1000), "{wait:?} around 1000 ms");
+        }
+        // Waits are spread over half a second in nanoseconds: two equal ones in a row would
+        // mean the jitter is not drawn afresh.
+        for pair in waits.windows(2) {
+            assert_ne!(pair[0], pair[1], "successive waits differ");
+        }
+    }
+
+    #[test]
+    fn random_fractions_stay_in_zero_to_one_and_vary() {
+        let fractions: Vec<f64> = (0..1000).map(|_| random_fraction()).collect();
+        assert!(fractions.iter().all(|f| (0.0..=1.0).contains(f)));
+        assert!(fractions.iter().any(|&f| f < 0.25));
+        assert!(fractions.iter().any(|&f| f > 0.75));
     }
 }

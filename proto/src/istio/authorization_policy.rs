@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::destination_rule::WorkloadSelector;
+use crate::label_selector::selects;
 
 /// The annotation that makes an ALLOW or DENY policy only log what it would do.
 pub const DRY_RUN_ANNOTATION: &str = "istio.io/dry-run";
@@ -48,7 +49,7 @@ pub fn applies_to_workload(
 ) -> bool {
     let selected = || {
         (policy_namespace == root_namespace || policy_namespace == namespace)
-            && selector.is_none_or(|s| s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
+            && selector.is_none_or(|s| selects(&s.match_labels, labels))
     };
     match labels.get(GATEWAY_NAME_LABEL) {
         _ if targets.is_empty() => selected(),

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::destination_rule::WorkloadSelector;
+use crate::label_selector::selects;
 
 /// The `spec` of a ProxyConfig.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -262,8 +263,9 @@ pub fn effective(
     let workload = configs.iter().find(|c| {
         c.namespace == namespace
             && c.spec.selector.as_ref().is_some_and(|s| {
-                !s.match_labels.is_empty()
-                    && s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+                // Unlike other selectors, an empty one here selects nothing (nor is it
+                // namespace-wide: that is a ProxyConfig without selector).
+                !s.match_labels.is_empty() && selects(&s.match_labels, labels)
             })
     });
     if let Some(workload) = workload {
@@ -370,6 +372,25 @@ mod tests {
             let want: Value = serde_json::from_str(ISTIOD[i]).unwrap();
             assert_eq!(Value::Object(got.as_map().clone()), want, "case {i}");
         }
+    }
+
+    #[test]
+    fn a_selector_without_labels_selects_no_workload() {
+        let empty = config(serde_json::json!({"selector": {"matchLabels": {}}, "concurrency": 9}));
+        let configs = [NamespacedProxyConfig {
+            namespace: "shop",
+            spec: &empty,
+        }];
+        let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
+        let got = effective(
+            &MeshProxyConfig::default(),
+            &configs,
+            "istio-system",
+            "shop",
+            &labels,
+            None,
+        );
+        assert_eq!(got.concurrency(), MeshProxyConfig::defaults().concurrency());
     }
 
     #[test]

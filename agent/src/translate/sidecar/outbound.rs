@@ -629,7 +629,7 @@ impl Builder<'_, '_> {
         let (gateways, source_labels, match_port, source_namespace) = m.conditions();
         let proxy = self.view.proxy;
         (gateways.is_empty() || gateways.iter().any(|g| g == "mesh"))
-            && crate::model::registry::selects(source_labels, &proxy.labels)
+            && pasa_proto::label_selector::selects(source_labels, &proxy.labels)
             && (match_port == 0 || match_port == port)
             && (source_namespace.is_empty() || source_namespace == proxy.namespace)
     }

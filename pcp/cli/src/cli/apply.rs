@@ -4,8 +4,9 @@ use pasa_proto::store::v1::{ApplyDocument, ApplyOutcome, ApplyRequest, ApplyResp
 
 use super::interrupt::Interrupt;
 use super::{
-    BATCH_TIMEOUT, CmdResult, FileArgs, Interrupted, REQUEST_TIMEOUT, Reported, connect,
-    error_text, object_name, out, problem_line, status_error,
+    BATCH_TIMEOUT, CmdResult, FileArgs, Interrupted, REQUEST_TIMEOUT, Reported, UsageError,
+    connect, error_text, fill_namespaces, object_name, out, place, problem_line, status_error,
+    totals,
 };
 use pasa_validation::manifest::{self, Source};
 
@@ -13,32 +14,40 @@ use pasa_validation::manifest::{self, Source};
 pub struct ApplyArgs {
     #[command(flatten)]
     pub files: FileArgs,
-    /// Namespace for documents that name none.
-    #[arg(short = 'n', long, default_value = "default")]
-    pub namespace: String,
-    /// Check everything, write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
+    /// Namespace for documents that name none [default: default]; documents that name another
+    /// are refused.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Check everything, write nothing. `--dry-run`, `--dry-run=server` and
+    /// `--dry-run=client` all have the server check without writing; `--dry-run=none` writes.
+    #[arg(long, value_name = "STRATEGY", num_args = 0..=1, require_equals = true, default_missing_value = "server", value_parser = dry_run)]
+    pub dry_run: Option<bool>,
+}
+
+/// `--dry-run[=server|client|none]`: every spelling of a dry run that users type.
+fn dry_run(value: &str) -> Result<bool, UsageError> {
+    match value {
+        "server" | "client" | "true" => Ok(true),
+        "none" | "false" => Ok(false),
+        other => Err(UsageError(format!(
+            "{other:?} is not a dry-run strategy: use --dry-run (or =server, =client) to check without writing, --dry-run=none to write"
+        ))),
+    }
 }
 
 pub async fn run(server: &crate::cli::Server, args: ApplyArgs) -> CmdResult {
     if args.files.files.is_empty() {
         anyhow::bail!("apply needs -f FILE, -f DIR or -f -");
     }
-    let docs = manifest::load(&args.files.files, args.files.recursive)?;
+    let dry_run = args.dry_run.unwrap_or(false);
+    let mut docs = manifest::load(&args.files.files, args.files.recursive)?;
     if docs.is_empty() {
         anyhow::bail!("no objects passed to apply");
     }
+    fill_namespaces(&mut docs, args.namespace.as_deref())?;
     let (sources, documents): (Vec<Source>, Vec<ApplyDocument>) = docs
         .into_iter()
-        .map(|(source, mut doc)| {
-            if let Some(meta) = doc.get_mut("metadata").and_then(|m| m.as_object_mut())
-                && meta
-                    .get("namespace")
-                    .is_none_or(|ns| ns.is_null() || ns.as_str() == Some(""))
-            {
-                meta.insert("namespace".into(), args.namespace.clone().into());
-            }
+        .map(|(source, doc)| {
             let document = ApplyDocument {
                 json: doc.to_string(),
                 expected_mod_revision: None,
@@ -65,8 +74,8 @@ pub async fn run(server: &crate::cli::Server, args: ApplyArgs) -> CmdResult {
     let interrupt = Interrupt::listen();
     // Several batches are not one transaction: every batch is checked first, so that a bad
     // document anywhere still writes nothing.
-    if batches.len() > 1 && !args.dry_run {
-        let mut problems = 0;
+    if batches.len() > 1 && !dry_run {
+        let (mut problems, mut warnings) = (0, 0);
         for range in &batches {
             let response = tokio::select! {
                 response = send(range.clone(), true) => response?,
@@ -76,20 +85,24 @@ pub async fn run(server: &crate::cli::Server, args: ApplyArgs) -> CmdResult {
                 }
             };
             problems += report_errors(&sources[range.clone()], &response);
+            warnings += response.warnings.len();
         }
         if problems > 0 {
-            eprintln!("error: {problems} problem(s) found; nothing was written");
+            eprintln!(
+                "error: {}; nothing was written",
+                totals(problems, warnings, documents.len())
+            );
             return Err(Reported.into());
         }
     }
-    let suffix = if args.dry_run { " (dry run)" } else { "" };
-    let mut written = Written::new(documents.len(), args.dry_run);
+    let suffix = if dry_run { " (dry run)" } else { "" };
+    let mut written = Written::new(documents.len(), dry_run);
     for range in &batches {
         if interrupt.requested() {
             written.interrupted(&sources);
             return Err(Interrupted.into());
         }
-        let Some(response) = interrupt.finish(send(range.clone(), args.dry_run)).await else {
+        let Some(response) = interrupt.finish(send(range.clone(), dry_run)).await else {
             written.abandoned(&sources, &sources[range.clone()]);
             return Err(Interrupted.into());
         };
@@ -112,15 +125,19 @@ pub async fn run(server: &crate::cli::Server, args: ApplyArgs) -> CmdResult {
         }
         let problems = report_errors(here, &response);
         if problems > 0 {
-            let written = if range.start == 0 || args.dry_run {
+            let written = if range.start == 0 || dry_run {
                 "nothing was written".to_string()
             } else {
                 format!(
                     "the {} object(s) before {} were written",
-                    range.start, here[0]
+                    range.start,
+                    place(&here[0])
                 )
             };
-            eprintln!("error: {problems} problem(s) found; {written}");
+            eprintln!(
+                "error: {}; {written}",
+                totals(problems, response.warnings.len(), range.len())
+            );
             return Err(Reported.into());
         }
         // Each batch's results as it commits, so an interrupted or failed apply has shown what
@@ -177,7 +194,7 @@ impl Written {
             Some((index, r)) => {
                 let at = sources
                     .get(*index)
-                    .map(|s| format!(" ({s})"))
+                    .map(|s| format!(" ({})", place(s)))
                     .unwrap_or_default();
                 format!(
                     ", the last {}{at}",
@@ -200,7 +217,7 @@ impl Written {
     /// A second Ctrl-C during the batch `in_flight`: it may or may not have been written.
     fn abandoned(&self, sources: &[Source], in_flight: &[Source]) {
         let (first, last) = match (in_flight.first(), in_flight.last()) {
-            (Some(first), Some(last)) => (first.to_string(), last.to_string()),
+            (Some(first), Some(last)) => (place(first), place(last)),
             _ => return self.interrupted(sources),
         };
         eprintln!(
@@ -212,8 +229,9 @@ impl Written {
     /// After an error that ended the apply at the batch starting at `next`.
     fn before(&self, next: &Source) -> String {
         format!(
-            "The {} object(s) before {next} were written. {FINISH}",
+            "The {} object(s) before {} were written. {FINISH}",
             self.count,
+            place(next),
         )
     }
 }
@@ -250,7 +268,7 @@ fn report_errors(sources: &[Source], response: &ApplyResponse) -> usize {
         let first = e
             .duplicate_of
             .and_then(|i| sources.get(i as usize))
-            .map(|s| format!(" (first in {s})"))
+            .map(|s| format!(" (first in {})", place(s)))
             .unwrap_or_default();
         eprintln!(
             "error: {}{first}",

@@ -6,8 +6,8 @@ use pasa_proto::store::v1::{DeleteRequest, ObjectRef};
 
 use super::interrupt::Interrupt;
 use super::{
-    BATCH_TIMEOUT, CmdResult, FileArgs, Interrupted, REQUEST_TIMEOUT, Reported, connect,
-    error_text, object_name, out, status_error,
+    BATCH_TIMEOUT, CmdResult, FileArgs, Interrupted, REQUEST_TIMEOUT, Reported, UsageError,
+    connect, error_text, fill_namespaces, object_name, out, status_error,
 };
 use pasa_validation::manifest;
 
@@ -19,23 +19,74 @@ pub struct DeleteArgs {
     pub names: Vec<String>,
     #[command(flatten)]
     pub files: FileArgs,
-    /// Namespace of the objects (or of documents that name none).
-    #[arg(short = 'n', long, default_value = "default")]
-    pub namespace: String,
+    /// Namespace of the objects, or of documents that name none [default: default]; documents
+    /// that name another are refused.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
     /// Treat missing objects as deleted.
     #[arg(long)]
     pub ignore_not_found: bool,
+    /// Not supported: the store does not index labels (see the message for what to do).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+    /// Not supported: deleting has no dry run (see the message for what to do).
+    #[arg(long, value_name = "STRATEGY", num_args = 0..=1, require_equals = true, default_missing_value = "server")]
+    pub dry_run: Option<String>,
+}
+
+/// The objects of `delete KIND NAME...` or `delete KIND/NAME...` in `namespace`.
+fn named(first: &str, rest: &[String], namespace: &str) -> anyhow::Result<Vec<ObjectRef>> {
+    let object = |kind: &str, name: &str| -> anyhow::Result<ObjectRef> {
+        let kind: Kind = kind.parse()?;
+        Ok(ObjectRef {
+            kind: kind.as_str().to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
+    };
+    if first.contains('/') {
+        return std::iter::once(first)
+            .chain(rest.iter().map(String::as_str))
+            .map(|arg| match arg.split_once('/') {
+                Some((kind, name)) if !kind.is_empty() && !name.is_empty() => object(kind, name),
+                _ => Err(UsageError(format!(
+                    "{arg:?}: after KIND/NAME, give every object as KIND/NAME (e.g. vs/cart)"
+                ))
+                .into()),
+            })
+            .collect();
+    }
+    if rest.is_empty() {
+        let kind: Kind = first.parse()?;
+        anyhow::bail!("delete needs the name of the {kind} to delete (KIND NAME or KIND/NAME)");
+    }
+    rest.iter().map(|name| object(first, name)).collect()
 }
 
 pub async fn run(server: &crate::cli::Server, args: DeleteArgs) -> CmdResult {
+    let namespace = args.namespace.as_deref().unwrap_or("default");
+    let scope = format!(" -n {namespace}");
+    if let Some(selector) = &args.selector {
+        return Err(UsageError(format!(
+            "-l {selector}: the store does not index labels, so delete cannot select by them; list the objects with `pasactl get KIND{scope} -o yaml`, keep those to delete in a file, and run `pasactl delete -f FILE`"
+        ))
+        .into());
+    }
+    if args.dry_run.as_deref().is_some_and(|d| d != "none") {
+        return Err(UsageError(
+            format!("deleting has no dry run: `pasactl get KIND NAME{scope}` shows what is there; drop --dry-run to delete"),
+        )
+        .into());
+    }
     let refs: Vec<ObjectRef> = if !args.files.files.is_empty() {
         if args.kind.is_some() {
             anyhow::bail!("give either KIND NAME or -f FILE, not both");
         }
-        manifest::load(&args.files.files, args.files.recursive)?
-            .into_iter()
+        let mut docs = manifest::load(&args.files.files, args.files.recursive)?;
+        fill_namespaces(&mut docs, args.namespace.as_deref())?;
+        docs.into_iter()
             .map(|(_, doc)| {
-                let id = identity_of(&doc, &args.namespace);
+                let id = identity_of(&doc, namespace);
                 ObjectRef {
                     kind: id.kind,
                     namespace: id.namespace,
@@ -44,22 +95,11 @@ pub async fn run(server: &crate::cli::Server, args: DeleteArgs) -> CmdResult {
             })
             .collect()
     } else {
-        let kind: Kind = args
+        let first = args
             .kind
             .as_deref()
-            .ok_or_else(|| anyhow::anyhow!("delete needs KIND NAME or -f FILE"))?
-            .parse()?;
-        if args.names.is_empty() {
-            anyhow::bail!("delete needs the name of the {kind} to delete");
-        }
-        args.names
-            .iter()
-            .map(|name| ObjectRef {
-                kind: kind.as_str().to_string(),
-                namespace: args.namespace.clone(),
-                name: name.clone(),
-            })
-            .collect()
+            .ok_or_else(|| anyhow::anyhow!("delete needs KIND NAME, KIND/NAME or -f FILE"))?;
+        named(first, &args.names, namespace)?
     };
     let client = server
         .within("a connection", REQUEST_TIMEOUT, connect(server))
@@ -153,4 +193,30 @@ fn last_deleted(deleted: &[ObjectRef]) -> String {
         .last()
         .map(|r| format!(", the last {}", name_of(r)))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_are_kind_name_or_kind_slash_name() {
+        let refs = named("vs/cart", &["dr/cart".into()], "shop").unwrap();
+        let got: Vec<_> = refs
+            .iter()
+            .map(|r| object_name(&r.kind, &r.namespace, &r.name))
+            .collect();
+        assert_eq!(
+            got,
+            ["virtualservice/shop/cart", "destinationrule/shop/cart"]
+        );
+        let refs = named("vs", &["a".into(), "b".into()], "default").unwrap();
+        assert_eq!(refs.len(), 2);
+        let mixed = named("vs/cart", &["storefront".into()], "shop")
+            .unwrap_err()
+            .to_string();
+        assert!(mixed.contains("give every object as KIND/NAME"), "{mixed}");
+        let bare = named("vs", &[], "shop").unwrap_err().to_string();
+        assert!(bare.contains("KIND/NAME"), "{bare}");
+    }
 }

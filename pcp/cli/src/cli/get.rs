@@ -1,22 +1,33 @@
-//! `pasactl get KIND [NAME] [-n NS | -A] [-o yaml|json|wide]`.
+//! `pasactl get KIND[,KIND...] [NAME] [-n NS | -A] [-o yaml|json|wide|name]`.
+//!
+//! A list is read as the store sends a watch's snapshot, page by page, and each object is
+//! written out as it comes: a mesh of any size is listed in bounded memory (a table keeps only
+//! its rows, to align their columns).
+
+use std::io::Write;
 
 use pasa_proto::Kind;
 use pasa_proto::object::manifest;
-use pasa_proto::store::v1::{GetRequest, ListRequest, ObjectRef, Resource, Rule, Subscription};
-use serde_json::{Value, json};
+use pasa_proto::store::v1::{
+    GetRequest, ObjectRef, Resource, Rule, SubscriberIdentity, Subscription,
+};
+use pasa_proto::watch::{Watch, WatchError, WatchEvent, WatchStart};
 
-use super::{CmdResult, REQUEST_TIMEOUT, connect, out, status_error, table};
+use super::{CmdResult, REQUEST_TIMEOUT, UsageError, connect, out, status_error, table};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
     Yaml,
     Json,
     Wide,
+    /// `kind.group/name`, one a line.
+    Name,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct GetArgs {
-    /// Kind (vs, dr, se, gw, sidecar, we, sep or the full name).
+    /// Kinds, comma-separated (vs, dr, se, gw, sidecar, we, sep or the full names: `vs,dr`),
+    /// or `KIND/NAME` for one object.
     pub kind: String,
     /// Name of one object.
     pub name: Option<String>,
@@ -29,142 +40,445 @@ pub struct GetArgs {
     /// Output format; a table by default.
     #[arg(short = 'o', long, value_enum)]
     pub output: Option<Output>,
+    /// Not supported: the store does not index labels (see the message for what to do).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+    /// Not supported: `pasactl watch` follows changes (see the message).
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+}
+
+/// What `get` was asked for: kinds, and a name for one object.
+#[derive(Debug, PartialEq)]
+struct Asked {
+    kinds: Vec<Kind>,
+    name: Option<String>,
+}
+
+impl GetArgs {
+    /// The kinds and name of the command line; flags `get` cannot serve are refused with what
+    /// to use instead.
+    fn asked(&self) -> anyhow::Result<Asked> {
+        let (kinds, name) = match self.kind.split_once('/') {
+            Some((kind, name)) if self.name.is_none() => (kind, Some(name.to_string())),
+            Some(_) => {
+                return Err(UsageError(format!(
+                    "give the object as {} or as KIND NAME, not both",
+                    self.kind
+                ))
+                .into());
+            }
+            None => (self.kind.as_str(), self.name.clone()),
+        };
+        let mut parsed: Vec<Kind> = Vec::new();
+        for kind in kinds.split(',').filter(|k| !k.is_empty()) {
+            let kind: Kind = kind.parse()?;
+            if !parsed.contains(&kind) {
+                parsed.push(kind);
+            }
+        }
+        if parsed.is_empty() {
+            return Err(UsageError("get needs a kind, e.g. `get vs` or `get vs,dr`".into()).into());
+        }
+        if name.is_some() && parsed.len() > 1 {
+            return Err(UsageError(format!(
+                "a NAME needs one kind, not {kinds}: run get once for each kind"
+            ))
+            .into());
+        }
+        let names = || {
+            parsed
+                .iter()
+                .map(|k| k.short_names().first().copied().unwrap_or(k.plural()))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let scope = if self.all_namespaces {
+            String::new()
+        } else {
+            format!(" -n {}", self.namespace)
+        };
+        if let Some(selector) = &self.selector {
+            return Err(UsageError(format!(
+                "-l {selector}: the store does not index labels, so get cannot select by them; run `pasactl get {}{scope} -o json` and filter the items by metadata.labels",
+                names()
+            ))
+            .into());
+        }
+        if self.watch {
+            return Err(UsageError(format!(
+                "get -w: follow changes with `pasactl watch --kind {}{scope}` (one JSON line per change, after a snapshot)",
+                names()
+            ))
+            .into());
+        }
+        Ok(Asked {
+            kinds: parsed,
+            name,
+        })
+    }
 }
 
 pub async fn run(server: &crate::cli::Server, args: GetArgs) -> CmdResult {
-    let kind: Kind = args.kind.parse()?;
-    let resources = server
-        .within("`get`", REQUEST_TIMEOUT, fetch(server, kind, &args))
-        .await?;
-    let single = args.name.is_some();
-    match args.output {
-        Some(Output::Yaml) => out(&serde_saphyr::to_string(&document(&resources, single))?)?,
-        Some(Output::Json) => out(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&document(&resources, single))?
-        ))?,
-        table => {
-            if resources.is_empty() {
-                if args.all_namespaces {
-                    eprintln!("No resources found");
-                } else {
-                    eprintln!("No resources found in {} namespace.", args.namespace);
-                }
-                return Ok(());
+    let asked = args.asked()?;
+    if let (Some(name), [kind]) = (&asked.name, asked.kinds.as_slice()) {
+        let resource = server
+            .within(
+                "`get`",
+                REQUEST_TIMEOUT,
+                get_one(server, *kind, name, &args),
+            )
+            .await?;
+        let text = match args.output {
+            Some(Output::Yaml) => serde_saphyr::to_string(&manifest(&resource))?,
+            Some(Output::Json) => {
+                format!("{}\n", serde_json::to_string_pretty(&manifest(&resource))?)
             }
-            out(&render_table(
-                &resources,
+            Some(Output::Name) => format!("{}\n", name_of(&resource)),
+            table => render_table(
+                &[resource],
                 args.all_namespaces,
                 table == Some(Output::Wide),
-            ))?;
+                false,
+            ),
+        };
+        out(&text)?;
+        return Ok(());
+    }
+    let mut sink = Sink::new(args.output, asked.kinds.len() > 1, args.all_namespaces);
+    list(server, &asked.kinds, &args, &mut sink).await?;
+    if sink.finish()? == 0 && matches!(args.output, None | Some(Output::Wide)) {
+        if args.all_namespaces {
+            eprintln!("No resources found");
+        } else {
+            eprintln!("No resources found in {} namespace.", args.namespace);
         }
     }
     Ok(())
 }
 
-/// The object named, or the objects of the kind in the namespace(s) asked.
-async fn fetch(
+/// The object named.
+async fn get_one(
     server: &crate::cli::Server,
     kind: Kind,
+    name: &str,
     args: &GetArgs,
-) -> anyhow::Result<Vec<Resource>> {
+) -> anyhow::Result<Resource> {
     let mut client = connect(server).await?;
-    let resources = match &args.name {
-        Some(name) => {
-            let reference = ObjectRef {
-                kind: kind.as_str().to_string(),
-                namespace: args.namespace.clone(),
-                name: name.clone(),
-            };
-            match client
-                .get(GetRequest {
-                    r#ref: Some(reference),
-                })
-                .await
-            {
-                Ok(r) => r.into_inner().resource.into_iter().collect(),
-                Err(s) if s.code() == tonic::Code::NotFound => {
-                    anyhow::bail!(
-                        "{}.{} \"{name}\" not found in namespace {}",
-                        kind.plural(),
-                        kind.group(),
-                        args.namespace
-                    )
-                }
-                Err(s) => return Err(status_error(server, s)),
-            }
-        }
-        None => {
-            let rule = Rule {
-                kinds: vec![kind.as_str().to_string()],
-                namespaces: if args.all_namespaces {
-                    vec![]
-                } else {
-                    vec![args.namespace.clone()]
-                },
-                ..Default::default()
-            };
-            client
-                .list(ListRequest {
-                    selector: Some(Subscription { rules: vec![rule] }),
-                    revision: 0,
-                })
-                .await
-                .map_err(|status| status_error(server, status))?
-                .into_inner()
-                .resources
-        }
+    let reference = ObjectRef {
+        kind: kind.as_str().to_string(),
+        namespace: args.namespace.clone(),
+        name: name.to_string(),
     };
-    Ok(resources)
-}
-
-/// One manifest, or a kubectl-style `List` of them.
-fn document(resources: &[Resource], single: bool) -> Value {
-    let items: Vec<Value> = resources.iter().map(manifest).collect();
-    match (single, items.len()) {
-        (true, 1) => items.into_iter().next().unwrap_or(Value::Null),
-        _ => json!({"apiVersion": "v1", "kind": "List", "items": items}),
+    match client
+        .get(GetRequest {
+            r#ref: Some(reference),
+        })
+        .await
+    {
+        Ok(r) => r
+            .into_inner()
+            .resource
+            .ok_or_else(|| not_found(kind, name, args)),
+        Err(s) if s.code() == tonic::Code::NotFound => Err(not_found(kind, name, args)),
+        Err(s) => Err(status_error(server, s)),
     }
 }
 
-fn render_table(resources: &[Resource], with_namespace: bool, wide: bool) -> String {
-    let mut header = vec![];
-    if with_namespace {
-        header.push("NAMESPACE");
-    }
-    header.extend(["NAME", "HOSTS", "REVISION"]);
-    if wide {
-        header.extend(["GATEWAYS", "VERSION", "CREATED"]);
-    }
-    let mut rows: Vec<Vec<String>> = Vec::with_capacity(resources.len());
-    for r in resources {
-        let index = r.index.clone().unwrap_or_default();
-        let list = |v: &[String]| {
-            if v.is_empty() {
-                "<none>".to_string()
-            } else {
-                v.join(",")
+fn not_found(kind: Kind, name: &str, args: &GetArgs) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{}.{} \"{name}\" not found in namespace {} (list them with `pasactl get {} -n {}`)",
+        kind.plural(),
+        kind.group(),
+        args.namespace,
+        kind.plural(),
+        args.namespace
+    )
+}
+
+/// Lists the objects of `kinds` in the namespace(s) asked into `sink`, page by page as the
+/// store sends its snapshot; each page must come within the request deadline.
+async fn list(
+    server: &crate::cli::Server,
+    kinds: &[Kind],
+    args: &GetArgs,
+    sink: &mut Sink,
+) -> anyhow::Result<()> {
+    let rule = Rule {
+        kinds: kinds.iter().map(|k| k.as_str().to_string()).collect(),
+        namespaces: if args.all_namespaces {
+            vec![]
+        } else {
+            vec![args.namespace.clone()]
+        },
+        ..Default::default()
+    };
+    let start = WatchStart {
+        subscription: Subscription { rules: vec![rule] },
+        from_revision: 0,
+        identity: Some(SubscriberIdentity {
+            node_id: String::new(),
+            metadata: [("client".to_string(), "pasactl get".to_string())].into(),
+        }),
+    };
+    let open = async {
+        let mut client = connect(server).await?;
+        Watch::open(&mut client, start).await.map_err(|e| match e {
+            WatchError::Refused(status) | WatchError::Failed(status) => {
+                status_error(server, status)
             }
+            e => e.into(),
+        })
+    };
+    let mut stream = server.within("`get`", REQUEST_TIMEOUT, open).await?;
+    loop {
+        let page = async {
+            stream.next().await.map_err(|e| match e {
+                WatchError::Refused(status) | WatchError::Failed(status) => {
+                    status_error(server, status)
+                }
+                e => anyhow::anyhow!("the list ended early: {e} (run get again)"),
+            })
         };
+        match server.within("`get`", REQUEST_TIMEOUT, page).await? {
+            WatchEvent::InitApply { objects, .. } => {
+                for r in &objects {
+                    sink.write(r)?;
+                }
+            }
+            WatchEvent::InitDone { .. } => return Ok(()),
+            _ => {}
+        }
+    }
+}
+
+/// Where listed objects go as they are read: straight to stdout (YAML, JSON, names), or rows
+/// kept for a table.
+enum Sink {
+    Yaml(Items),
+    Json(Items),
+    Name(Items),
+    /// Rows by kind, namespace and name, to be sorted and aligned at the end.
+    Table {
+        rows: Vec<((String, String, String), Vec<String>)>,
+        columns: Columns,
+    },
+}
+
+/// Standard output and how many objects went to it.
+struct Items {
+    stdout: std::io::BufWriter<std::io::Stdout>,
+    count: usize,
+}
+
+impl Sink {
+    fn new(output: Option<Output>, with_kind: bool, with_namespace: bool) -> Sink {
+        let items = || Items {
+            stdout: std::io::BufWriter::new(std::io::stdout()),
+            count: 0,
+        };
+        match output {
+            Some(Output::Yaml) => Sink::Yaml(items()),
+            Some(Output::Json) => Sink::Json(items()),
+            Some(Output::Name) => Sink::Name(items()),
+            table => Sink::Table {
+                rows: Vec::new(),
+                columns: Columns {
+                    with_namespace,
+                    wide: table == Some(Output::Wide),
+                    with_kind,
+                },
+            },
+        }
+    }
+
+    fn write(&mut self, r: &Resource) -> anyhow::Result<()> {
+        match self {
+            Sink::Yaml(items) => {
+                if items.count == 0 {
+                    items
+                        .stdout
+                        .write_all(b"apiVersion: v1\nkind: List\nitems:\n")?;
+                }
+                let text = serde_saphyr::to_string(&manifest(r))?;
+                let text = text.strip_prefix("---\n").unwrap_or(&text);
+                for (i, line) in text.lines().enumerate() {
+                    let indent = if i == 0 {
+                        "- "
+                    } else if line.is_empty() {
+                        ""
+                    } else {
+                        "  "
+                    };
+                    writeln!(items.stdout, "{indent}{line}")?;
+                }
+                items.count += 1;
+            }
+            Sink::Json(items) => {
+                let lead: &[u8] = if items.count == 0 {
+                    b"{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"List\",\n  \"items\": [\n"
+                } else {
+                    b",\n"
+                };
+                items.stdout.write_all(lead)?;
+                let text = serde_json::to_string_pretty(&manifest(r))?;
+                for (i, line) in text.lines().enumerate() {
+                    let sep = if i == 0 { "" } else { "\n" };
+                    write!(items.stdout, "{sep}    {line}")?;
+                }
+                items.count += 1;
+            }
+            Sink::Name(items) => {
+                writeln!(items.stdout, "{}", name_of(r))?;
+                items.count += 1;
+            }
+            Sink::Table { rows, columns } => rows.push((
+                (r.kind.clone(), r.namespace.clone(), r.name.clone()),
+                columns.row(r),
+            )),
+        }
+        Ok(())
+    }
+
+    /// Ends the output; how many objects it had.
+    fn finish(self) -> anyhow::Result<usize> {
+        match self {
+            Sink::Yaml(mut items) => {
+                if items.count == 0 {
+                    items
+                        .stdout
+                        .write_all(b"apiVersion: v1\nkind: List\nitems: []\n")?;
+                }
+                items.stdout.flush()?;
+                Ok(items.count)
+            }
+            Sink::Json(mut items) => {
+                if items.count == 0 {
+                    items.stdout.write_all(
+                        b"{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"List\",\n  \"items\": []\n}\n",
+                    )?;
+                } else {
+                    items.stdout.write_all(b"\n  ]\n}\n")?;
+                }
+                items.stdout.flush()?;
+                Ok(items.count)
+            }
+            Sink::Name(mut items) => {
+                items.stdout.flush()?;
+                Ok(items.count)
+            }
+            Sink::Table { mut rows, columns } => {
+                let count = rows.len();
+                rows.sort_by(|(a, _), (b, _)| a.cmp(b));
+                // One table a kind, each row moved into it.
+                let mut text = String::new();
+                let mut cells: Vec<Vec<String>> = Vec::new();
+                let mut kind: Option<String> = None;
+                let flush = |cells: &mut Vec<Vec<String>>, text: &mut String| {
+                    if cells.is_empty() {
+                        return;
+                    }
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    text.push_str(&table::render(&columns.header(), cells, table::KUBECTL));
+                    cells.clear();
+                };
+                for ((k, ..), row) in rows {
+                    if kind.as_ref().is_some_and(|seen| *seen != k) {
+                        flush(&mut cells, &mut text);
+                    }
+                    kind = Some(k);
+                    cells.push(row);
+                }
+                flush(&mut cells, &mut text);
+                out(&text)?;
+                Ok(count)
+            }
+        }
+    }
+}
+
+/// `kind.group/name`, as `-o name` prints an object.
+fn name_of(r: &Resource) -> String {
+    match r.kind.parse::<Kind>() {
+        Ok(kind) => format!(
+            "{}.{}/{}",
+            kind.as_str().to_ascii_lowercase(),
+            kind.group(),
+            r.name
+        ),
+        Err(_) => format!("{}/{}", r.kind.to_ascii_lowercase(), r.name),
+    }
+}
+
+/// The columns of a table; with `with_kind`, names are `kind/name` (several kinds listed).
+#[derive(Clone, Copy)]
+struct Columns {
+    with_namespace: bool,
+    wide: bool,
+    with_kind: bool,
+}
+
+impl Columns {
+    fn header(self) -> Vec<&'static str> {
+        let mut header = vec![];
+        if self.with_namespace {
+            header.push("NAMESPACE");
+        }
+        header.extend(["NAME", "HOSTS", "REVISION"]);
+        if self.wide {
+            header.extend(["GATEWAYS", "VERSION", "CREATED"]);
+        }
+        header
+    }
+
+    /// The row of `r`: only its text is kept, not the object.
+    fn row(self, r: &Resource) -> Vec<String> {
+        let list = |v: Option<&Vec<String>>| match v {
+            Some(v) if !v.is_empty() => v.join(","),
+            _ => "<none>".to_string(),
+        };
+        let index = r.index.as_ref();
         let mut row = vec![];
-        if with_namespace {
+        if self.with_namespace {
             row.push(r.namespace.clone());
         }
+        let name = if self.with_kind {
+            format!("{}/{}", r.kind.to_ascii_lowercase(), r.name)
+        } else {
+            r.name.clone()
+        };
         row.extend([
-            r.name.clone(),
-            list(&index.hosts),
+            name,
+            list(index.map(|i| &i.hosts)),
             r.mod_revision.to_string(),
         ]);
-        if wide {
+        if self.wide {
             row.extend([
-                list(&index.gateways),
+                list(index.map(|i| &i.gateways)),
                 r.version.to_string(),
                 r.create_revision.to_string(),
             ]);
         }
-        rows.push(row);
+        row
     }
-    table::render(&header, &rows, table::KUBECTL)
+}
+
+/// A table of `resources`.
+fn render_table(
+    resources: &[Resource],
+    with_namespace: bool,
+    wide: bool,
+    with_kind: bool,
+) -> String {
+    let columns = Columns {
+        with_namespace,
+        wide,
+        with_kind,
+    };
+    let rows: Vec<Vec<String>> = resources.iter().map(|r| columns.row(r)).collect();
+    table::render(&columns.header(), &rows, table::KUBECTL)
 }
 
 #[cfg(test)]
@@ -187,11 +501,57 @@ mod tests {
             }),
             ..Default::default()
         };
-        let table = render_table(&[r], true, true);
+        let table = render_table(&[r], true, true, false);
         assert_eq!(
             table,
             "NAMESPACE   NAME      HOSTS                               REVISION   GATEWAYS   VERSION   CREATED\n\
              default     reviews   reviews.default.svc.cluster.local   7          mesh       2         3\n"
         );
+    }
+
+    fn asked(args: &[&str]) -> anyhow::Result<Asked> {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Test {
+            #[command(flatten)]
+            get: GetArgs,
+        }
+        let test = Test::try_parse_from(std::iter::once("get").chain(args.iter().copied()))?;
+        test.get.asked()
+    }
+
+    #[test]
+    fn several_kinds_one_object_and_refusals_that_name_the_alternative() {
+        let both = asked(&["vs,dr,virtualservices"]).unwrap();
+        assert_eq!(both.kinds, [Kind::VirtualService, Kind::DestinationRule]);
+        let one = asked(&["vs/cart"]).unwrap();
+        assert_eq!((one.kinds.len(), one.name.as_deref()), (1, Some("cart")));
+        let two_named = asked(&["vs,dr", "cart"]).unwrap_err().to_string();
+        assert!(two_named.contains("one kind"), "{two_named}");
+        let labels = asked(&["vs", "-n", "shop", "-l", "app=cart"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            labels.contains("does not index labels")
+                && labels.contains("pasactl get vs -n shop -o json"),
+            "{labels}"
+        );
+        let watch = asked(&["vs,dr", "-w", "-A"]).unwrap_err().to_string();
+        assert!(watch.contains("pasactl watch --kind vs,dr"), "{watch}");
+    }
+
+    #[test]
+    fn several_kinds_show_the_kind_in_the_name() {
+        let r = Resource {
+            kind: "DestinationRule".into(),
+            namespace: "shop".into(),
+            name: "cart".into(),
+            ..Default::default()
+        };
+        assert!(
+            render_table(std::slice::from_ref(&r), false, false, true)
+                .contains("destinationrule/cart")
+        );
+        assert_eq!(name_of(&r), "destinationrule.networking.istio.io/cart");
     }
 }

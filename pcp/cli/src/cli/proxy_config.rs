@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use crate::envoy_json as json;
 
 use crate::cli::agent::{self, DEFAULT_ADMIN, resolve_agent};
-use crate::cli::{CmdResult, out};
+use crate::cli::{CmdResult, UsageError, out, structured};
 use dump::{Resources, Served};
 
 #[derive(Subcommand, Debug)]
@@ -72,6 +72,31 @@ pub struct Target {
     pub source: Source,
     #[arg(short = 'o', long, value_enum, default_value = "short")]
     pub output: Output,
+    /// The namespace of the pod named as AGENT (`AGENT -n NS` is `AGENT.NS`).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+}
+
+impl Target {
+    /// The agent as given: AGENT (with -n, `pod.namespace`), --agent, or the default address.
+    fn given(&self) -> Result<String, UsageError> {
+        let given = self
+            .agent
+            .as_deref()
+            .or(self.agent_flag.as_deref())
+            .unwrap_or(DEFAULT_ADMIN);
+        let Some(namespace) = &self.namespace else {
+            return Ok(given.to_string());
+        };
+        match agent::agent_ref(given)? {
+            agent::AgentRef::Proxy(pod) if self.agent.is_some() && !pod.contains(['.', '~']) => {
+                Ok(format!("{pod}.{namespace}"))
+            }
+            _ => Err(UsageError(format!(
+                "-n {namespace} needs a pod name as AGENT (`pasactl proxy-config cluster POD -n {namespace}`); {given:?} already says where the agent is: drop -n"
+            ))),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -92,6 +117,8 @@ pub enum Output {
     Short,
     /// The resources as Envoy's protobuf JSON.
     Json,
+    /// The same resources as YAML.
+    Yaml,
 }
 
 #[derive(Args, Debug)]
@@ -135,35 +162,36 @@ pub async fn run(server: &crate::cli::Server, command: ProxyConfigCommand) -> Cm
         ProxyConfigCommand::Ecds(t) | ProxyConfigCommand::All(t) => t,
     };
     let output = target.output;
+    let yaml = output == Output::Yaml;
     let resources = fetch(server, target).await?;
     let text = match (&command, output) {
         (ProxyConfigCommand::Cluster(a), Output::Short) => {
             cluster::render(kept_clusters(&resources, &a.filter).map(|s| &s.message))
         }
-        (ProxyConfigCommand::Cluster(a), Output::Json) => {
-            pretty(&json_list(kept_clusters(&resources, &a.filter))?)?
+        (ProxyConfigCommand::Cluster(a), Output::Json | Output::Yaml) => {
+            structured(yaml, &json_list(kept_clusters(&resources, &a.filter))?)?
         }
         (ProxyConfigCommand::Listener(a), Output::Short) => {
             listener::render(kept_listeners(&resources, &a.filter).map(|s| &s.message))
         }
-        (ProxyConfigCommand::Listener(a), Output::Json) => {
-            pretty(&json_list(kept_listeners(&resources, &a.filter))?)?
+        (ProxyConfigCommand::Listener(a), Output::Json | Output::Yaml) => {
+            structured(yaml, &json_list(kept_listeners(&resources, &a.filter))?)?
         }
         (ProxyConfigCommand::Route(a), Output::Short) => {
             route::render(kept_routes(&resources, &a.filter).map(|s| &s.message))
         }
-        (ProxyConfigCommand::Route(a), Output::Json) => {
-            pretty(&json_list(kept_routes(&resources, &a.filter))?)?
+        (ProxyConfigCommand::Route(a), Output::Json | Output::Yaml) => {
+            structured(yaml, &json_list(kept_routes(&resources, &a.filter))?)?
         }
         (ProxyConfigCommand::Endpoint(a), Output::Short) => {
             endpoint::render(&assignments(&resources), &a.filter)
         }
-        (ProxyConfigCommand::Endpoint(a), Output::Json) => {
-            pretty(&json_list(kept_endpoints(&resources, &a.filter))?)?
+        (ProxyConfigCommand::Endpoint(a), Output::Json | Output::Yaml) => {
+            structured(yaml, &json_list(kept_endpoints(&resources, &a.filter))?)?
         }
         (ProxyConfigCommand::Ecds(_), Output::Short) => ecds(&resources),
-        (ProxyConfigCommand::Ecds(_), Output::Json) => {
-            pretty(&json_list(resources.extension_configs.iter())?)?
+        (ProxyConfigCommand::Ecds(_), Output::Json | Output::Yaml) => {
+            structured(yaml, &json_list(resources.extension_configs.iter())?)?
         }
         (ProxyConfigCommand::All(_), Output::Short) => [
             cluster::render(resources.clusters.iter().map(|s| &s.message)),
@@ -172,12 +200,15 @@ pub async fn run(server: &crate::cli::Server, command: ProxyConfigCommand) -> Cm
             endpoint::render(&assignments(&resources), &Default::default()),
         ]
         .join("\n"),
-        (ProxyConfigCommand::All(_), Output::Json) => pretty(&json!({
-            "clusters": json_list(resources.clusters.iter())?,
-            "listeners": json_list(resources.listeners.iter())?,
-            "routes": json_list(resources.routes.iter())?,
-            "endpoints": json_list(resources.endpoints.iter())?,
-        }))?,
+        (ProxyConfigCommand::All(_), Output::Json | Output::Yaml) => structured(
+            yaml,
+            &json!({
+                "clusters": json_list(resources.clusters.iter())?,
+                "listeners": json_list(resources.listeners.iter())?,
+                "routes": json_list(resources.routes.iter())?,
+                "endpoints": json_list(resources.endpoints.iter())?,
+            }),
+        )?,
     };
     out(&text)?;
     Ok(())
@@ -185,11 +216,8 @@ pub async fn run(server: &crate::cli::Server, command: ProxyConfigCommand) -> Cm
 
 /// Reads the agent's `/config_dump` and the resources of the generator asked for.
 async fn fetch(server: &crate::cli::Server, target: &Target) -> anyhow::Result<Resources> {
-    let given = target
-        .agent
-        .as_deref()
-        .or(target.agent_flag.as_deref())
-        .unwrap_or(DEFAULT_ADMIN);
+    let given = target.given()?;
+    let given = given.as_str();
     if target.source == Source::Envoy {
         let (address, path, whose) = match agent::agent_ref(given)? {
             agent::AgentRef::Address(address) => (
@@ -312,10 +340,6 @@ fn json_list<'a, T: 'a>(served: impl Iterator<Item = &'a Served<T>>) -> anyhow::
     Ok(Value::Array(list?))
 }
 
-fn pretty(value: &Value) -> anyhow::Result<String> {
-    Ok(serde_json::to_string_pretty(value)? + "\n")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,6 +416,24 @@ mod tests {
         };
         assert_eq!(a.target.agent_flag.as_deref(), Some("a:1"));
         assert_eq!(a.target.output, Output::Json);
-        assert!(Test::try_parse_from(["t", "listener", "x:1", "-o", "yaml"]).is_err());
+        assert!(Test::try_parse_from(["t", "listener", "x:1", "-o", "yaml"]).is_ok());
+        assert!(Test::try_parse_from(["t", "listener", "x:1", "-o", "xml"]).is_err());
+        let given = |args: &[&str]| {
+            let t = Test::try_parse_from(args).unwrap();
+            let ProxyConfigCommand::Cluster(a) = t.command else {
+                panic!("a cluster command")
+            };
+            a.target.given().map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            given(&["t", "cluster", "reviews-v1", "-n", "shop"]).unwrap(),
+            "reviews-v1.shop"
+        );
+        assert_eq!(
+            given(&["t", "cluster", "reviews-v1.shop"]).unwrap(),
+            "reviews-v1.shop"
+        );
+        let address = given(&["t", "cluster", "127.0.0.1:15000", "-n", "shop"]).unwrap_err();
+        assert!(address.contains("drop -n"), "{address}");
     }
 }

@@ -18,7 +18,7 @@ use pasa_proto::store::v1::{
 };
 use serde_json::{Value, json};
 
-use super::{CmdResult, REQUEST_TIMEOUT, Reported, connect, out, status_error};
+use super::{CmdResult, REQUEST_TIMEOUT, Reported, connect, out, status_error, structured};
 
 /// `pasactl proxy-status` options.
 #[derive(clap::Args, Debug)]
@@ -39,6 +39,8 @@ pub enum Output {
     Short,
     /// The store's answer as JSON.
     Json,
+    /// The store's answer as YAML.
+    Yaml,
 }
 
 /// What the store at `server` knows of the proxies named `name` (all if empty) in `namespace`
@@ -134,10 +136,13 @@ pub async fn run(server: &crate::cli::Server, args: ProxyStatusArgs) -> CmdResul
     let Some(agent) = &args.agent else {
         return Ok(out(&match args.output {
             Output::Short => table(&answer),
-            Output::Json => pretty(&json!({
-                "revision": answer.revision,
-                "proxies": answer.proxies.iter().map(|e| entry_json(e, answer.revision)).collect::<Vec<_>>(),
-            })),
+            Output::Json | Output::Yaml => structured(
+                args.output == Output::Yaml,
+                &json!({
+                    "revision": answer.revision,
+                    "proxies": answer.proxies.iter().map(|e| entry_json(e, answer.revision)).collect::<Vec<_>>(),
+                }),
+            )?,
         })?);
     };
     let entry = match the_one(&answer, agent, server) {
@@ -149,15 +154,12 @@ pub async fn run(server: &crate::cli::Server, args: ProxyStatusArgs) -> CmdResul
     };
     out(&match args.output {
         Output::Short => detail(entry, &answer, now),
-        Output::Json => pretty(&entry_json(entry, answer.revision)),
+        Output::Json | Output::Yaml => structured(
+            args.output == Output::Yaml,
+            &entry_json(entry, answer.revision),
+        )?,
     })?;
     Ok(())
-}
-
-fn pretty(value: &Value) -> String {
-    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
-    text.push('\n');
-    text
 }
 
 fn now_unix_ms() -> i64 {

@@ -4,9 +4,23 @@ use pasa_proto::store::v1::StatusRequest;
 
 use std::fmt::Write as _;
 
-use super::{CmdResult, REQUEST_TIMEOUT, connect, out, status_error};
+use super::{CmdResult, REQUEST_TIMEOUT, connect, out, status_error, structured};
 
-pub async fn run(server: &crate::cli::Server) -> CmdResult {
+/// `pasactl status` options.
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// Output format; a summary by default.
+    #[arg(short = 'o', long, value_enum)]
+    pub output: Option<Output>,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Json,
+    Yaml,
+}
+
+pub async fn run(server: &crate::cli::Server, args: StatusArgs) -> CmdResult {
     let ask = async {
         let mut client = connect(server).await?;
         let status = client
@@ -16,6 +30,25 @@ pub async fn run(server: &crate::cli::Server) -> CmdResult {
         anyhow::Ok(status.into_inner())
     };
     let s = server.within("`status`", REQUEST_TIMEOUT, ask).await?;
+    if let Some(output) = args.output {
+        let objects: serde_json::Map<String, serde_json::Value> = s
+            .objects
+            .iter()
+            .map(|k| (k.kind.clone(), k.count.into()))
+            .collect();
+        let value = serde_json::json!({
+            "server": server.address,
+            "backend": s.backend,
+            "version": s.version,
+            "revision": s.revision,
+            "compactRevision": s.compact_revision,
+            "watchers": s.watchers,
+            "objects": objects,
+            "total": s.objects.iter().map(|k| k.count).sum::<u64>(),
+        });
+        out(&structured(output == Output::Yaml, &value)?)?;
+        return Ok(());
+    }
     let mut text = String::new();
     writeln!(text, "SERVER     {server}")?;
     writeln!(text, "BACKEND    {}", s.backend)?;

@@ -1,6 +1,6 @@
 //! `pasactl validate -f FILE|DIR|-`: the same checks as the write path, offline (no server).
 
-use super::{CmdResult, FileArgs, Reported, problem_line};
+use super::{CmdResult, FileArgs, Reported, fill_namespaces, problem_line, totals};
 use pasa_validation::admission;
 use pasa_validation::manifest::{self, Source};
 
@@ -8,9 +8,10 @@ use pasa_validation::manifest::{self, Source};
 pub struct ValidateArgs {
     #[command(flatten)]
     pub files: FileArgs,
-    /// Namespace for documents that name none.
-    #[arg(short = 'n', long, default_value = "default")]
-    pub namespace: String,
+    /// Namespace for documents that name none [default: default]; documents that name another
+    /// are refused, as by apply.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
     /// Kubernetes cluster domain, for resolving short host names.
     #[arg(long, default_value = pasa_proto::host::DEFAULT_DOMAIN_SUFFIX)]
     pub domain_suffix: String,
@@ -20,13 +21,15 @@ pub fn run(args: ValidateArgs) -> CmdResult {
     if args.files.files.is_empty() {
         anyhow::bail!("validate needs -f FILE, -f DIR or -f -");
     }
-    let docs = manifest::load(&args.files.files, args.files.recursive)?;
+    let mut docs = manifest::load(&args.files.files, args.files.recursive)?;
     if docs.is_empty() {
         anyhow::bail!("no objects passed to validate");
     }
+    fill_namespaces(&mut docs, args.namespace.as_deref())?;
+    let namespace = args.namespace.as_deref().unwrap_or("default");
     let (sources, values): (Vec<Source>, Vec<_>) =
         docs.into_iter().map(|(s, v)| (s, Ok(v))).unzip();
-    let mut checked = admission::check_documents(&values, &args.namespace);
+    let mut checked = admission::check_documents(&values, namespace);
     // Offline, the only other resources are the ones given together.
     admission::analyze(&mut checked, &[], &args.domain_suffix);
     for e in &checked.errors {
@@ -37,16 +40,15 @@ pub fn run(args: ValidateArgs) -> CmdResult {
     }
     for w in &checked.warnings {
         eprintln!(
-            "warning: {}",
+            "Warning: {}",
             problem_line(&sources, w.index, w.r#ref.as_ref(), &w.field, &w.message)
         );
     }
     let documents = values.len();
     if !checked.errors.is_empty() {
         eprintln!(
-            "{} error(s), {} warning(s) in {documents} document(s)",
-            checked.errors.len(),
-            checked.warnings.len()
+            "error: {}",
+            totals(checked.errors.len(), checked.warnings.len(), documents)
         );
         return Err(Reported.into());
     }

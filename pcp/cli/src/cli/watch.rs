@@ -12,12 +12,18 @@ use super::{CmdResult, REQUEST_TIMEOUT, Reported, connect, seconds, status_error
 
 #[derive(clap::Args, Debug)]
 pub struct WatchArgs {
-    /// Only these kinds (repeatable; short names accepted).
-    #[arg(long = "kind")]
+    /// Only these kinds (repeatable or comma-separated; short names accepted: vs,dr).
+    #[arg(long = "kind", value_delimiter = ',')]
     pub kinds: Vec<String>,
-    /// Only these namespaces (repeatable).
-    #[arg(long = "namespace")]
+    /// Only these namespaces (repeatable or comma-separated); every namespace without it.
+    #[arg(short = 'n', long = "namespace", value_delimiter = ',')]
     pub namespaces: Vec<String>,
+    /// Every namespace (also the default without -n).
+    #[arg(short = 'A', long, conflicts_with = "namespaces")]
+    pub all_namespaces: bool,
+    /// Output format: JSON lines, the only one (a stream of events has no table or YAML).
+    #[arg(short = 'o', long, value_enum, default_value = "json")]
+    pub output: Output,
     /// Only objects for these hosts, as FQDNs; wildcards match as in Istio (repeatable).
     #[arg(long = "host")]
     pub hosts: Vec<String>,
@@ -32,6 +38,12 @@ pub struct WatchArgs {
     /// default) even when nothing changes, so silence means it stopped or the network broke.
     #[arg(long, default_value = "30s", value_parser = pasa_proto::duration::parse)]
     pub liveness_timeout: Duration,
+}
+
+/// `watch -o`: one JSON object per line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Json,
 }
 
 pub async fn run(server: &crate::cli::Server, args: WatchArgs) -> CmdResult {
@@ -297,6 +309,8 @@ mod tests {
         WatchArgs {
             kinds: vec!["vs".into()],
             namespaces: vec![],
+            all_namespaces: false,
+            output: Output::Json,
             hosts: vec!["*.shop.svc.cluster.local".into()],
             gateways: vec![],
             from_revision,
