@@ -82,6 +82,14 @@ fn validate_offline() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("8 document(s) valid"));
+    // The README's first example validates without a warning: a new user's first command.
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("Warning"), "examples/shop: {said}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("valid, 0 warning(s)"),
+        "examples/shop: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     // The mesh the real-Envoy tests serve, as the README applies it.
     let envoy = examples().join("envoy");
     let out = run(&["-f", envoy.to_str().unwrap()]);
