@@ -60,27 +60,27 @@ async fn the_agent_runs_envoy_drains_it_and_stops_when_it_dies() {
     let netns = Netns::create();
     let wrapper = netns.envoy_wrapper(data.path());
     let admin = format!("unix:{}", data.path().join("envoy-admin.sock").display());
-    let agent = Agent::start_in(
-        NODE,
-        store.addr,
-        &data.path().join("agent"),
-        &[
-            "--labels",
-            "app=web",
-            "--cert-dir",
-            certs.to_str().expect("UTF-8"),
-            "--envoy",
-            wrapper.to_str().expect("UTF-8"),
-            "--envoy-admin",
-            &admin,
-            // The pod's proxy settings, as the injection gives them (`PROXY_CONFIG`).
-            "--proxy-config",
-            r#"{"concurrency": 3, "terminationDrainDuration": "1s",
-                "proxyStatsMatcher": {"inclusionPrefixes": ["sds."]}}"#,
-            "--credential-poll",
-            "100ms",
-        ],
-    );
+    // The web pod's agent, running Envoy in the namespace.
+    let web = [
+        "--labels",
+        "app=web",
+        "--cert-dir",
+        certs.to_str().expect("UTF-8"),
+        "--envoy",
+        wrapper.to_str().expect("UTF-8"),
+        "--envoy-admin",
+        &admin,
+    ];
+    let mut args = web.to_vec();
+    args.extend([
+        // The pod's proxy settings, as the injection gives them (`PROXY_CONFIG`).
+        "--proxy-config",
+        r#"{"concurrency": 3, "terminationDrainDuration": "1s",
+            "proxyStatsMatcher": {"inclusionPrefixes": ["sds."]}}"#,
+        "--credential-poll",
+        "100ms",
+    ]);
+    let agent = Agent::start_in(NODE, store.addr, &data.path().join("agent"), &args);
     until_ready(&agent, "Envoy ready with the agent's configuration").await;
 
     // Envoy runs with the settings' worker threads, and its node carries them, as
@@ -160,21 +160,7 @@ async fn the_agent_runs_envoy_drains_it_and_stops_when_it_dies() {
     assert!(netns.pids().is_empty(), "no Envoy left: {:?}", netns.pids());
 
     // Envoy dies: the agent stops with it, non-zero, as pilot-agent does.
-    let mut agent = Agent::start_in(
-        NODE,
-        store.addr,
-        &data.path().join("agent-again"),
-        &[
-            "--labels",
-            "app=web",
-            "--cert-dir",
-            certs.to_str().expect("UTF-8"),
-            "--envoy",
-            wrapper.to_str().expect("UTF-8"),
-            "--envoy-admin",
-            &admin,
-        ],
-    );
+    let mut agent = Agent::start_in(NODE, store.addr, &data.path().join("agent-again"), &web);
     until_ready(&agent, "Envoy ready again").await;
     let envoy = netns.pids();
     assert_eq!(envoy.len(), 1, "one Envoy in its namespace: {envoy:?}");

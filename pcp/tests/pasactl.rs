@@ -47,16 +47,21 @@ struct Running {
     stderr: Receiver<String>,
 }
 
+/// pasactl against `server` with `args`, its output piped.
+fn spawn_piped(server: &str, args: &[&str]) -> Child {
+    Command::new(common::pasactl())
+        .arg("--server")
+        .arg(server)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pasactl")
+}
+
 impl Running {
     fn spawn(server: &str, args: &[&str]) -> Running {
-        let mut child = Command::new(common::pasactl())
-            .arg("--server")
-            .arg(server)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start pasactl");
+        let mut child = spawn_piped(server, args);
         let stdout = line_channel(BufReader::new(child.stdout.take().expect("stdout")));
         let stderr = line_channel(BufReader::new(child.stderr.take().expect("stderr")));
         Running {
@@ -106,14 +111,7 @@ impl Drop for Running {
 
 /// Runs pasactl to its end, which must come within `limit` (it is killed otherwise).
 fn ctl_within(server: &str, args: &[&str], limit: Duration) -> Output {
-    let child = Command::new(common::pasactl())
-        .arg("--server")
-        .arg(server)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start pasactl");
+    let child = spawn_piped(server, args);
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

@@ -126,8 +126,6 @@ pub struct SyncStatus {
     pub waiting: BTreeSet<String>,
     /// Resources whose last list or watch failed, and why (retried with backoff).
     pub problems: BTreeMap<String, Problem>,
-    /// Istio kinds the cluster serves no CRD for (not followed until PCP restarts).
-    pub unserved: Vec<String>,
 }
 
 impl SyncStatus {
@@ -544,7 +542,6 @@ async fn run<T: Target>(
     status.send_modify(|s| {
         s.waiting = followed.iter().map(|r| shown(r)).collect();
         s.problems.clear();
-        s.unserved = served.unserved;
     });
     metrics.set_waiting(&status.borrow());
     let events = futures::stream::select_all(config_events.into_iter().chain([
@@ -746,12 +743,11 @@ fn tell(resource: &str, problem: &Problem, api_server: &str) {
              get, list and watch on it (the pasa-pcp-syncer ClusterRole of \
              deploy/base/clusterrole.yaml); the first sync waits for it"
         ),
-        _ => match problem.hint(api_server) {
-            Some(hint) => {
-                tracing::warn!(resource, error = %problem, "cannot read {resource}; {hint}")
-            }
-            None => tracing::warn!(resource, error = %problem, "cannot read {resource}; retrying"),
-        },
+        _ => {
+            let hint = problem.hint(api_server);
+            let hint = hint.as_deref().unwrap_or("retrying");
+            tracing::warn!(resource, error = %problem, "cannot read {resource}; {hint}")
+        }
     }
 }
 
