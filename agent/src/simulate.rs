@@ -227,9 +227,19 @@ pub struct Outcome {
     /// The single target cluster (empty for weighted clusters, redirects and direct responses).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub cluster: String,
+    /// A route that splits traffic: each cluster with its weight, in the route's order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub weighted_clusters: Vec<WeightedCluster>,
     /// The TLS the matched filter chain terminates, if it does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub filter_chain_tls: Option<ChainTls>,
+}
+
+/// One cluster of a route's weighted split.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WeightedCluster {
+    pub name: String,
+    pub weight: u32,
 }
 
 impl Outcome {
@@ -375,6 +385,7 @@ pub fn simulate(resources: &Resources, call: &Call) -> Result<Outcome, SimulateE
         };
         out.route = route.name.clone();
         out.cluster = http::single_cluster(route).unwrap_or_default().to_string();
+        out.weighted_clusters = http::weighted_clusters(route);
     } else if let Some(tcp) = network_filter::<TcpProxy>(fc, &at)? {
         // 6. TCP proxy.
         if let Some(ClusterSpecifier::Cluster(cluster)) = tcp.cluster_specifier {

@@ -19,6 +19,7 @@ use pasa_agent::resource::TypeKind;
 use pasa_proto::store::v1::{ListProxyStatusRequest, ListProxyStatusResponse};
 use pasa_store::StoreConfig;
 use pasactl::cli::proxy_status::{detail, table};
+use pasactl::cli::x::wait::lacking;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -255,6 +256,26 @@ async fn proxy_status_shows_synced_nacking_and_degraded_agents() {
     assert!(page.contains("CONTACT     reporting"), "{page}");
     assert!(page.contains(&format!("admin {}", web.admin)), "{page}");
 
+    // `pasactl x wait`: the store's revision reached the proxies that acknowledged it, not the
+    // one whose Envoy refused its listeners; a later revision reached none yet.
+    let reached = |node_id: &str, revision: u64| {
+        let entry = answer
+            .proxies
+            .iter()
+            .find(|e| e.status.as_ref().is_some_and(|s| s.node_id == node_id))
+            .unwrap();
+        lacking(entry, revision)
+    };
+    assert_eq!(reached(CART, answer.revision), None);
+    assert_eq!(
+        reached(WEB, answer.revision).as_deref(),
+        Some("LDS not acknowledged")
+    );
+    assert_eq!(
+        reached(CART, answer.revision + 1),
+        Some(format!("at revision {}", answer.revision))
+    );
+
     // The partition: the third agent keeps serving its cache, degraded, and the store hears no
     // more from it.
     partition.cut();
@@ -276,6 +297,10 @@ async fn proxy_status_shows_synced_nacking_and_degraded_agents() {
     let page = detail(pay_entry, &answer, now_ms());
     assert!(page.contains("CONTACT     lost contact"), "{page}");
     assert!(page.contains("LAST NACK   none"), "{page}");
+    assert!(
+        lacking(pay_entry, answer.revision).is_some_and(|why| why.starts_with("lost contact")),
+        "{page}"
+    );
 
     drop(partition);
     store.stop().await;

@@ -386,7 +386,7 @@ spec: {type: ExternalName, externalName: web.shop.svc.cluster.local}
             .into();
     let e = corpus::resources(&bad, DOMAIN_SUFFIX).unwrap_err();
     assert!(
-        e.contains("config document 0") && e.contains("metadata.name"),
+        e.contains("config document 1") && e.contains("metadata.name"),
         "{e}"
     );
     bad.config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n".into();

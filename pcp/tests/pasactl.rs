@@ -145,10 +145,27 @@ fn pasactl_end_to_end() {
             "sidecar/shop/default created",
             "serviceendpoints/shop/cart created",
             "serviceendpoints/shop/checkout created",
+            "serviceendpoints/shop/web created",
         ]
     );
     let again = pcp.ok(&["apply", "-f", shop]);
     assert!(again.lines().all(|l| l.ends_with(" unchanged")), "{again}");
+
+    // `x wait` with no agent reporting says so rather than waiting; a missing object is named.
+    let out = pcp.ctl(&["x", "wait", "vs", "cart", "-n", "shop"]);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no agent reports to the server"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = pcp.ctl(&["x", "wait", "vs/nope", "-n", "shop"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("\"nope\" not found in namespace shop"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // Cross-resource warnings against what is stored: the stored DestinationRule defines v1 and
     // v2 of cart, not v9; the write goes through and the warning names the field.
@@ -304,11 +321,11 @@ fn pasactl_end_to_end() {
     assert_eq!(gone.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&gone.stderr).contains("not found"));
     let status = pcp.ok(&["status"]);
-    assert!(status.contains("REVISION   12"), "{status}");
+    assert!(status.contains("REVISION   13"), "{status}");
     assert!(
         status
             .lines()
-            .any(|l| l.split_whitespace().eq(["TOTAL", "7"])),
+            .any(|l| l.split_whitespace().eq(["TOTAL", "8"])),
         "{status}"
     );
 
@@ -361,12 +378,12 @@ fn pasactl_end_to_end() {
         let v: serde_json::Value =
             serde_json::from_str(&lines.recv_timeout(WAIT).expect("replay line")).unwrap();
         if v["type"] == "SYNCED" {
-            assert_eq!(v["revision"], 13);
+            assert_eq!(v["revision"], 14);
             break;
         }
         seen.push(format!("{} {}", v["type"].as_str().unwrap(), v["revision"]));
     }
-    assert_eq!(seen, ["ADDED 3", "DELETED 12"]);
+    assert_eq!(seen, ["ADDED 3", "DELETED 13"]);
     let _ = replay.kill();
     let _ = replay.wait();
 
@@ -374,14 +391,15 @@ fn pasactl_end_to_end() {
     pcp.terminate();
     let pcp = Pcp::start(data.path());
     let status = pcp.ok(&["status"]);
-    assert!(status.contains("REVISION   13"), "{status}");
+    assert!(status.contains("REVISION   14"), "{status}");
     let services = examples().join("shop/services.yaml");
     let out = pcp.ok(&["delete", "-f", services.to_str().unwrap()]);
     assert_eq!(
         out.lines().collect::<Vec<_>>(),
         [
             "serviceendpoints/shop/cart deleted",
-            "serviceendpoints/shop/checkout deleted"
+            "serviceendpoints/shop/checkout deleted",
+            "serviceendpoints/shop/web deleted"
         ]
     );
 }
@@ -759,10 +777,10 @@ fn common_habits_work_or_name_the_alternative() {
 
     let status: serde_json::Value =
         serde_json::from_str(&pcp.ok(&["status", "-o", "json"])).unwrap();
-    assert_eq!(status["total"], 8, "{status}");
+    assert_eq!(status["total"], 9, "{status}");
     let status: serde_json::Value =
         serde_saphyr::from_str(&pcp.ok(&["status", "-o", "yaml"])).unwrap();
-    assert_eq!(status["total"], 8, "{status}");
+    assert_eq!(status["total"], 9, "{status}");
 
     // watch -n: the namespace's snapshot, then SYNCED.
     let watch = Running::spawn(&pcp.addr, &["watch", "-n", "shop", "--kind", "vs,dr"]);

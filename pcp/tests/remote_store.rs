@@ -72,13 +72,13 @@ async fn pcp_fronts_a_remote_store() {
         .into_inner();
     assert_eq!(
         listed.resources.len(),
-        8,
+        9,
         "every shop object is in the store"
     );
 
     // The watch through PCP hears of them.
     let mut seen = 0;
-    while seen < 8 {
+    while seen < 9 {
         let msg = watch.message().await.unwrap().expect("watch open");
         if let Some(watch_response::Response::Events(batch)) = msg.response {
             seen += batch.events.len();

@@ -105,6 +105,24 @@ pub(super) fn single_cluster(r: &Route) -> Option<&str> {
     }
 }
 
+/// The split of a route to weighted clusters (empty for any other action).
+pub(super) fn weighted_clusters(r: &Route) -> Vec<super::WeightedCluster> {
+    match &r.action {
+        Some(route::Action::Route(RouteAction {
+            cluster_specifier: Some(ClusterSpecifier::WeightedClusters(split)),
+            ..
+        })) => split
+            .clusters
+            .iter()
+            .map(|c| super::WeightedCluster {
+                name: c.name.clone(),
+                weight: c.weight.as_ref().map_or(0, |w| w.value),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Domain to clusters of a route configuration: for every virtual host, the single target
 /// clusters of its routes (sorted), under every domain it lists. A domain listed by two virtual
 /// hosts gets the later one's clusters.

@@ -187,7 +187,7 @@ pub fn resources(case: &Case, domain_suffix: &str) -> Result<Vec<Resource>, Stri
         if kube::is_gateway_api(&doc) {
             continue;
         }
-        let at = format!("config document {i}");
+        let at = format!("config document {}", i + 1);
         dated.push((
             created(&doc),
             config_resource(&doc, domain_suffix).map_err(|e| format!("{at}: {e}"))?,

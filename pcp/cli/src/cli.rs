@@ -11,7 +11,7 @@ mod status;
 mod table;
 mod validate;
 mod watch;
-mod x;
+pub mod x;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -237,7 +237,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::ProxyConfig(command) => proxy_config::run(&server?, command).await,
         Command::ProxyStatus(args) => proxy_status::run(&server?, args).await,
         Command::Validate(args) => validate::run(args),
-        Command::X(command) => x::run(command).await,
+        Command::X(command) => x::run(server, command).await,
     }
 }
 
@@ -316,7 +316,7 @@ pub fn problem_line(
 ) -> String {
     let source = sources
         .get(index as usize)
-        .map(place)
+        .map(ToString::to_string)
         .unwrap_or_else(|| format!("document {}", u64::from(index) + 1));
     let what = reference
         .filter(|r| !r.name.is_empty())
@@ -335,11 +335,6 @@ pub fn structured(yaml: bool, value: &serde_json::Value) -> anyhow::Result<Strin
     } else {
         Ok(serde_json::to_string_pretty(value)? + "\n")
     }
-}
-
-/// Where a document is, counted from 1 as people count: `shop.yaml document 1`.
-pub fn place(source: &pasa_validation::manifest::Source) -> String {
-    format!("{} document {}", source.file, source.document + 1)
 }
 
 /// `E error(s), W warning(s) in N document(s)`: the totals `validate` and `apply` both print.
@@ -366,7 +361,7 @@ pub fn fill_namespaces(
                 {
                     mismatches.push(format!(
                         "{}: metadata.namespace is {named:?}, but -n is {flag:?}",
-                        place(source)
+                        source
                     ));
                 }
             }
@@ -504,7 +499,7 @@ mod tests {
             file: "x.yaml".into(),
             document,
         };
-        assert_eq!(place(&source(0)), "x.yaml document 1");
+        assert_eq!(source(0).to_string(), "x.yaml document 1");
         let docs = || {
             vec![
                 (

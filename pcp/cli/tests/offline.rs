@@ -81,7 +81,7 @@ fn validate_offline() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("8 document(s) valid"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("9 document(s) valid"));
     // The README's first example validates without a warning: a new user's first command.
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!said.contains("Warning"), "examples/shop: {said}");

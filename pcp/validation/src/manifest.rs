@@ -16,9 +16,10 @@ pub struct Source {
     pub document: usize,
 }
 
+/// Where a document is, counted from 1 as people count: `shop.yaml document 1`.
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} document {}", self.file, self.document)
+        write!(f, "{} document {}", self.file, self.document + 1)
     }
 }
 

@@ -5,8 +5,7 @@ use pasa_proto::store::v1::{ApplyDocument, ApplyOutcome, ApplyRequest, ApplyResp
 use super::interrupt::Interrupt;
 use super::{
     BATCH_TIMEOUT, CmdResult, FileArgs, Interrupted, REQUEST_TIMEOUT, Reported, UsageError,
-    connect, error_text, fill_namespaces, object_name, out, place, problem_line, status_error,
-    totals,
+    connect, error_text, fill_namespaces, object_name, out, problem_line, status_error, totals,
 };
 use pasa_validation::manifest::{self, Source};
 
@@ -130,8 +129,7 @@ pub async fn run(server: &crate::cli::Server, args: ApplyArgs) -> CmdResult {
             } else {
                 format!(
                     "the {} object(s) before {} were written",
-                    range.start,
-                    place(&here[0])
+                    range.start, here[0]
                 )
             };
             eprintln!(
@@ -194,7 +192,7 @@ impl Written {
             Some((index, r)) => {
                 let at = sources
                     .get(*index)
-                    .map(|s| format!(" ({})", place(s)))
+                    .map(|s| format!(" ({})", s))
                     .unwrap_or_default();
                 format!(
                     ", the last {}{at}",
@@ -217,7 +215,7 @@ impl Written {
     /// A second Ctrl-C during the batch `in_flight`: it may or may not have been written.
     fn abandoned(&self, sources: &[Source], in_flight: &[Source]) {
         let (first, last) = match (in_flight.first(), in_flight.last()) {
-            (Some(first), Some(last)) => (place(first), place(last)),
+            (Some(first), Some(last)) => (first.to_string(), last.to_string()),
             _ => return self.interrupted(sources),
         };
         eprintln!(
@@ -230,8 +228,7 @@ impl Written {
     fn before(&self, next: &Source) -> String {
         format!(
             "The {} object(s) before {} were written. {FINISH}",
-            self.count,
-            place(next),
+            self.count, next,
         )
     }
 }
@@ -268,7 +265,7 @@ fn report_errors(sources: &[Source], response: &ApplyResponse) -> usize {
         let first = e
             .duplicate_of
             .and_then(|i| sources.get(i as usize))
-            .map(|s| format!(" (first in {})", place(s)))
+            .map(|s| format!(" (first in {})", s))
             .unwrap_or_default();
         eprintln!(
             "error: {}{first}",

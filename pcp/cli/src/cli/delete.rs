@@ -34,8 +34,8 @@ pub struct DeleteArgs {
     pub dry_run: Option<String>,
 }
 
-/// The objects of `delete KIND NAME...` or `delete KIND/NAME...` in `namespace`.
-fn named(first: &str, rest: &[String], namespace: &str) -> anyhow::Result<Vec<ObjectRef>> {
+/// The objects of `KIND NAME...` or `KIND/NAME...` in `namespace` (`delete`, `x wait`).
+pub fn named(first: &str, rest: &[String], namespace: &str) -> anyhow::Result<Vec<ObjectRef>> {
     let object = |kind: &str, name: &str| -> anyhow::Result<ObjectRef> {
         let kind: Kind = kind.parse()?;
         Ok(ObjectRef {

@@ -126,7 +126,7 @@ pub async fn run(server: &crate::cli::Server, args: GetArgs) -> CmdResult {
             .within(
                 "`get`",
                 REQUEST_TIMEOUT,
-                get_one(server, *kind, name, &args),
+                get_one(server, *kind, name, &args.namespace),
             )
             .await?;
         let text = match args.output {
@@ -157,17 +157,17 @@ pub async fn run(server: &crate::cli::Server, args: GetArgs) -> CmdResult {
     Ok(())
 }
 
-/// The object named.
-async fn get_one(
+/// The object named; an error saying how to list them when it is not there.
+pub async fn get_one(
     server: &crate::cli::Server,
     kind: Kind,
     name: &str,
-    args: &GetArgs,
+    namespace: &str,
 ) -> anyhow::Result<Resource> {
     let mut client = connect(server).await?;
     let reference = ObjectRef {
         kind: kind.as_str().to_string(),
-        namespace: args.namespace.clone(),
+        namespace: namespace.to_string(),
         name: name.to_string(),
     };
     match client
@@ -179,20 +179,18 @@ async fn get_one(
         Ok(r) => r
             .into_inner()
             .resource
-            .ok_or_else(|| not_found(kind, name, args)),
-        Err(s) if s.code() == tonic::Code::NotFound => Err(not_found(kind, name, args)),
+            .ok_or_else(|| not_found(kind, name, namespace)),
+        Err(s) if s.code() == tonic::Code::NotFound => Err(not_found(kind, name, namespace)),
         Err(s) => Err(status_error(server, s)),
     }
 }
 
-fn not_found(kind: Kind, name: &str, args: &GetArgs) -> anyhow::Error {
+fn not_found(kind: Kind, name: &str, namespace: &str) -> anyhow::Error {
     anyhow::anyhow!(
-        "{}.{} \"{name}\" not found in namespace {} (list them with `pasactl get {} -n {}`)",
+        "{}.{} \"{name}\" not found in namespace {namespace} (list them with `pasactl get {} -n {namespace}`)",
         kind.plural(),
         kind.group(),
-        args.namespace,
         kind.plural(),
-        args.namespace
     )
 }
 

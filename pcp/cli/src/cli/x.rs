@@ -1,10 +1,11 @@
 //! `pasactl x`: experimental commands, whose flags and output may still change.
 
 mod simulate;
+pub mod wait;
 
 use clap::Subcommand;
 
-use super::CmdResult;
+use super::{CmdResult, Server};
 
 #[derive(Subcommand, Debug)]
 pub enum XCommand {
@@ -12,10 +13,16 @@ pub enum XCommand {
     /// listener, filter chain, route configuration, virtual host, route and cluster. Exit code 1
     /// when the request would not get through.
     Simulate(simulate::SimulateArgs),
+    /// Wait until the proxies serve an object's current revision (`istioctl x wait`): every
+    /// proxy whose agent reports to the server has translated that revision or a later one and
+    /// its proxy acknowledged it. Exit code 1 at --timeout, naming the proxies not there yet.
+    Wait(wait::WaitArgs),
 }
 
-pub async fn run(command: XCommand) -> CmdResult {
+/// `server` is where an agent named by its proxy is looked up.
+pub async fn run(server: anyhow::Result<Server>, command: XCommand) -> CmdResult {
     match command {
-        XCommand::Simulate(args) => simulate::run(args).await,
+        XCommand::Simulate(args) => simulate::run(server, args).await,
+        XCommand::Wait(args) => wait::run(server, args).await,
     }
 }

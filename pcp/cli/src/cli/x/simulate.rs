@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use hyper::StatusCode;
 use serde_json::{Map, Value, json};
 
-use crate::cli::agent::post;
-use crate::cli::{CmdResult, Reported, UsageError, out};
+use crate::cli::agent::{self, DEFAULT_ADMIN, post, resolve_agent};
+use crate::cli::{CmdResult, Reported, Server, UsageError, out};
 
 /// The resources to simulate on: those served to Envoy or to proxyless gRPC clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -54,8 +54,9 @@ pub enum Output {
 
 #[derive(clap::Args, Debug)]
 pub struct SimulateArgs {
-    /// The agent's admin address (its --admin), host:port or http://host:port.
-    #[arg(long, env = "PASA_AGENT_ADMIN", default_value = "127.0.0.1:15000")]
+    /// The agent: its admin address (its --admin), host:port or http://host:port, or its
+    /// proxy as `proxy-status` lists it (`web-1.shop`).
+    #[arg(long, env = "PASA_AGENT_ADMIN", default_value = DEFAULT_ADMIN)]
     pub agent: String,
     /// Simulate on the resources served to Envoy or to proxyless gRPC clients.
     #[arg(long, value_enum, default_value = "envoy")]
@@ -187,24 +188,34 @@ pub fn short(outcome: &Value) -> String {
             text.push_str(&format!("{label} {name}\n"));
         }
     }
+    for split in outcome["weighted_clusters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        text.push_str(&format!(
+            "cluster {} (weight {})\n",
+            split["name"].as_str().unwrap_or_default(),
+            split["weight"]
+        ));
+    }
     if let Some(error) = outcome["error"].as_str() {
         text.push_str(&format!("error: {error}\n"));
     }
     text
 }
 
-pub async fn run(args: SimulateArgs) -> CmdResult {
+pub async fn run(server: anyhow::Result<Server>, args: SimulateArgs) -> CmdResult {
+    let agent = match agent::agent_ref(&args.agent)? {
+        agent::AgentRef::Address(address) => address.to_owned(),
+        agent::AgentRef::Proxy(_) => resolve_agent(&server?, &args.agent).await?,
+    };
     let generator = match args.generator {
         Generator::Envoy => "envoy",
         Generator::Grpc => "grpc",
     };
     let body = serde_json::to_vec(&call_json(&args))?;
-    let (status, answer) = post(
-        &args.agent,
-        &format!("/simulate?generator={generator}"),
-        body,
-    )
-    .await?;
+    let (status, answer) = post(&agent, &format!("/simulate?generator={generator}"), body).await?;
     let answer = String::from_utf8_lossy(&answer);
     match status {
         StatusCode::OK => {}
@@ -214,19 +225,13 @@ pub async fn run(args: SimulateArgs) -> CmdResult {
             );
         }
         StatusCode::NOT_FOUND => anyhow::bail!(
-            "the agent at {} has no /simulate endpoint; is --agent the address of a pasa-agent's admin endpoint, and is that agent up to date?",
-            args.agent
+            "the agent at {agent} has no /simulate endpoint; is --agent the address of a pasa-agent's admin endpoint, and is that agent up to date?"
         ),
-        _ => anyhow::bail!(
-            "the agent at {} answered {status}: {}",
-            args.agent,
-            answer.trim()
-        ),
+        _ => anyhow::bail!("the agent at {agent} answered {status}: {}", answer.trim()),
     }
     let outcome: Value = serde_json::from_str(&answer).map_err(|e| {
         anyhow::anyhow!(
-            "the agent at {} answered something that is not an outcome ({e}): {}",
-            args.agent,
+            "the agent at {agent} answered something that is not an outcome ({e}): {}",
             answer.trim()
         )
     })?;
