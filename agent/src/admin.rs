@@ -3,8 +3,9 @@
 //! the served configuration; see [`simulate`]).
 //!
 //! **Readiness.** `/readyz` answers 200 once at least one xDS client is connected and every
-//! connected client has ACKed each type it subscribed to at least once; otherwise 503 with the
-//! reason. That is what a kubelet readiness probe on the agent's container needs in a pod whose
+//! connected client has ACKed each type it subscribed to at least once (and, for the Envoy the
+//! agent runs, Envoy says it is ready); otherwise 503. Either way it says each part's state, a
+//! line each (`xds:`, `store:`, `envoy:`), so that a failing probe names what is missing. That is what a kubelet readiness probe on the agent's container needs in a pod whose
 //! proxy connects at start (Envoy): the pod receives traffic only once its proxy holds its
 //! configuration, as with Istio's own sidecar readiness. A later NACK does not make the agent
 //! unready (the client keeps the last good configuration; `/sync_status` shows the NACK), and
@@ -108,8 +109,39 @@ pub fn readiness(connections: &[ConnectionStatus]) -> Result<(), String> {
     Ok(())
 }
 
+/// `/readyz`: ready when the clients hold their configuration and, for the Envoy the agent
+/// runs, Envoy says it is ready; a line per part either way, so that a probe's failure says
+/// which part is missing. The store's link is told, not required: an agent serving its saved
+/// cache while the store is away still serves.
 async fn readyz(State(state): State<AdminState>) -> Response {
-    ready_answer(readiness(&state.status.connections()))
+    let xds = readiness(&state.status.connections());
+    let envoy = match &state.envoy_admin {
+        Some(admin) => Some(crate::envoy::ready(admin).await),
+        None => None,
+    };
+    let ready = xds.is_ok() && envoy.as_ref().is_none_or(Result::is_ok);
+    let mut body = String::from(if ready { "ready\n" } else { "not ready\n" });
+    let line = |part: Result<(), String>, ok: &str| part.map_or_else(|why| why, |()| ok.into());
+    let _ = writeln!(
+        body,
+        "xds: {}",
+        line(xds, "every client holds its configuration")
+    );
+    let store = match &*state.link.borrow() {
+        Link::Connecting => "connecting".to_string(),
+        Link::Synced => format!("synced ({})", state.server),
+        Link::Degraded(reason) => format!("degraded: {reason}"),
+    };
+    let _ = writeln!(body, "store: {store}");
+    if let Some(envoy) = envoy {
+        let _ = writeln!(body, "envoy: {}", line(envoy, "ready"));
+    }
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, body).into_response()
 }
 
 /// 200 `ready`, or 503 with the reason.

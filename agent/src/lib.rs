@@ -32,6 +32,7 @@ pub mod resource;
 pub mod run;
 pub mod simulate;
 pub mod subscription;
+pub mod supervisor;
 pub mod translate;
 pub mod wasm;
 mod worker;

@@ -35,6 +35,7 @@ use crate::report::{self, ReportArgs, Reporter, Sources};
 use crate::resource::Generated;
 use crate::resource::TypeKind;
 use crate::subscription;
+use crate::supervisor::{Part, Supervisor};
 use crate::translate::Translator;
 use crate::translate::extensions::ModuleSource;
 use crate::worker::{self, Asks};
@@ -314,7 +315,7 @@ pub async fn run(
     let status = StatusRegistry::new();
     // Where Wasm modules come from; `fetched` moves when the agent fetched one.
     let (never_fetched, _) = watch::channel(0);
-    let (modules, mut fetched): (Arc<dyn ModuleSource>, watch::Receiver<u64>) =
+    let (modules, fetched): (Arc<dyn ModuleSource>, watch::Receiver<u64>) =
         if args.wasm_fetcher == "pilot-agent" {
             (Arc::new(crate::wasm::PilotAgent), never_fetched.subscribe())
         } else {
@@ -382,40 +383,18 @@ pub async fn run(
     let cache = saved.unwrap_or_default();
     // The revision of the configuration served, for status reports.
     let (applied_tx, applied_rx) = watch::channel(complete.as_ref().map_or(0, |c| c.revision()));
-    let (link_tx, mut link) = watch::channel(initial_link);
+    let (link_tx, link) = watch::channel(initial_link);
     metrics.degraded.set(i64::from(is_degraded(&link.borrow())));
 
     // Listeners first: the ready line promises they are up. What can fail (a port in use) is
     // bound before the socket clients connect to, so a failed start leaves no socket behind.
     let (stop_tx, stop_rx) = watch::channel(false);
-    let admin_wanted = args.admin.unwrap_or(if args.envoy_run.binary.is_some() {
-        SocketAddr::from(([127, 0, 0, 1], 15020))
-    } else {
-        SocketAddr::from(([127, 0, 0, 1], 15000))
-    });
-    let admin_listener = tokio::net::TcpListener::bind(admin_wanted)
-        .await
-        .with_context(|| {
-            format!(
-                "binding the admin listener on {admin_wanted} (--admin; is another agent using it?)"
-            )
-        })?;
+    let Listeners {
+        admin: admin_listener,
+        xds_tcp: tcp_listener,
+        status: status_listener,
+    } = Listeners::bind(&args).await?;
     let admin_addr = admin_listener.local_addr()?;
-    let tcp_listener = match args.xds_listen {
-        None => None,
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding the ADS listener on {addr} (--xds-listen)"))?,
-        ),
-    };
-    let status_listener =
-        match args.status_listen {
-            None => None,
-            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
-                format!("binding the status listener on {addr} (--status-listen)")
-            })?),
-        };
     // The socket last: an agent already serving it is not displaced (the bind is refused), and
     // the file this process makes goes when `socket_file` is dropped, however `run` ends.
     let uds = args.uds.clone();
@@ -442,10 +421,12 @@ pub async fn run(
                 Some(crate::resource::Resource::pack(&secret))
             })));
     }
+    // Every part but Envoy, by name: one that ends before the agent stops ends the agent.
+    let mut parts = Supervisor::default();
     let ads_stop = stopped(stop_rx.clone());
     let tcp_service = service.clone();
     let tcp_stop = stopped(stop_rx.clone());
-    let ads_task = tokio::spawn(async move {
+    parts.spawn(Part::Ads, async move {
         let unix = crate::ads::serve_listener(listener, service, ads_stop);
         match tcp_listener {
             None => unix.await,
@@ -466,13 +447,16 @@ pub async fn run(
         leaving: leaving_rx,
     };
     let reporter = Reporter::new(&identity, admin_addr, args.report.status_heartbeat);
-    let report_task = tokio::spawn(report::report(
-        servers.clone(),
-        reporter,
-        args.report.clone(),
-        report_sources,
-        stop_rx.clone(),
-    ));
+    parts.spawn_infallible(
+        Part::Report,
+        report::report(
+            servers.clone(),
+            reporter,
+            args.report.clone(),
+            report_sources,
+            stop_rx.clone(),
+        ),
+    );
     let admin_state = AdminState {
         registry: Arc::new(registry),
         status,
@@ -486,66 +470,35 @@ pub async fn run(
             .is_some()
             .then(|| args.envoy.envoy_admin.clone()),
     };
-    let credential_task = credentials.map(|watch| tokio::spawn(watch.run(stop_rx.clone())));
-    let ca_task = ca.map(|client| {
-        tokio::spawn(crate::credentials::ca::renew(
-            client,
-            issued_tx,
-            Arc::clone(&metrics),
-            stop_rx.clone(),
-        ))
-    });
-    let admin_task = tokio::spawn(admin::serve(
-        admin_listener,
-        admin_state,
-        stopped(stop_rx.clone()),
-    ));
-    // The app's probes, run against the pod's own address; ends with the others at the stop
-    // signal.
-    let _status_task = match (status_listener, probers) {
-        (Some(listener), Some(probers)) => Some(tokio::spawn(pasa_runtime::admin::serve(
-            listener,
-            probers.router(),
-            stopped(stop_rx.clone()),
-        ))),
-        _ => None,
-    };
+    if let Some(watch) = credentials {
+        parts.spawn_infallible(Part::Credentials, watch.run(stop_rx.clone()));
+    }
+    if let Some(client) = ca {
+        parts.spawn_infallible(
+            Part::CertificateRenewal,
+            crate::credentials::ca::renew(client, issued_tx, Arc::clone(&metrics), stop_rx.clone()),
+        );
+    }
+    parts.spawn(
+        Part::Admin,
+        admin::serve(admin_listener, admin_state, stopped(stop_rx.clone())),
+    );
+    // The app's probes, run against the pod's own address.
+    if let (Some(listener), Some(probers)) = (status_listener, probers) {
+        parts.spawn(
+            Part::AppProbes,
+            pasa_runtime::admin::serve(listener, probers.router(), stopped(stop_rx.clone())),
+        );
+    }
     // Envoy as the agent's child, once the socket and the admin endpoint it needs are up.
     let (envoy_stop_tx, envoy_stop) = watch::channel(false);
-    let mut envoy_task = match &args.envoy_run.binary {
-        Some(binary) => {
-            let mut envoy = args.envoy.clone();
-            if args.credentials.serves_workload_certificate() {
-                // The agent serves the workload certificate itself.
-                envoy.sds_uds = args.uds.clone();
-            }
-            let config = crate::envoy::bootstrap_path(&args.uds);
-            let bootstrap = crate::bootstrap::bootstrap(&crate::bootstrap::BootstrapInput {
-                identity: &identity,
-                xds_uds: &args.uds,
-                agent_admin: admin_addr,
-                envoy: &envoy,
-            });
-            std::fs::write(&config, bootstrap.to_string())
-                .with_context(|| format!("writing Envoy's bootstrap {}", config.display()))?;
-            let run = crate::envoy::EnvoyRun {
-                binary: binary.clone(),
-                config,
-                admin: envoy.envoy_admin.clone(),
-                log_level: args.envoy_run.envoy_log_level.clone(),
-                concurrency: args.envoy_run.concurrency(&identity.proxy_config),
-                drain: args.envoy_run.drain(&identity.proxy_config),
-            };
-            Some(tokio::spawn(crate::envoy::supervise(run, envoy_stop)))
-        }
-        None => None,
-    };
+    let mut envoy_task = start_envoy(&args, &identity, admin_addr, envoy_stop)?;
     println!("{}", ready_line(&args.uds, admin_addr));
     tracing::info!(uds = %args.uds.display(), admin = %admin_addr, node = %identity.node, "serving");
 
     // The store watch, with the scope of what the cache holds now.
     let (scope_tx, scope_rx) = watch::channel(subscription::subscription(&proxy, &cache));
-    let (cache_tx, mut caches) = watch::channel(Arc::new(cache.clone()));
+    let (cache_tx, caches) = watch::channel(Arc::new(cache.clone()));
     let config = FollowConfig {
         servers: servers.clone(),
         subscription: scope_rx,
@@ -558,29 +511,213 @@ pub async fn run(
         saved: None,
         liveness: args.store_liveness,
     };
-    let follow_task = tokio::spawn(follow(config, cache, cache_tx, link_tx, stop_rx));
+    parts.spawn_infallible(
+        Part::StoreWatch,
+        follow(config, cache, cache_tx, link_tx, stop_rx),
+    );
     let (jobs, translation_task) =
         start_translations(serving, args.translation_budget, scope_tx, applied_tx);
+    parts.spawn(Part::Translator, translation_task);
 
+    let inputs = Inputs {
+        caches,
+        fetched,
+        wanted,
+        link,
+        complete,
+    };
+    let (envoy_ended, part_ended) = match follow_changes(
+        inputs,
+        &jobs,
+        &metrics,
+        &mut parts,
+        &mut envoy_task,
+        shutdown,
+    )
+    .await
+    {
+        Stop::Asked => (None, None),
+        Stop::Envoy(e) => {
+            envoy_task = None;
+            (Some(e), None)
+        }
+        Stop::Part(e) => (None, Some(e)),
+    };
+    // Envoy first, while it is still served: drain its listeners, wait, stop it.
+    // A clean stop says goodbye to the store's proxy status; an Envoy that died does not.
+    leaving_tx.send_replace(envoy_ended.is_none() && part_ended.is_none());
+    let mut envoy_result = match envoy_ended {
+        Some(e) => Err(e),
+        None => Ok(()),
+    };
+    if let Some(task) = envoy_task {
+        let _ = envoy_stop_tx.send(true);
+        envoy_result = match task.await {
+            Ok(result) => result.map_err(anyhow::Error::from),
+            Err(e) => Err(anyhow::anyhow!("the Envoy supervisor failed: {e}")),
+        };
+    }
+    tracing::info!("shutting down: closing ADS streams, stopping the store watch");
+    drop(jobs);
+    trimming.abort();
+    let _ = stop_tx.send(true);
+    let drained = pasa_runtime::drain::within_deadline(
+        "ADS streams, the store watch or admin requests",
+        parts.join_all(),
+    )
+    .await;
+    // The socket file goes however this ends (it is dropped on every return).
+    drop(socket_file);
+    if let Some(e) = part_ended {
+        return Err(e);
+    }
+    if let Some(stopped) = drained {
+        stopped?;
+    }
+    tracing::info!("stopped");
+    envoy_result
+}
+
+/// The agent's TCP listeners, bound before its socket (see [`run`]).
+struct Listeners {
+    /// `--admin`.
+    admin: tokio::net::TcpListener,
+    /// `--xds-listen`.
+    xds_tcp: Option<tokio::net::TcpListener>,
+    /// `--status-listen`.
+    status: Option<tokio::net::TcpListener>,
+}
+
+impl Listeners {
+    async fn bind(args: &AgentArgs) -> anyhow::Result<Listeners> {
+        let admin_wanted = args.admin.unwrap_or(if args.envoy_run.binary.is_some() {
+            SocketAddr::from(([127, 0, 0, 1], 15020))
+        } else {
+            SocketAddr::from(([127, 0, 0, 1], 15000))
+        });
+        let admin = tokio::net::TcpListener::bind(admin_wanted)
+            .await
+            .with_context(|| {
+                format!(
+                    "binding the admin listener on {admin_wanted} (--admin; is another agent using it?)"
+                )
+            })?;
+        let xds_tcp = match args.xds_listen {
+            None => None,
+            Some(addr) => {
+                Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                    format!("binding the ADS listener on {addr} (--xds-listen)")
+                })?)
+            }
+        };
+        let status = match args.status_listen {
+            None => None,
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("binding the status listener on {addr} (--status-listen)")
+            })?),
+        };
+        Ok(Listeners {
+            admin,
+            xds_tcp,
+            status,
+        })
+    }
+}
+
+/// Envoy as the agent's child (`--envoy`), on the bootstrap the agent writes beside its socket;
+/// `None` without `--envoy`.
+fn start_envoy(
+    args: &AgentArgs,
+    identity: &Identity,
+    admin_addr: SocketAddr,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<Result<(), crate::envoy::EnvoyError>>>> {
+    let Some(binary) = &args.envoy_run.binary else {
+        return Ok(None);
+    };
+    let mut envoy = args.envoy.clone();
+    if args.credentials.serves_workload_certificate() {
+        // The agent serves the workload certificate itself.
+        envoy.sds_uds = args.uds.clone();
+    }
+    let config = crate::envoy::bootstrap_path(&args.uds);
+    let bootstrap = crate::bootstrap::bootstrap(&crate::bootstrap::BootstrapInput {
+        identity,
+        xds_uds: &args.uds,
+        agent_admin: admin_addr,
+        envoy: &envoy,
+    });
+    std::fs::write(&config, bootstrap.to_string())
+        .with_context(|| format!("writing Envoy's bootstrap {}", config.display()))?;
+    let run = crate::envoy::EnvoyRun {
+        binary: binary.clone(),
+        config,
+        admin: envoy.envoy_admin.clone(),
+        log_level: args.envoy_run.envoy_log_level.clone(),
+        concurrency: args.envoy_run.concurrency(&identity.proxy_config),
+        drain: args.envoy_run.drain(&identity.proxy_config),
+    };
+    Ok(Some(tokio::spawn(crate::envoy::supervise(run, stop))))
+}
+
+/// What the agent's loop reads.
+struct Inputs {
+    /// The store watch's cache, as it changes.
+    caches: watch::Receiver<Arc<Cache>>,
+    /// Moves when a Wasm module was fetched (or failed to be).
+    fetched: watch::Receiver<u64>,
+    /// The generators the clients want.
+    wanted: watch::Receiver<std::collections::BTreeSet<Generator>>,
+    /// The store's link.
+    link: watch::Receiver<Link>,
+    /// The last complete cache (the saved one at start).
+    complete: Option<Arc<Cache>>,
+}
+
+/// Why the agent's loop ended.
+enum Stop {
+    /// The stop signal.
+    Asked,
+    /// The Envoy the agent runs could not start or exited.
+    Envoy(anyhow::Error),
+    /// Another part ended.
+    Part(anyhow::Error),
+}
+
+/// The agent's loop: each change (the store's cache, a Wasm module fetched, a generator newly
+/// wanted, the store's link) becomes a translation asked of the translator, until the stop
+/// signal, or Envoy or another part ends.
+async fn follow_changes(
+    inputs: Inputs,
+    jobs: &Asks<Job>,
+    metrics: &Metrics,
+    parts: &mut Supervisor,
+    envoy_task: &mut Option<tokio::task::JoinHandle<Result<(), crate::envoy::EnvoyError>>>,
+    shutdown: impl Future<Output = ()>,
+) -> Stop {
     tokio::pin!(shutdown);
-    // Set when Envoy ended the agent (it could not start, or it exited).
-    let mut envoy_ended: Option<anyhow::Error> = None;
+    let Inputs {
+        mut caches,
+        mut fetched,
+        mut wanted,
+        mut link,
+        mut complete,
+    } = inputs;
     loop {
         tokio::select! {
-            () = &mut shutdown => break,
-            ended = envoy_exit(&mut envoy_task) => {
-                envoy_task = None;
-                envoy_ended = Some(match ended {
+            () = &mut shutdown => return Stop::Asked,
+            e = parts.ended() => {
+                tracing::error!(error = %format!("{e:#}"), "stopping the agent: a part of it ended");
+                return Stop::Part(e);
+            }
+            ended = envoy_exit(envoy_task) => {
+                return Stop::Envoy(match ended {
                     Ok(Ok(())) => anyhow::anyhow!("Envoy ended while the agent was running"),
                     Ok(Err(e)) => anyhow::Error::from(e),
                     Err(e) => anyhow::anyhow!("the Envoy supervisor failed: {e}"),
                 });
-                break;
             }
-            changed = caches.changed() => {
-                if changed.is_err() {
-                    anyhow::bail!("the store watch stopped unexpectedly");
-                }
+            Ok(()) = caches.changed() => {
                 let received = Instant::now();
                 let cache = Arc::clone(&caches.borrow_and_update());
                 // A snapshot still arriving is not translated: clients keep what they have.
@@ -646,57 +783,6 @@ pub async fn run(
             }
         }
     }
-
-    // Envoy first, while it is still served: drain its listeners, wait, stop it.
-    // A clean stop says goodbye to the store's proxy status; an Envoy that died does not.
-    leaving_tx.send_replace(envoy_ended.is_none());
-    let mut envoy_result = match envoy_ended {
-        Some(e) => Err(e),
-        None => Ok(()),
-    };
-    if let Some(task) = envoy_task {
-        let _ = envoy_stop_tx.send(true);
-        envoy_result = match task.await {
-            Ok(result) => result.map_err(anyhow::Error::from),
-            Err(e) => Err(anyhow::anyhow!("the Envoy supervisor failed: {e}")),
-        };
-    }
-    tracing::info!("shutting down: closing ADS streams, stopping the store watch");
-    drop(jobs);
-    trimming.abort();
-    let _ = stop_tx.send(true);
-    let drained = pasa_runtime::drain::within_deadline(
-        "ADS streams, the store watch or admin requests",
-        async {
-            for task in [credential_task, ca_task].into_iter().flatten() {
-                if let Err(e) = task.await {
-                    tracing::warn!(error = %e, "credential task failed");
-                }
-            }
-            if let Err(e) = translation_task.await {
-                tracing::warn!(error = %e, "translation task failed");
-            }
-            (
-                ads_task.await,
-                admin_task.await,
-                follow_task.await,
-                report_task.await,
-            )
-        },
-    )
-    .await;
-    // The socket file goes however this ends (it is dropped on every return).
-    if let Some((ads, admin, follow, report)) = drained {
-        report.context("status report task")?;
-        ads.context("ADS server task")?.context("ADS server")?;
-        admin
-            .context("admin server task")?
-            .context("admin server")?;
-        follow.context("store watch task")?;
-    }
-    drop(socket_file);
-    tracing::info!("stopped");
-    envoy_result
 }
 
 /// Resolves when the Envoy supervisor ends (never without one).
