@@ -801,9 +801,45 @@ fn common_habits_work_or_name_the_alternative() {
     let out = pcp.ctl(&["get", "vs", "-n", "shop", "-w"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("pasactl watch --kind vs -n shop"));
-    let out = pcp.ctl(&["get", "vs", "-l", "app=cart"]);
+    // Labels: -l selects as kubectl's does (the listed objects filtered), --show-labels shows
+    // them, and delete takes -l and --all.
+    assert_eq!(
+        pcp.ok(&["get", "sep", "-A", "-l", "app in (cart,web)", "-o", "name"]),
+        "serviceendpoints.pasa.io/cart\nserviceendpoints.pasa.io/web\n"
+    );
+    let labelled = pcp.ok(&[
+        "get",
+        "sep",
+        "-n",
+        "shop",
+        "-l",
+        "app=cart",
+        "--show-labels",
+    ]);
+    assert_eq!(labelled.lines().count(), 2, "{labelled}");
+    assert!(
+        labelled.lines().next().unwrap().ends_with("LABELS")
+            && labelled.lines().nth(1).unwrap().ends_with("app=cart"),
+        "{labelled}"
+    );
+    let out = pcp.ctl(&["get", "vs", "cart", "-l", "app=cart"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("does not index labels"));
+    assert_eq!(
+        pcp.ok(&["delete", "sep", "-n", "shop", "-l", "app notin (cart,web)"]),
+        "serviceendpoints/shop/checkout deleted\n"
+    );
+    let out = pcp.ctl(&["delete", "sep", "--all", "-n", "nowhere"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("No resources found"));
+    let out = pcp.ctl(&["delete", "sep", "cart", "-A"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = pcp.ctl(&["get", "sep", "-l", "app in cart"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs its values in parentheses"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = pcp.ctl(&["delete", "vs/cart", "-n", "shop", "--dry-run"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("pasactl get KIND NAME -n shop"));

@@ -7,6 +7,7 @@ mod get;
 mod interrupt;
 mod proxy_config;
 pub mod proxy_status;
+mod selector;
 mod status;
 mod table;
 mod validate;

@@ -4,7 +4,9 @@ use pasa_proto::Kind;
 use pasa_proto::object::identity_of;
 use pasa_proto::store::v1::{DeleteRequest, ObjectRef};
 
+use super::get::{each_listed, selects};
 use super::interrupt::Interrupt;
+use super::selector;
 use super::{
     BATCH_TIMEOUT, CmdResult, FileArgs, Interrupted, REQUEST_TIMEOUT, Reported, UsageError,
     connect, error_text, fill_namespaces, object_name, out, status_error,
@@ -26,9 +28,15 @@ pub struct DeleteArgs {
     /// Treat missing objects as deleted.
     #[arg(long)]
     pub ignore_not_found: bool,
-    /// Not supported: the store does not index labels (see the message for what to do).
+    /// Every object of the kinds whose labels the selector selects (`app=web`; as kubectl).
     #[arg(short = 'l', long, value_name = "SELECTOR")]
     pub selector: Option<String>,
+    /// Every object of the kinds, in the namespace (or every namespace with -A).
+    #[arg(long)]
+    pub all: bool,
+    /// With --all or -l: in every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
     /// Not supported: deleting has no dry run (see the message for what to do).
     #[arg(long, value_name = "STRATEGY", num_args = 0..=1, require_equals = true, default_missing_value = "server")]
     pub dry_run: Option<String>,
@@ -63,22 +71,67 @@ pub fn named(first: &str, rest: &[String], namespace: &str) -> anyhow::Result<Ve
     rest.iter().map(|name| object(first, name)).collect()
 }
 
-pub async fn run(server: &crate::cli::Server, args: DeleteArgs) -> CmdResult {
-    let namespace = args.namespace.as_deref().unwrap_or("default");
-    let scope = format!(" -n {namespace}");
-    if let Some(selector) = &args.selector {
+/// The objects `--all` or `-l` name: listed, and kept when the selector selects them.
+async fn listed(server: &crate::cli::Server, args: &DeleteArgs) -> anyhow::Result<Vec<ObjectRef>> {
+    let what = if args.all { "--all" } else { "-l" };
+    let Some(kinds) = args.kind.as_deref() else {
         return Err(UsageError(format!(
-            "-l {selector}: the store does not index labels, so delete cannot select by them; list the objects with `pasactl get KIND{scope} -o yaml`, keep those to delete in a file, and run `pasactl delete -f FILE`"
+            "{what} needs the kinds to delete: `delete vs {what} -n NS`"
+        ))
+        .into());
+    };
+    if !args.names.is_empty() || !args.files.files.is_empty() || kinds.contains('/') {
+        return Err(UsageError(format!(
+            "{what} deletes every object of the kinds it selects: give no names and no -f"
         ))
         .into());
     }
+    let kinds = kinds
+        .split(',')
+        .filter(|k| !k.is_empty())
+        .map(str::parse)
+        .collect::<Result<Vec<Kind>, _>>()?;
+    let selector = args.selector.as_deref().map(selector::parse).transpose()?;
+    let namespace = args.namespace.as_deref().unwrap_or("default");
+    let namespace = (!args.all_namespaces).then_some(namespace);
+    let mut refs = Vec::new();
+    each_listed(server, &kinds, namespace, |r| {
+        if selects(selector.as_ref(), r) {
+            refs.push(ObjectRef {
+                kind: r.kind.clone(),
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+            });
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(refs)
+}
+
+pub async fn run(server: &crate::cli::Server, args: DeleteArgs) -> CmdResult {
+    let namespace = args.namespace.as_deref().unwrap_or("default");
+    let scope = format!(" -n {namespace}");
     if args.dry_run.as_deref().is_some_and(|d| d != "none") {
         return Err(UsageError(
             format!("deleting has no dry run: `pasactl get KIND NAME{scope}` shows what is there; drop --dry-run to delete"),
         )
         .into());
     }
-    let refs: Vec<ObjectRef> = if !args.files.files.is_empty() {
+    if args.all_namespaces && !args.all && args.selector.is_none() {
+        return Err(UsageError(
+            "-A goes with --all or -l: a name names an object of one namespace (-n)".into(),
+        )
+        .into());
+    }
+    let refs: Vec<ObjectRef> = if args.all || args.selector.is_some() {
+        let refs = listed(server, &args).await?;
+        if refs.is_empty() {
+            eprintln!("No resources found");
+            return Ok(());
+        }
+        refs
+    } else if !args.files.files.is_empty() {
         if args.kind.is_some() {
             anyhow::bail!("give either KIND NAME or -f FILE, not both");
         }

@@ -4,16 +4,18 @@
 //! written out as it comes: a mesh of any size is listed in bounded memory (a table keeps only
 //! its rows, to align their columns).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use pasa_proto::Kind;
+use pasa_proto::label_selector::LabelSelector;
 use pasa_proto::object::manifest;
 use pasa_proto::store::v1::{
     GetRequest, ObjectRef, Resource, Rule, SubscriberIdentity, Subscription,
 };
 use pasa_proto::watch::{Watch, WatchError, WatchEvent, WatchStart};
 
-use super::{CmdResult, REQUEST_TIMEOUT, UsageError, connect, out, status_error, table};
+use super::{CmdResult, REQUEST_TIMEOUT, UsageError, connect, out, selector, status_error, table};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
@@ -40,19 +42,24 @@ pub struct GetArgs {
     /// Output format; a table by default.
     #[arg(short = 'o', long, value_enum)]
     pub output: Option<Output>,
-    /// Not supported: the store does not index labels (see the message for what to do).
+    /// Only objects whose labels the selector selects (`app=web`, `env in (a,b)`, `!legacy`;
+    /// as kubectl). The store does not index labels: the kinds asked are listed and filtered.
     #[arg(short = 'l', long, value_name = "SELECTOR")]
     pub selector: Option<String>,
+    /// A LABELS column in tables.
+    #[arg(long)]
+    pub show_labels: bool,
     /// Not supported: `pasactl watch` follows changes (see the message).
     #[arg(short = 'w', long)]
     pub watch: bool,
 }
 
-/// What `get` was asked for: kinds, and a name for one object.
-#[derive(Debug, PartialEq)]
+/// What `get` was asked for: kinds, and a name for one object or a label selector.
+#[derive(Debug)]
 struct Asked {
     kinds: Vec<Kind>,
     name: Option<String>,
+    selector: Option<LabelSelector>,
 }
 
 impl GetArgs {
@@ -98,11 +105,11 @@ impl GetArgs {
         } else {
             format!(" -n {}", self.namespace)
         };
-        if let Some(selector) = &self.selector {
-            return Err(UsageError(format!(
-                "-l {selector}: the store does not index labels, so get cannot select by them; run `pasactl get {}{scope} -o json` and filter the items by metadata.labels",
-                names()
-            ))
+        let selector = self.selector.as_deref().map(selector::parse).transpose()?;
+        if selector.is_some() && name.is_some() {
+            return Err(UsageError(
+                "a NAME and -l cannot go together (kubectl refuses them too): give one".into(),
+            )
             .into());
         }
         if self.watch {
@@ -115,6 +122,7 @@ impl GetArgs {
         Ok(Asked {
             kinds: parsed,
             name,
+            selector,
         })
     }
 }
@@ -137,16 +145,34 @@ pub async fn run(server: &crate::cli::Server, args: GetArgs) -> CmdResult {
             Some(Output::Name) => format!("{}\n", name_of(&resource)),
             table => render_table(
                 &[resource],
-                args.all_namespaces,
-                table == Some(Output::Wide),
-                false,
+                Columns {
+                    with_namespace: args.all_namespaces,
+                    wide: table == Some(Output::Wide),
+                    with_kind: false,
+                    labels: args.show_labels,
+                },
             ),
         };
         out(&text)?;
         return Ok(());
     }
-    let mut sink = Sink::new(args.output, asked.kinds.len() > 1, args.all_namespaces);
-    list(server, &asked.kinds, &args, &mut sink).await?;
+    let mut sink = Sink::new(
+        args.output,
+        Columns {
+            with_namespace: args.all_namespaces,
+            wide: args.output == Some(Output::Wide),
+            with_kind: asked.kinds.len() > 1,
+            labels: args.show_labels,
+        },
+    );
+    let namespace = (!args.all_namespaces).then_some(args.namespace.as_str());
+    each_listed(server, &asked.kinds, namespace, |r| {
+        if selects(asked.selector.as_ref(), r) {
+            sink.write(r)?;
+        }
+        Ok(())
+    })
+    .await?;
     if sink.finish()? == 0 && matches!(args.output, None | Some(Output::Wide)) {
         if args.all_namespaces {
             eprintln!("No resources found");
@@ -194,21 +220,29 @@ fn not_found(kind: Kind, name: &str, namespace: &str) -> anyhow::Error {
     )
 }
 
-/// Lists the objects of `kinds` in the namespace(s) asked into `sink`, page by page as the
-/// store sends its snapshot; each page must come within the request deadline.
-async fn list(
+/// Whether `selector` (none: everything) selects `r` by its labels.
+pub fn selects(selector: Option<&LabelSelector>, r: &Resource) -> bool {
+    selector.is_none_or(|s| {
+        let labels: BTreeMap<String, String> = r
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        s.matches(&labels)
+    })
+}
+
+/// Gives `each` the objects of `kinds` in `namespace` (every namespace with none), page by page
+/// as the store sends its snapshot; each page must come within the request deadline.
+pub async fn each_listed(
     server: &crate::cli::Server,
     kinds: &[Kind],
-    args: &GetArgs,
-    sink: &mut Sink,
+    namespace: Option<&str>,
+    mut each: impl FnMut(&Resource) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let rule = Rule {
         kinds: kinds.iter().map(|k| k.as_str().to_string()).collect(),
-        namespaces: if args.all_namespaces {
-            vec![]
-        } else {
-            vec![args.namespace.clone()]
-        },
+        namespaces: namespace.map(str::to_string).into_iter().collect(),
         ..Default::default()
     };
     let start = WatchStart {
@@ -241,7 +275,7 @@ async fn list(
         match server.within("`get`", REQUEST_TIMEOUT, page).await? {
             WatchEvent::InitApply { objects, .. } => {
                 for r in &objects {
-                    sink.write(r)?;
+                    each(r)?;
                 }
             }
             WatchEvent::InitDone { .. } => return Ok(()),
@@ -270,7 +304,7 @@ struct Items {
 }
 
 impl Sink {
-    fn new(output: Option<Output>, with_kind: bool, with_namespace: bool) -> Sink {
+    fn new(output: Option<Output>, columns: Columns) -> Sink {
         let items = || Items {
             stdout: std::io::BufWriter::new(std::io::stdout()),
             count: 0,
@@ -279,13 +313,9 @@ impl Sink {
             Some(Output::Yaml) => Sink::Yaml(items()),
             Some(Output::Json) => Sink::Json(items()),
             Some(Output::Name) => Sink::Name(items()),
-            table => Sink::Table {
+            _ => Sink::Table {
                 rows: Vec::new(),
-                columns: Columns {
-                    with_namespace,
-                    wide: table == Some(Output::Wide),
-                    with_kind,
-                },
+                columns,
             },
         }
     }
@@ -416,6 +446,8 @@ struct Columns {
     with_namespace: bool,
     wide: bool,
     with_kind: bool,
+    /// `--show-labels`.
+    labels: bool,
 }
 
 impl Columns {
@@ -427,6 +459,9 @@ impl Columns {
         header.extend(["NAME", "HOSTS", "REVISION"]);
         if self.wide {
             header.extend(["GATEWAYS", "VERSION", "CREATED"]);
+        }
+        if self.labels {
+            header.push("LABELS");
         }
         header
     }
@@ -459,22 +494,22 @@ impl Columns {
                 r.create_revision.to_string(),
             ]);
         }
+        if self.labels {
+            // As kubectl: `key=value` pairs in key order, `<none>` without any.
+            let mut pairs: Vec<String> = r.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            pairs.sort();
+            row.push(if pairs.is_empty() {
+                "<none>".into()
+            } else {
+                pairs.join(",")
+            });
+        }
         row
     }
 }
 
 /// A table of `resources`.
-fn render_table(
-    resources: &[Resource],
-    with_namespace: bool,
-    wide: bool,
-    with_kind: bool,
-) -> String {
-    let columns = Columns {
-        with_namespace,
-        wide,
-        with_kind,
-    };
+fn render_table(resources: &[Resource], columns: Columns) -> String {
     let rows: Vec<Vec<String>> = resources.iter().map(|r| columns.row(r)).collect();
     table::render(&columns.header(), &rows, table::KUBECTL)
 }
@@ -499,11 +534,33 @@ mod tests {
             }),
             ..Default::default()
         };
-        let table = render_table(&[r], true, true, false);
+        let columns = Columns {
+            with_namespace: true,
+            wide: true,
+            with_kind: false,
+            labels: false,
+        };
+        let table = render_table(std::slice::from_ref(&r), columns);
         assert_eq!(
             table,
             "NAMESPACE   NAME      HOSTS                               REVISION   GATEWAYS   VERSION   CREATED\n\
              default     reviews   reviews.default.svc.cluster.local   7          mesh       2         3\n"
+        );
+        let mut labelled = r;
+        labelled.labels = [
+            ("version".into(), "v1".into()),
+            ("app".into(), "reviews".into()),
+        ]
+        .into();
+        let columns = Columns {
+            labels: true,
+            wide: false,
+            ..columns
+        };
+        assert!(
+            render_table(&[labelled], columns).ends_with("7          app=reviews,version=v1\n"),
+            "{}",
+            render_table(&[], columns)
         );
     }
 
@@ -526,14 +583,12 @@ mod tests {
         assert_eq!((one.kinds.len(), one.name.as_deref()), (1, Some("cart")));
         let two_named = asked(&["vs,dr", "cart"]).unwrap_err().to_string();
         assert!(two_named.contains("one kind"), "{two_named}");
-        let labels = asked(&["vs", "-n", "shop", "-l", "app=cart"])
+        let labels = asked(&["vs", "-n", "shop", "-l", "app=cart"]).unwrap();
+        assert!(labels.selector.is_some());
+        let both = asked(&["vs", "cart", "-l", "app=cart"])
             .unwrap_err()
             .to_string();
-        assert!(
-            labels.contains("does not index labels")
-                && labels.contains("pasactl get vs -n shop -o json"),
-            "{labels}"
-        );
+        assert!(both.contains("NAME and -l"), "{both}");
         let watch = asked(&["vs,dr", "-w", "-A"]).unwrap_err().to_string();
         assert!(watch.contains("pasactl watch --kind vs,dr"), "{watch}");
     }
@@ -547,8 +602,16 @@ mod tests {
             ..Default::default()
         };
         assert!(
-            render_table(std::slice::from_ref(&r), false, false, true)
-                .contains("destinationrule/cart")
+            render_table(
+                std::slice::from_ref(&r),
+                Columns {
+                    with_namespace: false,
+                    wide: false,
+                    with_kind: true,
+                    labels: false,
+                }
+            )
+            .contains("destinationrule/cart")
         );
         assert_eq!(name_of(&r), "destinationrule.networking.istio.io/cart");
     }
