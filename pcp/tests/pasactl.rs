@@ -833,6 +833,40 @@ fn common_habits_work_or_name_the_alternative() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("No resources found"));
     let out = pcp.ctl(&["delete", "sep", "cart", "-A"]);
     assert_eq!(out.status.code(), Some(2));
+    // Verbs and flags of kubectl and istioctl that pasactl has not: answered with what does it.
+    for (args, said) in [
+        (
+            &["describe", "vs", "cart", "-n", "shop"][..],
+            "pasactl get vs cart -n shop -o yaml",
+        ),
+        (&["get", "vs", "-o", "jsonpath={.items}"][..], "jq"),
+        (
+            &["apply", "-k", "overlays/prod"][..],
+            "kubectl kustomize overlays/prod | pasactl apply -f -",
+        ),
+        (&["wait", "vs", "cart"][..], "pasactl x wait vs cart"),
+    ] {
+        let out = pcp.ctl(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let said_here = String::from_utf8_lossy(&out.stderr);
+        assert!(said_here.contains(said), "{args:?}: {said_here}");
+    }
+    let version = pcp.ok(&["version"]);
+    assert_eq!(
+        version,
+        format!(
+            "client version: {v}\ncontrol plane version: {v} ({})\ndata plane version: none (no agent reports to this server)\n",
+            pcp.addr,
+            v = env!("CARGO_PKG_VERSION")
+        )
+    );
+    assert_eq!(
+        pcp.ok(&["get", "vs", "-n", "shop", "--no-headers", "-o", "wide"])
+            .lines()
+            .next()
+            .map(|l| l.split_whitespace().next()),
+        Some(Some("cart"))
+    );
     let out = pcp.ctl(&["get", "sep", "-l", "app in cart"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(

@@ -4,6 +4,7 @@ mod agent;
 mod apply;
 mod delete;
 mod get;
+mod habits;
 mod interrupt;
 mod proxy_config;
 pub mod proxy_status;
@@ -11,6 +12,7 @@ mod selector;
 mod status;
 mod table;
 mod validate;
+mod version;
 mod watch;
 pub mod x;
 
@@ -157,6 +159,11 @@ pub enum Command {
     /// Experimental commands; their flags and output may change.
     #[command(subcommand)]
     X(x::XCommand),
+    /// This client's version, the server's and its agents' (as istioctl version).
+    Version(version::VersionArgs),
+    /// kubectl's and istioctl's verbs pasactl does not have: each answered with what does it.
+    #[command(external_subcommand)]
+    Other(Vec<String>),
 }
 
 /// `-f` options shared by apply and delete.
@@ -239,6 +246,13 @@ async fn run(cli: Cli) -> CmdResult {
         Command::ProxyStatus(args) => proxy_status::run(&server?, args).await,
         Command::Validate(args) => validate::run(args),
         Command::X(command) => x::run(server, command).await,
+        Command::Version(args) => version::run(server, args).await,
+        Command::Other(words) => {
+            let (verb, args) = words
+                .split_first()
+                .map_or(("", &[][..]), |(v, a)| (v.as_str(), a));
+            Err(habits::refuse(verb, args).into())
+        }
     }
 }
 

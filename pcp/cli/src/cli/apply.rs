@@ -21,6 +21,9 @@ pub struct ApplyArgs {
     /// `--dry-run=client` all have the server check without writing; `--dry-run=none` writes.
     #[arg(long, value_name = "STRATEGY", num_args = 0..=1, require_equals = true, default_missing_value = "server", value_parser = dry_run)]
     pub dry_run: Option<bool>,
+    /// Not supported: pasactl does not build kustomizations (the message says what to run).
+    #[arg(short = 'k', long, value_name = "DIR")]
+    pub kustomize: Option<String>,
 }
 
 /// `--dry-run[=server|client|none]`: every spelling of a dry run that users type.
@@ -35,6 +38,12 @@ fn dry_run(value: &str) -> Result<bool, UsageError> {
 }
 
 pub async fn run(server: &crate::cli::Server, args: ApplyArgs) -> CmdResult {
+    if let Some(dir) = &args.kustomize {
+        return Err(UsageError(format!(
+            "-k {dir}: pasactl does not build kustomizations; build it and apply the result: `kubectl kustomize {dir} | pasactl apply -f -`"
+        ))
+        .into());
+    }
     if args.files.files.is_empty() {
         anyhow::bail!("apply needs -f FILE, -f DIR or -f -");
     }

@@ -26,6 +26,21 @@ pub enum Output {
     Name,
 }
 
+/// `-o`: the formats get prints, and kubectl's templates refused with what does the same.
+fn output(value: &str) -> Result<Output, UsageError> {
+    use clap::ValueEnum;
+    if let Ok(output) = Output::from_str(value, true) {
+        return Ok(output);
+    }
+    let kind = value.split_once('=').map_or(value, |(k, _)| k);
+    Err(UsageError(match kind {
+        "jsonpath" | "jsonpath-as-json" | "custom-columns" | "go-template" | "template" => format!(
+            "-o {kind}: pasactl has no templates; pick fields from -o json, e.g. `pasactl get vs -o json | jq -r '.items[].metadata.name'`"
+        ),
+        _ => format!("-o {value:?}: give yaml, json, wide or name"),
+    }))
+}
+
 #[derive(clap::Args, Debug)]
 pub struct GetArgs {
     /// Kinds, comma-separated (vs, dr, se, gw, sidecar, we, sep or the full names: `vs,dr`),
@@ -39,9 +54,12 @@ pub struct GetArgs {
     /// Every namespace.
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
-    /// Output format; a table by default.
-    #[arg(short = 'o', long, value_enum)]
+    /// Output format (yaml, json, wide, name); a table by default.
+    #[arg(short = 'o', long, value_parser = output)]
     pub output: Option<Output>,
+    /// Tables without their header line.
+    #[arg(long)]
+    pub no_headers: bool,
     /// Only objects whose labels the selector selects (`app=web`, `env in (a,b)`, `!legacy`;
     /// as kubectl). The store does not index labels: the kinds asked are listed and filtered.
     #[arg(short = 'l', long, value_name = "SELECTOR")]
@@ -150,6 +168,7 @@ pub async fn run(server: &crate::cli::Server, args: GetArgs) -> CmdResult {
                     wide: table == Some(Output::Wide),
                     with_kind: false,
                     labels: args.show_labels,
+                    no_headers: args.no_headers,
                 },
             ),
         };
@@ -163,6 +182,7 @@ pub async fn run(server: &crate::cli::Server, args: GetArgs) -> CmdResult {
             wide: args.output == Some(Output::Wide),
             with_kind: asked.kinds.len() > 1,
             labels: args.show_labels,
+            no_headers: args.no_headers,
         },
     );
     let namespace = (!args.all_namespaces).then_some(args.namespace.as_str());
@@ -409,7 +429,7 @@ impl Sink {
                     if !text.is_empty() {
                         text.push('\n');
                     }
-                    text.push_str(&table::render(&columns.header(), cells, table::KUBECTL));
+                    text.push_str(&columns.render(cells));
                     cells.clear();
                 };
                 for ((k, ..), row) in rows {
@@ -448,9 +468,22 @@ struct Columns {
     with_kind: bool,
     /// `--show-labels`.
     labels: bool,
+    /// `--no-headers`.
+    no_headers: bool,
 }
 
 impl Columns {
+    /// `rows` under the header (unless `--no-headers`), aligned as kubectl aligns them.
+    fn render(self, rows: &[Vec<String>]) -> String {
+        let text = table::render(&self.header(), rows, table::KUBECTL);
+        if self.no_headers {
+            text.split_once('\n')
+                .map_or(String::new(), |(_, rows)| rows.to_string())
+        } else {
+            text
+        }
+    }
+
     fn header(self) -> Vec<&'static str> {
         let mut header = vec![];
         if self.with_namespace {
@@ -511,7 +544,7 @@ impl Columns {
 /// A table of `resources`.
 fn render_table(resources: &[Resource], columns: Columns) -> String {
     let rows: Vec<Vec<String>> = resources.iter().map(|r| columns.row(r)).collect();
-    table::render(&columns.header(), &rows, table::KUBECTL)
+    columns.render(&rows)
 }
 
 #[cfg(test)]
@@ -539,6 +572,7 @@ mod tests {
             wide: true,
             with_kind: false,
             labels: false,
+            no_headers: false,
         };
         let table = render_table(std::slice::from_ref(&r), columns);
         assert_eq!(
@@ -609,6 +643,7 @@ mod tests {
                     wide: false,
                     with_kind: true,
                     labels: false,
+                    no_headers: false,
                 }
             )
             .contains("destinationrule/cart")
