@@ -10,6 +10,7 @@ mod dump;
 mod endpoint;
 mod listener;
 mod route;
+mod secret;
 
 use clap::{Args, Subcommand};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -43,6 +44,11 @@ pub enum ProxyConfigCommand {
     /// TrafficExtensions, EnvoyFilter extension configs): ECDS NAME, TYPE.
     #[command(visible_aliases = ["extensionconfigs"])]
     Ecds(Target),
+    /// Certificates served over SDS (the workload certificate, the root, a gateway's
+    /// credentials): RESOURCE NAME, TYPE, STATUS, VALID CERT, SERIAL NUMBER, NOT AFTER, NOT
+    /// BEFORE. Private keys are never shown.
+    #[command(visible_aliases = ["secrets", "s"])]
+    Secret(Target),
     /// Clusters, listeners, routes and endpoints, one table after the other.
     All(Target),
 }
@@ -159,7 +165,9 @@ pub async fn run(server: &crate::cli::Server, command: ProxyConfigCommand) -> Cm
         ProxyConfigCommand::Listener(a) => &a.target,
         ProxyConfigCommand::Route(a) => &a.target,
         ProxyConfigCommand::Endpoint(a) => &a.target,
-        ProxyConfigCommand::Ecds(t) | ProxyConfigCommand::All(t) => t,
+        ProxyConfigCommand::Ecds(t)
+        | ProxyConfigCommand::Secret(t)
+        | ProxyConfigCommand::All(t) => t,
     };
     let output = target.output;
     let yaml = output == Output::Yaml;
@@ -192,6 +200,15 @@ pub async fn run(server: &crate::cli::Server, command: ProxyConfigCommand) -> Cm
         (ProxyConfigCommand::Ecds(_), Output::Short) => ecds(&resources),
         (ProxyConfigCommand::Ecds(_), Output::Json | Output::Yaml) => {
             structured(yaml, &json_list(resources.extension_configs.iter())?)?
+        }
+        (ProxyConfigCommand::Secret(_), Output::Short) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            secret::render(resources.secrets.iter().map(|s| &s.message), now)
+        }
+        (ProxyConfigCommand::Secret(_), Output::Json | Output::Yaml) => {
+            structured(yaml, &json_list(resources.secrets.iter())?)?
         }
         (ProxyConfigCommand::All(_), Output::Short) => [
             cluster::render(resources.clusters.iter().map(|s| &s.message)),

@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 use serde_json::Value;
@@ -50,6 +51,9 @@ pub struct Resources {
     /// ECDS: the filters listeners name by `config_discovery` (an agent older than ECDS lists
     /// none).
     pub extension_configs: Vec<Served<TypedExtensionConfig>>,
+    /// SDS: the workload certificate, the root and a gateway's credentials, private keys
+    /// redacted by whoever dumped them.
+    pub secrets: Vec<Served<Secret>>,
 }
 
 impl Resources {
@@ -78,6 +82,7 @@ impl Resources {
             listeners: read(types, "LDS", &field("LDS"))?,
             routes: read(types, "RDS", &field("RDS"))?,
             extension_configs: read(types, "ECDS", &field("ECDS"))?,
+            secrets: read(types, "SDS", &field("SDS"))?,
         })
     }
 }
@@ -140,6 +145,13 @@ impl Resources {
                 for (field, r) in entries("ecds_filters", &["ecds_filter"]) {
                     out.extension_configs.push(served(&field, &r)?);
                 }
+            } else if kind.ends_with("SecretsConfigDump") {
+                for (field, r) in entries("static_secrets", &["secret"])
+                    .into_iter()
+                    .chain(entries("dynamic_active_secrets", &["secret"]))
+                {
+                    out.secrets.push(served(&field, &r)?);
+                }
             } else if kind.ends_with("EndpointsConfigDump") {
                 for (field, r) in entries("static_endpoint_configs", &["endpoint_config"])
                     .into_iter()
@@ -195,6 +207,12 @@ impl NamedResource for TypedExtensionConfig {
 }
 
 impl NamedResource for RouteConfiguration {
+    fn resource_name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl NamedResource for Secret {
     fn resource_name(&self) -> String {
         self.name.clone()
     }
