@@ -526,7 +526,7 @@ mod tests {
             ]
         );
         // The settings' proxyStatsMatcher adds to them...
-        id.proxy_config = pasa_proto::istio::proxy_config::MeshProxyConfig::parse(
+        id.proxy_config = pasa_istio::proxy_config::MeshProxyConfig::parse(
             r#"{"proxyStatsMatcher": {"inclusionPrefixes": ["http.{pod_ip}_"],
                 "inclusionRegexps": [".*outlier_detection.*"]}}"#,
         )

@@ -452,7 +452,7 @@ fn gateway_api_names(secrets: &mut BTreeMap<String, Secret>, namespace: &str) {
             let name = resource.strip_prefix(KUBERNETES_PREFIX)?;
             let alias = format!(
                 "{}{namespace}/{name}",
-                pasa_proto::gateway_api::GATEWAY_SECRET_PREFIX
+                pasa_istio::generated::GATEWAY_SECRET_PREFIX
             );
             let mut secret = secret.clone();
             secret.name = alias.clone();

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use pasa_proto::istio::proxy_config::MeshProxyConfig;
-use pasa_proto::node::{NodeId, NodeIdError, ProxyType};
+use pasa_istio::node::{NodeId, NodeIdError, ProxyType};
+use pasa_istio::proxy_config::MeshProxyConfig;
 
 /// The identity options of `pasa-agent`.
 #[derive(clap::Args, Debug, Clone, Default)]

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pasa_proto::node::ProxyType as NodeProxyType;
+use pasa_istio::node::ProxyType as NodeProxyType;
 use pasa_proto::store::v1::{
     NackInfo, ProxyConnection, ProxyStatus, ProxyType, ReportStatusRequest, SyncState,
     TypeSyncStatus, XdsSyncStatus,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use pasa_proto::istio::proxy_config::MeshProxyConfig;
+use pasa_istio::proxy_config::MeshProxyConfig;
 use pasa_proto::store::v1::SubscriberIdentity;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;

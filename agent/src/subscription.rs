@@ -11,9 +11,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use pasa_istio::node::ProxyType;
+use pasa_istio::virtual_service::VirtualService;
 use pasa_proto::Kind;
-use pasa_proto::istio::virtual_service::VirtualService;
-use pasa_proto::node::ProxyType;
 use pasa_proto::store::v1::{Rule, Subscription};
 
 use crate::cache::Cache;
@@ -207,7 +207,7 @@ fn scope_rule(proxy: &Proxy) -> Rule {
 /// hosts it serves.
 fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
     use crate::model::gateway;
-    use pasa_proto::istio::gateway::TlsMode;
+    use pasa_istio::gateway::TlsMode;
 
     const OWN_KINDS: [Kind; 2] = [Kind::ServiceEndpoints, Kind::ServiceEntry];
     let mut rules = vec![
@@ -270,7 +270,7 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
             .spec
             .gateways
             .iter()
-            .any(|g| selected.contains(&pasa_proto::gateway::resolve_gateway_name(g, ns)));
+            .any(|g| selected.contains(&pasa_istio::gateway::resolve_gateway_name(g, ns)));
         if bound {
             add_destinations(proxy, vs, &mut destinations);
         }

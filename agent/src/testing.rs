@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use pasa_proto::node::ProxyType;
+use pasa_istio::node::ProxyType;
 use pasa_proto::store::v1::Resource;
 use serde_json::Value;
 

@@ -51,16 +51,16 @@ pub(crate) struct Built {
 
 use std::net::IpAddr;
 
+use pasa_istio::node::ProxyType;
 use pasa_proto::Kind;
-use pasa_proto::node::ProxyType;
 
 use crate::cache::Cache;
 use crate::model::proxy::{Generator, Proxy};
 use crate::model::registry::{self, Config, Registry, Service};
 use crate::model::scope::{DestinationRules, SidecarScope};
 use crate::resource::{Generated, Resource, ResourceMap, Resources, packed};
-use pasa_proto::istio::destination_rule::DestinationRule;
-use pasa_proto::istio::virtual_service::VirtualService;
+use pasa_istio::destination_rule::DestinationRule;
+use pasa_istio::virtual_service::VirtualService;
 use route::Destinations;
 
 /// What a proxy sees, worked out once per update and shared by the generators.
@@ -103,12 +103,12 @@ pub(crate) struct View<'a> {
 /// The mesh config's default retry policies (a route's own wins).
 #[derive(Debug, Default, Hash)]
 struct RetryDefaults {
-    outbound: Option<pasa_proto::istio::virtual_service::HttpRetry>,
-    inbound: Option<pasa_proto::istio::virtual_service::HttpRetry>,
+    outbound: Option<pasa_istio::virtual_service::HttpRetry>,
+    inbound: Option<pasa_istio::virtual_service::HttpRetry>,
 }
 
 impl RetryDefaults {
-    fn of(mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>) -> RetryDefaults {
+    fn of(mesh: Option<&pasa_istio::mesh_config::MeshConfig>) -> RetryDefaults {
         let read = |field: &str| {
             let value = mesh.and_then(|m| m.other.get(field))?;
             match serde_json::from_value(value.clone()) {
@@ -299,7 +299,7 @@ struct LocalInstance<'v> {
     service_port: u32,
     /// Where the workload receives it.
     target: u32,
-    protocol: Option<pasa_proto::istio::common::Protocol>,
+    protocol: Option<pasa_istio::common::Protocol>,
 }
 
 impl View<'_> {
@@ -452,7 +452,7 @@ impl<'a> View<'a> {
     /// else the listener's.
     fn destination_port(
         &self,
-        destination: &pasa_proto::istio::virtual_service::Destination,
+        destination: &pasa_istio::virtual_service::Destination,
         host: &str,
         listener_port: u32,
     ) -> u32 {
@@ -477,7 +477,7 @@ impl<'a> View<'a> {
             port,
             self.retry_defaults.outbound.as_ref(),
         );
-        let destination = pasa_proto::istio::virtual_service::Destination {
+        let destination = pasa_istio::virtual_service::Destination {
             host: service.hostname.clone(),
             ..Default::default()
         };
@@ -526,9 +526,9 @@ impl<'a> View<'a> {
         let (_, i) = self
             .vs_wildcards
             .iter()
-            .find(|(w, _)| pasa_proto::host::matches(w, host))?;
+            .find(|(w, _)| pasa_istio::host::matches(w, host))?;
         let vs = self.virtual_services.get(*i)?;
-        (!pasa_proto::gateway_api::has_gateway_semantics(&vs.meta.annotations)).then_some(vs)
+        (!pasa_istio::generated::has_gateway_semantics(&vs.meta.annotations)).then_some(vs)
     }
 }
 
@@ -546,7 +546,7 @@ impl View<'_> {
 impl Destinations for View<'_> {
     fn persistent_session(
         &self,
-        destination: &pasa_proto::istio::virtual_service::Destination,
+        destination: &pasa_istio::virtual_service::Destination,
         namespace: &str,
     ) -> Option<&registry::PersistentSession> {
         self.session_of(&self.proxy.resolve_host(&destination.host, namespace))
@@ -556,13 +556,13 @@ impl Destinations for View<'_> {
         self.hcm(hcm::Class::SidecarOutbound).x_forwarded_host
     }
 
-    fn default_retry(&self) -> Option<&pasa_proto::istio::virtual_service::HttpRetry> {
+    fn default_retry(&self) -> Option<&pasa_istio::virtual_service::HttpRetry> {
         self.retry_defaults.outbound.as_ref()
     }
 
     fn cluster(
         &self,
-        destination: &pasa_proto::istio::virtual_service::Destination,
+        destination: &pasa_istio::virtual_service::Destination,
         namespace: &str,
         port: u32,
     ) -> String {
@@ -573,7 +573,7 @@ impl Destinations for View<'_> {
 
     fn hash_policy(
         &self,
-        destinations: &[&pasa_proto::istio::virtual_service::Destination],
+        destinations: &[&pasa_istio::virtual_service::Destination],
         namespace: &str,
         port: u32,
     ) -> Option<envoy_types::pb::envoy::config::route::v3::route_action::HashPolicy> {

@@ -29,10 +29,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pasa_proto::digest::sha256_hex;
+use pasa_istio::digest::sha256_hex;
 use tokio::sync::watch;
 
-use pasa_proto::istio::extensions::{ImagePullSecret, RegistryLogin};
+use pasa_istio::extensions::{ImagePullSecret, RegistryLogin};
 
 use crate::translate::extensions::{ModuleCode, ModuleSource, PullSecret};
 

@@ -6,7 +6,7 @@
 use pasa_agent::translate::authz::custom::{self, ExtAuthzProviders};
 use pasa_agent::translate::authz::{self, AppliedPolicy, TrustDomains};
 use pasa_agent::translate::providers::KnownService;
-use pasa_proto::istio::authorization_policy::{AuthorizationPolicy, DRY_RUN_ANNOTATION, go_bool};
+use pasa_istio::authorization_policy::{AuthorizationPolicy, DRY_RUN_ANNOTATION, go_bool};
 use serde_json::{Value, json};
 
 /// Cases not run, by name, with the reason.
@@ -42,7 +42,7 @@ fn policies(path: &std::path::Path) -> Vec<Loaded> {
                 .as_str()
                 .and_then(go_bool)
                 .unwrap_or(false),
-            spec: pasa_proto::istio::parse_spec(&d["spec"])
+            spec: pasa_istio::parse_spec(&d["spec"])
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
         })
         .collect()

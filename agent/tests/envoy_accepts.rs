@@ -26,7 +26,7 @@ use pasa_agent::model::proxy::{Generator, Proxy};
 use pasa_agent::resource::Resources;
 use pasa_agent::resource::TypeKind;
 use pasa_agent::translate::Translator;
-use pasa_proto::node::ProxyType;
+use pasa_istio::node::ProxyType;
 
 const SIDECAR: &str =
     "sidecar~10.1.4.1~productpage-v1-6b746f74dc-9stvs.default~default.svc.cluster.local";

@@ -132,7 +132,7 @@ fn web_routes(v1_weight: u32) -> Value {
 /// router) beside them.
 fn gateway_api_config(cert: &str, key: &str) -> Vec<Value> {
     use base64::Engine;
-    use pasa_proto::gateway_api::{self, GROUP, Input, Settings};
+    use pasa_kube::gateway_api::{self, GROUP, Input, Settings};
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let v1 = format!("{GROUP}/v1");
     let kubernetes = [

@@ -848,7 +848,7 @@ async fn traffic_extensions(
     // The same module over HTTP, fetched by the agent and checked against its SHA-256.
     let bytes = std::fs::read(&module).expect("the module");
     let served = serve_once_per_request(bytes.clone()).await;
-    let sum = pasa_proto::digest::sha256_hex(&bytes);
+    let sum = pasa_istio::digest::sha256_hex(&bytes);
     let fetched = |name: &str, sha256: &str| {
         json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin",
             "metadata": {"name": name, "namespace": "shop"},
@@ -1219,7 +1219,7 @@ async fn request_authentication(store: &StoreServer, client: &Netns, protocol: &
     };
     // The keys behind the rule's jwksUri, as PCP fetches them into the store for the agents.
     let uri = "https://keys.example.com/jwks.json";
-    let source = pasa_proto::istio::request_authentication::KeySetSource::Uri(uri.into());
+    let source = pasa_istio::request_authentication::KeySetSource::Uri(uri.into());
     store
         .apply(&[
             json!({"apiVersion": "pasa.io/v1alpha1", "kind": "JsonWebKeySet",

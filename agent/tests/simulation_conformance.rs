@@ -292,7 +292,7 @@ fn the_simulator_agrees_with_the_corpus_on_istiod_shaped_resources() {
 /// becomes one `ServiceEndpoints`; headless and ExternalName Services keep no address.
 #[test]
 fn kubernetes_services_become_service_endpoints() {
-    use pasa_proto::service_endpoints::{ServiceEndpoints, TargetPort};
+    use pasa_istio::service_endpoints::{ServiceEndpoints, TargetPort};
 
     let kube = r#"
 apiVersion: v1

@@ -228,8 +228,8 @@ async fn run_async(args: &KubeSyncArgs) -> anyhow::Result<Value> {
     let config = SyncConfig {
         cluster_id: "Kubernetes".into(),
         discovery: DiscoverySelectors::all(),
-        ingress: pasa_proto::ingress::Settings::default(),
-        gateway_api: pasa_proto::gateway_api::Settings::default(),
+        ingress: pasa_kube::ingress::Settings::default(),
+        gateway_api: pasa_kube::gateway_api::Settings::default(),
         send_unhealthy_endpoints: true,
         api_server: format!("http://{}", fake.addr),
     };
@@ -283,7 +283,7 @@ async fn run_async(args: &KubeSyncArgs) -> anyhow::Result<Value> {
         let (ns, name, service, slice) = &pods[(k * stride) % pods.len()];
         let key = format!(
             "{ns}/{slice}{}",
-            pasa_proto::service_endpoints::SLICE_NAME_SUFFIX
+            pasa_istio::service_endpoints::SLICE_NAME_SUFFIX
         );
         let before = target
             .counts

@@ -606,8 +606,9 @@ fn distinct_selectors(
 /// The id and the index keys of the object a document writes, worked out as the store does.
 fn keys_of(d: &ApplyDocument) -> anyhow::Result<(u64, ObjectKeys)> {
     let doc: Value = serde_json::from_str(&d.json)?;
-    let obj = pasa_proto::Object::from_json(&doc, "default")
-        .map_err(|e| anyhow::anyhow!("a generated document: {e:?}"))?;
+    let obj =
+        pasa_proto::Object::from_json(&doc, "default", pasa_istio::generated::is_generated_object)
+            .map_err(|e| anyhow::anyhow!("a generated document: {e:?}"))?;
     let mut resource = obj.to_resource();
     resource.index = Some(
         pasa_store::index::extract::index_keys(&obj, "cluster.local")

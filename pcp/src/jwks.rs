@@ -12,10 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use pasa_istio::request_authentication::{JsonWebKeySet, KeySetSource, RequestAuthentication};
 use pasa_proto::Kind;
-use pasa_proto::istio::request_authentication::{
-    JsonWebKeySet, KeySetSource, RequestAuthentication,
-};
 use pasa_proto::store::v1::{
     ApplyDocument, ApplyRequest, DeleteRequest, ListRequest, ObjectRef, Rule, Subscription,
 };
@@ -124,8 +122,7 @@ async fn pass(
     // The sources the rules need, each with the longest timeout a rule asks for.
     let mut needed: BTreeMap<KeySetSource, Duration> = BTreeMap::new();
     for ra in list(service, Kind::RequestAuthentication, None).await? {
-        let Ok(spec) = pasa_proto::istio::parse_spec_json::<RequestAuthentication>(&ra.spec_json)
-        else {
+        let Ok(spec) = pasa_istio::parse_spec_json::<RequestAuthentication>(&ra.spec_json) else {
             continue;
         };
         for rule in spec.jwt_rules.iter().flatten() {

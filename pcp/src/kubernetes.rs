@@ -132,14 +132,14 @@ impl KubeArgs {
                 .map_err(|e| anyhow::anyhow!("--mesh-config {}: {e}", path.display()))?,
             _ => DiscoverySelectors::all(),
         };
-        let mut ingress = pasa_proto::ingress::Settings::from_mesh(
+        let mut ingress = pasa_kube::ingress::Settings::from_mesh(
             mesh.and_then(Value::as_object)
                 .unwrap_or(&serde_json::Map::new()),
             &self.ingress_namespace,
         );
         ingress.domain_suffix = domain_suffix.to_string();
         let identity = self.identity.clone().unwrap_or_else(default_identity);
-        let gateway_api = pasa_proto::gateway_api::Settings {
+        let gateway_api = pasa_kube::gateway_api::Settings {
             domain_suffix: domain_suffix.to_string(),
             alpha: self.gateway_api_alpha,
             inference: self.gateway_api_inference,

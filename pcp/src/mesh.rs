@@ -14,8 +14,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use pasa_istio::mesh_config::MESH_CONFIG_NAME;
 use pasa_proto::Kind;
-use pasa_proto::istio::mesh_config::MESH_CONFIG_NAME;
 use pasa_proto::store::v1::{ApplyDocument, ApplyRequest, DeleteRequest, GetRequest, ObjectRef};
 use serde_json::{Value, json};
 use tokio::sync::watch;

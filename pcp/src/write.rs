@@ -408,7 +408,12 @@ impl WriteService {
                 .iter()
                 .filter_map(|r| {
                     let doc = pasa_proto::object::manifest(r);
-                    Object::from_json(&doc, &r.namespace).ok()
+                    Object::from_json(
+                        &doc,
+                        &r.namespace,
+                        pasa_istio::generated::is_generated_object,
+                    )
+                    .ok()
                 })
                 .collect(),
             Ok(Err(status)) => {

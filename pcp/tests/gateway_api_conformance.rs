@@ -1,6 +1,6 @@
 //! Istio's Gateway API conversion goldens (the conformance corpus, `translation/gateway-api/`):
 //! for each case of its `cases.yaml`, the case's objects plus the environment under `defaults`
-//! go through the conversion PCP's syncer runs (`pasa_proto::gateway_api`), and the Istio
+//! go through the conversion PCP's syncer runs (`pasa_kube::gateway_api`), and the Istio
 //! Gateways and VirtualServices generated must equal the golden file's, matched by kind,
 //! namespace and name and compared as data (list order inside an object kept). Prints the cases
 //! passed; the cases skipped are listed with the reason, and every other case must pass.
@@ -13,8 +13,8 @@
 
 use std::collections::BTreeMap;
 
+use pasa_kube::gateway_api::{self, Input, RegistryService, Settings};
 use pasa_proto::Object;
-use pasa_proto::gateway_api::{self, Input, RegistryService, Settings};
 use pasa_testing::{conformance_dir, keyed_documents, matches_golden, yaml_docs};
 use pasa_validation::validation::Author;
 
@@ -92,7 +92,7 @@ fn gateway_api_conversion_matches_istios_goldens() {
         // What the syncer writes must be what the store accepts.
         for o in &generated {
             let doc = o.to_document();
-            match Object::from_json(&doc, "default") {
+            match Object::from_json(&doc, "default", pasa_istio::generated::is_generated_object) {
                 Ok(obj) => {
                     let report = pasa_validation::validation::validate_by(&obj, Author::Generator);
                     assert!(

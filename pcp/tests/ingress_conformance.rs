@@ -1,13 +1,13 @@
 //! Istio's Ingress conversion goldens (the conformance corpus, `translation/ingress/`): for each
 //! case of its `cases.yaml`, the case's Ingresses go through the conversion PCP's syncer runs
-//! (`pasa_proto::ingress`) with the settings under `defaults`, and the Gateways and
+//! (`pasa_kube::ingress`) with the settings under `defaults`, and the Gateways and
 //! VirtualServices generated must equal the golden file's, matched by kind, namespace and name
 //! and compared as data (list order inside an object kept). Prints the cases passed per file.
 //!
 //! The corpus lives beside the project (`../shared/conformance`, or `PASA_CONFORMANCE_DIR`);
 //! without it the test says SKIPPED and passes (CI sets `PASA_CONFORMANCE_REQUIRED`).
 
-use pasa_proto::ingress::{self, Ingress, Mode, Settings};
+use pasa_kube::ingress::{self, Ingress, Mode, Settings};
 use pasa_testing::{conformance_dir, keyed_documents, matches_golden, yaml_docs};
 use serde_json::Value;
 

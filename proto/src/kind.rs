@@ -55,11 +55,11 @@ pub enum Kind {
     /// root namespace as `mesh`.
     MeshConfig,
     /// PASA's own: the keys of a JWT issuer, fetched once for the mesh by PCP, kept in the root
-    /// namespace (see `istio::request_authentication::KeySetSource`).
+    /// namespace (see `pasa_istio::request_authentication::KeySetSource`).
     JsonWebKeySet,
     /// PASA's own: the registry credentials of a pull Secret a WasmPlugin or TrafficExtension
-    /// names (see `istio::extensions::ImagePullSecret`), kept under the Secret's namespace and
-    /// name.
+    /// names (see `pasa_istio::extensions::ImagePullSecret`), kept under the Secret's namespace
+    /// and name.
     ImagePullSecret,
 }
 

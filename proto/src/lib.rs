@@ -1,28 +1,17 @@
-//! The vocabulary every PASA part shares: the store API (`pasa.store.v1`), resource kinds,
-//! the Kubernetes-style object envelope, the typed Istio networking models, and Istio's host and
-//! gateway-name semantics.
+//! PASA's wire, which every part shares: the store API (`pasa.store.v1`) with its client, watch
+//! and events, resource kinds, the Kubernetes-style object envelope, sync states, durations as
+//! flags and protobuf JSON write them, and the protos of Istio's CA and proxy filters. Istio's
+//! model and semantics (typed resources, hosts, gateway names, `exportTo`) are `pasa_istio`'s,
+//! which stands on this crate.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod client;
-pub mod config_path;
-pub mod digest;
 pub mod duration;
 pub mod event;
-pub mod gateway;
-pub mod gateway_api;
-pub mod host;
-pub mod ingress;
-pub mod istio;
 pub mod kind;
-pub mod label_selector;
-pub mod node;
 pub mod object;
-pub mod regex;
-pub mod service_endpoints;
-pub mod spiffe;
 pub mod sync_state;
-pub mod visibility;
 pub mod watch;
 
 /// The store API, generated from `proto/pasa/store/v1/store.proto`.

@@ -48,6 +48,12 @@ impl fmt::Display for FieldError {
     }
 }
 
+/// Whether an object of these annotations and this name is one a controller generated under a
+/// name of its own, outside DNS-1123 rules (istiod's for the Gateway API:
+/// `pasa_istio::generated::is_generated_object`). The envelope takes the rule from its caller:
+/// it is Istio's, and the wire does not know Istio's semantics.
+pub type GeneratedName = fn(&BTreeMap<String, String>, &str) -> bool;
+
 /// What a document claims to be, read as far as it can be, for error reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
@@ -76,8 +82,14 @@ const TOP_LEVEL_FIELDS: &[&str] = &["apiVersion", "kind", "metadata", "spec", "s
 
 impl Object {
     /// Parses a document. Objects without `metadata.namespace` land in `default_namespace`.
+    /// A name must be a DNS-1123 subdomain unless `generated` says the object is one a controller
+    /// generated under a name of its own (`pasa_istio::generated::is_generated_object`).
     /// Every structural problem is reported, each with its field path.
-    pub fn from_json(doc: &Value, default_namespace: &str) -> Result<Object, Vec<FieldError>> {
+    pub fn from_json(
+        doc: &Value,
+        default_namespace: &str,
+        generated: GeneratedName,
+    ) -> Result<Object, Vec<FieldError>> {
         let mut errors = Vec::new();
         let Some(top) = doc.as_object() else {
             return Err(vec![FieldError::new(
@@ -129,9 +141,9 @@ impl Object {
                 if let Some(n) = required_string(meta, "name", "metadata.name", &mut errors) {
                     // istiod names what it generates from the Gateway API with `~`, which no
                     // Kubernetes name holds; the store keeps those names as istiod shows them.
-                    let generated = crate::gateway_api::is_generated(&annotations)
-                        && crate::gateway_api::is_generated_name(&n);
-                    if !generated && let Err(msg) = check_dns1123_subdomain(&n) {
+                    if !generated(&annotations, &n)
+                        && let Err(msg) = check_dns1123_subdomain(&n)
+                    {
                         errors.push(FieldError::new("metadata.name", msg));
                     }
                     name = n;
@@ -369,6 +381,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// No names beyond DNS rules.
+    fn none(_: &BTreeMap<String, String>, _: &str) -> bool {
+        false
+    }
+
     #[test]
     fn parses_a_virtual_service() {
         let doc = json!({
@@ -377,7 +394,7 @@ mod tests {
             "metadata": {"name": "reviews", "labels": {"app": "reviews"}},
             "spec": {"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews"}}]}]}
         });
-        let obj = Object::from_json(&doc, "default").unwrap();
+        let obj = Object::from_json(&doc, "default", none).unwrap();
         assert_eq!(obj.kind, Kind::VirtualService);
         assert_eq!(obj.namespace, "default");
         assert_eq!(obj.labels.get("app").map(String::as_str), Some("reviews"));
@@ -400,7 +417,7 @@ mod tests {
             "spec": [],
             "extra": true
         });
-        let errors = Object::from_json(&doc, "default").unwrap_err();
+        let errors = Object::from_json(&doc, "default", none).unwrap_err();
         let fields: Vec<_> = errors.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(
             fields,
@@ -414,7 +431,7 @@ mod tests {
             ],
             "{errors:?}"
         );
-        let missing = Object::from_json(&json!({"kind": "Pod"}), "default").unwrap_err();
+        let missing = Object::from_json(&json!({"kind": "Pod"}), "default", none).unwrap_err();
         let text: Vec<_> = missing.iter().map(ToString::to_string).collect();
         assert!(
             text.contains(&"apiVersion: required".to_string()),
@@ -426,15 +443,28 @@ mod tests {
             "{text:?}"
         );
         assert!(text.contains(&"metadata: required".to_string()), "{text:?}");
-        assert!(Object::from_json(&json!("text"), "default").is_err());
+        assert!(Object::from_json(&json!("text"), "default", none).is_err());
     }
 
     #[test]
     fn missing_spec_is_empty() {
         let doc = json!({"apiVersion": "networking.istio.io/v1", "kind": "Sidecar",
             "metadata": {"name": "default", "namespace": "istio-system"}});
-        let obj = Object::from_json(&doc, "default").unwrap();
+        let obj = Object::from_json(&doc, "default", none).unwrap();
         assert_eq!(obj.spec, json!({}));
         assert_eq!(obj.namespace, "istio-system");
+    }
+
+    #[test]
+    fn a_name_outside_dns_rules_is_kept_only_where_the_caller_says_it_is_generated() {
+        let doc = json!({"apiVersion": "networking.istio.io/v1", "kind": "Gateway",
+            "metadata": {"name": "edge~gen~http", "annotations": {"a": "b"}}});
+        assert!(Object::from_json(&doc, "default", none).is_err());
+        let generated: GeneratedName =
+            |annotations, name| annotations.contains_key("a") && name.contains('~');
+        assert_eq!(
+            Object::from_json(&doc, "default", generated).unwrap().name,
+            "edge~gen~http"
+        );
     }
 }

@@ -43,9 +43,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use pasa_istio::node::NodeId;
+use pasa_istio::spiffe::SpiffeId;
 use pasa_proto::Kind;
-use pasa_proto::node::NodeId;
-use pasa_proto::spiffe::SpiffeId;
 use pasa_proto::store::v1::{ProxyStatus, SubscriberIdentity};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

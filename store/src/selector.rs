@@ -2,8 +2,8 @@
 //! empty dimension matching anything. [`Rule::matches`] is the reference evaluator the indexes
 //! must agree with.
 
+use pasa_istio::host;
 use pasa_proto::Kind;
-use pasa_proto::host;
 use pasa_proto::object::check_dns1123_label;
 use pasa_proto::store::v1 as pb;
 

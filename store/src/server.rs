@@ -56,7 +56,7 @@ pub struct StoreArgs {
     #[arg(long, env = "PASA_ADVERTISE")]
     pub advertise: Option<String>,
     /// Kubernetes cluster domain, for resolving short host names.
-    #[arg(long, default_value = pasa_proto::host::DEFAULT_DOMAIN_SUFFIX)]
+    #[arg(long, default_value = pasa_istio::host::DEFAULT_DOMAIN_SUFFIX)]
     pub domain_suffix: String,
     /// Change-log entries kept behind the current revision; older ones are compacted.
     #[arg(long, default_value_t = 100_000)]

@@ -56,7 +56,7 @@ pub struct StoreConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
-            domain_suffix: pasa_proto::host::DEFAULT_DOMAIN_SUFFIX.to_string(),
+            domain_suffix: pasa_istio::host::DEFAULT_DOMAIN_SUFFIX.to_string(),
             log_retention: 100_000,
             watch_queue: 1024,
             progress_interval: Duration::from_secs(10),
@@ -730,7 +730,11 @@ fn prepare(documents: Vec<ApplyDocument>, domain: &str) -> (Vec<Prepared>, Vec<D
                 ));
             }
         };
-        let obj = match Object::from_json(&value, "default") {
+        let obj = match Object::from_json(
+            &value,
+            "default",
+            pasa_istio::generated::is_generated_object,
+        ) {
             Ok(obj) => obj,
             Err(errs) => {
                 field_errors(errs, &mut errors);

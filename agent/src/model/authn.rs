@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use pasa_proto::istio::peer_authentication::{PeerAuthentication, PeerMode};
-use pasa_proto::label_selector::selects;
+use pasa_istio::label_selector::selects;
+use pasa_istio::peer_authentication::{PeerAuthentication, PeerMode};
 
 use super::registry::{Config, Registry};
 

@@ -23,16 +23,16 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use pasa_proto::istio::common::Protocol;
-use pasa_proto::istio::gateway::{Gateway, Server, TlsMode};
-use pasa_proto::label_selector::selects;
+use pasa_istio::common::Protocol;
+use pasa_istio::gateway::{Gateway, Server, TlsMode};
+use pasa_istio::label_selector::selects;
 
 use super::proxy::Proxy;
 use super::registry::{Config, Registry};
 
 /// The annotation binding a Gateway to services instead of a label selector: a comma-separated
 /// list of service host names, each in the Gateway's namespace.
-pub use pasa_proto::gateway_api::GATEWAY_SERVICE_ANNOTATION;
+pub use pasa_istio::generated::GATEWAY_SERVICE_ANNOTATION;
 /// The label by which a service opts out of gateway port translation.
 pub const DISABLE_PORT_TRANSLATION_LABEL: &str =
     "experimental.istio.io/disable-gateway-port-translation";
@@ -109,10 +109,10 @@ pub fn services_namespace(gateway: &Config<Gateway>) -> &str {
     gateway
         .meta
         .annotations
-        .get(pasa_proto::gateway_api::PARENT_NAMESPACE_ANNOTATION)
+        .get(pasa_istio::generated::PARENT_NAMESPACE_ANNOTATION)
         .filter(|ns| {
             !ns.is_empty()
-                && pasa_proto::gateway_api::is_internal_gateway_reference(&gateway.meta.name)
+                && pasa_istio::generated::is_internal_gateway_reference(&gateway.meta.name)
         })
         .unwrap_or(&gateway.meta.namespace)
 }

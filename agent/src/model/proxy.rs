@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use pasa_proto::istio::mesh_config::MeshConfig;
-use pasa_proto::istio::proxy_config::MeshProxyConfig;
-use pasa_proto::node::ProxyType;
+use pasa_istio::mesh_config::MeshConfig;
+use pasa_istio::node::ProxyType;
+use pasa_istio::proxy_config::MeshProxyConfig;
 
 use crate::identity::{Identity, Locality};
 use crate::mesh::MeshSettings;
@@ -132,7 +132,7 @@ impl Proxy {
 impl Proxy {
     /// A host as written in an Istio resource of `namespace`, resolved as istiod resolves it.
     pub fn resolve_host(&self, host: &str, namespace: &str) -> String {
-        pasa_proto::host::resolve_short_name(host, namespace, &self.mesh.config_domain_suffix)
+        pasa_istio::host::resolve_short_name(host, namespace, &self.mesh.config_domain_suffix)
     }
 }
 

@@ -10,27 +10,27 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 use std::sync::Arc;
 
+use pasa_istio::common::Protocol;
+use pasa_istio::destination_rule::DestinationRule;
+use pasa_istio::gateway::Gateway;
+use pasa_istio::host;
+use pasa_istio::label_selector::selects;
+pub use pasa_istio::persistent_session::PersistentSession;
+use pasa_istio::persistent_session::labelled_draining;
+use pasa_istio::service_endpoints::{EndpointView, KubePort, ServiceEndpoints};
+use pasa_istio::service_entry::{Location, Resolution as SeResolution, ServiceEntry};
+use pasa_istio::sidecar::Sidecar;
+use pasa_istio::virtual_service::VirtualService;
+use pasa_istio::workload_entry::{self, WorkloadEntry};
 use pasa_proto::Kind;
-use pasa_proto::host;
-use pasa_proto::istio::common::Protocol;
-use pasa_proto::istio::destination_rule::DestinationRule;
-use pasa_proto::istio::gateway::Gateway;
-pub use pasa_proto::istio::persistent_session::PersistentSession;
-use pasa_proto::istio::persistent_session::labelled_draining;
-use pasa_proto::istio::service_entry::{Location, Resolution as SeResolution, ServiceEntry};
-use pasa_proto::istio::sidecar::Sidecar;
-use pasa_proto::istio::virtual_service::VirtualService;
-use pasa_proto::istio::workload_entry::{self, WorkloadEntry};
-use pasa_proto::label_selector::selects;
-use pasa_proto::service_endpoints::{EndpointView, KubePort, ServiceEndpoints};
 use pasa_proto::store::v1::Resource;
 use pasa_runtime::interned::Interned;
 use rustc_hash::FxBuildHasher;
 use serde::de::DeserializeOwned;
 
 use crate::cache::{Cache, Change, Key};
-use pasa_proto::istio::authorization_policy::AuthorizationPolicy;
-use pasa_proto::istio::peer_authentication::PeerAuthentication;
+use pasa_istio::authorization_policy::AuthorizationPolicy;
+use pasa_istio::peer_authentication::PeerAuthentication;
 
 /// Name, namespace and the store's bookkeeping of a parsed resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,18 +300,16 @@ enum Parsed {
     WorkloadEntry(Arc<Config<WorkloadEntry>>),
     PeerAuthentication(Arc<Config<PeerAuthentication>>),
     AuthorizationPolicy(Arc<Config<AuthorizationPolicy>>),
-    MeshConfig(Arc<Config<pasa_proto::istio::mesh_config::MeshConfig>>),
-    RequestAuthentication(
-        Arc<Config<pasa_proto::istio::request_authentication::RequestAuthentication>>,
-    ),
-    JsonWebKeySet(Arc<Config<pasa_proto::istio::request_authentication::JsonWebKeySet>>),
-    EnvoyFilter(Arc<Config<pasa_proto::istio::envoy_filter::EnvoyFilter>>),
-    Telemetry(Arc<Config<pasa_proto::istio::telemetry::Telemetry>>),
+    MeshConfig(Arc<Config<pasa_istio::mesh_config::MeshConfig>>),
+    RequestAuthentication(Arc<Config<pasa_istio::request_authentication::RequestAuthentication>>),
+    JsonWebKeySet(Arc<Config<pasa_istio::request_authentication::JsonWebKeySet>>),
+    EnvoyFilter(Arc<Config<pasa_istio::envoy_filter::EnvoyFilter>>),
+    Telemetry(Arc<Config<pasa_istio::telemetry::Telemetry>>),
     /// A TrafficExtension, or a WasmPlugin read as one (as istiod reads it: its name marked
-    /// with [`pasa_proto::istio::extensions::WASM_PLUGIN_MARKER`]).
-    TrafficExtension(Arc<Config<pasa_proto::istio::extensions::TrafficExtension>>),
+    /// with [`pasa_istio::extensions::WASM_PLUGIN_MARKER`]).
+    TrafficExtension(Arc<Config<pasa_istio::extensions::TrafficExtension>>),
     /// The registry credentials an extension's `imagePullSecret` names.
-    ImagePullSecret(Arc<Config<pasa_proto::istio::extensions::ImagePullSecret>>),
+    ImagePullSecret(Arc<Config<pasa_istio::extensions::ImagePullSecret>>),
     /// A kind translation does not read, or a spec that did not parse.
     Ignored,
 }
@@ -599,9 +597,7 @@ impl Registry {
     }
 
     /// The Telemetries (a range of the entries).
-    pub fn telemetries(
-        &self,
-    ) -> impl Iterator<Item = &Config<pasa_proto::istio::telemetry::Telemetry>> {
+    pub fn telemetries(&self) -> impl Iterator<Item = &Config<pasa_istio::telemetry::Telemetry>> {
         let from = Key {
             kind: Kind::Telemetry,
             namespace: String::new(),
@@ -620,7 +616,7 @@ impl Registry {
     /// entries: a proxy with none pays nothing per update).
     pub fn traffic_extensions(
         &self,
-    ) -> impl Iterator<Item = &Config<pasa_proto::istio::extensions::TrafficExtension>> {
+    ) -> impl Iterator<Item = &Config<pasa_istio::extensions::TrafficExtension>> {
         [Kind::TrafficExtension, Kind::WasmPlugin]
             .into_iter()
             .flat_map(move |kind| {
@@ -642,7 +638,7 @@ impl Registry {
     /// The EnvoyFilters (a range of the entries: a proxy with none pays nothing per update).
     pub fn envoy_filters(
         &self,
-    ) -> impl Iterator<Item = &Arc<Config<pasa_proto::istio::envoy_filter::EnvoyFilter>>> {
+    ) -> impl Iterator<Item = &Arc<Config<pasa_istio::envoy_filter::EnvoyFilter>>> {
         let from = Key {
             kind: Kind::EnvoyFilter,
             namespace: String::new(),
@@ -694,8 +690,7 @@ impl Registry {
         root_namespace: &'a str,
         namespace: &'a str,
         labels: &'a BTreeMap<String, String>,
-    ) -> impl Iterator<Item = &'a pasa_proto::istio::request_authentication::RequestAuthentication>
-    {
+    ) -> impl Iterator<Item = &'a pasa_istio::request_authentication::RequestAuthentication> {
         self.applying(root_namespace, namespace, labels, |p| match p {
             Parsed::RequestAuthentication(c) => Some(c),
             _ => None,
@@ -704,7 +699,7 @@ impl Registry {
     }
 
     /// The security policies `pick` finds that apply to a proxy of `namespace` with `labels`.
-    fn applying<'a, T: pasa_proto::istio::authorization_policy::WorkloadPolicy + 'a>(
+    fn applying<'a, T: pasa_istio::authorization_policy::WorkloadPolicy + 'a>(
         &'a self,
         root_namespace: &'a str,
         namespace: &'a str,
@@ -715,7 +710,7 @@ impl Registry {
             .values()
             .filter_map(move |e| pick(&e.parsed))
             .filter(move |c| {
-                pasa_proto::istio::authorization_policy::applies_to_workload(
+                pasa_istio::authorization_policy::applies_to_workload(
                     &c.meta.namespace,
                     c.spec.workload_selector(),
                     &c.spec.targets(),
@@ -731,7 +726,7 @@ impl Registry {
     pub fn key_set(
         &self,
         root_namespace: &str,
-        source: &pasa_proto::istio::request_authentication::KeySetSource,
+        source: &pasa_istio::request_authentication::KeySetSource,
     ) -> Option<&str> {
         let key = Key {
             kind: Kind::JsonWebKeySet,
@@ -749,7 +744,7 @@ impl Registry {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Option<&pasa_proto::istio::extensions::ImagePullSecret> {
+    ) -> Option<&pasa_istio::extensions::ImagePullSecret> {
         let key = Key {
             kind: Kind::ImagePullSecret,
             namespace: namespace.to_string(),
@@ -766,11 +761,11 @@ impl Registry {
     pub fn mesh_config(
         &self,
         root_namespace: &str,
-    ) -> Option<&pasa_proto::istio::mesh_config::MeshConfig> {
+    ) -> Option<&pasa_istio::mesh_config::MeshConfig> {
         let key = Key {
             kind: Kind::MeshConfig,
             namespace: root_namespace.to_string(),
-            name: pasa_proto::istio::mesh_config::MESH_CONFIG_NAME.to_string(),
+            name: pasa_istio::mesh_config::MESH_CONFIG_NAME.to_string(),
         };
         match &self.entries.get(&key)?.parsed {
             Parsed::MeshConfig(c) => Some(&c.spec),
@@ -1112,7 +1107,7 @@ fn unreadable(e: &pasa_proto::object::FieldError) -> String {
 
 fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
     fn typed<T: DeserializeOwned>(resource: &Resource) -> Option<Config<T>> {
-        match pasa_proto::istio::parse_spec_json::<T>(&resource.spec_json) {
+        match pasa_istio::parse_spec_json::<T>(&resource.spec_json) {
             Ok(spec) => Some(Config {
                 meta: meta_of(resource),
                 spec,
@@ -1165,17 +1160,15 @@ fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
         Some(Kind::TrafficExtension) => {
             typed(resource).map(|c| Parsed::TrafficExtension(Arc::new(c)))
         }
-        Some(Kind::WasmPlugin) => {
-            typed::<pasa_proto::istio::extensions::WasmPlugin>(resource).map(|c| {
-                let mut meta = c.meta;
-                meta.name
-                    .push_str(pasa_proto::istio::extensions::WASM_PLUGIN_MARKER);
-                Parsed::TrafficExtension(Arc::new(Config {
-                    meta,
-                    spec: c.spec.to_traffic_extension(),
-                }))
-            })
-        }
+        Some(Kind::WasmPlugin) => typed::<pasa_istio::extensions::WasmPlugin>(resource).map(|c| {
+            let mut meta = c.meta;
+            meta.name
+                .push_str(pasa_istio::extensions::WASM_PLUGIN_MARKER);
+            Parsed::TrafficExtension(Arc::new(Config {
+                meta,
+                spec: c.spec.to_traffic_extension(),
+            }))
+        }),
         // Not translated yet: the injector keeps pods they apply to with istiod.
         Some(Kind::ProxyConfig) => None,
         Some(Kind::MeshConfig) => typed(resource).map(|c| Parsed::MeshConfig(Arc::new(c))),
@@ -1197,9 +1190,9 @@ mod tests {
     fn an_unreadable_resource_is_ignored_naming_the_field() {
         let spec = serde_json::json!({"host": "cart", "trafficPolicy":
             {"loadBalancer": {"simple": "FASTEST"}}});
-        let e = pasa_proto::istio::parse_spec_json::<
-            pasa_proto::istio::destination_rule::DestinationRule,
-        >(&spec.to_string())
+        let e = pasa_istio::parse_spec_json::<pasa_istio::destination_rule::DestinationRule>(
+            &spec.to_string(),
+        )
         .unwrap_err();
         let message = unreadable(&e);
         assert!(

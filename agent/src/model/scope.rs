@@ -10,12 +10,12 @@
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
-use pasa_proto::host;
-use pasa_proto::istio::destination_rule::DestinationRule;
-use pasa_proto::istio::sidecar::{OutboundTrafficPolicyMode, Sidecar};
-use pasa_proto::istio::virtual_service::VirtualService;
-use pasa_proto::label_selector::selects;
-use pasa_proto::visibility::exported_to;
+use pasa_istio::destination_rule::DestinationRule;
+use pasa_istio::host;
+use pasa_istio::label_selector::selects;
+use pasa_istio::sidecar::{OutboundTrafficPolicyMode, Sidecar};
+use pasa_istio::virtual_service::VirtualService;
+use pasa_istio::visibility::exported_to;
 
 use super::proxy::Proxy;
 use super::registry::{Config, Registry, Service};
@@ -208,7 +208,7 @@ impl SidecarScope {
     /// the proxy is in it, as istiod applies them.
     pub fn virtual_services(&self, registry: &Registry) -> Vec<Arc<Config<VirtualService>>> {
         let gateway_api = |vs: &Config<VirtualService>| {
-            pasa_proto::gateway_api::has_gateway_semantics(&vs.meta.annotations)
+            pasa_istio::generated::has_gateway_semantics(&vs.meta.annotations)
         };
         let mut list: Vec<Arc<Config<VirtualService>>> = registry
             .virtual_services()
@@ -235,7 +235,7 @@ impl SidecarScope {
                     && vs.spec.hosts.iter().any(|h| {
                         // Short names resolve in the VirtualService's namespace first, as istiod
                         // resolves them before it matches egress hosts.
-                        let host = pasa_proto::host::resolve_short_name(
+                        let host = pasa_istio::host::resolve_short_name(
                             h,
                             &vs.meta.namespace,
                             &self.domain_suffix,

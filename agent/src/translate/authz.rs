@@ -28,10 +28,10 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 };
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
-use pasa_proto::istio::authorization_policy::{
+use pasa_istio::authorization_policy::{
     Action, AuthorizationPolicy, DRY_RUN_ANNOTATION, Rule, go_bool,
 };
-use pasa_proto::istio::request_authentication::{JwtRule, KeySetSource};
+use pasa_istio::request_authentication::{JwtRule, KeySetSource};
 
 pub mod custom;
 pub mod jwt;
@@ -178,7 +178,7 @@ pub struct TrustDomains(pub Vec<String>);
 
 impl TrustDomains {
     /// The mesh config's trust domain and its aliases; as written when it names none.
-    pub fn of(mesh: &pasa_proto::istio::mesh_config::MeshConfig) -> TrustDomains {
+    pub fn of(mesh: &pasa_istio::mesh_config::MeshConfig) -> TrustDomains {
         match &mesh.trust_domain {
             Some(domain) if !domain.is_empty() => TrustDomains(
                 std::iter::once(domain.clone())
@@ -807,7 +807,7 @@ impl Condition {
             Attribute::SourceNamespace => {
                 let pattern = value
                     .split('*')
-                    .map(pasa_proto::regex::quote_meta)
+                    .map(pasa_istio::regex::quote_meta)
                     .collect::<Vec<_>>()
                     .join(".*");
                 authenticated(regex(&format!(".*/ns/{pattern}/.*")))
@@ -823,8 +823,8 @@ impl Condition {
                 let (before, after) = value.split_once('*').unwrap_or((value, ""));
                 regex(&format!(
                     "spiffe://{}[^/]*{}/.*",
-                    pasa_proto::regex::quote_meta(before),
-                    pasa_proto::regex::quote_meta(after)
+                    pasa_istio::regex::quote_meta(before),
+                    pasa_istio::regex::quote_meta(after)
                 ))
             }),
             Attribute::SourcePrincipal => authenticated(string_with_prefix(value, "spiffe://")),
@@ -890,8 +890,8 @@ fn service_account_regex(default_namespace: &str, value: &str) -> String {
     let (ns, sa) = value.split_once('/').unwrap_or((default_namespace, value));
     format!(
         "spiffe://.+/ns/{}/(.+/|)sa/{}(/.+)?",
-        pasa_proto::regex::quote_meta(ns),
-        pasa_proto::regex::quote_meta(sa)
+        pasa_istio::regex::quote_meta(ns),
+        pasa_istio::regex::quote_meta(sa)
     )
 }
 
@@ -1090,7 +1090,7 @@ fn string_with_prefix(v: &str, before: &str) -> StringMatcher {
         } else {
             regex(&format!(
                 "{before}.*{}",
-                pasa_proto::regex::quote_meta(rest)
+                pasa_istio::regex::quote_meta(rest)
             ))
         }
     } else if let Some(rest) = v.strip_suffix('*') {

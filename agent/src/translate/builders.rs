@@ -72,7 +72,7 @@ pub(super) fn nanos(nanos: i64) -> Duration {
     }
 }
 
-pub(super) fn duration(d: &pasa_proto::istio::common::Duration) -> Duration {
+pub(super) fn duration(d: &pasa_istio::common::Duration) -> Duration {
     Duration {
         seconds: d.seconds,
         nanos: d.nanos,

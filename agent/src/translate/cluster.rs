@@ -24,19 +24,17 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
 use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::{Duration, UInt32Value, UInt64Value};
-use pasa_proto::istio::destination_rule::{
+use pasa_istio::destination_rule::{
     ClientTlsMode, ClientTlsSettings, ConnectionPoolSettings, DestinationRule,
     OutlierDetection as IstioOutlier, TrafficPolicy,
 };
-use pasa_proto::istio::destination_rule::{
-    H2UpgradePolicy, HttpSettings, LoadBalancerSettings, SimpleLb,
-};
+use pasa_istio::destination_rule::{H2UpgradePolicy, HttpSettings, LoadBalancerSettings, SimpleLb};
 
 use envoy_types::util::pack_any;
 
-use pasa_proto::istio::common::Protocol;
+use pasa_istio::common::Protocol;
 
-use pasa_proto::node::ProxyType;
+use pasa_istio::node::ProxyType;
 
 use super::builders::{
     ads, duration, field_len, grpc_ads, http1_options, length_delimited, string_field,
@@ -366,8 +364,8 @@ struct Keepalive {
 impl Keepalive {
     /// `over`'s settings where it gives them, `self`'s elsewhere (istiod lays a
     /// DestinationRule's over the mesh config's, field by field).
-    fn under(self, over: &pasa_proto::istio::destination_rule::TcpKeepalive) -> Keepalive {
-        let seconds = |d: &Option<pasa_proto::istio::common::Duration>| {
+    fn under(self, over: &pasa_istio::destination_rule::TcpKeepalive) -> Keepalive {
+        let seconds = |d: &Option<pasa_istio::common::Duration>| {
             d.as_ref().map(|d| u32::try_from(d.seconds).unwrap_or(0))
         };
         Keepalive {
@@ -395,7 +393,7 @@ impl ClusterSettings {
     pub(crate) fn of(
         ips: &[std::net::IpAddr],
         cluster_id: &str,
-        mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>,
+        mesh: Option<&pasa_istio::mesh_config::MeshConfig>,
         peer_modes: PeerModes,
         preserve_case: bool,
     ) -> ClusterSettings {
@@ -411,10 +409,7 @@ impl ClusterSettings {
         let tcp_keepalive = mesh
             .and_then(|m| m.other.get("tcpKeepalive"))
             .and_then(|k| {
-                serde_json::from_value::<pasa_proto::istio::destination_rule::TcpKeepalive>(
-                    k.clone(),
-                )
-                .ok()
+                serde_json::from_value::<pasa_istio::destination_rule::TcpKeepalive>(k.clone()).ok()
             })
             .map(|k| Keepalive::default().under(&k));
         ClusterSettings {

@@ -11,7 +11,7 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LocalityLbEndpoints};
 use envoy_types::pb::google::protobuf::UInt32Value;
 
-use pasa_proto::label_selector::selects;
+use pasa_istio::label_selector::selects;
 use prost::Message;
 
 use super::builders::{field_len, length_delimited, string_field};

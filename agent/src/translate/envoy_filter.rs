@@ -46,12 +46,12 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::google::protobuf::Any;
 use pasa_envoy_json::merge::{self, Lists};
-use pasa_proto::istio::authorization_policy::applies_to_workload;
-use pasa_proto::istio::destination_rule::WorkloadSelector;
-use pasa_proto::istio::envoy_filter::{
+use pasa_istio::authorization_policy::applies_to_workload;
+use pasa_istio::destination_rule::WorkloadSelector;
+use pasa_istio::envoy_filter::{
     ApplyTo, EnvoyConfigObjectMatch, EnvoyFilter, Operation, PatchContext, RouteAction,
 };
-use pasa_proto::node::ProxyType;
+use pasa_istio::node::ProxyType;
 use prost::{Message, Name};
 use prost_reflect::DescriptorPool;
 use rustc_hash::FxHashMap;
@@ -296,7 +296,7 @@ fn proxy_matches(proxy: &Proxy, matching: &EnvoyConfigObjectMatch) -> bool {
 }
 
 /// The string-valued node metadata the agent knows of its proxy (what its bootstrap writes), of
-/// the keys [`pasa_proto::istio::envoy_filter::AGENT_KNOWN_METADATA`] lists (the injector keeps
+/// the keys [`pasa_istio::envoy_filter::AGENT_KNOWN_METADATA`] lists (the injector keeps
 /// pods that patches match on other keys with istiod).
 fn node_metadata(proxy: &Proxy, key: &str) -> Option<String> {
     Some(match key {
@@ -1142,7 +1142,7 @@ fn virtual_host_matches(vh: &VirtualHost, p: &Patch) -> bool {
         && (m.domain_name.is_empty() || vh.domains.contains(&m.domain_name))
 }
 
-fn route_match(p: &Patch) -> Option<&pasa_proto::istio::envoy_filter::RouteMatch> {
+fn route_match(p: &Patch) -> Option<&pasa_istio::envoy_filter::RouteMatch> {
     p.matching
         .route_configuration()?
         .vhost

@@ -47,9 +47,9 @@ use envoy_types::pb::envoy::extensions::wasm::v3::{
 };
 use envoy_types::pb::google::protobuf::{Any, Duration, StringValue};
 use envoy_types::util::pack_any;
-use pasa_proto::istio::authorization_policy::applies_to_workload;
-use pasa_proto::istio::extensions::{ImagePullSecret, TrafficExtension};
-use pasa_proto::node::ProxyType;
+use pasa_istio::authorization_policy::applies_to_workload;
+use pasa_istio::extensions::{ImagePullSecret, TrafficExtension};
+use pasa_istio::node::ProxyType;
 use prost::{Message, Name};
 
 use super::filters::{HCM, TCP_PROXY};
@@ -425,7 +425,7 @@ fn configuration(config: Option<&serde_json::Value>) -> Any {
 /// when the store has not got it, for pilot-agent to refuse the fetch, as istiod sends it).
 /// pilot-agent takes them out before the resource reaches Envoy.
 fn environment(
-    wasm: &pasa_proto::istio::extensions::WasmConfig,
+    wasm: &pasa_istio::extensions::WasmConfig,
     revision: u64,
     for_pilot_agent: Option<PullSecret<'_>>,
 ) -> Option<EnvironmentVariables> {

@@ -21,7 +21,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 use envoy_types::pb::google::protobuf::{Duration, UInt32Value};
 use envoy_types::util::pack_any;
 
-use pasa_proto::istio::virtual_service::RouteDestination;
+use pasa_istio::virtual_service::RouteDestination;
 
 use super::View;
 use super::builders::ads;

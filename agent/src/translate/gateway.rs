@@ -30,7 +30,7 @@ use envoy_types::pb::envoy::config::core::v3::{TrafficDirection, TransportSocket
 use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener,
 };
-use pasa_proto::istio::virtual_service::VirtualService;
+use pasa_istio::virtual_service::VirtualService;
 
 use super::endpoint::socket_address;
 use super::filters::{self, Routes};
@@ -83,7 +83,7 @@ fn bound_virtual_services<'v>(
         .registry
         .virtual_services()
         .filter(|vs| {
-            pasa_proto::visibility::exported_to(
+            pasa_istio::visibility::exported_to(
                 &vs.spec.export_to,
                 &vs.meta.namespace,
                 &view.proxy.config_namespace,
@@ -91,7 +91,7 @@ fn bound_virtual_services<'v>(
         })
         .filter(|vs| {
             vs.spec.gateways.iter().any(|g| {
-                pasa_proto::gateway::resolve_gateway_name(g, &vs.meta.namespace) == gateway
+                pasa_istio::gateway::resolve_gateway_name(g, &vs.meta.namespace) == gateway
             })
         })
         .collect();

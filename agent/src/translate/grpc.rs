@@ -33,7 +33,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
-use pasa_proto::istio::destination_rule::ClientTlsMode;
+use pasa_istio::destination_rule::ClientTlsMode;
 use prost::Message;
 
 use super::endpoint::socket_address;
@@ -89,7 +89,7 @@ pub(super) fn listeners_and_routes(view: &View<'_>, out: &mut Built) {
             );
             let routes = match view.virtual_service_for(&service.hostname) {
                 Some(vs) => {
-                    route::virtual_service_routes(vs, port.number, pasa_proto::gateway::MESH, view)
+                    route::virtual_service_routes(vs, port.number, pasa_istio::gateway::MESH, view)
                 }
                 None => Vec::new(),
             };

@@ -8,7 +8,7 @@ use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::{
 };
 use std::hash::{Hash, Hasher};
 
-use pasa_proto::istio::destination_rule::{DestinationRule, HashKey, TrafficPolicy};
+use pasa_istio::destination_rule::{DestinationRule, HashKey, TrafficPolicy};
 
 use super::builders::duration;
 use super::cluster::Policy;
@@ -55,7 +55,7 @@ pub(super) fn rule_fingerprint(dr: &DestinationRule) -> u64 {
             0u8.hash(h);
             return;
         };
-        let key = |lb: Option<&pasa_proto::istio::destination_rule::LoadBalancerSettings>| {
+        let key = |lb: Option<&pasa_istio::destination_rule::LoadBalancerSettings>| {
             lb.map(|lb| format!("{:?}", lb.consistent_hash()))
         };
         key(tp.load_balancer.as_ref()).hash(h);

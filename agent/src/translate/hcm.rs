@@ -24,8 +24,8 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::google::protobuf::{BoolValue, Duration};
 use envoy_types::util::pack_any;
-use pasa_proto::istio::mesh_config::MeshConfig;
-use pasa_proto::istio::proxy_config::MeshProxyConfig;
+use pasa_istio::mesh_config::MeshConfig;
+use pasa_istio::proxy_config::MeshProxyConfig;
 use prost::Name;
 use serde_json::Value;
 

@@ -1,5 +1,5 @@
 //! The `istio` filter metadata istiod puts on generated resources to name the config they came
-//! from (see [`pasa_proto::config_path`]): a cluster carries its DestinationRule, a route its
+//! from (see [`pasa_istio::config_path`]): a cluster carries its DestinationRule, a route its
 //! VirtualService. `pasactl proxy-config` (like istioctl) shows them as `name.namespace`.
 //!
 //! For Istio's proxy, clusters also carry the `services` they are for (host, name, namespace),
@@ -10,8 +10,8 @@
 
 use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind as ValueKind};
+use pasa_istio::config_path::{CONFIG_FIELD, FILTER_METADATA_KEY, config_path};
 use pasa_proto::Kind;
-use pasa_proto::config_path::{CONFIG_FIELD, FILTER_METADATA_KEY, config_path};
 
 use crate::model::registry::Meta;
 

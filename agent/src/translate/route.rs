@@ -31,13 +31,11 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent::DenominatorType};
 use envoy_types::pb::google::protobuf::{Any, Duration, UInt32Value};
 use envoy_types::util::pack_any;
-use pasa_proto::istio::virtual_service::{
+use pasa_istio::virtual_service::{
     AbortErrorType, BodySpecifier, DelayType, HeaderOperations, HttpRetry, HttpRoute, RedirectPort,
     RedirectPortSelection,
 };
-use pasa_proto::istio::virtual_service::{
-    Destination, MatchType, Percent, StringMatch, VirtualService,
-};
+use pasa_istio::virtual_service::{Destination, MatchType, Percent, StringMatch, VirtualService};
 
 use super::builders::duration;
 use super::{metadata, names};
@@ -160,11 +158,11 @@ pub(super) enum Semantics {
 impl Semantics {
     pub(super) fn of(annotations: &std::collections::BTreeMap<String, String>) -> Semantics {
         match annotations
-            .get(pasa_proto::ingress::ROUTE_SEMANTICS_ANNOTATION)
+            .get(pasa_istio::generated::ROUTE_SEMANTICS_ANNOTATION)
             .map(String::as_str)
         {
-            Some(pasa_proto::ingress::INGRESS_SEMANTICS) => Semantics::Ingress,
-            Some(pasa_proto::gateway_api::GATEWAY_SEMANTICS) => Semantics::Gateway,
+            Some(pasa_istio::generated::INGRESS_SEMANTICS) => Semantics::Ingress,
+            Some(pasa_istio::generated::GATEWAY_SEMANTICS) => Semantics::Gateway,
             _ => Semantics::Istio,
         }
     }
@@ -226,7 +224,7 @@ pub(super) fn http_routes(
                 && !m
                     .gateways
                     .iter()
-                    .any(|g| pasa_proto::gateway::resolve_gateway_name(g, namespace) == gateway)
+                    .any(|g| pasa_istio::gateway::resolve_gateway_name(g, namespace) == gateway)
             {
                 continue;
             }
@@ -318,7 +316,7 @@ fn gateway_action(action: &mut Action, rule: &HttpRoute, m: &RouteMatch) {
         ra.regex_rewrite = Some(RegexMatchAndSubstitute {
             pattern: Some(regex(&format!(
                 "^{}(/?)(.*)",
-                pasa_proto::regex::quote_meta(prefix)
+                pasa_istio::regex::quote_meta(prefix)
             ))),
             substitution: r"/\2".into(),
         });
@@ -596,11 +594,7 @@ fn action(
         timeout: Some(timeout),
         ..Default::default()
     };
-    let targets: Vec<(
-        String,
-        u32,
-        Option<&pasa_proto::istio::virtual_service::Headers>,
-    )> = rule
+    let targets: Vec<(String, u32, Option<&pasa_istio::virtual_service::Headers>)> = rule
         .route
         .iter()
         .filter_map(|d| {
@@ -775,7 +769,7 @@ fn decorate(
             let error_type = match &abort.error_type {
                 Some(AbortErrorType::HttpStatus(s)) => Some(ErrorType::HttpStatus(*s as u32)),
                 Some(AbortErrorType::GrpcStatus(name)) => {
-                    pasa_proto::istio::common::grpc_status_code(name).map(ErrorType::GrpcStatus)
+                    pasa_istio::common::grpc_status_code(name).map(ErrorType::GrpcStatus)
                 }
                 _ => None,
             };
@@ -798,7 +792,7 @@ fn decorate(
     }
 }
 
-fn cors_policy(cors: &pasa_proto::istio::virtual_service::CorsPolicy) -> Any {
+fn cors_policy(cors: &pasa_istio::virtual_service::CorsPolicy) -> Any {
     use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
     let mut origins: Vec<StringMatcher> = cors
         .allow_origins
@@ -833,7 +827,7 @@ fn cors_policy(cors: &pasa_proto::istio::virtual_service::CorsPolicy) -> Any {
         }),
         forward_not_matching_preflights: Some(envoy_types::pb::google::protobuf::BoolValue {
             value: cors.unmatched_preflights
-                != pasa_proto::istio::virtual_service::UnmatchedPreflights::Ignore,
+                != pasa_istio::virtual_service::UnmatchedPreflights::Ignore,
         }),
         ..Default::default()
     })
@@ -998,7 +992,7 @@ fn zero() -> Duration {
 /// The one destination a rule sends to: its only one, or its only one with a weight.
 fn single_destination(
     rule: &HttpRoute,
-) -> Option<&pasa_proto::istio::virtual_service::HttpRouteDestination> {
+) -> Option<&pasa_istio::virtual_service::HttpRouteDestination> {
     let with_destination: Vec<_> = rule
         .route
         .iter()
@@ -1029,7 +1023,7 @@ struct HeaderEdits {
 }
 
 impl HeaderEdits {
-    fn of(headers: &pasa_proto::istio::virtual_service::Headers) -> HeaderEdits {
+    fn of(headers: &pasa_istio::virtual_service::Headers) -> HeaderEdits {
         let mut edits = HeaderEdits::default();
         if let Some(req) = &headers.request {
             edits.request_add = header_options(req);

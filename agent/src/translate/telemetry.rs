@@ -58,12 +58,12 @@ use envoy_types::pb::opentelemetry::proto::common::v1::{
     AnyValue, KeyValue, KeyValueList, any_value,
 };
 use envoy_types::util::pack_any;
-use pasa_proto::istio::authorization_policy::{applies_to_workload, target_refs};
-use pasa_proto::istio::mesh_config::{
+use pasa_istio::authorization_policy::{applies_to_workload, target_refs};
+use pasa_istio::mesh_config::{
     AccessLogProvider, BUILTIN_ACCESS_LOG_PROVIDER, MeshConfig, access_log_provider,
 };
-use pasa_proto::istio::telemetry::{AccessLogging, Metrics, Telemetry};
-use pasa_proto::node::ProxyType;
+use pasa_istio::node::ProxyType;
+use pasa_istio::telemetry::{AccessLogging, Metrics, Telemetry};
 use prost::Message;
 use serde_json::{Map, Value};
 

@@ -1571,7 +1571,7 @@ fn authorization_policies_put_rbac_first_on_the_inbound_side_and_on_routers() {
     };
     let mut router = crate::testing::router("10.0.0.50");
     router.labels.insert(
-        pasa_proto::istio::authorization_policy::GATEWAY_NAME_LABEL.into(),
+        pasa_istio::authorization_policy::GATEWAY_NAME_LABEL.into(),
         "web".into(),
     );
     let filters = |policy: Resource| {

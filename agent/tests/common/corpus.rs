@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use pasa_agent::mesh::{InboundPolicy, MeshSettings, OutboundPolicy};
 use pasa_agent::model::proxy::{Flags, Proxy};
 use pasa_agent::simulate::{Call, ChainTls, TrafficError};
-use pasa_proto::node::ProxyType;
+use pasa_istio::node::ProxyType;
 use pasa_proto::store::v1::Resource;
 use pasa_proto::{Kind, Object};
 use serde::Deserialize;
@@ -265,7 +265,8 @@ fn store_resource(doc: &Value, domain_suffix: &str) -> Result<Resource, String> 
             .collect::<Vec<_>>()
             .join("; ")
     };
-    let obj = Object::from_json(doc, "default").map_err(joined)?;
+    let obj = Object::from_json(doc, "default", pasa_istio::generated::is_generated_object)
+        .map_err(joined)?;
     let index = pasa_store::index::extract::index_keys(&obj, domain_suffix).map_err(joined)?;
     let mut resource = obj.to_resource();
     resource.index = Some(index);

@@ -10,8 +10,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use pasa_proto::digest::sha256_hex as sha256;
-use pasa_proto::istio::extensions::ImagePullSecret;
+use pasa_istio::digest::sha256_hex as sha256;
+use pasa_istio::extensions::ImagePullSecret;
 use serde_json::json;
 
 pub const TOKEN: &str = "anonymous-token";

@@ -448,7 +448,12 @@ mod tests {
             let doc = json!({"apiVersion": o.api_version, "kind": o.kind,
                 "metadata": {"name": o.name, "namespace": o.namespace},
                 "spec": serde_json::from_str::<Value>(&o.spec_json).expect("JSON")});
-            let obj = pasa_proto::Object::from_json(&doc, "default").expect("a sound object");
+            let obj = pasa_proto::Object::from_json(
+                &doc,
+                "default",
+                pasa_istio::generated::is_generated_object,
+            )
+            .expect("a sound object");
             let report = pasa_validation::validation::validate(&obj);
             assert!(
                 report.errors.is_empty(),

@@ -2,7 +2,7 @@
 //! annotations, spec), a Service becomes the `ServiceEndpoints` object of
 //! its name (addresses, ports, selector, `ExternalName`, `exportTo`), and each of its
 //! EndpointSlices a part of its endpoints (`<slice>.endpointslice`, see
-//! `pasa_proto::service_endpoints`), its ready endpoints with what istiod reads of their pods
+//! `pasa_istio::service_endpoints`), its ready endpoints with what istiod reads of their pods
 //! (labels, service account, network) and nodes (locality). Everything written carries the label
 //! `pasa.io/cluster: <cluster ID>`: what the syncer of that cluster owns.
 
@@ -13,10 +13,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::DynamicObject;
+use pasa_istio::persistent_session::PersistentSession;
+use pasa_istio::service_endpoints::SLICE_NAME_SUFFIX;
+use pasa_istio::workload_entry;
 use pasa_proto::Kind;
-use pasa_proto::istio::persistent_session::PersistentSession;
-use pasa_proto::istio::workload_entry;
-use pasa_proto::service_endpoints::SLICE_NAME_SUFFIX;
 use serde_json::{Map, Value, json};
 
 /// The label on every object a cluster's syncer writes: its cluster ID.

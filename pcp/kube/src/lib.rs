@@ -1,5 +1,7 @@
 //! PASA's link to Kubernetes: the syncer that keeps the store's copy of a cluster's services and
-//! endpoints (and the namespaces the injecting webhook reads) equal to the cluster's.
+//! endpoints (and the namespaces the injecting webhook reads) equal to the cluster's, and the
+//! conversions it runs, of Kubernetes Ingresses ([`ingress`]) and the Gateway API
+//! ([`gateway_api`]) into the Istio config istiod generates from them.
 pub mod connect;
 pub mod convert;
 #[cfg(feature = "fake-apiserver")]

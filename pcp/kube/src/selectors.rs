@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use pasa_proto::label_selector::LabelSelector;
+use pasa_istio::label_selector::LabelSelector;
 
 /// The namespaces a mesh discovers.
 #[derive(Debug, Clone, Default)]

@@ -16,14 +16,14 @@
 //!   everything is compared: objects the syncer owns (labelled `pasa.io/cluster: <ID>`) that the
 //!   cluster no longer has, deleted while PCP was down or while a watch was away, are deleted.
 //! - Ingresses are not stored as such: those Istio serves become the Gateways and
-//!   VirtualServices istiod generates for them (`pasa_proto::ingress`), worked out again over
+//!   VirtualServices istiod generates for them ([`crate::ingress`]), worked out again over
 //!   every Ingress when one of them, an IngressClass or a Service changes, and written like any
 //!   other object the syncer owns (the store compares them, so an unchanged one is not written).
 //! - Gateway API objects (Gateways, HTTP, gRPC, TCP and TLS routes, ReferenceGrants, with the
 //!   GatewayClasses and the certificate keys of Secrets and ConfigMaps) are not stored as such
 //!   either: they become the Gateways and VirtualServices istiod generates
-//!   (`pasa_proto::gateway_api`), worked out again when one of them, a Service, a ServiceEntry,
-//!   a namespace, or a certificate changes ([`crate::gateway_api`]).
+//!   ([`crate::gateway_api`]), worked out again when one of them, a Service, a ServiceEntry,
+//!   a namespace, or a certificate changes ([`crate::gateway_api::cluster`]).
 //! - A write the store refuses (an object Kubernetes accepted but istiod would not) is logged
 //!   and counted, and what was stored before stays; a store that cannot be reached is retried
 //!   with backoff.
@@ -95,9 +95,9 @@ pub struct SyncConfig {
     pub discovery: DiscoverySelectors,
     /// How Ingresses are served (the mesh config's ingress fields, the domain suffix, where
     /// generated Gateways go).
-    pub ingress: pasa_proto::ingress::Settings,
+    pub ingress: ingress::Settings,
     /// How Gateway API objects are converted (the domain suffix, the built-in classes).
-    pub gateway_api: pasa_proto::gateway_api::Settings,
+    pub gateway_api: gateway_api::Settings,
     /// Endpoints that are not ready are written (`ready: false`, which proxies get as
     /// UNHEALTHY), as istiod sends them with `PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS` (its
     /// default); without, they are left out.
@@ -223,7 +223,7 @@ impl Change {
 
 /// The resource name of a Gateway API kind (`httproutes.gateway.networking.k8s.io`).
 fn gateway_api_resource(kind: &'static str) -> &'static str {
-    let known = gateway_api::KINDS.iter().find(|k| k.kind == kind);
+    let known = gateway_api::cluster::KINDS.iter().find(|k| k.kind == kind);
     known.map_or(kind, |k| k.resource)
 }
 
@@ -390,7 +390,7 @@ struct Syncing<T> {
     gateway_api_changed: bool,
     /// The names the Gateway API objects mention, as of the last conversion: only changes of
     /// Services, Secrets and ConfigMaps of those names convert again.
-    mentioned: gateway_api::Mentioned,
+    mentioned: gateway_api::cluster::Mentioned,
     /// The Gateway API objects the last conversion could not read (each logged once).
     unreadable: BTreeSet<String>,
     /// The registry credentials of the pull secrets Wasm extensions name, by key.
@@ -514,8 +514,8 @@ async fn run<T: Target>(
     let secrets = if gateways || extensions {
         let (secrets, secret_events) = follow_selected(
             Api::<Secret>::all(client.clone()),
-            watcher::Config::default().fields(gateway_api::SECRETS_FIELD_SELECTOR),
-            gateway_api::trim_secret,
+            watcher::Config::default().fields(gateway_api::cluster::SECRETS_FIELD_SELECTOR),
+            gateway_api::cluster::trim_secret,
             "secrets",
             metrics.clone(),
         );
@@ -528,7 +528,7 @@ async fn run<T: Target>(
     let config_maps = if gateways {
         let (config_maps, config_map_events) = follow(
             Api::<ConfigMap>::all(client.clone()),
-            gateway_api::trim_config_map,
+            gateway_api::cluster::trim_config_map,
             "configmaps",
             metrics.clone(),
         );
@@ -577,7 +577,7 @@ async fn run<T: Target>(
         ingresses_changed: true,
         derived_gateway_api: BTreeMap::new(),
         gateway_api_changed: true,
-        mentioned: gateway_api::Mentioned::default(),
+        mentioned: gateway_api::cluster::Mentioned::default(),
         unreadable: BTreeSet::new(),
         derived_pull_secrets: BTreeMap::new(),
         pull_secrets_named: BTreeSet::new(),
@@ -640,7 +640,7 @@ async fn run<T: Target>(
 /// The Istio and Gateway API kinds the cluster serves, each at the version read.
 struct ServedKinds {
     istio: Vec<(Kind, ApiResource)>,
-    gateway_api: Vec<(&'static gateway_api::GatewayApiKind, ApiResource)>,
+    gateway_api: Vec<(&'static gateway_api::cluster::GatewayApiKind, ApiResource)>,
     /// Istio kinds without a CRD in the cluster, by resource name.
     unserved: Vec<String>,
 }
@@ -659,7 +659,7 @@ async fn discover(
     #[derive(Clone, Copy)]
     enum Wanted {
         Istio(Kind),
-        GatewayApi(&'static gateway_api::GatewayApiKind),
+        GatewayApi(&'static gateway_api::cluster::GatewayApiKind),
     }
     let mut pending: Vec<Wanted> = Kind::ALL
         .into_iter()
@@ -667,11 +667,11 @@ async fn discover(
         .map(Wanted::Istio)
         .collect();
     pending.extend(
-        gateway_api::KINDS
+        gateway_api::cluster::KINDS
             .iter()
             .filter(|k| match k.group {
-                pasa_proto::gateway_api::ALPHA_GROUP => config.gateway_api.alpha,
-                pasa_proto::gateway_api::INFERENCE_GROUP => config.gateway_api.inference,
+                gateway_api::ALPHA_GROUP => config.gateway_api.alpha,
+                gateway_api::INFERENCE_GROUP => config.gateway_api.inference,
                 _ => true,
             })
             .map(Wanted::GatewayApi),
@@ -926,7 +926,7 @@ impl<T: Target> Syncing<T> {
     /// Works out again what the served Ingresses of selected namespaces become, and marks the
     /// keys of what they became before and now to be compared.
     fn derive_from_ingresses(&mut self) {
-        let derived = ingress::derive(
+        let derived = ingress::cluster::derive(
             &self.stores.ingresses,
             &self.stores.ingress_classes,
             &self.stores.services,
@@ -940,7 +940,7 @@ impl<T: Target> Syncing<T> {
     /// Works out again what the Gateway API objects of selected namespaces become, and marks
     /// the keys of what they became before and now to be compared.
     fn derive_from_gateway_api(&mut self) {
-        let sources = gateway_api::Sources {
+        let sources = gateway_api::cluster::Sources {
             objects: &self.stores.gateway_api,
             services: &self.stores.services,
             namespaces: &self.stores.namespaces,
@@ -948,8 +948,8 @@ impl<T: Target> Syncing<T> {
             config_maps: &self.stores.config_maps,
             service_entries: self.stores.configs.get(&Kind::ServiceEntry),
         };
-        self.mentioned = gateway_api::Mentioned::of(&self.stores.gateway_api);
-        let derived = gateway_api::derive(
+        self.mentioned = gateway_api::cluster::Mentioned::of(&self.stores.gateway_api);
+        let derived = gateway_api::cluster::derive(
             &sources,
             &self.config.gateway_api,
             &self.config.cluster_id,

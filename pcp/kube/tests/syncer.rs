@@ -104,8 +104,8 @@ fn start_as(
     let config = SyncConfig {
         cluster_id: "Kubernetes".into(),
         discovery,
-        ingress: pasa_proto::ingress::Settings::default(),
-        gateway_api: pasa_proto::gateway_api::Settings::default(),
+        ingress: pasa_kube::ingress::Settings::default(),
+        gateway_api: pasa_kube::gateway_api::Settings::default(),
         send_unhealthy_endpoints: true,
         api_server: format!("http://{}", fake.addr),
     };
@@ -857,8 +857,8 @@ async fn ingresses_become_gateways_and_virtual_services() {
 /// they follow route changes, a certificate going away, and deletions.
 #[tokio::test]
 async fn gateway_api_objects_become_gateways_and_virtual_services() {
+    use pasa_kube::gateway_api::GROUP;
     use pasa_proto::Kind;
-    use pasa_proto::gateway_api::GROUP;
     let fake = FakeApiServer::start().await;
     fake.put_namespace("shop", &[]);
     fake.put(service("shop", "web", 8080));

@@ -22,10 +22,8 @@ pub mod sidecar;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube::core::admission::{AdmissionResponse, Operation};
+use pasa_istio::proxy_config::{MeshProxyConfig, NamespacedProxyConfig, ProxyConfig, effective};
 use pasa_kube::namespaces::Namespaces;
-use pasa_proto::istio::proxy_config::{
-    MeshProxyConfig, NamespacedProxyConfig, ProxyConfig, effective,
-};
 use serde_json::Value;
 
 use super::review::{self, AdmissionRequest};
@@ -226,15 +224,15 @@ enum PatchError {
 fn stored_mesh_config(
     resources: &[pasa_proto::store::v1::Resource],
     root_namespace: &str,
-) -> Option<pasa_proto::istio::mesh_config::MeshConfig> {
+) -> Option<pasa_istio::mesh_config::MeshConfig> {
     resources
         .iter()
         .find(|r| {
             r.kind == pasa_proto::Kind::MeshConfig.as_str()
                 && r.namespace == root_namespace
-                && r.name == pasa_proto::istio::mesh_config::MESH_CONFIG_NAME
+                && r.name == pasa_istio::mesh_config::MESH_CONFIG_NAME
         })
-        .and_then(|r| pasa_proto::istio::parse_spec_json(&r.spec_json).ok())
+        .and_then(|r| pasa_istio::parse_spec_json(&r.spec_json).ok())
 }
 
 /// What the store says of proxies' settings, for a standalone pod's: the mesh config's
@@ -255,8 +253,8 @@ impl StoredSettings {
         resources: &[pasa_proto::store::v1::Resource],
         root_namespace: &str,
     ) -> StoredSettings {
+        use pasa_istio::parse_spec_json;
         use pasa_proto::Kind;
-        use pasa_proto::istio::parse_spec_json;
         let mesh_default = stored_mesh_config(resources, root_namespace)
             .map(|m| m.default_config())
             .unwrap_or_default();
@@ -286,7 +284,7 @@ impl StoredSettings {
     }
 
     /// The settings of a pod in `namespace` with `labels` and its `annotated` ones, as Istio's
-    /// injection works them out (see [`pasa_proto::istio::proxy_config::effective`]).
+    /// injection works them out (see [`pasa_istio::proxy_config::effective`]).
     pub fn effective(
         &self,
         namespace: &str,
@@ -348,18 +346,18 @@ pub fn unenforced_policies(
 ) -> Vec<String> {
     // Next to Istio's proxy, the agent sends Istio's metrics filters; upstream Envoy has none.
     let istio_proxy = sidecar::mode(pod).0 == sidecar::Mode::NextToIstio;
-    use pasa_proto::Kind;
-    use pasa_proto::istio::authorization_policy::{
+    use pasa_istio::authorization_policy::{
         Action, AuthorizationPolicy, PolicyTargetReference, WorkloadPolicy, applies_to_workload,
         target_refs,
     };
+    use pasa_proto::Kind;
     let owned =
         |refs: Vec<&PolicyTargetReference>| -> Targets { refs.into_iter().cloned().collect() };
-    use pasa_proto::istio::destination_rule::WorkloadSelector;
-    use pasa_proto::istio::extensions::{TrafficExtension, WasmPlugin};
-    use pasa_proto::istio::parse_spec_json;
-    use pasa_proto::istio::request_authentication::{KeySetSource, RequestAuthentication};
-    use pasa_proto::istio::telemetry::Telemetry;
+    use pasa_istio::destination_rule::WorkloadSelector;
+    use pasa_istio::extensions::{TrafficExtension, WasmPlugin};
+    use pasa_istio::parse_spec_json;
+    use pasa_istio::request_authentication::{KeySetSource, RequestAuthentication};
+    use pasa_istio::telemetry::Telemetry;
     let labels: BTreeMap<String, String> = pod
         .pointer("/metadata/labels")
         .and_then(|l| serde_json::from_value(l.clone()).ok())
@@ -495,7 +493,7 @@ pub fn move_warnings(
     root_namespace: &str,
     policies: &[pasa_proto::store::v1::Resource],
 ) -> Vec<String> {
-    use pasa_proto::istio::mesh_config::is_prometheus;
+    use pasa_istio::mesh_config::is_prometheus;
     if sidecar::mode(pod).0 != sidecar::Mode::Standalone {
         return Vec::new();
     }
@@ -520,7 +518,7 @@ pub fn move_warnings(
 }
 
 /// The `targetRef(s)` a policy attaches by.
-type Targets = Vec<pasa_proto::istio::authorization_policy::PolicyTargetReference>;
+type Targets = Vec<pasa_istio::authorization_policy::PolicyTargetReference>;
 
 /// Whether the agent applies all of `t` as istiod does: metrics only for Istio's proxy
 /// (`istio_proxy`: upstream Envoy has no `istio.stats`); access logging to providers
@@ -528,11 +526,11 @@ type Targets = Vec<pasa_proto::istio::authorization_policy::PolicyTargetReferenc
 /// providers that do not log are skipped by both); tracing to providers that are tracers the
 /// agent builds (the first named, or the mesh's first default one).
 fn applied_telemetry(
-    t: &pasa_proto::istio::telemetry::Telemetry,
-    mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>,
+    t: &pasa_istio::telemetry::Telemetry,
+    mesh: Option<&pasa_istio::mesh_config::MeshConfig>,
     istio_proxy: bool,
 ) -> bool {
-    use pasa_proto::istio::mesh_config::{MeshConfig, access_log_provider};
+    use pasa_istio::mesh_config::{MeshConfig, access_log_provider};
     let defaults = mesh
         .map(MeshConfig::default_access_log_providers)
         .unwrap_or_default();
@@ -606,13 +604,13 @@ fn envoy_filter_attachment(
     spec_json: &str,
     istio_proxy: bool,
 ) -> Option<(
-    Option<pasa_proto::istio::destination_rule::WorkloadSelector>,
+    Option<pasa_istio::destination_rule::WorkloadSelector>,
     Targets,
 )> {
-    use pasa_proto::istio::envoy_filter::{
+    use pasa_istio::envoy_filter::{
         AGENT_KNOWN_METADATA, ApplyTo, EnvoyConfigObjectPatch, EnvoyFilter, PatchContext,
     };
-    let Ok(spec) = pasa_proto::istio::parse_spec_json::<EnvoyFilter>(spec_json) else {
+    let Ok(spec) = pasa_istio::parse_spec_json::<EnvoyFilter>(spec_json) else {
         return Some((None, Vec::new()));
     };
     let unapplied = |p: &EnvoyConfigObjectPatch| {
@@ -639,11 +637,11 @@ fn envoy_filter_attachment(
     if !spec.config_patches.iter().flatten().any(unapplied) {
         return None;
     }
-    let selector =
-        spec.workload_selector
-            .map(|s| pasa_proto::istio::destination_rule::WorkloadSelector {
-                match_labels: s.labels,
-            });
+    let selector = spec
+        .workload_selector
+        .map(|s| pasa_istio::destination_rule::WorkloadSelector {
+            match_labels: s.labels,
+        });
     Some((selector, spec.target_refs))
 }
 
@@ -1136,7 +1134,7 @@ mod tests {
             policy(
                 "JsonWebKeySet",
                 "istio-system",
-                &pasa_proto::istio::request_authentication::KeySetSource::Uri(
+                &pasa_istio::request_authentication::KeySetSource::Uri(
                     "https://b.example.com/keys".into(),
                 )
                 .object_name(),

@@ -202,7 +202,11 @@ pub fn check_documents_by(
                 continue;
             }
         }
-        match Object::from_json(doc, default_namespace) {
+        match Object::from_json(
+            doc,
+            default_namespace,
+            pasa_istio::generated::is_generated_object,
+        ) {
             Err(problems) => {
                 let reference = reference_of(doc, default_namespace);
                 checked.errors.extend(
@@ -446,7 +450,7 @@ mod tests {
             .map(|_| {
                 let started = std::time::Instant::now();
                 let mut checked = check_documents(&docs, "default");
-                analyze(&mut checked, &[], pasa_proto::host::DEFAULT_DOMAIN_SUFFIX);
+                analyze(&mut checked, &[], pasa_istio::host::DEFAULT_DOMAIN_SUFFIX);
                 std::hint::black_box(&checked);
                 started.elapsed().as_secs_f64()
             })

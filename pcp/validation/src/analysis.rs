@@ -7,13 +7,13 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use pasa_proto::gateway::{MESH, resolve_gateway_name};
-use pasa_proto::host::{matches, resolve_short_name};
-use pasa_proto::istio::destination_rule::DestinationRule;
-use pasa_proto::istio::parse_spec;
-use pasa_proto::istio::virtual_service::{Destination, VirtualService};
+use pasa_istio::destination_rule::DestinationRule;
+use pasa_istio::gateway::{MESH, resolve_gateway_name};
+use pasa_istio::host::{matches, resolve_short_name};
+use pasa_istio::parse_spec;
+use pasa_istio::virtual_service::{Destination, VirtualService};
+use pasa_istio::visibility::exported_to;
 use pasa_proto::store::v1::{Rule, Subscription};
-use pasa_proto::visibility::exported_to;
 use pasa_proto::{Kind, Object};
 
 use crate::validation::{Path, Problem};
@@ -301,10 +301,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const D: &str = pasa_proto::host::DEFAULT_DOMAIN_SUFFIX;
+    const D: &str = pasa_istio::host::DEFAULT_DOMAIN_SUFFIX;
 
     fn object(doc: serde_json::Value) -> Object {
-        Object::from_json(&doc, "default").unwrap()
+        Object::from_json(&doc, "default", pasa_istio::generated::is_generated_object).unwrap()
     }
 
     fn vs(ns: &str, spec: serde_json::Value) -> Object {

@@ -151,7 +151,7 @@ pub fn validate(obj: &Object) -> Report {
 pub fn validate_by(obj: &Object, author: Author) -> Report {
     let mut report = Report::default();
     let generated =
-        author == Author::Generator && pasa_proto::gateway_api::is_generated(&obj.annotations);
+        author == Author::Generator && pasa_istio::generated::is_generated(&obj.annotations);
     common::validate_metadata(obj, generated, &mut report);
     // The store keeps istiod's generated names (`~`); users may not write one.
     if !generated && let Err(message) = pasa_proto::object::check_name(&obj.name) {
@@ -161,7 +161,7 @@ pub fn validate_by(obj: &Object, author: Author) -> Report {
         // istiod does not validate what it generates (a backend it cannot resolve becomes an
         // empty destination, a listener admitting no namespace the host `~/...`); the spec must
         // still read as its kind, for the agents.
-        use pasa_proto::istio::{destination_rule, gateway, virtual_service};
+        use pasa_istio::{destination_rule, gateway, virtual_service};
         match obj.kind {
             Kind::VirtualService => {
                 parse::<virtual_service::VirtualService>(obj, &mut report);
@@ -205,7 +205,7 @@ pub fn validate_by(obj: &Object, author: Author) -> Report {
 
 /// Parses the spec into its model; a parse error is recorded and ends validation of the object.
 pub fn parse<T: DeserializeOwned>(obj: &Object, report: &mut Report) -> Option<T> {
-    match pasa_proto::istio::parse_spec(&obj.spec) {
+    match pasa_istio::parse_spec(&obj.spec) {
         Ok(spec) => Some(spec),
         Err(e) => {
             report.errors.push(e.into());
@@ -223,6 +223,7 @@ pub(crate) fn check_security(kind: &str, spec: serde_json::Value) -> Report {
         "apiVersion": "security.istio.io/v1", "kind": kind,
         "metadata": {"name": "p", "namespace": "bar"}, "spec": spec}),
         "default",
+        pasa_istio::generated::is_generated_object,
     )
     .expect("a sound object");
     validate(&obj)

@@ -49,13 +49,14 @@ fn conformance_dir() -> Option<PathBuf> {
 }
 
 fn check(doc: &Value) -> Result<Report, String> {
-    let obj = Object::from_json(doc, "default").map_err(|errors| {
-        errors
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
-    })?;
+    let obj = Object::from_json(doc, "default", pasa_istio::generated::is_generated_object)
+        .map_err(|errors| {
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
     Ok(validation::validate(&obj))
 }
 

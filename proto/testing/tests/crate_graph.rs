@@ -1,6 +1,10 @@
-//! The workspace's crates depend on each other one way, test code included, and the two that run
-//! beside every proxy or on every laptop link no storage engine: the agent (in every pod) and
-//! `pasactl`, nor what they stand on. Read from `cargo metadata`, so a new dependency that breaks a rule fails here.
+//! The workspace's crates depend on each other one way, test code included, in layers: the wire
+//! (`pasa-proto`) stands on nothing of the workspace but `pasa-runtime`, Istio's model
+//! (`pasa-istio`) on the wire alone, and the rest on those. The two that run beside every proxy
+//! or on every laptop link no storage engine: the agent (in every pod) and `pasactl`, nor what
+//! they stand on; nor do they link the Kubernetes client, which the syncer's conversions bring
+//! (the agent's tests may run those). Read from `cargo metadata`, so a new dependency that breaks
+//! a rule fails here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -72,6 +76,7 @@ fn the_agent_and_pasactl_link_no_storage_engine() {
         "pasa-agent",
         "pasactl",
         "pasa-validation",
+        "pasa-istio",
         "pasa-proto",
         "pasa-runtime",
     ] {
@@ -111,13 +116,42 @@ fn only_pasa_tikv_depends_on_tikv_client() {
 #[test]
 fn only_pcp_links_the_kubernetes_client() {
     let graph = graph();
-    for package in ["pasa-agent", "pasactl", "pasa-store", "pasa-validation"] {
+    for package in [
+        "pasa-agent",
+        "pasactl",
+        "pasa-store",
+        "pasa-validation",
+        "pasa-istio",
+        "pasa-proto",
+    ] {
         let linked = linked(&graph, package);
         for banned in ["kube", "k8s-openapi", "pasa-kube"] {
             assert!(
                 !linked.contains(banned),
                 "{package} links {banned}: the Kubernetes client belongs to pasa-kube, which only \
-                 PCP uses"
+                 PCP links (tests may run its conversions as a dev-dependency)"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_wire_stands_on_runtime_alone_and_istios_model_on_the_wire() {
+    // Every kind of dependency counts: the wire knows nothing of Istio's semantics, and Istio's
+    // model nothing of the store, PCP or the agent.
+    let graph = graph();
+    let layers: [(&str, &[&str]); 2] = [
+        ("pasa-proto", &["pasa-runtime"]),
+        ("pasa-istio", &["pasa-proto", "pasa-runtime"]),
+    ];
+    for (package, allowed) in layers {
+        let deps = graph
+            .get(package)
+            .unwrap_or_else(|| panic!("{package} is a workspace crate"));
+        for (dep, kind) in deps {
+            assert!(
+                dep == package || allowed.contains(&dep.as_str()),
+                "{package} depends on {dep} ({kind}); it may depend only on {allowed:?}"
             );
         }
     }

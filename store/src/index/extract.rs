@@ -4,9 +4,9 @@
 //! (the `namespace/` prefix dropped) and the Gateway itself as `namespace/name`, and the FQDN of a
 //! ServiceEndpoints' service (for a part of a service's endpoints, the service it names).
 
+use pasa_istio::gateway::{MESH, resolve_gateway_name};
+use pasa_istio::host::{check_pattern, resolve_short_name, service_fqdn};
 use pasa_proto::Kind;
-use pasa_proto::gateway::{MESH, resolve_gateway_name};
-use pasa_proto::host::{check_pattern, resolve_short_name, service_fqdn};
 use pasa_proto::object::{FieldError, Object};
 use pasa_proto::store::v1::IndexKeys;
 use serde_json::Value;
@@ -154,7 +154,8 @@ mod tests {
     use serde_json::json;
 
     fn keys_of(doc: Value) -> Result<IndexKeys, Vec<FieldError>> {
-        let obj = Object::from_json(&doc, "default").expect("structurally valid");
+        let obj = Object::from_json(&doc, "default", pasa_istio::generated::is_generated_object)
+            .expect("structurally valid");
         index_keys(&obj, "cluster.local")
     }
 

@@ -31,8 +31,8 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::envoy::r#type::v3::{HttpStatus, StatusCode};
 use envoy_types::pb::google::protobuf::Duration;
 use envoy_types::util::pack_any;
-use pasa_proto::istio::authorization_policy::Action;
-use pasa_proto::istio::mesh_config::{ExtAuthzGrpc, ExtAuthzHttp, MeshConfig, RequestBody};
+use pasa_istio::authorization_policy::Action;
+use pasa_istio::mesh_config::{ExtAuthzGrpc, ExtAuthzHttp, MeshConfig, RequestBody};
 
 use crate::translate::providers::{KnownService, cluster};
 
@@ -376,7 +376,7 @@ fn target(
     Some((hostname, cluster, status))
 }
 
-fn timeout(t: Option<&pasa_proto::istio::common::Duration>) -> Duration {
+fn timeout(t: Option<&pasa_istio::common::Duration>) -> Duration {
     match t {
         Some(t) => Duration {
             seconds: t.seconds,

@@ -23,7 +23,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType as HttpConfigType;
 use envoy_types::pb::google::protobuf::Empty;
 use envoy_types::util::pack_any;
-use pasa_proto::istio::request_authentication::JwtRule;
+use pasa_istio::request_authentication::JwtRule;
 
 use super::{JWT_FILTER, JWT_PAYLOAD};
 

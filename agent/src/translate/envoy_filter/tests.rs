@@ -475,7 +475,7 @@ fn a_gateway_route_matches_by_the_service_port_its_listener_serves() {
 fn the_metadata_keys_the_injector_trusts_the_agent_with_are_known() {
     let mut proxy = reviews_workload();
     proxy.network = "net-1".into();
-    for key in pasa_proto::istio::envoy_filter::AGENT_KNOWN_METADATA {
+    for key in pasa_istio::envoy_filter::AGENT_KNOWN_METADATA {
         assert!(super::node_metadata(&proxy, key).is_some(), "{key}");
     }
 }

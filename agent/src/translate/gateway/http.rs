@@ -16,8 +16,8 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 };
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
-use pasa_proto::host;
-use pasa_proto::istio::gateway::{Server, ServerTlsSettings, TlsMode, TlsProtocol};
+use pasa_istio::gateway::{Server, ServerTlsSettings, TlsMode, TlsProtocol};
+use pasa_istio::host;
 
 use super::super::{View, cluster, hcm, route, sds, session};
 use super::bound_virtual_services;

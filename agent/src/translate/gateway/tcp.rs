@@ -8,9 +8,9 @@ use std::collections::HashMap;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use pasa_proto::istio::common::Protocol;
-use pasa_proto::istio::gateway::TlsMode;
-use pasa_proto::istio::virtual_service::VirtualService;
+use pasa_istio::common::Protocol;
+use pasa_istio::gateway::TlsMode;
+use pasa_istio::virtual_service::VirtualService;
 use prost::Message;
 
 use super::super::{Built, Generator, View, cluster, filters, names};
@@ -73,7 +73,7 @@ fn serves_hosts_of(bound: &Bound<'_>, vs: &Config<VirtualService>) -> bool {
         vs.spec
             .hosts
             .iter()
-            .any(|v| pasa_proto::host::matches(pattern, v))
+            .any(|v| pasa_istio::host::matches(pattern, v))
     })
 }
 
@@ -84,7 +84,7 @@ fn l4_match(port: u32, gateways: &[String], vs_namespace: &str, bound: &Bound<'_
         && (gateways.is_empty()
             || gateways
                 .iter()
-                .any(|g| pasa_proto::gateway::resolve_gateway_name(g, vs_namespace) == gateway))
+                .any(|g| pasa_istio::gateway::resolve_gateway_name(g, vs_namespace) == gateway))
 }
 
 /// The TCP proxy of the first `tcp` route of a bound VirtualService that matches the server.
@@ -226,7 +226,7 @@ pub(super) fn sni_dnat_clusters(view: &View<'_>, out: &mut Built) {
             dr.as_deref(),
             Generator::Envoy,
             (
-                pasa_proto::node::ProxyType::Router,
+                pasa_istio::node::ProxyType::Router,
                 view.proxy.build,
                 &view.cluster_settings,
             ),

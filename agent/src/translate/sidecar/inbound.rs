@@ -36,8 +36,8 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher:
 use envoy_types::pb::envoy::r#type::v3::Int32Range;
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
-use pasa_proto::istio::common::Protocol;
-use pasa_proto::istio::gateway::{ServerTlsSettings, TlsMode};
+use pasa_istio::common::Protocol;
+use pasa_istio::gateway::{ServerTlsSettings, TlsMode};
 
 use super::super::authz::ProxyAuthz as Authz;
 use super::super::cluster::{self};
@@ -49,8 +49,8 @@ use crate::model::authn::{MergedPolicy, MtlsMode};
 use crate::model::proxy::ProxyBuild;
 use crate::model::registry::{Config, Meta};
 use crate::model::secrets;
-use pasa_proto::istio::destination_rule::DestinationRule;
-use pasa_proto::istio::virtual_service::HttpRetry;
+use pasa_istio::destination_rule::DestinationRule;
+use pasa_istio::virtual_service::HttpRetry;
 
 const MTLS_HTTP_ALPNS: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
 const ALL_ISTIO_MTLS_ALPNS: [&str; 5] = [
@@ -541,7 +541,7 @@ pub(super) struct MeshMtls {
 }
 
 impl MeshMtls {
-    pub(super) fn of(mesh: Option<&pasa_proto::istio::mesh_config::MeshConfig>) -> MeshMtls {
+    pub(super) fn of(mesh: Option<&pasa_istio::mesh_config::MeshConfig>) -> MeshMtls {
         let mut trust_domains = Vec::new();
         if let Some(mesh) = mesh {
             let own = mesh

@@ -20,15 +20,15 @@ use envoy_types::pb::envoy::config::listener::v3::{
     AdditionalAddress, Filter, FilterChain, FilterChainMatch, Listener,
 };
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
-use pasa_proto::istio::common::Protocol;
-use pasa_proto::istio::virtual_service::TcpRoute;
+use pasa_istio::common::Protocol;
+use pasa_istio::virtual_service::TcpRoute;
 
 use super::super::endpoint::socket_address;
 use super::super::filters::{self, Routes};
 use super::super::{Built, View, hcm, metadata, names};
 use super::{PLAINTEXT_HTTP_ALPNS, Prefix, catch_all_tcp, parse_cidr};
 use crate::model::registry::{Config, Resolution, Service, ServicePort};
-use pasa_proto::istio::virtual_service::VirtualService;
+use pasa_istio::virtual_service::VirtualService;
 
 /// How a listener treats the traffic of a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -473,7 +473,7 @@ impl Builder<'_, '_> {
             .filter(|vs| {
                 vs.spec.hosts.iter().any(|h| {
                     let host = self.view.proxy.resolve_host(h, &vs.meta.namespace);
-                    pasa_proto::host::matches(&host, &service.hostname)
+                    pasa_istio::host::matches(&host, &service.hostname)
                 })
             })
             .collect()
@@ -617,7 +617,7 @@ impl Builder<'_, '_> {
 
     fn route_filter(
         &self,
-        routes: &[pasa_proto::istio::virtual_service::RouteDestination],
+        routes: &[pasa_istio::virtual_service::RouteDestination],
         vs: &Config<VirtualService>,
         port: u32,
     ) -> Filter {
@@ -629,7 +629,7 @@ impl Builder<'_, '_> {
         let (gateways, source_labels, match_port, source_namespace) = m.conditions();
         let proxy = self.view.proxy;
         (gateways.is_empty() || gateways.iter().any(|g| g == "mesh"))
-            && pasa_proto::label_selector::selects(source_labels, &proxy.labels)
+            && pasa_istio::label_selector::selects(source_labels, &proxy.labels)
             && (match_port == 0 || match_port == port)
             && (source_namespace.is_empty() || source_namespace == proxy.namespace)
     }
@@ -647,7 +647,7 @@ trait L4Conditions {
     );
 }
 
-impl L4Conditions for pasa_proto::istio::virtual_service::TlsMatchAttributes {
+impl L4Conditions for pasa_istio::virtual_service::TlsMatchAttributes {
     fn conditions(
         &self,
     ) -> (
@@ -665,7 +665,7 @@ impl L4Conditions for pasa_proto::istio::virtual_service::TlsMatchAttributes {
     }
 }
 
-impl L4Conditions for pasa_proto::istio::virtual_service::L4MatchAttributes {
+impl L4Conditions for pasa_istio::virtual_service::L4MatchAttributes {
     fn conditions(
         &self,
     ) -> (

@@ -19,7 +19,7 @@ use std::sync::{Arc, Weak};
 
 use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::google::protobuf::BoolValue;
-use pasa_proto::istio::virtual_service::VirtualService;
+use pasa_istio::virtual_service::VirtualService;
 use prost::Message;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -110,7 +110,7 @@ impl RouteMemo {
                 let routes = Arc::new(route::encoded_routes(&route::virtual_service_routes(
                     vs,
                     port,
-                    pasa_proto::gateway::MESH,
+                    pasa_istio::gateway::MESH,
                     view,
                 )));
                 let memo = MemoRoutes {
@@ -541,7 +541,7 @@ fn port_virtual_hosts(
                 None => other_hosts.push(host.as_str()),
             }
         }
-        let expands = !pasa_proto::gateway_api::has_gateway_semantics(&vs.meta.annotations);
+        let expands = !pasa_istio::generated::has_gateway_semantics(&vs.meta.annotations);
         for host in vs_hosts.iter().filter(|h| h.starts_with('*')) {
             let mut found = false;
             // Gateway API routes' wildcard hosts name no services.
@@ -551,7 +551,7 @@ fn port_virtual_hosts(
                 Vec::new()
             };
             for (p, s) in candidates {
-                if !pasa_proto::host::matches(host, &s.hostname) {
+                if !pasa_istio::host::matches(host, &s.hostname) {
                     continue;
                 }
                 found = true;
@@ -692,8 +692,8 @@ fn selects_a_service(hosts: &[String], view: &View<'_>, port: u32) -> bool {
     hosts.iter().any(|h| {
         view.services.get(h).is_some_and(|s| s.port(port).is_some())
             || on_port().any(|(s, _)| {
-                (h.starts_with('*') && pasa_proto::host::matches(h, s))
-                    || (s.starts_with('*') && pasa_proto::host::matches(s, h))
+                (h.starts_with('*') && pasa_istio::host::matches(h, s))
+                    || (s.starts_with('*') && pasa_istio::host::matches(s, h))
             })
     })
 }

@@ -43,9 +43,9 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::google::protobuf::{Any, BoolValue};
 use envoy_types::util::pack_any;
-use pasa_proto::istio::mesh_config::MeshConfig;
-use pasa_proto::istio::proxy_config::MeshProxyConfig;
-use pasa_proto::istio::telemetry::{MetricSelector, Metrics};
+use pasa_istio::mesh_config::MeshConfig;
+use pasa_istio::proxy_config::MeshProxyConfig;
+use pasa_istio::telemetry::{MetricSelector, Metrics};
 use pasa_proto::istio_proxy::alpn::{FilterConfig as AlpnConfig, filter_config::AlpnOverride};
 use pasa_proto::istio_proxy::stats::{MetricConfig, PluginConfig};
 use prost::Message;
@@ -352,7 +352,7 @@ impl IstioFilters {
         let merged = merge(entries, &defaults);
         let mut stats: [Vec<Any>; 3] = Default::default();
         for (provider, metrics) in &merged {
-            if !pasa_proto::istio::mesh_config::is_prometheus(mesh, provider) {
+            if !pasa_istio::mesh_config::is_prometheus(mesh, provider) {
                 continue;
             }
             for (i, class) in [

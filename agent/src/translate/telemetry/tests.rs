@@ -382,10 +382,8 @@ mod tracing {
         // istiod does for a node that has them.
         let mut own = workload.clone();
         own.proxy_config = Some(
-            pasa_proto::istio::proxy_config::MeshProxyConfig::parse(
-                r#"{"tracing": {"sampling": 3}}"#,
-            )
-            .unwrap(),
+            pasa_istio::proxy_config::MeshProxyConfig::parse(r#"{"tracing": {"sampling": 3}}"#)
+                .unwrap(),
         );
         let out = translate(
             own,

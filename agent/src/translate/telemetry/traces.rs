@@ -55,12 +55,12 @@ use envoy_types::pb::envoy::r#type::tracing::v3::{CustomTag, custom_tag};
 use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::{Any, BoolValue, Duration, UInt32Value};
 use envoy_types::util::pack_any;
-use pasa_proto::istio::mesh_config::{
+use pasa_istio::mesh_config::{
     ExtensionProvider, HttpHeader, MeshConfig, OpenTelemetryProvider, TracingProvider,
 };
-use pasa_proto::istio::proxy_config::ProxyTracing;
-use pasa_proto::istio::telemetry::{CustomTag as TelemetryTag, NamedTag, Telemetry};
-use pasa_proto::node::ProxyType;
+use pasa_istio::node::ProxyType;
+use pasa_istio::proxy_config::ProxyTracing;
+use pasa_istio::telemetry::{CustomTag as TelemetryTag, NamedTag, Telemetry};
 
 use super::Side;
 use crate::model::proxy::{ISTIO_VERSION, Proxy};
@@ -151,7 +151,7 @@ struct Spec<'a> {
 pub(super) struct Inputs<'a> {
     pub proxy: &'a Proxy,
     /// The proxy's settings (see [`Proxy::settings`]).
-    pub settings: &'a pasa_proto::istio::proxy_config::MeshProxyConfig,
+    pub settings: &'a pasa_istio::proxy_config::MeshProxyConfig,
     pub mesh: Option<&'a MeshConfig>,
     pub telemetries: &'a [&'a Config<Telemetry>],
     pub collectors: &'a Collectors<'a>,
@@ -502,11 +502,9 @@ fn dynatrace_sampler(
             .unwrap_or_default()
     };
     let read_timeout = |v: Option<&Value>| {
-        v.and_then(|t| {
-            serde_json::from_value::<pasa_proto::istio::common::Duration>(t.clone()).ok()
-        })
-        .as_ref()
-        .map(duration)
+        v.and_then(|t| serde_json::from_value::<pasa_istio::common::Duration>(t.clone()).ok())
+            .as_ref()
+            .map(duration)
     };
     let http_service = match sampler.get("httpService") {
         None => {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use pasa_proto::service_endpoints::{Endpoint, KubePort, ServiceEndpoints, TargetPort};
+use pasa_istio::service_endpoints::{Endpoint, KubePort, ServiceEndpoints, TargetPort};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -174,7 +174,7 @@ fn parse<T: DeserializeOwned>(doc: &Value, i: usize) -> Result<T, String> {
 /// default mesh config serves; IngressClasses and named Service ports resolved from `docs`), as
 /// documents.
 pub fn ingress_config(docs: &[Value], domain_suffix: &str) -> Result<Vec<Value>, String> {
-    use pasa_proto::ingress::{self, Ingress, Settings};
+    use pasa_kube::ingress::{self, Ingress, Settings};
     fn of_kind<'a>(docs: &'a [Value], kind: &'a str) -> impl Iterator<Item = &'a Value> {
         docs.iter().filter(move |d| d["kind"] == kind)
     }
@@ -219,7 +219,7 @@ pub fn ingress_config(docs: &[Value], domain_suffix: &str) -> Result<Vec<Value>,
 pub fn is_gateway_api(doc: &Value) -> bool {
     doc["apiVersion"]
         .as_str()
-        .is_some_and(|v| v.starts_with(&format!("{}/", pasa_proto::gateway_api::GROUP)))
+        .is_some_and(|v| v.starts_with(&format!("{}/", pasa_kube::gateway_api::GROUP)))
 }
 
 /// The Istio config the Gateway API objects of `config` become (as PCP's syncer converts them),
@@ -229,7 +229,7 @@ pub fn gateway_api_config(
     kube: &[Value],
     domain_suffix: &str,
 ) -> Result<Vec<Value>, String> {
-    use pasa_proto::gateway_api::{self, Input, Settings};
+    use pasa_kube::gateway_api::{self, Input, Settings};
     if !config.iter().any(is_gateway_api) {
         return Ok(Vec::new());
     }

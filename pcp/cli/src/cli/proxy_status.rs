@@ -109,7 +109,7 @@ pub fn the_one<'a>(
     let mut lines = String::new();
     for e in candidates {
         let Some(s) = &e.status else { continue };
-        let ip = pasa_proto::node::NodeId::parse(&s.node_id)
+        let ip = pasa_istio::node::NodeId::parse(&s.node_id)
             .map(|n| n.ip.to_string())
             .unwrap_or_else(|_| "-".into());
         let contact = if e.connected {

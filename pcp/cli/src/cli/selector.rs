@@ -3,7 +3,7 @@
 //! of them required), read into Kubernetes' own selector form. The store does not index labels:
 //! `get` and `delete` list what the other arguments ask for and keep what the selector selects.
 
-use pasa_proto::label_selector::{LabelRequirement, LabelSelector};
+use pasa_istio::label_selector::{LabelRequirement, LabelSelector};
 
 use super::UsageError;
 

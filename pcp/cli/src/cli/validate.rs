@@ -13,7 +13,7 @@ pub struct ValidateArgs {
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
     /// Kubernetes cluster domain, for resolving short host names.
-    #[arg(long, default_value = pasa_proto::host::DEFAULT_DOMAIN_SUFFIX)]
+    #[arg(long, default_value = pasa_istio::host::DEFAULT_DOMAIN_SUFFIX)]
     pub domain_suffix: String,
 }
 

@@ -26,7 +26,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use pasa_proto::istio::proxy_config::MeshProxyConfig;
+use pasa_istio::proxy_config::MeshProxyConfig;
 use serde_json::{Map, Value, json};
 
 use super::{STATUS_ANNOTATION, StoredSettings};

@@ -3,15 +3,13 @@
 //! and conditions, and the warning for a DENY rule of HTTP attributes only (which denies all TCP
 //! traffic in its scope).
 
+use pasa_istio::authorization_policy::{Action, AuthorizationPolicy, Operation, Rule, Source};
 use pasa_proto::Object;
-use pasa_proto::istio::authorization_policy::{
-    Action, AuthorizationPolicy, Operation, Rule, Source,
-};
 
 use super::common::attachment;
 use super::{Path, Report, parse};
 
-use pasa_proto::istio::authorization_policy::{DRY_RUN_ANNOTATION as DRY_RUN, go_bool};
+use pasa_istio::authorization_policy::{DRY_RUN_ANNOTATION as DRY_RUN, go_bool};
 
 /// Checks one AuthorizationPolicy.
 pub fn validate(obj: &Object, report: &mut Report) {

@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 
+use pasa_istio::authorization_policy::{DRY_RUN_ANNOTATION, PolicyTargetReference};
+use pasa_istio::common::{Duration, Protocol};
+use pasa_istio::destination_rule::WorkloadSelector;
 use pasa_proto::Object;
-use pasa_proto::istio::authorization_policy::{DRY_RUN_ANNOTATION, PolicyTargetReference};
-use pasa_proto::istio::common::{Duration, Protocol};
-use pasa_proto::istio::destination_rule::WorkloadSelector;
 
 use super::{Path, Report};
 

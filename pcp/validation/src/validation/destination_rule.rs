@@ -7,13 +7,13 @@ mod tls;
 use std::collections::HashSet;
 use std::fmt::Display;
 
-use pasa_proto::Object;
-use pasa_proto::istio::common::Duration;
-use pasa_proto::istio::destination_rule::{
+use pasa_istio::common::Duration;
+use pasa_istio::destination_rule::{
     ClientTlsSettings, ConnectionPoolSettings, DestinationRule, H2UpgradePolicy, HttpSettings,
     LoadBalancerSettings, OutlierDetection, PortTrafficPolicy, ProxyProtocol, RetryBudget, Subset,
     TcpSettings, TrafficPolicy, TunnelSettings,
 };
+use pasa_proto::Object;
 
 use super::common::{
     ExportToRules, is_dns1123_label, validate_duration, validate_export_to, validate_fqdn,
@@ -446,7 +446,8 @@ mod tests {
             "metadata": {"name": "r", "namespace": "ns"},
             "spec": spec,
         });
-        let obj = Object::from_json(&doc, "default").expect("a well-formed object");
+        let obj = Object::from_json(&doc, "default", pasa_istio::generated::is_generated_object)
+            .expect("a well-formed object");
         let mut report = Report::default();
         validate(&obj, &mut report);
         report

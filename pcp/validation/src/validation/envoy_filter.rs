@@ -11,13 +11,13 @@
 mod envoy_schema;
 mod patch_value;
 
-use pasa_proto::Object;
-use pasa_proto::istio::authorization_policy::PolicyTargetReference;
-use pasa_proto::istio::envoy_filter::{
+use pasa_istio::authorization_policy::PolicyTargetReference;
+use pasa_istio::envoy_filter::{
     ApplyTo, EnvoyConfigObjectMatch, EnvoyConfigObjectPatch, EnvoyFilter, FilterClass,
     ListenerMatch, Operation, PatchContext, RouteAction,
 };
-use pasa_proto::istio::service_entry::WorkloadSelector;
+use pasa_istio::service_entry::WorkloadSelector;
+use pasa_proto::Object;
 
 use super::common::{validate_selector_label_limits, validate_selector_labels};
 use super::virtual_service::re2;

@@ -5,12 +5,12 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use pasa_proto::Object;
-use pasa_proto::istio::common::Protocol;
-use pasa_proto::istio::gateway::{
+use pasa_istio::common::Protocol;
+use pasa_istio::gateway::{
     Gateway, Port, Server, ServerTlsSettings, TlsMode, TlsProtocol, is_valid_cipher_suite,
 };
-use pasa_proto::istio::workload_entry::UNIX_ADDRESS_PREFIX;
+use pasa_istio::workload_entry::UNIX_ADDRESS_PREFIX;
+use pasa_proto::Object;
 
 use super::common::{
     is_dns1123_label, validate_ip_address, validate_namespace_slash_wildcard_hostname,

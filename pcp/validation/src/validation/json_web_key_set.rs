@@ -2,8 +2,8 @@
 //! it names its source (a `jwksUri`, or an issuer), is named after it (agents find it by that
 //! name), and holds a JSON Web Key Set.
 
+use pasa_istio::request_authentication::JsonWebKeySet;
 use pasa_proto::Object;
-use pasa_proto::istio::request_authentication::JsonWebKeySet;
 
 use super::{Path, Report, parse};
 

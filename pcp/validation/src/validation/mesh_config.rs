@@ -5,8 +5,8 @@
 
 use std::collections::HashSet;
 
+use pasa_istio::mesh_config::MeshConfig;
 use pasa_proto::Object;
-use pasa_proto::istio::mesh_config::MeshConfig;
 
 use super::common::validate_port;
 use super::{Path, Report, parse};
@@ -99,6 +99,7 @@ mod tests {
                                 "metadata": {"name": "mesh", "namespace": "istio-system"},
                                 "spec": spec}),
             "default",
+            pasa_istio::generated::is_generated_object,
         )
         .unwrap();
         super::super::validate(&obj)

@@ -1,8 +1,8 @@
 //! Validation of `PeerAuthentication` (`security.istio.io`), following istiod's webhook and the
 //! CRD schema.
 
+use pasa_istio::peer_authentication::PeerAuthentication;
 use pasa_proto::Object;
-use pasa_proto::istio::peer_authentication::PeerAuthentication;
 
 use super::common::validate_policy_selector;
 use super::{Path, Report, parse};

@@ -1,8 +1,8 @@
 //! Validation of `ProxyConfig`, following istiod's webhook: its workload selector, and a
 //! concurrency that is not negative.
 
+use pasa_istio::proxy_config::ProxyConfig;
 use pasa_proto::Object;
-use pasa_proto::istio::proxy_config::ProxyConfig;
 
 use super::common::validate_policy_selector;
 use super::{Path, Report, parse};

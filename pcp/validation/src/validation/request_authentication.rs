@@ -3,8 +3,8 @@
 //! the URI's scheme and port, the inline key set, where tokens are read from, the claims copied
 //! to headers, the fetch timeout — with a warning for private key material in an inline set.
 
+use pasa_istio::request_authentication::{JwtRule, RequestAuthentication};
 use pasa_proto::Object;
-use pasa_proto::istio::request_authentication::{JwtRule, RequestAuthentication};
 use serde_json::Value;
 
 use super::common::attachment;

@@ -1,12 +1,12 @@
 //! Validation of the store's own `ServiceEndpoints` kind (a Kubernetes Service with its
-//! endpoints, or a part of its endpoints: see `pasa_proto::service_endpoints`). Kubernetes
+//! endpoints, or a part of its endpoints: see `pasa_istio::service_endpoints`). Kubernetes
 //! checked the Service and EndpointSlices the syncer reads; these rules hold hand-written objects
 //! (`pasactl apply`) to the same shape, so that an agent never meets one it must ignore.
 
 use std::collections::BTreeSet;
 
+use pasa_istio::service_endpoints::{ServiceEndpoints, TargetPort};
 use pasa_proto::Object;
-use pasa_proto::service_endpoints::{ServiceEndpoints, TargetPort};
 
 use super::common::{is_dns1123_label, validate_ip_address, validate_labels, validate_port};
 use super::{Path, Report, parse};
@@ -137,6 +137,7 @@ mod tests {
                 "metadata": {"name": name, "namespace": "bookinfo"}, "spec": spec,
             }),
             "default",
+            pasa_istio::generated::is_generated_object,
         )
         .unwrap();
         validate(&obj)

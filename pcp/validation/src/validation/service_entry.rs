@@ -3,11 +3,11 @@
 
 use std::collections::BTreeSet;
 
-use pasa_proto::Object;
-use pasa_proto::istio::common::Protocol;
-use pasa_proto::istio::service_entry::{
+use pasa_istio::common::Protocol;
+use pasa_istio::service_entry::{
     Location, Resolution, ServiceEntry, ServicePort, WorkloadSelector,
 };
+use pasa_proto::Object;
 
 use super::common::{
     ExportToRules, validate_export_to, validate_fqdn, validate_ip_address, validate_ip_subnet,
@@ -430,7 +430,8 @@ mod tests {
             "metadata": {"name": "se", "namespace": "ns", "labels": labels},
             "spec": spec,
         });
-        let obj = Object::from_json(&doc, "default").expect("a well-formed object");
+        let obj = Object::from_json(&doc, "default", pasa_istio::generated::is_generated_object)
+            .expect("a well-formed object");
         let mut report = Report::default();
         validate(&obj, &mut report);
         report

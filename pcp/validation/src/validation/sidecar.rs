@@ -4,15 +4,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use pasa_proto::Object;
-use pasa_proto::istio::common::Protocol;
-use pasa_proto::istio::gateway::TlsMode;
-use pasa_proto::istio::service_entry::WorkloadSelector;
-use pasa_proto::istio::sidecar::{
+use pasa_istio::common::Protocol;
+use pasa_istio::gateway::TlsMode;
+use pasa_istio::service_entry::WorkloadSelector;
+use pasa_istio::sidecar::{
     CaptureMode, IstioEgressListener, IstioIngressListener, OutboundTrafficPolicy,
     OutboundTrafficPolicyMode, Sidecar, SidecarPort,
 };
-use pasa_proto::istio::workload_entry::UNIX_ADDRESS_PREFIX;
+use pasa_istio::workload_entry::UNIX_ADDRESS_PREFIX;
+use pasa_proto::Object;
 
 use super::common::{
     validate_fqdn, validate_ip_address, validate_namespace_slash_wildcard_hostname, validate_port,

@@ -2,8 +2,8 @@
 //! provider references, tracing (sampling, custom tags), metric overrides, and access log filters
 //! (CEL expressions, parsed as istiod parses them).
 
+use pasa_istio::telemetry::{AccessLogging, Metrics, ProviderRef, Telemetry, Tracing};
 use pasa_proto::Object;
-use pasa_proto::istio::telemetry::{AccessLogging, Metrics, ProviderRef, Telemetry, Tracing};
 
 use super::common::{attachment, validate_enum};
 use super::{Path, Report, parse};

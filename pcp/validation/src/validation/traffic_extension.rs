@@ -2,8 +2,8 @@
 //! of a Wasm module (checked as WasmPlugin's) and an inline Lua script, what it attaches to
 //! (`selector` or `targetRefs`), and the ports it matches.
 
+use pasa_istio::extensions::TrafficExtension;
 use pasa_proto::Object;
-use pasa_proto::istio::extensions::TrafficExtension;
 
 use super::common::{attachment, validate_enum};
 use super::wasm_plugin::{Module, validate_match, validate_module};

@@ -12,11 +12,11 @@ mod unreachable;
 
 use std::collections::BTreeMap;
 
-use pasa_proto::Object;
-use pasa_proto::istio::virtual_service::{
+use pasa_istio::virtual_service::{
     Destination, L4MatchAttributes, RouteDestination, TcpRoute, TlsMatchAttributes, TlsRoute,
     VirtualService,
 };
+use pasa_proto::Object;
 
 use super::common::{
     self, Check, ExportToRules, is_dns1123_label, validate_fqdn, validate_ip_address,

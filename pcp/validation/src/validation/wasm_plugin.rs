@@ -5,8 +5,8 @@
 
 use std::collections::HashSet;
 
+use pasa_istio::extensions::{ImagePullSecret, TrafficSelector, VmConfig, WasmPlugin};
 use pasa_proto::Object;
-use pasa_proto::istio::extensions::{ImagePullSecret, TrafficSelector, VmConfig, WasmPlugin};
 
 use super::common::{attachment, validate_enum};
 use super::{Path, Report, parse};
@@ -263,7 +263,9 @@ mod tests {
                 "metadata": {"name": "creds", "namespace": "shop"},
                 "spec": {"dockerConfigJson": config},
             });
-            let obj = Object::from_json(&doc, "default").expect("a well-formed object");
+            let obj =
+                Object::from_json(&doc, "default", pasa_istio::generated::is_generated_object)
+                    .expect("a well-formed object");
             let mut report = Report::default();
             validate_image_pull_secret(&obj, &mut report);
             report

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
+use pasa_istio::workload_entry::{UNIX_ADDRESS_PREFIX, WorkloadEntry};
 use pasa_proto::Object;
-use pasa_proto::istio::workload_entry::{UNIX_ADDRESS_PREFIX, WorkloadEntry};
 
 use super::common::{
     Check, validate_fqdn, validate_ip_address, validate_labels, validate_port, validate_port_name,

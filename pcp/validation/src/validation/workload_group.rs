@@ -3,8 +3,8 @@
 //! the CRD's limits only), the group's labels must be labels, and the readiness probe must name
 //! one well-formed method.
 
+use pasa_istio::workload_group::{ReadinessProbe, WorkloadGroup};
 use pasa_proto::Object;
-use pasa_proto::istio::workload_group::{ReadinessProbe, WorkloadGroup};
 
 use super::common::{validate_labels, validate_port};
 use super::workload_entry::validate_entry_limits;

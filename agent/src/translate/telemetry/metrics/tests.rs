@@ -5,8 +5,8 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use pasa_proto::istio::mesh_config::MeshConfig;
-use pasa_proto::istio::telemetry::Telemetry;
+use pasa_istio::mesh_config::MeshConfig;
+use pasa_istio::telemetry::Telemetry;
 
 use super::*;
 

@@ -7,7 +7,7 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::google::protobuf::value::Kind;
-use pasa_proto::config_path::{CONFIG_FIELD, FILTER_METADATA_KEY, describe};
+use pasa_istio::config_path::{CONFIG_FIELD, FILTER_METADATA_KEY, describe};
 
 use crate::cli::table;
 

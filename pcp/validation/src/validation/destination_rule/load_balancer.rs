@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use pasa_proto::istio::destination_rule::{
+use pasa_istio::destination_rule::{
     ConsistentHashLb, Failover, HashAlgorithm, LoadBalancerSettings, LocalityLoadBalancerSetting,
     OutlierDetection, SimpleLb, WarmupConfiguration, ZoneAwareLoadBalancerSetting,
 };

@@ -1,6 +1,6 @@
 //! Client TLS settings (`ClientTLSSettings`) of a traffic policy.
 
-use pasa_proto::istio::destination_rule::{ClientTlsMode, ClientTlsSettings};
+use pasa_istio::destination_rule::{ClientTlsMode, ClientTlsSettings};
 
 use super::check_named;
 use crate::validation::{Path, Report};

@@ -11,7 +11,7 @@
 //! is in Envoy's removed v2 API is refused (istiod can no longer resolve those types); other
 //! `@type`s are trusted.
 
-use pasa_proto::istio::envoy_filter::ApplyTo;
+use pasa_istio::envoy_filter::ApplyTo;
 use serde_json::{Map, Value};
 
 use super::envoy_schema::{self, EnumType, Shape, Type};
@@ -121,7 +121,7 @@ impl Reading {
         let mut wants_typed_config = false;
         let mut own_name = String::new();
         for field in fields {
-            let json_name = pasa_proto::istio::json_name(field.name);
+            let json_name = pasa_istio::json_name(field.name);
             // Both names are accepted; the JSON name wins when both are given.
             let given = [json_name.as_str(), field.name]
                 .into_iter()
@@ -594,11 +594,11 @@ mod tests {
 
     #[test]
     fn json_names_are_lower_camel_case() {
-        assert_eq!(pasa_proto::istio::json_name("lb_policy"), "lbPolicy");
+        assert_eq!(pasa_istio::json_name("lb_policy"), "lbPolicy");
         assert_eq!(
-            pasa_proto::istio::json_name("http2_protocol_options"),
+            pasa_istio::json_name("http2_protocol_options"),
             "http2ProtocolOptions"
         );
-        assert_eq!(pasa_proto::istio::json_name("name"), "name");
+        assert_eq!(pasa_istio::json_name("name"), "name");
     }
 }

@@ -11,6 +11,7 @@ fn check(spec: Value) -> Report {
             "apiVersion": "networking.istio.io/v1alpha3", "kind": "EnvoyFilter",
             "metadata": {"name": "f", "namespace": "bar"}, "spec": spec}),
         "default",
+        pasa_istio::generated::is_generated_object,
     )
     .expect("a sound object");
     validate(&obj)

@@ -1,7 +1,7 @@
 //! Header rules of HTTP routes: names in matches and CORS policies, the headers a route may set,
 //! add or remove, and values in Envoy's `%VARIABLE%` syntax.
 
-use pasa_proto::istio::virtual_service::Headers;
+use pasa_istio::virtual_service::Headers;
 
 use super::super::common::Check;
 use super::super::{Path, Report};

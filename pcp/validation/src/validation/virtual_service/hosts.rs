@@ -3,7 +3,7 @@
 //! ([`overlapping_pairs`]), and whether an SNI name lies within one of the hosts ([`Within`]).
 //!
 //! A host `*` followed by a suffix is a wildcard; anything else is a plain name. Matching is on
-//! bytes, as `pasa_proto::host::matches` and `super::host_subset_of` define it: a plain name
+//! bytes, as `pasa_istio::host::matches` and `super::host_subset_of` define it: a plain name
 //! matches a wildcard it ends with the suffix of; two wildcards match when one suffix ends with the
 //! other.
 
@@ -153,7 +153,7 @@ mod tests {
         let mut out = Vec::new();
         for (i, a) in hosts.iter().enumerate() {
             for (j, b) in hosts.iter().enumerate().skip(i + 1) {
-                if pasa_proto::host::matches(a, b) {
+                if pasa_istio::host::matches(a, b) {
                     out.push((i, j));
                 }
             }

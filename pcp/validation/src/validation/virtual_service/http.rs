@@ -1,7 +1,7 @@
 //! Checks of one HTTP route: what it may combine, its match conditions, and each thing it can do
 //! to a request.
 
-use pasa_proto::istio::virtual_service::{
+use pasa_istio::virtual_service::{
     Abort, AbortErrorType, CorsPolicy, Delay, DelayType, HttpDirectResponse, HttpFaultInjection,
     HttpMatchRequest, HttpMirrorPolicy, HttpRedirect, HttpRetry, HttpRewrite, HttpRoute, MatchType,
     Percent, RedirectPort, RedirectPortSelection, StringMatch, UnmatchedPreflights,
@@ -428,7 +428,7 @@ fn validate_abort(at: &Path, abort: &Abort, report: &mut Report) {
     validate_fault_percentage(at, abort.percentage, report);
     match &abort.error_type {
         Some(AbortErrorType::GrpcStatus(status))
-            if !pasa_proto::istio::common::GRPC_STATUS_NAMES.contains(&status.as_str()) =>
+            if !pasa_istio::common::GRPC_STATUS_NAMES.contains(&status.as_str()) =>
         {
             report.error(
                 &at.field("grpcStatus"),

@@ -4,9 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use pasa_proto::istio::virtual_service::{
-    HttpMatchRequest, HttpRoute, StringMatch, VirtualService,
-};
+use pasa_istio::virtual_service::{HttpMatchRequest, HttpRoute, StringMatch, VirtualService};
 
 use super::super::{Path, Report};
 

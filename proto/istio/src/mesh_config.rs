@@ -187,7 +187,7 @@ impl MeshConfig {
         self.other
             .get(field)
             .and_then(Value::as_str)
-            .and_then(|t| crate::duration::parse_go(t).ok())
+            .and_then(|t| pasa_proto::duration::parse_go(t).ok())
             .filter(|n| *n > 0.0)
             .map(|n| n as i64)
     }

@@ -277,7 +277,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::istio::parse_spec;
+    use crate::parse_spec;
 
     #[test]
     fn string_matches_keep_empty_apart_from_absent() {

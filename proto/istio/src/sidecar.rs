@@ -117,7 +117,7 @@ proto_enum! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::istio::parse_spec;
+    use crate::parse_spec;
     use serde_json::json;
 
     #[test]

@@ -178,7 +178,7 @@ impl MeshProxyConfig {
     /// `terminationDrainDuration`: how long Envoy drains on shutdown.
     pub fn termination_drain_duration(&self) -> Option<std::time::Duration> {
         let text = self.0.get("terminationDrainDuration")?.as_str()?;
-        let nanos = crate::duration::parse_go(text).ok()?;
+        let nanos = pasa_proto::duration::parse_go(text).ok()?;
         (nanos >= 0.0).then(|| std::time::Duration::from_nanos(nanos as u64))
     }
 
@@ -294,7 +294,7 @@ pub struct ProxyTracing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::istio::mesh_config::MeshConfig;
+    use crate::mesh_config::MeshConfig;
 
     fn config(value: Value) -> ProxyConfig {
         serde_json::from_value(value).unwrap()

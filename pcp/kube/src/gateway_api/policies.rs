@@ -23,9 +23,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::types::Meta;
-use super::{GENERATED, Input, PARENTS_ANNOTATION, Settings, generated, prune};
-use crate::Kind;
-use crate::object::Object;
+use super::{Input, Settings, generated, prune};
+use pasa_istio::generated::{GENERATED, PARENTS_ANNOTATION};
+use pasa_proto::Kind;
+use pasa_proto::Object;
 
 /// The annotation by which a policy opts out of Istio.
 pub const IGNORE_ANNOTATION: &str = "istio.io/ignore-policy-attachment";
@@ -196,7 +197,7 @@ fn resolve(
     let (kind, backend, hosts) = match (r.group.as_str(), r.kind.as_str()) {
         ("", "Service") => {
             let b = input.services.get(&key)?;
-            let host = crate::host::service_fqdn(&r.name, namespace, &settings.domain_suffix);
+            let host = pasa_istio::host::service_fqdn(&r.name, namespace, &settings.domain_suffix);
             ("Service", b, vec![host])
         }
         ("networking.istio.io", "ServiceEntry") => {
@@ -340,11 +341,11 @@ fn traffic_parts(settings: &Settings, input: &Input, out: &mut Vec<Part>) {
                 .budget
                 .interval
                 .as_deref()
-                .and_then(|i| crate::duration::parse_go(i).ok())
+                .and_then(|i| pasa_proto::duration::parse_go(i).ok())
                 .unwrap_or(10e9);
             prune(json!({
                 "percent": rc.budget.percent,
-                "budgetInterval": crate::duration::protobuf_json(interval),
+                "budgetInterval": pasa_proto::duration::protobuf_json(interval),
                 "minRetryConcurrency": rc.min_retry_rate.as_ref().and_then(|r| r.count).unwrap_or(10),
             }))
         });
@@ -360,7 +361,11 @@ fn traffic_parts(settings: &Settings, input: &Input, out: &mut Vec<Part>) {
                 source: format!("XBackendTrafficPolicy/{}.{}", meta.namespace, meta.name),
                 age: age(meta),
                 target: ("Service", meta.namespace.clone(), r.name.clone()),
-                host: crate::host::service_fqdn(&r.name, &meta.namespace, &settings.domain_suffix),
+                host: pasa_istio::host::service_fqdn(
+                    &r.name,
+                    &meta.namespace,
+                    &settings.domain_suffix,
+                ),
                 section: None,
                 port: None,
                 tls: None,

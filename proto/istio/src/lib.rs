@@ -1,34 +1,50 @@
-//! Typed models of Istio's resources (`networking.istio.io`, `security.istio.io`,
-//! `telemetry.istio.io` and `extensions.istio.io` as far as the store keeps them), read from the
-//! protobuf JSON form the CRDs use.
+//! Istio's model and semantics, as every PASA part reads them: the typed models of Istio's
+//! resources (`networking.istio.io`, `security.istio.io`, `telemetry.istio.io` and
+//! `extensions.istio.io` as far as the store keeps them, with the mesh config and proxy config),
+//! the store's own mesh-model kind ([`service_endpoints`]), and the rules istiod applies to them:
+//! hosts, gateway names, `exportTo`, label selectors, node IDs, SPIFFE identities, config paths,
+//! and the marks of the config generated from Kubernetes Ingresses and the Gateway API. The wire
+//! (the store's API, the object envelope, kinds) is `pasa_proto`'s.
 //!
 //! One model serves all three API versions: v1alpha3, v1beta1 and v1 share one schema. Parsing is
 //! strict, as istiod's webhook is: an unknown field, a value of the wrong type or two members of one
 //! `oneof` are errors that name the field path. Semantic rules (ranges, formats, combinations) are
 //! PCP's validation; translation in the agent reads the same models.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod authorization_policy;
 pub mod common;
+pub mod config_path;
 pub mod destination_rule;
+pub mod digest;
 pub mod envoy_filter;
 pub mod extensions;
 pub mod gateway;
+pub mod generated;
+pub mod host;
+pub mod label_selector;
 pub mod mesh_config;
+pub mod node;
 pub mod peer_authentication;
 pub mod persistent_session;
 pub mod proxy_config;
+pub mod regex;
 pub mod request_authentication;
+pub mod service_endpoints;
 pub mod service_entry;
 pub mod sidecar;
+pub mod spiffe;
 pub mod telemetry;
 pub mod virtual_service;
+pub mod visibility;
 pub mod workload_entry;
 pub mod workload_group;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::object::FieldError;
+use pasa_proto::object::FieldError;
 
 /// Reads a resource's `spec` into its model. The error names the field at fault, from `spec`.
 pub fn parse_spec<T: DeserializeOwned>(spec: &Value) -> Result<T, FieldError> {
@@ -85,7 +101,7 @@ fn spec_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> FieldEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::istio::sidecar::Sidecar;
+    use crate::sidecar::Sidecar;
 
     #[test]
     fn a_spec_read_from_text_is_the_spec_read_from_its_tree() {

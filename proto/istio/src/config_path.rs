@@ -5,7 +5,7 @@
 //! The agent writes it; `pasactl proxy-config` reads it back as `name.namespace`, as istioctl
 //! does.
 
-use crate::kind::{ISTIO_NETWORKING_GROUP, Kind};
+use pasa_proto::kind::{ISTIO_NETWORKING_GROUP, Kind};
 
 /// The filter metadata key istiod's own metadata lives under.
 pub const FILTER_METADATA_KEY: &str = "istio";

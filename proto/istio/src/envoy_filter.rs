@@ -406,7 +406,7 @@ pub struct WaypointRouteMatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::istio::parse_spec;
+    use crate::parse_spec;
     use serde_json::json;
 
     #[test]

@@ -353,17 +353,14 @@ mod tests {
 
     #[test]
     fn absent_empty_and_null_stay_apart() {
-        let none: AuthorizationPolicy = crate::istio::parse_spec(&json!({})).unwrap();
+        let none: AuthorizationPolicy = crate::parse_spec(&json!({})).unwrap();
         assert_eq!(none.rules, None);
         assert_eq!(none.action, Action::Allow);
         let one_empty: AuthorizationPolicy =
-            crate::istio::parse_spec(&json!({"action": "DENY", "rules": [{}]})).unwrap();
+            crate::parse_spec(&json!({"action": "DENY", "rules": [{}]})).unwrap();
         assert_eq!(one_empty.rules, Some(vec![Some(Rule::default())]));
-        let null: AuthorizationPolicy =
-            crate::istio::parse_spec(&json!({"rules": [null]})).unwrap();
+        let null: AuthorizationPolicy = crate::parse_spec(&json!({"rules": [null]})).unwrap();
         assert_eq!(null.rules, Some(vec![None]));
-        assert!(
-            crate::istio::parse_spec::<AuthorizationPolicy>(&json!({"action": "PERMIT"})).is_err()
-        );
+        assert!(crate::parse_spec::<AuthorizationPolicy>(&json!({"action": "PERMIT"})).is_err());
     }
 }

@@ -8,13 +8,16 @@ use serde_json::{Value, json};
 
 use super::types::{Gateway, Listener, ListenerSet, LocalRef, Meta};
 use super::{
-    ConfigError, EAST_WEST_CONTROLLER, GATEWAY_CONTROLLER, GATEWAY_SECRET_PREFIX,
-    GATEWAY_SEMANTICS, GATEWAY_SEMANTICS_ANNOTATION, GATEWAY_SERVICE_ANNOTATION, GENERATED, GROUP,
-    Input, PARENT_NAMESPACE_ANNOTATION, PARENTS_ANNOTATION, REMOTE_CONTROLLER,
-    SERVICE_ACCOUNT_ANNOTATION, Settings, WAYPOINT_CONTROLLER, generated, group_kind, prune,
+    ConfigError, EAST_WEST_CONTROLLER, GATEWAY_CONTROLLER, GROUP, Input, REMOTE_CONTROLLER,
+    Settings, WAYPOINT_CONTROLLER, generated, group_kind, prune,
 };
-use crate::Kind;
-use crate::object::Object;
+use pasa_istio::generated::{
+    GATEWAY_SECRET_PREFIX, GATEWAY_SEMANTICS, GATEWAY_SEMANTICS_ANNOTATION,
+    GATEWAY_SERVICE_ANNOTATION, GENERATED, PARENT_NAMESPACE_ANNOTATION, PARENTS_ANNOTATION,
+    SERVICE_ACCOUNT_ANNOTATION,
+};
+use pasa_proto::Kind;
+use pasa_proto::Object;
 
 /// The option that picks the TLS mode of a terminating listener.
 const TERMINATE_MODE_OPTION: &str = "gateway.istio.io/tls-terminate-mode";
@@ -271,7 +274,7 @@ fn admits_listeners_of(input: &Input, gw: &Gateway, namespace: &str) -> bool {
 /// Whether a selector selects a namespace: its labels, and the `kubernetes.io/metadata.name`
 /// label Kubernetes gives every namespace (istiod assumes it where it is missing).
 fn namespace_selected(
-    selector: &crate::label_selector::LabelSelector,
+    selector: &pasa_istio::label_selector::LabelSelector,
     name: &str,
     labels: &BTreeMap<String, String>,
 ) -> bool {
@@ -337,7 +340,7 @@ fn gateway_services(
             .cloned()
             .unwrap_or_else(|| default_name(gw, controller));
         return (
-            vec![crate::host::service_fqdn(&name, namespace, suffix)],
+            vec![pasa_istio::host::service_fqdn(&name, namespace, suffix)],
             None,
         );
     }
@@ -351,7 +354,11 @@ fn gateway_services(
         if address.value.contains('.') {
             services.push(address.value.clone());
         } else {
-            services.push(crate::host::service_fqdn(&address.value, namespace, suffix));
+            services.push(pasa_istio::host::service_fqdn(
+                &address.value,
+                namespace,
+                suffix,
+            ));
         }
     }
     let error = (!skipped.is_empty()).then(|| ConfigError {
@@ -524,7 +531,7 @@ fn tls(input: &Input, owner: Owner<'_>, l: &Listener) -> (Option<Value>, Option<
         let listed = option(CIPHER_SUITES_OPTION).filter(|o| !o.is_empty())?;
         let mut out: Vec<String> = Vec::new();
         for s in listed.split(',').map(str::trim) {
-            if crate::istio::gateway::is_valid_cipher_suite(s) && !out.iter().any(|o| o == s) {
+            if pasa_istio::gateway::is_valid_cipher_suite(s) && !out.iter().any(|o| o == s) {
                 out.push(s.to_string());
             }
         }

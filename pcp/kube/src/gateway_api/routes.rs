@@ -8,11 +8,13 @@ use super::listeners::{Generated, ParentInfo};
 use super::rules::{self, Converted};
 use super::types::{Meta, ParentRef, Route, StreamRule};
 use super::{
-    GATEWAY_SEMANTICS, GENERATED, GROUP, Input, PARENTS_ANNOTATION, ROUTE_SEMANTICS_ANNOTATION,
-    Settings, WAYPOINT_CONTROLLER, generated, group_kind, host_intersection,
+    GROUP, Input, Settings, WAYPOINT_CONTROLLER, generated, group_kind, host_intersection,
 };
-use crate::Kind;
-use crate::object::Object;
+use pasa_istio::generated::{
+    GATEWAY_SEMANTICS, GENERATED, PARENTS_ANNOTATION, ROUTE_SEMANTICS_ANNOTATION,
+};
+use pasa_proto::Kind;
+use pasa_proto::Object;
 
 const SERVICE: (&str, &str) = ("", "Service");
 const SERVICE_ENTRY: (&str, &str) = ("networking.istio.io", "ServiceEntry");
@@ -53,13 +55,12 @@ impl RouteParent<'_> {
         if !ours.is_empty() && !ours.starts_with('*') {
             return true;
         }
-        if !ours.is_empty() && !crate::host::matches(route_host, ours) {
+        if !ours.is_empty() && !pasa_istio::host::matches(route_host, ours) {
             return false;
         }
-        !self
-            .banned
-            .iter()
-            .any(|other| ours.len() <= other.len() && crate::host::subset_of(route_host, other))
+        !self.banned.iter().any(|other| {
+            ours.len() <= other.len() && pasa_istio::host::subset_of(route_host, other)
+        })
     }
 }
 
@@ -189,7 +190,7 @@ fn denied(
                 'out: for rh in route_hosts {
                     for ph in &parent.hostnames {
                         let (pns, phost) = ph.split_once('/').unwrap_or(("*", ph));
-                        let host_match = crate::host::matches(phost, rh);
+                        let host_match = pasa_istio::host::matches(phost, rh);
                         host_matched |= host_match;
                         if host_match && (pns == "*" || pns == route.namespace) {
                             matched = true;
@@ -351,7 +352,7 @@ fn mesh_hosts(
             .map(|b| b.hosts.clone())
             .unwrap_or_default();
     }
-    vec![crate::host::service_fqdn(
+    vec![pasa_istio::host::service_fqdn(
         name,
         namespace,
         &settings.domain_suffix,
@@ -573,7 +574,10 @@ fn stream(
                         let kept: Vec<Value> = sni
                             .into_iter()
                             .flatten()
-                            .filter(|h| h.as_str().is_some_and(|h| crate::host::matches(&host, h)))
+                            .filter(|h| {
+                                h.as_str()
+                                    .is_some_and(|h| pasa_istio::host::matches(&host, h))
+                            })
                             .collect();
                         r["match"][0]["sniHosts"] = kept.into();
                     }

@@ -271,7 +271,7 @@ fn push(out: &mut serde_json::Map<String, Value>, key: &str, v: Value) {
 /// A Go duration (`1ms`) in protobuf JSON (`0.001s`); unreadable ones read as zero, as istiod
 /// reads them.
 fn duration(text: &str) -> String {
-    crate::duration::protobuf_json(crate::duration::parse_go(text).unwrap_or(0.0))
+    pasa_proto::duration::protobuf_json(pasa_proto::duration::parse_go(text).unwrap_or(0.0))
 }
 
 /// Header or query-parameter matches, by name.
@@ -393,7 +393,7 @@ fn cors(c: &Cors) -> Value {
         } else if stars == 1 && o.ends_with('*') {
             json!({"prefix": o.trim_end_matches('*')})
         } else {
-            json!({"regex": format!("^{}$", crate::regex::quote_meta(o).replace(r"\*", ".*"))})
+            json!({"regex": format!("^{}$", pasa_istio::regex::quote_meta(o).replace(r"\*", ".*"))})
         });
     }
     let non_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());

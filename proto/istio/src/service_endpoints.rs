@@ -52,7 +52,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::istio::common::Protocol;
+use crate::common::Protocol;
 
 /// A Kubernetes Service and its endpoints: owned ([`Endpoint`]), or, where a large service is
 /// read often (the agent), borrowed from the JSON it is read from ([`EndpointView`]).

@@ -4,6 +4,9 @@
 //!
 //! [`ServerTlsSettings`] is shared: a Sidecar's ingress listeners terminate TLS with the same
 //! settings.
+//!
+//! A VirtualService names the gateways it binds to as istiod reads them: [`MESH`] for the mesh's
+//! sidecars, else [`resolve_gateway_name`].
 
 use std::collections::BTreeMap;
 
@@ -194,10 +197,36 @@ pub fn is_valid_cipher_suite(name: &str) -> bool {
     }
 }
 
+/// The reserved gateway name meaning "all sidecars of the mesh".
+pub const MESH: &str = "mesh";
+
+/// Resolves a gateway reference written in a VirtualService of `namespace` to `namespace/name`,
+/// as istiod does: `name` → `<vs-ns>/name`, `./name` → `<vs-ns>/name`, `ns/name` kept, the legacy
+/// FQDN form `name.ns.svc.cluster.local` → `ns/name`, and `mesh` kept.
+pub fn resolve_gateway_name(gateway: &str, namespace: &str) -> String {
+    if gateway == MESH {
+        return MESH.to_string();
+    }
+    if let Some((ns, name)) = gateway.split_once('/') {
+        return if ns == "." {
+            format!("{namespace}/{name}")
+        } else {
+            gateway.to_string()
+        };
+    }
+    match gateway.split_once('.') {
+        None => format!("{namespace}/{gateway}"),
+        Some((name, rest)) => {
+            let ns = rest.split('.').next().unwrap_or(rest);
+            format!("{ns}/{name}")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::istio::parse_spec;
+    use crate::parse_spec;
     use serde_json::json;
 
     #[test]
@@ -235,5 +264,24 @@ mod tests {
         assert!(is_valid_cipher_suite("-ECDHE-ECDSA-AES128-SHA"));
         assert!(is_valid_cipher_suite("ALL"));
         assert!(!is_valid_cipher_suite("not-a-cipher-suite"));
+    }
+
+    #[test]
+    fn resolves_like_istiod() {
+        let cases = [
+            ("mesh", "default", "mesh"),
+            ("bookinfo-gateway", "default", "default/bookinfo-gateway"),
+            ("./bookinfo-gateway", "default", "default/bookinfo-gateway"),
+            ("istio-system/ingress", "default", "istio-system/ingress"),
+            (
+                "ingress.istio-system.svc.cluster.local",
+                "default",
+                "istio-system/ingress",
+            ),
+            ("ingress.istio-system", "default", "istio-system/ingress"),
+        ];
+        for (gw, ns, want) in cases {
+            assert_eq!(resolve_gateway_name(gw, ns), want, "{gw} in {ns}");
+        }
     }
 }

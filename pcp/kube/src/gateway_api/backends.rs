@@ -105,7 +105,7 @@ pub(super) fn destination(
                     "service name invalid; the name of the Service must be used, not the hostname.",
                 ));
             }
-            let host = crate::host::service_fqdn(&to.name, namespace, suffix);
+            let host = pasa_istio::host::service_fqdn(&to.name, namespace, suffix);
             let exists = input
                 .services
                 .contains_key(&(namespace.to_string(), to.name.clone()));
@@ -230,7 +230,7 @@ fn inference_pool(
             )),
         ));
     }
-    let host = crate::host::service_fqdn(
+    let host = pasa_istio::host::service_fqdn(
         &super::inference_pool_service(&to.name),
         namespace,
         &settings.domain_suffix,

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Destination, Percent, StringMatch, is_default};
-use crate::istio::common::Duration;
-use crate::istio::common::check_oneof;
+use crate::common::Duration;
+use crate::common::check_oneof;
 use crate::proto_enum;
 
 /// One HTTP rule: conditions, and what to do with a request that meets any of them.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-pub use crate::label_selector::LabelSelector;
+pub use pasa_istio::label_selector::LabelSelector;
 
 /// The metadata the conversion reads.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -50,7 +50,7 @@ impl Duration {
         };
         // Kubernetes' CRD schema lets Go's units through (`300ms`, `1m`), but istiod reads the
         // field as protobuf JSON and refuses them: say what to write instead.
-        if let Some(go) = crate::duration::parse(text)
+        if let Some(go) = pasa_proto::duration::parse(text)
             .ok()
             .filter(|_| !text.ends_with('s') || text.ends_with("ms"))
         {
@@ -268,7 +268,7 @@ macro_rules! proto_enum {
                         })
                     }
                     fn visit_i64<E: ::serde::de::Error>(self, v: i64) -> Result<$name, E> {
-                        $crate::istio::common::visit_enum_number(v, stringify!($name))
+                        $crate::common::visit_enum_number(v, stringify!($name))
                             .map($name::from_number)
                     }
                     fn visit_u64<E: ::serde::de::Error>(self, v: u64) -> Result<$name, E> {

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::istio::common::Duration;
+use crate::common::Duration;
 use crate::proto_enum;
 
 /// Limits on the connections and requests to one upstream host (Envoy's circuit breakers and

@@ -66,7 +66,7 @@ mod tests {
 
     #[test]
     fn reads_the_crd_form() {
-        let spec: PeerAuthentication = crate::istio::parse_spec(&json!({
+        let spec: PeerAuthentication = crate::parse_spec(&json!({
             "selector": {"matchLabels": {"app": "httpbin"}},
             "mtls": {"mode": "PERMISSIVE"},
             "portLevelMtls": {"8080": {"mode": "STRICT"}}
@@ -81,11 +81,11 @@ mod tests {
             [(8080, PeerMode::Strict)]
         );
         assert!(spec.selects_workloads());
-        let err = crate::istio::parse_spec::<PeerAuthentication>(&json!({"mtls": {"mode": "ON"}}))
-            .unwrap_err();
+        let err =
+            crate::parse_spec::<PeerAuthentication>(&json!({"mtls": {"mode": "ON"}})).unwrap_err();
         assert_eq!(err.field, "spec.mtls.mode");
         let empty: PeerAuthentication =
-            crate::istio::parse_spec(&json!({"portLevelMtls": {}})).expect("parses");
+            crate::parse_spec(&json!({"portLevelMtls": {}})).expect("parses");
         assert_eq!(empty.port_level_mtls, Some(BTreeMap::new()));
     }
 }

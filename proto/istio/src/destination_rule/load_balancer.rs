@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::istio::common::{Duration, U64, check_oneof};
+use crate::common::{Duration, U64, check_oneof};
 use crate::proto_enum;
 
 proto_enum! {
@@ -411,8 +411,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::istio::destination_rule::DestinationRule;
-    use crate::istio::parse_spec;
+    use crate::destination_rule::DestinationRule;
+    use crate::parse_spec;
 
     fn lb_of(spec: serde_json::Value) -> Result<LoadBalancerSettings, String> {
         parse_spec::<DestinationRule>(&spec)
