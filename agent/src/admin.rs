@@ -88,10 +88,24 @@ pub async fn serve(
     pasa_runtime::admin::serve(listener, app, shutdown).await
 }
 
+/// Why the agent is not ready.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("no xDS client is connected yet")]
+    NoClient,
+    #[error("{who} has not been sent anything yet")]
+    NothingSent { who: String },
+    #[error("{who} has not ACKed {kind} yet")]
+    NotAcked { who: String, kind: TypeKind },
+    /// The Envoy the agent runs is not (as [`crate::envoy::ready`] says).
+    #[error("{0}")]
+    Envoy(String),
+}
+
 /// Whether the connected clients hold their configuration; the reason when not.
-pub fn readiness(connections: &[ConnectionStatus]) -> Result<(), String> {
+pub fn readiness(connections: &[ConnectionStatus]) -> Result<(), NotReady> {
     if connections.is_empty() {
-        return Err("no xDS client is connected yet".into());
+        return Err(NotReady::NoClient);
     }
     for conn in connections {
         let who = if conn.node_id.is_empty() {
@@ -100,10 +114,10 @@ pub fn readiness(connections: &[ConnectionStatus]) -> Result<(), String> {
             format!("connection {} ({})", conn.id, conn.node_id)
         };
         if conn.generator.is_none() || conn.types.is_empty() {
-            return Err(format!("{who} has not been sent anything yet"));
+            return Err(NotReady::NothingSent { who });
         }
         if let Some((kind, _)) = conn.types.iter().find(|(_, t)| t.acked_version.is_none()) {
-            return Err(format!("{who} has not ACKed {kind} yet"));
+            return Err(NotReady::NotAcked { who, kind: *kind });
         }
     }
     Ok(())
@@ -121,7 +135,9 @@ async fn readyz(State(state): State<AdminState>) -> Response {
     };
     let ready = xds.is_ok() && envoy.as_ref().is_none_or(Result::is_ok);
     let mut body = String::from(if ready { "ready\n" } else { "not ready\n" });
-    let line = |part: Result<(), String>, ok: &str| part.map_or_else(|why| why, |()| ok.into());
+    fn line<E: std::fmt::Display>(part: Result<(), E>, ok: &str) -> String {
+        part.map_or_else(|why| why.to_string(), |()| ok.into())
+    }
     let _ = writeln!(
         body,
         "xds: {}",
@@ -145,7 +161,7 @@ async fn readyz(State(state): State<AdminState>) -> Response {
 }
 
 /// 200 `ready`, or 503 with the reason.
-fn ready_answer(ready: Result<(), String>) -> Response {
+fn ready_answer(ready: Result<(), NotReady>) -> Response {
     match ready {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
         Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
@@ -159,7 +175,7 @@ async fn healthz_ready(State(state): State<AdminState>) -> Response {
     if ready.is_ok()
         && let Some(admin) = &state.envoy_admin
     {
-        ready = crate::envoy::ready(admin).await;
+        ready = crate::envoy::ready(admin).await.map_err(NotReady::Envoy);
     }
     ready_answer(ready)
 }
@@ -394,15 +410,16 @@ mod tests {
 
     #[test]
     fn ready_once_every_subscribed_type_was_acked() {
-        let e = readiness(&[]).unwrap_err();
+        let e = readiness(&[]).unwrap_err().to_string();
         assert!(e.contains("no xDS client"), "{e}");
-        let e = readiness(&[conn(&[])]).unwrap_err();
+        let e = readiness(&[conn(&[])]).unwrap_err().to_string();
         assert!(e.contains("not been sent anything"), "{e}");
         let e = readiness(&[conn(&[
             (TypeKind::Cluster, Some("v")),
             (TypeKind::Listener, None),
         ])])
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("has not ACKed LDS"), "{e}");
         readiness(&[conn(&[(TypeKind::Cluster, Some("v"))])]).unwrap();
     }

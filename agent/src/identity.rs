@@ -123,7 +123,7 @@ impl Identity {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum IdentityError {
     #[error(
         "--node-id (or PASA_NODE_ID) is required: Istio's node ID type~ip~id~domain, e.g. \
@@ -145,35 +145,65 @@ pub enum IdentityError {
     Label { entry: String },
     #[error("--locality: {0:?} has more than region/zone/subzone")]
     Locality(String),
-    #[error("--labels-file {path}: {message}")]
-    LabelsFile { path: String, message: String },
-    #[error("--annotations-file {path}: {message}")]
-    AnnotationsFile { path: String, message: String },
+    #[error("--labels-file {path}: {source}")]
+    LabelsFile {
+        path: String,
+        #[source]
+        source: DownwardFileError,
+    },
+    #[error("--annotations-file {path}: {source}")]
+    AnnotationsFile {
+        path: String,
+        #[source]
+        source: DownwardFileError,
+    },
     #[error("--proxy-config (PROXY_CONFIG): {0}")]
     ProxyConfig(String),
 }
 
+/// Why a downward API file cannot be read.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DownwardFileError {
+    #[error("{0}")]
+    Read(#[source] std::sync::Arc<std::io::Error>),
+    #[error(transparent)]
+    Line(#[from] DownwardLineError),
+}
+
+/// A line of a downward API file that is not `key="value"`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {number}: {text:?} is not key=\"value\"")]
+pub struct DownwardLineError {
+    /// Counted from 1.
+    pub number: usize,
+    pub text: String,
+}
+
 /// A downward API file (see [`parse_downward_labels`]) read from `path`; what goes wrong is
-/// told by `error` (path, message).
+/// told by `error` (path, cause).
 fn read_downward_file(
     path: &std::path::Path,
-    error: impl Fn(String, String) -> IdentityError,
+    error: impl Fn(String, DownwardFileError) -> IdentityError,
 ) -> Result<BTreeMap<String, String>, IdentityError> {
-    let fail = |message: String| error(path.display().to_string(), message);
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    parse_downward_labels(&text).map_err(fail)
+    let fail = |source: DownwardFileError| error(path.display().to_string(), source);
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| fail(DownwardFileError::Read(std::sync::Arc::new(e))))?;
+    parse_downward_labels(&text).map_err(|e| fail(e.into()))
 }
 
 /// Reads a downward API labels (or annotations) file: `key="value"` lines, the value quoted as
 /// Go quotes strings (`\"`, `\\`, `\n`).
-pub fn parse_downward_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+pub fn parse_downward_labels(text: &str) -> Result<BTreeMap<String, String>, DownwardLineError> {
     let mut labels = BTreeMap::new();
     for (i, line) in text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let bad = || format!("line {}: {line:?} is not key=\"value\"", i + 1);
+        let bad = || DownwardLineError {
+            number: i + 1,
+            text: line.to_string(),
+        };
         let (key, quoted) = line.split_once('=').ok_or_else(bad)?;
         let inner = quoted
             .strip_prefix('"')
@@ -279,14 +309,15 @@ impl IdentityArgs {
             namespace,
             labels: match &self.labels_file {
                 None => parse_labels(&self.labels)?,
-                Some(path) => read_downward_file(path, |path, message| {
-                    IdentityError::LabelsFile { path, message }
+                Some(path) => read_downward_file(path, |path, source| IdentityError::LabelsFile {
+                    path,
+                    source,
                 })?,
             },
             annotations: match &self.annotations_file {
                 None => BTreeMap::new(),
-                Some(path) => read_downward_file(path, |path, message| {
-                    IdentityError::AnnotationsFile { path, message }
+                Some(path) => read_downward_file(path, |path, source| {
+                    IdentityError::AnnotationsFile { path, source }
                 })?,
             },
             service_account: self.service_account.clone(),
@@ -370,7 +401,7 @@ mod tests {
         assert_eq!(labels["pod-template-hash"], "7f9c");
         assert_eq!(labels["odd"], "a\"b");
         let e = parse_downward_labels("app=reviews\n").unwrap_err();
-        assert!(e.contains("line 1"), "{e}");
+        assert!(e.to_string().contains("line 1"), "{e}");
         // Annotations as the downward API writes them (Go's quoting: a JSON value with a line
         // break, a tab, a non-ASCII character).
         let file = "proxy.istio.io/config=\"{\\\"concurrency\\\": 2}\\n\"\n\

@@ -59,6 +59,45 @@ pub struct TcpSocket {
     pub port: u16,
 }
 
+/// Why `PASA_APP_PROBERS` cannot be run: each names the probe at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbersError {
+    #[error("--app-probers: not a map of probes: {0}")]
+    NotAMap(#[source] serde_json::Error),
+    #[error("--app-probers: {path:?} is not an /app-health/ path")]
+    Path { path: String },
+    #[error("--app-probers {path}: scheme {scheme:?}: only HTTP probes are run by the agent")]
+    Scheme { path: String, scheme: String },
+    #[error("--app-probers {path}: exactly one of httpGet and tcpSocket")]
+    NotOneAction { path: String },
+}
+
+/// Why a probe found the app unhealthy.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("port {port}: {source}")]
+    Connection {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("port {port}: not an HTTP answer: {line:?}")]
+    NotHttp { port: u16, line: String },
+    #[error("GET {path} on port {port}: HTTP {code}")]
+    Status { path: String, port: u16, code: u16 },
+    #[error("no probe")]
+    NoProbe,
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// Two failures are alike when they say the same (an I/O error has no equality of its own).
+impl PartialEq for ProbeError {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
 /// The probes by rewritten path, and where the app listens.
 #[derive(Debug, Clone)]
 pub struct AppProbers {
@@ -68,14 +107,13 @@ pub struct AppProbers {
 
 impl AppProbers {
     /// Reads `PASA_APP_PROBERS`; an error names the probe at fault.
-    pub fn parse(json: &str, host: IpAddr) -> Result<AppProbers, String> {
-        let probes: BTreeMap<String, AppProbe> = serde_json::from_str(json)
-            .map_err(|e| format!("--app-probers: not a map of probes: {e}"))?;
+    pub fn parse(json: &str, host: IpAddr) -> Result<AppProbers, ProbersError> {
+        let probes: BTreeMap<String, AppProbe> =
+            serde_json::from_str(json).map_err(ProbersError::NotAMap)?;
         for (path, probe) in &probes {
+            let path = path.clone();
             if !path.starts_with("/app-health/") {
-                return Err(format!(
-                    "--app-probers: {path:?} is not an /app-health/ path"
-                ));
+                return Err(ProbersError::Path { path });
             }
             match (&probe.http_get, &probe.tcp_socket) {
                 (Some(http), None) => {
@@ -84,18 +122,15 @@ impl AppProbers {
                         .as_deref()
                         .is_some_and(|s| !s.eq_ignore_ascii_case("http"))
                     {
-                        return Err(format!(
-                            "--app-probers {path}: scheme {:?}: only HTTP probes are run by the \
-                             agent",
-                            http.scheme.as_deref().unwrap_or_default()
-                        ));
+                        return Err(ProbersError::Scheme {
+                            path,
+                            scheme: http.scheme.clone().unwrap_or_default(),
+                        });
                     }
                 }
                 (None, Some(_)) => {}
                 _ => {
-                    return Err(format!(
-                        "--app-probers {path}: exactly one of httpGet and tcpSocket"
-                    ));
+                    return Err(ProbersError::NotOneAction { path });
                 }
             }
         }
@@ -110,7 +145,7 @@ impl AppProbers {
     }
 
     /// Runs the probe registered for `path`: `None` when there is none.
-    pub async fn run(&self, path: &str) -> Option<Result<(), String>> {
+    pub async fn run(&self, path: &str) -> Option<Result<(), ProbeError>> {
         let probe = self.probes.get(path)?;
         let timeout = Duration::from_secs(probe.timeout_seconds.unwrap_or(1).max(1));
         let attempt = async {
@@ -120,14 +155,17 @@ impl AppProbers {
                 tokio::net::TcpStream::connect(SocketAddr::new(self.host, tcp.port))
                     .await
                     .map(drop)
-                    .map_err(|e| format!("port {}: {e}", tcp.port))
+                    .map_err(|source| ProbeError::Connection {
+                        port: tcp.port,
+                        source,
+                    })
             } else {
-                Err("no probe".to_string())
+                Err(ProbeError::NoProbe)
             }
         };
         Some(match tokio::time::timeout(timeout, attempt).await {
             Ok(result) => result,
-            Err(_) => Err(format!("no answer within {timeout:?}")),
+            Err(_) => Err(ProbeError::Timeout(timeout)),
         })
     }
 }
@@ -145,10 +183,12 @@ async fn probe(
 }
 
 /// One HTTP/1.1 GET; healthy on a 2xx or 3xx status, as kubelet judges.
-async fn http_probe(addr: SocketAddr, http: &HttpGet) -> Result<(), String> {
-    let mut conn = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("port {}: {e}", http.port))?;
+async fn http_probe(addr: SocketAddr, http: &HttpGet) -> Result<(), ProbeError> {
+    let failed = |source| ProbeError::Connection {
+        port: http.port,
+        source,
+    };
+    let mut conn = tokio::net::TcpStream::connect(addr).await.map_err(failed)?;
     let path = if http.path.is_empty() {
         "/"
     } else {
@@ -165,17 +205,12 @@ async fn http_probe(addr: SocketAddr, http: &HttpGet) -> Result<(), String> {
         request.push_str(&format!("Host: {addr}\r\n"));
     }
     request.push_str("\r\n");
-    conn.write_all(request.as_bytes())
-        .await
-        .map_err(|e| format!("port {}: {e}", http.port))?;
+    conn.write_all(request.as_bytes()).await.map_err(failed)?;
     // The status line is all that is judged.
     let mut head = [0u8; 64];
     let mut read = 0;
     while read < 12 {
-        let n = conn
-            .read(&mut head[read..])
-            .await
-            .map_err(|e| format!("port {}: {e}", http.port))?;
+        let n = conn.read(&mut head[read..]).await.map_err(failed)?;
         if n == 0 {
             break;
         }
@@ -186,11 +221,18 @@ async fn http_probe(addr: SocketAddr, http: &HttpGet) -> Result<(), String> {
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("port {}: not an HTTP answer: {line:?}", http.port))?;
+        .ok_or_else(|| ProbeError::NotHttp {
+            port: http.port,
+            line: line.to_string(),
+        })?;
     if (200..400).contains(&code) {
         Ok(())
     } else {
-        Err(format!("GET {path} on port {}: HTTP {code}", http.port))
+        Err(ProbeError::Status {
+            path: path.to_string(),
+            port: http.port,
+            code,
+        })
     }
 }
 
@@ -244,7 +286,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap_err();
-        assert!(failed.contains("HTTP 500"), "{failed}");
+        assert!(failed.to_string().contains("HTTP 500"), "{failed}");
         assert_eq!(p.run("/app-health/db/livez").await, Some(Ok(())));
         assert!(p.run("/app-health/db/readyz").await.unwrap().is_err());
         assert_eq!(p.run("/app-health/other/livez").await, None);
@@ -266,7 +308,7 @@ mod tests {
             (r#"[1]"#, "not a map of probes"),
         ] {
             let e = AppProbers::parse(json, host).unwrap_err();
-            assert!(e.contains(says), "{json}: {e}");
+            assert!(e.to_string().contains(says), "{json}: {e}");
         }
     }
 }

@@ -296,13 +296,10 @@ pub async fn run(
         .map_err(|e| anyhow::anyhow!("--server {e}"))?;
     let probers = match args.status_listen {
         None => None,
-        Some(_) => Some(
-            crate::probes::AppProbers::parse(
-                args.app_probers.as_deref().unwrap_or("{}"),
-                identity.node.ip,
-            )
-            .map_err(anyhow::Error::msg)?,
-        ),
+        Some(_) => Some(crate::probes::AppProbers::parse(
+            args.app_probers.as_deref().unwrap_or("{}"),
+            identity.node.ip,
+        )?),
     };
     let mut proxy = Proxy::from_identity(&identity, args.mesh.settings());
     proxy.build = match args.proxy_build {

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pasa_istio::digest::sha256_hex;
+use pasa_runtime::fetch::FetchError;
 use tokio::sync::watch;
 
 use pasa_istio::extensions::{ImagePullSecret, RegistryLogin};
@@ -42,6 +43,111 @@ const MAX_BYTES: usize = 256 << 20;
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a failed fetch stands before it is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// Why a Wasm module was not fetched; each names the URL or the image.
+#[derive(Debug, thiserror::Error)]
+pub enum WasmError {
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    #[error("{url}: {source}")]
+    Unpack {
+        url: String,
+        #[source]
+        source: UnpackError,
+    },
+    #[error("{url}: its SHA-256 is {digest}, the extension expects {expected}")]
+    Checksum {
+        url: String,
+        digest: String,
+        expected: String,
+    },
+    #[error("the module was not saved: {0}")]
+    SaveTask(#[source] tokio::task::JoinError),
+    #[error("{}: {source}", .path.display())]
+    Save {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{image:?}: no repository")]
+    NoRepository { image: String },
+    /// The pull secret's Docker config does not say how to sign in (as the secret says).
+    #[error("{image:?}: the pull secret's {problem}")]
+    PullSecret { image: String, problem: String },
+    #[error("{image}: the manifest's digest is sha256:{digest}")]
+    ManifestDigest { image: String, digest: String },
+    #[error("{image}: the manifest is not JSON: {source}")]
+    ManifestJson {
+        image: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{image}: its last layer: {source}")]
+    Layer {
+        image: String,
+        #[source]
+        source: UnpackError,
+    },
+    #[error("{image}: no plugin.wasm in its last layer")]
+    NoPluginWasm { image: String },
+    #[error("{image}: neither a Docker or OCI image with plugin.wasm nor a Wasm artifact")]
+    NotWasmImage { image: String },
+    #[error("{image}: blob {digest} does not match its digest")]
+    BlobDigest { image: String, digest: String },
+    #[error("GET {url}: {status} without a location")]
+    NoLocation { url: String, status: u16 },
+    #[error("GET {url}: 401 without a challenge")]
+    NoChallenge { url: String },
+    #[error("GET {url}: {status}: the registry refused the pull secret's login")]
+    LoginRefused {
+        url: String,
+        status: axum::http::StatusCode,
+    },
+    #[error("GET {url}: {status}")]
+    Status {
+        url: String,
+        status: axum::http::StatusCode,
+    },
+    #[error("GET {url}: too many redirects")]
+    TooManyRedirects { url: String },
+    #[error("{image}: the registry asks for a login and no pull secret gives one")]
+    LoginNeeded { image: String },
+    #[error("{image}: unsupported challenge {challenge:?}")]
+    Challenge { image: String, challenge: String },
+    #[error("{image}: a challenge without realm")]
+    NoRealm { image: String },
+    #[error("GET {url}{}: {status}", if *.login {
+        " with the pull secret's login"
+    } else {
+        " (anonymously: a private image needs the extension's imagePullSecret)"
+    })]
+    TokenRefused {
+        url: String,
+        login: bool,
+        status: axum::http::StatusCode,
+    },
+    #[error("{url}: not JSON: {source}")]
+    TokenJson {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{url}: no token")]
+    NoToken { url: String },
+}
+
+/// Why a fetched body or an image's layer holds no module.
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    #[error("not a gzip stream: {0}")]
+    Gzip(#[source] std::io::Error),
+    #[error("tar entry {name:?}: no size")]
+    TarSize { name: String },
+    #[error("tar entry {name:?}: shorter than its size")]
+    TarShort { name: String },
+    #[error("an empty tar")]
+    EmptyTar,
+}
 
 /// Modules fetched by pilot-agent: the agent sends their URLs.
 #[derive(Debug, Default)]
@@ -107,7 +213,7 @@ impl Fetcher {
                 }
                 Err(e) => {
                     tracing::warn!(%url, "Wasm module not fetched: {e}");
-                    State::Failed(e, Instant::now())
+                    State::Failed(e.to_string(), Instant::now())
                 }
             };
             if let Ok(mut states) = this.state.lock() {
@@ -122,10 +228,13 @@ impl Fetcher {
         url: &str,
         sha256: &str,
         secret: Option<&ImagePullSecret>,
-    ) -> Result<String, String> {
+    ) -> Result<String, WasmError> {
         let (module, digest) = if url.starts_with("http://") || url.starts_with("https://") {
             let body = pasa_runtime::fetch::get(&self.client, url, TIMEOUT, MAX_BYTES).await?;
-            let module = unboxed(body).map_err(|e| format!("{url}: {e}"))?;
+            let module = unboxed(body).map_err(|source| WasmError::Unpack {
+                url: url.to_string(),
+                source,
+            })?;
             let digest = sha256_hex(&module);
             (module, digest)
         } else {
@@ -135,16 +244,21 @@ impl Fetcher {
                 .await?
         };
         if !sha256.is_empty() && !digest.eq_ignore_ascii_case(sha256) {
-            return Err(format!(
-                "{url}: its SHA-256 is {digest}, the extension expects {sha256}"
-            ));
+            return Err(WasmError::Checksum {
+                url: url.to_string(),
+                digest,
+                expected: sha256.to_string(),
+            });
         }
         let path = self.dir.join(format!("{digest}.wasm"));
         let (dir, file) = (self.dir.clone(), path.clone());
         tokio::task::spawn_blocking(move || save(&dir, &file, &module))
             .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(WasmError::SaveTask)?
+            .map_err(|source| WasmError::Save {
+                path: path.clone(),
+                source,
+            })?;
         Ok(path.display().to_string())
     }
 }
@@ -194,7 +308,7 @@ impl ModuleSource for Arc<Fetcher> {
 }
 
 /// The module in `body`: as fetched, a gzip'd body unpacked, a POSIX tar's first file.
-fn unboxed(body: Vec<u8>) -> Result<Vec<u8>, String> {
+fn unboxed(body: Vec<u8>) -> Result<Vec<u8>, UnpackError> {
     let body = if body.starts_with(&[0x1f, 0x8b]) {
         gunzip(&body)?
     } else {
@@ -205,13 +319,13 @@ fn unboxed(body: Vec<u8>) -> Result<Vec<u8>, String> {
             .into_iter()
             .next()
             .map(|(_, data)| data.to_vec())
-            .ok_or_else(|| "an empty tar".to_string());
+            .ok_or(UnpackError::EmptyTar);
     }
     Ok(body)
 }
 
 /// The entries of a POSIX tar: (name, contents).
-fn tar_entries(mut tar: &[u8]) -> Result<Vec<(String, &[u8])>, String> {
+fn tar_entries(mut tar: &[u8]) -> Result<Vec<(String, &[u8])>, UnpackError> {
     let mut out = Vec::new();
     while tar.len() >= 512 && tar[..512].iter().any(|b| *b != 0) {
         let field = |range: std::ops::Range<usize>| {
@@ -220,11 +334,12 @@ fn tar_entries(mut tar: &[u8]) -> Result<Vec<(String, &[u8])>, String> {
                 .to_string()
         };
         let name = field(0..100);
-        let size = usize::from_str_radix(&field(124..136), 8)
-            .map_err(|_| format!("tar entry {name:?}: no size"))?;
-        let data = tar
-            .get(512..512 + size)
-            .ok_or_else(|| format!("tar entry {name:?}: shorter than its size"))?;
+        let Ok(size) = usize::from_str_radix(&field(124..136), 8) else {
+            return Err(UnpackError::TarSize { name });
+        };
+        let Some(data) = tar.get(512..512 + size) else {
+            return Err(UnpackError::TarShort { name });
+        };
         out.push((name, data));
         tar = tar
             .get(512 + size.div_ceil(512) * 512..)
@@ -233,12 +348,12 @@ fn tar_entries(mut tar: &[u8]) -> Result<Vec<(String, &[u8])>, String> {
     Ok(out)
 }
 
-fn gunzip(body: &[u8]) -> Result<Vec<u8>, String> {
+fn gunzip(body: &[u8]) -> Result<Vec<u8>, UnpackError> {
     let mut out = Vec::new();
     flate2::read::GzDecoder::new(body)
         .take(MAX_BYTES as u64)
         .read_to_end(&mut out)
-        .map_err(|e| format!("not a gzip stream: {e}"))?;
+        .map_err(UnpackError::Gzip)?;
     Ok(out)
 }
 
@@ -270,7 +385,7 @@ impl<'a> Registry<'a> {
         client: &'a pasa_runtime::fetch::Client,
         image: &str,
         secret: Option<&ImagePullSecret>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, WasmError> {
         let (name, reference) = match image.split_once('@') {
             Some((name, digest)) => (name, digest.to_string()),
             None => match image.rsplit_once(':') {
@@ -291,7 +406,9 @@ impl<'a> Registry<'a> {
             ),
         };
         if repository.is_empty() {
-            return Err(format!("{image:?}: no repository"));
+            return Err(WasmError::NoRepository {
+                image: image.to_string(),
+            });
         }
         let host = if host == "docker.io" {
             "registry-1.docker.io".to_string()
@@ -301,7 +418,10 @@ impl<'a> Registry<'a> {
         let login = match secret {
             Some(s) => s
                 .login_for(&host)
-                .map_err(|e| format!("{image:?}: the pull secret's {e}"))?,
+                .map_err(|problem| WasmError::PullSecret {
+                    image: image.to_string(),
+                    problem,
+                })?,
             None => None,
         };
         // A registry token is sent from the start.
@@ -325,20 +445,23 @@ impl<'a> Registry<'a> {
     }
 
     /// The module and the image's digest.
-    async fn pull(mut self) -> Result<(Vec<u8>, String), String> {
+    async fn pull(mut self) -> Result<(Vec<u8>, String), WasmError> {
         let path = format!("/v2/{}/manifests/{}", self.repository, self.reference);
         let manifest = self.get(&path, Some(MANIFEST_TYPES)).await?;
         let digest = sha256_hex(&manifest);
         if let Some(pinned) = self.reference.strip_prefix("sha256:")
             && pinned != digest
         {
-            return Err(format!(
-                "{}: the manifest's digest is sha256:{digest}",
-                self.image()
-            ));
+            return Err(WasmError::ManifestDigest {
+                image: self.image(),
+                digest,
+            });
         }
-        let manifest: serde_json::Value = serde_json::from_slice(&manifest)
-            .map_err(|e| format!("{}: the manifest is not JSON: {e}", self.image()))?;
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&manifest).map_err(|source| WasmError::ManifestJson {
+                image: self.image(),
+                source,
+            })?;
         let layers: Vec<(String, String)> = manifest["layers"]
             .as_array()
             .into_iter()
@@ -357,12 +480,20 @@ impl<'a> Registry<'a> {
                 if (media_type == DOCKER_MANIFEST && kind == DOCKER_LAYER)
                     || (media_type != DOCKER_MANIFEST && kind == OCI_LAYER) =>
             {
-                let tar = gunzip(&self.blob(layer).await?)?;
-                tar_entries(&tar)?
+                let blob = self.blob(layer).await?;
+                let layer_error = |source| WasmError::Layer {
+                    image: self.image(),
+                    source,
+                };
+                let tar = gunzip(&blob).map_err(layer_error)?;
+                tar_entries(&tar)
+                    .map_err(layer_error)?
                     .into_iter()
                     .find(|(name, _)| name.rsplit('/').next() == Some("plugin.wasm"))
                     .map(|(_, data)| data.to_vec())
-                    .ok_or_else(|| format!("{}: no plugin.wasm in its last layer", self.image()))?
+                    .ok_or_else(|| WasmError::NoPluginWasm {
+                        image: self.image(),
+                    })?
             }
             _ => {
                 // An OCI artifact: a Wasm layer beside its config.
@@ -370,12 +501,8 @@ impl<'a> Registry<'a> {
                     .iter()
                     .find(|(kind, _)| kind == WASM_LAYER)
                     .filter(|_| layers.len() == 2)
-                    .ok_or_else(|| {
-                        format!(
-                            "{}: neither a Docker or OCI image with plugin.wasm nor a Wasm \
-                             artifact",
-                            self.image()
-                        )
+                    .ok_or_else(|| WasmError::NotWasmImage {
+                        image: self.image(),
                     })?;
                 self.blob(&wasm.1).await?
             }
@@ -384,21 +511,21 @@ impl<'a> Registry<'a> {
     }
 
     /// A blob, checked against its digest.
-    async fn blob(&mut self, digest: &str) -> Result<Vec<u8>, String> {
+    async fn blob(&mut self, digest: &str) -> Result<Vec<u8>, WasmError> {
         let path = format!("/v2/{}/blobs/{digest}", self.repository);
         let blob = self.get(&path, None).await?;
         if digest.strip_prefix("sha256:") != Some(sha256_hex(&blob).as_str()) {
-            return Err(format!(
-                "{}: blob {digest} does not match its digest",
-                self.image()
-            ));
+            return Err(WasmError::BlobDigest {
+                image: self.image(),
+                digest: digest.to_string(),
+            });
         }
         Ok(blob)
     }
 
     /// GETs `path` of the registry: over plain HTTP when it speaks no TLS, with a bearer token
     /// when it asks for one, following redirects (blobs are often elsewhere).
-    async fn get(&mut self, path: &str, accept: Option<&str>) -> Result<Vec<u8>, String> {
+    async fn get(&mut self, path: &str, accept: Option<&str>) -> Result<Vec<u8>, WasmError> {
         let mut url = format!("{}://{}{path}", self.scheme, self.host);
         for _ in 0..5 {
             let mut headers = Vec::new();
@@ -424,7 +551,7 @@ impl<'a> Registry<'a> {
                         url = format!("http://{}{path}", self.host);
                         continue;
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 };
             let status = answer.status.as_u16();
             let header = |name: &str| {
@@ -437,8 +564,10 @@ impl<'a> Registry<'a> {
             match status {
                 200..=299 => return Ok(answer.body),
                 301 | 302 | 303 | 307 | 308 => {
-                    let location = header("location")
-                        .ok_or_else(|| format!("GET {url}: {status} without a location"))?;
+                    let location = header("location").ok_or_else(|| WasmError::NoLocation {
+                        url: url.clone(),
+                        status,
+                    })?;
                     url = if location.starts_with('/') {
                         format!("{}://{}{location}", self.scheme, self.host)
                     } else {
@@ -447,24 +576,29 @@ impl<'a> Registry<'a> {
                 }
                 401 if self.authorization.is_none() => {
                     let challenge = header("www-authenticate")
-                        .ok_or_else(|| format!("GET {url}: 401 without a challenge"))?;
+                        .ok_or_else(|| WasmError::NoChallenge { url: url.clone() })?;
                     self.authorization = Some(self.sign_in(&challenge).await?);
                 }
                 401 | 403 if self.login.is_some() => {
-                    return Err(format!(
-                        "GET {url}: {}: the registry refused the pull secret's login",
-                        answer.status
-                    ));
+                    return Err(WasmError::LoginRefused {
+                        url,
+                        status: answer.status,
+                    });
                 }
-                _ => return Err(format!("GET {url}: {}", answer.status)),
+                _ => {
+                    return Err(WasmError::Status {
+                        url,
+                        status: answer.status,
+                    });
+                }
             }
         }
-        Err(format!("GET {url}: too many redirects"))
+        Err(WasmError::TooManyRedirects { url })
     }
 
     /// The `authorization` header answering `challenge`: Basic credentials where the registry
     /// asks for them, or a token from the bearer challenge's realm (with the login, if any).
-    async fn sign_in(&self, challenge: &str) -> Result<String, String> {
+    async fn sign_in(&self, challenge: &str) -> Result<String, WasmError> {
         use base64::Engine;
         let basic = match &self.login {
             Some(RegistryLogin::Basic { username, password }) => Some(format!(
@@ -474,16 +608,16 @@ impl<'a> Registry<'a> {
             _ => None,
         };
         if challenge.starts_with("Basic ") {
-            return basic.ok_or_else(|| {
-                format!(
-                    "{}: the registry asks for a login and no pull secret gives one",
-                    self.image()
-                )
+            return basic.ok_or_else(|| WasmError::LoginNeeded {
+                image: self.image(),
             });
         }
         let params = challenge
             .strip_prefix("Bearer ")
-            .ok_or_else(|| format!("{}: unsupported challenge {challenge:?}", self.image()))?;
+            .ok_or_else(|| WasmError::Challenge {
+                image: self.image(),
+                challenge: challenge.to_string(),
+            })?;
         let mut realm = None;
         let mut query = Vec::new();
         for part in params.split(',') {
@@ -497,7 +631,9 @@ impl<'a> Registry<'a> {
                 _ => {}
             }
         }
-        let realm = realm.ok_or_else(|| format!("{}: a challenge without realm", self.image()))?;
+        let realm = realm.ok_or_else(|| WasmError::NoRealm {
+            image: self.image(),
+        })?;
         let url = if query.is_empty() {
             realm
         } else {
@@ -511,20 +647,21 @@ impl<'a> Registry<'a> {
         let answer =
             pasa_runtime::fetch::request(self.client, &url, &headers, TIMEOUT, 1 << 20).await?;
         if !answer.status.is_success() {
-            let whose = if basic.is_some() {
-                " with the pull secret's login"
-            } else {
-                " (anonymously: a private image needs the extension's imagePullSecret)"
-            };
-            return Err(format!("GET {url}{whose}: {}", answer.status));
+            return Err(WasmError::TokenRefused {
+                url,
+                login: basic.is_some(),
+                status: answer.status,
+            });
         }
-        let answer: serde_json::Value =
-            serde_json::from_slice(&answer.body).map_err(|e| format!("{url}: not JSON: {e}"))?;
+        let answer: serde_json::Value = match serde_json::from_slice(&answer.body) {
+            Ok(answer) => answer,
+            Err(source) => return Err(WasmError::TokenJson { url, source }),
+        };
         answer["token"]
             .as_str()
             .or_else(|| answer["access_token"].as_str())
             .map(|t| format!("Bearer {t}"))
-            .ok_or_else(|| format!("{url}: no token"))
+            .ok_or(WasmError::NoToken { url })
     }
 }
 

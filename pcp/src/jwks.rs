@@ -28,12 +28,41 @@ const PASS: Duration = Duration::from_secs(10);
 /// The largest key set read.
 const MAX_BYTES: usize = 1 << 20;
 
-use pasa_runtime::fetch::Client;
+use pasa_runtime::fetch::{Client, FetchError};
+
+/// Why a key set was not fetched, or the store not kept in step.
+#[derive(Debug, thiserror::Error)]
+enum JwksError {
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    #[error("GET {url}: not UTF-8")]
+    NotUtf8 { url: String },
+    #[error("{url}: not JSON: {source}")]
+    DiscoveryNotJson {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{url} names no jwks_uri")]
+    NoJwksUri { url: String },
+    #[error("{url}: not a JSON Web Key Set")]
+    NotKeySet { url: String },
+    #[error("{}", .0.message())]
+    Store(#[source] Box<tonic::Status>),
+}
+
+impl From<tonic::Status> for JwksError {
+    fn from(status: tonic::Status) -> Self {
+        JwksError::Store(Box::new(status))
+    }
+}
 
 /// The text at `url`.
-async fn get(client: &Client, url: &str, timeout: Duration) -> Result<String, String> {
+async fn get(client: &Client, url: &str, timeout: Duration) -> Result<String, JwksError> {
     let body = pasa_runtime::fetch::get(client, url, timeout, MAX_BYTES).await?;
-    String::from_utf8(body).map_err(|_| format!("GET {url}: not UTF-8"))
+    String::from_utf8(body).map_err(|_| JwksError::NotUtf8 {
+        url: url.to_string(),
+    })
 }
 
 /// The keys of `source`: fetched from its URI, or from the URI its issuer's discovery document
@@ -42,7 +71,7 @@ async fn fetch(
     client: &Client,
     source: &KeySetSource,
     timeout: Duration,
-) -> Result<String, String> {
+) -> Result<String, JwksError> {
     let uri = match source {
         KeySetSource::Uri(uri) => uri.clone(),
         KeySetSource::Issuer(issuer) => {
@@ -50,19 +79,25 @@ async fn fetch(
                 "{}/.well-known/openid-configuration",
                 issuer.trim_end_matches('/')
             );
-            let document: serde_json::Value =
-                serde_json::from_str(&get(client, &discovery, timeout).await?)
-                    .map_err(|e| format!("{discovery}: not JSON: {e}"))?;
+            let document: serde_json::Value = serde_json::from_str(
+                &get(client, &discovery, timeout).await?,
+            )
+            .map_err(|source| JwksError::DiscoveryNotJson {
+                url: discovery.clone(),
+                source,
+            })?;
             document["jwks_uri"]
                 .as_str()
-                .ok_or_else(|| format!("{discovery} names no jwks_uri"))?
+                .ok_or_else(|| JwksError::NoJwksUri {
+                    url: discovery.clone(),
+                })?
                 .to_string()
         }
     };
     let keys = get(client, &uri, timeout).await?;
     match serde_json::from_str::<serde_json::Value>(&keys) {
         Ok(v) if v["keys"].is_array() => Ok(keys),
-        _ => Err(format!("{uri}: not a JSON Web Key Set")),
+        _ => Err(JwksError::NotKeySet { url: uri }),
     }
 }
 
@@ -91,7 +126,7 @@ async fn list(
     service: &WriteService,
     kind: Kind,
     namespace: Option<&str>,
-) -> Result<Vec<pasa_proto::store::v1::Resource>, String> {
+) -> Result<Vec<pasa_proto::store::v1::Resource>, JwksError> {
     let request = ListRequest {
         selector: Some(Subscription {
             rules: vec![Rule {
@@ -109,7 +144,7 @@ async fn list(
         })
         .await
         .map(|r| r.into_inner().resources)
-        .map_err(|s| s.message().to_string())
+        .map_err(JwksError::from)
 }
 
 async fn pass(
@@ -118,7 +153,7 @@ async fn pass(
     root_namespace: &str,
     refresh: Duration,
     fetched: &mut BTreeMap<KeySetSource, Instant>,
-) -> Result<(), String> {
+) -> Result<(), JwksError> {
     // The sources the rules need, each with the longest timeout a rule asks for.
     let mut needed: BTreeMap<KeySetSource, Duration> = BTreeMap::new();
     for ra in list(service, Kind::RequestAuthentication, None).await? {
@@ -180,7 +215,7 @@ async fn pass(
                     Ok(answer) => {
                         tracing::error!(source = ?source, errors = ?answer.errors, "a fetched JWT key set was refused")
                     }
-                    Err(status) => return Err(status.message().to_string()),
+                    Err(status) => return Err(status.into()),
                 }
             }
             Err(e) => {
@@ -210,8 +245,7 @@ async fn pass(
             .call(&request, |mut store, request| async move {
                 store.delete(request).await
             })
-            .await
-            .map_err(|s| s.message().to_string())?;
+            .await?;
     }
     fetched.retain(|source, _| needed.contains_key(source));
     Ok(())

@@ -29,25 +29,54 @@ pub const PUBLISHED_FROM: &str = "pasa.io/mesh-config-file";
 /// How often the file is read again.
 const POLL: Duration = Duration::from_secs(10);
 
+/// Why the `--mesh-config` file cannot be published; each names the flag and the file.
+#[derive(Debug, thiserror::Error)]
+pub enum MeshConfigError {
+    #[error("--mesh-config {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--mesh-config {}: {source}", .path.display())]
+    Yaml {
+        path: PathBuf,
+        #[source]
+        source: Box<serde_saphyr::Error>,
+    },
+    #[error(
+        "--mesh-config {}: not a mapping (give the `mesh` key of the istio ConfigMap, a YAML \
+         mapping)",
+        .path.display()
+    )]
+    NotMapping { path: PathBuf },
+}
+
 /// Reads `path` as a mesh config (a YAML mapping; empty is `{}`); the error names the flag and
 /// the file.
-pub fn read(path: &std::path::Path) -> Result<Value, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("--mesh-config {}: {e}", path.display()))?;
+pub fn read(path: &std::path::Path) -> Result<Value, MeshConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| MeshConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let spec: Value = if text.trim().is_empty() {
         json!({})
     } else {
-        serde_saphyr::from_str(&text)
-            .map_err(|e| format!("--mesh-config {}: {e}", path.display()))?
+        serde_saphyr::from_str(&text).map_err(|source| MeshConfigError::Yaml {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })?
     };
     if !spec.is_object() {
-        return Err(format!("--mesh-config {}: not a mapping", path.display()));
+        return Err(MeshConfigError::NotMapping {
+            path: path.to_path_buf(),
+        });
     }
     Ok(spec)
 }
 
 /// Reads `path` as a mesh config, as the object to publish in `root_namespace`.
-pub fn object(path: &std::path::Path, root_namespace: &str) -> Result<Value, String> {
+pub fn object(path: &std::path::Path, root_namespace: &str) -> Result<Value, MeshConfigError> {
     let spec = read(path)?;
     Ok(json!({
         "apiVersion": "pasa.io/v1alpha1",

@@ -94,7 +94,7 @@ impl PcpArgs {
         // `--mesh-config`, read once now (a bad file stops PCP at start) for what is set up
         // from it at start; the publisher reads it again as it changes.
         let mesh = match &self.kube.mesh_config {
-            Some(path) => Some(crate::mesh::read(path).map_err(anyhow::Error::msg)?),
+            Some(path) => Some(crate::mesh::read(path)?),
             None => None,
         };
         // The mesh config's trust domain aliases are the mesh's own identities too.

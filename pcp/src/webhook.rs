@@ -59,12 +59,11 @@ impl Webhook {
     /// [`inject::unenforced_policies`]), or the store cannot say whether any do; else the
     /// warnings moving it gets (see [`inject::move_warnings`]) and the proxy settings the store
     /// holds for it.
-    async fn keeps_with_istiod(&self, req: &AdmissionRequest) -> Result<Looked, String> {
+    async fn keeps_with_istiod(&self, req: &AdmissionRequest) -> Result<Looked, StaysWithIstiod> {
         let Some(object) = req.object.as_ref() else {
             return Ok(Looked::default());
         };
-        let pod = &review::object_json(object)
-            .map_err(|e| format!("the pod cannot be read as JSON ({e})"))?;
+        let pod = &review::object_json(object).map_err(StaysWithIstiod::Unreadable)?;
         let namespace = req.namespace.as_deref().unwrap_or_default();
         let root = self.injector.root_namespace();
         let request = pasa_proto::store::v1::ListRequest {
@@ -94,16 +93,11 @@ impl Webhook {
         let policies = match listed {
             Ok(Ok(list)) => list.into_inner().resources,
             Ok(Err(status)) => {
-                return Err(format!(
-                    "the store cannot say which security policies apply to it ({})",
-                    status.message()
-                ));
+                return Err(StaysWithIstiod::Store {
+                    message: status.message().to_string(),
+                });
             }
-            Err(_) => {
-                return Err(
-                    "the store did not say in time which security policies apply to it".into(),
-                );
-            }
+            Err(_) => return Err(StaysWithIstiod::StoreTimeout),
         };
         let applying = inject::unenforced_policies(pod, namespace, root, &policies);
         if applying.is_empty() {
@@ -112,14 +106,7 @@ impl Webhook {
                 settings: inject::StoredSettings::from_resources(&policies, root),
             });
         }
-        Err(format!(
-            "{} applies to it, which PASA's agent cannot apply yet (WasmPlugin and \
-                 TrafficExtension whose module the pod's proxy would not get; Telemetry with \
-                 metrics for upstream Envoy, or a Lightstep tracer; EnvoyFilter patching the bootstrap; \
-                 RequestAuthentication whose keys are not in the store yet; CUSTOM \
-                 AuthorizationPolicy whose provider the stored mesh config does not define)",
-            applying.join(", ")
-        ))
+        Err(StaysWithIstiod::Unenforced { applying })
     }
 
     /// Decides one admission request.
@@ -152,6 +139,47 @@ impl Webhook {
     }
 }
 
+/// Why a pod the injector would move stays with istiod.
+#[derive(Debug, thiserror::Error)]
+enum StaysWithIstiod {
+    #[error("the pod cannot be read as JSON ({0})")]
+    Unreadable(#[source] serde_json::Error),
+    #[error("the store cannot say which security policies apply to it ({message})")]
+    Store { message: String },
+    #[error("the store did not say in time which security policies apply to it")]
+    StoreTimeout,
+    #[error(
+        "{} applies to it, which PASA's agent cannot apply yet (WasmPlugin and \
+         TrafficExtension whose module the pod's proxy would not get; Telemetry with \
+         metrics for upstream Envoy, or a Lightstep tracer; EnvoyFilter patching the bootstrap; \
+         RequestAuthentication whose keys are not in the store yet; CUSTOM \
+         AuthorizationPolicy whose provider the stored mesh config does not define)",
+        .applying.join(", ")
+    )]
+    Unenforced { applying: Vec<String> },
+}
+
+/// A kind the webhook does not review: the configuration sending it is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "unrecognized type {group}/{version}, Kind={kind}: this webhook validates {}; check the rules \
+     of the ValidatingWebhookConfiguration",
+    reviewed_kinds().map(|k| format!("{}.{}", k.as_str(), k.group())).collect::<Vec<_>>().join(", ")
+)]
+struct UnhandledKind {
+    group: String,
+    version: String,
+    kind: String,
+}
+
+/// The kinds the webhook reviews: the Istio kinds the store keeps (not the store's own kind,
+/// which is no Kubernetes resource).
+fn reviewed_kinds() -> impl Iterator<Item = Kind> {
+    Kind::ALL
+        .into_iter()
+        .filter(|k| *k != Kind::ServiceEndpoints)
+}
+
 /// What the store says of a pod the injector moves: the warnings moving it gets, and the proxy
 /// settings it will run with.
 #[derive(Default)]
@@ -160,29 +188,14 @@ struct Looked {
     settings: inject::StoredSettings,
 }
 
-/// The PASA kind a reviewed group/version/kind is, or why the webhook refuses it. The webhook
-/// reviews the Istio kinds the store keeps (not the store's own kind, which is no Kubernetes
-/// resource).
-fn handled_kind(gvk: &GroupVersionKind) -> Result<Kind, String> {
-    let reviewed = |k: &Kind| *k != Kind::ServiceEndpoints;
-    Kind::ALL
-        .into_iter()
-        .filter(reviewed)
+/// The PASA kind a reviewed group/version/kind is, or why the webhook refuses it.
+fn handled_kind(gvk: &GroupVersionKind) -> Result<Kind, UnhandledKind> {
+    reviewed_kinds()
         .find(|k| k.group() == gvk.group && k.as_str() == gvk.kind)
-        .ok_or_else(|| {
-            format!(
-                "unrecognized type {}/{}, Kind={}: this webhook validates {}; check the rules of \
-                 the ValidatingWebhookConfiguration",
-                gvk.group,
-                gvk.version,
-                gvk.kind,
-                Kind::ALL
-                    .iter()
-                    .filter(|k| reviewed(k))
-                    .map(|k| format!("{}.{}", k.as_str(), k.group()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+        .ok_or_else(|| UnhandledKind {
+            group: gvk.group.clone(),
+            version: gvk.version.clone(),
+            kind: gvk.kind.clone(),
         })
 }
 

@@ -43,6 +43,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context;
 use pasa_istio::node::NodeId;
 use pasa_istio::spiffe::SpiffeId;
 use pasa_proto::Kind;
@@ -82,17 +83,41 @@ impl Caller {
         }
     }
 
-    fn from_header(value: &str) -> Result<Caller, String> {
+    fn from_header(value: &str) -> Result<Caller, CallerHeaderError> {
         match value.split_once(' ') {
             Some(("operator", id)) if !id.is_empty() => Ok(Caller::Operator(id.to_string())),
-            Some(("workload", id)) => SpiffeId::parse(id)
-                .map(Caller::Workload)
-                .map_err(|e| e.to_string()),
-            _ => Err(format!(
-                "{value:?} is not `workload <SPIFFE ID>` or `operator <ID>`"
-            )),
+            Some(("workload", id)) => Ok(Caller::Workload(SpiffeId::parse(id)?)),
+            _ => Err(CallerHeaderError::Form {
+                value: value.to_string(),
+            }),
         }
     }
+}
+
+/// Why the caller a front relays (the [`CALLER_HEADER`]) cannot be read.
+#[derive(Debug, thiserror::Error)]
+enum CallerHeaderError {
+    #[error("not text")]
+    NotText,
+    #[error(transparent)]
+    Workload(#[from] pasa_istio::spiffe::SpiffeIdError),
+    #[error("{value:?} is not `workload <SPIFFE ID>` or `operator <ID>`")]
+    Form { value: String },
+}
+
+/// Why no identity was read from a certificate.
+#[derive(Debug, thiserror::Error)]
+pub enum CertIdentityError {
+    #[error("not a PEM certificate: {0}")]
+    Pem(#[source] x509_parser::nom::Err<x509_parser::error::PEMError>),
+    #[error("not a certificate: {0}")]
+    Der(#[source] x509_parser::nom::Err<x509_parser::error::X509Error>),
+    #[error("its subjectAltName cannot be read: {0}")]
+    SubjectAltName(#[source] x509_parser::error::X509Error),
+    #[error("the connection presented no client certificate")]
+    NoCertificate,
+    #[error("the client certificate has no URI SAN")]
+    NoUriSan,
 }
 
 impl std::fmt::Display for Caller {
@@ -146,7 +171,7 @@ impl TlsArgs {
         };
         let tls = ServerTls::read(cert, key, ca)?;
         let own = uri_san_of_pem(&tls.cert)
-            .map_err(|e| anyhow::anyhow!("--grpc-tls-cert {}: {e}", cert.display()))?;
+            .with_context(|| format!("--grpc-tls-cert {}", cert.display()))?;
         let mut operators: BTreeSet<String> = self.grpc_operator.iter().cloned().collect();
         operators.extend(own);
         Ok((
@@ -270,7 +295,7 @@ impl Access {
             .get(CALLER_HEADER)
             .map(|v| {
                 v.to_str()
-                    .map_err(|_| "not text".to_string())
+                    .map_err(|_| CallerHeaderError::NotText)
                     .and_then(Caller::from_header)
             })
             .transpose()
@@ -289,8 +314,8 @@ impl Access {
         let verified = request
             .peer_certs()
             .and_then(|certs| certs.first().map(|c| uri_san_of_der(c.as_ref())))
-            .unwrap_or_else(|| Err("the connection presented no client certificate".into()))
-            .and_then(|id| id.ok_or_else(|| "the client certificate has no URI SAN".into()))
+            .unwrap_or(Err(CertIdentityError::NoCertificate))
+            .and_then(|id| id.ok_or(CertIdentityError::NoUriSan))
             .map_err(|e| {
                 self.refuse(
                     method,
@@ -549,13 +574,12 @@ pub fn on_behalf<T>(caller: &Caller, message: T) -> Request<T> {
 }
 
 /// The first URI SAN of a DER certificate, if it has one.
-fn uri_san_of_der(der: &[u8]) -> Result<Option<String>, String> {
+fn uri_san_of_der(der: &[u8]) -> Result<Option<String>, CertIdentityError> {
     use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
-    let (_, cert) =
-        X509Certificate::from_der(der).map_err(|e| format!("not a certificate: {e}"))?;
+    let (_, cert) = X509Certificate::from_der(der).map_err(CertIdentityError::Der)?;
     let san = cert
         .subject_alternative_name()
-        .map_err(|e| format!("its subjectAltName cannot be read: {e}"))?;
+        .map_err(CertIdentityError::SubjectAltName)?;
     Ok(san.and_then(|san| {
         san.value.general_names.iter().find_map(|n| match n {
             GeneralName::URI(uri) => Some(uri.to_string()),
@@ -565,9 +589,8 @@ fn uri_san_of_der(der: &[u8]) -> Result<Option<String>, String> {
 }
 
 /// The first URI SAN of the first certificate of a PEM chain.
-fn uri_san_of_pem(pem: &[u8]) -> Result<Option<String>, String> {
-    let (_, block) =
-        x509_parser::pem::parse_x509_pem(pem).map_err(|e| format!("not a PEM certificate: {e}"))?;
+fn uri_san_of_pem(pem: &[u8]) -> Result<Option<String>, CertIdentityError> {
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem).map_err(CertIdentityError::Pem)?;
     uri_san_of_der(&block.contents)
 }
 

@@ -45,9 +45,9 @@ impl ServerTls {
             key: read("--grpc-tls-key", key)?,
             client_ca: read("--grpc-client-ca", client_ca)?,
         };
-        config(&tls.cert, &tls.key, &tls.client_ca).map_err(|e| {
-            anyhow::anyhow!(
-                "--grpc-tls-cert {}, --grpc-tls-key {}, --grpc-client-ca {}: {e}",
+        config(&tls.cert, &tls.key, &tls.client_ca).with_context(|| {
+            format!(
+                "--grpc-tls-cert {}, --grpc-tls-key {}, --grpc-client-ca {}",
                 cert.display(),
                 key.display(),
                 client_ca.display()
@@ -78,7 +78,6 @@ impl ServerTls {
         listener: TcpListener,
     ) -> anyhow::Result<ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>>> {
         let first = config(&self.cert, &self.key, &self.client_ca)
-            .map_err(anyhow::Error::msg)
             .context("the gRPC API's TLS settings")?;
         let (config_tx, config_rx) = watch::channel(first);
         let (tx, rx) = mpsc::channel(64);
@@ -88,26 +87,47 @@ impl ServerTls {
     }
 }
 
+/// Why the TLS files do not make a usable server.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsConfigError {
+    #[error("the certificate: {0}")]
+    Cert(#[source] rustls::pki_types::pem::Error),
+    #[error("the key: {0}")]
+    Key(#[source] rustls::pki_types::pem::Error),
+    #[error("the client CA: {0}")]
+    ClientCaPem(#[source] rustls::pki_types::pem::Error),
+    #[error("the client CA: {0}")]
+    ClientCa(#[source] rustls::Error),
+    #[error("the client CA: {0}")]
+    Verifier(#[source] rustls::server::VerifierBuilderError),
+    #[error("{0}")]
+    CertAndKey(#[source] rustls::Error),
+    /// A file could not be read again (its path and why, as [`pasa_proto::client::read_pem`]
+    /// says).
+    #[error("{0}")]
+    Reread(String),
+}
+
 /// A server configuration: this certificate chain and key, client certificates required and
 /// verified against `client_ca`, HTTP/2 only.
-fn config(cert: &[u8], key: &[u8], client_ca: &[u8]) -> Result<Arc<ServerConfig>, String> {
+fn config(cert: &[u8], key: &[u8], client_ca: &[u8]) -> Result<Arc<ServerConfig>, TlsConfigError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("the certificate: {e}"))?;
-    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("the key: {e}"))?;
+        .map_err(TlsConfigError::Cert)?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(TlsConfigError::Key)?;
     let mut roots = rustls::RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(client_ca) {
-        let ca = ca.map_err(|e| format!("the client CA: {e}"))?;
-        roots.add(ca).map_err(|e| format!("the client CA: {e}"))?;
+        let ca = ca.map_err(TlsConfigError::ClientCaPem)?;
+        roots.add(ca).map_err(TlsConfigError::ClientCa)?;
     }
     let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
         .build()
-        .map_err(|e| format!("the client CA: {e}"))?;
+        .map_err(TlsConfigError::Verifier)?;
     let mut config = ServerConfig::builder()
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain, key)
-        .map_err(|e| e.to_string())?;
+        .map_err(TlsConfigError::CertAndKey)?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }
@@ -132,11 +152,9 @@ async fn reload(files: [PathBuf; 3], config: watch::Sender<Arc<ServerConfig>>) {
             continue;
         }
         last = now;
-        let read = files
-            .iter()
-            .map(|f| pasa_proto::client::read_pem(f))
-            .collect::<Result<Vec<_>, _>>()
-            .and_then(|pems| config_of(&pems));
+        let pem =
+            |i: usize| pasa_proto::client::read_pem(&files[i]).map_err(TlsConfigError::Reread);
+        let read = pem(0).and_then(|cert| self::config(&cert, &pem(1)?, &pem(2)?));
         match read {
             Ok(new) => {
                 config.send_replace(new);
@@ -146,13 +164,6 @@ async fn reload(files: [PathBuf; 3], config: watch::Sender<Arc<ServerConfig>>) {
                 tracing::error!(error = %e, "the gRPC API's rotated certificate cannot be used; the one in use stays")
             }
         }
-    }
-}
-
-fn config_of(pems: &[Vec<u8>]) -> Result<Arc<ServerConfig>, String> {
-    match pems {
-        [cert, key, ca] => config(cert, key, ca),
-        _ => Err("three files expected".into()),
     }
 }
 

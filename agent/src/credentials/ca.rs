@@ -77,11 +77,29 @@ pub struct CaArgs {
     pub secret_grace_period_ratio: f64,
 }
 
-fn grace_ratio(text: &str) -> Result<f64, String> {
+/// A `--secret-grace-period-ratio` that is not a ratio.
+#[derive(Debug, thiserror::Error)]
+#[error("{text:?} is not a ratio between 0 and 1")]
+pub struct NotARatio {
+    text: String,
+}
+
+fn grace_ratio(text: &str) -> Result<f64, NotARatio> {
     match text.parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
-        _ => Err(format!("{text:?} is not a ratio between 0 and 1")),
+        _ => Err(NotARatio {
+            text: text.to_string(),
+        }),
     }
+}
+
+/// Why the certificate a CA signed cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SignedCertError {
+    #[error("a signed certificate that is not PEM ({0})")]
+    NotPem(#[source] x509_parser::nom::Err<x509_parser::error::PEMError>),
+    #[error("a signed certificate that does not parse ({0})")]
+    Unparsable(#[source] x509_parser::nom::Err<x509_parser::error::X509Error>),
 }
 
 /// Why no certificate was issued.
@@ -123,6 +141,12 @@ pub enum CaError {
     },
     #[error("Istio's CA at {address} answered with {problem}")]
     BadAnswer { address: String, problem: String },
+    #[error("Istio's CA at {address} answered with {source}")]
+    SignedCert {
+        address: String,
+        #[source]
+        source: SignedCertError,
+    },
     #[error("cannot build the certificate request: {0}")]
     Csr(#[from] rcgen::Error),
 }
@@ -291,7 +315,10 @@ impl CaClient {
                     .into(),
             ));
         }
-        let (not_before, not_after) = validity(leaf).map_err(bad)?;
+        let (not_before, not_after) = validity(leaf).map_err(|source| CaError::SignedCert {
+            address: self.address.clone(),
+            source,
+        })?;
         let mut pem = String::new();
         for cert in &chain {
             pem.push_str(cert);
@@ -321,12 +348,10 @@ impl CaClient {
 }
 
 /// The validity of the first certificate of `pem`.
-fn validity(pem: &str) -> Result<(SystemTime, SystemTime), String> {
-    let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes())
-        .map_err(|e| format!("a signed certificate that is not PEM ({e})"))?;
-    let cert = block
-        .parse_x509()
-        .map_err(|e| format!("a signed certificate that does not parse ({e})"))?;
+fn validity(pem: &str) -> Result<(SystemTime, SystemTime), SignedCertError> {
+    let (_, block) =
+        x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(SignedCertError::NotPem)?;
+    let cert = block.parse_x509().map_err(SignedCertError::Unparsable)?;
     let at = |seconds: i64| {
         UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds.max(0)).unwrap_or_default())
     };

@@ -2,7 +2,7 @@
 //! looked up as istiod looks them up: `<host>`, or `<namespace>/<host>` when the host is in more
 //! than one namespace; the provider's cluster is the service's outbound cluster on its port.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 
 use envoy_types::pb::envoy::config::core::v3::{GrpcService, grpc_service};
 
@@ -29,10 +29,32 @@ pub fn known_services(registry: &Registry) -> Vec<KnownService<'_>> {
         .collect()
 }
 
+/// Why a provider's service is not one the proxy can send to (istiod's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderServiceError {
+    #[error("service must not be empty")]
+    Empty,
+    #[error(
+        "found {service} in multiple namespaces {namespaces:?}, specify the namespace \
+         explicitly in the format of <Namespace>/<Hostname>"
+    )]
+    Ambiguous {
+        service: String,
+        namespaces: BTreeSet<String>,
+    },
+    #[error("could not find service {service} in Istio service registry")]
+    NotFound { service: String },
+    #[error("the proxy has no cluster {cluster} (its Sidecar does not import {hostname})")]
+    NoCluster { cluster: String, hostname: String },
+}
+
 /// The service a provider names (`<host>`, or `<namespace>/<host>`), among `services`.
-pub fn lookup(service: &str, services: &[KnownService<'_>]) -> Result<String, String> {
+pub fn lookup(
+    service: &str,
+    services: &[KnownService<'_>],
+) -> Result<String, ProviderServiceError> {
     if service.is_empty() {
-        return Err("service must not be empty".into());
+        return Err(ProviderServiceError::Empty);
     }
     let found: Vec<&KnownService<'_>> = match service.split_once('/') {
         Some((namespace, host)) => services
@@ -41,16 +63,16 @@ pub fn lookup(service: &str, services: &[KnownService<'_>]) -> Result<String, St
             .collect(),
         None => services.iter().filter(|s| s.hostname == service).collect(),
     };
-    let namespaces: HashSet<&str> = found.iter().map(|s| s.namespace).collect();
+    let namespaces: BTreeSet<&str> = found.iter().map(|s| s.namespace).collect();
     match (found.first(), namespaces.len()) {
         (Some(s), 1) => Ok(s.hostname.to_string()),
-        (Some(_), _) => Err(format!(
-            "found {service} in multiple namespaces {namespaces:?}, specify the namespace \
-             explicitly in the format of <Namespace>/<Hostname>"
-        )),
-        (None, _) => Err(format!(
-            "could not find service {service} in Istio service registry"
-        )),
+        (Some(_), _) => Err(ProviderServiceError::Ambiguous {
+            service: service.to_string(),
+            namespaces: namespaces.into_iter().map(str::to_string).collect(),
+        }),
+        (None, _) => Err(ProviderServiceError::NotFound {
+            service: service.to_string(),
+        }),
     }
 }
 
@@ -59,7 +81,7 @@ pub fn cluster(
     service: &str,
     port: u32,
     services: &[KnownService<'_>],
-) -> Result<(String, String), String> {
+) -> Result<(String, String), ProviderServiceError> {
     let hostname = lookup(service, services)?;
     let cluster = format!("outbound|{port}||{hostname}");
     Ok((hostname, cluster))
@@ -86,13 +108,11 @@ impl<'a> Collectors<'a> {
     }
 
     /// The host name and cluster of the collector `service` on `port`.
-    pub fn find(&self, service: &str, port: u32) -> Result<(String, String), String> {
+    pub fn find(&self, service: &str, port: u32) -> Result<(String, String), ProviderServiceError> {
         let services = self.services.get_or_init(|| known_services(self.registry));
         let (hostname, cluster) = self::cluster(service, port, services)?;
         if !self.clusters.contains_key(&cluster) {
-            return Err(format!(
-                "the proxy has no cluster {cluster} (its Sidecar does not import {hostname})"
-            ));
+            return Err(ProviderServiceError::NoCluster { cluster, hostname });
         }
         Ok((hostname, cluster))
     }

@@ -9,7 +9,7 @@
 
 pub mod merge;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use envoy_types::pb::google::protobuf::Any;
 use prost_reflect::{DescriptorPool, DynamicMessage};
@@ -21,7 +21,7 @@ const DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/envoy_descr
 #[derive(Debug, thiserror::Error)]
 pub enum JsonError {
     #[error("the Envoy API's descriptors do not load: {0}")]
-    Descriptors(String),
+    Descriptors(#[source] Arc<DescriptorsError>),
     #[error("a {patch} cannot be merged into a {target}: the types differ")]
     TypesDiffer { target: String, patch: String },
     #[error("{name}: no Envoy descriptor for {type_url}")]
@@ -50,6 +50,22 @@ pub enum JsonError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+/// Why the descriptors built into PASA do not load: a defect of the build (rebuild PASA; report
+/// it if it persists).
+#[derive(Debug, thiserror::Error)]
+pub enum DescriptorsError {
+    #[error("{0}")]
+    Decode(#[source] prost::DecodeError),
+    #[error("{0}")]
+    Pool(#[source] prost_reflect::DescriptorError),
+}
+
+impl From<DescriptorsError> for JsonError {
+    fn from(e: DescriptorsError) -> Self {
+        JsonError::Descriptors(Arc::new(e))
+    }
 }
 
 /// A pool of the messages `type_names` name (full names, such as
@@ -113,17 +129,15 @@ pub fn pool_for<'a>(
     let wanted = prost_types::FileDescriptorSet {
         file: order.into_iter().filter_map(|i| files[i].take()).collect(),
     };
-    DescriptorPool::from_file_descriptor_set(wanted)
-        .map_err(|e| JsonError::Descriptors(e.to_string()))
+    DescriptorPool::from_file_descriptor_set(wanted).map_err(|e| DescriptorsError::Pool(e).into())
 }
 
 /// The Envoy API's files, and those of Istio's proxy's own filters (see
 /// [`pasa_proto::istio_proxy`]) but for the ones the Envoy API already has.
-fn descriptor_set() -> Result<prost_types::FileDescriptorSet, JsonError> {
+fn descriptor_set() -> Result<prost_types::FileDescriptorSet, DescriptorsError> {
     use prost::Message as _;
     let decode = |bytes: &[u8]| {
-        prost_types::FileDescriptorSet::decode(bytes)
-            .map_err(|e| JsonError::Descriptors(e.to_string()))
+        prost_types::FileDescriptorSet::decode(bytes).map_err(DescriptorsError::Decode)
     };
     let mut set = decode(DESCRIPTORS)?;
     let known: std::collections::BTreeSet<String> =
@@ -136,14 +150,16 @@ fn descriptor_set() -> Result<prost_types::FileDescriptorSet, JsonError> {
 
 /// The whole Envoy API's descriptors, with those of Istio's proxy's own filters.
 pub fn pool() -> Result<&'static DescriptorPool, JsonError> {
-    static POOL: OnceLock<Result<DescriptorPool, String>> = OnceLock::new();
+    static POOL: OnceLock<Result<DescriptorPool, Arc<DescriptorsError>>> = OnceLock::new();
     POOL.get_or_init(|| {
-        descriptor_set().map_err(|e| e.to_string()).and_then(|set| {
-            DescriptorPool::from_file_descriptor_set(set).map_err(|e| e.to_string())
-        })
+        descriptor_set()
+            .and_then(|set| {
+                DescriptorPool::from_file_descriptor_set(set).map_err(DescriptorsError::Pool)
+            })
+            .map_err(Arc::new)
     })
     .as_ref()
-    .map_err(|e| JsonError::Descriptors(e.clone()))
+    .map_err(|e| JsonError::Descriptors(Arc::clone(e)))
 }
 
 /// The resource `name`, sent as `any`, as protobuf JSON.

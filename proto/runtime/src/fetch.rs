@@ -31,6 +31,43 @@ pub fn client() -> Client {
         .build(connector)
 }
 
+/// Why a GET got no answer, or (for [`get`]) no body; each names the URL.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("{url:?}: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: hyper::http::uri::InvalidUri,
+    },
+    #[error("GET {url}: {source}")]
+    Request {
+        url: String,
+        #[source]
+        source: hyper::http::Error,
+    },
+    #[error("GET {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    #[error("GET {url}: {source} (at most {max_bytes} bytes)")]
+    Body {
+        url: String,
+        max_bytes: usize,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("GET {url}: no answer within {timeout:?}")]
+    Timeout { url: String, timeout: Duration },
+    #[error("GET {url}: {status}")]
+    Status {
+        url: String,
+        status: hyper::StatusCode,
+    },
+}
+
 /// What a GET was answered.
 #[derive(Debug)]
 pub struct Answer {
@@ -47,25 +84,38 @@ pub async fn request(
     headers: &[(&str, &str)],
     timeout: Duration,
     max_bytes: usize,
-) -> Result<Answer, String> {
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("{url:?}: {e}"))?;
+) -> Result<Answer, FetchError> {
+    let uri: hyper::Uri = url.parse().map_err(|source| FetchError::Url {
+        url: url.to_string(),
+        source,
+    })?;
     let mut builder = hyper::Request::get(uri);
     for (name, value) in headers {
         builder = builder.header(*name, *value);
     }
     let request = builder
         .body(http_body_util::Empty::new())
-        .map_err(|e| format!("GET {url}: {e}"))?;
+        .map_err(|source| FetchError::Request {
+            url: url.to_string(),
+            source,
+        })?;
     tokio::time::timeout(timeout, async {
         let response = client
             .request(request)
             .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
+            .map_err(|source| FetchError::Connect {
+                url: url.to_string(),
+                source,
+            })?;
         let (parts, body) = response.into_parts();
         let body = Limited::new(body, max_bytes)
             .collect()
             .await
-            .map_err(|e| format!("GET {url}: {e} (at most {max_bytes} bytes)"))?
+            .map_err(|source| FetchError::Body {
+                url: url.to_string(),
+                max_bytes,
+                source,
+            })?
             .to_bytes();
         Ok(Answer {
             status: parts.status,
@@ -74,7 +124,10 @@ pub async fn request(
         })
     })
     .await
-    .map_err(|_| format!("GET {url}: no answer within {timeout:?}"))?
+    .map_err(|_| FetchError::Timeout {
+        url: url.to_string(),
+        timeout,
+    })?
 }
 
 /// The body at `url`, at most `max_bytes`, within `timeout`; or why not (a status other than a
@@ -84,10 +137,13 @@ pub async fn get(
     url: &str,
     timeout: Duration,
     max_bytes: usize,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, FetchError> {
     let answer = request(client, url, &[], timeout, max_bytes).await?;
     if !answer.status.is_success() {
-        return Err(format!("GET {url}: {}", answer.status));
+        return Err(FetchError::Status {
+            url: url.to_string(),
+            status: answer.status,
+        });
     }
     Ok(answer.body)
 }

@@ -55,7 +55,39 @@ const DEFAULT_TIMEOUT_SECONDS: i64 = 600;
 /// usable, or why not.
 #[derive(Debug, Clone, Default)]
 pub struct ExtAuthzProviders {
-    providers: BTreeMap<String, Result<Built, String>>,
+    providers: BTreeMap<String, Result<Built, InvalidProvider>>,
+}
+
+/// Every problem istiod would find in one ext_authz provider.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", .0.join("; "))]
+pub struct InvalidProvider(Vec<String>);
+
+/// Why a CUSTOM rule's provider cannot check requests (its rules then deny).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ExtAuthzError {
+    #[error("found errors in provider {name}: {source}")]
+    Invalid {
+        name: String,
+        #[source]
+        source: InvalidProvider,
+    },
+    #[error("available providers are {available:?} but found {name:?}")]
+    Unknown {
+        name: String,
+        available: Vec<String>,
+    },
+}
+
+/// Why a provider's name is not a DNS label (istiod's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderNameError {
+    #[error("provider name too long (max 63 characters): {0}")]
+    TooLong(usize),
+    #[error("invalid character {character:?} at position {position}")]
+    Character { character: char, position: usize },
+    #[error("provider name cannot start or end with hyphen")]
+    Hyphen,
 }
 
 #[derive(Debug, Clone)]
@@ -94,10 +126,10 @@ impl ExtAuthzProviders {
             };
             let built = match built {
                 Ok(built) if errors.is_empty() => Ok(built),
-                Ok(_) => Err(errors.join("; ")),
+                Ok(_) => Err(InvalidProvider(errors)),
                 Err(e) => {
                     errors.extend(e);
-                    Err(errors.join("; "))
+                    Err(InvalidProvider(errors))
                 }
             };
             providers.insert(provider.name.clone(), built);
@@ -105,14 +137,17 @@ impl ExtAuthzProviders {
         ExtAuthzProviders { providers }
     }
 
-    fn get(&self, name: &str) -> Result<&Built, String> {
+    fn get(&self, name: &str) -> Result<&Built, ExtAuthzError> {
         match self.providers.get(name) {
             Some(Ok(built)) => Ok(built),
-            Some(Err(e)) => Err(format!("found errors in provider {name}: {e}")),
-            None => Err(format!(
-                "available providers are {:?} but found {name:?}",
-                self.providers.keys().collect::<Vec<_>>()
-            )),
+            Some(Err(e)) => Err(ExtAuthzError::Invalid {
+                name: name.to_string(),
+                source: e.clone(),
+            }),
+            None => Err(ExtAuthzError::Unknown {
+                name: name.to_string(),
+                available: self.providers.keys().cloned().collect(),
+            }),
         }
     }
 }
@@ -318,21 +353,21 @@ fn enabled_for(rbac_filter: &str, provider: &str) -> MetadataMatcher {
 }
 
 /// A provider's name: a DNS label of lower-case letters, digits and dashes.
-fn provider_name(name: &str) -> Result<(), String> {
+fn provider_name(name: &str) -> Result<(), ProviderNameError> {
     if name.len() > 63 {
-        return Err(format!(
-            "provider name too long (max 63 characters): {}",
-            name.len()
-        ));
+        return Err(ProviderNameError::TooLong(name.len()));
     }
     if let Some((i, c)) = name
         .char_indices()
         .find(|(_, c)| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
     {
-        return Err(format!("invalid character {c:?} at position {i}"));
+        return Err(ProviderNameError::Character {
+            character: c,
+            position: i,
+        });
     }
     if name.starts_with('-') || name.ends_with('-') {
-        return Err("provider name cannot start or end with hyphen".into());
+        return Err(ProviderNameError::Hyphen);
     }
     Ok(())
 }
@@ -368,7 +403,7 @@ fn target(
     let found = match cluster(service, port, services) {
         Ok(found) => Some(found),
         Err(e) => {
-            errors.push(e);
+            errors.push(e.to_string());
             None
         }
     };

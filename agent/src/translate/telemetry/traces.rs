@@ -67,7 +67,7 @@ use crate::model::proxy::{ISTIO_VERSION, Proxy};
 use crate::model::registry::Config;
 use crate::translate::authz::{SHADOW_ALLOW_PREFIX, SHADOW_DENY_PREFIX};
 use crate::translate::builders::duration;
-use crate::translate::providers::{self, Collectors};
+use crate::translate::providers::{self, Collectors, ProviderServiceError};
 
 /// istiod's sampling percentage when nothing sets one (`PILOT_TRACE_SAMPLING`'s default).
 const DEFAULT_SAMPLING: f64 = 1.0;
@@ -158,11 +158,30 @@ pub(super) struct Inputs<'a> {
 }
 
 impl Inputs<'_> {
-    fn collector(&self, service: &str, port: u32) -> Result<(String, String), String> {
+    fn collector(&self, service: &str, port: u32) -> Result<(String, String), TracingError> {
         self.collectors
             .find(service, port)
-            .map_err(|e| format!("could not find cluster for tracing provider: {e}"))
+            .map_err(TracingError::Collector)
     }
+}
+
+/// Why a tracing provider is not configured (istiod's words).
+#[derive(Debug, thiserror::Error)]
+enum TracingError {
+    #[error("provider {0} does not support tracing")]
+    NotTracing(String),
+    /// The provider's settings, as the mesh config reads them.
+    #[error("{0}")]
+    Settings(String),
+    #[error("could not find cluster for tracing provider: {0}")]
+    Collector(#[source] ProviderServiceError),
+    #[error(
+        "dynatrace sampler could not get http settings. considering setting the http_service \
+         field on the dynatrace sampler"
+    )]
+    SamplerHttp,
+    #[error("could not find cluster for dynatrace sampler: {0}")]
+    SamplerCollector(#[source] ProviderServiceError),
 }
 
 /// The tracing of each side of `inputs.proxy`.
@@ -326,10 +345,11 @@ fn claims_at_least(minor: u32) -> bool {
 fn provider_tracing(
     provider: &ExtensionProvider,
     inputs: &Inputs<'_>,
-) -> Result<(Tracing, bool), String> {
+) -> Result<(Tracing, bool), TracingError> {
     let kind = provider
         .tracing()
-        .ok_or_else(|| format!("provider {} does not support tracing", provider.name))??;
+        .ok_or_else(|| TracingError::NotTracing(provider.name.clone()))?
+        .map_err(TracingError::Settings)?;
     let proxy = inputs.proxy;
     let collector = |service: &str, port: u32| inputs.collector(service, port);
     let mut spawn_upstream_span = proxy.kind == ProxyType::Router;
@@ -424,7 +444,7 @@ fn opentelemetry(
     hostname: String,
     cluster: String,
     inputs: &Inputs<'_>,
-) -> Result<(OpenTelemetryConfig, bool), String> {
+) -> Result<(OpenTelemetryConfig, bool), TracingError> {
     let proxy = inputs.proxy;
     let semantic = o.service_attribute_enrichment.as_deref() == Some("OTEL_SEMANTIC_CONVENTIONS");
     let mut config = OpenTelemetryConfig {
@@ -493,7 +513,7 @@ fn dynatrace_sampler(
     hostname: &str,
     cluster: &str,
     inputs: &Inputs<'_>,
-) -> Result<TypedExtensionConfig, String> {
+) -> Result<TypedExtensionConfig, TracingError> {
     use serde_json::Value;
     let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     let number = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -508,10 +528,7 @@ fn dynatrace_sampler(
     };
     let http_service = match sampler.get("httpService") {
         None => {
-            let http = o.http.as_ref().ok_or(
-                "dynatrace sampler could not get http settings. considering setting the \
-                 http_service field on the dynatrace sampler",
-            )?;
+            let http = o.http.as_ref().ok_or(TracingError::SamplerHttp)?;
             HttpService {
                 http_uri: Some(HttpUri {
                     uri: join_path(hostname, "api/v2/samplingConfiguration"),
@@ -527,8 +544,9 @@ fn dynatrace_sampler(
         Some(api) => {
             let port = u32::try_from(number(api, "port")).unwrap_or(0);
             let (host, own_cluster) = inputs
-                .collector(&text(api, "service"), port)
-                .map_err(|e| format!("could not find cluster for dynatrace sampler: {e}"))?;
+                .collectors
+                .find(&text(api, "service"), port)
+                .map_err(TracingError::SamplerCollector)?;
             let http = api.get("http");
             HttpService {
                 http_uri: Some(HttpUri {

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use pasa_proto::Kind;
 use pasa_istio::label_selector::LabelSelector;
+use pasa_proto::Kind;
 use pasa_proto::object::manifest;
 use pasa_proto::store::v1::{
     GetRequest, ObjectRef, Resource, Rule, SubscriberIdentity, Subscription,
