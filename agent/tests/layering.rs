@@ -8,7 +8,15 @@ use std::path::{Path, PathBuf};
 /// Layers, lowest first; a module may use modules of its own layer only when listed before it
 /// in the same layer (so for the layers of `translate` and `ads` below).
 const LAYERS: &[&[&str]] = &[
-    &["resource", "mesh", "identity", "cache", "worker", "probes"],
+    &[
+        "resource",
+        "mesh",
+        "identity",
+        "cache",
+        "worker",
+        "probes",
+        "supervisor",
+    ],
     &["model"],
     &["subscription", "translate", "simulate", "wasm"],
     &["metrics"],
@@ -19,7 +27,9 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// The same inside `translate`: its builders, lowest first (the parent module, the translator,
-/// stands on all of them and they read its `View`).
+/// stands on all of them and they read its `View`). The view and the fingerprints of the
+/// generators' inputs are the translator's own parts, in files of their own: they stand on the
+/// builders, and the builders reach the view only through the parent (`super::View`).
 const TRANSLATE_LAYERS: &[&[&str]] = &[
     // The services the mesh config's providers name.
     &["providers"],
@@ -36,6 +46,8 @@ const TRANSLATE_LAYERS: &[&[&str]] = &[
     // metrics), then EnvoyFilter patches.
     &["patched"],
     &["telemetry", "extensions", "envoy_filter"],
+    // The translator's own parts: what a proxy sees, then what each output was built from.
+    &["view", "inputs"],
 ];
 
 /// The same inside `ads`.

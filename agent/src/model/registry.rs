@@ -5,6 +5,11 @@
 //!
 //! A resource that does not parse is left out and logged with the field at fault; the store
 //! validated it, so this only happens when the agent is older than the config.
+//!
+//! This module holds the registry's types and its queries; each resource is parsed in
+//! [`parse`], services are built from ServiceEntries in [`service_entry`] and from Kubernetes
+//! Services and their EndpointSlices in [`kubernetes`], their endpoints sharing what repeats
+//! through [`interned`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
@@ -13,24 +18,24 @@ use std::sync::Arc;
 use pasa_istio::common::Protocol;
 use pasa_istio::destination_rule::DestinationRule;
 use pasa_istio::gateway::Gateway;
-use pasa_istio::host;
-use pasa_istio::label_selector::selects;
 pub use pasa_istio::persistent_session::PersistentSession;
-use pasa_istio::persistent_session::labelled_draining;
-use pasa_istio::service_endpoints::{EndpointView, KubePort, ServiceEndpoints};
-use pasa_istio::service_entry::{Location, Resolution as SeResolution, ServiceEntry};
 use pasa_istio::sidecar::Sidecar;
 use pasa_istio::virtual_service::VirtualService;
-use pasa_istio::workload_entry::{self, WorkloadEntry};
 use pasa_proto::Kind;
 use pasa_proto::store::v1::Resource;
-use pasa_runtime::interned::Interned;
-use rustc_hash::FxBuildHasher;
-use serde::de::DeserializeOwned;
 
 use crate::cache::{Cache, Change, Key};
 use pasa_istio::authorization_policy::AuthorizationPolicy;
 use pasa_istio::peer_authentication::PeerAuthentication;
+
+mod interned;
+mod kubernetes;
+mod parse;
+mod service_entry;
+pub use kubernetes::Part;
+use kubernetes::merge_parts;
+use parse::{Parsed, parse};
+pub use service_entry::legacy_auto_addresses;
 
 /// Name, namespace and the store's bookkeeping of a parsed resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,35 +147,6 @@ pub enum Health {
 
 /// Istio's label naming a workload (see [`Instance::workload`]).
 pub const WORKLOAD_NAME_LABEL: &str = "service.istio.io/workload-name";
-/// The annotation of a WorkloadEntry auto-registered for a WorkloadGroup: the group's name.
-const AUTO_REGISTRATION_GROUP: &str = "istio.io/autoRegistrationGroup";
-
-/// A workload's name as Istio's telemetry reads it: its auto-registration group, its
-/// `service.istio.io/workload-name` label, or `name`.
-fn workload_name<'a>(
-    name: &'a str,
-    annotations: Option<&'a BTreeMap<String, String>>,
-    labels: &'a BTreeMap<String, String>,
-) -> &'a str {
-    annotations
-        .and_then(|a| a.get(AUTO_REGISTRATION_GROUP))
-        .or_else(|| labels.get(WORKLOAD_NAME_LABEL))
-        .map_or(name, String::as_str)
-}
-
-/// A WorkloadEntry's labels as its endpoint's: one with a service account and no
-/// `security.istio.io/tlsMode` label takes Istio mutual TLS (istiod takes it to have a sidecar).
-fn with_tls_mode<'a>(
-    labels: &'a BTreeMap<String, String>,
-    service_account: &str,
-) -> std::borrow::Cow<'a, BTreeMap<String, String>> {
-    if service_account.is_empty() || labels.contains_key(TLS_MODE_LABEL) {
-        return std::borrow::Cow::Borrowed(labels);
-    }
-    let mut labels = labels.clone();
-    labels.insert(TLS_MODE_LABEL.to_string(), "istio".to_string());
-    std::borrow::Cow::Owned(labels)
-}
 
 /// Istio's label saying whether a workload takes Istio mutual TLS (`istio`) or not.
 pub const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
@@ -282,36 +258,6 @@ pub struct Registry {
 struct Entry {
     source: Arc<Resource>,
     parsed: Parsed,
-}
-
-#[derive(Debug, Clone)]
-enum Parsed {
-    VirtualService(Arc<Config<VirtualService>>),
-    DestinationRule(Arc<Config<DestinationRule>>),
-    ServiceEntry(Arc<Config<ServiceEntry>>),
-    /// Built into its service as it is parsed: the parsed spec is not kept (a large service's
-    /// endpoints would be held twice), only its ports as written, which resolve the ports of
-    /// the endpoints its parts hold.
-    ServiceEndpoints(Arc<Service>, Arc<[KubePort]>),
-    /// A part of a Kubernetes Service's endpoints (`spec.service` set): merged into the service.
-    EndpointsPart(Arc<Part>),
-    Sidecar(Arc<Config<Sidecar>>),
-    Gateway(Arc<Config<Gateway>>),
-    WorkloadEntry(Arc<Config<WorkloadEntry>>),
-    PeerAuthentication(Arc<Config<PeerAuthentication>>),
-    AuthorizationPolicy(Arc<Config<AuthorizationPolicy>>),
-    MeshConfig(Arc<Config<pasa_istio::mesh_config::MeshConfig>>),
-    RequestAuthentication(Arc<Config<pasa_istio::request_authentication::RequestAuthentication>>),
-    JsonWebKeySet(Arc<Config<pasa_istio::request_authentication::JsonWebKeySet>>),
-    EnvoyFilter(Arc<Config<pasa_istio::envoy_filter::EnvoyFilter>>),
-    Telemetry(Arc<Config<pasa_istio::telemetry::Telemetry>>),
-    /// A TrafficExtension, or a WasmPlugin read as one (as istiod reads it: its name marked
-    /// with [`pasa_istio::extensions::WASM_PLUGIN_MARKER`]).
-    TrafficExtension(Arc<Config<pasa_istio::extensions::TrafficExtension>>),
-    /// The registry credentials an extension's `imagePullSecret` names.
-    ImagePullSecret(Arc<Config<pasa_istio::extensions::ImagePullSecret>>),
-    /// A kind translation does not read, or a spec that did not parse.
-    Ignored,
 }
 
 impl Registry {
@@ -451,123 +397,6 @@ impl Registry {
                 self.services.insert(host, list);
             }
         }
-    }
-
-    fn services_of_entry(&self, se: &Config<ServiceEntry>) -> Vec<Service> {
-        let spec = &se.spec;
-        let resolution = match spec.resolution {
-            SeResolution::None => Resolution::Passthrough,
-            SeResolution::Static => Resolution::ClientSideLb,
-            SeResolution::Dns => Resolution::Dns,
-            SeResolution::DnsRoundRobin => Resolution::DnsRoundRobin,
-            SeResolution::DynamicDns => Resolution::DynamicDns,
-            _ => Resolution::Passthrough,
-        };
-        let ports: Vec<ServicePort> = spec
-            .ports
-            .iter()
-            .map(|p| ServicePort {
-                name: p.name.clone(),
-                number: p.number,
-                protocol: Protocol::parse(&p.protocol),
-                target_port: if p.target_port != 0 {
-                    p.target_port
-                } else {
-                    p.number
-                },
-            })
-            .collect();
-        let mut revision = se.meta.revision;
-        // Each workload with its name (see `Instance::workload`).
-        let workloads: Vec<(String, &WorkloadEntry)> = match &spec.workload_selector {
-            Some(selector) => self
-                .entries
-                .values()
-                .filter_map(|e| match &e.parsed {
-                    Parsed::WorkloadEntry(we)
-                        if we.meta.namespace == se.meta.namespace
-                            && selects(&selector.labels, &we.spec.labels) =>
-                    {
-                        // An entry left out (its health checked, not healthy) still counts
-                        // for the revision: its change is the service's.
-                        revision = revision.max(we.meta.revision);
-                        if !workload_entry::served(&we.meta.annotations) {
-                            return None;
-                        }
-                        let name = workload_name(
-                            &we.meta.name,
-                            Some(&we.meta.annotations),
-                            &we.spec.labels,
-                        );
-                        Some((name.to_string(), &we.spec))
-                    }
-                    _ => None,
-                })
-                .collect(),
-            None => spec
-                .endpoints
-                .iter()
-                .enumerate()
-                .map(|(i, w)| {
-                    let name = format!("{}-{i}", se.meta.name);
-                    (workload_name(&name, None, &w.labels).to_string(), w)
-                })
-                .collect(),
-        };
-        let mut shared = Shared::default();
-        let endpoints: Vec<Instance> = workloads
-            .iter()
-            .map(|(workload, w)| Instance {
-                address: w.address.clone(),
-                ports: shared.ports(spec.ports.iter().map(|p| {
-                    let target = w
-                        .ports
-                        .get(&p.name)
-                        .copied()
-                        .unwrap_or(if p.target_port != 0 {
-                            p.target_port
-                        } else {
-                            p.number
-                        });
-                    (p.number, target)
-                })),
-                labels: shared.labels(&with_tls_mode(&w.labels, &w.service_account)),
-                locality: shared.string(&w.locality),
-                weight: w.weight.max(1),
-                network: shared.string(&w.network),
-                service_account: shared.string(&w.service_account),
-                workload: shared.string(workload),
-                health: if labelled_draining(&w.labels) {
-                    Health::Draining
-                } else {
-                    Health::Unknown
-                },
-            })
-            .collect();
-        spec.hosts
-            .iter()
-            .map(|hostname| Service {
-                hostname: hostname.clone(),
-                namespace: se.meta.namespace.clone(),
-                addresses: spec.addresses.clone(),
-                ports: ports.clone(),
-                resolution,
-                external: spec.location == Location::MeshExternal,
-                export_to: spec.export_to.clone(),
-                endpoints: endpoints.clone(),
-                kubernetes: false,
-                external_name: None,
-                subject_alt_names: spec.subject_alt_names.clone(),
-                persistent_session: PersistentSession::of(&se.meta.labels),
-                created: se.meta.created,
-                revision,
-                source: Key {
-                    kind: Kind::ServiceEntry,
-                    namespace: se.meta.namespace.clone(),
-                    name: se.meta.name.clone(),
-                },
-            })
-            .collect()
     }
 
     /// Services by host; several when several resources declare one host (the oldest first).
@@ -786,422 +615,11 @@ impl Registry {
     }
 }
 
-/// The addresses istiod's older allocator gives ServiceEntry hosts that have none (not wildcards,
-/// not resolution `NONE`), by namespace and host: `240.240.<x/255>.<x%255>`, `x` derived from an
-/// FNV-1a hash of `<namespace>/<host>` with double hashing on collisions, the same host of one
-/// namespace always getting the same address. Sidecars that capture DNS and ask for it listen on
-/// these addresses.
-pub fn legacy_auto_addresses(registry: &Registry) -> BTreeMap<(String, String), String> {
-    const MAX: u32 = 256 * 254;
-    const PRIME: u32 = 65_011;
-    let mut services: Vec<&Arc<Service>> = registry
-        .services
-        .values()
-        .flatten()
-        .filter(|s| {
-            !s.kubernetes
-                && s.addresses.is_empty()
-                && !s.hostname.starts_with('*')
-                && s.resolution != Resolution::Passthrough
-        })
-        .collect();
-    services.sort_by(|a, b| (a.created, &a.source).cmp(&(b.created, &b.source)));
-    let mut slots: BTreeMap<u32, String> = BTreeMap::new();
-    for s in services {
-        let key = format!("{}/{}", s.namespace, s.hostname);
-        let h = fnv1a(key.as_bytes());
-        let mut slot = h % MAX;
-        if slots.contains_key(&slot) {
-            let second = PRIME - (h % PRIME);
-            let mut i: u32 = 1;
-            loop {
-                slot = h.wrapping_add(i.wrapping_mul(second)) % (MAX - 1);
-                if !slots.contains_key(&slot) {
-                    break;
-                }
-                i += 1;
-            }
-        }
-        slots.insert(slot, key);
-    }
-    let mut out: BTreeMap<(String, String), String> = BTreeMap::new();
-    let mut bump = 0;
-    for (slot, key) in slots {
-        let mut x = slot + 1 + bump;
-        if x % 255 == 0 {
-            bump += 1;
-            x += 1;
-        }
-        let Some((ns, host)) = key.split_once('/') else {
-            continue;
-        };
-        out.entry((ns.to_string(), host.to_string()))
-            .or_insert_with(|| format!("240.240.{}.{}", x / 255, x % 255));
-    }
-    out
-}
-
-fn fnv1a(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
-    })
-}
-
-/// A part of a Kubernetes Service's endpoints (one EndpointSlice), parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Part {
-    /// The name of the service (of the part's namespace).
-    service: String,
-    /// The port the endpoints receive on, by service port name.
-    endpoint_ports: BTreeMap<String, u32>,
-    /// The endpoints, their `ports` left empty: they depend on the service's ports.
-    endpoints: Vec<Instance>,
-    /// Each endpoint's container ports by name (for named `targetPort`s), where it has any.
-    named_ports: Vec<BTreeMap<String, u32>>,
-    revision: u64,
-}
-
-impl Part {
-    fn service_key(&self, namespace: &str) -> Key {
-        Key {
-            kind: Kind::ServiceEndpoints,
-            namespace: namespace.to_string(),
-            name: self.service.clone(),
-        }
-    }
-}
-
-/// The service with the endpoints of its parts after its own, each part's endpoints reached on
-/// the ports the part lists for the service's ports (or by `targetPort`, for a port it does not
-/// list).
-fn merge_parts<'p>(
-    service: &Service,
-    kube_ports: &[KubePort],
-    parts: impl Iterator<Item = &'p Part>,
-) -> Service {
-    let mut merged = service.clone();
-    let mut shared = Shared::default();
-    for part in parts {
-        merged.revision = merged.revision.max(part.revision);
-        for (i, endpoint) in part.endpoints.iter().enumerate() {
-            let named = part.named_ports.get(i);
-            let ports = shared.ports(kube_ports.iter().filter_map(|p| {
-                let target = match part.endpoint_ports.get(&p.name) {
-                    Some(listed) => *listed,
-                    None => p.endpoint_port_by(|name| named?.get(name).copied())?,
-                };
-                Some((p.port, target))
-            }));
-            merged.endpoints.push(Instance {
-                ports,
-                ..endpoint.clone()
-            });
-        }
-    }
-    merged
-}
-
-/// A part of a service's endpoints, built from its spec as read.
-fn part_from_kubernetes(meta: &Meta, spec: ServiceEndpoints<EndpointView<'_>>) -> Part {
-    let mut shared = Shared::default();
-    let has_named = spec.endpoints.iter().any(|e| !e.ports.is_empty());
-    let named_ports = if has_named {
-        let owned = |e: &EndpointView| e.ports.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        spec.endpoints.iter().map(owned).collect()
-    } else {
-        Vec::new()
-    };
-    let endpoints = spec
-        .endpoints
-        .iter()
-        .map(|e| shared.instance(e, EndpointPorts::default()))
-        .collect();
-    Part {
-        service: spec.service,
-        endpoint_ports: spec.endpoint_ports,
-        endpoints,
-        named_ports,
-        revision: meta.revision,
-    }
-}
-
-/// The service of a ServiceEndpoints, built from its spec as read (its strings still in the
-/// JSON): an endpoint's strings are copied once, and what endpoints have alike only once.
-fn from_kubernetes(
-    meta: Meta,
-    spec: ServiceEndpoints<EndpointView<'_>>,
-    domain_suffix: &str,
-) -> (Service, Arc<[KubePort]>) {
-    let ServiceEndpoints {
-        addresses,
-        ports: kube_ports,
-        endpoints,
-        external_name,
-        export_to,
-        selector: _,
-        service: _,
-        endpoint_ports: _,
-    } = spec;
-    let ports: Vec<ServicePort> = kube_ports
-        .iter()
-        .map(|p| ServicePort {
-            name: p.name.clone(),
-            number: p.port,
-            protocol: p.application_protocol(),
-            target_port: p.port,
-        })
-        .collect();
-    let mut shared = Shared::default();
-    let endpoints = endpoints
-        .iter()
-        .map(|e| {
-            let ports = shared.ports(kube_ports.iter().filter_map(|p| {
-                let target = p.endpoint_port_by(|name| e.ports.get(name).copied())?;
-                Some((p.port, target))
-            }));
-            shared.instance(e, ports)
-        })
-        .collect();
-    let external_name = (!external_name.is_empty()).then_some(external_name);
-    let addresses: Vec<String> = addresses
-        .into_iter()
-        .filter(|a| !a.eq_ignore_ascii_case("none"))
-        .collect();
-    let resolution = if external_name.is_some() {
-        Resolution::DnsRoundRobin
-    } else if addresses.is_empty() {
-        // Headless: callers pick a pod address themselves.
-        Resolution::Passthrough
-    } else {
-        Resolution::ClientSideLb
-    };
-    let service = Service {
-        hostname: host::service_fqdn(&meta.name, &meta.namespace, domain_suffix),
-        addresses,
-        ports,
-        resolution,
-        external: external_name.is_some(),
-        export_to,
-        endpoints,
-        kubernetes: true,
-        external_name,
-        subject_alt_names: Vec::new(),
-        persistent_session: PersistentSession::of(&meta.labels),
-        created: meta.created,
-        revision: meta.revision,
-        source: Key {
-            kind: Kind::ServiceEndpoints,
-            namespace: meta.namespace.clone(),
-            name: meta.name,
-        },
-        namespace: meta.namespace,
-    };
-    (service, kube_ports.into())
-}
-
-/// One copy of each distinct label set, port map and string among the endpoints of a service,
-/// each made only when it is first met.
-#[derive(Default)]
-struct Shared {
-    labels: Interned<BTreeMap<String, String>, FxBuildHasher>,
-    ports: Interned<BTreeMap<u32, u32>, FxBuildHasher>,
-    strings: Interned<str, FxBuildHasher>,
-    /// An endpoint's ports while they are looked up.
-    scratch: Vec<(u32, u32)>,
-}
-
-impl Shared {
-    /// An endpoint as read, reached on `ports`.
-    fn instance(&mut self, e: &EndpointView<'_>, ports: EndpointPorts) -> Instance {
-        Instance {
-            ports,
-            address: e.address.to_string(),
-            labels: self.labels(&e.labels),
-            locality: self.string(&e.locality),
-            weight: e.weight.max(1),
-            network: self.string(&e.network),
-            service_account: self.string(&e.service_account),
-            workload: self.string(e.labels.get(WORKLOAD_NAME_LABEL).map_or("", |v| v.as_ref())),
-            health: if e.draining || labelled_draining(&e.labels) {
-                Health::Draining
-            } else if e.ready {
-                Health::Healthy
-            } else {
-                Health::Unhealthy
-            },
-        }
-    }
-
-    /// `labels`, of `String`s or of strings still in the JSON (which hash alike).
-    fn labels<K, V>(&mut self, labels: &BTreeMap<K, V>) -> Labels
-    where
-        K: AsRef<str> + Hash,
-        V: AsRef<str> + Hash,
-    {
-        self.labels
-            .intern_like(
-                labels,
-                |held, key| {
-                    held.len() == key.len()
-                        && held
-                            .iter()
-                            .zip(key)
-                            .all(|(a, b)| a.0 == b.0.as_ref() && a.1 == b.1.as_ref())
-                },
-                |key| {
-                    let owned = key
-                        .iter()
-                        .map(|(k, v)| (k.as_ref().to_string(), v.as_ref().to_string()));
-                    Some(Arc::new(owned.collect()))
-                },
-            )
-            .unwrap_or_default()
-    }
-
-    /// The map of `(service port, endpoint port)` pairs; of a port given twice, the last counts.
-    fn ports(&mut self, pairs: impl IntoIterator<Item = (u32, u32)>) -> EndpointPorts {
-        let Shared { ports, scratch, .. } = self;
-        scratch.clear();
-        scratch.extend(pairs);
-        // Sorted and each port once, the last of it kept: laid out as the map is.
-        scratch.reverse();
-        scratch.sort_by_key(|p| p.0);
-        scratch.dedup_by_key(|p| p.0);
-        ports
-            .intern_like(
-                &scratch[..],
-                |held, key| {
-                    held.len() == key.len() && held.iter().zip(key).all(|(a, b)| (*a.0, *a.1) == *b)
-                },
-                |key| Some(Arc::new(key.iter().copied().collect())),
-            )
-            .unwrap_or_default()
-    }
-
-    fn string(&mut self, s: &str) -> Arc<str> {
-        self.strings
-            .intern_like(s, |held, key| held == key, |key| Some(Arc::from(key)))
-            .unwrap_or_else(|| Arc::from(s))
-    }
-}
-
-fn meta_of(resource: &Resource) -> Meta {
-    Meta {
-        namespace: resource.namespace.clone(),
-        name: resource.name.clone(),
-        labels: resource.labels.clone().into_iter().collect(),
-        annotations: resource.annotations.clone().into_iter().collect(),
-        created: resource.create_revision,
-        revision: resource.mod_revision,
-    }
-}
-
-/// Why a stored resource is ignored: the field this agent could not read, and what it found.
-fn unreadable(e: &pasa_proto::object::FieldError) -> String {
-    format!(
-        "resource ignored: this agent cannot read {}: {} (is the agent older than the config, or \
-         was the config written past validation?)",
-        e.field, e.message
-    )
-}
-
-fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
-    fn typed<T: DeserializeOwned>(resource: &Resource) -> Option<Config<T>> {
-        match pasa_istio::parse_spec_json::<T>(&resource.spec_json) {
-            Ok(spec) => Some(Config {
-                meta: meta_of(resource),
-                spec,
-            }),
-            Err(e) => {
-                tracing::warn!(kind = %resource.kind, namespace = %resource.namespace,
-                    name = %resource.name, field = %e.field, error = %e.message,
-                    "{}", unreadable(&e));
-                None
-            }
-        }
-    }
-    let parsed = match Kind::from_kind_field(&resource.kind) {
-        Some(Kind::VirtualService) => typed(resource).map(|c| Parsed::VirtualService(Arc::new(c))),
-        Some(Kind::DestinationRule) => {
-            typed(resource).map(|c| Parsed::DestinationRule(Arc::new(c)))
-        }
-        Some(Kind::ServiceEntry) => typed(resource).map(|c| Parsed::ServiceEntry(Arc::new(c))),
-        Some(Kind::ServiceEndpoints) => {
-            // Read in place (its endpoints' strings borrowed from the JSON); a spec that does
-            // not read so is read again as owned, which names the field at fault.
-            let read = |meta: Meta, spec: ServiceEndpoints<EndpointView<'_>>| {
-                if spec.is_part() {
-                    Parsed::EndpointsPart(Arc::new(part_from_kubernetes(&meta, spec)))
-                } else {
-                    let (service, ports) = from_kubernetes(meta, spec, domain_suffix);
-                    Parsed::ServiceEndpoints(Arc::new(service), ports)
-                }
-            };
-            match serde_json::from_str(&resource.spec_json) {
-                Ok(spec) => Some(read(meta_of(resource), spec)),
-                Err(_) => typed::<ServiceEndpoints>(resource)
-                    .map(|c| read(c.meta, c.spec.map_endpoints(EndpointView::from))),
-            }
-        }
-        Some(Kind::Sidecar) => typed(resource).map(|c| Parsed::Sidecar(Arc::new(c))),
-        Some(Kind::Gateway) => typed(resource).map(|c| Parsed::Gateway(Arc::new(c))),
-        Some(Kind::WorkloadEntry) => typed(resource).map(|c| Parsed::WorkloadEntry(Arc::new(c))),
-        Some(Kind::PeerAuthentication) => {
-            typed(resource).map(|c| Parsed::PeerAuthentication(Arc::new(c)))
-        }
-        Some(Kind::AuthorizationPolicy) => {
-            typed(resource).map(|c| Parsed::AuthorizationPolicy(Arc::new(c)))
-        }
-        Some(Kind::RequestAuthentication) => {
-            typed(resource).map(|c| Parsed::RequestAuthentication(Arc::new(c)))
-        }
-        Some(Kind::EnvoyFilter) => typed(resource).map(|c| Parsed::EnvoyFilter(Arc::new(c))),
-        Some(Kind::Telemetry) => typed(resource).map(|c| Parsed::Telemetry(Arc::new(c))),
-        Some(Kind::TrafficExtension) => {
-            typed(resource).map(|c| Parsed::TrafficExtension(Arc::new(c)))
-        }
-        Some(Kind::WasmPlugin) => typed::<pasa_istio::extensions::WasmPlugin>(resource).map(|c| {
-            let mut meta = c.meta;
-            meta.name
-                .push_str(pasa_istio::extensions::WASM_PLUGIN_MARKER);
-            Parsed::TrafficExtension(Arc::new(Config {
-                meta,
-                spec: c.spec.to_traffic_extension(),
-            }))
-        }),
-        // Not translated yet: the injector keeps pods they apply to with istiod.
-        Some(Kind::ProxyConfig) => None,
-        Some(Kind::MeshConfig) => typed(resource).map(|c| Parsed::MeshConfig(Arc::new(c))),
-        Some(Kind::JsonWebKeySet) => typed(resource).map(|c| Parsed::JsonWebKeySet(Arc::new(c))),
-        Some(Kind::ImagePullSecret) => {
-            typed(resource).map(|c| Parsed::ImagePullSecret(Arc::new(c)))
-        }
-        // The control plane's (auto-registration), not a proxy's.
-        Some(Kind::WorkloadGroup) | None => None,
-    };
-    parsed.unwrap_or(Parsed::Ignored)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use pasa_istio::workload_entry;
 
-    #[test]
-    fn an_unreadable_resource_is_ignored_naming_the_field() {
-        let spec = serde_json::json!({"host": "cart", "trafficPolicy":
-            {"loadBalancer": {"simple": "FASTEST"}}});
-        let e = pasa_istio::parse_spec_json::<pasa_istio::destination_rule::DestinationRule>(
-            &spec.to_string(),
-        )
-        .unwrap_err();
-        let message = unreadable(&e);
-        assert!(
-            message.starts_with(
-                "resource ignored: this agent cannot read spec.trafficPolicy.loadBalancer.simple: "
-            ) && message.contains("FASTEST"),
-            "{message}"
-        );
-    }
+    use super::*;
 
     fn endpoints_resource(spec: serde_json::Value) -> Resource {
         Resource {

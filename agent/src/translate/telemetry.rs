@@ -776,4 +776,8 @@ mod metrics;
 mod traces;
 
 #[cfg(test)]
+mod metrics_tests;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tracing_tests;
