@@ -845,12 +845,26 @@ fn common_habits_work_or_name_the_alternative() {
             "kubectl kustomize overlays/prod | pasactl apply -f -",
         ),
         (&["wait", "vs", "cart"][..], "pasactl x wait vs cart"),
+        (
+            &["pc", "bootstrap", "web-1.shop"][..],
+            "pasa-agent bootstrap",
+        ),
+        (
+            &["apply", "-o", "yaml", "-f", "x.yaml"][..],
+            "pasactl get KIND NAME -o yaml",
+        ),
     ] {
         let out = pcp.ctl(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let said_here = String::from_utf8_lossy(&out.stderr);
         assert!(said_here.contains(said), "{args:?}: {said_here}");
     }
+    let shop = examples().join("shop");
+    let named = pcp.ok(&["apply", "-f", shop.to_str().unwrap(), "-o", "name"]);
+    assert!(
+        named.lines().next() == Some("destinationrule.networking.istio.io/cart"),
+        "{named}"
+    );
     let version = pcp.ok(&["version"]);
     assert_eq!(
         version,

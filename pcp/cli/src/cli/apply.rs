@@ -2,6 +2,7 @@
 
 use pasa_proto::store::v1::{ApplyDocument, ApplyOutcome, ApplyRequest, ApplyResponse, ObjectRef};
 
+use super::get::kind_group_name;
 use super::interrupt::Interrupt;
 use super::{
     BATCH_TIMEOUT, CmdResult, FileArgs, Interrupted, REQUEST_TIMEOUT, Reported, UsageError,
@@ -21,9 +22,28 @@ pub struct ApplyArgs {
     /// `--dry-run=client` all have the server check without writing; `--dry-run=none` writes.
     #[arg(long, value_name = "STRATEGY", num_args = 0..=1, require_equals = true, default_missing_value = "server", value_parser = dry_run)]
     pub dry_run: Option<bool>,
+    /// `name`: print each object as `kind.group/name` (kubectl's `-o name`), for scripts.
+    #[arg(short = 'o', long, value_parser = names_only)]
+    pub output: Option<Named>,
     /// Not supported: pasactl does not build kustomizations (the message says what to run).
     #[arg(short = 'k', long, value_name = "DIR")]
     pub kustomize: Option<String>,
+}
+
+/// `-o name`, the one output `apply` has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Named;
+
+fn names_only(value: &str) -> Result<Named, UsageError> {
+    match value {
+        "name" => Ok(Named),
+        "yaml" | "json" => Err(UsageError(format!(
+            "apply -o {value}: apply prints what it did; `pasactl get KIND NAME -o {value}` shows the stored object"
+        ))),
+        other => Err(UsageError(format!(
+            "apply -o {other:?}: apply prints `-o name` or its default lines"
+        ))),
+    }
 }
 
 /// `--dry-run[=server|client|none]`: every spelling of a dry run that users type.
@@ -158,10 +178,15 @@ pub async fn run(server: &crate::cli::Server, args: ApplyArgs) -> CmdResult {
                 Ok(ApplyOutcome::Configured) => "configured",
                 _ => "unchanged",
             };
-            text.push_str(&format!(
-                "{} {outcome}{suffix}\n",
-                object_name(&reference.kind, &reference.namespace, &reference.name)
-            ));
+            if args.output.is_some() {
+                text.push_str(&kind_group_name(&reference.kind, &reference.name));
+                text.push('\n');
+            } else {
+                text.push_str(&format!(
+                    "{} {outcome}{suffix}\n",
+                    object_name(&reference.kind, &reference.namespace, &reference.name)
+                ));
+            }
             written.last = Some((range.start + i, reference.clone()));
         }
         out(&text)?;

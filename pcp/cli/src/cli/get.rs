@@ -449,14 +449,18 @@ impl Sink {
 
 /// `kind.group/name`, as `-o name` prints an object.
 fn name_of(r: &Resource) -> String {
-    match r.kind.parse::<Kind>() {
+    kind_group_name(&r.kind, &r.name)
+}
+
+/// `kind.group/name`, as kubectl's `-o name` names an object of `kind`.
+pub fn kind_group_name(kind: &str, name: &str) -> String {
+    match kind.parse::<Kind>() {
         Ok(kind) => format!(
-            "{}.{}/{}",
+            "{}.{}/{name}",
             kind.as_str().to_ascii_lowercase(),
             kind.group(),
-            r.name
         ),
-        Err(_) => format!("{}/{}", r.kind.to_ascii_lowercase(), r.name),
+        Err(_) => format!("{}/{name}", kind.to_ascii_lowercase()),
     }
 }
 

@@ -51,6 +51,10 @@ pub enum ProxyConfigCommand {
     Secret(Target),
     /// Clusters, listeners, routes and endpoints, one table after the other.
     All(Target),
+    /// istioctl's sections pasactl does not have (bootstrap, log, ...): answered with what
+    /// shows the same.
+    #[command(external_subcommand)]
+    Other(Vec<String>),
 }
 
 /// Which agent, which of its generators, and how to print.
@@ -159,6 +163,16 @@ pub struct EndpointArgs {
     pub filter: endpoint::EndpointFilter,
 }
 
+/// The answer to `proxy-config SECTION` for a section pasactl does not have.
+fn other_section(section: &str) -> UsageError {
+    UsageError(match section {
+        "bootstrap" => "proxy-config bootstrap: the agent writes Envoy's bootstrap; `pasa-agent bootstrap --node-id ID ...` prints it, and with --envoy it is envoy-rev.json beside the agent's socket".into(),
+        "log" => "proxy-config log: Envoy's log levels are set on its own admin endpoint (`curl -X POST '127.0.0.1:15000/logging?level=debug'`); the agent's with RUST_LOG".into(),
+        "rootca-compare" => "proxy-config rootca-compare: `pasactl pc secret POD` for each pod shows its ROOTCA's serial and dates".into(),
+        other => format!("proxy-config {other:?}: the sections are cluster, listener, route, endpoint, ecds, secret and all"),
+    })
+}
+
 pub async fn run(server: &crate::cli::Server, command: ProxyConfigCommand) -> CmdResult {
     let target = match &command {
         ProxyConfigCommand::Cluster(a) => &a.target,
@@ -168,6 +182,9 @@ pub async fn run(server: &crate::cli::Server, command: ProxyConfigCommand) -> Cm
         ProxyConfigCommand::Ecds(t)
         | ProxyConfigCommand::Secret(t)
         | ProxyConfigCommand::All(t) => t,
+        ProxyConfigCommand::Other(words) => {
+            return Err(other_section(words.first().map_or("", String::as_str)).into());
+        }
     };
     let output = target.output;
     let yaml = output == Output::Yaml;
@@ -217,6 +234,9 @@ pub async fn run(server: &crate::cli::Server, command: ProxyConfigCommand) -> Cm
             endpoint::render(&assignments(&resources), &Default::default()),
         ]
         .join("\n"),
+        (ProxyConfigCommand::Other(words), _) => {
+            return Err(other_section(words.first().map_or("", String::as_str)).into());
+        }
         (ProxyConfigCommand::All(_), Output::Json | Output::Yaml) => structured(
             yaml,
             &json!({
