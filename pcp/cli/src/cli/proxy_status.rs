@@ -193,7 +193,7 @@ pub fn state(t: Option<&TypeSyncStatus>) -> &'static str {
 }
 
 /// The types in istioctl's column order.
-fn types(xds: Option<&XdsSyncStatus>) -> [(&'static str, Option<&TypeSyncStatus>); 5] {
+pub fn types(xds: Option<&XdsSyncStatus>) -> [(&'static str, Option<&TypeSyncStatus>); 5] {
     [
         ("CDS", xds.and_then(|x| x.cds.as_ref())),
         ("LDS", xds.and_then(|x| x.lds.as_ref())),

@@ -1,6 +1,6 @@
 //! `pasactl status`.
 
-use pasa_proto::store::v1::StatusRequest;
+use pasa_proto::store::v1::{StatusRequest, StatusResponse};
 
 use std::fmt::Write as _;
 
@@ -20,7 +20,8 @@ pub enum Output {
     Yaml,
 }
 
-pub async fn run(server: &crate::cli::Server, args: StatusArgs) -> CmdResult {
+/// The server's status, within the request deadline of `what` (the command asking).
+pub async fn fetch(server: &crate::cli::Server, what: &str) -> anyhow::Result<StatusResponse> {
     let ask = async {
         let mut client = connect(server).await?;
         let status = client
@@ -29,7 +30,11 @@ pub async fn run(server: &crate::cli::Server, args: StatusArgs) -> CmdResult {
             .map_err(|status| status_error(server, status))?;
         anyhow::Ok(status.into_inner())
     };
-    let s = server.within("`status`", REQUEST_TIMEOUT, ask).await?;
+    server.within(what, REQUEST_TIMEOUT, ask).await
+}
+
+pub async fn run(server: &crate::cli::Server, args: StatusArgs) -> CmdResult {
+    let s = fetch(server, "`status`").await?;
     if let Some(output) = args.output {
         let objects: serde_json::Map<String, serde_json::Value> = s
             .objects

@@ -3,10 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use pasa_proto::store::v1::StatusRequest;
 use serde_json::json;
 
-use super::{CmdResult, REQUEST_TIMEOUT, connect, out, proxy_status, status_error, structured};
+use super::{CmdResult, out, proxy_status, status, structured};
 
 #[derive(clap::Args, Debug)]
 pub struct VersionArgs {
@@ -41,15 +40,7 @@ pub async fn run(server: anyhow::Result<super::Server>, args: VersionArgs) -> Cm
         out(&format!("client version: {client}\n"))?;
     }
     let server = server?;
-    let ask = async {
-        let mut api = connect(&server).await?;
-        let status = api
-            .status(StatusRequest {})
-            .await
-            .map_err(|status| status_error(&server, status))?;
-        anyhow::Ok(status.into_inner())
-    };
-    let status = server.within("`version`", REQUEST_TIMEOUT, ask).await?;
+    let status = status::fetch(&server, "`version`").await?;
     let proxies = proxy_status::list(&server, "", "").await?;
     // Agents per version, as istioctl counts the data plane's.
     let mut agents: BTreeMap<String, usize> = BTreeMap::new();

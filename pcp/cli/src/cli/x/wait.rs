@@ -65,10 +65,7 @@ pub fn lacking(entry: &ProxyStatusEntry, revision: u64) -> Option<String> {
         return Some("no report".into());
     };
     if !entry.connected {
-        return Some(format!(
-            "lost contact {} ago",
-            proxy_status::age(entry.lost_contact_ms_ago)
-        ));
+        return Some(proxy_status::degraded(entry));
     }
     if status.applied_revision < revision {
         return Some(format!("at revision {}", status.applied_revision));
@@ -76,14 +73,7 @@ pub fn lacking(entry: &ProxyStatusEntry, revision: u64) -> Option<String> {
     if status.connections.is_empty() {
         return Some("no proxy connected to its agent".into());
     }
-    let xds = status.xds.as_ref();
-    let types = [
-        ("CDS", xds.and_then(|x| x.cds.as_ref())),
-        ("LDS", xds.and_then(|x| x.lds.as_ref())),
-        ("EDS", xds.and_then(|x| x.eds.as_ref())),
-        ("RDS", xds.and_then(|x| x.rds.as_ref())),
-        ("ECDS", xds.and_then(|x| x.ecds.as_ref())),
-    ];
+    let types = proxy_status::types(status.xds.as_ref());
     let in_state = |state: SyncState| -> Vec<&str> {
         types
             .iter()
