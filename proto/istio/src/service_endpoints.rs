@@ -87,6 +87,92 @@ pub struct ServiceEndpoints<E = Endpoint> {
     /// `ports`); a service port not listed is resolved by its `targetPort` as usual.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub endpoint_ports: BTreeMap<String, u32>,
+    /// The cluster whose registry reported the service or part (istiod's cluster ID). Empty:
+    /// not said (an object written by hand), which every proxy takes as its own cluster's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster: String,
+    /// Where the Service is reached from outside its cluster: its load balancer's ingress
+    /// addresses (IPs or host names), then its `externalIPs`. Mesh networks name gateways by
+    /// service (`registryServiceName`); this is where they are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub external_addresses: Vec<String>,
+    /// The network gateways this Service is (it is labelled `topology.istio.io/network`), as
+    /// the syncer worked them out from the Service and its nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network_gateways: Vec<NetworkGateway>,
+}
+
+/// A gateway into a network: traffic for the network's endpoints that comes from another
+/// network goes to it (Istio mutual TLS, the endpoint's cluster named by SNI), as istiod's
+/// `NetworkGateway`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NetworkGateway {
+    /// The network it leads into.
+    pub network: String,
+    /// An IP, or a DNS name (resolved before use).
+    pub address: String,
+    /// The port for Istio mutual TLS (by default 15443).
+    pub port: u32,
+    /// The port for HBONE, if it takes HBONE (ambient); 0: it does not.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hbone_port: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The label naming a workload's (or a network gateway Service's) network.
+pub const NETWORK_LABEL: &str = "topology.istio.io/network";
+/// The label of a network gateway Service naming the port it takes mutual TLS on.
+pub const GATEWAY_PORT_LABEL: &str = "networking.istio.io/gatewayPort";
+/// The port network gateways take mutual TLS on unless their Service says otherwise.
+pub const DEFAULT_GATEWAY_PORT: u32 = 15443;
+/// The value the store indexes a network gateway Service under (in its gateways dimension):
+/// proxies follow every network gateway with one subscription rule.
+pub const NETWORK_GATEWAYS_INDEX: &str = "network-gateways";
+
+/// The part of the names of a remote cluster's objects that names the cluster: its ID where
+/// that is a DNS label, else the ID made one (lower case, other characters `-`) with a hash of
+/// the ID after it, so that two IDs never share a name.
+pub fn cluster_name_part(cluster: &str) -> String {
+    let mut part: String = cluster
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '-',
+        })
+        .collect();
+    if part != cluster || part.is_empty() || part.starts_with('-') || part.ends_with('-') {
+        // FNV-1a: stable across builds and platforms.
+        let hash = cluster.bytes().fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        });
+        part = format!("c{}-{hash:08x}", part.trim_matches('-'));
+        part = part.replace("--", "-");
+    }
+    part
+}
+
+/// The store name of a remote cluster's Service object: `<service>.<cluster>.cluster` (see
+/// [`cluster_name_part`]). Its `spec.service` names the Service; the syncer of PCP's own
+/// cluster keeps the Service's own name.
+pub fn remote_service_name(service: &str, cluster: &str) -> String {
+    format!(
+        "{service}.{}{REMOTE_SERVICE_NAME_SUFFIX}",
+        cluster_name_part(cluster)
+    )
+}
+
+/// The suffix of a remote cluster's Service object's name.
+pub const REMOTE_SERVICE_NAME_SUFFIX: &str = ".cluster";
+
+/// The store name of the part a remote cluster's EndpointSlice holds:
+/// `<slice>.<cluster>.endpointslice`.
+pub fn remote_slice_name(slice: &str, cluster: &str) -> String {
+    format!("{slice}.{}{SLICE_NAME_SUFFIX}", cluster_name_part(cluster))
 }
 
 /// A Service port.
@@ -233,6 +319,9 @@ impl<E> ServiceEndpoints<E> {
             export_to: self.export_to,
             service: self.service,
             endpoint_ports: self.endpoint_ports,
+            cluster: self.cluster,
+            external_addresses: self.external_addresses,
+            network_gateways: self.network_gateways,
         }
     }
 
@@ -246,9 +335,12 @@ impl<E> ServiceEndpoints<E> {
         }
     }
 
-    /// Whether this is a part of a service's endpoints (see the module's documentation).
+    /// Whether this is a part of a service's endpoints (see the module's documentation): it
+    /// names its service, and has no ports or says no cluster. One that names its service, its
+    /// cluster and has ports is the Service as another cluster has it (see
+    /// [`remote_service_name`]).
     pub fn is_part(&self) -> bool {
-        !self.service.is_empty()
+        !self.service.is_empty() && (self.ports.is_empty() || self.cluster.is_empty())
     }
 }
 
@@ -326,6 +418,35 @@ mod tests {
             Some(Protocol::Http2)
         );
         assert_eq!(port("udp-dns", "").application_protocol(), None);
+    }
+
+    /// A remote cluster's objects are named for it; IDs that are not DNS labels are made one
+    /// and told apart by a hash.
+    #[test]
+    fn remote_names_name_the_cluster() {
+        assert_eq!(
+            remote_service_name("reviews", "cluster2"),
+            "reviews.cluster2.cluster"
+        );
+        assert_eq!(
+            remote_slice_name("reviews-x7k2p", "cluster2"),
+            "reviews-x7k2p.cluster2.endpointslice"
+        );
+        let upper = cluster_name_part("Kubernetes");
+        let lower = cluster_name_part("kubernetes");
+        assert_eq!(lower, "kubernetes");
+        assert!(upper.starts_with("ckubernetes-") && upper.len() == "ckubernetes-".len() + 8);
+        assert_ne!(cluster_name_part("a_b"), cluster_name_part("a.b"));
+        for id in ["Kubernetes", "a_b", "_", "-x-", "east.1"] {
+            let part = cluster_name_part(id);
+            assert!(
+                part.split('-').all(|p| !p.is_empty())
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{id} -> {part}"
+            );
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 use pasa_istio::gateway::{MESH, resolve_gateway_name};
 use pasa_istio::host::{check_pattern, resolve_short_name, service_fqdn};
+use pasa_istio::service_endpoints::NETWORK_GATEWAYS_INDEX;
 use pasa_proto::Kind;
 use pasa_proto::object::{FieldError, Object};
 use pasa_proto::store::v1::IndexKeys;
@@ -86,6 +87,15 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
         | Kind::MeshConfig
         | Kind::JsonWebKeySet
         | Kind::ImagePullSecret => {}
+    }
+    // A network gateway Service is found by what it is: proxies follow every one of them.
+    if obj.kind == Kind::ServiceEndpoints
+        && spec
+            .get("networkGateways")
+            .and_then(Value::as_array)
+            .is_some_and(|g| !g.is_empty())
+    {
+        gateways.push(NETWORK_GATEWAYS_INDEX.to_string());
     }
     hosts.sort();
     hosts.dedup();
@@ -225,6 +235,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(part.hosts, ["reviews.bookinfo.svc.cluster.local"]);
+        let remote_gateway = keys_of(
+            json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+            "metadata": {"name": "eastwest.cluster2.cluster", "namespace": "istio-system"},
+            "spec": {"service": "eastwest", "cluster": "cluster2",
+                     "ports": [{"name": "tls", "port": 15443}],
+                     "networkGateways": [{"network": "n2", "address": "35.1.2.3", "port": 15443}]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            remote_gateway.hosts,
+            ["eastwest.istio-system.svc.cluster.local"]
+        );
+        assert_eq!(remote_gateway.gateways, [NETWORK_GATEWAYS_INDEX]);
         let sidecar = keys_of(
             json!({"apiVersion": "networking.istio.io/v1", "kind": "Sidecar",
             "metadata": {"name": "default"}, "spec": {"egress": [{"hosts": ["./*"]}]}}),

@@ -108,6 +108,9 @@ pub(super) fn from_kubernetes(
         selector: _,
         service: _,
         endpoint_ports: _,
+        cluster: _,
+        external_addresses: _,
+        network_gateways: _,
     } = spec;
     let ports: Vec<ServicePort> = kube_ports
         .iter()

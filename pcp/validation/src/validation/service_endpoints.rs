@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 use pasa_istio::service_endpoints::{ServiceEndpoints, TargetPort};
 use pasa_proto::Object;
 
-use super::common::{is_dns1123_label, validate_ip_address, validate_labels, validate_port};
+use super::common::{
+    is_dns1123_label, validate_fqdn, validate_ip_address, validate_labels, validate_port,
+};
 use super::{Path, Report, parse};
 
 /// Checks one ServiceEndpoints.
@@ -19,6 +21,14 @@ pub fn validate(obj: &Object, report: &mut Report) {
     let at = Path::spec();
     if spec.is_part() {
         validate_part(obj, &spec, &at, report);
+    } else if !spec.service.is_empty() && !is_dns1123_label(&spec.service) {
+        report.error(
+            &at.field("service"),
+            format!(
+                "{:?} is not a Service name (a DNS-1123 label)",
+                spec.service
+            ),
+        );
     } else if !spec.endpoint_ports.is_empty() {
         report.error(
             &at.field("endpointPorts"),
@@ -66,6 +76,28 @@ pub fn validate(obj: &Object, report: &mut Report) {
             );
         }
     }
+    for (i, address) in spec.external_addresses.iter().enumerate() {
+        let at = at.field("externalAddresses").index(i);
+        if validate_ip_address(address).is_err() {
+            report.check(&at, validate_fqdn(address));
+        }
+    }
+    for (i, gateway) in spec.network_gateways.iter().enumerate() {
+        let at = at.field("networkGateways").index(i);
+        if gateway.network.is_empty() {
+            report.error(&at.field("network"), "required: the network it leads into");
+        }
+        if validate_ip_address(&gateway.address).is_err() {
+            report.check(&at.field("address"), validate_fqdn(&gateway.address));
+        }
+        report.check(&at.field("port"), validate_port(i64::from(gateway.port)));
+        if gateway.hbone_port != 0 {
+            report.check(
+                &at.field("hbonePort"),
+                validate_port(i64::from(gateway.hbone_port)),
+            );
+        }
+    }
     for (i, endpoint) in spec.endpoints.iter().enumerate() {
         let at = at.field("endpoints").index(i);
         report.check(&at.field("address"), validate_ip_address(&endpoint.address));
@@ -102,6 +134,8 @@ fn validate_part(obj: &Object, spec: &ServiceEndpoints, at: &Path, report: &mut 
         ("selector", spec.selector.is_empty()),
         ("externalName", spec.external_name.is_empty()),
         ("exportTo", spec.export_to.is_empty()),
+        ("externalAddresses", spec.external_addresses.is_empty()),
+        ("networkGateways", spec.network_gateways.is_empty()),
     ];
     for (field, empty) in owned_by_service {
         if !empty {
@@ -196,6 +230,39 @@ mod tests {
         assert_eq!(
             errors("reviews", json!({"service": "reviews"})),
             ["spec.service"]
+        );
+        // Another cluster's Service says which cluster it is of (else it is a part, which
+        // has no ports); its gateways are checked.
+        assert_eq!(
+            errors(
+                "reviews.cluster2.cluster",
+                json!({"service": "reviews", "ports": [{"name": "http", "port": 80}]})
+            ),
+            ["spec.ports"]
+        );
+        assert_eq!(
+            errors(
+                "reviews.cluster2.cluster",
+                json!({"service": "reviews", "cluster": "cluster2",
+                       "ports": [{"name": "http", "port": 80}]})
+            ),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            errors(
+                "eastwest.cluster2.cluster",
+                json!({"service": "eastwest", "cluster": "cluster2",
+                       "ports": [{"name": "tls", "port": 15443}],
+                       "externalAddresses": ["35.1.2.3", "lb.example.com", "no_such host"],
+                       "networkGateways": [{"network": "", "address": "35.1.2.3", "port": 15443},
+                                           {"network": "n2", "address": "a b", "port": 0}]})
+            ),
+            [
+                "spec.externalAddresses[2]",
+                "spec.networkGateways[0].network",
+                "spec.networkGateways[1].address",
+                "spec.networkGateways[1].port"
+            ]
         );
         assert_eq!(
             errors("reviews", json!({"endpoint": []})),
