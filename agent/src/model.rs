@@ -11,6 +11,7 @@
 
 pub mod authn;
 pub mod gateway;
+pub mod network;
 pub mod proxy;
 pub mod registry;
 pub mod scope;

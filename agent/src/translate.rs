@@ -12,6 +12,7 @@ pub mod authz;
 mod builders;
 mod cluster;
 mod endpoint;
+pub use endpoint::{effective_setting as effective_locality_setting, keep_mtls_only};
 mod envoy_filter;
 pub mod extensions;
 mod filters;
@@ -228,8 +229,8 @@ pub struct Translator {
 impl Translator {
     pub fn new(proxy: Proxy) -> Self {
         Self {
+            registry: Registry::for_cluster(&proxy.cluster_id),
             proxy,
-            registry: Registry::default(),
             outputs: HashMap::new(),
             shapes: Shapes::default(),
             rebuilt: Rebuilt::default(),

@@ -393,3 +393,84 @@ spec: {type: ExternalName, externalName: web.shop.svc.cluster.local}
     let e = corpus::resources(&bad, DOMAIN_SUFFIX).unwrap_err();
     assert!(e.contains("\"ConfigMap\""), "{e}");
 }
+
+/// The passing cases each multi-network file must keep (see [`MIN_PASSING`]).
+const MULTINETWORK_MIN_PASSING: &[(&str, usize)] = &[
+    ("eds-mtls-filter.yaml", 49),
+    ("eds-network-filter.yaml", 101),
+    ("locality-failover-priority.yaml", 6),
+    ("locality-lb-setting.yaml", 11),
+];
+
+/// istiod's expectations for endpoints across clusters and networks (`multinetwork/`): split
+/// horizon, the mutual TLS filter of SNI-DNAT clusters, failover priorities and the locality
+/// setting in force. Per file it prints `<file>: N passed, M failed, K skipped`.
+#[test]
+fn multinetwork_corpus() {
+    use common::corpus::multinetwork::{self as mn, EdsFile, FailoverCase, SettingCase};
+    let Some(dir) = mn::dir() else { return };
+    let mut shortfalls = Vec::new();
+    for path in mn::files(&dir) {
+        let file = file_name(&path);
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let mut tally = Tally::default();
+        if file.starts_with("eds-") {
+            let eds: EdsFile = serde_saphyr::from_str(&text)
+                .unwrap_or_else(|e| panic!("{file}: not an EDS case file: {e}"));
+            for case in &eds.cases {
+                if let Some(reason) = mn::skip_reason(case) {
+                    println!("  SKIP {}: {reason}", case.name);
+                    tally.skipped += 1;
+                    continue;
+                }
+                let env = &eds.environments[&case.environment];
+                let diffs = mn::eds_resources(env, &case.config)
+                    .and_then(|r| Ok((r, mn::eds_proxy(case)?)))
+                    .and_then(|(r, p)| mn::load_assignment(p, r, &case.cluster))
+                    .map_or_else(|e| vec![e], |got| mn::compare(&case.expect, &got));
+                tally.record(&case.name, &diffs, false);
+            }
+        } else if file.starts_with("locality-failover") {
+            #[derive(serde::Deserialize)]
+            struct Cases {
+                cases: Vec<FailoverCase>,
+            }
+            let cases: Cases = serde_saphyr::from_str(&text)
+                .unwrap_or_else(|e| panic!("{file}: not a failover case file: {e}"));
+            for case in &cases.cases {
+                if let Some(reason) = mn::failover_skip_reason(case) {
+                    println!("  SKIP {}: {reason}", case.name);
+                    tally.skipped += 1;
+                    continue;
+                }
+                let diffs = mn::run_failover(case).unwrap_or_else(|e| vec![e]);
+                tally.record(&case.name, &diffs, false);
+            }
+        } else if file.starts_with("locality-lb-setting") {
+            #[derive(serde::Deserialize)]
+            struct Cases {
+                cases: Vec<SettingCase>,
+            }
+            let cases: Cases = serde_saphyr::from_str(&text)
+                .unwrap_or_else(|e| panic!("{file}: not a setting case file: {e}"));
+            for case in &cases.cases {
+                let diffs = mn::run_setting(case).unwrap_or_else(|e| vec![e]);
+                tally.record(&case.name, &diffs, false);
+            }
+        } else {
+            panic!("{file}: a multinetwork file of no known kind");
+        }
+        println!(
+            "{file}: {} passed, {} failed, {} skipped",
+            tally.passed, tally.failed, tally.skipped
+        );
+        let floor = MULTINETWORK_MIN_PASSING
+            .iter()
+            .find(|(f, _)| *f == file)
+            .map_or(0, |(_, n)| *n);
+        if tally.passed < floor {
+            shortfalls.push(format!("{file}: {} passed, floor {floor}", tally.passed));
+        }
+    }
+    assert!(shortfalls.is_empty(), "below the floor: {shortfalls:?}");
+}

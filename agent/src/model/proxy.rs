@@ -80,6 +80,9 @@ pub struct Flags {
     /// Envoy's stateful session filter for services with persistent sessions
     /// (`PILOT_ENABLE_PERSISTENT_SESSION_FILTER`, off by default, as istiod).
     pub persistent_session_filter: bool,
+    /// Endpoints that take HBONE are sent as such even when they take Istio mutual TLS too
+    /// (`PILOT_PREFER_SENDING_HBONE`, off by default, as istiod).
+    pub prefer_hbone: bool,
 }
 
 impl Default for Flags {
@@ -88,6 +91,7 @@ impl Default for Flags {
             tls_on_sidecar_ingress: false,
             ip_autoallocate: true,
             persistent_session_filter: false,
+            prefer_hbone: false,
         }
     }
 }

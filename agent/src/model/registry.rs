@@ -32,8 +32,9 @@ mod interned;
 mod kubernetes;
 mod parse;
 mod service_entry;
-pub use kubernetes::Part;
-use kubernetes::merge_parts;
+pub use kubernetes::{ClusterService, Part};
+use kubernetes::merge_clusters;
+use pasa_istio::service_endpoints::NetworkGateway;
 use parse::{Parsed, parse};
 pub use service_entry::legacy_auto_addresses;
 
@@ -121,6 +122,9 @@ pub struct Instance {
     /// Load-balancing weight (at least 1).
     pub weight: u32,
     pub network: Arc<str>,
+    /// The cluster whose registry reported it (istiod's cluster ID); empty: not said, which
+    /// every proxy takes as its own cluster's.
+    pub cluster: Arc<str>,
     pub service_account: Arc<str>,
     /// The name of the workload it belongs to, as Istio's telemetry names it (empty: unknown):
     /// a pod's `service.istio.io/workload-name` label (which the syncer sets), a WorkloadEntry's
@@ -174,6 +178,8 @@ pub struct Service {
     pub subject_alt_names: Vec<String>,
     /// The persistent sessions its labels ask for.
     pub persistent_session: Option<PersistentSession>,
+    /// A Kubernetes Service's preference for near endpoints.
+    pub traffic_distribution: Option<pasa_istio::service_endpoints::TrafficDistribution>,
     /// When its resource was created (older wins on conflicts).
     pub created: u64,
     /// Store revision of the newest input (the resource, and the WorkloadEntries it selects):
@@ -248,10 +254,16 @@ pub struct Registry {
     by_source: BTreeMap<Key, Vec<Arc<Service>>>,
     /// The sources declaring each host.
     host_sources: BTreeMap<String, BTreeSet<Key>>,
-    /// The parts of each Kubernetes Service's endpoints, by the service's key.
-    parts: BTreeMap<Key, BTreeSet<Key>>,
+    /// The objects that make each Kubernetes Service (its object in each cluster and the parts
+    /// of its endpoints), by the service's key (its own name in its namespace).
+    members: BTreeMap<Key, BTreeSet<Key>>,
     /// Services by host, the oldest first.
     services: BTreeMap<String, Vec<Arc<Service>>>,
+    /// The cluster of the proxy the registry is for: a service several clusters have is given
+    /// this cluster's addresses (istiod's `ClusterVIPs`). Empty: the primary cluster's.
+    cluster: String,
+    /// The network gateways each Service is, with the cluster it is in, by object.
+    network_gateways: BTreeMap<Key, (String, Vec<NetworkGateway>)>,
 }
 
 #[derive(Debug, Clone)]
@@ -261,6 +273,22 @@ struct Entry {
 }
 
 impl Registry {
+    /// An empty registry for a proxy of `cluster` (see [`Registry::cluster`]).
+    pub fn for_cluster(cluster: &str) -> Registry {
+        Registry {
+            cluster: cluster.to_string(),
+            ..Registry::default()
+        }
+    }
+
+    /// The network gateways the Kubernetes Services of the store are (labelled
+    /// `topology.istio.io/network`), each with the cluster it is in.
+    pub fn network_gateways(&self) -> impl Iterator<Item = (&str, &NetworkGateway)> {
+        self.network_gateways
+            .values()
+            .flat_map(|(cluster, gateways)| gateways.iter().map(move |g| (cluster.as_str(), g)))
+    }
+
     /// Brings the registry up to date with `cache`; parses only what changed. Returns the keys
     /// that changed (added, modified or removed).
     pub fn update(&mut self, cache: &Cache, domain_suffix: &str) -> BTreeSet<Key> {
@@ -274,7 +302,7 @@ impl Registry {
         };
         let mut sources = BTreeSet::new();
         for key in &changed {
-            if let Kind::ServiceEntry | Kind::ServiceEndpoints = key.kind {
+            if key.kind == Kind::ServiceEntry {
                 sources.insert(key.clone());
             }
             let old = match cache.get(key) {
@@ -287,29 +315,34 @@ impl Registry {
                 ),
                 None => self.entries.remove(key),
             };
-            // A part changed: its service (the one it named before, and the one it names now)
-            // is built again.
-            if let Some(Entry {
-                parsed: Parsed::EndpointsPart(part),
-                ..
-            }) = &old
-            {
-                let service = part.service_key(&key.namespace);
-                if let Some(parts) = self.parts.get_mut(&service) {
-                    parts.remove(key);
-                    if parts.is_empty() {
-                        self.parts.remove(&service);
+            // A cluster's Service or a part changed: its service (the one it was of before, and
+            // the one it is of now) is built again.
+            if let Some(service) = old.and_then(|e| service_of(&e.parsed, &key.namespace)) {
+                if let Some(members) = self.members.get_mut(&service) {
+                    members.remove(key);
+                    if members.is_empty() {
+                        self.members.remove(&service);
                     }
                 }
                 sources.insert(service);
             }
-            if let Some(Parsed::EndpointsPart(part)) = self.entries.get(key).map(|e| &e.parsed) {
-                let service = part.service_key(&key.namespace);
-                self.parts
-                    .entry(service.clone())
-                    .or_default()
-                    .insert(key.clone());
-                sources.insert(service);
+            self.network_gateways.remove(key);
+            if let Some(entry) = self.entries.get(key) {
+                if let Some(service) = service_of(&entry.parsed, &key.namespace) {
+                    self.members
+                        .entry(service.clone())
+                        .or_default()
+                        .insert(key.clone());
+                    sources.insert(service);
+                }
+                if let Parsed::ServiceEndpoints(one) = &entry.parsed
+                    && !one.network_gateways.is_empty()
+                {
+                    self.network_gateways.insert(
+                        key.clone(),
+                        (one.cluster.clone(), one.network_gateways.clone()),
+                    );
+                }
             }
         }
         // The ServiceEntries of a changed WorkloadEntry's namespace that select workloads may
@@ -359,19 +392,9 @@ impl Registry {
                     .into_iter()
                     .map(Arc::new)
                     .collect(),
-                Some(Parsed::ServiceEndpoints(service, ports)) => match self.parts.get(key) {
-                    None => vec![Arc::clone(service)],
-                    Some(parts) => {
-                        let parts = parts.iter().filter_map(|k| match self.entries.get(k) {
-                            Some(Entry {
-                                parsed: Parsed::EndpointsPart(part),
-                                ..
-                            }) => Some(&**part),
-                            _ => None,
-                        });
-                        vec![Arc::new(merge_parts(service, ports, parts))]
-                    }
-                },
+                _ if key.kind == Kind::ServiceEndpoints => {
+                    self.kubernetes_service(key).into_iter().collect()
+                }
                 _ => continue,
             };
             for s in &built {
@@ -397,6 +420,27 @@ impl Registry {
                 self.services.insert(host, list);
             }
         }
+    }
+
+    /// The Kubernetes Service of `key` (its namespace and name), from its objects in every
+    /// cluster and the parts of its endpoints; none while no cluster has its Service object.
+    fn kubernetes_service(&self, key: &Key) -> Option<Arc<Service>> {
+        let mut services = Vec::new();
+        let mut parts = Vec::new();
+        for member in self.members.get(key).into_iter().flatten() {
+            match self.entries.get(member).map(|e| &e.parsed) {
+                Some(Parsed::ServiceEndpoints(one)) => services.push((member, &**one)),
+                Some(Parsed::EndpointsPart(part)) => parts.push(&**part),
+                _ => {}
+            }
+        }
+        // The primary first: the object that keeps the Service's own name (PCP's own cluster's),
+        // then by cluster.
+        services.sort_by(|a, b| {
+            (a.0 != key, &a.1.cluster, a.0).cmp(&(b.0 != key, &b.1.cluster, b.0))
+        });
+        let services: Vec<&ClusterService> = services.into_iter().map(|(_, s)| s).collect();
+        merge_clusters(&services, &parts, &self.cluster)
     }
 
     /// Services by host; several when several resources declare one host (the oldest first).
@@ -615,6 +659,16 @@ impl Registry {
     }
 }
 
+/// The key of the Kubernetes Service a parsed object is part of (its object in some cluster,
+/// or a part of its endpoints).
+fn service_of(parsed: &Parsed, namespace: &str) -> Option<Key> {
+    match parsed {
+        Parsed::ServiceEndpoints(one) => Some(one.service_key(namespace)),
+        Parsed::EndpointsPart(part) => Some(part.service_key(namespace)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use pasa_istio::workload_entry;
@@ -646,9 +700,10 @@ mod tests {
                 {"address": "10.0.0.3", "labels": {"app": "reviews", "version": "v2"}},
             ]
         }));
-        let Parsed::ServiceEndpoints(service, _) = parse(&resource, "cluster.local") else {
+        let Parsed::ServiceEndpoints(one) = parse(&resource, "cluster.local") else {
             panic!("a ServiceEndpoints parses into its service");
         };
+        let service = &one.service;
         let [a, b, c] = &service.endpoints[..] else {
             panic!("three endpoints: {:?}", service.endpoints);
         };
@@ -839,6 +894,6 @@ mod tests {
         apply(&mut split, pasa_proto::watch::Action::Deleted, gone);
         parts.update(&split, "cluster.local");
         assert_eq!(reviews(&parts).unwrap().endpoints.len(), 1);
-        assert!(parts.parts.is_empty());
+        assert_eq!(parts.members.len(), 1);
     }
 }

@@ -127,6 +127,11 @@ pub(super) fn service_clusters(
         namespace: &service.namespace,
         workload_cluster: (build == ProxyBuild::Istio).then_some(settings.cluster_id.as_str()),
         peer_modes: &settings.peer_modes,
+        local_cluster: settings
+            .endpoints
+            .cluster_local
+            .is_local(&service.hostname)
+            .then_some(settings.cluster_id.as_str()),
     };
     let mut target = Target {
         service,
@@ -154,9 +159,33 @@ pub(super) fn service_clusters(
                 names::outbound_cluster(port.number, subset.unwrap_or(""), &service.hostname);
             let policy = Policy::of(dr.map(|d| &d.spec), subset, port.number);
             let assignment = (service.resolution == Resolution::ClientSideLb).then(|| {
+                let (locality, force) = endpoint::effective_setting(
+                    settings.endpoints.mesh_locality.as_ref(),
+                    policy
+                        .load_balancer
+                        .as_ref()
+                        .and_then(|lb| lb.locality_lb_setting.as_ref()),
+                    service.traffic_distribution,
+                );
+                let failover = policy.outlier_detection.is_some() || force;
+                let shaping = endpoint::Shaping {
+                    dr_mtls: endpoint::dr_mtls(dr.map(|d| &d.spec), subset, port.number),
+                    networks: Some(&settings.endpoints.networks),
+                    hbone: settings.endpoints.hbone && generator != Generator::Grpc,
+                    // A setting with neither weights nor failover in force changes nothing.
+                    locality: locality
+                        .as_deref()
+                        .filter(|l| failover || !l.distribute.is_empty())
+                        .map(|setting| endpoint::LocalityLb {
+                            setting,
+                            failover,
+                            proxy: settings.endpoints.place(),
+                        }),
+                    at: Some(at),
+                };
                 endpoints
                     .get_or_init(|| endpoint::PortEndpoints::new(service, port, at))
-                    .assignment(&name, labels, policy.sends_unhealthy())
+                    .assignment(&name, labels, policy.sends_unhealthy(), &shaping)
             });
             if !clusters {
                 out.push(BuiltCluster {
@@ -275,6 +304,8 @@ pub(crate) struct ClusterSettings {
     peer_modes: PeerModes,
     /// HTTP/1 header names keep their case upstream (see [`super::builders::http1_options`]).
     pub(super) preserve_case: bool,
+    /// What endpoints are shaped by: networks, locality, cluster-local hosts.
+    pub(super) endpoints: endpoint::EndpointSettings,
     /// The mesh config's `h2UpgradePolicy` is `UPGRADE`.
     h2_upgrade: bool,
     /// The mesh config's `tcpKeepalive`.
@@ -324,6 +355,7 @@ impl ClusterSettings {
         mesh: Option<&pasa_istio::mesh_config::MeshConfig>,
         peer_modes: PeerModes,
         preserve_case: bool,
+        endpoints: endpoint::EndpointSettings,
     ) -> ClusterSettings {
         use envoy_types::pb::envoy::config::cluster::v3::cluster::DnsLookupFamily;
         let family = if !ips.is_empty() && ips.iter().all(std::net::IpAddr::is_ipv6) {
@@ -357,6 +389,7 @@ impl ClusterSettings {
             cluster_id: cluster_id.to_string(),
             peer_modes,
             preserve_case,
+            endpoints,
         }
     }
 

@@ -19,6 +19,13 @@ use super::metadata;
 use crate::model::authn::PeerModes;
 use crate::model::registry::{Health, Instance, Service, ServicePort};
 
+mod locality;
+mod shaping;
+pub(super) use locality::{LocalityLb, ProxyPlace};
+pub use locality::effective_setting;
+pub use shaping::keep_mtls_only;
+pub(super) use shaping::{Shaping, dr_mtls};
+
 /// The endpoints of one service port, each built and encoded once as an `LbEndpoint` and grouped
 /// by locality: the load assignments of the port's clusters (the default one and one per subset)
 /// are assembled from those encodings, so a subset costs a filter and a copy, not a second build.
@@ -42,6 +49,188 @@ struct EncodedEndpoint<'s> {
     instance: &'s Instance,
     encoded: Vec<u8>,
     weight: u32,
+    /// The port it is reached on.
+    port: u32,
+    /// Whether the encoding says it takes Istio mutual TLS.
+    mtls: bool,
+}
+
+/// One locality of an assignment as it is written: its encoded `locality` field, its encoded
+/// endpoints, its weight (none: unset) and its priority.
+#[derive(Debug)]
+struct Group<'e> {
+    locality: &'e [u8],
+    endpoints: Vec<std::borrow::Cow<'e, [u8]>>,
+    weight: Option<u32>,
+    priority: u32,
+}
+
+/// `ClusterLoadAssignment` for `cluster` with `groups`, encoded directly: the same bytes as
+/// encoding the message, sized exactly (it is kept as long as it is served).
+fn write_assignment(cluster: &str, groups: &[Group<'_>]) -> Vec<u8> {
+    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+    let group_len = |g: &Group| {
+        g.locality.len()
+            + g.endpoints
+                .iter()
+                .map(|e| field_len(2, e.len()))
+                .sum::<usize>()
+            + g.weight.map_or(0, |w| {
+                prost::encoding::message::encoded_len(3, &UInt32Value { value: w })
+            })
+            + if g.priority == 0 {
+                0
+            } else {
+                key_len(5) + encoded_len_varint(u64::from(g.priority))
+            }
+    };
+    let lens: Vec<usize> = groups.iter().map(group_len).collect();
+    let total = if cluster.is_empty() {
+        0
+    } else {
+        field_len(1, cluster.len())
+    } + lens.iter().map(|l| field_len(2, *l)).sum::<usize>();
+    // Fields in the order a message encoding writes them: ClusterLoadAssignment's
+    // cluster_name (1) and endpoints (2); LocalityLbEndpoints' locality (1), lb_endpoints
+    // (2), load_balancing_weight (3) and priority (5).
+    let mut out = Vec::with_capacity(total);
+    string_field(1, cluster, &mut out);
+    for (g, len) in groups.iter().zip(&lens) {
+        length_delimited(2, *len, &mut out);
+        out.extend_from_slice(g.locality);
+        for e in &g.endpoints {
+            length_delimited(2, e.len(), &mut out);
+            out.extend_from_slice(e);
+        }
+        if let Some(value) = g.weight {
+            prost::encoding::message::encode(3, &UInt32Value { value }, &mut out);
+        }
+        if g.priority != 0 {
+            encode_key(5, WireType::Varint, &mut out);
+            encode_varint(u64::from(g.priority), &mut out);
+        }
+    }
+    debug_assert_eq!(out.len(), total);
+    out
+}
+
+/// What a proxy's endpoints are shaped by beyond each cluster's own rule (see [`Shaping`]):
+/// the mesh's networks, where the proxy is, the hosts local to each cluster, the mesh config's
+/// locality load balancing, and whether HBONE is preferred.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct EndpointSettings {
+    pub networks: crate::model::network::Networks,
+    /// The proxy's locality (`region/zone/subzone`, empty when not known).
+    pub locality: String,
+    pub labels: BTreeMap<String, String>,
+    pub cluster: String,
+    /// The mesh config's `localityLbSetting` (Istio's default: on).
+    pub mesh_locality: Option<pasa_istio::destination_rule::LocalityLoadBalancerSetting>,
+    pub cluster_local: ClusterLocal,
+    /// `PILOT_PREFER_SENDING_HBONE`.
+    pub hbone: bool,
+}
+
+// The locality setting holds no floats: equality is an equivalence.
+impl Eq for EndpointSettings {}
+
+impl std::hash::Hash for EndpointSettings {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.networks.hash(state);
+        (&self.locality, &self.labels, &self.cluster).hash(state);
+        serde_json::to_string(&self.mesh_locality)
+            .unwrap_or_default()
+            .hash(state);
+        (&self.cluster_local, self.hbone).hash(state);
+    }
+}
+
+impl EndpointSettings {
+    /// The settings of a proxy of `locality`, `labels` and `cluster`, in `networks`, under `mesh`.
+    pub(crate) fn of(
+        networks: crate::model::network::Networks,
+        (locality, labels, cluster): (String, &BTreeMap<String, String>, &str),
+        mesh: Option<&pasa_istio::mesh_config::MeshConfig>,
+        domain_suffix: &str,
+        hbone: bool,
+    ) -> EndpointSettings {
+        let mesh_locality = match mesh.and_then(|m| m.other.get("localityLbSetting")) {
+            Some(written) => serde_json::from_value(written.clone()).ok(),
+            // Istio's default mesh config turns it on.
+            None => Some(pasa_istio::destination_rule::LocalityLoadBalancerSetting {
+                enabled: Some(true),
+                ..Default::default()
+            }),
+        };
+        EndpointSettings {
+            networks,
+            locality,
+            labels: labels.clone(),
+            cluster: cluster.to_string(),
+            mesh_locality,
+            cluster_local: ClusterLocal::of(mesh, domain_suffix),
+            hbone,
+        }
+    }
+
+    /// Where the proxy is, for locality load balancing.
+    pub(super) fn place(&self) -> ProxyPlace<'_> {
+        ProxyPlace {
+            locality: &self.locality,
+            labels: &self.labels,
+            cluster: &self.cluster,
+            network: &self.networks.network,
+        }
+    }
+}
+
+/// The hosts whose endpoints a proxy takes only from its own cluster (istiod's cluster-local
+/// hosts): `*.kube-system.svc.<domain>` and `kubernetes.default.svc.<domain>` unless the mesh
+/// config says otherwise, and those its `serviceSettings` mark `clusterLocal` (a later entry
+/// overrides an earlier one, the most specific host wins).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub(crate) struct ClusterLocal {
+    hosts: BTreeMap<String, bool>,
+}
+
+impl ClusterLocal {
+    fn of(mesh: Option<&pasa_istio::mesh_config::MeshConfig>, domain_suffix: &str) -> ClusterLocal {
+        let mut hosts: BTreeMap<String, bool> = [
+            (format!("*.kube-system.svc.{domain_suffix}"), true),
+            (format!("kubernetes.default.svc.{domain_suffix}"), true),
+        ]
+        .into();
+        let settings = mesh
+            .and_then(|m| m.other.get("serviceSettings"))
+            .and_then(serde_json::Value::as_array);
+        for entry in settings.into_iter().flatten() {
+            let local = entry
+                .pointer("/settings/clusterLocal")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false);
+            let listed = entry.get("hosts").and_then(serde_json::Value::as_array);
+            for host in listed.into_iter().flatten().filter_map(|h| h.as_str()) {
+                hosts.insert(host.to_string(), local);
+            }
+        }
+        ClusterLocal { hosts }
+    }
+
+    /// Whether `host`'s endpoints come from the proxy's cluster only.
+    pub(crate) fn is_local(&self, host: &str) -> bool {
+        if let Some(local) = self.hosts.get(host) {
+            return *local;
+        }
+        self.hosts
+            .iter()
+            .filter(|(pattern, _)| {
+                pattern
+                    .strip_prefix('*')
+                    .is_some_and(|suffix| host.ends_with(suffix))
+            })
+            .max_by_key(|(pattern, _)| pattern.len())
+            .is_some_and(|(_, local)| *local)
+    }
 }
 
 /// Where the endpoints of a service are, which their metadata says as istiod's does:
@@ -58,6 +247,9 @@ pub(super) struct Where<'a> {
     /// For Istio's proxy, the cluster the endpoints' workloads are named in.
     pub workload_cluster: Option<&'a str>,
     pub peer_modes: &'a PeerModes,
+    /// For a cluster-local service: the proxy's cluster, the only one whose endpoints it takes
+    /// (and those that say no cluster).
+    pub local_cluster: Option<&'a str>,
 }
 
 impl<'s> PortEndpoints<'s> {
@@ -73,6 +265,10 @@ impl<'s> PortEndpoints<'s> {
                 .endpoints
                 .iter()
                 .filter(|e| draining || e.health != Health::Draining)
+                .filter(|e| {
+                    at.local_cluster
+                        .is_none_or(|own| e.cluster.is_empty() || *e.cluster == *own)
+                })
                 .filter_map(|e| Some((e, e.ports.get(&port.number).copied()?))),
             Some(at),
         )
@@ -81,10 +277,15 @@ impl<'s> PortEndpoints<'s> {
     /// Endpoints with the port each is reached on.
     fn of(endpoints: impl Iterator<Item = (&'s Instance, u32)>, at: Option<Where<'_>>) -> Self {
         let mut endpoints: Vec<EncodedEndpoint> = endpoints
-            .map(|(e, target)| EncodedEndpoint {
-                instance: e,
-                encoded: encoded_lb_endpoint(e, target, at),
-                weight: e.weight.max(1),
+            .map(|(e, target)| {
+                let mtls = takes_mtls(e, target, at);
+                EncodedEndpoint {
+                    instance: e,
+                    encoded: encoded_lb_endpoint(e, target, e.weight.max(1), mtls, at),
+                    weight: e.weight.max(1),
+                    port: target,
+                    mtls,
+                }
             })
             .collect();
         // Stable: within a locality, the service's order.
@@ -110,63 +311,39 @@ impl<'s> PortEndpoints<'s> {
 
     /// The load assignment of `cluster`: the endpoints that carry the `subset` labels (less
     /// those known unhealthy, unless `unhealthy`), grouped by locality, each locality weighted
-    /// by the sum of its endpoints' weights; encoded, the same bytes as encoding the message.
+    /// by the sum of its endpoints' weights, then shaped as `shaping` says (networks, mutual
+    /// TLS, locality load balancing); encoded, the same bytes as encoding the message.
     pub(super) fn assignment(
         &self,
         cluster: &str,
         subset: Option<&BTreeMap<String, String>>,
         unhealthy: bool,
+        shaping: &Shaping<'_>,
     ) -> Vec<u8> {
-        // The selected endpoints of each locality that has any, with the locality's length and
-        // weight; then the encoding, sized exactly (it is kept as long as it is served).
-        let mut selected: Vec<&EncodedEndpoint> = Vec::new();
-        let mut groups: Vec<(&LocalityEndpoints, usize, UInt32Value, usize)> = Vec::new();
-        for locality in &self.localities {
-            let from = selected.len();
-            selected.extend(
-                locality
-                    .endpoints
-                    .iter()
-                    .filter(|e| unhealthy || e.instance.health != Health::Unhealthy)
-                    .filter(|e| subset.is_none_or(|labels| selects(labels, &e.instance.labels))),
-            );
-            let chosen = &selected[from..];
-            if chosen.is_empty() {
-                continue;
-            }
-            let weight = UInt32Value {
-                value: chosen.iter().map(|e| e.weight).sum(),
-            };
-            let len = locality.locality.len()
-                + chosen
-                    .iter()
-                    .map(|e| field_len(2, e.encoded.len()))
-                    .sum::<usize>()
-                + prost::encoding::message::encoded_len(3, &weight);
-            groups.push((locality, from, weight, len));
+        let selected = self.localities.iter().filter_map(|locality| {
+            let chosen: Vec<&EncodedEndpoint> = locality
+                .endpoints
+                .iter()
+                .filter(|e| unhealthy || e.instance.health != Health::Unhealthy)
+                .filter(|e| subset.is_none_or(|labels| selects(labels, &e.instance.labels)))
+                .collect();
+            (!chosen.is_empty()).then_some((locality, chosen))
+        });
+        if shaping.is_plain() {
+            let groups: Vec<Group> = selected
+                .map(|(locality, chosen)| Group {
+                    locality: &locality.locality,
+                    weight: Some(chosen.iter().map(|e| e.weight).sum()),
+                    endpoints: chosen
+                        .into_iter()
+                        .map(|e| std::borrow::Cow::Borrowed(e.encoded.as_slice()))
+                        .collect(),
+                    priority: 0,
+                })
+                .collect();
+            return write_assignment(cluster, &groups);
         }
-        let total = if cluster.is_empty() {
-            0
-        } else {
-            field_len(1, cluster.len())
-        } + groups.iter().map(|g| field_len(2, g.3)).sum::<usize>();
-        // Fields in the order a message encoding writes them: ClusterLoadAssignment's
-        // cluster_name (1) and endpoints (2); LocalityLbEndpoints' locality (1), lb_endpoints
-        // (2) and load_balancing_weight (3).
-        let mut out = Vec::with_capacity(total);
-        string_field(1, cluster, &mut out);
-        for (at, (locality, from, weight, len)) in groups.iter().enumerate() {
-            let to = groups.get(at + 1).map_or(selected.len(), |next| next.1);
-            length_delimited(2, *len, &mut out);
-            out.extend_from_slice(&locality.locality);
-            for e in &selected[*from..to] {
-                length_delimited(2, e.encoded.len(), &mut out);
-                out.extend_from_slice(&e.encoded);
-            }
-            prost::encoding::message::encode(3, weight, &mut out);
-        }
-        debug_assert_eq!(out.len(), total);
-        out
+        shaping::assign(cluster, selected, shaping)
     }
 
     /// The same, as a message (for a cluster that carries it inline).
@@ -177,7 +354,8 @@ impl<'s> PortEndpoints<'s> {
         unhealthy: bool,
     ) -> ClusterLoadAssignment {
         // Decoding what was just encoded from messages cannot fail.
-        ClusterLoadAssignment::decode(self.assignment(cluster, subset, unhealthy).as_slice())
+        let plain = Shaping::default();
+        ClusterLoadAssignment::decode(self.assignment(cluster, subset, unhealthy, &plain).as_slice())
             .unwrap_or_default()
     }
 
@@ -213,7 +391,13 @@ impl<'s> PortEndpoints<'s> {
 /// weight, and whether it takes Istio mutual TLS), written directly: the same bytes as encoding the message, without
 /// building it (an endpoint-heavy scope has tens of thousands, and the message's strings and
 /// metadata map are most of the work of encoding one).
-fn encoded_lb_endpoint(instance: &Instance, port: u32, at: Option<Where<'_>>) -> Vec<u8> {
+fn encoded_lb_endpoint(
+    instance: &Instance,
+    port: u32,
+    weight: u32,
+    mtls: bool,
+    at: Option<Where<'_>>,
+) -> Vec<u8> {
     use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
     // Endpoint.address (1) → Address: pipe (2) { path (1) } or socket_address (1) { address (2),
     // port_value (3) }.
@@ -238,7 +422,7 @@ fn encoded_lb_endpoint(instance: &Instance, port: u32, at: Option<Where<'_>>) ->
     };
     let address_field = field_len(address_tag, address_len);
     let endpoint_len = field_len(1, address_field);
-    let weight = u64::from(instance.weight.max(1));
+    let weight = u64::from(weight.max(1));
     let weight_len = key_len(1) + encoded_len_varint(weight);
     let health = health_status(instance.health) as u64;
     let health_len = if health == 0 {
@@ -246,11 +430,14 @@ fn encoded_lb_endpoint(instance: &Instance, port: u32, at: Option<Where<'_>>) ->
     } else {
         key_len(2) + encoded_len_varint(health)
     };
-    let tls = istio_mtls_metadata(instance).filter(|_| {
-        at.is_none_or(|at| !at.peer_modes.disables(at.namespace, &instance.labels, port))
+    let tls = istio_mtls_metadata(instance).filter(|_| mtls);
+    let workload = at.and_then(|at| {
+        let cluster = match &*instance.cluster {
+            "" => at.workload_cluster?,
+            own => at.workload_cluster.map(|_| own)?,
+        };
+        workload_metadata(instance, at.namespace, cluster)
     });
-    let workload =
-        at.and_then(|at| workload_metadata(instance, at.namespace, at.workload_cluster?));
     // Metadata (3): its map's entries one after the other, as its encoding writes them.
     let metadata_len = tls.map_or(0, <[u8]>::len) + workload.as_ref().map_or(0, Vec::len);
     let total = if metadata_len == 0 {
@@ -291,6 +478,13 @@ fn encoded_lb_endpoint(instance: &Instance, port: u32, at: Option<Where<'_>>) ->
     out
 }
 
+/// Whether an endpoint takes Istio mutual TLS unless its cluster's DestinationRule says
+/// otherwise: its workload has a sidecar, and no PeerAuthentication turns it off for its port.
+fn takes_mtls(instance: &Instance, port: u32, at: Option<Where<'_>>) -> bool {
+    istio_mtls_metadata(instance).is_some()
+        && at.is_none_or(|at| !at.peer_modes.disables(at.namespace, &instance.labels, port))
+}
+
 /// Envoy's word for an endpoint's health (UNKNOWN, the default, is not written).
 fn health_status(health: Health) -> HealthStatus {
     match health {
@@ -324,14 +518,12 @@ fn istio_mtls() -> Metadata {
 }
 
 /// The entry of `LbEndpoint.metadata` naming the endpoint's workload (see [`Where`]),
-/// encoded; none when its workload is unknown. Its canonical service and revision are its
+/// encoded (an unknown workload's name is left empty, as istiod leaves it). Its canonical
+/// service and revision are its
 /// labels' (`service.istio.io/canonical-name`, `app.kubernetes.io/name`, `app`, else the
 /// workload's name; `service.istio.io/canonical-revision`, `app.kubernetes.io/version`,
 /// `version`, else none), as istiod reads them.
 fn workload_metadata(instance: &Instance, namespace: &str, cluster: &str) -> Option<Vec<u8>> {
-    if instance.workload.is_empty() {
-        return None;
-    }
     let label = |keys: &[&str]| {
         keys.iter()
             .find_map(|k| instance.labels.get(*k))
@@ -364,6 +556,7 @@ impl Instance {
             locality: "".into(),
             weight: 1,
             network: "".into(),
+            cluster: "".into(),
             service_account: "".into(),
             workload: "".into(),
             health: Health::Unknown,
@@ -443,6 +636,7 @@ mod tests {
             locality: locality.into(),
             weight,
             network: "".into(),
+            cluster: "".into(),
             service_account: "".into(),
             workload: "".into(),
             health: Health::Unknown,
@@ -509,7 +703,7 @@ mod tests {
             &[("us/east-a", &[&a, &c]), ("us/east-b", &[&b])],
         );
         assert_eq!(
-            endpoints.assignment("outbound|80||r", None, true),
+            endpoints.assignment("outbound|80||r", None, true, &Shaping::default()),
             all.encode_to_vec()
         );
         let v2: BTreeMap<String, String> = [("version".to_string(), "v2".to_string())].into();
@@ -518,7 +712,7 @@ mod tests {
             &[("us/east-a", &[&c]), ("us/east-b", &[&b])],
         );
         assert_eq!(
-            endpoints.assignment("outbound|80|v2|r", Some(&v2), true),
+            endpoints.assignment("outbound|80|v2|r", Some(&v2), true, &Shaping::default()),
             subset.encode_to_vec()
         );
         assert_eq!(
@@ -532,7 +726,7 @@ mod tests {
         );
         // Without the unhealthy endpoint, its locality goes with it.
         assert_eq!(
-            endpoints.assignment("outbound|80|v2|r", Some(&v2), false),
+            endpoints.assignment("outbound|80|v2|r", Some(&v2), false, &Shaping::default()),
             expected("outbound|80|v2|r", &[("us/east-a", &[&c])]).encode_to_vec()
         );
     }
@@ -560,7 +754,7 @@ mod tests {
                 instance.labels = std::sync::Arc::new(labels.clone().into_iter().collect());
                 instance.health = health;
                 assert_eq!(
-                    encoded_lb_endpoint(&instance, port, None),
+                    encoded_lb_endpoint(&instance, port, instance.weight, takes_mtls(&instance, port, None), None),
                     lb_endpoint(&instance, port).encode_to_vec(),
                     "{address}:{port} weight {weight} {health:?} labels {:?}",
                     instance.labels
@@ -577,6 +771,7 @@ mod tests {
             namespace: "bookinfo",
             workload_cluster: Some("Kubernetes"),
             peer_modes: &peer_modes,
+            local_cluster: None,
         };
         let workload_of = |labels: &[(&str, &str)], workload: &str| {
             let mut instance = instance("10.0.0.1", "", "v1", 1);
@@ -588,7 +783,7 @@ mod tests {
             );
             instance.workload = workload.into();
             let endpoint =
-                LbEndpoint::decode(encoded_lb_endpoint(&instance, 80, Some(at)).as_slice())
+                LbEndpoint::decode(encoded_lb_endpoint(&instance, 80, 1, takes_mtls(&instance, 80, Some(at)), Some(at)).as_slice())
                     .unwrap();
             let metadata = endpoint.metadata.unwrap_or_default().filter_metadata;
             // Mutual TLS is still said beside it.
@@ -636,8 +831,12 @@ mod tests {
             workload_of(&[("version", "latest")], "db"),
             said("db;bookinfo;db;;Kubernetes")
         );
-        // An unknown workload is not named.
-        assert_eq!(workload_of(&[("app", "x")], ""), None);
+        // An unknown workload's name is empty; its canonical service still comes from its
+        // labels.
+        assert_eq!(
+            workload_of(&[("app", "x")], ""),
+            said(";bookinfo;x;;Kubernetes")
+        );
         // Upstream Envoy's endpoints carry none of it.
         let mut instance = instance("10.0.0.1", "", "v1", 1);
         instance.workload = "db".into();
@@ -646,7 +845,7 @@ mod tests {
             ..at
         };
         let plain =
-            LbEndpoint::decode(encoded_lb_endpoint(&instance, 80, Some(upstream)).as_slice())
+            LbEndpoint::decode(encoded_lb_endpoint(&instance, 80, 1, takes_mtls(&instance, 80, Some(upstream)), Some(upstream)).as_slice())
                 .unwrap();
         assert!(
             !plain

@@ -386,6 +386,7 @@ pub(super) fn hash_listener_inputs(
         external_name,
         // Read by clusters only.
         subject_alt_names: _,
+        traffic_distribution: _,
         persistent_session,
         created,
         revision: _,

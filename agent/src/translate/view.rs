@@ -367,6 +367,7 @@ impl<'a> View<'a> {
                 mesh,
                 crate::model::authn::PeerModes::of(registry, &proxy.mesh.root_namespace),
                 preserve_case,
+                endpoint_settings(proxy, registry, mesh),
             ),
             retry_defaults,
             route_settings: h.finish(),
@@ -551,4 +552,30 @@ impl Destinations for View<'_> {
             .all(|p| p.as_ref() == Some(&first))
             .then_some(first)
     }
+}
+
+/// What the proxy's endpoints are shaped by (see [`super::endpoint::EndpointSettings`]).
+fn endpoint_settings(
+    proxy: &Proxy,
+    registry: &Registry,
+    mesh: Option<&pasa_istio::mesh_config::MeshConfig>,
+) -> super::endpoint::EndpointSettings {
+    use crate::model::network::{IpFamily, Networks};
+    let networks = Networks::new(
+        &proxy.network,
+        IpFamily::of(&proxy.ips),
+        registry.network_gateways(),
+    );
+    let locality = if proxy.locality == crate::identity::Locality::default() {
+        String::new()
+    } else {
+        proxy.locality.to_string()
+    };
+    super::endpoint::EndpointSettings::of(
+        networks,
+        (locality, &proxy.labels, &proxy.cluster_id),
+        mesh,
+        &proxy.mesh.domain_suffix,
+        proxy.flags.prefer_hbone,
+    )
 }

@@ -5,6 +5,7 @@
 pub mod check;
 pub mod istiod_like;
 pub mod kube;
+pub mod multinetwork;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -319,6 +320,11 @@ pub fn proxy(case: &Case) -> Result<Proxy, String> {
             persistent_session_filter: case
                 .flags
                 .get("EnablePersistentSessionFilter")
+                .copied()
+                .unwrap_or(false),
+            prefer_hbone: case
+                .flags
+                .get("PreferHBONESend")
                 .copied()
                 .unwrap_or(false),
         },

@@ -100,6 +100,32 @@ pub struct ServiceEndpoints<E = Endpoint> {
     /// the syncer worked them out from the Service and its nodes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network_gateways: Vec<NetworkGateway>,
+    /// How traffic prefers near endpoints (the Service's `spec.trafficDistribution`, or its
+    /// `networking.istio.io/traffic-distribution` annotation): `PreferClose`,
+    /// `PreferSameZone` or `PreferSameNode`; anything else, or nothing, prefers nothing.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub traffic_distribution: String,
+}
+
+/// A Service's preference for near endpoints (see [`ServiceEndpoints::traffic_distribution`]),
+/// which istiod turns into failover by network and locality.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TrafficDistribution {
+    /// `PreferClose` or `PreferSameZone`: the same network, region and zone first.
+    PreferSameZone,
+    /// `PreferSameNode`: ... and the same subzone and node.
+    PreferSameNode,
+}
+
+impl TrafficDistribution {
+    /// The preference a Service's field or annotation states, if any.
+    pub fn parse(written: &str) -> Option<TrafficDistribution> {
+        match written {
+            "PreferClose" | "PreferSameZone" => Some(TrafficDistribution::PreferSameZone),
+            "PreferSameNode" => Some(TrafficDistribution::PreferSameNode),
+            _ => None,
+        }
+    }
 }
 
 /// A gateway into a network: traffic for the network's endpoints that comes from another
@@ -322,6 +348,7 @@ impl<E> ServiceEndpoints<E> {
             cluster: self.cluster,
             external_addresses: self.external_addresses,
             network_gateways: self.network_gateways,
+            traffic_distribution: self.traffic_distribution,
         }
     }
 

@@ -25,8 +25,14 @@ pub(super) struct Shared {
 
 impl Shared {
     /// An endpoint as read, reached on `ports`.
-    pub(super) fn instance(&mut self, e: &EndpointView<'_>, ports: EndpointPorts) -> Instance {
+    pub(super) fn instance(
+        &mut self,
+        e: &EndpointView<'_>,
+        ports: EndpointPorts,
+        cluster: &str,
+    ) -> Instance {
         Instance {
+            cluster: self.string(cluster),
             ports,
             address: e.address.to_string(),
             labels: self.labels(&e.labels),

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use pasa_istio::host;
 use pasa_istio::persistent_session::PersistentSession;
-use pasa_istio::service_endpoints::{EndpointView, KubePort, ServiceEndpoints};
+use pasa_istio::service_endpoints::{
+    EndpointView, KubePort, NetworkGateway, ServiceEndpoints, TrafficDistribution,
+};
 use pasa_proto::Kind;
 
 use crate::cache::Key;
@@ -14,11 +16,40 @@ use crate::cache::Key;
 use super::interned::Shared;
 use super::{EndpointPorts, Instance, Meta, Resolution, Service, ServicePort};
 
+/// A Kubernetes Service as one cluster has it, parsed: its service, its ports as written (which
+/// resolve the ports of the endpoints its parts hold), and what it says of the cluster and the
+/// networks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterService {
+    /// The Service's name (the object's, or the `spec.service` another cluster's names).
+    name: String,
+    pub(super) service: Arc<Service>,
+    pub(super) ports: Arc<[KubePort]>,
+    /// The cluster that reported it (empty: not said).
+    pub(super) cluster: String,
+    /// The network gateways it is.
+    pub(super) network_gateways: Vec<NetworkGateway>,
+}
+
+impl ClusterService {
+    /// The key of the service it is a cluster's view of: the Service's own name (`spec.service`
+    /// for another cluster's object).
+    pub(super) fn service_key(&self, namespace: &str) -> Key {
+        Key {
+            kind: Kind::ServiceEndpoints,
+            namespace: namespace.to_string(),
+            name: self.name.clone(),
+        }
+    }
+}
+
 /// A part of a Kubernetes Service's endpoints (one EndpointSlice), parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Part {
     /// The name of the service (of the part's namespace).
     service: String,
+    /// The cluster that reported it (empty: not said).
+    cluster: String,
     /// The port the endpoints receive on, by service port name.
     endpoint_ports: BTreeMap<String, u32>,
     /// The endpoints, their `ports` left empty: they depend on the service's ports.
@@ -38,15 +69,57 @@ impl Part {
     }
 }
 
-/// The service with the endpoints of its parts after its own, each part's endpoints reached on
-/// the ports the part lists for the service's ports (or by `targetPort`, for a port it does not
-/// list).
-pub(super) fn merge_parts<'p>(
-    service: &Service,
+/// The service one or several clusters have (`services`, each with the parts of its endpoints
+/// it has in its cluster), as istiod's aggregate registry makes it:
+/// - the service is the primary's (PCP's own cluster's object, which keeps the Service's name,
+///   else the first cluster's): its ports, resolution and age;
+/// - its addresses are those of `cluster` (the proxy's: istiod's `ClusterVIPs`), else the
+///   primary's;
+/// - its endpoints are each cluster's, the clusters in ID order (istiod's shard order), each
+///   cluster's own endpoints first, then its parts' in name order.
+///
+/// One cluster without parts is its service as it is, shared.
+pub(super) fn merge_clusters<'p>(
+    services: &[&ClusterService],
+    parts: &[&'p Part],
+    cluster: &str,
+) -> Option<Arc<Service>> {
+    let primary = *services.first()?;
+    if services.len() == 1 && parts.is_empty() {
+        return Some(Arc::clone(&primary.service));
+    }
+    let mut merged = (*primary.service).clone();
+    if services.len() == 1 {
+        merge_parts(&mut merged, &primary.ports, parts.iter().copied());
+        return Some(Arc::new(merged));
+    }
+    merged.endpoints.clear();
+    let mut by_cluster: Vec<&ClusterService> = services.to_vec();
+    by_cluster.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+    for one in &by_cluster {
+        merged.revision = merged.revision.max(one.service.revision);
+        merged
+            .endpoints
+            .extend(one.service.endpoints.iter().cloned());
+        let own = parts.iter().copied().filter(|p| p.cluster == one.cluster);
+        merge_parts(&mut merged, &one.ports, own);
+    }
+    if let Some(local) = by_cluster
+        .iter()
+        .find(|s| s.cluster == cluster && !s.service.addresses.is_empty())
+    {
+        merged.addresses = local.service.addresses.clone();
+    }
+    Some(Arc::new(merged))
+}
+
+/// Appends the endpoints of `parts` to `merged`, each part's endpoints reached on the ports the
+/// part lists for the service's ports (or by `targetPort`, for a port it does not list).
+fn merge_parts<'p>(
+    merged: &mut Service,
     kube_ports: &[KubePort],
     parts: impl Iterator<Item = &'p Part>,
-) -> Service {
-    let mut merged = service.clone();
+) {
     let mut shared = Shared::default();
     for part in parts {
         merged.revision = merged.revision.max(part.revision);
@@ -65,7 +138,6 @@ pub(super) fn merge_parts<'p>(
             });
         }
     }
-    merged
 }
 
 /// A part of a service's endpoints, built from its spec as read.
@@ -81,10 +153,11 @@ pub(super) fn part_from_kubernetes(meta: &Meta, spec: ServiceEndpoints<EndpointV
     let endpoints = spec
         .endpoints
         .iter()
-        .map(|e| shared.instance(e, EndpointPorts::default()))
+        .map(|e| shared.instance(e, EndpointPorts::default(), &spec.cluster))
         .collect();
     Part {
         service: spec.service,
+        cluster: spec.cluster,
         endpoint_ports: spec.endpoint_ports,
         endpoints,
         named_ports,
@@ -98,7 +171,7 @@ pub(super) fn from_kubernetes(
     meta: Meta,
     spec: ServiceEndpoints<EndpointView<'_>>,
     domain_suffix: &str,
-) -> (Service, Arc<[KubePort]>) {
+) -> ClusterService {
     let ServiceEndpoints {
         addresses,
         ports: kube_ports,
@@ -106,12 +179,19 @@ pub(super) fn from_kubernetes(
         external_name,
         export_to,
         selector: _,
-        service: _,
+        service: service_name,
         endpoint_ports: _,
-        cluster: _,
+        cluster,
         external_addresses: _,
-        network_gateways: _,
+        network_gateways,
+        traffic_distribution,
     } = spec;
+    // Another cluster's object names its Service.
+    let name = if service_name.is_empty() {
+        meta.name.clone()
+    } else {
+        service_name
+    };
     let ports: Vec<ServicePort> = kube_ports
         .iter()
         .map(|p| ServicePort {
@@ -129,7 +209,7 @@ pub(super) fn from_kubernetes(
                 let target = p.endpoint_port_by(|name| e.ports.get(name).copied())?;
                 Some((p.port, target))
             }));
-            shared.instance(e, ports)
+            shared.instance(e, ports, &cluster)
         })
         .collect();
     let external_name = (!external_name.is_empty()).then_some(external_name);
@@ -146,7 +226,7 @@ pub(super) fn from_kubernetes(
         Resolution::ClientSideLb
     };
     let service = Service {
-        hostname: host::service_fqdn(&meta.name, &meta.namespace, domain_suffix),
+        hostname: host::service_fqdn(&name, &meta.namespace, domain_suffix),
         addresses,
         ports,
         resolution,
@@ -157,6 +237,7 @@ pub(super) fn from_kubernetes(
         external_name,
         subject_alt_names: Vec::new(),
         persistent_session: PersistentSession::of(&meta.labels),
+        traffic_distribution: TrafficDistribution::parse(&traffic_distribution),
         created: meta.created,
         revision: meta.revision,
         source: Key {
@@ -166,5 +247,11 @@ pub(super) fn from_kubernetes(
         },
         namespace: meta.namespace,
     };
-    (service, kube_ports.into())
+    ClusterService {
+        name,
+        service: Arc::new(service),
+        ports: kube_ports.into(),
+        cluster,
+        network_gateways,
+    }
 }

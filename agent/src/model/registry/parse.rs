@@ -7,7 +7,7 @@ use pasa_istio::authorization_policy::AuthorizationPolicy;
 use pasa_istio::destination_rule::DestinationRule;
 use pasa_istio::gateway::Gateway;
 use pasa_istio::peer_authentication::PeerAuthentication;
-use pasa_istio::service_endpoints::{EndpointView, KubePort, ServiceEndpoints};
+use pasa_istio::service_endpoints::{EndpointView, ServiceEndpoints};
 use pasa_istio::service_entry::ServiceEntry;
 use pasa_istio::sidecar::Sidecar;
 use pasa_istio::virtual_service::VirtualService;
@@ -16,8 +16,8 @@ use pasa_proto::Kind;
 use pasa_proto::store::v1::Resource;
 use serde::de::DeserializeOwned;
 
-use super::kubernetes::{Part, from_kubernetes, part_from_kubernetes};
-use super::{Config, Meta, Service};
+use super::kubernetes::{ClusterService, Part, from_kubernetes, part_from_kubernetes};
+use super::{Config, Meta};
 
 #[derive(Debug, Clone)]
 pub(super) enum Parsed {
@@ -27,7 +27,7 @@ pub(super) enum Parsed {
     /// Built into its service as it is parsed: the parsed spec is not kept (a large service's
     /// endpoints would be held twice), only its ports as written, which resolve the ports of
     /// the endpoints its parts hold.
-    ServiceEndpoints(Arc<Service>, Arc<[KubePort]>),
+    ServiceEndpoints(Arc<ClusterService>),
     /// A part of a Kubernetes Service's endpoints (`spec.service` set): merged into the service.
     EndpointsPart(Arc<Part>),
     Sidecar(Arc<Config<Sidecar>>),
@@ -97,8 +97,7 @@ pub(super) fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
                 if spec.is_part() {
                     Parsed::EndpointsPart(Arc::new(part_from_kubernetes(&meta, spec)))
                 } else {
-                    let (service, ports) = from_kubernetes(meta, spec, domain_suffix);
-                    Parsed::ServiceEndpoints(Arc::new(service), ports)
+                    Parsed::ServiceEndpoints(Arc::new(from_kubernetes(meta, spec, domain_suffix)))
                 }
             };
             match serde_json::from_str(&resource.spec_json) {

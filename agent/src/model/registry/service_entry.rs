@@ -196,6 +196,7 @@ impl Registry {
                 locality: shared.string(&w.locality),
                 weight: w.weight.max(1),
                 network: shared.string(&w.network),
+                cluster: shared.string(""),
                 service_account: shared.string(&w.service_account),
                 workload: shared.string(workload),
                 health: if labelled_draining(&w.labels) {
@@ -220,6 +221,7 @@ impl Registry {
                 external_name: None,
                 subject_alt_names: spec.subject_alt_names.clone(),
                 persistent_session: PersistentSession::of(&se.meta.labels),
+                traffic_distribution: None,
                 created: se.meta.created,
                 revision,
                 source: Key {

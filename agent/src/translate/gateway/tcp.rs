@@ -13,7 +13,7 @@ use pasa_istio::gateway::TlsMode;
 use pasa_istio::virtual_service::VirtualService;
 use prost::Message;
 
-use super::super::{Built, Generator, View, cluster, filters, names};
+use super::super::{Built, Generator, View, cluster, endpoint, filters, names};
 use super::{Chain, bound_virtual_services, http};
 use crate::model::gateway::{Bound, check_duplicates};
 use crate::model::proxy::ProxyBuild;
@@ -260,6 +260,7 @@ pub(super) fn sni_dnat_clusters(view: &View<'_>, out: &mut Built) {
                 .and_then(|encoded| ClusterLoadAssignment::decode(encoded.as_slice()).ok())
             {
                 a.cluster_name = name.clone();
+                endpoint::keep_mtls_only(&mut a);
                 out.endpoints.insert(name.clone(), a);
             }
             if !metadata.is_empty() {
