@@ -78,6 +78,7 @@ pub fn subscription_in<'a>(
         rules.push(destination_peer_authentications(Vec::new()));
         return Subscription { rules };
     }
+    rules.push(network_gateways());
     // The proxy's own services, endpoints and workload entries (inbound side).
     rules.push(Rule {
         kinds: kinds(&[
@@ -169,6 +170,18 @@ pub fn subscription_in<'a>(
     Subscription { rules }
 }
 
+/// Every network gateway of the mesh (Services labelled with a network, which the store
+/// indexes under one value): endpoints of another network are reached through them, and their
+/// number in every network weighs every endpoint (see `crate::model::network`). They are a few
+/// per network and cluster, never the mesh.
+fn network_gateways() -> Rule {
+    Rule {
+        kinds: kinds(&[Kind::ServiceEndpoints]),
+        gateways: vec![pasa_istio::service_endpoints::NETWORK_GATEWAYS_INDEX.to_string()],
+        ..Default::default()
+    }
+}
+
 /// What decides a sidecar's scope: Sidecars and EnvoyFilters apply from the proxy's config
 /// namespace, PeerAuthentications and AuthorizationPolicies from its workload namespace (the same, but for
 /// a proxy told otherwise); all of them also from the root namespace.
@@ -242,6 +255,7 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
         },
         // A router sends to services of any namespace (and routers are few).
         destination_peer_authentications(Vec::new()),
+        network_gateways(),
     ];
     for g in registry.gateways() {
         if let Some(list) = g.meta.annotations.get(gateway::GATEWAY_SERVICE_ANNOTATION) {

@@ -179,16 +179,16 @@ mod tests {
             ("c2b", gateway("n2", "2001:db8::1")),
             ("c3", gateway("n3", "gw.example.com")),
         ];
-        let networks = Networks::new(
-            "n1",
-            IpFamily::V4,
-            gateways.iter().map(|(c, g)| (*c, g)),
-        );
+        let networks = Networks::new("n1", IpFamily::V4, gateways.iter().map(|(c, g)| (*c, g)));
         // n1: 1, n2: 4, (n2, c2a): 1, (n2, c2b): 3; the DNS-named gateway is left out.
         assert_eq!(networks.scale(), 12);
         assert!(!networks.has_gateway("n3"));
-        let addresses = |gws: Vec<&Gateway>| gws.iter().map(|g| g.address.clone()).collect::<Vec<_>>();
-        assert_eq!(addresses(networks.gateways_for("n2", "c2b")), ["2.2.2.20", "2.2.2.21"]);
+        let addresses =
+            |gws: Vec<&Gateway>| gws.iter().map(|g| g.address.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            addresses(networks.gateways_for("n2", "c2b")),
+            ["2.2.2.20", "2.2.2.21"]
+        );
         assert_eq!(
             addresses(networks.gateways_for("n2", "elsewhere")),
             ["2.2.2.2", "2.2.2.20", "2.2.2.21"]

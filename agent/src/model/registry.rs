@@ -32,10 +32,10 @@ mod interned;
 mod kubernetes;
 mod parse;
 mod service_entry;
-pub use kubernetes::{ClusterService, Part};
 use kubernetes::merge_clusters;
-use pasa_istio::service_endpoints::NetworkGateway;
+pub use kubernetes::{ClusterService, Part};
 use parse::{Parsed, parse};
+use pasa_istio::service_endpoints::NetworkGateway;
 pub use service_entry::legacy_auto_addresses;
 
 /// Name, namespace and the store's bookkeeping of a parsed resource.
@@ -436,9 +436,8 @@ impl Registry {
         }
         // The primary first: the object that keeps the Service's own name (PCP's own cluster's),
         // then by cluster.
-        services.sort_by(|a, b| {
-            (a.0 != key, &a.1.cluster, a.0).cmp(&(b.0 != key, &b.1.cluster, b.0))
-        });
+        services
+            .sort_by(|a, b| (a.0 != key, &a.1.cluster, a.0).cmp(&(b.0 != key, &b.1.cluster, b.0)));
         let services: Vec<&ClusterService> = services.into_iter().map(|(_, s)| s).collect();
         merge_clusters(&services, &parts, &self.cluster)
     }
@@ -895,5 +894,78 @@ mod tests {
         parts.update(&split, "cluster.local");
         assert_eq!(reviews(&parts).unwrap().endpoints.len(), 1);
         assert_eq!(parts.members.len(), 1);
+    }
+
+    /// A Service several clusters have is one service: each cluster's endpoints (in cluster
+    /// order, each cluster's own before its parts'), the proxy's cluster's addresses, and the
+    /// cluster of each endpoint; it stays while any cluster has it.
+    #[test]
+    fn clusters_of_a_service_are_merged() {
+        let ports = serde_json::json!([{"name": "http", "port": 9080}]);
+        let mut cache = Cache::default();
+        put(
+            &mut cache,
+            "reviews",
+            serde_json::json!({"cluster": "c1", "addresses": ["10.96.0.1"], "ports": ports,
+                "endpoints": [{"address": "10.0.0.1"}]}),
+            1,
+        );
+        put(
+            &mut cache,
+            "reviews.c2.cluster",
+            serde_json::json!({"service": "reviews", "cluster": "c2", "addresses": ["10.97.0.1"],
+                "ports": ports, "endpoints": [{"address": "10.1.0.1"}]}),
+            2,
+        );
+        put(
+            &mut cache,
+            "reviews-abc.c2.endpointslice",
+            serde_json::json!({"service": "reviews", "cluster": "c2",
+                "endpoints": [{"address": "10.1.0.2"}]}),
+            3,
+        );
+        let seen = |registry: &Registry| {
+            let service = reviews(registry).expect("the merged service");
+            let endpoints: Vec<(String, String)> = service
+                .endpoints
+                .iter()
+                .map(|e| (e.address.clone(), e.cluster.to_string()))
+                .collect();
+            (service.addresses.clone(), endpoints, service.revision)
+        };
+        let everywhere = vec![
+            ("10.0.0.1".to_string(), "c1".to_string()),
+            ("10.1.0.1".to_string(), "c2".to_string()),
+            ("10.1.0.2".to_string(), "c2".to_string()),
+        ];
+        let mut c2 = Registry::for_cluster("c2");
+        c2.update(&cache, "cluster.local");
+        assert_eq!(
+            seen(&c2),
+            (vec!["10.97.0.1".to_string()], everywhere.clone(), 3)
+        );
+        let mut c1 = Registry::for_cluster("c1");
+        c1.update(&cache, "cluster.local");
+        assert_eq!(seen(&c1).0, ["10.96.0.1"]);
+        // A proxy of a cluster without the Service sees the primary's addresses.
+        let mut c3 = Registry::for_cluster("c3");
+        c3.update(&cache, "cluster.local");
+        assert_eq!(seen(&c3).0, ["10.96.0.1"]);
+        assert_eq!(c3.services().len(), 1);
+
+        // PCP's own cluster loses the Service: the other cluster's is the service now.
+        let gone = crate::testing::resource(
+            "ServiceEndpoints",
+            "default",
+            "reviews",
+            serde_json::json!({}),
+            4,
+        );
+        apply(&mut cache, pasa_proto::watch::Action::Deleted, gone);
+        c1.update(&cache, "cluster.local");
+        assert_eq!(
+            seen(&c1),
+            (vec!["10.97.0.1".to_string()], everywhere[1..].to_vec(), 3)
+        );
     }
 }

@@ -128,8 +128,13 @@ fn a_gateway_selecting_other_routers_brings_nothing_but_gateways_and_own_service
         {"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["*"]}]})
     .to_string();
     let rules = subscription_for(vec![other]);
-    assert_eq!(rules.len(), 4, "{rules:?}");
+    assert_eq!(rules.len(), 5, "{rules:?}");
     assert!(rule_with(&rules, "Gateway", |r| r.namespaces.is_empty()));
+    // Every network gateway, by the one value the store indexes them under.
+    assert!(rule_with(&rules, "ServiceEndpoints", |r| r.gateways
+        == [pasa_istio::service_endpoints::NETWORK_GATEWAYS_INDEX]
+        && r.hosts.is_empty()
+        && r.namespaces.is_empty()));
     // The PeerAuthentications of every namespace: whether a destination's port takes mutual
     // TLS.
     assert!(rule_with(&rules, "PeerAuthentication", |r| r

@@ -21,8 +21,8 @@ use crate::model::registry::{Health, Instance, Service, ServicePort};
 
 mod locality;
 mod shaping;
-pub(super) use locality::{LocalityLb, ProxyPlace};
 pub use locality::effective_setting;
+pub(super) use locality::{LocalityLb, ProxyPlace};
 pub use shaping::keep_mtls_only;
 pub(super) use shaping::{Shaping, dr_mtls};
 
@@ -355,8 +355,11 @@ impl<'s> PortEndpoints<'s> {
     ) -> ClusterLoadAssignment {
         // Decoding what was just encoded from messages cannot fail.
         let plain = Shaping::default();
-        ClusterLoadAssignment::decode(self.assignment(cluster, subset, unhealthy, &plain).as_slice())
-            .unwrap_or_default()
+        ClusterLoadAssignment::decode(
+            self.assignment(cluster, subset, unhealthy, &plain)
+                .as_slice(),
+        )
+        .unwrap_or_default()
     }
 
     /// For DNS clusters: the endpoints as host names to resolve, or the service host itself when
@@ -754,7 +757,13 @@ mod tests {
                 instance.labels = std::sync::Arc::new(labels.clone().into_iter().collect());
                 instance.health = health;
                 assert_eq!(
-                    encoded_lb_endpoint(&instance, port, instance.weight, takes_mtls(&instance, port, None), None),
+                    encoded_lb_endpoint(
+                        &instance,
+                        port,
+                        instance.weight,
+                        takes_mtls(&instance, port, None),
+                        None
+                    ),
                     lb_endpoint(&instance, port).encode_to_vec(),
                     "{address}:{port} weight {weight} {health:?} labels {:?}",
                     instance.labels
@@ -782,9 +791,17 @@ mod tests {
                     .collect(),
             );
             instance.workload = workload.into();
-            let endpoint =
-                LbEndpoint::decode(encoded_lb_endpoint(&instance, 80, 1, takes_mtls(&instance, 80, Some(at)), Some(at)).as_slice())
-                    .unwrap();
+            let endpoint = LbEndpoint::decode(
+                encoded_lb_endpoint(
+                    &instance,
+                    80,
+                    1,
+                    takes_mtls(&instance, 80, Some(at)),
+                    Some(at),
+                )
+                .as_slice(),
+            )
+            .unwrap();
             let metadata = endpoint.metadata.unwrap_or_default().filter_metadata;
             // Mutual TLS is still said beside it.
             assert_eq!(
@@ -844,9 +861,17 @@ mod tests {
             workload_cluster: None,
             ..at
         };
-        let plain =
-            LbEndpoint::decode(encoded_lb_endpoint(&instance, 80, 1, takes_mtls(&instance, 80, Some(upstream)), Some(upstream)).as_slice())
-                .unwrap();
+        let plain = LbEndpoint::decode(
+            encoded_lb_endpoint(
+                &instance,
+                80,
+                1,
+                takes_mtls(&instance, 80, Some(upstream)),
+                Some(upstream),
+            )
+            .as_slice(),
+        )
+        .unwrap();
         assert!(
             !plain
                 .metadata

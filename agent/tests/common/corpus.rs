@@ -322,11 +322,7 @@ pub fn proxy(case: &Case) -> Result<Proxy, String> {
                 .get("EnablePersistentSessionFilter")
                 .copied()
                 .unwrap_or(false),
-            prefer_hbone: case
-                .flags
-                .get("PreferHBONESend")
-                .copied()
-                .unwrap_or(false),
+            prefer_hbone: case.flags.get("PreferHBONESend").copied().unwrap_or(false),
         },
         dns_capture: p.dns_capture,
         dns_auto_allocate: p.dns_auto_allocate,

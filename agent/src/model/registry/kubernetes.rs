@@ -79,9 +79,9 @@ impl Part {
 ///   cluster's own endpoints first, then its parts' in name order.
 ///
 /// One cluster without parts is its service as it is, shared.
-pub(super) fn merge_clusters<'p>(
+pub(super) fn merge_clusters(
     services: &[&ClusterService],
-    parts: &[&'p Part],
+    parts: &[&Part],
     cluster: &str,
 ) -> Option<Arc<Service>> {
     let primary = *services.first()?;

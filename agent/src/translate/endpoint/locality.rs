@@ -80,7 +80,10 @@ pub fn effective_setting<'a>(
     distribution: Option<TrafficDistribution>,
 ) -> (Option<Cow<'a, LocalityLoadBalancerSetting>>, bool) {
     if let Some(dr) = destination_rule {
-        return ((dr.enabled != Some(false)).then_some(Cow::Borrowed(dr)), false);
+        return (
+            (dr.enabled != Some(false)).then_some(Cow::Borrowed(dr)),
+            false,
+        );
     }
     if let Some(distribution) = distribution {
         let mut labels = vec![NETWORK_LABEL, REGION_LABEL, ZONE_LABEL];

@@ -278,7 +278,12 @@ fn workload(instance: &Instance, at: Option<Where<'_>>) -> Option<Metadata> {
 
 /// An endpoint reached over HBONE: through the sidecar's `connect_originate` listener, the
 /// tunnel's destination in the endpoint ID and the listener's metadata.
-fn hbone_endpoint(instance: &Instance, port: u32, weight: u32, at: Option<Where<'_>>) -> LbEndpoint {
+fn hbone_endpoint(
+    instance: &Instance,
+    port: u32,
+    weight: u32,
+    at: Option<Where<'_>>,
+) -> LbEndpoint {
     let target = match instance.address.parse::<IpAddr>() {
         Ok(IpAddr::V6(ip)) => format!("[{ip}]:{port}"),
         _ => format!("{}:{port}", instance.address),
@@ -291,14 +296,16 @@ fn hbone_endpoint(instance: &Instance, port: u32, weight: u32, at: Option<Where<
     LbEndpoint {
         host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
             address: Some(Address {
-                address: Some(address::Address::EnvoyInternalAddress(EnvoyInternalAddress {
-                    endpoint_id: target,
-                    address_name_specifier: Some(
-                        envoy_internal_address::AddressNameSpecifier::ServerListenerName(
-                            CONNECT_ORIGINATE.to_string(),
+                address: Some(address::Address::EnvoyInternalAddress(
+                    EnvoyInternalAddress {
+                        endpoint_id: target,
+                        address_name_specifier: Some(
+                            envoy_internal_address::AddressNameSpecifier::ServerListenerName(
+                                CONNECT_ORIGINATE.to_string(),
+                            ),
                         ),
-                    ),
-                })),
+                    },
+                )),
             }),
             ..Default::default()
         })),

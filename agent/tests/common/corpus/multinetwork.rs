@@ -340,7 +340,10 @@ pub fn compare(expect: &Expect, got: &ClusterLoadAssignment) -> Vec<String> {
     for (i, (l, want)) in localities.iter().zip(&expect.localities).enumerate() {
         let weight = l.load_balancing_weight.map_or(0, |w| w.value);
         if weight != want.weight {
-            diffs.push(format!("locality {i}: weight {weight}, expected {}", want.weight));
+            diffs.push(format!(
+                "locality {i}: weight {weight}, expected {}",
+                want.weight
+            ));
         }
         let got: Vec<(String, u32)> = l
             .lb_endpoints
@@ -451,7 +454,10 @@ pub struct FailoverExpectLocality {
 /// Why a failover case cannot be run, if it cannot.
 pub fn failover_skip_reason(case: &FailoverCase) -> Option<&'static str> {
     let mut seen = std::collections::BTreeSet::new();
-    let repeated = case.localities.iter().any(|l| !seen.insert(l.locality.text()));
+    let repeated = case
+        .localities
+        .iter()
+        .any(|l| !seen.insert(l.locality.text()));
     repeated.then_some(
         "the Go fixture hands the function the same locality twice, in an order no endpoint \
          builder makes (istiod, like the agent, groups a cluster's endpoints by locality, \
@@ -528,7 +534,12 @@ pub fn run_failover(case: &FailoverCase) -> Result<Vec<String>, String> {
         ));
         return Ok(diffs);
     }
-    for (i, (l, want)) in got.endpoints.iter().zip(&case.expect.localities).enumerate() {
+    for (i, (l, want)) in got
+        .endpoints
+        .iter()
+        .zip(&case.expect.localities)
+        .enumerate()
+    {
         let weight = l.load_balancing_weight.map_or(0, |w| w.value);
         if (l.priority, weight) != (want.priority, want.weight) {
             diffs.push(format!(
@@ -553,12 +564,13 @@ pub struct SettingCase {
 /// The differences between the setting the agent takes as in force and the case's.
 pub fn run_setting(case: &SettingCase) -> Result<Vec<String>, String> {
     use pasa_istio::destination_rule::LocalityLoadBalancerSetting;
-    let read = |v: &Option<Value>, what: &str| -> Result<Option<LocalityLoadBalancerSetting>, String> {
-        v.clone()
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|e| format!("{what}: {e}"))
-    };
+    let read =
+        |v: &Option<Value>, what: &str| -> Result<Option<LocalityLoadBalancerSetting>, String> {
+            v.clone()
+                .map(serde_json::from_value)
+                .transpose()
+                .map_err(|e| format!("{what}: {e}"))
+        };
     let mesh = read(&case.mesh, "mesh")?;
     let dr = read(&case.destination_rule, "destination_rule")?;
     let want = read(&case.expect, "expect")?;
@@ -568,11 +580,8 @@ pub fn run_setting(case: &SettingCase) -> Result<Vec<String>, String> {
         .and_then(|s| s.get("trafficDistribution"))
         .and_then(Value::as_str)
         .and_then(pasa_istio::service_endpoints::TrafficDistribution::parse);
-    let (got, _) = pasa_agent::translate::effective_locality_setting(
-        mesh.as_ref(),
-        dr.as_ref(),
-        distribution,
-    );
+    let (got, _) =
+        pasa_agent::translate::effective_locality_setting(mesh.as_ref(), dr.as_ref(), distribution);
     let got = got.map(std::borrow::Cow::into_owned);
     Ok(if got == want {
         Vec::new()
