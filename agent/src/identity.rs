@@ -50,6 +50,11 @@ pub struct IdentityArgs {
     /// The network the pod is on (multi-network meshes).
     #[arg(long, env = "ISTIO_META_NETWORK", default_value = "")]
     pub network: String,
+    /// The networks whose endpoints the proxy is sent, comma-separated, besides its own
+    /// (`ISTIO_META_REQUESTED_NETWORK_VIEW`, which Istio sets on an east-west gateway so that it
+    /// forwards only into its own network); empty: every network.
+    #[arg(long, env = "ISTIO_META_REQUESTED_NETWORK_VIEW", default_value = "")]
+    pub requested_network_view: String,
     /// The mesh the pod is in (`ISTIO_META_MESH_ID`, which Istio's injection sets), for the
     /// proxy's telemetry.
     #[arg(long, env = "ISTIO_META_MESH_ID", default_value = "")]
@@ -96,6 +101,8 @@ pub struct Identity {
     pub service_account: String,
     pub cluster_id: String,
     pub network: String,
+    /// See [`IdentityArgs::requested_network_view`].
+    pub requested_network_view: Vec<String>,
     pub mesh_id: String,
     pub locality: Locality,
     /// The proxy's own settings (`--proxy-config`); empty when none were given.
@@ -323,6 +330,13 @@ impl IdentityArgs {
             service_account: self.service_account.clone(),
             cluster_id: self.cluster_id.clone(),
             network: self.network.clone(),
+            requested_network_view: self
+                .requested_network_view
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+                .collect(),
             mesh_id: self.mesh_id.clone(),
             locality: parse_locality(&self.locality)?,
             proxy_config: MeshProxyConfig::parse(&self.proxy_config)

@@ -43,6 +43,7 @@ pub(crate) fn sidecar(ip: &str) -> Proxy {
         dns_domain: "default.svc.cluster.local".into(),
         cluster_id: "Kubernetes".into(),
         network: String::new(),
+        requested_network_view: Vec::new(),
         mesh_id: String::new(),
         pod_name: format!("workload-{ip}"),
         service_cluster: "istio-proxy.default".into(),

@@ -1290,3 +1290,304 @@ async fn request_authentication(store: &StoreServer, client: &Netns, protocol: &
         "{protocol}: RequestAuthentication's JWTs checked, and their principal required by an AuthorizationPolicy"
     );
 }
+
+/// Two networks that reach each other only through an east-west gateway, as Istio's
+/// multi-network meshes: network `n1` holds the client's pod and one server pod (cluster `c1`);
+/// network `n2` (cluster `c2`) holds another server pod, a server endpoint without a sidecar,
+/// and, at its edge, the gateway: a PASA router agent and real Envoy with an `AUTO_PASSTHROUGH`
+/// server on 15443 that forwards Istio mutual TLS by its SNI, asking only for its own network's
+/// endpoints (`REQUESTED_NETWORK_VIEW`). The client's pod has no route into `n2`.
+///
+/// The client's Envoy gets the local endpoint and the gateway (in place of the remote pod, the
+/// non-mTLS endpoint left out) with istiod's weights; requests reach both server pods. With
+/// outlier detection and `failoverPriority` on the network, traffic stays in `n1`, and when
+/// the local pod fails, it fails over through the gateway to `n2`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_networks_through_an_east_west_gateway() {
+    use common::sidecar::{agent_with_certificate_and, link};
+    if sidecar::skip_without_capture("two_networks_through_an_east_west_gateway") {
+        return;
+    }
+    const CLIENT: &str = "sidecar~10.10.0.1~client-1.shop~shop.svc.cluster.local";
+    const LOCAL: &str = "sidecar~10.10.0.2~server-a.shop~shop.svc.cluster.local";
+    const REMOTE: &str = "sidecar~10.20.0.2~server-b.shop~shop.svc.cluster.local";
+    const GATEWAY: &str =
+        "router~10.10.1.3~istio-eastwestgateway-1.istio-system~istio-system.svc.cluster.local";
+    const VIP: &str = "10.96.8.1";
+    let server = |name: &str, cluster: &str, endpoints: Value| {
+        let mut spec = json!({"cluster": cluster, "addresses": [VIP],
+            "ports": [{"name": "http", "port": 80, "targetPort": 8000}], "endpoints": endpoints});
+        if name != "server" {
+            spec["service"] = json!("server");
+        }
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+               "metadata": {"name": name, "namespace": "shop"}, "spec": spec})
+    };
+    let pod = |address: &str, network: &str, sidecar: bool| {
+        let mut labels = json!({"app": "server"});
+        if sidecar {
+            labels["security.istio.io/tlsMode"] = json!("istio");
+        }
+        json!({"address": address, "network": network, "labels": labels,
+               "serviceAccount": "server"})
+    };
+    let config = vec![
+        server("server", "c1", json!([pod("10.10.0.2", "n1", true)])),
+        server(
+            &pasa_istio::service_endpoints::remote_service_name("server", "c2"),
+            "c2",
+            json!([pod("10.20.0.2", "n2", true), pod("10.20.0.3", "n2", false)]),
+        ),
+        // The gateway into n2, as the syncer writes a Service labelled with its network.
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+               "metadata": {"name": "istio-eastwestgateway.c2.cluster",
+                            "namespace": "istio-system"},
+               "spec": {"service": "istio-eastwestgateway", "cluster": "c2",
+                        "addresses": ["10.96.9.9"],
+                        "ports": [{"name": "tls", "port": 15443}],
+                        "networkGateways": [{"network": "n2", "address": "10.10.1.3",
+                                             "port": 15443}]}}),
+        json!({"apiVersion": "networking.istio.io/v1", "kind": "Gateway",
+               "metadata": {"name": "cross-network", "namespace": "istio-system"},
+               "spec": {"selector": {"istio": "eastwestgateway"}, "servers": [
+                   {"port": {"number": 15443, "name": "tls", "protocol": "TLS"},
+                    "tls": {"mode": "AUTO_PASSTHROUGH"}, "hosts": ["*.local"]}]}}),
+    ];
+    let data = tempfile::tempdir().expect("temporary directory");
+    let store = StoreServer::start(&data.path().join("db"), 0).await;
+    store.apply(&config).await;
+    let ca = sidecar::ca();
+    let n1 = ["--cluster-id", "c1", "--network", "n1"];
+    let n2 = ["--cluster-id", "c2", "--network", "n2"];
+    let dir = |name: &str| data.path().join(name);
+    let client_agent = agent_with_certificate_and(
+        &store,
+        &dir("client"),
+        (CLIENT, "app=client"),
+        &ca,
+        "client",
+        &n1,
+    );
+    let local_agent = agent_with_certificate_and(
+        &store,
+        &dir("local"),
+        (LOCAL, "app=server"),
+        &ca,
+        "server",
+        &n1,
+    );
+    let remote_agent = agent_with_certificate_and(
+        &store,
+        &dir("remote"),
+        (REMOTE, "app=server"),
+        &ca,
+        "server",
+        &n2,
+    );
+    let gateway_labels = "istio=eastwestgateway";
+    // Its own mesh clusters (auto mTLS) need its workload certificate, as any gateway's.
+    let gateway_agent = agent_with_certificate_and(
+        &store,
+        &dir("gateway"),
+        (GATEWAY, gateway_labels),
+        &ca,
+        "istio-eastwestgateway",
+        &[&["--requested-network-view", "n2"][..], &n2].concat(),
+    );
+
+    // n1: the client, the local pod and the gateway's outer side; n2: behind the gateway.
+    let (client_ns, local_ns, gateway_ns, remote_ns) = (
+        Netns::create(),
+        Netns::create(),
+        Netns::create(),
+        Netns::create(),
+    );
+    link((&client_ns, "10.10.0.1"), (&local_ns, "10.10.0.2"));
+    link((&client_ns, "10.10.1.1"), (&gateway_ns, "10.10.1.3"));
+    link((&gateway_ns, "10.20.0.1"), (&remote_ns, "10.20.0.2"));
+    client_ns.run(&["ip", "route", "add", "10.96.0.0/16", "via", "10.10.0.2"]);
+    for ns in [&client_ns, &local_ns, &remote_ns] {
+        sidecar::capture(ns);
+    }
+    let local_app = Backend::start(&local_ns, "server-a", "0.0.0.0:8000", None);
+    let _remote_app = Backend::start(&remote_ns, "server-b", "0.0.0.0:8000", None);
+    let bootstrap = |agent, node, labels| agent_bootstrap(agent, node, labels, false);
+    let gid = Some(sidecar::PROXY_GID);
+    let _local = Envoy::start_in(local_ns, bootstrap(&local_agent, LOCAL, "app=server"), gid).await;
+    let _remote = Envoy::start_in(
+        remote_ns,
+        bootstrap(&remote_agent, REMOTE, "app=server"),
+        gid,
+    )
+    .await;
+    let gateway = Envoy::start_in(
+        gateway_ns,
+        bootstrap(&gateway_agent, GATEWAY, gateway_labels),
+        None,
+    )
+    .await;
+    let client = Envoy::start_in(
+        client_ns,
+        bootstrap(&client_agent, CLIENT, "app=client"),
+        gid,
+    )
+    .await;
+
+    // The client's endpoints: the local pod, and the gateway standing for n2's mTLS pod.
+    let cluster = "outbound|80||server.shop.svc.cluster.local";
+    let line = |text: &str, host: &str, field: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{cluster}::{host}::{field}::")))
+            .map(str::to_string)
+    };
+    let deadline = std::time::Instant::now() + common::agent::WAIT;
+    let text = loop {
+        let (_, text) = client.get("/clusters").await;
+        if line(&text, "10.10.1.3:15443", "weight").is_some()
+            && line(&text, "10.10.0.2:8000", "weight").is_some()
+        {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the client's Envoy never had both endpoints: {}",
+            text.lines()
+                .filter(|l| l.starts_with(cluster))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let hosts: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("{cluster}::")))
+        .filter_map(|l| l.split("::").next())
+        .filter(|h| h.parse::<std::net::SocketAddr>().is_ok())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(hosts, ["10.10.0.2:8000", "10.10.1.3:15443"], "{text}");
+    // One gateway in n2 and in (n2, c2): the scale factor is 1, and so are the weights.
+    assert_eq!(
+        line(&text, "10.10.0.2:8000", "weight").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        line(&text, "10.10.1.3:15443", "weight").as_deref(),
+        Some("1")
+    );
+    // The gateway forwards only into n2, to its mTLS pod.
+    gateway
+        .until_hosts(
+            "outbound_.80_._.server.shop.svc.cluster.local",
+            "the gateway's endpoints",
+            |h| h.keys().map(String::as_str).eq(["10.20.0.2:8000"]),
+        )
+        .await;
+
+    let url = format!("http://{VIP}/hello");
+    let host = ["--host", "server.shop.svc.cluster.local"];
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..10 {
+        for a in common::traffic::client(
+            &client.netns,
+            &[&url, "20", "--timeout", "3", host[0], host[1]],
+        ) {
+            assert_eq!(a.status, 200, "every request is answered: {a:?}");
+            *seen.entry(a.backend.unwrap_or_default()).or_default() += 1;
+        }
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    if seen.len() != 2 {
+        let (_, text) = client.get("/clusters").await;
+        let (_, through) = gateway.get("/clusters").await;
+        panic!(
+            "requests reach both networks: {seen:?}\nthe client's gateway host:\n{}\nthe gateway's:\n{}",
+            text.lines()
+                .filter(|l| l.contains("10.10.1.3"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            through
+                .lines()
+                .filter(|l| l.starts_with("outbound_.80"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+    }
+    println!("split horizon: {seen:?} across the networks, n2 through the gateway");
+
+    // Prefer the client's own network; leave a failing pod at once.
+    store
+        .apply(&[
+            json!({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+            "metadata": {"name": "server", "namespace": "shop"},
+            "spec": {"host": "server", "trafficPolicy": {
+                "loadBalancer": {"localityLbSetting": {"enabled": true,
+                    "failoverPriority": ["topology.istio.io/network"]}},
+                "outlierDetection": {"consecutive5xxErrors": 1, "interval": "1s",
+                    "baseEjectionTime": "60s", "maxEjectionPercent": 100}}}}),
+        ])
+        .await;
+    let deadline = std::time::Instant::now() + common::agent::WAIT;
+    loop {
+        let (_, text) = client.get("/clusters").await;
+        if line(&text, "10.10.1.3:15443", "priority").as_deref() == Some("1")
+            && line(&text, "10.10.0.2:8000", "priority").as_deref() == Some("0")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway never went to priority 1: {}",
+            text.lines()
+                .filter(|l| l.starts_with(cluster))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let answers = common::traffic::client(
+        &client.netns,
+        &[&url, "20", "--timeout", "3", host[0], host[1]],
+    );
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.status == 200 && a.backend.as_deref() == Some("server-a")),
+        "the local network first: {answers:?}"
+    );
+    // The local pod's app goes: its sidecar answers 503, outlier detection ejects it, and
+    // traffic fails over through the gateway.
+    drop(local_app);
+    let a = until(
+        &client.netns,
+        &url,
+        &host,
+        "the failover through the gateway",
+        |a| a.status == 200 && a.backend.as_deref() == Some("server-b"),
+    );
+    println!("failover: {a:?}");
+    let answers = common::traffic::client(
+        &client.netns,
+        &[&url, "10", "--timeout", "3", host[0], host[1]],
+    );
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.status == 200 && a.backend.as_deref() == Some("server-b")),
+        "n2 only, through the gateway: {answers:?}"
+    );
+    for (who, envoy) in [("client", &client), ("gateway", &gateway)] {
+        let rejected = envoy.rejected().await;
+        assert!(
+            rejected.is_empty(),
+            "the {who}'s Envoy rejected updates: {rejected:?}"
+        );
+    }
+    for agent in [client_agent, local_agent, remote_agent, gateway_agent] {
+        agent.terminate();
+    }
+    store.stop().await;
+}

@@ -61,6 +61,9 @@ pub struct Networks {
     /// The proxy's network (empty: none, which is "in every network").
     pub network: String,
     pub family: IpFamily,
+    /// The networks whose endpoints the proxy takes (its requested view and its own); none:
+    /// every network.
+    view: Option<std::collections::BTreeSet<String>>,
     /// Every gateway, sorted, each once.
     gateways: Vec<Gateway>,
     /// What every endpoint weight is multiplied by, so that the weight of an endpoint reached
@@ -95,9 +98,31 @@ impl Networks {
         Networks {
             network: network.to_string(),
             family,
+            view: None,
             gateways,
             scale,
         }
+    }
+
+    /// The same, for a proxy that asks for the endpoints of `view` only (besides its own
+    /// network's; istiod's `REQUESTED_NETWORK_VIEW`). An empty view is every network.
+    pub fn with_view(mut self, view: &[String]) -> Networks {
+        if !view.is_empty() {
+            let mut networks: std::collections::BTreeSet<String> = view.iter().cloned().collect();
+            networks.insert(self.network.clone());
+            self.view = Some(networks);
+        }
+        self
+    }
+
+    /// Whether the proxy takes endpoints of `network` at all (see [`Networks::with_view`]).
+    pub fn in_view(&self, network: &str) -> bool {
+        self.view.as_ref().is_none_or(|v| v.contains(network))
+    }
+
+    /// Whether the proxy takes only some networks' endpoints.
+    pub fn has_view(&self) -> bool {
+        self.view.is_some()
     }
 
     /// Whether the mesh has any network gateway: without, every endpoint is reached directly.

@@ -33,6 +33,8 @@ pub struct Proxy {
     pub dns_domain: String,
     pub cluster_id: String,
     pub network: String,
+    /// The networks whose endpoints it is sent besides its own (empty: every network).
+    pub requested_network_view: Vec<String>,
     /// The mesh the proxy is in (its node's `MESH_ID`); empty when not given.
     pub mesh_id: String,
     /// The pod's name.
@@ -108,6 +110,7 @@ impl Proxy {
             dns_domain: format!("{}.svc.{}", identity.namespace, mesh.domain_suffix),
             cluster_id: identity.cluster_id.clone(),
             network: identity.network.clone(),
+            requested_network_view: identity.requested_network_view.clone(),
             mesh_id: identity.mesh_id.clone(),
             pod_name: identity.pod_name.clone(),
             service_cluster: identity.service_cluster(),

@@ -565,7 +565,8 @@ fn endpoint_settings(
         &proxy.network,
         IpFamily::of(&proxy.ips),
         registry.network_gateways(),
-    );
+    )
+    .with_view(&proxy.requested_network_view);
     let locality = if proxy.locality == crate::identity::Locality::default() {
         String::new()
     } else {

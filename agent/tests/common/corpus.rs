@@ -301,6 +301,7 @@ pub fn proxy(case: &Case) -> Result<Proxy, String> {
         dns_domain: p.dns_domain.clone(),
         cluster_id: p.cluster_id.clone().unwrap_or_else(|| "Kubernetes".into()),
         network: String::new(),
+        requested_network_view: Vec::new(),
         mesh_id: String::new(),
         pod_name: String::new(),
         service_cluster: format!("istio-proxy.{}", p.namespace),

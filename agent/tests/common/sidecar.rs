@@ -53,8 +53,18 @@ pub fn capture(pod: &Netns) {
 /// capture rules take them before they leave).
 pub fn joined(a: &str, b: &str) -> (Netns, Netns) {
     let (first, second) = (Netns::create(), Netns::create());
-    let tag = &first.name[first.name.len().saturating_sub(10)..];
-    let (ours, theirs) = (format!("{tag}-a"), format!("{tag}-b"));
+    link((&first, a), (&second, b));
+    first.run(&["ip", "route", "add", "10.96.0.0/16", "via", b]);
+    (first, second)
+}
+
+/// A veth pair between two network namespaces, at `a` in the first and `b` in the second
+/// (each /24: the link's subnet is reached through it, nothing else).
+pub fn link((first, a): (&Netns, &str), (second, b): (&Netns, &str)) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag = &first.name[first.name.len().saturating_sub(8)..];
+    let (ours, theirs) = (format!("{tag}{n}a"), format!("{tag}{n}b"));
     first.run(&[
         "ip",
         "link",
@@ -70,10 +80,8 @@ pub fn joined(a: &str, b: &str) -> (Netns, Netns) {
     ]);
     first.run(&["ip", "addr", "add", &format!("{a}/24"), "dev", &ours]);
     first.run(&["ip", "link", "set", &ours, "up"]);
-    first.run(&["ip", "route", "add", "10.96.0.0/16", "via", b]);
     second.run(&["ip", "addr", "add", &format!("{b}/24"), "dev", &theirs]);
     second.run(&["ip", "link", "set", &theirs, "up"]);
-    (first, second)
 }
 
 /// The mesh's root: a fake CA for the tests.
@@ -137,19 +145,28 @@ pub fn agent_with_certificate(
     ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
     sa: &str,
 ) -> super::agent::Agent {
+    agent_with_certificate_and(store, dir, (node, labels), ca, sa, &[])
+}
+
+/// [`agent_with_certificate`] with more of the agent's arguments (`extra`).
+pub fn agent_with_certificate_and(
+    store: &super::store::StoreServer,
+    dir: &Path,
+    (node, labels): (&str, &str),
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    sa: &str,
+    extra: &[&str],
+) -> super::agent::Agent {
     let certs = dir.join("certs");
     workload_certificate(&certs, ca, sa);
-    super::agent::Agent::start_in(
-        node,
-        store.addr,
-        dir,
-        &[
-            "--labels",
-            labels,
-            "--cert-dir",
-            certs.to_str().expect("UTF-8"),
-        ],
-    )
+    let mut args = vec![
+        "--labels",
+        labels,
+        "--cert-dir",
+        certs.to_str().expect("UTF-8"),
+    ];
+    args.extend_from_slice(extra);
+    super::agent::Agent::start_in(node, store.addr, dir, &args)
 }
 
 /// Why the sidecar tests cannot run here, if they cannot.

@@ -62,7 +62,9 @@ impl Shaping<'_> {
     /// Whether nothing changes the endpoints as the port's encodings have them.
     pub(super) fn is_plain(&self) -> bool {
         self.dr_mtls.is_none()
-            && self.networks.is_none_or(|n| !n.is_multi_network())
+            && self
+                .networks
+                .is_none_or(|n| !n.is_multi_network() && !n.has_view())
             && !self.hbone
             && self.locality.is_none()
     }
@@ -181,6 +183,7 @@ pub(super) fn assign<'e, 's: 'e>(
     selected: impl Iterator<Item = (&'e LocalityEndpoints<'s>, Vec<&'e EncodedEndpoint<'s>>)>,
     shaping: &Shaping<'e>,
 ) -> Vec<u8> {
+    let view = shaping.networks.filter(|n| n.has_view());
     let networks = shaping.networks.filter(|n| n.is_multi_network());
     let scale = networks.map_or(1, Networks::scale);
     let mut shaped: Vec<Shaped> = Vec::new();
@@ -190,6 +193,9 @@ pub(super) fn assign<'e, 's: 'e>(
         let mut through: BTreeMap<(&str, u32), (&Gateway, u64)> = BTreeMap::new();
         for e in chosen {
             let instance = e.instance;
+            if view.is_some_and(|v| !v.in_view(&instance.network)) {
+                continue;
+            }
             let mtls = match shaping.dr_mtls {
                 Some(on) => on && super::istio_mtls_metadata(instance).is_some(),
                 None => e.mtls,

@@ -253,6 +253,7 @@ fn proxy(
         dns_domain: format!("{namespace}.svc.cluster.local"),
         cluster_id: cluster.to_string(),
         network: network.to_string(),
+        requested_network_view: Vec::new(),
         mesh_id: String::new(),
         pod_name: "app".into(),
         service_cluster: format!("app.{namespace}"),
