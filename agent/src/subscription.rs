@@ -78,7 +78,7 @@ pub fn subscription_in<'a>(
         rules.push(destination_peer_authentications(Vec::new()));
         return Subscription { rules };
     }
-    rules.push(network_gateways());
+    rules.extend(network_gateways(proxy, registry));
     // The proxy's own services, endpoints and workload entries (inbound side).
     rules.push(Rule {
         kinds: kinds(&[
@@ -171,15 +171,33 @@ pub fn subscription_in<'a>(
 }
 
 /// Every network gateway of the mesh (Services labelled with a network, which the store
-/// indexes under one value): endpoints of another network are reached through them, and their
-/// number in every network weighs every endpoint (see `crate::model::network`). They are a few
-/// per network and cluster, never the mesh.
-fn network_gateways() -> Rule {
-    Rule {
+/// indexes under one value, and those the mesh config's networks name by service): endpoints
+/// of another network are reached through them, and their number in every network weighs
+/// every endpoint (see `crate::model::network`). They are a few per network and cluster,
+/// never the mesh.
+fn network_gateways(proxy: &Proxy, registry: &Registry) -> Vec<Rule> {
+    let mut rules = vec![Rule {
         kinds: kinds(&[Kind::ServiceEndpoints]),
         gateways: vec![pasa_istio::service_endpoints::NETWORK_GATEWAYS_INDEX.to_string()],
         ..Default::default()
+    }];
+    let named: BTreeSet<String> = registry
+        .mesh_config(&proxy.mesh.root_namespace)
+        .and_then(|m| m.mesh_networks())
+        .into_iter()
+        .flat_map(|m| m.networks.into_values())
+        .flat_map(|n| n.gateways)
+        .map(|g| g.registry_service_name)
+        .filter(|h| !h.is_empty())
+        .collect();
+    if !named.is_empty() {
+        rules.push(Rule {
+            kinds: kinds(&[Kind::ServiceEndpoints]),
+            hosts: named.into_iter().collect(),
+            ..Default::default()
+        });
     }
+    rules
 }
 
 /// What decides a sidecar's scope: Sidecars and EnvoyFilters apply from the proxy's config
@@ -255,8 +273,8 @@ fn router_subscription(proxy: &Proxy, registry: &Registry) -> Subscription {
         },
         // A router sends to services of any namespace (and routers are few).
         destination_peer_authentications(Vec::new()),
-        network_gateways(),
     ];
+    rules.extend(network_gateways(proxy, registry));
     for g in registry.gateways() {
         if let Some(list) = g.meta.annotations.get(gateway::GATEWAY_SERVICE_ANNOTATION) {
             rules.push(Rule {

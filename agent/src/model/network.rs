@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use pasa_istio::mesh_networks::MeshNetworks;
 use pasa_istio::service_endpoints::NetworkGateway;
 
 /// A gateway into a network, in a cluster (empty: not said).
@@ -66,6 +67,8 @@ pub struct Networks {
     view: Option<std::collections::BTreeSet<String>>,
     /// Every gateway, sorted, each once.
     gateways: Vec<Gateway>,
+    /// The mesh config's networks: where endpoints that do not say their network are.
+    mesh_networks: Option<MeshNetworks>,
     /// What every endpoint weight is multiplied by, so that the weight of an endpoint reached
     /// through gateways divides evenly among them.
     scale: u32,
@@ -100,8 +103,62 @@ impl Networks {
             family,
             view: None,
             gateways,
+            mesh_networks: None,
             scale,
         }
+    }
+
+    /// The same, with the networks the mesh config states (`meshNetworks`): their gateways
+    /// (by address, or the addresses the Service they name has in each cluster their endpoints
+    /// come from, which `external` tells), and where endpoints that do not say their network
+    /// are (see [`Networks::network_of`]).
+    pub fn with_mesh_networks(
+        mut self,
+        mesh: Option<MeshNetworks>,
+        external: impl Fn(&str, &str) -> Vec<String>,
+    ) -> Networks {
+        let Some(mesh) = mesh else { return self };
+        for (name, network) in &mesh.networks {
+            for g in &network.gateways {
+                let at = |cluster: &str, address: &str| Gateway {
+                    network: name.clone(),
+                    cluster: cluster.to_string(),
+                    address: address.to_string(),
+                    port: g.port,
+                    hbone_port: 0,
+                };
+                if !g.address.is_empty() {
+                    if g.address.parse::<IpAddr>().is_ok() {
+                        self.gateways.push(at("", &g.address));
+                    }
+                    continue;
+                }
+                for cluster in mesh.registries(network) {
+                    for address in external(&g.registry_service_name, cluster) {
+                        if address.parse::<IpAddr>().is_ok() {
+                            self.gateways.push(at(cluster, &address));
+                        }
+                    }
+                }
+            }
+        }
+        self.gateways.sort();
+        self.gateways.dedup();
+        self.scale = scale_factor(&self.gateways);
+        self.mesh_networks = Some(mesh);
+        self
+    }
+
+    /// The network of an endpoint: its own, else the one the mesh config's networks place it
+    /// on by its address or its cluster.
+    pub fn network_of<'a>(&'a self, own: &'a str, address: &str, cluster: &str) -> &'a str {
+        if !own.is_empty() {
+            return own;
+        }
+        self.mesh_networks
+            .as_ref()
+            .and_then(|m| m.network_of(address, cluster))
+            .unwrap_or("")
     }
 
     /// The same, for a proxy that asks for the endpoints of `view` only (besides its own
@@ -192,6 +249,48 @@ mod tests {
             port: 15443,
             hbone_port: 0,
         }
+    }
+
+    /// The mesh config's networks add gateways (by address, and by the Service whose load
+    /// balancer addresses they are in the network's registries) and place endpoints.
+    #[test]
+    fn mesh_networks_add_gateways_and_place_endpoints() {
+        let mesh: MeshNetworks = serde_json::from_value(serde_json::json!({"networks": {
+            "n2": {"endpoints": [{"fromRegistry": "c2"}, {"fromCidr": "10.20.0.0/16"}],
+                   "gateways": [{"registryServiceName": "eastwest.istio-system.svc.cluster.local",
+                                 "port": 15443},
+                                {"address": "35.0.0.1", "port": 15443},
+                                {"address": "gw.example.com", "port": 15443}]},
+        }}))
+        .unwrap();
+        let networks = Networks::new("n1", IpFamily::V4, std::iter::empty()).with_mesh_networks(
+            Some(mesh),
+            |host, cluster| match (host, cluster) {
+                ("eastwest.istio-system.svc.cluster.local", "c2") => {
+                    vec!["35.0.0.2".into(), "35.0.0.3".into()]
+                }
+                _ => Vec::new(),
+            },
+        );
+        let addresses: Vec<(String, String)> = networks
+            .gateways_for("n2", "c2")
+            .iter()
+            .map(|g| (g.cluster.clone(), g.address.clone()))
+            .collect();
+        assert_eq!(
+            addresses,
+            [
+                ("c2".into(), "35.0.0.2".into()),
+                ("c2".into(), "35.0.0.3".into())
+            ]
+        );
+        assert_eq!(networks.gateways_for("n2", "elsewhere").len(), 3);
+        // n2: 3, (n2, ""): 1, (n2, c2): 2.
+        assert_eq!(networks.scale(), 6);
+        assert_eq!(networks.network_of("", "10.20.1.1", "c9"), "n2");
+        assert_eq!(networks.network_of("", "10.30.1.1", "c2"), "n2");
+        assert_eq!(networks.network_of("own", "10.20.1.1", "c2"), "own");
+        assert_eq!(networks.network_of("", "10.30.1.1", "c9"), "");
     }
 
     #[test]

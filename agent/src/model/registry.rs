@@ -289,6 +289,30 @@ impl Registry {
             .flat_map(|(cluster, gateways)| gateways.iter().map(move |g| (cluster.as_str(), g)))
     }
 
+    /// Where the Kubernetes Service of `host` is reached from outside `cluster` (its load
+    /// balancer's addresses there): how the mesh's networks name gateways by service.
+    pub fn external_addresses(&self, host: &str, cluster: &str) -> Vec<&str> {
+        let mut labels = host.splitn(3, '.');
+        let (Some(name), Some(namespace)) = (labels.next(), labels.next()) else {
+            return Vec::new();
+        };
+        let key = Key {
+            kind: Kind::ServiceEndpoints,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        self.members
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| match self.entries.get(m).map(|e| &e.parsed) {
+                Some(Parsed::ServiceEndpoints(one)) if one.cluster == cluster => Some(one),
+                _ => None,
+            })
+            .flat_map(|one| one.external_addresses.iter().map(String::as_str))
+            .collect()
+    }
+
     /// Brings the registry up to date with `cache`; parses only what changed. Returns the keys
     /// that changed (added, modified or removed).
     pub fn update(&mut self, cache: &Cache, domain_suffix: &str) -> BTreeSet<Key> {

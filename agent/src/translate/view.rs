@@ -566,7 +566,14 @@ fn endpoint_settings(
         IpFamily::of(&proxy.ips),
         registry.network_gateways(),
     )
-    .with_view(&proxy.requested_network_view);
+    .with_view(&proxy.requested_network_view)
+    .with_mesh_networks(mesh.and_then(|m| m.mesh_networks()), |host, cluster| {
+        registry
+            .external_addresses(host, cluster)
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    });
     let locality = if proxy.locality == crate::identity::Locality::default() {
         String::new()
     } else {

@@ -25,6 +25,7 @@ pub mod generated;
 pub mod host;
 pub mod label_selector;
 pub mod mesh_config;
+pub mod mesh_networks;
 pub mod node;
 pub mod peer_authentication;
 pub mod persistent_session;

@@ -142,6 +142,12 @@ pub fn is_prometheus(mesh: Option<&MeshConfig>, name: &str) -> bool {
 }
 
 impl MeshConfig {
+    /// The mesh's networks (`meshNetworks`), if it states them; a value that does not read as
+    /// Istio's `MeshNetworks` is none (validation refuses it before it is stored).
+    pub fn mesh_networks(&self) -> Option<crate::mesh_networks::MeshNetworks> {
+        serde_json::from_value(self.other.get("meshNetworks")?.clone()).ok()
+    }
+
     /// `defaultProviders.accessLogging`: the providers Telemetry access logging without its own
     /// uses.
     pub fn default_access_log_providers(&self) -> Vec<String> {

@@ -29,6 +29,8 @@ pub struct ClusterService {
     pub(super) cluster: String,
     /// The network gateways it is.
     pub(super) network_gateways: Vec<NetworkGateway>,
+    /// Where it is reached from outside its cluster.
+    pub(super) external_addresses: Vec<String>,
 }
 
 impl ClusterService {
@@ -182,7 +184,7 @@ pub(super) fn from_kubernetes(
         service: service_name,
         endpoint_ports: _,
         cluster,
-        external_addresses: _,
+        external_addresses,
         network_gateways,
         traffic_distribution,
     } = spec;
@@ -253,5 +255,6 @@ pub(super) fn from_kubernetes(
         ports: kube_ports.into(),
         cluster,
         network_gateways,
+        external_addresses,
     }
 }

@@ -193,7 +193,10 @@ pub(super) fn assign<'e, 's: 'e>(
         let mut through: BTreeMap<(&str, u32), (&Gateway, u64)> = BTreeMap::new();
         for e in chosen {
             let instance = e.instance;
-            if view.is_some_and(|v| !v.in_view(&instance.network)) {
+            let network = shaping.networks.map_or(&*instance.network, |n| {
+                n.network_of(&instance.network, &instance.address, &instance.cluster)
+            });
+            if view.is_some_and(|v| !v.in_view(network)) {
                 continue;
             }
             let mtls = match shaping.dr_mtls {
@@ -220,7 +223,6 @@ pub(super) fn assign<'e, 's: 'e>(
             {
                 continue;
             }
-            let network = &*instance.network;
             let direct = (networks.is_local(network) || !networks.has_gateway(network))
                 && !(networks.network.is_empty()
                     && !network.is_empty()

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use pasa_istio::mesh_config::MeshConfig;
 use pasa_proto::Object;
 
-use super::common::validate_port;
+use super::common::{validate_fqdn, validate_ip_address, validate_ip_subnet, validate_port};
 use super::{Path, Report, parse};
 
 /// Checks one MeshConfig.
@@ -17,6 +17,9 @@ pub fn validate(obj: &Object, report: &mut Report) {
         return;
     };
     let spec = Path::spec();
+    if let Some(value) = mesh.other.get("meshNetworks") {
+        validate_mesh_networks(&spec.field("meshNetworks"), value, report);
+    }
     let mut names = HashSet::new();
     for (i, provider) in mesh.extension_providers.iter().enumerate() {
         let at = spec.field("extensionProviders").index(i);
@@ -89,6 +92,52 @@ pub fn validate(obj: &Object, report: &mut Report) {
     }
 }
 
+/// The mesh's networks (`meshNetworks`), as istiod checks them: each endpoint set is a
+/// registry or an address range (exactly one), each gateway an address or a Service's FQDN
+/// (exactly one) with a port.
+fn validate_mesh_networks(at: &Path, value: &serde_json::Value, report: &mut Report) {
+    use pasa_istio::mesh_networks::MeshNetworks;
+    let networks: MeshNetworks = match serde_json::from_value(value.clone()) {
+        Ok(n) => n,
+        Err(e) => {
+            report.error(at, format!("not Istio's MeshNetworks: {e}"));
+            return;
+        }
+    };
+    for (name, network) in &networks.networks {
+        let here = at.field("networks").key(name);
+        for (i, e) in network.endpoints.iter().enumerate() {
+            let at = here.field("endpoints").index(i);
+            match (e.from_registry.is_empty(), e.from_cidr.is_empty()) {
+                (false, true) => {}
+                (true, false) => {
+                    report.check(&at.field("fromCidr"), validate_ip_subnet(&e.from_cidr))
+                }
+                _ => report.error(&at, "exactly one of fromRegistry and fromCidr must be set"),
+            }
+        }
+        for (i, g) in network.gateways.iter().enumerate() {
+            let at = here.field("gateways").index(i);
+            match (g.registry_service_name.is_empty(), g.address.is_empty()) {
+                (false, true) => report.check(
+                    &at.field("registryServiceName"),
+                    validate_fqdn(&g.registry_service_name),
+                ),
+                (true, false) => {
+                    if validate_ip_address(&g.address).is_err() {
+                        report.check(&at.field("address"), validate_fqdn(&g.address));
+                    }
+                }
+                _ => report.error(
+                    &at,
+                    "exactly one of registryServiceName and address must be set",
+                ),
+            }
+            report.check(&at.field("port"), validate_port(i64::from(g.port)));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,5 +191,34 @@ mod tests {
                 "spec.extensionProviders[1].envoyExtAuthzHttp.pathPrefix",
             ]
         );
+    }
+
+    /// The mesh's networks are checked as istiod checks them, each problem at its field.
+    #[test]
+    fn mesh_networks_are_checked() {
+        let ok = check(serde_json::json!({"meshNetworks": {"networks": {"n1": {
+            "endpoints": [{"fromRegistry": "c1"}, {"fromCidr": "10.0.0.0/16"}],
+            "gateways": [{"registryServiceName": "eastwest.istio-system.svc.cluster.local",
+                          "port": 15443},
+                         {"address": "35.1.2.3", "port": 15443}]}}}}));
+        assert!(ok.is_valid(), "{:?}", ok.errors);
+        let bad = check(serde_json::json!({"meshNetworks": {"networks": {"n1": {
+            "endpoints": [{"fromRegistry": "c1", "fromCidr": "10.0.0.0/16"},
+                          {"fromCidr": "10.0.0.0/99"}],
+            "gateways": [{"port": 15443}, {"address": "35.1.2.3", "port": 0}]}}}}));
+        let fields: Vec<&str> = bad.errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.meshNetworks.networks[n1].endpoints[0]",
+                "spec.meshNetworks.networks[n1].endpoints[1].fromCidr",
+                "spec.meshNetworks.networks[n1].gateways[0]",
+                "spec.meshNetworks.networks[n1].gateways[1].port",
+            ]
+        );
+        let unknown =
+            check(serde_json::json!({"meshNetworks": {"networks": {"n1": {"gatways": []}}}}));
+        let fields: Vec<&str> = unknown.errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["spec.meshNetworks"]);
     }
 }
