@@ -99,6 +99,12 @@ pub struct InjectArgs {
         env = "PILOT_ENABLE_PERSISTENT_SESSION_FILTER"
     )]
     pub persistent_session_filter: bool,
+    /// The network of the pods injected here (istiod's `NETWORK`, the chart's
+    /// `values.global.network`): injected agents get it as `ISTIO_META_NETWORK` and their pods
+    /// the label `topology.istio.io/network`, unless the pod is labelled with a network of its
+    /// own. Empty: pods name no network (a single-network mesh).
+    #[arg(long, env = "NETWORK", default_value = "")]
+    pub network: String,
 }
 
 impl InjectArgs {
@@ -113,6 +119,7 @@ impl InjectArgs {
             domain_suffix: domain_suffix.to_string(),
             store_tls: self.inject_store_tls,
             persistent_session_filter: self.persistent_session_filter,
+            network: self.network.clone(),
         }
     }
 
