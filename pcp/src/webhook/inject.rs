@@ -324,3 +324,30 @@ impl StoredSettings {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::server::PcpArgs;
+
+    /// PCP's `--network` (istiod's `NETWORK`) and `--cluster-id` are what injected pods get.
+    #[test]
+    fn the_network_and_cluster_flags_reach_the_injection() {
+        let parse = |args: &[&str]| {
+            let pcp = PcpArgs::try_parse_from(["pasa-pcp"].iter().chain(args))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            pcp.inject.config(&pcp.kube.cluster_id, "cluster.local")
+        };
+        let default = parse(&[]);
+        assert_eq!(
+            (default.network.as_str(), default.cluster_id.as_str()),
+            ("", "Kubernetes")
+        );
+        let given = parse(&["--network", "net-east", "--cluster-id", "east"]);
+        assert_eq!(
+            (given.network.as_str(), given.cluster_id.as_str()),
+            ("net-east", "east")
+        );
+    }
+}
