@@ -147,7 +147,7 @@ pub enum RemoteSecretError {
         "Secret {namespace}/{name} (--secret-name) is no token of ServiceAccount {account}: it \
          must be of type {TOKEN_TYPE} and annotated {ACCOUNT_ANNOTATION}: {account}"
     )]
-    NotTheAccounts {
+    NotATokenOfTheAccount {
         namespace: String,
         name: String,
         account: String,
@@ -334,7 +334,7 @@ async fn token_secret(
                 problem: Problem::of(&e),
             })?;
         if !is_token_of(&secret, account) {
-            return Err(RemoteSecretError::NotTheAccounts {
+            return Err(RemoteSecretError::NotATokenOfTheAccount {
                 namespace: namespace.clone(),
                 name: name.clone(),
                 account: account.clone(),
