@@ -375,3 +375,145 @@ fn the_webhook_and_the_cluster_role_cover_every_istio_kind() {
         );
     }
 }
+
+/// What PCP's syncer reads from a remote cluster: (API group, resource). deploy/remote grants
+/// its reader exactly get, list and watch of these.
+const REMOTE_READS: &[(&str, &str)] = &[
+    ("", "namespaces"),
+    ("", "pods"),
+    ("", "services"),
+    ("", "nodes"),
+    ("discovery.k8s.io", "endpointslices"),
+];
+
+/// deploy/remote: the reader ServiceAccount of a remote cluster, its token Secret and its RBAC,
+/// which grants get, list and watch of what the syncer reads from a remote and nothing else (no
+/// wildcard, no Secrets, no Istio kinds, no writes), to that ServiceAccount only. Checked by
+/// reading the rules, and by the fake API server authorising requests with them.
+#[tokio::test]
+async fn the_remote_reader_may_read_what_the_syncer_reads_and_nothing_more() {
+    use serde_json::Value;
+    let remote = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/remote");
+    let listed = kustomized(&remote.join("kustomization.yaml"));
+    let manifests: Vec<Value> = listed
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(remote.join(file)).unwrap();
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"))
+        })
+        .collect();
+    let of_kind =
+        |kind: &str| -> Vec<&Value> { manifests.iter().filter(|m| m["kind"] == kind).collect() };
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s.as_str().expect("a string").to_string())
+            .collect()
+    };
+    let [account] = of_kind("ServiceAccount")[..] else {
+        panic!("deploy/remote has one ServiceAccount")
+    };
+    let (namespace, name) = (
+        account["metadata"]["namespace"].as_str().unwrap(),
+        account["metadata"]["name"].as_str().unwrap(),
+    );
+    assert_eq!(
+        (namespace, name),
+        ("istio-system", "istio-reader-service-account")
+    );
+    assert!(
+        of_kind("Role").is_empty() && of_kind("RoleBinding").is_empty(),
+        "no namespaced grants"
+    );
+    let [role] = of_kind("ClusterRole")[..] else {
+        panic!("deploy/remote has one ClusterRole")
+    };
+    for rule in role["rules"].as_array().expect("rules") {
+        assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none());
+        assert_eq!(strings(&rule["verbs"]), ["get", "list", "watch"], "{rule}");
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                assert!(
+                    REMOTE_READS.contains(&(group.as_str(), resource.as_str())),
+                    "the remote reader may read {resource} of group {group:?}, which the \
+                     syncer does not read from a remote"
+                );
+            }
+        }
+    }
+    let [binding] = of_kind("ClusterRoleBinding")[..] else {
+        panic!("deploy/remote has one ClusterRoleBinding")
+    };
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": name, "namespace": namespace}])
+    );
+    let [token] = of_kind("Secret")[..] else {
+        panic!("deploy/remote has the reader's token Secret")
+    };
+    assert_eq!(token["type"], "kubernetes.io/service-account-token");
+    assert_eq!(token["metadata"]["namespace"], namespace);
+    assert_eq!(
+        token["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+        name
+    );
+    assert_eq!(manifests.len(), 4, "nothing else in {listed:?}");
+
+    // The API server's view: the reader lists and watches each, and is refused anything else.
+    let api = pasa_kube::fake_apiserver::FakeApiServer::start().await;
+    api.enforce_rbac(&manifests);
+    let reader = api.client_as(namespace, name);
+    let url = |group: &str, resource: &str| match group {
+        "" => format!("/api/v1/{resource}"),
+        group => format!("/apis/{group}/v1/{resource}"),
+    };
+    // The status the API server answers with (a watch's, once its stream begins).
+    let status = |path: String, watch: bool| {
+        let reader = reader.clone();
+        async move {
+            let path = if watch {
+                format!("{path}?watch=true")
+            } else {
+                path
+            };
+            let request = http::Request::get(&path)
+                .body(kube::client::Body::from(Vec::new()))
+                .unwrap();
+            let response = reader
+                .send(request)
+                .await
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
+            response.status().as_u16()
+        }
+    };
+    for (group, resource) in REMOTE_READS {
+        assert_eq!(
+            status(url(group, resource), false).await,
+            200,
+            "list {resource}"
+        );
+    }
+    assert_eq!(status(url("", "pods"), true).await, 200, "watch pods");
+    for (group, resource) in [
+        ("", "secrets"),
+        ("", "configmaps"),
+        ("networking.istio.io", "virtualservices"),
+        ("coordination.k8s.io", "leases"),
+    ] {
+        assert_eq!(
+            status(url(group, resource), false).await,
+            403,
+            "list {resource}"
+        );
+    }
+    let create = http::Request::post("/api/v1/namespaces")
+        .body(br#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"x"}}"#.to_vec())
+        .unwrap();
+    let created = reader.request_text(create).await;
+    assert!(
+        matches!(&created, Err(kube::Error::Api(s)) if s.code == 403),
+        "the reader writes nothing: {created:?}"
+    );
+}

@@ -710,3 +710,76 @@ fn proxyless_grpc_pods_move_to_pasa_as_other_pods_do() {
     pod["metadata"]["annotations"]["inject.istio.io/templates"] = json!("sidecar");
     assert_eq!(inject(&injector(), &pod).1, "injected_next_to_istio");
 }
+
+/// The network and cluster an injected pod is placed in, as Istio's injection places it: the
+/// agent gets PCP's `--cluster-id` as `ISTIO_META_CLUSTER_ID` and the pod's network as
+/// `ISTIO_META_NETWORK`, and the pod is labelled `topology.istio.io/network` with it. The
+/// network is the pod's own label when it has one (which is kept), else `--network`; with
+/// neither there is no network to name.
+#[test]
+fn injected_pods_are_placed_in_the_network_and_cluster_as_istio_places_them() {
+    let app = |labels: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "app-", "labels": labels,
+                "annotations": {"pasa.io/enabled": "true"}},
+            "spec": {"containers": [{"name": "app", "image": "example/app"}]}})
+    };
+    let injector = |network: &str| {
+        injector_with(InjectConfig {
+            cluster_id: "east".into(),
+            network: network.into(),
+            ..Default::default()
+        })
+    };
+    // (--network, the pod's labels, the network it ends up in).
+    let cases = [
+        ("net-east", json!({"app": "a"}), Some("net-east")),
+        (
+            "net-east",
+            json!({"app": "a", "topology.istio.io/network": "net-own"}),
+            Some("net-own"),
+        ),
+        (
+            "",
+            json!({"topology.istio.io/network": "net-own"}),
+            Some("net-own"),
+        ),
+        ("", json!({"app": "a"}), None),
+        // An empty label wins over the flag, and names no network (as istiod has it).
+        ("net-east", json!({"topology.istio.io/network": ""}), None),
+    ];
+    for (flag, labels, expected) in cases {
+        let standalone = app(labels.clone());
+        for (mode, pod, result) in [
+            ("standalone", standalone.clone(), "injected_standalone"),
+            (
+                "next to Istio",
+                istio_injected(standalone),
+                "injected_next_to_istio",
+            ),
+        ] {
+            let what = format!("{mode}, --network {flag:?}, labels {labels}");
+            let (patched, got, _) = inject(&injector(flag), &pod);
+            assert_eq!(got, result, "{what}");
+            let agent = container(&patched, "initContainers", AGENT_CONTAINER);
+            let env = env(agent);
+            assert_eq!(env["ISTIO_META_CLUSTER_ID"]["value"], "east", "{what}");
+            assert_eq!(
+                env.get("ISTIO_META_NETWORK").map(|e| &e["value"]),
+                expected.map(|n| json!(n)).as_ref(),
+                "{what}"
+            );
+            let label = &patched["metadata"]["labels"]["topology.istio.io/network"];
+            match expected {
+                Some(network) => assert_eq!(label, network, "{what}"),
+                // An empty label stays as the pod had it; none is added.
+                None => assert_eq!(label, &labels["topology.istio.io/network"], "{what}"),
+            }
+            // The pod's other labels are kept.
+            assert_eq!(
+                patched["metadata"]["labels"]["app"], labels["app"],
+                "{what}"
+            );
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! `pasactl` against a real `pasa-pcp` (embedded sled store) on loopback: apply, errors that
 //! name fields and write nothing, get in every format, watch, delete, status, and a restart
 //! after SIGTERM that keeps everything; a stopped server, Ctrl-C during a large apply, and the
-//! messages a user gets when pointed at the wrong port or data directory.
+//! messages a user gets when pointed at the wrong port or data directory; and `x
+//! create-remote-secret` against a fake remote API server that authorises as RBAC does.
 
 use std::io::BufReader;
 use std::process::{Child, Command, Output, Stdio};
@@ -896,4 +897,258 @@ fn common_habits_work_or_name_the_alternative() {
         "virtualservice/shop/cart deleted\ndestinationrule/shop/cart deleted\n"
     );
     pcp.terminate();
+}
+
+/// `pasactl x create-remote-secret` against a remote cluster's (fake) API server, which
+/// authorises requests with deploy/remote's RBAC and an operator's: the Secret it writes holds a
+/// kubeconfig with which the reader may read what PCP's syncer reads, and nothing more; every
+/// failure names the flag or the object at fault, with a non-zero exit code.
+#[tokio::test(flavor = "multi_thread")]
+async fn create_remote_secret_writes_the_remote_readers_kubeconfig() {
+    use base64::Engine;
+    use pasa_kube::fake_apiserver::FakeApiServer;
+    use serde_json::{Value, json};
+
+    let api = FakeApiServer::start().await;
+    api.put_namespace("kube-system", &[]);
+    api.put_namespace("istio-system", &[]);
+    let remote = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/remote");
+    let manifest = |file: &str| -> Value {
+        serde_saphyr::from_str(&std::fs::read_to_string(remote.join(file)).unwrap()).unwrap()
+    };
+    let reader_rbac = ["clusterrole.yaml", "clusterrolebinding.yaml"].map(manifest);
+    // The operator running pasactl may read namespaces and the Secrets of istio-system.
+    let operator = [
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "operator"},
+               "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "operator"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "operator"},
+               "subjects": [{"kind": "ServiceAccount", "name": "admin", "namespace": "ops"}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": "secrets", "namespace": "istio-system"},
+               "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "secrets", "namespace": "istio-system"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                           "name": "secrets"},
+               "subjects": [{"kind": "ServiceAccount", "name": "admin", "namespace": "ops"}]}),
+    ];
+    api.enforce_rbac(&operator);
+    api.enforce_rbac(&reader_rbac);
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = format!("http://{}", api.addr);
+    // A kubeconfig whose current context reaches the API server as `ops/<account>`.
+    let kubeconfig = |account: &str| {
+        let path = dir.path().join(format!("{account}.kubeconfig"));
+        let text = json!({"apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "remote", "cluster": {"server": server}}],
+            "users": [{"name": account,
+                       "user": {"token": FakeApiServer::token_for("ops", account)}}],
+            "contexts": [{"name": "remote", "context": {"cluster": "remote", "user": account}}],
+            "current-context": "remote"});
+        std::fs::write(&path, text.to_string()).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let admin = kubeconfig("admin");
+    let run = |args: Vec<&str>| {
+        let mut command = tokio::process::Command::new(common::pasactl());
+        command.args(["x", "create-remote-secret"]).args(args);
+        async move {
+            let out = command.output().await.expect("run pasactl");
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            (out.status.code(), text(&out.stdout), text(&out.stderr))
+        }
+    };
+
+    // No token yet: pasactl creates the reader, which this operator may not.
+    let (code, out, err) = run(vec!["--kubeconfig", &admin, "--name", "east"]).await;
+    assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+    assert!(
+        err.contains("cannot create ServiceAccount istio-system/istio-reader-service-account")
+            && err.contains("--create-service-account")
+            && err.contains("forbidden"),
+        "{err}"
+    );
+    let (code, _, err) = run(vec![
+        "--kubeconfig",
+        &admin,
+        "--name",
+        "east",
+        "--create-service-account=false",
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("ServiceAccount istio-system/istio-reader-service-account (--service-account) has no token Secret")
+            && err.contains("deploy/remote"),
+        "{err}"
+    );
+
+    // The token Secret of deploy/remote, as Kubernetes' token controller fills it in.
+    let ca = rcgen::generate_simple_self_signed(vec!["kubernetes".into()])
+        .unwrap()
+        .cert
+        .pem();
+    let base64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let token = FakeApiServer::token_for("istio-system", "istio-reader-service-account");
+    let mut secret = manifest("token-secret.yaml");
+    secret["data"] = json!({"token": base64(token.as_bytes()), "ca.crt": base64(ca.as_bytes())});
+    api.put(secret);
+    // Other Secrets of the namespace are passed over.
+    api.put(
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "aaa", "namespace": "istio-system"}, "data": {"token": "eA=="}}),
+    );
+
+    let (code, out, err) = run(vec!["--kubeconfig", &admin, "--name", "east"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("--server"),
+        "a loopback server is warned of: {err}"
+    );
+    let secret_of = |out: &str| -> Value {
+        let docs: Vec<Value> =
+            serde_saphyr::from_str_multiple(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!(docs.len(), 1, "one Secret: {out}");
+        docs.into_iter().next().unwrap()
+    };
+    let written = secret_of(&out);
+    assert_eq!(written["kind"], "Secret");
+    assert_eq!(
+        written["metadata"],
+        json!({"name": "istio-remote-secret-east", "namespace": "istio-system",
+               "labels": {"istio/multiCluster": "true"},
+               "annotations": {"networking.istio.io/cluster": "east"}})
+    );
+    let config = written["stringData"]["east"]
+        .as_str()
+        .expect("the kubeconfig");
+    let config = kube::config::Kubeconfig::from_yaml(config).expect("a kubeconfig");
+    assert_eq!(config.current_context.as_deref(), Some("east"));
+    let cluster = config.clusters[0].cluster.as_ref().unwrap();
+    assert_eq!(cluster.server.as_deref(), Some(server.as_str()));
+    assert_eq!(
+        cluster.certificate_authority_data.as_deref(),
+        Some(base64(ca.as_bytes()).as_str())
+    );
+
+    // The kubeconfig reaches the remote cluster as its reader: what the syncer reads, no more.
+    let reader = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(config, &Default::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let listed = |path: &'static str| {
+        let reader = reader.clone();
+        async move {
+            let request = http::Request::get(path).body(Vec::new()).unwrap();
+            match reader.request_text(request).await {
+                Ok(_) => 200,
+                Err(kube::Error::Api(status)) => status.code,
+                Err(e) => panic!("{path}: {e}"),
+            }
+        }
+    };
+    for path in [
+        "/api/v1/pods",
+        "/api/v1/services",
+        "/api/v1/nodes",
+        "/api/v1/namespaces",
+        "/apis/discovery.k8s.io/v1/endpointslices",
+    ] {
+        assert_eq!(listed(path).await, 200, "{path}");
+    }
+    assert_eq!(listed("/api/v1/secrets").await, 403);
+
+    // Unnamed, the cluster is named by its kube-system namespace's UID; --server wins over the
+    // kubeconfig's (and is not warned of).
+    let uid = api.get("v1", "Namespace", "", "kube-system").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, out, err) = run(vec![
+        "--kubeconfig",
+        &admin,
+        "--context",
+        "remote",
+        "--server",
+        "https://east.example:6443",
+    ])
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+    let written = secret_of(&out);
+    assert_eq!(
+        written["metadata"]["name"],
+        format!("istio-remote-secret-{uid}")
+    );
+    let config = written["stringData"][uid.as_str()].as_str().unwrap();
+    assert!(config.contains("https://east.example:6443"), "{config}");
+
+    // Failures name what is at fault.
+    let (code, _, err) = run(vec!["--kubeconfig", &admin, "--context", "west"]).await;
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("--context west") && err.contains("remote"),
+        "{err}"
+    );
+    let (code, _, err) = run(vec!["--kubeconfig", &admin, "--name", "East_1"]).await;
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--name \"East_1\""), "{err}");
+    let missing = dir.path().join("missing").display().to_string();
+    let (code, _, err) = run(vec!["--kubeconfig", &missing, "--name", "east"]).await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains(&format!("--kubeconfig {missing}")), "{err}");
+    let nobody = kubeconfig("nobody");
+    let (code, _, err) = run(vec!["--kubeconfig", &nobody, "--name", "east"]).await;
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("cannot list the Secrets of namespace istio-system")
+            && err.contains("forbidden"),
+        "{err}"
+    );
+    let (code, _, err) = run(vec!["--kubeconfig", &nobody]).await;
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("kube-system") && err.contains("pass --name"),
+        "{err}"
+    );
+    let (code, _, err) = run(vec![
+        "--kubeconfig",
+        &admin,
+        "--name",
+        "east",
+        "--secret-name",
+        "aaa",
+    ])
+    .await;
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("Secret istio-system/aaa (--secret-name) is no token of ServiceAccount"),
+        "{err}"
+    );
+    // A token Secret Kubernetes has not filled in (its ServiceAccount missing) is waited for.
+    api.put(json!({"apiVersion": "v1", "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "unfilled", "namespace": "istio-system",
+            "annotations": {"kubernetes.io/service-account.name": "istio-reader-service-account"}}}));
+    let (code, _, err) = run(vec![
+        "--kubeconfig",
+        &admin,
+        "--name",
+        "east",
+        "--secret-name",
+        "unfilled",
+    ])
+    .await;
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("Secret istio-system/unfilled has no \"ca.crt\""),
+        "{err}"
+    );
 }

@@ -99,6 +99,12 @@ pub struct InjectArgs {
         env = "PILOT_ENABLE_PERSISTENT_SESSION_FILTER"
     )]
     pub persistent_session_filter: bool,
+    /// The network of the pods injected here (istiod's `NETWORK`, the chart's
+    /// `values.global.network`): injected agents get it as `ISTIO_META_NETWORK` and their pods
+    /// the label `topology.istio.io/network`, unless the pod is labelled with a network of its
+    /// own. Empty: pods name no network (a single-network mesh).
+    #[arg(long, env = "NETWORK", default_value = "")]
+    pub network: String,
 }
 
 impl InjectArgs {
@@ -113,6 +119,7 @@ impl InjectArgs {
             domain_suffix: domain_suffix.to_string(),
             store_tls: self.inject_store_tls,
             persistent_session_filter: self.persistent_session_filter,
+            network: self.network.clone(),
         }
     }
 
@@ -315,5 +322,32 @@ impl StoredSettings {
             labels,
             Some(annotated),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::server::PcpArgs;
+
+    /// PCP's `--network` (istiod's `NETWORK`) and `--cluster-id` are what injected pods get.
+    #[test]
+    fn the_network_and_cluster_flags_reach_the_injection() {
+        let parse = |args: &[&str]| {
+            let pcp = PcpArgs::try_parse_from(["pasa-pcp"].iter().chain(args))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            pcp.inject.config(&pcp.kube.cluster_id, "cluster.local")
+        };
+        let default = parse(&[]);
+        assert_eq!(
+            (default.network.as_str(), default.cluster_id.as_str()),
+            ("", "Kubernetes")
+        );
+        let given = parse(&["--network", "net-east", "--cluster-id", "east"]);
+        assert_eq!(
+            (given.network.as_str(), given.cluster_id.as_str()),
+            ("net-east", "east")
+        );
     }
 }

@@ -23,10 +23,18 @@
 //! from `pasa.io/proxy{CPU,Memory,CPULimit,MemoryLimit}` (like Istio's `sidecar.istio.io/…`:
 //! when any is set, only those set are used) or the mode's defaults, and the status annotation
 //! `pasa.io/status` that makes a second injection change nothing.
+//!
+//! Both also place the pod in the mesh's topology as Istio's injection does: the agent gets the
+//! cluster's ID (`ISTIO_META_CLUSTER_ID`, PCP's `--cluster-id`) and the pod's network
+//! (`ISTIO_META_NETWORK`), and the pod is labelled `topology.istio.io/network` with it. The
+//! network is the pod's own label when it has one, else the injector's `--network`; with
+//! neither, the pod names no network. (istiod reads no namespace label for it: the label of its
+//! own namespace sets the network of endpoints, which is the syncer's business, not injection's.)
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use pasa_istio::proxy_config::MeshProxyConfig;
+use pasa_istio::service_endpoints::NETWORK_LABEL;
 use serde_json::{Map, Value, json};
 
 use super::{STATUS_ANNOTATION, StoredSettings};
@@ -76,7 +84,8 @@ pub struct InjectConfig {
     pub ca_address: String,
     /// The image with Istio's `istio-iptables` (Istio's proxy image), for the standalone mode.
     pub iptables_image: String,
-    /// The cluster's ID (`ISTIO_META_CLUSTER_ID`).
+    /// The cluster's ID (`ISTIO_META_CLUSTER_ID`): PCP's `--cluster-id`, as istiod's
+    /// injection gives its `CLUSTER_ID`.
     pub cluster_id: String,
     pub trust_domain: String,
     pub domain_suffix: String,
@@ -86,6 +95,9 @@ pub struct InjectConfig {
     /// Agents serve persistent sessions with the stateful session filter
     /// (`PILOT_ENABLE_PERSISTENT_SESSION_FILTER`).
     pub persistent_session_filter: bool,
+    /// The network of injected pods (`ISTIO_META_NETWORK` and the pod label
+    /// `topology.istio.io/network`) unless a pod is labelled with its own; empty for none.
+    pub network: String,
 }
 
 /// Where the mesh root (the `istio-ca-root-cert` ConfigMap) is mounted in the agent.
@@ -103,6 +115,7 @@ impl Default for InjectConfig {
             domain_suffix: "cluster.local".into(),
             store_tls: false,
             persistent_session_filter: false,
+            network: String::new(),
         }
     }
 }
@@ -201,6 +214,7 @@ pub fn inject(
         ));
     }
     let mut patch = Patch::new(pod);
+    let network = network(pod, config);
     let (resources, resource_warnings) = resources(annotation, mode);
     warnings.extend(resource_warnings);
 
@@ -239,7 +253,7 @@ pub fn inject(
             patch.insert(
                 "/spec/initContainers",
                 at,
-                agent_container(config, mode, resources, &settings),
+                agent_container(config, mode, resources, &settings, network),
             );
             init_containers.push(AGENT_CONTAINER);
         }
@@ -256,7 +270,7 @@ pub fn inject(
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
                 .unwrap_or_default();
             let settings = stored.effective(namespace, &labels, &annotated);
-            let mut agent = agent_container(config, mode, resources, &settings);
+            let mut agent = agent_container(config, mode, resources, &settings, network);
             if let Some(env) = agent["env"].as_array_mut() {
                 env.push(json!({"name": "PASA_APP_PROBERS",
                                 "value": Value::Object(probers).to_string()}));
@@ -288,6 +302,14 @@ pub fn inject(
         }
         patch.append("/spec/volumes", volume(name));
     }
+    if let Some(network) = network
+        && pod
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(NETWORK_LABEL))
+            .is_none()
+    {
+        patch.label(NETWORK_LABEL, network);
+    }
     let status = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "mode": mode.as_str(),
@@ -300,6 +322,20 @@ pub fn inject(
         patch: patch.ops,
         warnings,
     })
+}
+
+/// The network of `pod`, as Istio's injection works it out: its label `topology.istio.io/network`
+/// when it has that label (whatever its value), else the injector's `--network`; `None` when
+/// that comes to nothing.
+fn network<'a>(pod: &'a Value, config: &'a InjectConfig) -> Option<&'a str> {
+    let network = match pod
+        .pointer("/metadata/labels")
+        .and_then(|labels| labels.get(NETWORK_LABEL))
+    {
+        Some(label) => label.as_str().unwrap_or_default(),
+        None => &config.network,
+    };
+    (!network.is_empty()).then_some(network)
 }
 
 /// The pod's `proxy.istio.io/config` (`annotated`, as read) with the discovery address pointing
@@ -360,12 +396,14 @@ fn is_quantity(value: &str) -> bool {
 
 /// The agent's container: a native sidecar (an init container that keeps running), with the
 /// proxy `settings` as Istio's injection gives them to pilot-agent: as `PROXY_CONFIG`, and
-/// their `proxyMetadata` as environment variables (over any of the same name).
+/// their `proxyMetadata` as environment variables (over any of the same name); `network` is the
+/// pod's (see [`network`]).
 fn agent_container(
     config: &InjectConfig,
     mode: Mode,
     resources: Value,
     settings: &MeshProxyConfig,
+    network: Option<&str>,
 ) -> Value {
     let field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
     let value = |name: &str, value: &str| json!({"name": name, "value": value});
@@ -392,6 +430,9 @@ fn agent_container(
         value("ISTIO_META_MESH_ID", &config.trust_domain),
         value("TRUST_DOMAIN", &config.trust_domain),
     ];
+    if let Some(network) = network {
+        env.push(value("ISTIO_META_NETWORK", network));
+    }
     if config.persistent_session_filter {
         env.push(value("PILOT_ENABLE_PERSISTENT_SESSION_FILTER", "true"));
     }
