@@ -25,6 +25,9 @@ pub fn refuse(verb: &str, args: &[String]) -> UsageError {
         "wait" => format!("pasactl wait: `pasactl x wait {rest}` waits until the proxies serve an object, as istioctl x wait"),
         "simulate" => format!("pasactl simulate: it is `pasactl x simulate {rest}`"),
         "ps" => "pasactl ps: `pasactl proxy-status`".to_string(),
+        "create-remote-secret" => format!(
+            "pasactl create-remote-secret: it is `pasactl x create-remote-secret {rest}` (istioctl has it under `x` too, in older releases)"
+        ),
         _ => format!("unknown command {verb:?}: `pasactl --help` lists the commands"),
     };
     UsageError(what)
@@ -50,5 +53,9 @@ mod tests {
         assert!(say("edit", &["dr/cart"]).contains("pasactl apply -f FILE"));
         assert!(say("wait", &["vs", "cart"]).contains("pasactl x wait vs cart"));
         assert!(say("frobnicate", &[]).contains("unknown command \"frobnicate\""));
+        assert!(
+            say("create-remote-secret", &["--name", "east"])
+                .contains("pasactl x create-remote-secret --name east")
+        );
     }
 }
