@@ -91,6 +91,42 @@ fn variant(slot: &str, i: usize, rng: &mut Rng) -> Option<(String, String, Value
                        "endpoints": endpoints}),
             ))
         }
+        // The same service in another cluster, on another network: some endpoints with a
+        // sidecar, some without.
+        "ServiceEndpointsRemote" => {
+            if rng.below(4) == 0 {
+                return None;
+            }
+            let mut endpoints = vec![json!({"address": format!("10.3.{i}.1"), "network": "n2",
+                "labels": {"version": "v1", "security.istio.io/tlsMode": "istio"},
+                "serviceAccount": "a"})];
+            if rng.below(2) == 0 {
+                endpoints.push(json!({"address": format!("10.3.{i}.2"), "network": "n2",
+                    "labels": {"version": *rng.pick(&["v1", "v2"])}}));
+            }
+            Some((
+                ns,
+                format!("{name}.c2.cluster"),
+                json!({"service": name, "cluster": "c2",
+                       "addresses": [format!("10.97.0.{}", 10 + i)],
+                       "ports": [{"name": "http", "port": 80}], "endpoints": endpoints}),
+            ))
+        }
+        // The gateways into the other network: one or two, or none.
+        "NetworkGateway" => {
+            let gateways = match rng.below(3) {
+                0 => return None,
+                1 => json!([{"network": "n2", "address": "35.0.0.1", "port": 15443}]),
+                _ => json!([{"network": "n2", "address": "35.0.0.1", "port": 15443},
+                            {"network": "n2", "address": "35.0.0.2", "port": 15443}]),
+            };
+            Some((
+                "istio-system".into(),
+                "eastwest.c2.cluster".into(),
+                json!({"service": "eastwest", "cluster": "c2",
+                       "ports": [{"name": "tls", "port": 15443}], "networkGateways": gateways}),
+            ))
+        }
         "DestinationRule" => {
             let lb = match rng.below(5) {
                 0 => return None,
@@ -273,6 +309,8 @@ const SLOTS: &[&str] = &[
     "ServiceEndpoints",
     "ServiceEndpoints",
     "ServiceEndpointsPart",
+    "ServiceEndpointsRemote",
+    "NetworkGateway",
     "DestinationRule",
     "DestinationRule",
     "VirtualService",
@@ -342,9 +380,12 @@ fn incremental_translation_equals_translation_from_scratch() {
             }
         }
     }
-    // Labelled, so that a workload PeerAuthentication selects it.
+    // Labelled, so that a workload PeerAuthentication selects it; in a cluster and network of
+    // its own, so that other clusters' endpoints go through gateways.
     let mut labelled = sidecar(PROXY_IP);
     labelled.labels = [("app".to_string(), "proxy".to_string())].into();
+    labelled.cluster_id = "c1".into();
+    labelled.network = "n1".into();
     let proxies = [
         ("sidecar", labelled.clone(), Generator::Envoy),
         ("grpc", labelled, Generator::Grpc),
@@ -357,8 +398,19 @@ fn incremental_translation_equals_translation_from_scratch() {
     let mut reused = 0;
     for step in 0..300 {
         let slot = *rng.pick(SLOTS);
-        let kind = slot.strip_suffix("Part").unwrap_or(slot);
+        let kind = match slot {
+            "ServiceEndpointsPart" | "ServiceEndpointsRemote" | "NetworkGateway" => {
+                "ServiceEndpoints"
+            }
+            other => other,
+        };
         let i = rng.below(SERVICES);
+        let name_of_slot = match slot {
+            "ServiceEndpointsPart" => format!("svc-{i}-a.endpointslice"),
+            "ServiceEndpointsRemote" => format!("svc-{i}.c2.cluster"),
+            "NetworkGateway" => "eastwest.c2.cluster".to_string(),
+            _ => format!("svc-{i}"),
+        };
         revision += 1;
         match variant(slot, i, &mut rng) {
             Some(change) => put(&mut cache, kind, change, &mut created, revision),
@@ -368,8 +420,7 @@ fn incremental_translation_equals_translation_from_scratch() {
                     .keys()
                     .find(|(k, _, n)| {
                         k == kind
-                            && (n == &format!("svc-{i}") && slot == kind
-                                || n == &format!("svc-{i}-a.endpointslice") && slot != kind
+                            && (*n == name_of_slot
                                 || kind == "Sidecar"
                                 || kind == "PeerAuthentication"
                                 || kind == "EnvoyFilter"
