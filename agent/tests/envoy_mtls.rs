@@ -1440,24 +1440,16 @@ async fn two_networks_through_an_east_west_gateway() {
             .find_map(|l| l.strip_prefix(&format!("{cluster}::{host}::{field}::")))
             .map(str::to_string)
     };
-    let deadline = std::time::Instant::now() + common::agent::WAIT;
-    let text = loop {
-        let (_, text) = client.get("/clusters").await;
-        if line(&text, "10.10.1.3:15443", "weight").is_some()
-            && line(&text, "10.10.0.2:8000", "weight").is_some()
-        {
-            break text;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the client's Envoy never had both endpoints: {}",
-            text.lines()
-                .filter(|l| l.starts_with(cluster))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
+    let text = until_clusters(
+        &client,
+        cluster,
+        "the client's Envoy has both endpoints",
+        |text| {
+            line(text, "10.10.1.3:15443", "weight").is_some()
+                && line(text, "10.10.0.2:8000", "weight").is_some()
+        },
+    )
+    .await;
     let hosts: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix(&format!("{cluster}::")))
@@ -1530,24 +1522,11 @@ async fn two_networks_through_an_east_west_gateway() {
                     "baseEjectionTime": "60s", "maxEjectionPercent": 100}}}}),
         ])
         .await;
-    let deadline = std::time::Instant::now() + common::agent::WAIT;
-    loop {
-        let (_, text) = client.get("/clusters").await;
-        if line(&text, "10.10.1.3:15443", "priority").as_deref() == Some("1")
-            && line(&text, "10.10.0.2:8000", "priority").as_deref() == Some("0")
-        {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the gateway never went to priority 1: {}",
-            text.lines()
-                .filter(|l| l.starts_with(cluster))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    until_clusters(&client, cluster, "the gateway at priority 1", |text| {
+        line(text, "10.10.1.3:15443", "priority").as_deref() == Some("1")
+            && line(text, "10.10.0.2:8000", "priority").as_deref() == Some("0")
+    })
+    .await;
     let answers = common::traffic::client(
         &client.netns,
         &[&url, "20", "--timeout", "3", host[0], host[1]],
@@ -1590,4 +1569,30 @@ async fn two_networks_through_an_east_west_gateway() {
         agent.terminate();
     }
     store.stop().await;
+}
+
+/// Polls `envoy`'s `/clusters` until `ok` holds for it (bounded by the agent's `WAIT`); returns
+/// the text. A failure shows the lines of `cluster`.
+async fn until_clusters(
+    envoy: &Envoy,
+    cluster: &str,
+    what: &str,
+    ok: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + common::agent::WAIT;
+    loop {
+        let (_, text) = envoy.get("/clusters").await;
+        if ok(&text) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {}",
+            text.lines()
+                .filter(|l| l.starts_with(cluster))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
