@@ -24,6 +24,14 @@
 //!   either: they become the Gateways and VirtualServices istiod generates
 //!   ([`crate::gateway_api`]), worked out again when one of them, a Service, a ServiceEntry,
 //!   a namespace, or a certificate changes ([`crate::gateway_api::cluster`]).
+//! - What is read depends on the cluster ([`Reads`]): PCP's own cluster (the config cluster)
+//!   is read whole; a remote cluster only for its service registry (Namespaces, Services,
+//!   EndpointSlices, Pods, Nodes), as istiod reads remote clusters: Istio config comes from the
+//!   config cluster alone. A remote cluster's objects have names of their own
+//!   ([`convert::ClusterNames`]).
+//! - A syncer may be started held ([`Syncer::start_held`]): it lists and follows its cluster but
+//!   writes nothing until released, so that a cluster's new credentials replace the old only
+//!   once they have been shown to work (the old syncer writes until then).
 //! - A write the store refuses (an object Kubernetes accepted but istiod would not) is logged
 //!   and counted, and what was stored before stays; a store that cannot be reached is retried
 //!   with backoff.
@@ -44,7 +52,10 @@ use pasa_proto::Kind;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::convert::{self, Pod, SliceReferences, StoreKey, Workloads};
+use crate::convert::{
+    self, ClusterNames, EndpointSettings, NETWORK_LABEL, Pod, SliceReferences, Source, StoreKey,
+    Workloads,
+};
 use crate::follow::{
     Followed, Served, follow, follow_into, follow_selected, served_version, trim_config, trim_node,
     trim_nothing, trim_pod,
@@ -82,6 +93,9 @@ pub trait Target: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), WriteError>> + Send;
     /// Deletes an object; one already gone is not an error.
     fn delete(&self, key: &StoreKey) -> impl Future<Output = Result<(), WriteError>> + Send;
+    /// The clusters whose syncers wrote what the store holds (the values of the
+    /// `pasa.io/cluster` label): what a remote cluster no longer registered left behind.
+    fn clusters(&self) -> impl Future<Output = Result<BTreeSet<String>, WriteError>> + Send;
 }
 
 /// What a syncer reads of its cluster.
@@ -104,6 +118,24 @@ pub struct SyncConfig {
     pub send_unhealthy_endpoints: bool,
     /// The API server's address, for messages.
     pub api_server: String,
+    /// What is read of the cluster.
+    pub reads: Reads,
+    /// A remote cluster: its objects have names of their own ([`ClusterNames::remote`]).
+    pub remote: bool,
+    /// The cluster's system namespace (istiod's, `istio-system`): its
+    /// `topology.istio.io/network` label is the network of endpoints whose pods name none.
+    pub system_namespace: String,
+}
+
+/// What a syncer reads of its cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reads {
+    /// Everything PCP follows: Istio config, Ingresses, the Gateway API, and the service
+    /// registry (PCP's own cluster, the config cluster).
+    Everything,
+    /// The service registry alone: Namespaces, Services, EndpointSlices, Pods and Nodes (a
+    /// remote cluster, as istiod reads one).
+    Registry,
 }
 
 /// What a syncer has done, for readiness and tests.
@@ -126,6 +158,9 @@ pub struct SyncStatus {
     pub waiting: BTreeSet<String>,
     /// Resources whose last list or watch failed, and why (retried with backoff).
     pub problems: BTreeMap<String, Problem>,
+    /// Every resource has been listed once: the syncer can compare (a held syncer then waits
+    /// to be released).
+    pub listed: bool,
 }
 
 impl SyncStatus {
@@ -156,6 +191,8 @@ impl SyncStatus {
 /// A running syncer; stops when dropped.
 pub struct Syncer {
     status: watch::Receiver<SyncStatus>,
+    /// True while held: the syncer follows its cluster but writes nothing.
+    hold: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -173,9 +210,37 @@ impl Syncer {
         target: T,
         metrics: Arc<SyncMetrics>,
     ) -> Syncer {
+        Syncer::start_with(client, config, target, metrics, false)
+    }
+
+    /// Starts following the cluster `client` reaches, writing nothing until
+    /// [`Syncer::release`]d: its status says `listed` once it could.
+    pub fn start_held<T: Target>(
+        client: Client,
+        config: SyncConfig,
+        target: T,
+        metrics: Arc<SyncMetrics>,
+    ) -> Syncer {
+        Syncer::start_with(client, config, target, metrics, true)
+    }
+
+    fn start_with<T: Target>(
+        client: Client,
+        config: SyncConfig,
+        target: T,
+        metrics: Arc<SyncMetrics>,
+        held: bool,
+    ) -> Syncer {
         let (status_tx, status) = watch::channel(SyncStatus::default());
-        let task = tokio::spawn(run(client, config, target, metrics, status_tx));
-        Syncer { status, task }
+        let (hold, held) = watch::channel(held);
+        let task = tokio::spawn(run(client, config, target, metrics, status_tx, held));
+        Syncer { status, hold, task }
+    }
+
+    /// Lets a held syncer write: it reads what the store holds of its cluster then, and
+    /// compares everything.
+    pub fn release(&self) {
+        self.hold.send_replace(false);
     }
 
     /// Follows the syncer's progress.
@@ -262,16 +327,8 @@ fn changes<K: Send + 'static>(
         .boxed()
 }
 
-/// The followed Kubernetes resources (besides Istio's kinds), for readiness.
-const RESOURCES: [&str; 7] = [
-    "services",
-    "endpointslices",
-    "pods",
-    "nodes",
-    "namespaces",
-    "ingresses",
-    "ingressclasses",
-];
+/// The resources of a cluster's service registry, followed in every cluster.
+const REGISTRY_RESOURCES: [&str; 5] = ["services", "endpointslices", "pods", "nodes", "namespaces"];
 
 /// The reflectors' stores, read by the conversion.
 struct Stores {
@@ -303,6 +360,10 @@ impl Workloads for Stores {
 
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
         self.services.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.state()
     }
 }
 
@@ -371,6 +432,13 @@ fn slice_id(eps: &EndpointSlice) -> Id {
 /// The syncer's state between events.
 struct Syncing<T> {
     config: SyncConfig,
+    /// The names of this cluster's objects.
+    names: ClusterNames,
+    /// The network of the cluster's endpoints whose pods name none (its system namespace's
+    /// label), as last read.
+    network: String,
+    /// `NodePort` gateway Services, whose addresses change with the nodes.
+    node_port_gateways: BTreeSet<Id>,
     target: T,
     stores: Stores,
     refs: References,
@@ -417,27 +485,10 @@ async fn run<T: Target>(
     target: T,
     metrics: Arc<SyncMetrics>,
     status: watch::Sender<SyncStatus>,
+    mut held: watch::Receiver<bool>,
 ) {
-    // What this cluster's syncer owns in the store, from before: the start of the comparison.
-    let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX, Duration::ZERO);
-    let owned = loop {
-        match target.owned(&config.cluster_id).await {
-            Ok(docs) => break docs,
-            Err(e) => {
-                let wait = backoff.failed();
-                tracing::warn!(error = %e, retry_in = ?wait, "cannot read what the syncer wrote before");
-                tokio::time::sleep(wait).await;
-            }
-        }
-    };
-    // The same backoff then spaces retries of writes the store could not take.
-    backoff.reset();
-    let written: BTreeMap<StoreKey, Value> = owned
-        .iter()
-        .filter_map(|doc| Some((key_of(doc)?, convert::comparable(doc))))
-        .collect();
-    tracing::info!(cluster = %config.cluster_id, owned = written.len(), "Kubernetes syncer starting");
-
+    tracing::info!(cluster = %config.cluster_id, reads = ?config.reads, "Kubernetes syncer starting");
+    let everything = config.reads == Reads::Everything;
     let (services, service_events) = follow(
         Api::<Service>::all(client.clone()),
         trim_nothing,
@@ -468,93 +519,108 @@ async fn run<T: Target>(
         "namespaces",
         metrics.clone(),
     );
-    let (ingresses, ingress_events) = follow(
-        Api::<Ingress>::all(client.clone()),
-        trim_nothing,
-        "ingresses",
-        metrics.clone(),
-    );
-    let (ingress_classes, ingress_class_events) = follow(
-        Api::<IngressClass>::all(client.clone()),
-        trim_nothing,
-        "ingressclasses",
-        metrics.clone(),
-    );
-    let served = discover(&client, &config, &status, &metrics).await;
+    let mut events = vec![
+        changes(service_events, "services", Change::Service),
+        changes(slice_events, "endpointslices", Change::Slice),
+        changes(pod_events, "pods", Change::Pod),
+        changes(node_events, "nodes", Change::Node),
+        changes(namespace_events, "namespaces", Change::Namespace),
+    ];
+    let mut followed: Vec<&'static str> = REGISTRY_RESOURCES.to_vec();
     let mut configs = BTreeMap::new();
-    let mut config_events = Vec::new();
-    for (kind, resource) in served.istio {
-        let writer = reflector::store::Writer::new(resource.clone());
-        configs.insert(kind, (resource.clone(), writer.as_reader()));
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let events = follow_into(api, writer, trim_config, kind.plural(), metrics.clone());
-        config_events.push(changes(events, kind.plural(), move |e| {
-            Change::Config(kind, e)
-        }));
-    }
     let mut gateway_api_stores = BTreeMap::new();
-    for (k, resource) in served.gateway_api {
-        let writer = reflector::store::Writer::new(resource.clone());
-        gateway_api_stores.insert(k.kind, (resource.clone(), writer.as_reader()));
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let kind = k.kind;
-        let events = follow_into(api, writer, trim_config, k.resource, metrics.clone());
-        config_events.push(changes(events, k.resource, move |e| {
-            Change::GatewayApi(kind, e)
-        }));
+    let (mut ingresses, mut ingress_classes) = (reflector::store().0, reflector::store().0);
+    let (mut secrets, mut config_maps) = (reflector::store().0, reflector::store().0);
+    if everything {
+        let (store, ingress_events) = follow(
+            Api::<Ingress>::all(client.clone()),
+            trim_nothing,
+            "ingresses",
+            metrics.clone(),
+        );
+        ingresses = store;
+        let (store, ingress_class_events) = follow(
+            Api::<IngressClass>::all(client.clone()),
+            trim_nothing,
+            "ingressclasses",
+            metrics.clone(),
+        );
+        ingress_classes = store;
+        events.push(changes(ingress_events, "ingresses", Change::Ingress));
+        events.push(changes(
+            ingress_class_events,
+            "ingressclasses",
+            Change::IngressClass,
+        ));
+        followed.extend(["ingresses", "ingressclasses"]);
+        let served = discover(&client, &config, &status, &metrics).await;
+        for (kind, resource) in served.istio {
+            let writer = reflector::store::Writer::new(resource.clone());
+            configs.insert(kind, (resource.clone(), writer.as_reader()));
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let stream = follow_into(api, writer, trim_config, kind.plural(), metrics.clone());
+            events.push(changes(stream, kind.plural(), move |e| {
+                Change::Config(kind, e)
+            }));
+        }
+        for (k, resource) in served.gateway_api {
+            let writer = reflector::store::Writer::new(resource.clone());
+            gateway_api_stores.insert(k.kind, (resource.clone(), writer.as_reader()));
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let kind = k.kind;
+            let stream = follow_into(api, writer, trim_config, k.resource, metrics.clone());
+            events.push(changes(stream, k.resource, move |e| {
+                Change::GatewayApi(kind, e)
+            }));
+        }
+        followed.extend(configs.keys().map(|k| k.plural()));
+        followed.extend(gateway_api_stores.keys().map(|k| gateway_api_resource(k)));
+        // Certificates are read for Gateways, Docker configs for Wasm extensions: without
+        // either, no Secret is followed.
+        let gateways = gateway_api_stores.contains_key("Gateway");
+        let extensions = configs.contains_key(&Kind::WasmPlugin)
+            || configs.contains_key(&Kind::TrafficExtension);
+        if gateways || extensions {
+            let (store, secret_events) = follow_selected(
+                Api::<Secret>::all(client.clone()),
+                watcher::Config::default().fields(gateway_api::cluster::SECRETS_FIELD_SELECTOR),
+                gateway_api::cluster::trim_secret,
+                "secrets",
+                metrics.clone(),
+            );
+            secrets = store;
+            events.push(changes(secret_events, "secrets", Change::Secret));
+            followed.push("secrets");
+        }
+        if gateways {
+            let (store, config_map_events) = follow(
+                Api::<ConfigMap>::all(client.clone()),
+                gateway_api::cluster::trim_config_map,
+                "configmaps",
+                metrics.clone(),
+            );
+            config_maps = store;
+            events.push(changes(config_map_events, "configmaps", Change::ConfigMap));
+            followed.push("configmaps");
+        }
     }
-    // Certificates are read for Gateways, Docker configs for Wasm extensions: without either,
-    // no Secret is followed.
-    let mut followed: Vec<&'static str> = RESOURCES.to_vec();
-    followed.extend(configs.keys().map(|k| k.plural()));
-    followed.extend(gateway_api_stores.keys().map(|k| gateway_api_resource(k)));
-    let gateways = gateway_api_stores.contains_key("Gateway");
-    let extensions =
-        configs.contains_key(&Kind::WasmPlugin) || configs.contains_key(&Kind::TrafficExtension);
-    let secrets = if gateways || extensions {
-        let (secrets, secret_events) = follow_selected(
-            Api::<Secret>::all(client.clone()),
-            watcher::Config::default().fields(gateway_api::cluster::SECRETS_FIELD_SELECTOR),
-            gateway_api::cluster::trim_secret,
-            "secrets",
-            metrics.clone(),
-        );
-        config_events.push(changes(secret_events, "secrets", Change::Secret));
-        followed.push("secrets");
-        secrets
-    } else {
-        reflector::store().0
-    };
-    let config_maps = if gateways {
-        let (config_maps, config_map_events) = follow(
-            Api::<ConfigMap>::all(client.clone()),
-            gateway_api::cluster::trim_config_map,
-            "configmaps",
-            metrics.clone(),
-        );
-        config_events.push(changes(config_map_events, "configmaps", Change::ConfigMap));
-        followed.push("configmaps");
-        config_maps
-    } else {
-        reflector::store().0
-    };
     let resources = followed.len();
     status.send_modify(|s| {
         s.waiting = followed.iter().map(|r| shown(r)).collect();
         s.problems.clear();
     });
     metrics.set_waiting(&status.borrow());
-    let events = futures::stream::select_all(config_events.into_iter().chain([
-        changes(service_events, "services", Change::Service),
-        changes(slice_events, "endpointslices", Change::Slice),
-        changes(pod_events, "pods", Change::Pod),
-        changes(node_events, "nodes", Change::Node),
-        changes(namespace_events, "namespaces", Change::Namespace),
-        changes(ingress_events, "ingresses", Change::Ingress),
-        changes(ingress_class_events, "ingressclasses", Change::IngressClass),
-    ]));
+    let events = futures::stream::select_all(events);
+    let names = if config.remote {
+        ClusterNames::remote(&config.cluster_id)
+    } else {
+        ClusterNames::own(&config.cluster_id)
+    };
     let mut sync = Syncing {
         config,
+        names,
+        network: String::new(),
+        node_port_gateways: BTreeSet::new(),
         target,
         stores: Stores {
             configs,
@@ -570,7 +636,7 @@ async fn run<T: Target>(
             config_maps,
         },
         refs: References::default(),
-        written,
+        written: BTreeMap::new(),
         dirty: BTreeSet::new(),
         full: true,
         derived: BTreeMap::new(),
@@ -584,13 +650,17 @@ async fn run<T: Target>(
         pull_secrets_changed: true,
         selected: HashMap::new(),
         retry: BTreeSet::new(),
-        backoff,
+        backoff: Backoff::new(RETRY_FIRST, RETRY_MAX, Duration::ZERO),
         status,
         metrics,
     };
     let mut listed: BTreeSet<&'static str> = BTreeSet::new();
     let mut batches = std::pin::pin!(events.ready_chunks(1024));
     let mut retry_at: Option<tokio::time::Instant> = None;
+    // What the store held of this cluster when the syncer first compared: read then (not at
+    // start), so that a syncer released after another of its cluster starts from what that
+    // one wrote last.
+    let mut owned_read = false;
     loop {
         let retry_due = async move {
             match retry_at {
@@ -622,11 +692,26 @@ async fn run<T: Target>(
                 let retry = std::mem::take(&mut sync.retry);
                 sync.dirty.extend(retry);
             }
+            changed = held.changed(), if *held.borrow() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
         }
         // Nothing is compared until every resource has been listed once: a pass before the
         // pods are in would write endpoints without their labels.
         if listed.len() < resources {
             continue;
+        }
+        if !sync.status.borrow().listed {
+            sync.status.send_modify(|s| s.listed = true);
+        }
+        if *held.borrow() {
+            continue;
+        }
+        if !owned_read {
+            sync.read_owned().await;
+            owned_read = true;
         }
         sync.pass().await;
         if sync.retry.is_empty() {
@@ -774,6 +859,30 @@ fn key_of(doc: &Value) -> Option<StoreKey> {
 }
 
 impl<T: Target> Syncing<T> {
+    /// Reads what the store holds of this cluster (again, with backoff, until the store
+    /// answers): what the first comparison starts from. Objects deleted in the cluster while
+    /// PCP was away are among them, and are deleted by it.
+    async fn read_owned(&mut self) {
+        let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX, Duration::ZERO);
+        let owned = loop {
+            match self.target.owned(&self.config.cluster_id).await {
+                Ok(docs) => break docs,
+                Err(e) => {
+                    let wait = backoff.failed();
+                    tracing::warn!(cluster = %self.config.cluster_id, error = %e, retry_in = ?wait,
+                        "cannot read what the syncer wrote before");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        };
+        self.written = owned
+            .iter()
+            .filter_map(|doc| Some((key_of(doc)?, convert::comparable(doc))))
+            .collect();
+        tracing::info!(cluster = %self.config.cluster_id, owned = self.written.len(),
+            "comparing the cluster with what the store holds of it");
+    }
+
     /// Keeps the status's problems: a failure is told (once while it lasts) and recorded; any
     /// event of the resource clears it.
     fn note_health(&mut self, change: &Change) {
@@ -820,28 +929,50 @@ impl<T: Target> Syncing<T> {
             Change::Service(e) => match *e {
                 Apply(svc) | Delete(svc) => {
                     let id = (svc.namespace().unwrap_or_default(), svc.name_any());
-                    self.dirty.insert(StoreKey::service(&id.0, &id.1));
+                    self.dirty.insert(self.names.service_key(&id.0, &id.1));
+                    // A NodePort gateway's addresses follow the nodes.
+                    if self
+                        .stores
+                        .services
+                        .get(&ObjectRef::new(&id.1).within(&id.0))
+                        .is_some_and(|s| convert::network::is_node_port_gateway(&s))
+                    {
+                        self.node_port_gateways.insert(id.clone());
+                    } else {
+                        self.node_port_gateways.remove(&id);
+                    }
                     // Its labels may ask for persistent sessions, which keep draining endpoints.
                     let slices = self.refs.by_service.get(&id).into_iter().flatten();
+                    let names = &self.names;
                     self.dirty
-                        .extend(slices.map(|(ns, slice)| StoreKey::slice(ns, slice)));
+                        .extend(slices.map(|(ns, slice)| names.slice_key(ns, slice)));
                     // An Ingress may name its port; a route may have it as a parent or backend.
                     self.ingresses_changed = true;
                     self.gateway_api_changed |= self.mentioned.covers(&id.1);
                 }
-                InitDone => return self.listed("services"),
+                InitDone => {
+                    self.node_port_gateways = self
+                        .stores
+                        .services
+                        .state()
+                        .iter()
+                        .filter(|s| convert::network::is_node_port_gateway(s))
+                        .map(|s| (s.namespace().unwrap_or_default(), s.name_any()))
+                        .collect();
+                    return self.listed("services");
+                }
                 Init | InitApply(_) => {}
             },
             Change::Slice(e) => match *e {
                 Apply(eps) | InitApply(eps) => {
                     let id = slice_id(&eps);
                     self.refs.set(id.clone(), convert::slice_references(&eps));
-                    self.dirty.insert(StoreKey::slice(&id.0, &id.1));
+                    self.dirty.insert(self.names.slice_key(&id.0, &id.1));
                 }
                 Delete(eps) => {
                     let id = slice_id(&eps);
                     self.refs.remove(&id);
-                    self.dirty.insert(StoreKey::slice(&id.0, &id.1));
+                    self.dirty.insert(self.names.slice_key(&id.0, &id.1));
                 }
                 Init => self.refs = References::default(),
                 InitDone => return self.listed("endpointslices"),
@@ -850,8 +981,9 @@ impl<T: Target> Syncing<T> {
                 Apply(pod) | Delete(pod) => {
                     let id = (pod.namespace().unwrap_or_default(), pod.name_any());
                     let slices = self.refs.by_pod.get(&id).into_iter().flatten();
+                    let names = &self.names;
                     self.dirty
-                        .extend(slices.map(|(ns, slice)| StoreKey::slice(ns, slice)));
+                        .extend(slices.map(|(ns, slice)| names.slice_key(ns, slice)));
                 }
                 InitDone => return self.listed("pods"),
                 Init | InitApply(_) => {}
@@ -860,8 +992,12 @@ impl<T: Target> Syncing<T> {
                 Apply(node) | Delete(node) => {
                     let name = node.name_any();
                     let slices = self.refs.by_node.get(&name).into_iter().flatten();
+                    let names = &self.names;
                     self.dirty
-                        .extend(slices.map(|(ns, slice)| StoreKey::slice(ns, slice)));
+                        .extend(slices.map(|(ns, slice)| names.slice_key(ns, slice)));
+                    let gateways = self.node_port_gateways.iter();
+                    self.dirty
+                        .extend(gateways.map(|(ns, svc)| names.service_key(ns, svc)));
                 }
                 InitDone => return self.listed("nodes"),
                 Init | InitApply(_) => {}
@@ -871,6 +1007,9 @@ impl<T: Target> Syncing<T> {
                     // Listeners select route namespaces by label.
                     self.gateway_api_changed = true;
                     let name = ns.name_any();
+                    if name == self.config.system_namespace {
+                        self.network_changed();
+                    }
                     let now = self.selects(&name);
                     if self.selected.insert(name.clone(), now) != Some(now) {
                         self.dirty_namespace(&name);
@@ -881,6 +1020,7 @@ impl<T: Target> Syncing<T> {
                 }
                 InitDone => {
                     self.selected.clear();
+                    self.network_changed();
                     return self.listed("namespaces");
                 }
                 Init | InitApply(_) => {}
@@ -997,18 +1137,44 @@ impl<T: Target> Syncing<T> {
         }
     }
 
+    /// Reads the cluster's network from its system namespace again; when it changed, every
+    /// part is compared again (their endpoints' network may be it).
+    fn network_changed(&mut self) {
+        let system = ObjectRef::new(&self.config.system_namespace);
+        let network = self
+            .stores
+            .namespaces
+            .get(&system)
+            .and_then(|ns| ns.metadata.labels.as_ref()?.get(NETWORK_LABEL).cloned())
+            .unwrap_or_default();
+        if network == self.network {
+            return;
+        }
+        tracing::info!(cluster = %self.config.cluster_id, network = %network,
+            "the cluster's network (its system namespace's label) changed");
+        self.network = network;
+        let names = &self.names;
+        self.dirty.extend(
+            self.stores
+                .slices
+                .state()
+                .iter()
+                .map(|eps| names.slice_key(&eps.namespace().unwrap_or_default(), &eps.name_any())),
+        );
+    }
+
     fn dirty_namespace(&mut self, namespace: &str) {
         let in_ns = |ns: Option<&String>| ns.map(String::as_str) == Some(namespace);
         for svc in self.stores.services.state() {
             if in_ns(svc.metadata.namespace.as_ref()) {
                 self.dirty
-                    .insert(StoreKey::service(namespace, &svc.name_any()));
+                    .insert(self.names.service_key(namespace, &svc.name_any()));
             }
         }
         for eps in self.stores.slices.state() {
             if in_ns(eps.metadata.namespace.as_ref()) {
                 self.dirty
-                    .insert(StoreKey::slice(namespace, &eps.name_any()));
+                    .insert(self.names.slice_key(namespace, &eps.name_any()));
             }
         }
         // Its Istio config, which the store may never have had (a namespace selected now).
@@ -1076,21 +1242,25 @@ impl<T: Target> Syncing<T> {
                 false,
             ));
         }
-        match key.slice_name() {
-            Some(slice) => {
+        match self.names.source(key)? {
+            Source::Slice(slice) => {
                 let eps = self
                     .stores
                     .slices
                     .get(&ObjectRef::new(slice).within(&key.namespace))?;
-                let unready = self.config.send_unhealthy_endpoints;
-                convert::slice(&eps, cluster, &self.stores, unready).map(|(_, doc)| (doc, false))
+                let settings = EndpointSettings {
+                    unready: self.config.send_unhealthy_endpoints,
+                    network: &self.network,
+                };
+                convert::slice(&eps, &self.names, &self.stores, &settings)
+                    .map(|(_, doc)| (doc, false))
             }
-            None => {
+            Source::Service(name) => {
                 let svc = self
                     .stores
                     .services
-                    .get(&ObjectRef::new(&key.name).within(&key.namespace))?;
-                convert::service(&svc, cluster).map(|(_, doc)| (doc, false))
+                    .get(&ObjectRef::new(name).within(&key.namespace))?;
+                convert::service(&svc, &self.names, &self.stores).map(|(_, doc)| (doc, false))
             }
         }
     }
@@ -1118,19 +1288,20 @@ impl<T: Target> Syncing<T> {
         let mut keys = std::mem::take(&mut self.dirty);
         if full {
             let ns = |o: &Option<String>| o.clone().unwrap_or_default();
+            let names = &self.names;
             keys.extend(
                 self.stores
                     .services
                     .state()
                     .iter()
-                    .map(|s| StoreKey::service(&ns(&s.metadata.namespace), &s.name_any())),
+                    .map(|s| names.service_key(&ns(&s.metadata.namespace), &s.name_any())),
             );
             keys.extend(
                 self.stores
                     .slices
                     .state()
                     .iter()
-                    .map(|s| StoreKey::slice(&ns(&s.metadata.namespace), &s.name_any())),
+                    .map(|s| names.slice_key(&ns(&s.metadata.namespace), &s.name_any())),
             );
             for (kind, (_, store)) in &self.stores.configs {
                 keys.extend(store.state().iter().map(|o| StoreKey {

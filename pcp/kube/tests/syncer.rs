@@ -14,7 +14,7 @@ use pasa_kube::convert::StoreKey;
 use pasa_kube::fake_apiserver::{FakeApiServer, grant_reading, shipped_rbac, shipped_rbac_without};
 use pasa_kube::metrics::SyncMetrics;
 use pasa_kube::selectors::DiscoverySelectors;
-use pasa_kube::syncer::{SyncConfig, SyncStatus, Syncer, Target, WriteError};
+use pasa_kube::syncer::{Reads, SyncConfig, SyncStatus, Syncer, Target, WriteError};
 use serde_json::{Value, json};
 
 /// A **fake** store: documents by key, with the writes counted.
@@ -66,6 +66,16 @@ impl Target for FakeStore {
         s.docs.remove(key);
         Ok(())
     }
+
+    async fn clusters(&self) -> Result<BTreeSet<String>, WriteError> {
+        let s = self.inner.lock().unwrap();
+        let label = |d: &Value| {
+            d["metadata"]["labels"]["pasa.io/cluster"]
+                .as_str()
+                .map(String::from)
+        };
+        Ok(s.docs.values().filter_map(label).collect())
+    }
 }
 
 impl FakeStore {
@@ -108,6 +118,9 @@ fn start_as(
         gateway_api: pasa_kube::gateway_api::Settings::default(),
         send_unhealthy_endpoints: true,
         api_server: format!("http://{}", fake.addr),
+        reads: Reads::Everything,
+        remote: false,
+        system_namespace: "istio-system".into(),
     };
     Syncer::start(
         client,
@@ -227,6 +240,7 @@ async fn services_endpoints_pods_and_nodes_reach_the_store_and_follow_changes() 
             "endpoints": [{"address": "10.42.0.7", "labels": {"app": "reviews", "version": "v1",
                 "service.istio.io/workload-name": "reviews-v1"},
                            "locality": "us-east1/us-east1-b", "serviceAccount": "bookinfo-reviews"}],
+            "cluster": "Kubernetes",
         })
     );
     assert_eq!(
