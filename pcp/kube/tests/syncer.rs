@@ -4,7 +4,10 @@
 //! reach the store and follow changes; a restart with nothing changed writes nothing; what was
 //! deleted while the syncer was away is deleted; a compacted watch lists again and sees
 //! deletions; discovery selectors limit the namespaces read; a refused write keeps what was
-//! stored.
+//! stored. Remote clusters ([`remote`]) run their fakes beside the config cluster's.
+
+#[path = "syncer/remote.rs"]
+mod remote;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -21,6 +24,8 @@ use serde_json::{Value, json};
 #[derive(Clone, Default)]
 struct FakeStore {
     inner: Arc<Mutex<Stored>>,
+    /// Counts the writes: what a test waits on for the store to change.
+    written: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 #[derive(Default)]
@@ -57,6 +62,7 @@ impl Target for FakeStore {
         }
         s.applies += 1;
         s.docs.insert(k, doc);
+        self.written.send_modify(|n| *n += 1);
         Ok(())
     }
 
@@ -64,6 +70,7 @@ impl Target for FakeStore {
         let mut s = self.inner.lock().unwrap();
         s.deletes += 1;
         s.docs.remove(key);
+        self.written.send_modify(|n| *n += 1);
         Ok(())
     }
 
@@ -92,6 +99,27 @@ impl FakeStore {
             .keys()
             .map(|k| format!("{}/{}", k.namespace, k.name))
             .collect()
+    }
+
+    /// Waits (at most 20 s, woken by each write) until `done` holds of the store.
+    async fn until(&self, what: &str, done: impl Fn(&FakeStore) -> bool) {
+        let mut written = self.written.subscribe();
+        let waited = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                written.borrow_and_update();
+                if done(self) {
+                    return;
+                }
+                written.changed().await.expect("the store stays");
+            }
+        })
+        .await;
+        if waited.is_err() {
+            panic!(
+                "timed out waiting until {what}; the store holds {:?}",
+                self.names()
+            );
+        }
     }
 
     fn writes(&self) -> (usize, usize) {
