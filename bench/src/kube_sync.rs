@@ -92,7 +92,12 @@ impl Target for CountingStore {
             .collect())
     }
 
-    async fn apply(&self, doc: Value, _generated: bool) -> Result<(), WriteError> {
+    async fn apply(
+        &self,
+        doc: Value,
+        _generated: bool,
+        create_only: bool,
+    ) -> Result<(), WriteError> {
         let name = format!(
             "{}/{}",
             doc["metadata"]["namespace"].as_str().unwrap_or_default(),
@@ -105,7 +110,7 @@ impl Target for CountingStore {
             .apply(
                 vec![ApplyDocument {
                     json,
-                    expected_mod_revision: None,
+                    expected_mod_revision: create_only.then_some(0),
                 }],
                 false,
             )

@@ -440,7 +440,12 @@ impl Target for WriteService {
             .collect())
     }
 
-    async fn apply(&self, doc: Value, generated: bool) -> Result<(), WriteError> {
+    async fn apply(
+        &self,
+        doc: Value,
+        generated: bool,
+        create_only: bool,
+    ) -> Result<(), WriteError> {
         let origin = if generated {
             Origin::Generated
         } else {
@@ -449,7 +454,8 @@ impl Target for WriteService {
         let request = ApplyRequest {
             documents: vec![ApplyDocument {
                 json: doc.to_string(),
-                expected_mod_revision: None,
+                // 0: the store must hold no object of its name.
+                expected_mod_revision: create_only.then_some(0),
             }],
             dry_run: false,
         };

@@ -85,11 +85,14 @@ pub trait Target: Send + Sync + 'static {
     fn owned(&self, cluster: &str) -> impl Future<Output = Result<Vec<Value>, WriteError>> + Send;
     /// Creates or replaces the object `doc` (apiVersion, kind, metadata, spec): one the cluster
     /// holds, or one the syncer `generated` (from Ingresses or the Gateway API), which is checked
-    /// as istiod checks what it generates.
+    /// as istiod checks what it generates. `create_only`: written only if the store holds no
+    /// object of its name (refused otherwise), so that a syncer never replaces what it did not
+    /// write.
     fn apply(
         &self,
         doc: Value,
         generated: bool,
+        create_only: bool,
     ) -> impl Future<Output = Result<(), WriteError>> + Send;
     /// Deletes an object; one already gone is not an error.
     fn delete(&self, key: &StoreKey) -> impl Future<Output = Result<(), WriteError>> + Send;
@@ -1319,8 +1322,17 @@ impl<T: Target> Syncing<T> {
             if compared.as_ref() == self.written.get(&key) {
                 continue;
             }
+            // A remote cluster's syncer creates only what no one holds: an object of the name
+            // it would write that it did not write (another cluster's) is not replaced. PCP's
+            // own cluster's syncer takes over objects of its names, as it always has (written
+            // by hand, or under an earlier --cluster-id).
+            let create_only = self.config.remote && !self.written.contains_key(&key);
             let outcome = match desired {
-                Some((doc, generated)) => self.target.apply(doc, generated).await.map(|()| true),
+                Some((doc, generated)) => self
+                    .target
+                    .apply(doc, generated, create_only)
+                    .await
+                    .map(|()| true),
                 None => self.target.delete(&key).await.map(|()| false),
             };
             match outcome {
@@ -1333,6 +1345,13 @@ impl<T: Target> Syncing<T> {
                     deleted += 1;
                     self.metrics.wrote("deleted");
                     self.written.remove(&key);
+                }
+                Err(WriteError::Refused(message)) if create_only => {
+                    refused += 1;
+                    self.metrics.wrote("refused");
+                    tracing::warn!(object = %key, cluster = %self.config.cluster_id, error = %message,
+                        "the store holds an object of this name that this cluster's syncer did not \
+                         write (another cluster's): not replaced");
                 }
                 Err(WriteError::Refused(message)) => {
                     refused += 1;

@@ -52,9 +52,19 @@ impl Target for FakeStore {
         Ok(s.docs.values().filter(|d| label(d)).cloned().collect())
     }
 
-    async fn apply(&self, doc: Value, _generated: bool) -> Result<(), WriteError> {
+    async fn apply(
+        &self,
+        doc: Value,
+        _generated: bool,
+        create_only: bool,
+    ) -> Result<(), WriteError> {
         let mut s = self.inner.lock().unwrap();
         let k = key(&doc);
+        if create_only && s.docs.contains_key(&k) {
+            return Err(WriteError::Refused(format!(
+                "{k} was expected to not exist yet"
+            )));
+        }
         if s.refuse.contains(&k.name) {
             return Err(WriteError::Refused(format!(
                 "{k}: spec.ports[0].port: refused"
@@ -384,7 +394,7 @@ async fn a_restart_writes_nothing_and_deletions_while_away_are_reconciled() {
     let other = json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
         "metadata": {"name": "remote", "namespace": "bookinfo",
                      "labels": {"pasa.io/cluster": "west"}}, "spec": {}});
-    store.apply(other, false).await.unwrap();
+    store.apply(other, false, false).await.unwrap();
     let syncer = start(&fake, &store, DiscoverySelectors::all());
     let status = until(&syncer, "the first pass after changes", |s| s.synced).await;
     assert_eq!((status.applied, status.deleted), (1, 2));

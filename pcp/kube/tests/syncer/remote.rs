@@ -319,7 +319,10 @@ async fn deletions_while_pcp_was_away_are_reconciled_per_cluster() {
         // Another PCP's own cluster's object, under its own name: not a remote's, kept.
         ("billing", "old"),
     ] {
-        store.apply(stored(name, cluster), false).await.unwrap();
+        store
+            .apply(stored(name, cluster), false, false)
+            .await
+            .unwrap();
     }
     let remotes = start(&config, &store, Duration::from_secs(30));
     until(&remotes, "east synced", |s| {
@@ -488,4 +491,36 @@ async fn a_kubeconfig_directory_registers_remote_clusters() {
         .until("nothing of east", |s| s.names().is_empty())
         .await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A remote cluster's syncer never replaces an object of the name it would write that it did
+/// not write: here PCP's own cluster's part of an EndpointSlice whose name has a dot.
+#[tokio::test]
+async fn a_remote_cluster_never_replaces_another_clusters_object() {
+    let config = FakeApiServer::start().await;
+    config_cluster(&config);
+    let east = FakeApiServer::start().await;
+    bookinfo(&east);
+    config.put(secret(
+        "remote-east",
+        &[("east", &kubeconfig(east.addr, "east"))],
+    ));
+    let store = FakeStore::default();
+    let own = json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+        "metadata": {"name": "reviews-a.east.endpointslice", "namespace": "bookinfo",
+                     "labels": {"pasa.io/cluster": "Kubernetes"}},
+        "spec": {"service": "reviews", "cluster": "Kubernetes",
+                 "endpoints": [{"address": "10.9.0.1"}]}});
+    store.apply(own.clone(), false, false).await.unwrap();
+    let remotes = start(&config, &store, Duration::from_secs(30));
+    until(&remotes, "east synced", |s| {
+        state(s, "east") == Some(SyncState::Synced)
+    })
+    .await;
+    assert!(store.spec("bookinfo", "reviews.east.cluster").is_some());
+    assert_eq!(
+        store.spec("bookinfo", "reviews-a.east.endpointslice"),
+        Some(own["spec"].clone()),
+        "the own cluster's object stays"
+    );
 }
