@@ -52,21 +52,13 @@ pub struct StoreKey {
 }
 
 impl StoreKey {
-    /// The ServiceEndpoints object of the Service `name`.
-    pub fn service(namespace: &str, name: &str) -> StoreKey {
+    /// The ServiceEndpoints object named `name` (a cluster's syncer names its objects by
+    /// [`ClusterNames`]).
+    pub fn service_endpoints(namespace: &str, name: &str) -> StoreKey {
         StoreKey {
             kind: Kind::ServiceEndpoints,
             namespace: namespace.to_string(),
             name: name.to_string(),
-        }
-    }
-
-    /// The part of a service's endpoints the EndpointSlice `slice` holds.
-    pub fn slice(namespace: &str, slice: &str) -> StoreKey {
-        StoreKey {
-            kind: Kind::ServiceEndpoints,
-            namespace: namespace.to_string(),
-            name: format!("{slice}{SLICE_NAME_SUFFIX}"),
         }
     }
 
@@ -81,11 +73,6 @@ impl StoreKey {
             expected_mod_revision: None,
             ignore_not_found: true,
         }
-    }
-
-    /// The EndpointSlice a key of [`StoreKey::slice`] stands for.
-    pub fn slice_name(&self) -> Option<&str> {
-        self.name.strip_suffix(SLICE_NAME_SUFFIX)
     }
 }
 
@@ -854,7 +841,7 @@ mod tests {
         let own = ClusterNames::own("Kubernetes");
         let (key, doc) = slice(&eps, &own, &cluster, &settings(true)).unwrap();
         assert_eq!(key.name, "reviews-x7k2p.endpointslice");
-        assert_eq!(key.slice_name(), Some("reviews-x7k2p"));
+        assert_eq!(own.source(&key), Some(Source::Slice("reviews-x7k2p")));
         assert_eq!(
             doc["spec"],
             json!({

@@ -99,7 +99,7 @@ impl FakeStore {
     fn spec(&self, namespace: &str, name: &str) -> Option<Value> {
         let s = self.inner.lock().unwrap();
         s.docs
-            .get(&StoreKey::service(namespace, name))
+            .get(&StoreKey::service_endpoints(namespace, name))
             .map(|d| d["spec"].clone())
     }
 
