@@ -111,3 +111,44 @@ pub async fn with_remote_kubeconfig(text: &str) -> Result<Cluster, KubeconfigRef
     let client = Client::try_from(config).map_err(|e| KubeconfigRefused::Client(chain(&e)))?;
     Ok(Cluster { client, server })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(user: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: c, cluster: {{server: 'https://10.0.0.1:6443'}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n\
+             users: [{{name: u, user: {user}}}]\n"
+        )
+    }
+
+    /// What anyone able to write a Secret in PCP's namespace could make PCP do is refused:
+    /// running a command, reading PCP's own files.
+    #[tokio::test]
+    async fn a_remote_kubeconfig_may_not_run_commands_or_read_files() {
+        let token = with_remote_kubeconfig(&kubeconfig("{token: abc}")).await;
+        assert_eq!(token.unwrap().server, "https://10.0.0.1:6443/");
+        for (user, what) in [
+            (
+                "{exec: {apiVersion: client.authentication.k8s.io/v1, command: sh}}",
+                "exec",
+            ),
+            ("{tokenFile: token}", "tokenFile"),
+            ("{client-key: key.pem}", "client-key"),
+        ] {
+            let refused = with_remote_kubeconfig(&kubeconfig(user)).await;
+            match refused {
+                Err(KubeconfigRefused::Untrusted(said)) => assert!(said.contains(what), "{said}"),
+                Err(other) => panic!("{user}: {other}"),
+                Ok(_) => panic!("{user}: accepted"),
+            }
+        }
+        assert!(matches!(
+            with_remote_kubeconfig("clusters: 7").await,
+            Err(KubeconfigRefused::Unreadable(_))
+        ));
+    }
+}
