@@ -237,6 +237,10 @@ impl KubeArgs {
             let mut syncer: Option<(Syncer, watch::Receiver<SyncStatus>)> = None;
             let mut remotes: Option<(RemoteClusters, watch::Receiver<RemoteStatus>)> = None;
             let mut told_remotes = RemoteStatus::default();
+            // Once ready in a term of leadership, remote clusters registered later do not make
+            // PCP unready while they sync (their state is still shown), as istiod's readiness
+            // waits for remote clusters once, at start.
+            let mut remotes_were_ready = false;
             loop {
                 let sync_changed = async {
                     match syncer.as_mut() {
@@ -275,6 +279,7 @@ impl KubeArgs {
                         };
                         remotes = match (lead, remotes.take()) {
                             (true, None) => {
+                                remotes_were_ready = false;
                                 let r = RemoteClusters::start(sources.clone(), remote_settings.clone(), service.clone(), remote_metrics.clone());
                                 let status = r.status();
                                 Some((r, status))
@@ -309,6 +314,8 @@ impl KubeArgs {
                 readiness.report("syncer", ready, detail);
                 let remote = remotes.as_ref().map(|(_, status)| status.borrow().clone());
                 let (ready, detail) = remote_readiness(leading, remote.as_ref());
+                remotes_were_ready |= ready && remote.is_some();
+                let ready = ready || remotes_were_ready;
                 if let Some(now) = &remote {
                     tell_remote_changes(&told_remotes, now);
                     told_remotes = now.clone();

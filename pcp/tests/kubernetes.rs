@@ -463,5 +463,25 @@ async fn remote_clusters_are_synced_and_a_missing_one_is_named() {
     let ratings =
         tokio::task::block_in_place(|| get_json(&pcp, "serviceendpoints", "ratings.west.cluster"));
     assert!(ratings.is_some());
+
+    // A cluster registered once PCP is ready does not make it unready while it syncs; its
+    // state is shown.
+    let reserved = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let north_addr = reserved.local_addr().unwrap();
+    drop(reserved);
+    config.put(remote_secret(
+        "istio-remote-secret-north",
+        &[(
+            "north",
+            pasa_kube::fake_apiserver::kubeconfig(north_addr, "north"),
+        )],
+    ));
+    let syncing = tokio::task::block_in_place(|| {
+        until_readyz(
+            &pcp,
+            "north (pasa-system/istio-remote-secret-north) syncing",
+        )
+    });
+    assert!(syncing.starts_with("HTTP/1.1 200"), "{syncing}");
     tokio::task::block_in_place(|| pcp.terminate());
 }

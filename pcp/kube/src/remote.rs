@@ -472,8 +472,11 @@ impl<T: Target + Clone> Controller<T> {
                 }
                 remote.pending = Some((kubeconfig, running));
             }
-            _ => {
-                // New, or never synced with what it had: nothing worth keeping.
+            before => {
+                // New, or never synced with what it had: nothing worth keeping. A cluster that
+                // already timed out stays timed out (readiness does not wait for it again).
+                let (started_at, timed_out) =
+                    before.map_or((Instant::now(), false), |r| (r.started, r.timed_out));
                 let started = start(id, &kubeconfig, &self.settings, &self.target, false).await;
                 let current = started.map(|syncer| Running::new(syncer, changed));
                 match &current {
@@ -487,10 +490,10 @@ impl<T: Target + Clone> Controller<T> {
                     Remote {
                         origin: origin.clone(),
                         kubeconfig,
-                        started: Instant::now(),
+                        started: started_at,
                         current,
                         pending: None,
-                        timed_out: false,
+                        timed_out,
                     },
                 );
             }
