@@ -367,6 +367,10 @@ impl<T: Target + Clone> Controller<T> {
                         self.sources_synced = true;
                         self.delete_unregistered().await;
                     }
+                    Some(SourceEvent::Recovered) => {
+                        tracing::info!("the remote cluster registrations are read again");
+                        self.source_problem = None;
+                    }
                     Some(SourceEvent::Failed(problem)) => {
                         if self.source_problem.as_ref() != Some(&problem) {
                             tracing::warn!("{problem}");

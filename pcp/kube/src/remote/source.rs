@@ -68,6 +68,8 @@ pub enum SourceEvent {
     Synced,
     /// The source cannot be read now (retried); why.
     Failed(String),
+    /// The source is read again after it failed.
+    Recovered,
 }
 
 /// Follows the Secrets labelled `istio/multiCluster=true` in `namespace` of the config cluster.
@@ -83,11 +85,18 @@ pub fn secrets(client: Client, namespace: &str, events: mpsc::Sender<SourceEvent
         let mut known: BTreeSet<String> = BTreeSet::new();
         let mut listing: BTreeSet<String> = BTreeSet::new();
         let mut synced = false;
+        let mut failing = false;
         let origin = |name: &str| Origin::Secret {
             namespace: namespace.clone(),
             name: name.to_string(),
         };
         while let Some(event) = stream.next().await {
+            if event.is_ok()
+                && std::mem::take(&mut failing)
+                && events.send(SourceEvent::Recovered).await.is_err()
+            {
+                return;
+            }
             let sent = match event {
                 Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => {
                     let name = s.name_any();
@@ -132,6 +141,7 @@ pub fn secrets(client: Client, namespace: &str, events: mpsc::Sender<SourceEvent
                     sent
                 }
                 Err(e) => {
+                    failing = true;
                     let problem = crate::problem::Problem::of_watch(&e);
                     events
                         .send(SourceEvent::Failed(format!(
@@ -174,7 +184,11 @@ pub fn directory(root: PathBuf, events: mpsc::Sender<SourceEvent>) -> Follow {
             let read = read.unwrap_or_else(|e| Err(format!("reading stopped: {e}")));
             match read {
                 Ok(now) => {
-                    failing = None;
+                    if failing.take().is_some()
+                        && events.send(SourceEvent::Recovered).await.is_err()
+                    {
+                        return;
+                    }
                     let mut updates = Vec::new();
                     for path in told.keys() {
                         if !now.contains_key(path) {

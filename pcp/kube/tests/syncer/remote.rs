@@ -486,6 +486,25 @@ async fn a_kubeconfig_directory_registers_remote_clusters() {
             .names()
             .contains(&"bookinfo/reviews.east.cluster".to_string())
     );
+    // A file that does not read: the directory's previous reading stays, and the status says
+    // why; mended, the problem is gone.
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "clusters: 7").unwrap();
+    until(&remotes, "the bad file named", |s| {
+        s.source_problem
+            .as_deref()
+            .is_some_and(|p| p.contains("bad.yaml"))
+    })
+    .await;
+    assert_eq!(
+        state(&remotes.status().borrow(), "east"),
+        Some(SyncState::Synced)
+    );
+    std::fs::remove_file(&bad).unwrap();
+    until(&remotes, "the directory read again", |s| {
+        s.source_problem.is_none()
+    })
+    .await;
     std::fs::remove_file(&file).unwrap();
     store
         .until("nothing of east", |s| s.names().is_empty())
