@@ -36,7 +36,8 @@ pub struct KubeArgs {
     #[arg(long)]
     pub in_cluster: bool,
     /// The cluster's ID (istiod's CLUSTER_ID): the `pasa.io/cluster` label on what the syncer
-    /// writes, which is how it knows what it owns.
+    /// writes, which is how it knows what it owns. A remote cluster registered under this ID is
+    /// refused (it would be this one).
     #[arg(long, env = "PASA_CLUSTER_ID", default_value = "Kubernetes")]
     pub cluster_id: String,
     /// Istio's mesh config (YAML, the `mesh` key of the `istio` ConfigMap): published into the

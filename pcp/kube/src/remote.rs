@@ -658,6 +658,12 @@ async fn start<T: Target + Clone>(
     target: &T,
     held: bool,
 ) -> Result<Syncer, String> {
+    if let Some(problem) = label_value_problem(id) {
+        return Err(format!(
+            "the cluster ID {id:?} cannot label what PCP writes of it ({problem}): register it \
+             under another ID"
+        ));
+    }
     let cluster = crate::connect::with_remote_kubeconfig(kubeconfig)
         .await
         .map_err(|e| e.to_string())?;
@@ -674,6 +680,25 @@ async fn start<T: Target + Clone>(
     } else {
         Syncer::start(cluster.client, config, target.clone(), metrics)
     })
+}
+
+/// Why `id` is not a Kubernetes label value (what the `pasa.io/cluster` label takes), if it is
+/// not: at most 63 characters, letters, digits, `-`, `_` and `.`, beginning and ending with a
+/// letter or digit. A cluster named by a kubeconfig file (an EKS cluster's ARN) may well not be.
+fn label_value_problem(id: &str) -> Option<&'static str> {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if id.len() > 63 {
+        Some("a label value has at most 63 characters")
+    } else if !id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        Some("a label value has only letters, digits, '-', '_' and '.'")
+    } else if !edge(id.chars().next()) || !edge(id.chars().last()) {
+        Some("a label value begins and ends with a letter or digit")
+    } else {
+        None
+    }
 }
 
 /// The store key of a stored document.

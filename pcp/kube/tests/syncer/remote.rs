@@ -486,6 +486,16 @@ async fn a_kubeconfig_directory_registers_remote_clusters() {
             .names()
             .contains(&"bookinfo/reviews.east.cluster".to_string())
     );
+    // A cluster whose name cannot label what PCP writes (an EKS cluster's ARN) fails, saying so.
+    let arn = "arn:aws:eks:us-west-2:1:cluster/shop";
+    std::fs::write(dir.join("eks.yaml"), kubeconfig(east.addr, arn)).unwrap();
+    until(&remotes, "the ARN refused", |s| {
+        s.clusters.get(arn).is_some_and(|c| {
+            c.state == SyncState::Failed && c.detail.contains("cannot label what PCP writes")
+        })
+    })
+    .await;
+    std::fs::remove_file(dir.join("eks.yaml")).unwrap();
     // A file that does not read: the directory's previous reading stays, and the status says
     // why; mended, the problem is gone.
     let bad = dir.join("bad.yaml");
