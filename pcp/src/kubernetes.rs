@@ -421,27 +421,34 @@ pub fn default_identity() -> String {
     format!("{host}_{}", std::process::id())
 }
 
+/// Everything the store holds (what each cluster's syncer owns is found by its label).
+async fn everything(
+    service: &WriteService,
+) -> Result<Vec<pasa_proto::store::v1::Resource>, WriteError> {
+    let request = ListRequest {
+        selector: Some(Subscription {
+            rules: vec![Rule::default()],
+        }),
+        revision: 0,
+    };
+    let list = service
+        .upstream()
+        .call(&request, |mut store, request| async move {
+            store.list(request).await
+        })
+        .await
+        .map_err(|s| WriteError::Unavailable(s.message().to_string()))?
+        .into_inner();
+    Ok(list.resources)
+}
+
 /// The syncer writes through the same admission as every other write (counted with origin
 /// `Kubernetes`): an object the API server stored but istiod's validation refuses is not
 /// written, and what was stored before stays.
 impl Target for WriteService {
     async fn owned(&self, cluster: &str) -> Result<Vec<Value>, WriteError> {
-        let request = ListRequest {
-            selector: Some(Subscription {
-                rules: vec![Rule::default()],
-            }),
-            revision: 0,
-        };
-        let list = self
-            .upstream()
-            .call(&request, |mut store, request| async move {
-                store.list(request).await
-            })
-            .await
-            .map_err(|s| WriteError::Unavailable(s.message().to_string()))?
-            .into_inner();
-        Ok(list
-            .resources
+        Ok(everything(self)
+            .await?
             .iter()
             .filter(|r| r.labels.get(CLUSTER_LABEL).map(String::as_str) == Some(cluster))
             .map(pasa_proto::object::manifest)
@@ -482,22 +489,8 @@ impl Target for WriteService {
     }
 
     async fn clusters(&self) -> Result<std::collections::BTreeSet<String>, WriteError> {
-        let request = ListRequest {
-            selector: Some(Subscription {
-                rules: vec![Rule::default()],
-            }),
-            revision: 0,
-        };
-        let list = self
-            .upstream()
-            .call(&request, |mut store, request| async move {
-                store.list(request).await
-            })
-            .await
-            .map_err(|s| WriteError::Unavailable(s.message().to_string()))?
-            .into_inner();
-        Ok(list
-            .resources
+        Ok(everything(self)
+            .await?
             .iter()
             .filter_map(|r| r.labels.get(CLUSTER_LABEL).cloned())
             .collect())
