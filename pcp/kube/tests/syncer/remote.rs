@@ -171,6 +171,20 @@ async fn remote_clusters_registered_by_secrets_are_synced_under_their_own_names(
         .await;
     assert!(store.names().iter().all(|n| !n.ends_with("/reviews")));
     assert_eq!(east.lists_of("virtualservices"), 0);
+
+    // A key leaves its Secret: its cluster's objects go, the others' stay.
+    config.put(secret("remote-more", &[("Kubernetes", &east_config)]));
+    store
+        .until("nothing of west", |s| {
+            s.names().iter().all(|n| !n.contains(".west."))
+        })
+        .await;
+    until(&remotes, "west gone", |s| !s.clusters.contains_key("west")).await;
+    assert!(
+        store
+            .names()
+            .contains(&"bookinfo/reviews.east.cluster".to_string())
+    );
 }
 
 /// A changed kubeconfig is used once it has listed its cluster: one that cannot reach it
