@@ -60,6 +60,19 @@ struct Counts {
 }
 
 impl Target for CountingStore {
+    async fn clusters(&self) -> Result<std::collections::BTreeSet<String>, WriteError> {
+        let selector = pasa_store::selector::Selector::everything();
+        let (resources, _) = self
+            .store
+            .list(&selector, 0)
+            .await
+            .map_err(|e| WriteError::Unavailable(e.to_string()))?;
+        Ok(resources
+            .iter()
+            .filter_map(|r| r.labels.get(pasa_kube::convert::CLUSTER_LABEL).cloned())
+            .collect())
+    }
+
     async fn owned(&self, cluster: &str) -> Result<Vec<Value>, WriteError> {
         let selector = pasa_store::selector::Selector::everything();
         let (resources, _) = self
@@ -79,7 +92,12 @@ impl Target for CountingStore {
             .collect())
     }
 
-    async fn apply(&self, doc: Value, _generated: bool) -> Result<(), WriteError> {
+    async fn apply(
+        &self,
+        doc: Value,
+        _generated: bool,
+        create_only: bool,
+    ) -> Result<(), WriteError> {
         let name = format!(
             "{}/{}",
             doc["metadata"]["namespace"].as_str().unwrap_or_default(),
@@ -92,7 +110,7 @@ impl Target for CountingStore {
             .apply(
                 vec![ApplyDocument {
                     json,
-                    expected_mod_revision: None,
+                    expected_mod_revision: create_only.then_some(0),
                 }],
                 false,
             )
@@ -232,6 +250,9 @@ async fn run_async(args: &KubeSyncArgs) -> anyhow::Result<Value> {
         gateway_api: pasa_kube::gateway_api::Settings::default(),
         send_unhealthy_endpoints: true,
         api_server: format!("http://{}", fake.addr),
+        reads: pasa_kube::syncer::Reads::Everything,
+        remote: false,
+        system_namespace: "istio-system".into(),
     };
     // The process before the syncer starts: the fake's cluster and the empty store. What the
     // sync adds on top is the syncer's (its reflectors, its written copy), the store's, and the

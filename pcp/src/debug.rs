@@ -19,6 +19,15 @@
 //!   `istio.io/debug/config_dump` of istioctl's diff mode) are refused with a message saying
 //!   where PASA shows the same (`pasactl proxy-config`).
 //!
+//! - `GET /debug/clusterz`: the clusters PCP syncs, in istiod's format (what
+//!   `istioctl remote-clusters` reads): one entry per cluster, `id`, `secretName` (the Secret,
+//!   `namespace/name`, or the kubeconfig file that registers a remote cluster; empty for PCP's
+//!   own), `syncStatus` (`synced`, `syncing`, `timeout`, `failed`; `standby` on a replica that
+//!   does not lead, which syncs nothing), and PASA's `detail`: what a cluster not synced waits
+//!   for, or why it failed. Over xDS (`pasactl remote-clusters`), as istiod's debug
+//!   generator: a `DiscoveryRequest` of type `istio.io/debug` naming the resource `clusterz` is
+//!   answered with that JSON in one resource of the same type.
+//!
 //! Like PCP's store API, these answer whoever reaches the port: PASA does not yet authenticate
 //! its API's callers.
 
@@ -48,7 +57,9 @@ use pasa_proto::store::v1::SyncState;
 use prost::Message;
 use tokio_stream::Stream;
 
+use crate::kubernetes::ClustersView;
 use crate::write::Upstream;
+use tokio::sync::watch;
 
 /// The debug type `istioctl proxy-status` asks for.
 pub const SYNCZ_TYPE: &str = "istio.io/debug/syncz";
@@ -144,16 +155,87 @@ pub fn sync_status(entry: &ProxyStatusEntry, cluster_id: &str) -> Option<SyncSta
 struct Debug {
     upstream: Upstream,
     cluster_id: String,
+    clusters: watch::Receiver<ClustersView>,
 }
 
-/// The debug routes, reading proxy status through `upstream`.
-pub fn routes(upstream: Upstream, cluster_id: &str) -> Router {
+/// The debug routes, reading proxy status through `upstream` and the clusters' states from
+/// `clusters`.
+pub fn routes(
+    upstream: Upstream,
+    cluster_id: &str,
+    clusters: watch::Receiver<ClustersView>,
+) -> Router {
     Router::new()
         .route("/debug/syncz", get(syncz))
+        .route("/debug/clusterz", get(clusterz_page))
         .with_state(Debug {
             upstream,
             cluster_id: cluster_id.to_string(),
+            clusters,
         })
+}
+
+/// The type of istiod's debug endpoints over xDS (the resource names the endpoint).
+pub const DEBUG_TYPE: &str = "istio.io/debug";
+
+/// One cluster in istiod's `/debug/clusterz` format.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterEntry {
+    pub id: String,
+    pub secret_name: String,
+    pub sync_status: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// The clusters, PCP's own first, then the remote ones by ID.
+pub fn clusterz(view: &ClustersView) -> Vec<ClusterEntry> {
+    if view.own.is_empty() {
+        return Vec::new();
+    }
+    let own_status = match (view.leading, view.own_synced) {
+        (false, _) => "standby",
+        (true, true) => "synced",
+        (true, false) => "syncing",
+    };
+    let own_detail = if view.own_synced {
+        String::new()
+    } else {
+        view.own_detail.clone()
+    };
+    let mut out = vec![ClusterEntry {
+        id: view.own.clone(),
+        secret_name: String::new(),
+        sync_status: own_status.to_string(),
+        detail: own_detail,
+    }];
+    for c in view.remote.clusters.values() {
+        let mut detail = c.detail.clone();
+        if !c.replacing.is_empty() {
+            detail = [detail, c.replacing.clone()]
+                .into_iter()
+                .filter(|d| !d.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
+        }
+        out.push(ClusterEntry {
+            id: c.id.clone(),
+            secret_name: c.source.clone(),
+            sync_status: c.state.as_str().to_string(),
+            detail,
+        });
+    }
+    out
+}
+
+async fn clusterz_page(State(debug): State<Debug>) -> Response {
+    let entries = clusterz(&debug.clusters.borrow());
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        serde_json::to_string_pretty(&entries).unwrap_or_else(|_| "[]".into()),
+    )
+        .into_response()
 }
 
 async fn syncz(
@@ -259,6 +341,8 @@ pub struct DebugXds {
     id: String,
     /// Who may ask (under mutual TLS: operators and the root namespace's workloads).
     access: pasa_store::access::Access,
+    /// The clusters PCP syncs (`clusterz`).
+    clusters: watch::Receiver<ClustersView>,
 }
 
 impl DebugXds {
@@ -268,7 +352,14 @@ impl DebugXds {
             cluster_id: cluster_id.to_string(),
             id: id.to_string(),
             access: pasa_store::access::Access::plaintext(),
+            clusters: watch::channel(ClustersView::default()).1,
         }
+    }
+
+    /// Answers `clusterz` from `clusters`.
+    pub fn with_clusters(mut self, clusters: watch::Receiver<ClustersView>) -> Self {
+        self.clusters = clusters;
+        self
     }
 
     /// Decides who may ask by `access`.
@@ -288,10 +379,40 @@ impl DebugXds {
         request: &DiscoveryRequest,
         nonce: u64,
     ) -> Result<DiscoveryResponse, tonic::Status> {
+        let identifier = serde_json::json!({
+            "Component": "pasa-pcp",
+            "ID": self.id,
+            "Info": {"version": env!("CARGO_PKG_VERSION")},
+        });
+        if request.type_url == DEBUG_TYPE {
+            if request.resource_names != ["clusterz"] {
+                return Err(tonic::Status::unimplemented(format!(
+                    "{DEBUG_TYPE} {:?}: PCP answers only the resource clusterz of istiod's debug \
+                     endpoints over xDS",
+                    request.resource_names
+                )));
+            }
+            let entries = clusterz(&self.clusters.borrow());
+            let json =
+                serde_json::to_vec(&entries).map_err(|e| tonic::Status::internal(e.to_string()))?;
+            return Ok(DiscoveryResponse {
+                type_url: DEBUG_TYPE.to_string(),
+                nonce: nonce.to_string(),
+                resources: vec![Any {
+                    type_url: DEBUG_TYPE.to_string(),
+                    value: json,
+                }],
+                control_plane: Some(ControlPlane {
+                    identifier: identifier.to_string(),
+                }),
+                ..Default::default()
+            });
+        }
         if request.type_url != SYNCZ_TYPE {
             return Err(tonic::Status::unimplemented(format!(
-                "{}: PCP answers only {SYNCZ_TYPE} over xDS; a proxy's configuration is at its \
-                 Envoy's admin (istioctl proxy-config) and its agent's (pasactl proxy-config)",
+                "{}: PCP answers only {SYNCZ_TYPE} and {DEBUG_TYPE} clusterz over xDS; a proxy's \
+                 configuration is at its Envoy's admin (istioctl proxy-config) and its agent's \
+                 (pasactl proxy-config)",
                 request.type_url
             )));
         }
@@ -303,11 +424,6 @@ impl DebugXds {
         configs.sort_by(|a, b| {
             let id = |c: &ClientConfig| c.node.as_ref().map(|n| n.id.clone()).unwrap_or_default();
             id(a).cmp(&id(b))
-        });
-        let identifier = serde_json::json!({
-            "Component": "pasa-pcp",
-            "ID": self.id,
-            "Info": {"version": env!("CARGO_PKG_VERSION")},
         });
         Ok(DiscoveryResponse {
             type_url: SYNCZ_TYPE.to_string(),

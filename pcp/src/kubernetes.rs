@@ -1,6 +1,9 @@
 //! PCP in a Kubernetes cluster: the syncer (`pasa-kube`) writing what the API server stored
 //! into the store through PCP's own validating write path, run by the one replica that holds
-//! the syncer's Lease (the others stand by and take over).
+//! the syncer's Lease (the others stand by and take over). That replica also syncs the remote
+//! clusters registered by Secrets in PCP's namespace, or by the files of
+//! `--multicluster-kubeconfig-dir` (`pasa_kube::remote`); readiness waits for each at most
+//! `--remote-cluster-timeout`, and every replica shows their state (`/debug/clusterz`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,8 +13,9 @@ use pasa_kube::connect::Cluster;
 use pasa_kube::convert::{CLUSTER_LABEL, StoreKey};
 use pasa_kube::lease::{Elector, LeaseState, LeaseTiming};
 use pasa_kube::metrics::SyncMetrics;
+use pasa_kube::remote::{RemoteClusters, RemoteMetrics, RemoteSettings, RemoteStatus, Sources};
 use pasa_kube::selectors::DiscoverySelectors;
-use pasa_kube::syncer::{SyncConfig, SyncStatus, Syncer, Target, WriteError};
+use pasa_kube::syncer::{Reads, SyncConfig, SyncStatus, Syncer, Target, WriteError};
 use pasa_proto::store::v1::{ApplyDocument, ApplyRequest, ListRequest, Rule, Subscription};
 use pasa_runtime::admin::Readiness;
 use serde_json::Value;
@@ -32,7 +36,8 @@ pub struct KubeArgs {
     #[arg(long)]
     pub in_cluster: bool,
     /// The cluster's ID (istiod's CLUSTER_ID): the `pasa.io/cluster` label on what the syncer
-    /// writes, which is how it knows what it owns.
+    /// writes, which is how it knows what it owns. A remote cluster registered under this ID is
+    /// refused (it would be this one).
     #[arg(long, env = "PASA_CLUSTER_ID", default_value = "Kubernetes")]
     pub cluster_id: String,
     /// Istio's mesh config (YAML, the `mesh` key of the `istio` ConfigMap): published into the
@@ -72,6 +77,31 @@ pub struct KubeArgs {
     /// This replica's name in the Lease (default: the host name and process ID).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Read remote clusters' kubeconfigs from the files of this directory (`*.yaml`, `*.yml`,
+    /// subdirectories too; each file's cluster ID is its current context's cluster), instead
+    /// of from the Secrets labelled `istio/multiCluster=true` in PCP's namespace
+    /// (--lease-namespace), as istiod with `PILOT_MULTICLUSTER_KUBECONFIG_PATH`.
+    #[arg(long, env = "PILOT_MULTICLUSTER_KUBECONFIG_PATH")]
+    pub multicluster_kubeconfig_dir: Option<PathBuf>,
+    /// How long readiness waits for a remote cluster's first sync before PCP is ready without
+    /// it (istiod's `PILOT_REMOTE_CLUSTER_TIMEOUT`); `0s` waits for ever.
+    #[arg(long, env = "PILOT_REMOTE_CLUSTER_TIMEOUT", default_value = "30s",
+          value_parser = pasa_proto::duration::parse)]
+    pub remote_cluster_timeout: Duration,
+}
+
+/// The clusters PCP syncs, as its status shows them (`/debug/clusterz`): its own, and the
+/// remote ones while this replica leads (a standby knows only that it stands by).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClustersView {
+    /// PCP's own cluster's ID; empty without a cluster.
+    pub own: String,
+    /// Its state: `synced`, or `syncing`, with what it waits for.
+    pub own_synced: bool,
+    pub own_detail: String,
+    /// Whether this replica leads (syncs); a standby shows no remote cluster.
+    pub leading: bool,
+    pub remote: RemoteStatus,
 }
 
 /// What the syncer is started with, besides its flags.
@@ -87,6 +117,13 @@ pub struct SyncerParts<'a> {
     /// `--mesh-config`, as read at start.
     pub mesh: Option<&'a Value>,
     pub domain_suffix: &'a str,
+    /// The mesh's root (system) namespace: its `topology.istio.io/network` label in each
+    /// cluster is that cluster's network.
+    pub system_namespace: &'a str,
+    /// The remote clusters' metrics.
+    pub remote_metrics: Arc<RemoteMetrics>,
+    /// Where the clusters' states are shown.
+    pub clusters: watch::Sender<ClustersView>,
 }
 
 impl KubeArgs {
@@ -126,6 +163,9 @@ impl KubeArgs {
             readiness,
             mesh,
             domain_suffix,
+            system_namespace,
+            remote_metrics,
+            clusters,
         } = with;
         let discovery = match (&self.mesh_config, mesh) {
             (Some(path), Some(mesh)) => DiscoverySelectors::from_mesh_config(mesh)
@@ -152,7 +192,22 @@ impl KubeArgs {
             gateway_api,
             send_unhealthy_endpoints: self.send_unhealthy_endpoints,
             api_server: api_server.clone(),
+            reads: Reads::Everything,
+            remote: false,
+            system_namespace: system_namespace.to_string(),
         };
+        let remote_settings = RemoteSettings {
+            sync: config.clone(),
+            timeout: self.remote_cluster_timeout,
+        };
+        let sources = match &self.multicluster_kubeconfig_dir {
+            Some(dir) => Sources::Directory(dir.clone()),
+            None => Sources::Secrets {
+                client: client.clone(),
+                namespace: self.lease_namespace.clone(),
+            },
+        };
+        clusters.send_modify(|v| v.own = config.cluster_id.clone());
         let lease = format!("{}/{}", self.lease_namespace, self.lease_name);
         let candidate = Elector::new(
             client.clone(),
@@ -172,13 +227,30 @@ impl KubeArgs {
             false,
             format!("joining the election on Lease {lease}"),
         );
+        readiness.report(
+            "remote-clusters",
+            false,
+            "synced by the replica that leads, once known",
+        );
         Ok(tokio::spawn(async move {
             let mut lease_state = candidate.state();
             let mut stopping = std::pin::pin!(pasa_runtime::drain::stopped(stop));
             let mut syncer: Option<(Syncer, watch::Receiver<SyncStatus>)> = None;
+            let mut remotes: Option<(RemoteClusters, watch::Receiver<RemoteStatus>)> = None;
+            let mut told_remotes = RemoteStatus::default();
+            // Once ready in a term of leadership, remote clusters registered later do not make
+            // PCP unready while they sync (their state is still shown), as istiod's readiness
+            // waits for remote clusters once, at start.
+            let mut remotes_were_ready = false;
             loop {
                 let sync_changed = async {
                     match syncer.as_mut() {
+                        Some((_, status)) => status.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                };
+                let remotes_changed = async {
+                    match remotes.as_mut() {
                         Some((_, status)) => status.changed().await.is_ok(),
                         None => std::future::pending().await,
                     }
@@ -206,19 +278,58 @@ impl KubeArgs {
                             }
                             (_, running) => running,
                         };
+                        remotes = match (lead, remotes.take()) {
+                            (true, None) => {
+                                remotes_were_ready = false;
+                                let r = RemoteClusters::start(sources.clone(), remote_settings.clone(), service.clone(), remote_metrics.clone());
+                                let status = r.status();
+                                Some((r, status))
+                            }
+                            (false, Some(_)) => {
+                                remote_metrics.sync_status.clear();
+                                None
+                            }
+                            (_, running) => running,
+                        };
                     }
                     alive = sync_changed => {
                         if !alive {
                             syncer = None;
                         }
                     }
+                    alive = remotes_changed => {
+                        if !alive {
+                            remotes = None;
+                        }
+                    }
                 }
                 let sync = syncer.as_ref().map(|(_, status)| status.borrow().clone());
+                let leading = lease_state.borrow().leading;
                 let (ready, detail) =
                     syncer_readiness(&lease_state.borrow(), sync.as_ref(), &lease, &api_server);
+                clusters.send_modify(|v| {
+                    v.leading = leading;
+                    v.own_synced = sync.as_ref().is_some_and(|s| s.synced);
+                    v.own_detail = detail.clone();
+                });
                 readiness.report("syncer", ready, detail);
+                let remote = remotes.as_ref().map(|(_, status)| status.borrow().clone());
+                let (ready, detail) = remote_readiness(leading, remote.as_ref());
+                remotes_were_ready |= ready && remote.is_some();
+                let ready = ready || remotes_were_ready;
+                if let Some(now) = &remote {
+                    tell_remote_changes(&told_remotes, now);
+                    told_remotes = now.clone();
+                }
+                clusters.send_modify(|v| v.remote = remote.unwrap_or_default());
+                readiness.report("remote-clusters", ready, detail);
             }
             drop(syncer);
+            drop(remotes);
+            clusters.send_modify(|v| {
+                v.leading = false;
+                v.remote = RemoteStatus::default();
+            });
             metrics.leader.set(0);
             metrics.synced.set(0);
             readiness.report("syncer", false, "stopped");
@@ -268,6 +379,40 @@ fn syncer_readiness(
     }
 }
 
+/// What the remote clusters' part of readiness says: a standby is ready (the leader syncs
+/// them); the leader once every source is read and every cluster is synced, timed out (named,
+/// with what it waits for) or failed.
+fn remote_readiness(leading: bool, remote: Option<&RemoteStatus>) -> (bool, String) {
+    match (leading, remote) {
+        (false, _) => (
+            true,
+            "standing by: the replica that leads syncs them".into(),
+        ),
+        (true, None) => (false, "starting".into()),
+        (true, Some(status)) => (status.ready(), status.summary()),
+    }
+}
+
+/// Logs each remote cluster whose state changed (a line per change, naming what a cluster not
+/// synced waits for).
+fn tell_remote_changes(before: &RemoteStatus, now: &RemoteStatus) {
+    for (id, cluster) in &now.clusters {
+        let old = before.clusters.get(id).map(|c| c.state);
+        if old == Some(cluster.state) {
+            continue;
+        }
+        tracing::info!(cluster = %id, source = %cluster.source, state = cluster.state.as_str(),
+            detail = %cluster.detail, "remote cluster {id} is {}", cluster.state.as_str());
+    }
+    for id in before
+        .clusters
+        .keys()
+        .filter(|id| !now.clusters.contains_key(*id))
+    {
+        tracing::info!(cluster = %id, "remote cluster {id} is no longer synced");
+    }
+}
+
 /// This replica's name: the host name and process ID.
 pub fn default_identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -276,34 +421,46 @@ pub fn default_identity() -> String {
     format!("{host}_{}", std::process::id())
 }
 
+/// Everything the store holds (what each cluster's syncer owns is found by its label).
+async fn everything(
+    service: &WriteService,
+) -> Result<Vec<pasa_proto::store::v1::Resource>, WriteError> {
+    let request = ListRequest {
+        selector: Some(Subscription {
+            rules: vec![Rule::default()],
+        }),
+        revision: 0,
+    };
+    let list = service
+        .upstream()
+        .call(&request, |mut store, request| async move {
+            store.list(request).await
+        })
+        .await
+        .map_err(|s| WriteError::Unavailable(s.message().to_string()))?
+        .into_inner();
+    Ok(list.resources)
+}
+
 /// The syncer writes through the same admission as every other write (counted with origin
 /// `Kubernetes`): an object the API server stored but istiod's validation refuses is not
 /// written, and what was stored before stays.
 impl Target for WriteService {
     async fn owned(&self, cluster: &str) -> Result<Vec<Value>, WriteError> {
-        let request = ListRequest {
-            selector: Some(Subscription {
-                rules: vec![Rule::default()],
-            }),
-            revision: 0,
-        };
-        let list = self
-            .upstream()
-            .call(&request, |mut store, request| async move {
-                store.list(request).await
-            })
-            .await
-            .map_err(|s| WriteError::Unavailable(s.message().to_string()))?
-            .into_inner();
-        Ok(list
-            .resources
+        Ok(everything(self)
+            .await?
             .iter()
             .filter(|r| r.labels.get(CLUSTER_LABEL).map(String::as_str) == Some(cluster))
             .map(pasa_proto::object::manifest)
             .collect())
     }
 
-    async fn apply(&self, doc: Value, generated: bool) -> Result<(), WriteError> {
+    async fn apply(
+        &self,
+        doc: Value,
+        generated: bool,
+        create_only: bool,
+    ) -> Result<(), WriteError> {
         let origin = if generated {
             Origin::Generated
         } else {
@@ -312,7 +469,8 @@ impl Target for WriteService {
         let request = ApplyRequest {
             documents: vec![ApplyDocument {
                 json: doc.to_string(),
-                expected_mod_revision: None,
+                // 0: the store must hold no object of its name.
+                expected_mod_revision: create_only.then_some(0),
             }],
             dry_run: false,
         };
@@ -328,6 +486,14 @@ impl Target for WriteService {
             }
             Err(status) => Err(refused_or_unavailable(&status)),
         }
+    }
+
+    async fn clusters(&self) -> Result<std::collections::BTreeSet<String>, WriteError> {
+        Ok(everything(self)
+            .await?
+            .iter()
+            .filter_map(|r| r.labels.get(CLUSTER_LABEL).cloned())
+            .collect())
     }
 
     async fn delete(&self, key: &StoreKey) -> Result<(), WriteError> {

@@ -169,6 +169,8 @@ impl PcpArgs {
             self.jwks_refresh,
             stop_rx.clone(),
         ));
+        // The clusters PCP syncs, as the debug pages show them.
+        let (clusters_tx, clusters) = watch::channel(crate::kubernetes::ClustersView::default());
         // istiod's debug pages, from the proxy status agents report.
         let listeners = Listeners::bind(self.listen, self.admin)
             .await?
@@ -176,6 +178,7 @@ impl PcpArgs {
             .with_admin_routes(crate::debug::routes(
                 service.upstream().clone(),
                 &self.kube.cluster_id,
+                clusters.clone(),
             ))
             .with_grpc_services({
                 let debug = crate::debug::DebugXds::new(
@@ -187,7 +190,8 @@ impl PcpArgs {
                         .clone()
                         .unwrap_or_else(crate::kubernetes::default_identity),
                 )
-                .with_access(access.clone());
+                .with_access(access.clone())
+                .with_clusters(clusters);
                 move |routes| routes.add_service(debug.into_server())
             });
         let mut registry = Registry::default();
@@ -203,6 +207,8 @@ impl PcpArgs {
             Some((cluster, source)) => {
                 let metrics = Arc::new(pasa_kube::metrics::SyncMetrics::default());
                 metrics.register(&mut registry);
+                let remote_metrics = Arc::new(pasa_kube::remote::RemoteMetrics::default());
+                remote_metrics.register(&mut registry);
                 let parts = crate::kubernetes::SyncerParts {
                     cluster: cluster.clone(),
                     source: source.clone(),
@@ -211,6 +217,9 @@ impl PcpArgs {
                     readiness: readiness.clone(),
                     mesh: mesh.as_ref(),
                     domain_suffix: &self.embedded.domain_suffix,
+                    system_namespace: &self.inject.root_namespace,
+                    remote_metrics,
+                    clusters: clusters_tx.clone(),
                 };
                 Some(self.kube.start(parts, stop_rx.clone())?)
             }

@@ -2,7 +2,8 @@
 //! process), end to end: the real binary leads its Lease, syncs Services,
 //! EndpointSlices, pods and Istio config into its embedded store through its validating write
 //! path (an object istiod would refuse is refused and counted), restarts without writing
-//! anything, and deletes what was deleted while it was down.
+//! anything, and deletes what was deleted while it was down; with remote clusters registered by
+//! Secrets (more fakes), it is ready once they are synced or timed out, and says which.
 
 mod common;
 
@@ -300,4 +301,187 @@ async fn readiness_says_what_the_syncer_waits_for() {
         standby.terminate();
         pcp.terminate();
     });
+}
+
+/// A Secret of the config cluster registering remote clusters: (cluster ID, kubeconfig).
+fn remote_secret(name: &str, clusters: &[(&str, String)]) -> Value {
+    use base64::Engine;
+    let data: serde_json::Map<String, Value> = clusters
+        .iter()
+        .map(|(id, config)| {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(config);
+            (id.to_string(), json!(encoded))
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": name, "namespace": "pasa-system",
+                        "labels": {"istio/multiCluster": "true"}},
+           "data": data})
+}
+
+/// Polls `pasactl remote-clusters` (each run bounded, 20 s in all) until its table has the
+/// row `want` (its cells).
+fn until_remote_clusters(pcp: &Pcp, want: &[&str]) -> String {
+    let start = Instant::now();
+    loop {
+        let table = pcp.ok(&["remote-clusters"]);
+        if table
+            .lines()
+            .any(|l| l.split_whitespace().eq(want.iter().copied()))
+        {
+            return table;
+        }
+        assert!(
+            start.elapsed() < common::WAIT,
+            "pasactl remote-clusters never showed {want:?}; last:\n{table}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn remote_clusters_are_synced_and_a_missing_one_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = FakeApiServer::start().await;
+    config.put_namespace("pasa-system", &[]);
+    let east = FakeApiServer::start().await;
+    cluster(&east);
+    let reserved = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let west_addr = reserved.local_addr().unwrap();
+    drop(reserved);
+    config.put(remote_secret(
+        "istio-remote-secret",
+        &[
+            (
+                "east",
+                pasa_kube::fake_apiserver::kubeconfig(east.addr, "east"),
+            ),
+            (
+                "west",
+                pasa_kube::fake_apiserver::kubeconfig(west_addr, "west"),
+            ),
+        ],
+    ));
+    let path = kubeconfig(dir.path(), &config);
+    let args = [
+        "--kubeconfig",
+        path.as_str(),
+        "--lease-namespace",
+        "pasa-system",
+        "--identity",
+        "pcp-0",
+        "--remote-cluster-timeout",
+        "1s",
+    ];
+    let pcp = tokio::task::block_in_place(|| Pcp::start_with(&dir.path().join("data"), &args));
+    // Ready without west, naming it and what it waits for.
+    let ready = tokio::task::block_in_place(|| until_readyz(&pcp, "HTTP/1.1 200"));
+    assert!(
+        ready.contains("remote-clusters: east (pasa-system/istio-remote-secret) synced")
+            && ready.contains(
+                "west (pasa-system/istio-remote-secret) timeout: not synced within 1s; waiting for"
+            ),
+        "{ready}"
+    );
+    let metrics = tokio::task::block_in_place(|| pcp.metrics());
+    for (sample, value) in [
+        (
+            "istiod_remote_cluster_sync_status{cluster=\"west\",cluster_type=\"remote\",status=\"timeout\"}",
+            1.0,
+        ),
+        (
+            "istiod_remote_cluster_sync_status{cluster=\"east\",cluster_type=\"remote\",status=\"synced\"}",
+            1.0,
+        ),
+        ("remote_cluster_sync_timeouts_total{cluster=\"west\"}", 1.0),
+        ("istiod_managed_clusters{cluster_type=\"remote\"}", 2.0),
+    ] {
+        assert_eq!(metric(&metrics, sample), value, "{sample}\n{metrics}");
+    }
+    // east's Service, named for its cluster, beside the config cluster's (none here).
+    let reviews =
+        tokio::task::block_in_place(|| get_json(&pcp, "serviceendpoints", "reviews.east.cluster"))
+            .expect("east's reviews");
+    assert_eq!(reviews["spec"]["service"], "reviews");
+    assert_eq!(reviews["spec"]["cluster"], "east");
+    // istiod's /debug/clusterz, and pasactl's table of it.
+    let clusterz = tokio::task::block_in_place(|| pcp.admin_get("/debug/clusterz"));
+    let body = clusterz.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let entries: Value = serde_json::from_str(body).expect("clusterz JSON");
+    assert_eq!(
+        entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (
+                e["id"].as_str().unwrap(),
+                e["secretName"].as_str().unwrap(),
+                e["syncStatus"].as_str().unwrap()
+            ))
+            .collect::<Vec<_>>(),
+        [
+            ("Kubernetes", "", "synced"),
+            ("east", "pasa-system/istio-remote-secret", "synced"),
+            ("west", "pasa-system/istio-remote-secret", "timeout"),
+        ]
+    );
+    let table = tokio::task::block_in_place(|| pcp.ok(&["remote-clusters"]));
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .take(4)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["NAME", "SECRET", "STATUS", "PCP"],
+            vec!["Kubernetes", "synced", "pcp-0"],
+            vec!["east", "pasa-system/istio-remote-secret", "synced", "pcp-0"],
+            vec![
+                "west",
+                "pasa-system/istio-remote-secret",
+                "timeout",
+                "pcp-0"
+            ],
+        ],
+        "{table}"
+    );
+    assert!(
+        table.contains("west timeout: not synced within 1s"),
+        "{table}"
+    );
+
+    // west comes up: it is synced, and its objects come.
+    let west = FakeApiServer::start_at(west_addr).await;
+    cluster(&west);
+    tokio::task::block_in_place(|| {
+        until_remote_clusters(
+            &pcp,
+            &["west", "pasa-system/istio-remote-secret", "synced", "pcp-0"],
+        )
+    });
+    let ratings =
+        tokio::task::block_in_place(|| get_json(&pcp, "serviceendpoints", "ratings.west.cluster"));
+    assert!(ratings.is_some());
+
+    // A cluster registered once PCP is ready does not make it unready while it syncs; its
+    // state is shown.
+    let reserved = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let north_addr = reserved.local_addr().unwrap();
+    drop(reserved);
+    config.put(remote_secret(
+        "istio-remote-secret-north",
+        &[(
+            "north",
+            pasa_kube::fake_apiserver::kubeconfig(north_addr, "north"),
+        )],
+    ));
+    let syncing = tokio::task::block_in_place(|| {
+        until_readyz(
+            &pcp,
+            "north (pasa-system/istio-remote-secret-north) syncing",
+        )
+    });
+    assert!(syncing.starts_with("HTTP/1.1 200"), "{syncing}");
+    tokio::task::block_in_place(|| pcp.terminate());
 }

@@ -8,6 +8,7 @@ mod habits;
 mod interrupt;
 mod proxy_config;
 pub mod proxy_status;
+mod remote_clusters;
 mod selector;
 mod status;
 mod table;
@@ -154,6 +155,9 @@ pub enum Command {
     ProxyConfig(proxy_config::ProxyConfigCommand),
     /// List every proxy's xDS sync state as its agent reports it, or one proxy in detail.
     ProxyStatus(proxy_status::ProxyStatusArgs),
+    /// List the clusters PCP syncs (its own and the remote ones) and their sync state, as
+    /// istioctl remote-clusters does.
+    RemoteClusters(remote_clusters::RemoteClustersArgs),
     /// Check files as the write path would, without a server; exit code 1 on errors.
     Validate(validate::ValidateArgs),
     /// Experimental commands; their flags and output may change.
@@ -244,6 +248,7 @@ async fn run(cli: Cli) -> CmdResult {
         Command::Status(args) => status::run(&server?, args).await,
         Command::ProxyConfig(command) => proxy_config::run(&server?, command).await,
         Command::ProxyStatus(args) => proxy_status::run(&server?, args).await,
+        Command::RemoteClusters(args) => remote_clusters::run(&server?, args).await,
         Command::Validate(args) => validate::run(args),
         Command::X(command) => x::run(server, command).await,
         Command::Version(args) => version::run(server, args).await,

@@ -1,10 +1,14 @@
 //! Kubernetes objects as the store keeps them: Istio config as it is (name, labels,
 //! annotations, spec), a Service becomes the `ServiceEndpoints` object of
-//! its name (addresses, ports, selector, `ExternalName`, `exportTo`), and each of its
+//! its name (addresses, ports, selector, `ExternalName`, `exportTo`, the addresses it is reached
+//! at from outside its cluster and the network gateways it is), and each of its
 //! EndpointSlices a part of its endpoints (`<slice>.endpointslice`, see
 //! `pasa_istio::service_endpoints`), its ready endpoints with what istiod reads of their pods
 //! (labels, service account, network) and nodes (locality). Everything written carries the label
-//! `pasa.io/cluster: <cluster ID>`: what the syncer of that cluster owns.
+//! `pasa.io/cluster: <cluster ID>`: what the syncer of that cluster owns, and says its cluster in
+//! `spec.cluster`. A remote cluster's objects have names of their own ([`ClusterNames`]).
+
+pub mod network;
 
 use std::collections::BTreeMap;
 
@@ -14,7 +18,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::DynamicObject;
 use pasa_istio::persistent_session::PersistentSession;
-use pasa_istio::service_endpoints::SLICE_NAME_SUFFIX;
+use pasa_istio::service_endpoints::{
+    REMOTE_SERVICE_NAME_SUFFIX, SLICE_NAME_SUFFIX, cluster_name_part,
+};
 use pasa_istio::workload_entry;
 use pasa_proto::Kind;
 use serde_json::{Map, Value, json};
@@ -27,8 +33,9 @@ pub const EXPORT_TO_ANNOTATION: &str = "networking.istio.io/exportTo";
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// A pod's locality, `region.zone.subzone`, overriding its node's (istiod reads it too).
 pub const LOCALITY_LABEL: &str = "istio-locality";
-/// A pod's network, for multi-network meshes.
-pub const NETWORK_LABEL: &str = "topology.istio.io/network";
+/// A pod's network, for multi-network meshes; on a cluster's system namespace, the network of
+/// the cluster's endpoints whose pods do not say; on a Service, the network it is a gateway into.
+pub use pasa_istio::service_endpoints::NETWORK_LABEL;
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub const SUBZONE_LABEL: &str = "topology.istio.io/subzone";
@@ -45,21 +52,13 @@ pub struct StoreKey {
 }
 
 impl StoreKey {
-    /// The ServiceEndpoints object of the Service `name`.
-    pub fn service(namespace: &str, name: &str) -> StoreKey {
+    /// The ServiceEndpoints object named `name` (a cluster's syncer names its objects by
+    /// [`ClusterNames`]).
+    pub fn service_endpoints(namespace: &str, name: &str) -> StoreKey {
         StoreKey {
             kind: Kind::ServiceEndpoints,
             namespace: namespace.to_string(),
             name: name.to_string(),
-        }
-    }
-
-    /// The part of a service's endpoints the EndpointSlice `slice` holds.
-    pub fn slice(namespace: &str, slice: &str) -> StoreKey {
-        StoreKey {
-            kind: Kind::ServiceEndpoints,
-            namespace: namespace.to_string(),
-            name: format!("{slice}{SLICE_NAME_SUFFIX}"),
         }
     }
 
@@ -75,10 +74,91 @@ impl StoreKey {
             ignore_not_found: true,
         }
     }
+}
 
-    /// The EndpointSlice a key of [`StoreKey::slice`] stands for.
-    pub fn slice_name(&self) -> Option<&str> {
-        self.name.strip_suffix(SLICE_NAME_SUFFIX)
+/// Whose objects a syncer writes, and under which names. PCP's own cluster (the config
+/// cluster) keeps the names of its Services and EndpointSlices (`<service>`,
+/// `<slice>.endpointslice`); a remote cluster's are named for it (`<service>.<cluster>.cluster`,
+/// `<slice>.<cluster>.endpointslice`, see `pasa_istio::service_endpoints`), so that the same
+/// Service in two clusters is two objects, and no cluster's syncer can write, or delete, an
+/// object of another's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNames {
+    /// The cluster's ID: the `pasa.io/cluster` label and `spec.cluster` of what it writes.
+    pub id: String,
+    /// A remote cluster (names of its own), or PCP's own.
+    pub remote: bool,
+    /// `.<cluster>.cluster` and `.<cluster>.endpointslice` for a remote cluster.
+    service_suffix: String,
+    slice_suffix: String,
+}
+
+/// What a ServiceEndpoints key of a cluster stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source<'a> {
+    /// The Service of this name (of the key's namespace).
+    Service(&'a str),
+    /// The EndpointSlice of this name.
+    Slice(&'a str),
+}
+
+impl ClusterNames {
+    /// PCP's own cluster, `id`.
+    pub fn own(id: &str) -> ClusterNames {
+        ClusterNames {
+            id: id.to_string(),
+            remote: false,
+            service_suffix: String::new(),
+            slice_suffix: SLICE_NAME_SUFFIX.to_string(),
+        }
+    }
+
+    /// A remote cluster, `id`.
+    pub fn remote(id: &str) -> ClusterNames {
+        let part = cluster_name_part(id);
+        ClusterNames {
+            id: id.to_string(),
+            remote: true,
+            service_suffix: format!(".{part}{REMOTE_SERVICE_NAME_SUFFIX}"),
+            slice_suffix: format!(".{part}{SLICE_NAME_SUFFIX}"),
+        }
+    }
+
+    /// The key of the Service `name`'s object.
+    pub fn service_key(&self, namespace: &str, name: &str) -> StoreKey {
+        StoreKey {
+            kind: Kind::ServiceEndpoints,
+            namespace: namespace.to_string(),
+            name: format!("{name}{}", self.service_suffix),
+        }
+    }
+
+    /// The key of the part the EndpointSlice `slice` holds.
+    pub fn slice_key(&self, namespace: &str, slice: &str) -> StoreKey {
+        StoreKey {
+            kind: Kind::ServiceEndpoints,
+            namespace: namespace.to_string(),
+            name: format!("{slice}{}", self.slice_suffix),
+        }
+    }
+
+    /// The Service or EndpointSlice a ServiceEndpoints key of this cluster stands for; `None`
+    /// for a name this cluster's syncer never writes (which it therefore deletes).
+    pub fn source<'a>(&self, key: &'a StoreKey) -> Option<Source<'a>> {
+        if key.kind != Kind::ServiceEndpoints {
+            return None;
+        }
+        if let Some(slice) = key.name.strip_suffix(&self.slice_suffix) {
+            return Some(Source::Slice(slice));
+        }
+        if self.remote {
+            return key
+                .name
+                .strip_suffix(&self.service_suffix)
+                .filter(|s| !s.contains('.'))
+                .map(Source::Service);
+        }
+        Some(Source::Service(&key.name))
     }
 }
 
@@ -138,6 +218,8 @@ pub trait Workloads {
     fn pod(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Pod>>;
     fn node(&self, name: &str) -> Option<std::sync::Arc<Node>>;
     fn service(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Service>>;
+    /// Every node (a `NodePort` gateway Service is reached at those its annotation selects).
+    fn nodes(&self) -> Vec<std::sync::Arc<Node>>;
 }
 
 /// A store document: apiVersion, kind, metadata and spec.
@@ -218,12 +300,21 @@ pub(crate) fn healthy_condition(data: &Value) -> Option<&Value> {
         .find(|c| c["type"] == "Healthy")
 }
 
-/// The ServiceEndpoints object of a Service: everything but its endpoints, which its
-/// EndpointSlices hold.
-pub fn service(svc: &Service, cluster: &str) -> Option<(StoreKey, Value)> {
+/// The ServiceEndpoints object of a Service of `cluster`: everything but its endpoints, which
+/// its EndpointSlices hold. It says its cluster (`spec.cluster`), and a remote cluster's names
+/// its Service (`spec.service`, its own name being the cluster's, see [`ClusterNames`]); the
+/// addresses it is reached at from outside the cluster and the network gateways it is are
+/// worked out as istiod works them out ([`network::external_addresses`],
+/// [`network::network_gateways`]), from
+/// the Service and, for a `NodePort` gateway, the cluster's nodes (`workloads`).
+pub fn service(
+    svc: &Service,
+    cluster: &ClusterNames,
+    workloads: &impl Workloads,
+) -> Option<(StoreKey, Value)> {
     let namespace = svc.metadata.namespace.as_deref()?;
     let name = svc.metadata.name.as_deref()?;
-    let key = StoreKey::service(namespace, name);
+    let key = cluster.service_key(namespace, name);
     let spec = svc.spec.as_ref();
     let mut out = Map::new();
     let mut addresses: Vec<&str> = spec
@@ -296,7 +387,19 @@ pub fn service(svc: &Service, cluster: &str) -> Option<(StoreKey, Value)> {
             out.insert("exportTo".into(), json!(list));
         }
     }
-    let labels = owned_labels(svc.metadata.labels.as_ref(), cluster);
+    if cluster.remote {
+        out.insert("service".into(), json!(name));
+    }
+    out.insert("cluster".into(), json!(cluster.id));
+    let external = network::external_addresses(svc, workloads);
+    let gateways = network::network_gateways(svc, &external.addresses, &external.node_ports);
+    if !external.addresses.is_empty() {
+        out.insert("externalAddresses".into(), json!(external.addresses));
+    }
+    if !gateways.is_empty() {
+        out.insert("networkGateways".into(), json!(gateways));
+    }
+    let labels = owned_labels(svc.metadata.labels.as_ref(), &cluster.id);
     Some((key.clone(), document(&key, labels, out)))
 }
 
@@ -312,17 +415,18 @@ pub fn service(svc: &Service, cluster: &str) -> Option<(StoreKey, Value)> {
 /// sessions it holds.
 pub fn slice(
     eps: &EndpointSlice,
-    cluster: &str,
+    cluster: &ClusterNames,
     workloads: &impl Workloads,
-    unready: bool,
+    endpoints: &EndpointSettings<'_>,
 ) -> Option<(StoreKey, Value)> {
+    let unready = endpoints.unready;
     let namespace = eps.metadata.namespace.as_deref()?;
     let name = eps.metadata.name.as_deref()?;
     let service = eps.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
     if eps.address_type == "FQDN" {
         return None;
     }
-    let key = StoreKey::slice(namespace, name);
+    let key = cluster.slice_key(namespace, name);
     let sessions = workloads.service(namespace, service).is_some_and(|svc| {
         let labels = svc.metadata.labels.as_ref();
         labels.is_some_and(|l| PersistentSession::of(l).is_some())
@@ -338,7 +442,7 @@ pub fn slice(
     if !ports.is_empty() {
         out.insert("endpointPorts".into(), json!(ports));
     }
-    let mut endpoints = Vec::new();
+    let mut written = Vec::new();
     for e in &eps.endpoints {
         let conditions = e.conditions.as_ref();
         let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
@@ -377,7 +481,12 @@ pub fn slice(
         if !locality.is_empty() {
             endpoint.insert("locality".into(), json!(locality));
         }
-        if let Some(network) = pod_labels.and_then(|l| l.get(NETWORK_LABEL)) {
+        let network = pod_labels
+            .and_then(|l| l.get(NETWORK_LABEL))
+            .map(String::as_str)
+            .filter(|n| !n.is_empty())
+            .unwrap_or(endpoints.network);
+        if !network.is_empty() {
             endpoint.insert("network".into(), json!(network));
         }
         if let Some(pod) = &pod {
@@ -394,15 +503,26 @@ pub fn slice(
         if draining {
             endpoint.insert("draining".into(), json!(true));
         }
-        endpoints.push(Value::Object(endpoint));
+        written.push(Value::Object(endpoint));
     }
-    if !endpoints.is_empty() {
-        out.insert("endpoints".into(), Value::Array(endpoints));
+    if !written.is_empty() {
+        out.insert("endpoints".into(), Value::Array(written));
     }
+    out.insert("cluster".into(), json!(cluster.id));
     Some((
         key.clone(),
-        document(&key, owned_labels(None, cluster), out),
+        document(&key, owned_labels(None, &cluster.id), out),
     ))
+}
+
+/// How a slice's endpoints are written, besides what the slice and its pods say.
+#[derive(Debug, Clone, Copy)]
+pub struct EndpointSettings<'a> {
+    /// Endpoints not ready (and not terminating) are written `ready: false` (else left out).
+    pub unready: bool,
+    /// The network of endpoints whose pods do not name one: the cluster's system namespace's
+    /// `topology.istio.io/network` label, as istiod reads it (empty: none).
+    pub network: &'a str,
 }
 
 /// The name of the workload `pod` belongs to, as istiod works it out from the pod's controller
@@ -564,6 +684,24 @@ mod tests {
         fn service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
             self.services.get(&(namespace.into(), name.into())).cloned()
         }
+        fn nodes(&self) -> Vec<Arc<Node>> {
+            self.nodes.values().cloned().collect()
+        }
+    }
+
+    fn none() -> Cluster {
+        Cluster {
+            pods: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            services: BTreeMap::new(),
+        }
+    }
+
+    fn settings(unready: bool) -> EndpointSettings<'static> {
+        EndpointSettings {
+            unready,
+            network: "",
+        }
     }
 
     fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
@@ -627,7 +765,7 @@ mod tests {
                                {"name": "grpc-x", "port": 7070, "targetPort": "grpc", "appProtocol": "grpc"},
                                {"name": "dns", "port": 53, "protocol": "UDP"}]},
         }));
-        let (key, doc) = service(&svc, "Kubernetes").unwrap();
+        let (key, doc) = service(&svc, &ClusterNames::own("Kubernetes"), &none()).unwrap();
         assert_eq!(key.to_string(), "ServiceEndpoints/bookinfo/reviews");
         assert_eq!(
             doc,
@@ -642,6 +780,7 @@ mod tests {
                               {"name": "dns", "port": 53, "protocol": "UDP"}],
                     "selector": {"app": "reviews"},
                     "exportTo": [".", "istio-system"],
+                    "cluster": "Kubernetes",
                 },
             })
         );
@@ -649,14 +788,18 @@ mod tests {
             "metadata": {"name": "db", "namespace": "a"},
             "spec": {"clusterIP": "None", "type": "ClusterIP"},
         }));
-        assert_eq!(service(&headless, "c").unwrap().1["spec"], json!({}));
+        let own = ClusterNames::own("c");
+        assert_eq!(
+            service(&headless, &own, &none()).unwrap().1["spec"],
+            json!({"cluster": "c"})
+        );
         let external: Service = from(json!({
             "metadata": {"name": "ext", "namespace": "a"},
             "spec": {"type": "ExternalName", "externalName": "api.example.com"},
         }));
         assert_eq!(
-            service(&external, "c").unwrap().1["spec"],
-            json!({"externalName": "api.example.com"})
+            service(&external, &own, &none()).unwrap().1["spec"],
+            json!({"externalName": "api.example.com", "cluster": "c"})
         );
     }
 
@@ -695,9 +838,10 @@ mod tests {
                  "conditions": {"ready": false, "serving": true, "terminating": true}},
             ],
         }));
-        let (key, doc) = slice(&eps, "Kubernetes", &cluster, true).unwrap();
+        let own = ClusterNames::own("Kubernetes");
+        let (key, doc) = slice(&eps, &own, &cluster, &settings(true)).unwrap();
         assert_eq!(key.name, "reviews-x7k2p.endpointslice");
-        assert_eq!(key.slice_name(), Some("reviews-x7k2p"));
+        assert_eq!(own.source(&key), Some(Source::Slice("reviews-x7k2p")));
         assert_eq!(
             doc["spec"],
             json!({
@@ -710,6 +854,7 @@ mod tests {
                     {"address": "10.42.0.10"},
                     {"address": "10.42.0.11", "ready": false},
                 ],
+                "cluster": "Kubernetes",
             })
         );
         assert_eq!(
@@ -726,9 +871,9 @@ mod tests {
         );
         let mut fqdn = eps.clone();
         fqdn.address_type = "FQDN".into();
-        assert!(slice(&fqdn, "c", &cluster, true).is_none());
+        assert!(slice(&fqdn, &own, &cluster, &settings(true)).is_none());
         // Without unready endpoints, as istiod without PILOT_AUTO_SEND_UNHEALTHY_ENDPOINTS.
-        let (_, doc) = slice(&eps, "Kubernetes", &cluster, false).unwrap();
+        let (_, doc) = slice(&eps, &own, &cluster, &settings(false)).unwrap();
         let addresses: Vec<&Value> = doc["spec"]["endpoints"]
             .as_array()
             .unwrap()
@@ -750,7 +895,7 @@ mod tests {
         let mut eps = eps;
         eps.endpoints.push(from(json!({"addresses": ["10.42.0.13"],
             "conditions": {"ready": false, "serving": false, "terminating": true}})));
-        let (_, doc) = slice(&eps, "Kubernetes", &sessions, true).unwrap();
+        let (_, doc) = slice(&eps, &own, &sessions, &settings(true)).unwrap();
         let endpoints = doc["spec"]["endpoints"].as_array().unwrap();
         assert_eq!(
             endpoints[1..],
@@ -761,6 +906,56 @@ mod tests {
                 json!({"address": "10.42.0.12", "ready": false, "draining": true}),
             ]
         );
+    }
+
+    /// A remote cluster's Service and slice are named for it and name their Service; the same
+    /// Service of PCP's own cluster keeps its names. Each cluster reads back only its own keys.
+    #[test]
+    fn a_remote_clusters_objects_are_named_for_it() {
+        let svc: Service = from(json!({
+            "metadata": {"name": "reviews", "namespace": "bookinfo"},
+            "spec": {"clusterIP": "10.96.0.12", "ports": [{"name": "http", "port": 9080}]},
+        }));
+        let remote = ClusterNames::remote("east");
+        let (key, doc) = service(&svc, &remote, &none()).unwrap();
+        assert_eq!(key.name, "reviews.east.cluster");
+        assert_eq!(doc["spec"]["service"], "reviews");
+        assert_eq!(doc["spec"]["cluster"], "east");
+        assert_eq!(doc["metadata"]["labels"]["pasa.io/cluster"], "east");
+        let own = ClusterNames::own("Kubernetes");
+        let (own_key, own_doc) = service(&svc, &own, &none()).unwrap();
+        assert_eq!(own_key.name, "reviews");
+        assert_eq!(own_doc["spec"].get("service"), None);
+        let eps: EndpointSlice = from(json!({
+            "metadata": {"name": "reviews-x", "namespace": "bookinfo",
+                         "labels": {"kubernetes.io/service-name": "reviews"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.42.0.8"]}],
+        }));
+        // Endpoints whose pods name no network are of the cluster's (its system namespace's).
+        let settings = EndpointSettings {
+            unready: true,
+            network: "n-east",
+        };
+        let (part, doc) = slice(&eps, &remote, &none(), &settings).unwrap();
+        assert_eq!(part.name, "reviews-x.east.endpointslice");
+        assert_eq!(
+            doc["spec"],
+            json!({"service": "reviews", "cluster": "east",
+                   "endpoints": [{"address": "10.42.0.8", "network": "n-east"}]})
+        );
+        assert_eq!(remote.source(&key), Some(Source::Service("reviews")));
+        assert_eq!(remote.source(&part), Some(Source::Slice("reviews-x")));
+        assert_eq!(remote.source(&own_key), None);
+        assert_eq!(own.source(&own_key), Some(Source::Service("reviews")));
+        assert_eq!(
+            own.source(&own.slice_key("bookinfo", "reviews-x")),
+            Some(Source::Slice("reviews-x"))
+        );
+        // Another remote cluster's keys are not this one's.
+        let west = ClusterNames::remote("west");
+        assert_eq!(west.source(&key), None);
+        assert_eq!(west.source(&part), None);
     }
 
     #[test]

@@ -16,9 +16,14 @@
 //! serves) is 404; with roles loaded ([`FakeApiServer::enforce_rbac`]) a service account may do
 //! only what RBAC grants it (403 otherwise, in the API server's words); an object is created
 //! only in a namespace that exists; bodies over 3 MiB and objects over 1.5 MiB are refused;
-//! lists come in pages when asked, whose `continue` tokens expire with the history.
+//! lists come in pages when asked, whose `continue` tokens expire with the history; label and
+//! field selectors select what lists and watches return (an object that stops matching is
+//! DELETED from a watch, one that starts ADDED), and a selector it cannot read is 400. A fake
+//! can be started on a given address ([`FakeApiServer::start_at`]): a cluster that comes up
+//! after its clients first tried it.
 
 mod rbac;
+mod selector;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -210,6 +215,20 @@ pub fn grant_reading(namespace: &str, name: &str, group: &str, resource: &str) -
     ]
 }
 
+/// A kubeconfig (YAML) whose current context reaches a fake at `addr` as cluster `cluster`,
+/// with the token of PCP's service account (what `istioctl create-remote-secret` writes for a
+/// remote cluster, but plain HTTP).
+pub fn kubeconfig(addr: SocketAddr, cluster: &str) -> String {
+    let token = rbac::token_of("pasa-system", "pasa-pcp");
+    json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": cluster,
+        "clusters": [{"name": cluster, "cluster": {"server": format!("http://{addr}")}}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": cluster}}],
+        "users": [{"name": cluster, "user": {"token": token}}],
+    })
+    .to_string()
+}
+
 /// The largest request body the API server reads (3 MiB).
 const MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
 /// The largest object etcd stores (1.5 MiB).
@@ -233,6 +252,9 @@ struct Event {
     kind: &'static str,
     object: Value,
     collection: Collection,
+    /// What a MODIFIED object was before (a watch with a selector tells one that stops, or
+    /// starts, matching as DELETED, or ADDED).
+    previous: Option<Value>,
 }
 
 struct Shared {
@@ -278,6 +300,17 @@ fn key_of(object: &Value) -> ObjectKey {
 
 impl FakeApiServer {
     pub async fn start() -> FakeApiServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        FakeApiServer::serve_on(listener)
+    }
+
+    /// A fake serving on `addr` (a cluster that comes up where its clients expected it).
+    pub async fn start_at(addr: SocketAddr) -> FakeApiServer {
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        FakeApiServer::serve_on(listener)
+    }
+
+    fn serve_on(listener: tokio::net::TcpListener) -> FakeApiServer {
         let (live, _) = broadcast::channel(4096);
         let shared = Arc::new(Shared {
             history: Mutex::new(History::default()),
@@ -289,7 +322,6 @@ impl FakeApiServer {
             rbac: Mutex::new(None),
         });
         let app = Router::new().fallback(serve).with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -420,7 +452,8 @@ fn put_locked(shared: &Shared, h: &mut History, mut object: Value) -> Value {
     if !key.1.is_empty() {
         metadata["namespace"] = json!(key.1);
     }
-    let kind = if h.objects.insert(key.clone(), object.clone()).is_some() {
+    let previous = h.objects.insert(key.clone(), object.clone());
+    let kind = if previous.is_some() {
         "MODIFIED"
     } else {
         "ADDED"
@@ -430,6 +463,7 @@ fn put_locked(shared: &Shared, h: &mut History, mut object: Value) -> Value {
         kind,
         object: object.clone(),
         collection: key.0,
+        previous,
     };
     h.log.push(event.clone());
     let _ = shared.live.send(event);
@@ -445,6 +479,7 @@ fn delete_locked(shared: &Shared, h: &mut History, key: &ObjectKey) -> Option<Va
         kind: "DELETED",
         object: object.clone(),
         collection: key.0.clone(),
+        previous: None,
     };
     h.log.push(event.clone());
     let _ = shared.live.send(event);
@@ -457,6 +492,8 @@ struct Target {
     /// `None`: every namespace (or a cluster-scoped collection).
     namespace: Option<String>,
     name: Option<String>,
+    /// The request's label and field selectors.
+    selector: selector::Selector,
 }
 
 fn parse_path(path: &str) -> Option<Target> {
@@ -475,21 +512,25 @@ fn parse_path(path: &str) -> Option<Target> {
             collection: collection(plural),
             namespace: None,
             name: None,
+            selector: Default::default(),
         },
         ["namespaces", ns, plural] => Target {
             collection: collection(plural),
             namespace: Some(ns.to_string()),
             name: None,
+            selector: Default::default(),
         },
         ["namespaces", ns, plural, name] => Target {
             collection: collection(plural),
             namespace: Some(ns.to_string()),
             name: Some(name.to_string()),
+            selector: Default::default(),
         },
         [plural, name] => Target {
             collection: collection(plural),
             namespace: None,
             name: Some(name.to_string()),
+            selector: Default::default(),
         },
         _ => return None,
     })
@@ -519,12 +560,20 @@ async fn serve(
     Query(query): Query<BTreeMap<String, String>>,
     body: Bytes,
 ) -> Response {
-    let Some(target) = parse_path(uri.path()) else {
+    let Some(mut target) = parse_path(uri.path()) else {
         return status(
             StatusCode::NOT_FOUND,
             "NotFound",
             format!("no route {}", uri.path()),
         );
+    };
+    target.selector = match selector::Selector::parse(
+        query.get("labelSelector"),
+        query.get("fieldSelector"),
+        &target.collection.plural,
+    ) {
+        Ok(selector) => selector,
+        Err(message) => return status(StatusCode::BAD_REQUEST, "BadRequest", message),
     };
     // Authorisation comes first: a resource nobody serves is refused 403 as well, as the real
     // API server refuses it to a caller whose roles do not name it.
@@ -680,13 +729,39 @@ async fn serve(
     }
 }
 
-/// Whether an object of `collection` belongs to what `target` names.
+/// Whether an object of `collection` belongs to what `target` names and selects.
 fn in_target(target: &Target, collection: &Collection, object: &Value) -> bool {
+    in_collection(target, collection, object) && target.selector.matches(object)
+}
+
+/// Whether an object of `collection` belongs to what `target` names (selectors aside).
+fn in_collection(target: &Target, collection: &Collection, object: &Value) -> bool {
     *collection == target.collection
         && target
             .namespace
             .as_deref()
             .is_none_or(|ns| object["metadata"]["namespace"].as_str() == Some(ns))
+}
+
+/// What a watch of `target` tells of `event`: its type as the watch sees it (an object that
+/// starts matching the selector is ADDED, one that stops DELETED), or nothing.
+fn seen(target: &Target, event: &Event) -> Option<&'static str> {
+    if !in_collection(target, &event.collection, &event.object) {
+        return None;
+    }
+    let now = target.selector.matches(&event.object);
+    let before = event
+        .previous
+        .as_ref()
+        .is_some_and(|p| target.selector.matches(p));
+    match (event.kind, before, now) {
+        ("MODIFIED", true, true) => Some("MODIFIED"),
+        ("MODIFIED", false, true) => Some("ADDED"),
+        ("MODIFIED", true, false) => Some("DELETED"),
+        ("MODIFIED", false, false) => None,
+        (kind, _, true) => Some(kind),
+        _ => None,
+    }
 }
 
 /// A list, in pages of `limit` objects when asked (kube's watcher asks for 500): each page but
@@ -789,8 +864,11 @@ fn watch_collection(
             (None, None)
         } else {
             for e in &h.log {
-                if e.revision > from && in_target(&target, &e.collection, &e.object) {
-                    first.push(line(json!({"type": e.kind, "object": e.object})));
+                if e.revision <= from {
+                    continue;
+                }
+                if let Some(kind) = seen(&target, e) {
+                    first.push(line(json!({"type": kind, "object": e.object})));
                 }
             }
             if bookmarks {
@@ -824,10 +902,10 @@ fn watch_collection(
                 _ = cuts.changed() => return,
                 event = live.recv() => match event {
                     Ok(e) => {
-                        if !in_target(&target, &e.collection, &e.object) {
+                        let Some(kind) = seen(&target, &e) else {
                             continue;
-                        }
-                        if tx.send(line(json!({"type": e.kind, "object": e.object}))).await.is_err() {
+                        };
+                        if tx.send(line(json!({"type": kind, "object": e.object}))).await.is_err() {
                             return;
                         }
                     }

@@ -200,10 +200,25 @@ pub fn trim_pod(pod: &mut Pod) {
         });
 }
 
+/// A node as the syncer keeps it: its labels (locality) and its `ExternalIP` addresses (where a
+/// `NodePort` network gateway is reached), nothing else.
 pub fn trim_node(node: &mut Node) {
     node.metadata.annotations = None;
     node.spec = None;
-    node.status = None;
+    let external: Vec<_> = node
+        .status
+        .take()
+        .and_then(|s| s.addresses)
+        .into_iter()
+        .flatten()
+        .filter(|a| a.type_ == "ExternalIP")
+        .collect();
+    if !external.is_empty() {
+        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            addresses: Some(external),
+            ..Default::default()
+        });
+    }
 }
 
 pub fn trim_nothing<K>(_: &mut K) {}

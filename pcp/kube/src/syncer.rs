@@ -24,6 +24,14 @@
 //!   either: they become the Gateways and VirtualServices istiod generates
 //!   ([`crate::gateway_api`]), worked out again when one of them, a Service, a ServiceEntry,
 //!   a namespace, or a certificate changes ([`crate::gateway_api::cluster`]).
+//! - What is read depends on the cluster ([`Reads`]): PCP's own cluster (the config cluster)
+//!   is read whole; a remote cluster only for its service registry (Namespaces, Services,
+//!   EndpointSlices, Pods, Nodes), as istiod reads remote clusters: Istio config comes from the
+//!   config cluster alone. A remote cluster's objects have names of their own
+//!   ([`convert::ClusterNames`]).
+//! - A syncer may be started held ([`Syncer::start_held`]): it lists and follows its cluster but
+//!   writes nothing until released, so that a cluster's new credentials replace the old only
+//!   once they have been shown to work (the old syncer writes until then).
 //! - A write the store refuses (an object Kubernetes accepted but istiod would not) is logged
 //!   and counted, and what was stored before stays; a store that cannot be reached is retried
 //!   with backoff.
@@ -44,7 +52,10 @@ use pasa_proto::Kind;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::convert::{self, Pod, SliceReferences, StoreKey, Workloads};
+use crate::convert::{
+    self, ClusterNames, EndpointSettings, NETWORK_LABEL, Pod, SliceReferences, Source, StoreKey,
+    Workloads,
+};
 use crate::follow::{
     Followed, Served, follow, follow_into, follow_selected, served_version, trim_config, trim_node,
     trim_nothing, trim_pod,
@@ -54,6 +65,16 @@ use crate::problem::{Problem, Reason};
 use crate::selectors::DiscoverySelectors;
 use crate::{gateway_api, ingress, pull_secrets};
 use pasa_runtime::backoff::Backoff;
+
+mod change;
+mod discover;
+mod references;
+mod run;
+
+use change::{Change, changes, gateway_api_resource, shown};
+use discover::{discover, tell};
+use references::{Id, References, slice_id};
+use run::run;
 
 /// Why a write did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -74,14 +95,20 @@ pub trait Target: Send + Sync + 'static {
     fn owned(&self, cluster: &str) -> impl Future<Output = Result<Vec<Value>, WriteError>> + Send;
     /// Creates or replaces the object `doc` (apiVersion, kind, metadata, spec): one the cluster
     /// holds, or one the syncer `generated` (from Ingresses or the Gateway API), which is checked
-    /// as istiod checks what it generates.
+    /// as istiod checks what it generates. `create_only`: written only if the store holds no
+    /// object of its name (refused otherwise), so that a syncer never replaces what it did not
+    /// write.
     fn apply(
         &self,
         doc: Value,
         generated: bool,
+        create_only: bool,
     ) -> impl Future<Output = Result<(), WriteError>> + Send;
     /// Deletes an object; one already gone is not an error.
     fn delete(&self, key: &StoreKey) -> impl Future<Output = Result<(), WriteError>> + Send;
+    /// The clusters whose syncers wrote what the store holds (the values of the
+    /// `pasa.io/cluster` label): what a remote cluster no longer registered left behind.
+    fn clusters(&self) -> impl Future<Output = Result<BTreeSet<String>, WriteError>> + Send;
 }
 
 /// What a syncer reads of its cluster.
@@ -104,6 +131,24 @@ pub struct SyncConfig {
     pub send_unhealthy_endpoints: bool,
     /// The API server's address, for messages.
     pub api_server: String,
+    /// What is read of the cluster.
+    pub reads: Reads,
+    /// A remote cluster: its objects have names of their own ([`ClusterNames::remote`]).
+    pub remote: bool,
+    /// The cluster's system namespace (istiod's, `istio-system`): its
+    /// `topology.istio.io/network` label is the network of endpoints whose pods name none.
+    pub system_namespace: String,
+}
+
+/// What a syncer reads of its cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reads {
+    /// Everything PCP follows: Istio config, Ingresses, the Gateway API, and the service
+    /// registry (PCP's own cluster, the config cluster).
+    Everything,
+    /// The service registry alone: Namespaces, Services, EndpointSlices, Pods and Nodes (a
+    /// remote cluster, as istiod reads one).
+    Registry,
 }
 
 /// What a syncer has done, for readiness and tests.
@@ -126,6 +171,9 @@ pub struct SyncStatus {
     pub waiting: BTreeSet<String>,
     /// Resources whose last list or watch failed, and why (retried with backoff).
     pub problems: BTreeMap<String, Problem>,
+    /// Every resource has been listed once: the syncer can compare (a held syncer then waits
+    /// to be released).
+    pub listed: bool,
 }
 
 impl SyncStatus {
@@ -156,6 +204,8 @@ impl SyncStatus {
 /// A running syncer; stops when dropped.
 pub struct Syncer {
     status: watch::Receiver<SyncStatus>,
+    /// True while held: the syncer follows its cluster but writes nothing.
+    hold: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -173,9 +223,37 @@ impl Syncer {
         target: T,
         metrics: Arc<SyncMetrics>,
     ) -> Syncer {
+        Syncer::start_with(client, config, target, metrics, false)
+    }
+
+    /// Starts following the cluster `client` reaches, writing nothing until
+    /// [`Syncer::release`]d: its status says `listed` once it could.
+    pub fn start_held<T: Target>(
+        client: Client,
+        config: SyncConfig,
+        target: T,
+        metrics: Arc<SyncMetrics>,
+    ) -> Syncer {
+        Syncer::start_with(client, config, target, metrics, true)
+    }
+
+    fn start_with<T: Target>(
+        client: Client,
+        config: SyncConfig,
+        target: T,
+        metrics: Arc<SyncMetrics>,
+        held: bool,
+    ) -> Syncer {
         let (status_tx, status) = watch::channel(SyncStatus::default());
-        let task = tokio::spawn(run(client, config, target, metrics, status_tx));
-        Syncer { status, task }
+        let (hold, held) = watch::channel(held);
+        let task = tokio::spawn(run(client, config, target, metrics, status_tx, held));
+        Syncer { status, hold, task }
+    }
+
+    /// Lets a held syncer write: it reads what the store holds of its cluster then, and
+    /// compares everything.
+    pub fn release(&self) {
+        self.hold.send_replace(false);
     }
 
     /// Follows the syncer's progress.
@@ -184,94 +262,8 @@ impl Syncer {
     }
 }
 
-/// One watch event, of any followed resource (boxed: the objects differ much in size).
-enum Change {
-    Config(Kind, Box<watcher::Event<DynamicObject>>),
-    Service(Box<watcher::Event<Service>>),
-    Slice(Box<watcher::Event<EndpointSlice>>),
-    Pod(Box<watcher::Event<Pod>>),
-    Node(Box<watcher::Event<Node>>),
-    Namespace(Box<watcher::Event<Namespace>>),
-    Ingress(Box<watcher::Event<Ingress>>),
-    IngressClass(Box<watcher::Event<IngressClass>>),
-    GatewayApi(&'static str, Box<watcher::Event<DynamicObject>>),
-    Secret(Box<watcher::Event<Secret>>),
-    ConfigMap(Box<watcher::Event<ConfigMap>>),
-    /// A list or watch of a resource (its name in `listed`) failed; the watcher retries.
-    Failed(&'static str, Problem),
-}
-
-impl Change {
-    /// The resource it is of, by the name [`Syncing::listed`] takes.
-    fn resource(&self) -> &'static str {
-        match self {
-            Change::Config(kind, _) => kind.plural(),
-            Change::Service(_) => "services",
-            Change::Slice(_) => "endpointslices",
-            Change::Pod(_) => "pods",
-            Change::Node(_) => "nodes",
-            Change::Namespace(_) => "namespaces",
-            Change::Ingress(_) => "ingresses",
-            Change::IngressClass(_) => "ingressclasses",
-            Change::GatewayApi(kind, _) => gateway_api_resource(kind),
-            Change::Secret(_) => "secrets",
-            Change::ConfigMap(_) => "configmaps",
-            Change::Failed(resource, _) => resource,
-        }
-    }
-}
-
-/// The resource name of a Gateway API kind (`httproutes.gateway.networking.k8s.io`).
-fn gateway_api_resource(kind: &'static str) -> &'static str {
-    let known = gateway_api::cluster::KINDS.iter().find(|k| k.kind == kind);
-    known.map_or(kind, |k| k.resource)
-}
-
-/// A resource's name as kubectl shows it, group included (`pods`,
-/// `endpointslices.discovery.k8s.io`, `virtualservices.networking.istio.io`).
-fn shown(resource: &str) -> String {
-    if resource.contains('.') {
-        return resource.to_string();
-    }
-    let group = match resource {
-        "endpointslices" => "discovery.k8s.io",
-        "ingresses" | "ingressclasses" => "networking.k8s.io",
-        other => Kind::ALL
-            .into_iter()
-            .find(|k| k.plural() == other && k.in_kubernetes())
-            .map_or("", Kind::group),
-    };
-    if group.is_empty() {
-        resource.to_string()
-    } else {
-        format!("{resource}.{group}")
-    }
-}
-
-/// Maps a followed resource's stream into changes.
-fn changes<K: Send + 'static>(
-    stream: impl futures::Stream<Item = Followed<K>> + Send + 'static,
-    resource: &'static str,
-    wrap: impl Fn(Box<watcher::Event<K>>) -> Change + Send + 'static,
-) -> futures::stream::BoxStream<'static, Change> {
-    stream
-        .map(move |followed| match followed {
-            Ok(event) => wrap(Box::new(event)),
-            Err(problem) => Change::Failed(resource, problem),
-        })
-        .boxed()
-}
-
-/// The followed Kubernetes resources (besides Istio's kinds), for readiness.
-const RESOURCES: [&str; 7] = [
-    "services",
-    "endpointslices",
-    "pods",
-    "nodes",
-    "namespaces",
-    "ingresses",
-    "ingressclasses",
-];
+/// The resources of a cluster's service registry, followed in every cluster.
+const REGISTRY_RESOURCES: [&str; 5] = ["services", "endpointslices", "pods", "nodes", "namespaces"];
 
 /// The reflectors' stores, read by the conversion.
 struct Stores {
@@ -304,73 +296,22 @@ impl Workloads for Stores {
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<Service>> {
         self.services.get(&ObjectRef::new(name).within(namespace))
     }
-}
 
-/// A namespaced object: (namespace, name).
-type Id = (String, String);
-
-/// Which slices point at each pod, node and Service: what a pod's, node's or Service's change
-/// rewrites.
-#[derive(Default)]
-struct References {
-    /// A slice's pods, nodes and Service, by the slice.
-    of_slice: HashMap<Id, SliceReferences>,
-    by_pod: HashMap<Id, BTreeSet<Id>>,
-    by_node: HashMap<String, BTreeSet<Id>>,
-    by_service: HashMap<Id, BTreeSet<Id>>,
-}
-
-impl References {
-    fn set(&mut self, slice: Id, refs: SliceReferences) {
-        self.remove(&slice);
-        link(&mut self.by_pod, &refs.pods, &slice);
-        link(&mut self.by_node, &refs.nodes, &slice);
-        let service = refs.service.as_ref().map(|s| (slice.0.clone(), s.clone()));
-        link(&mut self.by_service, service.as_slice(), &slice);
-        self.of_slice.insert(slice, refs);
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.state()
     }
-
-    fn remove(&mut self, slice: &Id) {
-        let Some(refs) = self.of_slice.remove(slice) else {
-            return;
-        };
-        unlink(&mut self.by_pod, &refs.pods, slice);
-        unlink(&mut self.by_node, &refs.nodes, slice);
-        let service = refs.service.map(|s| (slice.0.clone(), s));
-        unlink(&mut self.by_service, service.as_slice(), slice);
-    }
-}
-
-/// Records that `slice` reads each of `keys`.
-fn link<K: Clone + Eq + std::hash::Hash>(
-    by: &mut HashMap<K, BTreeSet<Id>>,
-    keys: &[K],
-    slice: &Id,
-) {
-    for key in keys {
-        by.entry(key.clone()).or_default().insert(slice.clone());
-    }
-}
-
-/// Forgets that `slice` reads each of `keys`.
-fn unlink<K: Eq + std::hash::Hash>(by: &mut HashMap<K, BTreeSet<Id>>, keys: &[K], slice: &Id) {
-    for key in keys {
-        if let Some(set) = by.get_mut(key) {
-            set.remove(slice);
-            if set.is_empty() {
-                by.remove(key);
-            }
-        }
-    }
-}
-
-fn slice_id(eps: &EndpointSlice) -> Id {
-    (eps.namespace().unwrap_or_default(), eps.name_any())
 }
 
 /// The syncer's state between events.
 struct Syncing<T> {
     config: SyncConfig,
+    /// The names of this cluster's objects.
+    names: ClusterNames,
+    /// The network of the cluster's endpoints whose pods name none (its system namespace's
+    /// label), as last read.
+    network: String,
+    /// `NodePort` gateway Services, whose addresses change with the nodes.
+    node_port_gateways: BTreeSet<Id>,
     target: T,
     stores: Stores,
     refs: References,
@@ -411,346 +352,6 @@ struct Syncing<T> {
 const RETRY_FIRST: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
-async fn run<T: Target>(
-    client: Client,
-    config: SyncConfig,
-    target: T,
-    metrics: Arc<SyncMetrics>,
-    status: watch::Sender<SyncStatus>,
-) {
-    // What this cluster's syncer owns in the store, from before: the start of the comparison.
-    let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX, Duration::ZERO);
-    let owned = loop {
-        match target.owned(&config.cluster_id).await {
-            Ok(docs) => break docs,
-            Err(e) => {
-                let wait = backoff.failed();
-                tracing::warn!(error = %e, retry_in = ?wait, "cannot read what the syncer wrote before");
-                tokio::time::sleep(wait).await;
-            }
-        }
-    };
-    // The same backoff then spaces retries of writes the store could not take.
-    backoff.reset();
-    let written: BTreeMap<StoreKey, Value> = owned
-        .iter()
-        .filter_map(|doc| Some((key_of(doc)?, convert::comparable(doc))))
-        .collect();
-    tracing::info!(cluster = %config.cluster_id, owned = written.len(), "Kubernetes syncer starting");
-
-    let (services, service_events) = follow(
-        Api::<Service>::all(client.clone()),
-        trim_nothing,
-        "services",
-        metrics.clone(),
-    );
-    let (slices, slice_events) = follow(
-        Api::<EndpointSlice>::all(client.clone()),
-        trim_nothing,
-        "endpointslices",
-        metrics.clone(),
-    );
-    let (pods, pod_events) = follow(
-        Api::<Pod>::all(client.clone()),
-        trim_pod,
-        "pods",
-        metrics.clone(),
-    );
-    let (nodes, node_events) = follow(
-        Api::<Node>::all(client.clone()),
-        trim_node,
-        "nodes",
-        metrics.clone(),
-    );
-    let (namespaces, namespace_events) = follow(
-        Api::<Namespace>::all(client.clone()),
-        trim_nothing,
-        "namespaces",
-        metrics.clone(),
-    );
-    let (ingresses, ingress_events) = follow(
-        Api::<Ingress>::all(client.clone()),
-        trim_nothing,
-        "ingresses",
-        metrics.clone(),
-    );
-    let (ingress_classes, ingress_class_events) = follow(
-        Api::<IngressClass>::all(client.clone()),
-        trim_nothing,
-        "ingressclasses",
-        metrics.clone(),
-    );
-    let served = discover(&client, &config, &status, &metrics).await;
-    let mut configs = BTreeMap::new();
-    let mut config_events = Vec::new();
-    for (kind, resource) in served.istio {
-        let writer = reflector::store::Writer::new(resource.clone());
-        configs.insert(kind, (resource.clone(), writer.as_reader()));
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let events = follow_into(api, writer, trim_config, kind.plural(), metrics.clone());
-        config_events.push(changes(events, kind.plural(), move |e| {
-            Change::Config(kind, e)
-        }));
-    }
-    let mut gateway_api_stores = BTreeMap::new();
-    for (k, resource) in served.gateway_api {
-        let writer = reflector::store::Writer::new(resource.clone());
-        gateway_api_stores.insert(k.kind, (resource.clone(), writer.as_reader()));
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let kind = k.kind;
-        let events = follow_into(api, writer, trim_config, k.resource, metrics.clone());
-        config_events.push(changes(events, k.resource, move |e| {
-            Change::GatewayApi(kind, e)
-        }));
-    }
-    // Certificates are read for Gateways, Docker configs for Wasm extensions: without either,
-    // no Secret is followed.
-    let mut followed: Vec<&'static str> = RESOURCES.to_vec();
-    followed.extend(configs.keys().map(|k| k.plural()));
-    followed.extend(gateway_api_stores.keys().map(|k| gateway_api_resource(k)));
-    let gateways = gateway_api_stores.contains_key("Gateway");
-    let extensions =
-        configs.contains_key(&Kind::WasmPlugin) || configs.contains_key(&Kind::TrafficExtension);
-    let secrets = if gateways || extensions {
-        let (secrets, secret_events) = follow_selected(
-            Api::<Secret>::all(client.clone()),
-            watcher::Config::default().fields(gateway_api::cluster::SECRETS_FIELD_SELECTOR),
-            gateway_api::cluster::trim_secret,
-            "secrets",
-            metrics.clone(),
-        );
-        config_events.push(changes(secret_events, "secrets", Change::Secret));
-        followed.push("secrets");
-        secrets
-    } else {
-        reflector::store().0
-    };
-    let config_maps = if gateways {
-        let (config_maps, config_map_events) = follow(
-            Api::<ConfigMap>::all(client.clone()),
-            gateway_api::cluster::trim_config_map,
-            "configmaps",
-            metrics.clone(),
-        );
-        config_events.push(changes(config_map_events, "configmaps", Change::ConfigMap));
-        followed.push("configmaps");
-        config_maps
-    } else {
-        reflector::store().0
-    };
-    let resources = followed.len();
-    status.send_modify(|s| {
-        s.waiting = followed.iter().map(|r| shown(r)).collect();
-        s.problems.clear();
-    });
-    metrics.set_waiting(&status.borrow());
-    let events = futures::stream::select_all(config_events.into_iter().chain([
-        changes(service_events, "services", Change::Service),
-        changes(slice_events, "endpointslices", Change::Slice),
-        changes(pod_events, "pods", Change::Pod),
-        changes(node_events, "nodes", Change::Node),
-        changes(namespace_events, "namespaces", Change::Namespace),
-        changes(ingress_events, "ingresses", Change::Ingress),
-        changes(ingress_class_events, "ingressclasses", Change::IngressClass),
-    ]));
-    let mut sync = Syncing {
-        config,
-        target,
-        stores: Stores {
-            configs,
-            services,
-            slices,
-            pods,
-            nodes,
-            namespaces,
-            ingresses,
-            ingress_classes,
-            gateway_api: gateway_api_stores,
-            secrets,
-            config_maps,
-        },
-        refs: References::default(),
-        written,
-        dirty: BTreeSet::new(),
-        full: true,
-        derived: BTreeMap::new(),
-        ingresses_changed: true,
-        derived_gateway_api: BTreeMap::new(),
-        gateway_api_changed: true,
-        mentioned: gateway_api::cluster::Mentioned::default(),
-        unreadable: BTreeSet::new(),
-        derived_pull_secrets: BTreeMap::new(),
-        pull_secrets_named: BTreeSet::new(),
-        pull_secrets_changed: true,
-        selected: HashMap::new(),
-        retry: BTreeSet::new(),
-        backoff,
-        status,
-        metrics,
-    };
-    let mut listed: BTreeSet<&'static str> = BTreeSet::new();
-    let mut batches = std::pin::pin!(events.ready_chunks(1024));
-    let mut retry_at: Option<tokio::time::Instant> = None;
-    loop {
-        let retry_due = async move {
-            match retry_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            batch = batches.next() => {
-                let Some(batch) = batch else { return };
-                let handled = batch.len() as u64;
-                let waiting = !sync.status.borrow().waiting.is_empty();
-                for change in batch {
-                    sync.note_health(&change);
-                    if let Some(done) = sync.handle(change) {
-                        listed.insert(done);
-                        sync.status.send_modify(|s| {
-                            s.waiting.remove(&shown(done));
-                        });
-                    }
-                }
-                sync.status.send_modify(|s| s.events += handled);
-                if waiting {
-                    sync.metrics.set_waiting(&sync.status.borrow());
-                }
-            }
-            () = retry_due => {
-                retry_at = None;
-                let retry = std::mem::take(&mut sync.retry);
-                sync.dirty.extend(retry);
-            }
-        }
-        // Nothing is compared until every resource has been listed once: a pass before the
-        // pods are in would write endpoints without their labels.
-        if listed.len() < resources {
-            continue;
-        }
-        sync.pass().await;
-        if sync.retry.is_empty() {
-            sync.backoff.reset();
-        } else if retry_at.is_none() {
-            retry_at = Some(tokio::time::Instant::now() + sync.backoff.failed());
-        }
-    }
-}
-
-/// The Istio and Gateway API kinds the cluster serves, each at the version read.
-struct ServedKinds {
-    istio: Vec<(Kind, ApiResource)>,
-    gateway_api: Vec<(&'static gateway_api::cluster::GatewayApiKind, ApiResource)>,
-    /// Istio kinds without a CRD in the cluster, by resource name.
-    unserved: Vec<String>,
-}
-
-/// Asks which version of each Istio and Gateway API kind the cluster serves, again (with
-/// backoff) until every one is answered: a kind PCP may not read (403) or cannot ask about
-/// (the API server away) is waited for, never taken for absent, since the first comparison
-/// would then delete what the store holds of it. The status says what is waited for.
-async fn discover(
-    client: &Client,
-    config: &SyncConfig,
-    status: &watch::Sender<SyncStatus>,
-    metrics: &SyncMetrics,
-) -> ServedKinds {
-    /// A kind to ask about: Istio's, or the Gateway API's.
-    #[derive(Clone, Copy)]
-    enum Wanted {
-        Istio(Kind),
-        GatewayApi(&'static gateway_api::cluster::GatewayApiKind),
-    }
-    let mut pending: Vec<Wanted> = Kind::ALL
-        .into_iter()
-        .filter(|k| k.in_kubernetes())
-        .map(Wanted::Istio)
-        .collect();
-    pending.extend(
-        gateway_api::cluster::KINDS
-            .iter()
-            .filter(|k| match k.group {
-                gateway_api::ALPHA_GROUP => config.gateway_api.alpha,
-                gateway_api::INFERENCE_GROUP => config.gateway_api.inference,
-                _ => true,
-            })
-            .map(Wanted::GatewayApi),
-    );
-    let mut served = ServedKinds {
-        istio: Vec::new(),
-        gateway_api: Vec::new(),
-        unserved: Vec::new(),
-    };
-    let mut told: BTreeMap<String, Problem> = BTreeMap::new();
-    let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX, Duration::ZERO);
-    loop {
-        let mut failed = Vec::new();
-        let mut failing = BTreeMap::new();
-        for wanted in pending {
-            let (group, kind, plural, versions) = match wanted {
-                Wanted::Istio(k) => (k.group(), k.as_str(), k.plural(), k.versions()),
-                Wanted::GatewayApi(k) => (k.group, k.kind, k.plural, k.versions),
-            };
-            let resource = format!("{plural}.{group}");
-            match served_version(client, group, kind, plural, versions).await {
-                Ok(Served::At(api)) => match wanted {
-                    Wanted::Istio(k) => served.istio.push((k, api)),
-                    Wanted::GatewayApi(k) => served.gateway_api.push((k, api)),
-                },
-                Ok(Served::No) => {
-                    if let Wanted::Istio(_) = wanted {
-                        served.unserved.push(resource);
-                    }
-                }
-                Err(problem) => {
-                    if told.get(&resource) != Some(&problem) {
-                        tell(&resource, &problem, &config.api_server);
-                    }
-                    failing.insert(resource, problem);
-                    failed.push(wanted);
-                }
-            }
-        }
-        told = failing;
-        status.send_modify(|s| {
-            s.waiting = told.keys().cloned().collect();
-            s.problems = told.clone();
-        });
-        metrics.set_waiting(&status.borrow());
-        if failed.is_empty() {
-            break;
-        }
-        pending = failed;
-        tokio::time::sleep(backoff.failed()).await;
-    }
-    if !served.unserved.is_empty() {
-        tracing::warn!(
-            kinds = %served.unserved.join(", "),
-            "the cluster serves no CRD for these Istio kinds: they are not synced (install \
-             Istio's CRDs, Istio's `base` Helm chart, then restart PCP)"
-        );
-    }
-    served
-}
-
-/// Tells, once per change, why a resource cannot be read.
-fn tell(resource: &str, problem: &Problem, api_server: &str) {
-    match problem.reason {
-        Reason::Forbidden => tracing::error!(
-            resource,
-            error = %problem,
-            "PCP's service account may not read {resource}, which the syncer needs: grant \
-             get, list and watch on it (the pasa-pcp-syncer ClusterRole of \
-             deploy/base/clusterrole.yaml); the first sync waits for it"
-        ),
-        _ => {
-            let hint = problem.hint(api_server);
-            let hint = hint.as_deref().unwrap_or("retrying");
-            tracing::warn!(resource, error = %problem, "cannot read {resource}; {hint}")
-        }
-    }
-}
-
 /// Replaces what a conversion generated, marking what it generated before and now to be
 /// compared (what is gone is deleted, what changed written).
 fn replace_derived(
@@ -774,6 +375,30 @@ fn key_of(doc: &Value) -> Option<StoreKey> {
 }
 
 impl<T: Target> Syncing<T> {
+    /// Reads what the store holds of this cluster (again, with backoff, until the store
+    /// answers): what the first comparison starts from. Objects deleted in the cluster while
+    /// PCP was away are among them, and are deleted by it.
+    async fn read_owned(&mut self) {
+        let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX, Duration::ZERO);
+        let owned = loop {
+            match self.target.owned(&self.config.cluster_id).await {
+                Ok(docs) => break docs,
+                Err(e) => {
+                    let wait = backoff.failed();
+                    tracing::warn!(cluster = %self.config.cluster_id, error = %e, retry_in = ?wait,
+                        "cannot read what the syncer wrote before");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        };
+        self.written = owned
+            .iter()
+            .filter_map(|doc| Some((key_of(doc)?, convert::comparable(doc))))
+            .collect();
+        tracing::info!(cluster = %self.config.cluster_id, owned = self.written.len(),
+            "comparing the cluster with what the store holds of it");
+    }
+
     /// Keeps the status's problems: a failure is told (once while it lasts) and recorded; any
     /// event of the resource clears it.
     fn note_health(&mut self, change: &Change) {
@@ -820,28 +445,50 @@ impl<T: Target> Syncing<T> {
             Change::Service(e) => match *e {
                 Apply(svc) | Delete(svc) => {
                     let id = (svc.namespace().unwrap_or_default(), svc.name_any());
-                    self.dirty.insert(StoreKey::service(&id.0, &id.1));
+                    self.dirty.insert(self.names.service_key(&id.0, &id.1));
+                    // A NodePort gateway's addresses follow the nodes.
+                    if self
+                        .stores
+                        .services
+                        .get(&ObjectRef::new(&id.1).within(&id.0))
+                        .is_some_and(|s| convert::network::is_node_port_gateway(&s))
+                    {
+                        self.node_port_gateways.insert(id.clone());
+                    } else {
+                        self.node_port_gateways.remove(&id);
+                    }
                     // Its labels may ask for persistent sessions, which keep draining endpoints.
                     let slices = self.refs.by_service.get(&id).into_iter().flatten();
+                    let names = &self.names;
                     self.dirty
-                        .extend(slices.map(|(ns, slice)| StoreKey::slice(ns, slice)));
+                        .extend(slices.map(|(ns, slice)| names.slice_key(ns, slice)));
                     // An Ingress may name its port; a route may have it as a parent or backend.
                     self.ingresses_changed = true;
                     self.gateway_api_changed |= self.mentioned.covers(&id.1);
                 }
-                InitDone => return self.listed("services"),
+                InitDone => {
+                    self.node_port_gateways = self
+                        .stores
+                        .services
+                        .state()
+                        .iter()
+                        .filter(|s| convert::network::is_node_port_gateway(s))
+                        .map(|s| (s.namespace().unwrap_or_default(), s.name_any()))
+                        .collect();
+                    return self.listed("services");
+                }
                 Init | InitApply(_) => {}
             },
             Change::Slice(e) => match *e {
                 Apply(eps) | InitApply(eps) => {
                     let id = slice_id(&eps);
                     self.refs.set(id.clone(), convert::slice_references(&eps));
-                    self.dirty.insert(StoreKey::slice(&id.0, &id.1));
+                    self.dirty.insert(self.names.slice_key(&id.0, &id.1));
                 }
                 Delete(eps) => {
                     let id = slice_id(&eps);
                     self.refs.remove(&id);
-                    self.dirty.insert(StoreKey::slice(&id.0, &id.1));
+                    self.dirty.insert(self.names.slice_key(&id.0, &id.1));
                 }
                 Init => self.refs = References::default(),
                 InitDone => return self.listed("endpointslices"),
@@ -850,8 +497,9 @@ impl<T: Target> Syncing<T> {
                 Apply(pod) | Delete(pod) => {
                     let id = (pod.namespace().unwrap_or_default(), pod.name_any());
                     let slices = self.refs.by_pod.get(&id).into_iter().flatten();
+                    let names = &self.names;
                     self.dirty
-                        .extend(slices.map(|(ns, slice)| StoreKey::slice(ns, slice)));
+                        .extend(slices.map(|(ns, slice)| names.slice_key(ns, slice)));
                 }
                 InitDone => return self.listed("pods"),
                 Init | InitApply(_) => {}
@@ -860,8 +508,12 @@ impl<T: Target> Syncing<T> {
                 Apply(node) | Delete(node) => {
                     let name = node.name_any();
                     let slices = self.refs.by_node.get(&name).into_iter().flatten();
+                    let names = &self.names;
                     self.dirty
-                        .extend(slices.map(|(ns, slice)| StoreKey::slice(ns, slice)));
+                        .extend(slices.map(|(ns, slice)| names.slice_key(ns, slice)));
+                    let gateways = self.node_port_gateways.iter();
+                    self.dirty
+                        .extend(gateways.map(|(ns, svc)| names.service_key(ns, svc)));
                 }
                 InitDone => return self.listed("nodes"),
                 Init | InitApply(_) => {}
@@ -871,6 +523,9 @@ impl<T: Target> Syncing<T> {
                     // Listeners select route namespaces by label.
                     self.gateway_api_changed = true;
                     let name = ns.name_any();
+                    if name == self.config.system_namespace {
+                        self.network_changed();
+                    }
                     let now = self.selects(&name);
                     if self.selected.insert(name.clone(), now) != Some(now) {
                         self.dirty_namespace(&name);
@@ -881,6 +536,7 @@ impl<T: Target> Syncing<T> {
                 }
                 InitDone => {
                     self.selected.clear();
+                    self.network_changed();
                     return self.listed("namespaces");
                 }
                 Init | InitApply(_) => {}
@@ -997,18 +653,44 @@ impl<T: Target> Syncing<T> {
         }
     }
 
+    /// Reads the cluster's network from its system namespace again; when it changed, every
+    /// part is compared again (their endpoints' network may be it).
+    fn network_changed(&mut self) {
+        let system = ObjectRef::new(&self.config.system_namespace);
+        let network = self
+            .stores
+            .namespaces
+            .get(&system)
+            .and_then(|ns| ns.metadata.labels.as_ref()?.get(NETWORK_LABEL).cloned())
+            .unwrap_or_default();
+        if network == self.network {
+            return;
+        }
+        tracing::info!(cluster = %self.config.cluster_id, network = %network,
+            "the cluster's network (its system namespace's label) changed");
+        self.network = network;
+        let names = &self.names;
+        self.dirty.extend(
+            self.stores
+                .slices
+                .state()
+                .iter()
+                .map(|eps| names.slice_key(&eps.namespace().unwrap_or_default(), &eps.name_any())),
+        );
+    }
+
     fn dirty_namespace(&mut self, namespace: &str) {
         let in_ns = |ns: Option<&String>| ns.map(String::as_str) == Some(namespace);
         for svc in self.stores.services.state() {
             if in_ns(svc.metadata.namespace.as_ref()) {
                 self.dirty
-                    .insert(StoreKey::service(namespace, &svc.name_any()));
+                    .insert(self.names.service_key(namespace, &svc.name_any()));
             }
         }
         for eps in self.stores.slices.state() {
             if in_ns(eps.metadata.namespace.as_ref()) {
                 self.dirty
-                    .insert(StoreKey::slice(namespace, &eps.name_any()));
+                    .insert(self.names.slice_key(namespace, &eps.name_any()));
             }
         }
         // Its Istio config, which the store may never have had (a namespace selected now).
@@ -1076,21 +758,25 @@ impl<T: Target> Syncing<T> {
                 false,
             ));
         }
-        match key.slice_name() {
-            Some(slice) => {
+        match self.names.source(key)? {
+            Source::Slice(slice) => {
                 let eps = self
                     .stores
                     .slices
                     .get(&ObjectRef::new(slice).within(&key.namespace))?;
-                let unready = self.config.send_unhealthy_endpoints;
-                convert::slice(&eps, cluster, &self.stores, unready).map(|(_, doc)| (doc, false))
+                let settings = EndpointSettings {
+                    unready: self.config.send_unhealthy_endpoints,
+                    network: &self.network,
+                };
+                convert::slice(&eps, &self.names, &self.stores, &settings)
+                    .map(|(_, doc)| (doc, false))
             }
-            None => {
+            Source::Service(name) => {
                 let svc = self
                     .stores
                     .services
-                    .get(&ObjectRef::new(&key.name).within(&key.namespace))?;
-                convert::service(&svc, cluster).map(|(_, doc)| (doc, false))
+                    .get(&ObjectRef::new(name).within(&key.namespace))?;
+                convert::service(&svc, &self.names, &self.stores).map(|(_, doc)| (doc, false))
             }
         }
     }
@@ -1118,19 +804,20 @@ impl<T: Target> Syncing<T> {
         let mut keys = std::mem::take(&mut self.dirty);
         if full {
             let ns = |o: &Option<String>| o.clone().unwrap_or_default();
+            let names = &self.names;
             keys.extend(
                 self.stores
                     .services
                     .state()
                     .iter()
-                    .map(|s| StoreKey::service(&ns(&s.metadata.namespace), &s.name_any())),
+                    .map(|s| names.service_key(&ns(&s.metadata.namespace), &s.name_any())),
             );
             keys.extend(
                 self.stores
                     .slices
                     .state()
                     .iter()
-                    .map(|s| StoreKey::slice(&ns(&s.metadata.namespace), &s.name_any())),
+                    .map(|s| names.slice_key(&ns(&s.metadata.namespace), &s.name_any())),
             );
             for (kind, (_, store)) in &self.stores.configs {
                 keys.extend(store.state().iter().map(|o| StoreKey {
@@ -1148,8 +835,17 @@ impl<T: Target> Syncing<T> {
             if compared.as_ref() == self.written.get(&key) {
                 continue;
             }
+            // A remote cluster's syncer creates only what no one holds: an object of the name
+            // it would write that it did not write (another cluster's) is not replaced. PCP's
+            // own cluster's syncer takes over objects of its names, as it always has (written
+            // by hand, or under an earlier --cluster-id).
+            let create_only = self.config.remote && !self.written.contains_key(&key);
             let outcome = match desired {
-                Some((doc, generated)) => self.target.apply(doc, generated).await.map(|()| true),
+                Some((doc, generated)) => self
+                    .target
+                    .apply(doc, generated, create_only)
+                    .await
+                    .map(|()| true),
                 None => self.target.delete(&key).await.map(|()| false),
             };
             match outcome {
@@ -1162,6 +858,13 @@ impl<T: Target> Syncing<T> {
                     deleted += 1;
                     self.metrics.wrote("deleted");
                     self.written.remove(&key);
+                }
+                Err(WriteError::Refused(message)) if create_only => {
+                    refused += 1;
+                    self.metrics.wrote("refused");
+                    tracing::warn!(object = %key, cluster = %self.config.cluster_id, error = %message,
+                        "the store holds an object of this name that this cluster's syncer did not \
+                         write (another cluster's): not replaced");
                 }
                 Err(WriteError::Refused(message)) => {
                     refused += 1;

@@ -4,7 +4,10 @@
 //! reach the store and follow changes; a restart with nothing changed writes nothing; what was
 //! deleted while the syncer was away is deleted; a compacted watch lists again and sees
 //! deletions; discovery selectors limit the namespaces read; a refused write keeps what was
-//! stored.
+//! stored. Remote clusters ([`remote`]) run their fakes beside the config cluster's.
+
+#[path = "syncer/remote.rs"]
+mod remote;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -14,13 +17,15 @@ use pasa_kube::convert::StoreKey;
 use pasa_kube::fake_apiserver::{FakeApiServer, grant_reading, shipped_rbac, shipped_rbac_without};
 use pasa_kube::metrics::SyncMetrics;
 use pasa_kube::selectors::DiscoverySelectors;
-use pasa_kube::syncer::{SyncConfig, SyncStatus, Syncer, Target, WriteError};
+use pasa_kube::syncer::{Reads, SyncConfig, SyncStatus, Syncer, Target, WriteError};
 use serde_json::{Value, json};
 
 /// A **fake** store: documents by key, with the writes counted.
 #[derive(Clone, Default)]
 struct FakeStore {
     inner: Arc<Mutex<Stored>>,
+    /// Counts the writes: what a test waits on for the store to change.
+    written: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 #[derive(Default)]
@@ -47,9 +52,19 @@ impl Target for FakeStore {
         Ok(s.docs.values().filter(|d| label(d)).cloned().collect())
     }
 
-    async fn apply(&self, doc: Value, _generated: bool) -> Result<(), WriteError> {
+    async fn apply(
+        &self,
+        doc: Value,
+        _generated: bool,
+        create_only: bool,
+    ) -> Result<(), WriteError> {
         let mut s = self.inner.lock().unwrap();
         let k = key(&doc);
+        if create_only && s.docs.contains_key(&k) {
+            return Err(WriteError::Refused(format!(
+                "{k} was expected to not exist yet"
+            )));
+        }
         if s.refuse.contains(&k.name) {
             return Err(WriteError::Refused(format!(
                 "{k}: spec.ports[0].port: refused"
@@ -57,6 +72,7 @@ impl Target for FakeStore {
         }
         s.applies += 1;
         s.docs.insert(k, doc);
+        self.written.send_modify(|n| *n += 1);
         Ok(())
     }
 
@@ -64,7 +80,18 @@ impl Target for FakeStore {
         let mut s = self.inner.lock().unwrap();
         s.deletes += 1;
         s.docs.remove(key);
+        self.written.send_modify(|n| *n += 1);
         Ok(())
+    }
+
+    async fn clusters(&self) -> Result<BTreeSet<String>, WriteError> {
+        let s = self.inner.lock().unwrap();
+        let label = |d: &Value| {
+            d["metadata"]["labels"]["pasa.io/cluster"]
+                .as_str()
+                .map(String::from)
+        };
+        Ok(s.docs.values().filter_map(label).collect())
     }
 }
 
@@ -72,7 +99,7 @@ impl FakeStore {
     fn spec(&self, namespace: &str, name: &str) -> Option<Value> {
         let s = self.inner.lock().unwrap();
         s.docs
-            .get(&StoreKey::service(namespace, name))
+            .get(&StoreKey::service_endpoints(namespace, name))
             .map(|d| d["spec"].clone())
     }
 
@@ -82,6 +109,27 @@ impl FakeStore {
             .keys()
             .map(|k| format!("{}/{}", k.namespace, k.name))
             .collect()
+    }
+
+    /// Waits (at most 20 s, woken by each write) until `done` holds of the store.
+    async fn until(&self, what: &str, done: impl Fn(&FakeStore) -> bool) {
+        let mut written = self.written.subscribe();
+        let waited = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                written.borrow_and_update();
+                if done(self) {
+                    return;
+                }
+                written.changed().await.expect("the store stays");
+            }
+        })
+        .await;
+        if waited.is_err() {
+            panic!(
+                "timed out waiting until {what}; the store holds {:?}",
+                self.names()
+            );
+        }
     }
 
     fn writes(&self) -> (usize, usize) {
@@ -108,6 +156,9 @@ fn start_as(
         gateway_api: pasa_kube::gateway_api::Settings::default(),
         send_unhealthy_endpoints: true,
         api_server: format!("http://{}", fake.addr),
+        reads: Reads::Everything,
+        remote: false,
+        system_namespace: "istio-system".into(),
     };
     Syncer::start(
         client,
@@ -227,6 +278,7 @@ async fn services_endpoints_pods_and_nodes_reach_the_store_and_follow_changes() 
             "endpoints": [{"address": "10.42.0.7", "labels": {"app": "reviews", "version": "v1",
                 "service.istio.io/workload-name": "reviews-v1"},
                            "locality": "us-east1/us-east1-b", "serviceAccount": "bookinfo-reviews"}],
+            "cluster": "Kubernetes",
         })
     );
     assert_eq!(
@@ -342,7 +394,7 @@ async fn a_restart_writes_nothing_and_deletions_while_away_are_reconciled() {
     let other = json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
         "metadata": {"name": "remote", "namespace": "bookinfo",
                      "labels": {"pasa.io/cluster": "west"}}, "spec": {}});
-    store.apply(other, false).await.unwrap();
+    store.apply(other, false, false).await.unwrap();
     let syncer = start(&fake, &store, DiscoverySelectors::all());
     let status = until(&syncer, "the first pass after changes", |s| s.synced).await;
     assert_eq!((status.applied, status.deleted), (1, 2));
