@@ -362,12 +362,14 @@ impl<E> ServiceEndpoints<E> {
         }
     }
 
-    /// Whether this is a part of a service's endpoints (see the module's documentation): it
-    /// names its service, and has no ports or says no cluster. One that names its service, its
-    /// cluster and has ports is the Service as another cluster has it (see
-    /// [`remote_service_name`]).
-    pub fn is_part(&self) -> bool {
-        !self.service.is_empty() && (self.ports.is_empty() || self.cluster.is_empty())
+    /// Whether the object `object_name` holding this spec is a part of a service's endpoints
+    /// (see the module's documentation): it names its service, and is not that Service as
+    /// another cluster has it — the object named [`remote_service_name`] of its service and
+    /// cluster, which may have no ports at all (an `ExternalName` or a headless Service).
+    pub fn is_part(&self, object_name: &str) -> bool {
+        !self.service.is_empty()
+            && (self.cluster.is_empty()
+                || object_name != remote_service_name(&self.service, &self.cluster))
     }
 }
 

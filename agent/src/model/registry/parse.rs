@@ -94,7 +94,7 @@ pub(super) fn parse(resource: &Resource, domain_suffix: &str) -> Parsed {
             // Read in place (its endpoints' strings borrowed from the JSON); a spec that does
             // not read so is read again as owned, which names the field at fault.
             let read = |meta: Meta, spec: ServiceEndpoints<EndpointView<'_>>| {
-                if spec.is_part() {
+                if spec.is_part(&meta.name) {
                     Parsed::EndpointsPart(Arc::new(part_from_kubernetes(&meta, spec)))
                 } else {
                     Parsed::ServiceEndpoints(Arc::new(from_kubernetes(meta, spec, domain_suffix)))

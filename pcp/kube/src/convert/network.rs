@@ -123,9 +123,9 @@ fn node_external_ip(node: &Node) -> Option<String> {
 /// (`addresses`), into that network, on the port its `networking.istio.io/gatewayPort` label
 /// names (15443 when absent or not a port) and, when it has a port 15008, for HBONE too. A
 /// `NodePort` gateway is reached on the node port of that port (`node_ports`). A Service with
-/// neither port is no gateway (istiod says so in a warning, as here). A Service that takes
-/// HBONE alone is left out too: the store's gateways are reached by Istio mutual TLS (a port
-/// is required), which is what PASA's proxies use between networks.
+/// neither port is no gateway (istiod says so in a warning, as here). One that takes HBONE
+/// alone is written with port 0, as istiod keeps it: sidecars do not use it, but it counts
+/// among its network's gateways.
 pub fn network_gateways(
     svc: &Service,
     addresses: &[String],
@@ -156,24 +156,20 @@ pub fn network_gateways(
     let ports = svc.spec.as_ref().and_then(|s| s.ports.as_ref());
     let has = |n: i32| ports.into_iter().flatten().any(|p| p.port == n);
     let (mtls, hbone) = (has(port), has(GATEWAY_HBONE_PORT));
-    if !mtls {
-        if hbone {
-            tracing::debug!(service = %shown(), "a network gateway Service that takes HBONE \
-                alone: the store's network gateways take Istio mutual TLS, left out");
-        } else {
-            tracing::warn!(service = %shown(), network = %network,
-                "labelled a network gateway, but it has neither port {port} nor port \
-                 {GATEWAY_HBONE_PORT}: not a gateway");
-        }
+    if !mtls && !hbone {
+        tracing::warn!(service = %shown(), network = %network,
+            "labelled a network gateway, but it has neither port {port} nor port \
+             {GATEWAY_HBONE_PORT}: not a gateway");
         return Vec::new();
     }
-    let port = node_ports.get(&port).copied().unwrap_or(port);
+    let reached = |port: i32| node_ports.get(&port).copied().unwrap_or(port);
+    let port = if mtls { reached(port) } else { 0 };
     addresses
         .iter()
         .map(|address| {
             let mut gateway = json!({"network": network, "address": address, "port": port});
             if hbone {
-                gateway["hbonePort"] = json!(GATEWAY_HBONE_PORT);
+                gateway["hbonePort"] = json!(reached(GATEWAY_HBONE_PORT));
             }
             gateway
         })
@@ -250,7 +246,11 @@ mod tests {
             labels.insert(GATEWAY_PORT_LABEL.into(), value.into());
             labelled.clone()
         };
-        assert!(worked_out(&label("15444"), &Nodes(Vec::new())).1.is_empty());
+        // A port it does not have: a gateway for HBONE alone (port 0, as istiod keeps it).
+        assert_eq!(
+            worked_out(&label("15444"), &Nodes(Vec::new())).1[0],
+            json!({"network": "n2", "address": "35.1.2.3", "port": 0, "hbonePort": 15008})
+        );
         let labelled = label("not-a-port");
         assert_eq!(worked_out(&labelled, &Nodes(Vec::new())).1.len(), 3);
         // Not labelled with a network: external addresses, no gateway.

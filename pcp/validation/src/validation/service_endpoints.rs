@@ -19,7 +19,7 @@ pub fn validate(obj: &Object, report: &mut Report) {
         return;
     };
     let at = Path::spec();
-    if spec.is_part() {
+    if spec.is_part(&obj.name) {
         validate_part(obj, &spec, &at, report);
     } else if !spec.service.is_empty() && !is_dns1123_label(&spec.service) {
         report.error(
@@ -90,7 +90,10 @@ pub fn validate(obj: &Object, report: &mut Report) {
         if validate_ip_address(&gateway.address).is_err() {
             report.check(&at.field("address"), validate_fqdn(&gateway.address));
         }
-        report.check(&at.field("port"), validate_port(i64::from(gateway.port)));
+        // A gateway that takes HBONE only has no mutual TLS port (sidecars do not use it).
+        if gateway.port != 0 || gateway.hbone_port == 0 {
+            report.check(&at.field("port"), validate_port(i64::from(gateway.port)));
+        }
         if gateway.hbone_port != 0 {
             report.check(
                 &at.field("hbonePort"),
@@ -247,6 +250,24 @@ mod tests {
                        "ports": [{"name": "http", "port": 80}]})
             ),
             Vec::<String>::new()
+        );
+        // ... with no ports at all (an ExternalName Service of that cluster).
+        assert_eq!(
+            errors(
+                "legacy.cluster2.cluster",
+                json!({"service": "legacy", "cluster": "cluster2",
+                       "externalName": "legacy.example.com"})
+            ),
+            Vec::<String>::new()
+        );
+        // A part that says its cluster is still a part.
+        assert_eq!(
+            errors(
+                "reviews-x7k2p.cluster2.endpointslice",
+                json!({"service": "reviews", "cluster": "cluster2",
+                       "ports": [{"name": "http", "port": 80}]})
+            ),
+            ["spec.ports"]
         );
         assert_eq!(
             errors(
