@@ -42,6 +42,7 @@
 mod backends;
 pub mod cluster;
 mod listeners;
+pub mod network;
 pub mod policies;
 mod routes;
 mod rules;

@@ -34,6 +34,13 @@ pub struct ClusterService {
 }
 
 impl ClusterService {
+    /// Whether it states network gateways and nothing else: no ports, no endpoints.
+    pub(super) fn is_gateways_only(&self) -> bool {
+        !self.network_gateways.is_empty()
+            && self.ports.is_empty()
+            && self.service.endpoints.is_empty()
+    }
+
     /// The key of the service it is a cluster's view of: the Service's own name (`spec.service`
     /// for another cluster's object).
     pub(super) fn service_key(&self, namespace: &str) -> Key {

@@ -311,15 +311,38 @@ pub fn derive(
             }
         }
     }
+    // Gateways labelled with a network are network gateways (whatever namespace they are in:
+    // they are how other networks are reached).
+    let mut network_gateways = Vec::new();
     for (kind, (resource, store)) in sources.objects {
         for o in store.state() {
+            let doc = dynamic(resource, kind, &o);
+            if *kind == "Gateway"
+                && let Some(gateways) = gateway_api::network::network_gateways(&doc, cluster)
+            {
+                network_gateways.push(gateways);
+            }
             if in_selected(o.namespace()) {
-                add(dynamic(resource, kind, &o));
+                add(doc);
+            }
+        }
+    }
+    let mut objects = convert::generated(gateway_api::convert(settings, &input), cluster);
+    for doc in network_gateways {
+        let generated = pasa_proto::Object::from_json(
+            &doc,
+            "default",
+            pasa_istio::generated::is_generated_object,
+        );
+        match generated {
+            Ok(object) => objects.extend(convert::generated(vec![object], cluster)),
+            Err(e) => {
+                unreadable.insert(format!("{}: {e:?}", doc["metadata"]["name"]));
             }
         }
     }
     Derived {
-        objects: convert::generated(gateway_api::convert(settings, &input), cluster),
+        objects,
         unreadable,
     }
 }
