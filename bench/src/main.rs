@@ -4,6 +4,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod agent;
+mod clusters;
 mod embedded;
 mod fake_tikv;
 mod fixture;

@@ -9,6 +9,10 @@
 //! subscriber's delivery is checked against a brute-force oracle (its selector evaluated on
 //! every changed object), so wrong and missed wake-ups are counted, not assumed.
 //!
+//! With `--clusters` and `--networks` the mesh spreads over several clusters and networks (see
+//! [`crate::clusters`]), and each proxy derives its subscription with its cluster and network:
+//! the scenarios then measure what the cluster dimension costs.
+//!
 //! Scenarios:
 //! - **S1**: load everything; every subscription gets its initial snapshot (wall time, peak RSS
 //!   of this process, which is the store and the subscribers' readers);
@@ -33,6 +37,7 @@ pub mod mesh;
 mod report;
 pub mod single;
 mod subscribers;
+mod subscriptions;
 mod xds_client;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,10 +47,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
-use pasa_agent::cache::Cache;
-use pasa_agent::identity::IdentityArgs;
-use pasa_agent::model::proxy::Proxy;
-use pasa_agent::model::registry::Registry;
 use pasa_proto::store::v1::{ApplyDocument, EventType, Subscription};
 use pasa_store::Store;
 use pasa_store::index::ObjectKeys;
@@ -53,9 +54,11 @@ use pasa_store::selector::Selector;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
+use crate::clusters::{ClusterArgs, Topology};
 use crate::stats::{cdf, peak_rss_mib, percentile, reset_peak_rss, round2, rss_mib};
 use mesh::{Mesh, Shape};
 use subscribers::{Progress, Seen, Subscriber, subscribe};
+use subscriptions::{Subscriptions, derive_subscriptions, identity_of, proxy_of};
 
 /// Documents per apply while loading.
 const LOAD_BATCH: usize = 500;
@@ -84,6 +87,8 @@ pub struct SeedArgs {
     /// Seed of the generated mesh.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    #[command(flatten)]
+    pub clusters: ClusterArgs,
     /// S3: endpoint changes per second while churning.
     #[arg(long, default_value_t = 40)]
     pub churn_rate: u32,
@@ -166,26 +171,38 @@ pub fn run(args: &SeedArgs) -> anyhow::Result<Value> {
     );
     ensure!(args.batch > 0, "--batch must be at least 1");
     ensure!(args.connecting > 0, "--connecting must be at least 1");
+    let topology = Topology::new(args.clusters)?;
+    ensure!(
+        args.pods >= args.services * topology.clusters(),
+        "--pods must be at least --services × --clusters (each service runs in every cluster)"
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the Tokio runtime")?;
-    runtime.block_on(run_async(args))
+    runtime.block_on(run_async(args, topology))
 }
 
-async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
+async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value> {
     let generating = Instant::now();
     let mesh = Mesh::generate(Shape {
         services: args.services,
         pods: args.pods,
         virtual_services: args.virtual_services,
         seed: args.seed,
+        topology,
     });
+    // What the load writes: the documents' JSON.
+    let loaded_bytes: usize = mesh.objects.iter().map(|o| manifest(o).json.len()).sum();
     println!(
-        "generated {} services, {} pods, {} objects in {:.1}s",
+        "generated {} services, {} pods in {} clusters on {} networks, {} objects ({:.1} MiB) \
+         in {:.1}s",
         mesh.workloads.len(),
         mesh.pods().count(),
+        topology.clusters(),
+        topology.networks(),
         mesh.objects.len(),
+        loaded_bytes as f64 / (1024.0 * 1024.0),
         generating.elapsed().as_secs_f64()
     );
 
@@ -227,11 +244,12 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     let subscriptions = derive_subscriptions(&store, &mesh).await?;
     let derived = deriving.elapsed();
     println!(
-        "S1: {} subscriptions derived by the agent's scope code in {:.1}s ({:.2} ms each, as \
-         each agent derives its own; not counted in S1)",
-        subscriptions.len(),
+        "S1: {} subscriptions ({} distinct) derived by the agent's scope code in {:.1}s ({:.2} ms \
+         each, as each agent derives its own; not counted in S1)",
+        subscriptions.derived(),
+        subscriptions.distinct(),
         derived.as_secs_f64(),
-        derived.as_secs_f64() * 1e3 / subscriptions.len().max(1) as f64
+        derived.as_secs_f64() * 1e3 / subscriptions.derived().max(1) as f64
     );
     let (stop_tx, stop_rx) = watch::channel(false);
     // Where subscribers find the store; emptied while it restarts (S6).
@@ -241,7 +259,11 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     let subscribing = Instant::now();
     let mut subscribers = Vec::with_capacity(args.pods);
     for (w, pod) in mesh.pods() {
-        let subscription = Arc::clone(&subscriptions[&w.app]);
+        let subscription = Arc::clone(
+            subscriptions
+                .of(w, pod)
+                .with_context(|| format!("no subscription for {}", pod.name))?,
+        );
         let reader = subscribe(
             stores_rx.clone(),
             pod.node_id(&w.namespace),
@@ -397,15 +419,34 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
     let mut tallies = [Tally::default(), Tally::default()];
     let mut t3 = churn::ChurnTally::default();
     let mut snapshot_objects = 0u64;
+    let (mut per_subscriber, mut per_subscriber_bytes) = (Vec::new(), Vec::new());
     for s in subscribers {
         let seen = s.reader.await.context("a subscriber's reader failed")?;
         snapshot_objects += seen.snapshot as u64;
+        per_subscriber.push(seen.snapshot as f64);
+        per_subscriber_bytes.push(seen.snapshot_bytes as f64);
         for (tally, b) in tallies.iter_mut().zip([&s2, &s5]) {
             tally.add(b, &s.subscription, &seen);
         }
         t3.add(&s3, &s.subscription, &seen);
     }
-    let s3_figures = t3.report(&s3, churn_shape);
+    let s3_figures = t3.report(&s3, churn_shape, &topology);
+    let snapshot_sizes = |samples: &[f64]| {
+        json!({"p50": percentile(samples, 50.0), "p99": percentile(samples, 99.0),
+               "max": percentile(samples, 100.0),
+               "mean": round2(crate::stats::mean(samples))})
+    };
+    let per_subscriber = json!({"objects": snapshot_sizes(&per_subscriber),
+                                "spec_bytes": snapshot_sizes(&per_subscriber_bytes)});
+    let figure = |what: &str, p: &str| per_subscriber[what][p].as_f64().unwrap_or_default();
+    println!(
+        "S1: each subscriber's snapshot: p50 {:.0} objects, max {:.0} ({:.1} KiB of specs at p50, \
+         {:.1} KiB at most)",
+        figure("objects", "p50"),
+        figure("objects", "max"),
+        figure("spec_bytes", "p50") / 1024.0,
+        figure("spec_bytes", "max") / 1024.0
+    );
     let [t2, t5] = tallies;
     let s2_figures = t2.report(
         "S2",
@@ -452,20 +493,24 @@ async fn run_async(args: &SeedArgs) -> anyhow::Result<Value> {
         "parameters": {"services": args.services, "pods": args.pods,
                        "virtual_services": args.virtual_services, "batch": args.batch,
                        "seed": args.seed, "connecting": args.connecting,
+                       "clusters": topology.clusters(), "networks": topology.networks(),
                        "churn_rate": args.churn_rate, "churn_secs": args.churn_secs,
                        "burst": args.burst, "agents": args.agents,
                        "idle_secs": args.idle_secs},
         "machine": machine(),
         "commit": option_env!("PASA_COMMIT").unwrap_or("unknown"),
         "mesh": {"services": mesh.workloads.len(), "pods": mesh.pods().count(),
-                 "objects": mesh.objects.len(),
-                 "distinct_subscriptions": subscriptions.len()},
+                 "clusters": topology.clusters(), "networks": topology.networks(),
+                 "objects": mesh.objects.len(), "bytes": loaded_bytes,
+                 "subscriptions": subscriptions.derived(),
+                 "distinct_subscriptions": subscriptions.distinct()},
         "s1": {"load_s": round2(loaded.as_secs_f64()),
                "derive_per_workload_ms": round2(
-                   derived.as_secs_f64() * 1e3 / subscriptions.len().max(1) as f64),
+                   derived.as_secs_f64() * 1e3 / subscriptions.derived().max(1) as f64),
                "snapshots_s": round2(snapshots.as_secs_f64()),
                "total_s": round2(s1_total.as_secs_f64()),
                "snapshot_objects": snapshot_objects,
+               "snapshot_per_subscriber": per_subscriber,
                "peak_rss_mib": s1_rss.map(round2),
                "goal": {"total_s": 60, "peak_rss_mib": 2048}},
         "s2": with_goal(s2_figures, json!({"max_ms": 2000, "wrong": 0, "missed": 0})),
@@ -722,50 +767,6 @@ fn manifest_of(
     }
 }
 
-/// The identity options `pod`'s agent runs with (node ID, labels, service account).
-fn identity_of(w: &mesh::Workload, pod: &mesh::Pod) -> IdentityArgs {
-    IdentityArgs {
-        node_id: pod.node_id(&w.namespace),
-        labels: format!("app={},version={}", w.app, pod.version),
-        service_account: w.app.clone(),
-        cluster_id: "Kubernetes".into(),
-        ..Default::default()
-    }
-}
-
-/// The proxy of `pod` as its agent sees itself.
-fn proxy_of(w: &mesh::Workload, pod: &mesh::Pod) -> anyhow::Result<Proxy> {
-    let identity = identity_of(w, pod).resolve()?;
-    Ok(Proxy::from_identity(&identity, Default::default()))
-}
-
-/// Each workload's subscription, as its pods' agents derive it: the stored objects parsed into
-/// the agent's registry, and the scope of the workload's first pod (its pods share their labels
-/// but for the version, which no Sidecar here selects on).
-async fn derive_subscriptions(
-    store: &Store,
-    mesh: &Mesh,
-) -> anyhow::Result<BTreeMap<String, Arc<Subscription>>> {
-    let everything = Selector {
-        rules: vec![pasa_store::selector::Rule::default()],
-    };
-    let (listed, revision) = store
-        .list(&everything, 0)
-        .await
-        .context("cannot list the loaded objects")?;
-    let cache = Cache::from_resources(listed.iter().map(|r| (**r).clone()), revision);
-    let mut registry = Registry::default();
-    registry.update(&cache, "cluster.local");
-    let mut out = BTreeMap::new();
-    for w in &mesh.workloads {
-        let Some(pod) = w.pods.first() else { continue };
-        let proxy = proxy_of(w, pod)?;
-        let subscription = pasa_agent::subscription::subscription_of(&proxy, &registry);
-        out.insert(w.app.clone(), Arc::new(subscription));
-    }
-    Ok(out)
-}
-
 /// The machine the figures come from.
 fn machine() -> Value {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -776,6 +777,54 @@ fn machine() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The smoke run of a mesh of three clusters on two networks: every change reaches exactly
+    /// its subscribers, and the churn rewrites endpoints of every cluster.
+    #[test]
+    fn a_multicluster_seed_run_delivers_every_change_to_exactly_its_subscribers() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = SeedArgs {
+            services: 30,
+            pods: 300,
+            virtual_services: 3,
+            batch: 10,
+            seed: 1,
+            clusters: ClusterArgs {
+                clusters: 3,
+                networks: 2,
+            },
+            churn_rate: 40,
+            churn_secs: 1,
+            burst: 50,
+            agents: 0,
+            agent_binary: None,
+            keep_scope: None,
+            idle_secs: 1,
+            connecting: 64,
+            data_dir: Some(dir.path().join("db")),
+            json: None,
+            html: None,
+        };
+        let summary = run(&args).expect("the seed runs");
+        // Per service 3 ServiceEndpoints (one per cluster), 2 DestinationRules, 3
+        // VirtualServices and a Sidecar; the ingress Gateway, the mesh's own 2 services and 3
+        // network gateways.
+        assert_eq!(summary["mesh"]["objects"], 30 * 9 + 1 + 2 + 3);
+        assert_eq!(summary["mesh"]["subscriptions"], 90);
+        for scenario in ["s2", "s3", "s5"] {
+            for figure in ["wrong", "missed", "duplicates", "watches_ended"] {
+                assert_eq!(summary[scenario][figure], 0, "{scenario}.{figure}");
+            }
+        }
+        assert_eq!(summary["s5"]["affected"], 300);
+        let by_cluster = summary["s3"]["changes_by_cluster"].as_object().unwrap();
+        assert_eq!(by_cluster.len(), 3, "{by_cluster:?}");
+        let snapshot = &summary["s1"]["snapshot_per_subscriber"]["objects"];
+        assert!(
+            snapshot["max"].as_f64() >= snapshot["p50"].as_f64(),
+            "{snapshot}"
+        );
+    }
 
     /// The smoke run: the report's shape, and the oracle's verdict (not timings).
     #[test]
@@ -802,6 +851,7 @@ mod tests {
             virtual_services: 3,
             batch: 10,
             seed: 1,
+            clusters: ClusterArgs::default(),
             churn_rate: 40,
             churn_secs: 1,
             burst: 50,

@@ -1,8 +1,14 @@
 //! `translate`: the agent's translation of one proxy's scope. A cache of S services (each with E
-//! endpoints in three versions, a DestinationRule with three subsets, and for a share of them a
-//! VirtualService splitting between two subsets) is translated for a sidecar, then changed one
-//! object at a time (a DestinationRule, a VirtualService, a service's endpoints) to measure the
-//! incremental work, each time including the encoding into the snapshot ADS serves.
+//! endpoints in three versions, pods with Istio's sidecar, a DestinationRule with three subsets,
+//! and for a share of them a VirtualService splitting between two subsets) is translated for a
+//! sidecar, then changed one object at a time (a DestinationRule, a VirtualService, a service's
+//! endpoints) to measure the incremental work, each time including the encoding into the
+//! snapshot ADS serves.
+//!
+//! With `--clusters` and `--networks` (see [`crate::clusters`]) each service runs in every
+//! cluster, its endpoints dealt to the clusters in turn, and the proxy is in the first cluster
+//! and network: with several networks its EDS reaches the other networks' endpoints through
+//! their gateways (split horizon), and an endpoint change rewrites one cluster's object.
 //!
 //! With `--proxy router` the proxy is an ingress gateway: one Gateway selects it (HTTP on 80 and
 //! HTTPS on 443 for `*.example.com`), and every routed service has a VirtualService bound to that
@@ -15,11 +21,13 @@ use pasa_agent::ads::Snapshot;
 use pasa_agent::cache::{Cache, Key};
 use pasa_agent::identity::IdentityArgs;
 use pasa_agent::model::proxy::{Generator, Proxy, ProxyBuild};
+use pasa_agent::resource::Generated;
 use pasa_agent::translate::Translator;
 use pasa_proto::store::v1::Resource;
 use pasa_proto::watch::{self, Action};
 use serde_json::{Value, json};
 
+use crate::clusters::{ClusterArgs, Topology};
 use crate::stats::{peak_rss_mib, percentile, round2};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -55,6 +63,8 @@ pub struct TranslateArgs {
     /// virtual_service, endpoints. All when not given.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    #[command(flatten)]
+    pub clusters: ClusterArgs,
 }
 
 const NAMESPACES: usize = 20;
@@ -74,21 +84,64 @@ pub(crate) fn resource(kind: &str, ns: &str, name: &str, spec: Value, revision: 
     }
 }
 
+/// Service `i` with `endpoints` endpoints of pods without a sidecar, in one cluster.
 pub(crate) fn service(i: usize, endpoints: usize, revision: u64) -> Resource {
-    let eps: Vec<Value> = (0..endpoints)
+    let single = Placement {
+        topology: &Topology::default(),
+        cluster: 0,
+        injected: false,
+    };
+    service_in(i, endpoints, single, false, revision)
+}
+
+/// Which cluster's object of a service is written, and what its pods are.
+#[derive(Clone, Copy)]
+struct Placement<'a> {
+    topology: &'a Topology,
+    /// The cluster whose object it is.
+    cluster: usize,
+    /// Its pods run Istio's sidecar (`security.istio.io/tlsMode: istio`): they take Istio
+    /// mutual TLS, which traffic through another network's gateway needs.
+    injected: bool,
+}
+
+/// Service `i`'s object in the cluster of `at`: of its `endpoints` endpoints, those dealt to
+/// the cluster (endpoint `e` to cluster `e mod clusters`), and with `extra` one more (a pod
+/// started there).
+fn service_in(
+    i: usize,
+    endpoints: usize,
+    at: Placement<'_>,
+    extra: bool,
+    revision: u64,
+) -> Resource {
+    let (topology, c) = (at.topology, at.cluster);
+    let clusters = topology.clusters();
+    let dealt = (0..endpoints).filter(|e| e % clusters == c);
+    let eps: Vec<Value> = dealt
+        .chain(extra.then_some(endpoints + c))
         .map(|e| {
+            let mut labels =
+                json!({"app": format!("svc-{i}"), "version": format!("v{}", e % 3 + 1)});
+            if at.injected {
+                labels["security.istio.io/tlsMode"] = json!("istio");
+            }
             json!({"address": format!("10.{}.{}.{}", i / 250 % 250, i % 250, e + 1),
-                   "labels": {"app": format!("svc-{i}"), "version": format!("v{}", e % 3 + 1)},
-                   "locality": format!("region/zone-{}", e % 2)})
+                   "labels": labels, "locality": format!("region/zone-{}", e % 2)})
         })
         .collect();
+    // Each cluster gives the service addresses of its own.
+    let vip = if c == 0 { 96 } else { 100 + c };
+    let name = format!("svc-{i}");
+    let mut spec = json!({"addresses": [format!("10.{vip}.{}.{}", i / 250, i % 250)],
+                          "ports": [{"name": "http", "port": 8080}, {"name": "grpc", "port": 9090}],
+                          "endpoints": eps});
+    topology.place(&mut spec, &name, c);
     resource(
         "ServiceEndpoints",
         &format!("ns-{}", i % NAMESPACES),
-        &format!("svc-{i}"),
-        json!({"addresses": [format!("10.96.{}.{}", i / 250, i % 250)],
-               "ports": [{"name": "http", "port": 8080}, {"name": "grpc", "port": 9090}],
-               "endpoints": eps}),
+        &topology.object_name(&name, c),
+        spec,
         revision,
     )
 }
@@ -140,6 +193,30 @@ fn ingress(revision: u64) -> Resource {
     )
 }
 
+/// How many endpoints of `generated`'s load assignments are network gateways of `topology`:
+/// another network's endpoints, reached through its gateway. Counted in the encoded form, as
+/// the `istio.stats` check is (decoding would add the typed resources to the peak RSS this mode
+/// reports): a socket address is a string field, its length before it.
+fn through_gateways(generated: &Generated, topology: &Topology) -> usize {
+    let patterns: Vec<Vec<u8>> = topology
+        .gateway_services()
+        .iter()
+        .filter_map(|(_, spec)| spec["networkGateways"][0]["address"].as_str())
+        .filter_map(|a| Some([&[u8::try_from(a.len()).ok()?], a.as_bytes()].concat()))
+        .collect();
+    generated
+        .endpoints
+        .values()
+        .map(|r| {
+            let body = &r.body.value;
+            patterns
+                .iter()
+                .map(|p| body.windows(p.len()).filter(|w| w == p).count())
+                .sum::<usize>()
+        })
+        .sum()
+}
+
 pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
     ensure!(args.services > 0, "--services must be at least 1");
     ensure!(
@@ -156,6 +233,11 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         "router" => true,
         other => anyhow::bail!("--proxy {other:?}: use sidecar or router"),
     };
+    let topology = Topology::new(args.clusters)?;
+    ensure!(
+        args.endpoints + topology.clusters() < 255,
+        "--endpoints + --clusters must be under 255 (a service's endpoints share a /24)"
+    );
     let routed = (args.services as f64 * args.routed).round() as usize;
     let mut revision = 0u64;
     let mut next = || {
@@ -163,8 +245,26 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         revision
     };
     let mut objects = Vec::new();
+    for (name, spec) in topology.gateway_services() {
+        objects.push(resource(
+            "ServiceEndpoints",
+            "istio-system",
+            &name,
+            spec,
+            next(),
+        ));
+    }
+    // The sidecar's mesh is one of sidecars: their pods take Istio mutual TLS, which traffic
+    // to another network's endpoints needs (through its gateway).
+    let placed = |cluster| Placement {
+        topology: &topology,
+        cluster,
+        injected: true,
+    };
     for i in 0..args.services {
-        objects.push(service(i, args.endpoints, next()));
+        for c in 0..topology.clusters() {
+            objects.push(service_in(i, args.endpoints, placed(c), false, next()));
+        }
         objects.push(rule(i, "ROUND_ROBIN", next()));
         if i < routed {
             objects.push(split(i, 80, router, next()));
@@ -196,7 +296,8 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         node_id: node_id.into(),
         labels: labels.into(),
         service_account: "default".into(),
-        cluster_id: "Kubernetes".into(),
+        cluster_id: topology.cluster_id(0),
+        network: topology.network(0),
         ..Default::default()
     }
     .resolve()?;
@@ -227,14 +328,26 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         resources.listeners.len(),
         resources.routes.len(),
     ];
+    // The load assignments' encoded size: what split horizon changes (another network's
+    // endpoints become its gateway).
+    let eds_bytes: usize = resources
+        .endpoints
+        .values()
+        .map(|r| r.body.value.len())
+        .sum();
+    let through_gateways = through_gateways(&resources, &topology);
     println!(
-        "full translation of {} services ({} objects): p50 {full:.1} ms of {} (first {cold:.1} ms), \
-         encoded; clusters {}, endpoints {}, listeners {}, routes {}",
+        "full translation of {} services in {} clusters on {} networks ({} objects): p50 \
+         {full:.1} ms of {} (first {cold:.1} ms), encoded; clusters {}, endpoints {} ({:.1} KiB, \
+         {through_gateways} endpoints are network gateways), listeners {}, routes {}",
         args.services,
+        topology.clusters(),
+        topology.networks(),
         objects.len(),
         args.full_runs,
         counts[0],
         counts[1],
+        eds_bytes as f64 / 1024.0,
         counts[2],
         counts[3]
     );
@@ -258,6 +371,8 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         "istio_proxy": args.istio_proxy,
         "listeners_with_istio_stats": with_stats,
         "services": args.services,
+        "kubernetes_clusters": topology.clusters(),
+        "networks": topology.networks(),
         "objects": objects.len(),
         "generator": args.generator,
         "proxy": args.proxy,
@@ -265,6 +380,8 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         "endpoints": counts[1],
         "listeners": counts[2],
         "routes": counts[3],
+        "eds_bytes": eds_bytes,
+        "endpoints_through_gateways": through_gateways,
         "full_ms": round2(full),
         "full_first_ms": round2(cold),
     });
@@ -272,7 +389,10 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
     let kinds: [(&str, Change); 3] = [
         ("destination_rule", &|i, r| rule(i, "LEAST_REQUEST", r)),
         ("virtual_service", &|i, r| split(i, 50, router, r)),
-        ("endpoints", &|i, r| service(i, args.endpoints + 1, r)),
+        // One pod more in one cluster, each change in the next cluster.
+        ("endpoints", &|i, r| {
+            service_in(i, args.endpoints, placed(i % topology.clusters()), true, r)
+        }),
     ];
     for name in &args.only {
         ensure!(
@@ -333,4 +453,41 @@ pub fn run(args: &TranslateArgs) -> anyhow::Result<Value> {
         summary["peak_rss_mib"] = json!(round2(rss));
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(clusters: usize, networks: usize) -> TranslateArgs {
+        TranslateArgs {
+            services: 6,
+            endpoints: 6,
+            routed: 0.5,
+            changes: 3,
+            generator: "envoy".into(),
+            proxy: "sidecar".into(),
+            full_runs: 1,
+            istio_proxy: false,
+            only: Vec::new(),
+            clusters: ClusterArgs { clusters, networks },
+        }
+    }
+
+    /// On one network every endpoint is sent as it is; on two, the other network's are
+    /// reached through its gateway (split horizon).
+    #[test]
+    fn another_networks_endpoints_are_reached_through_its_gateway() {
+        let one = run(&args(3, 1)).unwrap();
+        let two = run(&args(3, 2)).unwrap();
+        assert_eq!(one["endpoints_through_gateways"], 0, "{one}");
+        assert!(
+            two["endpoints_through_gateways"].as_u64().unwrap() > 0,
+            "{two}"
+        );
+        assert_eq!(
+            (&one["kubernetes_clusters"], &two["networks"]),
+            (&json!(3), &json!(2))
+        );
+    }
 }

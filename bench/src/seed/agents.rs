@@ -14,12 +14,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use envoy_types::pb::envoy::config::core::v3::Node;
+use pasa_agent::identity::IdentityArgs;
 use pasa_store::Store;
 use serde_json::{Value, json};
 
-use super::manifest;
 use super::mesh::{Mesh, Pod, Workload};
 use super::xds_client::{self, RouteState, Watched};
+use super::{identity_of, manifest};
+use crate::clusters::Topology;
 use crate::stats::{cdf, mean, percentile, round2, rss_mib_of};
 
 /// How long an agent and its client may take to hold the first route, and then the new one.
@@ -50,12 +52,12 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Starts a real agent for each of `pods`, and beside each an ADS client watching
-    /// `watched`.
+    /// Starts a real agent for each of `pods` (of a mesh on `topology`), and beside each an
+    /// ADS client watching `watched`.
     pub fn launch(
         binary: &Path,
         server: &str,
-        pods: &[(&Workload, &Pod)],
+        (topology, pods): (&Topology, &[(&Workload, &Pod)]),
         watched: &Watched,
         cache: Cache,
     ) -> anyhow::Result<Fleet> {
@@ -79,7 +81,7 @@ impl Fleet {
             let child = spawn_agent(
                 binary,
                 server,
-                (w, pod),
+                &identity_of(topology, w, pod),
                 (&uds, admin, cache_dir.as_deref()),
                 &log_path,
             )?;
@@ -139,13 +141,13 @@ impl Drop for Fleet {
     }
 }
 
-/// Starts a real agent for `pod`, following `server`, serving ADS on `uds` and its admin
-/// endpoint on `admin`, saving its cache in `cache_dir` if given, logging to `log`, with malloc
-/// set as deployed.
+/// Starts a real agent of `identity` (a pod's: see `identity_of`), following `server`, serving
+/// ADS on `uds` and its admin endpoint on `admin`, saving its cache in `cache_dir` if given,
+/// logging to `log`, with malloc set as deployed.
 pub fn spawn_agent(
     binary: &Path,
     server: &str,
-    (w, pod): (&Workload, &Pod),
+    identity: &IdentityArgs,
     (uds, admin, cache_dir): (&Path, SocketAddr, Option<&Path>),
     log: &Path,
 ) -> anyhow::Result<Child> {
@@ -154,13 +156,15 @@ pub fn spawn_agent(
     if let Some(dir) = cache_dir {
         command.arg("--cache-dir").arg(dir);
     }
+    // The network is said only when there is one (an empty flag value is no network).
+    if !identity.network.is_empty() {
+        command.args(["--network", &identity.network]);
+    }
     command
-        .args(["--server", server, "--node-id", &pod.node_id(&w.namespace)])
-        .args([
-            "--labels",
-            &format!("app={},version={}", w.app, pod.version),
-        ])
-        .args(["--service-account", &w.app])
+        .args(["--server", server, "--node-id", &identity.node_id])
+        .args(["--labels", &identity.labels])
+        .args(["--service-account", &identity.service_account])
+        .args(["--cluster-id", &identity.cluster_id])
         .arg("--uds")
         .arg(uds)
         .args(["--admin", &admin.to_string()])
@@ -297,7 +301,7 @@ async fn measure(
     };
 
     let starting = Instant::now();
-    let fleet = Fleet::launch(binary, server, pods, &watched, Cache::Off)?;
+    let fleet = Fleet::launch(binary, server, (&mesh.topology, pods), &watched, Cache::Off)?;
     let holding = |weight: u32| {
         fleet
             .agents

@@ -9,12 +9,10 @@
 //! - **(c) quoted**: the figures of the article the seed comes from, and published istiod and
 //!   Consul figures, as they were published.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::ensure;
-use pasa_proto::store::v1::{ApplyDocument, Subscription};
+use pasa_proto::store::v1::ApplyDocument;
 use pasa_store::Store;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -23,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::mesh::Mesh;
 use super::single::{scope_cache, translate};
-use super::{keys_of, proxy_of};
+use super::{Subscriptions, keys_of, proxy_of};
 use crate::stats::{mean, percentile, round2};
 
 /// Objects of the batch matched both ways, at most.
@@ -77,7 +75,7 @@ pub fn brute_force(store: &Store, documents: &[ApplyDocument]) -> anyhow::Result
 pub async fn central_push(
     store: &Store,
     mesh: &Mesh,
-    subscriptions: &BTreeMap<String, Arc<Subscription>>,
+    subscriptions: &Subscriptions,
     (affected, pasa_ms, seed): (u64, Option<f64>, u64),
 ) -> anyhow::Result<Value> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x0bad_5eed);
@@ -88,11 +86,12 @@ pub async fn central_push(
     let (mut ms, mut bytes) = (Vec::new(), Vec::new());
     for w in &sample {
         let Some(pod) = w.pods.first() else { continue };
-        let Some(subscription) = subscriptions.get(&w.app) else {
+        let Some(subscription) = subscriptions.of(w, pod) else {
             continue;
         };
         let cache = scope_cache(store, subscription).await?;
-        let t = translate(&proxy_of(w, pod)?, cache, mesh, &w.calls, (3, 0))?;
+        let proxy = proxy_of(&mesh.topology, w, pod)?;
+        let t = translate(&proxy, cache, mesh, &w.calls, (3, 0))?;
         ms.push(percentile(&t.full_ms, 50.0));
         bytes.push(t.encoded_bytes as f64);
     }

@@ -1,7 +1,8 @@
 //! S3: endpoint churn. Pods come and go as in a rolling deployment: at `--churn-rate` changes a
-//! second for `--churn-secs`, one service's `ServiceEndpoints` is rewritten with one pod's
-//! address changed (each change its own write, as the Kubernetes syncer writes them), then
-//! `--burst` such changes are written at once. Each delivered event is timed from the store's
+//! second for `--churn-secs`, one service's `ServiceEndpoints` in one cluster is rewritten with
+//! one of that cluster's pods' address changed (each change its own write, as the Kubernetes
+//! syncer writes them; the cluster drawn among all the mesh's), then `--burst` such changes are
+//! written at once. Each delivered event is timed from the store's
 //! commit (the time it carries) to the subscriber reading it, and checked against the oracle:
 //! the change's object matched against every distinct subscription beforehand.
 
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 use super::mesh::Mesh;
 use super::subscribers::{Progress, Seen, Subscriber};
 use super::{distinct_selectors, keys_of, manifest, until_delivered};
+use crate::clusters::Topology;
 use crate::stats::{cdf, percentile, round2};
 
 /// How S3 runs.
@@ -38,11 +40,14 @@ enum Phase {
     Burst,
 }
 
-/// What S3 wrote: per revision, the change's service and phase; per service, which distinct
+/// The object one change rewrites: a service's (by index) in a cluster.
+type Target = (usize, usize);
+
+/// What S3 wrote: per revision, the change's object and phase; per object, which distinct
 /// subscriptions should hear of it.
 pub struct Churn {
-    changes: BTreeMap<u64, (usize, Phase)>,
-    expected: HashMap<usize, HashMap<*const Subscription, bool>>,
+    changes: BTreeMap<u64, (Target, Phase)>,
+    expected: HashMap<Target, HashMap<*const Subscription, bool>>,
     /// Per distinct subscription, the revisions it should hear of.
     due: HashMap<*const Subscription, Vec<u64>>,
     steady_s: f64,
@@ -50,11 +55,12 @@ pub struct Churn {
     broken: usize,
 }
 
-/// The changes to write: (service index, its ServiceEndpoints with one pod's address changed),
-/// each change building on the service's previous one.
-fn plan(mesh: &Mesh, count: usize, seed: u64) -> anyhow::Result<Vec<(usize, ApplyDocument)>> {
+/// The changes to write: (the object, a service's ServiceEndpoints in one cluster, with one
+/// pod's address changed), each change building on the object's previous one.
+fn plan(mesh: &Mesh, count: usize, seed: u64) -> anyhow::Result<Vec<(Target, ApplyDocument)>> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x005e_edc4_u64);
-    let mut specs: HashMap<usize, Value> = HashMap::new();
+    let clusters = mesh.topology.clusters();
+    let mut specs: HashMap<Target, Value> = HashMap::new();
     let endpoints: BTreeMap<String, &pasa_proto::store::v1::Resource> = mesh
         .objects
         .iter()
@@ -64,23 +70,35 @@ fn plan(mesh: &Mesh, count: usize, seed: u64) -> anyhow::Result<Vec<(usize, Appl
     let mut out = Vec::with_capacity(count);
     for n in 0..count {
         let i = rng.random_range(0..mesh.workloads.len());
+        // Every service runs in every cluster (one cluster draws nothing: the same changes as
+        // a single-cluster mesh always had).
+        let c = if clusters > 1 {
+            rng.random_range(0..clusters)
+        } else {
+            0
+        };
         let w = &mesh.workloads[i];
+        let name = mesh.topology.object_name(&w.app, c);
         let base = endpoints
-            .get(&format!("{}/{}", w.namespace, w.app))
-            .with_context(|| format!("no ServiceEndpoints for {}", w.host))?;
-        let spec = match specs.entry(i) {
+            .get(&format!("{}/{name}", w.namespace))
+            .with_context(|| format!("no ServiceEndpoints {name} for {}", w.host))?;
+        let spec = match specs.entry((i, c)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(serde_json::from_str(&base.spec_json)?)
             }
         };
         let pods = spec["endpoints"].as_array_mut().context("endpoints")?;
+        ensure!(
+            !pods.is_empty(),
+            "ServiceEndpoints {name} has no endpoints to change"
+        );
         let k = rng.random_range(0..pods.len());
         // A pod replaced: a fresh address no other pod has.
         pods[k]["address"] = json!(format!("10.250.{}.{}", n / 250, n % 250 + 1));
         let mut resource = (*base).clone();
         resource.spec_json = spec.to_string();
-        out.push((i, manifest(&resource)));
+        out.push(((i, c), manifest(&resource)));
     }
     Ok(out)
 }
@@ -104,7 +122,7 @@ pub async fn run(
     let planned = plan(mesh, steady + shape.burst, shape.seed)?;
     // The oracle, per service changed: its object's keys against each distinct subscription.
     let distinct = distinct_selectors(subscribers)?;
-    let mut expected: HashMap<usize, HashMap<*const Subscription, bool>> = HashMap::new();
+    let mut expected: HashMap<Target, HashMap<*const Subscription, bool>> = HashMap::new();
     for (i, doc) in &planned {
         if expected.contains_key(i) {
             continue;
@@ -116,13 +134,13 @@ pub async fn run(
             .collect();
         expected.insert(*i, matches);
     }
-    let fan_out = |i: usize| -> usize {
+    let fan_out = |i: Target| -> usize {
         subscribers
             .iter()
             .filter(|s| expected[&i][&Arc::as_ptr(&s.subscription)])
             .count()
     };
-    let mut per_service: HashMap<usize, usize> = HashMap::new();
+    let mut per_service: HashMap<Target, usize> = HashMap::new();
     let mut expected_events = 0usize;
     for (i, _) in &planned {
         let n = *per_service.entry(*i).or_insert_with(|| fan_out(*i));
@@ -132,7 +150,7 @@ pub async fn run(
     let baseline = progress.events.load(Ordering::Relaxed);
     let broken = progress.broken.load(Ordering::Relaxed);
     let mut planned = planned.into_iter();
-    let write = |(i, doc): (usize, ApplyDocument), phase: Phase| {
+    let write = |(i, doc): (Target, ApplyDocument), phase: Phase| {
         let store = store.clone();
         tokio::spawn(async move {
             let reply = store.apply(vec![doc], false).await?;
@@ -174,7 +192,7 @@ pub async fn run(
     for &ptr in distinct.keys() {
         let revisions = changes
             .iter()
-            .filter(|(_, (service, _))| expected[service][&ptr])
+            .filter(|(_, (target, _))| expected[target][&ptr])
             .map(|(&revision, _)| revision)
             .collect();
         due.insert(ptr, revisions);
@@ -210,12 +228,12 @@ impl ChurnTally {
         let ptr = Arc::as_ptr(subscription);
         let mut got: HashMap<u64, u32> = HashMap::new();
         for e in &seen.events {
-            let Some(&(service, phase)) = churn.changes.get(&e.revision) else {
+            let Some(&(target, phase)) = churn.changes.get(&e.revision) else {
                 continue;
             };
             self.delivered += 1;
             *got.entry(e.revision).or_default() += 1;
-            if !churn.expected[&service][&ptr] {
+            if !churn.expected[&target][&ptr] {
                 self.wrong += 1;
             }
             if e.r#type != EventType::Modified as i32 {
@@ -243,7 +261,7 @@ impl ChurnTally {
     }
 
     /// Prints S3's lines and returns its figures.
-    pub fn report(&self, churn: &Churn, shape: ChurnShape) -> Value {
+    pub fn report(&self, churn: &Churn, shape: ChurnShape, topology: &Topology) -> Value {
         let figures = |samples: &[f64]| {
             json!({"p50": round2(percentile(samples, 50.0)),
                    "p99": round2(percentile(samples, 99.0)),
@@ -264,12 +282,16 @@ impl ChurnTally {
             figures(&phase(Phase::Burst)),
         );
         let changes = churn.changes.len();
+        let mut by_cluster: BTreeMap<String, usize> = BTreeMap::new();
+        for ((_, c), _) in churn.changes.values() {
+            *by_cluster.entry(topology.cluster_id(*c)).or_default() += 1;
+        }
         println!(
             "S3: {changes} endpoint changes ({} at {}/s over {:.1}s, then {} at once, written in \
              {:.0} ms): {} events delivered; commit → subscriber p50 {} ms, p99 {} ms while \
              churning, p50 {} ms, p99 {} ms in the burst; to the last subscriber of a change p99 \
              {} ms and {} ms; {} wrong, {} missed, {} duplicated, {} of the wrong type, {} without \
-             a commit time, {} watches ended",
+             a commit time, {} watches ended; changes by cluster {by_cluster:?}",
             changes - shape.burst.min(changes),
             shape.rate,
             churn.steady_s,
@@ -289,7 +311,8 @@ impl ChurnTally {
             self.no_commit_time,
             churn.broken
         );
-        json!({"changes": changes, "rate_per_s": shape.rate, "churn_s": round2(churn.steady_s),
+        json!({"changes": changes, "changes_by_cluster": by_cluster,
+               "rate_per_s": shape.rate, "churn_s": round2(churn.steady_s),
                "burst": shape.burst, "burst_apply_ms": round2(churn.burst_apply_ms),
                "delivered": self.delivered,
                "commit_to_subscriber_ms": {"churn": steady, "burst": burst},
@@ -298,5 +321,51 @@ impl ChurnTally {
                "wrong_type": self.wrong_type, "without_commit_time": self.no_commit_time,
                "watches_ended": churn.broken,
                "goal": {"commit_to_subscriber_p99_ms": 100, "wrong": 0, "missed": 0}})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clusters::ClusterArgs;
+    use crate::seed::mesh::Shape;
+
+    /// With several clusters the churn rewrites each cluster's objects, each change one pod of
+    /// the cluster it is written for; with one, the object of the Service's own name.
+    #[test]
+    fn the_churn_changes_endpoints_in_every_cluster() {
+        let mesh = |clusters| {
+            Mesh::generate(Shape {
+                services: 30,
+                pods: 300,
+                virtual_services: 1,
+                seed: 3,
+                topology: Topology::new(ClusterArgs {
+                    clusters,
+                    networks: 1,
+                })
+                .unwrap(),
+            })
+        };
+        let three = mesh(3);
+        let planned = plan(&three, 60, 3).unwrap();
+        let touched: std::collections::BTreeSet<usize> =
+            planned.iter().map(|((_, c), _)| *c).collect();
+        assert_eq!(touched.into_iter().collect::<Vec<_>>(), [0, 1, 2]);
+        for ((i, c), doc) in &planned {
+            let doc: Value = serde_json::from_str(&doc.json).unwrap();
+            let w = &three.workloads[*i];
+            assert_eq!(
+                doc["metadata"]["name"],
+                three.topology.object_name(&w.app, *c)
+            );
+            assert_eq!(doc["spec"]["cluster"], three.topology.cluster_id(*c));
+        }
+        let one = mesh(1);
+        for ((i, c), doc) in plan(&one, 20, 3).unwrap() {
+            let doc: Value = serde_json::from_str(&doc.json).unwrap();
+            assert_eq!(c, 0);
+            assert_eq!(doc["metadata"]["name"], one.workloads[i].app);
+        }
     }
 }

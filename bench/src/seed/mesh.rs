@@ -12,6 +12,11 @@
 //! VirtualServices (the mesh route, the ingress route, and a consumer's override exported to the
 //! consumer's namespace only), as the article the seed comes from counts them (about three and
 //! two per service). Every object is valid as PCP validates it (a test holds that).
+//!
+//! With several clusters (see [`crate::clusters`]) each service runs in every cluster: its pods
+//! are dealt to the clusters in turn, and each cluster has its own `ServiceEndpoints` of the
+//! service (its own addresses and its pods); with several networks each cluster has a network
+//! gateway. The configuration (rules, routes, Sidecars) is the mesh's, written once.
 
 use std::collections::BTreeSet;
 
@@ -21,6 +26,8 @@ use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde_json::{Value, json};
+
+use crate::clusters::Topology;
 
 /// Namespace of the ingress gateway.
 pub const ISTIO_SYSTEM: &str = "istio-system";
@@ -46,6 +53,8 @@ pub struct Shape {
     /// VirtualServices per service, 1 to 3.
     pub virtual_services: usize,
     pub seed: u64,
+    /// The clusters and networks the pods are spread over.
+    pub topology: Topology,
 }
 
 /// One service and its pods.
@@ -65,6 +74,8 @@ pub struct Pod {
     pub name: String,
     pub ip: String,
     pub version: &'static str,
+    /// The cluster it runs in (counted from 0; see [`Topology`]).
+    pub cluster: usize,
 }
 
 impl Pod {
@@ -82,6 +93,7 @@ impl Pod {
 pub struct Mesh {
     pub objects: Vec<Resource>,
     pub workloads: Vec<Workload>,
+    pub topology: Topology,
 }
 
 /// Name of namespace `i`.
@@ -124,12 +136,17 @@ impl Mesh {
             })
             .collect();
         // Pods: each service gets a share drawn between half and one and a half of the mean,
-        // every service at least one pod.
+        // every service at least one pod in each cluster.
+        let clusters = shape.topology.clusters();
         let weights: Vec<f64> = (0..services).map(|_| rng.random_range(0.5..1.5)).collect();
         let total: f64 = weights.iter().sum();
         let mut counts: Vec<usize> = weights
             .iter()
-            .map(|w| ((w / total) * shape.pods as f64).floor().max(1.0) as usize)
+            .map(|w| {
+                ((w / total) * shape.pods as f64)
+                    .floor()
+                    .max(clusters as f64) as usize
+            })
             .collect();
         let mut assigned: usize = counts.iter().sum();
         let mut i = 0;
@@ -150,6 +167,7 @@ impl Mesh {
                     name: format!("{}-{version}-{k}", w.app),
                     ip: address(128, next_pod),
                     version,
+                    cluster: k % clusters,
                 });
                 next_pod += 1;
             }
@@ -180,10 +198,17 @@ impl Mesh {
             w.calls = calls.into_iter().collect();
         }
 
+        let topology = shape.topology;
         let mut objects = vec![ingress_gateway()];
         objects.extend(mesh_services());
+        objects.extend(
+            topology
+                .gateway_services()
+                .into_iter()
+                .map(|(name, spec)| object(Kind::ServiceEndpoints, ISTIO_SYSTEM, &name, spec)),
+        );
         for (i, w) in workloads.iter().enumerate() {
-            objects.push(service_endpoints(i, w, &mut rng));
+            objects.extend(service_endpoints(i, w, &topology, &mut rng));
             objects.push(owner_rule(w, &mut rng));
             objects.push(sidecar(w, &workloads));
             // A consumer of the service, in another namespace when there is one.
@@ -204,7 +229,11 @@ impl Mesh {
             ];
             objects.extend(routes.into_iter().take(shape.virtual_services.clamp(1, 3)));
         }
-        Mesh { objects, workloads }
+        Mesh {
+            objects,
+            workloads,
+            topology,
+        }
     }
 
     /// Every pod with its workload.
@@ -259,30 +288,44 @@ fn ingress_gateway() -> Resource {
     )
 }
 
-fn service_endpoints(i: usize, w: &Workload, rng: &mut StdRng) -> Resource {
+/// The service's object in each cluster: that cluster's addresses and pods.
+fn service_endpoints(
+    i: usize,
+    w: &Workload,
+    topology: &Topology,
+    rng: &mut StdRng,
+) -> Vec<Resource> {
     let mut ports = vec![json!({"name": "http", "port": 80, "targetPort": 8080})];
     if i.is_multiple_of(4) {
         ports.push(json!({"name": "grpc", "port": 9090, "appProtocol": "grpc"}));
     }
-    let endpoints: Vec<Value> = w
-        .pods
-        .iter()
-        .map(|p| {
-            let region = rng.random_range(0..REGIONS);
-            let zone = rng.random_range(0..ZONES);
-            json!({"address": p.ip,
-                   "labels": {"app": w.app, "version": p.version,
-                              "security.istio.io/tlsMode": "istio"},
-                   "locality": format!("region-{region}/zone-{region}{zone}"),
-                   "serviceAccount": w.app})
+    let mut by_cluster: Vec<Vec<Value>> = vec![Vec::new(); topology.clusters()];
+    for p in &w.pods {
+        let region = rng.random_range(0..REGIONS);
+        let zone = rng.random_range(0..ZONES);
+        by_cluster[p.cluster].push(json!({"address": p.ip,
+               "labels": {"app": w.app, "version": p.version,
+                          "security.istio.io/tlsMode": "istio"},
+               "locality": format!("region-{region}/zone-{region}{zone}"),
+               "serviceAccount": w.app}));
+    }
+    by_cluster
+        .into_iter()
+        .enumerate()
+        .map(|(c, endpoints)| {
+            // Each cluster gives the service addresses of its own.
+            let base = if c == 0 { 96 } else { 100 + c };
+            let mut spec =
+                json!({"addresses": [address(base, i)], "ports": ports, "endpoints": endpoints});
+            topology.place(&mut spec, &w.app, c);
+            object(
+                Kind::ServiceEndpoints,
+                &w.namespace,
+                &topology.object_name(&w.app, c),
+                spec,
+            )
         })
-        .collect();
-    object(
-        Kind::ServiceEndpoints,
-        &w.namespace,
-        &w.app,
-        json!({"addresses": [address(96, i)], "ports": ports, "endpoints": endpoints}),
-    )
+        .collect()
 }
 
 fn subsets() -> Value {
@@ -400,6 +443,7 @@ mod tests {
             pods: 2000,
             virtual_services: 3,
             seed: 7,
+            topology: Topology::default(),
         })
     }
 
@@ -442,9 +486,98 @@ mod tests {
         assert_eq!(again.objects, mesh.objects);
     }
 
+    fn three_clusters_on_two_networks() -> Mesh {
+        Mesh::generate(Shape {
+            services: 60,
+            pods: 2000,
+            virtual_services: 3,
+            seed: 7,
+            topology: Topology::new(crate::clusters::ClusterArgs {
+                clusters: 3,
+                networks: 2,
+            })
+            .unwrap(),
+        })
+    }
+
+    /// Each service in each cluster: PCP's own under the Service's name, the others under
+    /// remote names naming the Service, each cluster's pods and network; a network gateway per
+    /// cluster; the configuration once.
+    #[test]
+    fn a_mesh_of_three_clusters_has_each_service_in_each() {
+        let mesh = three_clusters_on_two_networks();
+        let spec = |ns: &str, name: &str| -> Value {
+            let o = mesh
+                .objects
+                .iter()
+                .find(|o| o.kind == "ServiceEndpoints" && o.namespace == ns && o.name == name)
+                .unwrap_or_else(|| panic!("no ServiceEndpoints {ns}/{name}"));
+            serde_json::from_str(&o.spec_json).unwrap()
+        };
+        let count = |kind: Kind| {
+            mesh.objects
+                .iter()
+                .filter(|o| o.kind == kind.as_str())
+                .count()
+        };
+        // 60 services in 3 clusters, the mesh's own two, 3 gateways.
+        assert_eq!(count(Kind::ServiceEndpoints), 180 + 2 + 3);
+        assert_eq!(count(Kind::DestinationRule), 120);
+        assert_eq!(count(Kind::Sidecar), 60);
+        assert_eq!(mesh.pods().count(), 2000);
+        let networks = ["network-1", "network-2", "network-1"];
+        for w in &mesh.workloads {
+            let mut endpoints = 0;
+            for (c, network) in networks.iter().enumerate() {
+                let name = match c {
+                    0 => w.app.clone(),
+                    _ => format!("{}.cluster-{}.cluster", w.app, c + 1),
+                };
+                let s = spec(&w.namespace, &name);
+                assert_eq!(s["cluster"], format!("cluster-{}", c + 1), "{name}");
+                assert_eq!(
+                    s["service"],
+                    if c == 0 { json!(null) } else { json!(w.app) }
+                );
+                let pods: Vec<&str> = w
+                    .pods
+                    .iter()
+                    .filter(|p| p.cluster == c)
+                    .map(|p| p.ip.as_str())
+                    .collect();
+                let listed = s["endpoints"].as_array().unwrap();
+                assert!(!listed.is_empty(), "{name} has pods");
+                assert_eq!(
+                    listed
+                        .iter()
+                        .map(|e| e["address"].as_str().unwrap())
+                        .collect::<Vec<_>>(),
+                    pods
+                );
+                assert!(listed.iter().all(|e| e["network"] == *network), "{name}");
+                endpoints += listed.len();
+            }
+            assert_eq!(endpoints, w.pods.len());
+        }
+        for (c, network) in networks.iter().enumerate() {
+            let name = match c {
+                0 => "istio-eastwestgateway".to_string(),
+                _ => format!("istio-eastwestgateway.cluster-{}.cluster", c + 1),
+            };
+            let s = spec(ISTIO_SYSTEM, &name);
+            assert_eq!(s["cluster"], format!("cluster-{}", c + 1));
+            assert_eq!(s["networkGateways"][0]["network"], *network);
+            assert_eq!(s["networkGateways"][0]["port"], 15443);
+        }
+    }
+
     #[test]
     fn every_object_is_valid_as_pcp_validates_it() {
-        for o in small().objects {
+        let objects = small()
+            .objects
+            .into_iter()
+            .chain(three_clusters_on_two_networks().objects);
+        for o in objects {
             let doc = json!({"apiVersion": o.api_version, "kind": o.kind,
                 "metadata": {"name": o.name, "namespace": o.namespace},
                 "spec": serde_json::from_str::<Value>(&o.spec_json).expect("JSON")});

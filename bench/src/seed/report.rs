@@ -315,12 +315,17 @@ pub fn html(s: &Value) -> String {
          .note{color:#666;font-size:13px}</style></head><body>",
     );
     let p = &s["parameters"];
+    let clusters = match p["clusters"].as_u64() {
+        Some(n) if n > 1 => format!(" in {n} clusters on {} networks", p["networks"]),
+        _ => String::new(),
+    };
     let _ = write!(
         out,
-        "<h1>PASA seed: {} services, {} pods</h1><p class=note>commit {}, seed {}; {} cores, \
+        "<h1>PASA seed: {} services, {} pods{}</h1><p class=note>commit {}, seed {}; {} cores, \
          {} GiB. Every figure is in the JSON report this page was drawn from.</p>",
         p["services"],
         p["pods"],
+        esc(&clusters),
         esc(s["commit"].as_str().unwrap_or("unknown")),
         p["seed"],
         s["machine"]["cores"],

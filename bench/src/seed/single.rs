@@ -12,7 +12,6 @@
 //! The central-push baseline reuses the translation figures (see [`central_push`]).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -32,7 +31,7 @@ use serde_json::{Value, json};
 use super::agents::{self, Fleet};
 use super::mesh::{Mesh, Workload};
 use super::xds_client::Watched;
-use super::{identity_of, manifest, proxy_of};
+use super::{Subscriptions, identity_of, manifest, proxy_of};
 use crate::stats::{percentile, round2};
 
 /// Full translations from scratch timed.
@@ -232,16 +231,23 @@ fn translate_apart(
         revision: cache.revision(),
     };
     std::fs::write(dir.join(CHANGES_FILE), changes.encode_to_vec())?;
+    // The network is said only when there is one (an empty flag value is no network).
+    let network: Vec<&str> = if identity.network.is_empty() {
+        Vec::new()
+    } else {
+        vec!["--network", &identity.network]
+    };
     if keep.is_some() {
         println!(
             "A1: its scope and changes are kept in {} (an agent's --cache-dir as well): pasa-bench \
              translate-scope --dir {0} --node-id '{}' --labels {} --service-account {} \
-             --cluster-id {}",
+             --cluster-id {} {}",
             dir.display(),
             identity.node_id,
             identity.labels,
             identity.service_account,
-            identity.cluster_id
+            identity.cluster_id,
+            network.join(" ")
         );
     }
     let output = std::process::Command::new(program)
@@ -253,6 +259,7 @@ fn translate_apart(
         .args(["--labels", &identity.labels])
         .args(["--service-account", &identity.service_account])
         .args(["--cluster-id", &identity.cluster_id])
+        .args(&network)
         .env("MALLOC_ARENA_MAX", crate::agent::malloc_arena_max())
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -376,7 +383,7 @@ fn quantiles(samples: &[f64]) -> Value {
 pub async fn run(
     store: &Store,
     mesh: &Mesh,
-    subscriptions: &BTreeMap<String, Arc<Subscription>>,
+    subscriptions: &Subscriptions,
     binary: &std::path::Path,
     server: &str,
     idle: Duration,
@@ -385,18 +392,18 @@ pub async fn run(
     let w = widest(mesh);
     let pod = w.pods.first().context("a pod of the widest workload")?;
     let subscription = subscriptions
-        .get(&w.app)
-        .with_context(|| format!("no subscription for {}", w.app))?;
+        .of(w, pod)
+        .with_context(|| format!("no subscription for {}", pod.name))?;
     let cache = scope_cache(store, subscription).await?;
     let (t, apart) = match this_program() {
         Some(program) => {
             let planned = planned_changes(&cache, mesh, &w.calls, CHANGES)?;
-            let identity = identity_of(w, pod);
+            let identity = identity_of(&mesh.topology, w, pod);
             let t = translate_apart(&program, &identity, &cache, &planned, FULL_RUNS, keep)?;
             (t, true)
         }
         None => {
-            let proxy = proxy_of(w, pod)?;
+            let proxy = proxy_of(&mesh.topology, w, pod)?;
             let t = translate(&proxy, cache.clone(), mesh, &w.calls, (FULL_RUNS, CHANGES))?;
             (t, false)
         }
@@ -432,7 +439,7 @@ pub async fn run(
     let fleet = Fleet::launch(
         binary,
         server,
-        &[(w, pod)],
+        (&mesh.topology, &[(w, pod)]),
         &watched,
         agents::Cache::PerAgent,
     )?;

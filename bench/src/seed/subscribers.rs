@@ -19,6 +19,8 @@ use super::{STREAM_BUFFER, object_id};
 pub struct Seen {
     /// Objects of its initial snapshot.
     pub snapshot: usize,
+    /// The size of their specs (JSON), in bytes: most of what the snapshot carries.
+    pub snapshot_bytes: usize,
     /// When its snapshot was complete.
     pub synced: Option<Instant>,
     /// Events after the snapshot.
@@ -177,6 +179,7 @@ async fn watch_once(
                     let Some(r) = e.resource else { continue };
                     if seen.synced.is_none() {
                         seen.snapshot += 1;
+                        seen.snapshot_bytes += r.spec_json.len();
                     } else {
                         let lag_ms = (e.commit_time_unix_nanos > 0)
                             .then(|| (now - e.commit_time_unix_nanos).max(0) as f32 / 1e6);
