@@ -220,6 +220,12 @@ pub trait Workloads {
     fn service(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Service>>;
     /// Every node (a `NodePort` gateway Service is reached at those its annotation selects).
     fn nodes(&self) -> Vec<std::sync::Arc<Node>>;
+    /// The addresses a network gateway's DNS name resolves to, as last resolved (see
+    /// [`crate::gateway_names`]); none yet, or without a resolver: no gateway at that name.
+    fn gateway_addresses(&self, name: &str) -> Option<Vec<std::net::IpAddr>> {
+        let _ = name;
+        None
+    }
 }
 
 /// A store document: apiVersion, kind, metadata and spec.
@@ -392,7 +398,7 @@ pub fn service(
     }
     out.insert("cluster".into(), json!(cluster.id));
     let external = network::external_addresses(svc, workloads);
-    let gateways = network::network_gateways(svc, &external.addresses, &external.node_ports);
+    let gateways = network::network_gateways(svc, &external, workloads);
     if !external.addresses.is_empty() {
         out.insert("externalAddresses".into(), json!(external.addresses));
     }

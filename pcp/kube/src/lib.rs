@@ -9,6 +9,7 @@ pub mod convert;
 pub mod fake_apiserver;
 pub mod follow;
 pub mod gateway_api;
+pub mod gateway_names;
 pub mod ingress;
 pub mod lease;
 pub mod metrics;

@@ -282,9 +282,15 @@ struct Stores {
     /// Wasm extensions, and ConfigMaps (their certificate keys), when it serves Gateways.
     secrets: Store<Secret>,
     config_maps: Store<ConfigMap>,
+    /// Network gateways' DNS names and their addresses.
+    gateway_names: crate::gateway_names::GatewayNames,
 }
 
 impl Workloads for Stores {
+    fn gateway_addresses(&self, name: &str) -> Option<Vec<std::net::IpAddr>> {
+        self.gateway_names.addresses(name)
+    }
+
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
         self.pods.get(&ObjectRef::new(name).within(namespace))
     }
@@ -442,6 +448,27 @@ impl<T: Target> Syncing<T> {
                 InitDone => return self.listed(kind.plural()),
                 Init | InitApply(_) => {}
             },
+            // The Services labelled with a network are written again with what their load
+            // balancers' names resolve to now.
+            Change::GatewayNames => {
+                let gateways: Vec<StoreKey> = self
+                    .stores
+                    .services
+                    .state()
+                    .iter()
+                    .filter(|s| {
+                        s.metadata
+                            .labels
+                            .as_ref()
+                            .is_some_and(|l| l.contains_key(convert::NETWORK_LABEL))
+                    })
+                    .map(|s| {
+                        self.names
+                            .service_key(&s.namespace().unwrap_or_default(), &s.name_any())
+                    })
+                    .collect();
+                self.dirty.extend(gateways);
+            }
             Change::Service(e) => match *e {
                 Apply(svc) | Delete(svc) => {
                     let id = (svc.namespace().unwrap_or_default(), svc.name_any());

@@ -122,14 +122,16 @@ fn node_external_ip(node: &Node) -> Option<String> {
 /// `topology.istio.io/network`: one per address it is reached at from outside its cluster
 /// (`addresses`), into that network, on the port its `networking.istio.io/gatewayPort` label
 /// names (15443 when absent or not a port) and, when it has a port 15008, for HBONE too. A
-/// `NodePort` gateway is reached on the node port of that port (`node_ports`). A Service with
+/// `NodePort` gateway is reached on the node port of that port. An address that is a DNS name
+/// (a cloud load balancer's) stands for the addresses it resolves to, as istiod resolves it
+/// (`workloads` tells them; one not resolved yet is no gateway yet). A Service with
 /// neither port is no gateway (istiod says so in a warning, as here). One that takes HBONE
 /// alone is written with port 0, as istiod keeps it: sidecars do not use it, but it counts
 /// among its network's gateways.
 pub fn network_gateways(
     svc: &Service,
-    addresses: &[String],
-    node_ports: &BTreeMap<i32, i32>,
+    external: &External,
+    workloads: &impl Workloads,
 ) -> Vec<Value> {
     let labels = svc.metadata.labels.as_ref();
     let Some(network) = labels
@@ -162,8 +164,21 @@ pub fn network_gateways(
              {GATEWAY_HBONE_PORT}: not a gateway");
         return Vec::new();
     }
-    let reached = |port: i32| node_ports.get(&port).copied().unwrap_or(port);
+    let reached = |port: i32| external.node_ports.get(&port).copied().unwrap_or(port);
     let port = if mtls { reached(port) } else { 0 };
+    let addresses: Vec<String> = external
+        .addresses
+        .iter()
+        .flat_map(|address| match address.parse::<std::net::IpAddr>() {
+            Ok(_) => vec![address.clone()],
+            Err(_) => workloads
+                .gateway_addresses(address)
+                .unwrap_or_default()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        })
+        .collect();
     addresses
         .iter()
         .map(|address| {
@@ -198,6 +213,9 @@ mod tests {
         fn nodes(&self) -> Vec<Arc<Node>> {
             self.0.clone()
         }
+        fn gateway_addresses(&self, name: &str) -> Option<Vec<std::net::IpAddr>> {
+            (name == "lb.example.com").then(|| vec!["35.9.9.9".parse().unwrap()])
+        }
     }
 
     fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
@@ -217,7 +235,7 @@ mod tests {
 
     fn worked_out(svc: &Service, nodes: &Nodes) -> (Vec<String>, Vec<Value>) {
         let external = external_addresses(svc, nodes);
-        let gateways = network_gateways(svc, &external.addresses, &external.node_ports);
+        let gateways = network_gateways(svc, &external, nodes);
         (external.addresses, gateways)
     }
 
@@ -233,9 +251,10 @@ mod tests {
         }));
         let (addresses, gateways) = worked_out(&svc, &Nodes(Vec::new()));
         assert_eq!(addresses, ["35.1.2.3", "lb.example.com", "192.0.2.7"]);
+        // The load balancer's name stands for what it resolves to.
         assert_eq!(
             gateways,
-            ["35.1.2.3", "lb.example.com", "192.0.2.7"].map(|a| json!({
+            ["35.1.2.3", "35.9.9.9", "192.0.2.7"].map(|a| json!({
                 "network": "n2", "address": a, "port": 15443, "hbonePort": 15008}))
         );
         // The port its label names, when the Service has it; a label that is not a number

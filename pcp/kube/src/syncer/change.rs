@@ -17,6 +17,9 @@ pub(super) enum Change {
     ConfigMap(Box<watcher::Event<ConfigMap>>),
     /// A list or watch of a resource (its name in `listed`) failed; the watcher retries.
     Failed(&'static str, Problem),
+    /// The addresses of some network gateway's DNS name changed (see
+    /// [`crate::gateway_names`]).
+    GatewayNames,
 }
 
 impl Change {
@@ -35,6 +38,7 @@ impl Change {
             Change::Secret(_) => "secrets",
             Change::ConfigMap(_) => "configmaps",
             Change::Failed(resource, _) => resource,
+            Change::GatewayNames => "gateway-names",
         }
     }
 }

@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// How often network gateways' DNS names are resolved again.
+const GATEWAY_NAMES_PERIOD: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub(super) async fn run<T: Target>(
     client: Client,
     config: SyncConfig,
@@ -51,6 +54,14 @@ pub(super) async fn run<T: Target>(
         changes(node_events, "nodes", Change::Node),
         changes(namespace_events, "namespaces", Change::Namespace),
     ];
+    // Network gateways' DNS names, resolved as istiod resolves them.
+    let gateway_names = crate::gateway_names::GatewayNames::default();
+    events.push(
+        gateway_names
+            .changes(GATEWAY_NAMES_PERIOD)
+            .map(|()| Change::GatewayNames)
+            .boxed(),
+    );
     let mut followed: Vec<&'static str> = REGISTRY_RESOURCES.to_vec();
     let mut configs = BTreeMap::new();
     let mut gateway_api_stores = BTreeMap::new();
@@ -159,6 +170,7 @@ pub(super) async fn run<T: Target>(
             gateway_api: gateway_api_stores,
             secrets,
             config_maps,
+            gateway_names,
         },
         refs: References::default(),
         written: BTreeMap::new(),

@@ -467,6 +467,32 @@ async fn networks_come_from_pods_and_the_system_namespace_and_gateways_from_serv
                 == "n-east-2"
         })
         .await;
+
+    // A load balancer known by name (as AWS gives them): the gateways are at the addresses the
+    // name resolves to, as istiod resolves it; the name stays among the external addresses.
+    east.put(gateway(
+        "eastwest",
+        json!({"type": "LoadBalancer", "ports": [{"name": "tls", "port": 15443}]}),
+        json!({"loadBalancer": {"ingress": [{"hostname": "localhost"}]}}),
+        json!({}),
+    ));
+    store
+        .until("the gateway at the name's addresses", |s| {
+            let lb = s.spec("istio-system", "eastwest.east.cluster").unwrap();
+            let gateways = lb["networkGateways"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            lb["externalAddresses"] == json!(["localhost"])
+                && !gateways.is_empty()
+                && gateways.iter().all(|g| {
+                    g["address"]
+                        .as_str()
+                        .and_then(|a| a.parse::<std::net::IpAddr>().ok())
+                        .is_some_and(|ip| ip.is_loopback())
+                })
+        })
+        .await;
 }
 
 /// Kubeconfig files in a directory register clusters as Secrets do; a file removed removes its
