@@ -184,6 +184,20 @@ pub fn shipped_rbac() -> Vec<Value> {
     .collect()
 }
 
+/// The RBAC `deploy/remote` ships for a remote cluster: what PCP's reader ServiceAccount
+/// (`istio-system/istio-reader-service-account`) may do there.
+pub fn shipped_remote_rbac() -> Vec<Value> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/remote");
+    ["clusterrole.yaml", "clusterrolebinding.yaml"]
+        .iter()
+        .map(|file| {
+            let path = dir.join(file);
+            let text = std::fs::read_to_string(&path).unwrap();
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .collect()
+}
+
 /// [`shipped_rbac`] less `resource` (a plural) in its ClusterRole: a cluster whose
 /// administrator left a kind out.
 pub fn shipped_rbac_without(resource: &str) -> Vec<Value> {
@@ -219,7 +233,13 @@ pub fn grant_reading(namespace: &str, name: &str, group: &str, resource: &str) -
 /// with the token of PCP's service account (what `istioctl create-remote-secret` writes for a
 /// remote cluster, but plain HTTP).
 pub fn kubeconfig(addr: SocketAddr, cluster: &str) -> String {
-    let token = rbac::token_of("pasa-system", "pasa-pcp");
+    kubeconfig_of(addr, cluster, ("pasa-system", "pasa-pcp"))
+}
+
+/// [`kubeconfig`] with the token of service account `namespace/name` (the reader of
+/// [`shipped_remote_rbac`], as `pasactl x create-remote-secret` writes it).
+pub fn kubeconfig_of(addr: SocketAddr, cluster: &str, (namespace, name): (&str, &str)) -> String {
+    let token = rbac::token_of(namespace, name);
     json!({
         "apiVersion": "v1", "kind": "Config", "current-context": cluster,
         "clusters": [{"name": cluster, "cluster": {"server": format!("http://{addr}")}}],

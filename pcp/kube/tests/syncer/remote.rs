@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use pasa_kube::fake_apiserver::{FakeApiServer, kubeconfig};
+use pasa_kube::fake_apiserver::{FakeApiServer, kubeconfig, kubeconfig_of, shipped_remote_rbac};
 use pasa_kube::remote::{
     RemoteClusters, RemoteMetrics, RemoteSettings, RemoteStatus, Sources, SyncState,
 };
@@ -361,12 +361,14 @@ async fn deletions_while_pcp_was_away_are_reconciled_per_cluster() {
 
 /// Every cluster's endpoints are of the network their pod names, else of their cluster's
 /// system namespace's; a network gateway Service says where it is reached, and follows its
-/// nodes.
+/// nodes. The remote is read as `deploy/remote`'s reader, under the RBAC it ships.
 #[tokio::test]
 async fn networks_come_from_pods_and_the_system_namespace_and_gateways_from_services() {
     let config = FakeApiServer::start().await;
     config_cluster(&config);
     let east = FakeApiServer::start().await;
+    // The remote's API server grants PCP's reader only what deploy/remote ships.
+    east.enforce_rbac(&shipped_remote_rbac());
     east.put_namespace("istio-system", &[("topology.istio.io/network", "n-east")]);
     east.put_namespace("bookinfo", &[]);
     let pod = |name: &str, labels: Value| {
@@ -418,7 +420,14 @@ async fn networks_come_from_pods_and_the_system_namespace_and_gateways_from_serv
     east.put(node("198.51.100.1"));
     config.put(secret(
         "remote-east",
-        &[("east", &kubeconfig(east.addr, "east"))],
+        &[(
+            "east",
+            &kubeconfig_of(
+                east.addr,
+                "east",
+                ("istio-system", "istio-reader-service-account"),
+            ),
+        )],
     ));
     let store = FakeStore::default();
     let remotes = start(&config, &store, Duration::from_secs(30));
