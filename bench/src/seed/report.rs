@@ -215,7 +215,7 @@ fn cdf_chart(out: &mut String, title: &str, series: &[(&str, &Value)]) {
         };
         let _ = write!(
             out,
-            "<line x1='{at:.1}' x2='{at:.1}' y1='10' y2='{axis}' class=grid/><text x='{at:.1}' \
+            "<line x1='{at:.1}' x2='{at:.1}' y1='10' y2='{axis}' class='grid'/><text x='{at:.1}' \
              y='{label_y}' class=axis>{label}</text>"
         );
     }
@@ -223,7 +223,7 @@ fn cdf_chart(out: &mut String, title: &str, series: &[(&str, &Value)]) {
         let (right, at, label_x) = (w - 20.0, y(pct), left - 5.0);
         let _ = write!(
             out,
-            "<line x1='{left}' x2='{right}' y1='{at:.1}' y2='{at:.1}' class=grid/><text \
+            "<line x1='{left}' x2='{right}' y1='{at:.1}' y2='{at:.1}' class='grid'/><text \
              x='{label_x}' y='{:.1}' class=axis text-anchor=end>p{pct}</text>",
             at + 4.0
         );
@@ -315,8 +315,9 @@ pub fn html(s: &Value) -> String {
          .note{color:#666;font-size:13px}</style></head><body>",
     );
     let p = &s["parameters"];
-    let clusters = match p["clusters"].as_u64() {
-        Some(n) if n > 1 => format!(" in {n} clusters on {} networks", p["networks"]),
+    let clusters = match (p["clusters"].as_u64(), p["networks"].as_u64()) {
+        (Some(n), Some(m)) if n > 1 && m > 1 => format!(" in {n} clusters on {m} networks"),
+        (Some(n), _) if n > 1 => format!(" in {n} clusters"),
         _ => String::new(),
     };
     let _ = write!(
@@ -484,11 +485,26 @@ mod tests {
         assert!(page.starts_with("<!doctype html>") && page.ends_with("</html>"));
         assert!(page.contains("&lt;abc&gt;") && !page.contains("<abc>"));
         assert!(page.contains("<polyline"), "the S2 distribution is drawn");
+        // An unquoted attribute value before `/>` would take the slash: the line would not
+        // close, and the chart would be drawn inside it, that is, not at all.
+        assert!(
+            !regex_like_unquoted_self_close(&page),
+            "every self-closed element's last attribute is quoted"
+        );
         assert!(
             page.contains("class=no>missed"),
             "S2's 3 s misses its 2 s goal"
         );
         assert!(page.contains("not run"), "A1 absent");
         assert!(page.contains("brute force"));
+    }
+
+    /// Whether `page` holds `=value/>` with `value` unquoted.
+    fn regex_like_unquoted_self_close(page: &str) -> bool {
+        page.match_indices("/>").any(|(at, _)| {
+            let before = &page[..at];
+            let word = before.trim_end_matches(|c: char| c.is_ascii_alphanumeric() || c == '-');
+            word.len() < before.len() && word.ends_with('=')
+        })
     }
 }
