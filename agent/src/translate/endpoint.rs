@@ -434,13 +434,7 @@ fn encoded_lb_endpoint(
         key_len(2) + encoded_len_varint(health)
     };
     let tls = istio_mtls_metadata(instance).filter(|_| mtls);
-    let workload = at.and_then(|at| {
-        let cluster = match &*instance.cluster {
-            "" => at.workload_cluster?,
-            own => at.workload_cluster.map(|_| own)?,
-        };
-        workload_metadata(instance, at.namespace, cluster)
-    });
+    let workload = endpoint_workload(instance, at);
     // Metadata (3): its map's entries one after the other, as its encoding writes them.
     let metadata_len = tls.map_or(0, <[u8]>::len) + workload.as_ref().map_or(0, Vec::len);
     let total = if metadata_len == 0 {
@@ -520,13 +514,25 @@ fn istio_mtls() -> Metadata {
     metadata::one_field(metadata::TRANSPORT_SOCKET_MATCH, "tlsMode", "istio")
 }
 
-/// The entry of `LbEndpoint.metadata` naming the endpoint's workload (see [`Where`]),
-/// encoded (an unknown workload's name is left empty, as istiod leaves it). Its canonical
-/// service and revision are its
-/// labels' (`service.istio.io/canonical-name`, `app.kubernetes.io/name`, `app`, else the
-/// workload's name; `service.istio.io/canonical-revision`, `app.kubernetes.io/version`,
-/// `version`, else none), as istiod reads them.
-fn workload_metadata(instance: &Instance, namespace: &str, cluster: &str) -> Option<Vec<u8>> {
+/// The workload entry of `LbEndpoint.metadata` of an endpoint, for Istio's proxy only (see
+/// [`Where`]): named in the endpoint's own cluster, else in the proxy's.
+fn endpoint_workload(instance: &Instance, at: Option<Where<'_>>) -> Option<Vec<u8>> {
+    let at = at?;
+    let proxy_cluster = at.workload_cluster?;
+    let cluster = if instance.cluster.is_empty() {
+        proxy_cluster
+    } else {
+        &instance.cluster
+    };
+    Some(workload_metadata(instance, at.namespace, cluster))
+}
+
+/// The entry of `LbEndpoint.metadata` naming the endpoint's workload in `cluster`, encoded (an
+/// unknown workload's name is left empty, as istiod leaves it). Its canonical service and
+/// revision are its labels' (`service.istio.io/canonical-name`, `app.kubernetes.io/name`,
+/// `app`, else the workload's name; `service.istio.io/canonical-revision`,
+/// `app.kubernetes.io/version`, `version`, else none), as istiod reads them.
+fn workload_metadata(instance: &Instance, namespace: &str, cluster: &str) -> Vec<u8> {
     let label = |keys: &[&str]| {
         keys.iter()
             .find_map(|k| instance.labels.get(*k))
@@ -546,7 +552,7 @@ fn workload_metadata(instance: &Instance, namespace: &str, cluster: &str) -> Opt
     .filter(|r| *r != "latest")
     .unwrap_or("");
     let value = [&*instance.workload, namespace, service, revision, cluster].join(";");
-    Some(metadata::one_field("istio", "workload", &value).encode_to_vec())
+    metadata::one_field("istio", "workload", &value).encode_to_vec()
 }
 
 impl Instance {

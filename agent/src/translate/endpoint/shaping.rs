@@ -29,8 +29,8 @@ use prost::Message;
 
 use super::locality::{self, LocalityLb};
 use super::{
-    EncodedEndpoint, Group, LocalityEndpoints, Where, encoded_lb_endpoint, health_status,
-    istio_mtls, socket_address, workload_metadata, write_assignment,
+    EncodedEndpoint, Group, LocalityEndpoints, Where, encoded_lb_endpoint, endpoint_workload,
+    health_status, istio_mtls, socket_address, write_assignment,
 };
 use crate::model::network::{Gateway, Networks};
 use crate::model::registry::Instance;
@@ -275,12 +275,7 @@ pub(super) fn assign<'e, 's: 'e>(
 
 /// The `istio` metadata naming a workload, for Istio's proxy (see [`Where`]).
 fn workload(instance: &Instance, at: Option<Where<'_>>) -> Option<Metadata> {
-    let at = at?;
-    let cluster = match &*instance.cluster {
-        "" => at.workload_cluster?,
-        own => at.workload_cluster.map(|_| own)?,
-    };
-    let encoded = workload_metadata(instance, at.namespace, cluster)?;
+    let encoded = endpoint_workload(instance, at)?;
     Metadata::decode(encoded.as_slice()).ok()
 }
 

@@ -202,6 +202,11 @@ pub fn eds_resources(env: &Environment, config: &str) -> Result<Vec<Resource>, S
         }));
     }
     docs.extend(super::documents(config, "config")?);
+    in_order(&docs)
+}
+
+/// Store resources of `docs`, each created at its own revision, in order.
+fn in_order(docs: &[Value]) -> Result<Vec<Resource>, String> {
     let mut resources = Vec::new();
     for (doc, revision) in docs.iter().zip(1u64..) {
         let mut r = super::store_resource(doc, "cluster.local")?;
@@ -502,14 +507,7 @@ pub fn run_failover(case: &FailoverCase) -> Result<Vec<String>, String> {
             "metadata": {"name": "mesh", "namespace": "istio-system"}, "spec": case.mesh}),
     ];
     docs.extend(config);
-    let mut resources = Vec::new();
-    for (doc, revision) in docs.iter().zip(1u64..) {
-        let mut r = super::store_resource(doc, "cluster.local")?;
-        r.create_revision = revision;
-        r.mod_revision = revision;
-        r.version = 1;
-        resources.push(r);
-    }
+    let resources = in_order(&docs)?;
     let l = &case.proxy.locality;
     let proxy = proxy(
         vec!["10.0.0.100".parse().map_err(|_| "proxy IP")?],
