@@ -253,6 +253,7 @@ async fn run_async(args: &KubeSyncArgs) -> anyhow::Result<Value> {
         reads: pasa_kube::syncer::Reads::Everything,
         remote: false,
         system_namespace: "istio-system".into(),
+        mesh_networks: None,
     };
     // The process before the syncer starts: the fake's cluster and the empty store. What the
     // sync adds on top is the syncer's (its reflectors, its written copy), the store's, and the

@@ -185,6 +185,14 @@ impl KubeArgs {
             inference: self.gateway_api_inference,
             ..Default::default()
         };
+        let mesh_networks = match (&self.mesh_config, mesh.and_then(|m| m.get("meshNetworks"))) {
+            (Some(path), Some(networks)) => {
+                Some(serde_json::from_value(networks.clone()).map_err(|e| {
+                    anyhow::anyhow!("--mesh-config {}: meshNetworks: {e}", path.display())
+                })?)
+            }
+            _ => None,
+        };
         let config = SyncConfig {
             cluster_id: self.cluster_id.clone(),
             discovery,
@@ -195,6 +203,7 @@ impl KubeArgs {
             reads: Reads::Everything,
             remote: false,
             system_namespace: system_namespace.to_string(),
+            mesh_networks,
         };
         let remote_settings = RemoteSettings {
             sync: config.clone(),

@@ -226,6 +226,13 @@ pub trait Workloads {
         let _ = name;
         None
     }
+    /// Whether the Service `namespace/name` is a gateway the mesh config's `meshNetworks`
+    /// names (`registryServiceName`): the DNS names among its external addresses then stand
+    /// for what they resolve to.
+    fn registry_gateway(&self, namespace: &str, name: &str) -> bool {
+        let _ = (namespace, name);
+        false
+    }
 }
 
 /// A store document: apiVersion, kind, metadata and spec.
@@ -397,8 +404,12 @@ pub fn service(
         out.insert("service".into(), json!(name));
     }
     out.insert("cluster".into(), json!(cluster.id));
-    let external = network::external_addresses(svc, workloads);
+    let mut external = network::external_addresses(svc, workloads);
     let gateways = network::network_gateways(svc, &external, workloads);
+    // Agents find a gateway `meshNetworks` names by its Service's external addresses.
+    if workloads.registry_gateway(namespace, name) {
+        external.addresses = network::resolved(&external.addresses, workloads);
+    }
     if !external.addresses.is_empty() {
         out.insert("externalAddresses".into(), json!(external.addresses));
     }

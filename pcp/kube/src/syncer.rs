@@ -138,6 +138,9 @@ pub struct SyncConfig {
     /// The cluster's system namespace (istiod's, `istio-system`): its
     /// `topology.istio.io/network` label is the network of endpoints whose pods name none.
     pub system_namespace: String,
+    /// The mesh config's `meshNetworks`, as read at start (as the discovery selectors are):
+    /// the gateways it gives by DNS name are resolved here (see [`convert::network`]).
+    pub mesh_networks: Option<pasa_istio::mesh_networks::MeshNetworks>,
 }
 
 /// What a syncer reads of its cluster.
@@ -284,11 +287,18 @@ struct Stores {
     config_maps: Store<ConfigMap>,
     /// Network gateways' DNS names and their addresses.
     gateway_names: crate::gateway_names::GatewayNames,
+    /// The Services `meshNetworks` names as gateways, as (namespace, name).
+    registry_gateways: BTreeSet<(String, String)>,
 }
 
 impl Workloads for Stores {
     fn gateway_addresses(&self, name: &str) -> Option<Vec<std::net::IpAddr>> {
         self.gateway_names.addresses(name)
+    }
+
+    fn registry_gateway(&self, namespace: &str, name: &str) -> bool {
+        self.registry_gateways
+            .contains(&(namespace.to_string(), name.to_string()))
     }
 
     fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
@@ -333,6 +343,11 @@ struct Syncing<T> {
     ingresses_changed: bool,
     /// What the Gateway API objects became, by key, as last worked out.
     derived_gateway_api: BTreeMap<StoreKey, Value>,
+    /// The network gateways `meshNetworks` gives by DNS name, as last resolved (PCP's own
+    /// cluster only).
+    derived_mesh_networks: BTreeMap<StoreKey, Value>,
+    /// Resolve them again at the next pass.
+    gateway_names_changed: bool,
     /// Work out what the Gateway API objects become again at the next pass.
     gateway_api_changed: bool,
     /// The names the Gateway API objects mention, as of the last conversion: only changes of
@@ -448,19 +463,28 @@ impl<T: Target> Syncing<T> {
                 InitDone => return self.listed(kind.plural()),
                 Init | InitApply(_) => {}
             },
-            // The Services labelled with a network are written again with what their load
-            // balancers' names resolve to now.
+            // The network gateways known by DNS name are written again with what the names
+            // resolve to now: Services labelled with a network or named by `meshNetworks`,
+            // the Gateway API's, and those `meshNetworks` gives by name.
             Change::GatewayNames => {
+                self.gateway_api_changed = true;
+                self.gateway_names_changed = true;
                 let gateways: Vec<StoreKey> = self
                     .stores
                     .services
                     .state()
                     .iter()
                     .filter(|s| {
-                        s.metadata
+                        let labelled = s
+                            .metadata
                             .labels
                             .as_ref()
-                            .is_some_and(|l| l.contains_key(convert::NETWORK_LABEL))
+                            .is_some_and(|l| l.contains_key(convert::NETWORK_LABEL));
+                        labelled
+                            || self.stores.registry_gateway(
+                                s.metadata.namespace.as_deref().unwrap_or_default(),
+                                &s.name_any(),
+                            )
                     })
                     .map(|s| {
                         self.names
@@ -630,6 +654,7 @@ impl<T: Target> Syncing<T> {
             secrets: &self.stores.secrets,
             config_maps: &self.stores.config_maps,
             service_entries: self.stores.configs.get(&Kind::ServiceEntry),
+            gateway_names: &self.stores.gateway_names,
         };
         self.mentioned = gateway_api::cluster::Mentioned::of(&self.stores.gateway_api);
         let derived = gateway_api::cluster::derive(
@@ -649,6 +674,33 @@ impl<T: Target> Syncing<T> {
             &mut self.derived_gateway_api,
             derived.objects,
         );
+    }
+
+    /// Works out again the network gateways `meshNetworks` gives by DNS name (PCP's own cluster
+    /// writes them, once for the mesh), and marks the keys of before and now to be compared.
+    fn derive_mesh_network_gateways(&mut self) {
+        let now = match (&self.config.mesh_networks, self.config.remote) {
+            (Some(mesh), false) => convert::network::mesh_network_gateways(
+                mesh,
+                &self.config.system_namespace,
+                |name| self.stores.gateway_names.addresses(name),
+            ),
+            _ => None,
+        };
+        let objects = now
+            .into_iter()
+            .filter_map(|doc| {
+                pasa_proto::Object::from_json(
+                    &doc,
+                    "default",
+                    pasa_istio::generated::is_generated_object,
+                )
+                .inspect_err(|e| tracing::warn!(error = ?e, "cannot write meshNetworks' gateways"))
+                .ok()
+            })
+            .collect();
+        let derived = convert::generated(objects, &self.config.cluster_id);
+        replace_derived(&mut self.dirty, &mut self.derived_mesh_networks, derived);
     }
 
     /// Works out again which pull secrets the extensions of selected namespaces name and what
@@ -744,7 +796,8 @@ impl<T: Target> Syncing<T> {
         let derived = self
             .derived
             .get(key)
-            .or_else(|| self.derived_gateway_api.get(key));
+            .or_else(|| self.derived_gateway_api.get(key))
+            .or_else(|| self.derived_mesh_networks.get(key));
         if let Some(doc) = derived
             && !self
                 .stores
@@ -815,6 +868,7 @@ impl<T: Target> Syncing<T> {
             && !self.ingresses_changed
             && !self.gateway_api_changed
             && !self.pull_secrets_changed
+            && !self.gateway_names_changed
         {
             return;
         }
@@ -827,6 +881,9 @@ impl<T: Target> Syncing<T> {
         }
         if std::mem::take(&mut self.pull_secrets_changed) || full {
             self.derive_pull_secrets();
+        }
+        if std::mem::take(&mut self.gateway_names_changed) || full {
+            self.derive_mesh_network_gateways();
         }
         let mut keys = std::mem::take(&mut self.dirty);
         if full {

@@ -1,10 +1,22 @@
 //! What a Service is to other networks, as istiod works it out: the addresses it is reached at
 //! from outside its cluster (`spec.externalAddresses`) and the network gateways it is
-//! (`spec.networkGateways`, for a Service labelled `topology.istio.io/network`).
+//! (`spec.networkGateways`, for a Service labelled `topology.istio.io/network`); and the
+//! gateways the mesh config's `meshNetworks` gives by DNS name.
+//!
+//! Gateways known by DNS name stand for the addresses the name resolves to, resolved by PCP as
+//! istiod resolves them (`RESOLVE_HOSTNAME_GATEWAYS`, see [`crate::gateway_names`]): a
+//! labelled Service's load balancer names, the load balancer names of a Service `meshNetworks`
+//! names by `registryServiceName` (written resolved in its `externalAddresses`, which is what
+//! agents read of it), and `meshNetworks` gateway addresses that are names (written as a
+//! generated object of network gateways, [`mesh_network_gateways`]).
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Node, Service};
+use pasa_istio::generated::{GENERATED, PARENTS_ANNOTATION};
+use pasa_istio::mesh_config::MESH_CONFIG_NAME;
+use pasa_istio::mesh_networks::MeshNetworks;
 use pasa_istio::service_endpoints::{DEFAULT_GATEWAY_PORT, GATEWAY_PORT_LABEL, NETWORK_LABEL};
 use serde_json::{Value, json};
 
@@ -166,19 +178,7 @@ pub fn network_gateways(
     }
     let reached = |port: i32| external.node_ports.get(&port).copied().unwrap_or(port);
     let port = if mtls { reached(port) } else { 0 };
-    let addresses: Vec<String> = external
-        .addresses
-        .iter()
-        .flat_map(|address| match address.parse::<std::net::IpAddr>() {
-            Ok(_) => vec![address.clone()],
-            Err(_) => workloads
-                .gateway_addresses(address)
-                .unwrap_or_default()
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
-        })
-        .collect();
+    let addresses = resolved(&external.addresses, workloads);
     addresses
         .iter()
         .map(|address| {
@@ -187,6 +187,82 @@ pub fn network_gateways(
                 gateway["hbonePort"] = json!(reached(GATEWAY_HBONE_PORT));
             }
             gateway
+        })
+        .collect()
+}
+
+/// `addresses` with each DNS name among them replaced by the addresses it resolves to, as last
+/// resolved (`workloads` tells them; a name not resolved yet is left out).
+pub fn resolved(addresses: &[String], workloads: &impl Workloads) -> Vec<String> {
+    addresses
+        .iter()
+        .flat_map(|address| match address.parse::<IpAddr>() {
+            Ok(_) => vec![address.clone()],
+            Err(_) => workloads
+                .gateway_addresses(address)
+                .unwrap_or_default()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        })
+        .collect()
+}
+
+/// The store name of the network gateways `meshNetworks` gives by DNS name.
+pub fn mesh_network_gateways_name() -> String {
+    format!("{MESH_CONFIG_NAME}~{GENERATED}~network")
+}
+
+/// The gateways the mesh config's `meshNetworks` gives by an address that is a DNS name, at
+/// the addresses it resolves to (`resolve`: as last resolved, none yet: none), as a
+/// `ServiceEndpoints` holding only network gateways, in the mesh's root namespace; `None` when
+/// there are none. Those given by IP address agents read from the mesh config itself; those
+/// given by `registryServiceName` are their Service's external addresses.
+pub fn mesh_network_gateways(
+    mesh: &MeshNetworks,
+    root_namespace: &str,
+    resolve: impl Fn(&str) -> Option<Vec<IpAddr>>,
+) -> Option<Value> {
+    let mut gateways = Vec::new();
+    for (network, n) in &mesh.networks {
+        for g in &n.gateways {
+            if g.address.is_empty() || g.address.parse::<IpAddr>().is_ok() {
+                continue;
+            }
+            for ip in resolve(&g.address).unwrap_or_default() {
+                gateways
+                    .push(json!({"network": network, "address": ip.to_string(), "port": g.port}));
+            }
+        }
+    }
+    if gateways.is_empty() {
+        return None;
+    }
+    Some(json!({
+        "apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+        "metadata": {"name": mesh_network_gateways_name(), "namespace": root_namespace,
+                     "annotations": {PARENTS_ANNOTATION:
+                                     format!("MeshConfig/{MESH_CONFIG_NAME}.{root_namespace}")}},
+        "spec": {"networkGateways": gateways},
+    }))
+}
+
+/// The Services the mesh config's `meshNetworks` names as gateways (`registryServiceName`, a
+/// Service's host name `<name>.<namespace>.svc.<domain_suffix>`), as (namespace, name).
+pub fn registry_gateway_services(
+    mesh: &MeshNetworks,
+    domain_suffix: &str,
+) -> std::collections::BTreeSet<(String, String)> {
+    let suffix = format!(".svc.{domain_suffix}");
+    mesh.networks
+        .values()
+        .flat_map(|n| &n.gateways)
+        .filter_map(|g| {
+            let (name, namespace) = g
+                .registry_service_name
+                .strip_suffix(&suffix)?
+                .split_once('.')?;
+            (!namespace.contains('.')).then(|| (namespace.to_string(), name.to_string()))
         })
         .collect()
 }

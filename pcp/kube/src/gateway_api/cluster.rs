@@ -175,6 +175,8 @@ pub struct Sources<'a> {
     pub config_maps: &'a Store<ConfigMap>,
     /// The cluster's ServiceEntries, when the kind is followed.
     pub service_entries: Option<&'a (ApiResource, Store<DynamicObject>)>,
+    /// What network gateways' DNS names resolve to.
+    pub gateway_names: &'a crate::gateway_names::GatewayNames,
 }
 
 /// The names (and hosts) the Gateway API objects mention anywhere: a Service, Secret or
@@ -318,7 +320,10 @@ pub fn derive(
         for o in store.state() {
             let doc = dynamic(resource, kind, &o);
             if *kind == "Gateway"
-                && let Some(gateways) = gateway_api::network::network_gateways(&doc, cluster)
+                && let Some(gateways) =
+                    gateway_api::network::network_gateways(&doc, cluster, |name| {
+                        sources.gateway_names.addresses(name)
+                    })
             {
                 network_gateways.push(gateways);
             }

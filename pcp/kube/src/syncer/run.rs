@@ -152,6 +152,13 @@ pub(super) async fn run<T: Target>(
     } else {
         ClusterNames::own(&config.cluster_id)
     };
+    let registry_gateways = config
+        .mesh_networks
+        .as_ref()
+        .map(|mesh| {
+            convert::network::registry_gateway_services(mesh, &config.ingress.domain_suffix)
+        })
+        .unwrap_or_default();
     let mut sync = Syncing {
         config,
         names,
@@ -171,6 +178,7 @@ pub(super) async fn run<T: Target>(
             secrets,
             config_maps,
             gateway_names,
+            registry_gateways,
         },
         refs: References::default(),
         written: BTreeMap::new(),
@@ -179,6 +187,8 @@ pub(super) async fn run<T: Target>(
         derived: BTreeMap::new(),
         ingresses_changed: true,
         derived_gateway_api: BTreeMap::new(),
+        derived_mesh_networks: BTreeMap::new(),
+        gateway_names_changed: true,
         gateway_api_changed: true,
         mentioned: gateway_api::cluster::Mentioned::default(),
         unreadable: BTreeSet::new(),

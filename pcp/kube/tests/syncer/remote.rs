@@ -32,6 +32,7 @@ fn settings(timeout: Duration) -> RemoteSettings {
             reads: Reads::Everything,
             remote: false,
             system_namespace: "istio-system".into(),
+            mesh_networks: None,
         },
         timeout,
     }
