@@ -313,7 +313,16 @@ fn translate_here(
     planned: &[Resource],
     full_runs: usize,
 ) -> Translation {
-    let services = cache.of_kind(Kind::ServiceEndpoints).count();
+    // Services, not their objects: a service has one per cluster it runs in.
+    let services = cache
+        .of_kind(Kind::ServiceEndpoints)
+        .map(|r| {
+            let spec: serde_json::Value = serde_json::from_str(&r.spec_json).unwrap_or_default();
+            let service = spec["service"].as_str().filter(|s| !s.is_empty());
+            (r.namespace.as_str(), service.unwrap_or(&r.name).to_string())
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     let objects = cache.len();
     let mut full_ms = Vec::with_capacity(full_runs);
     let mut translator = Translator::new(proxy.clone());
