@@ -76,9 +76,10 @@ pub struct Networks {
 
 impl Networks {
     /// The gateways of `gateways` (as Services state them, with their clusters) for a proxy on
-    /// `network` with addresses of `family`. A gateway whose address is a DNS name is left out:
-    /// istiod resolves such names itself and leaves out those that do not resolve; the agent
-    /// does not resolve them (see the multi-cluster guide).
+    /// `network` with addresses of `family`. PCP writes gateways known by DNS name resolved,
+    /// as istiod resolves them (see the multi-cluster guide); a name that still reaches an
+    /// agent (an object written by hand) is left out, as istiod leaves out names that do not
+    /// resolve: agents resolve nothing.
     pub fn new<'a>(
         network: &str,
         family: IpFamily,
@@ -128,6 +129,8 @@ impl Networks {
                     hbone_port: 0,
                 };
                 if !g.address.is_empty() {
+                    // A name is PCP's to resolve: it writes what it resolves to as gateways
+                    // of their own, which `new` has taken.
                     if g.address.parse::<IpAddr>().is_ok() {
                         self.gateways.push(at("", &g.address));
                     }
