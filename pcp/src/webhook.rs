@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -245,13 +245,35 @@ async fn validate(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Bo
 }
 
 async fn inject(State(hook): State<Arc<Webhook>>, headers: HeaderMap, body: Body) -> Response {
-    answer(&hook, &headers, body, async |request| {
-        let mut answer = hook.injector.review(request);
+    inject_with(&hook, &headers, body, inject::PathSettings::default()).await
+}
+
+/// Istio's injection path with settings (`/inject/cluster/<id>/net/<network>`), as a remote
+/// cluster's webhook configuration calls it.
+async fn inject_at(
+    State(hook): State<Arc<Webhook>>,
+    Path(rest): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    inject_with(&hook, &headers, body, inject::PathSettings::parse(&rest)).await
+}
+
+async fn inject_with(
+    hook: &Webhook,
+    headers: &HeaderMap,
+    body: Body,
+    path: inject::PathSettings,
+) -> Response {
+    answer(hook, headers, body, async |request| {
+        let mut answer =
+            hook.injector
+                .review_at(request, &inject::StoredSettings::default(), &path);
         if answer.verdict.patch.is_some() {
             match hook.keeps_with_istiod(request).await {
                 Ok(looked) => {
                     // Again, with the proxy settings the store holds.
-                    answer = hook.injector.review_with(request, &looked.settings);
+                    answer = hook.injector.review_at(request, &looked.settings, &path);
                     answer.verdict = review::warn(answer.verdict, looked.warnings);
                 }
                 Err(why) => {
@@ -372,6 +394,7 @@ pub fn router(hook: Arc<Webhook>) -> Router {
     Router::new()
         .route("/validate", post(validate))
         .route("/inject", post(inject))
+        .route("/inject/{*settings}", post(inject_at))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(hook)
 }

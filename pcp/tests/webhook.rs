@@ -278,6 +278,58 @@ async fn webhook_over_verified_https() {
     assert_eq!(r["response"]["allowed"], true, "{r}");
     assert!(r["response"].get("patch").is_none(), "{r}");
 
+    // Istio's injection path for a remote cluster's pods (its webhook configuration calls
+    // /inject/cluster/<id>/net/<network>): their proxies get that cluster and network; a key
+    // PASA does not take is warned of; a pod that is not annotated is not moved (PCP does not
+    // know the remote namespace's labels), and the answer says so.
+    let r = client
+        .review_at(
+            "/inject/cluster/east/net/n-east/dns/on",
+            pod_review(serde_json::json!({"pasa.io/enabled": "true"})),
+        )
+        .await;
+    assert_eq!(r["response"]["patchType"], "JSONPatch", "{r}");
+    let patch = {
+        use base64::Engine;
+        let text = base64::engine::general_purpose::STANDARD
+            .decode(r["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        serde_json::from_slice::<Value>(&text).unwrap()
+    };
+    assert_eq!(
+        env_values(&patch, "ISTIO_META_CLUSTER_ID"),
+        ["east"],
+        "{patch}"
+    );
+    assert_eq!(
+        env_values(&patch, "ISTIO_META_NETWORK"),
+        ["n-east"],
+        "{patch}"
+    );
+    assert!(
+        patch.as_array().unwrap().iter().any(|op| {
+            op["path"] == "/metadata/labels/topology.istio.io~1network" && op["value"] == "n-east"
+        }),
+        "{patch}"
+    );
+    assert!(
+        r["response"]["warnings"].to_string().contains("dns=on"),
+        "{r}"
+    );
+    let r = client
+        .review_at(
+            "/inject/cluster/east/net/n-east",
+            pod_review(serde_json::json!({})),
+        )
+        .await;
+    assert!(r["response"].get("patch").is_none(), "{r}");
+    assert!(
+        r["response"]["warnings"]
+            .to_string()
+            .contains("namespace bookinfo in cluster east"),
+        "{r}"
+    );
+
     // A CUSTOM AuthorizationPolicy that selects the pod keeps it with istiod while no mesh config
     // in the store defines its provider, with a warning naming it; one for other pods does not.
     let policy = data.path().join("policy.yaml");
@@ -364,13 +416,13 @@ async fn webhook_over_verified_https() {
     // What the webhook did is on the admin endpoint.
     let metrics = pcp.metrics();
     for line in [
-        "pasa_pcp_webhook_requests_total{answer=\"Allowed\"} 8",
+        "pasa_pcp_webhook_requests_total{answer=\"Allowed\"} 10",
         "pasa_pcp_webhook_requests_total{answer=\"Denied\"} 4",
         "pasa_pcp_webhook_requests_total{answer=\"BadRequest\"} 3",
         "pasa_pcp_documents_total{origin=\"Webhook\",verdict=\"Rejected\"} 2",
-        "pasa_pcp_injections_total{result=\"injected_standalone\"} 3",
+        "pasa_pcp_injections_total{result=\"injected_standalone\"} 4",
         "pasa_pcp_injections_total{result=\"unenforced_policy\"} 1",
-        "pasa_pcp_injections_total{result=\"not_selected\"} 1",
+        "pasa_pcp_injections_total{result=\"not_selected\"} 2",
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }
@@ -657,4 +709,28 @@ async fn oversized_documents_batches_and_reviews_are_refused_saying_why() {
         .expect("list")
         .into_inner();
     assert!(stored.resources.is_empty(), "nothing was written");
+}
+
+/// The values of the environment variable `name` anywhere in `value` (a patch, a pod).
+fn env_values(value: &Value, name: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    match value {
+        Value::Object(map) => {
+            if map.get("name").and_then(Value::as_str) == Some(name)
+                && let Some(v) = map.get("value").and_then(Value::as_str)
+            {
+                found.push(v.to_string());
+            }
+            for v in map.values() {
+                found.extend(env_values(v, name));
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                found.extend(env_values(v, name));
+            }
+        }
+        _ => {}
+    }
+    found
 }

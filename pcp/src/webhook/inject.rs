@@ -137,6 +137,54 @@ pub struct Injector {
     root_namespace: String,
 }
 
+/// The settings Istio's injection path carries after `/inject` (istiod's): a remote cluster's
+/// webhook configuration calls `/inject/cluster/<id>/net/<network>`, so that the proxies of its
+/// pods get their own cluster's ID and network rather than PCP's.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PathSettings {
+    /// `cluster/<id>`: `ISTIO_META_CLUSTER_ID`.
+    pub cluster_id: Option<String>,
+    /// `net/<network>`: `ISTIO_META_NETWORK` and the pod's network label.
+    pub network: Option<String>,
+    /// What else the path said, which PASA's injection does not take (istiod sets any other
+    /// key as an environment variable of its proxy): each is warned of.
+    pub ignored: Vec<String>,
+}
+
+impl PathSettings {
+    /// Reads the path after `/inject/`: key/value segments in any order, a value's `--slash--`
+    /// standing for `/`, as istiod reads them. A key without a value, and keys other than
+    /// `cluster` and `net`, are listed as ignored.
+    pub fn parse(rest: &str) -> PathSettings {
+        let mut settings = PathSettings::default();
+        let segments: Vec<&str> = rest
+            .trim_matches('/')
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .collect();
+        for pair in segments.chunks(2) {
+            match pair {
+                [key, value] => {
+                    let value = value.replace("--slash--", "/");
+                    match *key {
+                        "cluster" => settings.cluster_id = Some(value),
+                        "net" => settings.network = Some(value),
+                        other => settings.ignored.push(format!("{other}={value}")),
+                    }
+                }
+                [key] => settings.ignored.push(format!("{key} (without a value)")),
+                _ => {}
+            }
+        }
+        settings
+    }
+
+    /// Whether the request is for pods of another cluster than `own`.
+    fn other_cluster(&self, own: &str) -> Option<&str> {
+        self.cluster_id.as_deref().filter(|c| *c != own)
+    }
+}
+
 /// What the webhook answers for one pod, and the metric's `result`.
 pub struct Answer {
     pub verdict: AdmissionResponse,
@@ -173,9 +221,27 @@ impl Injector {
 
     /// [`Injector::review`], with the proxy settings the store holds.
     pub fn review_with(&self, req: &AdmissionRequest, stored: &StoredSettings) -> Answer {
-        let allow = |result, warnings: Vec<String>| Answer {
-            verdict: review::warn(AdmissionResponse::from(req), warnings),
-            result,
+        self.review_at(req, stored, &PathSettings::default())
+    }
+
+    /// [`Injector::review_with`], with the settings the injection path carries.
+    pub fn review_at(
+        &self,
+        req: &AdmissionRequest,
+        stored: &StoredSettings,
+        path: &PathSettings,
+    ) -> Answer {
+        let told: Vec<String> = path
+            .ignored
+            .iter()
+            .map(|k| format!("the injection path's {k} is not taken by PASA's injection"))
+            .collect();
+        let allow = |result, mut warnings: Vec<String>| {
+            warnings.extend(told.iter().cloned());
+            Answer {
+                verdict: review::warn(AdmissionResponse::from(req), warnings),
+                result,
+            }
         };
         let stays = |why: &dyn std::fmt::Display| {
             allow(
@@ -194,14 +260,38 @@ impl Injector {
             Err(e) => return stays(&PatchError::Pod(e)),
         };
         let namespace = req.namespace.as_deref().unwrap_or_default();
-        let labels = self
-            .namespaces
-            .as_ref()
-            .and_then(|n| n.labels(namespace))
-            .unwrap_or_default();
+        // The namespaces PCP follows are its own cluster's: another cluster's namespace of the
+        // same name may be labelled otherwise, so a pod of a remote cluster is moved by its
+        // own annotation only.
+        let remote = path.other_cluster(&self.config.cluster_id);
+        let labels = match remote {
+            Some(_) => BTreeMap::new(),
+            None => self
+                .namespaces
+                .as_ref()
+                .and_then(|n| n.labels(namespace))
+                .unwrap_or_default(),
+        };
+        let mut config = std::borrow::Cow::Borrowed(&self.config);
+        if let Some(cluster) = &path.cluster_id {
+            config.to_mut().cluster_id = cluster.clone();
+        }
+        if let Some(network) = &path.network {
+            config.to_mut().network = network.clone();
+        }
         match self.selection.decide(&pod, namespace, &labels) {
-            Decision::Skip(skip) => allow(skip.reason(), skip.warning().into_iter().collect()),
-            Decision::Inject => match sidecar::inject(&pod, namespace, &self.config, stored) {
+            Decision::Skip(skip) => {
+                let mut warnings: Vec<String> = skip.warning().into_iter().collect();
+                if let (Skip::NotSelected, Some(cluster)) = (&skip, remote) {
+                    warnings.push(format!(
+                        "PCP does not know the labels of namespace {namespace} in cluster \
+                         {cluster}: a pod of a remote cluster is moved to PASA by its \
+                         {ENABLED_ANNOTATION} annotation"
+                    ));
+                }
+                allow(skip.reason(), warnings)
+            }
+            Decision::Inject => match sidecar::inject(&pod, namespace, &config, stored) {
                 Ok(injection) => {
                     let patched = serde_json::from_value(Value::Array(injection.patch))
                         .map_err(PatchError::Ops)
@@ -212,7 +302,11 @@ impl Injector {
                         });
                     match patched {
                         Ok(patched) => Answer {
-                            verdict: review::warn(patched, injection.warnings),
+                            verdict: review::warn(patched, {
+                                let mut warnings = injection.warnings;
+                                warnings.extend(told.iter().cloned());
+                                warnings
+                            }),
                             result: match injection.mode {
                                 sidecar::Mode::NextToIstio => "injected_next_to_istio",
                                 sidecar::Mode::Standalone => "injected_standalone",
@@ -327,6 +421,28 @@ impl StoredSettings {
 
 #[cfg(test)]
 mod tests {
+    /// istiod's injection path: key/value pairs in any order, `--slash--` for `/`; what PASA
+    /// does not take is listed.
+    #[test]
+    fn the_injection_path_names_the_cluster_and_network() {
+        assert_eq!(
+            super::PathSettings::parse(""),
+            super::PathSettings::default()
+        );
+        let at = super::PathSettings::parse("net/n--slash--2/cluster/east/");
+        assert_eq!(
+            (at.cluster_id.as_deref(), at.network.as_deref()),
+            (Some("east"), Some("n/2"))
+        );
+        assert!(at.ignored.is_empty());
+        let odd = super::PathSettings::parse("cluster/east/proxy_xds_via_agent/true/net");
+        assert_eq!(odd.cluster_id.as_deref(), Some("east"));
+        assert_eq!(
+            odd.ignored,
+            ["proxy_xds_via_agent=true", "net (without a value)"]
+        );
+    }
+
     use clap::Parser;
 
     use crate::server::PcpArgs;
