@@ -261,13 +261,7 @@ async fn webhook_over_verified_https() {
     assert_eq!(r["response"]["uid"], "pod-1");
     assert_eq!(r["response"]["allowed"], true, "{r}");
     assert_eq!(r["response"]["patchType"], "JSONPatch", "{r}");
-    let patch = {
-        use base64::Engine;
-        let text = base64::engine::general_purpose::STANDARD
-            .decode(r["response"]["patch"].as_str().unwrap())
-            .unwrap();
-        serde_json::from_slice::<Value>(&text).unwrap()
-    };
+    let patch = patch_of(&r);
     assert!(
         patch.to_string().contains("\"name\":\"pasa-agent\""),
         "{patch}"
@@ -289,13 +283,7 @@ async fn webhook_over_verified_https() {
         )
         .await;
     assert_eq!(r["response"]["patchType"], "JSONPatch", "{r}");
-    let patch = {
-        use base64::Engine;
-        let text = base64::engine::general_purpose::STANDARD
-            .decode(r["response"]["patch"].as_str().unwrap())
-            .unwrap();
-        serde_json::from_slice::<Value>(&text).unwrap()
-    };
+    let patch = patch_of(&r);
     assert_eq!(
         env_values(&patch, "ISTIO_META_CLUSTER_ID"),
         ["east"],
@@ -391,13 +379,7 @@ async fn webhook_over_verified_https() {
     pcp.ok(&["apply", "-f", proxy_config.to_str().unwrap()]);
     let r = client.review_at("/inject", labelled_pod).await;
     assert_eq!(r["response"]["patchType"], "JSONPatch", "{r}");
-    let patch = {
-        use base64::Engine;
-        let text = base64::engine::general_purpose::STANDARD
-            .decode(r["response"]["patch"].as_str().unwrap())
-            .unwrap();
-        serde_json::from_slice::<Value>(&text).unwrap()
-    };
+    let patch = patch_of(&r);
     let settings = patch
         .as_array()
         .unwrap()
@@ -733,4 +715,13 @@ fn env_values(value: &Value, name: &str) -> Vec<String> {
         _ => {}
     }
     found
+}
+
+/// The JSON Patch of an admission review's answer.
+fn patch_of(review: &Value) -> Value {
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(review["response"]["patch"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice(&text).unwrap()
 }
