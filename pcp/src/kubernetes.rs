@@ -146,6 +146,18 @@ impl KubeArgs {
     /// turns true (then it stops syncing and gives the Lease up). Reports the part `syncer` of
     /// the readiness: the leader is ready once its first complete sync is done, a standby once it
     /// knows who leads.
+    /// Where remote clusters are registered: `--multicluster-kubeconfig-dir`, else the Secrets
+    /// labelled `istio/multiCluster=true` in PCP's namespace of its own cluster.
+    pub fn remote_sources(&self, client: &pasa_kube::Client) -> Sources {
+        match &self.multicluster_kubeconfig_dir {
+            Some(dir) => Sources::Directory(dir.clone()),
+            None => Sources::Secrets {
+                client: client.clone(),
+                namespace: self.lease_namespace.clone(),
+            },
+        }
+    }
+
     pub fn start(
         &self,
         with: SyncerParts<'_>,
@@ -209,13 +221,7 @@ impl KubeArgs {
             sync: config.clone(),
             timeout: self.remote_cluster_timeout,
         };
-        let sources = match &self.multicluster_kubeconfig_dir {
-            Some(dir) => Sources::Directory(dir.clone()),
-            None => Sources::Secrets {
-                client: client.clone(),
-                namespace: self.lease_namespace.clone(),
-            },
-        };
+        let sources = self.remote_sources(&client);
         clusters.send_modify(|v| v.own = config.cluster_id.clone());
         let lease = format!("{}/{}", self.lease_namespace, self.lease_name);
         let candidate = Elector::new(

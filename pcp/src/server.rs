@@ -225,11 +225,20 @@ impl PcpArgs {
             }
             None => None,
         };
-        // The injecting webhook reads namespaces' labels from the cluster when PCP has one.
+        // The injecting webhook reads namespaces' labels from the cluster when PCP has one,
+        // and from each remote cluster registered with it.
         let namespaces = cluster
             .as_ref()
             .filter(|_| self.webhook_listen.is_some())
-            .map(|(cluster, _)| pasa_kube::namespaces::Namespaces::follow(cluster.client.clone()));
+            .map(|(cluster, _)| {
+                (
+                    pasa_kube::namespaces::Namespaces::follow(cluster.client.clone()),
+                    pasa_kube::remote::namespaces::RemoteNamespaces::follow(
+                        self.kube.remote_sources(&cluster.client),
+                        &self.kube.cluster_id,
+                    ),
+                )
+            });
 
         let webhook_task = match self.webhook_listen {
             None => None,
@@ -292,7 +301,10 @@ impl PcpArgs {
         addr: SocketAddr,
         service: &WriteService,
         metrics: &Arc<Metrics>,
-        namespaces: Option<pasa_kube::namespaces::Namespaces>,
+        namespaces: Option<(
+            pasa_kube::namespaces::Namespaces,
+            pasa_kube::remote::namespaces::RemoteNamespaces,
+        )>,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
         let cert = match (&self.tls_cert, &self.tls_key) {
@@ -309,13 +321,17 @@ impl PcpArgs {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("binding the webhook listener on {addr}"))?;
         let bound = listener.local_addr()?;
-        let injector = Injector::new(
+        let (namespaces, remote_namespaces) = namespaces.unzip();
+        let mut injector = Injector::new(
             self.inject
                 .config(&self.kube.cluster_id, &self.embedded.domain_suffix),
             self.inject.never_namespaces(&self.kube.lease_namespace),
             namespaces,
         )
         .with_root_namespace(&self.inject.root_namespace);
+        if let Some(remote) = remote_namespaces {
+            injector = injector.with_remote_namespaces(remote);
+        }
         let hook = Arc::new(Webhook::new(service.clone(), metrics.clone(), injector));
         let ca = cert
             .generated_ca

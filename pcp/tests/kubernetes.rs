@@ -485,3 +485,79 @@ async fn remote_clusters_are_synced_and_a_missing_one_is_named() {
     assert!(syncing.starts_with("HTTP/1.1 200"), "{syncing}");
     tokio::task::block_in_place(|| pcp.terminate());
 }
+
+/// A remote cluster's pods are injected on Istio's remote path as that cluster's: the
+/// `pasa.io/injection` label of *its* namespace decides (PCP follows every registered
+/// cluster's namespaces for this), and the agents get its cluster ID and network. A cluster no
+/// Secret registers is answered with why its namespaces are not known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_clusters_pods_are_injected_by_its_own_namespace_labels() {
+    use common::webhook_client::{Client, ca_of, env_values, patch_of};
+    let dir = tempfile::tempdir().unwrap();
+    let config = FakeApiServer::start().await;
+    config.put_namespace("pasa-system", &[]);
+    config.put_namespace("shop", &[]);
+    let east = FakeApiServer::start().await;
+    cluster(&east);
+    east.put_namespace("shop", &[("pasa.io/injection", "enabled")]);
+    config.put(remote_secret(
+        "istio-remote-secret",
+        &[(
+            "east",
+            pasa_kube::fake_apiserver::kubeconfig(east.addr, "east"),
+        )],
+    ));
+    let path = kubeconfig(dir.path(), &config);
+    let data = dir.path().join("data");
+    let args = [
+        "--kubeconfig",
+        path.as_str(),
+        "--lease-namespace",
+        "pasa-system",
+        "--identity",
+        "pcp-0",
+        "--webhook-listen",
+        "127.0.0.1:0",
+    ];
+    let pcp = tokio::task::block_in_place(|| Pcp::start_with(&data, &args));
+    let client = Client::new(pcp.webhook.expect("webhook"), &ca_of(&data));
+    let review = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "pod-1", "operation": "CREATE", "namespace": "shop",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"generateName": "web-"},
+                "spec": {"containers": [{"name": "web", "image": "web"}]}}},
+    }))
+    .unwrap();
+    // PCP's own shop is not labelled: not moved.
+    let own = client.review_at("/inject", review.clone()).await;
+    assert!(own["response"].get("patch").is_none(), "{own}");
+    // east's is: moved, as east's, once PCP has seen east's namespaces.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let remote = loop {
+        let r = client
+            .review_at("/inject/cluster/east/net/n-east", review.clone())
+            .await;
+        if r["response"].get("patch").is_some() || Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(remote["response"].get("patch").is_some(), "{remote}");
+    let patch = patch_of(&remote);
+    assert_eq!(env_values(&patch, "ISTIO_META_CLUSTER_ID"), ["east"]);
+    assert_eq!(env_values(&patch, "ISTIO_META_NETWORK"), ["n-east"]);
+    // A cluster nobody registered: not moved, and told why.
+    let nowhere = client
+        .review_at("/inject/cluster/nowhere", review.clone())
+        .await;
+    assert!(nowhere["response"].get("patch").is_none(), "{nowhere}");
+    assert!(
+        nowhere["response"]["warnings"]
+            .to_string()
+            .contains("cluster nowhere is not registered with PCP"),
+        "{nowhere}"
+    );
+    tokio::task::block_in_place(|| pcp.terminate());
+}

@@ -28,6 +28,7 @@
 //! webhook's certificate, ServiceExports). PCP writes nothing to a remote cluster, only reads
 //! it, so it holds no lease there and the annotation has nothing to choose.
 
+pub mod namespaces;
 pub mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -239,6 +240,16 @@ pub enum Sources {
     Directory(std::path::PathBuf),
 }
 
+impl Sources {
+    /// Starts reading the registrations, each told to `events`.
+    fn follow(self, events: mpsc::Sender<SourceEvent>) -> source::Follow {
+        match self {
+            Sources::Secrets { client, namespace } => source::secrets(client, &namespace, events),
+            Sources::Directory(root) => source::directory(root, events),
+        }
+    }
+}
+
 /// The running controller of remote clusters; stops them all when dropped (what they wrote
 /// stays: a replica that stops leading leaves it to the next).
 pub struct RemoteClusters {
@@ -262,12 +273,7 @@ impl RemoteClusters {
     ) -> RemoteClusters {
         let (status_tx, status) = watch::channel(RemoteStatus::default());
         let (events_tx, events) = mpsc::channel(64);
-        let follow = match sources {
-            Sources::Secrets { client, namespace } => {
-                source::secrets(client, &namespace, events_tx)
-            }
-            Sources::Directory(root) => source::directory(root, events_tx),
-        };
+        let follow = sources.follow(events_tx);
         let controller = Controller {
             settings,
             target,

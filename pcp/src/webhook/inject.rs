@@ -13,7 +13,10 @@
 //! `objectSelector` can select on labels only, never on annotations: the API server therefore
 //! sends every pod outside the system namespaces, and the caller of [`Selection::decide`] passes
 //! the namespace's labels in, from the namespaces PCP follows in Kubernetes (without a cluster
-//! to follow, `--kubeconfig` or `--in-cluster`, only the pod's annotation can opt it in).
+//! to follow, `--kubeconfig` or `--in-cluster`, only the pod's annotation can opt it in). A pod
+//! of a remote cluster, sent on Istio's path `/inject/cluster/<id>/net/<network>`
+//! ([`PathSettings`]), is judged by its namespace in that cluster, as PCP follows every
+//! registered cluster's namespaces ([`RemoteNamespaces`]).
 //!
 //! What an injected pod gets is [`sidecar`]'s.
 //!
@@ -28,6 +31,7 @@ use std::collections::BTreeMap;
 use kube::core::admission::{AdmissionResponse, Operation};
 use pasa_istio::proxy_config::{MeshProxyConfig, NamespacedProxyConfig, ProxyConfig, effective};
 use pasa_kube::namespaces::Namespaces;
+use pasa_kube::remote::namespaces::RemoteNamespaces;
 use serde_json::Value;
 
 use super::review::{self, AdmissionRequest};
@@ -134,6 +138,8 @@ pub struct Injector {
     config: InjectConfig,
     selection: Selection,
     namespaces: Option<Namespaces>,
+    /// The remote clusters' namespaces, for pods injected on a remote cluster's path.
+    remote_namespaces: Option<RemoteNamespaces>,
     root_namespace: String,
 }
 
@@ -197,8 +203,15 @@ impl Injector {
             config,
             selection,
             namespaces,
+            remote_namespaces: None,
             root_namespace: "istio-system".into(),
         }
+    }
+
+    /// Reads the namespaces of remote clusters' pods (injected on Istio's remote path) here.
+    pub fn with_remote_namespaces(mut self, remote: RemoteNamespaces) -> Self {
+        self.remote_namespaces = Some(remote);
+        self
     }
 
     /// The mesh's root namespace (default `istio-system`), whose security policies apply to the
@@ -260,12 +273,24 @@ impl Injector {
             Err(e) => return stays(&PatchError::Pod(e)),
         };
         let namespace = req.namespace.as_deref().unwrap_or_default();
-        // The namespaces PCP follows are its own cluster's: another cluster's namespace of the
-        // same name may be labelled otherwise, so a pod of a remote cluster is moved by its
-        // own annotation only.
+        // A pod of a remote cluster is judged by that cluster's namespace, as PCP follows it;
+        // when its labels are not known, by the pod's own annotation alone (and the answer
+        // says why).
         let remote = path.other_cluster(&self.config.cluster_id);
+        let mut unknown = None;
         let labels = match remote {
-            Some(_) => BTreeMap::new(),
+            Some(cluster) => {
+                let looked = match &self.remote_namespaces {
+                    Some(remote) => remote.labels(cluster, namespace).map_err(|e| e.to_string()),
+                    None => {
+                        Err("PCP follows no remote cluster (it runs without Kubernetes)".into())
+                    }
+                };
+                looked.unwrap_or_else(|why| {
+                    unknown = Some((cluster, why));
+                    BTreeMap::new()
+                })
+            }
             None => self
                 .namespaces
                 .as_ref()
@@ -282,10 +307,10 @@ impl Injector {
         match self.selection.decide(&pod, namespace, &labels) {
             Decision::Skip(skip) => {
                 let mut warnings: Vec<String> = skip.warning().into_iter().collect();
-                if let (Skip::NotSelected, Some(cluster)) = (&skip, remote) {
+                if let (Skip::NotSelected, Some((cluster, why))) = (&skip, &unknown) {
                     warnings.push(format!(
-                        "PCP does not know the labels of namespace {namespace} in cluster \
-                         {cluster}: a pod of a remote cluster is moved to PASA by its \
+                        "the labels of namespace {namespace} in cluster {cluster} are not \
+                         known ({why}): the pod is moved to PASA only by its \
                          {ENABLED_ANNOTATION} annotation"
                     ));
                 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake_agent;
+pub mod webhook_client;
 
 use std::io::BufReader;
 use std::net::SocketAddr;

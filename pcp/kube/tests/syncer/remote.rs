@@ -603,3 +603,58 @@ async fn a_remote_cluster_never_replaces_another_clusters_object() {
         "the own cluster's object stays"
     );
 }
+
+/// The injecting webhook's view of remote namespaces: each registered cluster's namespaces
+/// (not PCP's own ID's, whatever a Secret says), gone with the Secret that registered it.
+#[tokio::test]
+async fn remote_namespaces_follow_the_registered_clusters() {
+    use pasa_kube::remote::namespaces::{RemoteNamespaces, Unknown};
+    let config = FakeApiServer::start().await;
+    let east = FakeApiServer::start().await;
+    east.put_namespace("shop", &[("pasa.io/injection", "enabled")]);
+    config.put(secret(
+        "istio-remote-secret-east",
+        &[
+            ("east", &kubeconfig(east.addr, "east")),
+            ("Kubernetes", &kubeconfig(east.addr, "own")),
+        ],
+    ));
+    let namespaces = RemoteNamespaces::follow(
+        Sources::Secrets {
+            client: config.client(),
+            namespace: PCP_NAMESPACE.into(),
+        },
+        "Kubernetes",
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while namespaces.labels("east", "shop").is_err() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        namespaces
+            .labels("east", "shop")
+            .unwrap()
+            .get("pasa.io/injection"),
+        Some(&"enabled".to_string())
+    );
+    assert_eq!(
+        namespaces.labels("east", "cart"),
+        Err(Unknown::Namespace {
+            cluster: "east".into(),
+            namespace: "cart".into()
+        })
+    );
+    assert_eq!(
+        namespaces.labels("Kubernetes", "shop"),
+        Err(Unknown::Cluster("Kubernetes".into()))
+    );
+    config.delete("v1", "Secret", PCP_NAMESPACE, "istio-remote-secret-east");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while namespaces.labels("east", "shop").is_ok() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        namespaces.labels("east", "shop"),
+        Err(Unknown::Cluster("east".into()))
+    );
+}
