@@ -26,6 +26,7 @@ pub mod identity;
 pub mod mesh;
 pub mod metrics;
 pub mod model;
+pub mod on_demand;
 pub mod probes;
 pub mod report;
 pub mod resource;

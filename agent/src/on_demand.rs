@@ -1,0 +1,212 @@
+//! On-demand scope (issue: no Sidecar resource needed): an agent whose Envoy asks for virtual
+//! hosts and clusters as its application calls them (VHDS and on-demand CDS over delta ADS)
+//! learns its scope from those requests, and widens its store subscription to exactly what is
+//! called. The design is in `docs/on-demand.md`.
+//!
+//! This module holds the first step every request takes: what a `Host` header, as Envoy sends
+//! it (`<route config>/<host as sent>`: with or without a port, short or long, an address), may
+//! name. A virtual host of the eager configuration lists every spelling istiod accepts for its
+//! service (`translate::route::alt_hosts`: the full name, the absolute name, the short forms
+//! valid from the proxy's namespace, `*.`-forms for headless services, addresses, each with its
+//! port); [`Lookup::of`] goes the other way, to the hosts that could have that spelling. The
+//! hosts are candidates: which of them exist, and which of those the proxy may see, the store
+//! and the proxy's scope decide.
+
+use std::net::IpAddr;
+
+/// What a host, as a client spelt it, may name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lookup {
+    /// The hosts (fully qualified, as services and ServiceEntries name them) the spelling may
+    /// stand for, most specific first: the name as written, then completed by each suffix of
+    /// the proxy's DNS domain (as a resolver's search path completes it), then the same for
+    /// the name without its first label (a pod of a headless service, `*.`-domains).
+    pub hosts: Vec<String>,
+    /// The address, when the spelling is one (a service's virtual IP).
+    pub address: Option<IpAddr>,
+    /// The port, when the spelling has one.
+    pub port: Option<u16>,
+}
+
+impl Lookup {
+    /// What `spelt` (a `Host`/`:authority` value) may name for a proxy whose DNS domain is
+    /// `dns_domain` (`<namespace>.svc.<cluster domain>`); `None` for what no virtual host
+    /// domain can be (empty, a bad port, characters no host has).
+    pub fn of(spelt: &str, dns_domain: &str) -> Option<Lookup> {
+        let (name, port) = split_port(spelt.trim())?;
+        if let Ok(address) = name.parse::<IpAddr>() {
+            return Some(Lookup {
+                hosts: Vec::new(),
+                address: Some(address),
+                port,
+            });
+        }
+        let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+        {
+            return None;
+        }
+        let mut hosts = Vec::new();
+        let mut add = |host: String| {
+            if !hosts.contains(&host) {
+                hosts.push(host);
+            }
+        };
+        let suffixes = search_path(dns_domain);
+        for base in std::iter::once(name.as_str()).chain(name.split_once('.').map(|(_, rest)| rest))
+        {
+            add(base.to_string());
+            for suffix in &suffixes {
+                add(format!("{base}.{suffix}"));
+            }
+        }
+        Some(Lookup {
+            hosts,
+            address: None,
+            port,
+        })
+    }
+}
+
+/// `host` and its port: `name:port`, `[v6]:port`, `[v6]`, a bare v6 address, or a name.
+fn split_port(spelt: &str) -> Option<(&str, Option<u16>)> {
+    if let Some(rest) = spelt.strip_prefix('[') {
+        let (address, after) = rest.split_once(']')?;
+        return match after.strip_prefix(':') {
+            Some(port) => Some((address, Some(port.parse().ok()?))),
+            None if after.is_empty() => Some((address, None)),
+            None => None,
+        };
+    }
+    if spelt.parse::<std::net::Ipv6Addr>().is_ok() {
+        return Some((spelt, None));
+    }
+    match spelt.rsplit_once(':') {
+        Some((name, port)) => Some((name, Some(port.parse().ok()?))),
+        None => Some((spelt, None)),
+    }
+}
+
+/// The suffixes a short name is completed with from a proxy in `dns_domain`, longest first:
+/// `ns.svc.cluster.local`, `svc.cluster.local`, `cluster.local` (a pod's resolver search path).
+fn search_path(dns_domain: &str) -> Vec<&str> {
+    let mut suffixes = Vec::new();
+    let mut rest = dns_domain;
+    while let Some((_, tail)) = rest.split_once('.') {
+        suffixes.push(rest);
+        rest = tail;
+    }
+    suffixes
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::cache::Cache;
+    use crate::model::proxy::Generator;
+    use crate::testing::{resource, sidecar};
+    use crate::translate::Translator;
+
+    const DNS: &str = "default.svc.cluster.local";
+
+    #[test]
+    fn spellings_name_their_candidates() {
+        let hosts = |spelt: &str| Lookup::of(spelt, DNS).unwrap().hosts;
+        assert_eq!(
+            hosts("reviews:9080"),
+            [
+                "reviews",
+                "reviews.default.svc.cluster.local",
+                "reviews.svc.cluster.local",
+                "reviews.cluster.local",
+            ]
+        );
+        assert!(hosts("reviews.bookinfo").contains(&"reviews.bookinfo.svc.cluster.local".into()));
+        assert!(
+            hosts("Reviews.Bookinfo.svc.").contains(&"reviews.bookinfo.svc.cluster.local".into())
+        );
+        // A pod of a headless service, by its own name.
+        assert!(hosts("db-0.db").contains(&"db.default.svc.cluster.local".into()));
+        let v6 = Lookup::of("[fd00::1]:80", DNS).unwrap();
+        assert_eq!(
+            (v6.address, v6.port),
+            (Some("fd00::1".parse().unwrap()), Some(80))
+        );
+        assert_eq!(Lookup::of("fd00::1", DNS).unwrap().port, None);
+        for bad in ["", "a:b", "[fd00::1", "a b", "host:99999"] {
+            assert_eq!(Lookup::of(bad, DNS), None, "{bad:?}");
+        }
+    }
+
+    /// Every domain of every virtual host the eager translator builds for a sidecar leads back
+    /// to the virtual host's own service: its host among the candidates, or its address.
+    #[test]
+    fn every_eager_domain_leads_back_to_its_service() {
+        let service = |ns: &str, name: &str, spec: serde_json::Value, rev: u64| {
+            resource("ServiceEndpoints", ns, name, spec, rev)
+        };
+        let resources = vec![
+            service(
+                "default",
+                "reviews",
+                json!({"addresses": ["10.96.0.20"], "ports": [{"name": "http", "port": 9080}]}),
+                1,
+            ),
+            service(
+                "bookinfo",
+                "ratings",
+                json!({"addresses": ["10.96.0.21", "fd00::21"],
+                       "ports": [{"name": "http", "port": 9080}, {"name": "http-alt", "port": 80}]}),
+                2,
+            ),
+            service(
+                "default",
+                "db",
+                json!({"ports": [{"name": "http", "port": 8080}],
+                       "endpoints": [{"address": "10.0.0.40"}]}),
+                3,
+            ),
+            resource(
+                "ServiceEntry",
+                "default",
+                "api",
+                json!({"hosts": ["api.example.com"], "addresses": ["240.0.0.7"],
+                       "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+                       "resolution": "DNS"}),
+                4,
+            ),
+        ];
+        let cache = Cache::from_resources(resources, 10);
+        let mut translator = Translator::new(sidecar("10.0.0.9"));
+        let out = translator
+            .update(&cache, Generator::Envoy)
+            .expect("translates");
+        let mut checked = 0;
+        for config in out.routes.values() {
+            for vh in &config.virtual_hosts {
+                let Some((host, _port)) = vh.name.rsplit_once(':') else {
+                    continue;
+                };
+                if !host.contains('.') {
+                    continue;
+                }
+                for domain in &vh.domains {
+                    let lookup = Lookup::of(domain.trim_start_matches("*."), DNS)
+                        .unwrap_or_else(|| panic!("{domain:?} of {} reads", vh.name));
+                    let by_name = lookup.hosts.iter().any(|h| h == host);
+                    assert!(
+                        by_name || lookup.address.is_some(),
+                        "{domain:?} does not lead back to {host}: {lookup:?}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 20, "only {checked} domains checked");
+    }
+}
