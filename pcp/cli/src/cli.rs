@@ -348,6 +348,14 @@ pub fn problem_line(
     )
 }
 
+/// `-o json|yaml` of the commands that print one structured answer (`status`, `version`,
+/// `remote-clusters`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Structured {
+    Json,
+    Yaml,
+}
+
 /// A value as `-o json` (indented) or `-o yaml` prints it.
 pub fn structured(yaml: bool, value: &serde_json::Value) -> anyhow::Result<String> {
     if yaml {

@@ -28,11 +28,7 @@ pub struct RemoteClustersArgs {
     pub output: Option<Output>,
 }
 
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
-    Json,
-    Yaml,
-}
+pub use super::Structured as Output;
 
 /// One cluster as PCP's `clusterz` (istiod's format) says it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]

@@ -14,11 +14,7 @@ pub struct StatusArgs {
     pub output: Option<Output>,
 }
 
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
-    Json,
-    Yaml,
-}
+pub use super::Structured as Output;
 
 /// The server's status, within the request deadline of `what` (the command asking).
 pub async fn fetch(server: &crate::cli::Server, what: &str) -> anyhow::Result<StatusResponse> {

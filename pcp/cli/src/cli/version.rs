@@ -17,11 +17,7 @@ pub struct VersionArgs {
     pub output: Option<Output>,
 }
 
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
-    Json,
-    Yaml,
-}
+pub use super::Structured as Output;
 
 pub async fn run(server: anyhow::Result<super::Server>, args: VersionArgs) -> CmdResult {
     let client = env!("CARGO_PKG_VERSION");
