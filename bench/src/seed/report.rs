@@ -198,7 +198,9 @@ fn cdf_chart(out: &mut String, title: &str, series: &[(&str, &Value)]) {
         .fold(0.0, f64::max)
         .max(lo * 10.0);
     let (l0, l1) = (lo.log10().floor(), hi.log10().ceil());
-    let x = |ms: f64| left + (ms.max(lo).log10() - l0) / (l1 - l0) * (w - left - 20.0);
+    // A point at 0 ms is drawn at the axis (the first decade), as are decades' lines.
+    let floor = 10f64.powf(l0);
+    let x = |ms: f64| left + (ms.max(floor).log10() - l0) / (l1 - l0) * (w - left - 20.0);
     let y = |pct: f64| 10.0 + (1.0 - pct / 100.0) * (h - bottom - 10.0);
     let _ = write!(
         out,
@@ -213,20 +215,28 @@ fn cdf_chart(out: &mut String, title: &str, series: &[(&str, &Value)]) {
         } else {
             format!("{ms} ms")
         };
+        // Centred under its line; the last one ends at it, inside the chart.
+        let anchor = if decade == l1 as i32 { "end" } else { "middle" };
         let _ = write!(
             out,
             "<line x1='{at:.1}' x2='{at:.1}' y1='10' y2='{axis}' class='grid'/><text x='{at:.1}' \
-             y='{label_y}' class=axis>{label}</text>"
+             y='{label_y}' class='axis' text-anchor='{anchor}'>{label}</text>"
         );
     }
+    // p100 has its line but no label: it is too close to p99's to read.
     for pct in [0.0, 50.0, 90.0, 99.0, 100.0] {
         let (right, at, label_x) = (w - 20.0, y(pct), left - 5.0);
         let _ = write!(
             out,
-            "<line x1='{left}' x2='{right}' y1='{at:.1}' y2='{at:.1}' class='grid'/><text \
-             x='{label_x}' y='{:.1}' class=axis text-anchor=end>p{pct}</text>",
-            at + 4.0
+            "<line x1='{left}' x2='{right}' y1='{at:.1}' y2='{at:.1}' class='grid'/>"
         );
+        if pct < 100.0 {
+            let _ = write!(
+                out,
+                "<text x='{label_x}' y='{:.1}' class='axis' text-anchor='end'>p{pct}</text>",
+                at + 4.0
+            );
+        }
     }
     for (i, (name, points)) in series.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
@@ -469,6 +479,40 @@ pub fn html(s: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The x position and text of each axis label of a chart, in order.
+    fn axis_labels(svg: &str) -> Vec<(f64, String)> {
+        svg.split("<text x='")
+            .skip(1)
+            .filter(|t| t.contains("class='axis'"))
+            .map(|t| {
+                let x = t[..t.find('\'').unwrap()].parse().unwrap();
+                let text = &t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()];
+                (x, text.to_string())
+            })
+            .collect()
+    }
+
+    /// Decades below the fastest point sit at their own place on the axis (not all at the
+    /// fastest point, over the next decade's label), the last decade's label ends inside the
+    /// chart, and only one label is drawn at the top (p99; p100 is too close to it).
+    #[test]
+    fn axis_labels_neither_overlap_nor_leave_the_chart() {
+        let cdf: Vec<f64> = (0..=100).map(|p| 0.65 + f64::from(p) * 0.2).collect();
+        let mut out = String::new();
+        cdf_chart(&mut out, "t", &[("s", &serde_json::json!(cdf))]);
+        let labels = axis_labels(&out);
+        let decade = |text: &str| labels.iter().find(|(_, t)| t == text).map(|(x, _)| *x);
+        let (tenth, one) = (decade("0.1 ms").unwrap(), decade("1 ms").unwrap());
+        assert!(one - tenth > 100.0, "{labels:?}");
+        assert!(out.contains("text-anchor='end'>100 ms</text>"), "{out}");
+        let percentiles: Vec<&str> = labels
+            .iter()
+            .map(|(_, t)| t.as_str())
+            .filter(|t| t.starts_with('p'))
+            .collect();
+        assert_eq!(percentiles, ["p0", "p50", "p90", "p99"]);
+    }
 
     #[test]
     fn the_page_draws_what_the_summary_holds_and_escapes_it() {
