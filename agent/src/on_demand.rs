@@ -11,6 +11,12 @@
 //! port); [`Lookup::of`] goes the other way, to the hosts that could have that spelling. The
 //! hosts are candidates: which of them exist, and which of those the proxy may see, the store
 //! and the proxy's scope decide.
+//!
+//! The hosts a proxy has learned narrow its scope (`Proxy::learned`,
+//! `SidecarScope::narrowed`): its translation and its store subscription then hold those hosts,
+//! what their VirtualServices route to, and its own inbound side and policies, nothing else. A
+//! learned host's virtual host and clusters are built exactly as the eager scope builds them
+//! (tested below).
 
 use std::net::IpAddr;
 
@@ -208,5 +214,137 @@ mod tests {
             }
         }
         assert!(checked > 20, "only {checked} domains checked");
+    }
+
+    /// The clusters a virtual host's routes send to.
+    fn clusters_of(vh: &envoy_types::pb::envoy::config::route::v3::VirtualHost) -> Vec<String> {
+        use envoy_types::pb::envoy::config::route::v3::route::Action;
+        use envoy_types::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
+        let mut out = Vec::new();
+        for route in &vh.routes {
+            if let Some(Action::Route(action)) = &route.action {
+                match &action.cluster_specifier {
+                    Some(ClusterSpecifier::Cluster(c)) => out.push(c.clone()),
+                    Some(ClusterSpecifier::WeightedClusters(w)) => {
+                        out.extend(w.clusters.iter().map(|c| c.name.clone()))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// An on-demand proxy that has learned the hosts one spelling of a virtual host may name
+    /// builds that virtual host exactly as the eager proxy builds it (name, domains, routes:
+    /// header matches, weights), and the clusters its routes send to; it builds fewer virtual
+    /// hosts in all.
+    #[test]
+    fn a_learned_host_is_built_as_the_eager_scope_builds_it() {
+        let service = |ns: &str, name: &str, vip: &str, port: u32, rev: u64| {
+            resource(
+                "ServiceEndpoints",
+                ns,
+                name,
+                json!({"addresses": [vip], "ports": [{"name": "http", "port": port}],
+                       "endpoints": [{"address": format!("10.1.0.{rev}"), "labels": {"version": "v1"}},
+                                     {"address": format!("10.2.0.{rev}"), "labels": {"version": "v2"}}]}),
+                rev,
+            )
+        };
+        let resources = vec![
+            service("default", "reviews", "10.96.0.20", 9080, 1),
+            service("bookinfo", "ratings", "10.96.0.21", 9080, 2),
+            service("bookinfo", "details", "10.96.0.22", 9080, 3),
+            service("shop", "web", "10.96.0.23", 80, 4),
+            resource(
+                "DestinationRule",
+                "default",
+                "reviews",
+                json!({"host": "reviews", "subsets": [{"name": "v1", "labels": {"version": "v1"}},
+                                                      {"name": "v2", "labels": {"version": "v2"}}]}),
+                5,
+            ),
+            resource(
+                "VirtualService",
+                "default",
+                "reviews",
+                json!({"hosts": ["reviews"], "http": [
+                    {"match": [{"headers": {"end-user": {"exact": "jason"}}}],
+                     "route": [{"destination": {"host": "reviews", "subset": "v2"}}]},
+                    {"route": [{"destination": {"host": "reviews", "subset": "v1"}, "weight": 80},
+                               {"destination": {"host": "ratings.bookinfo.svc.cluster.local"},
+                                "weight": 20}]}]}),
+                6,
+            ),
+            resource(
+                "VirtualService",
+                "bookinfo",
+                "ratings",
+                json!({"hosts": ["ratings"], "http": [{"timeout": "3s",
+                       "route": [{"destination": {"host": "details"}}]}]}),
+                7,
+            ),
+            resource(
+                "ServiceEntry",
+                "default",
+                "api",
+                json!({"hosts": ["api.example.com"],
+                       "ports": [{"number": 80, "name": "http", "protocol": "HTTP"}],
+                       "resolution": "DNS"}),
+                8,
+            ),
+        ];
+        let cache = Cache::from_resources(resources, 10);
+        let proxy = sidecar("10.0.0.9");
+        let eager = Translator::new(proxy.clone())
+            .update(&cache, Generator::Envoy)
+            .expect("translates");
+        let eager_hosts: usize = eager.routes.values().map(|r| r.virtual_hosts.len()).sum();
+        let (mut compared, mut other_ports) = (0, 0);
+        for (name, config) in &eager.routes {
+            for vh in &config.virtual_hosts {
+                if !vh.name.contains('.') {
+                    continue; // allow_any, block_all: the eager config's catch-alls.
+                }
+                for spelt in vh.domains.iter().filter(|d| !d.starts_with('*')) {
+                    let lookup = Lookup::of(spelt, DNS).expect("reads");
+                    if lookup.address.is_some() {
+                        continue; // addresses are not resolved yet
+                    }
+                    let learning = crate::model::proxy::Proxy {
+                        learned: Some(std::sync::Arc::new(lookup.hosts.into_iter().collect())),
+                        ..proxy.clone()
+                    };
+                    let lazy = Translator::new(learning)
+                        .update(&cache, Generator::Envoy)
+                        .expect("translates");
+                    // A port no learned service has gets no listener and no route
+                    // configuration (a VirtualService's host has a virtual host on every HTTP
+                    // port of the eager proxy); see docs/on-demand.md, "Ports".
+                    let Some(config) = lazy.routes.get(name) else {
+                        other_ports += 1;
+                        continue;
+                    };
+                    let built = config.virtual_hosts.iter().find(|v| v.name == vh.name);
+                    assert_eq!(built, Some(vh), "{spelt:?} in route configuration {name}");
+                    for cluster in clusters_of(vh) {
+                        assert_eq!(
+                            lazy.clusters.get(&cluster),
+                            eager.clusters.get(&cluster),
+                            "{cluster} for {spelt:?}"
+                        );
+                    }
+                    let lazy_hosts: usize =
+                        lazy.routes.values().map(|r| r.virtual_hosts.len()).sum();
+                    assert!(lazy_hosts < eager_hosts, "{spelt:?}: nothing narrowed");
+                    compared += 1;
+                }
+            }
+        }
+        assert!(
+            compared >= 15 && other_ports > 0,
+            "{compared} spellings compared, {other_ports} on ports of no learned service"
+        );
     }
 }

@@ -114,9 +114,12 @@ pub fn subscription_in<'a>(
     // services, not for every rule of the mesh (a service appearing there shows up through the
     // rules above, and then its DestinationRules are asked for).
     let services: Vec<&Arc<Service>> = services.collect();
-    rules.push(destination_peer_authentications(dedup(
-        services.iter().map(|s| s.namespace.clone()).collect(),
-    )));
+    // (An empty list of namespaces would be every namespace: none is asked for then.)
+    if !services.is_empty() {
+        rules.push(destination_peer_authentications(dedup(
+            services.iter().map(|s| s.namespace.clone()).collect(),
+        )));
+    }
     let whole: BTreeSet<&str> = scope
         .egress
         .iter()
@@ -148,11 +151,14 @@ pub fn subscription_in<'a>(
         });
         dr_hosts.extend(destinations);
     }
-    rules.push(Rule {
-        kinds: kinds(&[Kind::DestinationRule]),
-        hosts: dr_hosts.into_iter().collect(),
-        ..Default::default()
-    });
+    // (No hosts would be every host: none is asked for then.)
+    if !dr_hosts.is_empty() {
+        rules.push(Rule {
+            kinds: kinds(&[Kind::DestinationRule]),
+            hosts: dr_hosts.into_iter().collect(),
+            ..Default::default()
+        });
+    }
     // Endpoints of visible ServiceEntries that select WorkloadEntries.
     let selector_namespaces: BTreeSet<String> = services
         .iter()

@@ -54,6 +54,7 @@ pub(crate) fn sidecar(ip: &str) -> Proxy {
         dns_auto_allocate: false,
         build: Default::default(),
         proxy_config: None,
+        learned: None,
     }
 }
 

@@ -55,6 +55,9 @@ pub struct Proxy {
     /// The proxy's own settings (pilot-agent's `PROXY_CONFIG`, which Istio's injection works out
     /// for the pod); without them, the mesh config's `defaultConfig` holds, as for istiod.
     pub proxy_config: Option<MeshProxyConfig>,
+    /// For an on-demand proxy, the hosts it has learned (its scope is narrowed to them, see
+    /// [`crate::on_demand`]); `None` for the eager scope.
+    pub learned: Option<std::sync::Arc<std::collections::BTreeSet<String>>>,
 }
 
 /// The Envoy build a proxy runs: upstream Envoy, or Istio's proxy (with Istio's own filters for
@@ -122,6 +125,7 @@ impl Proxy {
             build: ProxyBuild::Envoy,
             proxy_config: (!identity.proxy_config.is_empty())
                 .then(|| identity.proxy_config.clone()),
+            learned: None,
         }
     }
 

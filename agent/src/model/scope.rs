@@ -73,6 +73,15 @@ pub struct SidecarScope {
 impl SidecarScope {
     /// The scope of `proxy` given what the registry holds.
     pub fn of(proxy: &Proxy, registry: &Registry) -> SidecarScope {
+        let eager = SidecarScope::eager(proxy, registry);
+        match &proxy.learned {
+            Some(learned) => eager.narrowed(registry, learned),
+            None => eager,
+        }
+    }
+
+    /// The scope the Sidecar (or its absence) gives, whatever the proxy has learned.
+    fn eager(proxy: &Proxy, registry: &Registry) -> SidecarScope {
         let ns = &proxy.config_namespace;
         let root = &proxy.mesh.root_namespace;
         let mut candidates: Vec<&Arc<Config<Sidecar>>> = registry
@@ -139,6 +148,50 @@ impl SidecarScope {
             config_namespace: ns.clone(),
             root_namespace: root.clone(),
             domain_suffix: proxy.mesh.config_domain_suffix.clone(),
+        }
+    }
+
+    /// This scope narrowed to the hosts an on-demand proxy has learned (see
+    /// [`crate::on_demand`]): each learned host under every egress host that covers it (any
+    /// namespace, without a Sidecar), and the hosts the VirtualServices then visible route to,
+    /// under the same rule, until nothing more is added (a route's destination needs its
+    /// cluster). A host the scope does not cover stays out: the proxy may not see it.
+    pub fn narrowed(
+        &self,
+        registry: &Registry,
+        learned: &std::collections::BTreeSet<String>,
+    ) -> SidecarScope {
+        let mut hosts = learned.clone();
+        loop {
+            let mut egress: Vec<EgressHost> = hosts
+                .iter()
+                .flat_map(|h| {
+                    self.egress
+                        .iter()
+                        .filter(|e| host::matches(&e.host, h))
+                        .map(|e| EgressHost {
+                            namespace: e.namespace.clone(),
+                            host: h.clone(),
+                        })
+                })
+                .collect();
+            egress.sort();
+            egress.dedup();
+            let narrowed = SidecarScope {
+                egress,
+                ..self.clone()
+            };
+            let before = hosts.len();
+            for vs in narrowed.virtual_services(registry) {
+                hosts.extend(
+                    vs.spec.destination_hosts().map(|h| {
+                        host::resolve_short_name(h, &vs.meta.namespace, &self.domain_suffix)
+                    }),
+                );
+            }
+            if hosts.len() == before {
+                return narrowed;
+            }
         }
     }
 

@@ -269,3 +269,81 @@ fn egress_to_a_whole_namespace_asks_for_the_destination_rules_of_its_services_on
         "{hosts:?}"
     );
 }
+
+/// An on-demand sidecar that has learned nothing asks for its own namespace's and the root's
+/// policies, its namespace's services (inbound) and the network gateways, and for nothing
+/// else: every rule is held to a namespace, a host or the gateways. A learned host brings its
+/// service, VirtualServices and DestinationRules, the PeerAuthentications of its namespace, and
+/// what its VirtualService routes to; a host a Sidecar does not import stays out.
+#[test]
+fn an_on_demand_sidecar_asks_for_what_it_learned_and_nothing_else() {
+    const REVIEWS: &str = "reviews.bookinfo.svc.cluster.local";
+    const RATINGS: &str = "ratings.bookinfo.svc.cluster.local";
+    let proxy = crate::testing::sidecar("10.0.0.9");
+    let service = |name: &str, rev: u64| {
+        resource(
+            "ServiceEndpoints",
+            "bookinfo",
+            name,
+            json!({"addresses": [format!("10.96.0.{rev}")], "ports": [{"name": "http", "port": 9080}]}),
+            rev,
+        )
+    };
+    let routes = resource(
+        "VirtualService",
+        "bookinfo",
+        "reviews",
+        json!({"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "ratings"}}]}]}),
+        3,
+    );
+    let mut registry = Registry::default();
+    let cache = Cache::from_resources(
+        vec![service("reviews", 1), service("ratings", 2), routes],
+        10,
+    );
+    registry.update(&cache, "cluster.local");
+    let bounded =
+        |r: &Rule| !r.namespaces.is_empty() || !r.hosts.is_empty() || !r.gateways.is_empty();
+
+    let learning = |hosts: &[&str]| Proxy {
+        learned: Some(Arc::new(hosts.iter().map(|h| h.to_string()).collect())),
+        ..proxy.clone()
+    };
+    let nothing = subscription_of(&learning(&[]), &registry).rules;
+    assert!(nothing.iter().all(bounded), "{nothing:#?}");
+    assert!(
+        !rule_with(&nothing, "DestinationRule", |_| true),
+        "{nothing:#?}"
+    );
+
+    let rules = subscription_of(&learning(&[REVIEWS]), &registry).rules;
+    assert!(rules.iter().all(bounded), "{rules:#?}");
+    let for_host =
+        |kind: &str, host: &str| rule_with(&rules, kind, |r| r.hosts.iter().any(|h| h == host));
+    assert!(for_host("ServiceEndpoints", REVIEWS) && for_host("VirtualService", REVIEWS));
+    assert!(for_host("DestinationRule", REVIEWS));
+    // What the VirtualService routes to: its service and rules, for its cluster.
+    assert!(
+        for_host("ServiceEndpoints", RATINGS) && for_host("DestinationRule", RATINGS),
+        "{rules:#?}"
+    );
+    assert!(rule_with(&rules, "PeerAuthentication", |r| r.namespaces
+        == ["bookinfo"]));
+
+    // A Sidecar importing only its own namespace: bookinfo's reviews is not the proxy's to see.
+    let sidecar = resource(
+        "Sidecar",
+        "default",
+        "default",
+        json!({"egress": [{"hosts": ["./*"]}]}),
+        4,
+    );
+    let cache = Cache::from_resources(
+        vec![service("reviews", 1), service("ratings", 2), sidecar],
+        10,
+    );
+    let mut registry = Registry::default();
+    registry.update(&cache, "cluster.local");
+    let scope = SidecarScope::of(&learning(&[REVIEWS]), &registry);
+    assert!(scope.services(&registry).is_empty(), "{:?}", scope.egress);
+}

@@ -329,6 +329,7 @@ pub fn proxy(case: &Case) -> Result<Proxy, String> {
         dns_auto_allocate: p.dns_auto_allocate,
         build: Default::default(),
         proxy_config: None,
+        learned: None,
     })
 }
 

@@ -269,6 +269,7 @@ fn proxy(
         dns_auto_allocate: false,
         build: ProxyBuild::Istio,
         proxy_config: None,
+        learned: None,
     }
 }
 
