@@ -96,6 +96,15 @@ pub enum CacheError {
         #[source]
         source: prost::DecodeError,
     },
+    #[error(
+        "the learned hosts file {path} is damaged ({source}); delete it to learn them again \
+         from the proxy's requests"
+    )]
+    Learned {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 /// The file in `--cache-dir` holding the last good snapshot.
@@ -363,7 +372,7 @@ impl Cache {
 }
 
 /// Writes `bytes` to `path` through `tmp`, synced, so a reader finds the old file or the new.
-fn write_atomically(
+pub(crate) fn write_atomically(
     path: &Path,
     tmp: &Path,
     write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,

@@ -18,7 +18,85 @@
 //! learned host's virtual host and clusters are built exactly as the eager scope builds them
 //! (tested below).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cache::{CacheError, write_atomically};
+
+/// The file in `--cache-dir` holding the hosts an on-demand proxy has learned.
+pub const LEARNED_FILE: &str = "learned-hosts.json";
+
+/// The hosts an on-demand proxy has learned, each with when it was last asked for (seconds since
+/// the Unix epoch). Kept beside the cache, so that a restarted agent starts with them (not from
+/// zero); those unused for the idle time are forgotten.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Learned {
+    hosts: BTreeMap<String, u64>,
+}
+
+impl Learned {
+    /// Notes that `hosts` were asked for at `now`; whether any was not known before.
+    pub fn learn(&mut self, hosts: impl IntoIterator<Item = String>, now: SystemTime) -> bool {
+        let at = seconds(now);
+        let mut new = false;
+        for host in hosts {
+            new |= self.hosts.insert(host, at).is_none();
+        }
+        new
+    }
+
+    /// Forgets the hosts last asked for more than `idle` before `now`, and returns them.
+    pub fn forget_idle(&mut self, now: SystemTime, idle: Duration) -> Vec<String> {
+        let oldest = seconds(now).saturating_sub(idle.as_secs());
+        let gone: Vec<String> = self
+            .hosts
+            .iter()
+            .filter(|(_, at)| **at < oldest)
+            .map(|(h, _)| h.clone())
+            .collect();
+        for host in &gone {
+            self.hosts.remove(host);
+        }
+        gone
+    }
+
+    /// The hosts learned, for the proxy's scope.
+    pub fn hosts(&self) -> BTreeSet<String> {
+        self.hosts.keys().cloned().collect()
+    }
+
+    /// Writes them to `dir` atomically.
+    pub fn save(&self, dir: &Path) -> Result<(), CacheError> {
+        let path = dir.join(LEARNED_FILE);
+        let tmp = dir.join(format!("{LEARNED_FILE}.tmp"));
+        std::fs::create_dir_all(dir).map_err(|source| CacheError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        write_atomically(&path, &tmp, |out| {
+            serde_json::to_writer(out, self).map_err(std::io::Error::other)
+        })
+    }
+
+    /// What `dir` holds; nothing learned when it holds no file.
+    pub fn load(dir: &Path) -> Result<Learned, CacheError> {
+        let path = dir.join(LEARNED_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Learned::default()),
+            Err(source) => return Err(CacheError::Read { path, source }),
+        };
+        serde_json::from_slice(&bytes).map_err(|source| CacheError::Learned { path, source })
+    }
+}
+
+fn seconds(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
 
 /// What a host, as a client spelt it, may name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -345,6 +423,35 @@ mod tests {
         assert!(
             compared >= 15 && other_ports > 0,
             "{compared} spellings compared, {other_ports} on ports of no learned service"
+        );
+    }
+
+    /// Learned hosts come back after a restart; those idle too long are forgotten and asked for
+    /// again when used; a damaged file is refused naming it.
+    #[test]
+    fn learned_hosts_are_kept_and_forgotten_when_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut learned = Learned::load(dir.path()).unwrap();
+        assert!(learned.hosts().is_empty());
+        assert!(learned.learn(["a.ns.svc.cluster.local".to_string()], start));
+        assert!(learned.learn(["b.ns.svc.cluster.local".to_string()], start));
+        let later = start + Duration::from_secs(600);
+        assert!(!learned.learn(["b.ns.svc.cluster.local".to_string()], later));
+        learned.save(dir.path()).unwrap();
+        let mut back = Learned::load(dir.path()).unwrap();
+        assert_eq!(back, learned);
+        let gone = back.forget_idle(later + Duration::from_secs(60), Duration::from_secs(300));
+        assert_eq!(gone, ["a.ns.svc.cluster.local"]);
+        assert_eq!(
+            back.hosts(),
+            BTreeSet::from(["b.ns.svc.cluster.local".to_string()])
+        );
+        std::fs::write(dir.path().join(LEARNED_FILE), "{").unwrap();
+        let err = Learned::load(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains(LEARNED_FILE) && err.contains("delete it"),
+            "{err}"
         );
     }
 }
