@@ -365,6 +365,9 @@ fn debug_text(kind: TypeKind, body: &Any) -> String {
                 &extensions::redacted(body, credentials::REDACTED).value,
             )
         }
+        TypeKind::VirtualHost => {
+            show::<envoy_types::pb::envoy::config::route::v3::VirtualHost>(bytes)
+        }
     }
 }
 

@@ -38,6 +38,7 @@ mod snapshot;
 mod sotw;
 mod status;
 mod stream;
+mod vhds;
 mod wire;
 
 /// The server side of Envoy's ADS and SDS services, generated (`build.rs`) with the agent's own

@@ -13,7 +13,7 @@ use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
 /// One xDS resource: its version (any string that changes when the body changes) and its body.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Resource {
     /// Changes whenever `body` changes; connections compare versions, never bodies.
     pub version: String,
@@ -127,10 +127,13 @@ pub enum TypeKind {
     Secret,
     /// ECDS: `envoy.config.core.v3.TypedExtensionConfig`.
     ExtensionConfig,
+    /// VHDS: `envoy.config.route.v3.VirtualHost`, over delta ADS only, for on-demand route
+    /// configurations (see [`crate::ads::vhds`]).
+    VirtualHost,
 }
 
 /// How many types this server serves.
-pub(crate) const TYPE_COUNT: usize = 6;
+pub(crate) const TYPE_COUNT: usize = 7;
 
 impl TypeKind {
     /// Every type, in the order additions and changes are pushed.
@@ -141,10 +144,12 @@ impl TypeKind {
         TypeKind::ExtensionConfig,
         TypeKind::Listener,
         TypeKind::Route,
+        TypeKind::VirtualHost,
     ];
 
     /// The types whose removals wait for what references them, in the order removals are pushed.
-    pub const REMOVAL_ORDER: [TypeKind; 5] = [
+    pub const REMOVAL_ORDER: [TypeKind; 6] = [
+        TypeKind::VirtualHost,
         TypeKind::Route,
         TypeKind::ExtensionConfig,
         TypeKind::Cluster,
@@ -167,6 +172,7 @@ impl TypeKind {
             TypeKind::ExtensionConfig => {
                 "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
             }
+            TypeKind::VirtualHost => "type.googleapis.com/envoy.config.route.v3.VirtualHost",
         }
     }
 
@@ -177,7 +183,8 @@ impl TypeKind {
             .find(|kind| kind.type_url() == url)
     }
 
-    /// The short name used in logs and status (`CDS`, `EDS`, `LDS`, `RDS`, `SDS`, `ECDS`).
+    /// The short name used in logs and status (`CDS`, `EDS`, `LDS`, `RDS`, `SDS`, `ECDS`,
+    /// `VHDS`).
     pub fn short_name(self) -> &'static str {
         match self {
             TypeKind::Cluster => "CDS",
@@ -186,6 +193,7 @@ impl TypeKind {
             TypeKind::Route => "RDS",
             TypeKind::Secret => "SDS",
             TypeKind::ExtensionConfig => "ECDS",
+            TypeKind::VirtualHost => "VHDS",
         }
     }
 
@@ -202,9 +210,13 @@ impl TypeKind {
         !matches!(self, TypeKind::Cluster | TypeKind::Listener)
     }
 
-    /// Whether an empty first request means "everything" (legacy wildcard, CDS and LDS only).
+    /// Whether an empty first request means "everything" (legacy wildcard): CDS and LDS, and
+    /// VHDS, whose first request (Envoy's, with namespace matching) names nothing.
     pub(crate) fn legacy_wildcard(self) -> bool {
-        matches!(self, TypeKind::Cluster | TypeKind::Listener)
+        matches!(
+            self,
+            TypeKind::Cluster | TypeKind::Listener | TypeKind::VirtualHost
+        )
     }
 
     pub(crate) fn index(self) -> usize {

@@ -20,7 +20,7 @@
 //! were written against.
 
 mod chain;
-mod http;
+pub(crate) mod http;
 #[cfg(test)]
 mod tests;
 

@@ -251,6 +251,24 @@ async fn sotw_reconnect_with_known_versions_gets_only_what_it_lacks() {
     h.stop().await;
 }
 
+/// VHDS is delta only (Envoy refuses it otherwise): a state-of-the-world stream asking for it
+/// is ended, saying so.
+#[tokio::test]
+async fn sotw_vhds_is_refused() {
+    let h = Harness::start(base());
+    let mut c = h.sotw().await;
+    c.request_url(pasa_agent::resource::TypeKind::VirtualHost.type_url())
+        .await;
+    let err = c.recv_error().await;
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message().contains("delta ADS only"),
+        "{}",
+        err.message()
+    );
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn sotw_unknown_type_is_refused() {
     let h = Harness::start(base());

@@ -531,3 +531,240 @@ async fn held_endpoints(
         .map(|c| (c.clone(), hosts.get(c).map_or(0, BTreeMap::len)))
         .collect()
 }
+
+/// One HTTP/1.1 GET of `/` with `Host: host` on the Unix socket listener `path`: the status and
+/// body, `None` while nothing listens there.
+async fn get_on(path: &Path, host: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::UnixStream::connect(path).await.ok()?;
+    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = String::new();
+    tokio::time::timeout(WAIT, stream.read_to_string(&mut answer))
+        .await
+        .ok()?
+        .ok()?;
+    let status = answer.split(' ').nth(1)?.parse().ok()?;
+    let body = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    Some((status, body))
+}
+
+/// VHDS with real Envoy over delta ADS: a route configuration served on demand (no virtual
+/// host sent with it, the on-demand filter before the router) gets the virtual host a request's
+/// Host header names from the agent's ADS server, by any of its domains, and the request is
+/// answered by it; a host no virtual host has is answered 404; Envoy rejects nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_asks_for_virtual_hosts_on_demand() {
+    use envoy_types::pb::envoy::config::core::v3 as core;
+    use envoy_types::pb::envoy::config::listener::v3 as listener;
+    use envoy_types::pb::envoy::config::route::v3 as route;
+    use envoy_types::pb::envoy::extensions::filters::http::on_demand::v3::OnDemand;
+    use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
+    use envoy_types::pb::google::protobuf::Any;
+    use prost::Message;
+
+    if envoy::skip_without_envoy("envoy_asks_for_virtual_hosts_on_demand") {
+        return;
+    }
+    fn pack<M: Message + prost::Name>(m: &M) -> Any {
+        Any {
+            type_url: M::type_url(),
+            value: m.encode_to_vec(),
+        }
+    }
+    let ads = || core::ConfigSource {
+        resource_api_version: core::ApiVersion::V3 as i32,
+        config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
+            core::AggregatedConfigSource {},
+        )),
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let socket = dir.path().join("probe.sock");
+    let manager = hcm::HttpConnectionManager {
+        stat_prefix: "probe".into(),
+        route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(
+            hcm::Rds {
+                config_source: Some(ads()),
+                route_config_name: "probe".into(),
+            },
+        )),
+        http_filters: vec![
+            hcm::HttpFilter {
+                name: "envoy.filters.http.on_demand".into(),
+                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(
+                    &OnDemand::default(),
+                ))),
+                ..Default::default()
+            },
+            hcm::HttpFilter {
+                name: "envoy.filters.http.router".into(),
+                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(
+                    &Router::default(),
+                ))),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    let probe = listener::Listener {
+        name: "probe".into(),
+        address: Some(core::Address {
+            address: Some(core::address::Address::Pipe(core::Pipe {
+                path: socket.to_string_lossy().into_owned(),
+                mode: 0o666,
+            })),
+        }),
+        filter_chains: vec![listener::FilterChain {
+            filters: vec![listener::Filter {
+                name: "envoy.filters.network.http_connection_manager".into(),
+                config_type: Some(listener::filter::ConfigType::TypedConfig(pack(&manager))),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let config = route::RouteConfiguration {
+        name: "probe".into(),
+        vhds: Some(route::Vhds {
+            config_source: Some(ads()),
+        }),
+        ignore_port_in_host_matching: true,
+        ..Default::default()
+    };
+    let answering = |name: &str, domains: &[&str]| route::VirtualHost {
+        name: name.into(),
+        domains: domains.iter().map(|d| d.to_string()).collect(),
+        routes: vec![route::Route {
+            r#match: Some(route::RouteMatch {
+                path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
+                ..Default::default()
+            }),
+            action: Some(route::route::Action::DirectResponse(
+                route::DirectResponseAction {
+                    body_format: None,
+                    status: 200,
+                    body: Some(core::DataSource {
+                        specifier: Some(core::data_source::Specifier::InlineString(name.into())),
+                        ..Default::default()
+                    }),
+                },
+            )),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut snapshot = Snapshot::new();
+    snapshot
+        .insert(TypeKind::Listener, "probe", "1", pack(&probe))
+        .expect("a listener");
+    snapshot
+        .insert(TypeKind::Route, "probe", "1", pack(&config))
+        .expect("a route configuration");
+    for (name, domains) in [
+        (
+            "reviews.default.svc.cluster.local:9080",
+            &["reviews", "reviews.default.svc.cluster.local"][..],
+        ),
+        (
+            "ratings.default.svc.cluster.local:9080",
+            &["ratings", "ratings.default.svc.cluster.local"][..],
+        ),
+    ] {
+        snapshot
+            .insert(
+                TypeKind::VirtualHost,
+                format!("probe/{name}"),
+                "1",
+                pack(&answering(name, domains)),
+            )
+            .expect("a virtual host");
+    }
+    let harness = Harness::start(snapshot);
+    let started = std::time::Instant::now();
+    let delta = Envoy::start(envoy_bootstrap(SIDECAR, &harness.path, true)).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let first = loop {
+        if let Some(answer) = get_on(&socket, "reviews:9080").await {
+            break answer;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the probe listener never answered; Envoy's log:\n{}",
+            delta.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    println!(
+        "VHDS: first answer {first:?} {:?} after Envoy started",
+        started.elapsed()
+    );
+    assert_eq!(
+        first,
+        (200, "reviews.default.svc.cluster.local:9080".into())
+    );
+    // Another host, by another of its spellings: asked for on its first request.
+    let asked = std::time::Instant::now();
+    let other = get_on(&socket, "ratings.default.svc.cluster.local").await;
+    println!(
+        "VHDS: a first request to another host answered in {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(
+        other,
+        Some((200, "ratings.default.svc.cluster.local:9080".into()))
+    );
+    // A host no virtual host has: 404. Once one has it, the name Envoy asked for is answered
+    // with it (Envoy does not ask again by itself).
+    let missing = get_on(&socket, "nowhere.example.com").await;
+    assert_eq!(missing.map(|(status, _)| status), Some(404));
+    let mut later = harness
+        .publisher
+        .current(pasa_agent::model::proxy::Generator::Envoy)
+        .expect("published")
+        .as_ref()
+        .clone();
+    later
+        .insert(
+            TypeKind::VirtualHost,
+            "probe/nowhere.example.com:80",
+            "1",
+            pack(&answering(
+                "nowhere.example.com:80",
+                &["nowhere.example.com"],
+            )),
+        )
+        .expect("a virtual host");
+    harness.publish(later);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let answer = get_on(&socket, "nowhere.example.com").await;
+        if answer == Some((200, "nowhere.example.com:80".into())) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the host that came later was never served: {answer:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let vhds_requests = harness
+        .status
+        .connections()
+        .iter()
+        .flat_map(|c| c.types.keys().copied().collect::<Vec<_>>())
+        .filter(|k| *k == TypeKind::VirtualHost)
+        .count();
+    println!("VHDS: {vhds_requests} connection(s) asked for virtual hosts");
+    assert_eq!(
+        delta.rejected().await,
+        Vec::<(String, u64)>::new(),
+        "{}",
+        delta.log()
+    );
+}

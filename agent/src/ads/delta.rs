@@ -28,6 +28,9 @@ struct TypeState {
     /// Responses not yet ACKed or NACKed: nonce → system version, and for a push of a new
     /// snapshot when its configuration reached the agent.
     pending: BTreeMap<String, (String, Option<Origin>)>,
+    /// VHDS: each name the client asked for (an alias, or a route configuration's marker) →
+    /// what it was answered with (`<resource name>@<version>`, empty for no body).
+    answered: BTreeMap<String, String>,
 }
 
 /// What one type needs sent.
@@ -35,6 +38,8 @@ struct TypeState {
 struct Diff {
     updated: BTreeMap<String, Arc<Resource>>,
     removed: Vec<String>,
+    /// VHDS: the aliases each updated resource answers.
+    aliases: BTreeMap<String, Vec<String>>,
 }
 
 impl Diff {
@@ -216,6 +221,9 @@ impl Stream {
         let Some(subscription) = &state.subscription else {
             return Diff::default();
         };
+        if kind == TypeKind::VirtualHost {
+            return self.vhds_diff(snapshot, with_removals);
+        }
         let wanted = subscription.select(snapshot, kind, &self.conn);
         let removed = if with_removals {
             state
@@ -231,7 +239,51 @@ impl Stream {
             .into_iter()
             .filter(|(name, r)| state.known.get(name) != Some(&r.version))
             .collect();
-        Diff { updated, removed }
+        Diff {
+            updated,
+            removed,
+            aliases: BTreeMap::new(),
+        }
+    }
+
+    /// [`Stream::diff`] for VHDS (see [`super::vhds`]): the virtual hosts the client lacks, or
+    /// holds but has not yet been told answer a name it asked for; the names nothing matches,
+    /// answered without a body once; and (if `with_removals`) the virtual hosts it holds that
+    /// are gone.
+    fn vhds_diff(&self, snapshot: &Snapshot, with_removals: bool) -> Diff {
+        let state = &self.types[TypeKind::VirtualHost.index()];
+        let Some(subscription) = &state.subscription else {
+            return Diff::default();
+        };
+        let selected = super::vhds::select(subscription.wildcard, &subscription.names, snapshot);
+        let mut diff = Diff::default();
+        for (name, (resource, aliases)) in &selected.found {
+            let answer = format!("{name}@{}", resource.version);
+            let fresh = aliases
+                .iter()
+                .any(|a| state.answered.get(a) != Some(&answer));
+            if fresh || state.known.get(name) != Some(&resource.version) {
+                diff.updated.insert(name.clone(), Arc::clone(resource));
+                diff.aliases
+                    .insert(name.clone(), aliases.iter().cloned().collect());
+            }
+        }
+        for name in &selected.missing {
+            if state.answered.get(name).is_none_or(|a| !a.is_empty()) {
+                diff.updated
+                    .insert(name.clone(), Arc::new(Resource::default()));
+                diff.aliases.insert(name.clone(), vec![name.clone()]);
+            }
+        }
+        if with_removals {
+            diff.removed = state
+                .known
+                .keys()
+                .filter(|name| !selected.found.contains_key(*name))
+                .cloned()
+                .collect();
+        }
+        diff
     }
 
     async fn send(
@@ -250,7 +302,11 @@ impl Stream {
             } else {
                 Vec::new()
             };
-            self.send_part(kind, part, removed, origin.filter(|_| last))
+            let aliases = part
+                .iter()
+                .filter_map(|(name, _)| Some((name.clone(), diff.aliases.get(name)?.clone())))
+                .collect();
+            self.send_part(kind, part, removed, aliases, origin.filter(|_| last))
                 .await?;
         }
         Ok(())
@@ -262,13 +318,25 @@ impl Stream {
         kind: TypeKind,
         updated: Vec<(String, Arc<Resource>)>,
         removed: Vec<String>,
+        aliases: BTreeMap<String, Vec<String>>,
         origin: Option<Origin>,
     ) -> Result<(), Closed> {
         self.next_nonce += 1;
         let nonce = format!("{:016x}", self.next_nonce);
         let state = &mut self.types[kind.index()];
         for (name, resource) in &updated {
-            state.known.insert(name.clone(), resource.version.clone());
+            let bodiless = resource.body.type_url.is_empty();
+            if !bodiless {
+                state.known.insert(name.clone(), resource.version.clone());
+            }
+            for alias in aliases.get(name).into_iter().flatten() {
+                let answer = if bodiless {
+                    String::new()
+                } else {
+                    format!("{name}@{}", resource.version)
+                };
+                state.answered.insert(alias.clone(), answer);
+            }
         }
         for name in &removed {
             state.known.remove(name);
@@ -286,6 +354,7 @@ impl Stream {
             type_url: kind.type_url().to_owned(),
             removed_resources: removed,
             nonce: nonce.clone(),
+            aliases,
         };
         tracing::debug!(
             %kind, %version, %nonce,

@@ -117,6 +117,7 @@ impl Snapshot {
             routes,
             _secrets,
             extension_configs,
+            _virtual_hosts,
         ] = &mut snapshot.types;
         clusters.clone_from(&generated.clusters);
         endpoints.clone_from(&generated.endpoints);

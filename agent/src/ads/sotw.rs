@@ -82,6 +82,17 @@ impl StreamHandler for Stream {
         snapshot: &Snapshot,
     ) -> Result<(), Closed> {
         let kind = self.conn.admit(&self.out, &request.type_url).await?;
+        if kind == TypeKind::VirtualHost {
+            tracing::warn!("refusing VHDS on a state-of-the-world stream");
+            let _ = self
+                .out
+                .send(Err(tonic::Status::invalid_argument(
+                    "VHDS (on-demand virtual hosts) is served over delta ADS only, as Envoy \
+                     requires: bootstrap the proxy with DELTA_GRPC",
+                )))
+                .await;
+            return Err(Closed);
+        }
         let state = &mut self.types[kind.index()];
 
         // A stale nonce answers a response the client has since been sent a newer one of: its

@@ -3,8 +3,10 @@
 //! `DiscoveryResponse` (which owns its `Any`s) every push copied each resource it carried, the
 //! whole CDS of a scope on every DestinationRule change, before the connection encoded it again.
 //! The wire format is Envoy's, field for field (tests hold it against envoy-types' messages);
-//! the fields the agent never sets (`canary`, `control_plane`, a Delta resource's `aliases`,
-//! `ttl`, `cache_control`, `metadata`) are read and skipped.
+//! the fields the agent never sets (`canary`, `control_plane`, `ttl`, `cache_control`,
+//! `metadata`) are read and skipped. A Delta resource's `aliases` are set for VHDS (the names
+//! Envoy asked a virtual host by), and a resource without a body (an empty `Any`) is sent
+//! without one: VHDS's "no such host".
 //!
 //! The gRPC services are generated (`build.rs`) with these as their responses and envoy-types'
 //! requests; see [`service`](super::service).
@@ -42,6 +44,8 @@ pub struct DeltaDiscoveryResponse {
     pub type_url: String,
     pub removed_resources: Vec<String>,
     pub nonce: String,
+    /// Aliases of resources, by resource name (VHDS only).
+    pub aliases: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 fn encode_string(tag: u32, value: &String, buf: &mut impl BufMut) {
@@ -131,20 +135,36 @@ impl Message for DiscoveryResponse {
     }
 }
 
-/// The length of one Delta resource's message body: version (1), body (2), name (3).
-fn delta_resource_len(name: &String, resource: &Resource) -> usize {
-    string_len(1, &resource.version) + message::encoded_len(2, &resource.body) + string_len(3, name)
+/// The length of one Delta resource's message body: version (1), body (2, none when empty),
+/// name (3), aliases (4).
+fn delta_resource_len(name: &String, resource: &Resource, aliases: &[String]) -> usize {
+    string_len(1, &resource.version)
+        + body_len(resource)
+        + string_len(3, name)
+        + string::encoded_len_repeated(4, aliases)
+}
+
+fn body_len(resource: &Resource) -> usize {
+    if resource.body.type_url.is_empty() {
+        0
+    } else {
+        message::encoded_len(2, &resource.body)
+    }
 }
 
 impl Message for DeltaDiscoveryResponse {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         encode_string(1, &self.system_version_info, buf);
         for (name, resource) in &self.resources {
+            let aliases = self.aliases.get(name).map_or(&[][..], Vec::as_slice);
             encode_key(2, WireType::LengthDelimited, buf);
-            encode_varint(delta_resource_len(name, resource) as u64, buf);
+            encode_varint(delta_resource_len(name, resource, aliases) as u64, buf);
             encode_string(1, &resource.version, buf);
-            message::encode(2, &resource.body, buf);
+            if !resource.body.type_url.is_empty() {
+                message::encode(2, &resource.body, buf);
+            }
             encode_string(3, name, buf);
+            string::encode_repeated(4, aliases, buf);
         }
         encode_string(4, &self.type_url, buf);
         encode_string(5, &self.nonce, buf);
@@ -166,6 +186,10 @@ impl Message for DeltaDiscoveryResponse {
             2 => {
                 let mut resource = EnvoyResource::default();
                 let merged = message::merge(wire_type, &mut resource, buf, ctx);
+                if !resource.aliases.is_empty() {
+                    self.aliases
+                        .insert(resource.name.clone(), resource.aliases.clone());
+                }
                 self.resources.push((
                     resource.name,
                     Arc::new(Resource {
@@ -195,7 +219,8 @@ impl Message for DeltaDiscoveryResponse {
                 .resources
                 .iter()
                 .map(|(name, resource)| {
-                    let len = delta_resource_len(name, resource);
+                    let aliases = self.aliases.get(name).map_or(&[][..], Vec::as_slice);
+                    let len = delta_resource_len(name, resource, aliases);
                     key_len(2) + encoded_len_varint(len as u64) + len
                 })
                 .sum::<usize>()
@@ -293,6 +318,7 @@ mod tests {
                 type_url: CLUSTER.into(),
                 removed_resources: vec!["gone".into(), String::new(), "also".into()],
                 nonce: "0000000000000002".into(),
+                aliases: Default::default(),
             },
         ];
         for ours in cases {

@@ -14,16 +14,24 @@ use super::SimulateError;
 /// The virtual host for `host`: an exact domain; else the longest suffix wildcard (`*.foo.com`,
 /// and a bare `*` as a wildcard of length 1); else the longest prefix wildcard (`foo.*`); else a
 /// `*` domain. With `ignore_port_in_host_matching`, a `:port` suffix of the host is dropped first.
-pub(super) fn virtual_host<'r>(rc: &'r RouteConfiguration, host: &str) -> Option<&'r VirtualHost> {
+/// Host names are case-insensitive: Envoy lower-cases the host and the domains.
+pub(crate) fn virtual_host<'r>(rc: &'r RouteConfiguration, host: &str) -> Option<&'r VirtualHost> {
+    let host = host.to_ascii_lowercase();
     let host = if rc.ignore_port_in_host_matching {
-        without_port(host)
+        without_port(&host)
     } else {
-        host
+        &host
     };
+    let lower: Vec<Vec<String>> = rc
+        .virtual_hosts
+        .iter()
+        .map(|vh| vh.domains.iter().map(|d| d.to_ascii_lowercase()).collect())
+        .collect();
     let domains = || {
         rc.virtual_hosts
             .iter()
-            .flat_map(|vh| vh.domains.iter().map(move |d| (vh, d.as_str())))
+            .zip(&lower)
+            .flat_map(|(vh, domains)| domains.iter().map(move |d| (vh, d.as_str())))
     };
     if let Some((vh, _)) = domains().find(|(_, d)| *d == host) {
         return Some(vh);

@@ -395,6 +395,10 @@ pub fn body(kind: TypeKind, name: &str) -> Any {
                 ..Default::default()
             },
         ),
+        TypeKind::VirtualHost => pack_any(envoy_types::pb::envoy::config::route::v3::VirtualHost {
+            name: name.into(),
+            ..Default::default()
+        }),
     }
 }
 
@@ -418,6 +422,11 @@ pub fn name_of(any: &Any) -> String {
         TypeKind::Secret => Secret::decode(bytes).unwrap().name,
         TypeKind::ExtensionConfig => {
             envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig::decode(bytes)
+                .unwrap()
+                .name
+        }
+        TypeKind::VirtualHost => {
+            envoy_types::pb::envoy::config::route::v3::VirtualHost::decode(bytes)
                 .unwrap()
                 .name
         }
