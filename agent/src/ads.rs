@@ -133,7 +133,8 @@ struct Subscription {
 }
 
 impl Subscription {
-    /// The snapshot's resources this subscription selects. Some names only the client knows are
+    /// The snapshot's resources this subscription selects: with the wildcard, all but those
+    /// served only by name, and those it names. Some names only the client knows are
     /// made as they are asked for: proxyless gRPC clients name a server's listener by the
     /// address it listens on and may name a service of their namespace by a short name (of
     /// the proxy's DNS domain; see [`crate::translate::grpc_listener`]); Envoy names the files
@@ -145,22 +146,27 @@ impl Subscription {
         conn: &stream::Connection,
     ) -> ResourceMap {
         let all = snapshot.resources(kind);
-        if self.wildcard {
-            return all.clone();
-        }
-        self.names
-            .iter()
-            .filter_map(|name| {
-                let found = all.get(name).map(Arc::clone).or_else(|| match kind {
-                    TypeKind::Listener => {
-                        crate::translate::grpc_listener(name, all, &conn.dns_domain)
-                    }
-                    TypeKind::Secret => conn.file_secrets.as_ref().and_then(|f| f.get(name)),
-                    _ => None,
-                });
-                found.map(|r| (name.clone(), r))
-            })
-            .collect()
+        let only_by_name = snapshot.by_name_only(kind);
+        let mut selected = if !self.wildcard {
+            ResourceMap::new()
+        } else if only_by_name.is_empty() {
+            all.clone()
+        } else {
+            all.iter()
+                .filter(|(name, _)| !only_by_name.contains(*name))
+                .map(|(name, r)| (name.clone(), Arc::clone(r)))
+                .collect()
+        };
+        let named = self.names.iter().filter_map(|name| {
+            let found = all.get(name).map(Arc::clone).or_else(|| match kind {
+                TypeKind::Listener => crate::translate::grpc_listener(name, all, &conn.dns_domain),
+                TypeKind::Secret => conn.file_secrets.as_ref().and_then(|f| f.get(name)),
+                _ => None,
+            });
+            found.map(|r| (name.clone(), r))
+        });
+        selected.extend(named);
+        selected
     }
 }
 

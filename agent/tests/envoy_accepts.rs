@@ -559,10 +559,12 @@ async fn get_on(path: &Path, host: &str) -> Option<(u16, String)> {
 /// answered by it; a host no virtual host has is answered 404; Envoy rejects nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_asks_for_virtual_hosts_on_demand() {
+    use envoy_types::pb::envoy::config::cluster::v3 as cluster;
     use envoy_types::pb::envoy::config::core::v3 as core;
+    use envoy_types::pb::envoy::config::endpoint::v3 as endpoint;
     use envoy_types::pb::envoy::config::listener::v3 as listener;
     use envoy_types::pb::envoy::config::route::v3 as route;
-    use envoy_types::pb::envoy::extensions::filters::http::on_demand::v3::OnDemand;
+    use envoy_types::pb::envoy::extensions::filters::http::on_demand::v3::{OnDemand, OnDemandCds};
     use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
     use envoy_types::pb::google::protobuf::Any;
@@ -597,9 +599,12 @@ async fn envoy_asks_for_virtual_hosts_on_demand() {
         http_filters: vec![
             hcm::HttpFilter {
                 name: "envoy.filters.http.on_demand".into(),
-                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(
-                    &OnDemand::default(),
-                ))),
+                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(&OnDemand {
+                    odcds: Some(OnDemandCds {
+                        source: Some(ads()),
+                        ..Default::default()
+                    }),
+                }))),
                 ..Default::default()
             },
             hcm::HttpFilter {
@@ -659,10 +664,111 @@ async fn envoy_asks_for_virtual_hosts_on_demand() {
         }],
         ..Default::default()
     };
+    // The upstream: a listener of the same Envoy on a socket of its own, answering "backend",
+    // behind a cluster served only to a client that names it (on-demand CDS).
+    let backend_socket = dir.path().join("backend.sock");
+    let pipe = |path: &Path| core::Address {
+        address: Some(core::address::Address::Pipe(core::Pipe {
+            path: path.to_string_lossy().into_owned(),
+            mode: 0o666,
+        })),
+    };
+    let backend_manager = hcm::HttpConnectionManager {
+        stat_prefix: "backend".into(),
+        route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(
+            route::RouteConfiguration {
+                name: "backend".into(),
+                virtual_hosts: vec![answering("backend", &["*"])],
+                ..Default::default()
+            },
+        )),
+        http_filters: vec![hcm::HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(
+                &Router::default(),
+            ))),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let backend_listener = listener::Listener {
+        name: "backend".into(),
+        address: Some(pipe(&backend_socket)),
+        filter_chains: vec![listener::FilterChain {
+            filters: vec![listener::Filter {
+                name: "envoy.filters.network.http_connection_manager".into(),
+                config_type: Some(listener::filter::ConfigType::TypedConfig(pack(
+                    &backend_manager,
+                ))),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let backend_cluster = cluster::Cluster {
+        name: "backend".into(),
+        cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
+            cluster::cluster::DiscoveryType::Static as i32,
+        )),
+        connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        load_assignment: Some(endpoint::ClusterLoadAssignment {
+            cluster_name: "backend".into(),
+            endpoints: vec![endpoint::LocalityLbEndpoints {
+                lb_endpoints: vec![endpoint::LbEndpoint {
+                    host_identifier: Some(endpoint::lb_endpoint::HostIdentifier::Endpoint(
+                        endpoint::Endpoint {
+                            address: Some(pipe(&backend_socket)),
+                            ..Default::default()
+                        },
+                    )),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let to_backend = route::VirtualHost {
+        name: "details.default.svc.cluster.local:9080".into(),
+        domains: vec!["details".into()],
+        routes: vec![route::Route {
+            r#match: Some(route::RouteMatch {
+                path_specifier: Some(route::route_match::PathSpecifier::Prefix("/".into())),
+                ..Default::default()
+            }),
+            action: Some(route::route::Action::Route(route::RouteAction {
+                cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster(
+                    "backend".into(),
+                )),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
     let mut snapshot = Snapshot::new();
     snapshot
         .insert(TypeKind::Listener, "probe", "1", pack(&probe))
         .expect("a listener");
+    snapshot
+        .insert(TypeKind::Listener, "backend", "1", pack(&backend_listener))
+        .expect("a listener");
+    snapshot
+        .insert(TypeKind::Cluster, "backend", "1", pack(&backend_cluster))
+        .expect("a cluster");
+    snapshot.only_by_name(TypeKind::Cluster, "backend");
+    snapshot
+        .insert(
+            TypeKind::VirtualHost,
+            "probe/details.default.svc.cluster.local:9080",
+            "1",
+            pack(&to_backend),
+        )
+        .expect("a virtual host");
     snapshot
         .insert(TypeKind::Route, "probe", "1", pack(&config))
         .expect("a route configuration");
@@ -719,6 +825,16 @@ async fn envoy_asks_for_virtual_hosts_on_demand() {
         other,
         Some((200, "ratings.default.svc.cluster.local:9080".into()))
     );
+    // A route to a cluster Envoy does not hold: asked for by name (on-demand CDS), then used.
+    let (_, clusters) = delta.get("/clusters").await;
+    assert!(!clusters.contains("backend::"), "{clusters}");
+    let asked = std::time::Instant::now();
+    let through = get_on(&socket, "details").await;
+    println!(
+        "ODCDS: a first request through a cluster on demand answered in {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(through, Some((200, "backend".into())), "{}", delta.log());
     // A host no virtual host has: 404. Once one has it, the name Envoy asked for is answered
     // with it (Envoy does not ask again by itself).
     let missing = get_on(&socket, "nowhere.example.com").await;

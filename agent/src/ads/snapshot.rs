@@ -85,6 +85,9 @@ impl Origin {
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     types: [ResourceMap; TYPE_COUNT],
+    /// Resources served only to a client that names them, never to a wildcard subscription:
+    /// an on-demand proxy's clusters (on-demand CDS; see `docs/on-demand.md`).
+    by_name_only: [BTreeSet<String>; TYPE_COUNT],
     /// Where the configuration this snapshot was generated from came from. Not part of
     /// equality.
     origin: Option<Origin>,
@@ -92,7 +95,7 @@ pub struct Snapshot {
 
 impl PartialEq for Snapshot {
     fn eq(&self, other: &Self) -> bool {
-        self.types == other.types
+        self.types == other.types && self.by_name_only == other.by_name_only
     }
 }
 
@@ -206,6 +209,17 @@ impl Snapshot {
     /// The resources of one type, by name.
     pub fn resources(&self, kind: TypeKind) -> &ResourceMap {
         &self.types[kind.index()]
+    }
+
+    /// Serves resource `name` of `kind` only to a client that names it (see
+    /// [`Snapshot::by_name_only`]).
+    pub fn only_by_name(&mut self, kind: TypeKind, name: impl Into<String>) {
+        self.by_name_only[kind.index()].insert(name.into());
+    }
+
+    /// The resources of `kind` served only to a client that names them.
+    pub fn by_name_only(&self, kind: TypeKind) -> &BTreeSet<String> {
+        &self.by_name_only[kind.index()]
     }
 }
 
