@@ -586,6 +586,32 @@ async fn envoy_asks_for_virtual_hosts_on_demand() {
         )),
         ..Default::default()
     };
+    let http_filter = |name: &str, config: Any| hcm::HttpFilter {
+        name: name.into(),
+        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(config)),
+        ..Default::default()
+    };
+    // A listener on a Unix socket whose one filter chain is `manager`.
+    let pipe = |path: &Path| core::Address {
+        address: Some(core::address::Address::Pipe(core::Pipe {
+            path: path.to_string_lossy().into_owned(),
+            mode: 0o666,
+        })),
+    };
+    let listener_on =
+        |name: &str, path: &Path, manager: &hcm::HttpConnectionManager| listener::Listener {
+            name: name.into(),
+            address: Some(pipe(path)),
+            filter_chains: vec![listener::FilterChain {
+                filters: vec![listener::Filter {
+                    name: "envoy.filters.network.http_connection_manager".into(),
+                    config_type: Some(listener::filter::ConfigType::TypedConfig(pack(manager))),
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+    let router = || http_filter("envoy.filters.http.router", pack(&Router::default()));
     let dir = tempfile::tempdir().expect("temporary directory");
     let socket = dir.path().join("probe.sock");
     let manager = hcm::HttpConnectionManager {
@@ -597,43 +623,20 @@ async fn envoy_asks_for_virtual_hosts_on_demand() {
             },
         )),
         http_filters: vec![
-            hcm::HttpFilter {
-                name: "envoy.filters.http.on_demand".into(),
-                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(&OnDemand {
+            http_filter(
+                "envoy.filters.http.on_demand",
+                pack(&OnDemand {
                     odcds: Some(OnDemandCds {
                         source: Some(ads()),
                         ..Default::default()
                     }),
-                }))),
-                ..Default::default()
-            },
-            hcm::HttpFilter {
-                name: "envoy.filters.http.router".into(),
-                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(
-                    &Router::default(),
-                ))),
-                ..Default::default()
-            },
+                }),
+            ),
+            router(),
         ],
         ..Default::default()
     };
-    let probe = listener::Listener {
-        name: "probe".into(),
-        address: Some(core::Address {
-            address: Some(core::address::Address::Pipe(core::Pipe {
-                path: socket.to_string_lossy().into_owned(),
-                mode: 0o666,
-            })),
-        }),
-        filter_chains: vec![listener::FilterChain {
-            filters: vec![listener::Filter {
-                name: "envoy.filters.network.http_connection_manager".into(),
-                config_type: Some(listener::filter::ConfigType::TypedConfig(pack(&manager))),
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let probe = listener_on("probe", &socket, &manager);
     let config = route::RouteConfiguration {
         name: "probe".into(),
         vhds: Some(route::Vhds {
@@ -667,12 +670,6 @@ async fn envoy_asks_for_virtual_hosts_on_demand() {
     // The upstream: a listener of the same Envoy on a socket of its own, answering "backend",
     // behind a cluster served only to a client that names it (on-demand CDS).
     let backend_socket = dir.path().join("backend.sock");
-    let pipe = |path: &Path| core::Address {
-        address: Some(core::address::Address::Pipe(core::Pipe {
-            path: path.to_string_lossy().into_owned(),
-            mode: 0o666,
-        })),
-    };
     let backend_manager = hcm::HttpConnectionManager {
         stat_prefix: "backend".into(),
         route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::RouteConfig(
@@ -682,29 +679,10 @@ async fn envoy_asks_for_virtual_hosts_on_demand() {
                 ..Default::default()
             },
         )),
-        http_filters: vec![hcm::HttpFilter {
-            name: "envoy.filters.http.router".into(),
-            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(
-                &Router::default(),
-            ))),
-            ..Default::default()
-        }],
+        http_filters: vec![router()],
         ..Default::default()
     };
-    let backend_listener = listener::Listener {
-        name: "backend".into(),
-        address: Some(pipe(&backend_socket)),
-        filter_chains: vec![listener::FilterChain {
-            filters: vec![listener::Filter {
-                name: "envoy.filters.network.http_connection_manager".into(),
-                config_type: Some(listener::filter::ConfigType::TypedConfig(pack(
-                    &backend_manager,
-                ))),
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let backend_listener = listener_on("backend", &backend_socket, &backend_manager);
     let backend_cluster = cluster::Cluster {
         name: "backend".into(),
         cluster_discovery_type: Some(cluster::cluster::ClusterDiscoveryType::Type(
