@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
         "worker",
         "probes",
         "supervisor",
+        "on_demand",
     ],
     &["model"],
     &["subscription", "translate", "simulate", "wasm"],
@@ -53,7 +54,7 @@ const TRANSLATE_LAYERS: &[&[&str]] = &[
 /// The same inside `ads`.
 const ADS_LAYERS: &[&[&str]] = &[
     &["status", "snapshot", "wire"],
-    &["stream"],
+    &["stream", "vhds"],
     &["sotw", "delta", "authority"],
     &["server"],
 ];
