@@ -28,8 +28,8 @@ struct TypeState {
     /// Responses not yet ACKed or NACKed: nonce → system version, and for a push of a new
     /// snapshot when its configuration reached the agent.
     pending: BTreeMap<String, (String, Option<Origin>)>,
-    /// VHDS: each name the client asked for (an alias, or a route configuration's marker) →
-    /// what it was answered with (`<resource name>@<version>`, empty for no body).
+    /// VHDS: each alias the client asked for → what it was answered with (see
+    /// [`super::vhds::answer`]).
     answered: BTreeMap<String, String>,
 }
 
@@ -218,12 +218,12 @@ impl Stream {
     /// What the client lacks for `kind`, and (if `with_removals`) what it holds that is gone.
     fn diff(&self, kind: TypeKind, snapshot: &Snapshot, with_removals: bool) -> Diff {
         let state = &self.types[kind.index()];
-        let Some(subscription) = &state.subscription else {
-            return Diff::default();
-        };
         if kind == TypeKind::VirtualHost {
             return self.vhds_diff(snapshot, with_removals);
         }
+        let Some(subscription) = &state.subscription else {
+            return Diff::default();
+        };
         let wanted = subscription.select(snapshot, kind, &self.conn);
         let removed = if with_removals {
             state
@@ -258,7 +258,7 @@ impl Stream {
         let selected = super::vhds::select(subscription.wildcard, &subscription.names, snapshot);
         let mut diff = Diff::default();
         for (name, (resource, aliases)) in &selected.found {
-            let answer = format!("{name}@{}", resource.version);
+            let answer = super::vhds::answer(name, resource);
             let fresh = aliases
                 .iter()
                 .any(|a| state.answered.get(a) != Some(&answer));
@@ -330,12 +330,9 @@ impl Stream {
                 state.known.insert(name.clone(), resource.version.clone());
             }
             for alias in aliases.get(name).into_iter().flatten() {
-                let answer = if bodiless {
-                    String::new()
-                } else {
-                    format!("{name}@{}", resource.version)
-                };
-                state.answered.insert(alias.clone(), answer);
+                state
+                    .answered
+                    .insert(alias.clone(), super::vhds::answer(name, resource));
             }
         }
         for name in &removed {

@@ -75,11 +75,16 @@ pub(super) fn select(wildcard: bool, names: &BTreeSet<String>, snapshot: &Snapsh
             }
         }
     }
+    // Each route configuration's table is decoded once, however many names ask it.
+    let mut tables: BTreeMap<&str, Table<'_>> = BTreeMap::new();
     for name in names {
         let Some((config, host)) = name.rsplit_once('/') else {
             continue;
         };
-        match resolve(snapshot, config, host) {
+        let table = tables
+            .entry(config)
+            .or_insert_with(|| Table::of(snapshot, config));
+        match table.resolve(host) {
             Some((canonical, resource)) => {
                 selected
                     .found
@@ -96,31 +101,65 @@ pub(super) fn select(wildcard: bool, names: &BTreeSet<String>, snapshot: &Snapsh
     selected
 }
 
-/// The virtual host of route configuration `config` that Envoy would route `host` to, by its
-/// resource name.
-fn resolve(snapshot: &Snapshot, config: &str, host: &str) -> Option<(String, Arc<Resource>)> {
-    let prefix = format!("{config}/");
-    let all = snapshot.resources(TypeKind::VirtualHost);
-    let hosts: Vec<(&String, &Arc<Resource>, VirtualHost)> = all
-        .range(prefix.clone()..)
-        .take_while(|(name, _)| name.starts_with(&prefix))
-        .filter_map(|(name, r)| Some((name, r, VirtualHost::decode(r.body.value.as_slice()).ok()?)))
-        .collect();
-    let ignore_port = snapshot
-        .resources(TypeKind::Route)
-        .get(config)
-        .and_then(|r| RouteConfiguration::decode(r.body.value.as_slice()).ok())
-        .is_some_and(|rc| rc.ignore_port_in_host_matching);
-    let table = RouteConfiguration {
-        ignore_port_in_host_matching: ignore_port,
-        virtual_hosts: hosts.iter().map(|(_, _, vh)| vh.clone()).collect(),
-        ..Default::default()
-    };
-    let matched = crate::simulate::http::virtual_host(&table, host)?;
-    hosts
-        .iter()
-        .find(|(_, _, vh)| vh.name == matched.name)
-        .map(|(name, r, _)| ((*name).clone(), Arc::clone(r)))
+/// A route configuration's virtual hosts served on demand, decoded, as Envoy would match
+/// hosts against them.
+struct Table<'a> {
+    /// Each virtual host's resource name and resource, in the order of `routes`.
+    names: Vec<(&'a String, &'a Arc<Resource>)>,
+    routes: RouteConfiguration,
+}
+
+impl<'a> Table<'a> {
+    fn of(snapshot: &'a Snapshot, config: &str) -> Table<'a> {
+        let prefix = format!("{config}/");
+        let mut names = Vec::new();
+        let mut virtual_hosts = Vec::new();
+        for (name, r) in snapshot
+            .resources(TypeKind::VirtualHost)
+            .range(prefix.clone()..)
+            .take_while(|(name, _)| name.starts_with(&prefix))
+        {
+            if let Ok(vh) = VirtualHost::decode(r.body.value.as_slice()) {
+                names.push((name, r));
+                virtual_hosts.push(vh);
+            }
+        }
+        let ignore_port = snapshot
+            .resources(TypeKind::Route)
+            .get(config)
+            .and_then(|r| RouteConfiguration::decode(r.body.value.as_slice()).ok())
+            .is_some_and(|rc| rc.ignore_port_in_host_matching);
+        Table {
+            names,
+            routes: RouteConfiguration {
+                ignore_port_in_host_matching: ignore_port,
+                virtual_hosts,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The virtual host Envoy would route `host` to, by its resource name.
+    fn resolve(&self, host: &str) -> Option<(String, Arc<Resource>)> {
+        let matched = crate::simulate::http::virtual_host(&self.routes, host)?;
+        let at = self
+            .routes
+            .virtual_hosts
+            .iter()
+            .position(|vh| std::ptr::eq(vh, matched))?;
+        let (name, r) = self.names[at];
+        Some((name.clone(), Arc::clone(r)))
+    }
+}
+
+/// What a client was told a name it asked for is: `<resource name>@<version>`, or nothing for
+/// a resource without a body ("no such host").
+pub(super) fn answer(name: &str, resource: &Resource) -> String {
+    if resource.body.type_url.is_empty() {
+        String::new()
+    } else {
+        format!("{name}@{}", resource.version)
+    }
 }
 
 #[cfg(test)]
