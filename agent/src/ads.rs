@@ -64,8 +64,8 @@ use crate::resource::{ResourceMap, TYPE_COUNT, TypeKind};
 use crate::resource::{digest, digest_resources};
 pub use authority::{Fronted, front, pump as front_pump};
 pub use server::{
-    AdsService, BoundSocket, FileSecrets, ServeError, SocketFile, bind_unix, serve_listener,
-    serve_tcp, serve_unix,
+    AdsService, BoundSocket, FileSecrets, OnDemandLink, ServeError, SocketFile, bind_unix,
+    serve_listener, serve_tcp, serve_unix,
 };
 pub use snapshot::{Origin, Snapshot, SnapshotError, SnapshotPublisher, Snapshots};
 pub use status::{ConnectionStatus, Nack, Protocol, StatusRegistry, SyncState, TypeStatus};

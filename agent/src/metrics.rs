@@ -58,6 +58,11 @@ pub struct Metrics {
     pub ca_request_failures: Counter,
     pub workload_cert_expiry: Gauge,
     pub store_reconnects: Family<ReasonLabels, Counter>,
+    /// On-demand scope: from a name Envoy asked VHDS for to its answer being served.
+    pub on_demand_resolution: Histogram,
+    pub on_demand_hosts: Gauge,
+    pub on_demand_learned: Counter,
+    pub on_demand_unanswered: Counter,
 }
 
 impl Default for Metrics {
@@ -80,6 +85,10 @@ impl Default for Metrics {
             ca_request_failures: Counter::default(),
             workload_cert_expiry: Gauge::default(),
             store_reconnects: Family::default(),
+            on_demand_resolution: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            on_demand_hosts: Gauge::default(),
+            on_demand_learned: Counter::default(),
+            on_demand_unanswered: Counter::default(),
         }
     }
 }
@@ -99,6 +108,29 @@ impl Metrics {
             "From the store's commit of a change to the client's ACK of the push it caused, per \
              xDS type (the store's clock against the agent's: keep them synchronised)",
             self.propagation.clone(),
+        );
+        r.register(
+            "on_demand_resolution_seconds",
+            "On-demand scope: from a host Envoy asks the agent for (VHDS) to its answer being \
+             served, the store's answer and the translation included",
+            self.on_demand_resolution.clone(),
+        );
+        r.register(
+            "on_demand_hosts",
+            "On-demand scope: hosts learned from the proxy's requests, which its store \
+             subscription follows",
+            self.on_demand_hosts.clone(),
+        );
+        r.register(
+            "on_demand_hosts_learned",
+            "On-demand scope: hosts learned (each with the spellings of it a resolver tries)",
+            self.on_demand_learned.clone(),
+        );
+        r.register(
+            "on_demand_unanswered",
+            "On-demand scope: names Envoy asked for that the store could not answer in time \
+             (answered as unknown; the answer is pushed when it comes)",
+            self.on_demand_unanswered.clone(),
         );
         r.register(
             "translation_seconds",

@@ -70,6 +70,9 @@ pub struct Generated {
     pub listeners: ResourceMap,
     pub routes: ResourceMap,
     pub extension_configs: ResourceMap,
+    /// VHDS: the virtual hosts of route configurations served on demand, named
+    /// `<route config>/<virtual host>` (an on-demand sidecar's; see `translate::lazy`).
+    pub virtual_hosts: ResourceMap,
 }
 
 impl Generated {
@@ -99,6 +102,7 @@ impl Generated {
             listeners: packed(resources.listeners.iter()),
             routes: packed(resources.routes.iter()),
             extension_configs: packed(resources.extension_configs.iter()),
+            virtual_hosts: ResourceMap::new(),
         }
     }
 }
@@ -148,8 +152,7 @@ impl TypeKind {
     ];
 
     /// The types whose removals wait for what references them, in the order removals are pushed.
-    pub const REMOVAL_ORDER: [TypeKind; 6] = [
-        TypeKind::VirtualHost,
+    pub const REMOVAL_ORDER: [TypeKind; 5] = [
         TypeKind::Route,
         TypeKind::ExtensionConfig,
         TypeKind::Cluster,
@@ -197,9 +200,12 @@ impl TypeKind {
         }
     }
 
-    /// Whether something else references this type, so its removals wait (see the `ads` module doc).
+    /// Whether something else references this type, so its removals wait (see the `ads` module
+    /// doc). Nothing references a virtual host: its removals go with its updates, in one
+    /// response (Envoy applies a VHDS response's removals first, so a virtual host may take a
+    /// domain over from one removed with it).
     pub(crate) fn defers_removal(self) -> bool {
-        self != TypeKind::Listener
+        !matches!(self, TypeKind::Listener | TypeKind::VirtualHost)
     }
 
     /// Whether a state-of-the-world response of this type may carry only some of the resources

@@ -42,8 +42,9 @@ use crate::worker::{self, Asks};
 use pasa_runtime::drain::stopped;
 
 mod args;
+mod learning;
 pub use args::{
-    AgentArgs, AgentCommand, EnvoyRunArgs, MeshArgs, OutboundTrafficPolicy, ProxyBuildArg,
+    AgentArgs, AgentCommand, EnvoyRunArgs, MeshArgs, OutboundTrafficPolicy, ProxyBuildArg, Scope,
 };
 
 /// The exit code of a usage error (as clap uses for its own).
@@ -126,6 +127,20 @@ pub async fn run(
     };
     proxy.flags.persistent_session_filter = args.persistent_session_filter;
     let metrics = Arc::new(Metrics::default());
+    // An on-demand proxy starts with what it learned before (not from zero).
+    let learned = (args.scope == Scope::OnDemand).then(|| load_learned(args.cache_dir.as_deref()));
+    if let Some(learned) = &learned {
+        proxy.learned = Some(Arc::new(learned.hosts()));
+        tracing::info!(
+            hosts = learned.len(),
+            "on-demand scope: the proxy's services are learned from its requests"
+        );
+    }
+    let (generation_tx, generation_rx) = watch::channel(crate::on_demand::Generation {
+        number: 0,
+        hosts: proxy.learned.clone().unwrap_or_default(),
+    });
+    let (published_tx, published_rx) = watch::channel(0u64);
     let publisher = Arc::new(SnapshotPublisher::new());
     let status = StatusRegistry::new();
     // Where Wasm modules come from; `fetched` moves when the agent fetched one.
@@ -150,6 +165,9 @@ pub async fn run(
         translated: Default::default(),
         modules: fetched.clone(),
         held: 0,
+        learned: learned.is_some().then(|| generation_rx.clone()),
+        learned_served: 0,
+        published_learned: published_tx,
     };
 
     // The mounted credentials first, so the first snapshots carry the secrets they reference.
@@ -223,6 +241,15 @@ pub async fn run(
         .with_metrics(Arc::clone(&metrics))
         .with_build(proxy.build)
         .with_dns_domain(&proxy.dns_domain);
+    // The names Envoy asks for go to the learner; what it settled comes back to the streams.
+    let (asks_tx, asks_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (settled_tx, settled_rx) = watch::channel(Arc::new(std::collections::BTreeSet::new()));
+    if learned.is_some() {
+        service = service.with_on_demand(crate::ads::OnDemandLink {
+            asks: asks_tx,
+            settled: settled_rx,
+        });
+    }
     if args.credentials.serves_workload_certificate() {
         // Envoy's SDS server is the agent (not an istio-agent): it serves the pod's files too,
         // read at once when first asked for, then kept by the credential watch (which reports
@@ -305,6 +332,19 @@ pub async fn run(
             pasa_runtime::admin::serve(listener, probers.router(), stopped(stop_rx.clone())),
         );
     }
+    if let Some(learned) = learned {
+        let learning = learning::Learning {
+            asks: asks_rx,
+            generation: generation_tx,
+            published: published_rx,
+            settled: settled_tx,
+            learned,
+            dns_domain: proxy.dns_domain.clone(),
+            cache_dir: args.cache_dir.clone(),
+            metrics: Arc::clone(&metrics),
+        };
+        parts.spawn_infallible(Part::Learning, learning.run(stopped(stop_rx.clone())));
+    }
     // Envoy as the agent's child, once the socket and the admin endpoint it needs are up.
     let (envoy_stop_tx, envoy_stop) = watch::channel(false);
     let mut envoy_task = start_envoy(&args, &identity, admin_addr, envoy_stop)?;
@@ -340,6 +380,7 @@ pub async fn run(
         wanted,
         link,
         complete,
+        learned: (args.scope == Scope::OnDemand).then_some(generation_rx),
     };
     let (envoy_ended, part_ended) = match follow_changes(
         inputs,
@@ -451,6 +492,11 @@ fn start_envoy(
         return Ok(None);
     };
     let mut envoy = args.envoy.clone();
+    if args.scope == Scope::OnDemand && !envoy.delta_xds {
+        // Envoy takes route configurations served by VHDS over delta ADS only.
+        tracing::info!("on-demand scope: Envoy's bootstrap asks with the Delta protocol");
+        envoy.delta_xds = true;
+    }
     if args.credentials.serves_workload_certificate() {
         // The agent serves the workload certificate itself.
         envoy.sds_uds = args.uds.clone();
@@ -487,6 +533,8 @@ struct Inputs {
     link: watch::Receiver<Link>,
     /// The last complete cache (the saved one at start).
     complete: Option<Arc<Cache>>,
+    /// What an on-demand proxy has learned.
+    learned: Option<watch::Receiver<crate::on_demand::Generation>>,
 }
 
 /// Why the agent's loop ended.
@@ -517,6 +565,7 @@ async fn follow_changes(
         mut wanted,
         mut link,
         mut complete,
+        mut learned,
     } = inputs;
     loop {
         tokio::select! {
@@ -579,6 +628,19 @@ async fn follow_changes(
                     });
                 }
             }
+            changed = learned_changed(&mut learned) => {
+                // Hosts learned: the narrowed scope is translated (it widens the store
+                // subscription; the store's answer is translated and served in turn).
+                if changed.is_ok() && let Some(cache) = &complete {
+                    jobs.ask(Job {
+                        cache: Arc::clone(cache),
+                        wanted: wanted.borrow().clone(),
+                        received: Instant::now(),
+                        following: !is_degraded(&link.borrow()),
+                        follows_scope: true,
+                    });
+                }
+            }
             changed = link.changed() => {
                 if changed.is_ok() {
                     let degraded = is_degraded(&link.borrow_and_update());
@@ -597,6 +659,22 @@ async fn follow_changes(
                 }
             }
         }
+    }
+}
+
+/// Resolves when what the proxy learned changes (never for the eager scope).
+async fn learned_changed(
+    learned: &mut Option<watch::Receiver<crate::on_demand::Generation>>,
+) -> Result<(), watch::error::RecvError> {
+    match learned {
+        Some(rx) => {
+            let changed = rx.changed().await;
+            if changed.is_err() {
+                *learned = None;
+            }
+            changed
+        }
+        None => std::future::pending().await,
     }
 }
 
@@ -680,6 +758,12 @@ struct Serving {
     modules: watch::Receiver<u64>,
     /// Translations in a row not published because their scope had not arrived yet.
     held: u32,
+    /// What an on-demand proxy has learned (`None` for the eager scope).
+    learned: Option<watch::Receiver<crate::on_demand::Generation>>,
+    /// The generation of it the translator builds for.
+    learned_served: u64,
+    /// The newest generation a published snapshot was built with, to the learner.
+    published_learned: watch::Sender<u64>,
 }
 
 /// How many translations in a row may wait for a widened scope before one is served anyway (a
@@ -711,6 +795,15 @@ impl Serving {
         following: bool,
     ) -> pasa_proto::store::v1::Subscription {
         let mut generated = Vec::new();
+        if let Some(learned) = &self.learned {
+            let generation = learned.borrow().clone();
+            if generation.number != self.learned_served {
+                self.translator.set_learned(generation.hosts);
+                self.learned_served = generation.number;
+                // Every generator is translated again, whatever cache it was translated from.
+                self.translated.clear();
+            }
+        }
         // Read before translating: a module that comes meanwhile brings another translation.
         let fetched = *self.modules.borrow();
         for &generator in wanted {
@@ -768,6 +861,11 @@ impl Serving {
             );
         }
         self.metrics.store_revision.set(gauge(cache.revision()));
+        self.published_learned.send_if_modified(|published| {
+            let newer = *published < self.learned_served;
+            *published = (*published).max(self.learned_served);
+            newer
+        });
         needs
     }
 
@@ -795,6 +893,18 @@ fn gauge(value: u64) -> i64 {
 
 fn is_degraded(link: &Link) -> bool {
     matches!(link, Link::Degraded(_))
+}
+
+/// The hosts an on-demand proxy learned before, kept in `dir`; none without one, or when the
+/// file is damaged (reported: they are learned again).
+fn load_learned(dir: Option<&Path>) -> crate::on_demand::Learned {
+    let Some(dir) = dir else {
+        return Default::default();
+    };
+    crate::on_demand::Learned::load(dir).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "ignoring the learned hosts; learning them again");
+        Default::default()
+    })
 }
 
 /// The cache saved in `dir`, if any. A damaged or unreadable one is reported and ignored: the

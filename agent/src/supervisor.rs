@@ -31,6 +31,8 @@ pub enum Part {
     CertificateRenewal,
     /// The application's probes (`--status-listen`).
     AppProbes,
+    /// Learning an on-demand proxy's scope from its requests (`--scope on-demand`).
+    Learning,
 }
 
 impl fmt::Display for Part {
@@ -44,6 +46,7 @@ impl fmt::Display for Part {
             Part::Credentials => "the credential watch",
             Part::CertificateRenewal => "the certificate renewal",
             Part::AppProbes => "the application's probes",
+            Part::Learning => "the on-demand learner",
         })
     }
 }

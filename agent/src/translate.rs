@@ -22,6 +22,7 @@ pub use grpc::{SERVER_LISTENER_PREFIX, grpc_listener};
 mod hash;
 mod hcm;
 mod inputs;
+mod lazy;
 mod metadata;
 pub mod names;
 mod patched;
@@ -250,6 +251,12 @@ impl Translator {
         &self.proxy
     }
 
+    /// The hosts an on-demand proxy has learned (see [`crate::on_demand`]): the next
+    /// [`Translator::generate`] builds for the scope they narrow to.
+    pub fn set_learned(&mut self, learned: std::sync::Arc<std::collections::BTreeSet<String>>) {
+        self.proxy.learned = Some(learned);
+    }
+
     /// The store subscription this proxy needs, given the config the last
     /// [`Translator::generate`] read (see [`crate::subscription`]); before any, none.
     pub fn subscription(&self) -> pasa_proto::store::v1::Subscription {
@@ -310,6 +317,9 @@ impl Translator {
                 .apply(proxy, registry, modules.as_deref(), &mut generated);
             out.telemetry.apply(proxy, registry, &mut generated);
             out.patched.apply(proxy, registry, &mut generated);
+            if proxy.learned.is_some() && proxy.kind == ProxyType::Sidecar {
+                lazy::reshape(&mut generated);
+            }
         }
         generated
     }
@@ -511,6 +521,7 @@ impl Outputs {
             listeners: ResourceMap::new(),
             routes: self.route_map.clone(),
             extension_configs: ResourceMap::new(),
+            virtual_hosts: ResourceMap::new(),
         };
         if let Some(l) = &self.listeners {
             out.listeners = l.listeners.clone();

@@ -819,3 +819,88 @@ async fn delta_a_large_push_goes_in_parts() {
     assert_eq!(r.removed_resources, ["c0"]);
     h.stop().await;
 }
+
+/// The learner's side of an on-demand agent's link: the names asked, and the names settled.
+type Learner = (
+    tokio::sync::mpsc::UnboundedReceiver<Vec<String>>,
+    tokio::sync::watch::Sender<std::sync::Arc<std::collections::BTreeSet<String>>>,
+);
+
+/// An on-demand agent (`--scope on-demand`) and its learner's side.
+fn on_demand_harness() -> (Harness, Learner) {
+    let (asks, asked) = tokio::sync::mpsc::unbounded_channel();
+    let (settle, settled) = tokio::sync::watch::channel(Default::default());
+    let mut on_demand = base();
+    let config = envoy_types::pb::envoy::config::route::v3::RouteConfiguration {
+        name: "80".into(),
+        vhds: Some(Default::default()),
+        ..Default::default()
+    };
+    let r = pasa_agent::resource::Resource::pack(&config);
+    on_demand
+        .insert(RDS, "80", r.version.clone(), r.body.clone())
+        .unwrap();
+    let link = pasa_agent::ads::OnDemandLink { asks, settled };
+    (Harness::start_on_demand(on_demand, link), (asked, settle))
+}
+
+/// Only Envoy over Delta takes the on-demand scope: a state-of-the-world client, or a
+/// proxyless gRPC one, is refused, told why and what to do; secrets are served to all.
+#[tokio::test]
+async fn an_on_demand_agent_refuses_clients_that_cannot_take_it() {
+    let (h, _learner) = on_demand_harness();
+    h.publisher.publish(Generator::Grpc, base());
+    for node in [node(), grpc_node()] {
+        let mut c = h.sotw_as(node).await;
+        c.request(CDS, &[], "", "").await;
+        let err = c.recv_error().await;
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            err.message().contains("--scope on-demand") && err.message().contains("DELTA_GRPC"),
+            "{}",
+            err.message()
+        );
+    }
+    let mut c = h.sotw().await;
+    c.request(SDS, &["s1"], "", "").await;
+    assert_eq!(kind_of(&c.recv().await.type_url), SDS);
+    h.stop().await;
+}
+
+/// A host Envoy asks for goes to the learner, and is not answered until it is settled (Envoy
+/// holds the request meanwhile); then, nothing having come to match it, without a body.
+#[tokio::test]
+async fn an_on_demand_agent_answers_a_host_once_it_is_learned() {
+    let (h, (mut asked, settle)) = on_demand_harness();
+    let mut c = h.delta().await;
+    c.subscribe(pasa_agent::resource::TypeKind::VirtualHost, &[], &[])
+        .await;
+    let r = c.recv().await;
+    assert_eq!(
+        delta_names(&r).len(),
+        1,
+        "the sentinel of route configuration 80"
+    );
+    c.ack(&r).await;
+    c.subscribe(
+        pasa_agent::resource::TypeKind::VirtualHost,
+        &["80/web"],
+        &[],
+    )
+    .await;
+    let names = tokio::time::timeout(GUARD, asked.recv())
+        .await
+        .expect("asked in time");
+    assert_eq!(names, Some(vec!["80/web".to_string()]));
+    // Answered once settled, not before (the only answer is to the settled name).
+    settle.send_replace(std::sync::Arc::new(["80/web".to_string()].into()));
+    let r = c.recv().await;
+    assert_eq!(
+        kind_of(&r.type_url),
+        pasa_agent::resource::TypeKind::VirtualHost
+    );
+    assert_eq!(r.resources.len(), 1);
+    assert_eq!(r.resources[0].name, "80/web");
+    assert!(r.resources[0].resource.is_none(), "no such host: {r:?}");
+    h.stop().await;
+}

@@ -645,8 +645,9 @@ async fn envoy_asks_for_virtual_hosts_on_demand() {
         ignore_port_in_host_matching: true,
         ..Default::default()
     };
+    // Named as VHDS needs, in the route configuration's namespace.
     let answering = |name: &str, domains: &[&str]| route::VirtualHost {
-        name: name.into(),
+        name: format!("probe/{name}"),
         domains: domains.iter().map(|d| d.to_string()).collect(),
         routes: vec![route::Route {
             r#match: Some(route::RouteMatch {
@@ -711,7 +712,7 @@ async fn envoy_asks_for_virtual_hosts_on_demand() {
         ..Default::default()
     };
     let to_backend = route::VirtualHost {
-        name: "details.default.svc.cluster.local:9080".into(),
+        name: "probe/details.default.svc.cluster.local:9080".into(),
         domains: vec!["details".into()],
         routes: vec![route::Route {
             r#match: Some(route::RouteMatch {

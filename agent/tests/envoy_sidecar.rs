@@ -397,3 +397,197 @@ async fn persistent_sessions(envoy: &Envoy, store: &StoreServer, protocol: &str)
         .await;
     println!("{protocol}: a persistent session stays on its pod, draining or not");
 }
+
+/// The on-demand scope (`--scope on-demand`, docs/on-demand.md), with real Envoy over Delta and
+/// iptables capture, and no Sidecar resource. Envoy starts holding none of the mesh's
+/// services; each first request to a service it never saw is answered on its first try, routed
+/// by the service's VirtualService (the agent learns the host from Envoy's VHDS request, widens
+/// its store subscription, and answers once the store has). A destination the mesh does not
+/// know passes through as under the eager scope, and a host the proxy may not see (exportTo)
+/// is not routed; a host created after its first miss is served once it exists; the learned
+/// hosts survive the agent's restart. Envoy rejects nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecar_on_demand_with_capture() {
+    if sidecar::skip_without_capture("sidecar_on_demand_with_capture") {
+        return;
+    }
+    let data = tempfile::tempdir().expect("temporary directory");
+    let store = StoreServer::start(&data.path().join("db"), 0).await;
+    let mut mesh = mesh();
+    // A service only its own namespace may see.
+    mesh.push(
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+        "metadata": {"name": "vault", "namespace": "secrets",
+                     "annotations": {"networking.istio.io/exportTo": "."}},
+        "spec": {"addresses": ["10.96.7.8"],
+                 "ports": [{"name": "http", "port": 9001}],
+                 "endpoints": [{"address": "10.10.1.12", "labels": {"app": "vault"}}]}}),
+    );
+    store.apply(&mesh).await;
+    let certs = data.path().join("certs");
+    sidecar::workload_certificate(&certs, &sidecar::ca(), "client");
+    let agent_dir = data.path().join("agent");
+    let start_agent = || {
+        Agent::start_in(
+            NODE,
+            store.addr,
+            &agent_dir,
+            &[
+                "--labels",
+                LABELS,
+                "--cert-dir",
+                certs.to_str().expect("UTF-8"),
+                "--scope",
+                "on-demand",
+            ],
+        )
+    };
+    let agent = start_agent();
+    let (pod, cluster) = network();
+    let _backends = [
+        Backend::start(&cluster, "web-v1", "10.10.1.11:9001", None),
+        Backend::start(&cluster, "web-v2", "10.10.1.12:9001", None),
+        Backend::start(&cluster, "outside", "10.10.1.13:9001", None),
+        Backend::start(&cluster, "shipping", "10.10.1.14:9001", None),
+        Backend::start(&cluster, "10.10.1.15", "10.10.1.15:9001", None),
+        Backend::start(&cluster, "10.10.1.16", "10.10.1.16:9001", None),
+    ];
+    let _app = Backend::start(&pod, "client-app", "0.0.0.0:8000", None);
+    let envoy = Envoy::start_in(
+        pod,
+        agent_bootstrap(&agent, NODE, LABELS, true),
+        Some(sidecar::PROXY_GID),
+    )
+    .await;
+    let pod = &envoy.netns;
+    // Ready once its inbound side is served (the only service it starts with).
+    until(
+        &cluster,
+        &format!("http://{POD_IP}:8000/in"),
+        &[],
+        "the inbound listener",
+        |a| a.status == 200,
+    );
+    let held: Vec<String> = envoy.hosts().await.into_keys().collect();
+    assert!(
+        !held
+            .iter()
+            .any(|c| c.contains("web.shop") || c.contains("cart.shop")),
+        "the proxy starts without the mesh's services: {held:?}"
+    );
+
+    // The first request to a service never seen: routed by its VirtualService, first try.
+    let web = format!("http://{WEB_VIP}:80/hello");
+    let started = std::time::Instant::now();
+    let a = request(pod, &web, &["--host", "web.shop.svc.cluster.local"]);
+    let first = started.elapsed();
+    assert_eq!(
+        a.backend.as_deref(),
+        Some("web-v1"),
+        "first request: {a:?}\n{}",
+        envoy.log()
+    );
+    let a = request(pod, &web, &["--host", "web", "--header", "x-version:v2"]);
+    assert_eq!(a.backend.as_deref(), Some("web-v2"), "header match: {a:?}");
+    println!("on-demand: the first request to a service never seen answered in {first:?}");
+    // Another, by its short name.
+    let cart = format!("http://{CART_VIP}:80/basket");
+    let a = request(pod, &cart, &["--host", "cart"]);
+    assert_eq!(a.status, 200, "{a:?}");
+    assert!(
+        matches!(a.backend.as_deref(), Some("10.10.1.15" | "10.10.1.16")),
+        "{a:?}"
+    );
+
+    // What the mesh does not know passes through, as under the eager scope (ALLOW_ANY); a
+    // service the proxy may not see is one of them.
+    let outside = "http://10.10.1.13:9001/out";
+    let a = request(pod, outside, &[]);
+    assert_eq!(a.backend.as_deref(), Some("outside"), "passthrough: {a:?}");
+    let a = request(pod, outside, &["--host", "vault.secrets.svc.cluster.local"]);
+    assert_eq!(a.backend.as_deref(), Some("outside"), "exportTo: {a:?}");
+
+    // A host asked for before it exists: passed through, then served once it exists.
+    let shipping = ["--host", "shipping.shop.svc.cluster.local:9001"];
+    let a = request(pod, outside, &shipping);
+    assert_eq!(a.backend.as_deref(), Some("outside"), "before: {a:?}");
+    store
+        .apply(&[
+            json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+            "metadata": {"name": "shipping", "namespace": "shop"},
+            "spec": {"addresses": ["10.96.7.9"],
+                     "ports": [{"name": "http", "port": 9001}],
+                     "endpoints": [{"address": "10.10.1.14"}]}}),
+        ])
+        .await;
+    until(pod, outside, &shipping, "the host created later", |a| {
+        a.backend.as_deref() == Some("shipping")
+    });
+    println!("on-demand: passthrough, exportTo and a host created after its first miss");
+
+    // Learned hosts, and the resolution time, as metrics; no catch-all in any route
+    // configuration Envoy holds.
+    let (_, metrics) = agent.get("/metrics").await;
+    let value = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} in {metrics}"))
+    };
+    assert!(value("pasa_agent_on_demand_hosts ") >= 3.0, "{metrics}");
+    assert!(value("pasa_agent_on_demand_resolution_seconds_count ") >= 3.0);
+    let dump = envoy.config_dump().await;
+    let domains: Vec<String> = dump["configs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| {
+            c["dynamic_route_configs"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .flat_map(|rc| {
+            rc["route_config"]["virtual_hosts"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .flat_map(|vh| vh["domains"].as_array().cloned().unwrap_or_default())
+        .filter_map(|d| d.as_str().map(String::from))
+        .collect();
+    assert!(
+        domains.iter().any(|d| d == "web") && !domains.iter().any(|d| d == "*"),
+        "{domains:?}"
+    );
+
+    // A restarted agent starts with what it learned.
+    agent.terminate();
+    let agent = start_agent();
+    let (_, metrics) = agent.get("/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("pasa_agent_on_demand_hosts ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+    let a = until(
+        pod,
+        &web,
+        &["--host", "web.shop"],
+        "the restarted agent",
+        |a| a.status == 200,
+    );
+    assert_eq!(a.backend.as_deref(), Some("web-v1"), "{a:?}");
+
+    let rejected = envoy.rejected().await;
+    assert!(
+        rejected.is_empty(),
+        "Envoy rejected updates: {rejected:?}\n{}",
+        envoy.rejection_log().join("\n")
+    );
+    drop(envoy);
+    drop(cluster);
+    agent.terminate();
+    store.stop().await;
+}

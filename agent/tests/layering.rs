@@ -47,6 +47,8 @@ const TRANSLATE_LAYERS: &[&[&str]] = &[
     // metrics), then EnvoyFilter patches.
     &["patched"],
     &["telemetry", "extensions", "envoy_filter"],
+    // Reshapes what is built for the on-demand scope (VHDS), last.
+    &["lazy"],
     // The translator's own parts: what a proxy sees, then what each output was built from.
     &["view", "inputs"],
 ];

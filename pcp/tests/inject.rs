@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use pasa_pcp::webhook::inject::sidecar::{
-    AGENT_CONTAINER, INIT_CONTAINER, InjectConfig, XDS_ADDRESS,
+    AGENT_CONTAINER, INIT_CONTAINER, InjectConfig, SCOPE_ANNOTATION, XDS_ADDRESS,
 };
 use pasa_pcp::webhook::inject::{Injector, STATUS_ANNOTATION, Selection};
 use pasa_pcp::webhook::review::{self, AdmissionRequest};
@@ -285,6 +285,40 @@ fn agents_get_the_persistent_session_filter_when_pcp_has_it() {
                     .get("PILOT_ENABLE_PERSISTENT_SESSION_FILTER")
                     .map(|e| e["value"].clone());
                 assert_eq!(value, on.then(|| "true".into()), "{name}");
+            }
+        }
+    }
+}
+
+/// The scope: PCP's `--inject-scope` unless the pod's `pasa.io/scope` says; a value that is
+/// neither is warned about and the default holds.
+#[test]
+fn agents_learn_their_scope_on_demand_when_the_pod_or_the_mesh_says() {
+    for default in [false, true] {
+        let injector = injector_with(InjectConfig {
+            on_demand: default,
+            ..Default::default()
+        });
+        for (annotation, expected) in [
+            (None, default),
+            (Some("on-demand"), true),
+            (Some("eager"), false),
+            (Some("lazy"), default),
+        ] {
+            for (name, mut pod) in bookinfo_pods() {
+                if let Some(value) = annotation {
+                    pod["metadata"]["annotations"][SCOPE_ANNOTATION] = value.into();
+                }
+                let (patched, _, warnings) = inject(&injector, &pod);
+                let agent = container(&patched, "initContainers", AGENT_CONTAINER);
+                let scope = env(agent).get("PASA_SCOPE").map(|e| e["value"].clone());
+                assert_eq!(
+                    scope,
+                    expected.then(|| "on-demand".into()),
+                    "{name} {annotation:?}"
+                );
+                let warned = warnings.iter().any(|w| w.contains(SCOPE_ANNOTATION));
+                assert_eq!(warned, annotation == Some("lazy"), "{name}: {warnings:?}");
             }
         }
     }

@@ -127,6 +127,20 @@ impl StreamHandler for Stream {
             state.known = request.initial_resource_versions.into_iter().collect();
         }
         let before = subscription.clone();
+        if kind == TypeKind::VirtualHost
+            && let Some(link) = &self.conn.on_demand
+        {
+            let asked: Vec<String> = request
+                .resource_names_subscribe
+                .iter()
+                .filter(|name| name.as_str() != "*")
+                .cloned()
+                .collect();
+            if !asked.is_empty() {
+                // The learner outlives the streams; when it is gone, the agent is stopping.
+                let _ = link.asks.send(asked);
+            }
+        }
         for name in request.resource_names_subscribe {
             if name == "*" {
                 subscription.wildcard = true;
@@ -255,7 +269,19 @@ impl Stream {
         let Some(subscription) = &state.subscription else {
             return Diff::default();
         };
-        let selected = super::vhds::select(subscription.wildcard, &subscription.names, snapshot);
+        // A name being learned is not answered yet: Envoy holds its request meanwhile.
+        let settled = |name: &str| {
+            self.conn
+                .on_demand
+                .as_ref()
+                .is_none_or(|link| link.is_settled(name))
+        };
+        let selected = super::vhds::select(
+            subscription.wildcard,
+            &subscription.names,
+            snapshot,
+            settled,
+        );
         let mut diff = Diff::default();
         for (name, (resource, aliases)) in &selected.found {
             let answer = super::vhds::answer(name, resource);
@@ -275,7 +301,11 @@ impl Stream {
                 diff.aliases.insert(name.clone(), vec![name.clone()]);
             }
         }
-        if with_removals {
+        // Nothing is removed while a name is being learned: what answers it may still be the
+        // virtual host the client holds (a client that reconnects declares what it holds before
+        // the agent has settled its names again).
+        let learning = subscription.names.iter().any(|name| !settled(name));
+        if with_removals && !learning {
             diff.removed = state
                 .known
                 .keys()

@@ -79,9 +79,10 @@ pub struct AdsService {
     build: ProxyBuild,
     dns_domain: Arc<str>,
     file_secrets: Option<FileSecrets>,
+    on_demand: Option<OnDemandLink>,
 }
 
-pub use super::stream::FileSecrets;
+pub use super::stream::{FileSecrets, OnDemandLink};
 
 impl AdsService {
     /// Serves `publisher`'s snapshots and reports each connection in `status`.
@@ -96,7 +97,15 @@ impl AdsService {
             build: ProxyBuild::Envoy,
             dns_domain: Arc::from(""),
             file_secrets: None,
+            on_demand: None,
         }
+    }
+
+    /// Serves an on-demand proxy: VHDS requests go to `link` to be learned, and clients that
+    /// cannot take the on-demand scope are refused, saying why.
+    pub fn with_on_demand(mut self, link: OnDemandLink) -> Self {
+        self.on_demand = Some(link);
+        self
     }
 
     /// Serves secrets of files of the pod with `secrets`, where the agent is Envoy's SDS server.
@@ -142,6 +151,9 @@ impl AdsService {
             build: self.build,
             dns_domain: Arc::clone(&self.dns_domain),
             file_secrets: self.file_secrets.clone(),
+            protocol,
+            generator: None,
+            on_demand: self.on_demand.clone(),
         };
         (id, conn)
     }

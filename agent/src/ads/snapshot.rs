@@ -120,13 +120,14 @@ impl Snapshot {
             routes,
             _secrets,
             extension_configs,
-            _virtual_hosts,
+            virtual_hosts,
         ] = &mut snapshot.types;
         clusters.clone_from(&generated.clusters);
         endpoints.clone_from(&generated.endpoints);
         listeners.clone_from(&generated.listeners);
         routes.clone_from(&generated.routes);
         extension_configs.clone_from(&generated.extension_configs);
+        virtual_hosts.clone_from(&generated.virtual_hosts);
         snapshot
     }
 

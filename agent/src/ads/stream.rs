@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::{Status, Streaming};
 
 use super::snapshot::{Snapshot, Snapshots};
-use super::status::StatusGuard;
+use super::status::{Protocol, StatusGuard};
 use super::{TypeKind, request_type};
 use crate::metrics::Metrics;
 use crate::model::proxy::{Generator, ProxyBuild};
@@ -49,6 +49,11 @@ pub(super) async fn drive<H: StreamHandler>(mut handler: H, mut requests: Stream
     // Set by the first request.
     let mut serving: Option<(Generator, Arc<Snapshot>)> = None;
     let mut watching = true;
+    let mut on_demand = handler
+        .connection()
+        .on_demand
+        .as_ref()
+        .map(|link| link.settled.clone());
     tracing::debug!(protocol = H::NAME, "stream opened");
     loop {
         tokio::select! {
@@ -83,24 +88,60 @@ pub(super) async fn drive<H: StreamHandler>(mut handler: H, mut requests: Stream
                     watching = false;
                     continue;
                 }
-                let published = Arc::clone(&snapshots.borrow_and_update());
-                let Some((generator, current)) = &mut serving else {
-                    continue;
-                };
-                let Some(next) = published.get(*generator) else {
-                    continue;
-                };
-                if Arc::ptr_eq(next, current) {
+                if push_newest(&mut handler, &mut snapshots, &mut serving, false).await.is_err() {
+                    break;
+                }
+            }
+            changed = settled(&mut on_demand), if on_demand.is_some() => {
+                if changed.is_err() {
+                    on_demand = None;
                     continue;
                 }
-                *current = Arc::clone(next);
-                if handler.on_snapshot(next).await.is_err() {
+                // A name learned: answered from the newest snapshot (published before it was
+                // settled), even when this stream has not seen that snapshot yet.
+                if push_newest(&mut handler, &mut snapshots, &mut serving, true).await.is_err() {
                     break;
                 }
             }
         }
     }
     tracing::debug!(protocol = H::NAME, "stream closed");
+}
+
+/// Pushes what the newest snapshot changed for the client (with `always`, even when it is the
+/// one the stream serves).
+async fn push_newest<H: StreamHandler>(
+    handler: &mut H,
+    snapshots: &mut watch::Receiver<Arc<Snapshots>>,
+    serving: &mut Option<(Generator, Arc<Snapshot>)>,
+    always: bool,
+) -> Result<(), Closed> {
+    let published = Arc::clone(&snapshots.borrow_and_update());
+    let Some((generator, current)) = serving else {
+        return Ok(());
+    };
+    let Some(next) = published.get(*generator) else {
+        return Ok(());
+    };
+    if Arc::ptr_eq(next, current) && !always {
+        return Ok(());
+    }
+    *current = Arc::clone(next);
+    handler.on_snapshot(next).await
+}
+
+/// Resolves when the names settled change (never without an on-demand link).
+async fn settled(
+    on_demand: &mut Option<watch::Receiver<Arc<BTreeSet<String>>>>,
+) -> Result<(), watch::error::RecvError> {
+    match on_demand {
+        Some(settled) => {
+            let changed = settled.changed().await;
+            settled.borrow_and_update();
+            changed
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// Waits until a snapshot for `generator` is published; `None` when the server shuts down (or
@@ -140,6 +181,29 @@ pub(super) struct Connection {
     pub(super) dns_domain: Arc<str>,
     /// Secrets of files of the pod.
     pub(super) file_secrets: Option<FileSecrets>,
+    /// The protocol of the stream.
+    pub(super) protocol: Protocol,
+    /// The generator the client asked for (known from its first request).
+    pub(super) generator: Option<Generator>,
+    /// Where an on-demand proxy's VHDS requests go to be learned (see [`OnDemandLink`]).
+    pub(super) on_demand: Option<OnDemandLink>,
+}
+
+/// An on-demand agent's ADS streams and what learns the proxy's scope (see
+/// [`crate::on_demand`]): the names Envoy asks VHDS for go to `asks`; a name nothing matches is
+/// answered ("no such host") only once it is in `settled`, when learning it has come to an end
+/// (the store answered, or the wait for it ran out). Until then Envoy holds the request.
+#[derive(Clone, Debug)]
+pub struct OnDemandLink {
+    pub asks: mpsc::UnboundedSender<Vec<String>>,
+    pub settled: watch::Receiver<Arc<BTreeSet<String>>>,
+}
+
+impl OnDemandLink {
+    /// Whether the name `alias` asked for may be answered as it stands.
+    pub(super) fn is_settled(&self, alias: &str) -> bool {
+        self.settled.borrow().contains(alias)
+    }
 }
 
 /// Serves the SDS secrets of files a client names (`file-cert:…`, `file-root:…`) that the
@@ -175,6 +239,7 @@ impl Connection {
     /// starts translating for it.
     fn identify(&mut self, node: Option<&Node>) -> Generator {
         let generator = node.map_or(Generator::Envoy, Generator::of_node);
+        self.generator = Some(generator);
         let node_id = node.map(|n| n.id.as_str()).unwrap_or_default();
         self.status.identify(node_id, generator);
         self.wanted
@@ -207,6 +272,14 @@ impl Connection {
         type_url: &str,
     ) -> Result<TypeKind, Closed> {
         match request_type(type_url) {
+            Ok(kind) if let Some(refusal) = self.on_demand_refusal(kind) => {
+                tracing::warn!(
+                    reason = refusal.message(),
+                    "refusing a client of the on-demand scope"
+                );
+                let _ = out.send(Err(refusal)).await;
+                Err(Closed)
+            }
             Ok(kind) if self.secrets_only && kind != TypeKind::Secret => {
                 tracing::warn!(%type_url, "refusing a non-secret type on an SDS stream");
                 let _ = out
@@ -225,6 +298,28 @@ impl Connection {
                 Err(Closed)
             }
         }
+    }
+
+    /// Why this client cannot be served by an on-demand agent, if it cannot: only Envoy over
+    /// Delta takes route configurations served by VHDS (Envoy 1.40 refuses them over SotW, or
+    /// panics), and a proxyless gRPC client knows nothing of them. Secrets are served to all.
+    fn on_demand_refusal(&self, kind: TypeKind) -> Option<Status> {
+        if self.on_demand.is_none() || kind == TypeKind::Secret {
+            return None;
+        }
+        let why = if self.generator == Some(Generator::Grpc) {
+            "a proxyless gRPC client cannot take it"
+        } else if self.protocol == Protocol::Sotw {
+            "Envoy takes it over the incremental (Delta) protocol only, and this client asked \
+             over state of the world"
+        } else {
+            return None;
+        };
+        Some(Status::failed_precondition(format!(
+            "this agent serves the on-demand scope (--scope on-demand): {why}; give the client \
+             a bootstrap with DELTA_GRPC (the agent's own does under --scope on-demand), or run \
+             the agent with --scope eager"
+        )))
     }
 
     /// Resolves when the server is shutting down.

@@ -22,34 +22,33 @@ use prost::Message;
 
 use super::snapshot::Snapshot;
 use crate::resource::{Resource, TypeKind};
+use crate::translate::names::ON_DEMAND_ROUTE;
 
 /// The virtual host every on-demand route configuration starts with (see the module doc).
 pub(super) const SENTINEL: &str = "pasa-on-demand";
 
-/// [`SENTINEL`]'s resource: a virtual host for `pasa-on-demand.invalid`, answering 404.
-fn sentinel() -> Arc<Resource> {
+/// [`SENTINEL`]'s resource in the route configuration `config`: a virtual host for
+/// `pasa-on-demand.invalid`, answering 404.
+fn sentinel(config: &str) -> Arc<Resource> {
     use envoy_types::pb::envoy::config::route::v3::{
         DirectResponseAction, Route, RouteMatch, route, route_match,
     };
-    static SENTINEL_RESOURCE: std::sync::OnceLock<Arc<Resource>> = std::sync::OnceLock::new();
-    Arc::clone(SENTINEL_RESOURCE.get_or_init(|| {
-        Resource::pack(&VirtualHost {
-            name: SENTINEL.into(),
-            domains: vec![format!("{SENTINEL}.invalid")],
-            routes: vec![Route {
-                r#match: Some(RouteMatch {
-                    path_specifier: Some(route_match::PathSpecifier::Prefix("/".into())),
-                    ..Default::default()
-                }),
-                action: Some(route::Action::DirectResponse(DirectResponseAction {
-                    status: 404,
-                    ..Default::default()
-                })),
+    Resource::pack(&VirtualHost {
+        name: format!("{config}/{SENTINEL}"),
+        domains: vec![format!("{SENTINEL}.invalid")],
+        routes: vec![Route {
+            r#match: Some(RouteMatch {
+                path_specifier: Some(route_match::PathSpecifier::Prefix("/".into())),
                 ..Default::default()
-            }],
+            }),
+            action: Some(route::Action::DirectResponse(DirectResponseAction {
+                status: 404,
+                ..Default::default()
+            })),
             ..Default::default()
-        })
-    }))
+        }],
+        ..Default::default()
+    })
 }
 
 /// What a VHDS subscription's names select now.
@@ -61,35 +60,58 @@ pub(super) struct Selected {
     pub missing: BTreeSet<String>,
 }
 
-/// What a VHDS subscription (`wildcard`, and `names`) selects of `snapshot`.
-pub(super) fn select(wildcard: bool, names: &BTreeSet<String>, snapshot: &Snapshot) -> Selected {
+/// What a VHDS subscription (`wildcard`, and `names`) selects of `snapshot`. An alias no virtual
+/// host matches is answered only once `settled` (the agent has learned what it may name): with
+/// its route configuration's catch-all for that host alone when it has one (the eager
+/// configuration's `allow_any` passthrough, or `block_all`), else without a body.
+pub(super) fn select(
+    wildcard: bool,
+    names: &BTreeSet<String>,
+    snapshot: &Snapshot,
+    settled: impl Fn(&str) -> bool,
+) -> Selected {
     let mut selected = Selected::default();
     if wildcard {
         for (name, resource) in snapshot.resources(TypeKind::Route) {
             let on_demand = RouteConfiguration::decode(resource.body.value.as_slice())
                 .is_ok_and(|rc| rc.vhds.is_some());
             if on_demand {
-                selected
-                    .found
-                    .insert(format!("{name}/{SENTINEL}"), (sentinel(), BTreeSet::new()));
+                selected.found.insert(
+                    format!("{name}/{SENTINEL}"),
+                    (sentinel(name), BTreeSet::new()),
+                );
             }
         }
     }
     // Each route configuration's table is decoded once, however many names ask it.
-    let mut tables: BTreeMap<&str, Table<'_>> = BTreeMap::new();
+    let mut tables: BTreeMap<String, Table> = BTreeMap::new();
     for name in names {
         let Some((config, host)) = name.rsplit_once('/') else {
             continue;
         };
+        // `virtualOutbound`'s route configuration answers from the table of the port the host
+        // names (80 without one), with that port's domains only: connections of every port
+        // share it.
+        let port = (config == ON_DEMAND_ROUTE).then(|| port_of(host));
+        let table_name = port.map_or_else(|| config.to_string(), |p| p.to_string());
         let table = tables
-            .entry(config)
-            .or_insert_with(|| Table::of(snapshot, config));
-        match table.resolve(host) {
-            Some((canonical, resource)) => {
+            .entry(table_name)
+            .or_insert_with_key(|table_name| Table::of(snapshot, table_name));
+        let resolved = match table.resolve(host) {
+            Some(vh) => match port {
+                None => Some(vh),
+                Some(port) => on_port(config, &vh, port),
+            },
+            None if !settled(name) => continue,
+            None => fallback(config, host, snapshot),
+        };
+        match resolved {
+            Some(vh) => {
+                let name_of_it = vh.name.clone();
                 selected
                     .found
-                    .entry(canonical)
-                    .or_insert_with(|| (resource, BTreeSet::new()))
+                    .entry(name_of_it)
+                    .or_insert_with(|| (Resource::pack(&vh), BTreeSet::new()))
                     .1
                     .insert(name.clone());
             }
@@ -101,27 +123,88 @@ pub(super) fn select(wildcard: bool, names: &BTreeSet<String>, snapshot: &Snapsh
     selected
 }
 
-/// A route configuration's virtual hosts served on demand, decoded, as Envoy would match
-/// hosts against them.
-struct Table<'a> {
-    /// Each virtual host's resource name and resource, in the order of `routes`.
-    names: Vec<(&'a String, &'a Arc<Resource>)>,
-    routes: RouteConfiguration,
+/// The port a host as sent names: its own, else HTTP's.
+fn port_of(host: &str) -> u16 {
+    crate::on_demand::split_port(host)
+        .and_then(|(_, port)| port)
+        .unwrap_or(80)
 }
 
-impl<'a> Table<'a> {
-    fn of(snapshot: &'a Snapshot, config: &str) -> Table<'a> {
+/// `vh` (a virtual host of the route configuration of `port`) as `config` serves it: named in
+/// `config`, its domains those of `port` only. A sidecar's route configuration of a port
+/// ignores the port in matching, so its domains have none: each is given `port` (and kept
+/// without one too for 80, which a `Host` without a port names), as `config` is shared by
+/// every port.
+fn on_port(config: &str, vh: &VirtualHost, port: u16) -> Option<VirtualHost> {
+    let mut vh = vh.clone();
+    let (_, own) = vh.name.split_once('/')?;
+    vh.name = format!("{config}/{own}");
+    let mut domains: Vec<String> = Vec::with_capacity(vh.domains.len() * 2);
+    for domain in std::mem::take(&mut vh.domains) {
+        let on_port = match crate::on_demand::split_port(&domain).and_then(|(_, p)| p) {
+            Some(named) if named == port => vec![domain],
+            Some(_) => Vec::new(),
+            None if port == 80 => vec![format!("{domain}:80"), domain],
+            None => vec![format!("{domain}:{port}")],
+        };
+        for domain in on_port {
+            if !domains.contains(&domain) {
+                domains.push(domain);
+            }
+        }
+    }
+    vh.domains = domains;
+    (!vh.domains.is_empty()).then_some(vh)
+}
+
+/// What the eager configuration does with `host` in `config`: its catch-all (the eager
+/// configuration's `allow_any` passthrough, or `block_all`), for that host alone, named
+/// `<config>/<catch-all>:<host>`.
+fn fallback(config: &str, host: &str, snapshot: &Snapshot) -> Option<VirtualHost> {
+    let table = Table::of(snapshot, config);
+    let catch_all = table.catch_all?;
+    let (_, own) = catch_all.name.split_once('/')?;
+    let host = host.to_ascii_lowercase();
+    // A route configuration that ignores the port in matching has domains without one.
+    let domain = match crate::on_demand::split_port(&host) {
+        Some((name, Some(_))) if table.routes.ignore_port_in_host_matching => name.to_string(),
+        _ => host,
+    };
+    Some(VirtualHost {
+        name: format!("{config}/{own}:{domain}"),
+        domains: vec![domain],
+        ..catch_all
+    })
+}
+
+/// Whether `vh` is a route configuration's catch-all (it matches every host).
+fn is_catch_all(vh: &VirtualHost) -> bool {
+    vh.domains.iter().any(|d| d == "*")
+}
+
+/// A route configuration's virtual hosts served on demand, decoded, as Envoy would match
+/// hosts against them.
+struct Table {
+    /// The virtual hosts.
+    routes: RouteConfiguration,
+    /// The route configuration's catch-all, which matches no host here (see [`fallback`]).
+    catch_all: Option<VirtualHost>,
+}
+
+impl Table {
+    fn of(snapshot: &Snapshot, config: &str) -> Table {
         let prefix = format!("{config}/");
-        let mut names = Vec::new();
         let mut virtual_hosts = Vec::new();
-        for (name, r) in snapshot
+        let mut catch_all = None;
+        for (_, r) in snapshot
             .resources(TypeKind::VirtualHost)
             .range(prefix.clone()..)
             .take_while(|(name, _)| name.starts_with(&prefix))
         {
-            if let Ok(vh) = VirtualHost::decode(r.body.value.as_slice()) {
-                names.push((name, r));
-                virtual_hosts.push(vh);
+            match VirtualHost::decode(r.body.value.as_slice()) {
+                Ok(vh) if is_catch_all(&vh) => catch_all = Some(vh),
+                Ok(vh) => virtual_hosts.push(vh),
+                Err(_) => {}
             }
         }
         let ignore_port = snapshot
@@ -130,25 +213,18 @@ impl<'a> Table<'a> {
             .and_then(|r| RouteConfiguration::decode(r.body.value.as_slice()).ok())
             .is_some_and(|rc| rc.ignore_port_in_host_matching);
         Table {
-            names,
             routes: RouteConfiguration {
                 ignore_port_in_host_matching: ignore_port,
                 virtual_hosts,
                 ..Default::default()
             },
+            catch_all,
         }
     }
 
-    /// The virtual host Envoy would route `host` to, by its resource name.
-    fn resolve(&self, host: &str) -> Option<(String, Arc<Resource>)> {
-        let matched = crate::simulate::http::virtual_host(&self.routes, host)?;
-        let at = self
-            .routes
-            .virtual_hosts
-            .iter()
-            .position(|vh| std::ptr::eq(vh, matched))?;
-        let (name, r) = self.names[at];
-        Some((name.clone(), Arc::clone(r)))
+    /// The virtual host Envoy would route `host` to.
+    fn resolve(&self, host: &str) -> Option<VirtualHost> {
+        crate::simulate::http::virtual_host(&self.routes, host).cloned()
     }
 }
 
@@ -168,7 +244,9 @@ mod tests {
 
     use super::*;
 
-    fn snapshot() -> Snapshot {
+    /// Route configuration `80` served on demand (ignoring ports, as istiod's), with a
+    /// catch-all when `catch_all`; `9080` served whole; `on-demand` (`virtualOutbound`'s).
+    fn snapshot(catch_all: bool) -> Snapshot {
         let mut s = Snapshot::new();
         let on_demand = RouteConfiguration {
             name: "80".into(),
@@ -180,7 +258,12 @@ mod tests {
             name: "9080".into(),
             ..Default::default()
         };
-        for rc in [on_demand, eager] {
+        let outbound = RouteConfiguration {
+            name: ON_DEMAND_ROUTE.into(),
+            vhds: Some(Vhds::default()),
+            ..Default::default()
+        };
+        for rc in [on_demand, eager, outbound] {
             let r = Resource::pack(&rc);
             s.insert(
                 TypeKind::Route,
@@ -190,10 +273,17 @@ mod tests {
             )
             .unwrap();
         }
-        for (name, domains) in [
-            ("web", &["web", "web.shop.svc.cluster.local"][..]),
-            ("wiki", &["*.wiki.org"][..]),
-        ] {
+        let mut hosts = vec![
+            (
+                "80/web",
+                &["web", "web:80", "web.shop.svc.cluster.local"][..],
+            ),
+            ("80/wiki", &["*.wiki.org"][..]),
+        ];
+        if catch_all {
+            hosts.push(("80/allow_any", &["*"][..]));
+        }
+        for (name, domains) in hosts {
             let r = Resource::pack(&VirtualHost {
                 name: name.into(),
                 domains: domains.iter().map(|d| d.to_string()).collect(),
@@ -201,7 +291,7 @@ mod tests {
             });
             s.insert(
                 TypeKind::VirtualHost,
-                format!("80/{name}"),
+                name,
                 r.version.clone(),
                 r.body.clone(),
             )
@@ -210,42 +300,93 @@ mod tests {
         s
     }
 
-    /// The wildcard brings the sentinel of each route configuration served on demand (not of
-    /// one served whole); an alias finds its virtual host as Envoy matches domains (port
-    /// dropped, case ignored, `*.` suffixes); one nothing matches is missing.
-    #[test]
-    fn names_select_as_envoy_matches_hosts() {
-        let names: BTreeSet<String> = [
-            "80/web:80",
-            "80/WEB.shop.svc.cluster.local",
-            "80/en.wiki.org",
-            "80/nowhere",
-        ]
-        .map(String::from)
-        .into();
-        let selected = select(true, &names, &snapshot());
-        let found: Vec<(&str, Vec<&str>)> = selected
+    fn names(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    fn found(selected: &Selected) -> Vec<(&str, Vec<&str>)> {
+        selected
             .found
             .iter()
             .map(|(name, (_, aliases))| {
                 (name.as_str(), aliases.iter().map(String::as_str).collect())
             })
-            .collect();
+            .collect()
+    }
+
+    /// The wildcard brings the sentinel of each route configuration served on demand (not of
+    /// one served whole); an alias finds its virtual host as Envoy matches domains (port
+    /// dropped, case ignored, `*.` suffixes); one nothing matches is missing once settled, and
+    /// not answered before.
+    #[test]
+    fn names_select_as_envoy_matches_hosts() {
+        let asked = names(&[
+            "80/web:80",
+            "80/WEB.shop.svc.cluster.local",
+            "80/en.wiki.org",
+            "80/nowhere",
+        ]);
+        let selected = select(true, &asked, &snapshot(false), |_| true);
         assert_eq!(
-            found,
+            found(&selected),
             [
                 ("80/pasa-on-demand", vec![]),
                 ("80/web", vec!["80/WEB.shop.svc.cluster.local", "80/web:80"]),
                 ("80/wiki", vec!["80/en.wiki.org"]),
+                ("on-demand/pasa-on-demand", vec![]),
             ],
             "{selected:?}"
         );
         // Host names are case-insensitive, as Envoy matches them.
-        assert_eq!(selected.missing, ["80/nowhere"].map(String::from).into());
+        assert_eq!(selected.missing, names(&["80/nowhere"]));
+        let learning = select(false, &asked, &snapshot(false), |_| false);
+        assert!(learning.missing.is_empty() && learning.found.len() == 2);
         assert!(
-            select(false, &BTreeSet::new(), &snapshot())
+            select(false, &BTreeSet::new(), &snapshot(false), |_| true)
                 .found
                 .is_empty()
         );
+    }
+
+    /// With a catch-all (the eager configuration's `allow_any`), a settled host nothing matches
+    /// gets it for that host alone, under a name of its own, its port dropped where the route
+    /// configuration ignores ports; `virtualOutbound`'s route configuration answers from the
+    /// table of the host's port, with that port's domains.
+    #[test]
+    fn unknown_hosts_get_the_catch_all_and_other_ports_their_own_table() {
+        let asked = names(&["80/httpbin.org:80", "80/HTTPBIN.org", "on-demand/web:80"]);
+        let selected = select(false, &asked, &snapshot(true), |_| true);
+        assert_eq!(
+            found(&selected),
+            [
+                (
+                    "80/allow_any:httpbin.org",
+                    vec!["80/HTTPBIN.org", "80/httpbin.org:80"]
+                ),
+                ("on-demand/web", vec!["on-demand/web:80"]),
+            ],
+            "{selected:?}"
+        );
+        let decode =
+            |name: &str| VirtualHost::decode(selected.found[name].0.body.value.as_slice()).unwrap();
+        assert_eq!(decode("80/allow_any:httpbin.org").domains, ["httpbin.org"]);
+        let web = decode("on-demand/web");
+        assert_eq!(web.name, "on-demand/web");
+        assert_eq!(
+            web.domains,
+            [
+                "web:80",
+                "web",
+                "web.shop.svc.cluster.local:80",
+                "web.shop.svc.cluster.local"
+            ]
+        );
+        let other_port = select(
+            false,
+            &names(&["on-demand/web:8080"]),
+            &snapshot(true),
+            |_| true,
+        );
+        assert_eq!(other_port.missing, names(&["on-demand/web:8080"]));
     }
 }

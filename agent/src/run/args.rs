@@ -84,6 +84,14 @@ pub struct AgentArgs {
     /// for such services either way.
     #[arg(long, env = "PILOT_ENABLE_PERSISTENT_SESSION_FILTER")]
     pub persistent_session_filter: bool,
+    /// Which services the proxy holds: `eager`, every service it may see (Istio's scope: its
+    /// Sidecar's, else the whole mesh); `on-demand`, only those its application calls, learned
+    /// from the hosts Envoy asks for (VHDS and on-demand CDS over delta ADS; see
+    /// docs/on-demand.md). Only Envoy over delta ADS takes `on-demand`: the agent's own
+    /// bootstrap then asks with DELTA_GRPC, and state-of-the-world or proxyless gRPC clients
+    /// are refused, saying so.
+    #[arg(long, env = "PASA_SCOPE", value_enum, default_value = "eager")]
+    pub scope: Scope,
     /// How long the store watch may bring nothing, not even the store's progress marker (sent
     /// every `--progress-interval-secs` of the store, 10 s by default), before the agent takes
     /// it as lost: it is then degraded and reconnects. Keep it at a few progress intervals.
@@ -92,6 +100,13 @@ pub struct AgentArgs {
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
+}
+
+/// `--scope`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Eager,
+    OnDemand,
 }
 
 /// Running Envoy as the agent's child.

@@ -30,6 +30,8 @@ use super::route::{CORS_FILTER, FAULT_FILTER};
 use crate::model::registry::Meta;
 
 pub(super) const HCM: &str = "envoy.filters.network.http_connection_manager";
+/// The router's name.
+pub(super) const ROUTER: &str = "envoy.filters.http.router";
 pub(super) const TCP_PROXY: &str = "envoy.filters.network.tcp_proxy";
 pub(super) const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
 pub(super) const HTTP_INSPECTOR: &str = "envoy.filters.listener.http_inspector";
@@ -88,7 +90,7 @@ pub(super) fn fault() -> HttpFilter {
 /// The router, last of a connection manager's filters.
 pub(super) fn router() -> HttpFilter {
     HttpFilter {
-        name: "envoy.filters.http.router".into(),
+        name: ROUTER.into(),
         config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
             Router::default(),
         ))),

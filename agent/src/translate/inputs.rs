@@ -78,6 +78,9 @@ impl GlobalInputs {
         // mesh config.
         view.route_settings.hash(&mut listeners);
         view.route_settings.hash(&mut routes);
+        // What an on-demand proxy learned decides which services it sees, as a Sidecar does.
+        view.proxy.learned.hash(&mut listeners);
+        view.proxy.learned.hash(&mut routes);
         if !router && !grpc {
             // The rules of the services the workload serves shape its inbound clusters.
             for local in view.local_instances() {

@@ -14,6 +14,11 @@ pub const VIRTUAL_INBOUND_PORT: u32 = 15006;
 pub const ALLOW_ANY: &str = "allow_any";
 /// The catch-all virtual host when only registered destinations are allowed.
 pub const BLOCK_ALL: &str = "block_all";
+/// The route configuration an on-demand sidecar's `virtualOutbound` sends plaintext HTTP to,
+/// for ports it has no listener for yet (see `docs/on-demand.md`, "Ports"): no virtual host of
+/// its own, each asked for by VHDS as `on-demand/<host>:<port>`. Not an istiod name: istiod has
+/// no on-demand scope.
+pub const ON_DEMAND_ROUTE: &str = "on-demand";
 /// The route of a service without a VirtualService.
 pub const DEFAULT_ROUTE: &str = "default";
 

@@ -88,11 +88,25 @@ fn catch_all_tcp(policy: OutboundPolicy) -> Filter {
 pub(super) fn outbound(view: &View<'_>, out: &mut Built) {
     let route_names = outbound::listeners(view, out);
     out.route_names.extend(route_names);
+    if view.proxy.learned.is_some() {
+        // `virtualOutbound`'s HTTP chain of an on-demand proxy: only the catch-all, for hosts
+        // nothing else matches (see `translate::lazy`). Ports are in its hosts' domains.
+        let options = view.hcm(hcm::Class::SidecarOutbound);
+        let config = RouteConfiguration {
+            name: names::ON_DEMAND_ROUTE.into(),
+            virtual_hosts: vec![catch_all(view.scope.outbound_policy, options)],
+            validate_clusters: Some(BoolValue { value: false }),
+            max_direct_response_body_size_bytes: route::max_direct_response_body(),
+            ..Default::default()
+        };
+        out.routes.insert(config.name.clone(), config);
+    }
     out.listeners.insert(
         names::VIRTUAL_OUTBOUND.into(),
         virtual_outbound(
             view.scope.outbound_policy,
             view.hcm(hcm::Class::SidecarOutbound),
+            view.proxy.learned.is_some(),
         ),
     );
 }
@@ -143,9 +157,11 @@ fn passthrough_action(cluster: &str, options: &hcm::Options) -> Action {
 }
 
 /// `virtualOutbound`: traffic sent to 15001 itself is refused (it would loop); plaintext HTTP
-/// goes to the dynamic forward proxy under `ALLOW_ANY_DYNAMIC_DNS`; the rest where the outbound
-/// traffic policy says.
-fn virtual_outbound(policy: OutboundPolicy, options: &hcm::Options) -> Listener {
+/// goes to the route configuration served on demand for an `on_demand` proxy (which has no
+/// listener yet for the ports it has not learned; see `translate::lazy`), else to the dynamic
+/// forward proxy under `ALLOW_ANY_DYNAMIC_DNS`; the rest where the outbound traffic policy
+/// says.
+fn virtual_outbound(policy: OutboundPolicy, options: &hcm::Options, on_demand: bool) -> Listener {
     let black_hole = names::BLACK_HOLE_CLUSTER;
     let mut chains = vec![FilterChain {
         name: names::VIRTUAL_OUTBOUND_BLACKHOLE.into(),
@@ -162,18 +178,25 @@ fn virtual_outbound(policy: OutboundPolicy, options: &hcm::Options) -> Listener 
         ..Default::default()
     }];
     let dynamic_dns = policy == OutboundPolicy::AllowAnyDynamicDns;
-    if dynamic_dns {
-        let mut hcm = filters::http_connection_manager(
-            "outbound_virtualOutbound_allow_any_dynamic_dns",
-            Routes::Inline(Box::new(RouteConfiguration {
-                name: names::ALLOW_ANY_DYNAMIC_DNS.into(),
-                virtual_hosts: vec![catch_all(policy, options)],
-                validate_clusters: Some(BoolValue { value: false }),
-                ignore_port_in_host_matching: true,
-                max_direct_response_body_size_bytes: route::max_direct_response_body(),
-                ..Default::default()
-            })),
-        );
+    if dynamic_dns || on_demand {
+        let mut hcm = if on_demand {
+            filters::http_connection_manager(
+                "outbound_virtualOutbound_on_demand",
+                Routes::Rds(names::ON_DEMAND_ROUTE.into()),
+            )
+        } else {
+            filters::http_connection_manager(
+                "outbound_virtualOutbound_allow_any_dynamic_dns",
+                Routes::Inline(Box::new(RouteConfiguration {
+                    name: names::ALLOW_ANY_DYNAMIC_DNS.into(),
+                    virtual_hosts: vec![catch_all(policy, options)],
+                    validate_clusters: Some(BoolValue { value: false }),
+                    ignore_port_in_host_matching: true,
+                    max_direct_response_body_size_bytes: route::max_direct_response_body(),
+                    ..Default::default()
+                })),
+            )
+        };
         options.apply(&mut hcm);
         chains.push(FilterChain {
             name: format!("{}-http", names::VIRTUAL_OUTBOUND_CATCH_ALL_TCP),
@@ -195,7 +218,7 @@ fn virtual_outbound(policy: OutboundPolicy, options: &hcm::Options) -> Listener 
         address: Some(socket_address("0.0.0.0", names::VIRTUAL_OUTBOUND_PORT)),
         use_original_dst: Some(BoolValue { value: true }),
         filter_chains: chains,
-        listener_filters: filters::inspectors(false, dynamic_dns),
+        listener_filters: filters::inspectors(false, dynamic_dns || on_demand),
         traffic_direction: TrafficDirection::Outbound as i32,
         max_connections_to_accept_per_socket_event: filters::accept_one_per_event(),
         ..Default::default()

@@ -53,7 +53,11 @@ impl Agent {
             .arg(cache_dir)
             .args(["--admin", "127.0.0.1:0"])
             .args(extra)
-            .env("RUST_LOG", "error")
+            // `PASA_TEST_AGENT_LOG` (e.g. `pasa_agent=debug`) to see an agent's log in a test.
+            .env(
+                "RUST_LOG",
+                std::env::var("PASA_TEST_AGENT_LOG").unwrap_or_else(|_| "error".into()),
+            )
             .stdout(Stdio::piped())
             .spawn()
             .expect("start pasa-agent");

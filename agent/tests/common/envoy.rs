@@ -201,6 +201,10 @@ impl Envoy {
             }
             None => netns.command(envoy_binary().expect("envoy binary")),
         };
+        // `PASA_TEST_ENVOY_LOG` (e.g. `upstream:debug,router:debug`) to see more of its log.
+        if let Ok(levels) = std::env::var("PASA_TEST_ENVOY_LOG") {
+            command.args(["--component-log-level", &levels]);
+        }
         let mut child = command
             .arg("-c")
             .arg(&config)

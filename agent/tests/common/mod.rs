@@ -66,13 +66,25 @@ pub struct Harness {
 
 impl Harness {
     pub fn start(initial: Snapshot) -> Self {
+        Harness::start_with(initial, None)
+    }
+
+    /// [`Harness::start`] for an on-demand proxy, learning through `link`.
+    pub fn start_on_demand(initial: Snapshot, link: pasa_agent::ads::OnDemandLink) -> Self {
+        Harness::start_with(initial, Some(link))
+    }
+
+    fn start_with(initial: Snapshot, on_demand: Option<pasa_agent::ads::OnDemandLink>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("xds.sock");
         let publisher = SnapshotPublisher::new();
         publisher.publish(Generator::Envoy, initial);
         let status = StatusRegistry::new();
         let metrics = Arc::new(Metrics::default());
-        let service = AdsService::new(&publisher, status.clone()).with_metrics(metrics.clone());
+        let mut service = AdsService::new(&publisher, status.clone()).with_metrics(metrics.clone());
+        if let Some(link) = on_demand {
+            service = service.with_on_demand(link);
+        }
         // Bound before the server task starts: clients can connect as soon as this returns.
         let socket = bind_unix(&path).unwrap();
         let (tx, rx) = oneshot::channel::<()>();

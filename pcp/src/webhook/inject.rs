@@ -109,6 +109,11 @@ pub struct InjectArgs {
     /// own. Empty: pods name no network (a single-network mesh).
     #[arg(long, env = "NETWORK", default_value = "")]
     pub network: String,
+    /// Which services injected proxies hold unless a pod's `pasa.io/scope` annotation says:
+    /// `eager` (Istio's scope: its Sidecar's, else the whole mesh) or `on-demand` (those its
+    /// application calls, learned from Envoy's requests; see the agent's `--scope`).
+    #[arg(long, env = "PASA_INJECT_SCOPE", default_value = "eager", value_parser = ["eager", "on-demand"])]
+    pub inject_scope: String,
 }
 
 impl InjectArgs {
@@ -124,6 +129,7 @@ impl InjectArgs {
             store_tls: self.inject_store_tls,
             persistent_session_filter: self.persistent_session_filter,
             network: self.network.clone(),
+            on_demand: self.inject_scope == "on-demand",
         }
     }
 

@@ -56,6 +56,9 @@ pub const XDS_ADDRESS: &str = "127.0.0.1:15011";
 pub const STATUS_PORT: u16 = 15020;
 /// `"false"` keeps the app's probes as they are (Istio's `sidecar.istio.io/rewriteAppHTTPProbers`).
 pub const REWRITE_PROBES_ANNOTATION: &str = "pasa.io/rewriteAppProbers";
+/// `on-demand` or `eager`: which services the pod's proxy holds (the agent's `--scope`); PCP's
+/// `--inject-scope` when the pod does not say.
+pub const SCOPE_ANNOTATION: &str = "pasa.io/scope";
 /// The user Istio's capture leaves alone (Envoy's and its agent's own traffic).
 const PROXY_UID: u32 = 1337;
 
@@ -98,6 +101,9 @@ pub struct InjectConfig {
     /// The network of injected pods (`ISTIO_META_NETWORK` and the pod label
     /// `topology.istio.io/network`) unless a pod is labelled with its own; empty for none.
     pub network: String,
+    /// Agents learn their proxy's services from its requests (`PASA_SCOPE=on-demand`) unless
+    /// a pod's [`SCOPE_ANNOTATION`] says `eager`.
+    pub on_demand: bool,
 }
 
 /// Where the mesh root (the `istio-ca-root-cert` ConfigMap) is mounted in the agent.
@@ -116,6 +122,7 @@ impl Default for InjectConfig {
             store_tls: false,
             persistent_session_filter: false,
             network: String::new(),
+            on_demand: false,
         }
     }
 }
@@ -215,6 +222,23 @@ pub fn inject(
     }
     let mut patch = Patch::new(pod);
     let network = network(pod, config);
+    let on_demand = match annotation(SCOPE_ANNOTATION) {
+        Some("on-demand") => true,
+        Some("eager") => false,
+        None => config.on_demand,
+        Some(other) => {
+            warnings.push(format!(
+                "metadata.annotations[{SCOPE_ANNOTATION}]: {other:?} is neither \"on-demand\" \
+                 nor \"eager\"; the mesh's default ({}) holds",
+                if config.on_demand {
+                    "on-demand"
+                } else {
+                    "eager"
+                }
+            ));
+            config.on_demand
+        }
+    };
     let (resources, resource_warnings) = resources(annotation, mode);
     warnings.extend(resource_warnings);
 
@@ -253,7 +277,7 @@ pub fn inject(
             patch.insert(
                 "/spec/initContainers",
                 at,
-                agent_container(config, mode, resources, &settings, network),
+                agent_container(config, mode, resources, &settings, network, on_demand),
             );
             init_containers.push(AGENT_CONTAINER);
         }
@@ -270,7 +294,7 @@ pub fn inject(
                 .and_then(|l| serde_json::from_value(l.clone()).ok())
                 .unwrap_or_default();
             let settings = stored.effective(namespace, &labels, &annotated);
-            let mut agent = agent_container(config, mode, resources, &settings, network);
+            let mut agent = agent_container(config, mode, resources, &settings, network, on_demand);
             if let Some(env) = agent["env"].as_array_mut() {
                 env.push(json!({"name": "PASA_APP_PROBERS",
                                 "value": Value::Object(probers).to_string()}));
@@ -404,6 +428,7 @@ fn agent_container(
     resources: Value,
     settings: &MeshProxyConfig,
     network: Option<&str>,
+    on_demand: bool,
 ) -> Value {
     let field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
     let value = |name: &str, value: &str| json!({"name": name, "value": value});
@@ -435,6 +460,11 @@ fn agent_container(
     }
     if config.persistent_session_filter {
         env.push(value("PILOT_ENABLE_PERSISTENT_SESSION_FILTER", "true"));
+    }
+    if on_demand {
+        // Envoy must ask over Delta: the agent's own bootstrap does (standalone); Istio's
+        // proxy does by default since 1.22 (`ISTIO_DELTA_XDS`), through pilot-agent.
+        env.push(value("PASA_SCOPE", "on-demand"));
     }
     let mut mounts = vec![
         json!({"name": RUN_VOLUME, "mountPath": "/var/run/pasa"}),
