@@ -62,7 +62,9 @@ pub struct Metrics {
     pub on_demand_resolution: Histogram,
     pub on_demand_hosts: Gauge,
     pub on_demand_learned: Counter,
+    pub on_demand_forgotten: Counter,
     pub on_demand_unanswered: Counter,
+    pub subscription_rules: Gauge,
 }
 
 impl Default for Metrics {
@@ -88,7 +90,9 @@ impl Default for Metrics {
             on_demand_resolution: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             on_demand_hosts: Gauge::default(),
             on_demand_learned: Counter::default(),
+            on_demand_forgotten: Counter::default(),
             on_demand_unanswered: Counter::default(),
+            subscription_rules: Gauge::default(),
         }
     }
 }
@@ -110,6 +114,12 @@ impl Metrics {
             self.propagation.clone(),
         );
         r.register(
+            "subscription_rules",
+            "Rules of the store subscription the proxy's scope needs (hosts, namespaces, \
+             gateways it follows)",
+            self.subscription_rules.clone(),
+        );
+        r.register(
             "on_demand_resolution_seconds",
             "On-demand scope: from a host Envoy asks the agent for (VHDS) to its answer being \
              served, the store's answer and the translation included",
@@ -125,6 +135,12 @@ impl Metrics {
             "on_demand_hosts_learned",
             "On-demand scope: hosts learned (each with the spellings of it a resolver tries)",
             self.on_demand_learned.clone(),
+        );
+        r.register(
+            "on_demand_hosts_forgotten",
+            "On-demand scope: hosts forgotten after --on-demand-idle without use (Envoy is told \
+             they are gone; asked again, they are learned again)",
+            self.on_demand_forgotten.clone(),
         );
         r.register(
             "on_demand_unanswered",

@@ -49,6 +49,17 @@ impl Learned {
         new
     }
 
+    /// Notes that those of `hosts` already learned were used at `now` (others are not learned
+    /// by being used).
+    pub fn touch<'a>(&mut self, hosts: impl IntoIterator<Item = &'a str>, now: SystemTime) {
+        let at = seconds(now);
+        for host in hosts {
+            if let Some(last) = self.hosts.get_mut(host) {
+                *last = (*last).max(at);
+            }
+        }
+    }
+
     /// Forgets the hosts last asked for more than `idle` before `now`, and returns them.
     pub fn forget_idle(&mut self, now: SystemTime, idle: Duration) -> Vec<String> {
         let oldest = seconds(now).saturating_sub(idle.as_secs());
@@ -110,6 +121,18 @@ impl Learned {
 pub struct Generation {
     pub number: u64,
     pub hosts: std::sync::Arc<BTreeSet<String>>,
+}
+
+/// Resolves when what an on-demand proxy learned changes (never for the eager scope, `None`, or
+/// once the learner is gone).
+pub async fn changed(learned: &mut Option<tokio::sync::watch::Receiver<Generation>>) {
+    if let Some(rx) = learned {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+        *learned = None;
+    }
+    std::future::pending().await
 }
 
 /// The host a VHDS name (`<route config>/<host as sent>`) asks for.
@@ -485,6 +508,9 @@ mod tests {
         assert!(learned.learn(["b.ns.svc.cluster.local".to_string()], start));
         let later = start + Duration::from_secs(600);
         assert!(!learned.learn(["b.ns.svc.cluster.local".to_string()], later));
+        // Use of a host keeps it; use of one not learned does not learn it.
+        learned.touch(["b.ns.svc.cluster.local", "c.ns.svc.cluster.local"], later);
+        assert_eq!(learned.len(), 2);
         learned.save(dir.path()).unwrap();
         let mut back = Learned::load(dir.path()).unwrap();
         assert_eq!(back, learned);

@@ -132,6 +132,9 @@ impl Reporter {
                 .collect(),
             heartbeat_interval_ms: u32::try_from(self.heartbeat.as_millis()).unwrap_or(u32::MAX),
             stopping: false,
+            // Set by the caller, which knows what the proxy learned (see `Sources::status`).
+            scope: String::new(),
+            learned_hosts: 0,
         }
     }
 }
@@ -276,6 +279,29 @@ pub struct Sources {
     /// Turns true when the agent stops cleanly (before the stop signal): reporting then ends
     /// with a goodbye.
     pub leaving: watch::Receiver<bool>,
+    /// What an on-demand proxy has learned (`None` for the eager scope).
+    pub learned: Option<watch::Receiver<crate::on_demand::Generation>>,
+}
+
+impl Sources {
+    /// The report for the current state (see [`Reporter::status`]), with the proxy's scope.
+    fn status(&self, reporter: &Reporter, degraded_since: Option<SystemTime>) -> ProxyStatus {
+        let mut status = reporter.status(
+            &self.connections.borrow(),
+            &self.link.borrow(),
+            *self.applied.borrow(),
+            degraded_since,
+        );
+        match &self.learned {
+            Some(learned) => {
+                status.scope = "on-demand".into();
+                status.learned_hosts =
+                    u32::try_from(learned.borrow().hosts.len()).unwrap_or(u32::MAX);
+            }
+            None => status.scope = "eager".into(),
+        }
+        status
+    }
 }
 
 /// How long the goodbye may take to reach the store when the agent stops.
@@ -381,12 +407,10 @@ async fn stream(
     loop {
         let now = Instant::now();
         if (dirty && coalescer.may_send(now)) || coalescer.heartbeat_due(now) {
-            let current = reporter.status(
-                &sources.connections.borrow_and_update(),
-                &sources.link.borrow_and_update(),
-                *sources.applied.borrow_and_update(),
-                *degraded_since,
-            );
+            sources.connections.borrow_and_update();
+            sources.link.borrow_and_update();
+            sources.applied.borrow_and_update();
+            let current = sources.status(reporter, *degraded_since);
             dirty = false;
             if coalescer.worth_sending(&current, now) {
                 let request = ReportStatusRequest {
@@ -452,6 +476,7 @@ async fn stream(
                 }
                 dirty = true;
             }
+            () = crate::on_demand::changed(&mut sources.learned) => dirty = true,
         }
     }
 }
@@ -462,12 +487,7 @@ fn last_report(
     sources: &Sources,
     degraded_since: Option<SystemTime>,
 ) -> ProxyStatus {
-    let mut last = reporter.status(
-        &sources.connections.borrow(),
-        &sources.link.borrow(),
-        *sources.applied.borrow(),
-        degraded_since,
-    );
+    let mut last = sources.status(reporter, degraded_since);
     last.stopping = true;
     last
 }

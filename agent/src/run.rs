@@ -287,6 +287,7 @@ pub async fn run(
         link: link.clone(),
         applied: applied_rx,
         leaving: leaving_rx,
+        learned: learned.is_some().then(|| generation_rx.clone()),
     };
     let reporter = Reporter::new(&identity, admin_addr, args.report.status_heartbeat);
     parts.spawn_infallible(
@@ -342,6 +343,9 @@ pub async fn run(
             dns_domain: proxy.dns_domain.clone(),
             cache_dir: args.cache_dir.clone(),
             metrics: Arc::clone(&metrics),
+            idle: args.on_demand_idle,
+            envoy_admin: args.envoy.envoy_admin.clone(),
+            pinned: Default::default(),
         };
         parts.spawn_infallible(Part::Learning, learning.run(stopped(stop_rx.clone())));
     }
@@ -628,10 +632,10 @@ async fn follow_changes(
                     });
                 }
             }
-            changed = learned_changed(&mut learned) => {
+            () = crate::on_demand::changed(&mut learned) => {
                 // Hosts learned: the narrowed scope is translated (it widens the store
                 // subscription; the store's answer is translated and served in turn).
-                if changed.is_ok() && let Some(cache) = &complete {
+                if let Some(cache) = &complete {
                     jobs.ask(Job {
                         cache: Arc::clone(cache),
                         wanted: wanted.borrow().clone(),
@@ -659,22 +663,6 @@ async fn follow_changes(
                 }
             }
         }
-    }
-}
-
-/// Resolves when what the proxy learned changes (never for the eager scope).
-async fn learned_changed(
-    learned: &mut Option<watch::Receiver<crate::on_demand::Generation>>,
-) -> Result<(), watch::error::RecvError> {
-    match learned {
-        Some(rx) => {
-            let changed = rx.changed().await;
-            if changed.is_err() {
-                *learned = None;
-            }
-            changed
-        }
-        None => std::future::pending().await,
     }
 }
 
@@ -729,6 +717,10 @@ fn start_translations(
             );
         }
         if job.follows_scope {
+            serving
+                .metrics
+                .subscription_rules
+                .set(gauge(needs.rules.len() as u64));
             scope_tx.send_if_modified(|current| {
                 let changed = *current != needs;
                 if changed {

@@ -321,6 +321,40 @@ async fn sidecar_traffic_with_capture() {
     store.stop().await;
 }
 
+/// `pasactl proxy-status`'s page of `node`, once it contains `expected` (bounded by `WAIT`).
+async fn proxy_status_page(store: std::net::SocketAddr, node: &str, expected: &str) -> String {
+    let deadline = tokio::time::Instant::now() + common::agent::WAIT;
+    let mut client = pasa_proto::client::store_client(
+        pasa_proto::client::endpoint(&store.to_string())
+            .expect("an endpoint")
+            .connect()
+            .await
+            .expect("the store answers"),
+    );
+    loop {
+        let answer = pasa_proto::client::list_proxy_status(&mut client, Default::default())
+            .await
+            .expect("proxy status");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let page = answer
+            .proxies
+            .iter()
+            .find(|e| e.status.as_ref().is_some_and(|s| s.node_id == node))
+            .map(|entry| pasactl::cli::proxy_status::detail(entry, &answer, now))
+            .unwrap_or_default();
+        if page.contains(expected) {
+            return page;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "proxy-status never showed {expected:?}: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// A client of `cart` that got a session cookie stays on its pod, also once that pod drains;
 /// clients without one go to the other pod.
 async fn persistent_sessions(envoy: &Envoy, store: &StoreServer, protocol: &str) {
@@ -427,22 +461,19 @@ async fn sidecar_on_demand_with_capture() {
     let certs = data.path().join("certs");
     sidecar::workload_certificate(&certs, &sidecar::ca(), "client");
     let agent_dir = data.path().join("agent");
-    let start_agent = || {
-        Agent::start_in(
-            NODE,
-            store.addr,
-            &agent_dir,
-            &[
-                "--labels",
-                LABELS,
-                "--cert-dir",
-                certs.to_str().expect("UTF-8"),
-                "--scope",
-                "on-demand",
-            ],
-        )
+    let start_agent = |extra: &[&str]| {
+        let mut args = vec![
+            "--labels",
+            LABELS,
+            "--cert-dir",
+            certs.to_str().expect("UTF-8"),
+            "--scope",
+            "on-demand",
+        ];
+        args.extend_from_slice(extra);
+        Agent::start_in(NODE, store.addr, &agent_dir, &args)
     };
-    let agent = start_agent();
+    let agent = start_agent(&[]);
     let (pod, cluster) = network();
     let _backends = [
         Backend::start(&cluster, "web-v1", "10.10.1.11:9001", None),
@@ -525,6 +556,17 @@ async fn sidecar_on_demand_with_capture() {
     });
     println!("on-demand: passthrough, exportTo and a host created after its first miss");
 
+    // REGISTRY_ONLY: what the mesh does not know is refused, as the eager scope refuses it
+    // (block_all's 502), also a host passed through before; the mesh still works.
+    store.apply(&[outbound_policy("REGISTRY_ONLY")]).await;
+    until(pod, outside, &[], "REGISTRY_ONLY", |a| a.status == 502);
+    let a = request(pod, outside, &["--host", "elsewhere.example.com"]);
+    assert_eq!(a.status, 502, "a host never seen: {a:?}");
+    let a = request(pod, &web, &["--host", "web"]);
+    assert_eq!(a.backend.as_deref(), Some("web-v1"), "{a:?}");
+    store.apply(&[outbound_policy("ALLOW_ANY")]).await;
+    println!("on-demand: REGISTRY_ONLY refuses what the mesh does not know");
+
     // Learned hosts, and the resolution time, as metrics; no catch-all in any route
     // configuration Envoy holds.
     let (_, metrics) = agent.get("/metrics").await;
@@ -535,7 +577,13 @@ async fn sidecar_on_demand_with_capture() {
             .unwrap_or_else(|| panic!("{name} in {metrics}"))
     };
     assert!(value("pasa_agent_on_demand_hosts ") >= 3.0, "{metrics}");
-    assert!(value("pasa_agent_on_demand_resolution_seconds_count ") >= 3.0);
+    let resolved = value("pasa_agent_on_demand_resolution_seconds_count ");
+    assert!(resolved >= 3.0, "{metrics}");
+    println!(
+        "on-demand: {resolved} names resolved by the agent in {:.1} ms on average (the store's \
+         answer and the translation included)",
+        1000.0 * value("pasa_agent_on_demand_resolution_seconds_sum ") / resolved
+    );
     let dump = envoy.config_dump().await;
     let domains: Vec<String> = dump["configs"]
         .as_array()
@@ -563,7 +611,7 @@ async fn sidecar_on_demand_with_capture() {
 
     // A restarted agent starts with what it learned.
     agent.terminate();
-    let agent = start_agent();
+    let agent = start_agent(&[]);
     let (_, metrics) = agent.get("/metrics").await;
     assert!(
         metrics
@@ -579,6 +627,43 @@ async fn sidecar_on_demand_with_capture() {
         |a| a.status == 200,
     );
     assert_eq!(a.backend.as_deref(), Some("web-v1"), "{a:?}");
+    // `pasactl proxy-status <pod>` shows the scope.
+    let page = proxy_status_page(store.addr, NODE, "SCOPE       on-demand").await;
+    assert!(!page.contains("SCOPE       on-demand, 0 hosts"), "{page}");
+    println!("on-demand: the learned hosts survive a restart; proxy-status shows them");
+
+    // Hosts unused for --on-demand-idle are forgotten: Envoy is told their routes and clusters
+    // are gone. Asked for again, one is learned again, and its first request is served.
+    agent.terminate();
+    let envoy_admin = format!("unix:{}", envoy.admin.display());
+    let agent = start_agent(&["--on-demand-idle", "2s", "--envoy-admin", &envoy_admin]);
+    let deadline = tokio::time::Instant::now() + common::agent::WAIT;
+    loop {
+        let held: Vec<String> = envoy.hosts().await.into_keys().collect();
+        if !held.iter().any(|c| c.contains("web.shop")) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "web was never forgotten: {held:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let (_, metrics) = agent.get("/metrics").await;
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("pasa_agent_on_demand_hosts_forgotten_total ") && !l.ends_with(" 0")
+        ),
+        "{metrics}"
+    );
+    let a = request(pod, &web, &["--host", "web.shop.svc.cluster.local"]);
+    assert_eq!(
+        a.backend.as_deref(),
+        Some("web-v1"),
+        "asked again: {a:?}\n{}",
+        envoy.log()
+    );
+    println!("on-demand: an idle host is forgotten, and learned again when asked for");
 
     let rejected = envoy.rejected().await;
     assert!(

@@ -254,6 +254,7 @@ async fn proxy_status_shows_synced_nacking_and_degraded_agents() {
         "{page}"
     );
     assert!(page.contains("CONTACT     reporting"), "{page}");
+    assert!(page.contains("SCOPE       eager"), "{page}");
     assert!(page.contains(&format!("admin {}", web.admin)), "{page}");
 
     // `pasactl x wait`: the store's revision reached the proxies that acknowledged it, not the

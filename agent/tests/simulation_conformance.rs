@@ -474,3 +474,147 @@ fn multinetwork_corpus() {
     }
     assert!(shortfalls.is_empty(), "below the floor: {shortfalls:?}");
 }
+
+/// The on-demand scope against the eager one over the corpus's sidecar cases: for each virtual
+/// host of every port's route configuration the eager sidecar holds (catch-alls aside), and one
+/// spelling of it (its first domain that is not an address), a sidecar that learned what that
+/// spelling may name serves the same virtual host (named as its VHDS resource) and the same
+/// clusters its routes send to, byte for byte. Per file it prints how many were compared, and
+/// how many spellings name a port the learned services do not have (see docs/on-demand.md,
+/// "Ports"); any difference fails.
+#[test]
+fn on_demand_answers_as_the_eager_scope_over_the_sidecar_cases() {
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_types::pb::envoy::config::route::v3::{
+        RouteConfiguration, VirtualHost, route, route_action,
+    };
+    use pasa_agent::on_demand::Lookup;
+    use prost::Message;
+
+    let Some(dir) = corpus::simulation_dir() else {
+        println!("SKIPPED: the conformance corpus was not found; no on-demand equivalence ran");
+        return;
+    };
+    // Virtual hosts not compared, by file, case and virtual host, with the reason.
+    const NOT_COMPARED: &[(&str, &str, &str)] = &[(
+        "sidecar-externalname-services.yaml",
+        "concrete.default.svc.cluster.local:80",
+        "the eager virtual host of a service lists the names of the ExternalName services that \
+         alias it; learned from its own name, an alias is not known (the store indexes hosts, \
+         not what an ExternalName names) until a request names the alias, which then brings \
+         its target and the alias's domains",
+    )];
+    let mut differences = Vec::new();
+    let mut total = 0;
+    let mut not_compared = 0;
+    for path in pasa_testing::yaml_files(&dir) {
+        let file = file_name(&path);
+        if !file.starts_with("sidecar-") || skipped_file(&file).is_some() {
+            continue;
+        }
+        let cases = corpus::load(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let (mut compared, mut other_ports) = (0, 0);
+        for case in &cases {
+            let (Ok(resources), Ok(proxy)) =
+                (corpus::resources(case, DOMAIN_SUFFIX), corpus::proxy(case))
+            else {
+                continue;
+            };
+            let revision = resources.iter().map(|r| r.mod_revision).max().unwrap_or(0);
+            let cache = Cache::from_resources(resources, revision);
+            let eager = Translator::new(proxy.clone())
+                .update(&cache, Generator::Envoy)
+                .expect("decodes what it encoded");
+            for (name, config) in &eager.routes {
+                if name.parse::<u16>().is_err() {
+                    continue;
+                }
+                for vh in &config.virtual_hosts {
+                    if vh.domains.iter().any(|d| d == "*") {
+                        continue;
+                    }
+                    if let Some((_, _, reason)) = NOT_COMPARED
+                        .iter()
+                        .find(|(f, v, _)| *f == file && *v == vh.name)
+                    {
+                        not_compared += 1;
+                        println!(
+                            "  not compared {file} {:?} {}: {reason}",
+                            case.name, vh.name
+                        );
+                        continue;
+                    }
+                    let Some(lookup) = vh
+                        .domains
+                        .iter()
+                        .filter_map(|d| Lookup::of(d.trim_start_matches("*."), &proxy.dns_domain))
+                        .find(|l| l.address.is_none())
+                    else {
+                        continue;
+                    };
+                    let learning = pasa_agent::model::proxy::Proxy {
+                        learned: Some(std::sync::Arc::new(lookup.hosts.into_iter().collect())),
+                        ..proxy.clone()
+                    };
+                    let lazy = Translator::new(learning).generate(&cache, Generator::Envoy);
+                    let Some(served) = lazy.routes.get(name) else {
+                        other_ports += 1;
+                        continue;
+                    };
+                    let served = RouteConfiguration::decode(served.body.value.as_slice()).unwrap();
+                    let want = VirtualHost {
+                        name: format!("{name}/{}", vh.name),
+                        ..vh.clone()
+                    };
+                    let got = lazy
+                        .virtual_hosts
+                        .get(&want.name)
+                        .map(|r| VirtualHost::decode(r.body.value.as_slice()).unwrap());
+                    let what = format!("{file} {:?} {name}/{}", case.name, vh.name);
+                    if served.vhds.is_none() || got.as_ref() != Some(&want) {
+                        differences.push(format!("{what}: the virtual host differs or is missing"));
+                        continue;
+                    }
+                    let clusters = vh.routes.iter().filter_map(|r| match &r.action {
+                        Some(route::Action::Route(a)) => a.cluster_specifier.as_ref(),
+                        _ => None,
+                    });
+                    for specifier in clusters {
+                        let names: Vec<&str> = match specifier {
+                            route_action::ClusterSpecifier::Cluster(c) => vec![c.as_str()],
+                            route_action::ClusterSpecifier::WeightedClusters(w) => {
+                                w.clusters.iter().map(|c| c.name.as_str()).collect()
+                            }
+                            _ => Vec::new(),
+                        };
+                        for cluster in names {
+                            let got = lazy
+                                .clusters
+                                .get(cluster)
+                                .map(|r| Cluster::decode(r.body.value.as_slice()).unwrap());
+                            if got.as_ref() != eager.clusters.get(cluster) {
+                                differences.push(format!("{what}: cluster {cluster} differs"));
+                            }
+                        }
+                    }
+                    compared += 1;
+                }
+            }
+        }
+        total += compared;
+        println!(
+            "{file}: {compared} virtual hosts answered as the eager scope builds them, \
+             {other_ports} on ports no learned service has"
+        );
+    }
+    for d in &differences {
+        println!("  DIFFERS {d}");
+    }
+    println!("{total} virtual hosts compared, {not_compared} not compared (see above)");
+    assert!(
+        differences.is_empty(),
+        "{} differences; see DIFFERS lines",
+        differences.len()
+    );
+    assert!(total > 50, "only {total} virtual hosts compared");
+}

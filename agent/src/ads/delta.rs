@@ -53,6 +53,9 @@ struct Stream {
     out: Out,
     types: [TypeState; TYPE_COUNT],
     next_nonce: u64,
+    /// New clusters whose load assignments must reach the client before the virtual hosts
+    /// routing to them (see [`Stream::release_virtual_hosts`]); empty when none are awaited.
+    warming: BTreeSet<String>,
 }
 
 /// Responses a client may leave unanswered per type before the oldest are forgotten.
@@ -64,6 +67,7 @@ pub(super) async fn run(conn: Connection, requests: Streaming<DeltaDiscoveryRequ
         out,
         types: Default::default(),
         next_nonce: 0,
+        warming: BTreeSet::new(),
     };
     drive(stream, requests).await;
 }
@@ -105,6 +109,10 @@ impl StreamHandler for Stream {
                             at: std::time::SystemTime::now(),
                         };
                         self.conn.status.update(kind, |s| s.nacked(nack));
+                        if kind == TypeKind::Cluster {
+                            // Its load assignments may never be asked for.
+                            self.warming.clear();
+                        }
                     } else {
                         tracing::debug!(%kind, %version, "ACK");
                         if let Some(origin) = origin {
@@ -127,14 +135,11 @@ impl StreamHandler for Stream {
             state.known = request.initial_resource_versions.into_iter().collect();
         }
         let before = subscription.clone();
-        if kind == TypeKind::VirtualHost
-            && let Some(link) = &self.conn.on_demand
-        {
+        if let Some(link) = &self.conn.on_demand {
             let asked: Vec<String> = request
                 .resource_names_subscribe
                 .iter()
-                .filter(|name| name.as_str() != "*")
-                .cloned()
+                .filter_map(|name| super::vhds::learns_from(kind, name))
                 .collect();
             if !asked.is_empty() {
                 // The learner outlives the streams; when it is gone, the agent is stopping.
@@ -166,11 +171,15 @@ impl StreamHandler for Stream {
         if !first && !changed {
             return Ok(());
         }
-        let diff = self.diff(kind, snapshot, true);
-        if first || !diff.is_empty() {
+        // A reconnecting client's first VHDS request declares virtual hosts answering names
+        // the agent may not have settled again yet: they are not removed before it has.
+        let diff = self.diff(kind, snapshot, !(first && kind == TypeKind::VirtualHost));
+        if kind == TypeKind::VirtualHost && !self.warming.is_empty() && !first {
+            // Sent once the clusters it routes to are warm (below).
+        } else if first || !diff.is_empty() {
             self.send(kind, diff, None).await?;
         }
-        Ok(())
+        self.release_virtual_hosts(snapshot).await
     }
 
     /// Pushes what changed: updates first (SDS → CDS → EDS → LDS → RDS; listener removals with
@@ -178,9 +187,16 @@ impl StreamHandler for Stream {
     async fn on_snapshot(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
         let mut rebuilt = BTreeSet::new();
         for kind in TypeKind::PUSH_ORDER {
+            if kind == TypeKind::VirtualHost && !self.warming.is_empty() {
+                continue;
+            }
             let mut diff = self.diff(kind, snapshot, !kind.defers_removal());
             match kind {
-                TypeKind::Cluster => rebuilt = self.changed_known(kind, &diff),
+                TypeKind::Cluster => {
+                    rebuilt = self.changed_known(kind, &diff);
+                    self.warming
+                        .extend(self.new_with_endpoints(snapshot, &diff));
+                }
                 TypeKind::Endpoint => self.resend_rebuilt(snapshot, &rebuilt, &mut diff),
                 _ => {}
             }
@@ -195,11 +211,54 @@ impl StreamHandler for Stream {
                 self.send(kind, diff, snapshot.origin()).await?;
             }
         }
-        Ok(())
+        self.release_virtual_hosts(snapshot).await
     }
 }
 
 impl Stream {
+    /// The clusters of `diff` new to the client that take their endpoints by EDS (the snapshot
+    /// has a load assignment of their name), for a client that asks for virtual hosts.
+    fn new_with_endpoints(&self, snapshot: &Snapshot, diff: &Diff) -> Vec<String> {
+        if self.types[TypeKind::VirtualHost.index()]
+            .subscription
+            .is_none()
+        {
+            return Vec::new();
+        }
+        let known = &self.types[TypeKind::Cluster.index()].known;
+        let endpoints = snapshot.resources(TypeKind::Endpoint);
+        diff.updated
+            .keys()
+            .filter(|name| !known.contains_key(*name) && endpoints.contains_key(*name))
+            .cloned()
+            .collect()
+    }
+
+    /// Sends the virtual hosts held back once the load assignments of the new clusters they
+    /// route to have been sent. A virtual host that arrives first sends its request to a
+    /// cluster still warming: the on-demand filter then asks for the cluster by name, and Envoy
+    /// never asks for a name it subscribed to again, even once the cluster is gone (its host
+    /// forgotten), so a later request would wait for it in vain.
+    async fn release_virtual_hosts(&mut self, snapshot: &Snapshot) -> Result<(), Closed> {
+        if self.warming.is_empty() {
+            return Ok(());
+        }
+        let sent = &self.types[TypeKind::Endpoint.index()].known;
+        let clusters = &self.types[TypeKind::Cluster.index()].known;
+        // A cluster the client no longer holds is not waited for.
+        self.warming
+            .retain(|name| clusters.contains_key(name) && !sent.contains_key(name));
+        if !self.warming.is_empty() {
+            return Ok(());
+        }
+        let diff = self.diff(TypeKind::VirtualHost, snapshot, true);
+        if diff.is_empty() {
+            return Ok(());
+        }
+        self.send(TypeKind::VirtualHost, diff, snapshot.origin())
+            .await
+    }
+
     /// The resources of `diff` the client already held in another version.
     fn changed_known(&self, kind: TypeKind, diff: &Diff) -> BTreeSet<String> {
         let known = &self.types[kind.index()].known;
@@ -301,15 +360,24 @@ impl Stream {
                 diff.aliases.insert(name.clone(), vec![name.clone()]);
             }
         }
-        // Nothing is removed while a name is being learned: what answers it may still be the
-        // virtual host the client holds (a client that reconnects declares what it holds before
-        // the agent has settled its names again).
-        let learning = subscription.names.iter().any(|name| !settled(name));
-        if with_removals && !learning {
+        if with_removals {
+            // A virtual host answering a name not settled (being learned again, or forgotten
+            // for want of use) stays: Envoy does not ask again for a name whose answer it was
+            // told is gone. Its clusters go; the first request through it asks for them
+            // (on-demand CDS), and that request brings the host back.
+            let unsettled: BTreeSet<&str> = subscription
+                .names
+                .iter()
+                .filter(|name| !settled(name))
+                .filter_map(|name| state.answered.get(name)?.rsplit_once('@'))
+                .map(|(resource, _)| resource)
+                .collect();
             diff.removed = state
                 .known
                 .keys()
-                .filter(|name| !selected.found.contains_key(*name))
+                .filter(|name| {
+                    !selected.found.contains_key(*name) && !unsettled.contains(name.as_str())
+                })
                 .cloned()
                 .collect();
         }

@@ -228,6 +228,21 @@ impl Table {
     }
 }
 
+/// What a name a client subscribes to teaches an on-demand agent, as the learner reads it
+/// (`<namespace>/<host>`): a VHDS name is one already; a cluster asked for by name (on-demand
+/// CDS, when a route names a cluster Envoy does not hold, as after its host was forgotten)
+/// names its host (`outbound|<port>|<subset>|<host>`).
+pub(super) fn learns_from(kind: TypeKind, name: &str) -> Option<String> {
+    match kind {
+        TypeKind::VirtualHost if name != "*" => Some(name.to_string()),
+        TypeKind::Cluster => {
+            let host = name.strip_prefix("outbound|")?.rsplit('|').next()?;
+            Some(format!("cds/{host}"))
+        }
+        _ => None,
+    }
+}
+
 /// What a client was told a name it asked for is: `<resource name>@<version>`, or nothing for
 /// a resource without a body ("no such host").
 pub(super) fn answer(name: &str, resource: &Resource) -> String {

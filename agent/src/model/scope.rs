@@ -153,9 +153,9 @@ impl SidecarScope {
 
     /// This scope narrowed to the hosts an on-demand proxy has learned (see
     /// [`crate::on_demand`]): each learned host under every egress host that covers it (any
-    /// namespace, without a Sidecar), and the hosts the VirtualServices then visible route to,
-    /// under the same rule, until nothing more is added (a route's destination needs its
-    /// cluster). A host the scope does not cover stays out: the proxy may not see it.
+    /// namespace, without a Sidecar), and the hosts the VirtualServices then visible route to
+    /// and the ExternalName services then visible name, under the same rule, until nothing
+    /// more is added (a route's destination needs its cluster). A host the scope does not cover stays out: the proxy may not see it.
     pub fn narrowed(
         &self,
         registry: &Registry,
@@ -182,6 +182,15 @@ impl SidecarScope {
                 ..self.clone()
             };
             let before = hosts.len();
+            // A Kubernetes ExternalName service is routed as the service it names.
+            let targets: Vec<String> = registry
+                .services()
+                .values()
+                .flatten()
+                .filter(|s| hosts.contains(&s.hostname))
+                .filter_map(|s| s.external_name.clone())
+                .collect();
+            hosts.extend(targets);
             for vs in narrowed.virtual_services(registry) {
                 hosts.extend(
                     vs.spec.destination_hosts().map(|h| {

@@ -92,6 +92,11 @@ pub struct AgentArgs {
     /// are refused, saying so.
     #[arg(long, env = "PASA_SCOPE", value_enum, default_value = "eager")]
     pub scope: Scope,
+    /// On-demand scope: how long a learned host may go unused before it is forgotten (its
+    /// routes and clusters taken from Envoy, its store subscription dropped; asked for again,
+    /// it is learned again). Envoy's use is read from its admin endpoint (`--envoy-admin`).
+    #[arg(long, env = "PASA_ON_DEMAND_IDLE", default_value = "1h", value_parser = pasa_proto::duration::parse)]
+    pub on_demand_idle: Duration,
     /// How long the store watch may bring nothing, not even the store's progress marker (sent
     /// every `--progress-interval-secs` of the store, 10 s by default), before the agent takes
     /// it as lost: it is then degraded and reconnects. Keep it at a few progress intervals.

@@ -316,6 +316,13 @@ pub fn detail(entry: &ProxyStatusEntry, answer: &ListProxyStatusResponse, now: i
     field("TYPE", proxy_type(s).into());
     field("GENERATORS", or_dash(&s.generators.join(", ")));
     field(
+        "SCOPE",
+        match s.scope.as_str() {
+            "on-demand" => format!("on-demand, {} hosts learned", s.learned_hosts),
+            scope => or_dash(scope),
+        },
+    );
+    field(
         "AGENT",
         format!(
             "version {}, admin {}",

@@ -1,7 +1,7 @@
 //! The agent's `/config_dump`, read back: for one generator, every resource it serves, as the
 //! protobuf `Any` it was sent in and decoded to its Envoy type.
 //!
-//! The document is `{"revision", "generators": {"<generator>": {"CDS"|"EDS"|"LDS"|"RDS"|"ECDS":
+//! The document is `{"revision", "generators": {"<generator>": {"CDS"|"EDS"|"LDS"|"RDS"|"ECDS"|"VHDS":
 //! [{"name", "version", "type_url", "resource": base64 of the protobuf encoding}]}}}`.
 
 use base64::Engine as _;
@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
-use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
@@ -76,14 +76,41 @@ impl Resources {
             });
         };
         let field = |kind: &str| format!("generators.{generator}.{kind}");
+        let mut routes = read(types, "RDS", &field("RDS"))?;
+        let virtual_hosts: Vec<Served<VirtualHost>> = read(types, "VHDS", &field("VHDS"))?;
+        with_virtual_hosts(&mut routes, virtual_hosts);
         Ok(Resources {
             clusters: read(types, "CDS", &field("CDS"))?,
             endpoints: read(types, "EDS", &field("EDS"))?,
             listeners: read(types, "LDS", &field("LDS"))?,
-            routes: read(types, "RDS", &field("RDS"))?,
+            routes,
             extension_configs: read(types, "ECDS", &field("ECDS"))?,
             secrets: read(types, "SDS", &field("SDS"))?,
         })
+    }
+}
+
+/// The route configurations of an on-demand proxy hold no virtual host: each is a VHDS
+/// resource of its own, `<route config>/<virtual host>`, served as the proxy asks for it (what
+/// it has learned). They are put back in their route configurations, as Envoy merges them,
+/// but for the catch-all (it answers unknown hosts one by one) and the agent's marker.
+fn with_virtual_hosts(
+    routes: &mut [Served<RouteConfiguration>],
+    virtual_hosts: Vec<Served<VirtualHost>>,
+) {
+    for vh in virtual_hosts {
+        let Some((config, _)) = vh.name.split_once('/') else {
+            continue;
+        };
+        if vh.message.domains.iter().any(|d| d == "*")
+            || vh.message.domains.iter().any(|d| d.ends_with(".invalid"))
+        {
+            continue;
+        }
+        if let Some(route) = routes.iter_mut().find(|r| r.name == config) {
+            route.message.virtual_hosts.push(vh.message);
+            route.any.value = route.message.encode_to_vec();
+        }
     }
 }
 
@@ -283,6 +310,53 @@ mod tests {
             "type_url": any.type_url,
             "resource": base64::engine::general_purpose::STANDARD.encode(&any.value),
         })
+    }
+
+    fn packed<M: Message + prost::Name + Clone>(name: &str, message: &M) -> Value {
+        let any = pack_any(message.clone());
+        json!({
+            "name": name,
+            "version": "1",
+            "type_url": any.type_url,
+            "resource": base64::engine::general_purpose::STANDARD.encode(&any.value),
+        })
+    }
+
+    /// An on-demand proxy's virtual hosts (VHDS) are shown in their route configurations, but
+    /// for the catch-all and the agent's marker.
+    #[test]
+    fn virtual_hosts_served_on_demand_are_shown_in_their_route_configurations() {
+        let config = RouteConfiguration {
+            name: "9080".into(),
+            ..Default::default()
+        };
+        let vh = |name: &str, domain: &str| VirtualHost {
+            name: name.into(),
+            domains: vec![domain.into()],
+            ..Default::default()
+        };
+        let hosts = [
+            vh("9080/reviews.default.svc.cluster.local:9080", "reviews"),
+            vh("9080/allow_any", "*"),
+            vh("9080/pasa-on-demand", "pasa-on-demand.invalid"),
+        ];
+        let doc = json!({"generators": {"envoy": {
+            "RDS": [packed("9080", &config)],
+            "VHDS": hosts.iter().map(|h| packed(&h.name, h)).collect::<Vec<_>>(),
+        }}});
+        let resources = Resources::from_dump(doc.to_string().as_bytes(), "envoy").unwrap();
+        let route = &resources.routes[0];
+        let names: Vec<&str> = route
+            .message
+            .virtual_hosts
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(names, ["9080/reviews.default.svc.cluster.local:9080"]);
+        assert_eq!(
+            RouteConfiguration::decode(route.any.value.as_slice()).unwrap(),
+            route.message
+        );
     }
 
     #[test]
