@@ -123,10 +123,15 @@ impl Learning {
                 .filter_map(|name| name.strip_prefix("cds/"))
                 .map(String::from),
         );
+        // A cluster asked for by name names its host exactly; a host as sent may stand for
+        // any name a resolver would try.
         let hosts: Vec<String> = names
             .iter()
-            .filter_map(|name| Lookup::of(asked_host(name)?, &self.dns_domain))
-            .flat_map(|lookup| lookup.hosts)
+            .filter_map(|name| match name.strip_prefix("cds/") {
+                Some(host) => Some(vec![host.to_string()]),
+                None => Lookup::of(asked_host(name)?, &self.dns_domain).map(|l| l.hosts),
+            })
+            .flatten()
             .collect();
         let before = self.learned.len();
         if self.learned.learn(hosts, SystemTime::now()) {
