@@ -123,14 +123,15 @@ pub struct Generation {
     pub hosts: std::sync::Arc<BTreeSet<String>>,
 }
 
-/// Resolves when what an on-demand proxy learned changes (never for the eager scope, `None`, or
-/// once the learner is gone).
-pub async fn changed(learned: &mut Option<tokio::sync::watch::Receiver<Generation>>) {
-    if let Some(rx) = learned {
+/// Resolves when the value `watched` follows changes: what an on-demand proxy learned, or the
+/// names it settled. Never for the eager scope (`None`), nor once the sender is gone (`watched`
+/// is then `None`).
+pub async fn changed<T>(watched: &mut Option<tokio::sync::watch::Receiver<T>>) {
+    if let Some(rx) = watched {
         if rx.changed().await.is_ok() {
             return;
         }
-        *learned = None;
+        *watched = None;
     }
     std::future::pending().await
 }

@@ -128,7 +128,8 @@ pub async fn run(
     proxy.flags.persistent_session_filter = args.persistent_session_filter;
     let metrics = Arc::new(Metrics::default());
     // An on-demand proxy starts with what it learned before (not from zero).
-    let learned = (args.scope == Scope::OnDemand).then(|| load_learned(args.cache_dir.as_deref()));
+    let on_demand = args.scope == Scope::OnDemand;
+    let learned = on_demand.then(|| load_learned(args.cache_dir.as_deref()));
     if let Some(learned) = &learned {
         proxy.learned = Some(Arc::new(learned.hosts()));
         tracing::info!(
@@ -165,7 +166,7 @@ pub async fn run(
         translated: Default::default(),
         modules: fetched.clone(),
         held: 0,
-        learned: learned.is_some().then(|| generation_rx.clone()),
+        learned: on_demand.then(|| generation_rx.clone()),
         learned_served: 0,
         published_learned: published_tx,
     };
@@ -244,7 +245,7 @@ pub async fn run(
     // The names Envoy asks for go to the learner; what it settled comes back to the streams.
     let (asks_tx, asks_rx) = tokio::sync::mpsc::unbounded_channel();
     let (settled_tx, settled_rx) = watch::channel(Arc::new(std::collections::BTreeSet::new()));
-    if learned.is_some() {
+    if on_demand {
         service = service.with_on_demand(crate::ads::OnDemandLink {
             asks: asks_tx,
             settled: settled_rx,
@@ -287,7 +288,7 @@ pub async fn run(
         link: link.clone(),
         applied: applied_rx,
         leaving: leaving_rx,
-        learned: learned.is_some().then(|| generation_rx.clone()),
+        learned: on_demand.then(|| generation_rx.clone()),
     };
     let reporter = Reporter::new(&identity, admin_addr, args.report.status_heartbeat);
     parts.spawn_infallible(
@@ -384,7 +385,7 @@ pub async fn run(
         wanted,
         link,
         complete,
-        learned: (args.scope == Scope::OnDemand).then_some(generation_rx),
+        learned: on_demand.then_some(generation_rx),
     };
     let (envoy_ended, part_ended) = match follow_changes(
         inputs,
@@ -607,13 +608,8 @@ async fn follow_changes(
                 // A Wasm module came (or did not): its ECDS resource is built again.
                 fetched.borrow_and_update();
                 if let Some(cache) = &complete {
-                    jobs.ask(Job {
-                        cache: Arc::clone(cache),
-                        wanted: wanted.borrow().clone(),
-                        received: Instant::now(),
-                        following: !is_degraded(&link.borrow()),
-                        follows_scope: false,
-                    });
+                    let following = !is_degraded(&link.borrow());
+                    jobs.ask(Job::again(cache, wanted.borrow().clone(), following, false));
                 }
             }
             changed = wanted.changed() => {
@@ -623,26 +619,15 @@ async fn follow_changes(
                 let wanted = wanted.borrow_and_update().clone();
                 if let Some(cache) = &complete {
                     let following = !is_degraded(&link.borrow());
-                    jobs.ask(Job {
-                        cache: Arc::clone(cache),
-                        wanted,
-                        received: Instant::now(),
-                        following,
-                        follows_scope: false,
-                    });
+                    jobs.ask(Job::again(cache, wanted, following, false));
                 }
             }
             () = crate::on_demand::changed(&mut learned) => {
                 // Hosts learned: the narrowed scope is translated (it widens the store
                 // subscription; the store's answer is translated and served in turn).
                 if let Some(cache) = &complete {
-                    jobs.ask(Job {
-                        cache: Arc::clone(cache),
-                        wanted: wanted.borrow().clone(),
-                        received: Instant::now(),
-                        following: !is_degraded(&link.borrow()),
-                        follows_scope: true,
-                    });
+                    let following = !is_degraded(&link.borrow());
+                    jobs.ask(Job::again(cache, wanted.borrow().clone(), following, true));
                 }
             }
             changed = link.changed() => {
@@ -652,13 +637,7 @@ async fn follow_changes(
                     // The widened scope will not come while the store is away: serve what is
                     // known rather than nothing new.
                     if degraded && let Some(cache) = &complete {
-                        jobs.ask(Job {
-                            cache: Arc::clone(cache),
-                            wanted: wanted.borrow().clone(),
-                            received: Instant::now(),
-                            following: false,
-                            follows_scope: false,
-                        });
+                        jobs.ask(Job::again(cache, wanted.borrow().clone(), false, false));
                     }
                 }
             }
@@ -689,6 +668,24 @@ struct Job {
     /// cache's revision becomes the one applied (a change of the cache; not a new generator
     /// wanted, nor the store going away).
     follows_scope: bool,
+}
+
+impl Job {
+    /// Translating `cache` again, now, for a reason other than its own change.
+    fn again(
+        cache: &Arc<Cache>,
+        wanted: std::collections::BTreeSet<Generator>,
+        following: bool,
+        follows_scope: bool,
+    ) -> Job {
+        Job {
+            cache: Arc::clone(cache),
+            wanted,
+            received: Instant::now(),
+            following,
+            follows_scope,
+        }
+    }
 }
 
 /// Starts translation on its own thread, off the async runtime: while a large scope

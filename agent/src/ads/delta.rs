@@ -171,13 +171,16 @@ impl StreamHandler for Stream {
         if !first && !changed {
             return Ok(());
         }
-        // A reconnecting client's first VHDS request declares virtual hosts answering names
-        // the agent may not have settled again yet: they are not removed before it has.
-        let diff = self.diff(kind, snapshot, !(first && kind == TypeKind::VirtualHost));
-        if kind == TypeKind::VirtualHost && !self.warming.is_empty() && !first {
-            // Sent once the clusters it routes to are warm (below).
-        } else if first || !diff.is_empty() {
-            self.send(kind, diff, None).await?;
+        // Virtual hosts wait for the clusters they route to (sent once those are warm, below).
+        let held = kind == TypeKind::VirtualHost && !first && !self.warming.is_empty();
+        if !held {
+            // A reconnecting client's first VHDS request declares virtual hosts answering
+            // names the agent may not have settled again yet: they are not removed before it
+            // has.
+            let diff = self.diff(kind, snapshot, !(first && kind == TypeKind::VirtualHost));
+            if first || !diff.is_empty() {
+                self.send(kind, diff, None).await?;
+            }
         }
         self.release_virtual_hosts(snapshot).await
     }

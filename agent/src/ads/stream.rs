@@ -92,11 +92,7 @@ pub(super) async fn drive<H: StreamHandler>(mut handler: H, mut requests: Stream
                     break;
                 }
             }
-            changed = settled(&mut on_demand), if on_demand.is_some() => {
-                if changed.is_err() {
-                    on_demand = None;
-                    continue;
-                }
+            () = crate::on_demand::changed(&mut on_demand) => {
                 // A name learned: answered from the newest snapshot (published before it was
                 // settled), even when this stream has not seen that snapshot yet.
                 if push_newest(&mut handler, &mut snapshots, &mut serving, true).await.is_err() {
@@ -128,20 +124,6 @@ async fn push_newest<H: StreamHandler>(
     }
     *current = Arc::clone(next);
     handler.on_snapshot(next).await
-}
-
-/// Resolves when the names settled change (never without an on-demand link).
-async fn settled(
-    on_demand: &mut Option<watch::Receiver<Arc<BTreeSet<String>>>>,
-) -> Result<(), watch::error::RecvError> {
-    match on_demand {
-        Some(settled) => {
-            let changed = settled.changed().await;
-            settled.borrow_and_update();
-            changed
-        }
-        None => std::future::pending().await,
-    }
 }
 
 /// Waits until a snapshot for `generator` is published; `None` when the server shuts down (or

@@ -92,13 +92,12 @@ pub(super) fn outbound(view: &View<'_>, out: &mut Built) {
         // `virtualOutbound`'s HTTP chain of an on-demand proxy: only the catch-all, for hosts
         // nothing else matches (see `translate::lazy`). Ports are in its hosts' domains.
         let options = view.hcm(hcm::Class::SidecarOutbound);
-        let config = RouteConfiguration {
-            name: names::ON_DEMAND_ROUTE.into(),
-            virtual_hosts: vec![catch_all(view.scope.outbound_policy, options)],
-            validate_clusters: Some(BoolValue { value: false }),
-            max_direct_response_body_size_bytes: route::max_direct_response_body(),
-            ..Default::default()
-        };
+        let config = catch_all_config(
+            names::ON_DEMAND_ROUTE,
+            view.scope.outbound_policy,
+            options,
+            false,
+        );
         out.routes.insert(config.name.clone(), config);
     }
     out.listeners.insert(
@@ -144,6 +143,23 @@ fn catch_all(policy: OutboundPolicy, options: &hcm::Options) -> VirtualHost {
     )
 }
 
+/// A route configuration `name` holding only the catch-all of `policy`.
+fn catch_all_config(
+    name: &str,
+    policy: OutboundPolicy,
+    options: &hcm::Options,
+    ignore_port_in_host_matching: bool,
+) -> RouteConfiguration {
+    RouteConfiguration {
+        name: name.into(),
+        virtual_hosts: vec![catch_all(policy, options)],
+        validate_clusters: Some(BoolValue { value: false }),
+        ignore_port_in_host_matching,
+        max_direct_response_body_size_bytes: route::max_direct_response_body(),
+        ..Default::default()
+    }
+}
+
 /// Everything to `cluster`, without timeout or retries.
 fn passthrough_action(cluster: &str, options: &hcm::Options) -> Action {
     let mut action = route::default_route(cluster)
@@ -187,14 +203,12 @@ fn virtual_outbound(policy: OutboundPolicy, options: &hcm::Options, on_demand: b
         } else {
             filters::http_connection_manager(
                 "outbound_virtualOutbound_allow_any_dynamic_dns",
-                Routes::Inline(Box::new(RouteConfiguration {
-                    name: names::ALLOW_ANY_DYNAMIC_DNS.into(),
-                    virtual_hosts: vec![catch_all(policy, options)],
-                    validate_clusters: Some(BoolValue { value: false }),
-                    ignore_port_in_host_matching: true,
-                    max_direct_response_body_size_bytes: route::max_direct_response_body(),
-                    ..Default::default()
-                })),
+                Routes::Inline(Box::new(catch_all_config(
+                    names::ALLOW_ANY_DYNAMIC_DNS,
+                    policy,
+                    options,
+                    true,
+                ))),
             )
         };
         options.apply(&mut hcm);
