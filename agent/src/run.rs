@@ -791,6 +791,16 @@ impl Serving {
                 self.learned_served = generation.number;
                 // Every generator is translated again, whatever cache it was translated from.
                 self.translated.clear();
+                // Hosts just learned widen the subscription: until the store has answered it,
+                // a translation would be held (below), and costs as much as the whole learned
+                // scope does. The scope alone says whether the cache answers.
+                if following && self.held < MAX_HELD {
+                    let needs = self.translator.subscription_over(cache);
+                    if !cache.answers(&needs) {
+                        self.held += 1;
+                        return needs;
+                    }
+                }
             }
         }
         // Read before translating: a module that comes meanwhile brings another translation.

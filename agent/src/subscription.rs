@@ -8,7 +8,7 @@
 //! destinations. Each store change that alters the view alters the subscription, and the store
 //! then adds or removes what entered or left it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use pasa_istio::node::ProxyType;
@@ -96,15 +96,25 @@ pub fn subscription_in<'a>(
             Kind::VirtualService,
         ])
     };
+    // The egress hosts, one rule per namespace they name: a rule takes a list of hosts, and
+    // the store bounds the rules of a subscription (an on-demand proxy learns hundreds of
+    // hosts, a Sidecar may list as many).
+    let mut egress_hosts: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for egress in &scope.egress {
+        egress_hosts
+            .entry(egress.namespace.as_str())
+            .or_default()
+            .insert(egress.host.as_str());
+    }
+    for (namespace, hosts) in egress_hosts {
         rules.push(Rule {
             kinds: service_kinds(),
-            namespaces: if egress.namespace == "*" {
+            namespaces: if namespace == "*" {
                 Vec::new()
             } else {
-                vec![egress.namespace.clone()]
+                vec![namespace.to_string()]
             },
-            hosts: vec![egress.host.clone()],
+            hosts: hosts.into_iter().map(str::to_string).collect(),
             ..Default::default()
         });
     }
@@ -138,10 +148,16 @@ pub fn subscription_in<'a>(
             .filter(|s| whole.contains(s.namespace.as_str()))
             .map(|s| s.hostname.clone()),
     );
-    // Destinations of visible VirtualServices, so their clusters can be built.
+    // Destinations of visible VirtualServices, so their clusters can be built; not those an
+    // egress host already asks for in every namespace (an on-demand proxy's learned hosts, whose
+    // routes mostly lead to themselves: the subscription then does not change, and the store
+    // is not asked again, when their VirtualServices arrive).
     let mut destinations = BTreeSet::new();
     for vs in virtual_services {
         add_destinations(proxy, vs, &mut destinations);
+    }
+    for e in scope.egress.iter().filter(|e| e.namespace == "*") {
+        destinations.remove(&e.host);
     }
     if !destinations.is_empty() {
         rules.push(Rule {

@@ -263,6 +263,14 @@ impl Translator {
         self.subscription.clone()
     }
 
+    /// The store subscription this proxy needs over `cache`, worked out from its scope alone,
+    /// without translating: whether the cache answers a scope just widened is known before a
+    /// translation for it is worth its cost.
+    pub fn subscription_over(&mut self, cache: &Cache) -> pasa_proto::store::v1::Subscription {
+        self.registry.update(cache, &self.proxy.mesh.domain_suffix);
+        crate::subscription::subscription_of(&self.proxy, &self.registry)
+    }
+
     /// What the last [`Translator::generate`] built again.
     pub fn rebuilt(&self) -> Rebuilt {
         self.rebuilt

@@ -165,7 +165,7 @@ pub(crate) fn clock_ticks() -> f64 {
 }
 
 /// The child's pid in the namespace (Envoy), if there is exactly one.
-fn netns_pid(netns: &str) -> Option<u32> {
+pub(crate) fn netns_pid(netns: &str) -> Option<u32> {
     let out = Command::new("ip")
         .args(["netns", "pids", netns])
         .output()
@@ -217,10 +217,10 @@ pub(crate) fn agent_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
         })
 }
 
-fn start(args: &AgentArgs, store: &str) -> anyhow::Result<(Running, String)> {
-    let agent_binary = agent_binary(args.agent.as_deref())?;
-    let dir = tempfile::tempdir()?;
-    let certs = dir.path().join("certs");
+/// A self-signed workload certificate for `spiffe` in `dir/certs` (key, chain and root, as the
+/// agent's `--cert-dir` reads them); returns that directory.
+pub(crate) fn workload_certs(dir: &Path, spiffe: &str) -> anyhow::Result<PathBuf> {
+    let certs = dir.join("certs");
     std::fs::create_dir_all(&certs)?;
     let made = Command::new("openssl")
         .args([
@@ -233,10 +233,8 @@ fn start(args: &AgentArgs, store: &str) -> anyhow::Result<(Running, String)> {
             "-nodes",
         ])
         .args(["-subj", "/O=bench", "-days", "1"])
-        .args([
-            "-addext",
-            "subjectAltName=URI:spiffe://cluster.local/ns/ns-0/sa/bench",
-        ])
+        .arg("-addext")
+        .arg(format!("subjectAltName=URI:{spiffe}"))
         .arg("-keyout")
         .arg(certs.join("key.pem"))
         .arg("-out")
@@ -249,6 +247,29 @@ fn start(args: &AgentArgs, store: &str) -> anyhow::Result<(Running, String)> {
         "openssl could not make the workload certificate"
     );
     std::fs::copy(certs.join("cert-chain.pem"), certs.join("root-cert.pem"))?;
+    Ok(certs)
+}
+
+/// A script in `dir` running `envoy` in the network namespace `netns`, for the agent's
+/// `--envoy`.
+pub(crate) fn envoy_in_netns(dir: &Path, envoy: &Path, netns: &str) -> anyhow::Result<PathBuf> {
+    let wrapper = dir.join("envoy");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec ip netns exec {netns} {} \"$@\"\n",
+            envoy.display()
+        ),
+    )?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))?;
+    Ok(wrapper)
+}
+
+fn start(args: &AgentArgs, store: &str) -> anyhow::Result<(Running, String)> {
+    let agent_binary = agent_binary(args.agent.as_deref())?;
+    let dir = tempfile::tempdir()?;
+    let certs = workload_certs(dir.path(), "spiffe://cluster.local/ns/ns-0/sa/bench")?;
     let envoy = which(&args.envoy)?;
     // Envoy in a namespace of its own when possible, through a wrapper `--envoy` runs.
     let netns = format!("pasa-bench-{}", std::process::id());
@@ -260,17 +281,7 @@ fn start(args: &AgentArgs, store: &str) -> anyhow::Result<(Running, String)> {
         let _ = Command::new("ip")
             .args(["netns", "exec", &netns, "ip", "link", "set", "lo", "up"])
             .status();
-        let wrapper = dir.path().join("envoy");
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\nexec ip netns exec {netns} {} \"$@\"\n",
-                envoy.display()
-            ),
-        )?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))?;
-        wrapper
+        envoy_in_netns(dir.path(), &envoy, &netns)?
     } else {
         envoy
     };
@@ -313,7 +324,7 @@ fn start(args: &AgentArgs, store: &str) -> anyhow::Result<(Running, String)> {
     ))
 }
 
-fn which(binary: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn which(binary: &Path) -> anyhow::Result<PathBuf> {
     if binary.components().count() > 1 {
         return Ok(binary.to_path_buf());
     }
@@ -329,7 +340,7 @@ fn which(binary: &Path) -> anyhow::Result<PathBuf> {
         })
 }
 
-async fn ready(admin: &str, deadline: Duration) -> anyhow::Result<Duration> {
+pub(crate) async fn ready(admin: &str, deadline: Duration) -> anyhow::Result<Duration> {
     let started = Instant::now();
     loop {
         let answer = async {

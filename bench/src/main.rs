@@ -52,6 +52,9 @@ enum Command {
     /// One agent's translations timed in a process of its own (what `seed` runs for A1).
     #[command(hide = true)]
     TranslateScope(seed::single::ScopeArgs),
+    /// The application `seed`'s O1 runs beside an Envoy: calls each service it is given.
+    #[command(hide = true)]
+    ProbeCalls(seed::on_demand::ProbeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -65,6 +68,7 @@ fn main() -> anyhow::Result<()> {
         Command::KubeSync(args) => kube_sync::run(&args)?,
         Command::FakeTikv(args) => fake_tikv::run(&args)?,
         Command::TranslateScope(args) => seed::single::translate_scope(&args)?,
+        Command::ProbeCalls(args) => seed::on_demand::probe_calls(&args)?,
     };
     println!("{summary}");
     Ok(())

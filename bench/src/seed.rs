@@ -34,7 +34,9 @@ mod agents;
 mod baselines;
 mod churn;
 pub mod mesh;
+pub mod on_demand;
 mod report;
+mod scopes;
 pub mod single;
 mod subscribers;
 mod subscriptions;
@@ -57,6 +59,7 @@ use tokio::sync::{Semaphore, watch};
 use crate::clusters::{ClusterArgs, Topology};
 use crate::stats::{cdf, peak_rss_mib, percentile, reset_peak_rss, round2, rss_mib};
 use mesh::{Mesh, Shape};
+use pasa_agent::run::Scope;
 use subscribers::{Progress, Seen, Subscriber, subscribe};
 use subscriptions::{Subscriptions, derive_subscriptions, identity_of, proxy_of};
 
@@ -87,6 +90,20 @@ pub struct SeedArgs {
     /// Seed of the generated mesh.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Writes no Sidecar resources, as most meshes: every proxy's eager scope is then the whole
+    /// mesh (see `--scope`).
+    #[arg(long)]
+    pub no_sidecars: bool,
+    /// The scope the subscribers take: `eager`, every service the proxy may see (its Sidecar's,
+    /// else the whole mesh); `on-demand`, what its workload calls, as an on-demand agent holds
+    /// it once the application has called each. The other scope's figures are worked out
+    /// beside (see `seed/scopes.rs`). Real agents run on demand in O1, not in S4 and A1.
+    #[arg(long, value_enum, default_value = "eager")]
+    pub scope: Scope,
+    /// O1: sampled workloads whose real agent and real Envoy run in each scope, their
+    /// application calling what it calls (0 skips O1) [default: 3 with --no-sidecars, else 0].
+    #[arg(long)]
+    pub envoys: Option<usize>,
     #[command(flatten)]
     pub clusters: ClusterArgs,
     /// S3: endpoint changes per second while churning.
@@ -108,9 +125,12 @@ pub struct SeedArgs {
     /// translate again by hand (`translate-scope`) or to start an agent on (`--cache-dir`).
     #[arg(long)]
     pub keep_scope: Option<PathBuf>,
-    /// The agent binary for S4 [default: pasa-agent beside pasa-bench].
+    /// The agent binary for S4, A1 and O1 [default: pasa-agent beside pasa-bench].
     #[arg(long)]
     pub agent_binary: Option<PathBuf>,
+    /// Envoy's binary, for O1 [default: envoy on PATH].
+    #[arg(long, default_value = "envoy")]
+    pub envoy: PathBuf,
     /// Subscribers receiving their initial snapshot at the same time, at most (as many agents
     /// connecting at once).
     #[arg(long, default_value_t = 2048)]
@@ -191,6 +211,7 @@ async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value>
         virtual_services: args.virtual_services,
         seed: args.seed,
         topology,
+        sidecars: !args.no_sidecars,
     });
     // What the load writes: the documents' JSON.
     let loaded_bytes: usize = mesh.objects.iter().map(|o| manifest(o).json.len()).sum();
@@ -241,8 +262,13 @@ async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value>
     // Each agent derives its own subscription on its own pod, in parallel with the others:
     // the harness derives one per workload here, outside the measured time.
     let deriving = Instant::now();
-    let subscriptions = derive_subscriptions(&store, &mesh).await?;
+    let other = match args.scope {
+        Scope::Eager => Scope::OnDemand,
+        Scope::OnDemand => Scope::Eager,
+    };
+    let subscriptions = derive_subscriptions(&store, &mesh, args.scope).await?;
     let derived = deriving.elapsed();
+    let other_subscriptions = derive_subscriptions(&store, &mesh, other).await?;
     println!(
         "S1: {} subscriptions ({} distinct) derived by the agent's scope code in {:.1}s ({:.2} ms \
          each, as each agent derives its own; not counted in S1)",
@@ -312,6 +338,13 @@ async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value>
             )
         })
         .collect();
+    let scope_figures = scopes::compare(
+        &store,
+        &mesh,
+        &[(args.scope, &subscriptions), (other, &other_subscriptions)],
+        &rules,
+    )
+    .await?;
     let s2 = batch(
         &store,
         &subscribers,
@@ -345,16 +378,18 @@ async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value>
     };
     let s3 = churn::run(&store, &mesh, &subscribers, &progress, churn_shape).await?;
 
-    // S4 and A1: real agents, on the store's own gRPC server.
-    let (s4, a1) = if args.agents > 0 {
+    // S4, A1 and O1: real agents, on the store's own gRPC server.
+    let s4_a1 = args.scope == Scope::Eager && args.agents > 0;
+    let envoys = args.envoys.unwrap_or(if args.no_sidecars { 3 } else { 0 });
+    let (s4, a1, o1) = if s4_a1 || envoys > 0 {
         let binary = crate::agent::agent_binary(args.agent_binary.as_deref())?;
         let served = agents::Served::start(&store).await?;
-        let s4 = agents::run(&mesh, args.agents, &binary, &served.addr).await;
-        let a1 = match &s4 {
-            Ok(_) => {
+        let measured = async {
+            let (s4, a1) = if s4_a1 {
+                let s4 = agents::run(&mesh, args.agents, &binary, &served.addr).await?;
                 let idle = Duration::from_secs(args.idle_secs);
                 let keep = args.keep_scope.as_deref();
-                single::run(
+                let a1 = single::run(
                     &store,
                     &mesh,
                     &subscriptions,
@@ -363,16 +398,34 @@ async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value>
                     idle,
                     keep,
                 )
-                .await
-                .map(Some)
-            }
-            Err(_) => Ok(None),
-        };
+                .await?;
+                (s4, Some(a1))
+            } else {
+                println!("S4, A1: skipped (--agents 0, or --scope on-demand: O1 runs both scopes)");
+                (Value::Null, None)
+            };
+            let o1 = if envoys > 0 {
+                // O1 needs root, iptables and Envoy: without them, the rest of the run stands.
+                let o1 = match crate::agent::which(&args.envoy) {
+                    Ok(envoy) => on_demand::run(&mesh, envoys, &binary, &envoy, &served.addr).await,
+                    Err(e) => Err(e),
+                };
+                o1.unwrap_or_else(|e| {
+                    println!("O1: not measured: {e:#}");
+                    json!({"error": format!("{e:#}")})
+                })
+            } else {
+                println!("O1: skipped (--envoys 0)");
+                Value::Null
+            };
+            anyhow::Ok((s4, a1, o1))
+        }
+        .await;
         served.stop().await?;
-        (s4?, a1?)
+        measured?
     } else {
-        println!("S4, A1: skipped (--agents 0)");
-        (Value::Null, None)
+        println!("S4, A1, O1: skipped (--agents 0 --envoys 0)");
+        (Value::Null, None, Value::Null)
     };
     let (a1, a1_translation) = a1.unzip();
 
@@ -477,12 +530,19 @@ async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value>
              translate the change = {total:.0} ms"
         );
     }
-    let affected = s2_figures["affected"].as_u64().unwrap_or(0);
+    // A central control plane serves the eager scope: its proxies and their S2 batch.
+    let (eager, affected) = match args.scope {
+        Scope::Eager => (&subscriptions, s2_figures["affected"].as_u64()),
+        Scope::OnDemand => (
+            &other_subscriptions,
+            scope_figures["eager"]["s2_woken"].as_u64(),
+        ),
+    };
     let baseline_b = baselines::central_push(
         &store,
         &mesh,
-        &subscriptions,
-        (affected, completion, args.seed),
+        eager,
+        (affected.unwrap_or(0), completion, args.seed),
     )
     .await?;
     background.abort();
@@ -493,6 +553,8 @@ async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value>
         "parameters": {"services": args.services, "pods": args.pods,
                        "virtual_services": args.virtual_services, "batch": args.batch,
                        "seed": args.seed, "connecting": args.connecting,
+                       "sidecars": !args.no_sidecars, "scope": scopes::name(args.scope),
+                       "envoys": envoys,
                        "clusters": topology.clusters(), "networks": topology.networks(),
                        "churn_rate": args.churn_rate, "churn_secs": args.churn_secs,
                        "burst": args.burst, "agents": args.agents,
@@ -515,9 +577,11 @@ async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value>
                "goal": {"total_s": 60, "peak_rss_mib": 2048}},
         "s2": with_goal(s2_figures, json!({"max_ms": 2000, "wrong": 0, "missed": 0})),
         "s2_push_completion": composed,
+        "scopes": scope_figures,
         "s3": s3_figures,
         "s4": s4,
         "a1": a1,
+        "o1": o1,
         "baselines": {"brute_force": baseline_a, "central_push": baseline_b,
                       "quoted": baselines::quoted()},
         "s5": with_goal(s5_figures, json!({"max_ms": 10_000, "wrong": 0, "missed": 0})),
@@ -778,8 +842,10 @@ fn machine() -> Value {
 mod tests {
     use super::*;
 
-    /// The smoke run of a mesh of three clusters on two networks: every change reaches exactly
-    /// its subscribers, and the churn rewrites endpoints of every cluster.
+    /// The smoke run of a mesh of three clusters on two networks without Sidecars, its
+    /// subscribers on demand: every change reaches exactly its subscribers, the churn rewrites
+    /// endpoints of every cluster, and the scopes' figures worked out beside are what the
+    /// subscribers of the scope measured.
     #[test]
     fn a_multicluster_seed_run_delivers_every_change_to_exactly_its_subscribers() {
         let dir = tempfile::tempdir().unwrap();
@@ -789,6 +855,10 @@ mod tests {
             virtual_services: 3,
             batch: 10,
             seed: 1,
+            no_sidecars: true,
+            scope: Scope::OnDemand,
+            envoys: None,
+            envoy: "envoy".into(),
             clusters: ClusterArgs {
                 clusters: 3,
                 networks: 2,
@@ -806,10 +876,10 @@ mod tests {
             html: None,
         };
         let summary = run(&args).expect("the seed runs");
-        // Per service 3 ServiceEndpoints (one per cluster), 2 DestinationRules, 3
-        // VirtualServices and a Sidecar; the ingress Gateway, the mesh's own 2 services and 3
-        // network gateways.
-        assert_eq!(summary["mesh"]["objects"], 30 * 9 + 1 + 2 + 3);
+        // Per service 3 ServiceEndpoints (one per cluster), 2 DestinationRules and 3
+        // VirtualServices; the ingress Gateway, the mesh's own 2 services and 3 network
+        // gateways.
+        assert_eq!(summary["mesh"]["objects"], 30 * 8 + 1 + 2 + 3);
         assert_eq!(summary["mesh"]["subscriptions"], 90);
         for scenario in ["s2", "s3", "s5"] {
             for figure in ["wrong", "missed", "duplicates", "watches_ended"] {
@@ -824,6 +894,25 @@ mod tests {
             snapshot["max"].as_f64() >= snapshot["p50"].as_f64(),
             "{snapshot}"
         );
+        let (lazy, eager) = (&summary["scopes"]["on-demand"], &summary["scopes"]["eager"]);
+        assert_eq!(lazy["snapshot_objects"], *snapshot, "{lazy}");
+        assert_eq!(
+            lazy["snapshot_objects_total"],
+            summary["s1"]["snapshot_objects"]
+        );
+        assert_eq!(lazy["s2_deliveries"], summary["s2"]["delivered"]);
+        assert_eq!(lazy["s2_woken"], summary["s2"]["affected"]);
+        // Without Sidecars the eager scope is the whole mesh: each of the 306 objects, but
+        // the consumers' overrides exported to one namespace, to every pod.
+        assert!(
+            eager["snapshot_objects"]["p50"].as_f64() > Some(30.0 * 6.0),
+            "{eager}"
+        );
+        assert_eq!(eager["s2_woken"], 300, "{eager}");
+        let share = summary["scopes"]["on_demand_over_eager"]["snapshot_objects_mean"]
+            .as_f64()
+            .unwrap();
+        assert!(share > 0.0 && share < 0.8, "{share}");
     }
 
     /// The smoke run: the report's shape, and the oracle's verdict (not timings).
@@ -851,6 +940,10 @@ mod tests {
             virtual_services: 3,
             batch: 10,
             seed: 1,
+            no_sidecars: false,
+            scope: Scope::Eager,
+            envoys: None,
+            envoy: "envoy".into(),
             clusters: ClusterArgs::default(),
             churn_rate: 40,
             churn_secs: 1,

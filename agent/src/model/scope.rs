@@ -62,12 +62,41 @@ pub struct SidecarScope {
     /// The Sidecar resource that applies, if any.
     pub sidecar: Option<Arc<Config<Sidecar>>>,
     /// Egress hosts of the catch-all egress listener (`*/*` without a Sidecar).
-    pub egress: Vec<EgressHost>,
+    pub(crate) egress: Vec<EgressHost>,
+    /// [`SidecarScope::egress`] indexed: an on-demand proxy's scope has an egress host per
+    /// learned host, hundreds, which every service is checked against.
+    egress_index: EgressIndex,
     pub outbound_policy: OutboundPolicy,
     config_namespace: String,
     root_namespace: String,
     /// The mesh's DNS suffix, to resolve short hosts as istiod does before matching them.
     domain_suffix: String,
+}
+
+/// Egress hosts for [`SidecarScope::in_egress`]: the namespaces of each that is no wildcard,
+/// and the wildcards.
+#[derive(Debug, Clone, Default)]
+struct EgressIndex {
+    exact: FxHashMap<String, Vec<String>>,
+    wildcards: Vec<EgressHost>,
+}
+
+impl EgressIndex {
+    fn of(egress: &[EgressHost]) -> EgressIndex {
+        let mut index = EgressIndex::default();
+        for e in egress {
+            if e.host.starts_with('*') {
+                index.wildcards.push(e.clone());
+            } else {
+                index
+                    .exact
+                    .entry(e.host.clone())
+                    .or_default()
+                    .push(e.namespace.clone());
+            }
+        }
+        index
+    }
 }
 
 impl SidecarScope {
@@ -143,6 +172,7 @@ impl SidecarScope {
             .unwrap_or(proxy.mesh.outbound_policy);
         SidecarScope {
             sidecar,
+            egress_index: EgressIndex::of(&egress),
             egress,
             outbound_policy,
             config_namespace: ns.clone(),
@@ -178,6 +208,7 @@ impl SidecarScope {
             egress.sort();
             egress.dedup();
             let narrowed = SidecarScope {
+                egress_index: EgressIndex::of(&egress),
                 egress,
                 ..self.clone()
             };
@@ -211,8 +242,21 @@ impl SidecarScope {
             .any(|e| e.namespace == "*" && e.host == "*")
     }
 
+    /// [`EgressHost::covers`] by any egress host: a host that is no wildcard is looked up among
+    /// the egress hosts that are none either, and checked against the wildcards.
     fn in_egress(&self, namespace: &str, hostname: &str) -> bool {
-        self.egress.iter().any(|e| e.covers(namespace, hostname))
+        if hostname.starts_with('*') {
+            return self.egress.iter().any(|e| e.covers(namespace, hostname));
+        }
+        let index = &self.egress_index;
+        index
+            .exact
+            .get(hostname)
+            .is_some_and(|namespaces| namespaces.iter().any(|n| n == "*" || n == namespace))
+            || index
+                .wildcards
+                .iter()
+                .any(|e| e.covers(namespace, hostname))
     }
 
     /// The services this proxy sees, one per host: a Kubernetes service before ServiceEntries,

@@ -347,3 +347,55 @@ fn an_on_demand_sidecar_asks_for_what_it_learned_and_nothing_else() {
     let scope = SidecarScope::of(&learning(&[REVIEWS]), &registry);
     assert!(scope.services(&registry).is_empty(), "{:?}", scope.egress);
 }
+
+/// A proxy that learned thousands of hosts (an aggregator calling hundreds of services, each
+/// spelling learning the names a resolver would try) subscribes with a few rules the store
+/// accepts, its hosts in lists: the store refuses a subscription of more than
+/// `MAX_RULES` rules, and the proxy's scope would stop widening.
+#[test]
+fn learned_hosts_are_asked_for_in_lists_within_the_stores_bounds() {
+    let proxy = crate::testing::sidecar("10.0.0.9");
+    let hosts: Vec<String> = (0..3000)
+        .map(|i| format!("svc-{i}.ns-{}.svc.cluster.local", i % 100))
+        .collect();
+    let services: Vec<Resource> = hosts
+        .iter()
+        .take(300)
+        .enumerate()
+        .map(|(i, h)| {
+            let (name, rest) = h.split_once('.').unwrap();
+            let namespace = rest.split('.').next().unwrap();
+            resource(
+                "ServiceEndpoints",
+                namespace,
+                name,
+                json!({"addresses": [format!("10.96.{}.{}", i / 256, i % 256)],
+                       "ports": [{"name": "http", "port": 80}]}),
+                i as u64 + 1,
+            )
+        })
+        .collect();
+    let mut registry = Registry::default();
+    registry.update(&Cache::from_resources(services, 1000), "cluster.local");
+    let learned = Proxy {
+        learned: Some(Arc::new(hosts.iter().cloned().collect())),
+        ..proxy
+    };
+    let subscription = subscription_of(&learned, &registry);
+    assert!(
+        subscription.rules.len() < 20,
+        "{}",
+        subscription.rules.len()
+    );
+    pasa_store::selector::Selector::from_pb(&subscription)
+        .expect("the store takes the subscription");
+    // Every learned host is still asked for: its service, routes and rules.
+    for host in &hosts {
+        for kind in ["ServiceEndpoints", "VirtualService", "DestinationRule"] {
+            assert!(
+                rule_with(&subscription.rules, kind, |r| r.hosts.contains(host)),
+                "{kind} of {host}"
+            );
+        }
+    }
+}

@@ -78,13 +78,15 @@ impl Fleet {
             let node_id = pod.node_id(&w.namespace);
             let log_path = home.join("agent.log");
             let cache_dir = (cache == Cache::PerAgent).then(|| home.join("cache"));
-            let child = spawn_agent(
+            let child = agent_command(
                 binary,
                 server,
                 &identity_of(topology, w, pod),
                 (&uds, admin, cache_dir.as_deref()),
                 &log_path,
-            )?;
+            )?
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
             let state = Arc::new(Mutex::new(RouteState::default()));
             let node = Node {
                 id: node_id,
@@ -141,16 +143,16 @@ impl Drop for Fleet {
     }
 }
 
-/// Starts a real agent of `identity` (a pod's: see `identity_of`), following `server`, serving
-/// ADS on `uds` and its admin endpoint on `admin`, saving its cache in `cache_dir` if given,
-/// logging to `log`, with malloc set as deployed.
-pub fn spawn_agent(
+/// The command starting a real agent of `identity` (a pod's: see `identity_of`), following
+/// `server`, serving ADS on `uds` and its admin endpoint on `admin`, saving its cache in
+/// `cache_dir` if given, logging to `log`, with malloc set as deployed.
+pub fn agent_command(
     binary: &Path,
     server: &str,
     identity: &IdentityArgs,
     (uds, admin, cache_dir): (&Path, SocketAddr, Option<&Path>),
     log: &Path,
-) -> anyhow::Result<Child> {
+) -> anyhow::Result<Command> {
     let log = std::fs::File::create(log)?;
     let mut command = Command::new(binary);
     if let Some(dir) = cache_dir {
@@ -175,9 +177,8 @@ pub fn spawn_agent(
         .env("MALLOC_ARENA_MAX", crate::agent::malloc_arena_max())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))
+        .stderr(log);
+    Ok(command)
 }
 
 /// Loopback ports nobody listens on, one per agent, for their admin endpoints.

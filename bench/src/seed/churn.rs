@@ -345,6 +345,7 @@ mod tests {
                     networks: 1,
                 })
                 .unwrap(),
+                sidecars: true,
             })
         };
         let three = mesh(3);

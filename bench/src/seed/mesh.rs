@@ -55,6 +55,9 @@ pub struct Shape {
     pub seed: u64,
     /// The clusters and networks the pods are spread over.
     pub topology: Topology,
+    /// One Sidecar per workload (its egress hosts are what it calls); without them every proxy's
+    /// scope is the whole mesh, as in most meshes, unless the proxy learns it on demand.
+    pub sidecars: bool,
 }
 
 /// One service and its pods.
@@ -104,6 +107,12 @@ fn namespace(i: usize) -> String {
 /// An address of a /8 from a number: `10.<base + n / 65536>.<n / 256 % 256>.<n % 256>`.
 fn address(base: usize, n: usize) -> String {
     format!("10.{}.{}.{}", base + n / 65536, n / 256 % 256, n % 256)
+}
+
+/// The address of service `i` in cluster `c`: each cluster gives its services addresses of its
+/// own, in `10.96.0.0/16` for the first.
+pub fn service_address(i: usize, c: usize) -> String {
+    address(if c == 0 { 96 } else { 100 + c }, i)
 }
 
 fn object(kind: Kind, namespace: &str, name: &str, spec: Value) -> Resource {
@@ -210,7 +219,9 @@ impl Mesh {
         for (i, w) in workloads.iter().enumerate() {
             objects.extend(service_endpoints(i, w, &topology, &mut rng));
             objects.push(owner_rule(w, &mut rng));
-            objects.push(sidecar(w, &workloads));
+            if shape.sidecars {
+                objects.push(sidecar(w, &workloads));
+            }
             // A consumer of the service, in another namespace when there is one.
             let callers = || {
                 workloads
@@ -313,10 +324,8 @@ fn service_endpoints(
         .into_iter()
         .enumerate()
         .map(|(c, endpoints)| {
-            // Each cluster gives the service addresses of its own.
-            let base = if c == 0 { 96 } else { 100 + c };
-            let mut spec =
-                json!({"addresses": [address(base, i)], "ports": ports, "endpoints": endpoints});
+            let mut spec = json!({"addresses": [service_address(i, c)], "ports": ports,
+                                  "endpoints": endpoints});
             topology.place(&mut spec, &w.app, c);
             object(
                 Kind::ServiceEndpoints,
@@ -444,6 +453,7 @@ mod tests {
             virtual_services: 3,
             seed: 7,
             topology: Topology::default(),
+            sidecars: true,
         })
     }
 
@@ -497,6 +507,7 @@ mod tests {
                 networks: 2,
             })
             .unwrap(),
+            sidecars: true,
         })
     }
 

@@ -275,8 +275,8 @@ fn translate_apart(
 }
 
 /// This program, when it is `pasa-bench` (not a test harness, which cannot run
-/// `translate-scope`).
-fn this_program() -> Option<std::path::PathBuf> {
+/// `translate-scope` or `probe-calls`).
+pub(super) fn this_program() -> Option<std::path::PathBuf> {
     std::env::current_exe()
         .ok()
         .filter(|exe| exe.file_stem().is_some_and(|stem| stem == "pasa-bench"))

@@ -10,6 +10,7 @@ use pasa_agent::cache::Cache;
 use pasa_agent::identity::IdentityArgs;
 use pasa_agent::model::proxy::Proxy;
 use pasa_agent::model::registry::Registry;
+use pasa_agent::run::Scope;
 use pasa_proto::store::v1::Subscription;
 use pasa_store::Store;
 use pasa_store::selector::Selector;
@@ -34,6 +35,22 @@ pub fn identity_of(topology: &Topology, w: &mesh::Workload, pod: &mesh::Pod) -> 
 pub fn proxy_of(topology: &Topology, w: &mesh::Workload, pod: &mesh::Pod) -> anyhow::Result<Proxy> {
     let identity = identity_of(topology, w, pod).resolve()?;
     Ok(Proxy::from_identity(&identity, Default::default()))
+}
+
+/// The proxy of `pod` under `scope`: on demand, it has learned the hosts its workload calls,
+/// as its agent learns them once the application has called each (see `docs/on-demand.md`).
+pub fn scoped_proxy_of(
+    mesh: &Mesh,
+    w: &mesh::Workload,
+    pod: &mesh::Pod,
+    scope: Scope,
+) -> anyhow::Result<Proxy> {
+    let mut proxy = proxy_of(&mesh.topology, w, pod)?;
+    if scope == Scope::OnDemand {
+        let called = w.calls.iter().map(|&j| mesh.workloads[j].host.clone());
+        proxy.learned = Some(Arc::new(called.collect()));
+    }
+    Ok(proxy)
 }
 
 /// Each proxy's subscription, as its agent derives it, by workload and cluster: the pods of a
@@ -65,9 +82,13 @@ impl Subscriptions {
     }
 }
 
-/// Each workload's subscriptions, as its pods' agents derive them, from what the store holds
-/// (see [`derive_from`]).
-pub async fn derive_subscriptions(store: &Store, mesh: &Mesh) -> anyhow::Result<Subscriptions> {
+/// Each workload's subscriptions under `scope`, as its pods' agents derive them, from what the
+/// store holds (see [`derive_from`]).
+pub async fn derive_subscriptions(
+    store: &Store,
+    mesh: &Mesh,
+    scope: Scope,
+) -> anyhow::Result<Subscriptions> {
     let everything = Selector {
         rules: vec![pasa_store::selector::Rule::default()],
     };
@@ -75,19 +96,24 @@ pub async fn derive_subscriptions(store: &Store, mesh: &Mesh) -> anyhow::Result<
         .list(&everything, 0)
         .await
         .context("cannot list the loaded objects")?;
-    derive_from(mesh, listed.iter().map(|r| (**r).clone()), revision)
+    let registry = registry_of(listed.iter().map(|r| (**r).clone()), revision);
+    derive_from(mesh, &registry, scope)
 }
 
-/// Each workload's subscription in each cluster, as its pods' agents derive it: `objects`
-/// parsed into the agent's registry, and the scope of the workload's first pod in that cluster.
-fn derive_from(
-    mesh: &Mesh,
+/// `objects` parsed into the agent's registry, as an agent parses its cache.
+fn registry_of(
     objects: impl Iterator<Item = pasa_proto::store::v1::Resource>,
     revision: u64,
-) -> anyhow::Result<Subscriptions> {
+) -> Registry {
     let cache = Cache::from_resources(objects, revision);
     let mut registry = Registry::default();
     registry.update(&cache, "cluster.local");
+    registry
+}
+
+/// Each workload's subscription in each cluster under `scope`, as its pods' agents derive it:
+/// the scope of the workload's first pod in that cluster over `registry`.
+fn derive_from(mesh: &Mesh, registry: &Registry, scope: Scope) -> anyhow::Result<Subscriptions> {
     let mut by_proxy = BTreeMap::new();
     for w in &mesh.workloads {
         let mut derived: Vec<Arc<Subscription>> = Vec::new();
@@ -95,8 +121,8 @@ fn derive_from(
             let Some(pod) = w.pods.iter().find(|p| p.cluster == c) else {
                 continue;
             };
-            let proxy = proxy_of(&mesh.topology, w, pod)?;
-            let subscription = pasa_agent::subscription::subscription_of(&proxy, &registry);
+            let proxy = scoped_proxy_of(mesh, w, pod, scope)?;
+            let subscription = pasa_agent::subscription::subscription_of(&proxy, registry);
             let shared = match derived.iter().find(|d| ***d == subscription) {
                 Some(same) => Arc::clone(same),
                 None => {
@@ -123,9 +149,20 @@ mod tests {
     /// A proxy of a mesh of three clusters on two networks: it is in its pod's cluster and
     /// network, and subscribes to every cluster's object of each service it calls, of its own
     /// namespace's and of the root namespace's (the network gateways among them), and to no
-    /// other service's.
+    /// other service's: by its Sidecar, or on demand once it has called them; without a
+    /// Sidecar, the eager scope is every service.
     #[test]
     fn a_proxy_subscribes_to_its_services_in_every_cluster_and_to_the_gateways() {
+        for (sidecars, scope) in [
+            (true, Scope::Eager),
+            (false, Scope::OnDemand),
+            (false, Scope::Eager),
+        ] {
+            a_proxy_subscribes_to(sidecars, scope);
+        }
+    }
+
+    fn a_proxy_subscribes_to(sidecars: bool, scope: Scope) {
         let topology = Topology::new(ClusterArgs {
             clusters: 3,
             networks: 2,
@@ -137,14 +174,17 @@ mod tests {
             virtual_services: 3,
             seed: 7,
             topology,
+            sidecars,
         });
         let stored = mesh.objects.iter().zip(1..).map(|(r, revision)| {
             let mut r = r.clone();
             (r.create_revision, r.mod_revision) = (revision, revision);
             r
         });
-        let subscriptions = derive_from(&mesh, stored, mesh.objects.len() as u64).unwrap();
+        let registry = registry_of(stored, mesh.objects.len() as u64);
+        let subscriptions = derive_from(&mesh, &registry, scope).unwrap();
         assert_eq!(subscriptions.derived(), 60 * 3);
+        let whole_mesh = !sidecars && scope == Scope::Eager;
         // A workload outside the root namespace, calling services of other namespaces.
         let w = mesh
             .workloads
@@ -175,18 +215,28 @@ mod tests {
             let spec: Value = serde_json::from_str(&o.spec_json).unwrap();
             let service = spec["service"].as_str().unwrap_or(&o.name);
             let calls = called.contains(&(o.namespace.as_str(), service));
-            let related = calls || o.namespace == w.namespace || o.namespace == mesh::ISTIO_SYSTEM;
+            let gateway = spec.get("networkGateways").is_some();
+            let related = match scope {
+                _ if whole_mesh => true,
+                // Its Sidecar's egress: what it calls, its namespace and the root namespace.
+                Scope::Eager => {
+                    calls || o.namespace == w.namespace || o.namespace == mesh::ISTIO_SYSTEM
+                }
+                // What it called, the services of its namespace (one of them is its own: its
+                // inbound side), and the network gateways.
+                Scope::OnDemand => calls || o.namespace == w.namespace || gateway,
+            };
             let (_, keys) = keys_of(&manifest(o)).unwrap();
             assert_eq!(
                 selector.matches(&keys),
                 related,
-                "{}/{} (of {service}, cluster {}): related {related}",
+                "{}/{} (of {service}, cluster {}): related {related} ({scope:?})",
                 o.namespace,
                 o.name,
                 spec["cluster"]
             );
             of_called += usize::from(calls);
-            gateways += usize::from(spec.get("networkGateways").is_some() && related);
+            gateways += usize::from(gateway && related);
         }
         assert_eq!(
             of_called,
