@@ -151,7 +151,8 @@ pub struct Lookup {
     /// The hosts (fully qualified, as services and ServiceEntries name them) the spelling may
     /// stand for, most specific first: the name as written, then completed by each suffix of
     /// the proxy's DNS domain (as a resolver's search path completes it), then the same for
-    /// the name without its first label (a pod of a headless service, `*.`-domains).
+    /// the name without its first label (a pod of a headless service, `*.`-domains). For an
+    /// address, the address itself.
     pub hosts: Vec<String>,
     /// The address, when the spelling is one (a service's virtual IP).
     pub address: Option<IpAddr>,
@@ -166,8 +167,10 @@ impl Lookup {
     pub fn of(spelt: &str, dns_domain: &str) -> Option<Lookup> {
         let (name, port) = split_port(spelt.trim())?;
         if let Ok(address) = name.parse::<IpAddr>() {
+            // The store indexes services by their addresses too: one is asked for as a host,
+            // and stands for the services it belongs to (`SidecarScope::narrowed`).
             return Some(Lookup {
-                hosts: Vec::new(),
+                hosts: vec![address.to_string()],
                 address: Some(address),
                 port,
             });
@@ -429,7 +432,7 @@ mod tests {
             .update(&cache, Generator::Envoy)
             .expect("translates");
         let eager_hosts: usize = eager.routes.values().map(|r| r.virtual_hosts.len()).sum();
-        let (mut compared, mut other_ports) = (0, 0);
+        let (mut compared, mut other_ports, mut by_address) = (0, 0, 0);
         for (name, config) in &eager.routes {
             for vh in &config.virtual_hosts {
                 if !vh.name.contains('.') {
@@ -437,9 +440,7 @@ mod tests {
                 }
                 for spelt in vh.domains.iter().filter(|d| !d.starts_with('*')) {
                     let lookup = Lookup::of(spelt, DNS).expect("reads");
-                    if lookup.address.is_some() {
-                        continue; // addresses are not resolved yet
-                    }
+                    by_address += usize::from(lookup.address.is_some());
                     let learning = crate::model::proxy::Proxy {
                         learned: Some(std::sync::Arc::new(lookup.hosts.into_iter().collect())),
                         ..proxy.clone()
@@ -492,8 +493,9 @@ mod tests {
             }
         }
         assert!(
-            compared >= 15 && other_ports > 0,
-            "{compared} spellings compared, {other_ports} on ports of no learned service"
+            compared >= 15 && other_ports > 0 && by_address > 0,
+            "{compared} spellings compared ({by_address} addresses), {other_ports} on ports of \
+             no learned service"
         );
     }
 

@@ -438,8 +438,9 @@ async fn persistent_sessions(envoy: &Envoy, store: &StoreServer, protocol: &str)
 /// by the service's VirtualService (the agent learns the host from Envoy's VHDS request, widens
 /// its store subscription, and answers once the store has). A destination the mesh does not
 /// know passes through as under the eager scope, and a host the proxy may not see (exportTo)
-/// is not routed; a host created after its first miss is served once it exists; the learned
-/// hosts survive the agent's restart. Envoy rejects nothing.
+/// is not routed; a service called by its virtual IP alone is found by its address; a host
+/// created after its first miss is served once it exists; the learned hosts survive the
+/// agent's restart. Envoy rejects nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecar_on_demand_with_capture() {
     if sidecar::skip_without_capture("sidecar_on_demand_with_capture") {
@@ -456,6 +457,14 @@ async fn sidecar_on_demand_with_capture() {
         "spec": {"addresses": ["10.96.7.8"],
                  "ports": [{"name": "http", "port": 9001}],
                  "endpoints": [{"address": "10.10.1.12", "labels": {"app": "vault"}}]}}),
+    );
+    // A service its client calls by address alone.
+    mesh.push(
+        json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+        "metadata": {"name": "pay", "namespace": "shop"},
+        "spec": {"addresses": ["10.96.7.10"],
+                 "ports": [{"name": "http", "port": 80, "targetPort": 9001}],
+                 "endpoints": [{"address": "10.10.1.16"}]}}),
     );
     store.apply(&mesh).await;
     let certs = data.path().join("certs");
@@ -528,6 +537,14 @@ async fn sidecar_on_demand_with_capture() {
     assert!(
         matches!(a.backend.as_deref(), Some("10.10.1.15" | "10.10.1.16")),
         "{a:?}"
+    );
+    // Another by its virtual IP alone (the `Host` is the address): the store finds the
+    // service by its address, and the request is routed to its endpoint, not passed through.
+    let a = request(pod, "http://10.96.7.10:80/pay", &[]);
+    assert_eq!(
+        a.backend.as_deref(),
+        Some("10.10.1.16"),
+        "by address: {a:?}"
     );
 
     // What the mesh does not know passes through, as under the eager scope (ALLOW_ANY); a

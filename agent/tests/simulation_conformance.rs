@@ -371,9 +371,13 @@ spec: {type: ExternalName, externalName: web.shop.svc.cluster.local}
     assert_eq!(web.ports[1].endpoint_port(ep), Some(9090));
     let web_resource = resources.iter().find(|r| r.name == "web").unwrap();
     assert_eq!(web_resource.namespace, "shop");
+    // Found by its host, and by its virtual IP (as an on-demand proxy asks for an address).
     assert_eq!(
         web_resource.index.as_ref().map(|i| i.hosts.clone()),
-        Some(vec!["web.shop.svc.cluster.local".to_string()])
+        Some(vec![
+            "10.0.0.5".to_string(),
+            "web.shop.svc.cluster.local".to_string()
+        ])
     );
     assert!(spec("headless").addresses.is_empty());
     let alias = spec("alias");

@@ -183,9 +183,10 @@ impl SidecarScope {
 
     /// This scope narrowed to the hosts an on-demand proxy has learned (see
     /// [`crate::on_demand`]): each learned host under every egress host that covers it (any
-    /// namespace, without a Sidecar), and the hosts the VirtualServices then visible route to
-    /// and the ExternalName services then visible name, under the same rule, until nothing
-    /// more is added (a route's destination needs its cluster). A host the scope does not cover stays out: the proxy may not see it.
+    /// namespace, without a Sidecar), and the hosts the VirtualServices then visible route to,
+    /// the ExternalName services then visible name and the services whose addresses were
+    /// learned, under the same rule, until nothing more is added (a route's destination needs
+    /// its cluster). A host the scope does not cover stays out: the proxy may not see it.
     pub fn narrowed(
         &self,
         registry: &Registry,
@@ -222,6 +223,23 @@ impl SidecarScope {
                 .filter_map(|s| s.external_name.clone())
                 .collect();
             hosts.extend(targets);
+            // A service's virtual IP, as a client called it, stands for the service.
+            let addresses: std::collections::BTreeSet<std::net::IpAddr> =
+                hosts.iter().filter_map(|h| h.parse().ok()).collect();
+            if !addresses.is_empty() {
+                let named: Vec<String> = registry
+                    .services()
+                    .values()
+                    .flatten()
+                    .filter(|s| {
+                        s.addresses
+                            .iter()
+                            .any(|a| a.parse().is_ok_and(|a| addresses.contains(&a)))
+                    })
+                    .map(|s| s.hostname.clone())
+                    .collect();
+                hosts.extend(named);
+            }
             for vs in narrowed.virtual_services(registry) {
                 hosts.extend(
                     vs.spec.destination_hosts().map(|h| {

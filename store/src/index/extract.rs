@@ -2,7 +2,9 @@
 //! VirtualService `spec.hosts` (short names resolved) and `spec.gateways` (`mesh` when absent),
 //! DestinationRule `spec.host`, ServiceEntry `spec.hosts` (kept as written), Gateway server hosts
 //! (the `namespace/` prefix dropped) and the Gateway itself as `namespace/name`, and the FQDN of a
-//! ServiceEndpoints' service (for a part of a service's endpoints, the service it names).
+//! ServiceEndpoints' service (for a part of a service's endpoints, the service it names). The
+//! virtual IPs of ServiceEndpoints and ServiceEntries (`spec.addresses`, CIDR ranges aside) are
+//! host keys too: an on-demand proxy asked for an address finds its service by it.
 
 use pasa_istio::gateway::{MESH, resolve_gateway_name};
 use pasa_istio::host::{check_pattern, resolve_short_name, service_fqdn};
@@ -50,6 +52,7 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
             for (path, h) in strings(spec, "hosts", "spec.hosts", &mut errors) {
                 push_host(&mut hosts, h.to_string(), path, &mut errors);
             }
+            hosts.extend(addresses(spec));
         }
         Kind::Gateway => {
             gateways.push(format!("{ns}/{}", obj.name));
@@ -63,15 +66,19 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
                 }
             }
         }
-        // The service's host; a part of its endpoints is found by the service it names.
-        Kind::ServiceEndpoints => match spec.get("service") {
-            None | Some(Value::Null) => hosts.push(service_fqdn(&obj.name, ns, domain_suffix)),
-            Some(Value::String(s)) if s.is_empty() => {
-                hosts.push(service_fqdn(&obj.name, ns, domain_suffix))
+        // The service's host and addresses; a part of its endpoints is found by the service it
+        // names.
+        Kind::ServiceEndpoints => {
+            match spec.get("service") {
+                None | Some(Value::Null) => hosts.push(service_fqdn(&obj.name, ns, domain_suffix)),
+                Some(Value::String(s)) if s.is_empty() => {
+                    hosts.push(service_fqdn(&obj.name, ns, domain_suffix))
+                }
+                Some(Value::String(s)) => hosts.push(service_fqdn(s, ns, domain_suffix)),
+                Some(_) => errors.push(field_error("spec.service", "must be a string")),
             }
-            Some(Value::String(s)) => hosts.push(service_fqdn(s, ns, domain_suffix)),
-            Some(_) => errors.push(field_error("spec.service", "must be a string")),
-        },
+            hosts.extend(addresses(spec));
+        }
         // Namespace-scoped: found by their namespace.
         Kind::Sidecar
         | Kind::WorkloadEntry
@@ -106,6 +113,17 @@ pub fn index_keys(obj: &Object, domain_suffix: &str) -> Result<IndexKeys, Vec<Fi
     } else {
         Err(errors)
     }
+}
+
+/// The addresses of `spec.addresses` that are one address (not a CIDR range), written as the
+/// agent writes an address it is asked for. What is not one is left to validation.
+fn addresses(spec: &Value) -> impl Iterator<Item = String> + '_ {
+    spec.get("addresses")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str()?.parse::<std::net::IpAddr>().ok())
+        .map(|a| a.to_string())
 }
 
 fn field_error(field: &str, message: &str) -> FieldError {
@@ -235,6 +253,29 @@ mod tests {
         )
         .unwrap();
         assert_eq!(part.hosts, ["reviews.bookinfo.svc.cluster.local"]);
+        // Virtual IPs are host keys too, written as the agent writes an address; a CIDR range
+        // (a ServiceEntry's) is not one address.
+        let with_vips = keys_of(
+            json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
+            "metadata": {"name": "ratings", "namespace": "bookinfo"},
+            "spec": {"addresses": ["10.96.0.21", "fd00:0::21"]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            with_vips.hosts,
+            [
+                "10.96.0.21",
+                "fd00::21",
+                "ratings.bookinfo.svc.cluster.local"
+            ]
+        );
+        let entry = keys_of(
+            json!({"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+            "metadata": {"name": "api"},
+            "spec": {"hosts": ["api.example.com"], "addresses": ["240.0.0.7", "10.1.0.0/16"]}}),
+        )
+        .unwrap();
+        assert_eq!(entry.hosts, ["240.0.0.7", "api.example.com"]);
         let remote_gateway = keys_of(
             json!({"apiVersion": "pasa.io/v1alpha1", "kind": "ServiceEndpoints",
             "metadata": {"name": "eastwest.cluster2.cluster", "namespace": "istio-system"},
