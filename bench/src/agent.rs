@@ -326,6 +326,7 @@ fn start(args: &AgentArgs, store: &str) -> anyhow::Result<(Running, String)> {
 
 pub(crate) fn which(binary: &Path) -> anyhow::Result<PathBuf> {
     if binary.components().count() > 1 {
+        ensure!(binary.is_file(), "no Envoy at {}", binary.display());
         return Ok(binary.to_path_buf());
     }
     let path = std::env::var_os("PATH").unwrap_or_default();

@@ -39,6 +39,9 @@ use crate::stats::{percentile, round2};
 /// How long a call may wait for Envoy to reach the service (the agent waits at most 5 s for
 /// the store's answer to a host it learns).
 const CALL_DEADLINE: Duration = Duration::from_secs(8);
+/// How long an agent and its Envoy may take to be ready: an eager one translates, and its
+/// Envoy takes, the whole mesh (16 s for the seed's).
+const READY_DEADLINE: Duration = Duration::from_secs(180);
 /// The port every pod serves on (the services' `targetPort`).
 const POD_PORT: u16 = 8080;
 /// The user the application runs as (`nobody`): only its traffic is captured.
@@ -217,11 +220,28 @@ async fn one(
         .arg(envoy_in_netns(dir.path(), envoy, &netns.0)?)
         .arg("--envoy-admin")
         .arg(format!("unix:{}", envoy_admin.display()));
-    let agent = Agent(command.spawn().context("starting the agent")?);
+    let mut agent = Agent(command.spawn().context("starting the agent")?);
     let started = Instant::now();
-    ready(&admin.to_string(), Duration::from_secs(300))
-        .await
-        .with_context(|| log_tail(&dir.path().join("agent.log")))?;
+    // Ready once Envoy is; an agent that ends, or is not ready in time, says why in its log.
+    loop {
+        if let Some(status) = agent.0.try_wait()? {
+            bail!(
+                "the agent ended ({status}) before it was ready; {}",
+                log_tail(&dir.path().join("agent.log"))
+            );
+        }
+        if ready(&admin.to_string(), Duration::from_millis(500))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        ensure!(
+            started.elapsed() < READY_DEADLINE,
+            "the agent and its Envoy were not ready within {READY_DEADLINE:?}; {}",
+            log_tail(&dir.path().join("agent.log"))
+        );
+    }
     let to_ready = started.elapsed();
 
     // The application: each called service, by `<service>.<namespace>`, on its port 80.
