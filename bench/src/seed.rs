@@ -61,7 +61,7 @@ use crate::stats::{cdf, peak_rss_mib, percentile, reset_peak_rss, round2, rss_mi
 use mesh::{Mesh, Shape};
 use pasa_agent::run::Scope;
 use subscribers::{Progress, Seen, Subscriber, subscribe};
-use subscriptions::{Subscriptions, derive_subscriptions, identity_of, proxy_of};
+use subscriptions::{Subscriptions, derive_from, identity_of, proxy_of, registry_over};
 
 /// Documents per apply while loading.
 const LOAD_BATCH: usize = 500;
@@ -266,9 +266,11 @@ async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value>
         Scope::Eager => Scope::OnDemand,
         Scope::OnDemand => Scope::Eager,
     };
-    let subscriptions = derive_subscriptions(&store, &mesh, args.scope).await?;
+    let registry = registry_over(&store).await?;
+    let subscriptions = derive_from(&mesh, &registry, args.scope)?;
     let derived = deriving.elapsed();
-    let other_subscriptions = derive_subscriptions(&store, &mesh, other).await?;
+    let other_subscriptions = derive_from(&mesh, &registry, other)?;
+    drop(registry);
     println!(
         "S1: {} subscriptions ({} distinct) derived by the agent's scope code in {:.1}s ({:.2} ms \
          each, as each agent derives its own; not counted in S1)",
@@ -406,11 +408,11 @@ async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value>
             };
             let o1 = if envoys > 0 {
                 // O1 needs root, iptables and Envoy: without them, the rest of the run stands.
-                let o1 = match crate::agent::which(&args.envoy) {
-                    Ok(envoy) => on_demand::run(&mesh, envoys, &binary, &envoy, &served.addr).await,
-                    Err(e) => Err(e),
+                let o1 = async {
+                    let envoy = crate::agent::which(&args.envoy)?;
+                    on_demand::run(&mesh, envoys, &binary, &envoy, &served.addr).await
                 };
-                o1.unwrap_or_else(|e| {
+                o1.await.unwrap_or_else(|e| {
                     println!("O1: not measured: {e:#}");
                     json!({"error": format!("{e:#}")})
                 })
@@ -484,13 +486,8 @@ async fn run_async(args: &SeedArgs, topology: Topology) -> anyhow::Result<Value>
         t3.add(&s3, &s.subscription, &seen);
     }
     let s3_figures = t3.report(&s3, churn_shape, &topology);
-    let snapshot_sizes = |samples: &[f64]| {
-        json!({"p50": percentile(samples, 50.0), "p99": percentile(samples, 99.0),
-               "max": percentile(samples, 100.0),
-               "mean": round2(crate::stats::mean(samples))})
-    };
-    let per_subscriber = json!({"objects": snapshot_sizes(&per_subscriber),
-                                "spec_bytes": snapshot_sizes(&per_subscriber_bytes)});
+    let per_subscriber = json!({"objects": crate::stats::sizes(&per_subscriber),
+                                "spec_bytes": crate::stats::sizes(&per_subscriber_bytes)});
     let figure = |what: &str, p: &str| per_subscriber[what][p].as_f64().unwrap_or_default();
     println!(
         "S1: each subscriber's snapshot: p50 {:.0} objects, max {:.0} ({:.1} KiB of specs at p50, \

@@ -27,6 +27,12 @@ pub fn cdf(samples: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+/// The p50, p99, max and mean of `samples`, as the reports give sizes.
+pub fn sizes(samples: &[f64]) -> serde_json::Value {
+    serde_json::json!({"p50": percentile(samples, 50.0), "p99": percentile(samples, 99.0),
+                       "max": percentile(samples, 100.0), "mean": round2(mean(samples))})
+}
+
 /// Rounds to two decimals, for reporting.
 pub fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0

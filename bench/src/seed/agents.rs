@@ -536,6 +536,18 @@ pub async fn scrape(admin: SocketAddr) -> anyhow::Result<String> {
         .with_context(|| format!("the agent's /metrics on {admin} did not answer in 10 s"))?
 }
 
+/// The value of sample `name` (with its labels, if it has any: `name{a="b"}`) in an agent's
+/// `/metrics`.
+pub fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(name)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse::<f64>()
+            .ok()
+    })
+}
+
 /// The cumulative buckets `(le, count)` of histogram `name` for xDS type `kind`.
 pub fn histogram(text: &str, name: &str, kind: &str) -> Vec<(f64, u64)> {
     let prefix = format!("{name}_bucket{{le=\"");

@@ -306,16 +306,21 @@ async fn one(
     let envoy_usage = netns_pid(&netns.0).and_then(|pid| usage(pid, ticks).ok());
     let metrics = scrape(admin).await?;
     let stats = envoy_stats(&envoy_admin).await.unwrap_or_default();
-    let gauge = |text: &str, prefix: &str| {
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.trim().parse::<f64>().ok())
+    let sample = |name: &str| super::agents::sample(&metrics, name);
+    // Envoy's stats read `name: value`.
+    let envoy = |name: &str| {
+        stats.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(": ")?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
     };
-    let count = |text: &str, prefix: &str| gauge(text, prefix).map(|v| v as u64);
+    let count = |value: Option<f64>| value.map(|v| v as u64);
     let mean_ms = |histogram: &str| {
-        let sum = gauge(&metrics, &format!("{histogram}_sum"))?;
-        let count = gauge(&metrics, &format!("{histogram}_count"))?;
+        let sum = sample(&format!("{histogram}_sum"))?;
+        let count = sample(&format!("{histogram}_count"))?;
         (count > 0.0).then(|| round2(sum / count * 1e3))
     };
     let figures = json!({
@@ -325,15 +330,15 @@ async fn one(
         "unanswered": probed["unanswered"],
         "agent_rss_mib": round2(agent_usage.rss), "agent_own_mib": round2(agent_usage.anon),
         "envoy_rss_mib": envoy_usage.map(|u| round2(u.rss)),
-        "envoy_allocated_mib": gauge(&stats, "server.memory_allocated: ")
+        "envoy_allocated_mib": envoy("server.memory_allocated")
             .map(|b| round2(b / (1024.0 * 1024.0))),
-        "envoy_clusters": count(&stats, "cluster_manager.active_clusters: "),
-        "subscription_rules": count(&metrics, "pasa_agent_subscription_rules "),
-        "clusters_generated": count(&metrics,
-            "pasa_agent_resources{type=\"CDS\",generator=\"envoy\"} "),
-        "hosts_learned": count(&metrics, "pasa_agent_on_demand_hosts "),
+        "envoy_clusters": count(envoy("cluster_manager.active_clusters")),
+        "subscription_rules": count(sample("pasa_agent_subscription_rules")),
+        "clusters_generated": count(sample(
+            "pasa_agent_resources{type=\"CDS\",generator=\"envoy\"}")),
+        "hosts_learned": count(sample("pasa_agent_on_demand_hosts")),
         "agent_resolution_mean_ms": mean_ms("pasa_agent_on_demand_resolution_seconds"),
-        "agent_translations": count(&metrics, "pasa_agent_translation_seconds_count"),
+        "agent_translations": count(sample("pasa_agent_translation_seconds_count")),
         "agent_translation_mean_ms": mean_ms("pasa_agent_translation_seconds"),
     });
     println!(

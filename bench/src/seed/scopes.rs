@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use super::keys_of;
 use super::mesh::Mesh;
 use super::subscriptions::Subscriptions;
-use crate::stats::{mean, percentile, round2};
+use crate::stats::{percentile, sizes};
 
 /// The name a scope goes by in the report, as the agent's `--scope` spells it.
 pub fn name(scope: Scope) -> &'static str {
@@ -76,10 +76,6 @@ pub async fn compare(
         }
         let samples = |f: &dyn Fn(&Held) -> usize| -> Vec<f64> {
             per_pod.iter().map(|p| f(&held[p]) as f64).collect()
-        };
-        let sizes = |samples: &[f64]| {
-            json!({"p50": percentile(samples, 50.0), "p99": percentile(samples, 99.0),
-                   "max": percentile(samples, 100.0), "mean": round2(mean(samples))})
         };
         let (rules, objects, bytes, events) = (
             samples(&|h| h.rules),

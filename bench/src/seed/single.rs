@@ -367,18 +367,7 @@ fn translate_here(
 
 /// The count and sum of an agent's `pasa_agent_translation_seconds`.
 fn translation_totals(metrics: &str) -> (f64, f64) {
-    let sample = |name: &str| {
-        metrics
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(name)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            })
-            .unwrap_or(0.0)
-    };
+    let sample = |name: &str| agents::sample(metrics, name).unwrap_or(0.0);
     (
         sample("pasa_agent_translation_seconds_count"),
         sample("pasa_agent_translation_seconds_sum"),

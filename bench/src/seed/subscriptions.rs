@@ -82,13 +82,9 @@ impl Subscriptions {
     }
 }
 
-/// Each workload's subscriptions under `scope`, as its pods' agents derive them, from what the
-/// store holds (see [`derive_from`]).
-pub async fn derive_subscriptions(
-    store: &Store,
-    mesh: &Mesh,
-    scope: Scope,
-) -> anyhow::Result<Subscriptions> {
+/// What the store holds, parsed into the agent's registry: what [`derive_from`] derives each
+/// scope's subscriptions from.
+pub async fn registry_over(store: &Store) -> anyhow::Result<Registry> {
     let everything = Selector {
         rules: vec![pasa_store::selector::Rule::default()],
     };
@@ -96,8 +92,7 @@ pub async fn derive_subscriptions(
         .list(&everything, 0)
         .await
         .context("cannot list the loaded objects")?;
-    let registry = registry_of(listed.iter().map(|r| (**r).clone()), revision);
-    derive_from(mesh, &registry, scope)
+    Ok(registry_of(listed.iter().map(|r| (**r).clone()), revision))
 }
 
 /// `objects` parsed into the agent's registry, as an agent parses its cache.
@@ -113,7 +108,11 @@ fn registry_of(
 
 /// Each workload's subscription in each cluster under `scope`, as its pods' agents derive it:
 /// the scope of the workload's first pod in that cluster over `registry`.
-fn derive_from(mesh: &Mesh, registry: &Registry, scope: Scope) -> anyhow::Result<Subscriptions> {
+pub fn derive_from(
+    mesh: &Mesh,
+    registry: &Registry,
+    scope: Scope,
+) -> anyhow::Result<Subscriptions> {
     let mut by_proxy = BTreeMap::new();
     for w in &mesh.workloads {
         let mut derived: Vec<Arc<Subscription>> = Vec::new();
